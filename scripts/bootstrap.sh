@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up everything ratelimitd needs on a fresh Debian machine, idempotently.
+#   scripts/bootstrap.sh            venv + package (compiled extensions) + test extras
+#   scripts/bootstrap.sh --system   also the server binaries the test suite starts
+#                                   (redis-server, memcached, wrk), via apt when missing
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+if [[ "${1:-}" == "--system" ]]; then
+    need=()
+    command -v redis-server >/dev/null || need+=(redis-server)
+    command -v redis-cli >/dev/null || need+=(redis-tools)
+    command -v memcached >/dev/null || need+=(memcached)
+    command -v wrk >/dev/null || need+=(wrk)
+    if ((${#need[@]})); then
+        SUDO=""
+        [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+        echo "bootstrap: installing ${need[*]} with apt-get"
+        $SUDO apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/pip" install -q --upgrade pip
+fi
+# Editable install: setuptools compiles the Cython extensions in place.
+"$VENV/bin/pip" install -q -e ".[test]"

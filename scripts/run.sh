@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The one run command: set up, then start the daemon on the bundled example config
+# with the embedded in-memory backend (no Redis needed). Extra arguments go to ratelimitd.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh
+export RUNTIME_ROOT=${RUNTIME_ROOT:-$PWD/examples}
+export RUNTIME_SUBDIRECTORY=${RUNTIME_SUBDIRECTORY:-}
+export RUNTIME_APPDIRECTORY=${RUNTIME_APPDIRECTORY:-config}
+export RUNTIME_WATCH_ROOT=${RUNTIME_WATCH_ROOT:-false}
+export USE_STATSD=${USE_STATSD:-false}
+export LOG_LEVEL=${LOG_LEVEL:-INFO}
+exec .venv/bin/ratelimitd serve "$@"

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The one test command (README, `make test` and CI all call this): set up, then run the
+# whole suite with the compiled core, then the core tests again on the pure-Python twins.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh --system
+.venv/bin/python -m pytest "$@"
+RATELIMITD_NO_EXTENSIONS=1 .venv/bin/python -m pytest -q -m "not slow" tests/core

@@ -1,0 +1,197 @@
+# cython: language_level=3
+"""The descriptor trie and the reference lookup algorithm, compiled.
+
+Same public names and behaviour as `_match_py.py` (the oracle the property tests compare
+against); `match.py` selects one. See `_match_py.py` for the algorithm's notes.
+"""
+
+DEF EXACT = 0
+DEF WILDCARD = 1
+DEF KEY_ONLY = 2
+
+
+cpdef bint wildcard_match(tuple parts, str s):
+    """Does `s` match a pattern pre-split on `*`? (`*` matches zero or more characters.)"""
+    cdef str first = <str>parts[0]
+    cdef str mid, last
+    cdef Py_ssize_t pos, found, j
+    cdef Py_ssize_t last_index = len(parts) - 1
+    if not s.startswith(first):
+        return False
+    pos = len(first)
+    for j in range(1, last_index):
+        mid = <str>parts[j]
+        found = s.find(mid, pos)
+        if found < 0:
+            return False
+        pos = found + len(mid)
+    last = <str>parts[last_index]
+    return len(s) - len(last) >= pos and s.endswith(last)
+
+
+cdef class Node:
+    """One config descriptor entry, compiled."""
+
+    cdef readonly str key
+    cdef readonly str final_key
+    cdef readonly bint has_value
+    cdef readonly object rule
+    cdef readonly bint detailed
+    cdef readonly str full_key
+    cdef readonly bint value_to_metric
+    cdef readonly bint share
+    cdef readonly tuple parts
+    cdef readonly Level children
+
+    def __init__(self, spec):
+        self.key = spec.key
+        self.final_key = spec.final_key
+        self.has_value = bool(spec.value)
+        self.rule = spec.rule
+        self.detailed = spec.rule is not None and bool(spec.rule.detailed_metric)
+        self.full_key = spec.rule.full_key if spec.rule is not None else ""
+        self.value_to_metric = bool(spec.value_to_metric)
+        self.share = bool(spec.share_threshold) and "*" in spec.final_key
+        self.parts = tuple(spec.final_key.split("*"))
+        self.children = compile_level(spec.children) if spec.children else None
+
+
+cdef class Level:
+    """The children of one node (or of a domain root)."""
+
+    cdef readonly dict children
+    cdef readonly tuple wildcards
+
+    def __init__(self, dict children, tuple wildcards):
+        self.children = children
+        self.wildcards = wildcards
+
+
+cpdef Level compile_level(specs):
+    """Compile config entries into a Level. Composite keys must already be unique."""
+    cdef dict children = {}
+    cdef list wildcards = []
+    cdef Node node
+    for spec in specs:
+        node = Node(spec)
+        children[spec.final_key] = node
+        if "*" in spec.final_key:
+            wildcards.append(node)
+    return Level(children, tuple(wildcards))
+
+
+cdef inline str _trim_prefix(str s, str prefix):
+    if s.startswith(prefix):
+        return s[len(prefix):]
+    return s
+
+
+cdef inline str _k_or_kv(str k, str v):
+    if v:
+        return k + "_" + v
+    return k
+
+
+def lookup(Level root, str domain, entries):
+    """Find the limit for one request descriptor.
+
+    Returns None, or (rule, stats_key, share, keep_metadata); see `_match_py.lookup`.
+    """
+    cdef Py_ssize_t n = len(entries)
+    cdef Py_ssize_t i
+    cdef Level level = root
+    cdef Node node = None, w
+    cdef object rule = None
+    cdef bint leaf = False, dynamic = False
+    cdef list share = None
+    cdef list path = []
+    cdef list hows = []
+    cdef int how
+    cdef str k, v, probe
+    cdef tuple entry, share_t
+    cdef list parts
+    cdef object found
+    if n == 0:
+        return None
+    for i in range(n):
+        entry = <tuple>entries[i]
+        k = <str>entry[0]
+        v = <str>entry[1]
+        probe = k + "_" + v
+        found = level.children.get(probe)
+        how = EXACT
+        if found is None:
+            for w in level.wildcards:
+                if wildcard_match(w.parts, probe):
+                    found = w
+                    how = WILDCARD
+                    break
+            if found is None:
+                found = level.children.get(k)
+                how = KEY_ONLY
+                if found is None:
+                    break
+        node = <Node>found
+        path.append(node)
+        hows.append(how)
+        if how == WILDCARD:
+            if node.share:
+                if share is None:
+                    share = [""] * n
+                share[i] = _trim_prefix(node.final_key, k + "_")
+            if node.value_to_metric or not (node.has_value and k == node.key):
+                dynamic = True
+        elif how == EXACT:
+            if not v:
+                dynamic = True
+        elif node.value_to_metric and v:
+            dynamic = True
+        if node.rule is not None and i == n - 1:
+            rule = node.rule
+        if node.children is None:
+            leaf = True
+            break
+        level = node.children
+    if rule is None:
+        return None
+
+    node = <Node>path[n - 1]
+    share_t = tuple(share) if share is not None else None
+    if node.detailed:
+        parts = [domain]
+        for i in range(n):
+            entry = <tuple>entries[i]
+            k = <str>entry[0]
+            v = <str>entry[1]
+            if share_t is not None and share_t[i]:
+                parts.append(k + "_" + <str>share_t[i])
+            elif share_t is not None:
+                parts.append(_k_or_kv(k, v))
+            else:
+                parts.append(k + "_" + v)
+        return rule, ".".join(parts), share_t, not leaf
+    if not dynamic:
+        return rule, node.full_key, share_t, True
+    parts = [domain]
+    cdef Node pnode
+    for i in range(n):
+        entry = <tuple>entries[i]
+        k = <str>entry[0]
+        v = <str>entry[1]
+        pnode = <Node>path[i]
+        how = <int>hows[i]
+        if how == WILDCARD:
+            if share_t is not None and share_t[i]:
+                parts.append(k + "_" + <str>share_t[i])
+            elif pnode.value_to_metric:
+                parts.append(_k_or_kv(k, v))
+            else:
+                parts.append(k + "_" + _trim_prefix(pnode.final_key, k + "_"))
+        elif how == EXACT:
+            parts.append(_k_or_kv(k, v))
+        elif pnode.value_to_metric and v:
+            parts.append(k + "_" + v)
+        else:
+            parts.append(k)
+    cdef str enhanced = ".".join(parts)
+    return rule, enhanced, share_t, enhanced == node.full_key

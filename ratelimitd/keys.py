@@ -1,0 +1,56 @@
+"""Selects the compiled `_keys` or its pure-Python twin `_keys_py`.
+
+Like yarl's YARL_NO_EXTENSIONS, RATELIMITD_NO_EXTENSIONS=1 forces the twin; reading it
+here, at import, is the one deliberate exception to "only settings.py reads the environment".
+"""
+
+import os
+
+if os.environ.get("RATELIMITD_NO_EXTENSIONS"):
+    from ._keys_py import (
+        UNIT_SECONDS,
+        cache_key,
+        evaluate,
+        near_threshold,
+        reset_seconds,
+        unit_seconds,
+        window_start,
+    )
+
+    IMPLEMENTATION = "pure"
+else:
+    try:
+        from ._keys import (  # type: ignore[no-redef]
+            UNIT_SECONDS,
+            cache_key,
+            evaluate,
+            near_threshold,
+            reset_seconds,
+            unit_seconds,
+            window_start,
+        )
+
+        IMPLEMENTATION = "compiled"
+    except ImportError:  # not built (e.g. a source checkout without `make compile`)
+        from ._keys_py import (
+            UNIT_SECONDS,
+            cache_key,
+            evaluate,
+            near_threshold,
+            reset_seconds,
+            unit_seconds,
+            window_start,
+        )
+
+        IMPLEMENTATION = "pure"
+
+__all__ = [
+    "IMPLEMENTATION",
+    "UNIT_SECONDS",
+    "cache_key",
+    "evaluate",
+    "near_threshold",
+    "reset_seconds",
+    "unit_seconds",
+    "window_start",
+]

@@ -1,0 +1,85 @@
+"""The local over-limit cache (LOCAL_CACHE_SIZE_IN_BYTES): keys known to be over limit.
+
+A key in the cache is answered OVER_LIMIT without touching the backend. Entries expire
+at the end of their window: a cache key carries its window start, so after that it can
+never be asked for again (the reference keeps it a whole unit; the answers are the same).
+Memory is bounded by an estimate of bytes per entry; the oldest entries are evicted first.
+"""
+
+from __future__ import annotations
+
+# Per-entry overhead on top of the key's length: dict slot, str header and the int.
+ENTRY_OVERHEAD = 100
+
+
+class LocalCache:
+    """A byte-bounded map of over-limit cache keys to their expiry (Unix seconds)."""
+
+    __slots__ = (
+        "_bytes",
+        "_entries",
+        "capacity",
+        "evacuate_count",
+        "expired_count",
+        "hit_count",
+        "miss_count",
+        "overwrite_count",
+    )
+
+    def __init__(self, capacity_bytes: int) -> None:
+        self.capacity = capacity_bytes
+        self._entries: dict[str, int] = {}
+        self._bytes = 0
+        self.hit_count = 0
+        self.miss_count = 0
+        self.expired_count = 0
+        self.evacuate_count = 0
+        self.overwrite_count = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def contains(self, key: str, now: int) -> bool:
+        """Is `key` known to be over limit at `now`?"""
+        expiry = self._entries.get(key)
+        if expiry is not None:
+            if expiry > now:
+                self.hit_count += 1
+                return True
+            del self._entries[key]
+            self._bytes -= len(key) + ENTRY_OVERHEAD
+            self.expired_count += 1
+        self.miss_count += 1
+        return False
+
+    def add(self, key: str, expiry: int) -> None:
+        """Remember `key` as over limit until `expiry`."""
+        entries = self._entries
+        if key in entries:
+            self.overwrite_count += 1
+            entries[key] = expiry
+            return
+        size = len(key) + ENTRY_OVERHEAD
+        if size > self.capacity:
+            return
+        while self._bytes + size > self.capacity and entries:
+            old = next(iter(entries))
+            del entries[old]
+            self._bytes -= len(old) + ENTRY_OVERHEAD
+            self.evacuate_count += 1
+        entries[key] = expiry
+        self._bytes += size
+
+    def gauges(self) -> dict[str, float]:
+        """The reference's `ratelimit.localcache.*` gauges."""
+        lookups = self.hit_count + self.miss_count
+        return {
+            "hitCount": self.hit_count,
+            "missCount": self.miss_count,
+            "lookupCount": lookups,
+            "entryCount": len(self._entries),
+            "expiredCount": self.expired_count,
+            "evacuateCount": self.evacuate_count,
+            "overwriteCount": self.overwrite_count,
+            "averageAccessTime": 0,
+        }

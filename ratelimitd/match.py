@@ -1,0 +1,28 @@
+"""Selects the compiled `_match` trie or its pure-Python twin `_match_py`.
+
+RATELIMITD_NO_EXTENSIONS=1 forces the twin (see keys.py for why this reads the environment).
+"""
+
+import os
+
+if os.environ.get("RATELIMITD_NO_EXTENSIONS"):
+    from ._match_py import Level, Node, compile_level, lookup, wildcard_match
+
+    IMPLEMENTATION = "pure"
+else:
+    try:
+        from ._match import (  # type: ignore[no-redef]
+            Level,
+            Node,
+            compile_level,
+            lookup,
+            wildcard_match,
+        )
+
+        IMPLEMENTATION = "compiled"
+    except ImportError:  # not built (e.g. a source checkout without `make compile`)
+        from ._match_py import Level, Node, compile_level, lookup, wildcard_match
+
+        IMPLEMENTATION = "pure"
+
+__all__ = ["IMPLEMENTATION", "Level", "Node", "compile_level", "lookup", "wildcard_match"]

@@ -1,0 +1,53 @@
+"""The decision request and response, independent of any transport.
+
+Transports (gRPC, `/json`) decode into `Request` and encode `Response`; the service never
+sees protobuf or JSON. Codes and unit numbers are the RLS v3 enum values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+# envoy.service.ratelimit.v3.RateLimitResponse.Code
+UNKNOWN, OK, OVER_LIMIT = 0, 1, 2
+CODE_NAMES = ("UNKNOWN", "OK", "OVER_LIMIT")
+
+MAX_UINT32 = 0xFFFFFFFF
+
+
+class Descriptor(msgspec.Struct, gc=False):
+    """One request descriptor: ordered (key, value) entries, optional override and hits."""
+
+    entries: tuple[tuple[str, str], ...]
+    # RateLimitOverride as (requests_per_unit, unit), or None.
+    limit: tuple[int, int] | None = None
+    # The per-descriptor hits_addend when set (0 means check without consuming).
+    hits_addend: int | None = None
+
+
+class Request(msgspec.Struct, gc=False):
+    """A RateLimitRequest."""
+
+    domain: str
+    descriptors: list[Descriptor]
+    hits_addend: int = 0
+
+
+class Status(msgspec.Struct, gc=False):
+    """One DescriptorStatus. `rule` (a config.Rule) supplies current_limit when set."""
+
+    code: int
+    rule: Any = None
+    limit_remaining: int = 0
+    duration_until_reset: int = 0
+
+
+class Response(msgspec.Struct, gc=False):
+    """A RateLimitResponse."""
+
+    overall_code: int
+    statuses: list[Status]
+    headers: list[tuple[str, str]] = []
+    dynamic_metadata: dict[str, Any] | None = None

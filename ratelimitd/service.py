@@ -1,0 +1,240 @@
+"""ShouldRateLimit: request -> response, knowing nothing about transports or backends.
+
+The reference's service layer (section 6): request checks, limit lookup with overrides,
+`replaces` and unlimited handling, the limiter round, overall code with quota and global
+shadow mode, response headers and dynamic metadata. The RuleSet and the reload-time
+options are swapped together as one `Snapshot`, so a request never mixes two configs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .config import Rule, RuleSet
+from .config.ruleset import UNIT_NAMES
+from .keys import reset_seconds, unit_seconds
+from .limiter import Limiter
+from .match import lookup
+from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Response, Status
+from .stats import StatsStore
+
+
+class ServiceError(Exception):
+    """A request the service refuses (gRPC UNKNOWN, `/json` 400), as the reference."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The settings the reference re-reads from the environment on every config load."""
+
+    shadow_mode: bool = False
+    quota_mode: bool = False
+    response_dynamic_metadata: bool = False
+    response_headers: bool = False
+    limit_header: str = "RateLimit-Limit"
+    remaining_header: str = "RateLimit-Remaining"
+    reset_header: str = "RateLimit-Reset"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one request runs against."""
+
+    ruleset: RuleSet | None
+    options: Options
+
+
+class RateLimitService:
+    """Decides RateLimitRequests."""
+
+    def __init__(
+        self,
+        limiter: Limiter,
+        stats: StatsStore,
+        options: Options | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.limiter = limiter
+        self.stats = stats
+        self.clock = clock
+        self.snapshot = Snapshot(None, options or Options())
+
+    def set_ruleset(self, ruleset: RuleSet, options: Options | None = None) -> None:
+        """Swap in a newly loaded config (and the options re-read with it) atomically."""
+        self.snapshot = Snapshot(ruleset, options or self.snapshot.options)
+
+    @property
+    def ruleset(self) -> RuleSet | None:
+        """The config in force."""
+        return self.snapshot.ruleset
+
+    def _refuse(self, message: str) -> ServiceError:
+        self.stats.service.service_error += 1
+        return ServiceError(message)
+
+    async def should_rate_limit(self, request: Request) -> Response:
+        """Decide one request. Raises ServiceError, or BackendError from the backend."""
+        domain = request.domain
+        if not domain:
+            raise self._refuse("rate limit domain must not be empty")
+        descriptors = request.descriptors
+        if not descriptors:
+            raise self._refuse("rate limit descriptor list must not be empty")
+        snap = self.snapshot
+        if snap.ruleset is None:
+            raise self._refuse("no rate limit configuration loaded")
+        opts = snap.options
+        now = int(self.clock())
+
+        n = len(descriptors)
+        rules: list[Rule | None] = [None] * n
+        stats: list[Any] = [None] * n
+        shares: list[tuple[str, ...] | None] = [None] * n
+        metadata: list[dict[str, Any] | None] = [None] * n
+        unlimited = [False] * n
+        root = snap.ruleset.domains.get(domain)
+        if root is None:
+            for _ in range(n):
+                self.stats.domain_not_found(domain)
+        else:
+            replaced: set[str] = set()
+            for i in range(n):
+                d = descriptors[i]
+                if d.limit is not None:
+                    rule = self._override(domain, d)
+                    stats[i] = rule.stats
+                else:
+                    found = lookup(root, domain, d.entries)
+                    if found is None:
+                        continue
+                    rule, key, shares[i], keep_metadata = found
+                    stats[i] = rule.stats if key == rule.full_key else self.stats.rule_stats(key)
+                    if keep_metadata:
+                        metadata[i] = rule.metadata
+                if rule.replaces:
+                    replaced.update(rule.replaces)
+                if rule.unlimited:
+                    unlimited[i] = True
+                    continue
+                rules[i] = rule
+            if replaced:
+                for i in range(n):
+                    rule = rules[i]
+                    if rule is not None and rule.name and rule.name in replaced:
+                        rules[i] = None
+
+        hits = _hits(request)
+        statuses = await self.limiter.do_limit(domain, descriptors, rules, stats, shares, hits, now)
+
+        regular_over = False
+        quota_count = quota_over = 0
+        for i in range(n):
+            if unlimited[i]:
+                statuses[i] = Status(OK, None, MAX_UINT32, 0)
+                continue
+            rule = rules[i]
+            over = statuses[i].code == OVER_LIMIT
+            if opts.quota_mode or (rule is not None and rule.quota_mode):
+                quota_count += 1
+                quota_over += over
+            elif over:
+                regular_over = True
+        overall = OVER_LIMIT if regular_over or (quota_count and quota_over == quota_count) else OK
+        if overall == OVER_LIMIT and opts.shadow_mode:
+            overall = OK
+            self.stats.service.global_shadow_mode += 1
+
+        response = Response(overall, statuses)
+        if opts.response_headers:
+            response.headers = _limit_headers(statuses, rules, opts, now)
+        if opts.response_dynamic_metadata:
+            response.dynamic_metadata = _dynamic_metadata(request, statuses, unlimited, metadata)
+        return response
+
+    def _override(self, domain: str, d: Descriptor) -> Rule:
+        """A request's own limit (`descriptor.limit`): no shadow, quota, name or metadata."""
+        requests_per_unit, unit = d.limit  # type: ignore[misc]
+        if not unit_seconds(unit):
+            raise self._refuse(f"invalid rate limit override unit {unit}")
+        key = domain + "." + ".".join(k + "_" + v if v else k for k, v in d.entries)
+        return Rule(key, requests_per_unit, unit, stats=self.stats.rule_stats(key))
+
+
+def _hits(request: Request) -> list[int]:
+    """Per descriptor: its own hits_addend when set (even 0), else max(1, request's)."""
+    default = request.hits_addend or 1
+    return [default if d.hits_addend is None else d.hits_addend for d in request.descriptors]
+
+
+def _limit_headers(
+    statuses: list[Status], rules: list[Rule | None], opts: Options, now: int
+) -> list[tuple[str, str]]:
+    """RateLimit-Limit/-Remaining/-Reset from the reference's "minimum" descriptor.
+
+    The limited status with the least remaining, except that any non-quota OVER_LIMIT
+    status overrides it (the last one wins).
+    """
+    chosen: Status | None = None
+    least = MAX_UINT32
+    for st in statuses:
+        if st.rule is not None and st.limit_remaining < least:
+            chosen = st
+            least = st.limit_remaining
+    for i, st in enumerate(statuses):
+        rule = rules[i]
+        if st.code == OVER_LIMIT and not (opts.quota_mode or (rule is not None and rule.quota_mode)):
+            chosen = st
+    if chosen is None or chosen.rule is None:
+        return []
+    rule = chosen.rule
+    return [
+        (opts.limit_header, str(rule.requests_per_unit)),
+        (opts.remaining_header, str(chosen.limit_remaining)),
+        (opts.reset_header, str(reset_seconds(now, rule.unit_seconds))),
+    ]
+
+
+def _dynamic_metadata(
+    request: Request,
+    statuses: list[Status],
+    unlimited: list[bool],
+    metadata: list[dict[str, Any] | None],
+) -> dict[str, Any]:
+    """RESPONSE_DYNAMIC_METADATA: the request echoed, plus merged rule metadata.
+
+    Metadata of every passed descriptor (not OVER_LIMIT, not unlimited; shadowed ones
+    pass) is merged in descriptor order, the first value of a key winning.
+    """
+    descriptors = []
+    for d in request.descriptors:
+        entry: dict[str, Any] = {"entries": [f"{k}={v}" for k, v in d.entries]}
+        if d.limit is not None:
+            rpu, unit = d.limit
+            entry["limit"] = f"requests_per_unit:{rpu} unit:{UNIT_NAMES.get(unit, unit)}"
+        if d.hits_addend is not None:
+            entry["hitsAddend"] = d.hits_addend
+        descriptors.append(entry)
+    out: dict[str, Any] = {"domain": request.domain, "descriptors": descriptors}
+    if request.hits_addend:
+        out["hitsAddend"] = request.hits_addend
+    merged: dict[str, Any] = {}
+    for i, st in enumerate(statuses):
+        meta = metadata[i]
+        if meta and st.code != OVER_LIMIT and not unlimited[i]:
+            _merge_first_wins(merged, meta)
+    if merged:
+        out["metadata"] = merged
+    return out
+
+
+def _merge_first_wins(into: dict[str, Any], other: dict[str, Any]) -> None:
+    for key, value in other.items():
+        if key not in into:
+            into[key] = value
+        elif isinstance(into[key], dict) and isinstance(value, dict):
+            merged = dict(into[key])
+            _merge_first_wins(merged, value)
+            into[key] = merged

@@ -1,0 +1,123 @@
+"""The in-process statistics store: every counter and gauge by its full emitted name.
+
+Names are the reference's (section 11). Per-rule counters live on a `RuleStats` object
+resolved once per rule when a RuleSet is built (or once per distinct dynamic stats key),
+so the hot path increments attributes and never formats a stat name. Sinks (statsd,
+Prometheus, the debug `/stats` page) read `snapshot()`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+RULE_STATS = (
+    "total_hits",
+    "over_limit",
+    "near_limit",
+    "within_limit",
+    "over_limit_with_local_cache",
+    "shadow_mode",
+)
+
+_IPV4 = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
+_RESERVED = str.maketrans({":": "_", "|": "_"})
+
+
+def sanitize_stat_name(name: str) -> str:
+    """The reference's SanitizeStatName: `:`/`|` -> `_`, and dots inside IPv4 addresses."""
+    return _IPV4.sub(lambda m: m.group(0).replace(".", "_"), name.translate(_RESERVED))
+
+
+class RuleStats:
+    """The six counters of one stats key (`ratelimit.service.rate_limit.<key>.*`)."""
+
+    __slots__ = (
+        "key",
+        "near_limit",
+        "over_limit",
+        "over_limit_with_local_cache",
+        "shadow_mode",
+        "total_hits",
+        "within_limit",
+    )
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.total_hits = 0
+        self.over_limit = 0
+        self.near_limit = 0
+        self.within_limit = 0
+        self.over_limit_with_local_cache = 0
+        self.shadow_mode = 0
+
+
+class ServiceStats:
+    """Service- and server-level counters (`ratelimit.service.*`, `ratelimit_server.*`)."""
+
+    __slots__ = (
+        "config_load_error",
+        "config_load_success",
+        "global_shadow_mode",
+        "redis_error",
+        "response_time_count",
+        "response_time_sum_ms",
+        "service_error",
+        "total_requests",
+    )
+
+    def __init__(self) -> None:
+        self.config_load_success = 0
+        self.config_load_error = 0
+        self.global_shadow_mode = 0
+        self.redis_error = 0
+        self.service_error = 0
+        self.total_requests = 0
+        self.response_time_count = 0
+        self.response_time_sum_ms = 0.0
+
+
+class StatsStore:
+    """Every statistic of one process."""
+
+    def __init__(self) -> None:
+        self.service = ServiceStats()
+        self._rules: dict[str, RuleStats] = {}
+        self._domain_not_found: dict[str, int] = {}
+        self._gauges: dict[str, Callable[[], float]] = {}
+
+    def rule_stats(self, key: str) -> RuleStats:
+        """The counters of a stats key (config path or dynamic key), created on first use."""
+        stats = self._rules.get(key)
+        if stats is None:
+            stats = self._rules[key] = RuleStats(sanitize_stat_name(key))
+        return stats
+
+    def domain_not_found(self, domain: str) -> None:
+        """Count one descriptor of a request for an unknown domain."""
+        self._domain_not_found[domain] = self._domain_not_found.get(domain, 0) + 1
+
+    def add_gauge(self, name: str, read: Callable[[], float]) -> None:
+        """Register a gauge read at snapshot time (local cache, connection pools, ...)."""
+        self._gauges[name] = read
+
+    def snapshot(self) -> dict[str, float]:
+        """Every counter and gauge by full name (counters are totals since start)."""
+        out: dict[str, float] = {}
+        prefix = "ratelimit.service.rate_limit."
+        for stats in self._rules.values():
+            base = prefix + stats.key + "."
+            for name in RULE_STATS:
+                out[base + name] = getattr(stats, name)
+        for domain, count in self._domain_not_found.items():
+            out[prefix + sanitize_stat_name(domain) + ".domain_not_found"] = count
+        s = self.service
+        out["ratelimit.service.config_load_success"] = s.config_load_success
+        out["ratelimit.service.config_load_error"] = s.config_load_error
+        out["ratelimit.service.global_shadow_mode"] = s.global_shadow_mode
+        out["ratelimit.service.call.should_rate_limit.redis_error"] = s.redis_error
+        out["ratelimit.service.call.should_rate_limit.service_error"] = s.service_error
+        out["ratelimit_server.ShouldRateLimit.total_requests"] = s.total_requests
+        for name, read in self._gauges.items():
+            out[name] = read()
+        return out

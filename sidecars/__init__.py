@@ -1,0 +1,1 @@
+"""HTTP sidecars that ship with ratelimitd (usage API, transit API)."""

@@ -1,0 +1,349 @@
+"""Falcon resources of the transit API: thin adapters from HTTP to the store's data."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+
+import falcon
+import falcon.asgi
+import msgspec
+
+from sidecars.schemas import (
+    PipMessage,
+    RouteNotFound,
+    ServerError,
+    json_encoder,
+    pip_request_decoder,
+)
+
+from .arrivals import PIP_SPECIAL, build_arrivals, pip_estimates
+from .bodies import Body
+from .network import Network
+from .store import TransitStore
+from .times import operational_day
+
+JSON = "application/json; charset=utf-8"
+PROTOBUF = "application/octet-stream"
+ZIP = "application/zip"
+EMPTY_LIST = b"[]"
+EMPTY_OBJECT = b"{}"
+
+# Cache-Control per endpoint, as the real service sends it.
+CACHE_STATIC = "public, max-age=3600"
+CACHE_VEHICLES = "public, max-age=5"
+CACHE_REALTIME = "public, max-age=20"
+CACHE_NO_CACHE = "public, no-cache"
+CACHE_ERROR = "public, max-age=5"
+
+
+def _accepts_gzip(req: falcon.asgi.Request) -> bool:
+    header = req.get_header("Accept-Encoding")
+    if not header:
+        return False
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        if name.strip().lower() in ("gzip", "*"):
+            q = params.strip()
+            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
+    return False
+
+
+def send_body(
+    req: falcon.asgi.Request,
+    resp: falcon.asgi.Response,
+    body: Body,
+    cache_control: str,
+    content_type: str = JSON,
+    compress: bool = True,
+) -> None:
+    """Send pre-encoded bytes: gzip when accepted, ETag, and 304 on a matching If-None-Match."""
+    gz = body.gzipped() if compress and _accepts_gzip(req) else None
+    etag = body.gzip_etag if gz is not None else body.etag
+    resp.content_type = content_type
+    resp.cache_control = [cache_control]
+    resp.set_header("ETag", etag)
+    if compress:
+        resp.vary = ["Accept-Encoding"]
+    match = req.get_header("If-None-Match")
+    if match and (match.strip() == "*" or body.etag in match or body.gzip_etag in match):
+        resp.status = falcon.HTTP_304
+        return
+    if gz is not None:
+        resp.set_header("Content-Encoding", "gzip")
+        resp.data = gz
+    else:
+        resp.data = body.data
+
+
+def send_raw(
+    resp: falcon.asgi.Response, status: str, data: bytes, cache_control: str | None = None
+) -> None:
+    """Send a small literal JSON body (the real service's `[]` and `{}` answers)."""
+    resp.status = status
+    resp.content_type = JSON
+    if cache_control:
+        resp.cache_control = [cache_control]
+    resp.data = data
+
+
+def server_error(message: str, status: str = falcon.HTTP_500) -> falcon.HTTPError:
+    """An HTTPError carrying the real service's error envelope."""
+    body = json_encoder.encode(
+        ServerError(message=f'Server Error: "{message}"', timestamp=int(time.time() * 1000))
+    )
+    return _EnvelopeError(status, body)
+
+
+class _EnvelopeError(falcon.HTTPError):
+    def __init__(self, status: str, body: bytes) -> None:
+        super().__init__(status)
+        self.body = body
+
+
+class _Base:
+    def __init__(self, store: TransitStore) -> None:
+        self.store = store
+
+    def network(self) -> Network:
+        net = self.store.network
+        if net is None:
+            raise server_error("the static GTFS feed is not loaded yet", falcon.HTTP_503)
+        return net
+
+
+class StaticList(_Base):
+    """`/v2/stops`, `/v2/lines`, `/v2/routes`: one list encoded per feed version."""
+
+    def __init__(self, store: TransitStore, attribute: str) -> None:
+        super().__init__(store)
+        self.attribute = attribute
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        send_body(req, resp, getattr(self.network(), self.attribute), CACHE_STATIC)
+
+    on_head = on_get
+
+
+class PatternItem(_Base):
+    """`/v2/patterns/:id`: the list of versions of one pattern; 404 `{}` when unknown."""
+
+    async def on_get(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
+    ) -> None:
+        body = self.network().pattern_body(item_id)
+        if body is None:
+            send_raw(resp, falcon.HTTP_404, EMPTY_OBJECT)
+            return
+        send_body(req, resp, body, CACHE_STATIC)
+
+    on_head = on_get
+
+
+class ShapeItem(_Base):
+    """`/v2/shapes/:id`; 404 `{}` when unknown."""
+
+    async def on_get(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
+    ) -> None:
+        body = self.network().shape_body(item_id)
+        if body is None:
+            send_raw(resp, falcon.HTTP_404, EMPTY_OBJECT)
+            return
+        send_body(req, resp, body, CACHE_STATIC)
+
+    on_head = on_get
+
+
+class GtfsZip(_Base):
+    """`/v2/gtfs`: the zip of the feed being served."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        net = self.network()
+        send_body(req, resp, net.gtfs_body(), CACHE_STATIC, ZIP, compress=False)
+        resp.downloadable_as = self.store.settings.gtfs_filename
+
+    on_head = on_get
+
+
+class Vehicles(_Base):
+    """`/v2/vehicles` (JSON) and `/v2/vehicles.pb` (GTFS-RT)."""
+
+    def __init__(self, store: TransitStore, protobuf: bool) -> None:
+        super().__init__(store)
+        self.protobuf = protobuf
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        rt = self.store.realtime
+        if self.protobuf:
+            send_body(req, resp, rt.vehicles_pb, CACHE_VEHICLES, PROTOBUF, compress=False)
+        else:
+            send_body(req, resp, rt.vehicles_body, CACHE_VEHICLES)
+
+    on_head = on_get
+
+
+class Alerts(_Base):
+    """`/v2/alerts` (JSON) and `/v2/alerts.pb` (GTFS-RT)."""
+
+    def __init__(self, store: TransitStore, protobuf: bool) -> None:
+        super().__init__(store)
+        self.protobuf = protobuf
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        rt = self.store.realtime
+        if self.protobuf:
+            send_body(req, resp, rt.alerts_pb, CACHE_REALTIME, PROTOBUF, compress=False)
+        else:
+            send_body(req, resp, rt.alerts_body, CACHE_REALTIME)
+
+    on_head = on_get
+
+
+class ArrivalsByStop(_Base):
+    """`/v2/arrivals/by_stop/:id`: the stop's arrivals on today's operational day."""
+
+    def __init__(self, store: TransitStore) -> None:
+        super().__init__(store)
+        self.valid_id = re.compile(store.settings.stop_id_pattern)
+
+    async def on_get(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
+    ) -> None:
+        if not self.valid_id.match(item_id):
+            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+            return
+        net = self.network()
+        stop = net.stop_index.get(item_id)
+        if stop is None:
+            send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
+            return
+        now = self.store.now()
+        day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
+        rows = build_arrivals(
+            net, self.store.realtime, net.stop_arrivals(stop, day), day, now, False
+        )
+        send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_REALTIME)
+
+    on_head = on_get
+
+
+class ArrivalsByPattern(_Base):
+    """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips today."""
+
+    async def on_get(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
+    ) -> None:
+        net = self.network()
+        now = self.store.now()
+        day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
+        positions = net.pattern_arrivals(item_id, day)
+        if positions is None:
+            send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
+            return
+        rows = build_arrivals(net, self.store.realtime, positions, day, now, True)
+        send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_REALTIME)
+
+    on_head = on_get
+
+
+class PipEstimates(_Base):
+    """`POST /v2/pips/estimates`: panel rows for a list of stops."""
+
+    def __init__(self, store: TransitStore) -> None:
+        super().__init__(store)
+        self.valid_id = re.compile(store.settings.stop_id_pattern)
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        raw = await req.stream.read()
+        try:
+            body = pip_request_decoder.decode(raw) if raw else None
+        except msgspec.DecodeError as exc:
+            # The real service answers a body it cannot parse with its 500 envelope.
+            raise server_error(str(exc)) from exc
+        stops = body.get("stops") if isinstance(body, dict) else None
+        if not isinstance(stops, list) or not stops:
+            send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
+            return
+        # Special ids are honoured before validation; the first one in the list wins.
+        for stop_id in stops:
+            special = PIP_SPECIAL.get(stop_id) if isinstance(stop_id, str) else None
+            if special is not None:
+                send_raw(resp, falcon.HTTP_200, json_encoder.encode(special), CACHE_NO_CACHE)
+                return
+        if not all(isinstance(s, str) and self.valid_id.match(s) for s in stops):
+            send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
+            return
+        net = self.network()
+        now = self.store.now()
+        day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
+        rows = pip_estimates(net, self.store.realtime, stops, day, now)
+        send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_NO_CACHE)
+
+
+class PipMessageItem:
+    """`/v2/pips/:pip/message`: the identification text a panel shows."""
+
+    async def on_get(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
+    ) -> None:
+        send_raw(
+            resp,
+            falcon.HTTP_200,
+            json_encoder.encode(PipMessage(message=f"#{item_id}")),
+            CACHE_REALTIME,
+        )
+
+    on_head = on_get
+
+
+class Health(_Base):
+    """`/health`: the feed and realtime sources; 503 until a feed is being served."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        report = self.store.health()
+        status = falcon.HTTP_200 if self.store.network is not None else falcon.HTTP_503
+        send_raw(resp, status, json_encoder.encode(report), "no-store")
+
+    on_head = on_get
+
+
+# -- error handlers ----------------------------------------------------------------------------
+
+
+async def route_not_found(
+    req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: dict
+) -> None:
+    """Unknown path or method: the Fastify 404 body the real service sends."""
+    body = RouteNotFound(message=f"Route {req.method}:{req.path} not found")
+    send_raw(resp, falcon.HTTP_404, json_encoder.encode(body))
+
+
+async def envelope_error(
+    req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: _EnvelopeError, params: dict
+) -> None:
+    """Errors raised with the service envelope."""
+    send_raw(resp, ex.status, ex.body, CACHE_ERROR)
+    if ex.status == falcon.HTTP_503:
+        resp.set_header("Retry-After", "5")
+
+
+async def http_error(
+    req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: falcon.HTTPError, params: dict
+) -> None:
+    """Any other HTTPError (bad request, payload too large, ...) as the JSON envelope."""
+    message = ex.title if not ex.description else f"{ex.title}: {ex.description}"
+    body = ServerError(message=message, timestamp=int(time.time() * 1000))
+    send_raw(resp, ex.status, json_encoder.encode(body), CACHE_ERROR)
+    if ex.headers:
+        resp.set_headers(ex.headers)
+
+
+async def unexpected_error(
+    req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: dict
+) -> None:
+    """Bugs: 500 with the envelope, and the traceback in the log."""
+    logging.getLogger("sidecars.transit").exception("error serving %s %s", req.method, req.path)
+    body = ServerError(message=f'Server Error: "{ex}"', timestamp=int(time.time() * 1000))
+    send_raw(resp, falcon.HTTP_500, json_encoder.encode(body), CACHE_ERROR)

@@ -1,0 +1,258 @@
+"""The live data of one worker: the current network and realtime snapshot, and the threads
+that refresh them off the request path.
+
+Requests read `store.network` and `store.realtime` once and use that object throughout, so a
+swap (a plain attribute assignment, atomic under the GIL) never shows a half-built state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sidecars.schemas import FeedHealth, FeedProblem, RealtimeHealth, TransitHealth
+
+from .gtfs import FeedError, read_feed
+from .network import Network
+from .realtime import Realtime, RealtimeError, parse_feed, parse_vehicle_metadata
+from .settings import Settings
+from .source import FeedFiles, SourceError, read_bytes
+
+log = logging.getLogger("sidecars.transit")
+
+RT_KINDS = ("vehicles", "trip_updates", "alerts", "vehicle_metadata")
+
+
+class _SourceState:
+    """Last good payload of one realtime source and how the last fetch went."""
+
+    __slots__ = ("entities", "error", "fetched_at", "payload", "source")
+
+    def __init__(self, source: str | None) -> None:
+        self.source = source
+        self.payload: Any = None
+        self.fetched_at: float | None = None
+        self.entities = 0
+        self.error: str | None = None
+
+    def health(self) -> RealtimeHealth:
+        if self.source is None:
+            status = "disabled"
+        elif self.error is not None:
+            status = "stale" if self.payload is not None else "error"
+        else:
+            status = "ok" if self.payload is not None else "pending"
+        return RealtimeHealth(
+            status=status,
+            source=self.source,
+            fetched_at=int(self.fetched_at) if self.fetched_at else None,
+            entities=self.entities,
+            last_error=self.error,
+        )
+
+
+class TransitStore:
+    """Holds what the resources serve and keeps it fresh."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], float] | None = None) -> None:
+        self.settings = settings
+        if clock is None:
+            fixed = settings.now.timestamp() if settings.now is not None else None
+            clock = (lambda: fixed) if fixed is not None else time.time  # type: ignore[assignment,return-value]
+        self.now: Callable[[], float] = clock  # type: ignore[assignment]
+        self.network: Network | None = None
+        self.realtime = Realtime(None, None, None, None, None, self.now(), 0)
+        self._load_lock = threading.Lock()
+        self._rt_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._problems: list[FeedProblem] = []
+        self._problem_count = 0
+        self._last_error: str | None = None
+        self._last_attempt: float | None = None
+        self._load_seconds: float | None = None
+        self._sources = {
+            "vehicles": _SourceState(settings.vehicles_source),
+            "trip_updates": _SourceState(settings.trip_updates_source),
+            "alerts": _SourceState(settings.alerts_source),
+            "vehicle_metadata": _SourceState(settings.vehicle_metadata_source),
+        }
+
+    # -- static feed ------------------------------------------------------------------------
+
+    def load_static(self, source: str | None = None) -> bool:
+        """Fetch, validate and index the static feed, then swap it in. Returns whether a new
+        version is now served; on any problem the previous version keeps serving."""
+        source = source or self.settings.gtfs_source
+        with self._load_lock:
+            self._last_attempt = self.now()
+            started = time.monotonic()
+            try:
+                files = FeedFiles.load(source, self.settings.http_timeout_seconds)
+                current = self.network
+                if current is not None and current.version == files.digest:
+                    log.debug("static feed %s unchanged (version %s)", source, files.digest)
+                    return False
+                network = Network(
+                    read_feed(files), files.digest, time.time(), self.settings.timezone
+                )
+            except FeedError as exc:
+                self._reject(source, exc.problems, exc.total)
+                return False
+            except SourceError as exc:
+                self._reject(source, [FeedProblem(file=source, line=None, message=str(exc))], 1)
+                return False
+            except Exception as exc:  # a bug must not take the serving feed down with it
+                log.exception("static feed %s: unexpected error while loading", source)
+                self._reject(source, [FeedProblem(file=source, line=None, message=repr(exc))], 1)
+                return False
+            self._load_seconds = time.monotonic() - started
+            self.network = network
+            self._problems, self._problem_count, self._last_error = [], 0, None
+            log.info(
+                "static feed %s loaded: version %s, %d stops, %d lines, %d routes, %d patterns, "
+                "%d trips, %d stop_times in %.2fs",
+                source,
+                network.version,
+                len(network.raw.stop_ids),
+                network.line_count,
+                network.route_count,
+                len(network.patterns),
+                len(network.raw.trip_ids),
+                len(network.raw.st_trip),
+                self._load_seconds,
+            )
+        self.rebuild_realtime()
+        return True
+
+    def _reject(self, source: str, problems: list[FeedProblem], total: int) -> None:
+        self._problems, self._problem_count = problems, total
+        first = problems[0] if problems else None
+        self._last_error = (
+            f"{first.file}{':' + str(first.line) if first and first.line else ''}: {first.message}"
+            if first
+            else "invalid feed"
+        )
+        serving = self.network.version if self.network is not None else "none"
+        log.error(
+            "static feed %s rejected (%d problem(s)); still serving version %s",
+            source,
+            total,
+            serving,
+        )
+        for p in problems:
+            log.error("  %s%s: %s", p.file, f":{p.line}" if p.line else "", p.message)
+
+    # -- realtime ---------------------------------------------------------------------------
+
+    def poll_realtime(self) -> None:
+        """Fetch every configured realtime source once and publish a new snapshot."""
+        timeout = self.settings.http_timeout_seconds
+        for kind, state in self._sources.items():
+            if state.source is None:
+                continue
+            try:
+                data = read_bytes(state.source, timeout)
+                if kind == "vehicle_metadata":
+                    payload: Any = parse_vehicle_metadata(data.decode("utf-8"))
+                    entities = len(payload)
+                else:
+                    payload = parse_feed(data)
+                    entities = len(payload.entity)
+            except (SourceError, RealtimeError, UnicodeDecodeError) as exc:
+                state.error = str(exc)
+                log.warning(
+                    "realtime %s from %s: %s (keeping the last good one)", kind, state.source, exc
+                )
+                continue
+            state.payload, state.entities, state.error = payload, entities, None
+            state.fetched_at = self.now()
+        self.rebuild_realtime()
+
+    def rebuild_realtime(self) -> None:
+        """Join the last good realtime payloads to the current network."""
+        s = self._sources
+        with self._rt_lock:
+            try:
+                self.realtime = Realtime(
+                    self.network,
+                    s["vehicles"].payload,
+                    s["trip_updates"].payload,
+                    s["alerts"].payload,
+                    s["vehicle_metadata"].payload,
+                    self.now(),
+                    self.settings.vehicles_pb_max_age_seconds,
+                )
+            except RealtimeError as exc:
+                log.error("realtime snapshot not rebuilt: %s", exc)
+                s["alerts"].error = str(exc)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the refresh threads (the first static load happens in the background, so a
+        worker boots at once and answers 503 until its first feed is in)."""
+        if self._threads:
+            return
+        self._stop.clear()
+        static = threading.Thread(target=self._static_loop, name="transit-static", daemon=True)
+        realtime = threading.Thread(
+            target=self._realtime_loop, name="transit-realtime", daemon=True
+        )
+        self._threads = [static, realtime]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the refresh threads (a feed being parsed is left to finish as a daemon)."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+        self._threads = []
+
+    def _static_loop(self) -> None:
+        while not self._stop.is_set():
+            self.load_static()
+            interval = self.settings.gtfs_refresh_seconds
+            if not interval or self._stop.wait(interval):
+                return
+
+    def _realtime_loop(self) -> None:
+        if not any(s.source for s in self._sources.values()):
+            return
+        while not self._stop.is_set():
+            self.poll_realtime()
+            interval = self.settings.realtime_refresh_seconds
+            if not interval or self._stop.wait(interval):
+                return
+
+    # -- health -----------------------------------------------------------------------------
+
+    def health(self) -> TransitHealth:
+        """Component map: the static feed and each realtime source."""
+        net = self.network
+        if net is None:
+            status = "error" if self._last_error else "starting"
+        else:
+            status = "degraded" if self._last_error else "ok"
+        feed = FeedHealth(
+            status=status,
+            source=self.settings.gtfs_source,
+            version=net.version if net is not None else None,
+            loaded_at=int(net.loaded_at) if net is not None else None,
+            load_seconds=round(self._load_seconds, 3) if self._load_seconds is not None else None,
+            last_attempt_at=int(self._last_attempt) if self._last_attempt else None,
+            last_error=self._last_error,
+            problems=list(self._problems),
+            problem_count=self._problem_count,
+        )
+        parts = {kind: self._sources[kind].health() for kind in RT_KINDS}
+        overall = "ok" if net is not None else "unavailable"
+        if net is not None and (
+            self._last_error or any(p.status in ("error", "stale") for p in parts.values())
+        ):
+            overall = "degraded"
+        return TransitHealth(status=overall, feed=feed, **parts)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import math
 import zipfile
+import zlib
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -255,7 +256,7 @@ def read_feed(files: FeedFiles) -> RawFeed:
         )
     try:
         return _Reader(files, problems).read()
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
         # A truncated or corrupt member only shows up when it is read.
         problems.add(files.origin, None, f"cannot read archive member: {exc}")
         raise FeedError(problems.items, problems.total) from exc

@@ -1,0 +1,66 @@
+"""Measure static feed ingest (fetch + parse + validate + index + encode lists) and peak RSS.
+
+Each feed is loaded in a fresh child process so its peak RSS is its own.
+
+    .venv/bin/python bench/transit/ingest.py sidecars/transit/data/cairns_gtfs.zip /tmp/cm_synth.zip
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+CHILD = r"""
+import json, resource, sys, time
+from sidecars.transit.settings import Settings
+from sidecars.transit.store import TransitStore
+t0 = time.perf_counter()
+store = TransitStore(Settings(gtfs_source=sys.argv[1], vehicles_source=None))
+ok = store.load_static()
+elapsed = time.perf_counter() - t0
+net = store.network
+t1 = time.perf_counter()
+if net is not None:
+    first = next(iter(net.patterns))
+    net.pattern_body(first)
+pattern_ms = (time.perf_counter() - t1) * 1000
+print(json.dumps({
+    "ok": ok,
+    "seconds": round(elapsed, 2),
+    "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    "stops": len(net.raw.stop_ids) if net else 0,
+    "trips": len(net.raw.trip_ids) if net else 0,
+    "stop_times": len(net.raw.st_trip) if net else 0,
+    "patterns": len(net.patterns) if net else 0,
+    "first_pattern_encode_ms": round(pattern_ms, 1),
+}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("feeds", nargs="+")
+    args = parser.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root}
+    print(
+        f"# {platform.node()} {platform.machine()} cpus={os.cpu_count()} python {platform.python_version()}"
+    )
+    for feed in args.feeds:
+        t0 = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD, feed], env=env, capture_output=True, text=True, check=True
+        )
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result["feed"] = feed
+        result["wall_with_interpreter_s"] = round(time.perf_counter() - t0, 2)
+        print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,980 @@
+"""Descriptor matching: the reference's `GetLimit` (reference doc section 5), on both twins.
+
+Expectations come from envoyproxy/ratelimit's `test/config/config_test.go` (its configs are the
+files in tests/configs) and `ratelimit-reference.md` sections 5 and 13. Every matching case runs
+against the compiled `ratelimitd._match` and the pure `ratelimitd._match_py`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratelimitd.config import ConfigFile, RuleSet, load_ruleset
+
+CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "configs"
+IMPLEMENTATIONS = ["ratelimitd._match", "ratelimitd._match_py"]
+
+SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
+
+
+def ruleset_of(name_or_text: str) -> RuleSet:
+    """A RuleSet from a tests/configs file name, or from inline YAML."""
+    if name_or_text.endswith(".yaml"):
+        return load_ruleset([ConfigFile(name_or_text, (CONFIGS / name_or_text).read_text())])
+    return load_ruleset([ConfigFile("inline.yaml", name_or_text)])
+
+
+class Matcher:
+    """One RuleSet compiled by one implementation."""
+
+    def __init__(self, impl: ModuleType, ruleset: RuleSet) -> None:
+        self.impl = impl
+        self.ruleset = ruleset
+        self.roots = {d: impl.compile_level(specs) for d, specs in ruleset._specs.items()}
+
+    def __call__(self, domain: str, *entries: tuple[str, str]) -> Any:
+        return self.impl.lookup(self.roots[domain], domain, tuple(entries))
+
+    def rule(self, domain: str, *entries: tuple[str, str]) -> Any:
+        found = self(domain, *entries)
+        assert found is not None, f"no limit for {entries}"
+        return found[0]
+
+    def key(self, domain: str, *entries: tuple[str, str]) -> str:
+        found = self(domain, *entries)
+        assert found is not None, f"no limit for {entries}"
+        return found[1]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def impl(request: pytest.FixtureRequest) -> ModuleType:
+    return importlib.import_module(request.param)
+
+
+@pytest.fixture
+def match(impl: ModuleType):
+    """match("basic_config.yaml" | yaml text) -> Matcher for the parametrized implementation."""
+
+    def build(name_or_text: str) -> Matcher:
+        return Matcher(impl, ruleset_of(name_or_text))
+
+    return build
+
+
+def test_both_implementations_are_distinct(impl: ModuleType) -> None:
+    # Guard against the compiled module silently being the twin (or failing to build).
+    assert impl.__name__ in IMPLEMENTATIONS
+    assert impl.__file__ is not None
+    if impl.__name__ == "ratelimitd._match":
+        assert not impl.__file__.endswith(".py")
+
+
+# --- basic_config.yaml (TestBasicConfig) ----------------------------------------------------
+
+
+def test_basic_no_entries(match) -> None:
+    assert match("basic_config.yaml")("test-domain") is None
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [("key1", "something")],  # no key-only key1
+        [("key1", "value1")],  # key1_value1 has no limit of its own
+        [("key2", "value2"), ("subkey", "subvalue")],  # depth rule: no fallback to key2_value2
+        [("key5", "value5"), ("subkey5", "subvalue")],  # depth rule under a node with a limit
+        [("key2", "value3")],  # whitelisted value, although key-only key2 exists
+        [("key2", "value3"), ("x", "y")],
+        [("key1", "value1"), ("subkey1", "x"), ("deeper", "y")],  # past a leaf
+        [("nokey", "x")],
+    ],
+)
+def test_basic_no_limit(match, entries: list[tuple[str, str]]) -> None:
+    assert match("basic_config.yaml")("test-domain", *entries) is None
+
+
+@pytest.mark.parametrize(
+    ("entries", "rpu", "unit", "key"),
+    [
+        ([("key1", "value1"), ("subkey1", "something")], 5, SECOND, "key1_value1.subkey1"),
+        (
+            [("key1", "value1"), ("subkey1", "subvalue1")],
+            10,
+            SECOND,
+            "key1_value1.subkey1_subvalue1",
+        ),
+        ([("key2", "something")], 20, MINUTE, "key2"),
+        ([("key2", "value2")], 30, MINUTE, "key2_value2"),
+        ([("key3", "foo")], 1, HOUR, "key3"),
+        ([("key4", "foo")], 1, DAY, "key4"),
+        ([("key5", "value5")], 15, DAY, "key5_value5"),
+        ([("key5", "value5"), ("subkey5", "subvalue5")], 25, DAY, "key5_value5.subkey5_subvalue5"),
+        # detailed_metric: every request value is in the stats key
+        ([("key7", "unspecified_value")], 70, MINUTE, "key7_unspecified_value"),
+        ([("key7", "another_value")], 70, MINUTE, "key7_another_value"),
+        # an empty request value looks up `key2_`, then the key-only node
+        ([("key2", "")], 20, MINUTE, "key2"),
+        # detailed_metric with an empty value yields `k_` (reference doc 5.1, inferred)
+        ([("key7", "")], 70, MINUTE, "key7_"),
+    ],
+)
+def test_basic_limits(match, entries, rpu: int, unit: int, key: str) -> None:
+    rule, stats_key, share, _ = match("basic_config.yaml")("test-domain", *entries)
+    assert (rule.requests_per_unit, rule.unit) == (rpu, unit)
+    assert stats_key == f"test-domain.{key}"
+    assert share is None
+    assert not rule.unlimited
+
+
+def test_basic_rule_attributes(match) -> None:
+    m = match("basic_config.yaml")
+    key4 = m.rule("test-domain", ("key4", "x"))
+    assert key4.name == "key4_rate_limit"
+    assert key4.full_key == "test-domain.key4"
+    assert key4.unit_name == "DAY"
+    assert key4.replaces == ()
+    assert not (key4.shadow_mode or key4.quota_mode or key4.detailed_metric)
+    assert key4.metadata is None
+    assert m.rule("test-domain", ("key7", "x")).detailed_metric
+
+
+def test_unlimited(match) -> None:
+    rule, stats_key, share, _ = match("basic_config.yaml")("test-domain", ("key6", "foo"))
+    assert rule.unlimited
+    assert stats_key == "test-domain.key6"
+    assert rule.unit_name == "UNKNOWN"
+    assert rule.requests_per_unit == 0
+    assert share is None
+
+
+def test_key_only_rule_is_shared_by_all_values(match) -> None:
+    m = match("basic_config.yaml")
+    first = m("test-domain", ("key2", "a"))
+    second = m("test-domain", ("key2", "b"))
+    assert first[0] is second[0]
+    assert first[1] == second[1] == "test-domain.key2"
+
+
+def test_shadow_mode_flags(match) -> None:
+    m = match("shadowmode_config.yaml")
+    assert not m.rule("test-domain", ("key1", "value1"), ("subkey1", "x")).shadow_mode
+    assert m.rule("test-domain", ("key1", "value1"), ("subkey1", "subvalue1")).shadow_mode
+    assert m.rule("test-domain", ("key2", "x")).shadow_mode
+    assert not m.rule("test-domain", ("key2", "value2")).shadow_mode
+
+
+def test_quota_mode_flag_is_per_entry(match) -> None:
+    m = match(
+        "domain: q\ndescriptors:\n"
+        "  - key: a\n    quota_mode: true\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"
+        "    descriptors:\n      - key: b\n        rate_limit: {unit: hour, requests_per_unit: 1}\n"
+    )
+    assert m.rule("q", ("a", "1")).quota_mode
+    assert not m.rule("q", ("a", "1"), ("b", "2")).quota_mode  # nothing is inherited
+
+
+def test_merged_domains(impl: ModuleType) -> None:
+    files = [
+        ConfigFile(n, (CONFIGS / n).read_text())
+        for n in ("merge_domain_key1.yaml", "merge_domain_key2.yaml")
+    ]
+    m = Matcher(impl, load_ruleset(files, merge_domains=True))
+    assert m.rule("test-domain", ("key1", "value1")).requests_per_unit == 10
+    assert m.rule("test-domain", ("key2", "value2")).requests_per_unit == 20
+
+
+# --- README examples -------------------------------------------------------------------------
+
+
+def test_readme_depth_rule(match) -> None:
+    m = match("readme_example4_depth.yaml")
+    assert m.rule("example4", ("key", "value")).requests_per_unit == 300
+    assert m("example4", ("key", "value"), ("user", "x")) is None
+    assert m("example4", ("user", "x"), ("key", "value")) is None
+
+
+def test_readme_blacklist_exact_beats_key_only(match) -> None:
+    m = match("readme_example3_blacklist.yaml")
+    assert m.rule("edge_proxy_per_ip", ("remote_address", "50.0.0.5")).requests_per_unit == 0
+    assert m.rule("edge_proxy_per_ip", ("remote_address", "1.2.3.4")).requests_per_unit == 10
+
+
+def test_readme_replaces(match) -> None:
+    m = match("readme_example7_replaces.yaml")
+    specific = m.rule("example7", ("key_1", "value_1"), ("user", "bkthomps"))
+    replacing = m.rule("example7", ("key_2", "value_2"), ("user", "bkthomps"))
+    assert (specific.name, specific.replaces) == ("specific_limit", ())
+    assert (replacing.name, replacing.replaces) == ("", ("specific_limit",))
+    assert (specific.requests_per_unit, replacing.requests_per_unit) == (5, 10)
+
+
+# --- precedence, no backtracking -------------------------------------------------------------
+
+PRECEDENCE = """
+domain: p
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: ab*
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: k
+    value: a*
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: k
+    value: abc
+    rate_limit: {unit: second, requests_per_unit: 4}
+  - key: j
+    value: x*
+    rate_limit: {unit: second, requests_per_unit: 5}
+  - key: j
+    value: xy*
+    rate_limit: {unit: second, requests_per_unit: 6}
+"""
+
+
+@pytest.mark.parametrize(
+    ("entry", "rpu", "key"),
+    [
+        (("k", "abc"), 4, "p.k_abc"),  # exact beats an earlier wildcard
+        (("k", "abd"), 2, "p.k_ab*"),  # first wildcard in config order
+        (("k", "ab"), 2, "p.k_ab*"),
+        (("k", "axx"), 3, "p.k_a*"),
+        (("k", "zzz"), 1, "p.k"),  # key-only last
+        (("k", ""), 1, "p.k"),
+        (("j", "xyz"), 5, "p.j_x*"),  # the broader pattern wins because it comes first
+    ],
+)
+def test_precedence_exact_wildcard_key_only(match, entry, rpu: int, key: str) -> None:
+    rule, stats_key, _, _ = match(PRECEDENCE)("p", entry)
+    assert rule.requests_per_unit == rpu
+    assert stats_key == key
+
+
+NO_BACKTRACK = """
+domain: nb
+descriptors:
+  - key: k
+    value: v
+    descriptors:
+      - key: c
+        value: x
+        rate_limit: {unit: second, requests_per_unit: 1}
+  - key: k
+    value: w*
+    descriptors:
+      - key: c
+        value: x
+        rate_limit: {unit: second, requests_per_unit: 2}
+  - key: k
+    descriptors:
+      - key: c
+        rate_limit: {unit: second, requests_per_unit: 3}
+  - key: leaf
+    value: v
+  - key: leaf
+    descriptors:
+      - key: c
+        rate_limit: {unit: second, requests_per_unit: 4}
+"""
+
+
+def test_no_backtracking(match) -> None:
+    m = match(NO_BACKTRACK)
+    assert m.rule("nb", ("k", "v"), ("c", "x")).requests_per_unit == 1
+    assert m.rule("nb", ("k", "w1"), ("c", "x")).requests_per_unit == 2
+    assert m.rule("nb", ("k", "other"), ("c", "y")).requests_per_unit == 3
+    # the exact / wildcard node is chosen, dead-ends below, and key-only `k` is never retried
+    assert m("nb", ("k", "v"), ("c", "y")) is None
+    assert m("nb", ("k", "w1"), ("c", "y")) is None
+    # an exact leaf without children stops the walk
+    assert m("nb", ("leaf", "v"), ("c", "y")) is None
+    assert m.rule("nb", ("leaf", "u"), ("c", "y")).requests_per_unit == 4
+
+
+def test_depth_rule_intermediate_and_shorter_requests(match) -> None:
+    m = match("basic_config.yaml")
+    # a shorter request matches an intermediate node that has its own limit
+    assert m.rule("test-domain", ("key5", "value5")).requests_per_unit == 15
+    # a longer request never falls back to an ancestor's limit
+    assert m("test-domain", ("key5", "value5"), ("subkey5", "nope")) is None
+
+
+# --- underscore collision, empty values ------------------------------------------------------
+
+COLLISION = """
+domain: u
+descriptors:
+  - key: key1_local
+    rate_limit: {unit: second, requests_per_unit: 7}
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: a
+    value: x
+    rate_limit: {unit: second, requests_per_unit: 2}
+"""
+
+
+def test_underscore_collision(match) -> None:
+    m = match(COLLISION)
+    # (key1, local) looks up `key1_local`, which is another entry's key
+    rule, stats_key, _, _ = m("u", ("key1", "local"))
+    assert rule.requests_per_unit == 7
+    assert stats_key == "u.key1_local"
+    assert m.rule("u", ("key1_local", "anything")).requests_per_unit == 7
+    # and the other way round: (a_x, "") misses `a_x_`, then its key-only probe `a_x` finds
+    # the entry (a, x)
+    rule, stats_key, _, _ = m("u", ("a_x", ""))
+    assert rule.requests_per_unit == 2
+    assert stats_key == "u.a_x"
+    assert m("u", ("a_x", "y")) is not None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: an exact hit with an empty request value (config key `k_`, request (k, '')) "
+    "gives stats key 'c.k' and drops metadata; reference doc 5.1: an exact match contributes "
+    "`k_v` (= `k_`), which equals the config path 'c.k_', so FullKey and metadata are kept",
+)
+def test_exact_hit_with_empty_value_keeps_the_config_path(match) -> None:
+    m = match(
+        "domain: c\ndescriptors:\n  - key: k_\n"
+        "    rate_limit: {unit: second, requests_per_unit: 1}\n    metadata: {a: 1}\n"
+    )
+    assert m("c", ("k", ""))[1:] == ("c.k_", None, True)
+
+
+def test_empty_request_value(match) -> None:
+    m = match(COLLISION)
+    rule, stats_key, _, _ = m("u", ("a", ""))
+    assert rule.requests_per_unit == 1
+    assert stats_key == "u.a"
+
+
+def test_empty_value_is_matched_by_a_bare_star(match) -> None:
+    m = match(
+        "domain: s\ndescriptors:\n"
+        "  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+        "  - key: k\n    value: '*'\n    rate_limit: {unit: second, requests_per_unit: 2}\n"
+    )
+    # `k_` matches the pattern `k_*` before the key-only default is tried
+    assert m.key("s", ("k", "")) == "s.k_*"
+    assert m.key("s", ("k", "anything")) == "s.k_*"
+
+
+# --- wildcards (wildcard.yaml, TestWildcardConfig) ------------------------------------------
+
+
+def test_wildcard_config(match) -> None:
+    m = match("wildcard.yaml")
+    d = "test-domain"
+    assert m(d, ("noVal", "foo1"))[:2] == m(d, ("noVal", "foo2"))[:2]
+    assert m.key(d, ("noVal", "foo1")) == "test-domain.noVal"
+    w1, w2 = m(d, ("wild", "foo1")), m(d, ("wild", "foo2"))
+    assert w1 is not None and w1[0] is w2[0]
+    assert w1[1] == w2[1] == "test-domain.wild_foo*"
+    assert w1[2] is None  # no share_threshold: one counter per value
+    assert m(d, ("wild", "bar")) is None
+    assert m(d, ("noWild", "foo1")) is None  # a plain value is not a prefix
+    assert m(d, ("midWildcard", "barab")) is None  # no such key
+
+
+@pytest.mark.parametrize(
+    ("entry", "matches"),
+    [
+        (("wild", "foo"), True),  # a trailing * matches the empty string
+        (("wild", "foo/x/y"), True),
+        (("wild", "fo"), False),
+        (("wild", "xfoo"), False),
+        (("midWild", "barb"), True),  # bar*b matches barb
+        (("midWild", "barab"), True),
+        (("midWild", "bar123b"), True),
+        (("midWild", "bar"), False),
+        (("midWild", "barbx"), False),
+        (("multiWild", "foo123baz"), False),  # foo*bar*baz needs `bar`
+        (("multiWild", "foobarbaz"), True),
+        (("multiWild", "foo1bar2baz"), True),
+        (("multiWild", "foobazbarbaz"), True),
+        (("multiWild", "foobarba"), False),
+    ],
+)
+def test_wildcard_anywhere(match, entry: tuple[str, str], matches: bool) -> None:
+    assert (match("wildcard.yaml")("test-domain", entry) is not None) is matches
+
+
+def test_nested_wildcards_are_per_level(match) -> None:
+    m = match("wildcard.yaml")
+    rule, key, _, _ = m("test-domain", ("nestedWild", "val1"), ("wild", "goo1"))
+    assert rule.requests_per_unit == 20
+    assert key == "test-domain.nestedWild_val1.wild_goo*"
+    # the top-level `wild_foo*` is not consulted below `nestedWild_val1`
+    assert m("test-domain", ("nestedWild", "val1"), ("wild", "foo1")) is None
+    assert m("test-domain", ("nestedWild", "val2"), ("wild", "goo1")) is None
+
+
+MORE_WILDCARDS = """
+domain: w
+descriptors:
+  - key: lead
+    value: '*bar'
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: ovl
+    value: x*ab*ba
+    rate_limit: {unit: second, requests_per_unit: 2}
+  - key: star*
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: both
+    value: a*
+    descriptors:
+      - key: inner
+        value: '*z'
+        rate_limit: {unit: second, requests_per_unit: 4}
+"""
+
+
+@pytest.mark.parametrize(
+    ("entries", "rpu"),
+    [
+        ([("lead", "bar")], 1),
+        ([("lead", "xbar")], 1),
+        ([("lead", "barx")], None),
+        ([("ovl", "xaba")], None),  # middle and last parts may not overlap
+        ([("ovl", "xabba")], 2),
+        ([("ovl", "xabxba")], 2),
+        # `*` in a key makes a key-only wildcard on the whole `key_value` string
+        ([("starry", "x")], 3),
+        ([("star", "")], 3),
+        ([("both", "a1"), ("inner", "xyz")], 4),
+        ([("both", "a1"), ("inner", "xy")], None),
+    ],
+)
+def test_more_wildcard_shapes(match, entries, rpu: int | None) -> None:
+    found = match(MORE_WILDCARDS)("w", *entries)
+    assert (found[0].requests_per_unit if found else None) == rpu
+
+
+def _oracle(pattern: str, s: str) -> bool:
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    return re.fullmatch(regex, s, re.DOTALL) is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text("ab*", min_size=1, max_size=7).filter(lambda p: "*" in p),
+    st.text("ab", max_size=8),
+)
+def test_wildcard_match_agrees_with_a_regex_oracle(pattern: str, s: str) -> None:
+    parts = tuple(pattern.split("*"))
+    expected = _oracle(pattern, s)
+    for name in IMPLEMENTATIONS:
+        assert importlib.import_module(name).wildcard_match(parts, s) is expected, name
+
+
+# --- detailed_metric ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "entries", "rpu", "key"),
+    [
+        (
+            "detailed_metric_nested_both.yaml",
+            [("key-1", "value-1"), ("key-2", "value-2")],
+            5,
+            "nested.key-1_value-1.key-2_value-2",
+        ),
+        ("detailed_metric_nested_both.yaml", [("key-1", "value-1")], 100, "nested.key-1_value-1"),
+        ("detailed_metric_nested_top.yaml", [("key-1", "value-1")], 100, "nested.key-1_value-1"),
+        (
+            "detailed_metric_nested_top.yaml",
+            [("key-1", "value-1"), ("key-2", "value-2")],
+            5,
+            "nested.key-1.key-2",
+        ),
+        ("detailed_metric_nested_none.yaml", [("key-1", "value-1")], 100, "nested.key-1"),
+        (
+            "detailed_metric_nested_none.yaml",
+            [("key-1", "value-1"), ("key-2", "value-2")],
+            5,
+            "nested.key-1.key-2",
+        ),
+        (
+            "detailed_metric_realistic.yaml",
+            [("key_1", "some-value-for-key-1")],
+            500,
+            "nested.key_1_some-value-for-key-1",
+        ),
+        ("detailed_metric_realistic.yaml", [("key_1", "other")], 500, "nested.key_1_other"),
+        ("detailed_metric_realistic.yaml", [("key_2", "key-2-value")], 5000, "nested.key_2_key-2-value"),
+        (
+            "detailed_metric_realistic.yaml",
+            [("key_2", "specific-id")],
+            50000,
+            "nested.key_2_specific-id",
+        ),
+        (
+            "detailed_metric_realistic.yaml",
+            [("key_2", "key-2-value"), ("key_3", "requested-key3-value")],
+            5,
+            "nested.key_2_key-2-value.key_3_requested-key3-value",
+        ),
+        (
+            "detailed_metric_realistic.yaml",
+            [("key_2", "specific-id"), ("key_3", "requested-key3-value")],
+            100,
+            "nested.key_2_specific-id.key_3_requested-key3-value",
+        ),
+    ],
+)
+def test_detailed_metric_keys(match, config: str, entries, rpu: int, key: str) -> None:
+    rule, stats_key, share, _ = match(config)("nested", *entries)
+    assert rule.requests_per_unit == rpu
+    assert stats_key == key
+    assert share is None
+
+
+def test_detailed_metric_realistic_no_limit(match) -> None:
+    m = match("detailed_metric_realistic.yaml")
+    # key_3 (key-only) has detailed_metric but no rate_limit: nothing to apply
+    assert m("nested", ("key_2", "x"), ("key_3", "other")) is None
+    assert m("nested", ("key_2", "specific-id"), ("key_3", "other")) is None
+
+
+def test_detailed_metric_is_the_leaf_limits_flag(match) -> None:
+    # detailed_metric on a node without a rate_limit does not change a child's key
+    m = match(
+        "domain: dm\ndescriptors:\n  - key: a\n    detailed_metric: true\n    descriptors:\n"
+        "      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n"
+    )
+    assert m.key("dm", ("a", "1"), ("b", "2")) == "dm.a.b"
+
+
+# --- value_to_metric ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "domain", "entries", "rpu", "key"),
+    [
+        (
+            "vtm_route_method_subject.yaml",
+            "domain",
+            [("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+            60,
+            "domain.route_draw.http_method_GET.subject_id",
+        ),
+        (
+            "vtm_route_method_subject.yaml",
+            "domain",
+            [("route", ""), ("http_method", "GET"), ("subject_id", "123")],
+            60,
+            "domain.route.http_method_GET.subject_id",
+        ),
+        (
+            "vtm_with_detailed.yaml",
+            "domain",
+            [("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+            60,
+            "domain.route_draw.http_method_GET.subject_id_123",
+        ),
+        (
+            "vtm_configured_values.yaml",
+            "test-domain",
+            [("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+            60,
+            "test-domain.route_draw.http_method_GET.subject_id",
+        ),
+        (
+            "vtm_configured_values.yaml",
+            "test-domain",
+            [("route", "draw"), ("http_method", "POST"), ("subject_id", "123")],
+            30,
+            "test-domain.route_draw.http_method_POST.subject_id",
+        ),
+        ("vtm_default_key.yaml", "d", [("k1", "X"), ("k2", "Y")], 1, "d.k1_X.k2"),
+        ("vtm_mid_level.yaml", "d", [("k1", "X"), ("k2", "Y"), ("k3", "Z")], 1, "d.k1.k2_Y.k3"),
+        ("vtm_no_flag.yaml", "d", [("k1", "X"), ("k2", "Y")], 1, "d.k1.k2"),
+        (
+            "vtm_wildcard.yaml",
+            "domain",
+            [("user", "alice"), ("action", "readfile"), ("resource", "doc")],
+            100,
+            "domain.user_alice.action_readfile.resource",
+        ),
+        (
+            "vtm_fullkey_plain.yaml",
+            "test-domain-2",
+            [("route", "r"), ("http_method", "GET"), ("subject_id", "1")],
+            60,
+            "test-domain-2.route.http_method.subject_id",
+        ),
+        (
+            "vtm_fullkey_detailed.yaml",
+            "test-domain-3",
+            [("route", "r"), ("http_method", "GET"), ("subject_id", "1")],
+            60,
+            "test-domain-3.route_r.http_method_GET.subject_id_1",
+        ),
+    ],
+)
+def test_value_to_metric_keys(match, config: str, domain: str, entries, rpu: int, key: str) -> None:
+    rule, stats_key, share, _ = match(config)(domain, *entries)
+    assert rule.requests_per_unit == rpu
+    assert stats_key == key
+    assert share is None
+
+
+def test_value_to_metric_does_not_change_the_rules_config_path(match) -> None:
+    m = match("vtm_route_method_subject.yaml")
+    rule = m.rule("domain", ("route", "draw"), ("http_method", "GET"), ("subject_id", "1"))
+    assert rule.full_key == "domain.route.http_method.subject_id"
+
+
+def test_value_to_metric_wildcard_non_matching_value(match) -> None:
+    m = match("vtm_wildcard.yaml")
+    assert m("domain", ("user", "alice"), ("action", "write"), ("resource", "doc")) is None
+
+
+# --- wildcard stats behaviour (wsb_*.yaml, TestWildcardStatsBehavior) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "entries", "key", "share"),
+    [
+        ("wsb_no_flags.yaml", [("wild", "foo1")], "test-domain.wild_foo*", None),
+        ("wsb_share_threshold.yaml", [("wild", "foo1")], "test-domain.wild_foo*", ("foo*",)),
+        ("wsb_value_to_metric.yaml", [("wild", "foo1")], "test-domain.wild_foo1", None),
+        ("wsb_share_and_vtm.yaml", [("wild", "foo1")], "test-domain.wild_foo*", ("foo*",)),
+        ("wsb_mid_trailing.yaml", [("wild", "foo1bar2")], "test-domain.wild_foo*bar*", None),
+        ("wsb_mid_trailing_vtm.yaml", [("wild", "foo1bar2")], "test-domain.wild_foo1bar2", None),
+        (
+            "wsb_vtm_other_descriptor.yaml",
+            [("wild", "foo1"), ("other", "o1"), ("limit", "l")],
+            "test-domain.wild_foo*.other_o1.limit",
+            None,
+        ),
+    ],
+)
+def test_wildcard_stats_behaviour(match, config: str, entries, key: str, share) -> None:
+    rule, stats_key, got_share, _ = match(config)("test-domain", *entries)
+    assert rule.requests_per_unit == 20
+    assert stats_key == key
+    assert got_share == share
+
+
+# --- share_threshold ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entries", "rpu", "key", "share"),
+    [
+        ([("files", "files/a.pdf")], 100, "files_files/*", ("files/*",)),
+        ([("files", "files/")], 100, "files_files/*", ("files/*",)),
+        (
+            [("nested", "parent"), ("files", "nested/x")],
+            200,
+            "nested_parent.files_nested/*",
+            ("", "nested/*"),
+        ),
+        (
+            [("files", "top/a"), ("files", "nested/b")],
+            300,
+            "files_top/*.files_nested/*",
+            ("top/*", "nested/*"),
+        ),
+        # share_threshold beats value_to_metric (the README's `route_api.method_GET` is wrong)
+        ([("route", "api/v1"), ("method", "GET")], 60, "route_api/*.method", ("api/*", "")),
+        # share_threshold beats detailed_metric for its own entry
+        (
+            [("service", "svc/a"), ("endpoint", "get")],
+            80,
+            "service_svc/*.endpoint_get",
+            ("svc/*", ""),
+        ),
+        (
+            [("path", "path/a"), ("file", "file/b"), ("type", "pdf")],
+            120,
+            "path_path/*.file_file/*.type",
+            ("path/*", "", ""),
+        ),
+        (
+            [("user", "user/1"), ("resource", "res/2"), ("action", "read")],
+            150,
+            "user_user/*.resource_res/*.action",
+            ("user/*", "res/*", ""),
+        ),
+        ([("file", "test1")], 50, "file_test1", None),  # exact beats the shared wildcard
+        ([("file", "test2")], 100, "file_test*", ("test*",)),
+        ([("midpath", "/api/users/v1")], 100, "midpath_/api*v1", ("/api*v1",)),
+        ([("multiroute", "svcAepBrpc")], 50, "multiroute_svc*ep*rpc", ("svc*ep*rpc",)),
+        ([("midroute", "/api/x/v2")], 80, "midroute_/api*v2", ("/api*v2",)),
+        (
+            [("tenant", "t1prod"), ("resource", "res9v2")],
+            60,
+            "tenant_t*prod.resource_res*v2",
+            ("t*prod", "res*v2"),
+        ),
+    ],
+)
+def test_share_threshold(match, entries, rpu: int, key: str, share) -> None:
+    rule, stats_key, got_share, _ = match("share_threshold.yaml")("test-domain", *entries)
+    assert rule.requests_per_unit == rpu
+    assert stats_key == f"test-domain.{key}"
+    assert got_share == share
+
+
+def test_share_threshold_values_share_one_rule(match) -> None:
+    m = match("share_threshold.yaml")
+    a = m("test-domain", ("files", "files/a"))
+    b = m("test-domain", ("files", "files/b"))
+    assert a[0] is b[0]
+    assert a[1:3] == b[1:3]
+
+
+def test_share_threshold_non_matching(match) -> None:
+    m = match("share_threshold.yaml")
+    assert m("test-domain", ("files", "other/a")) is None
+    assert m("test-domain", ("midpath", "/api/users/v2")) is None
+    assert m("test-domain", ("tenant", "t1prod"), ("resource", "res9v3")) is None
+
+
+def test_integration_share_threshold(match) -> None:
+    m = match("integration_share_threshold.yaml")
+    d = "share-threshold-test"
+    _, key, share, _ = m(d, ("files", "files/a.txt"))
+    assert (key, share) == (f"{d}.files_files/*", ("files/*",))
+    _, key, share, _ = m(d, ("files_no_share", "files_no_share/a.txt"))
+    assert (key, share) == (f"{d}.files_no_share_files_no_share/*", None)
+
+
+# --- metadata ------------------------------------------------------------------------------------
+
+
+def test_metadata_is_carried_by_the_matched_rule(match) -> None:
+    m = match("metadata.yaml")
+    rule, _, _, keep = m("test-domain", ("key1", "value1"), ("subkey1", "x"))
+    assert rule.metadata == {"name": "service_1"}
+    assert keep
+    rule, _, _, keep = m("test-domain", ("key2", "x"))
+    assert rule.metadata == {"service_with_quota": {"name": "service_2"}}
+    assert keep
+    rule, _, _, keep = m("test-domain", ("key1", "value1"), ("subkey1", "subvalue1"))
+    assert rule.metadata is None
+
+
+METADATA_QUIRK = """
+domain: md
+descriptors:
+  - key: leaf
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+    metadata: {m: 1}
+  - key: parent
+    detailed_metric: true
+    rate_limit: {unit: second, requests_per_unit: 2}
+    metadata: {m: 2}
+    descriptors:
+      - key: child
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: {unit: second, requests_per_unit: 3}
+        metadata: {m: 3}
+  - key: plain
+    value_to_metric: true
+    rate_limit: {unit: second, requests_per_unit: 4}
+    metadata: {m: 4}
+  - key: wild
+    value: x*
+    rate_limit: {unit: second, requests_per_unit: 5}
+    metadata: {m: 5}
+"""
+
+
+@pytest.mark.parametrize(
+    ("entries", "keep", "key"),
+    [
+        ([("leaf", "v")], False, "md.leaf_v"),  # detailed leaf without children: re-created
+        ([("parent", "v")], True, "md.parent_v"),  # detailed with children: kept
+        ([("route", "r"), ("method", "GET")], False, "md.route_r.method"),  # vtm key differs
+        ([("route", ""), ("method", "GET")], True, "md.route.method"),  # vtm key == path
+        ([("plain", "v")], False, "md.plain_v"),
+        ([("plain", "")], True, "md.plain"),
+        ([("wild", "x1")], True, "md.wild_x*"),
+    ],
+)
+def test_metadata_quirk(match, entries, keep: bool, key: str) -> None:
+    rule, stats_key, _, got_keep = match(METADATA_QUIRK)("md", *entries)
+    assert stats_key == key
+    assert got_keep is keep
+    assert rule.metadata is not None  # the rule keeps it; the service decides what to send
+
+
+# --- dump (/rlconfig) ----------------------------------------------------------------------------
+
+
+def test_dump_basic_config() -> None:
+    line = "test-domain.{}: unit={} requests_per_unit={}, shadow_mode: false, quota_mode: false\n"
+    expected = "".join(
+        line.format(*row)
+        for row in [
+            ("key1_value1.subkey1", "SECOND", 5),
+            ("key1_value1.subkey1_subvalue1", "SECOND", 10),
+            ("key2", "MINUTE", 20),
+            ("key2_value2", "MINUTE", 30),
+            ("key3", "HOUR", 1),
+            ("key4", "DAY", 1),
+            ("key5_value5", "DAY", 15),
+            ("key5_value5.subkey5_subvalue5", "DAY", 25),
+            ("key6", "UNKNOWN", 0),
+            ("key7", "MINUTE", 70),
+        ]
+    )
+    assert ruleset_of("basic_config.yaml").dump() == expected
+
+
+def test_dump_flags_and_units() -> None:
+    text = (
+        "domain: f\ndescriptors:\n"
+        "  - key: a\n    shadow_mode: true\n    rate_limit: {unit: Week, requests_per_unit: 2}\n"
+        "  - key: b\n    quota_mode: true\n    rate_limit: {unit: month, requests_per_unit: 0}\n"
+        "  - key: c\n    rate_limit: {unit: YEAR, requests_per_unit: 9}\n"
+        "  - key: d\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n"
+        "  - key: e\n"
+    )
+    assert ruleset_of(text).dump() == (
+        "f.a: unit=WEEK requests_per_unit=2, shadow_mode: true, quota_mode: false\n"
+        "f.b: unit=MONTH requests_per_unit=0, shadow_mode: false, quota_mode: true\n"
+        "f.c: unit=YEAR requests_per_unit=9, shadow_mode: false, quota_mode: false\n"
+        "f.d: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n"
+    )
+
+
+def test_dump_without_rules_is_empty() -> None:
+    assert ruleset_of("domain: x\ndescriptors:\n  - key: a\n").dump() == ""
+    assert load_ruleset([]).dump() == ""
+
+
+def test_rules_in_config_order() -> None:
+    keys = [r.full_key for r in ruleset_of("share_threshold.yaml").rules()]
+    assert keys[:3] == [
+        "test-domain.files_files/*",
+        "test-domain.nested_parent.files_nested/*",
+        "test-domain.files_top/*.files_nested/*",
+    ]
+
+
+# --- end to end: the emitted stats names --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "domain", "entries", "stat"),
+    [
+        ("basic_config.yaml", "test-domain", [("key2", "x")], "test-domain.key2"),
+        (
+            "basic_config.yaml",
+            "test-domain",
+            [("key7", "unspecified_value")],
+            "test-domain.key7_unspecified_value",
+        ),
+        ("share_threshold.yaml", "test-domain", [("files", "files/a")], "test-domain.files_files/*"),
+        (
+            "vtm_route_method_subject.yaml",
+            "domain",
+            [("route", "draw"), ("http_method", "GET"), ("subject_id", "1")],
+            "domain.route_draw.http_method_GET.subject_id",
+        ),
+        # SanitizeStatName: the dots of an IPv4-looking substring become `_`
+        (
+            "readme_example3_blacklist.yaml",
+            "edge_proxy_per_ip",
+            [("remote_address", "50.0.0.5")],
+            "edge_proxy_per_ip.remote_address_50_0_0_5",
+        ),
+    ],
+)
+async def test_stats_key_end_to_end(harness, config, domain, entries, stat) -> None:
+    h = harness(CONFIGS / config)
+    await h.decide(domain, entries)
+    assert h.stat(f"ratelimit.service.rate_limit.{stat}.total_hits") == 1
+
+
+async def test_unknown_domain_end_to_end(harness) -> None:
+    h = harness(CONFIGS / "basic_config.yaml")
+    await h.decide("foo_domain", [("key2", "x")])
+    assert h.stat("ratelimit.service.rate_limit.foo_domain.domain_not_found") == 1
+
+
+# --- the compiled trie agrees with its pure twin ---------------------------------------------------
+
+_KEYS = ["a", "b", "a_x", "b*"]
+_VALUES = ["", "x", "x*", "*", "*y", "x*y"]
+
+
+def _descriptor(depth: int) -> st.SearchStrategy[dict[str, object]]:
+    children = st.lists(_descriptor(depth - 1), max_size=3) if depth > 1 else st.just([])
+    return st.fixed_dictionaries(
+        {"key": st.sampled_from(_KEYS), "value": st.sampled_from(_VALUES)},
+        optional={
+            "rate_limit": st.fixed_dictionaries(
+                {"unit": st.just("second"), "requests_per_unit": st.integers(0, 3)}
+            ),
+            "detailed_metric": st.booleans(),
+            "value_to_metric": st.booleans(),
+            "share_threshold": st.just(True),
+            "descriptors": children,
+        },
+    )
+
+
+def _unique(descriptors: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Drop duplicate composite keys and share_threshold without `*`, recursively."""
+    seen, out = set(), []
+    for d in descriptors:
+        final = f"{d['key']}_{d['value']}" if d["value"] else d["key"]
+        if final in seen:
+            continue
+        seen.add(final)
+        d = dict(d)
+        if d.get("share_threshold") and "*" not in str(final):
+            del d["share_threshold"]
+        if "descriptors" in d:
+            d["descriptors"] = _unique(d["descriptors"])  # type: ignore[arg-type]
+        out.append(d)
+    return out
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(_descriptor(3), max_size=5),
+    st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "a_x", "bz"]), st.sampled_from(["", "x", "xy", "y", "xay"])),
+            min_size=1,
+            max_size=3,
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_compiled_agrees_with_pure_twin(descriptors, requests) -> None:
+    text = yaml.safe_dump({"domain": "t", "descriptors": _unique(descriptors)}, sort_keys=False)
+    ruleset = ruleset_of(text)
+    compiled = Matcher(importlib.import_module("ratelimitd._match"), ruleset)
+    pure = Matcher(importlib.import_module("ratelimitd._match_py"), ruleset)
+    for entries in requests:
+        got, want = compiled("t", *entries), pure("t", *entries)
+        if want is None:
+            assert got is None
+        else:
+            assert got is not None
+            assert got[0] is want[0]
+            assert got[1:] == want[1:]

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimitd.config import ConfigFile, RuleSet, load_ruleset
+from ratelimitd.messages import Descriptor
 
 CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "configs"
 IMPLEMENTATIONS = ["ratelimitd._match", "ratelimitd._match_py"]
@@ -467,7 +468,7 @@ def _oracle(pattern: str, s: str) -> bool:
     return re.fullmatch(regex, s, re.DOTALL) is not None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     st.text("ab*", min_size=1, max_size=7).filter(lambda p: "*" in p),
     st.text("ab", max_size=8),
@@ -513,7 +514,12 @@ def test_wildcard_match_agrees_with_a_regex_oracle(pattern: str, s: str) -> None
             "nested.key_1_some-value-for-key-1",
         ),
         ("detailed_metric_realistic.yaml", [("key_1", "other")], 500, "nested.key_1_other"),
-        ("detailed_metric_realistic.yaml", [("key_2", "key-2-value")], 5000, "nested.key_2_key-2-value"),
+        (
+            "detailed_metric_realistic.yaml",
+            [("key_2", "key-2-value")],
+            5000,
+            "nested.key_2_key-2-value",
+        ),
         (
             "detailed_metric_realistic.yaml",
             [("key_2", "specific-id")],
@@ -885,7 +891,12 @@ def test_rules_in_config_order() -> None:
             [("key7", "unspecified_value")],
             "test-domain.key7_unspecified_value",
         ),
-        ("share_threshold.yaml", "test-domain", [("files", "files/a")], "test-domain.files_files/*"),
+        (
+            "share_threshold.yaml",
+            "test-domain",
+            [("files", "files/a")],
+            "test-domain.files_files/*",
+        ),
         (
             "vtm_route_method_subject.yaml",
             "domain",
@@ -913,7 +924,7 @@ async def test_unknown_domain_end_to_end(harness) -> None:
     assert h.stat("ratelimit.service.rate_limit.foo_domain.domain_not_found") == 1
 
 
-# --- the compiled trie agrees with its pure twin ---------------------------------------------------
+# --- the compiled trie agrees with its pure twin --------------------------------------------
 
 _KEYS = ["a", "b", "a_x", "b*"]
 _VALUES = ["", "x", "x*", "*", "*y", "x*y"]
@@ -952,12 +963,15 @@ def _unique(descriptors: list[dict[str, object]]) -> list[dict[str, object]]:
     return out
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     st.lists(_descriptor(3), max_size=5),
     st.lists(
         st.lists(
-            st.tuples(st.sampled_from(["a", "b", "a_x", "bz"]), st.sampled_from(["", "x", "xy", "y", "xay"])),
+            st.tuples(
+                st.sampled_from(["a", "b", "a_x", "bz"]),
+                st.sampled_from(["", "x", "xy", "y", "xay"]),
+            ),
             min_size=1,
             max_size=3,
         ),
@@ -978,3 +992,31 @@ def test_compiled_agrees_with_pure_twin(descriptors, requests) -> None:
             assert got is not None
             assert got[0] is want[0]
             assert got[1:] == want[1:]
+
+
+# --- limit override (TestConfigLimitOverride) -----------------------------------------------------
+
+
+async def test_limit_override_end_to_end(harness) -> None:
+    h = harness(CONFIGS / "basic_config.yaml")
+    entries = (("key1", "value1"), ("subkey1", "something"))
+    first = await h.decide("test-domain", Descriptor(entries, limit=(10, DAY)))
+    second = await h.decide("test-domain", Descriptor(entries, limit=(42, HOUR)))
+    other = (("key1", "value1"), ("subkey1", "something_else"))
+    await h.decide("test-domain", Descriptor(other, limit=(42, HOUR)))
+    # the override is used instead of the config's 5/SECOND rule, with every value in the key
+    assert (first.statuses[0].rule.requests_per_unit, first.statuses[0].rule.unit) == (10, DAY)
+    assert (second.statuses[0].rule.requests_per_unit, second.statuses[0].rule.unit) == (42, HOUR)
+    assert second.statuses[0].rule.full_key == "test-domain.key1_value1.subkey1_something"
+    prefix = "ratelimit.service.rate_limit.test-domain.key1_value1"
+    assert h.stat(f"{prefix}.subkey1_something.total_hits") == 2  # a new override keeps stats
+    assert h.stat(f"{prefix}.subkey1_something_else.total_hits") == 1
+    assert h.stat(f"{prefix}.subkey1.total_hits") == 0
+
+
+async def test_limit_override_applies_to_any_descriptor_of_a_known_domain(harness) -> None:
+    h = harness(CONFIGS / "basic_config.yaml")
+    # (key2, value3) is whitelisted in the config, but the override is checked first
+    response = await h.decide("test-domain", Descriptor((("key2", "value3"),), limit=(3, MINUTE)))
+    assert response.statuses[0].rule.requests_per_unit == 3
+    assert h.stat("ratelimit.service.rate_limit.test-domain.key2_value3.total_hits") == 1

@@ -48,9 +48,8 @@ def main() -> None:
     args = parser.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PYTHONPATH": root}
-    print(
-        f"# {platform.node()} {platform.machine()} cpus={os.cpu_count()} python {platform.python_version()}"
-    )
+    machine = f"{platform.node()} {platform.machine()} cpus={os.cpu_count()}"
+    print(f"# {machine} python {platform.python_version()}")
     for feed in args.feeds:
         t0 = time.perf_counter()
         out = subprocess.run(

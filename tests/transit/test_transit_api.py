@@ -119,8 +119,12 @@ def test_shapes_and_unknown_shape(cairns: falcon.testing.TestClient) -> None:
     assert shape["geojson"]["geometry"]["type"] == "LineString"
     # GeoJSON is [lon, lat]
     assert shape["geojson"]["geometry"]["coordinates"][0] == [145.668255, -16.743632]
-    assert shape["points"][0] == {"shape_dist_traveled": 0.0, "shape_pt_lat": -16.743632,
-                                  "shape_pt_lon": 145.668255, "shape_pt_sequence": 10001}  # fmt: skip
+    assert shape["points"][0] == {
+        "shape_dist_traveled": 0.0,
+        "shape_pt_lat": -16.743632,
+        "shape_pt_lon": 145.668255,
+        "shape_pt_sequence": 10001,
+    }
     assert isinstance(shape["extension"], int) and 30_000 < shape["extension"] < 35_000
     result = cairns.simulate_get("/v2/shapes/nope")
     assert result.status_code == 404 and result.text == "{}"

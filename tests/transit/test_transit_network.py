@@ -13,7 +13,7 @@ from sidecars.transit.gtfs import read_feed
 from sidecars.transit.network import Network, natural_key
 from sidecars.transit.source import FeedFiles
 
-from .transit_helpers import CAIRNS_ZIP, SMALL_FEED, write_feed
+from .transit_helpers import CAIRNS_ZIP, write_feed
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -59,7 +59,7 @@ def test_cairns_patterns_per_route_direction_shape_and_stops(cairns_net: Network
     # 54 distinct (route, direction, shape, stop sequence) combinations in the feed.
     assert len(cairns_net.patterns) == 54
     for pattern_id, versions in cairns_net.patterns.items():
-        route_id, direction, digest = pattern_id.rsplit("_", 2)
+        _route_id, direction, digest = pattern_id.rsplit("_", 2)
         assert direction in ("0", "1") and len(digest) == 8
         assert all(v.pattern_id == pattern_id for v in versions)
 
@@ -118,7 +118,7 @@ def test_small_feed_trip_groups_merge_identical_schedules(small_feed: Path) -> N
     assert merged["service_ids"] == ["EXTRA", "WK"]
     assert "20260326" in merged["valid_on"]
     assert [s["arrival_time"] for s in groups[1]["schedule"]] == ["9:00:00", "09:10:00", "09:20:00"]
-    assert [s["arrival_time_24h"] for s in groups[1]["schedule"]][0] == "09:00:00"
+    assert groups[1]["schedule"][0]["arrival_time_24h"] == "09:00:00"
     assert [s["arrival_time"] for s in groups[2]["schedule"]] == [
         "23:50:00",
         "24:05:00",

@@ -485,6 +485,71 @@ def test_int_bool_and_null_leaves_are_fine_for_the_key_check() -> None:
     assert "7_8" in ruleset.domains["d"].children
 
 
+# --- scalar resolution: yaml.v2 (Go) is not PyYAML's YAML 1.1 -----------------------------------
+
+_RESOLVER = "BUG: scalars resolve with PyYAML's YAML 1.1 rules, not yaml.v2's resolve.go: "
+
+
+@pytest.mark.parametrize(
+    ("word", "expected"),
+    [
+        ("yes", True),
+        ("On", True),
+        ("TRUE", True),
+        ("No", False),
+        ("off", False),
+        pytest.param(
+            "y", True, marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "y/Y/n/N are bools")
+        ),
+        pytest.param(
+            "Y", True, marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "y/Y/n/N are bools")
+        ),
+        pytest.param(
+            "n", False, marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "y/Y/n/N are bools")
+        ),
+    ],
+)
+def test_yaml_v2_bool_words(word: str, expected: bool) -> None:
+    text = f"domain: d\ndescriptors:\n  - key: k\n    shadow_mode: {word}\n"
+    text += "    rate_limit:\n      unit: second\n"
+    (rule,) = load_text(text).rules()
+    assert rule.shadow_mode is expected
+
+
+@pytest.mark.xfail(strict=True, reason=_RESOLVER + "`y:` is a bool key, not the string 'y'")
+def test_y_key_is_a_bool_key() -> None:
+    assert error_of("domain: d\ny: x\n") == "a.yaml: config error, key is not of type string: true"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("017", 15),  # Go's ParseInt(s, 0, 64): a leading 0 is octal
+        ("0x1F", 31),
+        ("0b101", 5),
+        ("1_000", 1000),  # yaml.v2 drops underscores before parsing
+        ("+5", 5),
+        pytest.param(
+            "0o17",
+            15,
+            marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "0o17 is an int (Go base 0)"),
+        ),
+    ],
+)
+def test_yaml_v2_integer_forms(value: str, expected: int) -> None:
+    (rule,) = load_text(one_rule(f"      unit: second\n      requests_per_unit: {value}\n")).rules()
+    assert rule.requests_per_unit == expected
+
+
+@pytest.mark.xfail(
+    strict=True, reason=_RESOLVER + "1:30 is a string in yaml.v2 (PyYAML: sexagesimal int 90)"
+)
+def test_sexagesimal_is_a_string_in_yaml_v2() -> None:
+    assert error_of(one_rule("      unit: second\n      requests_per_unit: 1:30\n")) == (
+        UNMARSHAL + "line 6: cannot unmarshal !!str `1:30` into uint32"
+    )
+
+
 # --- YAML syntax -----------------------------------------------------------------------------
 
 

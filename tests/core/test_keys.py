@@ -28,7 +28,7 @@ def km(request: pytest.FixtureRequest) -> ModuleType:
 
 def test_selector_uses_the_compiled_module_in_a_normal_install() -> None:
     expected = "pure" if os.environ.get("RATELIMITD_NO_EXTENSIONS") else "compiled"
-    assert keys.IMPLEMENTATION == expected
+    assert expected == keys.IMPLEMENTATION
 
 
 def test_twins_expose_the_same_names() -> None:
@@ -45,8 +45,18 @@ def test_twins_expose_the_same_names() -> None:
 
 @pytest.mark.parametrize(
     ("unit", "seconds"),
-    [(0, 0), (SECOND, 1), (MINUTE, 60), (HOUR, 3600), (DAY, 86400),
-     (MONTH, 30 * 86400), (YEAR, 365 * 86400), (WEEK, 7 * 86400), (8, 0), (-1, 0)],
+    [
+        (0, 0),
+        (SECOND, 1),
+        (MINUTE, 60),
+        (HOUR, 3600),
+        (DAY, 86400),
+        (MONTH, 30 * 86400),
+        (YEAR, 365 * 86400),
+        (WEEK, 7 * 86400),
+        (8, 0),
+        (-1, 0),
+    ],
 )
 def test_unit_seconds(km: ModuleType, unit: int, seconds: int) -> None:
     assert km.unit_seconds(unit) == seconds
@@ -63,7 +73,9 @@ def test_unit_seconds(km: ModuleType, unit: int, seconds: int) -> None:
         (1200, 60, 1200, 60),  # on the boundary the whole window remains, never 0
     ],
 )
-def test_window_start_and_reset(km: ModuleType, now: int, seconds: int, start: int, reset: int) -> None:
+def test_window_start_and_reset(
+    km: ModuleType, now: int, seconds: int, start: int, reset: int
+) -> None:
     assert km.window_start(now, seconds) == start
     assert km.reset_seconds(now, seconds) == reset
 
@@ -77,12 +89,34 @@ T_2024 = 1714825815  # 2024-05-04 12:30:15 UTC (cache_key_test.go)
     ("prefix", "domain", "entries", "share", "unit", "now", "expected"),
     [
         ("", "domain", [("key", "value")], None, SECOND, 1234, "domain_key_value_1234"),
-        ("prefix:", "domain", [("key", "value")], None, SECOND, 1234, "prefix:domain_key_value_1234"),
-        ("", "domain", [("key2", "value2"), ("subkey2", "subvalue2")], None, MINUTE, 1234,
-         "domain_key2_value2_subkey2_subvalue2_1200"),
+        (
+            "prefix:",
+            "domain",
+            [("key", "value")],
+            None,
+            SECOND,
+            1234,
+            "prefix:domain_key_value_1234",
+        ),
+        (
+            "",
+            "domain",
+            [("key2", "value2"), ("subkey2", "subvalue2")],
+            None,
+            MINUTE,
+            1234,
+            "domain_key2_value2_subkey2_subvalue2_1200",
+        ),
         ("", "domain", [("key3", "value3")], None, HOUR, 1_000_000, "domain_key3_value3_997200"),
-        ("", "domain", [("key3", "value3"), ("subkey3", "subvalue3")], None, DAY, 1_000_000,
-         "domain_key3_value3_subkey3_subvalue3_950400"),
+        (
+            "",
+            "domain",
+            [("key3", "value3"), ("subkey3", "subvalue3")],
+            None,
+            DAY,
+            1_000_000,
+            "domain_key3_value3_subkey3_subvalue3_950400",
+        ),
         ("", "domain", [("key", "value")], None, SECOND, T_2024, "domain_key_value_1714825815"),
         ("", "domain", [("key", "value")], None, MINUTE, T_2024, "domain_key_value_1714825800"),
         ("", "domain", [("key", "value")], None, HOUR, T_2024, "domain_key_value_1714824000"),
@@ -96,15 +130,45 @@ T_2024 = 1714825815  # 2024-05-04 12:30:15 UTC (cache_key_test.go)
         # An empty value keeps both separators.
         ("", "d", [("k", "")], None, MINUTE, 1234, "d_k__1200"),
         # share_threshold: the pattern replaces the value at its index only.
-        ("", "domain", [("files", "a/b.txt")], ("files/*",), SECOND, 1234, "domain_files_files/*_1234"),
-        ("", "d", [("svc", "x"), ("path", "/api/v1")], ("", "/api*"), MINUTE, 1234,
-         "d_svc_x_path_/api*_1200"),
-        ("", "d", [("svc", "x"), ("path", "/api/v1")], ("", ""), MINUTE, 1234, "d_svc_x_path_/api/v1_1200"),
+        (
+            "",
+            "domain",
+            [("files", "a/b.txt")],
+            ("files/*",),
+            SECOND,
+            1234,
+            "domain_files_files/*_1234",
+        ),
+        (
+            "",
+            "d",
+            [("svc", "x"), ("path", "/api/v1")],
+            ("", "/api*"),
+            MINUTE,
+            1234,
+            "d_svc_x_path_/api*_1200",
+        ),
+        (
+            "",
+            "d",
+            [("svc", "x"), ("path", "/api/v1")],
+            ("", ""),
+            MINUTE,
+            1234,
+            "d_svc_x_path_/api/v1_1200",
+        ),
         # A share tuple shorter than the entries leaves the rest as values.
         ("", "d", [("a", "1"), ("b", "2")], ("p*",), SECOND, 5, "d_a_p*_b_2_5"),
         # Nothing is escaped: separators inside keys and values are kept as they are.
-        ("p_", "dom_ain", [("k_1", "v_1"), ("ключ", "значение ✓")], None, SECOND, 7,
-         "p_dom_ain_k_1_v_1_ключ_значение ✓_7"),
+        (
+            "p_",
+            "dom_ain",
+            [("k_1", "v_1"), ("ключ", "значение ✓")],
+            None,
+            SECOND,
+            7,
+            "p_dom_ain_k_1_v_1_ключ_значение ✓_7",
+        ),
     ],
 )
 def test_cache_key(

@@ -108,7 +108,14 @@ NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58
 
 
 def rule_stats(h: Any, key: str) -> dict[str, float]:
-    names = ("total_hits", "over_limit", "near_limit", "within_limit", "over_limit_with_local_cache", "shadow_mode")
+    names = (
+        "total_hits",
+        "over_limit",
+        "near_limit",
+        "within_limit",
+        "over_limit_with_local_cache",
+        "shadow_mode",
+    )
     return {n: h.stat(f"ratelimit.service.rate_limit.{key}.{n}") for n in names}
 
 
@@ -167,23 +174,26 @@ SERVICE_ERROR = "ratelimit.service.call.should_rate_limit.service_error"
 
 async def test_empty_domain_is_a_service_error(harness: Any) -> None:
     h = harness(CONFIG)
-    with pytest.raises(ServiceError, match="^rate limit domain must not be empty$"):
+    with pytest.raises(ServiceError) as exc:
         await h.decide("", [("hello", "world")])
+    assert str(exc.value) == "rate limit domain must not be empty"
     assert h.stat(SERVICE_ERROR) == 1
 
 
 async def test_empty_descriptors_is_a_service_error(harness: Any) -> None:
     h = harness(CONFIG)
-    with pytest.raises(ServiceError, match="^rate limit descriptor list must not be empty$"):
+    with pytest.raises(ServiceError) as exc:
         await h.decide("d")
+    assert str(exc.value) == "rate limit descriptor list must not be empty"
     assert h.stat(SERVICE_ERROR) == 1
 
 
 async def test_no_config_loaded_is_a_service_error() -> None:
     stats = StatsStore()
     service = RateLimitService(Limiter(MemoryBackend()), stats)
-    with pytest.raises(ServiceError, match="^no rate limit configuration loaded$"):
+    with pytest.raises(ServiceError) as exc:
         await service.should_rate_limit(Request("d", [Descriptor((("hello", "world"),))]))
+    assert str(exc.value) == "no rate limit configuration loaded"
     assert stats.snapshot()[SERVICE_ERROR] == 1
 
 
@@ -209,8 +219,9 @@ class FailingBackend:
 async def test_backend_error_fails_the_request(harness: Any) -> None:
     h = harness(CONFIG)
     h.limiter.backend = FailingBackend()
-    with pytest.raises(BackendError, match="^cache error$"):
+    with pytest.raises(BackendError) as exc:
         await h.decide("d", [("foo", "bar")])
+    assert str(exc.value) == "cache error"
     assert h.stat(SERVICE_ERROR) == 0
 
 
@@ -230,10 +241,16 @@ async def test_backend_error_counts_redis_error(harness: Any) -> None:
 # --- unknown domain ---------------------------------------------------------------------
 
 
-async def test_unknown_domain_is_ok_and_counts_domain_not_found_per_descriptor(harness: Any) -> None:
+async def test_unknown_domain_is_ok_and_counts_domain_not_found_per_descriptor(
+    harness: Any,
+) -> None:
     h = harness(CONFIG)
-    r = await h.decide("nope", [("foo", "bar")], [("hello", "world")],
-                       Descriptor((("foo", "x"),), limit=(1, SECOND)))
+    r = await h.decide(
+        "nope",
+        [("foo", "bar")],
+        [("hello", "world")],
+        Descriptor((("foo", "x"),), limit=(1, SECOND)),
+    )
     assert r.overall_code == OK
     assert [brief(s) for s in r.statuses] == [(OK, None, 0)] * 3
     assert h.stat("ratelimit.service.rate_limit.nope.domain_not_found") == 3
@@ -258,7 +275,12 @@ async def test_rule_shadow_mode_turns_over_limit_into_ok(harness: Any) -> None:
     assert r.overall_code == OK
     assert [brief(s) for s in r.statuses] == [(OK, 1, 0), (OK, None, 0)]
     assert rule_stats(h, "d.shadow") == dict(
-        total_hits=1, over_limit=1, near_limit=0, within_limit=0, over_limit_with_local_cache=0, shadow_mode=1
+        total_hits=1,
+        over_limit=1,
+        near_limit=0,
+        within_limit=0,
+        over_limit_with_local_cache=0,
+        shadow_mode=1,
     )
     assert len(h.local_cache) == 1  # still cached
     assert h.stat("ratelimit.service.global_shadow_mode") == 0
@@ -439,7 +461,12 @@ async def test_limit_override(harness: Any) -> None:
     h = harness(CONFIG, now=NOW)
     r = await h.decide("d", Descriptor((("foo", "bar"), ("k", "")), limit=(3, HOUR)))
     st = r.statuses[0]
-    assert (st.code, st.rule.requests_per_unit, st.rule.unit, st.limit_remaining) == (OK, 3, HOUR, 2)
+    assert (st.code, st.rule.requests_per_unit, st.rule.unit, st.limit_remaining) == (
+        OK,
+        3,
+        HOUR,
+        2,
+    )
     assert st.rule.name == "" and not st.rule.shadow_mode and not st.rule.quota_mode
     assert st.duration_until_reset == 3600 - NOW % 3600
     # The cache key follows the request entries; the stats key is domain.k_v[.k].
@@ -454,7 +481,12 @@ async def test_limit_override_applies_to_descriptors_without_a_rule(harness: Any
         r = await h.decide("d", Descriptor((("hello", "world"),), limit=(1, MINUTE)))
     assert r.overall_code == OVER_LIMIT
     assert rule_stats(h, "d.hello_world") == dict(
-        total_hits=2, over_limit=1, near_limit=1, within_limit=1, over_limit_with_local_cache=0, shadow_mode=0
+        total_hits=2,
+        over_limit=1,
+        near_limit=1,
+        within_limit=1,
+        over_limit_with_local_cache=0,
+        shadow_mode=0,
     )  # near threshold floor(1 * 0.8) = 0: the first hit is near
 
 
@@ -474,10 +506,13 @@ async def test_limit_override_has_no_metadata(harness: Any) -> None:
     r = await h.decide("m", Descriptor((("one", "x"),), limit=(5, MINUTE)))
     assert "metadata" not in r.dynamic_metadata
     assert r.dynamic_metadata["descriptors"][0]["entries"] == ["one=x"]
-    assert " ".join(r.dynamic_metadata["descriptors"][0]["limit"].split()) == "requests_per_unit:5 unit:MINUTE"
+    assert (
+        " ".join(r.dynamic_metadata["descriptors"][0]["limit"].split())
+        == "requests_per_unit:5 unit:MINUTE"
+    )
 
 
-# --- response headers -----------------------------------------------------------------------------
+# --- response headers ------------------------------------------------------------
 
 HEADERS = Options(response_headers=True)
 
@@ -486,16 +521,28 @@ async def test_headers_over_limit_default_names(harness: Any) -> None:
     h = harness(CONFIG, now=NOW, options=HEADERS)
     exhaust(h, "d", "foo", "bar", 60, 10)
     r = await h.decide("d", [("foo", "bar")], [("hello", "world")])
-    assert r.headers == [("RateLimit-Limit", "10"), ("RateLimit-Remaining", "0"), ("RateLimit-Reset", "58")]
+    assert r.headers == [
+        ("RateLimit-Limit", "10"),
+        ("RateLimit-Remaining", "0"),
+        ("RateLimit-Reset", "58"),
+    ]
 
 
 async def test_headers_custom_names(harness: Any) -> None:
-    opts = Options(response_headers=True, limit_header="A-Ratelimit-Limit",
-                   remaining_header="A-Ratelimit-Remaining", reset_header="A-Ratelimit-Reset")
+    opts = Options(
+        response_headers=True,
+        limit_header="A-Ratelimit-Limit",
+        remaining_header="A-Ratelimit-Remaining",
+        reset_header="A-Ratelimit-Reset",
+    )
     h = harness(CONFIG, now=NOW, options=opts)
     exhaust(h, "d", "foo", "bar", 60, 10)
     r = await h.decide("d", [("foo", "bar")], [("hello", "world")])
-    assert r.headers == [("A-Ratelimit-Limit", "10"), ("A-Ratelimit-Remaining", "0"), ("A-Ratelimit-Reset", "58")]
+    assert r.headers == [
+        ("A-Ratelimit-Limit", "10"),
+        ("A-Ratelimit-Remaining", "0"),
+        ("A-Ratelimit-Reset", "58"),
+    ]
 
 
 async def test_headers_disabled_by_default(harness: Any) -> None:
@@ -510,8 +557,11 @@ async def test_headers_pick_the_least_remaining(harness: Any) -> None:
     exhaust(h, "d", "hour", "x", 3600, 1)  # remaining 1 after this hit
     r = await h.decide("d", [("foo", "x")], [("hour", "x")], [("bar", "x")])
     assert [s.limit_remaining for s in r.statuses] == [9, 1, 4]
-    assert r.headers == [("RateLimit-Limit", "3"), ("RateLimit-Remaining", "1"),
-                         ("RateLimit-Reset", str(3600 - NOW % 3600))]
+    assert r.headers == [
+        ("RateLimit-Limit", "3"),
+        ("RateLimit-Remaining", "1"),
+        ("RateLimit-Reset", str(3600 - NOW % 3600)),
+    ]
 
 
 async def test_headers_ties_keep_the_first(harness: Any) -> None:
@@ -529,8 +579,11 @@ async def test_headers_last_over_limit_overrides_the_minimum(harness: Any) -> No
     exhaust(h, "d", "hour", "x", 3600, 3)  # over, 3/hour
     r = await h.decide("d", [("foo", "x")], [("hour", "x")], [("bar", "x")])
     assert codes(r) == [OVER_LIMIT, OVER_LIMIT, OK]
-    assert r.headers == [("RateLimit-Limit", "3"), ("RateLimit-Remaining", "0"),
-                         ("RateLimit-Reset", str(3600 - NOW % 3600))]
+    assert r.headers == [
+        ("RateLimit-Limit", "3"),
+        ("RateLimit-Remaining", "0"),
+        ("RateLimit-Reset", str(3600 - NOW % 3600)),
+    ]
 
 
 async def test_headers_over_limit_beats_an_earlier_zero_remaining(harness: Any) -> None:
@@ -558,7 +611,11 @@ async def test_headers_added_when_ok(harness: Any) -> None:
     h = harness(CONFIG, now=NOW, options=HEADERS)
     r = await h.decide("d", [("second", "x")])
     assert r.overall_code == OK
-    assert r.headers == [("RateLimit-Limit", "10"), ("RateLimit-Remaining", "9"), ("RateLimit-Reset", "1")]
+    assert r.headers == [
+        ("RateLimit-Limit", "10"),
+        ("RateLimit-Remaining", "9"),
+        ("RateLimit-Reset", "1"),
+    ]
 
 
 async def test_headers_not_added_without_limits(harness: Any) -> None:
@@ -573,7 +630,11 @@ async def test_headers_shadow_rule_reports_zero_remaining(harness: Any) -> None:
     h = harness(CONFIG, now=NOW, options=HEADERS)
     exhaust(h, "d", "shadow", "x", 60, 1)
     r = await h.decide("d", [("foo", "x")], [("shadow", "x")])
-    assert r.headers == [("RateLimit-Limit", "1"), ("RateLimit-Remaining", "0"), ("RateLimit-Reset", "58")]
+    assert r.headers == [
+        ("RateLimit-Limit", "1"),
+        ("RateLimit-Remaining", "0"),
+        ("RateLimit-Reset", "58"),
+    ]
 
 
 async def test_headers_with_global_shadow_mode(harness: Any) -> None:
@@ -584,7 +645,7 @@ async def test_headers_with_global_shadow_mode(harness: Any) -> None:
     assert r.headers[:2] == [("RateLimit-Limit", "10"), ("RateLimit-Remaining", "0")]
 
 
-# --- dynamic metadata --------------------------------------------------------------------------------
+# --- dynamic metadata ------------------------------------------------------------
 
 META = Options(response_dynamic_metadata=True)
 
@@ -646,8 +707,11 @@ async def test_metadata_merge_does_not_leak_into_later_requests(harness: Any) ->
     h = harness(METADATA, now=NOW, options=META)
     await h.decide("m", [("one", "x")], [("two", "x")])
     r = await h.decide("m", [("one", "y")])
-    assert r.dynamic_metadata["metadata"] == {"name": "service_1", "nested": {"x": 1, "inner": {"p": 1}},
-                                              "list": [1, 2]}
+    assert r.dynamic_metadata["metadata"] == {
+        "name": "service_1",
+        "nested": {"x": 1, "inner": {"p": 1}},
+        "list": [1, 2],
+    }
 
 
 async def test_metadata_only_from_passed_descriptors(harness: Any) -> None:

@@ -18,6 +18,9 @@ from .keys import cache_key, evaluate, near_threshold, reset_seconds
 from .localcache import LocalCache
 from .messages import OK, OVER_LIMIT, Descriptor, Status
 
+# The status of a descriptor with no limit; shared, never mutated.
+NO_LIMIT = Status(OK)
+
 
 class Limiter:
     """Counts hits against limits in a backend."""
@@ -43,86 +46,74 @@ class Limiter:
         self,
         domain: str,
         descriptors: Sequence[Descriptor],
-        rules: Sequence[Any],
-        stats: Sequence[Any],
-        shares: Sequence[tuple[str, ...] | None],
-        hits: Sequence[int],
-        now: int,
+        checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
     ) -> list[Status]:
-        """One Status per descriptor; `rules[i]` is None where no limit applies."""
-        n = len(rules)
+        """One Status per descriptor.
+
+        `checks` holds one (index, rule, stats, share, hits) per descriptor that has a
+        limit, in descriptor order; every other descriptor gets `{OK, no limit}`.
+        """
+        now = int(self.clock())
         prefix = self.prefix
         local = self.local_cache
-        keys: list[str | None] = [None] * n
-        cached = [False] * n
+        statuses: list[Status] = [NO_LIMIT] * len(descriptors)
+        pending: list[tuple[int, Any, Any, int, str]] = []
         ops: list[tuple[str, int, int]] = []
-        index: list[int] = []
-        for i in range(n):
-            rule = rules[i]
-            if rule is None:
-                continue
-            key = cache_key(prefix, domain, descriptors[i].entries, shares[i], rule.unit_seconds, now)
-            keys[i] = key
-            stats[i].total_hits += hits[i]
+        any_cached = False
+        for i, rule, st, share, h in checks:
+            seconds = rule.unit_seconds
+            key = cache_key(prefix, domain, descriptors[i].entries, share, seconds, now)
+            st.total_hits += h
             if local is not None and local.contains(key, now):
-                cached[i] = True
-            else:
-                ops.append((key, hits[i], rule.unit_seconds))
-                index.append(i)
-
-        counters: list[int] = []
-        if ops:
-            if self.stop_increment:
-                ops = await self._selective_ops(ops, index, rules, hits, any(cached))
-            counters = await self.backend.increment(ops)
-
-        statuses: list[Status] = [None] * n  # type: ignore[list-item]
-        j = 0  # next backend result: results follow descriptor order
-        for i in range(n):
-            rule = rules[i]
-            if rule is None:
-                statuses[i] = Status(OK)
-                continue
-            st = stats[i]
-            h = hits[i]
-            reset = reset_seconds(now, rule.unit_seconds)
-            if cached[i]:
+                # Known over limit: answered without touching the backend.
+                any_cached = True
                 st.over_limit += h
                 st.over_limit_with_local_cache += h
+                code = OVER_LIMIT
                 if rule.shadow_mode:
                     st.shadow_mode += h
-                    statuses[i] = Status(OK, rule, 0, reset)
-                else:
-                    statuses[i] = Status(OVER_LIMIT, rule, 0, reset)
+                    code = OK
+                statuses[i] = Status(code, rule, 0, reset_seconds(now, seconds))
                 continue
-            after = counters[j]
-            j += 1
+            pending.append((i, rule, st, h, key))
+            ops.append((key, h, seconds))
+        if not ops:
+            return statuses
+
+        if self.stop_increment:
+            ops = await self._selective_ops(ops, pending, any_cached)
+        backend = self.backend
+        increment_now = getattr(backend, "increment_now", None)
+        # A synchronous backend (memory) is called directly: no coroutine per request.
+        counters = increment_now(ops) if increment_now else await backend.increment(ops)
+
+        ratio = self.near_limit_ratio
+        for j, (i, rule, st, h, key) in enumerate(pending):
             limit = rule.requests_per_unit
             over, remaining, over_add, near_add, within_add = evaluate(
-                limit, h, after, near_threshold(limit, self.near_limit_ratio)
+                limit, h, counters[j], near_threshold(limit, ratio)
             )
+            seconds = rule.unit_seconds
+            st.near_limit += near_add
             if over:
                 st.over_limit += over_add
-                st.near_limit += near_add
                 if local is not None:
-                    local.add(keys[i], now - now % rule.unit_seconds + rule.unit_seconds)  # type: ignore[arg-type]
+                    local.add(key, now - now % seconds + seconds)
+                code = OVER_LIMIT
                 if rule.shadow_mode:
+                    # The rule is only observed: its status passes, the stats still count.
                     st.shadow_mode += over_add
-                    statuses[i] = Status(OK, rule, 0, reset)
-                else:
-                    statuses[i] = Status(OVER_LIMIT, rule, 0, reset)
+                    code = OK
+                statuses[i] = Status(code, rule, 0, reset_seconds(now, seconds))
             else:
                 st.within_limit += within_add
-                st.near_limit += near_add
-                statuses[i] = Status(OK, rule, remaining, reset)
+                statuses[i] = Status(OK, rule, remaining, reset_seconds(now, seconds))
         return statuses
 
     async def _selective_ops(
         self,
         ops: list[tuple[str, int, int]],
-        index: list[int],
-        rules: Sequence[Any],
-        hits: Sequence[int],
+        pending: list[tuple[int, Any, Any, int, str]],
         any_cached: bool,
     ) -> list[tuple[str, int, int]]:
         """STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: increment only would-exceed keys.
@@ -136,7 +127,8 @@ class Limiter:
             return [(key, 0, seconds) for key, _hits, seconds in ops]
         current = await self.backend.get([(key, seconds) for key, _hits, seconds in ops])
         exceed = [
-            current[j] + hits[i] > rules[i].requests_per_unit for j, i in enumerate(index)
+            current[j] + h > rule.requests_per_unit
+            for j, (_i, rule, _st, h, _key) in enumerate(pending)
         ]
         if not any(exceed):
             return ops

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .backends.base import BackendError
 from .config import Rule, RuleSet
 from .config.ruleset import UNIT_NAMES
 from .keys import reset_seconds, unit_seconds
@@ -87,57 +88,67 @@ class RateLimitService:
         if snap.ruleset is None:
             raise self._refuse("no rate limit configuration loaded")
         opts = snap.options
-        now = int(self.clock())
 
         n = len(descriptors)
-        rules: list[Rule | None] = [None] * n
-        stats: list[Any] = [None] * n
-        shares: list[tuple[str, ...] | None] = [None] * n
-        metadata: list[dict[str, Any] | None] = [None] * n
-        unlimited = [False] * n
+        default_hits = request.hits_addend or 1
+        checks: list[tuple[int, Rule, Any, tuple[str, ...] | None, int]] = []
+        unlimited: list[int] | None = None
+        metadata: list[dict[str, Any] | None] | None = None
         root = snap.ruleset.domains.get(domain)
         if root is None:
             for _ in range(n):
                 self.stats.domain_not_found(domain)
         else:
-            replaced: set[str] = set()
+            replaced: set[str] | None = None
             for i in range(n):
                 d = descriptors[i]
+                share = None
                 if d.limit is not None:
                     rule = self._override(domain, d)
-                    stats[i] = rule.stats
+                    stats = rule.stats
                 else:
                     found = lookup(root, domain, d.entries)
                     if found is None:
                         continue
-                    rule, key, shares[i], keep_metadata = found
-                    stats[i] = rule.stats if key == rule.full_key else self.stats.rule_stats(key)
-                    if keep_metadata:
+                    rule, key, share, keep_metadata = found
+                    stats = rule.stats if key == rule.full_key else self.stats.rule_stats(key)
+                    if keep_metadata and rule.metadata is not None:
+                        if metadata is None:
+                            metadata = [None] * n
                         metadata[i] = rule.metadata
                 if rule.replaces:
+                    if replaced is None:
+                        replaced = set()
                     replaced.update(rule.replaces)
                 if rule.unlimited:
-                    unlimited[i] = True
+                    if unlimited is None:
+                        unlimited = []
+                    unlimited.append(i)
                     continue
-                rules[i] = rule
+                hits = default_hits if d.hits_addend is None else d.hits_addend
+                checks.append((i, rule, stats, share, hits))
             if replaced:
-                for i in range(n):
-                    rule = rules[i]
-                    if rule is not None and rule.name and rule.name in replaced:
-                        rules[i] = None
+                # Replaced limits are dropped whatever the descriptor order.
+                checks = [c for c in checks if not (c[1].name and c[1].name in replaced)]
 
-        hits = _hits(request)
-        statuses = await self.limiter.do_limit(domain, descriptors, rules, stats, shares, hits, now)
+        try:
+            statuses = await self.limiter.do_limit(domain, descriptors, checks)
+        except BackendError:
+            self.stats.service.redis_error += 1
+            raise
+        if unlimited is not None:
+            for i in unlimited:
+                statuses[i] = Status(OK, None, MAX_UINT32, 0)
 
         regular_over = False
         quota_count = quota_over = 0
+        global_quota = opts.quota_mode
         for i in range(n):
-            if unlimited[i]:
-                statuses[i] = Status(OK, None, MAX_UINT32, 0)
+            st = statuses[i]
+            if st.rule is None and unlimited is not None and i in unlimited:
                 continue
-            rule = rules[i]
-            over = statuses[i].code == OVER_LIMIT
-            if opts.quota_mode or (rule is not None and rule.quota_mode):
+            over = st.code == OVER_LIMIT
+            if global_quota or (st.rule is not None and st.rule.quota_mode):
                 quota_count += 1
                 quota_over += over
             elif over:
@@ -149,9 +160,11 @@ class RateLimitService:
 
         response = Response(overall, statuses)
         if opts.response_headers:
-            response.headers = _limit_headers(statuses, rules, opts, now)
+            response.headers = _limit_headers(statuses, opts, int(self.clock()))
         if opts.response_dynamic_metadata:
-            response.dynamic_metadata = _dynamic_metadata(request, statuses, unlimited, metadata)
+            response.dynamic_metadata = _dynamic_metadata(
+                request, statuses, unlimited or [], metadata or [None] * n
+            )
         return response
 
     def _override(self, domain: str, d: Descriptor) -> Rule:
@@ -163,15 +176,7 @@ class RateLimitService:
         return Rule(key, requests_per_unit, unit, stats=self.stats.rule_stats(key))
 
 
-def _hits(request: Request) -> list[int]:
-    """Per descriptor: its own hits_addend when set (even 0), else max(1, request's)."""
-    default = request.hits_addend or 1
-    return [default if d.hits_addend is None else d.hits_addend for d in request.descriptors]
-
-
-def _limit_headers(
-    statuses: list[Status], rules: list[Rule | None], opts: Options, now: int
-) -> list[tuple[str, str]]:
+def _limit_headers(statuses: list[Status], opts: Options, now: int) -> list[tuple[str, str]]:
     """RateLimit-Limit/-Remaining/-Reset from the reference's "minimum" descriptor.
 
     The limited status with the least remaining, except that any non-quota OVER_LIMIT
@@ -183,9 +188,8 @@ def _limit_headers(
         if st.rule is not None and st.limit_remaining < least:
             chosen = st
             least = st.limit_remaining
-    for i, st in enumerate(statuses):
-        rule = rules[i]
-        if st.code == OVER_LIMIT and not (opts.quota_mode or (rule is not None and rule.quota_mode)):
+    for st in statuses:
+        if st.code == OVER_LIMIT and not (opts.quota_mode or st.rule.quota_mode):
             chosen = st
     if chosen is None or chosen.rule is None:
         return []
@@ -200,7 +204,7 @@ def _limit_headers(
 def _dynamic_metadata(
     request: Request,
     statuses: list[Status],
-    unlimited: list[bool],
+    unlimited: list[int],
     metadata: list[dict[str, Any] | None],
 ) -> dict[str, Any]:
     """RESPONSE_DYNAMIC_METADATA: the request echoed, plus merged rule metadata.
@@ -223,7 +227,7 @@ def _dynamic_metadata(
     merged: dict[str, Any] = {}
     for i, st in enumerate(statuses):
         meta = metadata[i]
-        if meta and st.code != OVER_LIMIT and not unlimited[i]:
+        if meta and st.code != OVER_LIMIT and i not in unlimited:
             _merge_first_wins(merged, meta)
     if merged:
         out["metadata"] = merged

@@ -3,18 +3,19 @@
 It is the default when no Redis or memcached is configured, and the baseline of tests
 and benchmarks. Semantics are Redis INCRBY + EXPIRE: an increment creates the counter
 at 0 if absent or expired, adds the hits, and (re)sets the TTL to unit + jitter.
-Expired counters are reclaimed by an incremental sweep, so memory stays bounded by the
-live keys without a stop-the-world scan.
+
+Memory stays bounded by the live keys: each key sits in exactly one expiry bucket (the
+second it was due to expire when last bucketed). Once per second the due buckets are
+swept; a key whose TTL was refreshed since is moved to its new bucket, an expired one is
+deleted. The hot path pays a bucket append only when it creates a key.
 """
 
 from __future__ import annotations
 
+import heapq
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
-
-# Keys examined per increment call by the incremental sweep.
-SWEEP_STEP = 64
+from collections.abc import Callable, Sequence
 
 
 class MemoryBackend:
@@ -26,27 +27,38 @@ class MemoryBackend:
         self, jitter_max_seconds: int = 0, clock: Callable[[], float] = time.time
     ) -> None:
         self._counters: dict[str, list[int]] = {}  # key -> [value, expires_at]
+        self._buckets: dict[int, list[str]] = {}  # expiry second -> keys
+        self._due: list[int] = []  # heap of bucket seconds
         self._jitter = jitter_max_seconds
         self._clock = clock
-        self._sweep: Iterator[str] | None = None
+        self._next_sweep = 0
 
     def __len__(self) -> int:
         return len(self._counters)
 
     def increment_now(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
-        """The synchronous core of `increment`."""
+        """The synchronous core of `increment` (the limiter calls it without awaiting)."""
         now = int(self._clock())
+        if now >= self._next_sweep:
+            self._sweep(now)
         counters = self._counters
         jitter = self._jitter
         out = []
         for key, hits, seconds in ops:
+            expires = now + seconds
+            if jitter > 0:
+                expires += random.randrange(jitter)
             entry = counters.get(key)
-            if entry is None or entry[1] <= now:
-                entry = counters[key] = [0, 0]
-            entry[0] += hits
-            entry[1] = now + seconds + (random.randrange(jitter) if jitter > 0 else 0)
+            if entry is None:
+                entry = counters[key] = [hits, expires]
+                self._bucket(key, expires)
+            elif entry[1] <= now:  # expired, not swept yet: a fresh counter
+                entry[0] = hits
+                entry[1] = expires
+            else:
+                entry[0] += hits
+                entry[1] = expires
             out.append(entry[0])
-        self._reclaim(now)
         return out
 
     async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
@@ -73,17 +85,27 @@ class MemoryBackend:
     async def close(self) -> None:
         """Nothing to release."""
         self._counters.clear()
+        self._buckets.clear()
+        self._due.clear()
 
-    def _reclaim(self, now: int) -> None:
-        # Walk a snapshot of the keys a few at a time; start a new pass when done.
-        if self._sweep is None:
-            self._sweep = iter(list(self._counters))
+    def _bucket(self, key: str, expires: int) -> None:
+        bucket = self._buckets.get(expires)
+        if bucket is None:
+            bucket = self._buckets[expires] = []
+            heapq.heappush(self._due, expires)
+        bucket.append(key)
+
+    def _sweep(self, now: int) -> None:
+        self._next_sweep = now + 1
         counters = self._counters
-        for _ in range(SWEEP_STEP):
-            key = next(self._sweep, None)
-            if key is None:
-                self._sweep = None
-                return
-            entry = counters.get(key)
-            if entry is not None and entry[1] <= now:
-                del counters[key]
+        due = self._due
+        while due and due[0] <= now:
+            second = heapq.heappop(due)
+            for key in self._buckets.pop(second, ()):
+                entry = counters.get(key)
+                if entry is None:
+                    continue
+                if entry[1] <= now:
+                    del counters[key]
+                else:
+                    self._bucket(key, entry[1])

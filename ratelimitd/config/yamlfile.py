@@ -102,16 +102,26 @@ def parse(name: str, text: str) -> RootDoc:
 
 
 def _compose(name: str, text: str) -> Node | None:
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # the reader rejects control characters right here
+    except yaml.YAMLError as exc:
+        raise ConfigError(name, f"error loading config file: yaml: {_reader_problem(exc)}") from None
     try:
         # yaml.v2's Unmarshal reads the first document only.
         return loader.get_node() if loader.check_node() else None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(name, f"error loading config file: {_libyaml_message(exc)}") from None
     except yaml.YAMLError as exc:  # e.g. a reader error on a control character
-        raise ConfigError(name, f"error loading config file: yaml: {exc}") from None
+        raise ConfigError(name, f"error loading config file: yaml: {_reader_problem(exc)}") from None
     finally:
         loader.dispose()
+
+
+def _reader_problem(exc: yaml.YAMLError) -> str:
+    """libyaml's wording for characters YAML does not allow."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        return "control characters are not allowed"
+    return str(exc).replace("\n", " ")
 
 
 def _libyaml_message(exc: yaml.MarkedYAMLError) -> str:

@@ -557,3 +557,74 @@ async def test_unlimited_is_not_counted(harness: Any) -> None:
     assert [brief(s) for s in r.statuses] == [(OK, None, MAX_UINT32, 0)]
     assert h.backend._counters == {}
     assert stats(h, "u") == expect()
+
+
+# --- cache keys end to end ----------------------------------------------------------------
+
+SHARED = """
+domain: s
+descriptors:
+  - key: files
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: wild
+    value: foo*
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: nested
+    value: parent
+    descriptors:
+      - key: files
+        value: nested/*
+        share_threshold: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"""
+
+
+async def test_share_threshold_values_share_one_counter(harness: Any) -> None:
+    h = harness(SHARED, now=1234)
+    r = await h.decide("s", [("files", "files/a")], [("files", "files/b")], [("files", "files/c")])
+    assert [s.code for s in r.statuses] == [OK, OK, OVER_LIMIT]
+    assert list(h.backend._counters) == ["s_files_files/*_1200"]
+    assert counter(h, "s_files_files/*_1200") == 3
+    assert h.stat("ratelimit.service.rate_limit.s.files_files/*.total_hits") == 3
+
+
+async def test_share_threshold_only_replaces_its_own_entry(harness: Any) -> None:
+    h = harness(SHARED, now=1234)
+    await h.decide("s", [("nested", "parent"), ("files", "nested/x")])
+    assert list(h.backend._counters) == ["s_nested_parent_files_nested/*_1200"]
+
+
+async def test_wildcard_without_share_counts_each_value(harness: Any) -> None:
+    h = harness(SHARED, now=1234)
+    r = await h.decide("s", [("wild", "foo1")], [("wild", "foo2")], [("wild", "foo1")])
+    assert [s.code for s in r.statuses] == [OK, OK, OK]
+    assert (counter(h, "s_wild_foo1_1200"), counter(h, "s_wild_foo2_1200")) == (2, 1)
+    # One stats key (the pattern, `*` included) for all values.
+    assert h.stat("ratelimit.service.rate_limit.s.wild_foo*.total_hits") == 3
+
+
+async def test_cache_key_prefix_and_empty_value(harness: Any) -> None:
+    h = harness(SHARED, now=1234, cache_key_prefix="prefix:")
+    await h.decide("s", [("k", "")], [("k", "v")])
+    assert sorted(h.backend._counters) == ["prefix:s_k__1200", "prefix:s_k_v_1200"]
+
+
+async def test_same_key_twice_in_one_request_counts_twice(harness: Any) -> None:
+    h = harness(SHARED, now=1234)
+    r = await h.decide("s", [("k", "v")], [("k", "v")])
+    assert [s.limit_remaining for s in r.statuses] == [4, 3]
+    assert counter(h, "s_k_v_1200") == 2
+
+
+async def test_near_limit_ratio_is_applied_in_float32(harness: Any) -> None:
+    config = (
+        "domain: n\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}"
+    )
+    h = harness(config, near_limit_ratio=0.29)
+    h.backend._counters["n_k_v_997200"] = [28, 1_003_600]
+    await h.decide("n", [("k", "v")], hits_addend=2)  # 28 -> 30; float32 threshold is 29
+    assert h.stat("ratelimit.service.rate_limit.n.k.near_limit") == 1

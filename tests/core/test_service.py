@@ -13,6 +13,7 @@ statuses are produced by presetting counters in the memory backend.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -104,6 +105,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, replaces: [{name: N}]}
 """
 
+BASIC = Path(__file__).resolve().parents[1] / "configs" / "basic_config.yaml"
 NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58
 
 
@@ -757,3 +759,35 @@ async def test_metadata_not_from_replaced_limits(harness: Any) -> None:
     r = await h.decide("m", [("named", "x")], [("replacer", "x")])
     assert [brief(s) for s in r.statuses] == [(OK, None, 0), (OK, 1, 0)]
     assert "metadata" not in r.dynamic_metadata
+
+
+async def test_global_quota_mode_without_any_limit_is_ok(harness: Any) -> None:
+    h = harness(CONFIG, now=NOW, options=Options(quota_mode=True))
+    r = await h.decide("nope", [("foo", "x")])
+    assert r.overall_code == OK
+    r = await h.decide("d", [("hello", "world")], [("unl", "x")])
+    assert r.overall_code == OK
+
+
+async def test_detailed_metric_stats_key_end_to_end(harness: Any) -> None:
+    h = harness(BASIC, now=NOW)
+    await h.decide("test-domain", [("key7", "unspecified_value")])
+    assert h.stat("ratelimit.service.rate_limit.test-domain.key7_unspecified_value.total_hits") == 1
+    assert h.stat("ratelimit.service.rate_limit.test-domain.key7.total_hits") == 0
+
+
+async def test_whitelisted_value_and_depth_rule_end_to_end(harness: Any) -> None:
+    h = harness(BASIC, now=NOW)
+    r = await h.decide(
+        "test-domain",
+        [("key2", "value3")],  # whitelisted: no limit although key2 has a default
+        [("key2", "value2"), ("subkey", "x")],  # no fallback to key2_value2 at depth 2
+        [("key2", "other")],  # key-only default
+        [("key5", "value5")],  # an intermediate node's own limit
+    )
+    assert [brief(s) for s in r.statuses] == [
+        (OK, None, 0),
+        (OK, None, 0),
+        (OK, 20, 19),
+        (OK, 15, 14),
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime
+from typing import NamedTuple
 
 from sidecars.schemas import Arrival, PatternArrival, PipEstimate
 
@@ -53,58 +54,124 @@ def _headsign(net: Network, trip: int) -> str:
     return raw.stops[raw.st_stop[last]].name
 
 
-def build_arrivals(
-    net: Network,
-    rt: Realtime,
-    positions: list[int],
-    day: date,
-    now: float,
-    with_stop: bool,
-) -> list[Arrival] | list[PatternArrival]:
-    """One arrival per stop_time position, realtime merged, sorted by scheduled time."""
+class Scheduled(NamedTuple):
+    """One scheduled arrival with everything the response needs that realtime cannot change."""
+
+    unix: int
+    trip_id: str
+    position: int
+    trip: int
+    time: str
+    stop_sequence: int
+    headsign: str
+    line_id: str
+    pattern_id: str
+    route_id: str
+    stop_id: str
+
+
+def scheduled_rows(net: Network, positions: list[int], day: date) -> list[Scheduled]:
+    """The scheduled arrivals at some stop_time positions on a service day, in time order.
+
+    Callers memoise this per (stop or pattern, day) with `Network.day_memo`: it is the costly
+    part of an arrivals request and does not depend on realtime.
+    """
     raw = net.raw
     tz = net.tz
     st_trip, st_time, st_seq, st_stop = raw.st_trip, raw.st_time, raw.st_seq, raw.st_stop
-    times, seconds = raw.time_strings, raw.time_seconds
+    times, seconds, trip_ids = raw.time_strings, raw.time_seconds, raw.trip_ids
+    unix_of: dict[int, int] = {}
     rows = []
     for p in positions:
         ti = st_trip[p]
         tid = st_time[p]
-        scheduled = service_time_unix(day, seconds[tid], tz)
-        trip_id = raw.trip_ids[ti]
-        estimate = observed = None
-        estimates = rt.estimates(net, ti, day) if rt.updates else None
-        seq = st_seq[p]
-        if estimates is not None:
-            estimate = estimates[p - raw.trip_first[ti]]
-            if estimate is not None:
-                passed = rt.passed_sequence(trip_id)
-                if estimate <= now or (passed is not None and seq < passed):
-                    observed = estimate
-        rows.append((scheduled, trip_id, p, ti, tid, seq, estimate, observed))
-    rows.sort()
-    out = []
-    cls = PatternArrival if with_stop else Arrival
-    for scheduled, trip_id, p, ti, tid, seq, estimate, observed in rows:
-        fields = dict(
-            estimated_arrival=clock_string(estimate, day, tz) if estimate is not None else None,
-            estimated_arrival_unix=estimate,
-            headsign=_headsign(net, ti),
-            line_id=net.trip_line[ti],
-            observed_arrival=clock_string(observed, day, tz) if observed is not None else None,
-            observed_arrival_unix=observed,
-            pattern_id=net.trip_pattern[ti],
-            route_id=raw.routes[raw.trip_route[ti]].route_id,
-            scheduled_arrival=times[tid],
-            scheduled_arrival_unix=scheduled,
-            stop_sequence=seq,
-            trip_id=trip_id,
-            vehicle_id=rt.trip_vehicle(trip_id) if rt.updates or rt.positions else None,
+        unix = unix_of.get(tid)
+        if unix is None:
+            unix = unix_of[tid] = service_time_unix(day, seconds[tid], tz)
+        rows.append(
+            Scheduled(
+                unix,
+                trip_ids[ti],
+                p,
+                ti,
+                times[tid],
+                st_seq[p],
+                _headsign(net, ti),
+                net.trip_line[ti],
+                net.trip_pattern[ti],
+                raw.routes[raw.trip_route[ti]].route_id,
+                raw.stop_ids[st_stop[p]],
+            )
         )
+    rows.sort()
+    return rows
+
+
+def build_arrivals(
+    net: Network,
+    rt: Realtime,
+    rows: list[Scheduled],
+    day: date,
+    now: float,
+    with_stop: bool,
+) -> list[Arrival] | list[PatternArrival]:
+    """The response rows: scheduled arrivals with TripUpdate estimates and observed times."""
+    tz = net.tz
+    realtime = bool(rt.updates or rt.positions)
+    first = net.raw.trip_first
+    out = []
+    for r in rows:
+        estimate = observed = None
+        vehicle = None
+        if realtime:
+            estimates = rt.estimates(net, r.trip, day) if rt.updates else None
+            if estimates is not None:
+                estimate = estimates[r.position - first[r.trip]]
+                if estimate is not None:
+                    passed = rt.passed_sequence(r.trip_id)
+                    if estimate <= now or (passed is not None and r.stop_sequence < passed):
+                        observed = estimate
+            vehicle = rt.trip_vehicle(r.trip_id)
+        estimated_text = clock_string(estimate, day, tz) if estimate is not None else None
+        observed_text = clock_string(observed, day, tz) if observed is not None else None
         if with_stop:
-            fields["stop_id"] = raw.stop_ids[st_stop[p]]
-        out.append(cls(**fields))
-    return out
+            out.append(
+                PatternArrival(
+                    estimated_arrival=estimated_text,
+                    estimated_arrival_unix=estimate,
+                    headsign=r.headsign,
+                    line_id=r.line_id,
+                    observed_arrival=observed_text,
+                    observed_arrival_unix=observed,
+                    pattern_id=r.pattern_id,
+                    route_id=r.route_id,
+                    scheduled_arrival=r.time,
+                    scheduled_arrival_unix=r.unix,
+                    stop_id=r.stop_id,
+                    stop_sequence=r.stop_sequence,
+                    trip_id=r.trip_id,
+                    vehicle_id=vehicle,
+                )
+            )
+        else:
+            out.append(
+                Arrival(
+                    estimated_arrival=estimated_text,
+                    estimated_arrival_unix=estimate,
+                    headsign=r.headsign,
+                    line_id=r.line_id,
+                    observed_arrival=observed_text,
+                    observed_arrival_unix=observed,
+                    pattern_id=r.pattern_id,
+                    route_id=r.route_id,
+                    scheduled_arrival=r.time,
+                    scheduled_arrival_unix=r.unix,
+                    stop_sequence=r.stop_sequence,
+                    trip_id=r.trip_id,
+                    vehicle_id=vehicle,
+                )
+            )
+    return out  # type: ignore[return-value]
 
 
 def pip_estimates(
@@ -119,21 +186,24 @@ def pip_estimates(
         stop = net.stop_index.get(stop_id)
         if stop is None:
             continue
-        for p in net.stop_arrivals(stop, day):
-            ti = raw.st_trip[p]
+        scheduled_at_stop = net.day_memo(
+            ("stop", stop, day),
+            lambda stop=stop: scheduled_rows(net, net.stop_arrivals(stop, day), day),
+        )
+        for r in scheduled_at_stop:
+            ti = r.trip
             first = raw.trip_first[ti]
-            if p == first + raw.trip_count[ti] - 1:
+            if r.position == first + raw.trip_count[ti] - 1:
                 continue
-            tid = raw.st_time[p]
-            timetabled = raw.time_strings[tid]
-            scheduled = service_time_unix(day, raw.time_seconds[tid], tz)
+            timetabled = r.time
+            scheduled = r.unix
             estimates = rt.estimates(net, ti, day) if rt.updates else None
-            estimate = estimates[p - first] if estimates is not None else None
-            trip_id = raw.trip_ids[ti]
+            estimate = estimates[r.position - first] if estimates is not None else None
+            trip_id = r.trip_id
             common = dict(
-                lineId=net.trip_line[ti],
-                patternId=net.trip_pattern[ti],
-                stopHeadsign=_headsign(net, ti),
+                lineId=r.line_id,
+                patternId=r.pattern_id,
+                stopHeadsign=r.headsign,
                 timetabledArrivalTime=timetabled,
                 timetabledDepartureTime=timetabled,
             )

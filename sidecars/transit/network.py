@@ -19,9 +19,10 @@ import hashlib
 import math
 import re
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
+from typing import TypeVar
 from zoneinfo import ZoneInfo
 
 import msgspec
@@ -46,6 +47,8 @@ from .gtfs import NO_DROP_OFF, NO_PICKUP, RawFeed
 from .times import time_24h, yyyymmdd
 
 EARTH_RADIUS_M = 6371008.8
+DAY_MEMO_ENTRIES = 2048
+T = TypeVar("T")
 _DIGITS = re.compile(r"(\d+)")
 _version_encoder = msgspec.json.Encoder()
 
@@ -124,6 +127,7 @@ class Network:
         self._pattern_bodies: dict[str, Body | None] = {}
         self._shape_bodies: dict[str, Body | None] = {}
         self._gtfs_body: Body | None = None
+        self._day_memo: dict[tuple, object] = {}
         self._derive()
         self._index_stops()
         self._encode_lists()
@@ -380,6 +384,19 @@ class Network:
                 self._active.clear()
             self._active[day] = flags
         return flags
+
+    def day_memo(self, key: tuple, factory: Callable[[], T]) -> T:
+        """Memoise a value derived from this feed version for one day (schedules of a stop or
+        a pattern, encoded bodies); bounded so a crawl over every stop cannot grow it forever."""
+        try:
+            return self._day_memo[key]  # type: ignore[return-value]
+        except KeyError:
+            pass
+        value = factory()
+        if len(self._day_memo) >= DAY_MEMO_ENTRIES:
+            self._day_memo.clear()
+        self._day_memo[key] = value
+        return value
 
     @property
     def times_24h(self) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from datetime import date
 
 import falcon
 import falcon.asgi
@@ -18,7 +19,7 @@ from sidecars.schemas import (
     pip_request_decoder,
 )
 
-from .arrivals import PIP_SPECIAL, build_arrivals, pip_estimates
+from .arrivals import PIP_SPECIAL, Scheduled, build_arrivals, pip_estimates, scheduled_rows
 from .bodies import Body
 from .network import Network
 from .store import TransitStore
@@ -221,10 +222,11 @@ class ArrivalsByStop(_Base):
             return
         now = self.store.now()
         day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
-        rows = build_arrivals(
-            net, self.store.realtime, net.stop_arrivals(stop, day), day, now, False
+        rows = net.day_memo(
+            ("stop", stop, day), lambda: scheduled_rows(net, net.stop_arrivals(stop, day), day)
         )
-        send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_REALTIME)
+        body = _arrivals_body(net, self.store, rows, day, now, ("stop", stop))
+        send_raw(resp, falcon.HTTP_200, body, CACHE_REALTIME)
 
     on_head = on_get
 
@@ -238,14 +240,32 @@ class ArrivalsByPattern(_Base):
         net = self.network()
         now = self.store.now()
         day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
-        positions = net.pattern_arrivals(item_id, day)
-        if positions is None:
+        if item_id not in net.pattern_trips:
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
-        rows = build_arrivals(net, self.store.realtime, positions, day, now, True)
-        send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_REALTIME)
+        rows = net.day_memo(
+            ("pattern", item_id, day),
+            lambda: scheduled_rows(net, net.pattern_arrivals(item_id, day) or [], day),
+        )
+        body = _arrivals_body(net, self.store, rows, day, now, ("pattern", item_id))
+        send_raw(resp, falcon.HTTP_200, body, CACHE_REALTIME)
 
     on_head = on_get
+
+
+def _arrivals_body(
+    net: Network, store: TransitStore, rows: list[Scheduled], day: date, now: float, key: tuple
+) -> bytes:
+    """Encoded arrivals; without realtime trip data the bytes only depend on the day, so they
+    are encoded once per (stop or pattern, day) and feed version."""
+    rt = store.realtime
+    with_stop = key[0] == "pattern"
+    if rt.updates or rt.positions:
+        return json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop))
+    return net.day_memo(
+        (*key, day, "body"),
+        lambda: json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop)),
+    )
 
 
 class PipEstimates(_Base):

@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# A new connection per probe: a kept-alive one would always reach the same worker.
+FRESH = {"Connection": "close"}
 LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
 
 
@@ -69,7 +71,7 @@ def server() -> Iterator[str]:
             while ok < 20:
                 assert time.monotonic() < deadline, "not ready:\n" + "".join(lines)
                 try:
-                    ok = ok + 1 if client.get("/health").status_code == 200 else 0
+                    ok = ok + 1 if client.get("/health", headers=FRESH).status_code == 200 else 0
                 except httpx.TransportError:
                     ok = 0
                     time.sleep(0.05)

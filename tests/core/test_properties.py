@@ -169,10 +169,11 @@ def _norm(found: Any) -> Any:
 @st.composite
 def guided_request(draw: st.DrawFn, specs: list[NodeSpec]) -> tuple:
     """A request that mostly walks the generated config (so lookups often find a rule)."""
-    entries = []
-    level_specs = specs
+    entries: list[tuple[str, str]] = []
+    level_specs: list[NodeSpec] = specs
     for _ in range(draw(st.integers(1, 4))):
-        if level_specs and draw(st.integers(0, 4)):
+        walk: int = draw(st.integers(0, 4))
+        if level_specs and walk:
             spec = draw(st.sampled_from(level_specs))
             if spec.value and draw(st.booleans()):
                 filler = draw(st.sampled_from(["", "x", "zz", "_"]))

@@ -791,3 +791,13 @@ async def test_whitelisted_value_and_depth_rule_end_to_end(harness: Any) -> None
         (OK, 20, 19),
         (OK, 15, 14),
     ]
+
+
+async def test_override_with_an_unknown_unit_is_refused(harness: Any) -> None:
+    # The reference panics in UnitToDivider (not a serviceError, so the process crashes);
+    # we refuse the request as a service error instead.
+    h = harness(CONFIG, now=NOW)
+    with pytest.raises(ServiceError):
+        await h.decide("d", Descriptor((("foo", "x"),), limit=(1, 0)))
+    assert h.stat(SERVICE_ERROR) == 1
+    assert h.backend._counters == {}

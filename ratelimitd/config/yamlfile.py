@@ -10,6 +10,7 @@ file order: the reference reports whichever problem Go's random map order meets 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,17 @@ class RootDoc:
     descriptors: list[DescriptorDoc] = field(default_factory=list)
 
 
+class _Loader(yaml.SafeLoader):
+    """Composes nodes only; plain scalars are typed by `_plain_kind` the way yaml.v2 does.
+
+    PyYAML resolves YAML 1.1 (`1:30` is 90, `1e3` a string, `y` a string); yaml.v2 does
+    not, so PyYAML's implicit resolvers are switched off and every plain scalar arrives
+    tagged `str` for us to resolve.
+    """
+
+    yaml_implicit_resolvers: dict = {}  # type: ignore[type-arg]  # noqa: RUF012
+
+
 def parse(name: str, text: str) -> RootDoc:
     """Parse and type-check one config file; raise ConfigError with the reference's text."""
     root = _compose(name, text)
@@ -103,16 +115,20 @@ def parse(name: str, text: str) -> RootDoc:
 
 def _compose(name: str, text: str) -> Node | None:
     try:
-        loader = yaml.SafeLoader(text)  # the reader rejects control characters right here
+        loader = _Loader(text)  # the reader rejects control characters right here
     except yaml.YAMLError as exc:
-        raise ConfigError(name, f"error loading config file: yaml: {_reader_problem(exc)}") from None
+        raise ConfigError(
+            name, f"error loading config file: yaml: {_reader_problem(exc)}"
+        ) from None
     try:
         # yaml.v2's Unmarshal reads the first document only.
         return loader.get_node() if loader.check_node() else None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(name, f"error loading config file: {_libyaml_message(exc)}") from None
     except yaml.YAMLError as exc:  # e.g. a reader error on a control character
-        raise ConfigError(name, f"error loading config file: yaml: {_reader_problem(exc)}") from None
+        raise ConfigError(
+            name, f"error loading config file: yaml: {_reader_problem(exc)}"
+        ) from None
     finally:
         loader.dispose()
 
@@ -151,12 +167,70 @@ def _libyaml_message(exc: yaml.MarkedYAMLError) -> str:
     return f"yaml: line {line}: {problem}" if line else f"yaml: {problem}"
 
 
+_NULLS = frozenset({"", "~", "null", "Null", "NULL"})
+_TRUES = frozenset({"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "true", "True", "TRUE"})
+_FALSES = frozenset({"n", "N", "no", "No", "NO", "off", "Off", "OFF", "false", "False", "FALSE"})
+_FLOAT_WORDS = frozenset(
+    {".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF"}
+    | {".nan", ".NaN", ".NAN"}
+)
+# yaml.v2's yamlStyleFloat.
+_YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+_INT64 = (-(1 << 63), (1 << 64) - 1)
+
+
+def _go_parse_int(text: str) -> int | None:
+    """strconv.ParseInt(text, 0, 64) (or ParseUint): 0x / 0o / 0b / leading-0 octal."""
+    s = text
+    sign = 1
+    if s[:1] in "+-" and s:
+        sign = -1 if s[0] == "-" else 1
+        s = s[1:]
+    if not s:
+        return None
+    base = 10
+    if len(s) > 1 and s[0] == "0":
+        prefix = s[1].lower()
+        if prefix == "x":
+            base, s = 16, s[2:]
+        elif prefix == "o":
+            base, s = 8, s[2:]
+        elif prefix == "b":
+            base, s = 2, s[2:]
+        else:
+            base, s = 8, s[1:]
+    digits = "0123456789abcdef"[:base]
+    if not s or any(c not in digits for c in s.lower()):
+        return None
+    value = sign * int(s, base)
+    return value if _INT64[0] <= value <= _INT64[1] else None
+
+
+def _plain_kind(text: str) -> str:
+    """yaml.v2's resolve() of a plain scalar: null, bool, int, float or str."""
+    if text in _NULLS:
+        return "null"
+    if text in _TRUES or text in _FALSES:
+        return "bool"
+    if text in _FLOAT_WORDS:
+        return "float"
+    plain = text.replace("_", "")
+    if plain and (plain[0].isdigit() or plain[0] in "+-."):
+        if _go_parse_int(plain) is not None:
+            return "int"
+        if _YAML_FLOAT.match(plain):
+            return "float"
+        if plain.startswith(("0b", "-0b")):
+            return "int" if _go_parse_int(plain) is not None else "str"
+    return "str"
+
+
 def _scalar_kind(node: ScalarNode) -> str:
-    """The yaml.v2 resolved type of a plain scalar: str, int, bool, null or float."""
+    """The yaml.v2 type of a scalar: str, int, bool, null or float."""
     tag = node.tag
-    if tag in (_STR, _TIMESTAMP, _BINARY):
-        # yaml.v2 keeps timestamp-looking scalars as strings in generic maps.
-        return "str"
+    if tag == _STR:
+        # Plain scalars are resolved by content; quoted ones are strings.
+        return _plain_kind(node.value) if node.style is None else "str"
     if tag == _INT:
         return "int"
     if tag == _BOOL:
@@ -165,6 +239,7 @@ def _scalar_kind(node: ScalarNode) -> str:
         return "null"
     if tag == _FLOAT:
         return "float"
+    # Timestamps, binary and unknown tags: yaml.v2 keeps them as strings in generic maps.
     return "str"
 
 
@@ -215,9 +290,7 @@ def _check_keys(name: str, mapping: MappingNode) -> None:
     """`validateYamlKeys`, walked in file order."""
     for knode, vnode in mapping.value:
         if not (isinstance(knode, ScalarNode) and _scalar_kind(knode) == "str"):
-            raise ConfigError(
-                name, f"config error, key is not of type string: {_go_value(knode)}"
-            )
+            raise ConfigError(name, f"config error, key is not of type string: {_go_value(knode)}")
         key = knode.value
         if key not in VALID_KEYS:
             raise ConfigError(name, f"config error, unknown key '{key}'")
@@ -239,16 +312,21 @@ def _check_keys(name: str, mapping: MappingNode) -> None:
 
 
 def _bool(text: str) -> bool:
-    return text.lower() in ("yes", "true", "on", "y")
+    return text in _TRUES
 
 
 def _int(text: str) -> int:
-    # PyYAML's resolver accepted it as an int, so its own constructor can convert it.
-    return int(yaml.SafeLoader("").construct_yaml_int(ScalarNode(_INT, text)))
+    value = _go_parse_int(text.replace("_", ""))
+    return 0 if value is None else value
 
 
 def _float(text: str) -> float:
-    return float(yaml.SafeLoader("").construct_yaml_float(ScalarNode(_FLOAT, text)))
+    if text in _FLOAT_WORDS:
+        return float(text.lower().replace(".", ""))
+    try:
+        return float(text.replace("_", ""))
+    except ValueError:
+        return 0.0
 
 
 def _terror(node: Node, go_type: str) -> str:
@@ -270,39 +348,40 @@ def _raise_unmarshal(name: str, errors: list[str]) -> None:
 
 
 class _Decoder:
-    """yaml.v2's typed decode into the reference's YamlRoot structs, collecting type errors."""
+    """yaml.v2's typed decode into the reference's YamlRoot structs, collecting type errors.
+
+    Fields are decoded in document order (as yaml.v2 walks a mapping node), so several
+    type errors come out in file order; a repeated key is decoded again and wins.
+    """
 
     def __init__(self) -> None:
         self.errors: list[str] = []
 
-    def _fields(self, node: MappingNode) -> dict[str, Node]:
-        # Last duplicate wins, as in yaml.v2 when decoding into a struct.
-        out: dict[str, Node] = {}
-        for k, v in node.value:
-            if isinstance(k, ScalarNode):
-                out[k.value] = v
-        return out
+    @staticmethod
+    def _pairs(node: MappingNode) -> list[tuple[str, Node]]:
+        return [(k.value, v) for k, v in node.value if isinstance(k, ScalarNode)]
 
-    def _null(self, node: Node | None) -> bool:
+    @staticmethod
+    def _null(node: Node | None) -> bool:
         return node is None or (isinstance(node, ScalarNode) and _scalar_kind(node) == "null")
 
-    def string(self, node: Node | None) -> str:
+    def string(self, node: Node) -> str:
         if self._null(node):
             return ""
         if isinstance(node, ScalarNode):
             return node.value  # any scalar decodes into a Go string as its literal text
-        self.errors.append(_terror(node, "string"))  # type: ignore[arg-type]
+        self.errors.append(_terror(node, "string"))
         return ""
 
-    def boolean(self, node: Node | None) -> bool:
+    def boolean(self, node: Node) -> bool:
         if self._null(node):
             return False
         if isinstance(node, ScalarNode) and _scalar_kind(node) == "bool":
             return _bool(node.value)
-        self.errors.append(_terror(node, "bool"))  # type: ignore[arg-type]
+        self.errors.append(_terror(node, "bool"))
         return False
 
-    def uint32(self, node: Node | None) -> int:
+    def uint32(self, node: Node) -> int:
         if self._null(node):
             return 0
         if isinstance(node, ScalarNode):
@@ -315,23 +394,25 @@ class _Decoder:
                 number = _float(node.value)
                 if 0 <= number <= _MAX_U32:
                     return int(number)
-        self.errors.append(_terror(node, "uint32"))  # type: ignore[arg-type]
+        self.errors.append(_terror(node, "uint32"))
         return 0
 
     def root(self, node: Node | None) -> RootDoc:
         doc = RootDoc()
         if node is None or not isinstance(node, MappingNode):
             return doc
-        f = self._fields(node)
-        doc.domain = self.string(f.get("domain"))
-        doc.descriptors = self.descriptor_list(f.get("descriptors"))
+        for key, value in self._pairs(node):
+            if key == "domain":
+                doc.domain = self.string(value)
+            elif key == "descriptors":
+                doc.descriptors = self.descriptor_list(value)
         return doc
 
-    def descriptor_list(self, node: Node | None) -> list[DescriptorDoc]:
+    def descriptor_list(self, node: Node) -> list[DescriptorDoc]:
         if self._null(node):
             return []
         if not isinstance(node, SequenceNode):
-            self.errors.append(_terror(node, "[]config.YamlDescriptor"))  # type: ignore[arg-type]
+            self.errors.append(_terror(node, "[]config.YamlDescriptor"))
             return []
         return [self.descriptor(element) for element in node.value]
 
@@ -341,61 +422,86 @@ class _Decoder:
             if not self._null(node):
                 self.errors.append(_terror(node, "config.YamlDescriptor"))
             return d
-        f = self._fields(node)
-        d.key = self.string(f.get("key"))
-        d.value = self.string(f.get("value"))
-        d.rate_limit = self.rate_limit(f.get("rate_limit"))
-        d.descriptors = self.descriptor_list(f.get("descriptors"))
-        d.shadow_mode = self.boolean(f.get("shadow_mode"))
-        d.quota_mode = self.boolean(f.get("quota_mode"))
-        d.detailed_metric = self.boolean(f.get("detailed_metric"))
-        d.value_to_metric = self.boolean(f.get("value_to_metric"))
-        d.share_threshold = self.boolean(f.get("share_threshold"))
-        d.metadata = self.metadata(f.get("metadata"))
+        for key, value in self._pairs(node):
+            if key in ("key", "value"):
+                setattr(d, key, self.string(value))
+            elif key in _DESCRIPTOR_FLAGS:
+                setattr(d, key, self.boolean(value))
+            elif key == "rate_limit":
+                d.rate_limit = self.rate_limit(value)
+            elif key == "descriptors":
+                d.descriptors = self.descriptor_list(value)
+            elif key == "metadata":
+                d.metadata = self.metadata(value)
         return d
 
-    def rate_limit(self, node: Node | None) -> RateLimitDoc | None:
+    def rate_limit(self, node: Node) -> RateLimitDoc | None:
         if self._null(node):
             return None  # `rate_limit:` with no body is a nil pointer: no limit at all
         if not isinstance(node, MappingNode):
-            self.errors.append(_terror(node, "config.YamlRateLimit"))  # type: ignore[arg-type]
+            self.errors.append(_terror(node, "config.YamlRateLimit"))
             return None
-        f = self._fields(node)
         r = RateLimitDoc()
-        r.requests_per_unit = self.uint32(f.get("requests_per_unit"))
-        r.unit = self.string(f.get("unit"))
-        r.unlimited = self.boolean(f.get("unlimited"))
-        r.name = self.string(f.get("name"))
-        replaces = f.get("replaces")
-        if not self._null(replaces):
-            if isinstance(replaces, SequenceNode):
-                for element in replaces.value:
-                    if isinstance(element, MappingNode):
-                        r.replaces.append(self.string(self._fields(element).get("name")))
-                    elif self._null(element):
-                        r.replaces.append("")
-                    else:
-                        self.errors.append(_terror(element, "config.yamlReplaces"))
-            else:
-                self.errors.append(_terror(replaces, "[]config.yamlReplaces"))  # type: ignore[arg-type]
+        for key, value in self._pairs(node):
+            if key == "requests_per_unit":
+                r.requests_per_unit = self.uint32(value)
+            elif key in ("unit", "name"):
+                setattr(r, key, self.string(value))
+            elif key == "unlimited":
+                r.unlimited = self.boolean(value)
+            elif key == "replaces":
+                r.replaces = self.replaces(value)
         return r
 
-    def metadata(self, node: Node | None) -> dict[str, Any] | None:
+    def replaces(self, node: Node) -> list[str]:
+        if self._null(node):
+            return []
+        if not isinstance(node, SequenceNode):
+            self.errors.append(_terror(node, "[]config.yamlReplaces"))
+            return []
+        names = []
+        for element in node.value:
+            name = ""
+            if isinstance(element, MappingNode):
+                for key, value in self._pairs(element):
+                    if key == "name":
+                        name = self.string(value)
+            elif not self._null(element):
+                self.errors.append(_terror(element, "config.yamlReplaces"))
+            names.append(name)
+        return names
+
+    def metadata(self, node: Node) -> dict[str, Any] | None:
         if self._null(node):
             return None
         if not isinstance(node, MappingNode):
-            self.errors.append(_terror(node, "map[string]interface {}"))  # type: ignore[arg-type]
+            self.errors.append(_terror(node, "map[string]interface {}"))
             return None
-        value = yaml.SafeLoader("").construct_document(node)
-        return _jsonable(value)
+        return _construct(node)  # type: ignore[no-any-return]
 
 
-def _jsonable(value: Any) -> Any:
-    """Metadata as google.protobuf.Struct would hold it (string keys, JSON values)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
+_DESCRIPTOR_FLAGS = frozenset(
+    {"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+)
+
+
+def _construct(node: Node) -> Any:
+    """A node as the JSON-like value google.protobuf.Struct would hold."""
+    if isinstance(node, MappingNode):
+        return {
+            _go_value(k) if not isinstance(k, ScalarNode) else k.value: _construct(v)
+            for k, v in node.value
+        }
+    if isinstance(node, SequenceNode):
+        return [_construct(v) for v in node.value]
+    kind = _scalar_kind(node)  # type: ignore[arg-type]
+    text = node.value
+    if kind == "null":
+        return None
+    if kind == "bool":
+        return _bool(text)
+    if kind == "int":
+        return _int(text)
+    if kind == "float":
+        return _float(text)
+    return text

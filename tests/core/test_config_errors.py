@@ -348,11 +348,6 @@ def test_bool_field_type_error() -> None:
     assert error_of(text) == UNMARSHAL + "line 4: cannot unmarshal !!str `maybe` into bool"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: yaml.v2 decodes struct fields in document order (decode.go mappingStruct), "
-    "so type errors are listed by line; we list them in struct-field order",
-)
 def test_several_unmarshal_errors_are_listed_in_document_order() -> None:
     text = (
         "domain: d\n"
@@ -452,23 +447,15 @@ def test_list_of_non_maps_in_replaces() -> None:
     )
 
 
-_YAML11_VS_V2 = (
-    "BUG: yaml.v2 resolves 1e3, 1.5e3 and -.5 as floats (resolve.go yamlStyleFloat); "
-    "PyYAML's YAML 1.1 resolver makes them strings, so the float leaf is not rejected"
-)
-
-
 @pytest.mark.parametrize(
     "leaf",
     [
         "requests_per_unit: 1.5",
         "value: 2.0",
         "key: .inf",
-        pytest.param("value: -.5", marks=pytest.mark.xfail(strict=True, reason=_YAML11_VS_V2)),
-        pytest.param(
-            "shadow_mode: 1e3", marks=pytest.mark.xfail(strict=True, reason=_YAML11_VS_V2)
-        ),
-        pytest.param("value: 1.5e3", marks=pytest.mark.xfail(strict=True, reason=_YAML11_VS_V2)),
+        "value: -.5",
+        "shadow_mode: 1e3",
+        "value: 1.5e3",
     ],
 )
 def test_float_leaf_is_error_checking_config(leaf: str) -> None:
@@ -487,8 +474,6 @@ def test_int_bool_and_null_leaves_are_fine_for_the_key_check() -> None:
 
 # --- scalar resolution: yaml.v2 (Go) is not PyYAML's YAML 1.1 -----------------------------------
 
-_RESOLVER = "BUG: scalars resolve with PyYAML's YAML 1.1 rules, not yaml.v2's resolve.go: "
-
 
 @pytest.mark.parametrize(
     ("word", "expected"),
@@ -498,15 +483,9 @@ _RESOLVER = "BUG: scalars resolve with PyYAML's YAML 1.1 rules, not yaml.v2's re
         ("TRUE", True),
         ("No", False),
         ("off", False),
-        pytest.param(
-            "y", True, marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "y/Y/n/N are bools")
-        ),
-        pytest.param(
-            "Y", True, marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "y/Y/n/N are bools")
-        ),
-        pytest.param(
-            "n", False, marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "y/Y/n/N are bools")
-        ),
+        ("y", True),
+        ("Y", True),
+        ("n", False),
     ],
 )
 def test_yaml_v2_bool_words(word: str, expected: bool) -> None:
@@ -516,7 +495,6 @@ def test_yaml_v2_bool_words(word: str, expected: bool) -> None:
     assert rule.shadow_mode is expected
 
 
-@pytest.mark.xfail(strict=True, reason=_RESOLVER + "`y:` is a bool key, not the string 'y'")
 def test_y_key_is_a_bool_key() -> None:
     assert error_of("domain: d\ny: x\n") == "a.yaml: config error, key is not of type string: true"
 
@@ -529,11 +507,7 @@ def test_y_key_is_a_bool_key() -> None:
         ("0b101", 5),
         ("1_000", 1000),  # yaml.v2 drops underscores before parsing
         ("+5", 5),
-        pytest.param(
-            "0o17",
-            15,
-            marks=pytest.mark.xfail(strict=True, reason=_RESOLVER + "0o17 is an int (Go base 0)"),
-        ),
+        ("0o17", 15),
     ],
 )
 def test_yaml_v2_integer_forms(value: str, expected: int) -> None:
@@ -541,9 +515,6 @@ def test_yaml_v2_integer_forms(value: str, expected: int) -> None:
     assert rule.requests_per_unit == expected
 
 
-@pytest.mark.xfail(
-    strict=True, reason=_RESOLVER + "1:30 is a string in yaml.v2 (PyYAML: sexagesimal int 90)"
-)
 def test_sexagesimal_is_a_string_in_yaml_v2() -> None:
     assert error_of(one_rule("      unit: second\n      requests_per_unit: 1:30\n")) == (
         UNMARSHAL + "line 6: cannot unmarshal !!str `1:30` into uint32"
@@ -566,11 +537,6 @@ def test_yaml_syntax_errors(text: str, detail: str) -> None:
     assert error_of(text) == f"a.yaml: error loading config file: {detail}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: PyYAML's Reader raises yaml.reader.ReaderError from the SafeLoader constructor, "
-    "outside the try in yamlfile._compose, so it escapes as a non-ConfigError",
-)
 @pytest.mark.parametrize("text", ["\x1f", "domain: d\x00\n", "domain: \x7f\n"])
 def test_control_characters_are_a_yaml_error(text: str) -> None:
     # yaml.v2 readerc.go: "control characters are not allowed" (reader errors carry no line).
@@ -780,7 +746,7 @@ def _load_or_error(text: str) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    # Control characters are pinned by test_control_characters_are_a_yaml_error (xfail).
+    # Control characters are pinned by test_control_characters_are_a_yaml_error.
     st.text(
         st.one_of(
             st.characters(blacklist_categories=("Cc", "Cs", "Cn", "Co")),

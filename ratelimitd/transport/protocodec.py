@@ -1,0 +1,129 @@
+"""RLS v3 protobuf bytes <-> `ratelimitd.messages`, for the gRPC transport and the client.
+
+The gRPC server registers ShouldRateLimit with no serializers and calls `decode_request` /
+`encode_response` itself, so this module is the only place that knows the wire format. These
+four functions are the seam a compiled (Cython) codec replaces later: same names, same
+arguments, bytes in and out. For now they go through the upb-backed generated classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import msgspec
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import DecodeError
+
+from ratelimitd._proto.rls_pb2 import RateLimitRequest, RateLimitResponse
+from ratelimitd.messages import Descriptor, Request, Response, Status
+
+__all__ = [
+    "DecodeError",
+    "Limit",
+    "decode_request",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "response_from_bytes",
+]
+
+
+def decode_request(data: bytes) -> Request:
+    """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
+    msg = RateLimitRequest.FromString(data)
+    descriptors = []
+    for d in msg.descriptors:
+        entries = tuple([(e.key, e.value) for e in d.entries])
+        limit = None
+        if d.HasField("limit"):
+            override = d.limit
+            limit = (override.requests_per_unit, override.unit)
+        # A present wrapper holding 0 means "check without consuming"; absence defers to
+        # the request-level hits_addend.
+        hits = d.hits_addend.value if d.HasField("hits_addend") else None
+        descriptors.append(Descriptor(entries, limit, hits))
+    return Request(msg.domain, descriptors, msg.hits_addend)
+
+
+def encode_response(resp: Response) -> bytes:
+    """Serialize a decision as a RateLimitResponse."""
+    out = RateLimitResponse(overall_code=resp.overall_code)
+    statuses = out.statuses
+    for st in resp.statuses:
+        status = statuses.add(code=st.code, limit_remaining=st.limit_remaining)
+        rule = st.rule
+        # current_limit and duration_until_reset exist only when a limit applied (the
+        # reference leaves both unset for unknown, unlimited and replaced descriptors).
+        if rule is not None:
+            current = status.current_limit
+            current.requests_per_unit = rule.requests_per_unit
+            current.unit = rule.unit
+            if rule.name:
+                current.name = rule.name
+            reset = status.duration_until_reset
+            # SetInParent keeps a 0 s duration present, as Go's non-nil Duration is.
+            reset.SetInParent()
+            reset.seconds = st.duration_until_reset
+    if resp.headers:
+        headers = out.response_headers_to_add
+        for key, value in resp.headers:
+            headers.add(key=key, value=value)
+    if resp.dynamic_metadata is not None:
+        out.dynamic_metadata.update(resp.dynamic_metadata)
+    return out.SerializeToString()
+
+
+def encode_request(
+    domain: str,
+    descriptors: Iterable[Sequence[tuple[str, str]] | Descriptor],
+    hits_addend: int = 0,
+) -> bytes:
+    """Serialize a RateLimitRequest; a descriptor is a Descriptor or its (key, value) entries."""
+    msg = RateLimitRequest(domain=domain, hits_addend=hits_addend)
+    for item in descriptors:
+        d = msg.descriptors.add()
+        desc = item if isinstance(item, Descriptor) else Descriptor(tuple(item))
+        for key, value in desc.entries:
+            d.entries.add(key=key, value=value)
+        if desc.limit is not None:
+            d.limit.SetInParent()
+            d.limit.requests_per_unit, d.limit.unit = desc.limit
+        if desc.hits_addend is not None:
+            d.hits_addend.SetInParent()
+            d.hits_addend.value = desc.hits_addend
+    return msg.SerializeToString()
+
+
+def response_from_bytes(data: bytes) -> RateLimitResponse:
+    """Parse a serialized RateLimitResponse into the generated message (for text output)."""
+    return RateLimitResponse.FromString(data)
+
+
+class Limit(msgspec.Struct, frozen=True, gc=False):
+    """A decoded current_limit: the fields of config.Rule that the wire carries."""
+
+    requests_per_unit: int
+    unit: int
+    name: str = ""
+
+
+def decode_response(data: bytes) -> Response:
+    """Parse a serialized RateLimitResponse into a `messages.Response`.
+
+    A status's `rule` is a `Limit` when the server sent a current_limit, else None.
+    dynamic_metadata becomes a dict (numbers as floats, as google.protobuf.Struct holds
+    them) or None when absent.
+    """
+    msg = RateLimitResponse.FromString(data)
+    statuses = []
+    for s in msg.statuses:
+        rule = None
+        if s.HasField("current_limit"):
+            c = s.current_limit
+            rule = Limit(c.requests_per_unit, c.unit, c.name)
+        statuses.append(Status(s.code, rule, s.limit_remaining, s.duration_until_reset.seconds))
+    headers = [(h.key, h.value) for h in msg.response_headers_to_add]
+    metadata = None
+    if msg.HasField("dynamic_metadata"):
+        metadata = MessageToDict(msg.dynamic_metadata)
+    return Response(msg.overall_code, statuses, headers, metadata)

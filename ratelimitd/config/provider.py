@@ -1,0 +1,95 @@
+"""The FILE config provider: which files form the config, their names, and reload.
+
+Names and triggers are those of the reference's goruntime-based provider (section 4.1):
+
+* RUNTIME_WATCH_ROOT=true (default): every file under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY
+  becomes a key, its relative path with `/` replaced by `.` and the extension kept
+  (`config.basic.yaml`); only keys starting with `RUNTIME_APPDIRECTORY.` are loaded. A
+  reload happens when the RUNTIME_ROOT symlink is swapped.
+* RUNTIME_WATCH_ROOT=false: every file in RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/
+  RUNTIME_APPDIRECTORY is loaded, named by its path relative to that directory; any write,
+  create, chmod or remove in it reloads.
+
+There is no extension filter; dot-files count unless RUNTIME_IGNOREDOTFILES. Changes are
+found by polling a cheap signature of the watched paths (no inotify dependency); a reload
+reads and compiles everything off the event loop and hands back one new RuleSet.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .loader import ConfigFile
+
+Signature = tuple[object, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FileLayout:
+    """Where configs live and how they are watched (from the RUNTIME_* settings)."""
+
+    root: str
+    subdirectory: str = ""
+    appdirectory: str = "config"
+    watch_root: bool = True
+    ignore_dotfiles: bool = False
+
+    @property
+    def base(self) -> str:
+        """The directory whose files become keys."""
+        if self.watch_root:
+            return os.path.join(self.root, self.subdirectory)
+        return os.path.join(self.root, self.subdirectory, self.appdirectory)
+
+    def signature(self) -> Signature:
+        """Changes whenever the reference would reload."""
+        if self.watch_root:
+            # The symlink itself: a swap changes its target (and its inode/ctime).
+            try:
+                st = os.lstat(self.root)
+            except OSError:
+                return ("missing",)
+            return (os.path.realpath(self.root), st.st_ino, st.st_ctime_ns)
+        entries = []
+        try:
+            with os.scandir(self.base) as it:
+                for entry in it:
+                    try:
+                        st = entry.stat()
+                    except OSError:
+                        continue
+                    entries.append(
+                        (entry.name, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode)
+                    )
+        except OSError:
+            return ("missing",)
+        return tuple(sorted(entries))
+
+    def read(self) -> list[ConfigFile]:
+        """The config files, named as the reference names them, in name order."""
+        base = self.base
+        files: list[ConfigFile] = []
+        for path, key in sorted(self._walk(base), key=lambda item: item[1]):
+            if self.watch_root and not key.startswith(self.appdirectory + "."):
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    text = fh.read().decode("utf-8", errors="replace")
+            except OSError:
+                continue  # removed between the listing and the read: the next poll reloads
+            files.append(ConfigFile(key, text))
+        return files
+
+    def _walk(self, base: str) -> list[tuple[str, str]]:
+        out = []
+        for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
+            if self.ignore_dotfiles:
+                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            rel_dir = os.path.relpath(dirpath, base)
+            for name in filenames:
+                if self.ignore_dotfiles and name.startswith("."):
+                    continue
+                rel = name if rel_dir == "." else os.path.join(rel_dir, name)
+                out.append((os.path.join(dirpath, name), rel.replace(os.sep, ".")))
+        return out

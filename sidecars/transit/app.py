@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import falcon
 import falcon.asgi
@@ -29,7 +30,7 @@ def create_app(
     """
     if store is None:
         store = TransitStore(settings, clock=clock)
-    stack: list[object] = [ServiceHeaders(), *middleware, StoreLifecycle(store)]
+    stack: list[Any] = [ServiceHeaders(), *middleware, StoreLifecycle(store)]
     app = falcon.asgi.App(middleware=stack)
     # `/v2/stops/` is `/v2/stops`, as with the real service's ignoreTrailingSlash.
     app.req_options.strip_url_path_trailing_slash = True

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sidecars.schemas import Arrival, PatternArrival, PipEstimate
 
@@ -107,6 +107,13 @@ def scheduled_rows(net: Network, positions: list[int], day: date) -> list[Schedu
     return rows
 
 
+def stop_schedule(net: Network, stop: int, day: date) -> list[Scheduled]:
+    """A stop's scheduled arrivals on a service day, memoised per feed version."""
+    return net.day_memo(
+        ("stop", stop, day), lambda: scheduled_rows(net, net.stop_arrivals(stop, day), day)
+    )
+
+
 def build_arrivals(
     net: Network,
     rt: Realtime,
@@ -119,7 +126,7 @@ def build_arrivals(
     tz = net.tz
     realtime = bool(rt.updates or rt.positions)
     first = net.raw.trip_first
-    out = []
+    out: list[Any] = []
     for r in rows:
         estimate = observed = None
         vehicle = None
@@ -171,7 +178,7 @@ def build_arrivals(
                     vehicle_id=vehicle,
                 )
             )
-    return out  # type: ignore[return-value]
+    return out
 
 
 def pip_estimates(
@@ -186,11 +193,7 @@ def pip_estimates(
         stop = net.stop_index.get(stop_id)
         if stop is None:
             continue
-        scheduled_at_stop = net.day_memo(
-            ("stop", stop, day),
-            lambda stop=stop: scheduled_rows(net, net.stop_arrivals(stop, day), day),
-        )
-        for r in scheduled_at_stop:
+        for r in stop_schedule(net, stop, day):
             ti = r.trip
             first = raw.trip_first[ti]
             if r.position == first + raw.trip_count[ti] - 1:

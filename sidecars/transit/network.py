@@ -252,26 +252,26 @@ class Network:
     def _encode_lists(self) -> None:
         raw = self.raw
         stops = []
-        for i, row in enumerate(raw.stops):
+        for i, srow in enumerate(raw.stops):
             stop = Stop(
-                district_id=row.district_id,
-                facilities=list(row.facilities),
+                district_id=srow.district_id,
+                facilities=list(srow.facilities),
                 id=raw.stop_ids[i],
-                lat=row.lat,
+                lat=srow.lat,
                 line_ids=_ordered(self.stop_lines[i]),
-                locality_id=row.locality_id,
-                lon=row.lon,
-                long_name=row.name,
-                municipality_id=row.municipality_id,
+                locality_id=srow.locality_id,
+                lon=srow.lon,
+                long_name=srow.name,
+                municipality_id=srow.municipality_id,
                 pattern_ids=_ordered(self.stop_patterns[i]),
-                region_id=row.region_id,
+                region_id=srow.region_id,
                 route_ids=_ordered(self.stop_routes[i]),
-                short_name=row.short_name,
-                tts_name=row.tts_name,
-                wheelchair_boarding=row.wheelchair_boarding,
+                short_name=srow.short_name,
+                tts_name=srow.tts_name,
+                wheelchair_boarding=srow.wheelchair_boarding,
             )
             # Feeds without Carris Metropolitana's status column list stops in operation.
-            stop.operational_status = row.operational_status or "active"
+            stop.operational_status = srow.operational_status or "active"
             stops.append(stop)
         stops.sort(key=lambda s: natural_key(s.id))
         self.stops_body = Body(json_encoder.encode(stops))

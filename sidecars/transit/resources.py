@@ -19,7 +19,14 @@ from sidecars.schemas import (
     pip_request_decoder,
 )
 
-from .arrivals import PIP_SPECIAL, Scheduled, build_arrivals, pip_estimates, scheduled_rows
+from .arrivals import (
+    PIP_SPECIAL,
+    Scheduled,
+    build_arrivals,
+    pip_estimates,
+    scheduled_rows,
+    stop_schedule,
+)
 from .bodies import Body
 from .network import Network
 from .store import TransitStore
@@ -79,7 +86,7 @@ def send_body(
 
 
 def send_raw(
-    resp: falcon.asgi.Response, status: str, data: bytes, cache_control: str | None = None
+    resp: falcon.asgi.Response, status: str | int, data: bytes, cache_control: str | None = None
 ) -> None:
     """Send a small literal JSON body (the real service's `[]` and `{}` answers)."""
     resp.status = status
@@ -222,9 +229,7 @@ class ArrivalsByStop(_Base):
             return
         now = self.store.now()
         day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
-        rows = net.day_memo(
-            ("stop", stop, day), lambda: scheduled_rows(net, net.stop_arrivals(stop, day), day)
-        )
+        rows = stop_schedule(net, stop, day)
         body = _arrivals_body(net, self.store, rows, day, now, ("stop", stop))
         send_raw(resp, falcon.HTTP_200, body, CACHE_REALTIME)
 

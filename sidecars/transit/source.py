@@ -62,7 +62,7 @@ class FeedFiles:
                 members[path.name] = path.name
                 digest.update(path.name.encode())
                 with path.open("rb") as fh:
-                    for chunk in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    while chunk := fh.read(1 << 20):
                         digest.update(chunk)
             return cls(source, digest.hexdigest()[:16], None, directory, members)
         blob = read_bytes(source, timeout)

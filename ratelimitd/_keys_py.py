@@ -82,7 +82,7 @@ def evaluate(limit: int, hits: int, after: int, near: int) -> tuple[bool, int, i
     if after > limit:
         if before >= limit:
             return True, 0, hits, 0, 0
-        return True, 0, after - limit, limit - max(near, before), 0
+        return True, 0, after - limit, (limit - max(near, before)) & _U64, 0
     near_add = 0
     if after > near:
         near_add = hits if before >= near else after - near

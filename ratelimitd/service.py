@@ -128,8 +128,16 @@ class RateLimitService:
                 hits = default_hits if d.hits_addend is None else d.hits_addend
                 checks.append((i, rule, stats, share, hits))
             if replaced:
-                # Replaced limits are dropped whatever the descriptor order.
-                checks = [c for c in checks if not (c[1].name and c[1].name in replaced)]
+                # Replaced limits are dropped whatever the descriptor order, metadata too.
+                kept = []
+                for check in checks:
+                    name = check[1].name
+                    if name and name in replaced:
+                        if metadata is not None:
+                            metadata[check[0]] = None
+                    else:
+                        kept.append(check)
+                checks = kept
 
         try:
             statuses = await self.limiter.do_limit(domain, descriptors, checks)

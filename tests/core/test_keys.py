@@ -268,14 +268,7 @@ def test_evaluate(
     "module",
     [
         "ratelimitd._keys",
-        pytest.param(
-            "ratelimitd._keys_py",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: pure twin returns near_add -5 where Go's uint64 maths (and the "
-                "compiled twin) give 2**64-5 when NEAR_LIMIT_RATIO > 1 puts near above the limit",
-            ),
-        ),
+        "ratelimitd._keys_py",
     ],
 )
 def test_evaluate_near_above_limit_wraps_like_go(module: str) -> None:

@@ -749,11 +749,6 @@ async def test_metadata_lost_when_a_detailed_leaf_is_recreated(harness: Any) -> 
     assert rule_stats(h, "m.det_x")["total_hits"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: metadata of a limit dropped by `replaces` is still merged (reference: the "
-    "dropped limit is nil in limitsToCheck, so it contributes no metadata)",
-)
 async def test_metadata_not_from_replaced_limits(harness: Any) -> None:
     h = harness(METADATA, now=NOW, options=META)
     r = await h.decide("m", [("named", "x")], [("replacer", "x")])

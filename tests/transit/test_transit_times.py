@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sidecars.transit.times import (
     BadTime,
     clock_string,
+    format_time,
     operational_day,
     parse_time,
     service_time_unix,
@@ -94,3 +97,11 @@ def test_clock_string_is_relative_to_the_operational_day() -> None:
     day = date(2026, 3, 26)
     assert clock_string(utc("2026-03-26T08:03:04"), day, LISBON) == "08:03:04"
     assert clock_string(utc("2026-03-27T01:10:00"), day, LISBON) == "25:10:00"
+
+
+@given(st.integers(min_value=0, max_value=47 * 3600 + 59 * 60 + 59))
+def test_format_and_parse_round_trip(seconds: int) -> None:
+    text = format_time(seconds)
+    assert parse_time(text) == seconds
+    display = time_24h(text)
+    assert parse_time(display) == (seconds - 86400 if seconds >= 86400 else seconds)

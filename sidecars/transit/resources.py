@@ -53,8 +53,13 @@ def _accepts_gzip(req: falcon.asgi.Request) -> bool:
     for part in header.split(","):
         name, _, params = part.strip().partition(";")
         if name.strip().lower() in ("gzip", "*"):
-            q = params.strip()
-            return not (q.startswith("q=") and float(q[2:] or 0) == 0)
+            q = params.strip().replace(" ", "")
+            if not q.startswith("q="):
+                return True
+            try:
+                return float(q[2:]) > 0
+            except ValueError:
+                return False
     return False
 
 

@@ -383,3 +383,11 @@ def test_every_error_status_has_a_json_body(cairns: falcon.testing.TestClient) -
         assert result.status_code >= 400
         assert result.headers["content-type"] == JSON
         json.loads(result.content)
+
+
+@pytest.mark.parametrize("header", ["gzip;q=abc", "br", "identity", "gzip; q=0.0"])
+def test_odd_accept_encoding_falls_back_to_identity(
+    cairns: falcon.testing.TestClient, header: str
+) -> None:
+    result = cairns.simulate_get("/v2/stops", headers={"Accept-Encoding": header})
+    assert result.status_code == 200 and "content-encoding" not in result.headers

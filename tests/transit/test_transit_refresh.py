@@ -139,3 +139,57 @@ def test_background_refresh_picks_up_a_new_feed(feed_path: Path, make_store) -> 
     finally:
         store.stop()
     assert not store._threads
+
+
+def test_static_feed_from_a_url(feed_path: Path, make_store, client_for) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    payload = feed_path.read_bytes()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/gtfs.zip":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        store = make_store(base + "/gtfs.zip", clock=Clock(NOW))
+        assert store.load_static()
+        client = client_for(store)
+        assert "100001" in stop_ids(client)
+        assert client.simulate_get("/v2/gtfs").content == payload
+        missing = make_store(base + "/missing.zip", clock=Clock(NOW))
+        assert not missing.load_static()
+        assert "404" in missing.health().feed.problems[0].message
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_directory_source_is_zipped_for_the_gtfs_endpoint(
+    tmp_path: Path,
+    make_store,
+    client_for,  # type: ignore[no-untyped-def]
+) -> None:
+    import io
+    import zipfile
+
+    store = make_store(write_feed(tmp_path / "dir", {}, as_zip=False), clock=Clock(NOW))
+    assert store.load_static()
+    result = client_for(store).simulate_get("/v2/gtfs")
+    assert result.status_code == 200 and result.headers["content-type"] == "application/zip"
+    archive = zipfile.ZipFile(io.BytesIO(result.content))
+    assert archive.read("stops.txt").decode() == SMALL_FEED["stops.txt"]

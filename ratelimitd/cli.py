@@ -39,8 +39,40 @@ def check_config(argv: Sequence[str]) -> int:
     return 0
 
 
+def serve(argv: Sequence[str]) -> int:
+    """`ratelimitd [serve]`: run the daemon configured by the environment."""
+    from .logs import configure_logging
+    from .settings import Settings, SettingsError
+
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: ratelimitd [serve]\n\nConfigured by environment variables (see README).")
+        return 0
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"ratelimitd: {exc}", file=sys.stderr)
+        return 1
+    configure_logging(settings)
+    if settings.ratelimitd_workers > 1:
+        from .workers import supervise
+
+        return supervise(settings.ratelimitd_workers)
+    from .daemon import serve as run_daemon
+
+    return run_daemon(settings)
+
+
+def client(argv: Sequence[str]) -> int:
+    """`ratelimitd client -dial_string HOST:PORT -domain D -descriptors k=v,...`."""
+    from .transport.client import client_main
+
+    return client_main(argv)
+
+
 COMMANDS = {
+    "serve": serve,
     "check-config": check_config,
+    "client": client,
 }
 
 
@@ -52,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = args[1:]
     handler = COMMANDS.get(command)
     if handler is None:
-        known = ", ".join(["serve", *COMMANDS])
+        known = ", ".join(COMMANDS)
         print(f"ratelimitd: unknown command '{command}' (known: {known})", file=sys.stderr)
         return 2
     return handler(args)

@@ -1,0 +1,198 @@
+"""The ratelimitd daemon: settings -> backend, config, service -> gRPC, HTTP and debug servers.
+
+`build(settings)` wires the pieces (the same factory the tests use); `Daemon.run()` starts
+them in the reference's order — backend connected and first config loaded before any port
+opens — and shuts down in a fixed order on SIGTERM/SIGINT/SIGHUP: report unhealthy, stop
+accepting, drain in-flight calls, close the backend, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass
+
+from .backends import create_backend
+from .backends.base import Backend
+from .config.provider import FileLayout
+from .health import Health
+from .limiter import Limiter
+from .localcache import LocalCache
+from .reloader import ConfigReloader
+from .service import Options, RateLimitService
+from .settings import Settings, SettingsError, env_overrides_on_reload
+from .stats import StatsStore
+from .transport.debug import debug_routes
+from .transport.grpc import GrpcTransport
+from .transport.http import HttpServer, main_routes
+
+log = logging.getLogger("ratelimitd")
+
+# How long in-flight calls may take to finish after SIGTERM.
+DRAIN_GRACE_SECONDS = 10.0
+
+
+def options_from(settings: Settings) -> Options:
+    """The service options the reference re-reads on every config load."""
+    return Options(
+        shadow_mode=settings.shadow_mode,
+        quota_mode=settings.quota_mode,
+        response_dynamic_metadata=settings.response_dynamic_metadata,
+        response_headers=settings.limit_response_headers_enabled,
+        limit_header=settings.limit_limit_header,
+        remaining_header=settings.limit_remaining_header,
+        reset_header=settings.limit_reset_header,
+    )
+
+
+@dataclass
+class Daemon:
+    """Everything one ratelimitd process runs."""
+
+    settings: Settings
+    stats: StatsStore
+    health: Health
+    backend: Backend
+    service: RateLimitService
+    reloader: ConfigReloader
+    grpc: GrpcTransport
+    http: HttpServer
+    debug: HttpServer
+
+    def __post_init__(self) -> None:
+        self._stop: asyncio.Event | None = None
+
+    def request_stop(self) -> None:
+        """Begin shutdown: unhealthy at once, then the run loop drains and exits."""
+        self.health.set("sigterm", False)
+        if self._stop is not None:
+            self._stop.set()
+
+    async def run(self) -> int:
+        """Serve until a termination signal; the process exit status."""
+        s = self.settings
+        self._stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, self.request_stop)
+
+        connect = getattr(self.backend, "connect", None)
+        if connect is not None:
+            await connect()
+        self.health.set("backend", True)
+
+        # The reference opens no port before its first config loads, unless forced.
+        while not await self.reloader.load():
+            if s.force_start_without_initial_config or self._stop.is_set():
+                break
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.reloader.poll_interval * 2)
+            except TimeoutError:
+                pass
+        if self._stop.is_set():
+            await self.backend.close()
+            return 0
+
+        await self.grpc.start()
+        await self.http.start(s.host, s.port, reuse_port=True)
+        await self.debug.start(s.debug_host, s.debug_port, reuse_port=True)
+        self.reloader.start()
+        log.info(
+            "ratelimitd serving: grpc %s, http %s:%d, debug %s:%d, backend %s",
+            self.grpc.address,
+            s.host,
+            self.http.port,
+            s.debug_host,
+            self.debug.port,
+            self.backend.name,
+        )
+
+        await self._stop.wait()
+        log.info("shutting down: draining in-flight requests")
+        await self.reloader.stop()
+        await asyncio.gather(
+            self.grpc.stop(DRAIN_GRACE_SECONDS),
+            self.http.close(DRAIN_GRACE_SECONDS),
+            self.debug.close(1.0),
+        )
+        await self.backend.close()
+        log.info("ratelimitd stopped")
+        return 0
+
+
+def build(settings: Settings) -> Daemon:
+    """Wire a daemon from settings (no I/O until `run`)."""
+    stats = StatsStore()
+    health = Health()
+    health.register("backend", False)
+    if settings.healthy_with_at_least_one_config_loaded:
+        health.register("config", False)
+    health.register("sigterm", True)
+
+    backend = create_backend(settings, health, stats)
+    local_cache = None
+    if settings.local_cache_size_in_bytes:
+        local_cache = LocalCache(settings.local_cache_size_in_bytes)
+        for gauge, _ in local_cache.gauges().items():
+            stats.add_gauge(
+                f"ratelimit.localcache.{gauge}", lambda g=gauge: local_cache.gauges()[g]
+            )
+    limiter = Limiter(
+        backend,
+        near_limit_ratio=settings.near_limit_ratio,
+        cache_key_prefix=settings.cache_key_prefix,
+        local_cache=local_cache,
+        stop_increment_when_over_limit=settings.stop_cache_key_increment_when_overlimit,
+    )
+    service = RateLimitService(limiter, stats, options_from(settings))
+
+    def reload_options() -> tuple[Options, bool]:
+        # The reference re-reads these from the environment on every load.
+        try:
+            fresh = settings.with_reload_overrides(env_overrides_on_reload())
+        except SettingsError as exc:
+            log.error("keeping the previous settings: %s", exc)
+            fresh = settings
+        return options_from(fresh), fresh.merge_domain_config
+
+    layout = FileLayout(
+        root=settings.runtime_root,
+        subdirectory=settings.runtime_subdirectory,
+        appdirectory=settings.runtime_appdirectory,
+        watch_root=settings.runtime_watch_root,
+        ignore_dotfiles=settings.runtime_ignoredotfiles,
+    )
+    reloader = ConfigReloader(
+        layout,
+        service,
+        stats,
+        health,
+        reload_options,
+        track_config_health=settings.healthy_with_at_least_one_config_loaded,
+    )
+    return Daemon(
+        settings=settings,
+        stats=stats,
+        health=health,
+        backend=backend,
+        service=service,
+        reloader=reloader,
+        grpc=GrpcTransport(settings, service, health, stats),
+        http=HttpServer(main_routes(service, health)),
+        debug=HttpServer(debug_routes(service, stats)),
+    )
+
+
+def serve(settings: Settings) -> int:
+    """Run one daemon process on uvloop until it is told to stop."""
+    import uvloop
+
+    if settings.backend_defaulted:
+        log.warning(
+            "no REDIS_* or MEMCACHE_* setting found: using the embedded in-memory backend "
+            "(BACKEND_TYPE=memory); counters are local to this process"
+        )
+    daemon = build(settings)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(daemon.run())

@@ -1,0 +1,77 @@
+"""RATELIMITD_WORKERS=N: N daemon processes sharing the ports, supervised by this one.
+
+Each worker is `python -m ratelimitd serve` with RATELIMITD_WORKERS=1, its own uvloop
+event loop and its own listeners bound with SO_REUSEPORT, so the kernel spreads
+connections across them. A worker that dies is restarted (with backoff when it keeps
+dying); SIGTERM/SIGINT to the supervisor is passed on and every worker drains and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+log = logging.getLogger("ratelimitd.workers")
+
+# A worker that lived shorter than this is "crashing": its restart is delayed.
+STABLE_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 30.0
+STOP_TIMEOUT_SECONDS = 30.0
+
+
+def _spawn(index: int) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, RATELIMITD_WORKERS="1", RATELIMITD_WORKER_INDEX=str(index))
+    return subprocess.Popen([sys.executable, "-m", "ratelimitd", "serve"], env=env)
+
+
+def supervise(count: int) -> int:
+    """Run `count` workers until told to stop; exit status 0 after a clean drain."""
+    stopping = False
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+    workers = [_spawn(i) for i in range(count)]
+    started = [time.monotonic()] * count
+    backoff = [0.0] * count
+    restart_at = [0.0] * count
+    log.info("supervising %d workers: %s", count, [w.pid for w in workers])
+    while not stopping:
+        time.sleep(0.1)
+        now = time.monotonic()
+        for i, worker in enumerate(workers):
+            code = worker.poll()
+            if code is None or stopping:
+                continue
+            if restart_at[i] == 0.0:
+                lived = now - started[i]
+                backoff[i] = 0.0 if lived > STABLE_SECONDS else min(
+                    MAX_BACKOFF_SECONDS, max(0.5, backoff[i] * 2)
+                )
+                restart_at[i] = now + backoff[i]
+                log.warning("worker %d (pid %d) exited with %s", i, worker.pid, code)
+            if now >= restart_at[i]:
+                workers[i] = _spawn(i)
+                started[i] = now
+                restart_at[i] = 0.0
+                log.warning("worker %d restarted as pid %d", i, workers[i].pid)
+
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    for worker in workers:
+        try:
+            worker.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    return 0

@@ -114,7 +114,7 @@ class Daemon:
         await asyncio.gather(
             self.grpc.stop(DRAIN_GRACE_SECONDS),
             self.http.close(DRAIN_GRACE_SECONDS),
-            self.debug.close(1.0),
+            self.debug.close(DRAIN_GRACE_SECONDS),
         )
         await self.backend.close()
         log.info("ratelimitd stopped")

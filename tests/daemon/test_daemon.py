@@ -1,0 +1,285 @@
+"""The daemon as users run it: a subprocess on free ports, driven over real sockets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from ratelimitd.messages import OK, OVER_LIMIT
+
+from .conftest import REPO, free_port, wait_for
+
+LIMITED = """\
+domain: test
+descriptors:
+  - key: user
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: open
+    rate_limit:
+      unlimited: true
+"""
+
+
+def write_config(env: dict[str, str], name: str, text: str) -> Path:
+    path = Path(env["RUNTIME_ROOT"]) / "config" / name
+    path.write_text(text)
+    return path
+
+
+def test_grpc_and_json_decisions(daemon_env, start_daemon) -> None:
+    write_config(daemon_env, "test.yaml", LIMITED)
+    d = start_daemon(daemon_env)
+    codes = [d.decide("test", [("user", "alice")]).overall_code for _ in range(3)]
+    assert codes == [OK, OK, OVER_LIMIT]
+    unlimited = d.decide("test", [("open", "x")]).statuses[0]
+    assert (unlimited.code, unlimited.limit_remaining) == (OK, 4294967295)
+
+    status, body = d.decide_json("test", {"user": "bob"})
+    assert status == 200
+    assert body["overallCode"] == "OK"
+    assert body["statuses"][0]["currentLimit"] == {"requestsPerUnit": 2, "unit": "MINUTE"}
+    assert body["statuses"][0]["limitRemaining"] == 1
+    d.decide_json("test", {"user": "bob"})
+    assert d.decide_json("test", {"user": "bob"})[0] == 429
+    assert d.http("/json", b"{not json")[0] == 400
+    assert d.decide_json("nowhere", {"user": "bob"}) == (
+        200,
+        {"overallCode": "OK", "statuses": [{"code": "OK"}]},
+    )
+
+    stats = d.stats()
+    assert stats["ratelimit.service.rate_limit.test.user.total_hits"] == 6
+    assert stats["ratelimit.service.rate_limit.test.user.over_limit"] == 2
+    assert stats["ratelimit.service.rate_limit.nowhere.domain_not_found"] == 1
+    assert stats["ratelimit.service.config_load_success"] == 1
+    assert stats["ratelimit_server.ShouldRateLimit.total_requests"] == 4
+    assert d.debug("/rlconfig") == (
+        200,
+        b"test.user: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n"
+        b"test.open: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n",
+    )
+    index = d.debug("/")[1].decode()
+    assert "/rlconfig: print out the currently loaded configuration for debugging" in index
+    assert d.terminate() == 0
+
+
+def test_service_errors_over_grpc(daemon_env, start_daemon) -> None:
+    write_config(daemon_env, "test.yaml", LIMITED)
+    d = start_daemon(daemon_env)
+    call = d.channel().unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+    from ratelimitd.transport.protocodec import encode_request
+
+    for domain, descriptors, message in [
+        ("", [[("user", "a")]], "rate limit domain must not be empty"),
+        ("test", [], "rate limit descriptor list must not be empty"),
+    ]:
+        try:
+            call(encode_request(domain, descriptors), timeout=5)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.UNKNOWN
+            assert err.details() == message
+        else:
+            raise AssertionError("expected an error")
+    assert d.stats()["ratelimit.service.call.should_rate_limit.service_error"] == 2
+
+
+def test_reload_on_file_write_keeps_serving_through_a_broken_file(daemon_env, start_daemon) -> None:
+    path = write_config(daemon_env, "test.yaml", LIMITED)
+    d = start_daemon(daemon_env)
+    assert d.decide("test", [("user", "a")]).statuses[0].rule.requests_per_unit == 2
+
+    path.write_text(LIMITED.replace("requests_per_unit: 2", "requests_per_unit: 7"))
+    wait_for(
+        lambda: d.decide("test", [("user", "a")]).statuses[0].rule.requests_per_unit == 7,
+        what="reload after a write",
+    )
+    path.write_text(
+        "domain: test\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight}\n"
+    )
+    wait_for(lambda: d.stats()["ratelimit.service.config_load_error"] >= 1, what="rejected reload")
+    assert "config.test.yaml" not in d.log()  # watch_root=false names files by their bare name
+    assert "test.yaml: invalid rate limit unit 'fortnight'" in d.log()
+    # The previous config keeps serving.
+    assert d.decide("test", [("user", "b")]).statuses[0].rule.requests_per_unit == 7
+
+    # Adding and removing a file both reload.
+    write_config(
+        daemon_env,
+        "other.yaml",
+        "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )
+    path.unlink()
+    wait_for(lambda: d.decide("other", [("k", "v")]).statuses[0].rule is not None, what="add")
+    assert d.decide("test", [("user", "a")]).statuses[0].rule is None
+    assert d.terminate() == 0
+
+
+def test_reload_by_symlink_swap(daemon_env, start_daemon, tmp_path: Path) -> None:
+    for version, limit in (("v1", 3), ("v2", 9), ("v3", None)):
+        config = tmp_path / version / "config"
+        config.mkdir(parents=True)
+        text = LIMITED.replace("requests_per_unit: 2", f"requests_per_unit: {limit}")
+        (config / "test.yaml").write_text(text if limit else "domain: [broken\n")
+    current = tmp_path / "current"
+    current.symlink_to(tmp_path / "v1")
+    env = dict(daemon_env, RUNTIME_ROOT=str(current), RUNTIME_WATCH_ROOT="true")
+    d = start_daemon(env)
+    assert d.decide("test", [("user", "a")]).statuses[0].rule.requests_per_unit == 3
+    assert "test.user" in d.debug("/rlconfig")[1].decode()
+
+    def swap(target: str) -> None:
+        tmp = tmp_path / "current.tmp"
+        tmp.symlink_to(tmp_path / target)
+        os.replace(tmp, current)
+
+    swap("v2")
+    wait_for(
+        lambda: d.decide("test", [("user", "a")]).statuses[0].rule.requests_per_unit == 9,
+        what="reload after the symlink swap",
+    )
+    swap("v3")
+    wait_for(lambda: d.stats()["ratelimit.service.config_load_error"] >= 1, what="rejected swap")
+    assert "config.test.yaml: error loading config file" in d.log()
+    assert d.decide("test", [("user", "b")]).statuses[0].rule.requests_per_unit == 9
+    assert d.terminate() == 0
+
+
+def test_health_follows_config_and_sigterm(daemon_env, start_daemon) -> None:
+    env = dict(daemon_env, HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED="true")
+    path = write_config(env, "test.yaml", LIMITED)
+    d = start_daemon(env)
+    stub = health_pb2_grpc.HealthStub(d.channel())
+    check = lambda name: stub.Check(health_pb2.HealthCheckRequest(service=name), timeout=5).status  # noqa: E731
+    assert check("ratelimit") == health_pb2.HealthCheckResponse.SERVING
+    assert check("") == health_pb2.HealthCheckResponse.SERVING
+
+    # A successful load with no domain turns the config component unhealthy.
+    path.write_text("")
+    write_config(env, "empty.yaml", "")
+    path.unlink()
+    (Path(env["RUNTIME_ROOT"]) / "config" / "empty.yaml").unlink()
+    wait_for(lambda: d.http("/healthcheck")[0] == 500, what="unhealthy with no domain")
+    assert d.http("/healthcheck")[1] == b""
+    assert check("ratelimit") == health_pb2.HealthCheckResponse.NOT_SERVING
+    write_config(env, "test.yaml", LIMITED)
+    wait_for(lambda: d.http("/healthcheck") == (200, b"OK"), what="healthy again")
+    assert d.terminate() == 0
+
+
+def test_sigterm_drains_an_in_flight_request(daemon_env, start_daemon) -> None:
+    write_config(daemon_env, "test.yaml", LIMITED)
+    d = start_daemon(daemon_env)
+    result: dict[str, object] = {}
+
+    def profile() -> None:
+        result["reply"] = d.debug("/debug/pprof/profile?seconds=2")
+
+    worker = threading.Thread(target=profile)
+    worker.start()
+    time.sleep(0.5)  # let the request reach the server before the signal
+    d.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: not d.ready() if d.proc.poll() is None else True, what="stop accepting")
+    worker.join(15)
+    status, body = result["reply"]  # type: ignore[misc]
+    assert status == 200 and b"CPU profile" in body
+    assert d.proc.wait(20) == 0
+
+
+def test_invalid_setting_stops_startup_with_one_line(daemon_env) -> None:
+    env = dict(daemon_env, REDIS_TYPE="galaxy", BACKEND_TYPE="redis")
+    out = subprocess.run(
+        [sys.executable, "-m", "ratelimitd", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "ratelimitd: REDIS_TYPE: invalid value 'galaxy' (accepted: single, sentinel, cluster)"
+    ]
+
+
+def test_workers_share_ports_and_a_killed_worker_is_replaced(daemon_env, start_daemon) -> None:
+    write_config(daemon_env, "test.yaml", LIMITED)
+    d = start_daemon(dict(daemon_env, RATELIMITD_WORKERS="2"))
+
+    def workers() -> list[int]:
+        out = subprocess.run(
+            ["pgrep", "-P", str(d.proc.pid)], capture_output=True, text=True, check=False
+        )
+        return [int(p) for p in out.stdout.split()]
+
+    wait_for(lambda: len(workers()) == 2, what="two workers")
+    first = workers()
+    os.kill(first[0], signal.SIGKILL)
+    wait_for(lambda: len(workers()) == 2 and first[0] not in workers(), what="worker restarted")
+    wait_for(d.ready, what="serving after the restart")
+    for _ in range(20):
+        assert d.decide("nowhere", [("k", "v")]).overall_code == OK
+    assert d.terminate() == 0
+    assert not workers()
+
+
+def test_run_script_example_config_ok_then_over_limit(tmp_path: Path) -> None:
+    """The README's run command config and client: OK, then OVER_LIMIT."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "MEMCACHE_"))}
+    grpc_port = free_port()
+    env.update(
+        PORT=str(free_port()),
+        GRPC_PORT=str(grpc_port),
+        DEBUG_PORT=str(free_port()),
+        RUNTIME_ROOT=str(REPO / "examples"),
+        RUNTIME_APPDIRECTORY="config",
+        RUNTIME_WATCH_ROOT="false",
+        USE_STATSD="false",
+        PYTHONPATH=str(REPO),
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "ratelimitd"], env=env, start_new_session=True)
+    try:
+        client = [
+            sys.executable,
+            "-m",
+            "ratelimitd",
+            "client",
+            "-dial_string",
+            f"127.0.0.1:{grpc_port}",
+            "-domain",
+            "example",
+            "-descriptors",
+            "user=readme",
+        ]
+        wait_for(
+            lambda: (
+                subprocess.run(
+                    client[:-2] + ["-descriptors", "probe=1"],
+                    env=env,
+                    capture_output=True,
+                    check=False,
+                ).returncode
+                == 0
+            ),
+            what="example daemon",
+        )
+        for attempt in range(2):  # a minute boundary between the two calls resets the count
+            client[-1] = f"user=readme{attempt}"
+            first = subprocess.run(client, env=env, capture_output=True, text=True, check=True)
+            second = subprocess.run(client, env=env, capture_output=True, text=True, check=True)
+            assert "overall_code:OK" in first.stdout
+            if "overall_code:OVER_LIMIT" in second.stdout:
+                break
+        else:
+            raise AssertionError(second.stdout)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0

@@ -47,7 +47,8 @@ def decode_request(data: bytes) -> Request:
 
 def encode_response(resp: Response) -> bytes:
     """Serialize a decision as a RateLimitResponse."""
-    out = RateLimitResponse(overall_code=resp.overall_code)
+    out = RateLimitResponse()
+    out.overall_code = resp.overall_code  # type: ignore[assignment]  # enum fields take ints
     statuses = out.statuses
     for st in resp.statuses:
         status = statuses.add(code=st.code, limit_remaining=st.limit_remaining)

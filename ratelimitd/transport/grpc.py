@@ -1,0 +1,340 @@
+"""The gRPC listener: RLS v3 ShouldRateLimit and grpc.health.v1 on a grpc.aio server.
+
+ShouldRateLimit is registered with no serializers: grpc hands the handler the request bytes
+and sends back the bytes it returns, and `protocodec` does the protobuf work. That keeps the
+codec one replaceable function pair (a Cython decoder later) and keeps grpc's per-call
+deserializer machinery off the hot path.
+
+Behaviour follows the reference (sections 2, 6.1, 10.1): service errors and backend errors
+become status UNKNOWN carrying the error text; health service `ratelimit` follows the
+process's Health while `""` stays SERVING; TLS and mTLS come from GRPC_SERVER_* /
+GRPC_CLIENT_* with certificate files re-read when they change on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from ratelimitd.backends.base import BackendError
+from ratelimitd.health import Health
+from ratelimitd.service import RateLimitService, ServiceError
+from ratelimitd.settings import Settings
+from ratelimitd.stats import StatsStore
+
+from .protocodec import DecodeError, decode_request, encode_response
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "envoy.service.ratelimit.v3.RateLimitService"
+METHOD_NAME = "ShouldRateLimit"
+METHOD_PATH = f"/{SERVICE_NAME}/{METHOD_NAME}"
+# The health service name whose status follows `Health` (the reference's).
+HEALTH_SERVICE = "ratelimit"
+
+# grpc channel arguments are C ints; core reads INT_MAX as "never".
+_INT_MAX = 2**31 - 1
+
+
+class GrpcConfigError(ValueError):
+    """The GRPC_* settings cannot describe a listener (e.g. TLS without a certificate)."""
+
+
+def server_options(settings: Settings) -> list[tuple[str, int]]:
+    """grpc.aio server options from GRPC_MAX_CONNECTION_AGE(_GRACE), plus SO_REUSEPORT.
+
+    grpc core applies +/-10% jitter to max_connection_age itself (as grpc-go does for the
+    reference), so connections opened together are not all closed at the same moment. A zero
+    duration means "no limit", grpc-go's meaning of an unset value.
+    """
+    # Workers bind the same port; core sets SO_REUSEPORT by default on Linux, but say so.
+    options = [("grpc.so_reuseport", 1)]
+    age = settings.grpc_max_connection_age
+    if age > 0:
+        options.append(("grpc.max_connection_age_ms", _millis(age)))
+    grace = settings.grpc_max_connection_age_grace
+    if grace > 0:
+        options.append(("grpc.max_connection_age_grace_ms", _millis(grace)))
+    return options
+
+
+def _millis(seconds: float) -> int:
+    return max(1, min(_INT_MAX, round(seconds * 1000)))
+
+
+def listen_address(settings: Settings) -> str:
+    """The grpc bind address: `unix:<GRPC_UDS>` when set, else GRPC_HOST:GRPC_PORT."""
+    uds = settings.grpc_uds
+    if uds:
+        return uds if uds.startswith(("unix:", "unix-abstract:")) else "unix:" + uds
+    host = settings.grpc_host
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal
+    return f"{host}:{settings.grpc_port}"
+
+
+class CertificateFiles:
+    """The server's TLS files, re-read whenever one of them changes on disk.
+
+    grpc calls `fetch` before each new TLS handshake; a stat per file there is cheap, and a
+    changed file (rewritten in place or replaced by rename) is picked up by the next
+    connection while established ones keep their session. A file that cannot be read or
+    parsed keeps the previous certificates (and logs why), as the reference's watcher does.
+    """
+
+    def __init__(self, cert: str, key: str, client_ca: str = "") -> None:
+        self.paths = tuple(p for p in (cert, key, client_ca) if p)
+        self._cert, self._key, self._ca = cert, key, client_ca
+        self._stamp = self._stat()
+        self.initial = self._load()
+
+    def _stat(self) -> tuple[tuple[int, int, int], ...]:
+        out = []
+        for path in self.paths:
+            st = os.stat(path)
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        return tuple(out)
+
+    def _load(self) -> grpc.ServerCertificateConfiguration:
+        with open(self._cert, "rb") as f:
+            cert = f.read()
+        with open(self._key, "rb") as f:
+            key = f.read()
+        ca = None
+        if self._ca:
+            with open(self._ca, "rb") as f:
+                ca = f.read()
+        return grpc.ssl_server_certificate_configuration(((key, cert),), root_certificates=ca)
+
+    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """The new configuration when a file changed since the last load, else None."""
+        try:
+            stamp = self._stat()
+            if stamp == self._stamp:
+                return None
+            config = self._load()
+        except (OSError, ValueError) as err:
+            log.warning("keeping the previous gRPC TLS certificates: %s", err)
+            return None
+        self._stamp = stamp
+        log.info("reloaded gRPC TLS certificates from %s", ", ".join(self.paths))
+        return config
+
+    def credentials(self) -> grpc.ServerCredentials:
+        """Server credentials that consult `fetch`; client certs required iff a CA is set."""
+        return grpc.dynamic_ssl_server_credentials(
+            self.initial, self.fetch, require_client_authentication=bool(self._ca)
+        )
+
+
+def dns_name_matches(pattern: str, name: str) -> bool:
+    """Whether a certificate DNS name (`*.example.com` wildcards allowed) covers `name`."""
+    pattern, name = pattern.lower().rstrip("."), name.lower().rstrip(".")
+    if pattern == name:
+        return True
+    if pattern.startswith("*.") and "." in name:
+        # A wildcard covers exactly one left-most label, as crypto/x509 matches it.
+        return name.split(".", 1)[1] == pattern[2:] and bool(name.split(".", 1)[0])
+    return False
+
+
+class _RequireClientSan(grpc.aio.ServerInterceptor):
+    """GRPC_CLIENT_TLS_SAN: every call's client certificate must carry that DNS name.
+
+    grpc Python has no hook into certificate verification, so the check runs per call on the
+    handshake's auth context (the reference rejects at the handshake); calls from a client
+    without the name fail UNAUTHENTICATED. Installed only when the setting is present.
+    """
+
+    def __init__(self, san: str) -> None:
+        self._san = san
+
+    def _allowed(self, context: grpc.aio.ServicerContext) -> bool:
+        names = context.auth_context().get("x509_subject_alternative_name", ())
+        return any(dns_name_matches(n.decode("utf-8", "replace"), self._san) for n in names)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        message = f"client certificate does not match the required SAN {self._san!r}"
+        if handler.unary_unary is not None:
+            inner_uu = handler.unary_unary
+
+            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if not self._allowed(context):
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                return await inner_uu(request, context)
+
+            return handler._replace(unary_unary=unary_unary)  # type: ignore[attr-defined]
+        if handler.unary_stream is not None:
+            inner_us = handler.unary_stream
+
+            async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if not self._allowed(context):
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                return await inner_us(request, context)
+
+            return handler._replace(unary_stream=unary_stream)  # type: ignore[attr-defined]
+        return handler
+
+
+class GrpcTransport:
+    """ShouldRateLimit and health on one grpc.aio server bound as the settings say.
+
+    The daemon calls `await start()` (build, register, bind, start) and `await stop(grace)`.
+    `register(server)` alone adds the two services to a server built elsewhere.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        service: RateLimitService,
+        health: Health,
+        stats: StatsStore,
+    ) -> None:
+        self.settings = settings
+        self.service = service
+        self.health = health
+        self.stats = stats
+        self.server: grpc.aio.Server | None = None
+        self.address = listen_address(settings)
+        self.port = 0
+        self.certificates: CertificateFiles | None = None
+        self.health_servicer = health_aio.HealthServicer()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Keeps pending health updates alive until they ran (the loop holds weak refs).
+        self._health_tasks: set[asyncio.Task[None]] = set()
+
+    # -- ShouldRateLimit -------------------------------------------------------------------
+
+    async def should_rate_limit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        """The raw-bytes ShouldRateLimit handler: decode, decide, encode, map errors."""
+        started = time.perf_counter()
+        try:
+            try:
+                decoded = decode_request(request)
+            except DecodeError as err:
+                # grpc-go's answer to an undecodable message.
+                await context.abort(
+                    grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {err}"
+                )
+            try:
+                return encode_response(await self.service.should_rate_limit(decoded))
+            except (ServiceError, BackendError) as err:
+                failure = str(err)
+            except Exception as err:
+                # The reference would crash here; a server answers and stays up.
+                log.exception("ShouldRateLimit failed unexpectedly")
+                failure = str(err) or type(err).__name__
+            await context.abort(grpc.StatusCode.UNKNOWN, failure)
+            raise AssertionError("context.abort() returned")  # it always raises
+        finally:
+            # ratelimit_server.ShouldRateLimit.{total_requests,response_time}; the stats
+            # interceptor of the reference counts every call, failed ones included.
+            s = self.stats.service
+            s.total_requests += 1
+            s.response_time_count += 1
+            s.response_time_sum_ms += (time.perf_counter() - started) * 1000.0
+
+    # -- health ----------------------------------------------------------------------------
+
+    def _on_health(self, healthy: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if healthy
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._set_health(status)
+        else:
+            # Health may change from a signal handler or a watcher thread.
+            loop.call_soon_threadsafe(self._set_health, status)
+
+    def _set_health(self, status: int) -> None:
+        task = asyncio.ensure_future(self.health_servicer.set(HEALTH_SERVICE, status))  # type: ignore[arg-type]
+        self._health_tasks.add(task)
+        task.add_done_callback(self._health_tasks.discard)
+
+    # -- server ----------------------------------------------------------------------------
+
+    def register(self, server: grpc.aio.Server) -> None:
+        """Add ShouldRateLimit (raw bytes in and out) and grpc.health.v1.Health to `server`."""
+        # No request_deserializer / response_serializer: the handler sees and returns bytes.
+        handler = grpc.unary_unary_rpc_method_handler(self.should_rate_limit)
+        # A registered (pre-declared) method is matched by grpc core when the call arrives,
+        # skipping the per-call Python lookup through generic handlers.
+        server.add_registered_method_handlers(SERVICE_NAME, {METHOD_NAME: handler})
+        health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, server)
+
+    def credentials(self) -> grpc.ServerCredentials | None:
+        """TLS credentials per GRPC_SERVER_USE_TLS and the cert settings, or None for plaintext."""
+        s = self.settings
+        if not s.grpc_server_use_tls:
+            return None
+        if not s.grpc_server_tls_cert or not s.grpc_server_tls_key:
+            raise GrpcConfigError(
+                "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
+            )
+        self.certificates = CertificateFiles(
+            s.grpc_server_tls_cert, s.grpc_server_tls_key, s.grpc_client_tls_cacert
+        )
+        return self.certificates.credentials()
+
+    def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
+        """The SAN check when mTLS with GRPC_CLIENT_TLS_SAN is configured, else none."""
+        s = self.settings
+        if s.grpc_server_use_tls and s.grpc_client_tls_cacert and s.grpc_client_tls_san:
+            return [_RequireClientSan(s.grpc_client_tls_san)]
+        return []
+
+    def bind(self, server: grpc.aio.Server) -> int:
+        """Listen on the configured address; the bound TCP port (0 for a unix socket)."""
+        creds = self.credentials()
+        if creds is None:
+            port = server.add_insecure_port(self.address)
+        else:
+            port = server.add_secure_port(self.address, creds)
+        self.port = 0 if self.address.startswith("unix") else port
+        return self.port
+
+    async def start(self) -> None:
+        """Build the server, register the services, bind, start, and follow Health."""
+        self._loop = asyncio.get_running_loop()
+        server = grpc.aio.server(
+            interceptors=self.interceptors(), options=server_options(self.settings)
+        )
+        self.register(server)
+        self.bind(server)
+        await server.start()
+        self.server = server
+        self.health.subscribe(self._on_health)
+        log.info("gRPC listening on %s", self.address if not self.port else self.port)
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Report NOT_SERVING, stop accepting, let in-flight calls finish for `grace` s."""
+        await self.health_servicer.enter_graceful_shutdown()
+        if self.server is not None:
+            await self.server.stop(grace)
+            self.server = None
+        self._loop = None

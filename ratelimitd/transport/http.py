@@ -1,0 +1,457 @@
+"""A small HTTP/1.1 server (asyncio.Protocol + httptools) and the `/json`, `/healthcheck` routes.
+
+Why not a framework: `/json` must answer at least twice as many decisions per second as
+gRPC from the same event loop, so the request path is one parser callback chain, one task
+per request batch and one `transport.write` per response, with the status line and
+headers pre-built.
+
+Semantics: keep-alive by default on HTTP/1.1 (`Connection: close` honoured), HTTP/1.0
+closes unless it asks for keep-alive; pipelined requests are answered in order and a
+connection's requests are handled one after another; bodies by Content-Length or chunked,
+capped (413, then the connection closes); unknown paths 404; a malformed request 400 and
+close; a handler that raises gives 500 (logged) and the server carries on. No idle
+timeout, like the reference's `http.Server`.
+
+A handler is `async def handler(request: HttpRequest) -> (status, headers, body)`, where
+`headers` is a tuple of `(name, value)` pairs; return a module-level constant tuple when
+you can, its bytes are then formatted once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from http import HTTPStatus
+from typing import Any
+
+import httptools
+
+from ..backends.base import BackendError
+from ..health import Health
+from ..messages import OVER_LIMIT, UNKNOWN
+from ..service import RateLimitService, ServiceError
+from .jsoncodec import decode_request, encode_response
+
+__all__ = [
+    "ERROR_HEADERS",
+    "JSON",
+    "MAX_BODY",
+    "TEXT_PLAIN",
+    "Handler",
+    "Headers",
+    "HttpRequest",
+    "HttpServer",
+    "Reply",
+    "main_routes",
+    "start_http_server",
+]
+
+logger = logging.getLogger(__name__)
+
+Headers = tuple[tuple[str, str], ...]
+Reply = tuple[int, Headers, bytes]
+
+
+class HttpRequest:
+    """One parsed request, as a handler sees it."""
+
+    __slots__ = (
+        "body",
+        "connection",
+        "headers",
+        "http11",
+        "keep_alive",
+        "method",
+        "path",
+        "query",
+    )
+
+    def __init__(
+        self,
+        method: bytes,
+        path: bytes,
+        query: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        keep_alive: bool,
+        http11: bool,
+        connection: _HttpProtocol,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+        self.keep_alive = keep_alive
+        self.http11 = http11
+        self.connection = connection
+
+    def header(self, name: bytes) -> bytes | None:
+        """The first value of a header (`name` in lower case), or None."""
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+    @property
+    def disconnected(self) -> asyncio.Future[None]:
+        """Done once the client's connection is gone (for long handlers)."""
+        return self.connection.closed
+
+
+Handler = Callable[[HttpRequest], Awaitable[Reply]]
+
+MAX_BODY = 1 << 20
+# Pipelined requests queued on one connection before it stops reading.
+MAX_PIPELINE = 64
+
+TEXT_PLAIN: Headers = (("Content-Type", "text/plain; charset=utf-8"),)
+JSON: Headers = (("Content-Type", "application/json"),)
+# What Go's http.Error sends.
+ERROR_HEADERS: Headers = (*TEXT_PLAIN, ("X-Content-Type-Options", "nosniff"))
+
+NOT_FOUND: Reply = (404, ERROR_HEADERS, b"404 page not found\n")
+BAD_REQUEST: Reply = (400, ERROR_HEADERS, b"Bad Request\n")
+INTERNAL_ERROR: Reply = (500, ERROR_HEADERS, b"Internal Server Error\n")
+TOO_LARGE: Reply = (413, ERROR_HEADERS, b"Request Entity Too Large\n")
+
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_CLOSE = b"Connection: close\r\n\r\n"
+_KEEP_ALIVE_10 = b"Connection: keep-alive\r\n\r\n"
+_HEAD_CACHE_MAX = 256
+
+
+class _TooLarge(Exception):
+    """Raised from a parser callback to stop reading an oversized body."""
+
+
+class _HttpProtocol(asyncio.Protocol):
+    """One connection: parse, queue, handle in order, write."""
+
+    def __init__(self, server: HttpServer) -> None:
+        self._server = server
+        self._routes = server.routes
+        self._fallback = server.fallback
+        self._max_body = server.max_body
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url = b""
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._queue: deque[HttpRequest | Reply] = deque()
+        self._worker: asyncio.Task[None] | None = None
+        # No further requests are read; close once the queue is answered.
+        self._closing = False
+        self._read_paused = False
+        self._write_waiter: asyncio.Future[None] | None = None
+        self.closed: asyncio.Future[None] = server.loop.create_future()
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Both asyncio and uvloop set TCP_NODELAY on accepted sockets already.
+        self._transport = transport  # type: ignore[assignment]
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._closing = True
+        self._queue.clear()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        waiter = self._write_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _TooLarge):
+                self._fail(TOO_LARGE)
+            else:  # pragma: no cover - our callbacks raise nothing else
+                logger.exception("HTTP parser callback failed")
+                self._fail(INTERNAL_ERROR)
+        except httptools.HttpParserUpgrade:
+            # We speak no other protocol: answer the request that asked, then close.
+            self.shutdown()
+        except httptools.HttpParserError:
+            self._fail(BAD_REQUEST)
+
+    def eof_received(self) -> bool | None:
+        # A half-closed client still gets the answers to what it sent.
+        self._closing = True
+        if self._worker is None:
+            return None
+        return True
+
+    def pause_writing(self) -> None:
+        if self._write_waiter is None:
+            self._write_waiter = self._server.loop.create_future()
+
+    def resume_writing(self) -> None:
+        waiter = self._write_waiter
+        self._write_waiter = None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # httptools callbacks
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = []
+        self._body = []
+        self._body_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        expect = False
+        for name, value in self._headers:
+            lname = name.lower()
+            if lname == b"content-length":
+                try:
+                    too_large = int(value) > self._max_body
+                except ValueError:
+                    too_large = False  # the parser rejects it
+                if too_large:
+                    raise _TooLarge
+            elif lname == b"expect" and value.lower() == b"100-continue":
+                expect = True
+        if expect and self._worker is None and not self._queue:
+            self._transport.write(_CONTINUE)  # type: ignore[union-attr]
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self._max_body:
+            raise _TooLarge
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._closing:
+            return
+        parser = self._parser
+        url = self._url
+        if url[:1] != b"/":  # absolute-form target (`GET http://host/json`)
+            with contextlib.suppress(httptools.HttpParserInvalidURLError):
+                url = httptools.parse_url(url).path or b"/"
+        path, _, query = url.partition(b"?")
+        body = self._body
+        keep_alive = parser.should_keep_alive()
+        request = HttpRequest(
+            parser.get_method(),
+            path,
+            query,
+            self._headers,
+            body[0] if len(body) == 1 else b"".join(body),
+            keep_alive,
+            parser.get_http_version() == "1.1",
+            self,
+        )
+        if not keep_alive:
+            self._closing = True
+        self._enqueue(request)
+
+    # handling
+
+    def _enqueue(self, item: HttpRequest | Reply) -> None:
+        self._queue.append(item)
+        if self._worker is None:
+            self._worker = self._server.loop.create_task(self._run())
+        elif len(self._queue) >= MAX_PIPELINE and not self._read_paused:
+            self._read_paused = True
+            self._transport.pause_reading()  # type: ignore[union-attr]
+
+    def _fail(self, reply: Reply) -> None:
+        """Answer a request we could not read, after the ones before it, then close."""
+        self._closing = True
+        self._enqueue(reply)
+
+    async def _run(self) -> None:
+        queue = self._queue
+        transport = self._transport
+        assert transport is not None
+        server = self._server
+        try:
+            while queue:
+                item = queue.popleft()
+                if type(item) is tuple:
+                    reply = item
+                    tail = _CLOSE
+                    head_only = False
+                else:
+                    request: HttpRequest = item  # type: ignore[assignment]
+                    handler = self._routes.get(request.path, self._fallback)
+                    if handler is None:
+                        reply = NOT_FOUND
+                    else:
+                        try:
+                            reply = await handler(request)
+                        except Exception:
+                            logger.exception("HTTP handler for %r failed", request.path)
+                            reply = INTERNAL_ERROR
+                    if not request.keep_alive or (self._closing and not queue):
+                        tail = _CLOSE
+                    else:
+                        tail = b"\r\n" if request.http11 else _KEEP_ALIVE_10
+                    head_only = request.method == b"HEAD"
+                    if self._read_paused and len(queue) < MAX_PIPELINE // 2:
+                        self._read_paused = False
+                        transport.resume_reading()
+                if transport.is_closing():
+                    return
+                status, headers, body = reply
+                head = server.head(status, headers)
+                length = b"Content-Length: %d\r\n" % len(body)
+                transport.write(head + length + tail + (b"" if head_only else body))
+                if tail is _CLOSE:
+                    self._closing = True
+                    queue.clear()
+                    transport.close()
+                    return
+                if self._write_waiter is not None:
+                    await self._write_waiter
+            if self._closing and not transport.is_closing():
+                transport.close()
+        finally:
+            self._worker = None
+
+    def shutdown(self) -> None:
+        """Read no more requests; close once the queued ones are answered."""
+        self._closing = True
+        if self._worker is None and self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection now."""
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class HttpServer:
+    """An HTTP/1.1 server over a route table (exact paths)."""
+
+    def __init__(
+        self,
+        routes: Mapping[str, Handler],
+        *,
+        fallback: Handler | None = None,
+        max_body: int = MAX_BODY,
+    ) -> None:
+        self.routes: dict[bytes, Handler] = {p.encode(): h for p, h in routes.items()}
+        self.fallback = fallback
+        self.max_body = max_body
+        self.connections: set[_HttpProtocol] = set()
+        self.port = 0
+        self._heads: dict[tuple[int, Headers], bytes] = {}
+        self._server: asyncio.Server | None = None
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start()
+
+    def head(self, status: int, headers: Headers) -> bytes:
+        """Status line and headers (without Content-Length), cached per constant reply."""
+        key = (status, headers)
+        head = self._heads.get(key)
+        if head is None:
+            try:
+                reason = HTTPStatus(status).phrase
+            except ValueError:
+                reason = "Unknown"
+            lines = [f"HTTP/1.1 {status} {reason}\r\n"]
+            lines += [f"{name}: {value}\r\n" for name, value in headers]
+            head = "".join(lines).encode("latin-1")
+            if len(self._heads) < _HEAD_CACHE_MAX:
+                self._heads[key] = head
+        return head
+
+    async def start(
+        self,
+        host: str | None = None,
+        port: int = 0,
+        *,
+        reuse_port: bool = False,
+        sock: socket.socket | None = None,
+        ssl: Any = None,
+        backlog: int = 1024,
+    ) -> int:
+        """Listen (on host:port, or on an already bound `sock`); returns the bound port."""
+        self.loop = asyncio.get_running_loop()
+        factory = lambda: _HttpProtocol(self)  # noqa: E731
+        if sock is not None:
+            self._server = await self.loop.create_server(
+                factory, sock=sock, ssl=ssl, backlog=backlog
+            )
+        else:
+            self._server = await self.loop.create_server(
+                factory, host, port, reuse_port=reuse_port or None, ssl=ssl, backlog=backlog
+            )
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self, grace: float = 10.0) -> None:
+        """Stop accepting, let queued requests finish (up to `grace` s), close connections."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.shutdown()
+        deadline = self.loop.time() + grace
+        while self.connections and self.loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.abort()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+async def start_http_server(
+    routes: Mapping[str, Handler],
+    host: str | None = None,
+    port: int = 0,
+    *,
+    fallback: Handler | None = None,
+    max_body: int = MAX_BODY,
+    reuse_port: bool = False,
+    sock: socket.socket | None = None,
+    ssl: Any = None,
+) -> HttpServer:
+    """Start an HttpServer on the running loop; its bound port is `.port`."""
+    server = HttpServer(routes, fallback=fallback, max_body=max_body)
+    await server.start(host, port, reuse_port=reuse_port, sock=sock, ssl=ssl)
+    return server
+
+
+_HEALTHY: Reply = (200, TEXT_PLAIN, b"OK")
+_UNHEALTHY: Reply = (500, (), b"")
+
+
+def main_routes(service: RateLimitService, health: Health) -> dict[str, Handler]:
+    """The main listener's routes: `/json` and `/healthcheck` (any method), as the reference."""
+    decide = service.should_rate_limit
+
+    async def json_endpoint(request: HttpRequest) -> Reply:
+        try:
+            decoded = decode_request(request.body)
+        except ValueError:
+            return BAD_REQUEST
+        try:
+            response = await decide(decoded)
+        except (ServiceError, BackendError):
+            return BAD_REQUEST
+        code = response.overall_code
+        status = 429 if code == OVER_LIMIT else 500 if code == UNKNOWN else 200
+        return status, JSON, encode_response(response)
+
+    async def healthcheck(request: HttpRequest) -> Reply:
+        return _HEALTHY if health.healthy() else _UNHEALTHY
+
+    return {"/json": json_endpoint, "/healthcheck": healthcheck}

@@ -1,6 +1,5 @@
 """`python -m sidecars.transit`: run the API under gunicorn with uvicorn workers."""
 
-import logging
 import os
 import sys
 
@@ -10,7 +9,6 @@ from .settings import Settings
 def main() -> None:
     """Exec gunicorn with the bind address and worker count from the settings."""
     settings = Settings.from_env()
-    logging.basicConfig(level=settings.log_level.upper())
     argv = [
         sys.executable,
         "-m",
@@ -26,6 +24,9 @@ def main() -> None:
         # A worker parses its feed in a thread; give it time on slow machines.
         "--timeout",
         "120",
+        # gunicorn 27's control socket has one default path per user: two servers (tests,
+        # benchmarks, the usage sidecar) would fight over it.
+        "--no-control-socket",
         *sys.argv[1:],
         "sidecars.transit.asgi:app()",
     ]

@@ -42,12 +42,14 @@ from sidecars.schemas import (
     json_encoder,
 )
 
-from .bodies import Body
+from .bodies import Body, BodyCache
 from .gtfs import NO_DROP_OFF, NO_PICKUP, RawFeed
 from .times import time_24h, yyyymmdd
 
 EARTH_RADIUS_M = 6371008.8
 DAY_MEMO_ENTRIES = 2048
+# Budget of encoded pattern bodies kept per worker (shapes get a quarter of it).
+BODY_CACHE_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 _DIGITS = re.compile(r"(\d+)")
 _version_encoder = msgspec.json.Encoder()
@@ -124,8 +126,8 @@ class Network:
         self.trip_index = raw.trip_index
         self._times_24h: list[str] | None = None
         self._active: dict[date, bytearray] = {}
-        self._pattern_bodies: dict[str, Body | None] = {}
-        self._shape_bodies: dict[str, Body | None] = {}
+        self._pattern_bodies = BodyCache(BODY_CACHE_BYTES)
+        self._shape_bodies = BodyCache(BODY_CACHE_BYTES // 4)
         self._gtfs_body: Body | None = None
         self._day_memo: dict[tuple, object] = {}
         self._derive()
@@ -409,14 +411,13 @@ class Network:
 
     def pattern_body(self, pattern_id: str) -> Body | None:
         """`/v2/patterns/:id` body, encoded on first request and kept for this feed version."""
-        if pattern_id in self._pattern_bodies:
-            return self._pattern_bodies[pattern_id]
+        found, body = self._pattern_bodies.get(pattern_id)
+        if found:
+            return body
         versions = self.patterns.get(pattern_id)
-        body = None
         if versions is not None:
             body = Body(json_encoder.encode([self._pattern(v) for v in versions]))
-        if len(self._pattern_bodies) < 100_000:
-            self._pattern_bodies[pattern_id] = body
+        self._pattern_bodies.put(pattern_id, body)
         return body
 
     def _pattern(self, v: _Version) -> Pattern:
@@ -490,13 +491,13 @@ class Network:
 
     def shape_body(self, shape_id: str) -> Body | None:
         """`/v2/shapes/:id` body, encoded on first request."""
-        if shape_id in self._shape_bodies:
-            return self._shape_bodies[shape_id]
+        found, body = self._shape_bodies.get(shape_id)
+        if found:
+            return body
         cols = self.raw.shapes.get(shape_id)
-        body = None
         if cols is not None:
             body = Body(json_encoder.encode(self._shape(shape_id, cols)))
-        self._shape_bodies[shape_id] = body
+        self._shape_bodies.put(shape_id, body)
         return body
 
     def _shape(self, shape_id: str, cols) -> Shape:  # type: ignore[no-untyped-def]

@@ -391,3 +391,18 @@ def test_odd_accept_encoding_falls_back_to_identity(
 ) -> None:
     result = cairns.simulate_get("/v2/stops", headers={"Accept-Encoding": header})
     assert result.status_code == 200 and "content-encoding" not in result.headers
+
+
+def test_body_cache_evicts_least_recently_used() -> None:
+    from sidecars.transit.bodies import Body, BodyCache
+
+    cache = BodyCache(max_bytes=3000)
+    a, b, c = Body(b"a" * 1000), Body(b"b" * 1000), Body(b"c" * 1000)
+    cache.put("a", a)
+    cache.put("b", b)
+    assert cache.get("a") == (True, a)  # a is now the most recent
+    cache.put("c", c)  # over budget: b goes
+    assert cache.get("b") == (False, None)
+    assert cache.get("a") == (True, a) and cache.get("c") == (True, c)
+    cache.put("unknown", None)
+    assert cache.get("unknown") == (True, None)

@@ -14,6 +14,7 @@ GRPC_CLIENT_* with certificate files re-read when they change on disk.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import os
 import time
@@ -152,7 +153,8 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
 
     grpc Python has no hook into certificate verification, so the check runs per call on the
     handshake's auth context (the reference rejects at the handshake); calls from a client
-    without the name fail UNAUTHENTICATED. Installed only when the setting is present.
+    without the name fail UNAUTHENTICATED. Installed only when the setting is present. Our
+    server has unary-unary and unary-stream methods only; those are the kinds it wraps.
     """
 
     def __init__(self, san: str) -> None:
@@ -186,7 +188,13 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
             async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 if not self._allowed(context):
                     await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-                return await inner_us(request, context)
+                result = inner_us(request, context)
+                if inspect.isasyncgen(result):
+                    # A generator-style servicer: forward what it yields.
+                    async for item in result:
+                        await context.write(item)
+                    return None
+                return await result  # a context.write()-style servicer (grpc's health)
 
             return handler._replace(unary_stream=unary_stream)  # type: ignore[attr-defined]
         return handler
@@ -296,9 +304,12 @@ class GrpcTransport:
             raise GrpcConfigError(
                 "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
             )
-        self.certificates = CertificateFiles(
-            s.grpc_server_tls_cert, s.grpc_server_tls_key, s.grpc_client_tls_cacert
-        )
+        try:
+            self.certificates = CertificateFiles(
+                s.grpc_server_tls_cert, s.grpc_server_tls_key, s.grpc_client_tls_cacert
+            )
+        except OSError as err:
+            raise GrpcConfigError(f"cannot read the gRPC TLS files: {err}") from err
         return self.certificates.credentials()
 
     def interceptors(self) -> list[grpc.aio.ServerInterceptor]:

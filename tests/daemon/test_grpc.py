@@ -606,6 +606,14 @@ async def test_tls_settings_need_cert_and_key(harness: Callable[..., Any]) -> No
     )
     with pytest.raises(GrpcConfigError, match="GRPC_SERVER_TLS_CERT"):
         await transport.start()
+    missing = plain_settings(
+        grpc_server_use_tls=True,
+        grpc_server_tls_cert="/nonexistent/tls.pem",
+        grpc_server_tls_key="/nonexistent/tls.key",
+    )
+    transport = GrpcTransport(missing, h.service, Health(), h.stats)
+    with pytest.raises(GrpcConfigError, match=r"/nonexistent/tls\.pem"):
+        await transport.start()
 
 
 async def test_mtls_requires_a_client_certificate(
@@ -667,6 +675,12 @@ async def test_client_san_enforced(
         assert err.code() == grpc.StatusCode.UNAUTHENTICATED
     async with served.channel(certs.creds(certs.ca, certs.client)) as right:
         assert (await call(right, request("test", KV))).overall_code == OK
+        watch = health_pb2_grpc.HealthStub(right).Watch(
+            health_pb2.HealthCheckRequest(service="ratelimit"), timeout=TIMEOUT
+        )
+        first = await watch.read()
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
     assert h.stats.service.total_requests == 1
 
 

@@ -292,6 +292,9 @@ class _Reader:
         self.problems.raise_if_any()
         self._group_stop_times()
         self.problems.raise_if_any()
+        if "frequencies.txt" in self.files.names():
+            self.table("frequencies.txt", self._frequencies)
+            self.problems.raise_if_any()
         return RawFeed(
             files=self.files,
             timezone=self.timezone,
@@ -599,6 +602,7 @@ class _Reader:
         trip_first = array("i", [-1]) * ntrips
         trip_count = array("i", [0]) * ntrips
         time_ids: dict[str, int] = {"": -1}
+        self._time_ids = time_ids
         self.time_strings: list[str] = []
         self.time_seconds = array("i")
         add_trip, add_stop, add_seq = st_trip.append, st_stop.append, st_seq.append
@@ -733,6 +737,107 @@ class _Reader:
                         break
         if self.st_time.count(-1):
             self._fill_blank_times()
+
+    def _frequencies(self, t: _Table) -> None:
+        """Expand frequency-based trips into one trip per departure.
+
+        A trip listed in frequencies.txt is a template: its stop_times give times relative to
+        its first stop. Each departure `start_time, start_time + headway, ... < end_time`
+        becomes a trip `<trip_id>@<HH:MM:SS>` (TripUpdates naming the template and that
+        start_time are matched to it); the template itself is dropped.
+        """
+        i_trip, i_start = t.index("trip_id"), t.index("start_time")
+        i_end, i_headway = t.index("end_time"), t.index("headway_secs")
+        missing = [
+            name for name, i in (("trip_id", i_trip), ("start_time", i_start),
+                                 ("end_time", i_end), ("headway_secs", i_headway)) if i < 0
+        ]  # fmt: skip
+        if missing:
+            self.problems.add(t.name, 1, f"missing required column(s): {', '.join(missing)}")
+            return
+        runs: dict[int, list[tuple[int, int, int]]] = {}
+        for row in t.rows():
+            trip_id = row[i_trip].strip()
+            ti = self.trip_index.get(trip_id)
+            if ti is None:
+                self.problems.add(t.name, t.line, f"trip_id {trip_id!r} not in trips.txt")
+                continue
+            try:
+                start, end = parse_time(row[i_start]), parse_time(row[i_end])
+                headway = int(row[i_headway])
+            except (BadTime, ValueError):
+                self.problems.add(t.name, t.line, "bad start_time, end_time or headway_secs")
+                continue
+            if headway <= 0 or end < start:
+                self.problems.add(t.name, t.line, "headway_secs must be > 0 and end >= start")
+                continue
+            if self.trip_count[ti] == 0:
+                continue
+            runs.setdefault(ti, []).append((start, end, headway))
+        if not runs or self.problems.total:
+            return
+        old = {
+            name: getattr(self, name)
+            for name in ("st_trip", "st_stop", "st_seq", "st_time", "st_flags", "st_dist")
+        }
+        new = {name: array(col.typecode) for name, col in old.items() if col is not None}
+        old_first, old_count = self.trip_first, self.trip_count
+        first, count = array("i", old_first), array("i", old_count)
+        seconds = self.time_seconds
+
+        def copy(src: int, dst: int, shift: int) -> None:
+            a, n = old_first[src], old_count[src]
+            first[dst], count[dst] = len(new["st_trip"]), n
+            new["st_trip"].extend(array("i", [dst]) * n)
+            for name in ("st_stop", "st_seq", "st_flags", "st_dist"):
+                if name in new:
+                    new[name].extend(old[name][a : a + n])
+            times = old["st_time"][a : a + n]
+            if shift:
+                times = array("i", (self._shifted_time(tid, shift) for tid in times))
+            new["st_time"].extend(times)
+
+        for ti in range(len(old_first)):
+            if ti not in runs:
+                if old_count[ti]:
+                    copy(ti, ti, 0)
+                continue
+            base = seconds[old["st_time"][old_first[ti]]]
+            for start, end, headway in runs[ti]:
+                departure = start
+                while departure < end:
+                    clone = self._clone_trip(ti, f"{self.trip_ids[ti]}@{format_time(departure)}")
+                    first.append(-1)
+                    count.append(0)
+                    copy(ti, clone, departure - base)
+                    departure += headway
+            first[ti], count[ti] = -1, 0
+        for name, col in new.items():
+            setattr(self, name, col)
+        self.trip_first, self.trip_count = first, count
+
+    def _shifted_time(self, tid: int, shift: int) -> int:
+        text = format_time(self.time_seconds[tid] + shift)
+        shifted = self._time_ids.get(text)
+        if shifted is None:
+            shifted = self._time_ids[text] = len(self.time_strings)
+            self.time_strings.append(text)
+            self.time_seconds.append(self.time_seconds[tid] + shift)
+        return shifted
+
+    def _clone_trip(self, ti: int, trip_id: str) -> int:
+        clone = len(self.trip_ids)
+        self.trip_ids.append(trip_id)
+        self.trip_index[trip_id] = clone
+        self.trip_route.append(self.trip_route[ti])
+        self.trip_service.append(self.trip_service[ti])
+        self.trip_direction.append(self.trip_direction[ti])
+        self.trip_headsign.append(self.trip_headsign[ti])
+        self.trip_shape.append(self.trip_shape[ti])
+        self.trip_block.append(self.trip_block[ti])
+        if self.trip_pattern is not None:
+            self.trip_pattern.append(self.trip_pattern[ti])
+        return clone
 
     def _fill_blank_times(self) -> None:
         """Interpolate blank (non-timepoint) times linearly between the timed stops around them."""

@@ -21,7 +21,7 @@ from sidecars.schemas import Alert, Vehicle, json_encoder
 
 from .bodies import Body
 from .network import Network, natural_key
-from .times import service_time_unix
+from .times import BadTime, format_time, parse_time, service_time_unix
 
 _VP = rt.VehiclePosition
 _TD = rt.TripDescriptor
@@ -118,6 +118,20 @@ class Realtime:
         self.alerts_pb = Body(alert_pb)
         self.alert_count = len(alert_list)
 
+    def _trip_id(self, trip: rt.TripDescriptor) -> str:
+        """The static trip a descriptor names; a frequency-based trip is its template id plus
+        start_time, which the parser expanded to `<trip_id>@<HH:MM:SS>`."""
+        trip_id = trip.trip_id
+        net = self.network
+        if trip_id and trip.start_time and net is not None:
+            try:
+                expanded = f"{trip_id}@{format_time(parse_time(trip.start_time))}"
+            except BadTime:
+                return trip_id
+            if expanded in net.trip_index:
+                return expanded
+        return trip_id
+
     # -- vehicles ---------------------------------------------------------------------------
 
     def vehicle_id(self, number: str, route_id: str | None) -> tuple[str, str]:
@@ -140,7 +154,7 @@ class Realtime:
             vp = entity.vehicle
             trip = vp.trip
             number = vp.vehicle.id or vp.vehicle.label or entity.id
-            trip_id = trip.trip_id or None
+            trip_id = self._trip_id(trip) or None
             ti = net.trip_index.get(trip_id) if net is not None and trip_id else None
             route_id = trip.route_id or None
             line_id = pattern_id = block_id = None
@@ -270,7 +284,7 @@ class Realtime:
             if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label):
                 vehicle = self.vehicle_id(tu.vehicle.id or tu.vehicle.label, tu.trip.route_id)[1]
             delay = tu.delay if tu.HasField("delay") else None
-            self.updates[tu.trip.trip_id] = _TripUpdate(vehicle, delay, by_seq, by_stop)
+            self.updates[self._trip_id(tu.trip)] = _TripUpdate(vehicle, delay, by_seq, by_stop)
 
     def trip_vehicle(self, trip_id: str) -> str | None:
         """Id of the vehicle serving a trip, from TripUpdates or VehiclePositions."""

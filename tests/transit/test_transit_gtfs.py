@@ -9,7 +9,9 @@ import pytest
 from sidecars.transit.gtfs import FeedError, RawFeed, read_feed
 from sidecars.transit.source import FeedFiles, SourceError
 
-from .transit_helpers import CAIRNS_ZIP, SHARED, SMALL_FEED, write_feed
+from .transit_helpers import BULLRUNNER_ZIP, CAIRNS_ZIP, SMALL_FEED, write_feed
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def load(path: Path | str) -> RawFeed:
@@ -39,13 +41,13 @@ def test_cairns_loads_with_every_row() -> None:
 
 
 def test_google_sample_directory_with_single_digit_hours_loads() -> None:
-    raw = load(SHARED / "gtfs" / "google_sample")
+    raw = load(DATA / "google_sample")
     assert "6:00:00" in raw.time_strings
     assert raw.stop_index["STAGECOACH"] >= 0
 
 
 def test_bullrunner_zip_loads() -> None:
-    raw = load(SHARED / "gtfs-rt" / "bullrunner" / "bullrunner-gtfs.zip")
+    raw = load(BULLRUNNER_ZIP)
     assert {r.route_id for r in raw.routes} >= {"A", "B", "C", "D", "E", "F"}
 
 
@@ -196,3 +198,27 @@ def test_zip_with_corrupt_member_data(tmp_path: Path) -> None:
 def test_missing_path_is_a_source_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match=r"nope\.zip"):
         FeedFiles.load(str(tmp_path / "nope.zip"), 5)
+
+
+def test_frequencies_expand_into_one_trip_per_departure() -> None:
+    raw = load(DATA / "google_sample")
+    stba = [t for t in raw.trip_ids if t.startswith("STBA@")]
+    # 6:00:00 to 22:00:00 every 1800 s
+    assert len(stba) == 32 and stba[0] == "STBA@06:00:00" and stba[-1] == "STBA@21:30:00"
+    template = raw.trip_index["STBA"]
+    assert raw.trip_count[template] == 0  # the template itself is not a trip
+    last = raw.trip_index["STBA@21:30:00"]
+    first = raw.trip_first[last]
+    assert [raw.time_strings[t] for t in raw.st_time[first : first + 2]] == [
+        "21:30:00",
+        "21:50:00",
+    ]
+    # trips without frequencies are kept as they are
+    assert raw.trip_count[raw.trip_index["AB1"]] == 2
+
+
+def test_bullrunner_frequencies() -> None:
+    raw = load(BULLRUNNER_ZIP)
+    # trip 1: 07:00:00 to 24:00:00 every 600 s
+    assert sum(1 for t in raw.trip_ids if t.startswith("1@")) == 102
+    assert "1@23:50:00" in raw.trip_index

@@ -13,7 +13,7 @@ from google.transit import gtfs_realtime_pb2 as rt
 
 from sidecars.transit.store import TransitStore
 
-from .transit_helpers import Clock, local_ts
+from .transit_helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, Clock, local_ts
 
 NOW = local_ts("2026-03-24T09:05")  # a Tuesday in Lisbon (WET, UTC+0)
 
@@ -279,3 +279,38 @@ def test_realtime_from_http_urls(small_feed: Path, make_store, client_for) -> No
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_bull_runner_vehicles_and_a_frequency_trip_update(
+    tmp_path: Path,
+    make_store,
+    client_for,  # type: ignore[no-untyped-def]
+) -> None:
+    tu = tmp_path / "tu.pb"
+    tu.write_bytes(
+        feed(
+            [{"id": "u", "trip_update": {
+                "trip": {"trip_id": "1", "start_time": "10:50:00"}, "vehicle": {"id": "1536"},
+                "stop_time_update": [{"stop_sequence": 2, "arrival": {"delay": 120}}]}}],
+            1505314375,
+        )
+    )  # fmt: skip
+    store = make_store(
+        BULLRUNNER_ZIP,
+        clock=Clock(1505314375),  # 2017-09-13 10:52:55 in New York, a Wednesday
+        vehicles_source=str(BULLRUNNER_VP),
+        trip_updates_source=str(tu),
+        stop_id_pattern=r"^\d+$",
+    )
+    assert store.load_static()
+    store.poll_realtime()
+    client = client_for(store)
+    vehicles = {v["id"]: v for v in client.simulate_get("/v2/vehicles").json}
+    assert len(vehicles) == 10  # the feed has no agency_id: bare vehicle ids
+    assert vehicles["1536"]["route_id"] == "F" and vehicles["1536"]["line_id"] == "F"
+    arrivals = {a["trip_id"]: a for a in client.simulate_get("/v2/arrivals/by_stop/230").json}
+    expanded = arrivals["1@10:50:00"]
+    assert expanded["scheduled_arrival"] == "10:51:04"
+    assert expanded["estimated_arrival"] == "10:53:04"
+    assert expanded["vehicle_id"] == "1536"
+    assert arrivals["1@11:00:00"]["estimated_arrival"] is None

@@ -13,7 +13,6 @@ from sidecars.transit.settings import DATA_DIR
 CAIRNS_ZIP = DATA_DIR / "cairns_gtfs.zip"
 BULLRUNNER_ZIP = DATA_DIR / "bullrunner_gtfs.zip"
 BULLRUNNER_VP = DATA_DIR / "bullrunner_vehicle_positions.pb"
-SHARED = Path("/work/shared/data")
 BRISBANE = ZoneInfo("Australia/Brisbane")
 LISBON = ZoneInfo("Europe/Lisbon")
 

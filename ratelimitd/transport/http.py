@@ -287,20 +287,22 @@ class _HttpProtocol(asyncio.Protocol):
             while queue:
                 item = queue.popleft()
                 if type(item) is tuple:
-                    reply = item
+                    status, headers, body = item
                     tail = _CLOSE
                     head_only = False
                 else:
                     request: HttpRequest = item  # type: ignore[assignment]
                     handler = self._routes.get(request.path, self._fallback)
                     if handler is None:
-                        reply = NOT_FOUND
+                        status, headers, body = NOT_FOUND
                     else:
                         try:
-                            reply = await handler(request)
+                            status, headers, body = await handler(request)
+                            if type(body) is not bytes:
+                                raise TypeError(f"reply body is {type(body).__name__}")
                         except Exception:
                             logger.exception("HTTP handler for %r failed", request.path)
-                            reply = INTERNAL_ERROR
+                            status, headers, body = INTERNAL_ERROR
                     if not request.keep_alive or (self._closing and not queue):
                         tail = _CLOSE
                     else:
@@ -311,7 +313,6 @@ class _HttpProtocol(asyncio.Protocol):
                         transport.resume_reading()
                 if transport.is_closing():
                     return
-                status, headers, body = reply
                 head = server.head(status, headers)
                 length = b"Content-Length: %d\r\n" % len(body)
                 transport.write(head + length + tail + (b"" if head_only else body))

@@ -18,9 +18,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ratelimitd.backends.base import BackendError
-from ratelimitd.config.ruleset import Rule
+from ratelimitd.config.ruleset import UNIT_NAMES, Rule
 from ratelimitd.health import Health
-from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, UNKNOWN, Descriptor, Response, Status
+from ratelimitd.messages import (
+    MAX_UINT32,
+    OK,
+    OVER_LIMIT,
+    UNKNOWN,
+    Descriptor,
+    Request,
+    Response,
+    Status,
+)
 from ratelimitd.service import Options, ServiceError
 from ratelimitd.transport.debug import debug_routes
 from ratelimitd.transport.http import HttpServer, main_routes, start_http_server
@@ -511,6 +520,33 @@ async def test_chunked_request_body(srv: Servers) -> None:
     assert reply.json()["statuses"][0]["limitRemaining"] == 1
 
 
+async def test_expect_100_continue(srv: Servers) -> None:
+    c = await srv.conn()
+    await c.send(
+        b"POST /json HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(ONE_K)
+    )
+    assert await c.reader.readline() == b"HTTP/1.1 100 Continue\r\n"
+    assert await c.reader.readline() == b"\r\n"
+    await c.send(ONE_K)
+    reply = await read_reply(c.reader)
+    assert reply.status == 200
+
+
+async def test_absolute_form_target(srv: Servers) -> None:
+    reply = await srv.call("http://test/healthcheck?x=1", method="GET")
+    assert (reply.status, reply.body) == (200, b"OK")
+
+
+async def test_upgrade_request_answered_then_closed(srv: Servers) -> None:
+    c = await srv.conn()
+    reply = await c.call(
+        "/healthcheck", method="GET", headers=("Connection: Upgrade", "Upgrade: websocket")
+    )
+    assert (reply.status, reply.body) == (200, b"OK")
+    assert await c.at_eof()
+
+
 async def test_unknown_path_404(srv: Servers) -> None:
     reply = await srv.call("/nope", method="GET")
     assert (reply.status, reply.body) == (404, b"404 page not found\n")
@@ -715,7 +751,7 @@ FIELD_NAMES = st.sampled_from(
 SHAPED = st.recursive(
     JSON_VALUES,
     lambda inner: st.dictionaries(FIELD_NAMES, inner, max_size=4) | st.lists(inner, max_size=3),
-    max_leaves=25,
+    max_leaves=12,
 )
 
 
@@ -726,7 +762,7 @@ def test_decode_random_bytes_only_value_error(data: bytes) -> None:
         decode_request(data)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(SHAPED)
 def test_decode_random_json_only_value_error(doc: Any) -> None:
     try:
@@ -739,3 +775,46 @@ def test_decode_random_json_only_value_error(doc: Any) -> None:
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in d.entries)
         assert d.hits_addend is None or 0 <= d.hits_addend < 2**64
     assert 0 <= req.hits_addend < 2**32
+
+
+def json_uint(n: int) -> st.SearchStrategy[Any]:
+    """A proto3 JSON integer: the number, or the number as a string."""
+    return st.sampled_from([n, str(n)])
+
+
+@st.composite
+def valid_requests(draw: st.DrawFn) -> tuple[Any, Request]:
+    """A RateLimitRequest as JSON (random spellings and integer forms) and its decoding."""
+    domain = draw(st.text(max_size=8))
+    doc: dict[str, Any] = {"domain": domain}
+    descriptors = []
+    for _ in range(draw(st.integers(0, 3))):
+        entries = draw(st.lists(st.tuples(st.text(max_size=4), st.text(max_size=4)), max_size=3))
+        d: dict[str, Any] = {"entries": [{"key": k, "value": v} for k, v in entries]}
+        limit = hits = None
+        if draw(st.booleans()):
+            rpu = draw(st.integers(0, 2**32 - 1))
+            unit = draw(st.sampled_from(sorted(UNIT_NAMES)))
+            spelling = draw(st.sampled_from(["requestsPerUnit", "requests_per_unit"]))
+            d["limit"] = {
+                spelling: draw(json_uint(rpu)),
+                "unit": draw(st.sampled_from([unit, UNIT_NAMES[unit]])),
+            }
+            limit = (rpu, unit)
+        if draw(st.booleans()):
+            hits = draw(st.integers(0, 2**64 - 1))
+            d[draw(st.sampled_from(["hitsAddend", "hits_addend"]))] = draw(json_uint(hits))
+        doc.setdefault("descriptors", []).append(d)
+        descriptors.append(Descriptor(tuple(entries), limit, hits))
+    hits_addend = 0
+    if draw(st.booleans()):
+        hits_addend = draw(st.integers(0, 2**32 - 1))
+        doc[draw(st.sampled_from(["hitsAddend", "hits_addend"]))] = draw(json_uint(hits_addend))
+    return doc, Request(domain, descriptors, hits_addend)
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_requests())
+def test_decode_valid_requests(case: tuple[Any, Request]) -> None:
+    doc, expected = case
+    assert decode_request(json.dumps(doc).encode()) == expected

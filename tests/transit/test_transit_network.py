@@ -279,3 +279,26 @@ def test_shape_body(small_feed: Path) -> None:
     assert [p["shape_pt_sequence"] for p in points] == [1, 2, 3]
     assert points[0]["shape_dist_traveled"] == 0.0
     assert int(points[-1]["shape_dist_traveled"]) == shape["extension"]
+
+
+def test_cm_pattern_with_two_headsigns_has_two_versions(tmp_path: Path) -> None:
+    trips = CM_TRIPS + "1001_0,7_21NBI,1001_0_1_0900_0929_0_7,Almada (Centro),0,,1001_0_1,Dias\n"
+    stop_times = CM_STOP_TIMES + (
+        "1001_0_1_0900_0929_0_7,09:00:00,09:00:00,010001,1,0\n"
+        "1001_0_1_0900_0929_0_7,09:20:00,09:20:00,020001,2,12.5\n"
+    )
+    files = {
+        "agency.txt": "agency_id,agency_name,agency_url,agency_timezone\nCM,CM,http://x,Europe/Lisbon\n",
+        "stops.txt": (DATA / "cm_stops_sample.txt").read_text(encoding="utf-8"),
+        "routes.txt": CM_ROUTES,
+        "trips.txt": trips,
+        "stop_times.txt": stop_times,
+        "calendar_dates.txt": CM_CALENDAR_DATES,
+    }
+    net = network(write_feed(tmp_path / "cm.zip", files, base={}))
+    versions = body(net.pattern_body("1001_0_1"))
+    assert [v["headsign"] for v in versions] == ["Almada", "Almada (Centro)"]
+    assert versions[0]["version_id"] != versions[1]["version_id"]
+    assert all(v["id"] == "1001_0_1" for v in versions)
+    assert versions[1]["trips"][0]["trip_ids"] == ["1001_0_1_0900_0929_0_7"]
+    assert versions[1]["valid_on"] == ["20260323", "20260324"]

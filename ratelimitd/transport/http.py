@@ -401,8 +401,9 @@ class HttpServer:
 
     async def close(self, grace: float = 10.0) -> None:
         """Stop accepting, let queued requests finish (up to `grace` s), close connections."""
-        if self._server is not None:
-            self._server.close()
+        if self._server is None:
+            return  # never started
+        self._server.close()
         for conn in list(self.connections):
             conn.shutdown()
         deadline = self.loop.time() + grace
@@ -410,8 +411,7 @@ class HttpServer:
             await asyncio.sleep(0.01)
         for conn in list(self.connections):
             conn.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
+        await self._server.wait_closed()
 
 
 async def start_http_server(

@@ -32,7 +32,7 @@ from ratelimitd.messages import (
 )
 from ratelimitd.service import Options, ServiceError
 from ratelimitd.transport.debug import debug_routes
-from ratelimitd.transport.http import HttpServer, main_routes, start_http_server
+from ratelimitd.transport.http import HttpRequest, HttpServer, main_routes, start_http_server
 from ratelimitd.transport.jsoncodec import decode_request, encode_response
 
 # Harness clock: 1_000_000 s, so a MINUTE window resets in 20 s and a SECOND one in 1 s.
@@ -603,6 +603,30 @@ async def test_close_stops_idle_connections(harness: Callable[..., Any]) -> None
     await server.close(grace=1)
     assert await c.at_eof()
     assert not server.connections
+    await c.close()
+
+
+async def test_close_drains_in_flight_request() -> None:
+    started = asyncio.Event()
+
+    async def slow(request: HttpRequest) -> tuple[int, Any, bytes]:
+        started.set()
+        await asyncio.sleep(0.2)
+        return 200, (), b"done"
+
+    server = HttpServer({"/slow": slow})
+    assert server.port == 0
+    await server.close()  # never started: nothing to do
+    port = await server.start("127.0.0.1", 0)
+    c = await Conn.open(port)
+    pending = asyncio.create_task(c.call("/slow", method="GET"))
+    await started.wait()
+    await server.close(grace=5)
+    reply = await pending
+    assert (reply.status, reply.body, reply.headers["connection"]) == (200, b"done", "close")
+    assert await c.at_eof()
+    with pytest.raises(OSError):
+        await Conn.open(port)
     await c.close()
 
 

@@ -55,5 +55,5 @@ def create_app(
     app.add_error_handler(falcon.HTTPError, r.http_error)
     app.add_error_handler(falcon.HTTPRouteNotFound, r.route_not_found)
     app.add_error_handler(falcon.HTTPMethodNotAllowed, r.route_not_found)
-    app.add_error_handler(r._EnvelopeError, r.envelope_error)
+    app.add_error_handler(r.EnvelopeError, r.envelope_error)
     return app

@@ -106,16 +106,20 @@ def server_error(message: str, status: str = falcon.HTTP_500) -> falcon.HTTPErro
     body = json_encoder.encode(
         ServerError(message=f'Server Error: "{message}"', timestamp=int(time.time() * 1000))
     )
-    return _EnvelopeError(status, body)
+    return EnvelopeError(status, body)
 
 
-class _EnvelopeError(falcon.HTTPError):
+class EnvelopeError(falcon.HTTPError):
+    """An error whose body is already encoded in the service envelope."""
+
     def __init__(self, status: str, body: bytes) -> None:
         super().__init__(status)
         self.body = body
 
 
 class _Base:
+    """Resources that read the store; static data needs a loaded feed."""
+
     def __init__(self, store: TransitStore) -> None:
         self.store = store
 
@@ -351,7 +355,7 @@ async def route_not_found(
 
 
 async def envelope_error(
-    req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: _EnvelopeError, params: dict
+    req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: EnvelopeError, params: dict
 ) -> None:
     """Errors raised with the service envelope."""
     send_raw(resp, ex.status, ex.body, CACHE_ERROR)

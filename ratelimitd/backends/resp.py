@@ -1,0 +1,280 @@
+"""RESP2 on asyncio: pre-encoded counter commands and a pipelined connection protocol.
+
+The counter hot path does not go through a general Redis client: a request's commands
+are encoded here straight into one bytes object (INCRBY + EXPIRE per key), written by
+the pool together with the other requests of the same event-loop iteration, and the
+replies are parsed by `hiredis.Reader` and handed back to each request in order.
+
+A connection keeps a FIFO of pending batches (one per request and round). Each batch
+carries a deadline; one timer per connection watches the oldest batch. When it expires
+the connection is presumed hung (a paused or partitioned server): every pending batch
+fails, the transport is closed and the owner replaces the connection. Replies are
+positional, so a connection that lost a reply can never be reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import hiredis
+
+from .base import BackendError
+
+_INCRBY_EXPIRE = (
+    b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
+    b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
+)
+_INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
+_EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
+_GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"
+ASKING = b"*1\r\n$6\r\nASKING\r\n"
+PING = b"*1\r\n$4\r\nPING\r\n"
+
+ReplyError = hiredis.ReplyError
+
+
+def incrby_expire(key: bytes, hits: int, expire: int) -> bytes:
+    """`INCRBY key hits` followed by `EXPIRE key expire`, RESP-encoded."""
+    h = b"%d" % hits
+    e = b"%d" % expire
+    n = len(key)
+    return _INCRBY_EXPIRE % (n, key, len(h), h, n, key, len(e), e)
+
+
+def incrby(key: bytes, hits: int) -> bytes:
+    """`INCRBY key hits`, RESP-encoded."""
+    h = b"%d" % hits
+    return _INCRBY % (len(key), key, len(h), h)
+
+
+def expire(key: bytes, seconds: int) -> bytes:
+    """`EXPIRE key seconds`, RESP-encoded."""
+    e = b"%d" % seconds
+    return _EXPIRE % (len(key), key, len(e), e)
+
+
+def get(key: bytes) -> bytes:
+    """`GET key`, RESP-encoded."""
+    return _GET % (len(key), key)
+
+
+def command(*args: str | bytes | int) -> bytes:
+    """Any command, RESP-encoded (control plane: AUTH, SENTINEL, CLUSTER SLOTS, ...)."""
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, int):
+            arg = b"%d" % arg
+        elif isinstance(arg, str):
+            arg = arg.encode()
+        out.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return b"".join(out)
+
+
+class Batch:
+    """The commands of one request on one connection: a future for `n` replies."""
+
+    __slots__ = ("deadline", "future", "n", "replies")
+
+    def __init__(self, future: asyncio.Future[Any], n: int) -> None:
+        self.future = future
+        self.n = n
+        self.replies: list[Any] = []
+        self.deadline = 0.0
+
+
+class RespConnection(asyncio.Protocol):
+    """One Redis connection: writes flushed payloads, dispatches replies to batches.
+
+    A batch's future gets the list of its replies (error replies as `ReplyError`
+    instances inside it), or a `BackendError` instance when the connection failed or
+    timed out; callers check the type instead of catching (no unretrieved exceptions).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        timeout: float,
+        on_lost: Callable[[RespConnection], None] | None = None,
+    ) -> None:
+        self.loop = loop
+        self.timeout = timeout
+        self.on_lost = on_lost
+        self.transport: asyncio.Transport | None = None
+        self.pending: deque[Batch] = deque()
+        self.in_flight = 0  # commands written whose replies are still due
+        self.writes = 0
+        self.closed = False
+        self.local_close = False
+        self._reader = hiredis.Reader()
+        self._timer: asyncio.TimerHandle | None = None
+        self._lost: asyncio.Future[None] = loop.create_future()
+
+    # asyncio.Protocol -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Keep the transport."""
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        """Parse replies and complete the batches they finish, in order."""
+        reader = self._reader
+        reader.feed(data)
+        pending = self.pending
+        while True:
+            try:
+                reply = reader.gets()
+            except hiredis.ProtocolError as exc:
+                self.abort(f"redis protocol error: {exc}")
+                return
+            if reply is False:
+                return
+            if not pending:
+                self.abort("redis sent a reply nobody asked for")
+                return
+            batch = pending[0]
+            replies = batch.replies
+            replies.append(reply)
+            if len(replies) == batch.n:
+                pending.popleft()
+                self.in_flight -= batch.n
+                if not batch.future.done():
+                    batch.future.set_result(replies)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """Fail what is pending and tell the owner."""
+        reason = f"redis connection lost: {exc}" if exc else "redis connection closed"
+        self._fail_all(reason)
+        if not self._lost.done():
+            self._lost.set_result(None)
+        if self.on_lost is not None:
+            on_lost, self.on_lost = self.on_lost, None
+            on_lost(self)
+
+    # writing ----------------------------------------------------------------------
+
+    def write(
+        self, payload: bytes, batches: list[Batch], commands: int, timeout: float = 0.0
+    ) -> None:
+        """Write one flush (the payloads of `batches`, `commands` commands in all)."""
+        if self.closed or self.transport is None:
+            err = BackendError("redis connection closed")
+            for b in batches:
+                if not b.future.done():
+                    b.future.set_result(err)
+            return
+        deadline = self.loop.time() + (timeout or self.timeout)
+        pending = self.pending
+        for b in batches:
+            b.deadline = deadline
+            pending.append(b)
+        self.in_flight += commands
+        self.writes += 1
+        self.transport.write(payload)
+        if self._timer is None:
+            self._timer = self.loop.call_at(deadline, self._check_deadline)
+
+    async def call(self, payload: bytes, n: int, timeout: float) -> list[Any]:
+        """Send commands outside the pipeline (handshake, control plane); their replies."""
+        batch = Batch(self.loop.create_future(), n)
+        self.write(payload, [batch], n, timeout)
+        result = await batch.future
+        if isinstance(result, BackendError):
+            raise result
+        return result
+
+    # failure ----------------------------------------------------------------------
+
+    def _check_deadline(self) -> None:
+        self._timer = None
+        if not self.pending:
+            return
+        head = self.pending[0].deadline
+        if head <= self.loop.time():
+            self.abort("redis request timed out")
+        else:
+            self._timer = self.loop.call_at(head, self._check_deadline)
+
+    def abort(self, reason: str) -> None:
+        """Give up on this connection: fail what is pending, close the transport."""
+        self._fail_all(reason)
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            self.local_close = True
+            transport.abort()
+
+    def close(self) -> None:
+        """Close gracefully (pending batches fail when the transport is gone)."""
+        self.closed = True
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            self.local_close = True
+            transport.close()
+
+    async def wait_closed(self) -> None:
+        """Wait until the transport is gone (after `close` or `abort`)."""
+        if self.transport is not None:
+            await self._lost
+
+    def _fail_all(self, reason: str) -> None:
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending = self.pending
+        self.pending = deque()
+        self.in_flight = 0
+        for batch in pending:
+            if not batch.future.done():
+                batch.future.set_result(BackendError(reason))
+
+
+async def open_connection(
+    address: tuple[str, int] | str,
+    *,
+    timeout: float,
+    dial_timeout: float,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
+    username: str | None = None,
+    password: str | None = None,
+    on_lost: Callable[[RespConnection], None] | None = None,
+) -> RespConnection:
+    """Dial, AUTH when configured, PING; a ready connection or BackendError."""
+    loop = asyncio.get_running_loop()
+    conn = RespConnection(loop, timeout)
+    try:
+        if isinstance(address, str):
+            coro = loop.create_unix_connection(lambda: conn, address, ssl=ssl_context)
+        else:
+            host, port = address
+            coro = loop.create_connection(
+                lambda: conn,
+                host,
+                port,
+                ssl=ssl_context,
+                server_hostname=(server_hostname or host) if ssl_context else None,
+            )
+        await asyncio.wait_for(coro, dial_timeout)
+    except (OSError, TimeoutError, ssl.SSLError) as exc:
+        conn.abort("dial failed")
+        raise BackendError(f"{type(exc).__name__}: {exc}") from exc
+    try:
+        payload = PING
+        n = 1
+        if password is not None:
+            auth = command("AUTH", username, password) if username else command("AUTH", password)
+            payload = auth + PING
+            n = 2
+        replies = await conn.call(payload, n, dial_timeout)
+        for reply in replies:
+            if isinstance(reply, ReplyError):
+                raise BackendError(str(reply))
+    except BaseException:
+        conn.abort("handshake failed")
+        raise
+    conn.on_lost = on_lost
+    return conn

@@ -328,6 +328,8 @@ class _Pool:
             if conn.local_close:
                 counters.local_close += 1
             counters.on_change()
+            if not self.conns and not self.closed:
+                log.warning("no connection left to redis at %s; reconnecting", self.describe)
         if not self.closed:
             self.maintain()
 

@@ -174,7 +174,11 @@ class RespConnection(asyncio.Protocol):
         self.in_flight += commands
         self.writes += 1
         self.transport.write(payload)
-        if self._timer is None:
+        timer = self._timer
+        if timer is None:
+            self._timer = self.loop.call_at(deadline, self._check_deadline)
+        elif deadline < timer.when():  # armed for a longer handshake deadline
+            timer.cancel()
             self._timer = self.loop.call_at(deadline, self._check_deadline)
 
     async def call(self, payload: bytes, n: int, timeout: float) -> list[Any]:

@@ -1,0 +1,145 @@
+"""Redis going away, hanging and coming back: bounded failures, health, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from ratelimitd.backends.base import BackendError
+from ratelimitd.backends.redis import InstanceSettings, RedisBackend
+from ratelimitd.messages import OK
+
+CONFIG = """
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+"""
+
+TIMEOUT = 0.05
+# Margin for a loaded 2-core CI machine: the deadline timer fires on the event loop.
+SLACK = 0.25
+
+
+async def timed(d, value: str) -> tuple[float, object]:
+    start = time.monotonic()
+    try:
+        result: object = await d.decide("d", [("k", value)])
+    except BackendError as exc:
+        result = exc
+    return time.monotonic() - start, result
+
+
+async def test_stopped_redis_fails_fast_and_recovers(servers, decider) -> None:
+    server = servers()
+    d = await decider(
+        {
+            "REDIS_URL": server.address,
+            "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true",
+            "REDIS_REQUEST_TIMEOUT": "50ms",
+        },
+        CONFIG,
+    )
+    assert (await d.decide("d", [("k", "a")])).overall_code == OK
+    assert d.health.healthy()
+
+    server.stop()
+    await _until(lambda: not d.health.healthy())
+    for i in range(20):
+        elapsed, result = await timed(d, f"down{i}")
+        assert isinstance(result, BackendError), result
+        assert elapsed < TIMEOUT + SLACK
+    assert d.stat("ratelimit.service.call.should_rate_limit.redis_error") == 20
+    assert d.stat("ratelimit.redis_pool.cx_active") == 0
+
+    servers(port=server.port)  # Redis returns on the same address: no restart of ours
+
+    async def served() -> bool:
+        _, result = await timed(d, "back")
+        return not isinstance(result, BackendError)
+
+    await _until(served)
+    await _until(lambda: d.stat("ratelimit.redis_pool.cx_active") == 2)
+    assert d.health.healthy()
+    assert d.stat("ratelimit.redis_pool.cx_total") >= 4
+
+
+async def test_paused_redis_bounded_latency_no_pile_up(servers, decider) -> None:
+    server = servers()
+    d = await decider(
+        {"REDIS_URL": server.address, "REDIS_TIMEOUT": "300ms", "REDIS_POOL_SIZE": "2"}, CONFIG
+    )
+    assert (await d.decide("d", [("k", "a")])).overall_code == OK
+    pools = d.backend.main.pools()
+
+    server.pause()
+    try:
+        worst = 0.0
+        deadline = time.monotonic() + 0.6
+        rounds = 0
+        while time.monotonic() < deadline:
+            results = await asyncio.gather(*(timed(d, f"p{i}") for i in range(50)))
+            rounds += 1
+            for elapsed, result in results:
+                assert isinstance(result, BackendError), result
+                worst = max(worst, elapsed)
+            # Nothing waits behind the hung server once the batch failed.
+            assert sum(len(c.pending) for p in pools for c in p.conns) == 0
+        assert worst < TIMEOUT + SLACK
+        assert rounds > 3
+        # The hung connections were closed locally and replaced (in the background).
+        assert d.stat("ratelimit.redis_pool.cx_local_close") >= 1
+    finally:
+        server.resume()
+
+    async def served() -> bool:
+        _, result = await timed(d, "back")
+        return not isinstance(result, BackendError)
+
+    await _until(served)
+    assert server.client().get("d_k_back_" + str(int(time.time()) // 60 * 60)) is not None
+
+
+async def test_in_flight_bound_fails_fast(servers) -> None:
+    server = servers()
+    backend = RedisBackend(
+        InstanceSettings(
+            label="redis_pool",
+            type="single",
+            socket_type="tcp",
+            url=server.address,
+            pool_size=1,
+            request_timeout=2.0,
+            max_in_flight=10,
+        )
+    )
+    await backend.connect()
+    try:
+        server.pause()
+        first = [asyncio.ensure_future(backend.increment([("a", 1, 60)])) for _ in range(3)]
+        await asyncio.sleep(0)  # flushed: 6 commands in flight on the hung connection
+        await asyncio.sleep(0)
+        start = time.monotonic()
+        with pytest.raises(BackendError, match="pipeline full"):
+            await backend.increment([("b", 1, 60), ("c", 1, 60), ("d", 1, 60)])
+        assert time.monotonic() - start < 0.5
+        assert all(not f.done() for f in first)
+        server.resume()
+        assert [await f for f in first] == [[1], [2], [3]]
+    finally:
+        server.resume()
+        await backend.close()
+
+
+async def _until(check, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.02)

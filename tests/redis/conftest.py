@@ -182,9 +182,14 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
     started: list[RedisServer] = []
 
     def start(
-        *args: str, tls: bool = False, port: int | None = None, password: str | None = None
+        *args: str,
+        tls: bool = False,
+        tls_kwargs: dict[str, Any] | None = None,
+        port: int | None = None,
+        password: str | None = None,
     ) -> RedisServer:
         server = RedisServer(tmp_path / f"redis{len(started)}", *args, port=port, tls=tls)
+        server.tls_kwargs = tls_kwargs or {}
         server.password = password
         if password is not None:
             server.args += ["--requirepass", password]

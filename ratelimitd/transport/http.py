@@ -8,9 +8,9 @@ headers pre-built.
 Semantics: keep-alive by default on HTTP/1.1 (`Connection: close` honoured), HTTP/1.0
 closes unless it asks for keep-alive; pipelined requests are answered in order and a
 connection's requests are handled one after another; bodies by Content-Length or chunked,
-capped (413, then the connection closes); unknown paths 404; a malformed request 400 and
-close; a handler that raises gives 500 (logged) and the server carries on. No idle
-timeout, like the reference's `http.Server`.
+capped (413, then the connection closes); a request head over 1 MiB gets 431; unknown
+paths 404; a malformed request 400 and close; a handler that raises gives 500 (logged)
+and the server carries on. No idle timeout, like the reference's `http.Server`.
 
 A handler is `async def handler(request: HttpRequest) -> (status, headers, body)`, where
 `headers` is a tuple of `(name, value)` pairs; return a module-level constant tuple when
@@ -106,6 +106,8 @@ class HttpRequest:
 Handler = Callable[[HttpRequest], Awaitable[Reply]]
 
 MAX_BODY = 1 << 20
+# Request line + headers, as Go's http.DefaultMaxHeaderBytes.
+MAX_HEAD = 1 << 20
 # Pipelined requests queued on one connection before it stops reading.
 MAX_PIPELINE = 64
 
@@ -118,11 +120,14 @@ NOT_FOUND: Reply = (404, ERROR_HEADERS, b"404 page not found\n")
 BAD_REQUEST: Reply = (400, ERROR_HEADERS, b"Bad Request\n")
 INTERNAL_ERROR: Reply = (500, ERROR_HEADERS, b"Internal Server Error\n")
 TOO_LARGE: Reply = (413, ERROR_HEADERS, b"Request Entity Too Large\n")
+HEAD_TOO_LARGE: Reply = (431, ERROR_HEADERS, b"431 Request Header Fields Too Large\n")
 
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CLOSE = b"Connection: close\r\n\r\n"
 _KEEP_ALIVE_10 = b"Connection: keep-alive\r\n\r\n"
 _HEAD_CACHE_MAX = 256
+# How long a refused client may keep sending before the connection is closed regardless.
+LINGER_SECONDS = 2.0
 
 
 class _TooLarge(Exception):
@@ -143,6 +148,9 @@ class _HttpProtocol(asyncio.Protocol):
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
         self._body_size = 0
+        # Reading a request head, and its bytes so far (counted per chunk read).
+        self._in_head = True
+        self._head_size = 0
         self._queue: deque[HttpRequest | Reply] = deque()
         self._worker: asyncio.Task[None] | None = None
         # No further requests are read; close once the queue is answered.
@@ -171,6 +179,12 @@ class _HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._in_head:
+            # httptools buffers a partial header itself, so bound the head here.
+            self._head_size += len(data)
+            if self._head_size > MAX_HEAD:
+                self._fail(HEAD_TOO_LARGE)
+                return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
@@ -217,6 +231,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        self._in_head = False
         expect = False
         for name, value in self._headers:
             lname = name.lower()
@@ -239,6 +254,8 @@ class _HttpProtocol(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._in_head = True
+        self._head_size = 0
         if self._closing:
             return
         parser = self._parser
@@ -319,7 +336,10 @@ class _HttpProtocol(asyncio.Protocol):
                 if tail is _CLOSE:
                     self._closing = True
                     queue.clear()
-                    transport.close()
+                    if type(item) is tuple and transport.can_write_eof():
+                        self._linger(transport)
+                    else:
+                        transport.close()
                     return
                 if self._write_waiter is not None:
                     await self._write_waiter
@@ -327,6 +347,16 @@ class _HttpProtocol(asyncio.Protocol):
                 transport.close()
         finally:
             self._worker = None
+
+    def _linger(self, transport: asyncio.Transport) -> None:
+        """Close after a refused request without losing the reply.
+
+        The client may still be sending what we refused; closing with unread input would
+        reset the connection and could discard our reply before the client reads it. So
+        send FIN, discard input until the client closes too, and close anyway after a while.
+        """
+        transport.write_eof()
+        self._server.loop.call_later(LINGER_SECONDS, transport.close)
 
     def shutdown(self) -> None:
         """Read no more requests; close once the queued ones are answered."""

@@ -587,6 +587,18 @@ async def test_oversize_chunked_body_413(harness: Callable[..., Any]) -> None:
         await server.close(grace=1)
 
 
+async def test_oversize_head_431(srv: Servers) -> None:
+    c = await srv.conn()
+    await c.send(b"GET /healthcheck HTTP/1.1\r\nHost: t\r\n")
+    header = b"X-Big: " + b"a" * 65536 + b"\r\n"
+    with contextlib.suppress(ConnectionError):
+        for _ in range(20):  # 1.3 MiB of headers, never finished
+            await c.send(header)
+    reply = await read_reply(c.reader)
+    assert reply.status == 431
+    assert await c.at_eof()
+
+
 async def test_malformed_request_400_and_close(srv: Servers) -> None:
     c = await srv.conn()
     await c.send(b"BLAH\x00 / HTTP/1.1\r\n\r\n")

@@ -67,7 +67,7 @@ log = logging.getLogger(__name__)
 Address = tuple[str, int] | str  # (host, port) or a unix socket path
 
 _RECONNECT_INITIAL = 0.05
-_RECONNECT_MAX = 2.0
+_RECONNECT_MAX = 1.0
 _MAX_REDIRECTS = 5
 _SLOTS = 16384
 

@@ -88,6 +88,8 @@ class RedisServer:
         self.password: str | None = None
         self.tls_kwargs: dict[str, Any] = {}
         self._clients: list[redis.Redis] = []
+        self.conf = ""  # written to <tmp>/redis.conf, the first argument
+        self.sentinel = False
 
     @property
     def address(self) -> str:
@@ -101,8 +103,12 @@ class RedisServer:
             port_args = ["--port", "0", "--tls-port", str(self.port)]
         else:
             port_args = ["--port", str(self.port)]
+        conf = self.tmp / "redis.conf"
+        conf.write_text(self.conf)
         cmd = [
             binary("redis-server"),
+            str(conf),
+            *(["--sentinel"] if self.sentinel else []),
             *port_args,
             "--bind",
             "127.0.0.1",
@@ -178,7 +184,8 @@ class RedisServer:
 
 @pytest.fixture
 def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
-    """Start redis-server processes: servers("--requirepass", "x"); all stopped at teardown."""
+    """Start redis-server processes: servers("--maxmemory", "1mb", password="x"), or a
+    sentinel: servers(conf="sentinel monitor ...", sentinel=True). All stopped at teardown."""
     started: list[RedisServer] = []
 
     def start(
@@ -187,9 +194,14 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         tls_kwargs: dict[str, Any] | None = None,
         port: int | None = None,
         password: str | None = None,
+        conf: str | None = None,
+        sentinel: bool = False,
     ) -> RedisServer:
         server = RedisServer(tmp_path / f"redis{len(started)}", *args, port=port, tls=tls)
         server.tls_kwargs = tls_kwargs or {}
+        if conf is not None:
+            server.conf = conf
+            server.sentinel = sentinel
         server.password = password
         if password is not None:
             server.args += ["--requirepass", password]

@@ -1,0 +1,104 @@
+"""REDIS_TYPE=sentinel: three sentinels, a master and a replica; failovers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ratelimitd.backends.base import BackendError
+from ratelimitd.messages import OK
+
+CONFIG = """
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+"""
+
+
+def poll(check, timeout: float = 15.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+async def test_failover_is_followed_without_restart(servers, decider) -> None:
+    # No diskless-sync delay: the replica is in sync at once (the default waits 5 s).
+    master = servers(
+        "--masterauth", "masterpw", "--repl-diskless-sync-delay", "0", password="masterpw"
+    )  # fmt: skip
+    replica = servers(
+        "--replicaof", "127.0.0.1", str(master.port), "--masterauth", "masterpw",
+        "--repl-diskless-sync-delay", "0", password="masterpw",
+    )  # fmt: skip
+    poll(
+        lambda: replica.client().info("replication")["master_link_status"] == "up",
+        what="replication",
+    )
+    conf = (
+        f"sentinel monitor mymaster 127.0.0.1 {master.port} 2\n"
+        "sentinel auth-pass mymaster masterpw\n"
+        "sentinel down-after-milliseconds mymaster 500\n"
+        "sentinel failover-timeout mymaster 1000\n"
+        "requirepass sentinelpw\n"
+    )
+    sentinels = [servers(conf=conf, sentinel=True, password="sentinelpw") for _ in range(3)]
+
+    def settled() -> bool:
+        c = sentinels[0].client()
+        return (
+            len(c.execute_command("SENTINEL", "REPLICAS", "mymaster")) == 1
+            and len(c.execute_command("SENTINEL", "SENTINELS", "mymaster")) == 2
+        )
+
+    poll(settled, what="sentinels to see the replica and each other")
+
+    urls = ",".join(s.address for s in sentinels)
+    d = await decider(
+        {
+            "REDIS_TYPE": "sentinel",
+            "REDIS_URL": f"mymaster,{urls}",
+            "REDIS_AUTH": "masterpw",
+            "REDIS_SENTINEL_AUTH": "sentinelpw",
+            "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true",
+        },
+        CONFIG,
+    )
+    assert (await d.decide("d", [("k", "a")])).overall_code == OK
+    assert len(master.client().keys("d_k_a_*")) == 1
+
+    # A manual failover while both live: the old master answers READONLY, we follow.
+    sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "mymaster")
+    poll(
+        lambda: replica.client().info("replication")["role"] == "master",
+        what="manual failover",
+    )
+    # Sentinel would reconfigure the old master at its next 10 s INFO round; do it now.
+    master.client().replicaof("127.0.0.1", replica.port)
+    await until_served(d, "b")
+    assert len(replica.client().keys("d_k_b_*")) == 1
+
+    # The new master dies: the old one is promoted again.
+    replica.stop()
+    errors = await until_served(d, "c")
+    assert errors > 0
+    assert d.health.healthy()
+    assert master.client().info("replication")["role"] == "master"
+    assert len(master.client().keys("d_k_c_*")) == 1
+
+
+async def until_served(d, value: str) -> int:
+    """Decide until a decision succeeds; the number of BackendErrors before it."""
+    start = time.monotonic()
+    errors = 0
+    while True:
+        try:
+            r = await d.decide("d", [("k", value)])
+        except BackendError:
+            errors += 1
+            assert time.monotonic() - start < 30, "no failover"
+            await asyncio.sleep(0.05)
+            continue
+        assert r.overall_code == OK
+        return errors

@@ -64,16 +64,19 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen[str], str]:
         raise SystemExit("server did not start")
     base = f"http://127.0.0.1:{port[0]}"
     deadline = time.monotonic() + 300
-    ok = 0
+    ready: set[str] = set()
     with httpx.Client(base_url=base, timeout=5) as client:
-        while ok < 20:  # both workers must have loaded the feed
+        while len(ready) < args.workers:  # every worker must have loaded the feed
             if time.monotonic() > deadline:
                 raise SystemExit("server not ready")
             try:
-                ok = ok + 1 if client.get("/health", headers=FRESH).status_code == 200 else 0
+                health = client.get("/health", headers=FRESH)
             except httpx.TransportError:
-                ok = 0
-            if not ok:
+                time.sleep(0.2)
+                continue
+            if health.status_code == 200:
+                ready.add(health.headers["transit-worker"])
+            else:
                 time.sleep(0.2)
     return proc, base
 

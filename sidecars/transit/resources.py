@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from datetime import date
@@ -333,12 +334,17 @@ class PipMessageItem:
 
 
 class Health(_Base):
-    """`/health`: the feed and realtime sources; 503 until a feed is being served."""
+    """`/health`: the feed and realtime sources; 503 until a feed is being served.
+
+    Health is per worker (each loads its own feed), so the answer names the worker: a
+    readiness check can wait until every worker has said 200.
+    """
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         report = self.store.health()
         status = falcon.HTTP_200 if self.store.network is not None else falcon.HTTP_503
         send_raw(resp, status, json_encoder.encode(report), "no-store")
+        resp.set_header("Transit-Worker", str(os.getpid()))
 
     on_head = on_get
 

@@ -373,6 +373,7 @@ def test_health(cairns: falcon.testing.TestClient) -> None:
     assert health["feed"]["version"] == "ff39d3763a105ae9"
     assert health["vehicles"]["status"] == "ok" and health["vehicles"]["entities"] == 10
     assert health["alerts"]["status"] == "disabled"
+    assert cairns.simulate_get("/health").headers["transit-worker"].isdigit()
 
 
 def test_every_error_status_has_a_json_body(cairns: falcon.testing.TestClient) -> None:

@@ -64,17 +64,22 @@ def server() -> Iterator[str]:
     try:
         assert found.wait(60) and port, "gunicorn did not start:\n" + "".join(lines)
         base = f"http://127.0.0.1:{port[0]}"
-        # Both workers load the feed in the background: wait until every answer is a 200.
+        # Each worker loads its feed in the background and answers 503 until then: wait until
+        # both workers (told apart by the Transit-Worker header) have answered 200.
         deadline = time.monotonic() + 60
+        ready: set[str] = set()
         with httpx.Client(base_url=base, timeout=5) as client:
-            ok = 0
-            while ok < 20:
+            while len(ready) < 2:
                 assert time.monotonic() < deadline, "not ready:\n" + "".join(lines)
                 try:
-                    ok = ok + 1 if client.get("/health", headers=FRESH).status_code == 200 else 0
+                    health = client.get("/health", headers=FRESH)
                 except httpx.TransportError:
-                    ok = 0
                     time.sleep(0.05)
+                    continue
+                if health.status_code == 200:
+                    ready.add(health.headers["transit-worker"])
+                else:
+                    time.sleep(0.01)
         yield base
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

@@ -76,7 +76,7 @@ def server() -> Iterator[str]:
                 except httpx.TransportError:
                     time.sleep(0.05)
                     continue
-                if health.status_code == 200:
+                if health.status_code == 200 and health.json()["vehicles"]["status"] == "ok":
                     ready.add(health.headers["transit-worker"])
                 else:
                     time.sleep(0.01)

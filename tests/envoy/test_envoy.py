@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import threading
 
 import pytest
@@ -169,19 +168,10 @@ def test_config_reload_under_traffic_changes_the_limit_without_a_failed_request(
     assert s.envoy.stats().get("cluster.backend.ratelimit.error", 0) == 0
 
 
-# Interim: the Redis backend module is being written in parallel; drop this guard once it
-# is committed (a missing backend must then fail like any missing piece).
-needs_redis_backend = pytest.mark.skipif(
-    importlib.util.find_spec("ratelimitd.backends.redis") is None,
-    reason="ratelimitd.backends.redis is not in this checkout yet",
-)
-
-
 def redis_env(redis_server) -> dict[str, str]:
     return {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis_server.url}
 
 
-@needs_redis_backend
 def test_redis_backend_behind_envoy(stack, redis_server) -> None:
     s = stack(CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED="true", **redis_env(redis_server))
     responses = [s.envoy.request("/", {"x-user-id": "judy"}) for _ in range(4)]
@@ -193,7 +183,6 @@ def test_redis_backend_behind_envoy(stack, redis_server) -> None:
     assert redis_server.command("DBSIZE") == b":2\r\n"
 
 
-@needs_redis_backend
 @pytest.mark.parametrize(("failure_mode_deny", "status"), [(False, 200), (True, 500)])
 def test_redis_down_behind_envoy(stack, redis_server, failure_mode_deny, status) -> None:
     s = stack(CONFIG, failure_mode_deny=failure_mode_deny, **redis_env(redis_server))

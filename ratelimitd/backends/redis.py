@@ -583,7 +583,8 @@ class ClusterInstance(RedisInstance):
         self.seeds = [_host_port(i) for i in s.url.split(",") if i.strip()]
         self.slots: list[str | None] = [None] * _SLOTS
         self.nodes: dict[str, _Pool] = {}
-        self.redirects = 0
+        self.redirects = 0  # MOVED + ASK replies followed
+        self.asks = 0
         self.refreshes = 0
         self._refresher: asyncio.Task[None] | None = None
 
@@ -684,6 +685,7 @@ class ClusterInstance(RedisInstance):
                         if text.startswith(("MOVED ", "ASK ")):
                             kind, slot, target = text.split()
                             self.redirects += 1
+                            self.asks += kind == "ASK"
                             if kind == "MOVED":
                                 self.slots[int(slot)] = target
                                 self._refresh_soon()

@@ -32,11 +32,21 @@ from ratelimitd.stats import StatsStore
 READY_TIMEOUT = 10.0
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(cluster_bus: bool = False) -> int:
+    """A TCP port nobody listens on right now (and port + 10000 too, for a cluster bus)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not cluster_bus:
+            return port
+        if port + 10000 < 65536:
+            with socket.socket() as bus:
+                try:
+                    bus.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
 
 
 def binary(name: str) -> str:
@@ -182,13 +192,20 @@ class RedisServer:
         os.kill(self.proc.pid, signal.SIGCONT)
 
 
-@pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
-    """Start redis-server processes: servers("--maxmemory", "1mb", password="x"), or a
-    sentinel: servers(conf="sentinel monitor ...", sentinel=True). All stopped at teardown."""
-    started: list[RedisServer] = []
+class Servers:
+    """Starts redis-server processes under one directory and stops them all at the end.
 
-    def start(
+    servers("--maxmemory", "1mb", password="x"), a sentinel with
+    servers(conf="sentinel monitor ...", sentinel=True), a cluster node with cluster=True
+    (its port + 10000, the cluster bus, is free too).
+    """
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.started: list[RedisServer] = []
+
+    def __call__(
+        self,
         *args: str,
         tls: bool = False,
         tls_kwargs: dict[str, Any] | None = None,
@@ -196,8 +213,12 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         password: str | None = None,
         conf: str | None = None,
         sentinel: bool = False,
+        cluster: bool = False,
     ) -> RedisServer:
-        server = RedisServer(tmp_path / f"redis{len(started)}", *args, port=port, tls=tls)
+        if cluster:
+            port = free_port(cluster_bus=True)
+            args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", *args)
+        server = RedisServer(self.tmp / f"redis{len(self.started)}", *args, port=port, tls=tls)
         server.tls_kwargs = tls_kwargs or {}
         if conf is not None:
             server.conf = conf
@@ -205,13 +226,29 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         server.password = password
         if password is not None:
             server.args += ["--requirepass", password]
-        started.append(server)
+        self.started.append(server)
         return server.start()
 
-    start.started = started  # type: ignore[attr-defined]
-    yield start
-    for server in started:
-        server.stop()
+    def stop_all(self) -> None:
+        """Stop every server started."""
+        for server in self.started:
+            server.stop()
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Servers]:
+    """Start redis-server processes for one test (see Servers)."""
+    started = Servers(tmp_path)
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture(scope="module")
+def module_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    """Start redis-server processes shared by a module's tests (a cluster, say)."""
+    started = Servers(tmp_path_factory.mktemp("redis"))
+    yield started
+    started.stop_all()
 
 
 @pytest.fixture
@@ -221,7 +258,7 @@ def unused_port() -> int:
 
 
 @pytest.fixture
-def redis_server(servers: Callable[..., RedisServer]) -> RedisServer:
+def redis_server(servers: Servers) -> RedisServer:
     """One plain redis-server over TCP."""
     return servers()
 

@@ -1,0 +1,180 @@
+"""REDIS_TYPE=cluster: three masters, keys spread over slots, a slot migrated while serving."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+
+import pytest
+
+from ratelimitd.backends.base import BackendError
+from ratelimitd.backends.redis import key_slot
+from ratelimitd.messages import OK, OVER_LIMIT
+
+NOW = 1_000_000
+
+CONFIG = """
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: small
+    rate_limit: {unit: hour, requests_per_unit: 2}
+"""
+
+
+def clock() -> float:
+    return float(NOW)
+
+
+def poll(check, timeout: float = 15.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def cluster(module_servers):
+    """Three masters joined by `redis-cli --cluster create`, shared by this module's tests.
+
+    Each test starts from empty nodes; the slot map may differ (a test migrates a slot),
+    so tests look owners up; the node-down test runs last.
+    """
+    nodes = [module_servers(cluster=True) for _ in range(3)]
+    cli = subprocess.run(
+        ["redis-cli", "--cluster", "create", *(n.address for n in nodes), "--cluster-yes"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    for n in nodes:
+        poll(lambda n=n: n.client().cluster("info")["cluster_state"] == "ok", what="cluster ok")
+    return nodes
+
+
+@pytest.fixture(autouse=True)
+def empty(cluster):
+    for n in cluster:
+        if n.proc is not None and n.proc.poll() is None:
+            n.client().flushall()
+
+
+def owner(nodes, key: str):
+    """The node that owns a key's slot, according to the servers."""
+    slot = nodes[0].client().cluster("keyslot", key)
+    assert slot == key_slot(key.encode())
+    for n in nodes:
+        for start, end, *_ in n.client().execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return next(m for m in nodes if m.port == int(_[0][1]))
+    raise AssertionError(f"slot {slot} not served")
+
+
+async def test_keys_spread_over_nodes_one_pipeline_each(cluster, decider) -> None:
+    seeds = ",".join(n.address for n in cluster[:2])
+    d = await decider({"REDIS_TYPE": "cluster", "REDIS_URL": seeds}, CONFIG, clock=clock)
+    descriptors = [[("k", f"v{i}")] for i in range(24)]
+    before = d.backend.writes
+    r = await d.decide("d", *descriptors)
+    assert r.overall_code == OK
+    # One pipeline per node for the whole request.
+    assert d.backend.writes - before == 3
+    keys = [f"d_k_v{i}_997200" for i in range(24)]
+    owners = {owner(cluster, k).port for k in keys}
+    assert len(owners) == 3
+    for k in keys:
+        node = owner(cluster, k)
+        assert node.client().get(k) == b"1"
+        assert 3599 <= node.client().ttl(k) <= 3600
+    assert sum(n.client().dbsize() for n in cluster) == 24
+    assert d.stat("ratelimit.redis_pool.cx_active") == 6  # pool of 2 per master
+
+
+async def test_stop_increment_get_round_on_cluster(cluster, decider) -> None:
+    d = await decider(
+        {
+            "REDIS_TYPE": "cluster",
+            "REDIS_URL": cluster[0].address,
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true",
+        },
+        CONFIG,
+        clock=clock,
+    )
+    for _ in range(2):
+        assert (await d.decide("d", [("k", "a")], [("small", "b")])).overall_code == OK
+    r = await d.decide("d", [("k", "a")], [("small", "b")])
+    assert r.overall_code == OVER_LIMIT
+    assert owner(cluster, "d_k_a_997200").client().get("d_k_a_997200") == b"2"
+    assert owner(cluster, "d_small_b_997200").client().get("d_small_b_997200") == b"3"
+
+
+async def test_slot_migrated_while_serving(cluster, decider) -> None:
+    d = await decider(
+        {"REDIS_TYPE": "cluster", "REDIS_URL": cluster[0].address}, CONFIG, clock=clock
+    )
+    key = "d_k_hot_997200"
+    slot = key_slot(key.encode())
+    source = owner(cluster, key)
+    target = next(n for n in cluster if n is not source)
+    ids = {n.port: n.client().execute_command("CLUSTER", "MYID").decode() for n in cluster}
+    assert (await d.decide("d", [("k", "hot")])).overall_code == OK
+
+    served = 0
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        nonlocal served
+        while not stop.is_set():
+            r = await d.decide("d", [("k", "hot")], [("k", "other")])
+            assert r.overall_code == OK
+            served += 1
+            await asyncio.sleep(0.001)
+
+    def migrate() -> None:
+        src, dst = source.client(), target.client()
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.port])
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.port])
+        time.sleep(0.1)  # serve while the slot is half-migrated (ASK for new keys)
+        for k in src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            src.execute_command("MIGRATE", "127.0.0.1", target.port, k, 0, 5000)
+        time.sleep(0.1)  # the key lives on the target now: ASK redirections
+        for n in (target, source, *(n for n in cluster if n not in (source, target))):
+            n.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target.port])
+        time.sleep(0.1)  # MOVED from the source from here on
+
+    servers_task = [asyncio.ensure_future(serve()) for _ in range(3)]
+    try:
+        await asyncio.to_thread(migrate)
+    finally:
+        stop.set()
+        await asyncio.gather(*servers_task)
+    assert served > 10
+    assert target.client().get(key) == str(served + 1).encode()
+    assert source.client().execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+    cluster_instance = d.backend.main
+    assert cluster_instance.asks > 0  # half-migrated slot
+    assert cluster_instance.redirects > cluster_instance.asks  # MOVED after the hand-over
+    assert cluster_instance.refreshes >= 2  # startup + after MOVED
+    assert cluster_instance.slots[slot] == target.address
+    # The next request goes straight to the new owner.
+    redirects = cluster_instance.redirects
+    await d.decide("d", [("k", "hot")])
+    assert cluster_instance.redirects == redirects
+
+
+async def test_cluster_node_down_fails_fast(cluster, decider) -> None:
+    # Last in the module: it stops a node of the shared cluster.
+    d = await decider(
+        {"REDIS_TYPE": "cluster", "REDIS_URL": cluster[0].address, "REDIS_POOL_SIZE": "1"},
+        CONFIG,
+        clock=clock,
+    )
+    victim = owner(cluster, "d_k_x_997200")
+    victim.stop()
+    start = time.monotonic()
+    with pytest.raises(BackendError):
+        await d.decide("d", [("k", "x")])
+    assert time.monotonic() - start < 0.5

@@ -1,0 +1,60 @@
+"""An RLS server that does nothing: every ShouldRateLimit call gets the same serialized OK.
+
+It is the transport ceiling the ratelimitd figures are compared with: grpc.aio on uvloop with
+a raw-bytes handler (no serializers), exactly the registration the daemon uses, minus all
+decision work.
+
+    .venv/bin/python bench/load/empty_server.py --port 8081
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+
+import grpc
+import grpc.aio
+import uvloop
+
+METHOD_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+# RateLimitResponse{overall_code: OK, statuses: [{code: OK}]}: field 1 varint 1, then one
+# length-delimited DescriptorStatus (field 2) holding code OK (its field 1 varint 1).
+OK_RESPONSE = b"\x08\x01\x12\x02\x08\x01"
+
+
+async def should_rate_limit(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    """Always OK, whatever was asked."""
+    return OK_RESPONSE
+
+
+async def serve(host: str, port: int) -> None:
+    """Serve until SIGTERM/SIGINT."""
+    handler = grpc.method_handlers_generic_handler(
+        "envoy.service.ratelimit.v3.RateLimitService",
+        {"ShouldRateLimit": grpc.unary_unary_rpc_method_handler(should_rate_limit)},
+    )
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(1)
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(serve(args.host, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,297 @@
+"""gRPC load generator for ShouldRateLimit: grpc.aio on uvloop, N concurrent calls spread over
+a few channels (each its own TCP connection), a fixed number of requests.
+
+Closed loop by default (saturation); with --rate the calls are paced to that many per second
+(open loop: call k is due at start + k/rate, so a slow server does not slow the schedule).
+Latency is measured from each call's send to its reply.
+
+It reports requests/s, p50/p99/p99.9 latency, the server's CPU seconds per 10 000 decisions
+(utime+stime of --pid and its descendants from /proc, read before and after: the stable
+figure on a shared machine) and, with --redis, Redis writes and commands per decision from
+INFO commandstats deltas.
+
+    .venv/bin/python bench/load/grpc_load.py --target 127.0.0.1:8081 --pid 1234 \\
+        --requests 20000 --concurrency 64 --channels 4 [--rate 2000] [--redis 127.0.0.1:6379]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import uvloop
+
+# Run as a script from a source checkout: make the repository's `ratelimitd` importable.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ratelimitd.transport.protocodec import decode_response, encode_request
+
+METHOD_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+OK = 1
+
+
+@dataclass
+class LoadResult:
+    """One run's figures (latencies in milliseconds)."""
+
+    requests: int
+    errors: int
+    seconds: float
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    p999_ms: float
+    server_cpu_s: float | None = None
+    cpu_per_10k: float | None = None
+    redis_writes_per_decision: float | None = None
+    redis_commands_per_decision: float | None = None
+    target_rps: float | None = None
+    latencies: list[float] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict[str, float | int | None]:
+        """The figures without the raw latencies."""
+        out = asdict(self)
+        del out["latencies"]
+        return out
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank) of an ascending list."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[rank]
+
+
+def request_bytes(domain: str, descriptor: tuple[tuple[str, str], ...]) -> bytes:
+    """A serialized RateLimitRequest with one descriptor."""
+    return encode_request(domain, [list(descriptor)])
+
+
+async def drive(
+    target: str,
+    payload: bytes,
+    *,
+    requests: int,
+    concurrency: int = 64,
+    channels: int = 4,
+    rate: float | None = None,
+    warmup: int = 500,
+    on_start: Callable[[], None] | None = None,
+    on_end: Callable[[], None] | None = None,
+) -> tuple[list[float], int, float]:
+    """Send `requests` calls; (latencies in seconds, errors, elapsed seconds).
+
+    `on_start` runs after the warm-up, just before the clock starts; `on_end` right after
+    the last reply: the server-side snapshots go there so they cover only measured calls.
+    """
+    # A local subchannel pool per channel: otherwise grpc shares one connection among them and
+    # SO_REUSEPORT workers would only ever see a single client connection.
+    opened = [
+        grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(channels)
+    ]
+    calls = [ch.unary_unary(METHOD_PATH) for ch in opened]
+    try:
+        for ch in opened:
+            await asyncio.wait_for(ch.channel_ready(), 15)
+        first = decode_response(await calls[0](payload, timeout=10))
+        if first.overall_code != OK:
+            raise RuntimeError(f"the benchmark request is not allowed: {first}")
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(i: int) -> None:
+            async with sem:
+                await calls[i % channels](payload, timeout=30)
+
+        await asyncio.gather(*(one(i) for i in range(warmup)))
+
+        latencies: list[float] = []
+        errors = 0
+        next_index = 0
+        clock = time.perf_counter
+        if on_start is not None:
+            on_start()
+        start = clock()
+
+        async def worker(w: int) -> None:
+            nonlocal next_index, errors
+            call = calls[w % channels]
+            record = latencies.append
+            while next_index < requests:
+                k = next_index
+                next_index += 1
+                if rate is not None:
+                    delay = start + k / rate - clock()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                t = clock()
+                try:
+                    await call(payload, timeout=30)
+                except grpc.aio.AioRpcError:
+                    errors += 1
+                    continue
+                record(clock() - t)
+
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+        elapsed = clock() - start
+        if on_end is not None:
+            on_end()
+        return latencies, errors, elapsed
+    finally:
+        for ch in opened:
+            await ch.close()
+
+
+def measure(
+    target: str,
+    payload: bytes,
+    *,
+    requests: int,
+    concurrency: int = 64,
+    channels: int = 4,
+    rate: float | None = None,
+    cpu: Callable[[], float] | None = None,
+    redis_stats: Callable[[], tuple[int, int]] | None = None,
+) -> LoadResult:
+    """Run `drive` on a fresh uvloop loop with the server's CPU and Redis counts around it."""
+    marks: dict[str, list[float]] = {"cpu": [], "writes": [], "commands": []}
+
+    def snapshot() -> None:
+        if cpu is not None:
+            marks["cpu"].append(cpu())
+        if redis_stats is not None:
+            writes, commands = redis_stats()
+            marks["writes"].append(writes)
+            marks["commands"].append(commands)
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        latencies, errors, elapsed = runner.run(
+            drive(
+                target,
+                payload,
+                requests=requests,
+                concurrency=concurrency,
+                channels=channels,
+                rate=rate,
+                on_start=snapshot,
+                on_end=snapshot,
+            )
+        )
+    latencies.sort()
+    done = len(latencies)
+    result = LoadResult(
+        requests=done,
+        errors=errors,
+        seconds=elapsed,
+        rps=done / elapsed if elapsed else 0.0,
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
+        p999_ms=percentile(latencies, 99.9) * 1000,
+        target_rps=rate,
+        latencies=latencies,
+    )
+    decisions = done + errors
+    if cpu is not None and decisions:
+        used = marks["cpu"][1] - marks["cpu"][0]
+        result.server_cpu_s = used
+        result.cpu_per_10k = used / decisions * 10_000
+    if redis_stats is not None and decisions:
+        result.redis_writes_per_decision = (marks["writes"][1] - marks["writes"][0]) / decisions
+        result.redis_commands_per_decision = (
+            marks["commands"][1] - marks["commands"][0]
+        ) / decisions
+    return result
+
+
+def combine(results: list[LoadResult]) -> LoadResult:
+    """Several runs of one scenario as one: totals, and percentiles over all latencies."""
+    latencies = sorted(x for r in results for x in r.latencies)
+    done = sum(r.requests for r in results)
+    seconds = sum(r.seconds for r in results)
+    out = LoadResult(
+        requests=done,
+        errors=sum(r.errors for r in results),
+        seconds=seconds,
+        rps=done / seconds if seconds else 0.0,
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
+        p999_ms=percentile(latencies, 99.9) * 1000,
+        target_rps=results[0].target_rps,
+        latencies=latencies,
+    )
+    decisions = done + out.errors
+    if decisions and all(r.server_cpu_s is not None for r in results):
+        out.server_cpu_s = sum(r.server_cpu_s or 0.0 for r in results)
+        out.cpu_per_10k = out.server_cpu_s / decisions * 10_000
+    if decisions and all(r.redis_writes_per_decision is not None for r in results):
+        each = [(r.requests + r.errors) for r in results]
+        out.redis_writes_per_decision = (
+            sum((r.redis_writes_per_decision or 0) * n for r, n in zip(results, each, strict=True))
+            / decisions
+        )
+        out.redis_commands_per_decision = (
+            sum(
+                (r.redis_commands_per_decision or 0) * n for r, n in zip(results, each, strict=True)
+            )
+            / decisions
+        )
+    return out
+
+
+def main() -> None:
+    """Command line entry point: prints one JSON object."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", required=True, help="host:port of the RLS server")
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--channels", type=int, default=4)
+    parser.add_argument("--rate", type=float, help="pace to this many requests/s")
+    parser.add_argument("--pid", type=int, help="server pid: report its (tree's) CPU")
+    parser.add_argument("--redis", help="host:port of the redis-server: report its writes")
+    parser.add_argument("--domain", default="bench")
+    parser.add_argument(
+        "--descriptor", default="generic_key=bench", help="k=v[,k=v...]: the one descriptor"
+    )
+    args = parser.parse_args()
+
+    descriptor = tuple(tuple(kv.split("=", 1)) for kv in args.descriptor.split(","))
+    payload = request_bytes(args.domain, descriptor)  # type: ignore[arg-type]
+    cpu = redis_stats = None
+    if args.pid:
+        from harness import cpu_seconds, process_tree
+
+        def cpu() -> float:
+            return cpu_seconds(process_tree(args.pid))
+
+    if args.redis:
+        from harness import redis_commandstats, redis_delta
+
+        host, _, port = args.redis.rpartition(":")
+
+        def redis_stats() -> tuple[int, int]:
+            return redis_delta({}, redis_commandstats(host, int(port)))
+
+    result = measure(
+        args.target,
+        payload,
+        requests=args.requests,
+        concurrency=args.concurrency,
+        channels=args.channels,
+        rate=args.rate,
+        cpu=cpu,
+        redis_stats=redis_stats,
+    )
+    print(json.dumps(result.summary()))
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,7 @@ descriptors:
     value: edge
     descriptors:
       - key: user
-        rate_limit: {{unit: minute, requests_per_unit: 3}}
+        rate_limit: {{unit: hour, requests_per_unit: 3}}
   - key: remote_address
     rate_limit: {{unit: hour, requests_per_unit: 1000}}
 """
@@ -60,9 +60,9 @@ def test_envoy_x_ratelimit_headers_come_from_our_statuses(stack) -> None:
     s = stack(CONFIG)
     first = s.envoy.request("/", {"x-user-id": "dave"})
     # DRAFT_VERSION_03: the tightest limit, then every limit with its window in seconds.
-    assert first.headers["x-ratelimit-limit"] == "3, 3;w=60, 1000;w=3600"
+    assert first.headers["x-ratelimit-limit"] == "3, 3;w=3600, 1000;w=3600"
     assert first.headers["x-ratelimit-remaining"] == "2"
-    assert 0 < int(first.headers["x-ratelimit-reset"]) <= 60
+    assert 0 < int(first.headers["x-ratelimit-reset"]) <= 3600
 
     for _ in range(2):
         s.envoy.request("/", {"x-user-id": "dave"})
@@ -78,7 +78,7 @@ def test_ratelimit_response_headers_are_forwarded_by_envoy(stack) -> None:
     assert ok.status == 200
     assert ok.headers["ratelimit-limit"] == "3"
     assert ok.headers["ratelimit-remaining"] == "2"
-    assert 0 < int(ok.headers["ratelimit-reset"]) <= 60
+    assert 0 < int(ok.headers["ratelimit-reset"]) <= 3600
 
     for _ in range(2):
         s.envoy.request("/", {"x-user-id": "erin"})
@@ -121,8 +121,10 @@ def test_failure_mode_deny_rejects_traffic_with_the_daemon_stopped(stack) -> Non
 
 
 def test_config_reload_under_traffic_changes_the_limit_without_a_failed_request(stack) -> None:
-    # The remote_address rule is lifted out of reach so only the user rule ever limits.
+    # The remote_address rule is lifted out of reach so only the user rule ever limits, and
+    # daily windows keep a window boundary from resetting the count mid-test.
     base = CONFIG.replace("requests_per_unit: 1000}", "requests_per_unit: 1000000000}")
+    base = base.replace("unit: hour", "unit: day")
     s = stack(base.replace("requests_per_unit: 3}", "requests_per_unit: 1000000}"))
     seen: list[tuple[int, str]] = []
     errors: list[BaseException] = []
@@ -159,9 +161,9 @@ def test_config_reload_under_traffic_changes_the_limit_without_a_failed_request(
     statuses = {status for status, _ in seen}
     assert statuses == {200, 429}, statuses
     switch = next(i for i, (status, _) in enumerate(seen) if status == 429)
-    assert all("1000000;w=60" in limit for _, limit in seen[:switch])
+    assert all("1000000;w=86400" in limit for _, limit in seen[:switch])
     # Once the new rule is live the old one never answers again.
-    assert all(status == 429 and "7;w=60" in limit for status, limit in seen[switch:])
+    assert all(status == 429 and "7;w=86400" in limit for status, limit in seen[switch:])
     stats = s.daemon.stats()
     assert stats["ratelimit.service.config_load_success"] >= 2
     assert stats.get("ratelimit.service.config_load_error", 0) == 0

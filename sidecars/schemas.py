@@ -376,3 +376,308 @@ class TransitHealth(Struct):
 
 json_encoder = msgspec.json.Encoder()
 pip_request_decoder = msgspec.json.Decoder(Any)
+
+
+# --------------------------------------------------------------------------------------------
+# Transit API part 2: metrics, locations, facilities (sidecars/transit/{metrics,places})
+# Fields alphabetical like the rest of the transit structs (the real API sends sorted keys).
+# --------------------------------------------------------------------------------------------
+
+
+class DemandDay(Struct):
+    """One day of a demand record: calendar attributes plus the count of valid validations."""
+
+    day_type: str
+    holiday: str
+    notes: str
+    period: str
+    qty: int
+
+
+class DemandMonth(Struct):
+    """One month of a demand record."""
+
+    qty: int
+
+
+class DemandRecord(Struct):
+    """`/v2/metrics/demand/*` by day: valid validations per day of one agency, line or stop."""
+
+    _id: str
+    data: dict[str, DemandDay]
+    description: str
+    generated_at: str
+    metric: str
+    properties: dict[str, str]
+
+
+class DemandMonthRecord(Struct):
+    """`/v2/metrics/demand/by_agency/month`: valid validations per month of one agency."""
+
+    _id: str
+    data: dict[str, DemandMonth]
+    description: str
+    generated_at: str
+    metric: str
+    properties: dict[str, str]
+
+
+class DatedQty(Struct):
+    """The highest day or month of a series: its key and count."""
+
+    date: str
+    qty: int
+
+
+class PeakDayMonth(Struct):
+    """Highest day and highest month of one agency (or of the network)."""
+
+    day: DatedQty
+    month: DatedQty
+
+
+class DemandPeaks(Struct):
+    """`data` of the `/v2/metrics/demand/by_agency/records` record."""
+
+    agencies: dict[str, PeakDayMonth]
+    total: PeakDayMonth
+
+
+class DemandPeaksRecord(Struct):
+    """The single record of `/v2/metrics/demand/by_agency/records`."""
+
+    _id: str
+    data: DemandPeaks
+    description: str
+    generated_at: str
+    metric: str
+    properties: dict[str, str]
+
+
+class TopLines(Struct):
+    """One agency's entry of `/v2/metrics/demand/top_lines/by_agency`."""
+
+    lines: list[DemandRecord]
+
+
+class TopLinesByAgency(Struct):
+    """Body of `/v2/metrics/demand/top_lines/by_agency`."""
+
+    lastUpdated: str | None
+    topLinesByAgency: dict[str, TopLines]
+
+
+class ServiceDay(Struct):
+    """Rides of one line of one agency on one operational day (`/v2/metrics/service/all`)."""
+
+    agency_id: str
+    # A number in the real API; a line id that is not all digits is kept as a string.
+    line_id: int | str
+    operational_date: str
+    pass_trip_count: int
+    pass_trip_percentage: float
+    total_trip_count: int
+
+
+class ServiceAll(Struct):
+    """Body of `/v2/metrics/service/all`."""
+
+    data: list[ServiceDay]
+
+
+class ComplaintCounts(Struct):
+    """One entry of `/v2/metrics/complaints`: counts by category and channel."""
+
+    _id: str
+    complaints: int
+    email: int
+    filter_value: str
+    info_requests: int
+    last_update: str
+    other: int
+    phone: int
+    total: int
+    type: str
+
+
+class Videowall(Struct):
+    """`/v2/metrics/videowall/*`: `_<agency>_<measure>` keys, `_cm_` for the network."""
+
+    data: dict[str, float | int]
+    timestamp_resource: int
+
+
+class District(Struct):
+    """A district (or autonomous region) of `/v2/locations/districts`."""
+
+    id: str
+    name: str
+
+
+class Municipality(Struct):
+    """A municipality of `/v2/locations/municipalities`."""
+
+    district_id: str
+    id: str
+    name: str
+
+
+class Parish(Struct):
+    """A parish of `/v2/locations/parishes`."""
+
+    district_id: str
+    id: str
+    municipality_id: str
+    name: str
+
+
+class Locality(Struct):
+    """A locality of `/v2/locations/localities`."""
+
+    display: str
+    district_id: str
+    id: str
+    municipality_id: str
+    name: str
+    parish_id: str
+
+
+class LocationEnvelope(Struct):
+    """Body of every `/v2/locations/*` endpoint."""
+
+    # One of the four item types above; a list union cannot be typed more precisely.
+    data: list[Any]
+    status: str
+    timestamp: int
+
+
+class Contacts(Struct):
+    """Contacts of a store or school."""
+
+    address: str
+    email: str
+    google_place_id: str | None
+    phone: str
+    postal_code: str
+    url: str
+
+
+class OpeningHours(Struct):
+    """Opening hours of a store: `HH:MM-HH:MM` intervals per weekday."""
+
+    friday: list[str]
+    monday: list[str]
+    saturday: list[str]
+    special: str
+    sunday: list[str]
+    thursday: list[str]
+    tuesday: list[str]
+    wednesday: list[str]
+
+
+class Station(Struct):
+    """A boat, light-rail, subway or train station, or a helpdesk."""
+
+    district_id: str
+    district_name: str
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    parish_id: str
+    parish_name: str
+    region_id: str
+    region_name: str
+    stop_ids: list[str]
+
+
+class PipLocation(Struct):
+    """A passenger information panel (`/v2/facilities/pips`; no parish fields)."""
+
+    district_id: str
+    district_name: str
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    region_id: str
+    region_name: str
+    stop_ids: list[str]
+
+
+class TicketStore(Struct):
+    """A ticket store (`/v2/facilities/stores`); `realtime` stays null (no queue feed)."""
+
+    brand_name: str
+    contacts: Contacts
+    district_id: str
+    district_name: str
+    hours: OpeningHours
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    parish_id: str
+    parish_name: str
+    realtime: dict[str, Any] | None
+    region_id: str
+    region_name: str
+    short_name: str
+    stop_ids: list[str]
+
+
+class School(Struct):
+    """A school (`/v2/facilities/schools`)."""
+
+    contacts: Contacts
+    district_id: str
+    district_name: str
+    grouping: str
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    nature: str
+    parish_id: str
+    parish_name: str
+    region_id: str
+    region_name: str
+    stop_ids: list[str]
+
+
+class AvailableFacilities(Struct):
+    """Body of `/v2/facilities`."""
+
+    available_facilities: list[str]
+
+
+class IngestReject(Struct):
+    """One rejected input row of a metrics ingest."""
+
+    file: str
+    line: int
+    reason: str
+
+
+class IngestReport(Struct):
+    """Outcome of one metrics ingest run (CLI JSON output and the metrics health)."""
+
+    files: int
+    accepted: dict[str, int]
+    rejected: int
+    duplicates: int
+    seconds: float
+    refresh_seconds: float
+    rejects: list[IngestReject]

@@ -1,0 +1,76 @@
+"""`python -m sidecars.transit.metrics`: load records into the metrics store.
+
+    python -m sidecars.transit.metrics ingest [FILE ...]  # default: all of TRANSIT_RECORDS_DIR
+    python -m sidecars.transit.metrics refresh            # recompute every aggregate
+
+Settings come from the same `TRANSIT_*` variables as the server (options override them). The
+timezone is TRANSIT_TIMEZONE, else the agency timezone of TRANSIT_GTFS_SOURCE (a local file).
+Every rejected row is printed to stderr as `file:line: reason`; the JSON report goes to stdout.
+Exit status: 0, or 2 when rows were rejected (the good rows are loaded either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from sidecars.schemas import json_encoder
+
+from ..part2 import Part2Settings, feed_timezone
+from ..settings import Settings, SettingsError
+from .db import MetricsDB, MetricsDBError, input_files
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI."""
+    parser = argparse.ArgumentParser(prog="python -m sidecars.transit.metrics")
+    parser.add_argument("command", choices=("ingest", "refresh"))
+    parser.add_argument("files", nargs="*", type=Path, help="input files (default: records dir)")
+    parser.add_argument("--records-dir", type=Path, help="overrides TRANSIT_RECORDS_DIR")
+    parser.add_argument("--db", type=Path, help="overrides TRANSIT_METRICS_DB")
+    parser.add_argument("--timezone", help="overrides TRANSIT_TIMEZONE / the feed timezone")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        part1 = Settings.from_env()
+        part2 = Part2Settings.from_env()
+        records_dir = args.records_dir or (Path(part2.records_dir) if part2.records_dir else None)
+        db_path = args.db or (
+            Path(part2.metrics_db)
+            if part2.metrics_db
+            else records_dir / "metrics.sqlite"
+            if records_dir
+            else None
+        )
+        if db_path is None:
+            parser.error("no store: set TRANSIT_METRICS_DB or TRANSIT_RECORDS_DIR (or --db)")
+        tz_name = args.timezone or part1.timezone
+        tz = ZoneInfo(tz_name) if tz_name else feed_timezone(part1.gtfs_source)
+        db = MetricsDB(db_path, tz, part1.operational_day_start_hour)
+    except (SettingsError, MetricsDBError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "refresh":
+            seconds = db.refresh(None)
+            db._bump_generation()
+            print(json_encoder.encode({"refresh_seconds": round(seconds, 3)}).decode())
+            return 0
+        files = args.files or (input_files(records_dir) if records_dir else [])
+        if not files:
+            print("error: no input files", file=sys.stderr)
+            return 1
+        db.log_rejects = sys.maxsize
+        report = db.ingest(files, wait=True)
+        assert report is not None  # waited for the lock
+        print(json_encoder.encode(report).decode())
+        return 2 if report.rejected else 0
+    finally:
+        db.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Administrative locations: the four `/v2/locations/*` lists and the lookups that fill the
+district / municipality / parish fields of facilities.
+
+Input: a directory of CSV files (UTF-8, header first; see README.md):
+`districts.csv` (id, name), `municipalities.csv` (id, name, district_id), `parishes.csv` (id,
+name, municipality_id, district_id), `localities.csv` (id, name, display, district_id,
+municipality_id, parish_id), and optionally `municipality_regions.csv` (municipality_id,
+region_id, region_name) and `reference_points.csv` (lat, lon, municipality_id, locality).
+A missing file gives an empty list (the real service's locations never 404).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from sidecars.schemas import District, Locality, Municipality, Parish
+
+from ..network import natural_key
+from .geo import GridIndex
+
+DEFAULT_DIR = Path(__file__).resolve().parent / "data"
+
+
+class LocationsError(ValueError):
+    """A locations file is malformed (bad header, dangling parent id)."""
+
+
+def fold(name: str) -> str:
+    """Name key for matching: accents, case, punctuation and spacing do not matter."""
+    text = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
+    return re.sub(r"[^a-z0-9]+", " ", text).strip()
+
+
+def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise LocationsError(f"{path}:1: header lacks column(s) {', '.join(missing)}")
+        rows = []
+        for n, row in enumerate(reader, start=2):
+            if any(row.get(c) is None for c in columns):
+                raise LocationsError(f"{path}:{n}: expected {len(reader.fieldnames or [])} fields")
+            rows.append({c: row[c].strip() for c in columns})
+        return rows
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Location fields resolved for one facility."""
+
+    district_id: str = ""
+    district_name: str = ""
+    municipality_id: str = ""
+    municipality_name: str = ""
+    parish_id: str = ""
+    parish_name: str = ""
+    region_id: str = ""
+    region_name: str = ""
+    locality: str = ""
+
+
+class Locations:
+    """The location lists, sorted by id (numeric collation), and name / point lookups."""
+
+    def __init__(self, directory: Path = DEFAULT_DIR) -> None:
+        self.directory = directory
+        d = directory
+        self.districts = sorted(
+            (
+                District(id=r["id"], name=r["name"])
+                for r in _read(d / "districts.csv", ("id", "name"))
+            ),
+            key=lambda x: natural_key(x.id),
+        )
+        self.municipalities = sorted(
+            (
+                Municipality(district_id=r["district_id"], id=r["id"], name=r["name"])
+                for r in _read(d / "municipalities.csv", ("id", "name", "district_id"))
+            ),
+            key=lambda x: natural_key(x.id),
+        )
+        self.parishes = sorted(
+            (
+                Parish(
+                    district_id=r["district_id"],
+                    id=r["id"],
+                    municipality_id=r["municipality_id"],
+                    name=r["name"],
+                )
+                for r in _read(d / "parishes.csv", ("id", "name", "municipality_id", "district_id"))
+            ),
+            key=lambda x: natural_key(x.id),
+        )
+        self.localities = sorted(
+            (
+                Locality(
+                    display=r["display"],
+                    district_id=r["district_id"],
+                    id=r["id"],
+                    municipality_id=r["municipality_id"],
+                    name=r["name"],
+                    parish_id=r["parish_id"],
+                )
+                for r in _read(
+                    d / "localities.csv",
+                    ("id", "name", "display", "district_id", "municipality_id", "parish_id"),
+                )
+            ),
+            key=lambda x: natural_key(x.id),
+        )
+        self.district_by_id = {x.id: x for x in self.districts}
+        self.municipality_by_id = {x.id: x for x in self.municipalities}
+        self.parish_by_id = {x.id: x for x in self.parishes}
+        for m in self.municipalities:
+            if self.districts and m.district_id not in self.district_by_id:
+                raise LocationsError(f"municipality {m.id}: unknown district {m.district_id}")
+        for p in self.parishes:
+            if self.municipalities and p.municipality_id not in self.municipality_by_id:
+                raise LocationsError(f"parish {p.id}: unknown municipality {p.municipality_id}")
+        self.regions = {
+            r["municipality_id"]: (r["region_id"], r["region_name"])
+            for r in _read(
+                d / "municipality_regions.csv", ("municipality_id", "region_id", "region_name")
+            )
+        }
+        # Names are not unique ("Lagoa" is in Faro and in the Azores): keep every candidate.
+        self._municipality_names: dict[str, list[Municipality]] = {}
+        for m in self.municipalities:
+            self._municipality_names.setdefault(fold(m.name), []).append(m)
+        self._parish_names: dict[tuple[str, str], Parish] = {
+            (p.municipality_id, fold(p.name)): p for p in self.parishes
+        }
+        points = _read(d / "reference_points.csv", ("lat", "lon", "municipality_id", "locality"))
+        self._points = GridIndex(
+            [(float(r["lat"]), float(r["lon"])) for r in points],
+            cell_meters=1000.0,
+        )
+        self._point_info = [(r["municipality_id"], r["locality"]) for r in points]
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def municipality_by_name(self, name: str, district_hint: str = "") -> Municipality | None:
+        """The municipality of a name; an ambiguous name needs the district (id or name)."""
+        found = self._municipality_names.get(fold(name), [])
+        if len(found) > 1 and district_hint:
+            hint = fold(district_hint)
+            found = [
+                m
+                for m in found
+                if m.district_id == district_hint
+                or fold(self.district_by_id[m.district_id].name) == hint
+            ]
+        return found[0] if len(found) == 1 else None
+
+    def nearest_point(self, lat: float, lon: float, max_meters: float) -> tuple[str, str] | None:
+        """(municipality_id, locality) of the nearest reference point within `max_meters`."""
+        hit = self._points.nearest(lat, lon, max_meters)
+        return self._point_info[hit] if hit is not None else None
+
+    def resolve(
+        self,
+        record: dict[str, str],
+        lat: float,
+        lon: float,
+        max_meters: float,
+    ) -> Place:
+        """Location fields of a facility, filled where the input lacks them.
+
+        Order: ids given in the input win; else names (accent- and case-insensitive, parish
+        names within their municipality); else, for the municipality and locality only, the
+        nearest reference point within `max_meters`. Parishes have no coordinates or polygons
+        here, so a parish is never found by position. Parents follow from children.
+        """
+        parish = self.parish_by_id.get(record.get("parish_id", ""))
+        muni = self.municipality_by_id.get(record.get("municipality_id", ""))
+        locality = record.get("locality", "")
+        if parish is not None and muni is None:
+            muni = self.municipality_by_id.get(parish.municipality_id)
+        if muni is None and record.get("municipality_name"):
+            muni = self.municipality_by_name(
+                record["municipality_name"],
+                record.get("district_id", "") or record.get("district_name", ""),
+            )
+        if muni is None:
+            near = self.nearest_point(lat, lon, max_meters)
+            if near is not None:
+                muni = self.municipality_by_id.get(near[0])
+                locality = locality or near[1]
+        if parish is None and muni is not None and record.get("parish_name"):
+            parish = self._parish_names.get((muni.id, fold(record["parish_name"])))
+        district_id = muni.district_id if muni is not None else record.get("district_id", "")
+        district = self.district_by_id.get(district_id)
+        region_id, region_name = self.regions.get(muni.id, ("", "")) if muni else ("", "")
+        return Place(
+            district_id=district.id if district else district_id,
+            district_name=district.name if district else record.get("district_name", ""),
+            municipality_id=muni.id if muni else record.get("municipality_id", ""),
+            municipality_name=muni.name if muni else record.get("municipality_name", ""),
+            parish_id=parish.id if parish else record.get("parish_id", ""),
+            parish_name=parish.name if parish else record.get("parish_name", ""),
+            region_id=record.get("region_id", "") or region_id,
+            region_name=record.get("region_name", "") or region_name,
+            locality=locality,
+        )

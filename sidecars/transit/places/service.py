@@ -1,0 +1,84 @@
+"""`Places`: the encoded locations and facilities bodies of one worker.
+
+Locations never change while the process runs and are encoded once. Facilities depend on the
+feed (their `stop_ids`), so they are rebuilt when part 1 swaps in a new feed version.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from sidecars.schemas import AvailableFacilities, LocationEnvelope, json_encoder
+
+from ..bodies import Body
+from ..network import Network
+from . import facilities as fac
+from .locations import Locations
+
+LOCATION_KINDS = ("districts", "municipalities", "parishes", "localities")
+
+
+class Places:
+    """Locations (encoded once) and facilities (encoded once per feed version)."""
+
+    def __init__(
+        self,
+        locations_dir: Path,
+        facilities_dir: Path | None,
+        walk_meters: float,
+        place_meters: float,
+        network: Callable[[], Network | None],
+    ) -> None:
+        self.locations = Locations(locations_dir)
+        self.walk_meters = walk_meters
+        self.network = network
+        self.facilities = (
+            fac.load(facilities_dir, self.locations, place_meters)
+            if facilities_dir is not None
+            else fac.FacilitySet()
+        )
+        self.available = Body(
+            json_encoder.encode(AvailableFacilities(available_facilities=list(fac.LISTED)))
+        )
+        # The real service stamps the envelope at request time; here it is the time the lists
+        # were loaded, so each list (parishes: 200 kB) is encoded and gzipped once.
+        loaded = int(time.time() * 1000)
+        self._location_bodies = {
+            kind: Body(
+                json_encoder.encode(
+                    LocationEnvelope(
+                        data=getattr(self.locations, kind), status="success", timestamp=loaded
+                    )
+                )
+            )
+            for kind in LOCATION_KINDS
+        }
+        self._lock = threading.Lock()
+        self._built: tuple[str | None, dict[str, Body]] | None = None
+
+    def location_body(self, kind: str) -> Body:
+        """The envelope of one list."""
+        return self._location_bodies[kind]
+
+    def facility_body(self, kind: str) -> Body | None:
+        """Encoded list of one kind, or None when the kind has no input file."""
+        net = self.network()
+        version = net.version if net is not None else None
+        built = self._built
+        if built is None or built[0] != version:
+            with self._lock:
+                built = self._built
+                if built is None or built[0] != version:
+                    built = (version, self._build(net))
+                    self._built = built
+        return built[1].get(kind)
+
+    def _build(self, net: Network | None) -> dict[str, Body]:
+        grid, ids = fac.stop_grid(net) if net is not None else (None, [])
+        return {
+            kind: Body(json_encoder.encode(fac.build(kind, rows, grid, ids, self.walk_meters)))
+            for kind, rows in self.facilities.rows.items()
+        }

@@ -121,3 +121,84 @@ class StatsStore:
         for name, read in self._gauges.items():
             out[name] = read()
         return out
+
+    # -- additions for the sinks (ratelimitd.sinks) ----------------------------------------
+
+    def gauge_names(self) -> frozenset[str]:
+        """The names in `snapshot()` that are gauges; every other name is a counter."""
+        return frozenset(self._gauges)
+
+    def timer(self, name: str) -> Timer:
+        """The timer of that full name (milliseconds), created on first use."""
+        timers: dict[str, Timer] = self.__dict__.setdefault("_timers", {})
+        timer = timers.get(name)
+        if timer is None:
+            timer = timers[name] = Timer(name)
+        return timer
+
+    def timers(self) -> list[Timer]:
+        """Every timer created so far."""
+        return list(self.__dict__.get("_timers", {}).values())
+
+
+class Timer:
+    """Observations of one timer in milliseconds, for the sinks.
+
+    Keeps exact totals and histogram bucket counts (the bounds are set by the Prometheus
+    sink), plus a uniform sample of at most `capacity` values since the last `drain()`
+    (reservoir sampling) for the statsd sinks, which send one line per value as gostats
+    does; the sample rate tells the statsd server how many calls each line stands for.
+    """
+
+    __slots__ = (
+        "_bisect",
+        "_random",
+        "bounds",
+        "buckets",
+        "capacity",
+        "count",
+        "name",
+        "sample",
+        "seen",
+        "sum",
+    )
+
+    def __init__(self, name: str, capacity: int = 2000) -> None:
+        # Imported here: additions to this module stay below its existing code.
+        import random
+        from bisect import bisect_left
+
+        self._bisect = bisect_left
+        self.name = name
+        self.capacity = capacity
+        self.count = 0
+        self.sum = 0.0
+        self.bounds: tuple[float, ...] = ()
+        self.buckets = [0]
+        self.sample: list[float] = []
+        self.seen = 0
+        self._random = random.random
+
+    def set_bounds(self, bounds: tuple[float, ...]) -> None:
+        """Histogram upper bounds (ms, ascending); bucket counts restart from zero."""
+        self.bounds = tuple(bounds)
+        self.buckets = [0] * (len(self.bounds) + 1)
+
+    def observe(self, ms: float) -> None:
+        """Record one value."""
+        self.count += 1
+        self.sum += ms
+        self.buckets[self._bisect(self.bounds, ms)] += 1
+        self.seen = seen = self.seen + 1
+        if seen <= self.capacity:
+            self.sample.append(ms)
+        else:
+            slot = int(self._random() * seen)
+            if slot < self.capacity:
+                self.sample[slot] = ms
+
+    def drain(self) -> tuple[list[float], int]:
+        """The sampled values and the number of observations since the last drain."""
+        sample, seen = self.sample, self.seen
+        self.sample, self.seen = [], 0
+        return sample, seen

@@ -1,0 +1,365 @@
+"""OTLP tracing (TRACING_*), and the gRPC interceptor that feeds tracing and the timer.
+
+`create_tracing(settings)` is None unless TRACING_ENABLED: then nothing of OpenTelemetry is
+imported and the request path is untouched. Otherwise it builds, without touching any
+OpenTelemetry global, a TracerProvider with the resource attributes `service.name`,
+`service.namespace` and `service.instance.id` (a random UUID v4 when
+TRACING_SERVICE_INSTANCE_ID is unset), a parent-based TraceIdRatioBased(TRACING_SAMPLING_RATE)
+sampler, and a BatchSpanProcessor exporting over OTLP/HTTP or OTLP/gRPC as
+TRACING_EXPORTER_PROTOCOL says. The exporters read the standard OTEL_EXPORTER_OTLP_*
+variables themselves (endpoint, headers, timeout, certificates, compression).
+
+Spans, as the reference emits them (otelgrpc's server span, then its own spans):
+
+* one SERVER span per ShouldRateLimit, `envoy.service.ratelimit.v3.RateLimitService/
+  ShouldRateLimit`, continuing the trace of the incoming gRPC metadata (W3C `traceparent`
+  and `baggage`, B3 single `b3` or multi `x-b3-*` headers), with `rpc.*` attributes, the
+  status code and the request's `domain` (field 1 of the request bytes);
+* one CLIENT child span per backend round trip (`TracedBackend`), named as the reference's
+  Redis span (`Redis Pipeline Execution`; other backends use their own name), with the
+  number of commands as `pipeline length`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grpc
+import grpc.aio
+
+from .settings import Settings
+from .stats import Timer
+
+if TYPE_CHECKING:
+    from opentelemetry.propagators.textmap import TextMapPropagator
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.trace import Tracer
+
+    from .backends.base import Backend
+
+SHOULD_RATE_LIMIT = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+INSTRUMENTATION_NAME = "ratelimitd"
+
+
+class Tracing:
+    """An OpenTelemetry tracer provider, its tracer and the incoming-context propagator."""
+
+    def __init__(self, provider: TracerProvider, propagator: TextMapPropagator) -> None:
+        self.provider = provider
+        self.propagator = propagator
+        self.tracer: Tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+
+    def traced_backend(self, backend: Backend) -> TracedBackend:
+        """The backend with a child span around each round trip."""
+        return TracedBackend(backend, self.tracer)
+
+    async def force_flush(self, timeout: float = 10.0) -> bool:
+        """Export every finished span now (in a thread: the exporters block)."""
+        millis = int(timeout * 1000)
+        return await asyncio.to_thread(self.provider.force_flush, millis)
+
+    async def shutdown(self) -> None:
+        """Export what is pending and stop the exporter (in a thread: it blocks)."""
+        await asyncio.to_thread(self.provider.shutdown)
+
+
+def _exporter(protocol: str) -> SpanExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        return GrpcExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    return HttpExporter()
+
+
+def create_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tracing | None:
+    """Tracing per TRACING_*, or None when TRACING_ENABLED is false (zero cost)."""
+    if not settings.tracing_enabled:
+        return None
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator
+    from opentelemetry.propagators.b3 import B3MultiFormat
+    from opentelemetry.propagators.composite import CompositePropagator
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    attributes = {
+        "service.name": settings.tracing_service_name,
+        "service.instance.id": settings.tracing_service_instance_id or str(uuid.uuid4()),
+    }
+    if settings.tracing_service_namespace:
+        attributes["service.namespace"] = settings.tracing_service_namespace
+    provider = TracerProvider(
+        resource=Resource.create(attributes),
+        sampler=ParentBased(TraceIdRatioBased(settings.tracing_sampling_rate)),
+    )
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter or _exporter(settings.tracing_exporter_protocol))
+    )
+    # B3MultiFormat extracts the single `b3` header as well as the `x-b3-*` ones.
+    propagator = CompositePropagator(
+        [TraceContextTextMapPropagator(), W3CBaggagePropagator(), B3MultiFormat()]
+    )
+    return Tracing(provider, propagator)
+
+
+# -- backend child spans -------------------------------------------------------------------
+
+
+class TracedBackend:
+    """A Backend whose round trips are child spans of the request's span.
+
+    Only when the current span is recording (a sampled request) is a span started, so an
+    unsampled request pays one context lookup. Everything else is delegated unchanged,
+    including the memory backend's synchronous `increment_now`. Wrap the backend before the
+    Limiter is built: the limiter looks `increment_now` up once.
+    """
+
+    def __init__(self, backend: Backend, tracer: Tracer) -> None:
+        from opentelemetry import trace
+
+        self.backend = backend
+        self.name = backend.name
+        self._tracer = tracer
+        self._current_span = trace.get_current_span
+        self._client = trace.SpanKind.CLIENT
+        self.span_name = (
+            "Redis Pipeline Execution"
+            if backend.name == "redis"
+            else f"{backend.name.capitalize()} Pipeline Execution"
+        )
+        if hasattr(backend, "increment_now"):
+            self.increment_now = self._increment_now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def _span(self, commands: int) -> Any:
+        if not self._current_span().is_recording():
+            return None
+        return self._tracer.start_as_current_span(
+            self.span_name, kind=self._client, attributes={"pipeline length": commands}
+        )
+
+    async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+        """INCRBY + EXPIRE per op, in a span."""
+        span = self._span(2 * len(ops))
+        if span is None:
+            return await self.backend.increment(ops)
+        with span:
+            return await self.backend.increment(ops)
+
+    def _increment_now(self, ops: Sequence[tuple[str, int, int]], *args: Any) -> list[int]:
+        span = self._span(2 * len(ops))
+        if span is None:
+            return self.backend.increment_now(ops, *args)  # type: ignore[attr-defined,no-any-return]
+        with span:
+            return self.backend.increment_now(ops, *args)  # type: ignore[attr-defined,no-any-return]
+
+    async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
+        """GET per key, in a span."""
+        span = self._span(len(keys))
+        if span is None:
+            return await self.backend.get(keys)
+        with span:
+            return await self.backend.get(keys)
+
+    async def close(self) -> None:
+        """Close the wrapped backend."""
+        await self.backend.close()
+
+
+# -- the gRPC interceptor ------------------------------------------------------------------
+
+
+def request_domain(request: bytes) -> str:
+    """Field 1 (`domain`) of a serialized RateLimitRequest, "" when absent or malformed."""
+    if not isinstance(request, bytes | bytearray | memoryview):
+        return str(getattr(request, "domain", ""))
+    data = bytes(request)
+    i, n = 0, len(data)
+    try:
+        while i < n:
+            tag, i = _varint(data, i)
+            wire = tag & 7
+            if tag >> 3 == 1 and wire == 2:
+                length, i = _varint(data, i)
+                return data[i : i + length].decode("utf-8", "replace")
+            if wire == 0:
+                _, i = _varint(data, i)
+            elif wire == 1:
+                i += 8
+            elif wire == 2:
+                length, i = _varint(data, i)
+                i += length
+            elif wire == 5:
+                i += 4
+            else:
+                return ""
+    except IndexError:
+        return ""
+    return ""
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+class ServerInterceptor(grpc.aio.ServerInterceptor):
+    """Times ShouldRateLimit into the response-time timer and traces it.
+
+    The wrapped handler is built once per registered handler (grpc hands the same one to
+    every call), so a call pays one extra coroutine frame, one clock read and, with
+    tracing, the span.
+    """
+
+    def __init__(
+        self,
+        timer: Timer | None = None,
+        tracing: Tracing | None = None,
+        method: str = SHOULD_RATE_LIMIT,
+    ) -> None:
+        self.timer = timer
+        self.tracing = tracing
+        self.method = method
+        self._inner: Any = None
+        self._wrapped: Any = None
+        if tracing is not None:
+            from opentelemetry.trace import SpanKind, Status, StatusCode
+
+            self._server_kind = SpanKind.SERVER
+            self._error = Status(StatusCode.ERROR)
+            service, _, rpc_method = method.lstrip("/").partition("/")
+            self._span_name = method.lstrip("/")
+            self._base_attributes = {
+                "rpc.system": "grpc",
+                "rpc.service": service,
+                "rpc.method": rpc_method,
+            }
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if (
+            handler is None
+            or handler_call_details.method != self.method  # type: ignore[attr-defined]
+            or handler.unary_unary is None
+        ):
+            return handler
+        if handler is not self._inner:
+            self._wrapped = handler._replace(  # type: ignore[attr-defined]
+                unary_unary=self._wrap(handler.unary_unary)
+            )
+            self._inner = handler
+        return self._wrapped  # type: ignore[no-any-return]
+
+    def _wrap(self, inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]) -> Any:
+        timer = self.timer
+        tracing = self.tracing
+        clock = time.perf_counter
+
+        if tracing is None:
+            assert timer is not None
+            observe = timer.observe
+
+            async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                started = clock()
+                try:
+                    return await inner(request, context)
+                finally:
+                    observe((clock() - started) * 1000.0)
+
+            return timed
+
+        tracer = tracing.tracer
+        extract = tracing.propagator.extract
+        observe_or_none = timer.observe if timer is not None else None
+
+        async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            started = clock()
+            carrier = {m.key: m.value for m in (context.invocation_metadata() or ())}
+            attributes = dict(self._base_attributes)
+            attributes["domain"] = request_domain(request)
+            with tracer.start_as_current_span(
+                self._span_name,
+                context=extract(carrier),
+                kind=self._server_kind,
+                attributes=attributes,
+                record_exception=False,
+                set_status_on_exception=False,
+            ) as span:
+                try:
+                    response = await inner(request, context)
+                except BaseException:
+                    if span.is_recording():
+                        code = _status_code(context)
+                        span.set_attribute("rpc.grpc.status_code", code)
+                        if code in _ERROR_CODES:
+                            span.set_status(self._error)
+                    raise
+                else:
+                    if span.is_recording():
+                        span.set_attribute("rpc.grpc.status_code", 0)
+                    return response
+                finally:
+                    if observe_or_none is not None:
+                        observe_or_none((clock() - started) * 1000.0)
+
+        return traced
+
+
+# otelgrpc marks a server span as failed for these codes only.
+_ERROR_CODES = frozenset(
+    c.value[0]
+    for c in (
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNIMPLEMENTED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DATA_LOSS,
+    )
+)
+
+
+def _status_code(context: grpc.aio.ServicerContext) -> int:
+    with contextlib.suppress(Exception):
+        code = context.code()
+        if isinstance(code, grpc.StatusCode):
+            return int(code.value[0])
+        if isinstance(code, int):
+            return code
+    return grpc.StatusCode.UNKNOWN.value[0]  # type: ignore[no-any-return]
+
+
+def server_interceptor(
+    timer: Timer | None, tracing: Tracing | None
+) -> grpc.aio.ServerInterceptor | None:
+    """The interceptor to append to the gRPC server's list, or None when there is nothing
+    to do (null stats sink and tracing disabled)."""
+    if timer is None and tracing is None:
+        return None
+    return ServerInterceptor(timer, tracing)

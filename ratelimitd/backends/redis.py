@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import resp
 from .base import BackendError
-from .resp import Batch, ReplyError, RespConnection
+from .resp import Batch, ReplyError, RespConnection, SharedFuture
 
 if TYPE_CHECKING:
     from ..health import Health
@@ -234,7 +234,7 @@ class _Pool:
         self.writes = 0  # flushes: one transport.write each
         self.closed = False
         self._buf: list[bytes] = []
-        self._batches: list[Batch] = []
+        self._fut: SharedFuture | None = None  # the replies of the flush being built
         self._cmds = 0
         self._scheduled = False
         self._rr = 0
@@ -244,37 +244,45 @@ class _Pool:
 
     # hot path ---------------------------------------------------------------------
 
-    def submit(self, payload: bytes, n: int) -> asyncio.Future[Any]:
-        """Queue one request's commands for the next flush; a future for its replies."""
+    def submit(self, payload: bytes, n: int) -> tuple[SharedFuture, int]:
+        """Queue one request's commands for the next flush.
+
+        Returns the flush's future (its result: every reply of the flush, or a
+        BackendError) and the offset of this request's first reply in it. One future
+        per flush rather than per request keeps dispatch off the per-request path.
+        """
         if not self.conns:
             raise BackendError(f"no connection to redis at {self.describe}")
-        loop = self.loop
-        assert loop is not None  # a connection exists, so the pool was opened
-        fut = loop.create_future()
+        fut = self._fut
+        if fut is None:
+            fut = self._fut = SharedFuture(loop=self.loop)
+        offset = self._cmds
         self._buf.append(payload)
-        self._batches.append(Batch(fut, n))
-        self._cmds += n
+        self._cmds = offset + n
         if self._limit and self._cmds >= self._limit:
             self._flush()
         elif not self._scheduled:
             self._scheduled = True
+            loop = self.loop
+            assert loop is not None  # a connection exists, so the pool was opened
             if self._window:
                 loop.call_later(self._window, self._scheduled_flush)
             else:
                 loop.call_soon(self._scheduled_flush)
-        return fut
+        return fut, offset
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False
-        if self._batches:
+        if self._fut is not None:
             self._flush()
 
     def _flush(self) -> None:
-        batches = self._batches
+        fut = self._fut
+        assert fut is not None
         cmds = self._cmds
         payload = b"".join(self._buf)
         self._buf = []
-        self._batches = []
+        self._fut = None
         self._cmds = 0
         conns = self.conns
         limit = self.s.max_in_flight
@@ -283,13 +291,10 @@ class _Pool:
             conn = conns[self._rr % len(conns)]
             if conn.in_flight + cmds <= limit:
                 self.writes += 1
-                conn.write(payload, batches, cmds)
+                conn.write(payload, [Batch(fut, cmds)], cmds)
                 return
         reason = "redis pipeline full" if conns else "no connection to redis"
-        err = BackendError(f"{reason} at {self.describe}")
-        for b in batches:
-            if not b.future.done():
-                b.future.set_result(err)
+        fut.set_result(BackendError(f"{reason} at {self.describe}"))
 
     # connections ------------------------------------------------------------------
 
@@ -373,11 +378,13 @@ class _Pool:
             await conn.wait_closed()
 
 
-def _check(replies: Any) -> list[Any]:
-    """The replies of one batch, or raise the BackendError it failed with."""
+async def _replies(submitted: tuple[SharedFuture, int], n: int) -> list[Any]:
+    """Await a submitted request: its `n` replies, or raise the BackendError of its flush."""
+    fut, offset = submitted
+    replies = await fut
     if replies.__class__ is not list:
-        raise replies
-    return replies  # type: ignore[no-any-return]
+        raise BackendError(*replies.args)  # a fresh instance per request
+    return replies[offset : offset + n]  # type: ignore[no-any-return]
 
 
 class RedisInstance:
@@ -546,16 +553,28 @@ class SingleInstance(RedisInstance):
                     seconds += int(random.random() * jitter)
                 parts.append(encode(key.encode(), hits, seconds))
             payload = b"".join(parts)
-        replies = _check(await self.pool.submit(payload, 2 * len(ops)))
-        for reply in replies:
+        n = 2 * len(ops)
+        fut, offset = self.pool.submit(payload, n)
+        replies = await fut
+        if replies.__class__ is not list:
+            raise BackendError(*replies.args)  # a fresh instance per request
+        if n == 2:
+            count = replies[offset]
+            if count.__class__ is not int:
+                self._failed(count)
+            if replies[offset + 1].__class__ is not int:
+                self._failed(replies[offset + 1])
+            return [count]
+        mine = replies[offset : offset + n]
+        for reply in mine:
             if reply.__class__ is not int:
                 self._failed(reply)
-        return replies[::2]
+        return mine[::2]  # type: ignore[no-any-return]
 
     async def get(self, keys: Sequence[str]) -> list[int]:
         """One pipeline of GETs."""
         payload = b"".join(resp.get(k.encode()) for k in keys)
-        replies = _check(await self.pool.submit(payload, len(keys)))
+        replies = await _replies(self.pool.submit(payload, len(keys)), len(keys))
         out = []
         for reply in replies:
             if reply is None:
@@ -671,10 +690,10 @@ class ClusterInstance(RedisInstance):
                     resp.ASKING + cmds[i][1] if asking else cmds[i][1] for i, asking in items
                 )
                 n = len(items) + sum(asking for _, asking in items)
-                sent.append((items, self._node(node).submit(payload, n)))
+                sent.append((items, n, self._node(node).submit(payload, n)))
             todo = []
-            for items, fut in sent:
-                result = _check(await fut)
+            for items, n, submitted in sent:
+                result = await _replies(submitted, n)
                 pos = 0
                 for i, asking in items:
                     pos += asking
@@ -766,6 +785,9 @@ class RedisBackend:
             if per_second is not None
             else None
         )
+        if self.per_second is None:
+            # The hot path without a routing frame: one coroutine per request, not two.
+            self.increment = self.main.incr_expire  # type: ignore[method-assign]
         if health is not None and "backend" not in health.components():
             health.register("backend", False)
         if stats is not None:

@@ -24,37 +24,49 @@ import hiredis
 
 from .base import BackendError
 
-_INCRBY_EXPIRE = (
-    b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
-    b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
-)
-_INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
-_EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
+_INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
+_INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b"
+_EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 _GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"
 ASKING = b"*1\r\n$6\r\nASKING\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
 
+# Bulk-string encodings of the small integers (hits, and unit + jitter up to an hour +
+# jitter), so the hot path formats only the key.
+_SMALL_INTS = tuple(b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(4096))
+
 ReplyError = hiredis.ReplyError
+
+
+def bulk_int(n: int) -> bytes:
+    """An integer as a RESP bulk string."""
+    if 0 <= n < 4096:
+        return _SMALL_INTS[n]
+    s = b"%d" % n
+    return b"$%d\r\n%b\r\n" % (len(s), s)
 
 
 def incrby_expire(key: bytes, hits: int, expire: int) -> bytes:
     """`INCRBY key hits` followed by `EXPIRE key expire`, RESP-encoded."""
-    h = b"%d" % hits
-    e = b"%d" % expire
     n = len(key)
-    return _INCRBY_EXPIRE % (n, key, len(h), h, n, key, len(e), e)
+    return _INCRBY_EXPIRE % (
+        n,
+        key,
+        _SMALL_INTS[hits] if 0 <= hits < 4096 else bulk_int(hits),
+        n,
+        key,
+        _SMALL_INTS[expire] if 0 <= expire < 4096 else bulk_int(expire),
+    )
 
 
 def incrby(key: bytes, hits: int) -> bytes:
     """`INCRBY key hits`, RESP-encoded."""
-    h = b"%d" % hits
-    return _INCRBY % (len(key), key, len(h), h)
+    return _INCRBY % (len(key), key, bulk_int(hits))
 
 
 def expire(key: bytes, seconds: int) -> bytes:
     """`EXPIRE key seconds`, RESP-encoded."""
-    e = b"%d" % seconds
-    return _EXPIRE % (len(key), key, len(e), e)
+    return _EXPIRE % (len(key), key, bulk_int(seconds))
 
 
 def get(key: bytes) -> bytes:
@@ -74,8 +86,21 @@ def command(*args: str | bytes | int) -> bytes:
     return b"".join(out)
 
 
+class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
+    """The replies of one flush, awaited by every request in it.
+
+    A request that is cancelled while waiting must not cancel the flush for the
+    others: `cancel` refuses, so the waiting task is cancelled as soon as the flush
+    completes (within the request timeout) instead of at once.
+    """
+
+    def cancel(self, msg: Any = None) -> bool:
+        """Refuse (see the class docstring)."""
+        return False
+
+
 class Batch:
-    """The commands of one request on one connection: a future for `n` replies."""
+    """Commands written together on one connection: a future for their `n` replies."""
 
     __slots__ = ("deadline", "future", "n", "replies")
 
@@ -123,26 +148,25 @@ class RespConnection(asyncio.Protocol):
         """Parse replies and complete the batches they finish, in order."""
         reader = self._reader
         reader.feed(data)
+        gets = reader.gets
         pending = self.pending
-        while True:
-            try:
-                reply = reader.gets()
-            except hiredis.ProtocolError as exc:
-                self.abort(f"redis protocol error: {exc}")
-                return
-            if reply is False:
-                return
-            if not pending:
-                self.abort("redis sent a reply nobody asked for")
-                return
-            batch = pending[0]
-            replies = batch.replies
-            replies.append(reply)
-            if len(replies) == batch.n:
+        try:
+            while pending:
+                batch = pending[0]
+                replies = batch.replies
+                for _ in range(batch.n - len(replies)):
+                    reply = gets()
+                    if reply is False:
+                        return
+                    replies.append(reply)
                 pending.popleft()
                 self.in_flight -= batch.n
                 if not batch.future.done():
                     batch.future.set_result(replies)
+            if gets() is not False:
+                self.abort("redis sent a reply nobody asked for")
+        except hiredis.ProtocolError as exc:
+            self.abort(f"redis protocol error: {exc}")
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail what is pending and tell the owner."""

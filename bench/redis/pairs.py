@@ -1,0 +1,244 @@
+"""Redis backend load benchmark: client CPU per INCRBY+EXPIRE pair, round trips per decision.
+
+Starts its own redis-server on a free port, runs on uvloop, and prints a Markdown table
+plus a JSON line describing the run (machine, Python, Redis version, extension mode).
+
+    .venv/bin/python bench/redis/pairs.py [--seconds 3] [--pool-size 10]
+
+1. Pairs: C tasks (C = 1, 16, 256) each awaiting `RedisBackend.increment([(key, 1, 60)])`
+   in a loop: one INCRBY + EXPIRE pair per request, the worst case for per-request
+   overhead. Client CPU = `time.process_time()` of this process / pairs; server CPU =
+   utime + stime of redis-server from /proc / pairs.
+2. Decisions: 64 tasks each deciding through `RateLimitService` (Limiter + RedisBackend)
+   in a loop, one descriptor per request; round trips per decision = the backend's
+   flushes (one `transport.write` each, one reply read) / decisions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from ratelimitd import keys, match
+from ratelimitd.backends.redis import InstanceSettings, RedisBackend
+from ratelimitd.config import ConfigFile, load_ruleset
+from ratelimitd.limiter import Limiter
+from ratelimitd.messages import Descriptor, Request
+from ratelimitd.service import RateLimitService
+from ratelimitd.stats import StatsStore
+
+CONFIG = """
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000000000}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_cpu(pid: int) -> float:
+    """utime + stime of a process, seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_redis(tmp: str) -> tuple[subprocess.Popen[bytes], int]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not installed")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            tmp,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return proc, port
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit("redis-server did not start")
+        time.sleep(0.02)
+
+
+async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: int) -> dict:
+    stop = time.monotonic() + seconds
+    done = 0
+
+    async def worker(i: int) -> None:
+        nonlocal done
+        ops = [(f"bench_pair_{i}", 1, 60)]
+        n = 0
+        while time.monotonic() < stop:
+            for _ in range(50):
+                await backend.increment(ops)
+            n += 50
+        done += n
+
+    await asyncio.gather(*(worker(i) for i in range(min(concurrency, 8))))  # warm-up
+    stop = time.monotonic() + seconds
+    done = 0
+    writes = backend.writes
+    cpu, srv, wall = time.process_time(), server_cpu(pid), time.monotonic()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    cpu, srv, wall = (
+        time.process_time() - cpu,
+        server_cpu(pid) - srv,
+        time.monotonic() - wall,
+    )
+    return {
+        "concurrency": concurrency,
+        "pairs": done,
+        "pairs_per_s": round(done / wall),
+        "client_us_per_pair": round(cpu / done * 1e6, 2),
+        "server_us_per_pair": round(srv / done * 1e6, 2),
+        "pairs_per_write": round(done / (backend.writes - writes), 1),
+    }
+
+
+async def decisions(backend: RedisBackend, concurrency: int, seconds: float, pid: int) -> dict:
+    stats = StatsStore()
+    service = RateLimitService(Limiter(backend), stats)
+    service.set_ruleset(load_ruleset([ConfigFile("bench.yaml", CONFIG)], stats=stats))
+    stop = time.monotonic() + seconds
+    done = 0
+
+    async def worker(i: int) -> None:
+        nonlocal done
+        request = Request("bench", [Descriptor((("user", f"u{i}"),))])
+        n = 0
+        while time.monotonic() < stop:
+            for _ in range(20):
+                await service.should_rate_limit(request)
+            n += 20
+        done += n
+
+    writes = backend.writes
+    cpu, srv, wall = time.process_time(), server_cpu(pid), time.monotonic()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    cpu, srv, wall = (
+        time.process_time() - cpu,
+        server_cpu(pid) - srv,
+        time.monotonic() - wall,
+    )
+    flushes = backend.writes - writes
+    return {
+        "concurrency": concurrency,
+        "decisions": done,
+        "decisions_per_s": round(done / wall),
+        "round_trips_per_decision": round(flushes / done, 4),
+        "decisions_per_write": round(done / flushes, 1),
+        "client_us_per_decision": round(cpu / done * 1e6, 2),
+        "server_us_per_decision": round(srv / done * 1e6, 2),
+    }
+
+
+async def run(args: argparse.Namespace, port: int, pid: int) -> dict:
+    backend = RedisBackend(
+        InstanceSettings(
+            label="redis_pool",
+            type="single",
+            socket_type="tcp",
+            url=f"127.0.0.1:{port}",
+            pool_size=args.pool_size,
+            request_timeout=1.0,
+        ),
+        jitter_max_seconds=300,
+    )
+    await backend.connect()
+    try:
+        out = {"pairs": [], "decisions": []}
+        for c in (1, 16, 256):
+            out["pairs"].append(await pairs(backend, c, args.seconds, pid))
+        out["decisions"].append(await decisions(backend, 64, args.seconds, pid))
+        return out
+    finally:
+        await backend.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--pool-size", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, port = start_redis(tmp)
+        try:
+            version = subprocess.run(
+                ["redis-server", "--version"], capture_output=True, text=True, check=False
+            ).stdout.strip()
+            result = uvloop.run(run(args, port, proc.pid))
+        finally:
+            proc.kill()
+            proc.wait()
+    result["machine"] = {
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "redis_server": version,
+        "ratelimitd_keys": keys.IMPLEMENTATION,
+        "ratelimitd_match": match.IMPLEMENTATION,
+        "pool_size": args.pool_size,
+        "seconds": args.seconds,
+    }
+    print("| concurrency | pairs/s | client µs/pair | server µs/pair | pairs/write |")
+    print("|---|---|---|---|---|")
+    for r in result["pairs"]:
+        print(
+            f"| {r['concurrency']} | {r['pairs_per_s']:,} | {r['client_us_per_pair']} | "
+            f"{r['server_us_per_pair']} | {r['pairs_per_write']} |"
+        )
+    print()
+    print(
+        "| concurrent decisions | decisions/s | round trips/decision | decisions/write "
+        "| client µs/decision | server µs/decision |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in result["decisions"]:
+        print(
+            f"| {r['concurrency']} | {r['decisions_per_s']:,} | {r['round_trips_per_decision']} "
+            f"| {r['decisions_per_write']} | {r['client_us_per_decision']} "
+            f"| {r['server_us_per_decision']} |"
+        )
+    print()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

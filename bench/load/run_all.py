@@ -29,6 +29,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -175,8 +176,10 @@ def top_costs(report: str, n: int = 5) -> list[dict[str, Any]]:
         m = PROFILE_ROW.match(line)
         if m:
             where = m["where"]
-            for prefix in (str(REPO) + "/", sys.prefix + "/lib/python3.11/site-packages/"):
-                where = where.replace(prefix, "")
+            # Longest first: site-packages lies inside the venv's lib directory.
+            prefixes = sorted({str(REPO), *sysconfig.get_paths().values()}, key=len, reverse=True)
+            for prefix in prefixes:
+                where = where.replace(prefix + "/", "")
             rows.append(
                 {
                     "where": where,
@@ -362,6 +365,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     finally:
         for p in reversed(procs):
             p.stop()
+    results["machine"]["load average at end"] = " ".join(
+        Path("/proc/loadavg").read_text().split()[:3]
+    )
     return results
 
 
@@ -562,7 +568,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, help="interleaved gRPC rounds")
     parser.add_argument("--wrk-seconds", type=float, help="duration of each wrk run")
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--channels", type=int, default=4)
+    parser.add_argument("--channels", type=int, default=8)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument(
         "--daemon-env",
@@ -576,9 +582,16 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, configs)")
     args = parser.parse_args()
 
-    for binary in ("wrk", "redis-server"):
-        if shutil.which(binary) is None:
-            log(f"warning: {binary} not found")
+    from harness import envoy_binary
+
+    try:
+        envoy_binary()
+    except FileNotFoundError as exc:
+        parser.error(f"missing {exc}")
+    if shutil.which("wrk") is None:
+        parser.error("missing wrk (apt-get install wrk)")
+    if shutil.which("redis-server") is None:
+        log("no redis-server: (c) will be skipped (apt-get install redis-server)")
     started = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     t0 = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="ratelimitd-load-"))

@@ -26,6 +26,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DOMAIN = "edge"
+SET_FILTER_STATE = "type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config"
 HCM = (
     "type.googleapis.com/"
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
@@ -138,15 +139,16 @@ def envoy_config(
     rls_port: int,
     domain: str = DOMAIN,
     failure_mode_deny: bool = False,
-    x_ratelimit_headers: bool = True,
-    rate_limited: bool = True,
     timeout: str = "1s",
 ) -> str:
     """An Envoy bootstrap: ingress (ratelimit filter -> router -> backend) + backend listener.
 
-    Descriptors sent per request:
+    Descriptors sent per request to /cost...:
+      [("generic_key", "cost")]
+    and to any other path:
       [("generic_key", "edge"), ("user", <x-user-id>)]   only when x-user-id is present
       [("remote_address", <client ip>)]
+    The request's hits_addend is the x-cost request header when present.
     """
     route_limits = """
                   rate_limits:
@@ -158,7 +160,16 @@ def envoy_config(
                         skip_if_absent: true
                   - actions:
                     - remote_address: {}"""
+    # The request's hits_addend comes from the x-cost header, through the filter state the
+    # ratelimit filter reads (a route's own `hits_addend` is not sent by Envoy 1.40).
     rl_filter = f"""
+          - name: envoy.filters.http.set_filter_state
+            typed_config:
+              "@type": {SET_FILTER_STATE}
+              on_request_headers:
+              - object_key: envoy.ratelimit.hits_addend
+                format_string:
+                  text_format_source: {{ inline_string: "%REQ(x-cost)%" }}
           - name: envoy.filters.http.ratelimit
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
@@ -166,7 +177,7 @@ def envoy_config(
               request_type: external
               timeout: {timeout}
               failure_mode_deny: {"true" if failure_mode_deny else "false"}
-              enable_x_ratelimit_headers: {"DRAFT_VERSION_03" if x_ratelimit_headers else "OFF"}
+              enable_x_ratelimit_headers: DRAFT_VERSION_03
               rate_limit_service:
                 transport_api_version: V3
                 grpc_service:
@@ -191,10 +202,16 @@ static_resources:
             - name: ingress
               domains: ["*"]
               routes:
+              - match: {{ prefix: "/cost" }}
+                route:
+                  cluster: backend
+                  rate_limits:
+                  - actions:
+                    - generic_key: {{ descriptor_value: "cost" }}
               - match: {{ prefix: "/" }}
                 route:
-                  cluster: backend{route_limits if rate_limited else ""}
-          http_filters:{rl_filter if rate_limited else ""}
+                  cluster: backend{route_limits}
+          http_filters:{rl_filter}
           - name: envoy.filters.http.router
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router

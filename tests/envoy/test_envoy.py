@@ -20,6 +20,11 @@ descriptors:
   - key: remote_address
     rate_limit: {{unit: hour, requests_per_unit: 1000}}
 """
+COST_RULE = """\
+  - key: generic_key
+    value: cost
+    rate_limit: {unit: hour, requests_per_unit: 10}
+"""
 RULE = f"ratelimit.service.rate_limit.{DOMAIN}"
 
 
@@ -192,3 +197,25 @@ def test_redis_down_behind_envoy(stack, redis_server, failure_mode_deny, status)
     redis_server.stop()
     assert [s.envoy.request("/", {"x-user-id": "kate"}).status for _ in range(3)] == [status] * 3
     assert s.envoy.stats()["cluster.backend.ratelimit.error"] == 3
+
+
+def test_hits_addend_set_by_envoy_is_honoured(stack) -> None:
+    s = stack(CONFIG + COST_RULE)
+    responses = [s.envoy.request("/cost", {"x-cost": "4"}) for _ in range(3)]
+    assert [r.status for r in responses] == [200, 200, 429]
+    assert [r.headers["x-ratelimit-remaining"] for r in responses] == ["6", "2", "0"]
+    assert s.envoy.request("/cost").status == 429  # no x-cost: one hit, still over
+    assert s.daemon.stats()[f"{RULE}.generic_key_cost.total_hits"] == 13
+
+
+def test_shadow_mode_lets_envoy_pass_what_would_be_limited(stack) -> None:
+    s = stack(CONFIG, SHADOW_MODE="true")
+    responses = [s.envoy.request("/", {"x-user-id": "lena"}) for _ in range(5)]
+    assert [r.status for r in responses] == [200] * 5
+    assert all("x-envoy-ratelimited" not in r.headers for r in responses)
+    stats = s.daemon.stats()
+    assert stats[f"{RULE}.generic_key_edge.user.over_limit"] == 2
+    # Global shadow mode counts globally; a rule's shadow_mode stat is for `shadow_mode: true`.
+    assert stats["ratelimit.service.global_shadow_mode"] == 2
+    assert stats[f"{RULE}.generic_key_edge.user.shadow_mode"] == 0
+    assert s.envoy.stats().get("cluster.backend.ratelimit.over_limit", 0) == 0

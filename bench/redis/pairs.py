@@ -3,15 +3,19 @@
 Starts its own redis-server on a free port, runs on uvloop, and prints a Markdown table
 plus a JSON line describing the run (machine, Python, Redis version, extension mode).
 
-    .venv/bin/python bench/redis/pairs.py [--seconds 3] [--pool-size 10]
+    .venv/bin/python bench/redis/pairs.py [--seconds 3] [--pool-size 10] [--repeat 3]
 
 1. Pairs: C tasks (C = 1, 16, 256) each awaiting `RedisBackend.increment([(key, 1, 60)])`
    in a loop: one INCRBY + EXPIRE pair per request, the worst case for per-request
-   overhead. Client CPU = `time.process_time()` of this process / pairs; server CPU =
-   utime + stime of redis-server from /proc / pairs.
+   overhead (own key per task, 60 s unit, up to 300 s of jitter). Client CPU =
+   `time.process_time()` of this process / pairs; server CPU = utime + stime of
+   redis-server from /proc / pairs.
 2. Decisions: 64 tasks each deciding through `RateLimitService` (Limiter + RedisBackend)
    in a loop, one descriptor per request; round trips per decision = the backend's
    flushes (one `transport.write` each, one reply read) / decisions.
+
+Each figure is run --repeat times and the run with the median client CPU is shown; every
+run's figure is in the JSON. The machine may be shared: compare figures of one run.
 """
 
 from __future__ import annotations
@@ -169,6 +173,14 @@ async def decisions(backend: RedisBackend, concurrency: int, seconds: float, pid
     }
 
 
+def median(runs: list[dict], key: str) -> dict:
+    """The run with the median `key`, with every run's `key` alongside."""
+    ordered = sorted(runs, key=lambda r: r[key])
+    chosen = dict(ordered[len(ordered) // 2])
+    chosen[key + "_runs"] = [r[key] for r in runs]
+    return chosen
+
+
 async def run(args: argparse.Namespace, port: int, pid: int) -> dict:
     backend = RedisBackend(
         InstanceSettings(
@@ -183,10 +195,12 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict:
     )
     await backend.connect()
     try:
-        out = {"pairs": [], "decisions": []}
+        out: dict = {"pairs": [], "decisions": []}
         for c in (1, 16, 256):
-            out["pairs"].append(await pairs(backend, c, args.seconds, pid))
-        out["decisions"].append(await decisions(backend, 64, args.seconds, pid))
+            runs = [await pairs(backend, c, args.seconds, pid) for _ in range(args.repeat)]
+            out["pairs"].append(median(runs, "client_us_per_pair"))
+        runs = [await decisions(backend, 64, args.seconds, pid) for _ in range(args.repeat)]
+        out["decisions"].append(median(runs, "client_us_per_decision"))
         return out
     finally:
         await backend.close()
@@ -196,6 +210,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median shown)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         proc, port = start_redis(tmp)
@@ -216,6 +231,8 @@ def main() -> None:
         "ratelimitd_match": match.IMPLEMENTATION,
         "pool_size": args.pool_size,
         "seconds": args.seconds,
+        "repeat": args.repeat,
+        "loadavg_before": os.getloadavg(),
     }
     print("| concurrency | pairs/s | client µs/pair | server µs/pair | pairs/write |")
     print("|---|---|---|---|---|")

@@ -28,7 +28,8 @@ request ever waits on it.
 
 Topologies: single (tcp `host:port`, unix path, `redis://`, `rediss://`, `unix://`
 URLs), sentinel (`master,host:port,...`; the master is asked of the sentinels on every
-(re)connect, and a READONLY reply or a lost connection triggers the rediscovery), and
+(re)connect, and a READONLY reply or a lost connection triggers the rediscovery;
+sentinels are dialled with the instance's TLS settings and REDIS_SENTINEL_AUTH), and
 cluster (`host:port,...`; slot map from CLUSTER SLOTS, CRC16 slots with `{hashtag}`,
 a request's commands grouped per node into one pipeline each, all nodes' pipelines in
 flight at once, MOVED and ASK followed, the map refreshed in the background on MOVED).
@@ -50,7 +51,7 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import resp
@@ -113,10 +114,10 @@ class InstanceSettings:
     label: str  # stats scope: redis_pool / redis_per_second_pool
     type: str  # single / sentinel / cluster
     socket_type: str
-    url: str
+    url: str = field(repr=False)  # may carry a password: log masked_url
     pool_size: int = 10
-    auth: str = ""
-    sentinel_auth: str = ""
+    auth: str = field(default="", repr=False)  # never in a log line
+    sentinel_auth: str = field(default="", repr=False)
     tls: bool = False
     tls_client_cert: str = ""
     tls_client_key: str = ""
@@ -514,7 +515,6 @@ class SingleInstance(RedisInstance):
                     "get-master-addr-by-name",
                     self.master_name,
                     auth=sentinel_auth,
-                    tls=False,
                 )
             except BackendError as exc:
                 error = exc

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
 import pytest
@@ -293,3 +295,36 @@ def test_go_duration() -> None:
         "1m30s",
         "2h0m0.5s",
     ]
+
+
+async def test_cancelled_request_does_not_cancel_its_flush(redis_server, decider) -> None:
+    d = await decider(tcp(redis_server, REDIS_POOL_SIZE="1"), CONFIG)
+    backend = d.backend
+    tasks = [asyncio.ensure_future(backend.increment([("c", 1, 60)])) for _ in range(5)]
+    await asyncio.sleep(0)  # all five submitted to one flush, not yet written
+    tasks[0].cancel()
+    assert sorted(r[0] for r in await asyncio.gather(*tasks[1:])) == [2, 3, 4, 5]
+    with pytest.raises(asyncio.CancelledError):
+        await tasks[0]
+    # The cancelled request's commands were written with the flush.
+    assert redis_server.client().get("c") == b"5"
+
+
+async def test_passwords_never_logged(servers, decider, caplog) -> None:
+    server = servers(password="topsecret")
+    caplog.set_level(logging.DEBUG, logger="ratelimitd")
+    d = await decider({"REDIS_URL": f"redis://:topsecret@{server.address}"}, CONFIG)
+    await d.decide("domain", [("key", "value")])
+    server.stop()
+    deadline = time.monotonic() + 10
+    while d.stat("ratelimit.redis_pool.cx_active"):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    with pytest.raises(BackendError) as info:
+        await d.decide("domain", [("key", "value")])
+    await asyncio.sleep(0.1)  # let the reconnect loop log its attempts
+    assert f"redis://*****@{server.address}" in caplog.text
+    assert "no connection left" in caplog.text
+    assert "topsecret" not in caplog.text
+    assert "topsecret" not in str(info.value)
+    assert "topsecret" not in repr(d.backend.main.s)

@@ -23,6 +23,7 @@ from ..network import natural_key
 from .geo import GridIndex
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "data"
+_UNION = re.compile(r"^uniao d[ae]s? freguesias d[aeo]s? ")
 
 
 class LocationsError(ValueError):
@@ -134,9 +135,15 @@ class Locations:
         self._municipality_names: dict[str, list[Municipality]] = {}
         for m in self.municipalities:
             self._municipality_names.setdefault(fold(m.name), []).append(m)
-        self._parish_names: dict[tuple[str, str], Parish] = {
-            (p.municipality_id, fold(p.name)): p for p in self.parishes
-        }
+        # A union of parishes is also found by its members' names alone ("Lagoa e Carvoeiro"
+        # for "União das freguesias de Lagoa e Carvoeiro"), the way people write it.
+        self._parish_names: dict[tuple[str, str], Parish] = {}
+        for p in self.parishes:
+            key = fold(p.name)
+            self._parish_names[(p.municipality_id, key)] = p
+            short = _UNION.sub("", key)
+            if short != key:
+                self._parish_names.setdefault((p.municipality_id, short), p)
         points = _read(d / "reference_points.csv", ("lat", "lon", "municipality_id", "locality"))
         self._points = GridIndex(
             [(float(r["lat"]), float(r["lon"])) for r in points],

@@ -15,16 +15,19 @@ one connection in order, and under load one write carries many decisions (fewer 
 trips and syscalls than one connection per request would give).
 
 Timeouts. A request never waits longer than REDIS_REQUEST_TIMEOUT (default 50 ms) for
-one round of replies, even when Redis hangs. Envoy's own RLS timeout defaults to 20 ms
-and fails open or closed by `failure_mode_deny`; 50 ms is the budget of a ratelimitd
-that is answered by Envoy deployments with a raised timeout, and long enough not to trip
-on a GC pause or a busy loopback, yet short enough that a paused Redis cannot pile up
-more than a few thousand commands. It is configurable. When it expires the connection
-is presumed hung: its pending requests fail, it is closed and replaced in the
-background. Each connection also bounds its in-flight commands (`max_in_flight`);
-beyond it and while no connection is up, requests fail at once with BackendError.
-Reconnection runs in a background task with capped exponential backoff and jitter; no
-request ever waits on it.
+one round of replies (a request has one round, two with STOP_CACHE_KEY_INCREMENT_WHEN_
+OVERLIMIT or with keys on both instances), even when Redis hangs. Why 50 ms: Envoy's
+rate-limit filter gives up after 20 ms by default (then `failure_mode_deny` decides), so
+a later answer is wasted on a default Envoy; but a timeout here is not free, because
+replies are positional and the connection must be closed and replaced, so it must not
+fire on ordinary jitter (a GC pause, a loaded loopback, a slow fork for BGSAVE). 50 ms
+is Envoy's budget plus that margin and covers fleets that raise Envoy's timeout; behind
+a hung Redis it bounds the pile-up to 50 ms of traffic. Operators of default Envoys may
+set 20ms. When it expires the connection is presumed hung: its pending requests fail, it
+is closed and replaced in the background. Each connection also bounds its in-flight
+commands (`max_in_flight`, and no flush is larger); beyond it, and while no connection
+is up, requests fail at once with BackendError. Reconnection runs in a background task
+with capped exponential backoff and jitter; no request ever waits on it.
 
 Topologies: single (tcp `host:port`, unix path, `redis://`, `rediss://`, `unix://`
 URLs), sentinel (`master,host:port,...`; the master is asked of the sentinels on every
@@ -241,7 +244,9 @@ class _Pool:
         self._rr = 0
         self._maintainer: asyncio.Task[None] | None = None
         self._window = s.pipeline_window
-        self._limit = s.pipeline_limit
+        # Commands per flush: REDIS_PIPELINE_LIMIT, and never more than one connection
+        # may have in flight, so a burst is split over connections instead of refused.
+        self._limit = min(s.pipeline_limit or s.max_in_flight, s.max_in_flight)
 
     # hot path ---------------------------------------------------------------------
 
@@ -254,13 +259,16 @@ class _Pool:
         """
         if not self.conns:
             raise BackendError(f"no connection to redis at {self.describe}")
+        offset = self._cmds
+        if offset and offset + n > self._limit:
+            self._flush()
+            offset = 0
         fut = self._fut
         if fut is None:
             fut = self._fut = SharedFuture(loop=self.loop)
-        offset = self._cmds
         self._buf.append(payload)
         self._cmds = offset + n
-        if self._limit and self._cmds >= self._limit:
+        if self._cmds >= self._limit:
             self._flush()
         elif not self._scheduled:
             self._scheduled = True

@@ -143,3 +143,30 @@ async def _until(check, timeout: float = 15.0) -> None:
             return
         assert time.monotonic() < deadline, "condition not reached in time"
         await asyncio.sleep(0.02)
+
+
+async def test_burst_is_split_over_connections_up_to_the_bound(servers) -> None:
+    server = servers()
+    backend = RedisBackend(
+        InstanceSettings(
+            label="redis_pool",
+            type="single",
+            socket_type="tcp",
+            url=server.address,
+            pool_size=2,
+            max_in_flight=10,
+        )
+    )
+    await backend.connect()
+    try:
+        ok = await asyncio.gather(*(backend.increment([("a", 1, 60)]) for _ in range(10)))
+        assert sorted(r[0] for r in ok) == list(range(1, 11))
+        assert backend.writes == 2  # two flushes of 10 commands, one per connection
+        results = await asyncio.gather(
+            *(backend.increment([("b", 1, 60)]) for _ in range(15)), return_exceptions=True
+        )
+        failed = [r for r in results if isinstance(r, BackendError)]
+        assert len(failed) == 5 and all("pipeline full" in str(e) for e in failed)
+        assert server.client().get("b") == b"10"
+    finally:
+        await backend.close()

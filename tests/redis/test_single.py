@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -328,3 +329,24 @@ async def test_passwords_never_logged(servers, decider, caplog) -> None:
     assert "topsecret" not in caplog.text
     assert "topsecret" not in str(info.value)
     assert "topsecret" not in repr(d.backend.main.s)
+
+
+async def test_share_threshold_patterns_of_the_reference_config(redis_server, decider) -> None:
+    config = (Path(__file__).resolve().parents[1] / "configs" / "share_threshold.yaml").read_text()
+    d = await decider(tcp(redis_server), config, clock=clock)
+    r = await d.decide(
+        "test-domain",
+        [("files", "files/a.txt")],
+        [("files", "files/b.txt")],
+        [("nested", "parent"), ("files", "nested/c")],
+        [("files", "top/x"), ("files", "nested/y")],
+        [("user", "user/1"), ("resource", "res/2"), ("action", "read")],
+    )
+    assert [s.limit_remaining for s in r.statuses] == [99, 98, 199, 299, 149]
+    client = redis_server.client()
+    assert {k.decode(): int(client.get(k)) for k in client.keys("*")} == {
+        "test-domain_files_files/*_999960": 2,
+        "test-domain_nested_parent_files_nested/*_999960": 1,
+        "test-domain_files_top/*_files_nested/*_999960": 1,
+        "test-domain_user_user/*_resource_res/*_action_read_999960": 1,
+    }

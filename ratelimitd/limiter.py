@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .backends.base import Backend
-from .keys import cache_key, evaluate, near_threshold, reset_seconds
+from .keys import cache_key, evaluate, near_threshold
 from .localcache import LocalCache
 from .messages import OK, OVER_LIMIT, Descriptor, Status
 
@@ -35,12 +35,26 @@ class Limiter:
         stop_increment_when_over_limit: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self.stop_increment = stop_increment_when_over_limit
         self.backend = backend
         self.near_limit_ratio = near_limit_ratio
         self.prefix = cache_key_prefix
         self.local_cache = local_cache
-        self.stop_increment = stop_increment_when_over_limit
         self.clock = clock
+
+    @property
+    def backend(self) -> Backend:
+        """The counter store."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, backend: Backend) -> None:
+        self._backend = backend
+        # A synchronous backend (memory) is called directly, without a coroutine:
+        # `synchronous` tells the service that `do_limit_now` can decide without awaiting.
+        self._increment_now = getattr(backend, "increment_now", None)
+        self._increment_one = getattr(backend, "increment_one", None)
+        self.synchronous = self._increment_now is not None and not self.stop_increment
 
     async def do_limit(
         self,
@@ -54,6 +68,76 @@ class Limiter:
         limit, in descriptor order; every other descriptor gets `{OK, no limit}`.
         """
         now = int(self.clock())
+        statuses, pending, ops, any_cached = self._prepare(domain, descriptors, checks, now)
+        if ops:
+            if self.stop_increment:
+                ops = await self._selective_ops(ops, pending, any_cached)
+            if self._increment_now is not None:
+                counters = self._increment_now(ops, now)
+            else:
+                counters = await self.backend.increment(ops)
+            self._finish(statuses, pending, counters, now)
+        return statuses
+
+    def do_limit_now(
+        self,
+        domain: str,
+        descriptors: Sequence[Descriptor],
+        checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
+    ) -> list[Status]:
+        """`do_limit` for a synchronous backend: no coroutine on the hot path.
+
+        Without a local cache each descriptor can be counted and decided in turn: a
+        counter's value after INCRBY is the same whether the request's increments are sent
+        as one batch or one by one, so the statuses and stats are those of `do_limit`.
+        (With a local cache they are not: a key that goes over would answer a repeated
+        descriptor of the same request from the cache, so that case takes the batch path.)
+        """
+        now = int(self.clock())
+        if self.local_cache is not None:
+            statuses, pending, ops, _ = self._prepare(domain, descriptors, checks, now)
+            if ops:
+                self._finish(statuses, pending, self._increment_now(ops, now), now)  # type: ignore[misc]
+            return statuses
+        increment = self._increment_one
+        prefix = self.prefix
+        ratio = self.near_limit_ratio
+        statuses: list[Status] = [NO_LIMIT] * len(descriptors)
+        for i, rule, st, share, h in checks:
+            seconds = rule.unit_seconds
+            limit = rule.requests_per_unit
+            st.total_hits += h
+            after = increment(
+                cache_key(prefix, domain, descriptors[i].entries, share, seconds, now),
+                h,
+                seconds,
+                now,
+            )
+            over, remaining, over_add, near_add, within_add = evaluate(
+                limit, h, after, near_threshold(limit, ratio)
+            )
+            if near_add:
+                st.near_limit += near_add
+            if over:
+                st.over_limit += over_add
+                code = OVER_LIMIT
+                if rule.shadow_mode:
+                    st.shadow_mode += over_add
+                    code = OK
+                statuses[i] = Status(code, rule, 0, seconds - now % seconds)
+            else:
+                st.within_limit += within_add
+                statuses[i] = Status(OK, rule, remaining, seconds - now % seconds)
+        return statuses
+
+    def _prepare(
+        self,
+        domain: str,
+        descriptors: Sequence[Descriptor],
+        checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
+        now: int,
+    ) -> tuple[list[Status], list[tuple[int, Any, Any, int, str]], list[tuple[str, int, int]], bool]:
+        """Cache keys, total_hits and the local cache: what is left for the backend."""
         prefix = self.prefix
         local = self.local_cache
         statuses: list[Status] = [NO_LIMIT] * len(descriptors)
@@ -73,20 +157,21 @@ class Limiter:
                 if rule.shadow_mode:
                     st.shadow_mode += h
                     code = OK
-                statuses[i] = Status(code, rule, 0, reset_seconds(now, seconds))
+                statuses[i] = Status(code, rule, 0, seconds - now % seconds)
                 continue
             pending.append((i, rule, st, h, key))
             ops.append((key, h, seconds))
-        if not ops:
-            return statuses
+        return statuses, pending, ops, any_cached
 
-        if self.stop_increment:
-            ops = await self._selective_ops(ops, pending, any_cached)
-        backend = self.backend
-        increment_now = getattr(backend, "increment_now", None)
-        # A synchronous backend (memory) is called directly: no coroutine per request.
-        counters = increment_now(ops) if increment_now else await backend.increment(ops)
-
+    def _finish(
+        self,
+        statuses: list[Status],
+        pending: list[tuple[int, Any, Any, int, str]],
+        counters: Sequence[int],
+        now: int,
+    ) -> None:
+        """Statuses and the over/near/within/shadow split from the counters after."""
+        local = self.local_cache
         ratio = self.near_limit_ratio
         for j, (i, rule, st, h, key) in enumerate(pending):
             limit = rule.requests_per_unit
@@ -94,21 +179,22 @@ class Limiter:
                 limit, h, counters[j], near_threshold(limit, ratio)
             )
             seconds = rule.unit_seconds
-            st.near_limit += near_add
+            reset = seconds - now % seconds
+            if near_add:
+                st.near_limit += near_add
             if over:
                 st.over_limit += over_add
                 if local is not None:
-                    local.add(key, now - now % seconds + seconds)
+                    local.add(key, now + reset)
                 code = OVER_LIMIT
                 if rule.shadow_mode:
                     # The rule is only observed: its status passes, the stats still count.
                     st.shadow_mode += over_add
                     code = OK
-                statuses[i] = Status(code, rule, 0, reset_seconds(now, seconds))
+                statuses[i] = Status(code, rule, 0, reset)
             else:
                 st.within_limit += within_add
-                statuses[i] = Status(OK, rule, remaining, reset_seconds(now, seconds))
-        return statuses
+                statuses[i] = Status(OK, rule, remaining, reset)
 
     async def _selective_ops(
         self,

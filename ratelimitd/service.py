@@ -9,7 +9,7 @@ options are swapped together as one `Snapshot`, so a request never mixes two con
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,15 +116,16 @@ class RateLimitService:
                         if metadata is None:
                             metadata = [None] * n
                         metadata[i] = rule.metadata
-                if rule.replaces:
-                    if replaced is None:
-                        replaced = set()
-                    replaced.update(rule.replaces)
-                if rule.unlimited:
-                    if unlimited is None:
-                        unlimited = []
-                    unlimited.append(i)
-                    continue
+                if rule.special:  # replaces, or unlimited: rare, so tested once
+                    if rule.replaces:
+                        if replaced is None:
+                            replaced = set()
+                        replaced.update(rule.replaces)
+                    if rule.unlimited:
+                        if unlimited is None:
+                            unlimited = []
+                        unlimited.append(i)
+                        continue
                 hits = default_hits if d.hits_addend is None else d.hits_addend
                 checks.append((i, rule, stats, share, hits))
             if replaced:
@@ -139,8 +140,12 @@ class RateLimitService:
                         kept.append(check)
                 checks = kept
 
+        limiter = self.limiter
         try:
-            statuses = await self.limiter.do_limit(domain, descriptors, checks)
+            if limiter.synchronous:
+                statuses = limiter.do_limit_now(domain, descriptors, checks)
+            else:
+                statuses = await limiter.do_limit(domain, descriptors, checks)
         except BackendError:
             self.stats.service.redis_error += 1
             raise
@@ -148,20 +153,11 @@ class RateLimitService:
             for i in unlimited:
                 statuses[i] = Status(OK, None, MAX_UINT32, 0)
 
-        regular_over = False
-        quota_count = quota_over = 0
-        global_quota = opts.quota_mode
-        for i in range(n):
-            st = statuses[i]
-            if st.rule is None and unlimited is not None and i in unlimited:
-                continue
-            over = st.code == OVER_LIMIT
-            if global_quota or (st.rule is not None and st.rule.quota_mode):
-                quota_count += 1
-                quota_over += over
-            elif over:
-                regular_over = True
-        overall = OVER_LIMIT if regular_over or (quota_count and quota_over == quota_count) else OK
+        overall = OK
+        for st in statuses:
+            if st.code == OVER_LIMIT:  # nothing over is OK whatever the quota settings
+                overall = _overall(statuses, unlimited or (), opts.quota_mode)
+                break
         if overall == OVER_LIMIT and opts.shadow_mode:
             overall = OK
             self.stats.service.global_shadow_mode += 1
@@ -182,6 +178,26 @@ class RateLimitService:
             raise self._refuse(f"invalid rate limit override unit {unit}")
         key = domain + "." + ".".join(k + "_" + v if v else k for k, v in d.entries)
         return Rule(key, requests_per_unit, unit, stats=self.stats.rule_stats(key))
+
+
+def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:
+    """OVER_LIMIT iff a regular descriptor is over, or every quota descriptor is.
+
+    A descriptor is a quota one with QUOTA_MODE or its rule's quota_mode (with QUOTA_MODE
+    even one without a limit); unlimited descriptors take no part.
+    """
+    regular_over = False
+    quota_count = quota_over = 0
+    for i, st in enumerate(statuses):
+        if st.rule is None and i in unlimited:
+            continue
+        over = st.code == OVER_LIMIT
+        if global_quota or (st.rule is not None and st.rule.quota_mode):
+            quota_count += 1
+            quota_over += over
+        elif over:
+            regular_over = True
+    return OVER_LIMIT if regular_over or (quota_count and quota_over == quota_count) else OK
 
 
 def _limit_headers(statuses: list[Status], opts: Options, now: int) -> list[tuple[str, str]]:

@@ -36,9 +36,8 @@ class MemoryBackend:
     def __len__(self) -> int:
         return len(self._counters)
 
-    def increment_now(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
-        """The synchronous core of `increment` (the limiter calls it without awaiting)."""
-        now = int(self._clock())
+    def increment_now(self, ops: Sequence[tuple[str, int, int]], now: int) -> list[int]:
+        """The synchronous core of `increment` at Unix time `now` (the limiter's clock)."""
         if now >= self._next_sweep:
             self._sweep(now)
         counters = self._counters
@@ -61,9 +60,28 @@ class MemoryBackend:
             out.append(entry[0])
         return out
 
+    def increment_one(self, key: str, hits: int, seconds: int, now: int) -> int:
+        """`increment_now` for a single op (the limiter's per-descriptor fast path)."""
+        if now >= self._next_sweep:
+            self._sweep(now)
+        expires = now + seconds
+        if self._jitter > 0:
+            expires += random.randrange(self._jitter)
+        entry = self._counters.get(key)
+        if entry is None:
+            self._counters[key] = [hits, expires]
+            self._bucket(key, expires)
+            return hits
+        if entry[1] <= now:  # expired, not swept yet: a fresh counter
+            entry[0] = hits
+        else:
+            entry[0] += hits
+        entry[1] = expires
+        return entry[0]
+
     async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
         """INCRBY + EXPIRE for each op; the counters after."""
-        return self.increment_now(ops)
+        return self.increment_now(ops, int(self._clock()))
 
     async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
         """Current values (0 when absent or expired)."""

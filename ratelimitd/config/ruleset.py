@@ -48,6 +48,7 @@ class Rule:
         "replaces",
         "requests_per_unit",
         "shadow_mode",
+        "special",
         "stats",
         "unit",
         "unit_seconds",
@@ -81,6 +82,8 @@ class Rule:
         self.detailed_metric = detailed_metric
         self.metadata = metadata
         self.stats = stats
+        # One test on the hot path instead of two for the rare cases.
+        self.special = bool(self.replaces) or unlimited
 
     @property
     def unit_name(self) -> str:

@@ -309,7 +309,7 @@ async def test_ttl_is_refreshed_on_every_hit(harness: Any) -> None:
 async def test_memory_backend_jitter_bounds() -> None:
     clock = [1000.0]
     backend = MemoryBackend(5, clock=lambda: clock[0])
-    backend.increment_now([(f"k{i}", 1, 60) for i in range(300)])
+    await backend.increment([(f"k{i}", 1, 60) for i in range(300)])
     ttls = {backend.ttl(f"k{i}") for i in range(300)}
     # EXPIRE unit + rand.Int63n(max): [unit, unit + max).
     assert ttls <= set(range(60, 65))
@@ -318,7 +318,7 @@ async def test_memory_backend_jitter_bounds() -> None:
 
 async def test_memory_backend_without_jitter_ttl_is_exactly_the_unit() -> None:
     backend = MemoryBackend(0, clock=lambda: 1000.0)
-    backend.increment_now([("a", 1, 3600), ("b", 2, 1)])
+    await backend.increment([("a", 1, 3600), ("b", 2, 1)])
     assert (backend.ttl("a"), backend.ttl("b"), backend.ttl("absent")) == (3600, 1, -2)
 
 
@@ -326,7 +326,7 @@ async def test_memory_backend_reclaims_expired_keys() -> None:
     clock = [1000.0]
     backend = MemoryBackend(0, clock=lambda: clock[0])
     n = 200
-    backend.increment_now([(f"old{i}", 1, 1) for i in range(n)])
+    await backend.increment([(f"old{i}", 1, 1) for i in range(n)])
     assert len(backend) == n
     clock[0] = 1002.0
     assert await backend.get([("old0", 1)]) == [0]

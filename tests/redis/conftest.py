@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import redis
+import uvloop
 
 from ratelimitd.backends.redis import RedisBackend, create_redis_backend
 from ratelimitd.config import ConfigFile, load_ruleset
@@ -30,6 +31,11 @@ from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore
 
 READY_TIMEOUT = 10.0
+
+
+def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], Any]]:
+    """The backend's tests run on uvloop, the daemon's loop."""
+    return {"uvloop": uvloop.new_event_loop}
 
 
 def free_port(cluster_bus: bool = False) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.backends.redis import create_redis_backend, go_duration, key_slot
@@ -350,3 +351,7 @@ async def test_share_threshold_patterns_of_the_reference_config(redis_server, de
         "test-domain_files_top/*_files_nested/*_999960": 1,
         "test-domain_user_user/*_resource_res/*_action_read_999960": 1,
     }
+
+
+async def test_runs_on_uvloop() -> None:
+    assert isinstance(asyncio.get_running_loop(), uvloop.Loop)

@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -139,7 +140,7 @@ def envoy_config(
     rls_port: int,
     domain: str = DOMAIN,
     failure_mode_deny: bool = False,
-    timeout: str = "1s",
+    timeout: str = "5s",
 ) -> str:
     """An Envoy bootstrap: ingress (ratelimit filter -> router -> backend) + backend listener.
 
@@ -350,6 +351,28 @@ class Envoy:
         self._log.close()
 
 
+P = TypeVar("P", "Daemon", "Envoy", "RedisServer")
+
+
+def start_bound(factory: Callable[[], P], what: str, attempts: int = 3) -> P:
+    """Start a server on fresh free ports until it is ready.
+
+    A port found free can be taken by any process on the machine before the server binds
+    it; only that failure is retried, with new ports.
+    """
+    for attempt in range(attempts):
+        proc = factory()
+        try:
+            wait_for(proc.ready, what=f"{what} readiness")
+            return proc
+        except AssertionError as exc:
+            proc.close()
+            lost_race = "address already in use" in str(exc).lower()
+            if not lost_race or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 @dataclass
 class Stack:
     """Envoy in front of one ratelimitd daemon."""
@@ -375,11 +398,8 @@ def stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         config_dir = tmp_path / "runtime" / "config"
         config_dir.mkdir(parents=True, exist_ok=True)
         (config_dir / "edge.yaml").write_text(config)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "MEMCACHE_"))}
-        env.update(
-            PORT=str(free_port()),
-            GRPC_PORT=str(free_port()),
-            DEBUG_PORT=str(free_port()),
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "MEMCACHE_"))}
+        base.update(
             HOST="127.0.0.1",
             GRPC_HOST="127.0.0.1",
             DEBUG_HOST="127.0.0.1",
@@ -392,26 +412,31 @@ def stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
             LOG_LEVEL="warn",
             PYTHONPATH=str(REPO),
         )
-        env.update(env_overrides)
-        daemon = Daemon(env, tmp_path / "daemon.log")
-        started.append(daemon)
-        listen_port, admin_port = free_port(), free_port()
-        envoy = Envoy(
-            envoy_config(
+        base.update(env_overrides)
+
+        def daemon() -> Daemon:
+            env = dict(base, PORT=str(free_port()), GRPC_PORT=str(free_port()))
+            env["DEBUG_PORT"] = str(free_port())
+            d = Daemon(env, tmp_path / f"daemon-{env['GRPC_PORT']}.log")
+            started.append(d)
+            return d
+
+        d = start_bound(daemon, "daemon")
+
+        def envoy() -> Envoy:
+            listen_port, admin_port = free_port(), free_port()
+            config = envoy_config(
                 listen_port=listen_port,
                 backend_port=free_port(),
                 admin_port=admin_port,
-                rls_port=daemon.grpc_port,
+                rls_port=d.grpc_port,
                 failure_mode_deny=failure_mode_deny,
-            ),
-            tmp_path,
-            listen_port,
-            admin_port,
-        )
-        started.append(envoy)
-        wait_for(daemon.ready, what="daemon readiness")
-        wait_for(envoy.ready, what="envoy readiness")
-        return Stack(daemon, envoy, config_dir, tmp_path)
+            )
+            e = Envoy(config, tmp_path, listen_port, admin_port)
+            started.append(e)
+            return e
+
+        return Stack(d, start_bound(envoy, "envoy"), config_dir, tmp_path)
 
     yield start
     for proc in reversed(started):
@@ -424,23 +449,11 @@ class RedisServer:
     def __init__(self, binary: str, workdir: Path) -> None:
         self.port = free_port()
         self.url = f"127.0.0.1:{self.port}"
+        self.log_path = workdir / f"redis-{self.port}.log"
+        argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
+        argv += ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(self.log_path)]
         self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(workdir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
 
     def command(self, *args: str) -> bytes:
@@ -451,6 +464,9 @@ class RedisServer:
 
     def ready(self) -> bool:
         """True once PING answers PONG."""
+        if self.proc.poll() is not None:
+            log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+            raise AssertionError(f"redis-server exited with {self.proc.returncode}:\n{log}")
         try:
             return self.command("PING").startswith(b"+PONG")
         except OSError:
@@ -462,6 +478,8 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(10)
 
+    close = stop
+
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
@@ -469,9 +487,14 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise AssertionError("no redis-server binary: apt-get install redis-server")
-    server = RedisServer(binary, tmp_path)
+    started: list[RedisServer] = []
+
+    def server() -> RedisServer:
+        started.append(RedisServer(binary, tmp_path))
+        return started[-1]
+
     try:
-        wait_for(server.ready, what="redis-server readiness")
-        yield server
+        yield start_bound(server, "redis-server")
     finally:
-        server.stop()
+        for r in started:
+            r.stop()

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import uvloop
 
 from ratelimitd.backends import MemoryBackend
 from ratelimitd.config import ConfigFile, load_ruleset
@@ -18,6 +19,13 @@ from ratelimitd.stats import StatsStore
 REPO = Path(__file__).resolve().parent.parent
 # Copies of the reference service's own test configs (see tests/configs/README.md).
 TEST_CONFIGS = REPO / "tests" / "configs"
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], object]]:
+    """Async tests run on uvloop, the loop the daemon runs on."""
+    return {"uvloop": uvloop.new_event_loop}
 
 
 def config_path(name: str) -> Path:

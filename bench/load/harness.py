@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -142,12 +143,20 @@ class Proc:
         self.pid = self.proc.pid
 
     def alive(self) -> bool:
-        """Raise with the log when the process died."""
+        """Raise with the log when the process (the tree's root) died."""
         if self.proc.poll() is not None:
-            self._log.flush()
+            self.stop()
             tail = self.log_path.read_text(errors="replace")[-3000:]
             raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{tail}")
         return True
+
+    def await_ready(self, ready: Callable[[], bool]) -> None:
+        """Poll `ready` while the process lives; stop it if it never gets there."""
+        try:
+            wait_for(lambda: self.alive() and ready(), what=self.name)
+        except BaseException:
+            self.stop()
+            raise
 
     def cpu(self) -> float:
         """CPU seconds of this process and its children (workers)."""
@@ -163,6 +172,24 @@ class Proc:
                 os.killpg(self.pid, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
+
+
+T = TypeVar("T", bound=Proc)
+
+
+def start_bound(factory: Callable[[], T], attempts: int = 3) -> T:
+    """`factory()` with fresh free ports until its server binds them.
+
+    A port found free may be taken by another process before the server binds it; only that
+    failure is retried.
+    """
+    for attempt in range(attempts):
+        try:
+            return factory()
+        except RuntimeError as exc:
+            if "address already in use" not in str(exc).lower() or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _port_open(port: int) -> bool:
@@ -188,7 +215,7 @@ class Redis(Proc):
         super().__init__(
             [*argv, "--appendonly", "no", "--dir", str(workdir)], workdir / "redis.log"
         )
-        wait_for(lambda: self.alive() and self._ping(), what="redis-server")
+        self.await_ready(self._ping)
 
     def command(self, *args: str) -> bytes:
         """One inline command; the raw reply."""
@@ -278,7 +305,7 @@ class Daemon(Proc):
             [sys.executable, "-m", "ratelimitd", "serve"], workdir / f"daemon-{name}.log", env
         )
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
-        wait_for(lambda: self.alive() and self._healthy(), what=self.name)
+        self.await_ready(self._healthy)
 
     def _healthy(self) -> bool:
         try:
@@ -302,7 +329,7 @@ class EmptyServer(Proc):
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         argv = [sys.executable, str(HERE / "empty_server.py"), "--port", str(self.grpc_port)]
         super().__init__(argv, workdir / "empty-server.log")
-        wait_for(lambda: self.alive() and _port_open(self.grpc_port), what=self.name)
+        self.await_ready(lambda: _port_open(self.grpc_port))
 
 
 def envoy_binary() -> str:
@@ -422,7 +449,7 @@ class Envoy(Proc):
         cfg.write_text(envoy_config(self.port, free_port(), self.admin_port, rls_port))
         argv = [envoy_binary(), "-c", str(cfg), "--concurrency", "1", "-l", "warn"]
         super().__init__([*argv, "--use-dynamic-base-id"], workdir / f"envoy-{name}.log")
-        wait_for(lambda: self.alive() and self._live(), what=self.name)
+        self.await_ready(self._live)
 
     def _live(self) -> bool:
         try:

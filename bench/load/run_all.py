@@ -51,6 +51,7 @@ from harness import (
     process_tree,
     redis_delta,
     run_wrk,
+    start_bound,
     wait_for,
     wrk_script,
 )
@@ -171,13 +172,13 @@ PROFILE_ROW = re.compile(
 
 def top_costs(report: str, n: int = 5) -> list[dict[str, Any]]:
     """The `n` functions with the most own time in a pstats report."""
-    rows = []
+    rows: list[dict[str, Any]] = []
+    # Longest first: site-packages lies inside the venv's lib directory.
+    prefixes = sorted({str(REPO), *sysconfig.get_paths().values()}, key=len, reverse=True)
     for line in report.splitlines():
         m = PROFILE_ROW.match(line)
         if m:
             where = m["where"]
-            # Longest first: site-packages lies inside the venv's lib directory.
-            prefixes = sorted({str(REPO), *sysconfig.get_paths().values()}, key=len, reverse=True)
             for prefix in prefixes:
                 where = where.replace(prefix + "/", "")
             rows.append(
@@ -188,7 +189,7 @@ def top_costs(report: str, n: int = 5) -> list[dict[str, Any]]:
                     "cumtime": float(m["cumtime"]),
                 }
             )
-    total = sum(r["tottime"] for r in rows) or 1.0
+    total = sum(float(r["tottime"]) for r in rows) or 1.0
     rows.sort(key=lambda r: r["tottime"], reverse=True)
     for r in rows:
         r["share"] = r["tottime"] / total
@@ -219,29 +220,26 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     try:
         redis: Redis | None = None
         try:
-            redis = Redis(workdir)
+            redis = start_bound(lambda: Redis(workdir))
             procs.append(redis)
             results["machine"]["redis-server"] = f"{redis.version()} (INFO server)"
         except (FileNotFoundError, TimeoutError, RuntimeError) as exc:
             results["notes"].append(f"(c) skipped: no redis-server ({exc})")
 
         log("starting (a) empty server, (b) memory, (c) redis, (d) 2 workers")
-        servers: dict[str, Any] = {"a": EmptyServer(workdir)}
+        servers: dict[str, Any] = {"a": start_bound(lambda: EmptyServer(workdir))}
         procs.append(servers["a"])
-        servers["b"] = Daemon("memory", workdir, **extra)
+        servers["b"] = start_bound(lambda: Daemon("memory", workdir, **extra))
         procs.append(servers["b"])
         if redis is not None:
             try:
-                servers["c"] = Daemon(
-                    "redis",
-                    workdir,
-                    **{
-                        "BACKEND_TYPE": "redis",
-                        "REDIS_SOCKET_TYPE": "tcp",
-                        "REDIS_URL": redis.url,
-                        **extra,
-                    },
-                )
+                redis_env = {
+                    "BACKEND_TYPE": "redis",
+                    "REDIS_SOCKET_TYPE": "tcp",
+                    "REDIS_URL": redis.url,
+                    **extra,
+                }
+                servers["c"] = start_bound(lambda: Daemon("redis", workdir, **redis_env))
                 procs.append(servers["c"])
             except (RuntimeError, TimeoutError) as exc:
                 lines = [ln for ln in str(exc).splitlines() if ln.strip()]
@@ -249,7 +247,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                     "(c) skipped: ratelimitd with BACKEND_TYPE=redis did not start: "
                     + (lines[-1] if lines else "?")
                 )
-        workers = Daemon("workers", workdir, RATELIMITD_WORKERS="2", **extra)
+        workers = start_bound(lambda: Daemon("workers", workdir, RATELIMITD_WORKERS="2", **extra))
         procs.append(workers)
         servers["d"] = workers
         wait_for(lambda: len(process_tree(workers.pid)) >= 3, what="2 workers")
@@ -314,9 +312,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         rls_key = "c" if "c" in servers else "b"
         rls = servers[rls_key]
         get = wrk_script(workdir, None)
-        limited = Envoy("ratelimited", workdir, rls.grpc_port)
+        limited = start_bound(lambda: Envoy("ratelimited", workdir, rls.grpc_port))
         procs.append(limited)
-        plain = Envoy("plain", workdir, None)
+        plain = start_bound(lambda: Envoy("plain", workdir, None))
         procs.append(plain)
         results["envoy"] = {"rls": NAMES[rls_key]}
         for name, envoy in (("ratelimited", limited), ("plain", plain)):

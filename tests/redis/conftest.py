@@ -311,6 +311,8 @@ async def decider() -> AsyncIterator[Callable[..., Any]]:
             "REDIS_STARTUP_MAX_ELAPSED_TIME": "5s",
             "REDIS_STARTUP_INITIAL_INTERVAL": "50ms",
             "REDIS_TIMEOUT": "2s",
+            # Generous unless a test is about timeouts: the CI machine may be loaded.
+            "REDIS_REQUEST_TIMEOUT": "1s",
             **env,
         }
         settings = Settings.from_env(environ)

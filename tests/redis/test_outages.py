@@ -69,7 +69,13 @@ async def test_stopped_redis_fails_fast_and_recovers(servers, decider) -> None:
 async def test_paused_redis_bounded_latency_no_pile_up(servers, decider) -> None:
     server = servers()
     d = await decider(
-        {"REDIS_URL": server.address, "REDIS_TIMEOUT": "300ms", "REDIS_POOL_SIZE": "2"}, CONFIG
+        {
+            "REDIS_URL": server.address,
+            "REDIS_TIMEOUT": "300ms",
+            "REDIS_POOL_SIZE": "2",
+            "REDIS_REQUEST_TIMEOUT": "50ms",
+        },
+        CONFIG,
     )
     assert (await d.decide("d", [("k", "a")])).overall_code == OK
     pools = d.backend.main.pools()

@@ -18,6 +18,16 @@ from .keys import cache_key, evaluate, near_threshold
 from .localcache import LocalCache
 from .messages import OK, OVER_LIMIT, Descriptor, Status
 
+# Metered usage (the `meter: true` config extension) is kept per UTC day for 35 days, so
+# a billing cycle or a rolling 30-day window can always be summed from it.
+METER_TTL_SECONDS = 35 * 86400
+
+
+def meter_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], now: int) -> str:
+    """`<prefix>meter_<domain>_<k>_<v>[_<k>_<v>..]_<UTC day start>`: one day's usage bucket."""
+    return cache_key(prefix + "meter_", domain, entries, None, 86400, now)
+
+
 # The status of a descriptor with no limit; shared, never mutated.
 NO_LIMIT = Status(OK)
 
@@ -61,17 +71,22 @@ class Limiter:
         domain: str,
         descriptors: Sequence[Descriptor],
         checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
+        meters: Sequence[tuple[int, int]] = (),
     ) -> list[Status]:
         """One Status per descriptor.
 
         `checks` holds one (index, rule, stats, share, hits) per descriptor that has a
         limit, in descriptor order; every other descriptor gets `{OK, no limit}`.
+        `meters` holds (index, hits) per metered descriptor: their day buckets are
+        incremented in the same backend round (see `meter_key`).
         """
         now = int(self.clock())
         statuses, pending, ops, any_cached = self._prepare(domain, descriptors, checks, now)
+        if ops and self.stop_increment:
+            ops = await self._selective_ops(ops, pending, any_cached)
+        if meters:
+            ops += self._meter_ops(domain, descriptors, meters, now)
         if ops:
-            if self.stop_increment:
-                ops = await self._selective_ops(ops, pending, any_cached)
             if self._increment_now is not None:
                 counters = self._increment_now(ops, now)
             else:
@@ -79,11 +94,24 @@ class Limiter:
             self._finish(statuses, pending, counters, now)
         return statuses
 
+    def _meter_ops(
+        self,
+        domain: str,
+        descriptors: Sequence[Descriptor],
+        meters: Sequence[tuple[int, int]],
+        now: int,
+    ) -> list[tuple[str, int, int]]:
+        return [
+            (meter_key(self.prefix, domain, descriptors[i].entries, now), h, METER_TTL_SECONDS)
+            for i, h in meters
+        ]
+
     def do_limit_now(
         self,
         domain: str,
         descriptors: Sequence[Descriptor],
         checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
+        meters: Sequence[tuple[int, int]] = (),
     ) -> list[Status]:
         """`do_limit` for a synchronous backend: no coroutine on the hot path.
 
@@ -96,10 +124,14 @@ class Limiter:
         now = int(self.clock())
         if self.local_cache is not None:
             statuses, pending, ops, _ = self._prepare(domain, descriptors, checks, now)
+            if meters:
+                ops += self._meter_ops(domain, descriptors, meters, now)
             if ops:
                 self._finish(statuses, pending, self._increment_now(ops, now), now)  # type: ignore[misc]
             return statuses
         increment = self._increment_one
+        for key, h, seconds in self._meter_ops(domain, descriptors, meters, now) if meters else ():
+            increment(key, h, seconds, now)
         prefix = self.prefix
         ratio = self.near_limit_ratio
         statuses: list[Status] = [NO_LIMIT] * len(descriptors)

@@ -93,6 +93,7 @@ class RateLimitService:
         default_hits = request.hits_addend or 1
         checks: list[tuple[int, Rule, Any, tuple[str, ...] | None, int]] = []
         unlimited: list[int] | None = None
+        meters: list[tuple[int, int]] | None = None
         metadata: list[dict[str, Any] | None] | None = None
         root = snap.ruleset.domains.get(domain)
         if root is None:
@@ -116,7 +117,13 @@ class RateLimitService:
                         if metadata is None:
                             metadata = [None] * n
                         metadata[i] = rule.metadata
-                if rule.special:  # replaces, or unlimited: rare, so tested once
+                if rule.special:  # replaces, unlimited or metering: rare, so tested once
+                    if rule.meter:
+                        if meters is None:
+                            meters = []
+                        meters.append(
+                            (i, default_hits if d.hits_addend is None else d.hits_addend)
+                        )
                     if rule.replaces:
                         if replaced is None:
                             replaced = set()
@@ -143,9 +150,9 @@ class RateLimitService:
         limiter = self.limiter
         try:
             if limiter.synchronous:
-                statuses = limiter.do_limit_now(domain, descriptors, checks)
+                statuses = limiter.do_limit_now(domain, descriptors, checks, meters or ())
             else:
-                statuses = await limiter.do_limit(domain, descriptors, checks)
+                statuses = await limiter.do_limit(domain, descriptors, checks, meters or ())
         except BackendError:
             self.stats.service.redis_error += 1
             raise

@@ -43,6 +43,7 @@ class Rule:
         "detailed_metric",
         "full_key",
         "metadata",
+        "meter",
         "name",
         "quota_mode",
         "replaces",
@@ -69,6 +70,7 @@ class Rule:
         detailed_metric: bool = False,
         metadata: dict[str, Any] | None = None,
         stats: Any = None,
+        meter: bool = False,
     ) -> None:
         self.full_key = full_key
         self.requests_per_unit = requests_per_unit
@@ -82,8 +84,9 @@ class Rule:
         self.detailed_metric = detailed_metric
         self.metadata = metadata
         self.stats = stats
-        # One test on the hot path instead of two for the rare cases.
-        self.special = bool(self.replaces) or unlimited
+        self.meter = meter  # extension: count matching hits in per-day usage buckets
+        # One test on the hot path instead of three for the rare cases.
+        self.special = bool(self.replaces) or unlimited or meter
 
     @property
     def unit_name(self) -> str:
@@ -215,8 +218,13 @@ def _load_descriptors(
                 detailed_metric=d.detailed_metric,
                 metadata=d.metadata,
                 stats=stats.rule_stats(full_key) if stats is not None else None,
+                meter=d.meter,
             )
 
+        if d.meter and rule is None:
+            raise ConfigError(
+                name, f"meter needs a rate_limit (unlimited: true to only meter) on '{full_key}'"
+            )
         if d.share_threshold and "*" not in final_key:
             raise ConfigError(
                 name,

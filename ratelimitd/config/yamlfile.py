@@ -39,6 +39,8 @@ VALID_KEYS = frozenset(
         "value_to_metric",
         "share_threshold",
         "metadata",
+        # Extension: usage metering (see README, "Metering"). Not a reference key.
+        "meter",
     }
 )
 
@@ -78,6 +80,7 @@ class DescriptorDoc:
     value_to_metric: bool = False
     share_threshold: bool = False
     metadata: dict[str, Any] | None = None
+    meter: bool = False
 
 
 @dataclass(slots=True)
@@ -481,7 +484,7 @@ class _Decoder:
 
 
 _DESCRIPTOR_FLAGS = frozenset(
-    {"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold"}
+    {"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "meter"}
 )
 
 

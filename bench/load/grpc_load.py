@@ -11,7 +11,7 @@ figure on a shared machine) and, with --redis, Redis writes and commands per dec
 INFO commandstats deltas.
 
     .venv/bin/python bench/load/grpc_load.py --target 127.0.0.1:8081 --pid 1234 \\
-        --requests 20000 --concurrency 64 --channels 4 [--rate 2000] [--redis 127.0.0.1:6379]
+        --requests 20000 --concurrency 64 --channels 8 [--rate 2000] [--redis 127.0.0.1:6379]
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +41,7 @@ OK = 1
 
 @dataclass
 class LoadResult:
-    """One run's figures (latencies in milliseconds)."""
+    """One run's figures (percentiles in milliseconds; `latencies` raw, in seconds)."""
 
     requests: int
     errors: int
@@ -67,7 +68,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
     """The q-th percentile (nearest rank) of an ascending list."""
     if not sorted_values:
         return float("nan")
-    rank = max(0, min(len(sorted_values) - 1, round(q / 100 * len(sorted_values)) - 1))
+    rank = max(
+        0, min(len(sorted_values) - 1, math.ceil(round(q * len(sorted_values) / 100, 9)) - 1)
+    )
     return sorted_values[rank]
 
 
@@ -253,7 +256,7 @@ def main() -> None:
     parser.add_argument("--target", required=True, help="host:port of the RLS server")
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--channels", type=int, default=4)
+    parser.add_argument("--channels", type=int, default=8)
     parser.add_argument("--rate", type=float, help="pace to this many requests/s")
     parser.add_argument("--pid", type=int, help="server pid: report its (tree's) CPU")
     parser.add_argument("--redis", help="host:port of the redis-server: report its writes")

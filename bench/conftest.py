@@ -14,7 +14,9 @@ def pytest_benchmark_update_machine_info(config, machine_info):  # type: ignore[
     machine_info["ratelimitd_match"] = match.IMPLEMENTATION
     machine_info["python"] = platform.python_version()
     try:
-        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            ["redis-server", "--version"], capture_output=True, text=True, check=False
+        )
         machine_info["redis_server"] = out.stdout.strip()
     except OSError:
         machine_info["redis_server"] = "not installed"

@@ -21,13 +21,19 @@ from ratelimitd.service import RateLimitService
 from ratelimitd.stats import StatsStore
 
 SIZES = [10, 1_000, 100_000]
+LIMIT = "{unit: second, requests_per_unit: 1000000000}"
 IMPLS = ["compiled", "pure"]
 
 
 def _config(rules: int) -> str:
-    lines = ["domain: bench", "descriptors:", "  - key: user", "    rate_limit: {unit: minute, requests_per_unit: 1000000000}"]
+    lines = [
+        "domain: bench",
+        "descriptors:",
+        "  - key: user",
+        "    rate_limit: {unit: minute, requests_per_unit: 1000000000}",
+    ]
     for i in range(rules - 1):
-        lines.append(f"  - key: user\n    value: u{i}\n    rate_limit: {{unit: second, requests_per_unit: 1000000000}}")
+        lines.append(f"  - key: user\n    value: u{i}\n    rate_limit: {LIMIT}")
     return "\n".join(lines) + "\n"
 
 
@@ -44,7 +50,9 @@ def _ruleset(rules: int, stats: StatsStore | None = None) -> Any:
 
 def _modules(impl: str) -> tuple[Any, Any]:
     if impl == "compiled":
-        return importlib.import_module("ratelimitd._match"), importlib.import_module("ratelimitd._keys")
+        return importlib.import_module("ratelimitd._match"), importlib.import_module(
+            "ratelimitd._keys"
+        )
     return _match_py, _keys_py
 
 
@@ -81,7 +89,11 @@ def test_keys(benchmark: Any, impl: str, rules: int) -> None:
 
     def key_and_maths() -> Any:
         key = k.cache_key("", "bench", entries, None, 1, 1_700_000_000)
-        return key, k.evaluate(100, 1, 50, k.near_threshold(100, 0.8)), k.reset_seconds(1_700_000_000, 60)
+        return (
+            key,
+            k.evaluate(100, 1, 50, k.near_threshold(100, 0.8)),
+            k.reset_seconds(1_700_000_000, 60),
+        )
 
     benchmark(key_and_maths)
 

@@ -9,8 +9,10 @@ accepting, drain in-flight calls, close the backend, exit 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .backends import create_backend
@@ -86,10 +88,8 @@ class Daemon:
         while not await self.reloader.load():
             if s.force_start_without_initial_config or self._stop.is_set():
                 break
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.reloader.poll_interval * 2)
-            except TimeoutError:
-                pass
         if self._stop.is_set():
             await self.backend.close()
             return 0
@@ -121,6 +121,10 @@ class Daemon:
         return 0
 
 
+def _gauge_reader(cache: LocalCache, name: str) -> Callable[[], float]:
+    return lambda: cache.gauges()[name]
+
+
 def build(settings: Settings) -> Daemon:
     """Wire a daemon from settings (no I/O until `run`)."""
     stats = StatsStore()
@@ -134,10 +138,8 @@ def build(settings: Settings) -> Daemon:
     local_cache = None
     if settings.local_cache_size_in_bytes:
         local_cache = LocalCache(settings.local_cache_size_in_bytes)
-        for gauge, _ in local_cache.gauges().items():
-            stats.add_gauge(
-                f"ratelimit.localcache.{gauge}", lambda g=gauge: local_cache.gauges()[g]
-            )
+        for gauge in local_cache.gauges():
+            stats.add_gauge(f"ratelimit.localcache.{gauge}", _gauge_reader(local_cache, gauge))
     limiter = Limiter(
         backend,
         near_limit_ratio=settings.near_limit_ratio,

@@ -62,8 +62,12 @@ class Limiter:
         self._backend = backend
         # A synchronous backend (memory) is called directly, without a coroutine:
         # `synchronous` tells the service that `do_limit_now` can decide without awaiting.
-        self._increment_now = getattr(backend, "increment_now", None)
-        self._increment_one = getattr(backend, "increment_one", None)
+        self._increment_now: Callable[[list[tuple[str, int, int]], int], list[int]] | None = (
+            getattr(backend, "increment_now", None)
+        )
+        self._increment_one: Callable[[str, int, int, int], int] | None = getattr(
+            backend, "increment_one", None
+        )
         self.synchronous = self._increment_now is not None and not self.stop_increment
 
     async def do_limit(
@@ -122,14 +126,15 @@ class Limiter:
         descriptor of the same request from the cache, so that case takes the batch path.)
         """
         now = int(self.clock())
+        increment_now, increment = self._increment_now, self._increment_one
+        assert increment_now is not None and increment is not None  # `synchronous` said so
         if self.local_cache is not None:
-            statuses, pending, ops, _ = self._prepare(domain, descriptors, checks, now)
+            batch, pending, ops, _ = self._prepare(domain, descriptors, checks, now)
             if meters:
                 ops += self._meter_ops(domain, descriptors, meters, now)
             if ops:
-                self._finish(statuses, pending, self._increment_now(ops, now), now)  # type: ignore[misc]
-            return statuses
-        increment = self._increment_one
+                self._finish(batch, pending, increment_now(ops, now), now)
+            return batch
         for key, h, seconds in self._meter_ops(domain, descriptors, meters, now) if meters else ():
             increment(key, h, seconds, now)
         prefix = self.prefix
@@ -168,7 +173,9 @@ class Limiter:
         descriptors: Sequence[Descriptor],
         checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
         now: int,
-    ) -> tuple[list[Status], list[tuple[int, Any, Any, int, str]], list[tuple[str, int, int]], bool]:
+    ) -> tuple[
+        list[Status], list[tuple[int, Any, Any, int, str]], list[tuple[str, int, int]], bool
+    ]:
         """Cache keys, total_hits and the local cache: what is left for the backend."""
         prefix = self.prefix
         local = self.local_cache
@@ -250,6 +257,4 @@ class Limiter:
         ]
         if not any(exceed):
             return ops
-        return [
-            (key, h if exceed[j] else 0, seconds) for j, (key, h, seconds) in enumerate(ops)
-        ]
+        return [(key, h if exceed[j] else 0, seconds) for j, (key, h, seconds) in enumerate(ops)]

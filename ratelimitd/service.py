@@ -121,9 +121,7 @@ class RateLimitService:
                     if rule.meter:
                         if meters is None:
                             meters = []
-                        meters.append(
-                            (i, default_hits if d.hits_addend is None else d.hits_addend)
-                        )
+                        meters.append((i, default_hits if d.hits_addend is None else d.hits_addend))
                     if rule.replaces:
                         if replaced is None:
                             replaced = set()

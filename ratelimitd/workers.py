@@ -53,8 +53,10 @@ def supervise(count: int) -> int:
                 continue
             if restart_at[i] == 0.0:
                 lived = now - started[i]
-                backoff[i] = 0.0 if lived > STABLE_SECONDS else min(
-                    MAX_BACKOFF_SECONDS, max(0.5, backoff[i] * 2)
+                backoff[i] = (
+                    0.0
+                    if lived > STABLE_SECONDS
+                    else min(MAX_BACKOFF_SECONDS, max(0.5, backoff[i] * 2))
                 )
                 restart_at[i] = now + backoff[i]
                 log.warning("worker %d (pid %d) exited with %s", i, worker.pid, code)

@@ -23,9 +23,7 @@ class MemoryBackend:
 
     name = "memory"
 
-    def __init__(
-        self, jitter_max_seconds: int = 0, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, jitter_max_seconds: int = 0, clock: Callable[[], float] = time.time) -> None:
         self._counters: dict[str, list[int]] = {}  # key -> [value, expires_at]
         self._buckets: dict[int, list[str]] = {}  # expiry second -> keys
         self._due: list[int] = []  # heap of bucket seconds

@@ -60,7 +60,14 @@ class FileLayout:
                     except OSError:
                         continue
                     entries.append(
-                        (entry.name, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_mode)
+                        (
+                            entry.name,
+                            st.st_ino,
+                            st.st_mtime_ns,
+                            st.st_ctime_ns,
+                            st.st_size,
+                            st.st_mode,
+                        )
                     )
         except OSError:
             return ("missing",)

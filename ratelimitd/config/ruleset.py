@@ -158,7 +158,10 @@ class RuleSet:
 
 
 def build_ruleset(
-    sources: Iterable[ConfigSource], *, merge_domains: bool = False, stats: StatsSource | None = None
+    sources: Iterable[ConfigSource],
+    *,
+    merge_domains: bool = False,
+    stats: StatsSource | None = None,
 ) -> RuleSet:
     """Validate and compile configs in order; raise ConfigError on the first problem."""
     roots: dict[str, NodeSpec] = {}

@@ -59,9 +59,7 @@ async def test_unlimited_rules_can_meter_and_plain_rules_do_not(harness: Any) ->
 
 
 async def test_configs_without_the_extension_write_no_meter_keys(harness: Any) -> None:
-    h = harness(
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
-    )
+    h = harness("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n")
     await h.decide("d", [("k", "v")])
     assert not any(k.startswith("meter_") for k in h.backend._counters)
 

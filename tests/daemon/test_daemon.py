@@ -116,7 +116,7 @@ def test_reload_on_file_write_keeps_serving_through_a_broken_file(daemon_env, st
     write_config(
         daemon_env,
         "other.yaml",
-        "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+        "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n",
     )
     path.unlink()
     wait_for(lambda: d.decide("other", [("k", "v")]).statuses[0].rule is not None, what="add")
@@ -262,7 +262,7 @@ def test_run_script_example_config_ok_then_over_limit(tmp_path: Path) -> None:
         wait_for(
             lambda: (
                 subprocess.run(
-                    client[:-2] + ["-descriptors", "probe=1"],
+                    [*client[:-2], "-descriptors", "probe=1"],
                     env=env,
                     capture_output=True,
                     check=False,

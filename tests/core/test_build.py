@@ -1,0 +1,33 @@
+"""The compiled cores are what a normal install runs."""
+
+import importlib
+import os
+
+import pytest
+
+from ratelimitd import keys, match
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("RATELIMITD_NO_EXTENSIONS")), reason="pure-Python pass of the suite"
+)
+def test_compiled_extensions_are_in_use() -> None:
+    assert keys.IMPLEMENTATION == "compiled"
+    assert match.IMPLEMENTATION == "compiled"
+    for name in ("ratelimitd._keys", "ratelimitd._match"):
+        module = importlib.import_module(name)
+        assert module.__file__ is not None and module.__file__.endswith(".so")
+    assert keys.cache_key.__module__ == "ratelimitd._keys" or type(keys.cache_key).__name__ in (
+        "builtin_function_or_method",
+        "cython_function_or_method",
+    )
+
+
+@pytest.mark.skipif(
+    not os.environ.get("RATELIMITD_NO_EXTENSIONS"), reason="only in the pure-Python pass"
+)
+def test_no_extensions_forces_the_twins() -> None:
+    assert keys.IMPLEMENTATION == "pure"
+    assert match.IMPLEMENTATION == "pure"
+    assert keys.cache_key.__module__ == "ratelimitd._keys_py"
+    assert match.lookup.__module__ == "ratelimitd._match_py"

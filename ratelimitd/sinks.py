@@ -100,7 +100,7 @@ def statsd_tag_suffix(extra_tags: Iterable[tuple[str, str]]) -> str:
 
 def _number(value: float) -> str:
     """A statsd/Prometheus number: integers without a fraction, others as Go's %g."""
-    if value == int(value) and abs(value) < 2**63:
+    if math.isfinite(value) and value == int(value) and abs(value) < 2**63:
         return str(int(value))
     return repr(float(value))
 
@@ -300,7 +300,8 @@ class TcpWriter:
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # statsd never answers: a finished read means the server closed the connection.
-        closed = asyncio.ensure_future(reader.read(1))
+        closed: asyncio.Future[Any] = asyncio.ensure_future(reader.read(1))
+        wake: asyncio.Future[Any] | None = None
         try:
             while True:
                 while self._queue:
@@ -316,12 +317,13 @@ class TcpWriter:
                 if closed.done():
                     raise ConnectionResetError("closed by the statsd server")
                 self._wake.clear()
-                wake = asyncio.ensure_future(self._wake.wait())
-                done, _ = await asyncio.wait({wake, closed}, return_when=asyncio.FIRST_COMPLETED)
-                if wake not in done:
-                    wake.cancel()
+                wake = waiting = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait({waiting, closed}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
         finally:
             closed.cancel()
+            if wake is not None:
+                wake.cancel()
 
     async def flush(self, timeout: float = WRITE_TIMEOUT_SECONDS) -> None:
         """Wait (at most `timeout`) until the queue is written."""
@@ -951,6 +953,7 @@ class PrometheusSink(Sink):
         self.tags = tuple((escape_metric_name(k), v) for k, v in tag_pairs(extra_tags))
         self.share = share
         self._timer = stats.timer(RESPONSE_TIME)
+        self._timer.capacity = 0  # buckets only: a scrape needs no per-call values
         mapped = mapper.map(RESPONSE_TIME, "observer")
         if mapped is not None and mapped.mapping is not None:
             scale = mapped.mapping.scale or 1.0

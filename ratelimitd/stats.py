@@ -148,6 +148,7 @@ class Timer:
     sink), plus a uniform sample of at most `capacity` values since the last `drain()`
     (reservoir sampling) for the statsd sinks, which send one line per value as gostats
     does; the sample rate tells the statsd server how many calls each line stands for.
+    A capacity of 0 keeps no sample (the Prometheus sink needs only the buckets).
     """
 
     __slots__ = (
@@ -192,7 +193,7 @@ class Timer:
         self.seen = seen = self.seen + 1
         if seen <= self.capacity:
             self.sample.append(ms)
-        else:
+        elif self.capacity:
             slot = int(self._random() * seen)
             if slot < self.capacity:
                 self.sample[slot] = ms

@@ -50,10 +50,21 @@ INSTRUMENTATION_NAME = "ratelimitd"
 class Tracing:
     """An OpenTelemetry tracer provider, its tracer and the incoming-context propagator."""
 
-    def __init__(self, provider: TracerProvider, propagator: TextMapPropagator) -> None:
+    def __init__(
+        self,
+        provider: TracerProvider,
+        propagator: TextMapPropagator,
+        sampling_rate: float = 1.0,
+    ) -> None:
         self.provider = provider
         self.propagator = propagator
         self.tracer: Tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+        # The metadata keys the propagators read (lower case, as gRPC delivers them); B3's
+        # single header is read by B3MultiFormat without being listed in its fields.
+        self.fields = frozenset({*(f.lower() for f in propagator.fields), "b3"})
+        # With a rate of 0 the parent-based sampler drops every request that arrives
+        # without a trace context: such requests skip OpenTelemetry entirely.
+        self.drop_roots = sampling_rate <= 0.0
 
     def traced_backend(self, backend: Backend) -> TracedBackend:
         """The backend with a child span around each round trip."""
@@ -113,10 +124,15 @@ def create_tracing(settings: Settings, exporter: SpanExporter | None = None) -> 
     propagator = CompositePropagator(
         [TraceContextTextMapPropagator(), W3CBaggagePropagator(), B3MultiFormat()]
     )
-    return Tracing(provider, propagator)
+    return Tracing(provider, propagator, settings.tracing_sampling_rate)
 
 
 # -- backend child spans -------------------------------------------------------------------
+
+
+# The memory backend's synchronous entry points; hidden so that the limiter takes the
+# async path, where one `increment` call is one round trip and so one span.
+_SYNCHRONOUS_API = frozenset({"increment_now", "increment_one"})
 
 
 class TracedBackend:
@@ -124,8 +140,9 @@ class TracedBackend:
 
     Only when the current span is recording (a sampled request) is a span started, so an
     unsampled request pays one context lookup. Everything else is delegated unchanged,
-    including the memory backend's synchronous `increment_now`. Wrap the backend before the
-    Limiter is built: the limiter looks `increment_now` up once.
+    except the memory backend's synchronous shortcuts, which are hidden: with tracing on
+    the limiter awaits `increment` and each round is one span. Wrap the backend before the
+    Limiter is built (the limiter looks its methods up once).
     """
 
     def __init__(self, backend: Backend, tracer: Tracer) -> None:
@@ -141,10 +158,10 @@ class TracedBackend:
             if backend.name == "redis"
             else f"{backend.name.capitalize()} Pipeline Execution"
         )
-        if hasattr(backend, "increment_now"):
-            self.increment_now = self._increment_now
 
     def __getattr__(self, name: str) -> Any:
+        if name in _SYNCHRONOUS_API:
+            raise AttributeError(name)
         return getattr(self.backend, name)
 
     def _span(self, commands: int) -> Any:
@@ -161,13 +178,6 @@ class TracedBackend:
             return await self.backend.increment(ops)
         with span:
             return await self.backend.increment(ops)
-
-    def _increment_now(self, ops: Sequence[tuple[str, int, int]], *args: Any) -> list[int]:
-        span = self._span(2 * len(ops))
-        if span is None:
-            return self.backend.increment_now(ops, *args)  # type: ignore[attr-defined,no-any-return]
-        with span:
-            return self.backend.increment_now(ops, *args)  # type: ignore[attr-defined,no-any-return]
 
     async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
         """GET per key, in a span."""
@@ -296,37 +306,47 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
         tracer = tracing.tracer
         extract = tracing.propagator.extract
+        fields = tracing.fields
+        drop_roots = tracing.drop_roots
         observe_or_none = timer.observe if timer is not None else None
+        server_kind = self._server_kind
+        span_name = self._span_name
+        base_attributes = self._base_attributes
+        error = self._error
 
         async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:
             started = clock()
-            carrier = {m.key: m.value for m in (context.invocation_metadata() or ())}
-            attributes = dict(self._base_attributes)
-            attributes["domain"] = request_domain(request)
-            with tracer.start_as_current_span(
-                self._span_name,
-                context=extract(carrier),
-                kind=self._server_kind,
-                attributes=attributes,
-                record_exception=False,
-                set_status_on_exception=False,
-            ) as span:
-                try:
-                    response = await inner(request, context)
-                except BaseException:
-                    if span.is_recording():
+            # Only the propagation headers: most calls carry just user-agent and the like.
+            carrier = {
+                m.key: m.value for m in (context.invocation_metadata() or ()) if m.key in fields
+            }
+            try:
+                if not carrier and drop_roots:
+                    return await inner(request, context)
+                with tracer.start_as_current_span(
+                    span_name,
+                    context=extract(carrier) if carrier else None,
+                    kind=server_kind,
+                    record_exception=False,
+                    set_status_on_exception=False,
+                ) as span:
+                    if not span.is_recording():
+                        return await inner(request, context)
+                    span.set_attributes(base_attributes)
+                    span.set_attribute("domain", request_domain(request))
+                    try:
+                        response = await inner(request, context)
+                    except BaseException:
                         code = _status_code(context)
                         span.set_attribute("rpc.grpc.status_code", code)
                         if code in _ERROR_CODES:
-                            span.set_status(self._error)
-                    raise
-                else:
-                    if span.is_recording():
-                        span.set_attribute("rpc.grpc.status_code", 0)
+                            span.set_status(error)
+                        raise
+                    span.set_attribute("rpc.grpc.status_code", 0)
                     return response
-                finally:
-                    if observe_or_none is not None:
-                        observe_or_none((clock() - started) * 1000.0)
+            finally:
+                if observe_or_none is not None:
+                    observe_or_none((clock() - started) * 1000.0)
 
         return traced
 

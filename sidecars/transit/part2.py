@@ -12,23 +12,26 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import falcon.asgi
 
+from .app import create_app
 from .metrics import resources as metrics_resources
 from .metrics.service import MetricsService
 from .places import resources as places_resources
 from .places.facilities import DEFAULT_DIR as DEFAULT_FACILITIES
 from .places.locations import DEFAULT_DIR as DEFAULT_LOCATIONS
 from .places.service import Places
-from .settings import SettingsError
+from .settings import Settings, SettingsError
 from .store import TransitStore
 
 DEFAULT_SINCE = date(2024, 1, 1)
@@ -49,6 +52,7 @@ class Part2Settings:
     ingest_interval: float = 300.0
     metrics_refresh: float = 30.0
     line_id_pattern: str = DEFAULT_LINE_ID_PATTERN
+    by_stop_days: int = 31
     # Locations and facilities.
     locations_dir: str = str(DEFAULT_LOCATIONS)
     facilities_dir: str | None = str(DEFAULT_FACILITIES)
@@ -101,6 +105,7 @@ class Part2Settings:
             ingest_interval=number("INGEST_INTERVAL", 300.0),
             metrics_refresh=number("METRICS_REFRESH", 30.0),
             line_id_pattern=text("LINE_ID_PATTERN") or DEFAULT_LINE_ID_PATTERN,
+            by_stop_days=int(number("METRICS_BY_STOP_DAYS", 31)),
             locations_dir=text("LOCATIONS_DIR") or str(DEFAULT_LOCATIONS),
             # Set but empty: no facilities at all (every kind 404 `[]`).
             facilities_dir=(
@@ -136,6 +141,7 @@ class Part2:
             timezone=timezone,
             clock=store.now,
             dates_file=Path(settings.metrics_dates) if settings.metrics_dates else None,
+            by_stop_days=settings.by_stop_days,
         )
         self.places = Places(
             Path(settings.locations_dir),
@@ -160,10 +166,10 @@ class _Lifecycle:
     def __init__(self, metrics: MetricsService) -> None:
         self.metrics = metrics
 
-    async def process_startup(self, scope: dict, event: dict) -> None:
+    async def process_startup(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         self.metrics.start()
 
-    async def process_shutdown(self, scope: dict, event: dict) -> None:
+    async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
         self.metrics.stop()
 
 
@@ -187,3 +193,18 @@ def feed_timezone(source: str) -> ZoneInfo:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
         raise SettingsError(f"{source}: no usable agency_timezone ({tz!r})") from None
+
+
+def asgi_app() -> falcon.asgi.App:
+    """Both parts from the `TRANSIT_*` environment, for gunicorn until the lead wires
+    `register_routes` into `create_app`:
+    `gunicorn -k uvicorn.workers.UvicornWorker -w 2 'sidecars.transit.part2:asgi_app()'`."""
+    settings = Settings.from_env()
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
+    )
+    store = TransitStore(settings)
+    app = create_app(settings, store=store)
+    register_routes(app, Part2Settings.from_env(), store)
+    return app

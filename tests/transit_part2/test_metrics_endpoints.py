@@ -422,3 +422,21 @@ def test_empty_store_serves_empty_views(lisbon_store: TransitStore, part2_app: A
         "_cm_delayed_for_more_than_five_minutes_count": 0,
         "_cm_total_until_now_count": 0,
     }
+
+
+def test_by_stop_window(tmp_path: Path, lisbon_store: TransitStore, part2_app: App) -> None:
+    write_csv(tmp_path / "records" / "validations.csv", VALIDATIONS)
+    part2, client = part2_app(lisbon_store, by_stop_days=2)
+    part2.metrics.refresh(ingest=True)
+    stops = get(client, "/v2/metrics/demand/by_stop")
+    # Only the 19th and 20th (today): the 18th's stop 010004 counts only today's 5.
+    assert {r["properties"]["stop_id"]: sorted(r["data"]) for r in stops} == {
+        "010001": ["2026-11-20"],
+        "010002": ["2026-11-19"],
+        "010003": ["2026-11-20"],
+        "010004": ["2026-11-20"],
+        "020001": ["2026-11-20"],
+    }
+    part2, client = part2_app(lisbon_store, by_stop_days=0)
+    part2.metrics.refresh(ingest=True)
+    assert get(client, "/v2/metrics/demand/by_stop") == []

@@ -2,8 +2,8 @@
 
 Why SQLite and not DuckDB: it ships with Python (no dependency for the lead to carry in the
 sidecar image), several gunicorn workers can read one file while one process writes it (WAL),
-and the aggregates the API needs are plain GROUP BYs over one day-indexed table, which SQLite
-refreshes for ten million rows within the ingest schedule (see bench/transit_metrics). DuckDB
+and the one heavy aggregate (valid validations per day, agency, line and stop) is a table SQLite
+maintains during ingest by upserting each chunk's counts (see bench/transit_metrics). DuckDB
 would group faster but adds a 50 MB wheel and allows only one writing process per file.
 
 Ingest is incremental and idempotent: every input file is known by its *identity* (a hash of
@@ -98,7 +98,7 @@ class _Run:
     duplicates: int = 0
     files: int = 0
     rejects: list[IngestReject] = field(default_factory=list)
-    days: set[int] = field(default_factory=set)
+    merge_seconds: float = 0.0
     changed: bool = False
     log_limit: int = LOG_REJECTS
 
@@ -187,10 +187,7 @@ class MetricsDB:
                     continue
                 run.files += 1
                 self._ingest_file(kind, path, run)
-            ingest_seconds = time.monotonic() - started
-            started = time.monotonic()
-            if run.days:
-                self.refresh(run.days)
+            ingest_seconds = time.monotonic() - started - run.merge_seconds
             if run.changed:
                 self._bump_generation()
             return IngestReport(
@@ -199,7 +196,7 @@ class MetricsDB:
                 rejected=run.rejected,
                 duplicates=run.duplicates,
                 seconds=round(ingest_seconds, 3),
-                refresh_seconds=round(time.monotonic() - started, 3),
+                refresh_seconds=round(run.merge_seconds, 3),
                 rejects=run.rejects,
             )
 
@@ -246,8 +243,16 @@ class MetricsDB:
                 file_id, known_path, offset, lines, tail = row
                 if offset > size or _tail(f, offset) != tail:
                     log.warning("%s was rewritten since it was last read; reloading it", name)
+                    stale = [
+                        d
+                        for (d,) in self.conn.execute(
+                            "SELECT DISTINCT op_day FROM validations WHERE file_id = ?", (file_id,)
+                        )
+                    ]
                     with transaction(self.conn):
                         self.conn.execute("DELETE FROM validations WHERE file_id = ?", (file_id,))
+                        # Same transaction: the aggregate never counts rows that are gone.
+                        self._recompute(stale)
                         self.conn.execute(
                             "UPDATE files SET offset = 0, lines = 0, tail = '', accepted = 0, "
                             "rejected = 0 WHERE id = ?",
@@ -289,7 +294,10 @@ class MetricsDB:
         index = [header.index(c) if c in header else -1 for c in columns] if header else None
         width = len(header) if header else 0
         clock = DayClock(self.tz, self.start_hour)
-        tz, days = self.tz, run.days
+        tz = self.tz
+        # Columns in the canonical order (what the generator and most exports write): the
+        # parsed CSV row is used as it is, without a reordering copy.
+        direct = index == list(range(len(columns))) and width == len(columns)
         sql = INSERT[kind]
         f.seek(offset)
         rest = b""
@@ -305,6 +313,8 @@ class MetricsDB:
             data, rest = buf[: cut + 1], buf[cut + 1 :]
             text_lines = _decode_lines(data, lines)
             batch: list[tuple] = []
+            # Validation counts of this chunk by (op_day, agency, line, stop): [valid, invalid].
+            agg: dict[tuple[int, str, str, str], list[int]] = {}
             bad: list[tuple[str, int, str]] = []
             rejected = 0
             rows: Iterable = _csv_rows(text_lines) if header is not None else text_lines
@@ -321,13 +331,19 @@ class MetricsDB:
                             raise BadRow("empty line")
                         if len(raw) != width:
                             raise BadRow(f"expected {width} fields, got {len(raw)}")
-                        values = [raw[i] if i >= 0 else "" for i in index]  # type: ignore[union-attr]
+                        values = (
+                            raw if direct else [raw[i] if i >= 0 else "" for i in index]  # type: ignore[union-attr]
+                        )
                     else:
                         values = _json_values(raw, columns, OPTIONAL[kind])
                     if kind == "validations":
                         rec = parse_validation(values, clock)
-                        days.add(rec[1])
                         batch.append((file_id, *rec))
+                        key = (rec[1], rec[2], rec[3], rec[4])
+                        counts = agg.get(key)
+                        if counts is None:
+                            counts = agg[key] = [0, 0]
+                        counts[1 - rec[6]] += 1
                     elif kind == "rides":
                         batch.append(parse_ride(values, tz))
                     else:
@@ -343,6 +359,16 @@ class MetricsDB:
             with transaction(self.conn):
                 self.conn.executemany(sql, batch)
                 self.conn.executemany("INSERT INTO rejects VALUES (?, ?, ?)", bad)
+                if agg:
+                    # The aggregate moves with the rows, in the same transaction: no re-scan.
+                    merge_started = time.monotonic()
+                    self.conn.executemany(
+                        "INSERT INTO demand_day VALUES (?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT(op_day, agency, line, stop) DO UPDATE SET "
+                        "qty = qty + excluded.qty, invalid = invalid + excluded.invalid",
+                        [(*k, v[0], v[1]) for k, v in agg.items()],
+                    )
+                    run.merge_seconds += time.monotonic() - merge_started
                 self.conn.execute(
                     "UPDATE files SET offset = ?, lines = ?, tail = ?, path = ?, "
                     "accepted = accepted + ?, rejected = rejected + ? WHERE id = ?",
@@ -360,7 +386,9 @@ class MetricsDB:
     # -- aggregates -----------------------------------------------------------------------
 
     def refresh(self, days: Iterable[int] | None = None) -> float:
-        """Recompute `demand_day` for the given operational days (all when None); seconds."""
+        """Recompute `demand_day` from the raw validations for the given operational days (all
+        when None); seconds. Ingest keeps the aggregate current by itself; this is the repair /
+        audit path (`python -m sidecars.transit.metrics refresh`)."""
         started = time.monotonic()
         with transaction(self.conn):
             if days is None:
@@ -370,15 +398,17 @@ class MetricsDB:
                     "sum(1 - valid) FROM validations GROUP BY op_day, agency, line, stop"
                 )
             else:
-                for day in sorted(days):
-                    self.conn.execute("DELETE FROM demand_day WHERE op_day = ?", (day,))
-                    self.conn.execute(
-                        "INSERT INTO demand_day SELECT op_day, agency, line, stop, sum(valid), "
-                        "sum(1 - valid) FROM validations WHERE op_day = ? "
-                        "GROUP BY agency, line, stop",
-                        (day,),
-                    )
+                self._recompute(days)
         return time.monotonic() - started
+
+    def _recompute(self, days: Iterable[int]) -> None:
+        for day in sorted(set(days)):
+            self.conn.execute("DELETE FROM demand_day WHERE op_day = ?", (day,))
+            self.conn.execute(
+                "INSERT INTO demand_day SELECT op_day, agency, line, stop, sum(valid), "
+                "sum(1 - valid) FROM validations WHERE op_day = ? GROUP BY agency, line, stop",
+                (day,),
+            )
 
 
 @contextlib.contextmanager

@@ -53,6 +53,7 @@ class MetricsService:
         timezone: Callable[[], ZoneInfo | None],
         clock: Callable[[], float],
         dates_file: Path | None = None,
+        by_stop_days: int = 31,
     ) -> None:
         self.db_path = db_path
         self.records_dir = records_dir
@@ -63,6 +64,7 @@ class MetricsService:
         self.timezone = timezone
         self.clock = clock
         self.calendar = Calendar(dates_file)
+        self.by_stop_days = by_stop_days
         self.db: MetricsDB | None = None
         self.error: str | None = None
         self.last_report: IngestReport | None = None
@@ -129,7 +131,9 @@ class MetricsService:
             state = (generation(db.conn), today)
             bodies = dict(self.bodies)
             if state != self._rendered:
-                agg = compute_aggregates(db.conn, today, self.since, now, self.calendar)
+                agg = compute_aggregates(
+                    db.conn, today, self.since, now, self.calendar, self.by_stop_days
+                )
                 bodies.update(
                     by_agency_day=_body(agg.by_agency_day),
                     by_agency_month=_body(agg.by_agency_month),

@@ -144,11 +144,22 @@ def _peak(items: dict[str, int]) -> DatedQty:
 
 
 def compute_aggregates(
-    conn: sqlite3.Connection, today: date, since: date, now: float, calendar: Calendar
+    conn: sqlite3.Connection,
+    today: date,
+    since: date,
+    now: float,
+    calendar: Calendar,
+    by_stop_days: int = 31,
 ) -> Aggregates:
-    """Demand, service and complaints views from the store."""
+    """Demand, service and complaints views from the store.
+
+    Per-stop demand covers only the last `by_stop_days` operational days up to today (0: none,
+    the real service's "in preparation" `[]`): a whole network's stops times every day since
+    2024 would be hundreds of megabytes of JSON.
+    """
     generated = iso_ms(now)
     first = day_number(since)
+    stop_first = max(first, day_number(today) - by_stop_days + 1)
     per_agency = conn.execute(
         "SELECT agency, op_day, sum(qty) FROM demand_day WHERE op_day >= ? "
         "GROUP BY agency, op_day ORDER BY agency, op_day",
@@ -221,10 +232,12 @@ def compute_aggregates(
     line_index = {r.properties["line_id"]: r for r in by_line}
     by_stop = _series(
         conn.execute(
-            "SELECT stop, op_day, sum(qty) FROM demand_day WHERE op_day >= ? "
+            "SELECT stop, op_day, sum(qty) FROM demand_day WHERE op_day BETWEEN ? AND ? "
             "GROUP BY stop, op_day ORDER BY stop, op_day",
-            (first,),
-        ).fetchall(),
+            (stop_first, day_number(today)),
+        ).fetchall()
+        if by_stop_days > 0
+        else [],
         "demand_by_stop_day",
         "stop_id",
         "Valid validations per operational day at stop {}",

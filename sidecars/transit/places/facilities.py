@@ -13,6 +13,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sidecars.schemas import (
     Contacts,
@@ -168,7 +169,7 @@ def build(
             if grid is not None
             else []
         )
-        common = {
+        common: dict[str, Any] = {
             "district_id": p.district_id,
             "district_name": p.district_name,
             "id": v["id"],
@@ -182,7 +183,7 @@ def build(
             "region_name": p.region_name,
             "stop_ids": near,
         }
-        parish = {"parish_id": p.parish_id, "parish_name": p.parish_name}
+        parish: dict[str, Any] = {"parish_id": p.parish_id, "parish_name": p.parish_name}
         if kind == "stores":
             out.append(
                 TicketStore(

@@ -130,7 +130,14 @@ def test_config_reload_under_traffic_changes_the_limit_without_a_failed_request(
     # daily windows keep a window boundary from resetting the count mid-test.
     base = CONFIG.replace("requests_per_unit: 1000}", "requests_per_unit: 1000000000}")
     base = base.replace("unit: hour", "unit: day")
-    s = stack(base.replace("requests_per_unit: 3}", "requests_per_unit: 1000000}"))
+
+    def with_limit(n: int) -> str:
+        return base.replace("requests_per_unit: 3}", f"requests_per_unit: {n}}}")
+
+    # Each config in turn, and what its requests get: the middle limit is below what the
+    # user has already spent, the last one far above it.
+    phases = [(1000000, 200), (7, 429), (2000000, 200)]
+    s = stack(with_limit(phases[0][0]))
     seen: list[tuple[int, str]] = []
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -146,31 +153,36 @@ def test_config_reload_under_traffic_changes_the_limit_without_a_failed_request(
         finally:
             conn.close()
 
+    def more_traffic() -> None:
+        n = len(seen)
+        wait_for(lambda: len(seen) >= n + 20 or bool(errors), what="more traffic")
+
+    def answered_by(limit: int) -> bool:
+        return bool(errors) or any(f" {limit};w=86400" in h for _, h in seen[-3:])
+
     worker = threading.Thread(target=traffic)
     worker.start()
     try:
-        wait_for(lambda: len(seen) >= 20 or bool(errors), what="traffic before the reload")
-        # The new limit is below what this user already spent: the switch shows up as 429s.
-        s.write_config(base.replace("requests_per_unit: 3}", "requests_per_unit: 7}"))
-        wait_for(
-            lambda: any(status == 429 for status, _ in seen[-5:]) or bool(errors),
-            what="the reloaded limit to apply",
-        )
-        before = len(seen)
-        wait_for(lambda: len(seen) >= before + 20 or bool(errors), what="traffic after it")
+        for limit, _ in phases:
+            if limit != phases[0][0]:
+                s.write_config(with_limit(limit))
+            wait_for(lambda limit=limit: answered_by(limit), what=f"limit {limit} to apply")
+            more_traffic()
     finally:
         stop.set()
         worker.join(30)
 
     assert not errors, errors
-    statuses = {status for status, _ in seen}
-    assert statuses == {200, 429}, statuses
-    switch = next(i for i, (status, _) in enumerate(seen) if status == 429)
-    assert all("1000000;w=86400" in limit for _, limit in seen[:switch])
-    # Once the new rule is live the old one never answers again.
-    assert all(status == 429 and "7;w=86400" in limit for status, limit in seen[switch:])
+    # Every response came from one of the configs, in order, with that config's status.
+    order = []
+    for status, header in seen:
+        phase = next(i for i, (n, _) in enumerate(phases) if f" {n};w=86400" in header)
+        assert status == phases[phase][1], (status, header)
+        order.append(phase)
+    assert order == sorted(order)
+    assert set(order) == {0, 1, 2}
     stats = s.daemon.stats()
-    assert stats["ratelimit.service.config_load_success"] >= 2
+    assert stats["ratelimit.service.config_load_success"] >= 3
     assert stats.get("ratelimit.service.config_load_error", 0) == 0
     assert s.envoy.stats().get("cluster.backend.ratelimit.error", 0) == 0
 

@@ -268,6 +268,10 @@ class _Connection(asyncio.Protocol):
         finally:
             if pos:
                 del buf[:pos]
+        if buf and not self._pending:
+            raise MemcacheProtocolError(
+                f"memcache {self.label}: unexpected data {bytes(buf[:80])!r}"
+            )
 
 
 async def _open(
@@ -302,6 +306,9 @@ class _Node:
     ) -> None:
         self.address = address
         self.host, self.port = _host_port(address)
+        # SRV targets end in a dot (as Go prints them, and they sort with it); /etc/hosts
+        # and certificate names are matched without it.
+        self.host = self.host.removesuffix(".")
         self.ssl_context = ssl_context
         self.timeout = timeout
         self._conns: list[_Connection | None] = [None] * max(1, size)

@@ -1,0 +1,34 @@
+"""The daemon with BACKEND_TYPE=memcache, as a subprocess against a real memcached."""
+
+from __future__ import annotations
+
+import time
+
+CONFIG = """
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1}
+"""
+
+
+def test_daemon_decides_over_json_and_is_healthy(memcached, start_daemon) -> None:
+    mc = memcached()
+    daemon = start_daemon(CONFIG, BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=mc.address)
+    # The reference's HEAD never turns health OK with memcache; this daemon does.
+    assert daemon.http("/healthcheck") == (200, b"OK")
+    status, body = daemon.decide_json("d", k="v")
+    assert status == 200
+    assert body["overallCode"] == "OK"
+    assert body["statuses"][0].get("limitRemaining", 0) == 0  # protojson omits zeros
+    # The increment lands after the response: wait for it, then the limit holds.
+    window = int(time.time()) // 3600 * 3600
+    deadline = time.monotonic() + 5
+    while mc.value(f"d_k_v_{window}") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mc.value(f"d_k_v_{window}") == 1
+    status, body = daemon.decide_json("d", k="v")
+    assert (status, body["overallCode"]) == (429, "OVER_LIMIT")
+    _, stats = daemon.http("/stats", port=daemon.debug_port)
+    assert b"ratelimit.memcache.multiget.__code=success: 2" in stats
+    assert daemon.close() == 0

@@ -1,0 +1,113 @@
+"""MEMCACHE_SRV through the backend's own DNS client, against a DNS responder made here."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from ratelimitd.backends.base import BackendError
+from ratelimitd.backends.memcache import MemcacheBackend, servers_from_srv
+
+from .conftest import apoll, free_port
+
+NAME = "_memcache._tcp.cache.test"
+
+
+def encode_name(name: str) -> bytes:
+    """A DNS name in wire format (no compression)."""
+    return b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split(".")) + b"\0"
+
+
+class SrvResponder(asyncio.DatagramProtocol):
+    """Answers every query with the SRV records in `records` ((target, port) pairs)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, int]] = []
+        self.queries: list[str] = []
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        ident = data[:2]
+        question = data[12:]
+        labels, pos = [], 0
+        while question[pos]:
+            labels.append(question[pos + 1 : pos + 1 + question[pos]].decode())
+            pos += 1 + question[pos]
+        self.queries.append(".".join(labels))
+        question = question[: pos + 5]
+        answers = b""
+        for i, (target, port) in enumerate(self.records):
+            rdata = struct.pack(">HHH", 10, i, port) + encode_name(target)
+            # The owner name as a pointer to the question (offset 12), as real servers do.
+            answers += struct.pack(">HHHIH", 0xC00C, 33, 1, 60, len(rdata)) + rdata
+        header = ident + struct.pack(">HHHHH", 0x8180, 1, len(self.records), 0, 0)
+        assert self.transport is not None
+        self.transport.sendto(header + question + answers, addr)
+
+
+@pytest.fixture
+async def dns() -> AsyncIterator[tuple[SrvResponder, tuple[str, int]]]:
+    """A DNS responder on a free UDP port: (responder, (host, port))."""
+    loop = asyncio.get_running_loop()
+    transport, responder = await loop.create_datagram_endpoint(
+        SrvResponder, local_addr=("127.0.0.1", 0)
+    )
+    yield responder, transport.get_extra_info("sockname")[:2]
+    transport.close()
+
+
+async def test_srv_targets_sorted_used_and_refreshed(
+    memcached: Callable[..., Any], dns: tuple[SrvResponder, tuple[str, int]]
+) -> None:
+    responder, nameserver = dns
+    a, b = memcached(), memcached()
+    responder.records = [("localhost.", b.port), ("localhost.", a.port)]
+    expected = sorted([f"localhost.:{a.port}", f"localhost.:{b.port}"])
+    assert await servers_from_srv(NAME, nameserver) == expected
+    assert responder.queries == [NAME]
+
+    backend = MemcacheBackend(srv=NAME, srv_refresh=0.05, srv_nameserver=nameserver)
+    try:
+        await backend.connect()
+        assert backend.servers == expected
+        await backend.increment([("d_k_a_999960", 1, 60), ("d_k_b_999960", 1, 60)])
+        await backend.flush()
+        first = a if expected[0].endswith(f":{a.port}") else b
+        second = b if first is a else a
+        # The gomemcache selector over the sorted list: crc32 % 2 = 0 and 1.
+        assert first.value("d_k_a_999960") == 1
+        assert second.value("d_k_b_999960") == 1
+
+        responder.records = [("localhost.", a.port)]
+        await apoll(lambda: backend.servers == [f"localhost.:{a.port}"], what="SRV refresh")
+        await backend.increment([("d_k_b_999960", 1, 60)])
+        await backend.flush()
+        assert a.value("d_k_b_999960") == (2 if second is a else 1)
+
+        # A failed refresh keeps the last list.
+        responder.records = []
+        await asyncio.sleep(0.15)
+        assert backend.servers == [f"localhost.:{a.port}"]
+    finally:
+        await backend.close()
+
+
+async def test_srv_failures(dns: tuple[SrvResponder, tuple[str, int]]) -> None:
+    _, nameserver = dns
+    with pytest.raises(BackendError, match="Unable to fetch servers from SRV"):
+        await servers_from_srv(NAME, nameserver)  # no records
+    with pytest.raises(BackendError, match="Unable to fetch servers from SRV"):
+        await servers_from_srv(NAME, ("127.0.0.1", free_port()))  # no DNS server there
+    with pytest.raises(BackendError, match="Invalid SRV string"):
+        await servers_from_srv("memcache.tcp.cache.test", nameserver)
+    backend = MemcacheBackend(srv=NAME, srv_nameserver=nameserver)
+    with pytest.raises(BackendError, match="Unable to fetch servers from SRV"):
+        await backend.connect()
+    await backend.close()

@@ -10,6 +10,8 @@ from setuptools import Extension, setup
 extensions = [
     Extension("ratelimitd._match", ["ratelimitd/_match.pyx"]),
     Extension("ratelimitd._keys", ["ratelimitd/_keys.pyx"]),
+    # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
+    Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
 ]
 
 setup(

@@ -1,18 +1,22 @@
 """RLS v3 protobuf bytes <-> `ratelimitd.messages`, for the gRPC transport and the client.
 
 The gRPC server registers ShouldRateLimit with no serializers and calls `decode_request` /
-`encode_response` itself, so this module is the only place that knows the wire format. These
-four functions are the seam a compiled (Cython) codec replaces later: same names, same
-arguments, bytes in and out. For now they go through the upb-backed generated classes.
+`encode_response` itself, so this module is the only place that knows the wire format.
+The hot pair is the compiled `ratelimitd._wire` codec; the upb-backed generated classes
+below are its twin (RATELIMITD_NO_EXTENSIONS=1, a build without extensions, and the oracle
+of the property tests) and serve the client-side functions.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import msgspec
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError
+from google.protobuf.struct_pb2 import Struct
 
 from ratelimitd._proto.rls_pb2 import RateLimitRequest, RateLimitResponse
 from ratelimitd.messages import Descriptor, Request, Response, Status
@@ -28,7 +32,7 @@ __all__ = [
 ]
 
 
-def decode_request(data: bytes) -> Request:
+def decode_request_upb(data: bytes) -> Request:
     """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
     msg = RateLimitRequest.FromString(data)
     descriptors = []
@@ -45,7 +49,7 @@ def decode_request(data: bytes) -> Request:
     return Request(msg.domain, descriptors, msg.hits_addend)
 
 
-def encode_response(resp: Response) -> bytes:
+def encode_response_upb(resp: Response) -> bytes:
     """Serialize a decision as a RateLimitResponse."""
     out = RateLimitResponse()
     out.overall_code = resp.overall_code  # type: ignore[assignment]  # enum fields take ints
@@ -72,6 +76,47 @@ def encode_response(resp: Response) -> bytes:
     if resp.dynamic_metadata is not None:
         out.dynamic_metadata.update(resp.dynamic_metadata)
     return out.SerializeToString()
+
+
+def _struct_bytes(metadata: dict[str, Any]) -> bytes:
+    struct = Struct()
+    struct.update(metadata)
+    return struct.SerializeToString()
+
+
+def _compiled_codec() -> tuple[Any, Any] | None:
+    # Same switch as keys.py / match.py: RATELIMITD_NO_EXTENSIONS=1 forces the twin.
+    if os.environ.get("RATELIMITD_NO_EXTENSIONS"):
+        return None
+    try:
+        from ratelimitd import _wire
+    except ImportError:
+        return None
+    return _wire.decode_request, _wire.encode_response
+
+
+_codec = _compiled_codec()
+if _codec is not None:
+    _decode, _encode = _codec
+
+    def decode_request(data: bytes) -> Request:
+        """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
+        try:
+            return _decode(data)  # type: ignore[no-any-return]
+        except ValueError as exc:  # WireError, or invalid UTF-8 in a string field
+            raise DecodeError(str(exc)) from None
+
+    def encode_response(resp: Response) -> bytes:
+        """Serialize a decision as a RateLimitResponse."""
+        if not resp.dynamic_metadata:  # an empty Struct is absent, as upb writes it
+            return _encode(resp)  # type: ignore[no-any-return]
+        return _encode(resp, _struct_bytes(resp.dynamic_metadata))  # type: ignore[no-any-return]
+
+    IMPLEMENTATION = "compiled"
+else:
+    decode_request = decode_request_upb
+    encode_response = encode_response_upb
+    IMPLEMENTATION = "pure"
 
 
 def encode_request(

@@ -1,0 +1,235 @@
+# cython: language_level=3
+"""RLS v3 wire codec, compiled: RateLimitRequest bytes -> Request, Response -> bytes.
+
+The gRPC handler is registered with no serializers, so these two functions are all the
+protobuf work of a decision. They produce and accept exactly what the upb-backed generated
+classes do (`transport/protocodec.py` holds that twin, and property tests compare the two):
+fields written in field-number order, zero scalars omitted, sub-messages present where the
+reference sets them, unknown fields skipped.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+
+from ratelimitd.messages import Descriptor, Request
+
+
+class WireError(ValueError):
+    """Malformed protobuf bytes."""
+
+
+cdef inline unsigned long long _varint(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos) except? 0xFFFFFFFFFFFFFFFF:
+    cdef unsigned long long result = 0
+    cdef int shift = 0
+    cdef unsigned char b
+    while True:
+        if pos[0] >= end or shift > 63:
+            raise WireError("truncated varint")
+        b = buf[pos[0]]
+        pos[0] += 1
+        result |= (<unsigned long long>(b & 0x7F)) << shift
+        if b < 0x80:
+            return result
+        shift += 7
+
+
+cdef inline Py_ssize_t _length(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos) except -1:
+    cdef unsigned long long n = _varint(buf, end, pos)
+    if n > <unsigned long long>(end - pos[0]):
+        raise WireError("truncated field")
+    return <Py_ssize_t>n
+
+
+cdef inline int _skip(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos, int wire) except -1:
+    if wire == 0:
+        _varint(buf, end, pos)
+    elif wire == 1:
+        if end - pos[0] < 8:
+            raise WireError("truncated fixed64")
+        pos[0] += 8
+    elif wire == 2:
+        pos[0] += _length(buf, end, pos)
+    elif wire == 5:
+        if end - pos[0] < 4:
+            raise WireError("truncated fixed32")
+        pos[0] += 4
+    else:
+        raise WireError(f"unsupported wire type {wire}")
+    return 0
+
+
+cdef inline str _string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos):
+    cdef Py_ssize_t n = _length(buf, end, pos)
+    cdef str s = PyUnicode_DecodeUTF8(<const char*>buf + pos[0], n, NULL)
+    pos[0] += n
+    return s
+
+
+cdef tuple _entry(const unsigned char* buf, Py_ssize_t end):
+    cdef Py_ssize_t pos = 0
+    cdef unsigned long long tag
+    cdef str key = "", value = ""
+    while pos < end:
+        tag = _varint(buf, end, &pos)
+        if tag == 10:
+            key = _string(buf, end, &pos)
+        elif tag == 18:
+            value = _string(buf, end, &pos)
+        else:
+            _skip(buf, end, &pos, tag & 7)
+    return (key, value)
+
+
+cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
+    cdef Py_ssize_t pos = 0, n, sub
+    cdef unsigned long long tag, rpu, unit, hits
+    cdef list entries = []
+    cdef object limit = None, hits_addend = None
+    while pos < end:
+        tag = _varint(buf, end, &pos)
+        if tag == 10:  # entries
+            n = _length(buf, end, &pos)
+            entries.append(_entry(buf + pos, n))
+            pos += n
+        elif tag == 18:  # limit: RateLimitOverride
+            n = _length(buf, end, &pos)
+            rpu = unit = 0
+            sub = 0
+            while sub < n:
+                tag = _varint(buf + pos, n, &sub)
+                if tag == 8:
+                    rpu = _varint(buf + pos, n, &sub) & 0xFFFFFFFF
+                elif tag == 16:
+                    unit = _varint(buf + pos, n, &sub) & 0xFFFFFFFF
+                else:
+                    _skip(buf + pos, n, &sub, tag & 7)
+            limit = (rpu, <int>unit)
+            pos += n
+        elif tag == 26:  # hits_addend: UInt64Value
+            n = _length(buf, end, &pos)
+            hits = 0
+            sub = 0
+            while sub < n:
+                tag = _varint(buf + pos, n, &sub)
+                if tag == 8:
+                    hits = _varint(buf + pos, n, &sub)
+                else:
+                    _skip(buf + pos, n, &sub, tag & 7)
+            hits_addend = hits
+            pos += n
+        else:
+            _skip(buf, end, &pos, tag & 7)
+    return Descriptor(tuple(entries), limit, hits_addend)
+
+
+def decode_request(bytes data):
+    """Parse a serialized RateLimitRequest into a `messages.Request`."""
+    cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos = 0, n
+    cdef unsigned long long tag
+    cdef str domain = ""
+    cdef list descriptors = []
+    cdef unsigned long long hits_addend = 0
+    while pos < end:
+        tag = _varint(buf, end, &pos)
+        if tag == 10:
+            domain = _string(buf, end, &pos)
+        elif tag == 18:
+            n = _length(buf, end, &pos)
+            descriptors.append(_descriptor(buf + pos, n))
+            pos += n
+        elif tag == 24:
+            hits_addend = _varint(buf, end, &pos) & 0xFFFFFFFF
+        else:
+            _skip(buf, end, &pos, tag & 7)
+    return Request(domain, descriptors, hits_addend)
+
+
+cdef inline void _put_varint(bytearray out, unsigned long long v):
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+
+
+cdef inline Py_ssize_t _varint_size(unsigned long long v):
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline void _put_bytes(bytearray out, int tag, bytes value):
+    out.append(tag)
+    _put_varint(out, len(value))
+    out.extend(value)
+
+
+cdef bytes _status(object st):
+    cdef bytearray out = bytearray()
+    cdef bytearray limit
+    cdef object rule = st.rule
+    cdef unsigned long long code = st.code
+    cdef unsigned long long remaining = st.limit_remaining
+    cdef long long reset
+    cdef bytes name
+    if code:
+        out.append(8)
+        _put_varint(out, code)
+    if rule is not None:
+        limit = bytearray()
+        if rule.requests_per_unit:
+            limit.append(8)
+            _put_varint(limit, rule.requests_per_unit)
+        if rule.unit:
+            limit.append(16)
+            _put_varint(limit, rule.unit)
+        if rule.name:
+            name = (<str>rule.name).encode("utf-8")
+            _put_bytes(limit, 26, name)
+        out.append(18)
+        _put_varint(out, len(limit))
+        out.extend(limit)
+    if remaining:
+        out.append(24)
+        _put_varint(out, remaining)
+    if rule is not None:
+        reset = st.duration_until_reset
+        out.append(34)
+        if reset:
+            out.append(1 + _varint_size(<unsigned long long>reset))
+            out.append(8)
+            _put_varint(out, <unsigned long long>reset)
+        else:
+            out.append(0)
+    return bytes(out)
+
+
+def encode_response(object resp, bytes dynamic_metadata=None):
+    """Serialize a `messages.Response` (plus an already serialized Struct, if any)."""
+    cdef bytearray out = bytearray()
+    cdef bytes body, k, v
+    cdef unsigned long long overall = resp.overall_code
+    cdef bytearray header
+    if overall:
+        out.append(8)
+        _put_varint(out, overall)
+    for st in resp.statuses:
+        body = _status(st)
+        _put_bytes(out, 18, body)
+    for key, value in resp.headers:
+        header = bytearray()
+        k = (<str>key).encode("utf-8")
+        v = (<str>value).encode("utf-8")
+        if k:
+            _put_bytes(header, 10, k)
+        if v:
+            _put_bytes(header, 18, v)
+        out.append(26)
+        _put_varint(out, len(header))
+        out.extend(header)
+    if dynamic_metadata is not None:
+        _put_bytes(out, 50, dynamic_metadata)
+    return bytes(out)

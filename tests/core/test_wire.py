@@ -82,4 +82,4 @@ def test_compiled_codec_is_in_use_by_default() -> None:
     import os
 
     expected = "pure" if os.environ.get("RATELIMITD_NO_EXTENSIONS") else "compiled"
-    assert protocodec.IMPLEMENTATION == expected
+    assert expected == protocodec.IMPLEMENTATION

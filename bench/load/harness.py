@@ -325,11 +325,12 @@ class EmptyServer(Proc):
     name = "empty grpc.aio server"
 
     def __init__(self, workdir: Path) -> None:
-        self.grpc_port = free_port()
+        self.grpc_port, self.http_port = free_port(), free_port()
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
         argv = [sys.executable, str(HERE / "empty_server.py"), "--port", str(self.grpc_port)]
+        argv += ["--http-port", str(self.http_port)]
         super().__init__(argv, workdir / "empty-server.log")
-        self.await_ready(lambda: _port_open(self.grpc_port))
+        self.await_ready(lambda: _port_open(self.grpc_port) and _port_open(self.http_port))
 
 
 def envoy_binary() -> str:

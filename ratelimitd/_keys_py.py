@@ -87,4 +87,3 @@ def evaluate(limit: int, hits: int, after: int, near: int) -> tuple[bool, int, i
     if after > near:
         near_add = hits if before >= near else after - near
     return False, limit - after, 0, near_add, hits
-

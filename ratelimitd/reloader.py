@@ -8,6 +8,7 @@ load counts `config_load_error`, logs the exact error and keeps the previous con
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 
@@ -80,10 +81,8 @@ class ConfigReloader:
         """Stop polling."""
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
 
     async def _watch(self) -> None:

@@ -8,11 +8,13 @@ with `version` until it answers; a missing binary fails the test (never a skip).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -56,7 +58,7 @@ def poll(check: Callable[[], bool], timeout: float = READY_TIMEOUT, what: str = 
         try:
             if check():
                 return
-        except OSError:
+        except (OSError, ssl.SSLError):
             pass
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or check}")
@@ -80,7 +82,8 @@ async def apoll(check: Callable[[], Any], timeout: float = READY_TIMEOUT, what: 
 class Memcached:
     """One memcached process and a tiny blocking text-protocol client for assertions."""
 
-    def __init__(self, *extra: str) -> None:
+    def __init__(self, *extra: str, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # the helper client's TLS context, for a server started with -Z
         self.binary = shutil.which("memcached") or "/usr/bin/memcached"
         if not os.path.exists(self.binary):
             pytest.fail("memcached is not installed (apt-get install memcached)")
@@ -113,7 +116,10 @@ class Memcached:
 
     def command(self, line: bytes, data: bytes | None = None) -> bytes:
         """One command; its reply up to the terminating line (END, or a single line)."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=2) as s:
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(socket.create_connection(("127.0.0.1", self.port), timeout=2))
+            if self.tls is not None:
+                s = stack.enter_context(self.tls.wrap_socket(s))
             s.sendall(line + b"\r\n" + (data + b"\r\n" if data is not None else b""))
             out = b""
             while True:
@@ -146,8 +152,8 @@ def memcached() -> Iterator[Callable[..., Memcached]]:
     """Start memcached processes with `memcached(*extra_args)`; all stopped at teardown."""
     started: list[Memcached] = []
 
-    def start(*extra: str) -> Memcached:
-        m = Memcached(*extra)
+    def start(*extra: str, tls: ssl.SSLContext | None = None) -> Memcached:
+        m = Memcached(*extra, tls=tls)
         started.append(m)
         return m.start()
 

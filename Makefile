@@ -21,6 +21,7 @@ bench: venv
 	$(PY) -m pytest bench/test_core.py -p no:cacheprovider --benchmark-only \
 		--benchmark-timer=time.process_time --benchmark-columns=min,median,mean,ops \
 		--benchmark-sort=name --benchmark-json=bench/.results/core.json
+	$(PY) bench/report_core.py
 
 proto: venv
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/ratelimitd/_proto/*.proto

@@ -57,7 +57,7 @@ import ssl
 import struct
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
 from .base import BackendError
@@ -149,15 +149,17 @@ _GET, _LINES = 0, 1
 class _Pending:
     """One pipelined operation: a multi-get or `count` single-line replies."""
 
-    __slots__ = ("count", "future", "kind", "lines", "timer", "values")
+    __slots__ = ("count", "deadline", "future", "kind", "lines", "values")
 
-    def __init__(self, kind: int, count: int, future: asyncio.Future[object]) -> None:
+    def __init__(
+        self, kind: int, count: int, future: asyncio.Future[object], deadline: float
+    ) -> None:
         self.kind = kind
         self.count = count
         self.future = future
+        self.deadline = deadline
         self.lines: list[bytes] = []
         self.values: dict[bytes, bytes] = {}
-        self.timer: asyncio.TimerHandle | None = None
 
 
 class MemcacheProtocolError(BackendError):
@@ -165,7 +167,13 @@ class MemcacheProtocolError(BackendError):
 
 
 class _Connection(asyncio.Protocol):
-    """A pipelined memcached text-protocol connection: replies resolve in command order."""
+    """A pipelined memcached text-protocol connection: replies resolve in command order.
+
+    The operations of one event-loop iteration go out in one write (`call_soon` flush),
+    so concurrent requests share syscalls. One watchdog timer per connection, not one per
+    operation, checks the oldest operation's deadline every timeout/4: a hung connection
+    is detected between 1 and 1.25 timeouts after the operation was sent.
+    """
 
     def __init__(self, label: str, timeout: float) -> None:
         self.label = label
@@ -174,7 +182,9 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self._buf = bytearray()
         self._pending: collections.deque[_Pending] = collections.deque()
+        self._out: list[bytes] = []
         self._loop = asyncio.get_running_loop()
+        self._watchdog: asyncio.TimerHandle | None = None
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -192,33 +202,49 @@ class _Connection(asyncio.Protocol):
 
     # Requests
     def request(self, payload: bytes, kind: int, count: int) -> asyncio.Future[object]:
-        """Write `payload` and return the future of its replies."""
-        fut: asyncio.Future[object] = self._loop.create_future()
+        """Queue `payload` for this iteration's write; the future of its replies."""
+        loop = self._loop
+        fut: asyncio.Future[object] = loop.create_future()
         if self.closed or self.transport is None:
             fut.set_exception(BackendError(f"memcache {self.label}: connection closed"))
             return fut
-        p = _Pending(kind, count, fut)
-        p.timer = self._loop.call_later(self.timeout, self._expire, p)
-        self._pending.append(p)
-        self.transport.write(payload)
+        self._pending.append(_Pending(kind, count, fut, loop.time() + self.timeout))
+        if not self._out:
+            loop.call_soon(self._flush)
+        self._out.append(payload)
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(self.timeout / 4, self._watch)
         return fut
+
+    def _flush(self) -> None:
+        out = self._out
+        self._out = []
+        if out and not self.closed and self.transport is not None:
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+
+    def _watch(self) -> None:
+        self._watchdog = None
+        if not self._pending:
+            return
+        if self._pending[0].deadline <= self._loop.time():
+            self._fail(BackendError(f"memcache {self.label}: timeout after {self.timeout}s"))
+            return
+        self._watchdog = self._loop.call_later(self.timeout / 4, self._watch)
 
     def close(self) -> None:
         """Close the connection; pending operations fail."""
         self._fail(BackendError(f"memcache {self.label}: connection closed"))
 
-    def _expire(self, p: _Pending) -> None:
-        if not p.future.done():
-            self._fail(BackendError(f"memcache {self.label}: timeout after {self.timeout}s"))
-
     def _fail(self, exc: Exception) -> None:
         self.closed = True
+        self._out = []
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         if self.transport is not None:
             self.transport.abort()
         while self._pending:
             p = self._pending.popleft()
-            if p.timer is not None:
-                p.timer.cancel()
             if not p.future.done():
                 p.future.set_exception(exc)
                 # Nobody may await it any more (an abandoned background op).
@@ -226,8 +252,6 @@ class _Connection(asyncio.Protocol):
 
     def _done(self, p: _Pending, result: object) -> None:
         self._pending.popleft()
-        if p.timer is not None:
-            p.timer.cancel()
         if not p.future.done():
             p.future.set_result(result)
 
@@ -493,6 +517,16 @@ async def servers_from_srv(srv: str, nameserver: tuple[str, int] | None = None) 
 # -- the backend ---------------------------------------------------------------------------
 
 
+async def _settle(calls: list[Coroutine[object, object, object]]) -> list[object]:
+    """gather(return_exceptions=True), without tasks for the usual single node."""
+    if len(calls) == 1:
+        try:
+            return [await calls[0]]
+        except Exception as exc:
+            return [exc]
+    return await asyncio.gather(*calls, return_exceptions=True)
+
+
 class _Partial(BackendError):
     """A multi-get error that still carries the values of the nodes that answered."""
 
@@ -535,6 +569,7 @@ class MemcacheBackend:
         self.stats = MemcacheStats()
         self.nodes: list[_Node] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._queued: list[tuple[str, int, int]] = []
         self._refresher: asyncio.Task[None] | None = None
         if servers:
             self._set_servers(list(servers))
@@ -609,12 +644,11 @@ class MemcacheBackend:
                 groups.setdefault(pick_node(k, len(nodes)), []).append(k)
         found: dict[bytes, bytes] = {}
         error: BaseException | None = None
-        results = await asyncio.gather(
-            *(
+        results = await _settle(
+            [
                 nodes[i].request(b"get " + b" ".join(dict.fromkeys(ks)) + b"\r\n", _GET, 1)
                 for i, ks in groups.items()
-            ),
-            return_exceptions=True,
+            ]
         )
         for result in results:
             if isinstance(result, BaseException):
@@ -653,9 +687,10 @@ class MemcacheBackend:
         if not ops:
             return []
         values = await self._values([key for key, _hits, _seconds in ops])
-        task = asyncio.get_running_loop().create_task(self._increment_all(ops))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # The increments of every request of this loop iteration go out as one batch.
+        if not self._queued:
+            asyncio.get_running_loop().call_soon(self._start_batch)
+        self._queued.extend(ops)
         return [v + hits for v, (_key, hits, _seconds) in zip(values, ops, strict=True)]
 
     async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
@@ -664,10 +699,21 @@ class MemcacheBackend:
             return []
         return await self._values([key for key, _seconds in keys])
 
+    def _start_batch(self) -> None:
+        ops = self._queued
+        self._queued = []
+        if ops:
+            task = asyncio.get_running_loop().create_task(self._increment_all(ops))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     async def flush(self) -> None:
         """Wait for every background increment scheduled so far (the reference's Flush)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._queued or self._tasks:
+            if self._queued:
+                await asyncio.sleep(0)  # let `_start_batch` run
+            else:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def close(self) -> None:
         """Wait (bounded) for pending increments, then close every connection."""
@@ -676,7 +722,7 @@ class MemcacheBackend:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresher
             self._refresher = None
-        if self._tasks:
+        if self._tasks or self._queued:
             try:
                 async with asyncio.timeout(CLOSE_GRACE):
                     await self.flush()
@@ -760,14 +806,13 @@ class MemcacheBackend:
         for j, (k, _cmd) in enumerate(commands):
             groups.setdefault(pick_node(k, len(nodes)), []).append(j)
         node_ids = list(groups)
-        results = await asyncio.gather(
-            *(
+        results = await _settle(
+            [
                 nodes[i].request(
                     b"".join(commands[j][1] for j in groups[i]), _LINES, len(groups[i])
                 )
                 for i in node_ids
-            ),
-            return_exceptions=True,
+            ]
         )
         for i, result in zip(node_ids, results, strict=True):
             if isinstance(result, BaseException):

@@ -39,7 +39,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("records", type=Path)
     parser.add_argument("--db", type=Path, default=Path("/tmp/transit_metrics_bench.sqlite"))
     parser.add_argument("--timezone", default=None)
+    parser.add_argument(
+        "--refresh-only", action="store_true", help="time the recomputes on an existing --db"
+    )
     args = parser.parse_args(argv)
+    if args.refresh_only:
+        tz = ZoneInfo(args.timezone) if args.timezone else feed_timezone(DEFAULT_GTFS)
+        db = MetricsDB(args.db, tz)
+        full = db.refresh(None)
+        last_day = db.conn.execute("SELECT max(op_day) FROM validations").fetchone()[0]
+        one_day = db.refresh({last_day})
+        rows = db.conn.execute("SELECT count(*) FROM validations").fetchone()[0]
+        print(
+            json.dumps(
+                {
+                    "validations": rows,
+                    "full_refresh_seconds": round(full, 2),
+                    "one_day_refresh_seconds": round(one_day, 3),
+                    "load_average_at_end": os.getloadavg(),
+                }
+            )
+        )
+        return 0
     for suffix in ("", "-wal", "-shm", ".lock"):
         Path(str(args.db) + suffix).unlink(missing_ok=True)
     tz = ZoneInfo(args.timezone) if args.timezone else feed_timezone(DEFAULT_GTFS)

@@ -5,7 +5,8 @@ for all keys (per node, all nodes at once), takes a missing key as 0 and a value
 base-10 int32 (anything else: 0, logged), and returns `value + hits` per op, so the
 limiter decides with `before = value`: the decision is made before the increment, as the
 reference does. The increments then run in a background task the request does not wait
-for: `incr key hits`; on NOT_FOUND `add key 0 <unit + jitter> <hits>`; on NOT_STORED (a
+for (the ops of every request of one loop iteration form one batch, `flush()` awaits
+them): `incr key hits`; on NOT_FOUND `add key 0 <unit + jitter> <hits>`; on NOT_STORED (a
 concurrent add won) `incr` again. The TTL is set only by the add. Concurrent requests can
 therefore briefly exceed a limit: they all read the same value before any increment lands.
 
@@ -22,13 +23,14 @@ given the same list use the same node for a key. Python's stdlib has no SRV look
 minimal DNS client (one UDP query to the first resolv.conf nameserver, TCP on truncation)
 does it.
 
-Connections. Each node has up to max(1, MEMCACHE_MAX_IDLE_CONNS) pipelined text-protocol
-connections used round-robin; replies come back in command order, so many requests share
-one connection without waiting for each other. An operation gets `timeout` (gomemcache's
-default, 500 ms) for its reply; past it the connection is presumed hung, closed, and its
-pending operations fail. A node that refuses a dial is not dialled again for a short
-backoff, during which its operations fail at once (and so fail open) instead of each
-request paying a dial.
+Connections. Each node has max(1, MEMCACHE_MAX_IDLE_CONNS) pipelined text-protocol
+connections, dialled at `connect()` and used round-robin; replies come back in command
+order, so many requests share one connection without waiting for each other, and the
+commands of one loop iteration leave in one write. An operation gets `timeout`
+(gomemcache's default, 500 ms; detected within 1.25 x) for its reply; past it the
+connection is presumed hung, closed, and its pending operations fail. A node that refuses
+a dial is not dialled again for a short backoff, during which its operations fail at once
+(and so fail open) instead of each request paying a dial.
 
 Expiry. memcached reads an exptime over 30 days as an absolute Unix time. The reference
 sends unit + jitter as is, so a MONTH key with jitter, or any YEAR key, is stored already

@@ -14,7 +14,9 @@ descriptors:
 
 def test_daemon_decides_over_json_and_is_healthy(memcached, start_daemon) -> None:
     mc = memcached()
-    daemon = start_daemon(CONFIG, BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=mc.address)
+    daemon = start_daemon(
+        CONFIG, BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=mc.address, CACHE_KEY_PREFIX="p:"
+    )
     # The reference's HEAD never turns health OK with memcache; this daemon does.
     assert daemon.http("/healthcheck") == (200, b"OK")
     status, body = daemon.decide_json("d", k="v")
@@ -22,11 +24,12 @@ def test_daemon_decides_over_json_and_is_healthy(memcached, start_daemon) -> Non
     assert body["overallCode"] == "OK"
     assert body["statuses"][0].get("limitRemaining", 0) == 0  # protojson omits zeros
     # The increment lands after the response: wait for it, then the limit holds.
-    window = int(time.time()) // 3600 * 3600
+    key = f"p:d_k_v_{int(time.time()) // 3600 * 3600}"  # the reference's cache key
     deadline = time.monotonic() + 5
-    while mc.value(f"d_k_v_{window}") is None and time.monotonic() < deadline:
+    while mc.value(key) is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert mc.value(f"d_k_v_{window}") == 1
+    assert mc.value(key) == 1
+    assert 3590 <= mc.ttl(key) <= 3600 + 300  # unit + EXPIRATION_JITTER_MAX_SECONDS
     status, body = daemon.decide_json("d", k="v")
     assert (status, body["overallCode"]) == (429, "OVER_LIMIT")
     _, stats = daemon.http("/stats", port=daemon.debug_port)

@@ -23,43 +23,70 @@ def encode_name(name: str) -> bytes:
 
 
 class SrvResponder(asyncio.DatagramProtocol):
-    """Answers every query with the SRV records in `records` ((target, port) pairs)."""
+    """Answers every query with the SRV records in `records` ((target, port) pairs).
+
+    With `truncate`, UDP answers carry only the TC bit, so the client must ask over TCP
+    (`serve_tcp`, on the same port number).
+    """
 
     def __init__(self) -> None:
         self.records: list[tuple[str, int]] = []
         self.queries: list[str] = []
+        self.truncate = False
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        ident = data[:2]
-        question = data[12:]
+    def answer(self, query: bytes, truncated: bool = False) -> bytes:
+        """The response to one query."""
+        question = query[12:]
         labels, pos = [], 0
         while question[pos]:
             labels.append(question[pos + 1 : pos + 1 + question[pos]].decode())
             pos += 1 + question[pos]
         self.queries.append(".".join(labels))
         question = question[: pos + 5]
+        records = [] if truncated else self.records
         answers = b""
-        for i, (target, port) in enumerate(self.records):
+        for i, (target, port) in enumerate(records):
             rdata = struct.pack(">HHH", 10, i, port) + encode_name(target)
             # The owner name as a pointer to the question (offset 12), as real servers do.
             answers += struct.pack(">HHHIH", 0xC00C, 33, 1, 60, len(rdata)) + rdata
-        header = ident + struct.pack(">HHHHH", 0x8180, 1, len(self.records), 0, 0)
+        flags = 0x8380 if truncated else 0x8180
+        return query[:2] + struct.pack(">HHHHH", flags, 1, len(records), 0, 0) + question + answers
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
         assert self.transport is not None
-        self.transport.sendto(header + question + answers, addr)
+        self.transport.sendto(self.answer(data, self.truncate), addr)
+
+    async def serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """DNS over TCP: two-byte length prefixes."""
+        (size,) = struct.unpack(">H", await reader.readexactly(2))
+        response = self.answer(await reader.readexactly(size))
+        writer.write(struct.pack(">H", len(response)) + response)
+        await writer.drain()
+        writer.close()
 
 
 @pytest.fixture
 async def dns() -> AsyncIterator[tuple[SrvResponder, tuple[str, int]]]:
-    """A DNS responder on a free UDP port: (responder, (host, port))."""
+    """A DNS responder on a free UDP and TCP port: (responder, (host, port))."""
     loop = asyncio.get_running_loop()
-    transport, responder = await loop.create_datagram_endpoint(
-        SrvResponder, local_addr=("127.0.0.1", 0)
-    )
-    yield responder, transport.get_extra_info("sockname")[:2]
+    for attempt in range(10):  # the free UDP port's TCP twin may be taken: pick another
+        transport, responder = await loop.create_datagram_endpoint(
+            SrvResponder, local_addr=("127.0.0.1", 0)
+        )
+        host, port = transport.get_extra_info("sockname")[:2]
+        try:
+            server = await asyncio.start_server(responder.serve_tcp, host, port)
+            break
+        except OSError:
+            transport.close()
+            if attempt == 9:
+                raise
+    yield responder, (host, port)
+    server.close()
     transport.close()
 
 
@@ -111,3 +138,14 @@ async def test_srv_failures(dns: tuple[SrvResponder, tuple[str, int]]) -> None:
     with pytest.raises(BackendError, match="Unable to fetch servers from SRV"):
         await backend.connect()
     await backend.close()
+
+
+async def test_srv_truncated_udp_answer_retried_over_tcp(
+    dns: tuple[SrvResponder, tuple[str, int]],
+) -> None:
+    responder, nameserver = dns
+    responder.truncate = True
+    responder.records = [("m2.cache.test.", 11211), ("m1.cache.test.", 11211)]
+    servers = await servers_from_srv(NAME, nameserver)
+    assert servers == ["m1.cache.test.:11211", "m2.cache.test.:11211"]
+    assert responder.queries == [NAME, NAME]  # once over UDP, once over TCP

@@ -57,6 +57,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..settings import mask_url, redis_auth
 from . import resp
 from .base import BackendError
 from .resp import Batch, ReplyError, RespConnection, SharedFuture
@@ -138,8 +139,6 @@ class InstanceSettings:
     @property
     def masked_url(self) -> str:
         """The URL as it may be logged."""
-        from ..settings import mask_url
-
         return mask_url(self.url)
 
 
@@ -151,12 +150,6 @@ def _ssl_context(s: InstanceSettings) -> ssl.SSLContext:
         # As the reference: the chain is still verified, only the name is not.
         ctx.check_hostname = False
     return ctx
-
-
-def _credentials(auth: str) -> tuple[str | None, str | None]:
-    from ..settings import redis_auth
-
-    return redis_auth(auth)
 
 
 class _Counters:
@@ -177,7 +170,7 @@ class _Dialer:
     def __init__(self, s: InstanceSettings, ssl_context: ssl.SSLContext | None) -> None:
         self.s = s
         self.ssl_context = ssl_context
-        self.username, self.password = _credentials(s.auth)
+        self.username, self.password = redis_auth(s.auth)
 
     def with_url_credentials(self, username: str | None, password: str | None) -> None:
         """Credentials from a redis:// URL, unless REDIS_AUTH set them."""
@@ -190,7 +183,6 @@ class _Dialer:
         on_lost: Callable[[RespConnection], None] | None = None,
         *,
         auth: tuple[str | None, str | None] | None = None,
-        tls: bool = True,
     ) -> RespConnection:
         """A ready connection (AUTH + PING done); `auth` overrides the instance's."""
         username, password = auth if auth is not None else (self.username, self.password)
@@ -198,7 +190,7 @@ class _Dialer:
             address,
             timeout=self.s.request_timeout,
             dial_timeout=self.s.dial_timeout,
-            ssl_context=self.ssl_context if tls else None,
+            ssl_context=self.ssl_context,
             username=username,
             password=password,
             on_lost=on_lost,
@@ -513,7 +505,7 @@ class SingleInstance(RedisInstance):
 
     async def _ask_sentinels(self) -> Address:
         """The current master address, from the first sentinel that knows it."""
-        sentinel_auth = _credentials(self.s.sentinel_auth)
+        sentinel_auth = redis_auth(self.s.sentinel_auth)
         error: Exception | None = None
         for sentinel in self.sentinels:
             try:

@@ -249,6 +249,6 @@ async def test_timeout_of_a_hung_node_fails_open(memcached, decider) -> None:
     try:
         start = time.monotonic()
         assert codes(await d.decide("d", [("k", "v")])) == [(OK, 1)]
-        assert time.monotonic() - start < 1.0
+        assert time.monotonic() - start < 2.0  # timeout 0.2 s; slack for a loaded machine
     finally:
         mc.proc.send_signal(18)  # SIGCONT

@@ -355,3 +355,20 @@ async def test_share_threshold_patterns_of_the_reference_config(redis_server, de
 
 async def test_runs_on_uvloop() -> None:
     assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+
+async def test_registry_builds_the_redis_backend(redis_server) -> None:
+    from ratelimitd.backends import create_backend
+    from ratelimitd.backends.redis import RedisBackend
+
+    settings = Settings.from_env(
+        {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis_server.address}
+    )
+    backend = create_backend(settings, Health(), StatsStore())
+    assert isinstance(backend, RedisBackend)
+    await backend.connect()
+    try:
+        assert await backend.increment([("reg", 2, 60)]) == [2]
+        assert await backend.get([("reg", 60), ("absent", 60)]) == [2, 0]
+    finally:
+        await backend.close()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .backends import create_backend
-from .backends.base import Backend
+from .backends.base import Backend, BackendError
 from .config.provider import FileLayout
 from .health import Health
 from .limiter import Limiter
@@ -26,7 +26,7 @@ from .service import Options, RateLimitService
 from .settings import Settings, SettingsError, env_overrides_on_reload
 from .stats import StatsStore
 from .transport.debug import debug_routes
-from .transport.grpc import GrpcTransport
+from .transport.grpc import GrpcConfigError, GrpcTransport
 from .transport.http import HttpServer, main_routes
 
 log = logging.getLogger("ratelimitd")
@@ -145,7 +145,9 @@ def build(settings: Settings) -> Daemon:
         near_limit_ratio=settings.near_limit_ratio,
         cache_key_prefix=settings.cache_key_prefix,
         local_cache=local_cache,
-        stop_increment_when_over_limit=settings.stop_cache_key_increment_when_overlimit,
+        # Redis only, as in the reference: memcache decides before it increments.
+        stop_increment_when_over_limit=settings.stop_cache_key_increment_when_overlimit
+        and settings.backend_type == "redis",
     )
     service = RateLimitService(limiter, stats, options_from(settings))
 
@@ -195,6 +197,12 @@ def serve(settings: Settings) -> int:
             "no REDIS_* or MEMCACHE_* setting found: using the embedded in-memory backend "
             "(BACKEND_TYPE=memory); counters are local to this process"
         )
-    daemon = build(settings)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(daemon.run())
+    try:
+        daemon = build(settings)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(daemon.run())
+    except (BackendError, GrpcConfigError, OSError) as exc:
+        # Start-up failures (backend unreachable past its retries, bad TLS files, a port
+        # in use) end the process with one line, not a traceback.
+        log.critical("ratelimitd cannot start: %s", exc)
+        return 1

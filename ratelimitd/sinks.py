@@ -283,7 +283,12 @@ class TcpWriter:
             except (OSError, TimeoutError) as err:
                 self.connect_failures += 1
                 if self.connect_failures == 1 or delay >= RECONNECT_MAX_SECONDS:
-                    log.warning("statsd connection error (%s:%s): %s", self.host, self.port, err)
+                    log.warning(
+                        "statsd connection error (%s:%s): %s",
+                        self.host,
+                        self.port,
+                        str(err) or type(err).__name__,
+                    )
                 await asyncio.sleep(delay)
                 delay = min(RECONNECT_MAX_SECONDS, delay * 2)
                 continue
@@ -292,7 +297,12 @@ class TcpWriter:
             try:
                 await self._pump(reader, writer)
             except (OSError, TimeoutError) as err:
-                log.warning("statsd connection lost (%s:%s): %s", self.host, self.port, err)
+                log.warning(
+                    "statsd connection lost (%s:%s): %s",
+                    self.host,
+                    self.port,
+                    str(err) or type(err).__name__,
+                )
             finally:
                 writer.close()
                 with contextlib.suppress(Exception):

@@ -171,7 +171,7 @@ class MetricsDB:
     # -- ingest ---------------------------------------------------------------------------
 
     def ingest(self, paths: Iterable[Path], wait: bool = True) -> IngestReport | None:
-        """Load new rows of the given files, then refresh the aggregates of the touched days.
+        """Load new rows of the given files (the `demand_day` aggregate moves with them).
 
         Returns None when another process holds the writer lock and `wait` is false.
         """

@@ -106,8 +106,8 @@ class MetricsService:
             self.last_report = report
             if report.rejected or any(report.accepted.values()):
                 log.info(
-                    "metrics ingest: %s accepted, %d rejected, %d duplicates in %.2fs + "
-                    "%.2fs refresh",
+                    "metrics ingest: %s accepted, %d rejected, %d duplicates in %.2fs (+ "
+                    "%.2fs aggregate)",
                     report.accepted,
                     report.rejected,
                     report.duplicates,

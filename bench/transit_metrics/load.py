@@ -3,7 +3,7 @@
     python bench/transit_metrics/load.py --records /tmp/tm_bench/records \\
         --db /tmp/tm_bench/metrics.sqlite --now 2026-11-22T12:00:00+10:00
 
-Serves part 1's app with part 2 registered (`part2:asgi_app()`), over a metrics
+Serves part 1's app with part 2 registered (`asgi:app()`), over a metrics
 store that is already loaded (run ingest_bench.py or the CLI first: the scheduled ingest then
 finds nothing new). Waits until both workers answer every endpoint, then runs
 `wrk -t2 -c32 -d10s --latency -H 'Accept-Encoding: gzip'` per endpoint. wrk shares the
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             f"127.0.0.1:{port}",
             "--log-level",
             "warning",
-            "sidecars.transit.part2:asgi_app()",
+            "sidecars.transit.asgi:app()",
         ],
         cwd=REPO,
         env=env,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import logging
 import os
 import zipfile
 from collections.abc import Mapping
@@ -24,14 +23,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import falcon.asgi
 
-from .app import create_app
 from .metrics import resources as metrics_resources
 from .metrics.service import MetricsService
 from .places import resources as places_resources
 from .places.facilities import DEFAULT_DIR as DEFAULT_FACILITIES
 from .places.locations import DEFAULT_DIR as DEFAULT_LOCATIONS
 from .places.service import Places
-from .settings import Settings, SettingsError
+from .settings import SettingsError
 from .store import TransitStore
 
 DEFAULT_SINCE = date(2024, 1, 1)
@@ -193,18 +191,3 @@ def feed_timezone(source: str) -> ZoneInfo:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
         raise SettingsError(f"{source}: no usable agency_timezone ({tz!r})") from None
-
-
-def asgi_app() -> falcon.asgi.App:
-    """Both parts from the `TRANSIT_*` environment, for gunicorn until the lead wires
-    `register_routes` into `create_app`:
-    `gunicorn -k uvicorn.workers.UvicornWorker -w 2 'sidecars.transit.part2:asgi_app()'`."""
-    settings = Settings.from_env()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-    )
-    store = TransitStore(settings)
-    app = create_app(settings, store=store)
-    register_routes(app, Part2Settings.from_env(), store)
-    return app

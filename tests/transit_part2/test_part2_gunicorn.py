@@ -65,7 +65,7 @@ def test_two_workers_ingest_on_schedule(tmp_path: Path) -> None:
             "2",
             "-b",
             "127.0.0.1:0",
-            "sidecars.transit.part2:asgi_app()",
+            "sidecars.transit.asgi:app()",
         ],
         cwd=REPO,
         env=env,

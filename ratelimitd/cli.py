@@ -56,7 +56,8 @@ def serve(argv: Sequence[str]) -> int:
     if settings.ratelimitd_workers > 1:
         from .workers import supervise
 
-        return supervise(settings.ratelimitd_workers)
+        prometheus = settings.stats_sink == "prometheus"
+        return supervise(settings.ratelimitd_workers, share_stats=prometheus)
     from .daemon import serve as run_daemon
 
     return run_daemon(settings)

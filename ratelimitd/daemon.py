@@ -24,7 +24,9 @@ from .localcache import LocalCache
 from .reloader import ConfigReloader
 from .service import Options, RateLimitService
 from .settings import Settings, SettingsError, env_overrides_on_reload
+from .sinks import Sink, SinkError, create_sink
 from .stats import StatsStore
+from .tracing import Tracing, create_tracing, server_interceptor
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
 from .transport.http import HttpServer, main_routes
@@ -61,6 +63,8 @@ class Daemon:
     grpc: GrpcTransport
     http: HttpServer
     debug: HttpServer
+    sink: Sink
+    tracing: Tracing | None = None
 
     def __post_init__(self) -> None:
         self._stop: asyncio.Event | None = None
@@ -97,6 +101,7 @@ class Daemon:
         await self.grpc.start()
         await self.http.start(s.host, s.port, reuse_port=True)
         await self.debug.start(s.debug_host, s.debug_port, reuse_port=True)
+        await self.sink.start()
         self.reloader.start()
         log.info(
             "ratelimitd serving: grpc %s, http %s:%d, debug %s:%d, backend %s",
@@ -116,6 +121,9 @@ class Daemon:
             self.http.close(DRAIN_GRACE_SECONDS),
             self.debug.close(DRAIN_GRACE_SECONDS),
         )
+        await self.sink.stop()  # the final flush
+        if self.tracing is not None:
+            await self.tracing.shutdown()
         await self.backend.close()
         log.info("ratelimitd stopped")
         return 0
@@ -135,6 +143,16 @@ def build(settings: Settings) -> Daemon:
     health.register("sigterm", True)
 
     backend = create_backend(settings, health, stats)
+    sink = create_sink(
+        settings,
+        stats,
+        worker_index=settings.ratelimitd_worker_index,
+        share_dir=settings.ratelimitd_stats_dir or None,
+    )
+    tracing = create_tracing(settings)
+    if tracing is not None:
+        # Before the Limiter is built: it looks up the backend's methods once.
+        backend = tracing.traced_backend(backend)
     local_cache = None
     if settings.local_cache_size_in_bytes:
         local_cache = LocalCache(settings.local_cache_size_in_bytes)
@@ -182,9 +200,19 @@ def build(settings: Settings) -> Daemon:
         backend=backend,
         service=service,
         reloader=reloader,
-        grpc=GrpcTransport(settings, service, health, stats),
+        grpc=GrpcTransport(
+            settings,
+            service,
+            health,
+            stats,
+            response_timer=sink.timer,
+            # Tracing needs the interceptor; the response-time timer is fed by the handler.
+            extra_interceptors=[i for i in (server_interceptor(None, tracing),) if i is not None],
+        ),
         http=HttpServer(main_routes(service, health)),
         debug=HttpServer(debug_routes(service, stats)),
+        sink=sink,
+        tracing=tracing,
     )
 
 
@@ -201,7 +229,7 @@ def serve(settings: Settings) -> int:
         daemon = build(settings)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(daemon.run())
-    except (BackendError, GrpcConfigError, OSError) as exc:
+    except (BackendError, GrpcConfigError, SinkError, OSError) as exc:
         # Start-up failures (backend unreachable past its retries, bad TLS files, a port
         # in use) end the process with one line, not a traceback.
         log.critical("ratelimitd cannot start: %s", exc)

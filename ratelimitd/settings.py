@@ -39,7 +39,10 @@ Deliberate differences from the reference, all more lenient or safer:
 Extensions (not in the reference):
 
 * ``RATELIMITD_WORKERS`` (integer >= 1, default 1): number of worker processes sharing the
-  listening ports with SO_REUSEPORT.
+  listening ports with SO_REUSEPORT. The supervisor gives each worker
+  ``RATELIMITD_WORKER_INDEX`` and, with the Prometheus sink, ``RATELIMITD_STATS_DIR`` (where
+  workers publish their totals so any worker's endpoint serves the sum); they are not meant
+  to be set by hand.
 * ``REDIS_REQUEST_TIMEOUT`` (Go duration, default ``50ms``): the longest a request waits for its
   Redis replies before failing like a Redis error; applies to the main and per-second
   instances. ``REDIS_TIMEOUT`` stays the dial timeout, as in the reference.
@@ -555,6 +558,8 @@ class Settings:
 
     # Extensions.
     ratelimitd_workers: int = 1
+    ratelimitd_worker_index: int | None = None
+    ratelimitd_stats_dir: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -732,6 +737,12 @@ class Settings:
             tracing_service_instance_id=env.get_str("TRACING_SERVICE_INSTANCE_ID"),
             tracing_sampling_rate=env.get_float("TRACING_SAMPLING_RATE", 1.0, lo=0.0, hi=1.0),
             ratelimitd_workers=env.get_int("RATELIMITD_WORKERS", 1, lo=1),
+            ratelimitd_worker_index=(
+                env.get_int("RATELIMITD_WORKER_INDEX", 0, lo=0)
+                if env.get_str("RATELIMITD_WORKER_INDEX")
+                else None
+            ),
+            ratelimitd_stats_dir=env.get_str("RATELIMITD_STATS_DIR"),
         )
         settings._check(env)
         if settings.stats_sink == "dogstatsd" and mogrifier_names:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 log = logging.getLogger("ratelimitd.workers")
@@ -23,13 +25,28 @@ MAX_BACKOFF_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 30.0
 
 
-def _spawn(index: int) -> subprocess.Popen[bytes]:
+def _spawn(index: int, stats_dir: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ, RATELIMITD_WORKERS="1", RATELIMITD_WORKER_INDEX=str(index))
+    if stats_dir:
+        env["RATELIMITD_STATS_DIR"] = stats_dir
     return subprocess.Popen([sys.executable, "-m", "ratelimitd", "serve"], env=env)
 
 
-def supervise(count: int) -> int:
-    """Run `count` workers until told to stop; exit status 0 after a clean drain."""
+def supervise(count: int, share_stats: bool = False) -> int:
+    """Run `count` workers until told to stop; exit status 0 after a clean drain.
+
+    With `share_stats` (the Prometheus sink) the workers publish their totals in a shared
+    directory so that whichever worker answers a scrape serves the sum over all of them.
+    """
+    stats_dir = tempfile.mkdtemp(prefix="ratelimitd-stats-") if share_stats else ""
+    try:
+        return _supervise(count, stats_dir)
+    finally:
+        if stats_dir:
+            shutil.rmtree(stats_dir, ignore_errors=True)
+
+
+def _supervise(count: int, stats_dir: str) -> int:
     stopping = False
 
     def stop(signum: int, frame: object) -> None:
@@ -39,7 +56,7 @@ def supervise(count: int) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, stop)
 
-    workers = [_spawn(i) for i in range(count)]
+    workers = [_spawn(i, stats_dir) for i in range(count)]
     started = [time.monotonic()] * count
     backoff = [0.0] * count
     restart_at = [0.0] * count
@@ -61,7 +78,7 @@ def supervise(count: int) -> int:
                 restart_at[i] = now + backoff[i]
                 log.warning("worker %d (pid %d) exited with %s", i, worker.pid, code)
             if now >= restart_at[i]:
-                workers[i] = _spawn(i)
+                workers[i] = _spawn(i, stats_dir)
                 started[i] = now
                 restart_at[i] = 0.0
                 log.warning("worker %d restarted as pid %d", i, workers[i].pid)

@@ -18,7 +18,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -30,7 +30,7 @@ from ratelimitd.backends.base import BackendError
 from ratelimitd.health import Health
 from ratelimitd.service import RateLimitService, ServiceError
 from ratelimitd.settings import Settings
-from ratelimitd.stats import StatsStore
+from ratelimitd.stats import StatsStore, Timer
 
 from .protocodec import DecodeError, decode_request, encode_response
 
@@ -213,8 +213,14 @@ class GrpcTransport:
         service: RateLimitService,
         health: Health,
         stats: StatsStore,
+        *,
+        response_timer: Timer | None = None,
+        extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ) -> None:
         self.settings = settings
+        # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
+        self.response_timer = response_timer
+        self.extra_interceptors = list(extra_interceptors)
         self.service = service
         self.health = health
         self.stats = stats
@@ -254,9 +260,12 @@ class GrpcTransport:
             # ratelimit_server.ShouldRateLimit.{total_requests,response_time}; the stats
             # interceptor of the reference counts every call, failed ones included.
             s = self.stats.service
+            elapsed_ms = (time.perf_counter() - started) * 1000.0
             s.total_requests += 1
             s.response_time_count += 1
-            s.response_time_sum_ms += (time.perf_counter() - started) * 1000.0
+            s.response_time_sum_ms += elapsed_ms
+            if self.response_timer is not None:
+                self.response_timer.observe(elapsed_ms)
 
     # -- health ----------------------------------------------------------------------------
 
@@ -315,9 +324,10 @@ class GrpcTransport:
     def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """The SAN check when mTLS with GRPC_CLIENT_TLS_SAN is configured, else none."""
         s = self.settings
+        out: list[grpc.aio.ServerInterceptor] = []
         if s.grpc_server_use_tls and s.grpc_client_tls_cacert and s.grpc_client_tls_san:
-            return [_RequireClientSan(s.grpc_client_tls_san)]
-        return []
+            out.append(_RequireClientSan(s.grpc_client_tls_san))
+        return out + self.extra_interceptors
 
     def bind(self, server: grpc.aio.Server) -> int:
         """Listen on the configured address; the bound TCP port (0 for a unix socket)."""

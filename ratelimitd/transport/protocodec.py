@@ -89,7 +89,7 @@ def _compiled_codec() -> tuple[Any, Any] | None:
     if os.environ.get("RATELIMITD_NO_EXTENSIONS"):
         return None
     try:
-        from ratelimitd import _wire
+        from ratelimitd import _wire  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _wire.decode_request, _wire.encode_response

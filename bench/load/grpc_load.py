@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import sys
@@ -55,6 +56,7 @@ class LoadResult:
     redis_writes_per_decision: float | None = None
     redis_commands_per_decision: float | None = None
     target_rps: float | None = None
+    error_codes: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, float | int | None]:
@@ -90,8 +92,8 @@ async def drive(
     warmup: int = 500,
     on_start: Callable[[], None] | None = None,
     on_end: Callable[[], None] | None = None,
-) -> tuple[list[float], int, float]:
-    """Send `requests` calls; (latencies in seconds, errors, elapsed seconds).
+) -> tuple[list[float], dict[str, int], float]:
+    """Send `requests` calls; (latencies in seconds, failures by status, elapsed seconds).
 
     `on_start` runs after the warm-up, just before the clock starts; `on_end` right after
     the last reply: the server-side snapshots go there so they cover only measured calls.
@@ -112,13 +114,15 @@ async def drive(
         sem = asyncio.Semaphore(concurrency)
 
         async def one(i: int) -> None:
+            # A warm-up failure is not measured; failures in the measured calls are counted.
             async with sem:
-                await calls[i % channels](payload, timeout=30)
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    await calls[i % channels](payload, timeout=30)
 
         await asyncio.gather(*(one(i) for i in range(warmup)))
 
         latencies: list[float] = []
-        errors = 0
+        codes: dict[str, int] = {}
         next_index = 0
         clock = time.perf_counter
         if on_start is not None:
@@ -126,7 +130,7 @@ async def drive(
         start = clock()
 
         async def worker(w: int) -> None:
-            nonlocal next_index, errors
+            nonlocal next_index
             call = calls[w % channels]
             record = latencies.append
             while next_index < requests:
@@ -139,8 +143,9 @@ async def drive(
                 t = clock()
                 try:
                     await call(payload, timeout=30)
-                except grpc.aio.AioRpcError:
-                    errors += 1
+                except grpc.aio.AioRpcError as err:
+                    name = f"{err.code().name}: {err.details()}"[:120]
+                    codes[name] = codes.get(name, 0) + 1
                     continue
                 record(clock() - t)
 
@@ -148,7 +153,7 @@ async def drive(
         elapsed = clock() - start
         if on_end is not None:
             on_end()
-        return latencies, errors, elapsed
+        return latencies, codes, elapsed
     finally:
         for ch in opened:
             await ch.close()
@@ -177,7 +182,7 @@ def measure(
             marks["commands"].append(commands)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        latencies, errors, elapsed = runner.run(
+        latencies, codes, elapsed = runner.run(
             drive(
                 target,
                 payload,
@@ -191,6 +196,7 @@ def measure(
         )
     latencies.sort()
     done = len(latencies)
+    errors = sum(codes.values())
     result = LoadResult(
         requests=done,
         errors=errors,
@@ -200,6 +206,7 @@ def measure(
         p99_ms=percentile(latencies, 99) * 1000,
         p999_ms=percentile(latencies, 99.9) * 1000,
         target_rps=rate,
+        error_codes=codes,
         latencies=latencies,
     )
     decisions = done + errors
@@ -231,6 +238,9 @@ def combine(results: list[LoadResult]) -> LoadResult:
         target_rps=results[0].target_rps,
         latencies=latencies,
     )
+    for r in results:
+        for code, n in r.error_codes.items():
+            out.error_codes[code] = out.error_codes.get(code, 0) + n
     decisions = done + out.errors
     if decisions and all(r.server_cpu_s is not None for r in results):
         out.server_cpu_s = sum(r.server_cpu_s or 0.0 for r in results)

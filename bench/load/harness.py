@@ -296,6 +296,9 @@ class Daemon(Proc):
             RUNTIME_APPDIRECTORY="config",
             RUNTIME_WATCH_ROOT="false",
             USE_STATSD="false",
+            # No stats sink: the decision path alone (counters are still kept). The sinks'
+            # own cost is bench/observability.py's subject; --daemon-env brings one back.
+            DISABLE_STATS="true",
             BACKEND_TYPE="memory",
             LOG_LEVEL="warn",
             PYTHONPATH=str(REPO),

@@ -411,6 +411,9 @@ def render(results: dict[str, Any], command: str, started: str, elapsed: float) 
         "each worker keeps its own counters. Its CPU is the supervisor's and both workers'.",
         "Every ratelimitd serves one rule (generic_key=bench, 10^9 per hour), so every "
         "decision is OK and every decision touches the backend.",
+        "Every ratelimitd runs with DISABLE_STATS=true (no stats sink; counters still kept) "
+        "and otherwise default settings, e.g. REDIS_REQUEST_TIMEOUT=50ms: a decision whose "
+        "Redis reply takes longer fails with UNKNOWN and is counted under *failed*.",
     ]
     out += ["## Notes", "", *[f"- {n}" for n in notes], ""]
     plan = results["plan"]
@@ -421,19 +424,29 @@ def render(results: dict[str, Any], command: str, started: str, elapsed: float) 
         f"calls over {plan['channels']} channels, {plan['rounds']} interleaved round(s) of "
         f"{plan['requests']:,} requests per scenario (after a warm-up).",
         "",
-        "| scenario | requests | req/s | p50 ms | p99 ms | p99.9 ms | server CPU s / 10k "
-        "| CPU ÷ (a) | req/s ÷ (a) | Redis writes / decision | Redis commands / decision |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| scenario | answered | failed | req/s | p50 ms | p99 ms | p99.9 ms "
+        "| server CPU s / 10k | CPU ÷ (a) | req/s ÷ (a) | Redis writes / decision "
+        "| Redis commands / decision |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, r in g.items():
         cpu_ratio = r["cpu_per_10k"] / base["cpu_per_10k"] if base["cpu_per_10k"] else None
         out.append(
-            f"| {NAMES[key]} | {r['requests']:,} | {r['rps']:,.0f} | {r['p50_ms']:.2f} "
+            f"| {NAMES[key]} | {r['requests']:,} | {r['errors']:,} | {r['rps']:,.0f} "
+            f"| {r['p50_ms']:.2f} "
             f"| {r['p99_ms']:.2f} | {r['p999_ms']:.2f} | {_f(r['cpu_per_10k'], '{:.2f}')} "
             f"| {_f(cpu_ratio, '{:.2f}×')} | {r['rps'] / base['rps']:.2f}× "
             f"| {_f(r['redis_writes_per_decision'], '{:.2f}')} "
             f"| {_f(r['redis_commands_per_decision'], '{:.2f}')} |"
         )
+    failures = [
+        f"- {NAMES[key]}{' (paced)' if run == 'paced' else ''}: {n:,} × `{code}`"
+        for run in ("grpc", "paced")
+        for key, r in results[run].items()
+        for code, n in r["error_codes"].items()
+    ]
+    if failures:
+        out += ["", "Failed calls by status:", "", *failures]
     out += [
         "",
         "## p99 at half of saturation throughput (gRPC, paced)",
@@ -442,13 +455,14 @@ def render(results: dict[str, Any], command: str, started: str, elapsed: float) 
         "generator shares the cores with the server: where even the empty server's p99 is "
         "high, the generator and the machine, not the server, set these figures.",
         "",
-        "| scenario | target req/s | achieved req/s | p50 ms | p99 ms | p99.9 ms "
+        "| scenario | target req/s | achieved req/s | failed | p50 ms | p99 ms | p99.9 ms "
         "| server CPU s / 10k |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, r in results["paced"].items():
         out.append(
-            f"| {NAMES[key]} | {r['target_rps']:,.0f} | {r['rps']:,.0f} | {r['p50_ms']:.2f} "
+            f"| {NAMES[key]} | {r['target_rps']:,.0f} | {r['rps']:,.0f} | {r['errors']:,} "
+            f"| {r['p50_ms']:.2f} "
             f"| {r['p99_ms']:.2f} | {r['p999_ms']:.2f} | {_f(r['cpu_per_10k'], '{:.2f}')} |"
         )
     wrk_conn = "wrk -t1 -c32"

@@ -1,0 +1,1 @@
+"""The account usage API: `GET /api/v2/user/usage` over ratelimitd's metered day buckets."""

@@ -1,0 +1,116 @@
+"""Settings of the usage sidecar: one frozen value built from `USAGE_*` variables.
+
+This is the only module of the sidecar that reads `os.environ`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+USAGE_PATH = "/api/v2/user/usage"
+
+
+class SettingsError(ValueError):
+    """A `USAGE_*` variable has a value that cannot be used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the usage sidecar runs; see the settings table in sidecars/usage/README.md."""
+
+    host: str = "127.0.0.1"
+    port: int = 8090
+    workers: int = 2
+    log_level: str = "info"
+    base_path: str = ""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_timeout_seconds: float = 0.5
+    redis_pool_size: int = 32
+    key_prefix: str = "usage:"
+    cache_key_prefix: str = ""
+    meter_domain: str = "api"
+    meter_key: str = "account"
+    plans_file: str = ""
+    retry_after_seconds: int = 5
+    ratelimit_address: str = "127.0.0.1:8081"
+    ratelimit_domain: str = "api"
+    ratelimit_timeout_seconds: float = 0.25
+    ratelimit_failure_mode: str = "allow"
+    quota_refresh_seconds: float = 2.0
+    quota_exempt_paths: tuple[str, ...] = (USAGE_PATH,)
+    exempt_paths: tuple[str, ...] = ("/health", "/openapi.json")
+
+    @property
+    def usage_path(self) -> str:
+        """Where the usage endpoint is served."""
+        return self.base_path + USAGE_PATH
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build the settings from `USAGE_*` variables (unset or empty: the default)."""
+        env = os.environ if environ is None else environ
+        d = cls()
+
+        def text(name: str, default: str) -> str:
+            value = env.get("USAGE_" + name, "").strip()
+            return value or default
+
+        def number(name: str, default: float, lo: float = 0.0) -> float:
+            raw = env.get("USAGE_" + name, "").strip()
+            if not raw:
+                return default
+            try:
+                value = float(raw)
+            except ValueError:
+                raise SettingsError(f"USAGE_{name}={raw!r} is not a number") from None
+            if not value >= lo:
+                raise SettingsError(f"USAGE_{name}={raw!r} must be at least {lo:g}")
+            return value
+
+        def paths(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+            # Set but empty means "none", unlike the other variables: it switches exemption off.
+            if "USAGE_" + name not in env:
+                return default
+            return tuple(p.strip() for p in env["USAGE_" + name].split(",") if p.strip())
+
+        base_path = text("BASE_PATH", "").rstrip("/")
+        if base_path and not base_path.startswith("/"):
+            raise SettingsError(f"USAGE_BASE_PATH={base_path!r} must start with '/'")
+        failure_mode = text("RATELIMIT_FAILURE_MODE", d.ratelimit_failure_mode).lower()
+        if failure_mode not in ("allow", "deny"):
+            raise SettingsError(
+                f"USAGE_RATELIMIT_FAILURE_MODE={failure_mode!r} (accepted: allow, deny)"
+            )
+        redis_url = text("REDIS_URL", d.redis_url)
+        if "://" not in redis_url:
+            # ratelimitd's REDIS_URL form (host:port) is accepted as it is.
+            redis_url = "redis://" + redis_url
+        # The ratelimitd address may be empty: the app then authenticates but asks no one.
+        ratelimit_address = env.get("USAGE_RATELIMIT_ADDRESS", d.ratelimit_address).strip()
+        return cls(
+            host=text("HOST", d.host),
+            port=int(number("PORT", d.port)),
+            workers=int(number("WORKERS", d.workers, lo=1)),
+            log_level=text("LOG_LEVEL", d.log_level).lower(),
+            base_path=base_path,
+            redis_url=redis_url,
+            redis_timeout_seconds=number("REDIS_TIMEOUT_SECONDS", d.redis_timeout_seconds, 0.001),
+            redis_pool_size=int(number("REDIS_POOL_SIZE", d.redis_pool_size, lo=1)),
+            key_prefix=env.get("USAGE_KEY_PREFIX", d.key_prefix),
+            cache_key_prefix=env.get("USAGE_CACHE_KEY_PREFIX", d.cache_key_prefix),
+            meter_domain=text("METER_DOMAIN", d.meter_domain),
+            meter_key=text("METER_KEY", d.meter_key),
+            plans_file=text("PLANS_FILE", d.plans_file),
+            retry_after_seconds=int(number("RETRY_AFTER_SECONDS", d.retry_after_seconds, lo=1)),
+            ratelimit_address=ratelimit_address,
+            ratelimit_domain=text("RATELIMIT_DOMAIN", d.ratelimit_domain),
+            ratelimit_timeout_seconds=number(
+                "RATELIMIT_TIMEOUT_SECONDS", d.ratelimit_timeout_seconds, 0.001
+            ),
+            ratelimit_failure_mode=failure_mode,
+            quota_refresh_seconds=number("QUOTA_REFRESH_SECONDS", d.quota_refresh_seconds),
+            quota_exempt_paths=paths("QUOTA_EXEMPT_PATHS", (base_path + USAGE_PATH,)),
+            exempt_paths=paths("EXEMPT_PATHS", d.exempt_paths),
+        )

@@ -1,0 +1,226 @@
+"""The rate-limit middleware against a real ratelimitd on Redis: decisions, metering, quota,
+failure policy. Apps run in process (httpx ASGI transport); gunicorn is test_usage_gunicorn."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import falcon
+import falcon.asgi
+import httpx
+import pytest
+
+from ratelimitd.limiter import meter_key
+from sidecars.ratelimit_middleware import RateLimitConfig, RateLimitMiddleware, bearer_token
+from sidecars.usage.app import rate_limit_middleware
+from sidecars.usage.settings import USAGE_PATH
+from sidecars.usage.store import UsageStore
+
+from .conftest import Daemon, RedisServer, free_port
+from .usage_helpers import TEST_PLANS, account_with_token, bearer, client_for, settings_for
+
+
+@pytest.fixture
+def black_hole() -> Iterator[str]:
+    """An address that accepts TCP connections and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_bearer_token_parsing() -> None:
+    assert bearer_token(None) is None
+    assert bearer_token("Basic abc") is None
+    assert bearer_token("Bearer abc") == "abc"
+    assert bearer_token("BEARER  abc ") == "abc"
+    assert bearer_token("Bearer") == ""
+    assert bearer_token("Bearer a b") == ""
+
+
+async def test_requests_are_metered_into_current_usage(
+    redis_server: RedisServer, daemon: Daemon
+) -> None:
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    client, store = client_for(settings)
+    async with client:
+        _, token = await account_with_token(store, "pro")
+        for expected in range(1, 6):
+            resp = await client.get(USAGE_PATH, headers=bearer(token))
+            assert resp.status_code == 200, resp.text
+            # ratelimitd counts before it answers: the request sees its own hit.
+            assert resp.json()["currentUsage"] == expected
+            assert int(resp.headers["ratelimit-limit"]) > 0
+            assert "ratelimit-remaining" in resp.headers and "ratelimit-reset" in resp.headers
+    await store.close()
+
+
+async def test_over_limit_is_429_with_retry_after_and_ratelimit_headers(
+    redis_server: RedisServer, daemon: Daemon
+) -> None:
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    client, store = client_for(settings)
+    async with client:
+        # The test config limits account `tight` on plan free to 3 per minute.
+        redis_server.client.delete(*(redis_server.client.keys("usage:*tight*") or ["-"]))
+        _, token = await account_with_token(store, "free", account_id="tight")
+        statuses = []
+        for _ in range(4):
+            resp = await client.get(USAGE_PATH, headers=bearer(token))
+            statuses.append(resp.status_code)
+        assert statuses[-1] == 429, statuses
+        assert resp.json()["error"] == "rate_limited"
+        assert 1 <= int(resp.headers["retry-after"]) <= 60
+        assert resp.headers["ratelimit-limit"] == "3"
+        assert resp.headers["ratelimit-remaining"] == "0"
+        assert 0 <= int(resp.headers["ratelimit-reset"]) <= 60
+    await store.close()
+
+
+async def test_quota_switches_to_429_at_plan_limit(
+    redis_server: RedisServer, daemon: Daemon
+) -> None:
+    # No exempt paths, so the usage endpoint itself is held to the quota (free: 5).
+    settings = settings_for(
+        redis_server.url, ratelimit_address=daemon.address, quota_exempt_paths=()
+    )
+    client, store = client_for(settings)
+    async with client:
+        _, token = await account_with_token(store, "free")
+        for n in range(1, 6):
+            resp = await client.get(USAGE_PATH, headers=bearer(token))
+            assert resp.status_code == 200, (n, resp.text)
+            assert resp.json()["currentUsage"] == n
+        refused = await client.get(USAGE_PATH, headers=bearer(token))
+        assert refused.status_code == 429
+        assert refused.json()["error"] == "quota_exceeded"
+        # Rolling window: it moves at the next 00:00Z, at most a day away.
+        assert 1 <= int(refused.headers["retry-after"]) <= 86400 + 1
+    await store.close()
+    # With the default exemption the account can still see where it stands.
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    client, store = client_for(settings)
+    async with client:
+        again = await client.get(USAGE_PATH, headers=bearer(token))
+        assert again.status_code == 200
+        assert again.json()["remainingUsage"] == 0
+    await store.close()
+
+
+async def test_quota_cache_reads_at_most_every_refresh_interval(
+    redis_server: RedisServer, daemon: Daemon
+) -> None:
+    settings = settings_for(
+        redis_server.url,
+        ratelimit_address="",
+        quota_exempt_paths=(),
+        quota_refresh_seconds=3600,
+    )
+    client, store = client_for(settings)
+    async with client:
+        acct, token = await account_with_token(store, "free")
+        assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
+        # Usage written behind the cache's back is not seen until the next read ...
+        redis_server.client.incrby(meter_key("", "api", [("account", acct)], int(time.time())), 50)
+        assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
+        # ... but the hits this process let through count locally: 2 + 3 more = 5 = limit.
+        for _ in range(3):
+            assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
+        assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 429
+    await store.close()
+
+
+async def test_anonymous_callers_are_limited_by_address(
+    redis_server: RedisServer, daemon: Daemon
+) -> None:
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    client, store = client_for(settings)
+    async with client:
+        resp = await client.get(USAGE_PATH)
+        # Decided by ratelimitd (remote_address rule), then refused by the resource.
+        assert resp.status_code == 401
+        assert resp.headers["ratelimit-limit"] == "100000"
+        bad = await client.get(USAGE_PATH, headers=bearer("nope"))
+        assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["www-authenticate"]
+        # Exempt paths are never decided.
+        health = await client.get("/health")
+        assert health.status_code == 200 and "ratelimit-limit" not in health.headers
+    await store.close()
+
+
+@pytest.mark.parametrize("mode", ["allow", "deny"])
+@pytest.mark.parametrize("where", ["refused", "silent"])
+async def test_ratelimitd_unreachable_follows_the_failure_mode(
+    redis_server: RedisServer, mode: str, where: str, black_hole: str
+) -> None:
+    address = f"127.0.0.1:{free_port()}" if where == "refused" else black_hole
+    settings = settings_for(
+        redis_server.url,
+        ratelimit_address=address,
+        ratelimit_failure_mode=mode,
+        ratelimit_timeout_seconds=0.2,
+    )
+    client, store = client_for(settings)
+    async with client:
+        _, token = await account_with_token(store, "pro")
+        started = time.monotonic()
+        resp = await client.get(USAGE_PATH, headers=bearer(token))
+        assert time.monotonic() - started < 1.5  # the deadline, not a hang
+        if mode == "allow":
+            assert resp.status_code == 200 and resp.json()["currentUsage"] == 0
+        else:
+            assert resp.status_code == 503
+            assert resp.json()["error"] == "rate_limiter_unavailable"
+            assert resp.headers["retry-after"] == "1"
+    await store.close()
+
+
+async def test_store_unavailable_in_the_middleware_is_503(
+    daemon: Daemon,
+) -> None:
+    settings = settings_for(f"redis://127.0.0.1:{free_port()}/0", ratelimit_address=daemon.address)
+    client, store = client_for(settings)
+    async with client:
+        resp = await client.get(USAGE_PATH, headers=bearer("usk_" + "C" * 43))
+        assert resp.status_code == 503 and resp.json()["error"] == "store_unavailable"
+        assert int(resp.headers["retry-after"]) >= 1
+    await store.close()
+
+
+class Hello:
+    """A stand-in for another public API (the transit sidecar) behind the middleware."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        principal = getattr(req.context, "principal", None)
+        resp.media = {"account": principal.id if principal else None}
+
+
+async def test_middleware_plugs_into_another_falcon_app(
+    redis_server: RedisServer, daemon: Daemon
+) -> None:
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    store = UsageStore(settings, TEST_PLANS)
+    app = falcon.asgi.App(middleware=[rate_limit_middleware(settings, store)])
+    app.add_route("/v2/stops", Hello())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://transit.test"
+    ) as client:
+        acct, token = await account_with_token(store, "free")
+        assert (await client.get("/v2/stops")).json() == {"account": None}
+        assert (await client.get("/v2/stops", headers=bearer(token))).json() == {"account": acct}
+        # The call to the other API was metered like any other.
+        _, used = await store.usage(await store.account(acct))  # type: ignore[arg-type]
+        assert used == 1
+    await store.close()
+
+
+def test_config_defaults() -> None:
+    config = RateLimitConfig(address="")
+    mw = RateLimitMiddleware(config, authenticate=_never)
+    assert mw.client is None and mw.quota is None and config.failure_mode == "allow"
+
+
+async def _never(token: str) -> None:
+    return None

@@ -1,0 +1,64 @@
+"""Helpers shared by the usage tests: settings, accounts with tokens, in-process clients."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from datetime import date
+from typing import Any
+
+import httpx
+
+from sidecars.usage.app import create_app
+from sidecars.usage.plans import DEFAULTS, Plan
+from sidecars.usage.settings import Settings
+from sidecars.usage.store import UsageStore
+
+# Small quotas so tests can reach them; windows as the shipped defaults.
+TEST_PLANS = {
+    "free": Plan("free", 5, "rolling_30_days"),
+    "startup": Plan("startup", 20, "billing_cycle"),
+    "pro": DEFAULTS["pro"],
+}
+
+
+def settings_for(redis_url: str, **overrides: Any) -> Settings:
+    """Settings for an in-process app on a test Redis (no ratelimitd unless given)."""
+    base = Settings(redis_url=redis_url, ratelimit_address="", redis_timeout_seconds=0.3)
+    return dataclasses.replace(base, **overrides)
+
+
+def unique(prefix: str = "acct") -> str:
+    """An account id no other test uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+async def account_with_token(
+    store: UsageStore,
+    plan: str = "free",
+    *,
+    account_id: str | None = None,
+    window: str = "",
+    start: date | None = None,
+    end: date | None = None,
+) -> tuple[str, str]:
+    """Create an account and issue it a token; (account id, raw token)."""
+    account_id = account_id or unique()
+    await store.create_account(account_id, plan, window=window, start=start, end=end)
+    token, _ = await store.issue_token(account_id)
+    return account_id, token
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header for a token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def client_for(settings: Settings, **kwargs: Any) -> tuple[httpx.AsyncClient, UsageStore]:
+    """An in-process client of `create_app(settings)` and the store the app uses."""
+    plans = kwargs.pop("plans", TEST_PLANS)
+    store = UsageStore(settings, plans, clock=kwargs.pop("clock", time.time))
+    app = create_app(settings, store=store, **kwargs)
+    transport = httpx.ASGITransport(app=app)
+    return httpx.AsyncClient(transport=transport, base_url="http://usage.test"), store

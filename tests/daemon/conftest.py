@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -145,6 +146,63 @@ class DaemonProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self._log.close()
+
+
+class Certs:
+    """A test PKI made with the openssl CLI: two CAs, servers, clients."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ca = self._ca("ca")
+        self.ca2 = self._ca("ca2")
+        self.server = self._leaf("server", self.ca, "DNS:localhost,IP:127.0.0.1", "serverAuth")
+        self.server2 = self._leaf("server2", self.ca2, "DNS:localhost,IP:127.0.0.1", "serverAuth")
+        self.client = self._leaf("client", self.ca, "DNS:client.example.com", "clientAuth")
+        self.other = self._leaf("other", self.ca, "DNS:other.example.com", "clientAuth")
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=self.root, check=True, capture_output=True)
+
+    def _ca(self, name: str) -> Path:
+        self._run(
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem", "-days", "2",
+            "-subj", f"/CN=ratelimitd test {name}",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        )  # fmt: skip
+        return self.root / f"{name}.pem"
+
+    def _leaf(self, name: str, ca: Path, san: str, usage: str) -> tuple[Path, Path]:
+        ext = self.root / f"{name}.ext"
+        ext.write_text(f"subjectAltName={san}\nextendedKeyUsage={usage}\n")
+        self._run(
+            "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}",
+        )  # fmt: skip
+        self._run(
+            "x509", "-req", "-in", f"{name}.csr", "-CA", ca.name, "-CAkey", ca.stem + ".key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", ext.name,
+        )  # fmt: skip
+        return self.root / f"{name}.pem", self.root / f"{name}.key"
+
+    def creds(self, ca: Path, client: tuple[Path, Path] | None = None) -> grpc.ChannelCredentials:
+        """Client credentials trusting `ca`, presenting `client` when given."""
+        if client is None:
+            return grpc.ssl_channel_credentials(root_certificates=ca.read_bytes())
+        return grpc.ssl_channel_credentials(
+            root_certificates=ca.read_bytes(),
+            private_key=client[1].read_bytes(),
+            certificate_chain=client[0].read_bytes(),
+        )
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    """The test PKI (made once per module)."""
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl CLI is needed to make test certificates")
+    return Certs(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture

@@ -283,3 +283,51 @@ def test_run_script_example_config_ok_then_over_limit(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
+
+
+def test_mtls_with_client_san(daemon_env, start_daemon, certs) -> None:
+    write_config(daemon_env, "test.yaml", LIMITED)
+    env = dict(
+        daemon_env,
+        GRPC_SERVER_USE_TLS="true",
+        GRPC_SERVER_TLS_CERT=str(certs.server[0]),
+        GRPC_SERVER_TLS_KEY=str(certs.server[1]),
+        GRPC_CLIENT_TLS_CACERT=str(certs.ca),
+        GRPC_CLIENT_TLS_SAN="client.example.com",
+    )
+    d = start_daemon(env)
+    target = f"localhost:{d.grpc_port}"
+    from ratelimitd.transport.protocodec import decode_response, encode_request
+
+    def call(creds: grpc.ChannelCredentials) -> object:
+        with grpc.secure_channel(target, creds) as channel:
+            raw = channel.unary_unary(
+                "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+            )(encode_request("test", [[("user", "tls")]]), timeout=10)
+            return decode_response(raw).overall_code
+
+    assert call(certs.creds(certs.ca, certs.client)) == OK
+    for creds, code in [
+        (certs.creds(certs.ca), grpc.StatusCode.UNAVAILABLE),  # no client certificate
+        (certs.creds(certs.ca, certs.other), grpc.StatusCode.UNAUTHENTICATED),  # wrong SAN
+    ]:
+        try:
+            call(creds)
+        except grpc.RpcError as err:
+            assert err.code() == code
+        else:
+            raise AssertionError("expected the call to be refused")
+
+    # The reference client's TLS flags.
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "ratelimitd", "client", "-dial_string", target,
+            "-domain", "test", "-descriptors", "user=cli", "-grpc-use-tls",
+            "-grpc-server-ca-file", str(certs.ca), "-grpc-cert-file", str(certs.client[0]),
+            "-grpc-key-file", str(certs.client[1]),
+        ],
+        env=env, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "overall_code:OK" in out.stdout
+    assert d.terminate() == 0

@@ -30,7 +30,10 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     )
     limit_headers = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
     refused = {
-        "400": _error("`format` has a value other than `json`; `supportedValues` lists them."),
+        "400": _error(
+            "`format` has a value other than `json` (`invalid_format`; `supportedValues` lists "
+            "the supported values), or an unknown query parameter (`invalid_request`)."
+        ),
         "401": _error(
             "No bearer token, or a malformed, unknown or revoked one (the same answer for all "
             "three, so the response does not tell whether an account exists).",

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 
 JSON = "application/json"
 FORMATS = ["json"]
+PARAMETERS = frozenset({"format"})
 ALLOW = "GET, HEAD, OPTIONS"
 _encode = msgspec.json.encode
 
@@ -39,6 +40,12 @@ class Usage:
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         """The token's account: plan, limit, usage in the current window, periods."""
+        unknown = sorted(set(req.params) - PARAMETERS)
+        if unknown:
+            # Strict, like `format`: a typo (`fromat=json`) is reported, not silently ignored.
+            message = f"Unknown query parameter {unknown[0]!r}; supported: format."
+            answer(resp, ApiError(400, "invalid_request", message))
+            return
         # Every value but exactly `json` is refused, including an empty or repeated one.
         formats = req.get_param_as_list("format")
         if formats is not None and formats != FORMATS:

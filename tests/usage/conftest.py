@@ -218,7 +218,8 @@ class Sidecar(Process):
             "USAGE_HOST": "127.0.0.1",
             "USAGE_PORT": "0",
             "USAGE_WORKERS": str(workers),
-            "USAGE_LOG_LEVEL": "warning",
+            # gunicorn reports the bound port ("Listening at") at info level.
+            "USAGE_LOG_LEVEL": "info",
             **env,
         }
         super().__init__([sys.executable, "-m", "sidecars.usage", "serve"], full)

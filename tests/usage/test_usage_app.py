@@ -122,6 +122,14 @@ async def test_unsupported_format_is_400_naming_the_supported_values(app, value:
     assert repeated.status_code == 400
 
 
+async def test_unknown_query_parameters_are_400(app) -> None:  # type: ignore[no-untyped-def]
+    client, store, _ = app
+    _, token = await account_with_token(store)
+    resp = await client.get(USAGE_PATH, params={"fromat": "json"}, headers=bearer(token))
+    assert resp.status_code == 400
+    assert resp.json()["error"] == "invalid_request" and "fromat" in resp.json()["message"]
+
+
 def challenge(resp) -> str:  # type: ignore[no-untyped-def]
     """The WWW-Authenticate header of a 401, after checking the JSON body."""
     assert resp.status_code == 401

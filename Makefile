@@ -1,7 +1,7 @@
 # The development loop. `make test` is the README's test command.
 PY := .venv/bin/python
 
-.PHONY: venv compile test test-pure bench lint proto clean run
+.PHONY: venv compile test test-pure bench bench-load lint proto clean run
 
 venv:
 	scripts/bootstrap.sh
@@ -22,6 +22,10 @@ bench: venv
 		--benchmark-timer=time.process_time --benchmark-columns=min,median,mean,ops \
 		--benchmark-sort=name --benchmark-json=bench/.results/core.json
 	$(PY) bench/report_core.py
+
+# Load benchmarks (gRPC, /json, Envoy): regenerates bench/RESULTS.md from one run.
+bench-load: venv
+	$(PY) bench/load/run_all.py
 
 proto: venv
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/ratelimitd/_proto/*.proto

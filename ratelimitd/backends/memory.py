@@ -44,7 +44,7 @@ class MemoryBackend:
         for key, hits, seconds in ops:
             expires = now + seconds
             if jitter > 0:
-                expires += random.randrange(jitter)
+                expires += int(random.random() * jitter)
             entry = counters.get(key)
             if entry is None:
                 entry = counters[key] = [hits, expires]
@@ -64,7 +64,8 @@ class MemoryBackend:
             self._sweep(now)
         expires = now + seconds
         if self._jitter > 0:
-            expires += random.randrange(self._jitter)
+            # int(random() * n) is uniform on [0, n) like randrange, at a tenth of its cost.
+            expires += int(random.random() * self._jitter)
         entry = self._counters.get(key)
         if entry is None:
             self._counters[key] = [hits, expires]

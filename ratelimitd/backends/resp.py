@@ -6,10 +6,13 @@ the pool together with the other requests of the same event-loop iteration, and 
 replies are parsed by `hiredis.Reader` and handed back to each request in order.
 
 A connection keeps a FIFO of pending batches (one per request and round). Each batch
-carries a deadline; one timer per connection watches the oldest batch. When it expires
-the connection is presumed hung (a paused or partitioned server): every pending batch
-fails, the transport is closed and the owner replaces the connection. Replies are
-positional, so a connection that lost a reply can never be reused.
+carries a deadline; one timer per connection watches them. A batch past its deadline
+fails its request at once, but stays in the FIFO: its replies are still due, in order,
+and are read and dropped when they come. Only when the oldest batch is still unanswered
+`STALL_FACTOR` timeouts after its deadline is the server presumed hung (paused or
+partitioned): everything pending fails, the transport is closed and the owner replaces
+the connection. So a momentary stall (a busy event loop, a slow fork on the server)
+costs the requests caught in it, not the connections and the requests after them.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%
 _INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b"
 _EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 _GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"
+
+# A connection whose oldest reply is this many request timeouts late is given up.
+STALL_FACTOR = 20
 ASKING = b"*1\r\n$6\r\nASKING\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
 
@@ -218,13 +224,26 @@ class RespConnection(asyncio.Protocol):
 
     def _check_deadline(self) -> None:
         self._timer = None
-        if not self.pending:
+        pending = self.pending
+        if not pending:
             return
-        head = self.pending[0].deadline
-        if head <= self.loop.time():
-            self.abort("redis request timed out")
-        else:
-            self._timer = self.loop.call_at(head, self._check_deadline)
+        now = self.loop.time()
+        stall = pending[0].deadline + self.timeout * STALL_FACTOR
+        if stall <= now:
+            self.abort("redis request timed out (connection stalled)")
+            return
+        next_check = stall
+        timed_out: BackendError | None = None
+        for batch in pending:
+            if batch.future.done():
+                continue
+            if batch.deadline > now:
+                next_check = min(next_check, batch.deadline)
+                break
+            if timed_out is None:
+                timed_out = BackendError("redis request timed out")
+            batch.future.set_result(timed_out)
+        self._timer = self.loop.call_at(next_check, self._check_deadline)
 
     def abort(self, reason: str) -> None:
         """Give up on this connection: fail what is pending, close the transport."""

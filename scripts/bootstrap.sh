@@ -15,6 +15,7 @@ if [[ "${1:-}" == "--system" ]]; then
     command -v redis-cli >/dev/null || need+=(redis-tools)
     command -v memcached >/dev/null || need+=(memcached)
     command -v wrk >/dev/null || need+=(wrk)
+    command -v openssl >/dev/null || need+=(openssl)  # tests make their own certificates
     if ((${#need[@]})); then
         SUDO=""
         [[ $(id -u) -ne 0 ]] && SUDO="sudo"

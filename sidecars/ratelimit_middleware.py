@@ -33,7 +33,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -160,7 +160,7 @@ class DecisionClient:
         self._channel: grpc.aio.Channel | None = None
         self._call: Any = None
 
-    async def decide(self, descriptors: Iterable[Iterable[tuple[str, str]]]) -> Response | None:
+    async def decide(self, descriptors: Iterable[Sequence[tuple[str, str]]]) -> Response | None:
         """The decision for one hit, or None when ratelimitd cannot give one in time."""
         if self._call is None:
             self._channel = grpc.aio.insecure_channel(self.address)

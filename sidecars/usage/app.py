@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import falcon
 import falcon.asgi
@@ -60,15 +61,17 @@ def create_app(
 ) -> falcon.asgi.App:
     """Build the app.
 
-    `middleware=None` installs the rate-limit middleware built from the settings; pass a
-    list (e.g. `[]`) to replace it. The usage resource authenticates by itself when no
-    middleware did.
+    `middleware=None` installs the rate-limit middleware built from the settings (none when
+    `USAGE_RATE_LIMIT=false`, e.g. behind an Envoy that already asks ratelimitd); pass a list
+    (e.g. `[]`) to replace it. The usage resource authenticates by itself when no middleware
+    did.
     """
     if store is None:
         store = UsageStore(settings, plans or load_plans(settings.plans_file), clock=clock)
     if middleware is None:
-        middleware = [rate_limit_middleware(settings, store)]
-    app = falcon.asgi.App(middleware=[*middleware, StoreLifecycle(store)])
+        middleware = [rate_limit_middleware(settings, store)] if settings.rate_limit else []
+    stack: list[Any] = [*middleware, StoreLifecycle(store)]
+    app = falcon.asgi.App(middleware=stack)
     # `format=` must reach the resource (and be refused), not vanish as a blank value.
     app.req_options.keep_blank_qs_values = True
     app.req_options.strip_url_path_trailing_slash = True

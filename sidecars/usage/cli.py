@@ -106,9 +106,10 @@ async def _run(args: argparse.Namespace, settings: Settings) -> Any:
                     args.account, plan=args.plan, window=window, start=args.start, end=args.end
                 )
             else:
-                account = await store.account(args.account) if args.account else None
-                if account is None:
+                found = await store.account(args.account)
+                if found is None:
                     raise AccountError(f"no account {args.account!r}")
+                account = found
             _, used = await store.usage(account)
             return _account_view(store, account, used)
         if args.action == "issue":

@@ -34,6 +34,7 @@ class Settings:
     meter_key: str = "account"
     plans_file: str = ""
     retry_after_seconds: int = 5
+    rate_limit: bool = True
     ratelimit_address: str = "127.0.0.1:8081"
     ratelimit_domain: str = "api"
     ratelimit_timeout_seconds: float = 0.25
@@ -87,6 +88,9 @@ class Settings:
         if "://" not in redis_url:
             # ratelimitd's REDIS_URL form (host:port) is accepted as it is.
             redis_url = "redis://" + redis_url
+        rate_limit = text("RATE_LIMIT", "true").lower()
+        if rate_limit not in ("true", "false", "1", "0"):
+            raise SettingsError(f"USAGE_RATE_LIMIT={rate_limit!r} (accepted: true, false)")
         # The ratelimitd address may be empty: the app then authenticates but asks no one.
         ratelimit_address = env.get("USAGE_RATELIMIT_ADDRESS", d.ratelimit_address).strip()
         return cls(
@@ -104,6 +108,7 @@ class Settings:
             meter_key=text("METER_KEY", d.meter_key),
             plans_file=text("PLANS_FILE", d.plans_file),
             retry_after_seconds=int(number("RETRY_AFTER_SECONDS", d.retry_after_seconds, lo=1)),
+            rate_limit=rate_limit in ("true", "1"),
             ratelimit_address=ratelimit_address,
             ratelimit_domain=text("RATELIMIT_DOMAIN", d.ratelimit_domain),
             ratelimit_timeout_seconds=number(

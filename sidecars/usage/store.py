@@ -23,7 +23,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import date
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import redis.asyncio as aioredis
@@ -156,7 +156,9 @@ class UsageStore:
         account_id = await self._bounded(lambda: self.redis.hget(key, "account"))
         if account_id is None:
             return None
-        return await self.account(account_id.decode())
+        return await self.account(
+            account_id.decode() if isinstance(account_id, bytes) else account_id
+        )
 
     async def account(self, account_id: str) -> Account | None:
         """The account record, or None."""
@@ -165,8 +167,9 @@ class UsageStore:
         )
         return self._account(account_id, raw)
 
-    def _account(self, account_id: str, raw: Mapping[bytes, bytes]) -> Account | None:
-        fields = {k.decode(): v.decode() for k, v in raw.items()}
+    def _account(self, account_id: str, raw: Mapping[Any, Any]) -> Account | None:
+        # The client returns bytes (no decode_responses): the hot path skips decoding.
+        fields = {bytes(k).decode(): bytes(v).decode() for k, v in raw.items()}
         plan = self.plans.get(fields.get("plan", ""))
         # A record without a known plan (half-written, or its plan removed) is no account.
         if plan is None or not fields.get("start"):
@@ -237,7 +240,7 @@ class UsageStore:
         # HSETNX claims the id atomically; a reader seeing only `created` finds no plan yet.
         if not await self._bounded(lambda: self.redis.hsetnx(key, "created", now)):
             raise AccountError(f"account {account_id!r} exists")
-        mapping = {
+        mapping: dict[Any, Any] = {
             "plan": plan,
             "window": window,
             "start": start.isoformat(),
@@ -259,7 +262,7 @@ class UsageStore:
         """Change an account's plan, window kind ("" = plan default) or period."""
         self._check(plan, window)
         current = await self._require(account_id)
-        mapping: dict[str, str] = {"updated": str(int(self.clock()))}
+        mapping: dict[Any, Any] = {"updated": str(int(self.clock()))}
         if plan is not None:
             mapping["plan"] = plan
         if window is not None:
@@ -289,7 +292,11 @@ class UsageStore:
         token = new_token()
         digest = token_hash(token)
         info = TokenInfo("tok_" + secrets.token_hex(6), digest, int(self.clock()), label)
-        record = {"account": account_id, "id": info.id, "created": str(info.created)}
+        record: dict[Any, Any] = {
+            "account": account_id,
+            "id": info.id,
+            "created": str(info.created),
+        }
         if label:
             record["label"] = label
         pipe = self.redis.pipeline(transaction=True)

@@ -59,6 +59,7 @@ def test_settings_defaults_and_parsing() -> None:
     assert s.ratelimit_failure_mode == "deny"
     assert s.exempt_paths == ("/health", "/x")
     assert s.ratelimit_address == ""
+    assert Settings.from_env({"USAGE_RATE_LIMIT": "false"}).rate_limit is False
     assert Settings.from_env({"USAGE_QUOTA_EXEMPT_PATHS": ""}).quota_exempt_paths == ()
 
 
@@ -70,6 +71,7 @@ def test_settings_defaults_and_parsing() -> None:
         {"USAGE_RATELIMIT_FAILURE_MODE": "maybe"},
         {"USAGE_BASE_PATH": "usage"},
         {"USAGE_REDIS_TIMEOUT_SECONDS": "0"},
+        {"USAGE_RATE_LIMIT": "sometimes"},
     ],
 )
 def test_bad_settings(env: dict[str, str]) -> None:

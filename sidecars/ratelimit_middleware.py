@@ -190,8 +190,10 @@ class QuotaCache:
         refresh: float,
         max_entries: int,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.probe = probe
+        self.wall_clock = wall_clock
         self.refresh = refresh
         self.max_entries = max_entries
         self.clock = clock
@@ -203,7 +205,8 @@ class QuotaCache:
         """(hits in the window as far as this process knows, limit, epoch when it moves)."""
         entry = self._entries.get(principal.id)
         now = self.clock()
-        if entry is None or now - entry[4] >= self.refresh or time.time() >= entry[3]:
+        # Re-read when stale, and at once when the window has moved (a new cycle or day).
+        if entry is None or now - entry[4] >= self.refresh or self.wall_clock() >= entry[3]:
             entry = await self._read(principal)
         else:
             self._entries.move_to_end(principal.id)
@@ -252,8 +255,10 @@ class RateLimitMiddleware:
         quota: QuotaProbe | None = None,
         realm: str = "api",
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        self.wall_clock = wall_clock
         self.authenticate = authenticate
         self.realm = realm
         self.client = (
@@ -262,7 +267,9 @@ class RateLimitMiddleware:
             else None
         )
         self.quota = (
-            QuotaCache(quota, config.quota_refresh_seconds, config.quota_cache_entries, clock)
+            QuotaCache(
+                quota, config.quota_refresh_seconds, config.quota_cache_entries, clock, wall_clock
+            )
             if quota is not None
             else None
         )
@@ -291,7 +298,7 @@ class RateLimitMiddleware:
                     self._store_unavailable(resp)
                     return
                 if used >= limit:
-                    wait = int(moves_at - time.time()) + 1
+                    wait = int(moves_at - self.wall_clock()) + 1
                     message = f"The plan's quota of {limit} requests in this window is used up."
                     answer(resp, ApiError(429, "quota_exceeded", message), retry_after=wait)
                     return

@@ -48,7 +48,9 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         window, used = await store.usage(account)
         return used, store.plans[account.plan].limit, float(window.end)
 
-    return RateLimitMiddleware(config, authenticate=store.authenticate, quota=quota, realm=REALM)
+    return RateLimitMiddleware(
+        config, authenticate=store.authenticate, quota=quota, realm=REALM, wall_clock=store.clock
+    )
 
 
 def create_app(

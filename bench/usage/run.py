@@ -135,9 +135,13 @@ def sidecar(env: dict[str, str]) -> tuple[Proc, str]:
                 return True
         return False
 
-    wait_for(listening, what="gunicorn")
-    base = f"http://127.0.0.1:{port[0]}"
-    wait_for(lambda: http_ok(base + "/health"), what="usage API health")
+    try:
+        wait_for(listening, what="gunicorn")
+        base = f"http://127.0.0.1:{port[0]}"
+        wait_for(lambda: http_ok(base + "/health"), what="usage API health")
+    except BaseException:
+        proc.stop()  # never leave a server behind a failed start
+        raise
     return proc, base
 
 
@@ -260,8 +264,10 @@ def main() -> None:
         }
         # Both servers run side by side and the rounds alternate between them, so a change in
         # the shared machine's load hits both modes alike; medians over the rounds are quoted.
-        servers = {name: sidecar(env) for name, env in modes.items()}
-        procs.extend(proc for proc, _ in servers.values())
+        servers: dict[str, tuple[Proc, str]] = {}
+        for name, env in modes.items():
+            servers[name] = sidecar(env)
+            procs.append(servers[name][0])
         rounds: dict[str, dict[str, list[dict[str, float]]]] = {
             name: {"throughput_t2_c64": [], "serial_t1_c1": []} for name in modes
         }

@@ -94,7 +94,11 @@ class RedisServer:
             start_new_session=True,
         )
         self.client = redis.Redis(port=self.port, socket_timeout=5)
-        wait_for(self._ping, what="redis-server")
+        try:
+            wait_for(self._ping, what="redis-server")
+        except BaseException:
+            self.stop()  # never leave a server behind a failed start
+            raise
 
     @property
     def url(self) -> str:
@@ -190,7 +194,11 @@ class Daemon(Process):
             PYTHONPATH=str(REPO),
         )
         super().__init__([sys.executable, "-m", "ratelimitd", "serve"], env)
-        wait_for(self.ready, what="ratelimitd readiness")
+        try:
+            wait_for(self.ready, what="ratelimitd readiness")
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def address(self) -> str:
@@ -223,9 +231,13 @@ class Sidecar(Process):
             **env,
         }
         super().__init__([sys.executable, "-m", "sidecars.usage", "serve"], full)
-        wait_for(self._port, timeout=60, what="gunicorn to listen")
-        self.base = f"http://127.0.0.1:{self.port}"
-        wait_for(self.ready, timeout=60, what="the usage API")
+        try:
+            wait_for(self._port, timeout=60, what="gunicorn to listen")
+            self.base = f"http://127.0.0.1:{self.port}"
+            wait_for(self.ready, timeout=60, what="the usage API")
+        except BaseException as exc:
+            self.stop()
+            raise AssertionError(f"{exc}:\n{self.output()}") from exc
 
     def _port(self) -> bool:
         self.alive()

@@ -279,7 +279,10 @@ def sidecar_env(redis_server: RedisServer, daemon: Daemon) -> dict[str, str]:
     return {
         "USAGE_REDIS_URL": redis_server.url,
         "USAGE_RATELIMIT_ADDRESS": daemon.address,
+        # Generous: on a loaded machine a slow answer must not become a 503 or an unmetered
+        # fail-open decision.
         "USAGE_RATELIMIT_TIMEOUT_SECONDS": "2",
+        "USAGE_REDIS_TIMEOUT_SECONDS": "2",
     }
 
 

@@ -226,7 +226,8 @@ async def test_store_unavailable_is_503_with_retry_after_not_a_hang(
     where: str, black_hole: int
 ) -> None:
     port = free_port() if where == "refused" else black_hole
-    client, store = client_for(settings_for(f"redis://127.0.0.1:{port}/0"), middleware=[])
+    settings = settings_for(f"redis://127.0.0.1:{port}/0", redis_timeout_seconds=0.3)
+    client, store = client_for(settings, middleware=[])
     async with client:
         for path in (USAGE_PATH, "/health"):
             started = time.monotonic()

@@ -102,6 +102,8 @@ def quota_sidecar(
         {
             "USAGE_REDIS_URL": redis_server.url,
             "USAGE_RATELIMIT_ADDRESS": daemon.address,
+            "USAGE_RATELIMIT_TIMEOUT_SECONDS": "2",
+            "USAGE_REDIS_TIMEOUT_SECONDS": "2",
             "USAGE_PLANS_FILE": str(plans),
             "USAGE_QUOTA_EXEMPT_PATHS": "",
             "USAGE_QUOTA_REFRESH_SECONDS": "2",

@@ -180,7 +180,11 @@ async def test_ratelimitd_unreachable_follows_the_failure_mode(
 async def test_store_unavailable_in_the_middleware_is_503(
     daemon: Daemon,
 ) -> None:
-    settings = settings_for(f"redis://127.0.0.1:{free_port()}/0", ratelimit_address=daemon.address)
+    settings = settings_for(
+        f"redis://127.0.0.1:{free_port()}/0",
+        ratelimit_address=daemon.address,
+        redis_timeout_seconds=0.3,
+    )
     client, store = client_for(settings)
     async with client:
         resp = await client.get(USAGE_PATH, headers=bearer("usk_" + "C" * 43))

@@ -24,8 +24,17 @@ TEST_PLANS = {
 
 
 def settings_for(redis_url: str, **overrides: Any) -> Settings:
-    """Settings for an in-process app on a test Redis (no ratelimitd unless given)."""
-    base = Settings(redis_url=redis_url, ratelimit_address="", redis_timeout_seconds=0.3)
+    """Settings for an in-process app on a test Redis (no ratelimitd unless given).
+
+    Generous timeouts, so a loaded CI machine cannot turn a slow answer into a 503 or a
+    fail-open decision (which would not be metered); the tests about timeouts set their own.
+    """
+    base = Settings(
+        redis_url=redis_url,
+        ratelimit_address="",
+        redis_timeout_seconds=2.0,
+        ratelimit_timeout_seconds=2.0,
+    )
     return dataclasses.replace(base, **overrides)
 
 

@@ -216,7 +216,14 @@ class QuotaCache:
         # Concurrent requests of one account share one read instead of stampeding Redis.
         pending = self._reading.get(principal.id)
         if pending is not None:
-            return await asyncio.shield(pending)
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this request was cancelled
+                # The request doing the read was cancelled (its client went away): read anew.
+                return await self._read(principal)
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._reading[principal.id] = future
         try:
@@ -229,6 +236,9 @@ class QuotaCache:
                 self._entries.popitem(last=False)
             future.set_result(entry)
             return entry
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             # Retrieved here so a read nobody else awaited does not log "never retrieved".

@@ -68,3 +68,27 @@ async def test_concurrent_requests_share_one_read_and_errors_propagate() -> None
     other = SimpleNamespace(id="b", plan="free")
     await cache.state(other)
     assert list(cache._entries) == ["b"]
+
+
+async def test_a_cancelled_reader_does_not_fail_the_requests_waiting_on_it() -> None:
+    gate = asyncio.Event()
+    calls = 0
+
+    async def probe(principal: object) -> tuple[int, int, float]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            await asyncio.sleep(3600)  # the first reader's client goes away
+        await gate.wait()
+        return 2, 5, 1e12
+
+    cache = QuotaCache(probe, refresh=0.0, max_entries=10)
+    acct = SimpleNamespace(id="a", plan="free")
+    first = asyncio.create_task(cache.state(acct))
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(cache.state(acct))
+    await asyncio.sleep(0)
+    first.cancel()
+    gate.set()
+    assert await waiter == (2, 5, 1e12) and calls == 2
+    assert first.cancelled()

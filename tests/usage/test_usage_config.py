@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from ratelimitd.backends import MemoryBackend
+from ratelimitd.config import ConfigFile, load_ruleset
+from ratelimitd.limiter import Limiter, meter_key
+from ratelimitd.messages import OK, Descriptor, Request
+from ratelimitd.service import RateLimitService
+from ratelimitd.stats import StatsStore
 from sidecars.usage.plans import DEFAULTS, PlanError, load_plans, parse_plans
 from sidecars.usage.settings import USAGE_PATH, Settings, SettingsError
 
@@ -77,3 +85,26 @@ def test_settings_defaults_and_parsing() -> None:
 def test_bad_settings(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError):
         Settings.from_env(env)
+
+
+async def test_shipped_ratelimit_config_meters_the_middlewares_account_descriptor() -> None:
+    """The example config loads in ratelimitd and counts an account's requests into its day
+    bucket, under the key the usage endpoint sums (memory backend, fixed clock)."""
+    path = Path(__file__).resolve().parents[2] / "sidecars" / "usage" / "ratelimit-config.yaml"
+    now = 1_763_800_000.0
+    stats = StatsStore()
+    backend = MemoryBackend(0, clock=lambda: now)
+    service = RateLimitService(Limiter(backend, clock=lambda: now), stats, None, clock=lambda: now)
+    service.set_ruleset(load_ruleset([ConfigFile(str(path), path.read_text())], stats=stats))
+    descriptors = [
+        Descriptor((("account", "acme"),)),
+        Descriptor((("plan", "startup"), ("account", "acme"))),
+    ]
+    for _ in range(3):
+        resp = await service.should_rate_limit(Request("api", descriptors, 1))
+        assert resp.overall_code == OK
+        assert [s.rule.requests_per_unit for s in resp.statuses] == [100, 20]
+    key = meter_key("", "api", [("account", "acme")], int(now))
+    assert key == "meter_api_account_acme_1763769600"
+    assert await backend.get([(key, 86400)]) == [3]
+    assert backend.ttl(key) > 31 * 86400  # kept long enough for any window

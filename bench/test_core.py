@@ -104,7 +104,7 @@ def test_decision(benchmark: Any, monkeypatch: pytest.MonkeyPatch, impl: str, ru
     """One-descriptor ShouldRateLimit on the memory backend, end to end in the service."""
     benchmark.group = f"decision rules={rules}"
     m, k = _modules(impl)
-    for name in ("cache_key", "evaluate", "near_threshold", "reset_seconds"):
+    for name in ("cache_key", "evaluate", "near_threshold"):
         monkeypatch.setattr(limiter, name, getattr(k, name))
     monkeypatch.setattr(service, "lookup", m.lookup)
     monkeypatch.setattr(service, "reset_seconds", k.reset_seconds)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -345,7 +345,7 @@ def _terror(node: Node, go_type: str) -> str:
     return f"line {node.start_mark.line + 1}: cannot unmarshal {tag}{value} into {go_type}"
 
 
-def _raise_unmarshal(name: str, errors: list[str]) -> None:
+def _raise_unmarshal(name: str, errors: list[str]) -> NoReturn:
     detail = "\n  ".join(errors)
     raise ConfigError(name, f"error loading config file: yaml: unmarshal errors:\n  {detail}")
 

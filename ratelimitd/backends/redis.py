@@ -797,6 +797,8 @@ class RedisBackend:
                 stats.add_gauge(scope + "cx_active", lambda c=c: c.active)  # type: ignore[misc]
                 stats.add_gauge(scope + "cx_total", lambda c=c: c.total)  # type: ignore[misc]
                 stats.add_gauge(scope + "cx_local_close", lambda c=c: c.local_close)  # type: ignore[misc]
+                # Extension: pipelined flushes so far, i.e. Redis round trips (writes).
+                stats.add_gauge(scope + "pipeline_writes", lambda i=inst: i.writes)  # type: ignore[misc]
 
     def instances(self) -> list[RedisInstance]:
         """The main instance, then the per-second one when configured."""

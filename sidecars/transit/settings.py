@@ -42,6 +42,9 @@ class Settings:
     port: int = 8080
     workers: int = 2
     log_level: str = "info"
+    # TRANSIT_RATE_LIMIT=true: public requests go through the usage API's rate-limit
+    # middleware (configured by its USAGE_* settings: ratelimitd address, Redis, policy).
+    rate_limit: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -88,6 +91,7 @@ class Settings:
             alerts_source=text("ALERTS_SOURCE", None),
             vehicle_metadata_source=text("VEHICLE_METADATA_SOURCE", None),
             realtime_refresh_seconds=number("REALTIME_REFRESH_SECONDS", 10.0),
+            rate_limit=(text("RATE_LIMIT", "false") or "false").lower() in ("1", "true", "yes"),
             vehicles_pb_max_age_seconds=number("VEHICLES_PB_MAX_AGE_SECONDS", 90.0),
             http_timeout_seconds=number("HTTP_TIMEOUT_SECONDS", 30.0),
             timezone=text("TIMEZONE", None),

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 import uvloop
+from support import free_port
 
 from ratelimitd.backends.memcache import MemcacheBackend
 from ratelimitd.config import ConfigFile, load_ruleset
@@ -42,13 +43,6 @@ READY_TIMEOUT = 10.0
 def pytest_asyncio_loop_factories(config: Any, item: Any) -> dict[str, Callable[[], Any]]:
     """The backend's tests run on uvloop, the daemon's loop."""
     return {"uvloop": uvloop.new_event_loop}
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def poll(check: Callable[[], bool], timeout: float = READY_TIMEOUT, what: str = "") -> None:

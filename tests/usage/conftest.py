@@ -11,18 +11,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import redis
+from support import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 RATELIMIT_CONFIG = REPO / "sidecars" / "usage" / "ratelimit-config.yaml"
@@ -47,23 +46,6 @@ descriptors:
       - key: account
         rate_limit: {unit: second, requests_per_unit: 100000}
 """
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll until `predicate()` is true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 class RedisServer:

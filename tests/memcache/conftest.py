@@ -9,24 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
-from support import free_port
+from support import DaemonProcess, daemon_environment, free_port
 
 from ratelimitd.backends.memcache import MemcacheBackend
 from ratelimitd.config import ConfigFile, load_ruleset
@@ -204,96 +200,14 @@ async def decider() -> AsyncIterator[Callable[..., Any]]:
 # -- the daemon as a subprocess --------------------------------------------------------------
 
 
-class DaemonProcess:
-    """A `python -m ratelimitd serve` subprocess and an HTTP client for it."""
-
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.http_port = int(env["PORT"])
-        self.debug_port = int(env["DEBUG_PORT"])
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ratelimitd", "serve"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log(self) -> str:
-        """Everything the daemon printed so far."""
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def http(
-        self, path: str, body: bytes | None = None, port: int | None = None
-    ) -> tuple[int, bytes]:
-        """One HTTP request; (status, body)."""
-        url = f"http://127.0.0.1:{port or self.http_port}{path}"
-        req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
-
-    def decide_json(self, domain: str, **entries: str) -> tuple[int, Any]:
-        """POST /json with one descriptor."""
-        body = {
-            "domain": domain,
-            "descriptors": [{"entries": [{"key": k, "value": v} for k, v in entries.items()]}],
-        }
-        status, raw = self.http("/json", json.dumps(body).encode())
-        return status, json.loads(raw)
-
-    def ready(self) -> bool:
-        """True once /healthcheck answers 200."""
-        if self.proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
-        try:
-            return self.http("/healthcheck")[0] == 200
-        except OSError:
-            return False
-
-    def close(self) -> int | None:
-        """SIGTERM, then SIGKILL if it lingers; the exit status."""
-        try:
-            if self.proc.poll() is None:
-                self.proc.send_signal(signal.SIGTERM)
-                try:
-                    self.proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                    self.proc.wait()
-            return self.proc.returncode
-        finally:
-            self._log.close()
-
-
 @pytest.fixture
 def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     """`start_daemon(config_yaml, **env)`: a ready daemon on free ports; stopped at teardown."""
     started: list[DaemonProcess] = []
 
     def start(config: str, **extra: str) -> DaemonProcess:
-        (tmp_path / "runtime" / "config").mkdir(parents=True, exist_ok=True)
+        env = daemon_environment(tmp_path / "runtime")
         (tmp_path / "runtime" / "config" / "config.yaml").write_text(config)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "MEMCACHE_"))}
-        env.update(
-            PORT=str(free_port()),
-            GRPC_PORT=str(free_port()),
-            DEBUG_PORT=str(free_port()),
-            HOST="127.0.0.1",
-            GRPC_HOST="127.0.0.1",
-            DEBUG_HOST="127.0.0.1",
-            RUNTIME_ROOT=str(tmp_path / "runtime"),
-            RUNTIME_SUBDIRECTORY="",
-            RUNTIME_APPDIRECTORY="config",
-            RUNTIME_WATCH_ROOT="false",
-            USE_STATSD="false",
-            LOG_LEVEL="info",
-            PYTHONPATH=str(REPO),
-        )
         env.update(extra)
         d = DaemonProcess(env, tmp_path / f"daemon{len(started)}.log")
         started.append(d)

@@ -19,7 +19,7 @@ def test_daemon_decides_over_json_and_is_healthy(memcached, start_daemon) -> Non
     )
     # The reference's HEAD never turns health OK with memcache; this daemon does.
     assert daemon.http("/healthcheck") == (200, b"OK")
-    status, body = daemon.decide_json("d", k="v")
+    status, body = daemon.decide_json("d", {"k": "v"})
     assert status == 200
     assert body["overallCode"] == "OK"
     assert body["statuses"][0].get("limitRemaining", 0) == 0  # protojson omits zeros
@@ -30,8 +30,8 @@ def test_daemon_decides_over_json_and_is_healthy(memcached, start_daemon) -> Non
         time.sleep(0.01)
     assert mc.value(key) == 1
     assert 3500 <= mc.ttl(key) <= 3600 + 300  # unit + EXPIRATION_JITTER_MAX_SECONDS
-    status, body = daemon.decide_json("d", k="v")
+    status, body = daemon.decide_json("d", {"k": "v"})
     assert (status, body["overallCode"]) == (429, "OVER_LIMIT")
     _, stats = daemon.http("/stats", port=daemon.debug_port)
     assert b"ratelimit.memcache.multiget.__code=success: 2" in stats
-    assert daemon.close() == 0
+    assert daemon.terminate() == 0

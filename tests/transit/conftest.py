@@ -1,4 +1,5 @@
-"""Fixtures for the transit sidecar: the real Cairns feed, small built feeds, a fake clock."""
+"""Fixtures for the transit sidecar: the real Cairns feed, small built feeds, a fake clock, apps
+with metrics and places registered."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import falcon.testing
 import pytest
 
 from sidecars.transit.app import create_app
+from sidecars.transit.part2 import Part2, Part2Settings
 from sidecars.transit.settings import Settings
 from sidecars.transit.store import TransitStore
 
-from .transit_helpers import BRISBANE, BULLRUNNER_VP, CAIRNS_ZIP, Clock, local_ts, write_feed
+from .helpers import BRISBANE, BULLRUNNER_VP, CAIRNS_ZIP, Clock, local_ts, write_feed
 
 
 @pytest.fixture
@@ -65,3 +67,32 @@ def cairns(cairns_store: TransitStore, client_for) -> falcon.testing.TestClient:
     """TestClient on the Cairns store."""
     cairns_store.now.now = local_ts("2014-06-10T08:00", BRISBANE)  # type: ignore[attr-defined]
     return client_for(cairns_store)
+
+
+@pytest.fixture
+def part2_app(
+    tmp_path: Path,
+) -> Iterator[Callable[..., tuple[Part2, falcon.testing.TestClient]]]:
+    """Build part 1's app over a store, register part 2 on it, and return (part2, client)."""
+    made: list[Part2] = []
+
+    def make(store: TransitStore, **options: object) -> tuple[Part2, falcon.testing.TestClient]:
+        values: dict[str, object] = {
+            "records_dir": str(tmp_path / "records"),
+            "metrics_db": str(tmp_path / "metrics.sqlite"),
+            "ingest_interval": 0,
+            **options,
+        }
+        settings = Part2Settings(**values)  # type: ignore[arg-type]
+        app = create_app(store.settings, store=store)
+        part2 = Part2(settings, store)
+        part2.register(app)
+        made.append(part2)
+        return part2, falcon.testing.TestClient(app)
+
+    (tmp_path / "records").mkdir()
+    yield make
+    for part2 in made:
+        part2.metrics.stop()
+        if part2.metrics.db is not None:
+            part2.metrics.db.close()

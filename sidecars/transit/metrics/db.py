@@ -3,7 +3,7 @@
 Why SQLite and not DuckDB: it ships with Python (no dependency for the lead to carry in the
 sidecar image), several gunicorn workers can read one file while one process writes it (WAL),
 and the one heavy aggregate (valid validations per day, agency, line and stop) is a table SQLite
-maintains during ingest by upserting each chunk's counts (see bench/transit_metrics). DuckDB
+maintains during ingest by upserting each chunk's counts (see bench/transit/metrics). DuckDB
 would group faster but adds a 50 MB wheel and allows only one writing process per file.
 
 Ingest is incremental and idempotent: every input file is known by its *identity* (a hash of

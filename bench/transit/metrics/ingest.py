@@ -1,6 +1,6 @@
 """Ingest rate and aggregate refresh time of the metrics store.
 
-    python bench/transit_metrics/ingest_bench.py RECORDS_DIR [--db /tmp/bench.sqlite]
+    python bench/transit/metrics/ingest.py RECORDS_DIR [--db /tmp/bench.sqlite]
         [--timezone Australia/Brisbane]
 
 Starts from an empty store, ingests every file of RECORDS_DIR (as the CLI and the server do:
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

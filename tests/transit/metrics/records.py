@@ -1,4 +1,4 @@
-"""Helpers of the part-2 tests: record files, a settable clock, local times."""
+"""Record files of the metrics tests (validations, rides, complaints) in Lisbon time."""
 
 from __future__ import annotations
 
@@ -10,26 +10,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from sidecars.transit.metrics.records import COLUMNS
-from sidecars.transit.settings import DATA_DIR
 
-CAIRNS_ZIP = DATA_DIR / "cairns_gtfs.zip"
-LISBON = ZoneInfo("Europe/Lisbon")
-BRISBANE = ZoneInfo("Australia/Brisbane")
-
-
-class Clock:
-    """A Unix clock the test moves."""
-
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def lisbon(text: str) -> float:
-    """Unix time of a Lisbon wall-clock time `YYYY-MM-DDTHH:MM[:SS]`."""
-    return datetime.fromisoformat(text).replace(tzinfo=LISBON).timestamp()
+from ..helpers import LISBON
 
 
 def iso(text: str, tz: ZoneInfo = LISBON) -> str:

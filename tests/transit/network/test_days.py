@@ -12,7 +12,7 @@ import pytest
 
 from sidecars.transit.store import TransitStore
 
-from .transit_helpers import Clock, local_ts
+from ..helpers import Clock, local_ts
 
 
 @pytest.fixture

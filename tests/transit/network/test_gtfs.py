@@ -9,7 +9,7 @@ import pytest
 from sidecars.transit.gtfs import FeedError, RawFeed, read_feed
 from sidecars.transit.source import FeedFiles, SourceError
 
-from .transit_helpers import BULLRUNNER_ZIP, CAIRNS_ZIP, SMALL_FEED, write_feed
+from ..helpers import BULLRUNNER_ZIP, CAIRNS_ZIP, SMALL_FEED, write_feed
 
 DATA = Path(__file__).resolve().parent / "data"
 

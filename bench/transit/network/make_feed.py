@@ -4,7 +4,7 @@ Defaults: 12,000 stops, 800 lines x 2 directions, ~100,000 trips of 40 stops, i.
 million stop_times, with calendar_dates-only services like CM's feed. Output is a zip (fast
 deflate) or, with --dir, a directory.
 
-    .venv/bin/python bench/transit/make_feed.py /tmp/cm_synth.zip
+    .venv/bin/python bench/transit/network/make_feed.py /tmp/cm_synth.zip
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ import pytest
 from sidecars.transit.metrics.db import MetricsDB, MetricsDBError, input_files
 from sidecars.transit.metrics.records import day_number
 
-from .helpers import BRISBANE, LISBON, append_lines, iso, validation, write_csv, write_jsonl
+from ..helpers import BRISBANE, LISBON
+from .records import append_lines, iso, validation, write_csv, write_jsonl
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def demand(db: MetricsDB) -> dict[tuple[date, str, str, str], int]:

@@ -1,5 +1,5 @@
-"""Helpers shared by the transit tests (importable as `transit_helpers`: the suite has no
-packages, and `conftest` names are taken by the suite-wide conftest)."""
+"""Helpers shared by the transit tests: the embedded feeds, a small built feed, local times and
+a settable clock."""
 
 from __future__ import annotations
 

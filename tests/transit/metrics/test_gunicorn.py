@@ -16,9 +16,9 @@ from pathlib import Path
 
 import httpx
 
-from .helpers import append_lines, validation, write_csv
+from .records import append_lines, validation, write_csv
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FRESH = {"Connection": "close"}
 LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
 

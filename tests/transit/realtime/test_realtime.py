@@ -13,7 +13,7 @@ from google.transit import gtfs_realtime_pb2 as rt
 
 from sidecars.transit.store import TransitStore
 
-from .transit_helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, Clock, local_ts
+from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, Clock, local_ts
 
 NOW = local_ts("2026-03-24T09:05")  # a Tuesday in Lisbon (WET, UTC+0)
 

@@ -18,7 +18,7 @@ from sidecars.transit.times import (
     time_24h,
 )
 
-from .transit_helpers import BRISBANE, LISBON, local_ts
+from ..helpers import BRISBANE, LISBON, local_ts
 
 
 def utc(text: str) -> int:

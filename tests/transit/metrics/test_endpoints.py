@@ -12,7 +12,8 @@ import pytest
 from sidecars.transit.part2 import Part2
 from sidecars.transit.store import TransitStore
 
-from .helpers import Clock, lisbon, ride, validation, write_csv
+from ..helpers import Clock, local_ts
+from .records import ride, validation, write_csv
 
 App = Callable[..., tuple[Part2, falcon.testing.TestClient]]
 
@@ -199,11 +200,11 @@ def test_service_window_moves_with_the_operational_day(
 ) -> None:
     part2, client = loaded
     # 03:59 on the 21st is still the 20th: nothing moves.
-    clock.t = lisbon("2026-11-21T03:59")
+    clock.now = local_ts("2026-11-21T03:59")
     part2.metrics.refresh()
     assert len(get(client, "/v2/metrics/service/all")["data"]) == 3
     # 04:00 on the 21st: the 20th joins the window, the 6th leaves it.
-    clock.t = lisbon("2026-11-21T04:00")
+    clock.now = local_ts("2026-11-21T04:00")
     part2.metrics.refresh()
     dates = [r["operational_date"] for r in get(client, "/v2/metrics/service/all")["data"]]
     assert dates == ["20261120", "20261120", "20261119", "20261119"]
@@ -260,7 +261,7 @@ def test_videowall_views(loaded: tuple[Part2, falcon.testing.TestClient], clock:
     }
     for body in views.values():
         assert list(body) == ["data", "timestamp_resource"]
-        assert body["timestamp_resource"] == int(clock.t * 1000)
+        assert body["timestamp_resource"] == int(clock.now * 1000)
     assert views["delays"]["data"] == {
         "_41_average_delay_minutes": 3.83,
         "_41_delayed_for_more_than_five_minutes_count": 1,
@@ -325,7 +326,7 @@ def test_until_now_follows_the_clock(
     loaded: tuple[Part2, falcon.testing.TestClient], clock: Clock
 ) -> None:
     part2, client = loaded
-    clock.t = lisbon("2026-11-20T11:30")
+    clock.now = local_ts("2026-11-20T11:30")
     part2.metrics.refresh()
     sla = get(client, "/v2/metrics/videowall/sla")["data"]
     assert sla["_41_scheduled_rides_until_now"] == 3

@@ -12,7 +12,7 @@ import pytest
 
 from sidecars.transit.store import TransitStore
 
-from .transit_helpers import SMALL_FEED, Clock, local_ts, write_feed
+from ..helpers import SMALL_FEED, Clock, local_ts, write_feed
 
 NOW = local_ts("2026-03-24T09:05")
 NEW_STOP = SMALL_FEED["stops.txt"] + "100010,Brand New,38.74,-9.14,\n"

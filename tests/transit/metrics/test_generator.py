@@ -10,9 +10,9 @@ import pytest
 
 from sidecars.transit.metrics.db import MetricsDB, input_files
 
-from .helpers import BRISBANE, CAIRNS_ZIP
+from ..helpers import BRISBANE, CAIRNS_ZIP
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "transit_metrics" / "generate.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "transit" / "metrics" / "generate.py"
 
 
 def _generator():  # type: ignore[no-untyped-def]

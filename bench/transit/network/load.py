@@ -1,8 +1,8 @@
 """Requests/s and p99 of /v2/stops, /v2/arrivals/by_stop/:id and /v2/vehicles under gunicorn
 (2 uvicorn workers), measured with wrk (which shares the machine's cores with the server).
 
-    .venv/bin/python bench/transit/load.py                      # embedded Cairns feed
-    .venv/bin/python bench/transit/load.py --feed /tmp/cm_synth.zip --stop 100000 \\
+    .venv/bin/python bench/transit/network/load.py                      # embedded Cairns feed
+    .venv/bin/python bench/transit/network/load.py --feed /tmp/cm_synth.zip --stop 100000 \\
         --now 2026-03-24T08:00:00+00:00
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # A new connection per probe: a kept-alive one would always reach the same worker.
 FRESH = {"Connection": "close"}
 LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")

@@ -14,7 +14,7 @@ from google.transit import gtfs_realtime_pb2 as rt
 
 from sidecars.transit.network import natural_key
 
-from .transit_helpers import BRISBANE, CAIRNS_ZIP, local_ts
+from .helpers import BRISBANE, CAIRNS_ZIP, local_ts
 
 STOP_FIELDS = {
     "district_id", "facilities", "id", "lat", "line_ids", "locality_id", "lon", "long_name",

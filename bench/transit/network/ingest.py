@@ -2,7 +2,8 @@
 
 Each feed is loaded in a fresh child process so its peak RSS is its own.
 
-    .venv/bin/python bench/transit/ingest.py sidecars/transit/data/cairns_gtfs.zip /tmp/cm_synth.zip
+    .venv/bin/python bench/transit/network/ingest.py \
+        sidecars/transit/data/cairns_gtfs.zip /tmp/cm_synth.zip
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import platform
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 CHILD = r"""
 import json, resource, sys, time
@@ -46,7 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("feeds", nargs="+")
     args = parser.parse_args()
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = str(Path(__file__).resolve().parents[3])
     env = {**os.environ, "PYTHONPATH": root}
     machine = f"{platform.node()} {platform.machine()} cpus={os.cpu_count()}"
     print(f"# {machine} python {platform.python_version()}")

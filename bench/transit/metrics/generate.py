@@ -1,6 +1,6 @@
 """Generate a realistic synthetic metrics record set from a GTFS feed.
 
-    python bench/transit_metrics/generate.py OUT_DIR [--gtfs ZIP] [--days 30] [--end YYYY-MM-DD]
+    python bench/transit/metrics/generate.py OUT_DIR [--gtfs ZIP] [--days 30] [--end YYYY-MM-DD]
         [--validations 200000] [--complaints 500] [--agencies 4] [--format csv|jsonl]
         [--time-format iso|unix] [--bad-rows 0.0] [--seed 1]
 
@@ -32,7 +32,7 @@ from itertools import accumulate
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

@@ -1,10 +1,10 @@
 """Requests/s of the part-2 endpoints under gunicorn (2 uvicorn workers), measured with wrk.
 
-    python bench/transit_metrics/load.py --records /tmp/tm_bench/records \\
+    python bench/transit/metrics/load.py --records /tmp/tm_bench/records \\
         --db /tmp/tm_bench/metrics.sqlite --now 2026-11-22T12:00:00+10:00
 
 Serves part 1's app with part 2 registered (`asgi:app()`), over a metrics
-store that is already loaded (run ingest_bench.py or the CLI first: the scheduled ingest then
+store that is already loaded (run ingest.py or the CLI first: the scheduled ingest then
 finds nothing new). Waits until both workers answer every endpoint, then runs
 `wrk -t2 -c32 -d10s --latency -H 'Accept-Encoding: gzip'` per endpoint. wrk shares the
 machine's 2 cores with the server.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ENDPOINTS = (
     "/v2/metrics/demand/by_agency/day",
     "/v2/metrics/demand/by_agency/records",

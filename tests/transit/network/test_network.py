@@ -13,7 +13,7 @@ from sidecars.transit.gtfs import read_feed
 from sidecars.transit.network import Network, natural_key
 from sidecars.transit.source import FeedFiles
 
-from .transit_helpers import CAIRNS_ZIP, write_feed
+from ..helpers import CAIRNS_ZIP, write_feed
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -1,0 +1,23 @@
+"""Fixtures of the metrics tests: a clock in Lisbon and a store pinned to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecars.transit.settings import Settings
+from sidecars.transit.store import TransitStore
+
+from ..helpers import CAIRNS_ZIP, Clock, local_ts
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """2026-11-20 (a Friday) 10:00 in Lisbon."""
+    return Clock(local_ts("2026-11-20T10:00"))
+
+
+@pytest.fixture
+def lisbon_store(clock: Clock) -> TransitStore:
+    """A store whose feed is never loaded: metrics only need the (fixed) Lisbon timezone."""
+    settings = Settings(gtfs_source=str(CAIRNS_ZIP), vehicles_source=None, timezone="Europe/Lisbon")
+    return TransitStore(settings, clock=clock)

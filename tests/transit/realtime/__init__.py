@@ -1,0 +1,1 @@
+"""Tests of the transit API's realtime."""

@@ -50,7 +50,7 @@ from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.health import Health
 from ratelimitd.limiter import Limiter
 from ratelimitd.service import RateLimitService
-from ratelimitd.settings import Settings
+from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.sinks import create_sink
 from ratelimitd.stats import StatsStore
 from ratelimitd.tracing import (
@@ -175,7 +175,10 @@ async def run_mode(
     health = Health()
     health.register("backend", True)
     transport = GrpcTransport(
-        replace(settings, grpc_host="127.0.0.1", grpc_port=0), service, health, stats
+        replace(settings, listeners=ListenerSettings(grpc_host="127.0.0.1", grpc_port=0)),
+        service,
+        health,
+        stats,
     )
     interceptor = server_interceptor(sink.timer, tracing)
     await sink.start()

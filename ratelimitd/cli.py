@@ -53,11 +53,11 @@ def serve(argv: Sequence[str]) -> int:
         print(f"ratelimitd: {exc}", file=sys.stderr)
         return 1
     configure_logging(settings)
-    if settings.ratelimitd_workers > 1:
+    if settings.workers.count > 1:
         from .workers import supervise
 
-        prometheus = settings.stats_sink == "prometheus"
-        return supervise(settings.ratelimitd_workers, share_stats=prometheus)
+        prometheus = settings.stats.sink == "prometheus"
+        return supervise(settings.workers.count, share_stats=prometheus)
     from .daemon import serve as run_daemon
 
     return run_daemon(settings)

@@ -23,8 +23,8 @@ from .health import Health
 from .limiter import Limiter
 from .localcache import LocalCache
 from .reloader import ConfigReloader
-from .service import Options, RateLimitService
-from .settings import Settings, SettingsError, env_overrides_on_reload
+from .service import RateLimitService
+from .settings import ReloadOptions, Settings, SettingsError, reload_options_from_env
 from .sinks import Sink, SinkError, create_sink
 from .stats import StatsStore
 from .tracing import Tracing, create_tracing, server_interceptor
@@ -38,19 +38,6 @@ log = logging.getLogger("ratelimitd")
 DRAIN_GRACE_SECONDS = 10.0
 # Allocations between young-generation collections (CPython's default is 700).
 GC_GEN0_THRESHOLD = 20_000
-
-
-def options_from(settings: Settings) -> Options:
-    """The service options the reference re-reads on every config load."""
-    return Options(
-        shadow_mode=settings.shadow_mode,
-        quota_mode=settings.quota_mode,
-        response_dynamic_metadata=settings.response_dynamic_metadata,
-        response_headers=settings.limit_response_headers_enabled,
-        limit_header=settings.limit_limit_header,
-        remaining_header=settings.limit_remaining_header,
-        reset_header=settings.limit_reset_header,
-    )
 
 
 @dataclass
@@ -93,7 +80,7 @@ class Daemon:
 
         # The reference opens no port before its first config loads, unless forced.
         while not await self.reloader.load():
-            if s.force_start_without_initial_config or self._stop.is_set():
+            if s.config.force_start_without_initial_config or self._stop.is_set():
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.reloader.poll_interval * 2)
@@ -102,8 +89,9 @@ class Daemon:
             return 0
 
         await self.grpc.start()
-        await self.http.start(s.host, s.port, reuse_port=True)
-        await self.debug.start(s.debug_host, s.debug_port, reuse_port=True)
+        listeners = s.listeners
+        await self.http.start(listeners.host, listeners.port, reuse_port=True)
+        await self.debug.start(listeners.debug_host, listeners.debug_port, reuse_port=True)
         await self.sink.start()
         self.reloader.start()
         # Everything built so far (modules, rule set, servers) lives as long as the process:
@@ -115,9 +103,9 @@ class Daemon:
         log.info(
             "ratelimitd serving: grpc %s, http %s:%d, debug %s:%d, backend %s",
             self.grpc.address,
-            s.host,
+            listeners.host,
             self.http.port,
-            s.debug_host,
+            listeners.debug_host,
             self.debug.port,
             self.backend.name,
         )
@@ -147,7 +135,7 @@ def build(settings: Settings) -> Daemon:
     stats = StatsStore()
     health = Health()
     health.register("backend", False)
-    if settings.healthy_with_at_least_one_config_loaded:
+    if settings.config.healthy_with_at_least_one_config_loaded:
         health.register("config", False)
     health.register("sigterm", True)
 
@@ -155,44 +143,45 @@ def build(settings: Settings) -> Daemon:
     sink = create_sink(
         settings,
         stats,
-        worker_index=settings.ratelimitd_worker_index,
-        share_dir=settings.ratelimitd_stats_dir or None,
+        worker_index=settings.workers.index,
+        share_dir=settings.workers.stats_dir or None,
     )
     tracing = create_tracing(settings)
     if tracing is not None:
         # Before the Limiter is built: it looks up the backend's methods once.
         backend = tracing.traced_backend(backend)
+    cache = settings.cache
     local_cache = None
-    if settings.local_cache_size_in_bytes:
-        local_cache = LocalCache(settings.local_cache_size_in_bytes)
+    if cache.local_cache_size_in_bytes:
+        local_cache = LocalCache(cache.local_cache_size_in_bytes)
         for gauge in local_cache.gauges():
             stats.add_gauge(f"ratelimit.localcache.{gauge}", _gauge_reader(local_cache, gauge))
     limiter = Limiter(
         backend,
-        near_limit_ratio=settings.near_limit_ratio,
-        cache_key_prefix=settings.cache_key_prefix,
+        near_limit_ratio=cache.near_limit_ratio,
+        cache_key_prefix=cache.cache_key_prefix,
         local_cache=local_cache,
         # Redis only, as in the reference: memcache decides before it increments.
-        stop_increment_when_over_limit=settings.stop_cache_key_increment_when_overlimit
-        and settings.backend_type == "redis",
+        stop_increment_when_over_limit=cache.stop_cache_key_increment_when_overlimit
+        and cache.backend == "redis",
     )
-    service = RateLimitService(limiter, stats, options_from(settings))
+    service = RateLimitService(limiter, stats, settings.reload)
 
-    def reload_options() -> tuple[Options, bool]:
+    def reload_options() -> ReloadOptions:
         # The reference re-reads these from the environment on every load.
         try:
-            fresh = settings.with_reload_overrides(env_overrides_on_reload())
+            return reload_options_from_env()
         except SettingsError as exc:
             log.error("keeping the previous settings: %s", exc)
-            fresh = settings
-        return options_from(fresh), fresh.merge_domain_config
+            return settings.reload
 
+    runtime = settings.runtime
     layout = FileLayout(
-        root=settings.runtime_root,
-        subdirectory=settings.runtime_subdirectory,
-        appdirectory=settings.runtime_appdirectory,
-        watch_root=settings.runtime_watch_root,
-        ignore_dotfiles=settings.runtime_ignoredotfiles,
+        root=runtime.root,
+        subdirectory=runtime.subdirectory,
+        appdirectory=runtime.appdirectory,
+        watch_root=runtime.watch_root,
+        ignore_dotfiles=runtime.ignoredotfiles,
     )
     reloader = ConfigReloader(
         layout,
@@ -200,7 +189,7 @@ def build(settings: Settings) -> Daemon:
         stats,
         health,
         reload_options,
-        track_config_health=settings.healthy_with_at_least_one_config_loaded,
+        track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
     )
     return Daemon(
         settings=settings,
@@ -229,7 +218,7 @@ def serve(settings: Settings) -> int:
     """Run one daemon process on uvloop until it is told to stop."""
     import uvloop
 
-    if settings.backend_defaulted:
+    if settings.cache.backend_defaulted:
         log.warning(
             "no REDIS_* or MEMCACHE_* setting found: using the embedded in-memory backend "
             "(BACKEND_TYPE=memory); counters are local to this process"

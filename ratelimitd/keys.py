@@ -1,12 +1,12 @@
 """Selects the compiled `_keys` or its pure-Python twin `_keys_py`.
 
-Like yarl's YARL_NO_EXTENSIONS, RATELIMITD_NO_EXTENSIONS=1 forces the twin; reading it
-here, at import, is the one deliberate exception to "only settings.py reads the environment".
+Like yarl's YARL_NO_EXTENSIONS, RATELIMITD_NO_EXTENSIONS=1 forces the twin; the choice is
+made at import, through the settings package (the only reader of the environment).
 """
 
-import os
+from .settings import extensions_disabled
 
-if os.environ.get("RATELIMITD_NO_EXTENSIONS"):
+if extensions_disabled():
     from ._keys_py import (
         UNIT_SECONDS,
         cache_key,

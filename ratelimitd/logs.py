@@ -198,9 +198,9 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(settings: Settings, stream: TextIO | None = None) -> None:
     """Install the reference's log format and level (LOG_LEVEL, LOG_FORMAT) on the root logger."""
-    level = level_from_name(settings.log_level)
+    level = level_from_name(settings.log.level)
     handler = logging.StreamHandler(sys.stderr if stream is None else stream)
-    handler.setFormatter(JsonFormatter() if settings.log_format == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if settings.log.format == "json" else TextFormatter())
     handler.set_name(LOGGER_NAME)
     root = logging.getLogger()
     # Replace a handler installed by an earlier call (tests, workers re-configuring) only.

@@ -1,11 +1,11 @@
 """Selects the compiled `_match` trie or its pure-Python twin `_match_py`.
 
-RATELIMITD_NO_EXTENSIONS=1 forces the twin (see keys.py for why this reads the environment).
+RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read at import).
 """
 
-import os
+from .settings import extensions_disabled
 
-if os.environ.get("RATELIMITD_NO_EXTENSIONS"):
+if extensions_disabled():
     from ._match_py import Level, Node, compile_level, lookup, wildcard_match
 
     IMPLEMENTATION = "pure"

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from .config import ConfigError, load_ruleset
 from .config.provider import FileLayout, Signature
 from .health import Health
-from .service import Options, RateLimitService
+from .service import RateLimitService
+from .settings import ReloadOptions
 from .stats import StatsStore
 
 log = logging.getLogger("ratelimitd.config")
@@ -30,7 +31,7 @@ class ConfigReloader:
         service: RateLimitService,
         stats: StatsStore,
         health: Health,
-        reload_options: Callable[[], tuple[Options, bool]],
+        reload_options: Callable[[], ReloadOptions],
         *,
         track_config_health: bool = False,
         poll_interval: float = 0.5,
@@ -39,7 +40,7 @@ class ConfigReloader:
         self.service = service
         self.stats = stats
         self.health = health
-        # Returns (options, merge_domain_config) re-read from the environment.
+        # The options the reference re-reads from the environment on every load.
         self.reload_options = reload_options
         self.track_config_health = track_config_health
         self.poll_interval = poll_interval
@@ -51,9 +52,9 @@ class ConfigReloader:
         """Load the current files now; True when the new config is in force."""
         signature = await asyncio.to_thread(self.layout.signature)
         self._signature = signature
-        options, merge = self.reload_options()
+        options = self.reload_options()
         try:
-            ruleset = await asyncio.to_thread(self._build, merge)
+            ruleset = await asyncio.to_thread(self._build, options.merge_domain_config)
         except ConfigError as exc:
             self.stats.service.config_load_error += 1
             log.error("Error loading new configuration: %s", exc)

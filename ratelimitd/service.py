@@ -20,6 +20,7 @@ from .keys import reset_seconds, unit_seconds
 from .limiter import Limiter
 from .match import lookup
 from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Response, Status
+from .settings import ReloadOptions
 from .stats import StatsStore
 
 
@@ -28,24 +29,11 @@ class ServiceError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Options:
-    """The settings the reference re-reads from the environment on every config load."""
-
-    shadow_mode: bool = False
-    quota_mode: bool = False
-    response_dynamic_metadata: bool = False
-    response_headers: bool = False
-    limit_header: str = "RateLimit-Limit"
-    remaining_header: str = "RateLimit-Remaining"
-    reset_header: str = "RateLimit-Reset"
-
-
-@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What one request runs against."""
 
     ruleset: RuleSet | None
-    options: Options
+    options: ReloadOptions
 
 
 class RateLimitService:
@@ -55,15 +43,15 @@ class RateLimitService:
         self,
         limiter: Limiter,
         stats: StatsStore,
-        options: Options | None = None,
+        options: ReloadOptions | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.limiter = limiter
         self.stats = stats
         self.clock = clock
-        self.snapshot = Snapshot(None, options or Options())
+        self.snapshot = Snapshot(None, options or ReloadOptions())
 
-    def set_ruleset(self, ruleset: RuleSet, options: Options | None = None) -> None:
+    def set_ruleset(self, ruleset: RuleSet, options: ReloadOptions | None = None) -> None:
         """Swap in a newly loaded config (and the options re-read with it) atomically."""
         self.snapshot = Snapshot(ruleset, options or self.snapshot.options)
 
@@ -205,7 +193,7 @@ def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: boo
     return OVER_LIMIT if regular_over or (quota_count and quota_over == quota_count) else OK
 
 
-def _limit_headers(statuses: list[Status], opts: Options, now: int) -> list[tuple[str, str]]:
+def _limit_headers(statuses: list[Status], opts: ReloadOptions, now: int) -> list[tuple[str, str]]:
     """RateLimit-Limit/-Remaining/-Reset from the reference's "minimum" descriptor.
 
     The limited status with the least remaining, except that any non-quota OVER_LIMIT

@@ -50,7 +50,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from .settings import DogStatsdMogrifier, Settings
+from .settings import DogStatsdMogrifier, Settings, StatsSettings
 from .stats import StatsStore, Timer
 
 log = logging.getLogger(__name__)
@@ -771,7 +771,7 @@ class MetricMapper:
         return cls(mappings)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> MetricMapper:
+    def from_settings(cls, settings: StatsSettings) -> MetricMapper:
         """PROMETHEUS_MAPPER_YAML when set, else the reference's default mapping."""
         if settings.prometheus_mapper_yaml:
             try:
@@ -1137,13 +1137,14 @@ def create_sink(
     `worker_index` and `share_dir` are given to every worker process when the daemon runs
     RATELIMITD_WORKERS > 1: the Prometheus sink then serves the sum over the workers.
     """
-    if not settings.disable_stats:
+    cfg = settings.stats
+    if not cfg.disable:
         enabled = [
             name
             for name, on in (
-                ("USE_DOG_STATSD", settings.use_dog_statsd),
-                ("USE_STATSD", settings.use_statsd),
-                ("USE_PROMETHEUS", settings.use_prometheus),
+                ("USE_DOG_STATSD", cfg.use_dog_statsd),
+                ("USE_STATSD", cfg.use_statsd),
+                ("USE_PROMETHEUS", cfg.use_prometheus),
             )
             if on
         ]
@@ -1152,23 +1153,23 @@ def create_sink(
                 f"{', '.join(enabled)}: only one stats sink may be enabled (USE_STATSD "
                 "defaults to true, so set USE_STATSD=false to use another sink)"
             )
-    kind = settings.stats_sink
-    interval = settings.stats_flush_interval
+    kind = cfg.sink
+    interval = cfg.flush_interval
     if kind == "dogstatsd":
         return DogStatsdSink(
             stats,
-            settings.statsd_host,
-            settings.statsd_port,
-            extra_tags=settings.extra_tags,
-            mogrifiers=settings.dog_statsd_mogrifiers,
+            cfg.statsd_host,
+            cfg.statsd_port,
+            extra_tags=cfg.extra_tags,
+            mogrifiers=cfg.dog_statsd_mogrifiers,
             flush_interval=interval,
         )
     if kind == "statsd":
         return StatsdSink(
             stats,
-            settings.statsd_host,
-            settings.statsd_port,
-            extra_tags=settings.extra_tags,
+            cfg.statsd_host,
+            cfg.statsd_port,
+            extra_tags=cfg.extra_tags,
             flush_interval=interval,
         )
     if kind == "prometheus":
@@ -1177,15 +1178,13 @@ def create_sink(
             share = WorkerShare(share_dir, worker_index)
         return PrometheusSink(
             stats,
-            MetricMapper.from_settings(settings),
-            addr=settings.prometheus_addr,
-            path=settings.prometheus_path,
-            extra_tags=settings.extra_tags,
+            MetricMapper.from_settings(cfg),
+            addr=cfg.prometheus_addr,
+            path=cfg.prometheus_path,
+            extra_tags=cfg.extra_tags,
             flush_interval=interval,
             share=share,
         )
     if kind == "stdout":
-        return LoggingSink(
-            stats, extra_tags=settings.extra_tags, flush_interval=interval, stream=stream
-        )
+        return LoggingSink(stats, extra_tags=cfg.extra_tags, flush_interval=interval, stream=stream)
     return NullSink(stats, interval)

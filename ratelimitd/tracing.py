@@ -96,7 +96,8 @@ def _exporter(protocol: str) -> SpanExporter:
 
 def create_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tracing | None:
     """Tracing per TRACING_*, or None when TRACING_ENABLED is false (zero cost)."""
-    if not settings.tracing_enabled:
+    tracing = settings.tracing
+    if not tracing.enabled:
         return None
     from opentelemetry.baggage.propagation import W3CBaggagePropagator
     from opentelemetry.propagators.b3 import B3MultiFormat
@@ -108,23 +109,23 @@ def create_tracing(settings: Settings, exporter: SpanExporter | None = None) -> 
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     attributes = {
-        "service.name": settings.tracing_service_name,
-        "service.instance.id": settings.tracing_service_instance_id or str(uuid.uuid4()),
+        "service.name": tracing.service_name,
+        "service.instance.id": tracing.service_instance_id or str(uuid.uuid4()),
     }
-    if settings.tracing_service_namespace:
-        attributes["service.namespace"] = settings.tracing_service_namespace
+    if tracing.service_namespace:
+        attributes["service.namespace"] = tracing.service_namespace
     provider = TracerProvider(
         resource=Resource.create(attributes),
-        sampler=ParentBased(TraceIdRatioBased(settings.tracing_sampling_rate)),
+        sampler=ParentBased(TraceIdRatioBased(tracing.sampling_rate)),
     )
     provider.add_span_processor(
-        BatchSpanProcessor(exporter or _exporter(settings.tracing_exporter_protocol))
+        BatchSpanProcessor(exporter or _exporter(tracing.exporter_protocol))
     )
     # B3MultiFormat extracts the single `b3` header as well as the `x-b3-*` ones.
     propagator = CompositePropagator(
         [TraceContextTextMapPropagator(), W3CBaggagePropagator(), B3MultiFormat()]
     )
-    return Tracing(provider, propagator, settings.tracing_sampling_rate)
+    return Tracing(provider, propagator, tracing.sampling_rate)
 
 
 # -- backend child spans -------------------------------------------------------------------

@@ -9,13 +9,14 @@ dying); SIGTERM/SIGINT to the supervisor is passed on and every worker drains an
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+from .settings import worker_environ
 
 log = logging.getLogger("ratelimitd.workers")
 
@@ -26,9 +27,7 @@ STOP_TIMEOUT_SECONDS = 30.0
 
 
 def _spawn(index: int, stats_dir: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, RATELIMITD_WORKERS="1", RATELIMITD_WORKER_INDEX=str(index))
-    if stats_dir:
-        env["RATELIMITD_STATS_DIR"] = stats_dir
+    env = worker_environ(index, stats_dir)
     return subprocess.Popen([sys.executable, "-m", "ratelimitd", "serve"], env=env)
 
 

@@ -13,7 +13,8 @@ from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.limiter import Limiter
 from ratelimitd.localcache import LocalCache
 from ratelimitd.messages import Descriptor, Request
-from ratelimitd.service import Options, RateLimitService
+from ratelimitd.service import RateLimitService
+from ratelimitd.settings import ReloadOptions
 from ratelimitd.stats import StatsStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ class Harness:
         self,
         files: list[ConfigFile],
         *,
-        options: Options | None = None,
+        options: ReloadOptions | None = None,
         near_limit_ratio: float = 0.8,
         cache_key_prefix: str = "",
         local_cache_bytes: int = 0,

@@ -38,11 +38,12 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ratelimitd import keys, match
-from ratelimitd.backends.redis import InstanceSettings, RedisBackend
+from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.limiter import Limiter
 from ratelimitd.messages import Descriptor, Request
 from ratelimitd.service import RateLimitService
+from ratelimitd.settings import RedisSettings
 from ratelimitd.stats import StatsStore
 
 CONFIG = """
@@ -183,8 +184,7 @@ def median(runs: list[dict], key: str) -> dict:
 
 async def run(args: argparse.Namespace, port: int, pid: int) -> dict:
     backend = RedisBackend(
-        InstanceSettings(
-            label="redis_pool",
+        RedisSettings(
             type="single",
             socket_type="tcp",
             url=f"127.0.0.1:{port}",

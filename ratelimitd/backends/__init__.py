@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
 def create_backend(settings: Settings, health: Health, stats: StatsStore) -> Backend:
     """The backend BACKEND_TYPE names (memory, redis, memcache)."""
-    kind = settings.backend_type
+    kind = settings.cache.backend
     if kind == "memory":
-        return MemoryBackend(settings.expiration_jitter_max_seconds)
+        return MemoryBackend(settings.cache.expiration_jitter_max_seconds)
     if kind == "redis":
         from .redis import create_redis_backend
 

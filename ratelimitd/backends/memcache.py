@@ -66,7 +66,7 @@ from .base import BackendError
 
 if TYPE_CHECKING:
     from ..health import Health
-    from ..settings import Settings
+    from ..settings import MemcacheSettings, Settings
     from ..stats import StatsStore
 
 log = logging.getLogger(__name__)
@@ -825,16 +825,14 @@ class MemcacheBackend:
         return out
 
 
-def ssl_context_from(settings: Settings) -> ssl.SSLContext | None:
+def ssl_context_from(settings: MemcacheSettings) -> ssl.SSLContext | None:
     """MEMCACHE_TLS with its CA, client certificate and hostname-verification settings."""
-    if not settings.memcache_tls:
+    if not settings.tls:
         return None
-    ctx = ssl.create_default_context(cafile=settings.memcache_tls_cacert or None)
-    if settings.memcache_tls_client_cert:
-        ctx.load_cert_chain(
-            settings.memcache_tls_client_cert, settings.memcache_tls_client_key or None
-        )
-    if settings.memcache_tls_skip_hostname_verification:
+    ctx = ssl.create_default_context(cafile=settings.tls_cacert or None)
+    if settings.tls_client_cert:
+        ctx.load_cert_chain(settings.tls_client_cert, settings.tls_client_key or None)
+    if settings.tls_skip_hostname_verification:
         # As the Redis backend: the chain is still verified, only the name is not.
         ctx.check_hostname = False
     return ctx
@@ -844,13 +842,14 @@ def create_memcache_backend(
     settings: Settings, health: Health | None = None, stats: StatsStore | None = None
 ) -> MemcacheBackend:
     """The registry factory: a MemcacheBackend from Settings (await `connect()` before serving)."""
+    memcache = settings.memcache
     return MemcacheBackend(
-        settings.memcache_host_port,
-        srv=settings.memcache_srv,
-        srv_refresh=settings.memcache_srv_refresh,
-        max_idle_conns=settings.memcache_max_idle_conns,
-        ssl_context=ssl_context_from(settings),
-        jitter_max_seconds=settings.expiration_jitter_max_seconds,
+        memcache.host_port,
+        srv=memcache.srv,
+        srv_refresh=memcache.srv_refresh,
+        max_idle_conns=memcache.max_idle_conns,
+        ssl_context=ssl_context_from(memcache),
+        jitter_max_seconds=settings.cache.expiration_jitter_max_seconds,
         health=health,
         stats=stats,
     )

@@ -54,10 +54,9 @@ import ssl
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..settings import mask_url, redis_auth
+from ..settings import RedisSettings, redis_auth
 from . import resp
 from .base import BackendError
 from .resp import Batch, ReplyError, RespConnection, SharedFuture
@@ -75,6 +74,8 @@ _RECONNECT_INITIAL = 0.05
 _RECONNECT_MAX = 1.0
 _MAX_REDIRECTS = 5
 _SLOTS = 16384
+# Commands one connection may have in flight; a flush is never larger.
+MAX_IN_FLIGHT = 8192
 
 
 def go_duration(seconds: float) -> str:
@@ -111,38 +112,7 @@ def _host_port(item: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-@dataclass(frozen=True, slots=True)
-class InstanceSettings:
-    """Everything one Redis instance (main or per-second) is built from."""
-
-    label: str  # stats scope: redis_pool / redis_per_second_pool
-    type: str  # single / sentinel / cluster
-    socket_type: str
-    url: str = field(repr=False)  # may carry a password: log masked_url
-    pool_size: int = 10
-    auth: str = field(default="", repr=False)  # never in a log line
-    sentinel_auth: str = field(default="", repr=False)
-    tls: bool = False
-    tls_client_cert: str = ""
-    tls_client_key: str = ""
-    tls_cacert: str = ""
-    tls_skip_hostname_verification: bool = False
-    pipeline_window: float = 0.0
-    pipeline_limit: int = 0
-    dial_timeout: float = 10.0
-    request_timeout: float = 0.05
-    startup_initial_interval: float = 1.0
-    startup_max_interval: float = 30.0
-    startup_max_elapsed_time: float = 0.0
-    max_in_flight: int = 8192
-
-    @property
-    def masked_url(self) -> str:
-        """The URL as it may be logged."""
-        return mask_url(self.url)
-
-
-def _ssl_context(s: InstanceSettings) -> ssl.SSLContext:
+def _ssl_context(s: RedisSettings) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=s.tls_cacert or None)
     if s.tls_client_cert:
         ctx.load_cert_chain(s.tls_client_cert, s.tls_client_key or None)
@@ -167,7 +137,7 @@ class _Counters:
 class _Dialer:
     """How to open a connection of one instance to one address."""
 
-    def __init__(self, s: InstanceSettings, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(self, s: RedisSettings, ssl_context: ssl.SSLContext | None) -> None:
         self.s = s
         self.ssl_context = ssl_context
         self.username, self.password = redis_auth(s.auth)
@@ -214,13 +184,15 @@ class _Pool:
 
     def __init__(
         self,
-        s: InstanceSettings,
+        s: RedisSettings,
         dialer: _Dialer,
         resolve: Callable[[], Awaitable[Address]],
         counters: _Counters,
         describe: str,
+        max_in_flight: int,
     ) -> None:
         self.s = s
+        self.max_in_flight = max_in_flight
         self.dialer = dialer
         self.resolve = resolve
         self.counters = counters
@@ -238,7 +210,7 @@ class _Pool:
         self._window = s.pipeline_window
         # Commands per flush: REDIS_PIPELINE_LIMIT, and never more than one connection
         # may have in flight, so a burst is split over connections instead of refused.
-        self._limit = min(s.pipeline_limit or s.max_in_flight, s.max_in_flight)
+        self._limit = min(s.pipeline_limit or max_in_flight, max_in_flight)
 
     # hot path ---------------------------------------------------------------------
 
@@ -286,7 +258,7 @@ class _Pool:
         self._fut = None
         self._cmds = 0
         conns = self.conns
-        limit = self.s.max_in_flight
+        limit = self.max_in_flight
         for _ in range(len(conns)):
             self._rr += 1
             conn = conns[self._rr % len(conns)]
@@ -392,10 +364,15 @@ class RedisInstance:
     """One Redis deployment (single, sentinel or cluster) with its pool(s)."""
 
     def __init__(
-        self, s: InstanceSettings, jitter_max_seconds: int, on_change: Callable[[], None]
+        self,
+        s: RedisSettings,
+        jitter_max_seconds: int,
+        on_change: Callable[[], None],
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.s = s
         self.jitter = jitter_max_seconds
+        self.max_in_flight = max_in_flight
         self.counters = _Counters(on_change)
         self.dialer = _Dialer(s, _ssl_context(s) if s.tls else None)
 
@@ -462,9 +439,13 @@ class SingleInstance(RedisInstance):
     """A single server, or the master a set of sentinels points at."""
 
     def __init__(
-        self, s: InstanceSettings, jitter_max_seconds: int, on_change: Callable[[], None]
+        self,
+        s: RedisSettings,
+        jitter_max_seconds: int,
+        on_change: Callable[[], None],
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
-        super().__init__(s, jitter_max_seconds, on_change)
+        super().__init__(s, jitter_max_seconds, on_change, max_in_flight)
         self.address: Address
         self.sentinels: list[tuple[str, int]] = []
         self.master_name = ""
@@ -479,7 +460,7 @@ class SingleInstance(RedisInstance):
             self.address = self._parse_single(s.url)
             resolve = self._static
             describe = s.masked_url
-        self.pool = _Pool(s, self.dialer, resolve, self.counters, describe)
+        self.pool = _Pool(s, self.dialer, resolve, self.counters, describe, max_in_flight)
 
     def _parse_single(self, url: str) -> Address:
         scheme, sep, _ = url.partition("://")
@@ -596,9 +577,13 @@ class ClusterInstance(RedisInstance):
     """A Redis Cluster: a pool per master, commands routed by hash slot."""
 
     def __init__(
-        self, s: InstanceSettings, jitter_max_seconds: int, on_change: Callable[[], None]
+        self,
+        s: RedisSettings,
+        jitter_max_seconds: int,
+        on_change: Callable[[], None],
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
-        super().__init__(s, jitter_max_seconds, on_change)
+        super().__init__(s, jitter_max_seconds, on_change, max_in_flight)
         self.seeds = [_host_port(i) for i in s.url.split(",") if i.strip()]
         self.slots: list[str | None] = [None] * _SLOTS
         self.nodes: dict[str, _Pool] = {}
@@ -654,7 +639,9 @@ class ClusterInstance(RedisInstance):
             async def resolve() -> Address:
                 return address
 
-            pool = self.nodes[node] = _Pool(self.s, self.dialer, resolve, self.counters, node)
+            pool = self.nodes[node] = _Pool(
+                self.s, self.dialer, resolve, self.counters, node, self.max_in_flight
+            )
             if self.counters.total:  # found after startup: connect in the background
                 pool.maintain()
         return pool
@@ -755,10 +742,12 @@ class ClusterInstance(RedisInstance):
         await super().close()
 
 
-def _instance(s: InstanceSettings, jitter: int, on_change: Callable[[], None]) -> RedisInstance:
+def _instance(
+    s: RedisSettings, jitter: int, on_change: Callable[[], None], max_in_flight: int
+) -> RedisInstance:
     if s.type == "cluster":
-        return ClusterInstance(s, jitter, on_change)
-    return SingleInstance(s, jitter, on_change)
+        return ClusterInstance(s, jitter, on_change, max_in_flight)
+    return SingleInstance(s, jitter, on_change, max_in_flight)
 
 
 class RedisBackend:
@@ -768,20 +757,22 @@ class RedisBackend:
 
     def __init__(
         self,
-        main: InstanceSettings,
-        per_second: InstanceSettings | None = None,
+        main: RedisSettings,
+        per_second: RedisSettings | None = None,
         *,
         jitter_max_seconds: int = 0,
         health: Health | None = None,
-        health_check_active_connection: bool = False,
         stats: StatsStore | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.health = health
-        self.health_check = health_check_active_connection
+        # REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the per-second instance shares the main one's.
+        self.health_check = main.health_check_active_connection
         self.connected = False
-        self.main = _instance(main, jitter_max_seconds, self._connections_changed)
+        changed = self._connections_changed
+        self.main = _instance(main, jitter_max_seconds, changed, max_in_flight)
         self.per_second = (
-            _instance(per_second, jitter_max_seconds, self._connections_changed)
+            _instance(per_second, jitter_max_seconds, changed, max_in_flight)
             if per_second is not None
             else None
         )
@@ -791,9 +782,10 @@ class RedisBackend:
         if health is not None and "backend" not in health.components():
             health.register("backend", False)
         if stats is not None:
-            for inst in self.instances():
+            labels = ("redis_pool", "redis_per_second_pool")
+            for label, inst in zip(labels, self.instances(), strict=False):
                 c = inst.counters
-                scope = f"ratelimit.{inst.s.label}."
+                scope = f"ratelimit.{label}."
                 stats.add_gauge(scope + "cx_active", lambda c=c: c.active)  # type: ignore[misc]
                 stats.add_gauge(scope + "cx_total", lambda c=c: c.total)  # type: ignore[misc]
                 stats.add_gauge(scope + "cx_local_close", lambda c=c: c.local_close)  # type: ignore[misc]
@@ -869,50 +861,6 @@ class RedisBackend:
             await inst.close()
 
 
-def instance_settings(settings: Settings, per_second: bool = False) -> InstanceSettings:
-    """The InstanceSettings of the main (or per-second) instance from Settings."""
-    s = settings
-    common = {
-        "tls_client_cert": s.redis_tls_client_cert,
-        "tls_client_key": s.redis_tls_client_key,
-        "tls_cacert": s.redis_tls_cacert,
-        "tls_skip_hostname_verification": s.redis_tls_skip_hostname_verification,
-        "request_timeout": s.redis_request_timeout,
-        "startup_initial_interval": s.redis_startup_initial_interval,
-        "startup_max_interval": s.redis_startup_max_interval,
-        "startup_max_elapsed_time": s.redis_startup_max_elapsed_time,
-    }
-    if per_second:
-        return InstanceSettings(
-            label="redis_per_second_pool",
-            type=s.redis_persecond_type,
-            socket_type=s.redis_persecond_socket_type,
-            url=s.redis_persecond_url,
-            pool_size=s.redis_persecond_pool_size,
-            auth=s.redis_persecond_auth,
-            sentinel_auth=s.redis_persecond_sentinel_auth,
-            tls=s.redis_persecond_tls,
-            pipeline_window=s.redis_persecond_pipeline_window,
-            pipeline_limit=s.redis_persecond_pipeline_limit,
-            dial_timeout=s.redis_persecond_timeout,
-            **common,  # type: ignore[arg-type]
-        )
-    return InstanceSettings(
-        label="redis_pool",
-        type=s.redis_type,
-        socket_type=s.redis_socket_type,
-        url=s.redis_url,
-        pool_size=s.redis_pool_size,
-        auth=s.redis_auth,
-        sentinel_auth=s.redis_sentinel_auth,
-        tls=s.redis_tls,
-        pipeline_window=s.redis_pipeline_window,
-        pipeline_limit=s.redis_pipeline_limit,
-        dial_timeout=s.redis_timeout,
-        **common,  # type: ignore[arg-type]
-    )
-
-
 def create_redis_backend(
     settings: Settings, health: Health | None = None, stats: StatsStore | None = None
 ) -> RedisBackend:
@@ -921,10 +869,9 @@ def create_redis_backend(
     Must be called with a running event loop (the pools bind to it).
     """
     return RedisBackend(
-        instance_settings(settings),
-        instance_settings(settings, per_second=True) if settings.redis_persecond else None,
-        jitter_max_seconds=settings.expiration_jitter_max_seconds,
+        settings.redis,
+        settings.redis_persecond,
+        jitter_max_seconds=settings.cache.expiration_jitter_max_seconds,
         health=health,
-        health_check_active_connection=settings.redis_health_check_active_connection,
         stats=stats,
     )

@@ -59,10 +59,10 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
     """
     # Workers bind the same port; core sets SO_REUSEPORT by default on Linux, but say so.
     options = [("grpc.so_reuseport", 1)]
-    age = settings.grpc_max_connection_age
+    age = settings.grpc.max_connection_age
     if age > 0:
         options.append(("grpc.max_connection_age_ms", _millis(age)))
-    grace = settings.grpc_max_connection_age_grace
+    grace = settings.grpc.max_connection_age_grace
     if grace > 0:
         options.append(("grpc.max_connection_age_grace_ms", _millis(grace)))
     return options
@@ -74,13 +74,14 @@ def _millis(seconds: float) -> int:
 
 def listen_address(settings: Settings) -> str:
     """The grpc bind address: `unix:<GRPC_UDS>` when set, else GRPC_HOST:GRPC_PORT."""
-    uds = settings.grpc_uds
+    listeners = settings.listeners
+    uds = listeners.grpc_uds
     if uds:
         return uds if uds.startswith(("unix:", "unix-abstract:")) else "unix:" + uds
-    host = settings.grpc_host
+    host = listeners.grpc_host
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # an IPv6 literal
-    return f"{host}:{settings.grpc_port}"
+    return f"{host}:{listeners.grpc_port}"
 
 
 class CertificateFiles:
@@ -306,16 +307,16 @@ class GrpcTransport:
 
     def credentials(self) -> grpc.ServerCredentials | None:
         """TLS credentials per GRPC_SERVER_USE_TLS and the cert settings, or None for plaintext."""
-        s = self.settings
-        if not s.grpc_server_use_tls:
+        s = self.settings.grpc
+        if not s.server_use_tls:
             return None
-        if not s.grpc_server_tls_cert or not s.grpc_server_tls_key:
+        if not s.server_tls_cert or not s.server_tls_key:
             raise GrpcConfigError(
                 "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
             )
         try:
             self.certificates = CertificateFiles(
-                s.grpc_server_tls_cert, s.grpc_server_tls_key, s.grpc_client_tls_cacert
+                s.server_tls_cert, s.server_tls_key, s.client_tls_cacert
             )
         except OSError as err:
             raise GrpcConfigError(f"cannot read the gRPC TLS files: {err}") from err
@@ -323,10 +324,10 @@ class GrpcTransport:
 
     def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """The SAN check when mTLS with GRPC_CLIENT_TLS_SAN is configured, else none."""
-        s = self.settings
+        s = self.settings.grpc
         out: list[grpc.aio.ServerInterceptor] = []
-        if s.grpc_server_use_tls and s.grpc_client_tls_cacert and s.grpc_client_tls_san:
-            out.append(_RequireClientSan(s.grpc_client_tls_san))
+        if s.server_use_tls and s.client_tls_cacert and s.client_tls_san:
+            out.append(_RequireClientSan(s.client_tls_san))
         return out + self.extra_interceptors
 
     def bind(self, server: grpc.aio.Server) -> int:

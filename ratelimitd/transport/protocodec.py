@@ -9,7 +9,6 @@ of the property tests) and serve the client-side functions.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from ratelimitd._proto.rls_pb2 import RateLimitRequest, RateLimitResponse
 from ratelimitd.messages import Descriptor, Request, Response, Status
+from ratelimitd.settings import extensions_disabled
 
 __all__ = [
     "DecodeError",
@@ -86,7 +86,7 @@ def _struct_bytes(metadata: dict[str, Any]) -> bytes:
 
 def _compiled_codec() -> tuple[Any, Any] | None:
     # Same switch as keys.py / match.py: RATELIMITD_NO_EXTENSIONS=1 forces the twin.
-    if os.environ.get("RATELIMITD_NO_EXTENSIONS"):
+    if extensions_disabled():
         return None
     try:
         from ratelimitd import _wire  # type: ignore[attr-defined]

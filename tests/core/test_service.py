@@ -21,7 +21,8 @@ import pytest
 from ratelimitd.backends import BackendError, MemoryBackend
 from ratelimitd.limiter import Limiter
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request
-from ratelimitd.service import Options, RateLimitService, ServiceError
+from ratelimitd.service import RateLimitService, ServiceError
+from ratelimitd.settings import ReloadOptions
 from ratelimitd.stats import StatsStore
 
 SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
@@ -294,7 +295,7 @@ async def test_mixed_rule_shadow_mode(harness: Any) -> None:
 
 
 async def test_global_shadow_mode(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=Options(shadow_mode=True))
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(shadow_mode=True))
     exhaust(h, "d", "foo", "bar", 60, 10)
     r = await h.decide("d", [("foo", "bar")], [("hello", "world")])
     assert r.overall_code == OK
@@ -307,7 +308,7 @@ async def test_global_shadow_mode(harness: Any) -> None:
 
 
 async def test_global_shadow_mode_with_quota_all_over(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=Options(shadow_mode=True))
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(shadow_mode=True))
     exhaust(h, "d", "quota", "x", 60, 1)
     r = await h.decide("d", [("quota", "x")])
     assert r.overall_code == OK
@@ -319,7 +320,7 @@ async def test_options_swap_with_the_config(harness: Any) -> None:
     h = harness(CONFIG, now=NOW)
     exhaust(h, "d", "foo", "bar", 60, 10)
     assert (await h.decide("d", [("foo", "bar")])).overall_code == OVER_LIMIT
-    h.service.set_ruleset(h.ruleset, Options(shadow_mode=True))
+    h.service.set_ruleset(h.ruleset, ReloadOptions(shadow_mode=True))
     assert (await h.decide("d", [("foo", "bar")])).overall_code == OK
     h.service.set_ruleset(h.ruleset)  # keeps the options in force
     assert (await h.decide("d", [("foo", "bar")])).overall_code == OK
@@ -368,7 +369,7 @@ async def test_regular_ok_and_quota_ok_is_ok(harness: Any) -> None:
 
 
 async def test_global_quota_mode_all_over(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=Options(quota_mode=True))
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
     exhaust(h, "d", "foo", "x", 60, 10)
     exhaust(h, "d", "bar", "x", 60, 5)
     r = await h.decide("d", [("foo", "x")], [("bar", "x")])
@@ -377,7 +378,7 @@ async def test_global_quota_mode_all_over(harness: Any) -> None:
 
 
 async def test_global_quota_mode_some_over(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=Options(quota_mode=True))
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
     exhaust(h, "d", "foo", "x", 60, 10)
     r = await h.decide("d", [("foo", "x")], [("bar", "x")])
     assert r.overall_code == OK
@@ -385,7 +386,7 @@ async def test_global_quota_mode_some_over(harness: Any) -> None:
 
 
 async def test_global_quota_mode_descriptor_without_limit_passes(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=Options(quota_mode=True))
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
     exhaust(h, "d", "foo", "x", 60, 10)
     r = await h.decide("d", [("foo", "x")], [("hello", "world")])
     assert r.overall_code == OK
@@ -499,7 +500,7 @@ async def test_limit_override_beats_unlimited_and_shadow(harness: Any) -> None:
 
 
 async def test_limit_override_has_no_metadata(harness: Any) -> None:
-    h = harness(METADATA, now=NOW, options=Options(response_dynamic_metadata=True))
+    h = harness(METADATA, now=NOW, options=ReloadOptions(response_dynamic_metadata=True))
     r = await h.decide("m", Descriptor((("one", "x"),), limit=(5, MINUTE)))
     assert "metadata" not in r.dynamic_metadata
     assert r.dynamic_metadata["descriptors"][0]["entries"] == ["one=x"]
@@ -511,7 +512,7 @@ async def test_limit_override_has_no_metadata(harness: Any) -> None:
 
 # --- response headers ------------------------------------------------------------
 
-HEADERS = Options(response_headers=True)
+HEADERS = ReloadOptions(response_headers=True)
 
 
 async def test_headers_over_limit_default_names(harness: Any) -> None:
@@ -526,7 +527,7 @@ async def test_headers_over_limit_default_names(harness: Any) -> None:
 
 
 async def test_headers_custom_names(harness: Any) -> None:
-    opts = Options(
+    opts = ReloadOptions(
         response_headers=True,
         limit_header="A-Ratelimit-Limit",
         remaining_header="A-Ratelimit-Remaining",
@@ -635,7 +636,7 @@ async def test_headers_shadow_rule_reports_zero_remaining(harness: Any) -> None:
 
 
 async def test_headers_with_global_shadow_mode(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=Options(response_headers=True, shadow_mode=True))
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(response_headers=True, shadow_mode=True))
     exhaust(h, "d", "foo", "x", 60, 10)
     r = await h.decide("d", [("foo", "x")])
     assert r.overall_code == OK
@@ -644,7 +645,7 @@ async def test_headers_with_global_shadow_mode(harness: Any) -> None:
 
 # --- dynamic metadata ------------------------------------------------------------
 
-META = Options(response_dynamic_metadata=True)
+META = ReloadOptions(response_dynamic_metadata=True)
 
 
 async def test_dynamic_metadata_shape(harness: Any) -> None:
@@ -712,7 +713,8 @@ async def test_metadata_merge_does_not_leak_into_later_requests(harness: Any) ->
 
 
 async def test_metadata_only_from_passed_descriptors(harness: Any) -> None:
-    h = harness(METADATA, now=NOW, options=Options(response_dynamic_metadata=True, quota_mode=True))
+    options = ReloadOptions(response_dynamic_metadata=True, quota_mode=True)
+    h = harness(METADATA, now=NOW, options=options)
     exhaust(h, "m", "two", "x", 60, 1)
     r = await h.decide("m", [("one", "x")], [("two", "x")])
     assert r.overall_code == OK
@@ -757,7 +759,7 @@ async def test_metadata_not_from_replaced_limits(harness: Any) -> None:
 
 
 async def test_global_quota_mode_without_any_limit_is_ok(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=Options(quota_mode=True))
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
     r = await h.decide("nope", [("foo", "x")])
     assert r.overall_code == OK
     r = await h.decide("d", [("hello", "world")], [("unl", "x")])

@@ -14,7 +14,6 @@ import shutil
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from ratelimitd.config import Rule
 from ratelimitd.health import Health
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request, Response, Status
 from ratelimitd.service import RateLimitService
-from ratelimitd.settings import Settings
+from ratelimitd.settings import GrpcSettings, ListenerSettings, Settings
 from ratelimitd.transport import protocodec
 from ratelimitd.transport.client import _go_float, go_quote, parse_flags, proto_text
 from ratelimitd.transport.grpc import (
@@ -70,9 +69,10 @@ CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
 # -- helpers -----------------------------------------------------------------------------
 
 
-def plain_settings(**overrides: Any) -> Settings:
-    """Settings for a loopback listener on a free port."""
-    return replace(Settings(), grpc_host="127.0.0.1", grpc_port=0, **overrides)
+def plain_settings(grpc_uds: str = "", **grpc: Any) -> Settings:
+    """Settings for a loopback listener on a free port; `grpc` sets GrpcSettings fields."""
+    listeners = ListenerSettings(grpc_host="127.0.0.1", grpc_port=0, grpc_uds=grpc_uds)
+    return Settings(listeners=listeners, grpc=GrpcSettings(**grpc))
 
 
 def request(domain: str = "test", *descriptors: list[tuple[str, str]], hits: int = 0) -> Any:
@@ -119,7 +119,7 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
         transport = GrpcTransport(settings, service, health, stats)
         await transport.start()
         started.append(transport)
-        target = transport.address if settings.grpc_uds else f"127.0.0.1:{transport.port}"
+        target = transport.address if settings.listeners.grpc_uds else f"127.0.0.1:{transport.port}"
         return Served(transport, target)
 
     yield start
@@ -291,15 +291,17 @@ def test_server_options_and_address() -> None:
     }
     zero = dict(
         server_options(
-            replace(Settings(), grpc_max_connection_age=0.0, grpc_max_connection_age_grace=0.0)
+            Settings(grpc=GrpcSettings(max_connection_age=0.0, max_connection_age_grace=0.0))
         )
     )
     assert zero == {"grpc.so_reuseport": 1}
-    huge = dict(server_options(replace(Settings(), grpc_max_connection_age=10.0**9)))
+    huge = dict(server_options(Settings(grpc=GrpcSettings(max_connection_age=10.0**9))))
     assert huge["grpc.max_connection_age_ms"] == 2**31 - 1
     assert listen_address(Settings()) == "0.0.0.0:8081"
-    assert listen_address(replace(Settings(), grpc_host="::1", grpc_port=9)) == "[::1]:9"
-    assert listen_address(replace(Settings(), grpc_uds="/tmp/rl.sock")) == "unix:/tmp/rl.sock"
+    ipv6 = ListenerSettings(grpc_host="::1", grpc_port=9)
+    assert listen_address(Settings(listeners=ipv6)) == "[::1]:9"
+    uds = ListenerSettings(grpc_uds="/tmp/rl.sock")
+    assert listen_address(Settings(listeners=uds)) == "unix:/tmp/rl.sock"
 
 
 def test_dns_name_matching() -> None:
@@ -354,9 +356,10 @@ async def test_unknown_domain_unlimited_and_hits(harness: Callable[..., Any], se
 
 
 async def test_headers_and_dynamic_metadata(harness: Callable[..., Any], serve: Any) -> None:
-    from ratelimitd.service import Options
+    from ratelimitd.settings import ReloadOptions
 
-    h = harness(CONFIG, options=Options(response_headers=True, response_dynamic_metadata=True))
+    options = ReloadOptions(response_headers=True, response_dynamic_metadata=True)
+    h = harness(CONFIG, options=options)
     served = await serve(h.service, h.stats)
     async with served.channel() as channel:
         resp = await call(channel, request("test", KV))
@@ -523,9 +526,9 @@ def tls_settings(certs: Certs, root: Path, **overrides: Any) -> Settings:
     shutil.copy(certs.server[0], cert)
     shutil.copy(certs.server[1], key)
     return plain_settings(
-        grpc_server_use_tls=True,
-        grpc_server_tls_cert=str(cert),
-        grpc_server_tls_key=str(key),
+        server_use_tls=True,
+        server_tls_cert=str(cert),
+        server_tls_key=str(key),
         **overrides,
     )
 
@@ -545,15 +548,13 @@ async def test_tls(harness: Callable[..., Any], serve: Any, certs: Certs, tmp_pa
 
 async def test_tls_settings_need_cert_and_key(harness: Callable[..., Any]) -> None:
     h = harness(CONFIG)
-    transport = GrpcTransport(
-        plain_settings(grpc_server_use_tls=True), h.service, Health(), h.stats
-    )
+    transport = GrpcTransport(plain_settings(server_use_tls=True), h.service, Health(), h.stats)
     with pytest.raises(GrpcConfigError, match="GRPC_SERVER_TLS_CERT"):
         await transport.start()
     missing = plain_settings(
-        grpc_server_use_tls=True,
-        grpc_server_tls_cert="/nonexistent/tls.pem",
-        grpc_server_tls_key="/nonexistent/tls.key",
+        server_use_tls=True,
+        server_tls_cert="/nonexistent/tls.pem",
+        server_tls_key="/nonexistent/tls.key",
     )
     transport = GrpcTransport(missing, h.service, Health(), h.stats)
     with pytest.raises(GrpcConfigError, match=r"/nonexistent/tls\.pem"):
@@ -564,7 +565,7 @@ async def test_mtls_requires_a_client_certificate(
     harness: Callable[..., Any], serve: Any, certs: Certs, tmp_path: Path
 ) -> None:
     h = harness(CONFIG)
-    settings = tls_settings(certs, tmp_path, grpc_client_tls_cacert=str(certs.ca))
+    settings = tls_settings(certs, tmp_path, client_tls_cacert=str(certs.ca))
     served = await serve(h.service, h.stats, settings=settings)
     async with served.channel(certs.creds(certs.ca)) as anonymous:
         err = await rpc_error(call(anonymous, request("test", KV)))
@@ -583,8 +584,8 @@ async def test_certificate_replaced_on_disk_is_used_by_new_connections(
         assert (await call(before, request("test", KV))).overall_code == OK
         # Swap in a certificate from the second CA the way deployments do: write, rename.
         for source, target in (
-            (certs.server2[0], settings.grpc_server_tls_cert),
-            (certs.server2[1], settings.grpc_server_tls_key),
+            (certs.server2[0], settings.grpc.server_tls_cert),
+            (certs.server2[1], settings.grpc.server_tls_key),
         ):
             shutil.copy(source, target + ".new")
             os.replace(target + ".new", target)
@@ -594,7 +595,7 @@ async def test_certificate_replaced_on_disk_is_used_by_new_connections(
             err = await rpc_error(call(stale, request("test", KV)))
             assert err.code() == grpc.StatusCode.UNAVAILABLE
         # A broken replacement keeps the certificates in force.
-        Path(settings.grpc_server_tls_cert).write_text("not a certificate")
+        Path(settings.grpc.server_tls_cert).write_text("not a certificate")
         async with served.channel(certs.creds(certs.ca2)) as kept:
             assert (await call(kept, request("test", KV))).overall_code == OVER_LIMIT
 
@@ -606,8 +607,8 @@ async def test_client_san_enforced(
     settings = tls_settings(
         certs,
         tmp_path,
-        grpc_client_tls_cacert=str(certs.ca),
-        grpc_client_tls_san="client.example.com",
+        client_tls_cacert=str(certs.ca),
+        client_tls_san="client.example.com",
     )
     served = await serve(h.service, h.stats, settings=settings)
     async with served.channel(certs.creds(certs.ca, certs.other)) as wrong:
@@ -735,7 +736,7 @@ async def test_client_cli_mtls(
     harness: Callable[..., Any], serve: Any, certs: Certs, tmp_path: Path
 ) -> None:
     h = harness(CONFIG)
-    settings = tls_settings(certs, tmp_path, grpc_client_tls_cacert=str(certs.ca))
+    settings = tls_settings(certs, tmp_path, client_tls_cacert=str(certs.ca))
     served = await serve(h.service, h.stats, settings=settings)
     code, out, _ = await run_client(
         "--dial_string", served.target, "--domain", "test", "--descriptors", "k=v",

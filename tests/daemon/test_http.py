@@ -30,7 +30,8 @@ from ratelimitd.messages import (
     Response,
     Status,
 )
-from ratelimitd.service import Options, ServiceError
+from ratelimitd.service import ServiceError
+from ratelimitd.settings import ReloadOptions
 from ratelimitd.transport.debug import debug_routes
 from ratelimitd.transport.http import HttpRequest, HttpServer, main_routes, start_http_server
 from ratelimitd.transport.jsoncodec import decode_request, encode_response
@@ -307,7 +308,7 @@ async def test_json_both_spellings_accepted(srv: Servers) -> None:
 async def test_json_response_headers_and_dynamic_metadata(
     make_servers: Callable[..., Any],
 ) -> None:
-    options = Options(response_headers=True, response_dynamic_metadata=True)
+    options = ReloadOptions(response_headers=True, response_dynamic_metadata=True)
     srv = await make_servers(CONFIG, options=options)
     body = json.dumps(
         {

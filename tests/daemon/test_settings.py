@@ -10,16 +10,18 @@ import sys
 import pytest
 
 from ratelimitd.settings import (
+    CacheSettings,
     DogStatsdMogrifier,
-    ReloadOverrides,
+    RedisSettings,
+    ReloadOptions,
     Settings,
     SettingsError,
-    env_overrides_on_reload,
     mask_url,
     parse_go_bool,
     parse_go_duration,
     parse_go_int,
     redis_auth,
+    reload_options_from_env,
 )
 
 # One REDIS_* variable so the backend is not defaulted to memory.
@@ -43,116 +45,167 @@ def error(**env: str) -> str:
 
 def test_defaults_equal_the_reference() -> None:
     s = load(**REDIS)
-    assert (s.host, s.port, s.debug_host, s.debug_port) == ("0.0.0.0", 8080, "0.0.0.0", 6070)
-    assert (s.grpc_host, s.grpc_port, s.grpc_uds) == ("0.0.0.0", 8081, "")
-    assert s.grpc_max_connection_age == 24 * 3600
-    assert s.grpc_max_connection_age_grace == 3600
-    assert not s.grpc_server_use_tls
-    assert (s.grpc_server_tls_cert, s.grpc_server_tls_key) == ("", "")
-    assert (s.grpc_client_tls_cacert, s.grpc_client_tls_san) == ("", "")
-    assert (s.log_level, s.log_format) == ("warning", "text")
-    assert s.config_type == "FILE"
-    assert not s.force_start_without_initial_config
-    assert s.config_grpc_xds_node_id == "default"
-    assert s.config_grpc_xds_node_metadata == ()
-    assert s.config_grpc_xds_server_url == "localhost:18000"
-    assert s.config_grpc_xds_server_connect_retry_interval == 3.0
-    assert s.config_grpc_xds_client_additional_headers == ()
-    assert not s.config_grpc_xds_server_use_tls
-    assert s.xds_client_backoff_initial_interval == 10.0
-    assert s.xds_client_backoff_max_interval == 60.0
-    assert s.xds_client_backoff_random_factor == 0.5
-    assert s.xds_client_backoff_jitter is True
-    assert s.xds_client_max_msg_size_in_bytes == 0
-    assert s.use_statsd is True
-    assert (s.statsd_host, s.statsd_port) == ("localhost", 8125)
-    assert not s.use_dog_statsd and s.use_dog_statsd_mogrifiers == ()
-    assert s.dog_statsd_mogrifiers == ()
-    assert not s.use_prometheus
-    assert (s.prometheus_addr, s.prometheus_path, s.prometheus_mapper_yaml) == (
+    li = s.listeners
+    assert (li.host, li.port, li.debug_host, li.debug_port) == ("0.0.0.0", 8080, "0.0.0.0", 6070)
+    assert (li.grpc_host, li.grpc_port, li.grpc_uds) == ("0.0.0.0", 8081, "")
+    assert s.grpc.max_connection_age == 24 * 3600
+    assert s.grpc.max_connection_age_grace == 3600
+    assert not s.grpc.server_use_tls
+    assert (s.grpc.server_tls_cert, s.grpc.server_tls_key) == ("", "")
+    assert (s.grpc.client_tls_cacert, s.grpc.client_tls_san) == ("", "")
+    assert (s.log.level, s.log.format) == ("warning", "text")
+    assert s.config.type == "FILE"
+    assert not s.config.force_start_without_initial_config
+    assert s.xds.node_id == "default"
+    assert s.xds.node_metadata == ()
+    assert s.xds.server_url == "localhost:18000"
+    assert s.xds.server_connect_retry_interval == 3.0
+    assert s.xds.client_additional_headers == ()
+    assert not s.xds.server_use_tls
+    assert s.xds.backoff_initial_interval == 10.0
+    assert s.xds.backoff_max_interval == 60.0
+    assert s.xds.backoff_random_factor == 0.5
+    assert s.xds.backoff_jitter is True
+    assert s.xds.max_msg_size_in_bytes == 0
+    assert s.stats.use_statsd is True
+    assert (s.stats.statsd_host, s.stats.statsd_port) == ("localhost", 8125)
+    assert not s.stats.use_dog_statsd and s.stats.dog_statsd_mogrifier_names == ()
+    assert s.stats.dog_statsd_mogrifiers == ()
+    assert not s.stats.use_prometheus
+    assert (s.stats.prometheus_addr, s.stats.prometheus_path, s.stats.prometheus_mapper_yaml) == (
         ":9090",
         "/metrics",
         "",
     )
-    assert not s.prometheus_response_time_as_milliseconds
-    assert s.extra_tags == ()
-    assert s.stats_flush_interval == 10.0
-    assert not s.disable_stats
-    assert s.runtime_root == "/srv/runtime_data/current"
-    assert (s.runtime_subdirectory, s.runtime_appdirectory) == ("", "config")
-    assert not s.runtime_ignoredotfiles and s.runtime_watch_root
-    assert s.expiration_jitter_max_seconds == 300
-    assert s.local_cache_size_in_bytes == 0
-    assert s.near_limit_ratio == pytest.approx(0.8)
-    assert s.cache_key_prefix == ""
-    assert (s.backend_type, s.backend_defaulted) == ("redis", False)
-    assert not s.stop_cache_key_increment_when_overlimit
-    assert not s.limit_response_headers_enabled
-    assert (s.limit_limit_header, s.limit_remaining_header, s.limit_reset_header) == (
+    assert not s.stats.prometheus_response_time_as_milliseconds
+    assert s.stats.extra_tags == ()
+    assert s.stats.flush_interval == 10.0
+    assert not s.stats.disable
+    assert s.runtime.root == "/srv/runtime_data/current"
+    assert (s.runtime.subdirectory, s.runtime.appdirectory) == ("", "config")
+    assert not s.runtime.ignoredotfiles and s.runtime.watch_root
+    assert s.cache.expiration_jitter_max_seconds == 300
+    assert s.cache.local_cache_size_in_bytes == 0
+    assert s.cache.near_limit_ratio == pytest.approx(0.8)
+    assert s.cache.cache_key_prefix == ""
+    assert (s.cache.backend, s.cache.backend_defaulted) == ("redis", False)
+    assert not s.cache.stop_cache_key_increment_when_overlimit
+    assert not s.reload.response_headers
+    assert (s.reload.limit_header, s.reload.remaining_header, s.reload.reset_header) == (
         "RateLimit-Limit",
         "RateLimit-Remaining",
         "RateLimit-Reset",
     )
-    assert not s.healthy_with_at_least_one_config_loaded
-    assert s.redis_type == "single"
-    assert s.redis_url == "/var/run/nutcracker/ratelimit.sock"
-    assert s.redis_pool_size == 10
-    assert (s.redis_auth, s.redis_sentinel_auth) == ("", "")
-    assert not s.redis_tls and not s.redis_tls_skip_hostname_verification
-    assert (s.redis_tls_client_cert, s.redis_tls_client_key, s.redis_tls_cacert) == ("", "", "")
-    assert (s.redis_pipeline_window, s.redis_pipeline_limit) == (0.0, 0)
-    assert s.redis_cluster_pipeline_parallelism == 1
-    assert s.redis_timeout == 10.0
-    assert s.redis_pool_on_empty_behavior == "WAIT"
+    assert not s.config.healthy_with_at_least_one_config_loaded
+    assert s.redis.type == "single"
+    assert s.redis.url == "/var/run/nutcracker/ratelimit.sock"
+    assert s.redis.pool_size == 10
+    assert (s.redis.auth, s.redis.sentinel_auth) == ("", "")
+    assert not s.redis.tls and not s.redis.tls_skip_hostname_verification
+    assert (s.redis.tls_client_cert, s.redis.tls_client_key, s.redis.tls_cacert) == ("", "", "")
+    assert (s.redis.pipeline_window, s.redis.pipeline_limit) == (0.0, 0)
+    assert s.redis.cluster_pipeline_parallelism == 1
+    assert s.redis.dial_timeout == 10.0
+    assert s.redis.pool_on_empty_behavior == "WAIT"
     assert (
-        s.redis_startup_initial_interval,
-        s.redis_startup_max_interval,
-        s.redis_startup_max_elapsed_time,
+        s.redis.startup_initial_interval,
+        s.redis.startup_max_interval,
+        s.redis.startup_max_elapsed_time,
     ) == (1.0, 30.0, 0.0)
-    assert not s.redis_health_check_active_connection
-    assert s.redis_request_timeout == pytest.approx(0.05)
-    assert not s.redis_persecond
-    assert s.redis_persecond_socket_type == "unix"
-    assert s.redis_persecond_type == "single"
-    assert s.redis_persecond_url == "/var/run/nutcracker/ratelimitpersecond.sock"
-    assert s.redis_persecond_pool_size == 10
-    assert (s.redis_persecond_auth, s.redis_persecond_sentinel_auth) == ("", "")
-    assert not s.redis_persecond_tls
-    assert (s.redis_persecond_pipeline_window, s.redis_persecond_pipeline_limit) == (0.0, 0)
-    assert s.redis_persecond_cluster_pipeline_parallelism == 1
-    assert s.redis_persecond_timeout == 10.0
-    assert s.redis_persecond_pool_on_empty_behavior == "WAIT"
-    assert (s.memcache_host_port, s.memcache_srv, s.memcache_srv_refresh) == ((), "", 0.0)
-    assert s.memcache_max_idle_conns == 2
-    assert not s.memcache_tls and not s.memcache_tls_skip_hostname_verification
-    assert not (s.shadow_mode or s.quota_mode or s.response_dynamic_metadata)
-    assert not s.merge_domain_config
-    assert not s.tracing_enabled
-    assert s.tracing_exporter_protocol == "http"
-    assert s.tracing_service_name == "RateLimit"
-    assert (s.tracing_service_namespace, s.tracing_service_instance_id) == ("", "")
-    assert s.tracing_sampling_rate == 1.0
-    assert s.ratelimitd_workers == 1
-    assert s.stats_sink == "statsd"
+    assert not s.redis.health_check_active_connection
+    assert s.redis.request_timeout == pytest.approx(0.05)
+    assert s.redis_persecond is None  # REDIS_PERSECOND defaults to false
+    ps = load(**REDIS, REDIS_PERSECOND="true").redis_persecond
+    assert ps is not None
+    assert ps.socket_type == "unix"
+    assert ps.type == "single"
+    assert ps.url == "/var/run/nutcracker/ratelimitpersecond.sock"
+    assert ps.pool_size == 10
+    assert (ps.auth, ps.sentinel_auth) == ("", "")
+    assert not ps.tls
+    assert (ps.pipeline_window, ps.pipeline_limit) == (0.0, 0)
+    assert ps.cluster_pipeline_parallelism == 1
+    assert ps.dial_timeout == 10.0
+    assert ps.pool_on_empty_behavior == "WAIT"
+    assert (s.memcache.host_port, s.memcache.srv, s.memcache.srv_refresh) == ((), "", 0.0)
+    assert s.memcache.max_idle_conns == 2
+    assert not s.memcache.tls and not s.memcache.tls_skip_hostname_verification
+    assert not (s.reload.shadow_mode or s.reload.quota_mode or s.reload.response_dynamic_metadata)
+    assert not s.reload.merge_domain_config
+    assert not s.tracing.enabled
+    assert s.tracing.exporter_protocol == "http"
+    assert s.tracing.service_name == "RateLimit"
+    assert (s.tracing.service_namespace, s.tracing.service_instance_id) == ("", "")
+    assert s.tracing.sampling_rate == 1.0
+    assert s.workers.count == 1
+    assert s.stats.sink == "statsd"
 
 
 def test_dataclass_defaults_match_from_env() -> None:
     # Settings() and from_env() must not drift apart: only the backend choice differs.
-    assert load(**REDIS) == dataclasses.replace(Settings(), redis_socket_type="tcp")
-    assert load() == dataclasses.replace(Settings(), backend_type="memory", backend_defaulted=True)
+    assert load(**REDIS) == Settings(redis=RedisSettings(socket_type="tcp"))
+    memory = CacheSettings(backend="memory", backend_defaulted=True)
+    assert load() == Settings(cache=memory)
+    # One section type for both Redis instances: the per-second one differs by its URL.
+    per_second = RedisSettings(url="/var/run/nutcracker/ratelimitpersecond.sock")
+    assert load(REDIS_PERSECOND="1").redis_persecond == per_second
+
+
+def test_per_second_instance_has_its_own_variables_and_shares_the_rest() -> None:
+    s = load(
+        REDIS_PERSECOND="true",
+        REDIS_PERSECOND_URL="ps:6379",
+        REDIS_PERSECOND_SOCKET_TYPE="tcp",
+        REDIS_PERSECOND_TYPE="cluster",
+        REDIS_PERSECOND_POOL_SIZE="3",
+        REDIS_PERSECOND_AUTH="pw",
+        REDIS_PERSECOND_SENTINEL_AUTH="spw",
+        REDIS_PERSECOND_TLS="true",
+        REDIS_PERSECOND_PIPELINE_WINDOW="1ms",
+        REDIS_PERSECOND_PIPELINE_LIMIT="7",
+        REDIS_PERSECOND_TIMEOUT="2s",
+        REDIS_TLS_CACERT="/ca.pem",
+        REDIS_TLS_CLIENT_CERT="/c.pem",
+        REDIS_TLS_CLIENT_KEY="/k.pem",
+        REDIS_TLS_SKIP_HOSTNAME_VERIFICATION="true",
+        REDIS_STARTUP_INITIAL_INTERVAL="2s",
+        REDIS_STARTUP_MAX_INTERVAL="4s",
+        REDIS_STARTUP_MAX_ELAPSED_TIME="8s",
+        REDIS_HEALTH_CHECK_ACTIVE_CONNECTION="true",
+        REDIS_REQUEST_TIMEOUT="30ms",
+    )
+    main, ps = s.redis, s.redis_persecond
+    assert ps is not None
+    assert (ps.url, ps.socket_type, ps.type, ps.pool_size) == ("ps:6379", "tcp", "cluster", 3)
+    assert (ps.auth, ps.sentinel_auth, ps.tls) == ("pw", "spw", True)
+    assert (ps.pipeline_window, ps.pipeline_limit, ps.dial_timeout) == (0.001, 7, 2.0)
+    assert (main.url, main.pool_size, main.auth, main.tls) == (RedisSettings().url, 10, "", False)
+    shared = (
+        "tls_client_cert",
+        "tls_client_key",
+        "tls_cacert",
+        "tls_skip_hostname_verification",
+        "startup_initial_interval",
+        "startup_max_interval",
+        "startup_max_elapsed_time",
+        "health_check_active_connection",
+        "request_timeout",
+    )
+    assert [getattr(ps, f) for f in shared] == [getattr(main, f) for f in shared]
+    assert main.tls_cacert == "/ca.pem" and main.request_timeout == pytest.approx(0.03)
 
 
 def test_settings_are_frozen_and_slotted() -> None:
     s = Settings()
     with pytest.raises(dataclasses.FrozenInstanceError):
-        s.port = 1  # type: ignore[misc]
+        s.listeners.port = 1  # type: ignore[misc]
     assert not hasattr(s, "__dict__")
     hash(s)  # tuples everywhere, so hashable
 
 
 def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRPC_PORT", "18081")
-    assert Settings.from_env().grpc_port == 18081
+    assert Settings.from_env().listeners.grpc_port == 18081
 
 
 def test_import_is_cheap_and_side_effect_free() -> None:
@@ -191,24 +244,24 @@ def test_every_kind_of_value_is_read() -> None:
         RATELIMITD_WORKERS="4",
         REDIS_REQUEST_TIMEOUT="20ms",
     )
-    assert (s.host, s.port, s.grpc_uds, s.grpc_server_use_tls) == (
+    assert (s.listeners.host, s.listeners.port, s.listeners.grpc_uds, s.grpc.server_use_tls) == (
         "127.0.0.1",
         0,
         "/tmp/rl.sock",
         True,
     )
-    assert (s.log_level, s.log_format, s.config_type) == ("debug", "json", "GRPC_XDS_SOTW")
-    assert s.config_grpc_xds_node_metadata == (("k1", "v1"), ("k2", "a=b"))
-    assert s.config_grpc_xds_client_additional_headers == (("x-a", "1"), ("x-b", "two"))
-    assert s.extra_tags == (("env", "prod"), ("team", "edge"))
-    assert s.near_limit_ratio == pytest.approx(0.9)
-    assert s.tracing_sampling_rate == 0.25
-    assert s.tracing_exporter_protocol == "grpc"
-    assert (s.redis_type, s.redis_socket_type, s.redis_url) == ("cluster", "tcp", "a:1,b:2")
-    assert s.redis_pool_on_empty_behavior == "WAIT"
-    assert s.memcache_host_port == ("m1:11211", "m2:11211")
-    assert s.ratelimitd_workers == 4
-    assert s.redis_request_timeout == pytest.approx(0.02)
+    assert (s.log.level, s.log.format, s.config.type) == ("debug", "json", "GRPC_XDS_SOTW")
+    assert s.xds.node_metadata == (("k1", "v1"), ("k2", "a=b"))
+    assert s.xds.client_additional_headers == (("x-a", "1"), ("x-b", "two"))
+    assert s.stats.extra_tags == (("env", "prod"), ("team", "edge"))
+    assert s.cache.near_limit_ratio == pytest.approx(0.9)
+    assert s.tracing.sampling_rate == 0.25
+    assert s.tracing.exporter_protocol == "grpc"
+    assert (s.redis.type, s.redis.socket_type, s.redis.url) == ("cluster", "tcp", "a:1,b:2")
+    assert s.redis.pool_on_empty_behavior == "WAIT"
+    assert s.memcache.host_port == ("m1:11211", "m2:11211")
+    assert s.workers.count == 4
+    assert s.redis.request_timeout == pytest.approx(0.02)
 
 
 @pytest.mark.parametrize(
@@ -225,22 +278,22 @@ def test_every_kind_of_value_is_read() -> None:
     ],
 )
 def test_log_levels_are_logrus_names(level: str, canonical: str) -> None:
-    assert load(LOG_LEVEL=level).log_level == canonical
+    assert load(LOG_LEVEL=level).log.level == canonical
 
 
 def test_unknown_log_format_is_text_as_in_the_reference() -> None:
-    assert load(LOG_FORMAT="logfmt").log_format == "text"
+    assert load(LOG_FORMAT="logfmt").log.format == "text"
 
 
 def test_empty_typed_value_takes_the_default_but_empty_string_stays_empty() -> None:
     s = load(PORT="", USE_STATSD="", STATS_FLUSH_INTERVAL="", LOG_LEVEL="", RUNTIME_APPDIRECTORY="")
-    assert (s.port, s.use_statsd, s.stats_flush_interval, s.log_level) == (
+    assert (s.listeners.port, s.stats.use_statsd, s.stats.flush_interval, s.log.level) == (
         8080,
         True,
         10.0,
         "warning",
     )
-    assert s.runtime_appdirectory == ""
+    assert s.runtime.appdirectory == ""
 
 
 # --- Go parsers -----------------------------------------------------------------------------
@@ -249,13 +302,13 @@ def test_empty_typed_value_takes_the_default_but_empty_string_stays_empty() -> N
 @pytest.mark.parametrize("text", ["1", "t", "T", "TRUE", "true", "True"])
 def test_go_bool_true(text: str) -> None:
     assert parse_go_bool(text) is True
-    assert load(SHADOW_MODE=text).shadow_mode is True
+    assert load(SHADOW_MODE=text).reload.shadow_mode is True
 
 
 @pytest.mark.parametrize("text", ["0", "f", "F", "FALSE", "false", "False"])
 def test_go_bool_false(text: str) -> None:
     assert parse_go_bool(text) is False
-    assert load(RUNTIME_WATCH_ROOT=text).runtime_watch_root is False
+    assert load(RUNTIME_WATCH_ROOT=text).runtime.watch_root is False
 
 
 @pytest.mark.parametrize("text", ["yes", "no", "on", "tRUE", "2", " true", "y"])
@@ -308,10 +361,10 @@ def test_durations_from_env() -> None:
         MEMCACHE_SRV_REFRESH="0",
         REDIS_STARTUP_MAX_ELAPSED_TIME="2m",
     )
-    assert s.grpc_max_connection_age == 5400.0
-    assert s.redis_pipeline_window == pytest.approx(150e-6)
-    assert s.memcache_srv_refresh == 0.0
-    assert s.redis_startup_max_elapsed_time == 120.0
+    assert s.grpc.max_connection_age == 5400.0
+    assert s.redis.pipeline_window == pytest.approx(150e-6)
+    assert s.memcache.srv_refresh == 0.0
+    assert s.redis.startup_max_elapsed_time == 120.0
 
 
 @pytest.mark.parametrize(
@@ -337,11 +390,11 @@ def test_maps_and_lists() -> None:
         USE_DOG_STATSD_MOGRIFIERS="",
         MEMCACHE_HOST_PORT="",
     )
-    assert s.extra_tags == (("a", "3"), ("b", "2"))  # Go map semantics: the last value wins
-    assert s.use_dog_statsd_mogrifiers == ()
-    assert s.memcache_host_port == ()
+    assert s.stats.extra_tags == (("a", "3"), ("b", "2"))  # Go map semantics: the last value wins
+    assert s.stats.dog_statsd_mogrifier_names == ()
+    assert s.memcache.host_port == ()
     # A value may contain ":" (split at the first one).
-    assert load(EXTRA_TAGS="url:http://x").extra_tags == (("url", "http://x"),)
+    assert load(EXTRA_TAGS="url:http://x").stats.extra_tags == (("url", "http://x"),)
 
 
 # --- invalid values: one line naming the variable, the value and what is accepted -----------
@@ -479,11 +532,11 @@ def test_sentinel_url_in_error_is_masked() -> None:
 def test_structural_checks_only_for_the_selected_backend() -> None:
     # As the reference: those checks happen when that backend's client is built.
     s = load(REDIS_TYPE="sentinel", REDIS_URL="m", BACKEND_TYPE="memcache", MEMCACHE_SRV="_a._b.c")
-    assert s.backend_type == "memcache"
-    assert load(MEMCACHE_HOST_PORT="a:1", MEMCACHE_SRV="x").backend_type == "redis"
+    assert s.cache.backend == "memcache"
+    assert load(MEMCACHE_HOST_PORT="a:1", MEMCACHE_SRV="x").cache.backend == "redis"
     # Sentinel with a master and one sentinel is fine; per-second is checked only when on.
-    assert load(REDIS_TYPE="sentinel", REDIS_URL="m,h:26379").redis_type == "sentinel"
-    assert load(REDIS_PERSECOND_TYPE="sentinel", REDIS_PERSECOND_URL="m").redis_persecond is False
+    assert load(REDIS_TYPE="sentinel", REDIS_URL="m,h:26379").redis.type == "sentinel"
+    assert load(REDIS_PERSECOND_TYPE="sentinel", REDIS_PERSECOND_URL="m").redis_persecond is None
 
 
 # --- backend choice and aliases -------------------------------------------------------------
@@ -491,9 +544,9 @@ def test_structural_checks_only_for_the_selected_backend() -> None:
 
 def test_backend_defaults_to_memory_when_nothing_is_configured() -> None:
     s = load(PORT="9000")
-    assert (s.backend_type, s.backend_defaulted) == ("memory", True)
+    assert (s.cache.backend, s.cache.backend_defaulted) == ("memory", True)
     # Empty backend variables do not count as configuration.
-    assert load(BACKEND_TYPE="", REDIS_URL="").backend_type == "memory"
+    assert load(BACKEND_TYPE="", REDIS_URL="").cache.backend == "memory"
 
 
 @pytest.mark.parametrize(
@@ -503,7 +556,7 @@ def test_backend_defaults_to_memory_when_nothing_is_configured() -> None:
 )  # fmt: skip
 def test_backend_defaults_to_redis_when_a_backend_variable_is_set(env: dict[str, str]) -> None:
     s = Settings.from_env(env)
-    assert (s.backend_type, s.backend_defaulted) == ("redis", False)
+    assert (s.cache.backend, s.cache.backend_defaulted) == ("redis", False)
 
 
 @pytest.mark.parametrize(
@@ -513,7 +566,7 @@ def test_backend_defaults_to_redis_when_a_backend_variable_is_set(env: dict[str,
 )  # fmt: skip
 def test_backend_type_values(value: str, backend: str) -> None:
     s = load(BACKEND_TYPE=value)
-    assert (s.backend_type, s.backend_defaulted) == (backend, False)
+    assert (s.cache.backend, s.cache.backend_defaulted) == (backend, False)
 
 
 def test_kvcache_and_altcache_aliases() -> None:
@@ -528,20 +581,21 @@ def test_kvcache_and_altcache_aliases() -> None:
         ALTCACHE_HOST_PORT="m1:11211,m2:11211",
         ALTCACHE_MAX_IDLE_CONNS="8",
     )
-    assert (s.redis_url, s.redis_socket_type, s.redis_persecond) == ("redis-a:6379", "tcp", True)
-    assert s.redis_persecond_url == "redis-b:6379"
-    assert s.redis_tls and s.redis_health_check_active_connection
-    assert s.redis_pipeline_window == pytest.approx(150e-6)
-    assert s.memcache_host_port == ("m1:11211", "m2:11211")
-    assert s.memcache_max_idle_conns == 8
+    assert (s.redis.url, s.redis.socket_type) == ("redis-a:6379", "tcp")
+    assert s.redis_persecond is not None
+    assert s.redis_persecond.url == "redis-b:6379"
+    assert s.redis.tls and s.redis.health_check_active_connection
+    assert s.redis.pipeline_window == pytest.approx(150e-6)
+    assert s.memcache.host_port == ("m1:11211", "m2:11211")
+    assert s.memcache.max_idle_conns == 8
 
 
 def test_canonical_spelling_wins_over_alias() -> None:
     s = load(
         REDIS_URL="canonical:6379", KVCACHE_URL="alias:6379", MEMCACHE_SRV="", ALTCACHE_SRV="x"
     )
-    assert s.redis_url == "canonical:6379"
-    assert s.memcache_srv == ""  # set (even empty) beats the alias
+    assert s.redis.url == "canonical:6379"
+    assert s.memcache.srv == ""  # set (even empty) beats the alias
 
 
 def test_alias_errors_name_the_canonical_variable() -> None:
@@ -565,7 +619,7 @@ def test_alias_errors_name_the_canonical_variable() -> None:
     ],
 )
 def test_stats_sink_chosen_as_the_reference_runner(env: dict[str, str], sink: str) -> None:
-    assert Settings.from_env(env).stats_sink == sink
+    assert Settings.from_env(env).stats.sink == sink
 
 
 @pytest.mark.parametrize(
@@ -596,8 +650,8 @@ def test_dogstatsd_mogrifiers() -> None:
         DOG_STATSD_MOGRIFIER_SECOND_PATTERN="^x$",
         DOG_STATSD_MOGRIFIER_SECOND_NAME="y",
     )
-    assert s.use_dog_statsd_mogrifiers == ("tag", "second")
-    first, second = s.dog_statsd_mogrifiers
+    assert s.stats.dog_statsd_mogrifier_names == ("tag", "second")
+    first, second = s.stats.dog_statsd_mogrifiers
     assert first == DogStatsdMogrifier(
         name="TAG",
         pattern=r"^ratelimit\.service\.rate_limit\.(.*)\.(.*)\.(.*)$",
@@ -609,7 +663,7 @@ def test_dogstatsd_mogrifiers() -> None:
 
 
 def test_mogrifiers_ignored_without_the_dogstatsd_sink() -> None:
-    assert load(USE_DOG_STATSD_MOGRIFIERS="A").dog_statsd_mogrifiers == ()
+    assert load(USE_DOG_STATSD_MOGRIFIERS="A").stats.dog_statsd_mogrifiers == ()
 
 
 @pytest.mark.parametrize(
@@ -677,8 +731,8 @@ def test_redis_auth(auth: str, parts: tuple[str | None, str | None]) -> None:
 # --- reload-time overrides ------------------------------------------------------------------
 
 
-def test_reload_overrides_from_env() -> None:
-    overrides = env_overrides_on_reload(
+def test_reload_options_from_env() -> None:
+    options = reload_options_from_env(
         {
             "SHADOW_MODE": "true",
             "QUOTA_MODE": "1",
@@ -691,39 +745,33 @@ def test_reload_overrides_from_env() -> None:
             "PORT": "not-read-here",
         }
     )
-    assert overrides == ReloadOverrides(
+    assert options == ReloadOptions(
         shadow_mode=True,
         quota_mode=True,
         response_dynamic_metadata=True,
-        limit_response_headers_enabled=True,
-        limit_limit_header="X-Limit",
-        limit_remaining_header="X-Remaining",
-        limit_reset_header="X-Reset",
+        response_headers=True,
+        limit_header="X-Limit",
+        remaining_header="X-Remaining",
+        reset_header="X-Reset",
         merge_domain_config=True,
     )
-    assert env_overrides_on_reload({}) == ReloadOverrides()
+    assert reload_options_from_env({}) == ReloadOptions()
 
 
-def test_reload_overrides_default_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reload_options_default_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SHADOW_MODE", "true")
-    assert env_overrides_on_reload().shadow_mode is True
+    assert reload_options_from_env().shadow_mode is True
 
 
-def test_reload_overrides_reject_bad_values() -> None:
+def test_reload_options_reject_bad_values() -> None:
     with pytest.raises(SettingsError, match=r"^QUOTA_MODE: invalid value 'maybe'"):
-        env_overrides_on_reload({"QUOTA_MODE": "maybe"})
+        reload_options_from_env({"QUOTA_MODE": "maybe"})
 
 
-def test_with_reload_overrides_returns_a_new_settings() -> None:
-    base = load(PORT="9999", SHADOW_MODE="true")
-    assert base.reload_overrides.shadow_mode is True
-    updated = base.with_reload_overrides(
-        ReloadOverrides(quota_mode=True, limit_reset_header="X-Reset")
-    )
-    assert updated is not base
-    assert (updated.port, updated.shadow_mode, updated.quota_mode) == (9999, False, True)
-    assert updated.limit_reset_header == "X-Reset"
-    assert updated.reload_overrides == ReloadOverrides(
-        quota_mode=True, limit_reset_header="X-Reset"
-    )
-    assert base.shadow_mode is True  # the original is untouched
+def test_start_up_reload_options_are_the_ones_re_read_on_reload() -> None:
+    # One type: the settings built at start-up hold exactly what a reload re-reads.
+    env = {"PORT": "9999", "SHADOW_MODE": "true", "LIMIT_RESET_HEADER": "X-Reset"}
+    base = Settings.from_env(env)
+    assert base.reload == reload_options_from_env(env)
+    assert (base.reload.shadow_mode, base.reload.reset_header) == (True, "X-Reset")
+    assert base.listeners.port == 9999

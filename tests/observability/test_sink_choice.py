@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from ratelimitd.settings import Settings, SettingsError
+from ratelimitd.settings import Settings, SettingsError, StatsSettings
 from ratelimitd.sinks import (
     DogStatsdSink,
     LoggingSink,
@@ -62,11 +61,12 @@ def test_a_second_sink_is_an_error(env: dict[str, str]) -> None:
         "use_prometheus": env.get("USE_PROMETHEUS") == "true",
     }
     with pytest.raises(SinkError, match="only one stats sink"):
-        settings = replace(
-            Settings(),
-            use_statsd=fields["use_statsd"],
-            use_dog_statsd=fields["use_dog_statsd"],
-            use_prometheus=fields["use_prometheus"],
+        settings = Settings(
+            stats=StatsSettings(
+                use_statsd=fields["use_statsd"],
+                use_dog_statsd=fields["use_dog_statsd"],
+                use_prometheus=fields["use_prometheus"],
+            )
         )
         create_sink(settings, StatsStore())
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -13,7 +12,7 @@ import pytest
 from ratelimitd._proto import rls_pb2
 from ratelimitd.health import Health
 from ratelimitd.limiter import Limiter
-from ratelimitd.settings import Settings
+from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.sinks import RESPONSE_TIME
 from ratelimitd.tracing import (
     SHOULD_RATE_LIMIT,
@@ -70,7 +69,7 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
     started: list[Served] = []
 
     async def start(h: Any, interceptor: grpc.aio.ServerInterceptor | None) -> Served:
-        settings = replace(Settings(), grpc_host="127.0.0.1", grpc_port=0)
+        settings = Settings(listeners=ListenerSettings(grpc_host="127.0.0.1", grpc_port=0))
         health = Health()
         health.register("backend", True)
         transport = GrpcTransport(settings, h.service, health, h.stats)

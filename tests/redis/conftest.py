@@ -324,8 +324,8 @@ async def decider() -> AsyncIterator[Callable[..., Any]]:
             config,
             stats,
             health,
-            cache_key_prefix=settings.cache_key_prefix,
-            stop_increment_when_over_limit=settings.stop_cache_key_increment_when_overlimit,
+            cache_key_prefix=settings.cache.cache_key_prefix,
+            stop_increment_when_over_limit=settings.cache.stop_cache_key_increment_when_overlimit,
             **limiter,
         )
         built.append(d)

@@ -8,9 +8,10 @@ import time
 import pytest
 
 from ratelimitd.backends.base import BackendError
-from ratelimitd.backends.redis import InstanceSettings, RedisBackend
+from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.backends.resp import STALL_FACTOR
 from ratelimitd.messages import OK
+from ratelimitd.settings import RedisSettings
 
 CONFIG = """
 domain: d
@@ -142,15 +143,14 @@ async def test_paused_redis_bounded_latency_no_pile_up(servers, decider) -> None
 async def test_in_flight_bound_fails_fast(servers) -> None:
     server = servers()
     backend = RedisBackend(
-        InstanceSettings(
-            label="redis_pool",
+        RedisSettings(
             type="single",
             socket_type="tcp",
             url=server.address,
             pool_size=1,
             request_timeout=2.0,
-            max_in_flight=10,
-        )
+        ),
+        max_in_flight=10,
     )
     await backend.connect()
     try:
@@ -185,14 +185,13 @@ async def _until(check, timeout: float = 15.0) -> None:
 async def test_burst_is_split_over_connections_up_to_the_bound(servers) -> None:
     server = servers()
     backend = RedisBackend(
-        InstanceSettings(
-            label="redis_pool",
+        RedisSettings(
             type="single",
             socket_type="tcp",
             url=server.address,
             pool_size=2,
-            max_in_flight=10,
-        )
+        ),
+        max_in_flight=10,
     )
     await backend.connect()
     try:

@@ -1,0 +1,67 @@
+"""Process settings: one frozen :class:`Settings` in sections, built from the environment.
+
+* ``sections.py``: the types (listeners, gRPC, Redis for each instance, memcache, stats,
+  tracing, runtime layout, reload options, ...) with the reference's defaults;
+* ``environment.py``: the package's only reader of ``os.environ``, one builder per section;
+* ``goparse.py``: Go's value syntax (envconfig) and the typed reader with one-line errors;
+* ``unsupported.py``: the reference's variables refused at start-up instead of ignored.
+
+Importing this package reads nothing and imports nothing heavy.
+"""
+
+from .environment import (
+    extensions_disabled,
+    reload_options_from_env,
+    settings_from_env,
+    worker_environ,
+)
+from .goparse import SettingsError, parse_go_bool, parse_go_duration, parse_go_int
+from .sections import (
+    CacheSettings,
+    ConfigSettings,
+    DogStatsdMogrifier,
+    GrpcSettings,
+    ListenerSettings,
+    LogSettings,
+    MemcacheSettings,
+    RedisSettings,
+    ReloadOptions,
+    RuntimeSettings,
+    Settings,
+    StatsSettings,
+    StatsSink,
+    TracingSettings,
+    WorkerSettings,
+    XdsSettings,
+    mask_url,
+    redis_auth,
+)
+
+__all__ = [
+    "CacheSettings",
+    "ConfigSettings",
+    "DogStatsdMogrifier",
+    "GrpcSettings",
+    "ListenerSettings",
+    "LogSettings",
+    "MemcacheSettings",
+    "RedisSettings",
+    "ReloadOptions",
+    "RuntimeSettings",
+    "Settings",
+    "SettingsError",
+    "StatsSettings",
+    "StatsSink",
+    "TracingSettings",
+    "WorkerSettings",
+    "XdsSettings",
+    "extensions_disabled",
+    "mask_url",
+    "parse_go_bool",
+    "parse_go_duration",
+    "parse_go_int",
+    "redis_auth",
+    "reload_options_from_env",
+    "settings_from_env",
+    "worker_environ",
+]

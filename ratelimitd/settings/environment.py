@@ -1,0 +1,457 @@
+"""Reading the environment into :class:`Settings`: the package's only ``os.environ`` reader.
+
+Names, defaults and parsing follow envoyproxy/ratelimit (``src/settings/settings.go``) so that
+existing deployments move over unchanged; ``goparse.py`` has the Go value syntax. One builder
+per section. An invalid value raises :class:`SettingsError` whose message is one line naming
+the variable, the bad value and what is accepted; a variable asking for something ratelimitd
+does not do is refused the same way (``unsupported.py``); the daemon prints it and exits.
+
+Deliberate differences from the reference, all more lenient or safer:
+
+* Aliases: every ``KVCACHE_<X>`` variable is accepted as ``REDIS_<X>`` and every ``ALTCACHE_<X>``
+  as ``MEMCACHE_<X>`` (the spellings of the service specification); the canonical one wins.
+  ``BACKEND_TYPE=altcache`` means ``memcache`` and ``BACKEND_TYPE=kvcache`` means ``redis``.
+* ``BACKEND_TYPE`` also accepts ``memory`` (in-process counters, one process only). When it is
+  unset or empty and no ``REDIS_*`` / ``MEMCACHE_*`` variable (or alias) has a non-empty value,
+  the backend is ``memory`` and ``cache.backend_defaulted`` is true so the daemon can log that
+  choice. Otherwise an unset ``BACKEND_TYPE`` means ``redis``, the reference default.
+* Two enabled stats sinks (``USE_DOG_STATSD``, ``USE_STATSD``, ``USE_PROMETHEUS``) are reported
+  here as a :class:`SettingsError` instead of a fatal log line at sink creation.
+* ``REDIS_*`` structural checks (sentinel ``REDIS_URL`` shape) and ``MEMCACHE_*`` ones
+  (``MEMCACHE_HOST_PORT`` with ``MEMCACHE_SRV``, the SRV name shape) run only when that backend
+  is selected, as the reference only checks them when it builds that client.
+
+Extensions (not in the reference):
+
+* ``RATELIMITD_WORKERS`` (integer >= 1, default 1): worker processes sharing the listening
+  ports with SO_REUSEPORT. The supervisor gives each worker ``RATELIMITD_WORKER_INDEX`` and,
+  with the Prometheus sink, ``RATELIMITD_STATS_DIR`` (:func:`worker_environ`); they are not
+  meant to be set by hand.
+* ``REDIS_REQUEST_TIMEOUT`` (Go duration > 0, default ``50ms``): the longest a request waits
+  for its Redis replies before failing like a Redis error; applies to both instances.
+  ``REDIS_TIMEOUT`` stays the dial timeout, as in the reference.
+* ``RATELIMITD_NO_EXTENSIONS`` (any non-empty value): the pure-Python twins instead of the
+  compiled modules (:func:`extensions_disabled`, read by the selector modules at import).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .goparse import Env, Pairs, SettingsError, invalid
+from .sections import (
+    PERSECOND_URL,
+    CacheSettings,
+    ConfigSettings,
+    DogStatsdMogrifier,
+    GrpcSettings,
+    ListenerSettings,
+    LogSettings,
+    MemcacheSettings,
+    RedisSettings,
+    ReloadOptions,
+    RuntimeSettings,
+    Settings,
+    StatsSettings,
+    TracingSettings,
+    WorkerSettings,
+    XdsSettings,
+    mask_url,
+)
+
+# logrus.ParseLevel names (case-insensitive) -> the canonical logrus level name.
+_LOG_LEVELS = {
+    "trace": "trace",
+    "debug": "debug",
+    "info": "info",
+    "warn": "warning",
+    "warning": "warning",
+    "error": "error",
+    "fatal": "fatal",
+    "panic": "panic",
+}
+_BACKENDS = {
+    "redis": "redis",
+    "kvcache": "redis",
+    "memcache": "memcache",
+    "altcache": "memcache",
+    "memory": "memory",
+}
+_SOCKET_TYPES = {"tcp": "tcp", "unix": "unix"}
+_REDIS_TYPES = {"single": "single", "sentinel": "sentinel", "cluster": "cluster"}
+_BACKEND_PREFIXES = ("REDIS_", "MEMCACHE_")
+_MEMCACHE_SRV = re.compile(r"^_(.+?)\._(.+?)\.(.+)$")
+_SINK_VARIABLES = ("USE_DOG_STATSD", "USE_STATSD", "USE_PROMETHEUS")
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build Settings from the environment (default os.environ); raise SettingsError."""
+    env = Env(os.environ if environ is None else environ)
+    backend, defaulted = _backend(env)
+    stats = _stats(env)
+    reload = _reload(env)
+    redis = _redis(env, "REDIS_", RedisSettings().url, shared=None)
+    per_second = _redis(env, "REDIS_PERSECOND_", PERSECOND_URL, shared=redis)
+    settings = Settings(
+        listeners=_listeners(env),
+        grpc=_grpc(env),
+        log=LogSettings(
+            level=env.get_choice("LOG_LEVEL", LogSettings().level, _LOG_LEVELS),
+            # The reference switches to JSON on "json" (any case) and uses text otherwise.
+            format="json" if env.get_str("LOG_FORMAT", "text").lower() == "json" else "text",
+        ),
+        config=_config(env),
+        xds=_xds(env),
+        runtime=_runtime(env),
+        stats=stats,
+        cache=_cache(env, backend, defaulted),
+        redis=redis,
+        redis_persecond=per_second if env.get_bool("REDIS_PERSECOND", False) else None,
+        memcache=_memcache(env),
+        tracing=_tracing(env),
+        reload=reload,
+        workers=WorkerSettings(
+            count=env.get_int("RATELIMITD_WORKERS", 1, lo=1),
+            index=(
+                env.get_int("RATELIMITD_WORKER_INDEX", 0, lo=0)
+                if env.get_str("RATELIMITD_WORKER_INDEX")
+                else None
+            ),
+            stats_dir=env.get_str("RATELIMITD_STATS_DIR"),
+        ),
+    )
+    _check(settings, env)
+    if stats.sink == "dogstatsd" and stats.dog_statsd_mogrifier_names:
+        # As the reference, mogrifiers are read only when the DogStatsD sink is built.
+        mogrifiers = _mogrifiers(env, stats.dog_statsd_mogrifier_names)
+        stats = dataclasses.replace(stats, dog_statsd_mogrifiers=mogrifiers)
+        settings = dataclasses.replace(settings, stats=stats)
+    return settings
+
+
+def reload_options_from_env(environ: Mapping[str, str] | None = None) -> ReloadOptions:
+    """Re-read the settings the reference re-reads on every config load; raise SettingsError."""
+    return _reload(Env(os.environ if environ is None else environ))
+
+
+def extensions_disabled() -> bool:
+    """RATELIMITD_NO_EXTENSIONS is set: the selectors load the pure-Python twins."""
+    # Read at import by match.py / keys.py / protocodec.py, before any Settings exist (as
+    # yarl's YARL_NO_EXTENSIONS); any non-empty value counts.
+    return bool(os.environ.get("RATELIMITD_NO_EXTENSIONS"))
+
+
+def worker_environ(index: int, stats_dir: str) -> dict[str, str]:
+    """The environment of worker `index`: this process's, as one worker of a supervised set."""
+    env = dict(os.environ, RATELIMITD_WORKERS="1", RATELIMITD_WORKER_INDEX=str(index))
+    if stats_dir:
+        env["RATELIMITD_STATS_DIR"] = stats_dir
+    return env
+
+
+def _listeners(env: Env) -> ListenerSettings:
+    d = ListenerSettings()
+    return ListenerSettings(
+        host=env.get_str("HOST", d.host),
+        port=env.get_port("PORT", d.port),
+        debug_host=env.get_str("DEBUG_HOST", d.debug_host),
+        debug_port=env.get_port("DEBUG_PORT", d.debug_port),
+        grpc_host=env.get_str("GRPC_HOST", d.grpc_host),
+        grpc_port=env.get_port("GRPC_PORT", d.grpc_port),
+        grpc_uds=env.get_str("GRPC_UDS"),
+    )
+
+
+def _grpc(env: Env) -> GrpcSettings:
+    d = GrpcSettings()
+    return GrpcSettings(
+        max_connection_age=env.get_duration("GRPC_MAX_CONNECTION_AGE", d.max_connection_age),
+        max_connection_age_grace=env.get_duration(
+            "GRPC_MAX_CONNECTION_AGE_GRACE", d.max_connection_age_grace
+        ),
+        server_use_tls=env.get_bool("GRPC_SERVER_USE_TLS", d.server_use_tls),
+        server_tls_cert=env.get_str("GRPC_SERVER_TLS_CERT"),
+        server_tls_key=env.get_str("GRPC_SERVER_TLS_KEY"),
+        client_tls_cacert=env.get_str("GRPC_CLIENT_TLS_CACERT"),
+        client_tls_san=env.get_str("GRPC_CLIENT_TLS_SAN"),
+    )
+
+
+def _config(env: Env) -> ConfigSettings:
+    return ConfigSettings(
+        type=env.get_choice(
+            "CONFIG_TYPE",
+            ConfigSettings().type,
+            {"FILE": "FILE", "GRPC_XDS_SOTW": "GRPC_XDS_SOTW"},
+            case_sensitive=True,
+        ),
+        force_start_without_initial_config=env.get_bool(
+            "FORCE_START_WITHOUT_INITIAL_CONFIG", False
+        ),
+        healthy_with_at_least_one_config_loaded=env.get_bool(
+            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", False
+        ),
+    )
+
+
+def _xds(env: Env) -> XdsSettings:
+    d = XdsSettings()
+    return XdsSettings(
+        node_id=env.get_str("CONFIG_GRPC_XDS_NODE_ID", d.node_id),
+        node_metadata=node_metadata(env.get_str("CONFIG_GRPC_XDS_NODE_METADATA")),
+        server_url=env.get_str("CONFIG_GRPC_XDS_SERVER_URL", d.server_url),
+        server_connect_retry_interval=env.get_duration(
+            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", d.server_connect_retry_interval
+        ),
+        client_additional_headers=env.get_map("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"),
+        server_use_tls=env.get_bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", False),
+        client_tls_cert=env.get_str("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
+        client_tls_key=env.get_str("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+        server_tls_cacert=env.get_str("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),
+        server_tls_san=env.get_str("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
+        backoff_initial_interval=env.get_duration(
+            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", d.backoff_initial_interval
+        ),
+        backoff_max_interval=env.get_duration(
+            "XDS_CLIENT_BACKOFF_MAX_INTERVAL", d.backoff_max_interval
+        ),
+        backoff_random_factor=env.get_float(
+            "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", d.backoff_random_factor
+        ),
+        backoff_jitter=env.get_bool("XDS_CLIENT_BACKOFF_JITTER", d.backoff_jitter),
+        max_msg_size_in_bytes=env.get_int("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0, lo=0),
+    )
+
+
+def node_metadata(value: str) -> Pairs:
+    """CONFIG_GRPC_XDS_NODE_METADATA ``k1=v1,k2=v2``; items without ``=`` are skipped."""
+    result: dict[str, str] = {}
+    for item in value.split(","):
+        key, sep, val = item.partition("=")
+        if sep:
+            result[key] = val
+    return tuple(result.items())
+
+
+def _runtime(env: Env) -> RuntimeSettings:
+    d = RuntimeSettings()
+    return RuntimeSettings(
+        root=env.get_str("RUNTIME_ROOT", d.root),
+        subdirectory=env.get_str("RUNTIME_SUBDIRECTORY"),
+        appdirectory=env.get_str("RUNTIME_APPDIRECTORY", d.appdirectory),
+        ignoredotfiles=env.get_bool("RUNTIME_IGNOREDOTFILES", d.ignoredotfiles),
+        watch_root=env.get_bool("RUNTIME_WATCH_ROOT", d.watch_root),
+    )
+
+
+def _stats(env: Env) -> StatsSettings:
+    d = StatsSettings()
+    return StatsSettings(
+        use_dog_statsd=env.get_bool("USE_DOG_STATSD", d.use_dog_statsd),
+        dog_statsd_mogrifier_names=env.get_list("USE_DOG_STATSD_MOGRIFIERS"),
+        use_statsd=env.get_bool("USE_STATSD", d.use_statsd),
+        statsd_host=env.get_str("STATSD_HOST", d.statsd_host),
+        statsd_port=env.get_port("STATSD_PORT", d.statsd_port),
+        use_prometheus=env.get_bool("USE_PROMETHEUS", d.use_prometheus),
+        prometheus_addr=env.get_str("PROMETHEUS_ADDR", d.prometheus_addr),
+        prometheus_path=env.get_str("PROMETHEUS_PATH", d.prometheus_path),
+        prometheus_mapper_yaml=env.get_str("PROMETHEUS_MAPPER_YAML"),
+        prometheus_response_time_as_milliseconds=env.get_bool(
+            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", False
+        ),
+        extra_tags=env.get_map("EXTRA_TAGS"),
+        # time.NewTicker panics on a non-positive interval, so 0 is refused here.
+        flush_interval=env.get_duration("STATS_FLUSH_INTERVAL", d.flush_interval, positive=True),
+        disable=env.get_bool("DISABLE_STATS", d.disable),
+    )
+
+
+def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
+    d = CacheSettings()
+    return CacheSettings(
+        backend=backend,
+        backend_defaulted=defaulted,
+        expiration_jitter_max_seconds=env.get_int(
+            "EXPIRATION_JITTER_MAX_SECONDS", d.expiration_jitter_max_seconds, lo=0
+        ),
+        local_cache_size_in_bytes=env.get_int("LOCAL_CACHE_SIZE_IN_BYTES", 0, lo=0),
+        near_limit_ratio=env.get_float("NEAR_LIMIT_RATIO", d.near_limit_ratio),
+        cache_key_prefix=env.get_str("CACHE_KEY_PREFIX"),
+        stop_cache_key_increment_when_overlimit=env.get_bool(
+            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", False
+        ),
+    )
+
+
+def _backend(env: Env) -> tuple[str, bool]:
+    """The backend name and whether it was chosen because nothing was configured."""
+    if env.typed("BACKEND_TYPE") is not None:
+        # The aliases are accepted but not advertised: the spec spells them, users rarely do.
+        return env.get_choice(
+            "BACKEND_TYPE", "redis", _BACKENDS, accepted="redis, memcache, memory"
+        ), False
+    configured = any(value and key.startswith(_BACKEND_PREFIXES) for key, value in env.items())
+    return ("redis", False) if configured else ("memory", True)
+
+
+def _redis(env: Env, prefix: str, url: str, shared: RedisSettings | None) -> RedisSettings:
+    """One instance from `prefix` variables; the per-second one copies `shared`'s others."""
+    d = RedisSettings()
+    own: dict[str, Any] = {
+        "socket_type": env.get_choice(prefix + "SOCKET_TYPE", d.socket_type, _SOCKET_TYPES),
+        "type": env.get_choice(prefix + "TYPE", d.type, _REDIS_TYPES),
+        "url": env.get_str(prefix + "URL", url),
+        "pool_size": env.get_int(prefix + "POOL_SIZE", d.pool_size, lo=1),
+        "auth": env.get_str(prefix + "AUTH"),
+        "sentinel_auth": env.get_str(prefix + "SENTINEL_AUTH"),
+        "tls": env.get_bool(prefix + "TLS", d.tls),
+        "pipeline_window": env.get_duration(prefix + "PIPELINE_WINDOW", d.pipeline_window),
+        "pipeline_limit": env.get_int(prefix + "PIPELINE_LIMIT", d.pipeline_limit, lo=0),
+        "cluster_pipeline_parallelism": env.get_int(
+            prefix + "CLUSTER_PIPELINE_PARALLELISM", d.cluster_pipeline_parallelism, lo=0
+        ),
+        "dial_timeout": env.get_duration(prefix + "TIMEOUT", d.dial_timeout),
+        "pool_on_empty_behavior": env.get_str(
+            prefix + "POOL_ON_EMPTY_BEHAVIOR", d.pool_on_empty_behavior
+        ).upper(),
+    }
+    if shared is not None:
+        return dataclasses.replace(shared, **own)
+    return RedisSettings(
+        **own,
+        tls_client_cert=env.get_str("REDIS_TLS_CLIENT_CERT"),
+        tls_client_key=env.get_str("REDIS_TLS_CLIENT_KEY"),
+        tls_cacert=env.get_str("REDIS_TLS_CACERT"),
+        tls_skip_hostname_verification=env.get_bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", False),
+        startup_initial_interval=env.get_duration(
+            "REDIS_STARTUP_INITIAL_INTERVAL", d.startup_initial_interval
+        ),
+        startup_max_interval=env.get_duration("REDIS_STARTUP_MAX_INTERVAL", d.startup_max_interval),
+        startup_max_elapsed_time=env.get_duration(
+            "REDIS_STARTUP_MAX_ELAPSED_TIME", d.startup_max_elapsed_time
+        ),
+        health_check_active_connection=env.get_bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", False),
+        request_timeout=env.get_duration("REDIS_REQUEST_TIMEOUT", d.request_timeout, positive=True),
+    )
+
+
+def _memcache(env: Env) -> MemcacheSettings:
+    d = MemcacheSettings()
+    return MemcacheSettings(
+        host_port=env.get_list("MEMCACHE_HOST_PORT"),
+        srv=env.get_str("MEMCACHE_SRV"),
+        srv_refresh=env.get_duration("MEMCACHE_SRV_REFRESH", d.srv_refresh),
+        max_idle_conns=env.get_int("MEMCACHE_MAX_IDLE_CONNS", d.max_idle_conns, lo=0),
+        tls=env.get_bool("MEMCACHE_TLS", False),
+        tls_client_cert=env.get_str("MEMCACHE_TLS_CLIENT_CERT"),
+        tls_client_key=env.get_str("MEMCACHE_TLS_CLIENT_KEY"),
+        tls_cacert=env.get_str("MEMCACHE_TLS_CACERT"),
+        tls_skip_hostname_verification=env.get_bool(
+            "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", False
+        ),
+    )
+
+
+def _tracing(env: Env) -> TracingSettings:
+    d = TracingSettings()
+    return TracingSettings(
+        enabled=env.get_bool("TRACING_ENABLED", False),
+        exporter_protocol=env.get_choice(
+            "TRACING_EXPORTER_PROTOCOL", d.exporter_protocol, {"http": "http", "grpc": "grpc"}
+        ),
+        service_name=env.get_str("TRACING_SERVICE_NAME", d.service_name),
+        service_namespace=env.get_str("TRACING_SERVICE_NAMESPACE"),
+        service_instance_id=env.get_str("TRACING_SERVICE_INSTANCE_ID"),
+        sampling_rate=env.get_float("TRACING_SAMPLING_RATE", d.sampling_rate, lo=0.0, hi=1.0),
+    )
+
+
+def _reload(env: Env) -> ReloadOptions:
+    d = ReloadOptions()
+    return ReloadOptions(
+        shadow_mode=env.get_bool("SHADOW_MODE", False),
+        quota_mode=env.get_bool("QUOTA_MODE", False),
+        response_dynamic_metadata=env.get_bool("RESPONSE_DYNAMIC_METADATA", False),
+        response_headers=env.get_bool("LIMIT_RESPONSE_HEADERS_ENABLED", False),
+        limit_header=env.get_str("LIMIT_LIMIT_HEADER", d.limit_header),
+        remaining_header=env.get_str("LIMIT_REMAINING_HEADER", d.remaining_header),
+        reset_header=env.get_str("LIMIT_RESET_HEADER", d.reset_header),
+        merge_domain_config=env.get_bool("MERGE_DOMAIN_CONFIG", False),
+    )
+
+
+def _mogrifiers(env: Env, names: Iterable[str]) -> tuple[DogStatsdMogrifier, ...]:
+    result = []
+    for raw_name in names:
+        name = raw_name.upper()  # envconfig upper-cases the prefixed variable names
+        prefix = f"DOG_STATSD_MOGRIFIER_{name}_"
+        pattern = env.get_str(prefix + "PATTERN")
+        if not pattern:
+            raise invalid(prefix + "PATTERN", pattern, "expected a non-empty regular expression")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise invalid(
+                prefix + "PATTERN", pattern, f"not a valid regular expression: {exc}"
+            ) from None
+        metric_name = env.get_str(prefix + "NAME")
+        if not metric_name:
+            raise invalid(prefix + "NAME", metric_name, "expected a non-empty metric name")
+        tags = env.get_map(prefix + "TAGS")
+        for key, value in tags:
+            if not key or not value:
+                raw = env.get_str(prefix + "TAGS")
+                raise invalid(prefix + "TAGS", raw, "expected non-empty tag:$N pairs")
+        result.append(DogStatsdMogrifier(name, pattern, metric_name, tags))
+    return tuple(result)
+
+
+def _check(settings: Settings, env: Env) -> None:
+    """Cross-field checks that the reference makes when it builds the sinks and clients."""
+    stats = settings.stats
+    if not stats.disable:
+        enabled = [
+            name
+            for name, on in zip(
+                _SINK_VARIABLES,
+                (stats.use_dog_statsd, stats.use_statsd, stats.use_prometheus),
+                strict=True,
+            )
+            if on
+        ]
+        if len(enabled) > 1:
+            both = ", ".join(enabled)
+            values = ", ".join(f"{name}={env.get_str(name, 'true')}" for name in enabled)
+            raise SettingsError(
+                f"{both}: invalid combination {values!r} (accepted: at most one of "
+                "USE_DOG_STATSD, USE_STATSD, USE_PROMETHEUS true; USE_STATSD defaults to "
+                "true, so set USE_STATSD=false to use another sink)"
+            )
+    if settings.cache.backend == "redis":
+        if settings.redis.type == "sentinel":
+            _check_sentinel_url("REDIS_URL", settings.redis.url)
+        per_second = settings.redis_persecond
+        if per_second is not None and per_second.type == "sentinel":
+            _check_sentinel_url("REDIS_PERSECOND_URL", per_second.url)
+    elif settings.cache.backend == "memcache":
+        memcache = settings.memcache
+        if memcache.host_port and memcache.srv:
+            values = (
+                f"MEMCACHE_HOST_PORT={env.get_str('MEMCACHE_HOST_PORT')}, "
+                f"MEMCACHE_SRV={memcache.srv}"
+            )
+            raise SettingsError(
+                f"MEMCACHE_HOST_PORT, MEMCACHE_SRV: invalid combination {values!r} "
+                "(accepted: only one of MEMCACHE_HOST_PORT, MEMCACHE_SRV)"
+            )
+        if memcache.srv and not _MEMCACHE_SRV.match(memcache.srv):
+            raise invalid("MEMCACHE_SRV", memcache.srv, "expected _service._proto.name")
+
+
+def _check_sentinel_url(name: str, url: str) -> None:
+    if len(url.split(",")) < 2:
+        raise invalid(name, mask_url(url), "a sentinel URL is 'master,host:port[,host:port...]'")

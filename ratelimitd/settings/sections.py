@@ -1,0 +1,303 @@
+"""The settings types: one frozen :class:`Settings` made of sections, one per concern.
+
+Every default here is the reference's (``src/settings/settings.go``); ``environment.py`` reads
+each variable into these types and nothing else does. A section is what one consumer is built
+from: the listeners for the servers, ``grpc`` for the gRPC transport, one :class:`RedisSettings`
+per Redis instance (main and per-second), ``memcache``, ``stats`` for the sink, ``tracing``,
+``runtime`` for the file provider, and :class:`ReloadOptions`, the values the reference re-reads
+on every config load, which is also the type the service decides with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .goparse import Pairs
+
+StatsSink = Literal["null", "dogstatsd", "statsd", "prometheus", "stdout"]
+
+
+def mask_url(url: str) -> str:
+    """Mask credentials in a (comma-separated) Redis URL as the reference logs it."""
+    items = url.split(",")
+    for index, item in enumerate(items):
+        scheme, sep, rest = item.partition("://")
+        # The reference masks only redis://; rediss:// and unix:// carry passwords the same way.
+        if sep and scheme in ("redis", "rediss", "unix") and "@" in rest:
+            items[index] = f"{scheme}://*****@{rest.rsplit('@', 1)[1]}"
+    return ",".join(items)
+
+
+def redis_auth(auth: str) -> tuple[str | None, str | None]:
+    """Split REDIS_AUTH (``password`` or ``user:password``) into (username, password)."""
+    if not auth:
+        return None, None
+    user, sep, password = auth.partition(":")
+    if not sep:
+        return None, auth
+    return user, password
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """Where the servers listen: HOST/PORT (HTTP), DEBUG_*, GRPC_HOST/GRPC_PORT/GRPC_UDS."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    debug_host: str = "0.0.0.0"
+    debug_port: int = 6070
+    grpc_host: str = "0.0.0.0"
+    grpc_port: int = 8081
+    grpc_uds: str = ""  # set: gRPC listens on this unix socket instead of host:port
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcSettings:
+    """The gRPC server: GRPC_MAX_CONNECTION_AGE(_GRACE) (seconds) and GRPC_*TLS*."""
+
+    max_connection_age: float = 24 * 3600.0
+    max_connection_age_grace: float = 3600.0
+    server_use_tls: bool = False
+    server_tls_cert: str = ""
+    server_tls_key: str = ""
+    client_tls_cacert: str = ""  # set: mTLS, client certificates are required
+    client_tls_san: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LogSettings:
+    """LOG_LEVEL as the canonical logrus name; LOG_FORMAT as ``text`` or ``json``."""
+
+    level: str = "warning"
+    format: str = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSettings:
+    """Where the rule set comes from and how its loading shows in health."""
+
+    type: str = "FILE"  # CONFIG_TYPE: FILE or GRPC_XDS_SOTW
+    force_start_without_initial_config: bool = False
+    healthy_with_at_least_one_config_loaded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class XdsSettings:
+    """The xDS config provider (CONFIG_GRPC_XDS_*, XDS_CLIENT_*); durations in seconds."""
+
+    node_id: str = "default"
+    node_metadata: Pairs = ()
+    server_url: str = "localhost:18000"
+    server_connect_retry_interval: float = 3.0
+    client_additional_headers: Pairs = field(default=(), repr=False)  # may carry tokens
+    server_use_tls: bool = False
+    client_tls_cert: str = ""
+    client_tls_key: str = ""
+    server_tls_cacert: str = ""
+    server_tls_san: str = ""
+    backoff_initial_interval: float = 10.0
+    backoff_max_interval: float = 60.0
+    backoff_random_factor: float = 0.5
+    backoff_jitter: bool = True
+    max_msg_size_in_bytes: int = 0  # 0: the gRPC default
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    """The file provider's layout (goruntime): RUNTIME_*."""
+
+    root: str = "/srv/runtime_data/current"
+    subdirectory: str = ""
+    appdirectory: str = "config"
+    ignoredotfiles: bool = False
+    watch_root: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DogStatsdMogrifier:
+    """One DOG_STATSD_MOGRIFIER_<NAME>_* rule: a regex, a metric name and tag templates."""
+
+    name: str
+    pattern: str
+    metric_name: str
+    tags: Pairs = ()
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        """The compiled pattern (the re module caches compilations)."""
+        return re.compile(self.pattern)
+
+
+@dataclass(frozen=True, slots=True)
+class StatsSettings:
+    """The stats sink: which one (USE_*, DISABLE_STATS), where, how often, extra tags."""
+
+    use_statsd: bool = True
+    statsd_host: str = "localhost"
+    statsd_port: int = 8125
+    use_dog_statsd: bool = False
+    dog_statsd_mogrifier_names: tuple[str, ...] = ()  # USE_DOG_STATSD_MOGRIFIERS
+    # Read only when the DogStatsD sink is the one built, as the reference does.
+    dog_statsd_mogrifiers: tuple[DogStatsdMogrifier, ...] = ()
+    use_prometheus: bool = False
+    prometheus_addr: str = ":9090"
+    prometheus_path: str = "/metrics"
+    prometheus_mapper_yaml: str = ""
+    prometheus_response_time_as_milliseconds: bool = False
+    extra_tags: Pairs = ()
+    flush_interval: float = 10.0
+    disable: bool = False  # DISABLE_STATS
+
+    @property
+    def sink(self) -> StatsSink:
+        """The sink the reference's runner would build: null, dogstatsd, statsd, ..."""
+        if self.disable:
+            return "null"
+        if self.use_dog_statsd:
+            return "dogstatsd"
+        if self.use_statsd:
+            return "statsd"
+        if self.use_prometheus:
+            return "prometheus"
+        return "stdout"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """What every backend and the limiter share ("all cache types" in the reference)."""
+
+    backend: str = "redis"  # BACKEND_TYPE: redis, memcache or memory
+    # True when no backend was configured at all and `memory` was chosen for that reason.
+    backend_defaulted: bool = False
+    expiration_jitter_max_seconds: int = 300
+    local_cache_size_in_bytes: int = 0
+    near_limit_ratio: float = 0.8  # float32 in the reference; keys/limiter round as needed
+    cache_key_prefix: str = ""
+    stop_cache_key_increment_when_overlimit: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    """One Redis instance: REDIS_* for the main one, REDIS_PERSECOND_* for the per-second one.
+
+    The per-second instance has no variables of its own for the TLS files, the start-up
+    backoff, the health check and the request timeout: it takes the main instance's.
+    """
+
+    type: str = "single"  # single, sentinel or cluster (lower-case)
+    socket_type: str = "unix"  # tcp or unix (lower-case)
+    # url, auth and sentinel_auth may carry passwords: out of repr (log masked_url).
+    url: str = field(default="/var/run/nutcracker/ratelimit.sock", repr=False)
+    pool_size: int = 10
+    auth: str = field(default="", repr=False)
+    sentinel_auth: str = field(default="", repr=False)
+    tls: bool = False
+    tls_client_cert: str = ""
+    tls_client_key: str = ""
+    tls_cacert: str = ""
+    tls_skip_hostname_verification: bool = False
+    pipeline_window: float = 0.0
+    pipeline_limit: int = 0
+    cluster_pipeline_parallelism: int = 1
+    dial_timeout: float = 10.0  # REDIS_TIMEOUT: the reference's is a dial timeout too
+    pool_on_empty_behavior: str = "WAIT"
+    startup_initial_interval: float = 1.0
+    startup_max_interval: float = 30.0
+    startup_max_elapsed_time: float = 0.0  # 0: retry forever
+    health_check_active_connection: bool = False
+    # Extension REDIS_REQUEST_TIMEOUT: the longest a request waits for its replies.
+    request_timeout: float = 0.05
+
+    @property
+    def masked_url(self) -> str:
+        """The URL as it may be logged."""
+        return mask_url(self.url)
+
+
+# The per-second instance's own default URL.
+PERSECOND_URL = "/var/run/nutcracker/ratelimitpersecond.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class MemcacheSettings:
+    """The memcached backend: MEMCACHE_*."""
+
+    host_port: tuple[str, ...] = ()
+    srv: str = ""
+    srv_refresh: float = 0.0  # 0: resolve once
+    max_idle_conns: int = 2
+    tls: bool = False
+    tls_client_cert: str = ""
+    tls_client_key: str = ""
+    tls_cacert: str = ""
+    tls_skip_hostname_verification: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TracingSettings:
+    """OTLP tracing: TRACING_*; an empty instance id means a random UUID v4."""
+
+    enabled: bool = False
+    exporter_protocol: str = "http"
+    service_name: str = "RateLimit"
+    service_namespace: str = ""
+    service_instance_id: str = ""
+    sampling_rate: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadOptions:
+    """What the reference re-reads from the environment on every config load.
+
+    The service decides with these (swapped together with the rule set); the reloader uses
+    `merge_domain_config` when it builds the rule set.
+    """
+
+    shadow_mode: bool = False
+    quota_mode: bool = False
+    response_dynamic_metadata: bool = False
+    response_headers: bool = False  # LIMIT_RESPONSE_HEADERS_ENABLED
+    limit_header: str = "RateLimit-Limit"
+    remaining_header: str = "RateLimit-Remaining"
+    reset_header: str = "RateLimit-Reset"
+    merge_domain_config: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """Extension: RATELIMITD_WORKERS processes; the supervisor sets the other two per worker."""
+
+    count: int = 1
+    index: int | None = None  # RATELIMITD_WORKER_INDEX, set in a worker only
+    stats_dir: str = ""  # RATELIMITD_STATS_DIR: where workers publish Prometheus totals
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the process runs: every setting of the reference plus a few extensions."""
+
+    listeners: ListenerSettings = ListenerSettings()
+    grpc: GrpcSettings = GrpcSettings()
+    log: LogSettings = LogSettings()
+    config: ConfigSettings = ConfigSettings()
+    xds: XdsSettings = XdsSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    stats: StatsSettings = StatsSettings()
+    cache: CacheSettings = CacheSettings()
+    redis: RedisSettings = RedisSettings()
+    # None unless REDIS_PERSECOND: SECOND-unit keys then go to this instance.
+    redis_persecond: RedisSettings | None = None
+    memcache: MemcacheSettings = MemcacheSettings()
+    tracing: TracingSettings = TracingSettings()
+    reload: ReloadOptions = ReloadOptions()
+    workers: WorkerSettings = WorkerSettings()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build Settings from the environment (default os.environ); raise SettingsError."""
+        from .environment import settings_from_env  # environment.py builds on these types
+
+        return settings_from_env(environ)

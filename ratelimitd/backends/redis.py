@@ -36,11 +36,14 @@ sentinels are dialled with the instance's TLS settings and REDIS_SENTINEL_AUTH),
 cluster (`host:port,...`; slot map from CLUSTER SLOTS, CRC16 slots with `{hashtag}`,
 a request's commands grouped per node into one pipeline each, all nodes' pipelines in
 flight at once, MOVED and ASK followed, the map refreshed in the background on MOVED).
-REDIS_CLUSTER_PIPELINE_PARALLELISM is accepted and not needed: with auto-pipelining
-the per-node groups cost no extra connections, so they are always sent together.
+With auto-pipelining the per-node groups cost no extra connections, so they are always
+sent together (REDIS_CLUSTER_PIPELINE_PARALLELISM=0); settings refuses the other values.
+A READONLY reply from a single server (a demoted master behind a re-pointed address) or
+a sentinel's master drops the pool's connections, which re-dial: what the reference's
+REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR=true asks, always on.
 
 Passwords never reach a log line or an error message: addresses are shown through
-`settings.mask_url`.
+`RedisSettings.masked_url`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Names, defaults and parsing follow envoyproxy/ratelimit (``src/settings/settings
 existing deployments move over unchanged; ``goparse.py`` has the Go value syntax. One builder
 per section. An invalid value raises :class:`SettingsError` whose message is one line naming
 the variable, the bad value and what is accepted; a variable asking for something ratelimitd
-does not do is refused the same way (``unsupported.py``); the daemon prints it and exits.
+does not do is refused the same way (the table in ``unsupported.py``); the daemon prints the
+line and exits with status 1.
 
 Deliberate differences from the reference, all more lenient or safer:
 
@@ -62,6 +63,7 @@ from .sections import (
     XdsSettings,
     mask_url,
 )
+from .unsupported import refuse_unsupported
 
 # logrus.ParseLevel names (case-insensitive) -> the canonical logrus level name.
 _LOG_LEVELS = {
@@ -125,6 +127,11 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         ),
     )
     _check(settings, env)
+    # REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR (upstream #1191): ratelimitd always does what
+    # true asks (a READONLY reply drops the instance's connections, which re-dial), so both
+    # values are accepted and only the syntax is checked.
+    env.get_bool("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", True)
+    refuse_unsupported(env)
     if stats.sink == "dogstatsd" and stats.dog_statsd_mogrifier_names:
         # As the reference, mogrifiers are read only when the DogStatsD sink is built.
         mogrifiers = _mogrifiers(env, stats.dog_statsd_mogrifier_names)

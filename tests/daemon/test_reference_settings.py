@@ -1,0 +1,414 @@
+"""Every environment variable of the reference either works or is refused at start-up.
+
+`REFERENCE` is the reference's full settings list: ``src/settings/settings.go`` at f2fb157,
+the DogStatsD mogrifier variables (``src/godogstats``), the settings merged upstream after
+f2fb157 (``/work/shared/reference/ratelimit-upstream-2026.md`` section 1.1) and the two its
+README still documents. For each, a value other than its default and what that value must do:
+
+* ``Read(value, path, expected)``: the value lands in ``Settings`` at `path`, where a consumer
+  reads it, and gives something the default does not;
+* ``Refused(value, accepted)``: start-up stops with one line naming the variable and why,
+  while the values in `accepted` (the default, or what ratelimitd does anyway) are taken;
+* ``AlwaysOn(values)``: ratelimitd always does what the variable can ask for; its values are
+  validated and accepted.
+
+This table is the one list to extend: a new setting gets a row, and implementing a refused
+one turns its row into ``Read`` and deletes its entry in ``ratelimitd/settings/unsupported.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ratelimitd.settings import (
+    DogStatsdMogrifier,
+    Settings,
+    SettingsError,
+    extensions_disabled,
+    sections,
+    settings_from_env,
+    unsupported,
+)
+
+PERSECOND_URL = "/var/run/nutcracker/ratelimitpersecond.sock"
+PERSECOND = {"REDIS_PERSECOND": "true"}
+DOGSTATSD = {"USE_STATSD": "false", "USE_DOG_STATSD": "true"}
+MOGRIFIER_A = {
+    **DOGSTATSD,
+    "DOG_STATSD_MOGRIFIER_A_PATTERN": "^x$",
+    "DOG_STATSD_MOGRIFIER_A_NAME": "n",
+}
+MOGRIFIER = {**MOGRIFIER_A, "USE_DOG_STATSD_MOGRIFIERS": "a"}
+BASE = {"BACKEND_TYPE": "redis"}
+
+
+@dataclass(frozen=True)
+class Read:
+    """The value is read into `path` and differs from what the default gives."""
+
+    value: str
+    path: str
+    expected: Any
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The value stops start-up; the `accepted` ones do not."""
+
+    value: str
+    accepted: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlwaysOn:
+    """Every valid value is accepted: ratelimitd always does what the variable may ask."""
+
+    values: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+Row = Read | Refused | AlwaysOn
+
+REFERENCE: dict[str, Row] = {
+    # Listeners.
+    "HOST": Read("127.0.0.1", "listeners.host", "127.0.0.1"),
+    "PORT": Read("9", "listeners.port", 9),
+    "DEBUG_HOST": Read("127.0.0.1", "listeners.debug_host", "127.0.0.1"),
+    "DEBUG_PORT": Read("9", "listeners.debug_port", 9),
+    "GRPC_UDS": Read("/tmp/rl.sock", "listeners.grpc_uds", "/tmp/rl.sock"),
+    "GRPC_HOST": Read("127.0.0.1", "listeners.grpc_host", "127.0.0.1"),
+    "GRPC_PORT": Read("9", "listeners.grpc_port", 9),
+    # gRPC server.
+    "GRPC_MAX_CONNECTION_AGE": Read("1h", "grpc.max_connection_age", 3600.0),
+    "GRPC_MAX_CONNECTION_AGE_GRACE": Read("5m", "grpc.max_connection_age_grace", 300.0),
+    "GRPC_SERVER_USE_TLS": Read("true", "grpc.server_use_tls", True),
+    "GRPC_SERVER_TLS_CERT": Read("/s.pem", "grpc.server_tls_cert", "/s.pem"),
+    "GRPC_SERVER_TLS_KEY": Read("/s.key", "grpc.server_tls_key", "/s.key"),
+    "GRPC_CLIENT_TLS_CACERT": Read("/ca.pem", "grpc.client_tls_cacert", "/ca.pem"),
+    "GRPC_CLIENT_TLS_SAN": Read("client.example", "grpc.client_tls_san", "client.example"),
+    # Logging.
+    "LOG_LEVEL": Read("debug", "log.level", "debug"),
+    "LOG_FORMAT": Read("json", "log.format", "json"),
+    # Config source; xDS is not implemented yet.
+    "CONFIG_TYPE": Refused("GRPC_XDS_SOTW", ("FILE",)),
+    "FORCE_START_WITHOUT_INITIAL_CONFIG": Read(
+        "true", "config.force_start_without_initial_config", True
+    ),
+    "CONFIG_GRPC_XDS_NODE_ID": Refused("node-1", ("default",)),
+    "CONFIG_GRPC_XDS_NODE_METADATA": Refused("k=v"),
+    "CONFIG_GRPC_XDS_SERVER_URL": Refused("xds:18000", ("localhost:18000",)),
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": Refused("1s", ("3s", "3000ms")),
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": Refused("authorization:Bearer s3cret"),
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS": Refused("true", ("false", "0")),
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": Refused("/c.pem"),
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": Refused("/c.key"),
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": Refused("/ca.pem"),
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN": Refused("xds.example"),
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": Refused("1s", ("10s",)),
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL": Refused("2m", ("60s", "1m")),
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": Refused("2", ("0.5",)),
+    "XDS_CLIENT_BACKOFF_JITTER": Refused("false", ("true", "1")),
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": Refused("1048576", ("0",)),
+    # Stats.
+    "USE_DOG_STATSD": Read("true", "stats.sink", "dogstatsd", {"USE_STATSD": "false"}),
+    "USE_DOG_STATSD_MOGRIFIERS": Read(
+        "a", "stats.dog_statsd_mogrifiers", (DogStatsdMogrifier("A", "^x$", "n"),), MOGRIFIER_A
+    ),
+    "DOG_STATSD_MOGRIFIER_A_PATTERN": Read(
+        "^y$", "stats.dog_statsd_mogrifiers", (DogStatsdMogrifier("A", "^y$", "n"),), MOGRIFIER
+    ),
+    "DOG_STATSD_MOGRIFIER_A_NAME": Read(
+        "m", "stats.dog_statsd_mogrifiers", (DogStatsdMogrifier("A", "^x$", "m"),), MOGRIFIER
+    ),
+    "DOG_STATSD_MOGRIFIER_A_TAGS": Read(
+        "d:$1",
+        "stats.dog_statsd_mogrifiers",
+        (DogStatsdMogrifier("A", "^x$", "n", (("d", "$1"),)),),
+        MOGRIFIER,
+    ),
+    "USE_STATSD": Read("false", "stats.sink", "stdout"),
+    "STATSD_HOST": Read("statsd.local", "stats.statsd_host", "statsd.local"),
+    "STATSD_PORT": Read("9125", "stats.statsd_port", 9125),
+    "EXTRA_TAGS": Read("a:b", "stats.extra_tags", (("a", "b"),)),
+    "STATS_FLUSH_INTERVAL": Read("1s", "stats.flush_interval", 1.0),
+    "DISABLE_STATS": Read("true", "stats.sink", "null"),
+    "USE_PROMETHEUS": Read("true", "stats.sink", "prometheus", {"USE_STATSD": "false"}),
+    "PROMETHEUS_ADDR": Read(":9191", "stats.prometheus_addr", ":9191"),
+    "PROMETHEUS_PATH": Read("/m", "stats.prometheus_path", "/m"),
+    "PROMETHEUS_MAPPER_YAML": Read("/m.yaml", "stats.prometheus_mapper_yaml", "/m.yaml"),
+    "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": Read(
+        "true", "stats.prometheus_response_time_as_milliseconds", True
+    ),
+    # Runtime layout (file provider).
+    "RUNTIME_ROOT": Read("/r", "runtime.root", "/r"),
+    "RUNTIME_SUBDIRECTORY": Read("sub", "runtime.subdirectory", "sub"),
+    "RUNTIME_APPDIRECTORY": Read("app", "runtime.appdirectory", "app"),
+    "RUNTIME_IGNOREDOTFILES": Read("true", "runtime.ignoredotfiles", True),
+    "RUNTIME_WATCH_ROOT": Read("false", "runtime.watch_root", False),
+    # All cache types.
+    "EXPIRATION_JITTER_MAX_SECONDS": Read("0", "cache.expiration_jitter_max_seconds", 0),
+    "LOCAL_CACHE_SIZE_IN_BYTES": Read("1048576", "cache.local_cache_size_in_bytes", 1048576),
+    "NEAR_LIMIT_RATIO": Read("0.5", "cache.near_limit_ratio", 0.5),
+    "CACHE_KEY_PREFIX": Read("p_", "cache.cache_key_prefix", "p_"),
+    "BACKEND_TYPE": Read("memcache", "cache.backend", "memcache"),
+    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": Read(
+        "true", "cache.stop_cache_key_increment_when_overlimit", True
+    ),
+    # Response headers (re-read on every config load) and health.
+    "LIMIT_RESPONSE_HEADERS_ENABLED": Read("true", "reload.response_headers", True),
+    "LIMIT_LIMIT_HEADER": Read("X-Limit", "reload.limit_header", "X-Limit"),
+    "LIMIT_REMAINING_HEADER": Read("X-Remaining", "reload.remaining_header", "X-Remaining"),
+    "LIMIT_RESET_HEADER": Read("X-Reset", "reload.reset_header", "X-Reset"),
+    "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": Read(
+        "true", "config.healthy_with_at_least_one_config_loaded", True
+    ),
+    # Redis, main instance.
+    "REDIS_SOCKET_TYPE": Read("tcp", "redis.socket_type", "tcp"),
+    "REDIS_TYPE": Read("cluster", "redis.type", "cluster"),
+    "REDIS_URL": Read("h:1", "redis.url", "h:1"),
+    "REDIS_POOL_SIZE": Read("3", "redis.pool_size", 3),
+    "REDIS_AUTH": Read("pw", "redis.auth", "pw"),
+    "REDIS_TLS": Read("true", "redis.tls", True),
+    "REDIS_TLS_CLIENT_CERT": Read("/c.pem", "redis.tls_client_cert", "/c.pem"),
+    "REDIS_TLS_CLIENT_KEY": Read("/c.key", "redis.tls_client_key", "/c.key"),
+    "REDIS_TLS_CACERT": Read("/ca.pem", "redis.tls_cacert", "/ca.pem"),
+    "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": Read(
+        "true", "redis.tls_skip_hostname_verification", True
+    ),
+    "REDIS_PIPELINE_WINDOW": Read("150us", "redis.pipeline_window", 150e-6),
+    # Ignored by the reference since radix v4; ratelimitd flushes at this many commands.
+    "REDIS_PIPELINE_LIMIT": Read("8", "redis.pipeline_limit", 8),
+    "REDIS_CLUSTER_PIPELINE_PARALLELISM": Refused("4", ("1", "0")),
+    "REDIS_SENTINEL_AUTH": Read("spw", "redis.sentinel_auth", "spw"),
+    "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": Read(
+        "true", "redis.health_check_active_connection", True
+    ),
+    "REDIS_TIMEOUT": Read("2s", "redis.dial_timeout", 2.0),
+    "REDIS_POOL_ON_EMPTY_BEHAVIOR": Refused("CREATE", ("WAIT", "wait")),
+    "REDIS_STARTUP_INITIAL_INTERVAL": Read("2s", "redis.startup_initial_interval", 2.0),
+    "REDIS_STARTUP_MAX_INTERVAL": Read("1m", "redis.startup_max_interval", 60.0),
+    "REDIS_STARTUP_MAX_ELAPSED_TIME": Read("5m", "redis.startup_max_elapsed_time", 300.0),
+    # Redis, per-second instance.
+    "REDIS_PERSECOND": Read("true", "redis_persecond.url", PERSECOND_URL),
+    "REDIS_PERSECOND_SOCKET_TYPE": Read("tcp", "redis_persecond.socket_type", "tcp", PERSECOND),
+    "REDIS_PERSECOND_TYPE": Read("cluster", "redis_persecond.type", "cluster", PERSECOND),
+    "REDIS_PERSECOND_URL": Read("h:2", "redis_persecond.url", "h:2", PERSECOND),
+    "REDIS_PERSECOND_POOL_SIZE": Read("3", "redis_persecond.pool_size", 3, PERSECOND),
+    "REDIS_PERSECOND_AUTH": Read("pw", "redis_persecond.auth", "pw", PERSECOND),
+    "REDIS_PERSECOND_TLS": Read("true", "redis_persecond.tls", True, PERSECOND),
+    "REDIS_PERSECOND_SENTINEL_AUTH": Read("s", "redis_persecond.sentinel_auth", "s", PERSECOND),
+    "REDIS_PERSECOND_PIPELINE_WINDOW": Read(
+        "1ms", "redis_persecond.pipeline_window", 0.001, PERSECOND
+    ),
+    "REDIS_PERSECOND_PIPELINE_LIMIT": Read("8", "redis_persecond.pipeline_limit", 8, PERSECOND),
+    "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM": Refused("4", ("1", "0"), PERSECOND),
+    "REDIS_PERSECOND_TIMEOUT": Read("2s", "redis_persecond.dial_timeout", 2.0, PERSECOND),
+    "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR": Refused("ERROR", ("WAIT",), PERSECOND),
+    # Memcached.
+    "MEMCACHE_HOST_PORT": Read("m:11211", "memcache.host_port", ("m:11211",)),
+    "MEMCACHE_MAX_IDLE_CONNS": Read("8", "memcache.max_idle_conns", 8),
+    "MEMCACHE_SRV": Read("_m._tcp.example", "memcache.srv", "_m._tcp.example"),
+    "MEMCACHE_SRV_REFRESH": Read("30s", "memcache.srv_refresh", 30.0),
+    "MEMCACHE_TLS": Read("true", "memcache.tls", True),
+    "MEMCACHE_TLS_CLIENT_CERT": Read("/c.pem", "memcache.tls_client_cert", "/c.pem"),
+    "MEMCACHE_TLS_CLIENT_KEY": Read("/c.key", "memcache.tls_client_key", "/c.key"),
+    "MEMCACHE_TLS_CACERT": Read("/ca.pem", "memcache.tls_cacert", "/ca.pem"),
+    "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION": Read(
+        "true", "memcache.tls_skip_hostname_verification", True
+    ),
+    # Global modes (re-read on every config load).
+    "SHADOW_MODE": Read("true", "reload.shadow_mode", True),
+    "QUOTA_MODE": Read("true", "reload.quota_mode", True),
+    "RESPONSE_DYNAMIC_METADATA": Read("true", "reload.response_dynamic_metadata", True),
+    "MERGE_DOMAIN_CONFIG": Read("true", "reload.merge_domain_config", True),
+    # Tracing.
+    "TRACING_ENABLED": Read("true", "tracing.enabled", True),
+    "TRACING_SERVICE_NAME": Read("rl", "tracing.service_name", "rl"),
+    "TRACING_SERVICE_NAMESPACE": Read("ns", "tracing.service_namespace", "ns"),
+    "TRACING_SERVICE_INSTANCE_ID": Read("i-1", "tracing.service_instance_id", "i-1"),
+    "TRACING_EXPORTER_PROTOCOL": Read("grpc", "tracing.exporter_protocol", "grpc"),
+    "TRACING_SAMPLING_RATE": Read("0.5", "tracing.sampling_rate", 0.5),
+    # Merged upstream after f2fb157.
+    "LIMIT_REQUEST_HEADERS_ENABLED": Refused("true", ("false",)),
+    "LIMIT_REQUEST_LIMIT_HEADER": Refused("X-Limit", ("RateLimit-Limit",)),
+    "LIMIT_REQUEST_REMAINING_HEADER": Refused("X-Remaining", ("RateLimit-Remaining",)),
+    "LIMIT_REQUEST_RESET_HEADER": Refused("X-Reset", ("RateLimit-Reset",)),
+    "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR": AlwaysOn(("true", "false")),
+    # Documented by the reference's README (radix v3), read by no version of its code.
+    "REDIS_POOL_ON_EMPTY_WAIT_DURATION": Refused("1s"),
+    "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION": Refused("1s"),
+}
+
+# ratelimitd's own variables (README "Configuration"); the KVCACHE_/ALTCACHE_ aliases of the
+# REDIS_/MEMCACHE_ ones are tested in test_settings.py.
+EXTENSIONS: dict[str, Row] = {
+    "RATELIMITD_WORKERS": Read("4", "workers.count", 4),
+    "RATELIMITD_WORKER_INDEX": Read("2", "workers.index", 2),
+    "RATELIMITD_STATS_DIR": Read("/d", "workers.stats_dir", "/d"),
+    "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),
+}
+
+ROWS = {**REFERENCE, **EXTENSIONS}
+
+
+def resolve(settings: Settings, path: str) -> Any:
+    value: Any = settings
+    for part in path.split("."):
+        value = None if value is None else getattr(value, part)
+    return value
+
+
+def load(env: Mapping[str, str]) -> Settings:
+    return Settings.from_env({**BASE, **env})
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_each_variable_is_implemented_or_refused(name: str) -> None:
+    row = ROWS[name]
+    if isinstance(row, Read):
+        got = resolve(load({**row.env, name: row.value}), row.path)
+        assert got == pytest.approx(row.expected) if isinstance(got, float) else got == row.expected
+        try:
+            default = resolve(load(row.env), row.path)
+        except SettingsError:
+            return  # needed for the setting to work at all (a mogrifier's pattern)
+        assert default != row.expected, f"{name}={row.value} changes nothing"
+    elif isinstance(row, Refused):
+        with pytest.raises(SettingsError) as info:
+            load({**row.env, name: row.value})
+        message = str(info.value)
+        assert message.startswith(f"{name}: unsupported value")
+        assert "not implemented" in message or "not a setting" in message
+        assert "\n" not in message
+        for value in ("", *row.accepted):
+            load({**row.env, name: value})  # the default, or what we do anyway
+    else:
+        for value in row.values:
+            assert load({**row.env, name: value}) == load(row.env)
+        with pytest.raises(SettingsError, match=f"^{name}: invalid value 'maybe'"):
+            load({**row.env, name: "maybe"})
+
+
+class Recorder(dict[str, str]):
+    """An environment that remembers which names were asked for."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        super().__init__(env)
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.asked.add(key)
+        return super().get(key, default)
+
+
+def test_the_table_names_every_variable_settings_reads() -> None:
+    # With the DogStatsD sink and one mogrifier on, every variable is looked up once.
+    env = Recorder(MOGRIFIER)
+    settings_from_env(env)
+    asked = {n for n in env.asked if not n.startswith(("KVCACHE_", "ALTCACHE_"))}
+    assert asked == set(ROWS)
+
+
+def test_the_refusal_table_and_this_table_agree() -> None:
+    refused = {name for name, row in ROWS.items() if isinstance(row, Refused)}
+    assert {entry.variable for entry in unsupported.UNSUPPORTED} == refused
+
+
+def test_a_secret_value_is_never_echoed() -> None:
+    with pytest.raises(SettingsError) as info:
+        load({"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer s3cret"})
+    assert "s3cret" not in str(info.value)
+
+
+def test_aliases_are_refused_under_the_canonical_name() -> None:
+    with pytest.raises(SettingsError, match=r"^REDIS_POOL_ON_EMPTY_BEHAVIOR: unsupported value"):
+        load({"KVCACHE_POOL_ON_EMPTY_BEHAVIOR": "create"})
+
+
+def test_invalid_values_are_reported_before_refusals() -> None:
+    # The usual syntax errors come first, so a typo is not mistaken for an unsupported value.
+    with pytest.raises(SettingsError, match=r"^CONFIG_TYPE: invalid value 'file'"):
+        load({"CONFIG_TYPE": "file"})
+    with pytest.raises(SettingsError, match=r"^LIMIT_REQUEST_HEADERS_ENABLED: invalid value"):
+        load({"LIMIT_REQUEST_HEADERS_ENABLED": "yes"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW", "'GRPC_XDS_SOTW'"),
+        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "authorization:s3cret", ""),
+    ],
+)
+def test_the_daemon_refuses_to_start_with_one_line(name: str, value: str, shown: str) -> None:
+    env = {**os.environ, "BACKEND_TYPE": "memory", name: value}
+    done = subprocess.run(
+        [sys.executable, "-m", "ratelimitd"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"ratelimitd: {name}: unsupported value {shown}".rstrip())
+    assert "s3cret" not in line
+
+
+def test_no_extensions_switch_is_read_through_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RATELIMITD_NO_EXTENSIONS", raising=False)
+    assert extensions_disabled() is False
+    monkeypatch.setenv("RATELIMITD_NO_EXTENSIONS", "1")
+    assert extensions_disabled() is True
+
+
+def test_only_the_settings_package_reads_the_environment() -> None:
+    package = Path(sections.__file__).resolve().parents[1]
+    readers = [
+        str(path.relative_to(package.parent))
+        for path in sorted(package.rglob("*.py"))
+        if re.search(r"os\.environ|os\.getenv|environ\.get", path.read_text())
+        and path.parent.name != "settings"
+    ]
+    assert readers == []
+
+
+# Fields no consumer reads because every value but the default is refused (see
+# unsupported.py); the mogrifier names, which settings itself reads the mogrifiers with; a
+# mogrifier's pattern, which consumers use compiled (its `regex`).
+UNCONSUMED = {
+    "Settings.xds",
+    "ConfigSettings.type",
+    "DogStatsdMogrifier.pattern",
+    "RedisSettings.cluster_pipeline_parallelism",
+    "RedisSettings.pool_on_empty_behavior",
+    "StatsSettings.dog_statsd_mogrifier_names",
+    *(f"XdsSettings.{f.name}" for f in dataclasses.fields(sections.XdsSettings)),
+}
+
+
+def test_every_section_field_has_a_consumer() -> None:
+    # A name match outside the settings package, not a proof: it catches a new field that
+    # nothing reads (a setting accepted and ignored), the defect this file guards against.
+    package = Path(sections.__file__).resolve().parents[1]
+    source = "\n".join(
+        path.read_text() for path in package.rglob("*.py") if path.parent.name != "settings"
+    )
+    unread = []
+    for section in vars(sections).values():
+        if not (dataclasses.is_dataclass(section) and isinstance(section, type)):
+            continue
+        for f in dataclasses.fields(section):
+            name = f"{section.__name__}.{f.name}"
+            if name not in UNCONSUMED and not re.search(rf"\.{f.name}\b", source):
+                unread.append(name)
+    assert unread == []

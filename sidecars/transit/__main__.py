@@ -1,7 +1,8 @@
 """`python -m sidecars.transit`: run the API under gunicorn with uvicorn workers."""
 
-import os
 import sys
+
+from sidecars.common.server import exec_gunicorn, gunicorn_argv
 
 from .settings import Settings
 
@@ -9,28 +10,18 @@ from .settings import Settings
 def main() -> None:
     """Exec gunicorn with the bind address and worker count from the settings."""
     settings = Settings.from_env()
-    argv = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "--worker-class",
-        "uvicorn.workers.UvicornWorker",
-        "--bind",
-        f"{settings.host}:{settings.port}",
-        "--workers",
-        str(settings.workers),
-        "--log-level",
-        settings.log_level,
-        # A worker parses its feed in a thread; give it time on slow machines.
-        "--timeout",
-        "120",
-        # gunicorn 27's control socket has one default path per user: two servers (tests,
-        # benchmarks, the usage sidecar) would fight over it.
-        "--no-control-socket",
-        *sys.argv[1:],
-        "sidecars.transit.asgi:app()",
-    ]
-    os.execv(sys.executable, argv)
+    exec_gunicorn(
+        gunicorn_argv(
+            "sidecars.transit.asgi:app()",
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level,
+            extra=sys.argv[1:],
+            # A worker parses its feed in a thread; give it time on slow machines.
+            timeout=120,
+        )
+    )
 
 
 if __name__ == "__main__":

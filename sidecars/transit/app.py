@@ -8,8 +8,10 @@ from typing import Any
 import falcon
 import falcon.asgi
 
+from sidecars.common.lifecycle import Lifecycle
+
 from . import resources as r
-from .middleware import ServiceHeaders, StoreLifecycle
+from .middleware import ServiceHeaders
 from .settings import Settings
 from .store import TransitStore
 
@@ -30,7 +32,12 @@ def create_app(
     """
     if store is None:
         store = TransitStore(settings, clock=clock)
-    stack: list[Any] = [ServiceHeaders(), *middleware, StoreLifecycle(store)]
+    # The store's refresh threads start with the ASGI lifespan and stop with it.
+    stack: list[Any] = [
+        ServiceHeaders(),
+        *middleware,
+        Lifecycle(startup=store.start, shutdown=store.stop),
+    ]
     app = falcon.asgi.App(middleware=stack)
     # `/v2/stops/` is `/v2/stops`, as with the real service's ignoreTrailingSlash.
     app.req_options.strip_url_path_trailing_slash = True

@@ -5,10 +5,9 @@ from __future__ import annotations
 from datetime import date, datetime
 from typing import Any, NamedTuple
 
-from sidecars.schemas import Arrival, PatternArrival, PipEstimate
-
 from .network import Network
 from .realtime import Realtime
+from .schemas import Arrival, PatternArrival, PipEstimate
 from .times import clock_string, service_time_unix
 
 PIP_MAX_ROWS = 8

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import IO, NamedTuple
 
-from sidecars.schemas import FeedProblem
-
+from .schemas import FeedProblem
 from .source import FeedFiles
 from .times import BadTime, format_time, parse_time, parse_yyyymmdd, yyyymmdd
 

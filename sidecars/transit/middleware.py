@@ -39,16 +39,3 @@ class ServiceHeaders:
         if received is not None:
             resp.set_header("CMET-Receive-Timestamp", str(received))
         resp.set_header("CMET-Send-Timestamp", str(int(time.time() * 1000)))
-
-
-class StoreLifecycle:
-    """Starts the store's refresh threads with the ASGI app and stops them on shutdown."""
-
-    def __init__(self, store) -> None:  # type: ignore[no-untyped-def]
-        self.store = store
-
-    async def process_startup(self, scope: dict, event: dict) -> None:
-        self.store.start()
-
-    async def process_shutdown(self, scope: dict, event: dict) -> None:
-        self.store.stop()

@@ -27,7 +27,9 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 
-from sidecars.schemas import (
+from .bodies import Body, BodyCache
+from .gtfs import NO_DROP_OFF, NO_PICKUP, RawFeed
+from .schemas import (
     GeoFeature,
     Line,
     LineString,
@@ -41,9 +43,6 @@ from sidecars.schemas import (
     TripGroup,
     json_encoder,
 )
-
-from .bodies import Body, BodyCache
-from .gtfs import NO_DROP_OFF, NO_PICKUP, RawFeed
 from .times import time_24h, yyyymmdd
 
 EARTH_RADIUS_M = 6371008.8

@@ -18,10 +18,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import falcon.asgi
+
+from sidecars.common.lifecycle import Lifecycle
 
 from .metrics import resources as metrics_resources
 from .metrics.service import MetricsService
@@ -155,20 +156,7 @@ class Part2:
             app.add_route(path, resource)
         for path, resource in places_resources.routes(self.places):
             app.add_route(path, resource)
-        app.add_middleware(_Lifecycle(self.metrics))
-
-
-class _Lifecycle:
-    """Starts the metrics refresh thread with the ASGI app and stops it on shutdown."""
-
-    def __init__(self, metrics: MetricsService) -> None:
-        self.metrics = metrics
-
-    async def process_startup(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
-        self.metrics.start()
-
-    async def process_shutdown(self, scope: Mapping[str, Any], event: Mapping[str, Any]) -> None:
-        self.metrics.stop()
+        app.add_middleware(Lifecycle(startup=self.metrics.start, shutdown=self.metrics.stop))
 
 
 def register_routes(app: falcon.asgi.App, settings: Part2Settings, store: TransitStore) -> None:

@@ -17,10 +17,9 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.transit import gtfs_realtime_pb2 as rt
 
-from sidecars.schemas import Alert, Vehicle, json_encoder
-
 from .bodies import Body
 from .network import Network, natural_key
+from .schemas import Alert, Vehicle, json_encoder
 from .times import BadTime, format_time, parse_time, service_time_unix
 
 _VP = rt.VehiclePosition

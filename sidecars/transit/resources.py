@@ -12,14 +12,6 @@ import falcon
 import falcon.asgi
 import msgspec
 
-from sidecars.schemas import (
-    PipMessage,
-    RouteNotFound,
-    ServerError,
-    json_encoder,
-    pip_request_decoder,
-)
-
 from .arrivals import (
     PIP_SPECIAL,
     Scheduled,
@@ -30,6 +22,7 @@ from .arrivals import (
 )
 from .bodies import Body
 from .network import Network
+from .schemas import PipMessage, RouteNotFound, ServerError, json_encoder, pip_request_decoder
 from .store import TransitStore
 from .times import operational_day
 

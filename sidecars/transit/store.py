@@ -13,11 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sidecars.schemas import FeedHealth, FeedProblem, RealtimeHealth, TransitHealth
-
 from .gtfs import FeedError, read_feed
 from .network import Network
 from .realtime import Realtime, RealtimeError, parse_feed, parse_vehicle_metadata
+from .schemas import FeedHealth, FeedProblem, RealtimeHealth, TransitHealth
 from .settings import Settings
 from .source import FeedFiles, SourceError, read_bytes
 

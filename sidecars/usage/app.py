@@ -1,4 +1,8 @@
-"""`create_app(settings)`: the usage API as a Falcon ASGI application."""
+"""`create_app(settings)`: the usage API as a Falcon ASGI application.
+
+`rate_limiter(settings)` is this package's other public entry: the account-aware rate limiter
+as middleware for another app (the transit API installs it when TRANSIT_RATE_LIMIT=true).
+"""
 
 from __future__ import annotations
 
@@ -9,30 +13,20 @@ from typing import Any
 import falcon
 import falcon.asgi
 
-from sidecars.ratelimit_middleware import RateLimitConfig, RateLimitMiddleware
+from sidecars.common.lifecycle import Lifecycle
+from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware
 
 from . import resources as r
 from .openapi import openapi_document
 from .plans import Plan, load_plans
 from .settings import Settings
-from .store import Account, UsageStore
+from .store import Account, StoreUnavailable, UsageStore
 
 REALM = "api"
 
 
-class StoreLifecycle:
-    """Closes the store's connection pool when the ASGI app shuts down."""
-
-    def __init__(self, store: UsageStore) -> None:
-        self.store = store
-
-    async def process_shutdown(self, scope: dict, event: dict) -> None:
-        """Close Redis connections before the worker's loop goes."""
-        await self.store.close()
-
-
 def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMiddleware:
-    """The rate-limit middleware wired to the usage store (also for the transit API)."""
+    """The rate-limit middleware wired to a usage store."""
     config = RateLimitConfig(
         address=settings.ratelimit_address,
         domain=settings.ratelimit_domain,
@@ -49,8 +43,20 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         return used, store.plans[account.plan].limit, float(window.end)
 
     return RateLimitMiddleware(
-        config, authenticate=store.authenticate, quota=quota, realm=REALM, wall_clock=store.clock
+        config,
+        authenticate=store.authenticate,
+        quota=quota,
+        unavailable=(StoreUnavailable,),
+        realm=REALM,
+        wall_clock=store.clock,
     )
+
+
+def rate_limiter(settings: Settings) -> list[object]:
+    """The usage API's rate limiter for another Falcon app: the middleware over its own
+    account store, and the lifecycle that closes that store's pool on shutdown."""
+    store = UsageStore(settings, load_plans(settings.plans_file))
+    return [rate_limit_middleware(settings, store), Lifecycle(shutdown=store.close)]
 
 
 def create_app(
@@ -72,7 +78,8 @@ def create_app(
         store = UsageStore(settings, plans or load_plans(settings.plans_file), clock=clock)
     if middleware is None:
         middleware = [rate_limit_middleware(settings, store)] if settings.rate_limit else []
-    stack: list[Any] = [*middleware, StoreLifecycle(store)]
+    # Redis connections are closed before the worker's loop goes.
+    stack: list[Any] = [*middleware, Lifecycle(shutdown=store.close)]
     app = falcon.asgi.App(middleware=stack)
     # `format=` must reach the resource (and be refused), not vanish as a blank value.
     app.req_options.keep_blank_qs_values = True

@@ -1,8 +1,8 @@
 """ASGI entry point: `gunicorn -k uvicorn.workers.UvicornWorker 'sidecars.usage.asgi:app()'`."""
 
-import logging
-
 import falcon.asgi
+
+from sidecars.common.server import configure_logging
 
 from .app import create_app
 from .settings import Settings
@@ -11,8 +11,5 @@ from .settings import Settings
 def app() -> falcon.asgi.App:
     """Build the app from the `USAGE_*` environment (a factory, so importing reads nothing)."""
     settings = Settings.from_env()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s",
-    )
+    configure_logging(settings.log_level)
     return create_app(settings)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 from collections.abc import Sequence
 from datetime import date
 from typing import Any
 
 import msgspec
+
+from sidecars.common.server import exec_gunicorn, gunicorn_argv
 
 from .plans import PLAN_NAMES, WINDOW_KINDS, PlanError, load_plans
 from .settings import Settings, SettingsError
@@ -124,25 +125,16 @@ async def _run(args: argparse.Namespace, settings: Settings) -> Any:
 
 def serve(settings: Settings, extra: Sequence[str]) -> None:
     """Exec gunicorn with uvicorn workers, the bind address and worker count from settings."""
-    argv = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "--worker-class",
-        "uvicorn.workers.UvicornWorker",
-        "--bind",
-        f"{settings.host}:{settings.port}",
-        "--workers",
-        str(settings.workers),
-        "--log-level",
-        settings.log_level,
-        # gunicorn 27's control socket has one default path per user: two servers (the
-        # transit sidecar, tests, benchmarks) would fight over it.
-        "--no-control-socket",
-        *extra,
-        "sidecars.usage.asgi:app()",
-    ]
-    os.execv(sys.executable, argv)
+    exec_gunicorn(
+        gunicorn_argv(
+            "sidecars.usage.asgi:app()",
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level,
+            extra=extra,
+        )
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,8 +6,9 @@ from typing import Any
 
 import msgspec
 
-from sidecars.schemas import ApiError, UsageHealth, UsageResponse
+from sidecars.common.errors import ApiError
 
+from .schemas import UsageHealth, UsageResponse
 from .settings import Settings
 
 _REF = "#/components/schemas/{name}"

@@ -9,16 +9,11 @@ import falcon
 import falcon.asgi
 import msgspec
 
-from sidecars.ratelimit_middleware import (
-    AuthFailure,
-    StoreUnavailable,
-    answer,
-    authenticate_request,
-    unauthorized,
-)
-from sidecars.schemas import ApiError, SubscriptionPeriod, UsageHealth, UsagePeriod, UsageResponse
+from sidecars.common.errors import ApiError, answer
+from sidecars.common.ratelimit import AuthFailure, authenticate_request, unauthorized
 
-from .store import Account, UsageStore
+from .schemas import SubscriptionPeriod, UsageHealth, UsagePeriod, UsageResponse
+from .store import Account, StoreUnavailable, UsageStore
 from .windows import utc_datetime
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,6 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from ratelimitd.limiter import meter_key
-from sidecars.ratelimit_middleware import StoreUnavailable
 
 from .plans import WINDOW_KINDS, Plan
 from .settings import Settings
@@ -45,6 +44,11 @@ TOKEN_PREFIX = "usk_"
 # usk_ + 32 random bytes in unpadded base64url: anything else is rejected before any lookup.
 TOKEN_RE = re.compile(r"usk_[A-Za-z0-9_-]{43}")
 ACCOUNT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+class StoreUnavailable(Exception):
+    """Redis cannot answer now: unreachable, failing, or slower than USAGE_REDIS_TIMEOUT_SECONDS
+    (connect, read or pool wait)."""
 
 
 class AccountError(ValueError):

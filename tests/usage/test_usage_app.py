@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from ratelimitd.limiter import meter_key
-from sidecars.schemas import ApiError, UsageResponse
+from sidecars.common.errors import ApiError
+from sidecars.usage.schemas import UsageResponse
 from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import UsageStore
 from sidecars.usage.windows import DAY, day_start, epoch

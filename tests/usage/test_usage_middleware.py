@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from ratelimitd.limiter import meter_key
-from sidecars.ratelimit_middleware import RateLimitConfig, RateLimitMiddleware, bearer_token
+from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware, bearer_token
 from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import UsageStore

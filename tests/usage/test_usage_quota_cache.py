@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from sidecars.ratelimit_middleware import QuotaCache, StoreUnavailable
+from sidecars.common.ratelimit import QuotaCache
+from sidecars.usage.store import StoreUnavailable
 
 
 class Clock:

@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from sidecars.schemas import json_encoder
-
 from ..part2 import Part2Settings, feed_timezone
+from ..schemas import json_encoder
 from ..settings import Settings, SettingsError
 from .db import MetricsDB, MetricsDBError, input_files
 

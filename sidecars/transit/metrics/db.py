@@ -31,8 +31,6 @@ from zoneinfo import ZoneInfo
 
 import msgspec
 
-from sidecars.schemas import IngestReject, IngestReport
-
 from .records import (
     COLUMNS,
     KINDS,
@@ -44,6 +42,7 @@ from .records import (
     parse_ride,
     parse_validation,
 )
+from .schemas import IngestReject, IngestReport
 
 log = logging.getLogger("sidecars.transit.metrics")
 

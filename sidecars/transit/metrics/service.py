@@ -15,11 +15,11 @@ from datetime import date
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from sidecars.schemas import IngestReport, json_encoder
-
 from ..bodies import Body
+from ..schemas import json_encoder
 from ..times import operational_day
 from .db import MetricsDB, MetricsDBError, generation
+from .schemas import IngestReport
 from .views import Aggregates, Calendar, compute_aggregates, videowall
 
 log = logging.getLogger("sidecars.transit.metrics")

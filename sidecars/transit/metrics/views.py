@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from sidecars.schemas import (
+from ..network import natural_key
+from .records import day_number, day_of
+from .schemas import (
     ComplaintCounts,
     DatedQty,
     DemandDay,
@@ -36,9 +38,6 @@ from sidecars.schemas import (
     TopLinesByAgency,
     Videowall,
 )
-
-from ..network import natural_key
-from .records import day_number, day_of
 
 NETWORK = "cm"
 TOP_LINES = 3

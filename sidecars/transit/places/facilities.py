@@ -15,18 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecars.schemas import (
-    Contacts,
-    OpeningHours,
-    PipLocation,
-    School,
-    Station,
-    TicketStore,
-)
-
 from ..network import Network, natural_key
 from .geo import GridIndex
 from .locations import Locations, Place
+from .schemas import Contacts, OpeningHours, PipLocation, School, Station, TicketStore
 
 log = logging.getLogger("sidecars.transit.places")
 

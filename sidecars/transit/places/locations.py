@@ -17,10 +17,9 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecars.schemas import District, Locality, Municipality, Parish
-
 from ..network import natural_key
 from .geo import GridIndex
+from .schemas import District, Locality, Municipality, Parish
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "data"
 _UNION = re.compile(r"^uniao d[ae]s? freguesias d[aeo]s? ")

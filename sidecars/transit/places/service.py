@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecars.schemas import AvailableFacilities, LocationEnvelope, json_encoder
-
 from ..bodies import Body
 from ..network import Network
+from ..schemas import json_encoder
 from . import facilities as fac
 from .locations import Locations
+from .schemas import AvailableFacilities, LocationEnvelope
 
 LOCATION_KINDS = ("districts", "municipalities", "parishes", "localities")
 

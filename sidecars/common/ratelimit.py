@@ -1,10 +1,11 @@
 """A Falcon ASGI middleware that asks ratelimitd for a decision on every request.
 
-Used by the usage API and pluggable into the transit API (`create_app(..., middleware=[mw])`).
-Per request, in `process_request`, before routing:
+The usage API installs it with its Redis-backed accounts (`sidecars.usage.app`), and the
+transit API installs the same when TRANSIT_RATE_LIMIT=true. Per request, in
+`process_request`, before routing:
 
 1. A bearer token, when the request carries one, is authenticated by the `authenticate`
-   callable given (the usage sidecar's Redis-backed accounts). A Bearer header whose token is
+   callable given (the usage sidecar's accounts). A Bearer header whose token is
    malformed, unknown or revoked is answered 401 right here, so a client with a bad token
    learns it instead of being served as anonymous. Other schemes and no header: anonymous.
 2. Quota: for an account, the hits in its current window (the sum of ratelimitd's metered day
@@ -24,6 +25,8 @@ Per request, in `process_request`, before routing:
    ratelimitd unreachable, too slow or answering UNKNOWN: `failure_mode` "allow" lets the
    request through, "deny" answers 503 `rate_limiter_unavailable` with Retry-After.
 
+The account store's own errors stay its own: the exception types it raises when it cannot
+answer are handed in (`unavailable=`) and answered 503 `store_unavailable` with Retry-After.
 The authenticated principal is left in `req.context.principal` for the resources.
 """
 
@@ -41,17 +44,14 @@ import falcon
 import falcon.asgi
 import grpc
 import grpc.aio
-import msgspec
 
 from ratelimitd.messages import OK, OVER_LIMIT, Response
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
-from sidecars.schemas import ApiError
+
+from .errors import ApiError, answer
 
 log = logging.getLogger(__name__)
-
-_encode = msgspec.json.encode
-JSON = "application/json"
 
 
 class Principal(Protocol):
@@ -62,10 +62,6 @@ class Principal(Protocol):
 
     @property
     def plan(self) -> str: ...
-
-
-class StoreUnavailable(Exception):
-    """Raised by `authenticate` / `quota` callables when their store cannot answer."""
 
 
 # Token -> principal, or None for an unknown/revoked token; raises on an unavailable store.
@@ -113,7 +109,7 @@ def bearer_token(header: str | None) -> str | None:
 
 
 async def authenticate_request(req: falcon.asgi.Request, authenticate: Authenticate) -> Any:
-    """The principal of a request; raises AuthFailure (401) or StoreUnavailable."""
+    """The principal of a request; raises AuthFailure (401), or what `authenticate` raises."""
     principal = getattr(req.context, "principal", None)
     if principal is not None:
         return principal
@@ -137,17 +133,6 @@ def unauthorized(resp: falcon.asgi.Response, failure: AuthFailure, realm: str = 
         body = ApiError(401, "unauthorized", "A bearer token is required.")
     resp.set_header("WWW-Authenticate", challenge)
     answer(resp, body)
-
-
-def answer(resp: falcon.asgi.Response, body: ApiError, retry_after: int | None = None) -> None:
-    """Complete the response with a JSON error body."""
-    resp.status = falcon.code_to_http_status(body.status)
-    resp.content_type = JSON
-    resp.data = _encode(body)
-    resp.cache_control = ["no-store"]
-    if retry_after is not None:
-        resp.set_header("Retry-After", str(max(1, retry_after)))
-    resp.complete = True
 
 
 class DecisionClient:
@@ -263,6 +248,7 @@ class RateLimitMiddleware:
         *,
         authenticate: Authenticate,
         quota: QuotaProbe | None = None,
+        unavailable: tuple[type[Exception], ...] = (),
         realm: str = "api",
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -270,6 +256,8 @@ class RateLimitMiddleware:
         self.config = config
         self.wall_clock = wall_clock
         self.authenticate = authenticate
+        # What `authenticate` / `quota` raise when their store cannot answer: 503, not 500.
+        self.unavailable = unavailable
         self.realm = realm
         self.client = (
             DecisionClient(config.address, config.domain, config.timeout_seconds)
@@ -297,14 +285,14 @@ class RateLimitMiddleware:
             except AuthFailure as failure:
                 unauthorized(resp, failure, self.realm)
                 return
-            except StoreUnavailable:
+            except self.unavailable:
                 self._store_unavailable(resp)
                 return
         if principal is not None:
             if self.quota is not None and req.path not in self.config.quota_exempt_paths:
                 try:
                     used, limit, moves_at = await self.quota.state(principal)
-                except StoreUnavailable:
+                except self.unavailable:
                     self._store_unavailable(resp)
                     return
                 if used >= limit:

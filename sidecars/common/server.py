@@ -1,0 +1,53 @@
+"""How a sidecar runs: gunicorn with uvicorn workers, and one log format for its workers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
+
+
+def gunicorn_argv(
+    app: str,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    extra: Sequence[str] = (),
+    timeout: int | None = None,
+) -> list[str]:
+    """The gunicorn command line serving the ASGI factory `app` (`module:factory()`)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "--worker-class",
+        "uvicorn.workers.UvicornWorker",
+        "--bind",
+        f"{host}:{port}",
+        "--workers",
+        str(workers),
+        "--log-level",
+        log_level,
+    ]
+    if timeout is not None:
+        argv += ["--timeout", str(timeout)]
+    # gunicorn 27's control socket has one default path per user: two servers (the other
+    # sidecar, tests, benchmarks) would fight over it.
+    argv.append("--no-control-socket")
+    return [*argv, *extra, app]
+
+
+def exec_gunicorn(argv: list[str]) -> None:
+    """Replace this process with gunicorn (so signals reach the arbiter directly)."""
+    os.execv(argv[0], argv)
+
+
+def configure_logging(level: str) -> None:
+    """Log the app's own records (feed loads, store errors) like gunicorn's: it configures
+    only its own loggers."""
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)

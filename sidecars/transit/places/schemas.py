@@ -1,0 +1,166 @@
+"""msgspec Structs of the `/v2/locations/*` and `/v2/facilities*` bodies.
+
+Fields are alphabetical like the rest of the transit structs (the real API sends sorted keys).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import Struct
+
+
+class District(Struct):
+    """A district (or autonomous region) of `/v2/locations/districts`."""
+
+    id: str
+    name: str
+
+
+class Municipality(Struct):
+    """A municipality of `/v2/locations/municipalities`."""
+
+    district_id: str
+    id: str
+    name: str
+
+
+class Parish(Struct):
+    """A parish of `/v2/locations/parishes`."""
+
+    district_id: str
+    id: str
+    municipality_id: str
+    name: str
+
+
+class Locality(Struct):
+    """A locality of `/v2/locations/localities`."""
+
+    display: str
+    district_id: str
+    id: str
+    municipality_id: str
+    name: str
+    parish_id: str
+
+
+class LocationEnvelope(Struct):
+    """Body of every `/v2/locations/*` endpoint."""
+
+    # One of the four item types above; a list union cannot be typed more precisely.
+    data: list[Any]
+    status: str
+    timestamp: int
+
+
+class Contacts(Struct):
+    """Contacts of a store or school."""
+
+    address: str
+    email: str
+    google_place_id: str | None
+    phone: str
+    postal_code: str
+    url: str
+
+
+class OpeningHours(Struct):
+    """Opening hours of a store: `HH:MM-HH:MM` intervals per weekday."""
+
+    friday: list[str]
+    monday: list[str]
+    saturday: list[str]
+    special: str
+    sunday: list[str]
+    thursday: list[str]
+    tuesday: list[str]
+    wednesday: list[str]
+
+
+class Station(Struct):
+    """A boat, light-rail, subway or train station, or a helpdesk."""
+
+    district_id: str
+    district_name: str
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    parish_id: str
+    parish_name: str
+    region_id: str
+    region_name: str
+    stop_ids: list[str]
+
+
+class PipLocation(Struct):
+    """A passenger information panel (`/v2/facilities/pips`; no parish fields)."""
+
+    district_id: str
+    district_name: str
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    region_id: str
+    region_name: str
+    stop_ids: list[str]
+
+
+class TicketStore(Struct):
+    """A ticket store (`/v2/facilities/stores`); `realtime` stays null (no queue feed)."""
+
+    brand_name: str
+    contacts: Contacts
+    district_id: str
+    district_name: str
+    hours: OpeningHours
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    parish_id: str
+    parish_name: str
+    realtime: dict[str, Any] | None
+    region_id: str
+    region_name: str
+    short_name: str
+    stop_ids: list[str]
+
+
+class School(Struct):
+    """A school (`/v2/facilities/schools`)."""
+
+    contacts: Contacts
+    district_id: str
+    district_name: str
+    grouping: str
+    id: str
+    lat: float
+    locality: str
+    lon: float
+    municipality_id: str
+    municipality_name: str
+    name: str
+    nature: str
+    parish_id: str
+    parish_name: str
+    region_id: str
+    region_name: str
+    stop_ids: list[str]
+
+
+class AvailableFacilities(Struct):
+    """Body of `/v2/facilities`."""
+
+    available_facilities: list[str]

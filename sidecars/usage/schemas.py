@@ -1,0 +1,72 @@
+"""msgspec Structs of the usage API's bodies (camelCase, like the endpoint's documented fields).
+
+The OpenAPI document (openapi.py) is generated from these; the error body is the one both
+sidecars share (`sidecars.common.errors.ApiError`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Struct
+
+PlanName = Literal["free", "startup", "pro"]
+UsageWindowKind = Literal["billing_cycle", "rolling_30_days"]
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class SubscriptionPeriod(Struct):
+    """The account's subscription term as UTC calendar dates; `end` is exclusive, null = open."""
+
+    start: Annotated[
+        _dt.date, msgspec.Meta(description="First UTC day of the subscription (ISO 8601 date).")
+    ]
+    end: Annotated[
+        _dt.date | None,
+        msgspec.Meta(
+            description="UTC day the subscription ends (exclusive: it ends at 00:00Z of that "
+            "day); null while it renews with no end date."
+        ),
+    ]
+
+
+class UsagePeriod(Struct):
+    """The instants the current counting window covers, half-open [start, end), in UTC."""
+
+    start: Annotated[_dt.datetime, msgspec.Meta(description="Window start, 00:00Z of a UTC day.")]
+    end: Annotated[
+        _dt.datetime,
+        msgspec.Meta(
+            description="When this window ends: the next billing cycle's start, or for "
+            "rolling_30_days the next 00:00Z, when the window slides by one day."
+        ),
+    ]
+
+
+class UsageResponse(Struct):
+    """Body of `GET /api/v2/user/usage`."""
+
+    planName: Annotated[PlanName, msgspec.Meta(description="The account's current plan.")]
+    planLimit: Annotated[_Count, msgspec.Meta(description="Requests the plan allows per window.")]
+    currentUsage: Annotated[
+        _Count, msgspec.Meta(description="Requests counted in the current window.")
+    ]
+    remainingUsage: Annotated[_Count, msgspec.Meta(description="max(planLimit - currentUsage, 0).")]
+    usageWindow: Annotated[
+        UsageWindowKind,
+        msgspec.Meta(
+            description="billing_cycle: the monthly cycle anchored on the subscription start "
+            "day; rolling_30_days: the 30 UTC days ending now, today included."
+        ),
+    ]
+    subscriptionPeriod: SubscriptionPeriod
+    usagePeriod: UsagePeriod
+
+
+class UsageHealth(Struct):
+    """Body of the usage sidecar's `/health`."""
+
+    status: Literal["ok", "unavailable"]
+    store: Literal["ok", "unavailable"]

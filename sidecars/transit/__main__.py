@@ -4,19 +4,19 @@ import sys
 
 from sidecars.common.server import exec_gunicorn, gunicorn_argv
 
-from .settings import Settings
+from .settings import TransitSettings
 
 
 def main() -> None:
     """Exec gunicorn with the bind address and worker count from the settings."""
-    settings = Settings.from_env()
+    server = TransitSettings.from_env().server
     exec_gunicorn(
         gunicorn_argv(
             "sidecars.transit.asgi:app()",
-            host=settings.host,
-            port=settings.port,
-            workers=settings.workers,
-            log_level=settings.log_level,
+            host=server.host,
+            port=server.port,
+            workers=server.workers,
+            log_level=server.log_level,
             extra=sys.argv[1:],
             # A worker parses its feed in a thread; give it time on slow machines.
             timeout=120,

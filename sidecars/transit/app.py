@@ -1,9 +1,17 @@
-"""`create_app(settings)`: the transit API as a Falcon ASGI application."""
+"""`create_app(settings)`: the transit API as deployed, a Falcon ASGI application.
+
+One app serves every part of the API: the network (static GTFS) and realtime endpoints from
+the feed store, `/v2/metrics/*` from the metrics service, `/v2/locations/*` and
+`/v2/facilities*` from the places. `Services` holds those three for one worker and runs
+their background threads with the ASGI lifespan.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import falcon
 import falcon.asgi
@@ -11,37 +19,102 @@ import falcon.asgi
 from sidecars.common.lifecycle import Lifecycle
 
 from . import resources as r
+from .metrics import resources as metrics_resources
+from .metrics.service import MetricsService
 from .middleware import ServiceHeaders
-from .settings import Settings
+from .places import resources as places_resources
+from .places.service import Places
+from .settings import TransitSettings
 from .store import TransitStore
 
 
-def create_app(
-    settings: Settings,
-    *,
-    middleware: Iterable[object] = (),
-    store: TransitStore | None = None,
-    clock: Callable[[], float] | None = None,
-) -> falcon.asgi.App:
-    """Build the app.
+class Services:
+    """What one worker serves: the feed store (network and realtime), metrics and places."""
 
-    `middleware` is the hook for request policies that are not this sidecar's business, such
-    as the usage API's rate limiter: they run after the CORS/preflight layer and before any
-    resource. Pass a ready `store` (tests do) to serve data loaded beforehand; otherwise the
-    app makes one and starts its refresh threads on ASGI lifespan startup.
+    def __init__(
+        self,
+        settings: TransitSettings,
+        *,
+        store: TransitStore | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        """Build them from the settings; pass a ready `store` to serve a feed loaded already."""
+        self.settings = settings
+        self.store = store if store is not None else TransitStore(settings, clock=clock)
+        # Arrivals and metrics count the same operational day, in the same zone.
+        feed = self.store.settings.feed
+        fixed_tz = ZoneInfo(feed.timezone) if feed.timezone else None
+
+        def timezone() -> ZoneInfo | None:
+            if fixed_tz is not None:
+                return fixed_tz
+            net = self.store.network
+            return net.tz if net is not None else None
+
+        metrics = settings.metrics
+        self.metrics = MetricsService(
+            db_path=metrics.db_path,
+            records_dir=Path(metrics.records_dir) if metrics.records_dir else None,
+            since=metrics.since,
+            ingest_interval=metrics.ingest_interval,
+            refresh_interval=metrics.refresh_interval,
+            start_hour=feed.operational_day_start_hour,
+            timezone=timezone,
+            clock=self.store.now,
+            dates_file=Path(metrics.dates_file) if metrics.dates_file else None,
+            by_stop_days=metrics.by_stop_days,
+        )
+        places = settings.places
+        self.places = Places(
+            Path(places.locations_dir),
+            Path(places.facilities_dir) if places.facilities_dir else None,
+            places.walk_meters,
+            places.place_match_meters,
+            network=lambda: self.store.network,
+        )
+
+    def start(self) -> None:
+        """Start the refresh threads: feed and realtime, then metrics."""
+        self.store.start()
+        self.metrics.start()
+
+    def stop(self) -> None:
+        """Stop them in the reverse order."""
+        self.metrics.stop()
+        self.store.stop()
+
+
+def create_app(
+    settings: TransitSettings,
+    *,
+    services: Services | None = None,
+    middleware: Iterable[object] = (),
+) -> falcon.asgi.App:
+    """Build the whole app, as `sidecars.transit.asgi` serves it.
+
+    With `settings.rate_limit` set, the usage API's rate limiter runs before any resource.
+    `middleware` adds other request policies at the same place: after the CORS/preflight
+    layer, before any resource. Pass ready `services` (tests do) to serve data loaded
+    beforehand; otherwise the app builds them and starts their threads on lifespan startup.
     """
-    if store is None:
-        store = TransitStore(settings, clock=clock)
-    # The store's refresh threads start with the ASGI lifespan and stop with it.
+    if services is None:
+        services = Services(settings)
+    policies = list(middleware)
+    if settings.rate_limit is not None:
+        # Imported only when it is on: it brings the usage API's Redis and gRPC clients.
+        from sidecars.usage.app import rate_limiter
+
+        policies += rate_limiter(settings.rate_limit)
     stack: list[Any] = [
         ServiceHeaders(),
-        *middleware,
-        Lifecycle(startup=store.start, shutdown=store.stop),
+        *policies,
+        Lifecycle(startup=services.start, shutdown=services.stop),
     ]
     app = falcon.asgi.App(middleware=stack)
     # `/v2/stops/` is `/v2/stops`, as with the real service's ignoreTrailingSlash.
     app.req_options.strip_url_path_trailing_slash = True
 
+    store = services.store
     app.add_route("/v2/gtfs", r.GtfsZip(store))
     app.add_route("/v2/alerts", r.Alerts(store, protobuf=False))
     app.add_route("/v2/alerts.pb", r.Alerts(store, protobuf=True))
@@ -57,6 +130,9 @@ def create_app(
     app.add_route("/v2/pips/estimates", r.PipEstimates(store))
     app.add_route("/v2/pips/{item_id}/message", r.PipMessageItem())
     app.add_route("/health", r.Health(store))
+    metrics_routes = metrics_resources.routes(services.metrics, settings.metrics.line_id_pattern)
+    for path, resource in (*metrics_routes, *places_resources.routes(services.places)):
+        app.add_route(path, resource)
 
     app.add_error_handler(Exception, r.unexpected_error)
     app.add_error_handler(falcon.HTTPError, r.http_error)

@@ -10,6 +10,7 @@ reference) is collected with its file and line; a feed with problems is rejected
 from __future__ import annotations
 
 import csv
+import io
 import math
 import zipfile
 import zlib
@@ -17,10 +18,12 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import IO, NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .schemas import FeedProblem
-from .source import FeedFiles
+from .source import FeedFiles, SourceError
 from .times import BadTime, format_time, parse_time, parse_yyyymmdd, yyyymmdd
 
 REQUIRED_FILES = ("agency.txt", "stops.txt", "routes.txt", "trips.txt", "stop_times.txt")
@@ -872,3 +875,24 @@ class _Reader:
                             seconds.append(parse_time(text))
                         times[prev + k] = tid
                 prev = pos
+
+
+def feed_timezone(source: str) -> ZoneInfo:
+    """The agency timezone of a local GTFS zip or directory, read without parsing the feed
+    (the metrics CLI has no loaded feed)."""
+    path = Path(source)
+    try:
+        if path.is_dir():
+            data = (path / "agency.txt").read_bytes()
+        else:
+            with zipfile.ZipFile(path) as z:
+                name = next(n for n in z.namelist() if n.rsplit("/", 1)[-1] == "agency.txt")
+                data = z.read(name)
+    except (OSError, zipfile.BadZipFile, StopIteration) as exc:
+        raise SourceError(f"{source}: no readable agency.txt ({exc})") from exc
+    rows = list(csv.DictReader(io.StringIO(data.decode("utf-8-sig"))))
+    tz = next((r.get("agency_timezone", "").strip() for r in rows if r.get("agency_timezone")), "")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SourceError(f"{source}: no usable agency_timezone ({tz!r})") from None

@@ -123,6 +123,10 @@ class _Base:
             raise server_error("the static GTFS feed is not loaded yet", falcon.HTTP_503)
         return net
 
+    def service_day(self, net: Network, now: float) -> date:
+        """The operational day `now` falls in, in the feed's zone."""
+        return operational_day(now, net.tz, self.store.settings.feed.operational_day_start_hour)
+
 
 class StaticList(_Base):
     """`/v2/stops`, `/v2/lines`, `/v2/routes`: one list encoded per feed version."""
@@ -173,7 +177,7 @@ class GtfsZip(_Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         net = self.network()
         send_body(req, resp, net.gtfs_body(), CACHE_STATIC, ZIP, compress=False)
-        resp.downloadable_as = self.store.settings.gtfs_filename
+        resp.downloadable_as = self.store.settings.feed.filename
 
     on_head = on_get
 
@@ -217,7 +221,7 @@ class ArrivalsByStop(_Base):
 
     def __init__(self, store: TransitStore) -> None:
         super().__init__(store)
-        self.valid_id = re.compile(store.settings.stop_id_pattern)
+        self.valid_id = re.compile(store.settings.feed.stop_id_pattern)
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
@@ -231,7 +235,7 @@ class ArrivalsByStop(_Base):
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
         now = self.store.now()
-        day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
+        day = self.service_day(net, now)
         rows = stop_schedule(net, stop, day)
         body = _arrivals_body(net, self.store, rows, day, now, ("stop", stop))
         send_raw(resp, falcon.HTTP_200, body, CACHE_REALTIME)
@@ -247,7 +251,7 @@ class ArrivalsByPattern(_Base):
     ) -> None:
         net = self.network()
         now = self.store.now()
-        day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
+        day = self.service_day(net, now)
         if item_id not in net.pattern_trips:
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
@@ -281,7 +285,7 @@ class PipEstimates(_Base):
 
     def __init__(self, store: TransitStore) -> None:
         super().__init__(store)
-        self.valid_id = re.compile(store.settings.stop_id_pattern)
+        self.valid_id = re.compile(store.settings.feed.stop_id_pattern)
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         raw = await req.stream.read()
@@ -305,7 +309,7 @@ class PipEstimates(_Base):
             return
         net = self.network()
         now = self.store.now()
-        day = operational_day(now, net.tz, self.store.settings.operational_day_start_hour)
+        day = self.service_day(net, now)
         rows = pip_estimates(net, self.store.realtime, stops, day, now)
         send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_NO_CACHE)
 

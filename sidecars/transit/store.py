@@ -17,7 +17,7 @@ from .gtfs import FeedError, read_feed
 from .network import Network
 from .realtime import Realtime, RealtimeError, parse_feed, parse_vehicle_metadata
 from .schemas import FeedHealth, FeedProblem, RealtimeHealth, TransitHealth
-from .settings import Settings
+from .settings import TransitSettings
 from .source import FeedFiles, SourceError, read_bytes
 
 log = logging.getLogger("sidecars.transit")
@@ -56,7 +56,7 @@ class _SourceState:
 class TransitStore:
     """Holds what the resources serve and keeps it fresh."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, settings: TransitSettings, clock: Callable[[], float] | None = None) -> None:
         self.settings = settings
         if clock is None:
             fixed = settings.now.timestamp() if settings.now is not None else None
@@ -74,10 +74,10 @@ class TransitStore:
         self._last_attempt: float | None = None
         self._load_seconds: float | None = None
         self._sources = {
-            "vehicles": _SourceState(settings.vehicles_source),
-            "trip_updates": _SourceState(settings.trip_updates_source),
-            "alerts": _SourceState(settings.alerts_source),
-            "vehicle_metadata": _SourceState(settings.vehicle_metadata_source),
+            "vehicles": _SourceState(settings.realtime.vehicles_source),
+            "trip_updates": _SourceState(settings.realtime.trip_updates_source),
+            "alerts": _SourceState(settings.realtime.alerts_source),
+            "vehicle_metadata": _SourceState(settings.realtime.vehicle_metadata_source),
         }
 
     # -- static feed ------------------------------------------------------------------------
@@ -85,7 +85,7 @@ class TransitStore:
     def load_static(self, source: str | None = None) -> bool:
         """Fetch, validate and index the static feed, then swap it in. Returns whether a new
         version is now served; on any problem the previous version keeps serving."""
-        source = source or self.settings.gtfs_source
+        source = source or self.settings.feed.source
         with self._load_lock:
             self._last_attempt = self.now()
             started = time.monotonic()
@@ -96,7 +96,7 @@ class TransitStore:
                     log.debug("static feed %s unchanged (version %s)", source, files.digest)
                     return False
                 network = Network(
-                    read_feed(files), files.digest, time.time(), self.settings.timezone
+                    read_feed(files), files.digest, time.time(), self.settings.feed.timezone
                 )
             except FeedError as exc:
                 self._reject(source, exc.problems, exc.total)
@@ -183,7 +183,7 @@ class TransitStore:
                     s["alerts"].payload,
                     s["vehicle_metadata"].payload,
                     self.now(),
-                    self.settings.vehicles_pb_max_age_seconds,
+                    self.settings.realtime.vehicles_pb_max_age_seconds,
                 )
             except RealtimeError as exc:
                 log.error("realtime snapshot not rebuilt: %s", exc)
@@ -215,7 +215,7 @@ class TransitStore:
     def _static_loop(self) -> None:
         while not self._stop.is_set():
             self.load_static()
-            interval = self.settings.gtfs_refresh_seconds
+            interval = self.settings.feed.refresh_seconds
             if not interval or self._stop.wait(interval):
                 return
 
@@ -224,7 +224,7 @@ class TransitStore:
             return
         while not self._stop.is_set():
             self.poll_realtime()
-            interval = self.settings.realtime_refresh_seconds
+            interval = self.settings.realtime.refresh_seconds
             if not interval or self._stop.wait(interval):
                 return
 
@@ -239,7 +239,7 @@ class TransitStore:
             status = "degraded" if self._last_error else "ok"
         feed = FeedHealth(
             status=status,
-            source=self.settings.gtfs_source,
+            source=self.settings.feed.source,
             version=net.version if net is not None else None,
             loaded_at=int(net.loaded_at) if net is not None else None,
             load_seconds=round(self._load_seconds, 3) if self._load_seconds is not None else None,

@@ -3,15 +3,21 @@ with metrics and places registered."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import falcon.testing
 import pytest
 
-from sidecars.transit.app import create_app
-from sidecars.transit.part2 import Part2, Part2Settings
-from sidecars.transit.settings import Settings
+from sidecars.transit.app import Services, create_app
+from sidecars.transit.settings import (
+    FeedSettings,
+    MetricsSettings,
+    PlacesSettings,
+    RealtimeSettings,
+    TransitSettings,
+)
 from sidecars.transit.store import TransitStore
 
 from .helpers import BRISBANE, BULLRUNNER_VP, CAIRNS_ZIP, Clock, local_ts, write_feed
@@ -25,13 +31,19 @@ def small_feed(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_store() -> Callable[..., TransitStore]:
-    """Build a store with no background threads; realtime sources off unless given."""
+    """Build a store with no background threads; realtime sources off unless given (as
+    RealtimeSettings fields), other feed settings in `feed`."""
 
     def make(
-        source: str | Path, clock: Callable[[], float] | None = None, **kw: object
+        source: str | Path,
+        clock: Callable[[], float] | None = None,
+        feed: FeedSettings | None = None,
+        **realtime: object,
     ) -> TransitStore:
-        options: dict[str, object] = {"vehicles_source": None, **kw}
-        settings = Settings(gtfs_source=str(source), **options)  # type: ignore[arg-type]
+        settings = TransitSettings(
+            feed=dataclasses.replace(feed or FeedSettings(), source=str(source)),
+            realtime=RealtimeSettings(**{"vehicles_source": None, **realtime}),  # type: ignore[arg-type]
+        )
         return TransitStore(settings, clock=clock)
 
     return make
@@ -41,10 +53,11 @@ def make_store() -> Callable[..., TransitStore]:
 def cairns_store() -> TransitStore:
     """The real Cairns feed with the real Bull Runner vehicles, at 2014-06-10 08:00 Brisbane
     (a Tuesday in the feed's validity; vehicles.pb keeps every vehicle)."""
-    settings = Settings(
-        gtfs_source=str(CAIRNS_ZIP),
-        vehicles_source=str(BULLRUNNER_VP),
-        vehicles_pb_max_age_seconds=0,
+    settings = TransitSettings(
+        feed=FeedSettings(source=str(CAIRNS_ZIP)),
+        realtime=RealtimeSettings(
+            vehicles_source=str(BULLRUNNER_VP), vehicles_pb_max_age_seconds=0
+        ),
     )
     store = TransitStore(settings, clock=Clock(local_ts("2014-06-10T08:00", BRISBANE)))
     assert store.load_static()
@@ -53,13 +66,57 @@ def cairns_store() -> TransitStore:
 
 
 @pytest.fixture
-def client_for() -> Iterator[Callable[[TransitStore], falcon.testing.TestClient]]:
-    """A falcon TestClient over an app serving a given store."""
+def app_for(
+    tmp_path: Path,
+) -> Iterator[Callable[..., tuple[Services, falcon.testing.TestClient]]]:
+    """The whole app over a ready store: (its services, a TestClient). Keyword arguments are
+    MetricsSettings fields over the default: records in a fresh directory, ingested on every
+    refresh."""
+    made: list[Services] = []
+    default_metrics = MetricsSettings(
+        records_dir=str(tmp_path / "records"),
+        db=str(tmp_path / "metrics.sqlite"),
+        ingest_interval=0,
+    )
+
+    def make(
+        store: TransitStore,
+        *,
+        places: PlacesSettings | None = None,
+        middleware: tuple[object, ...] = (),
+        **metrics: object,
+    ) -> tuple[Services, falcon.testing.TestClient]:
+        settings = dataclasses.replace(
+            store.settings,
+            metrics=dataclasses.replace(default_metrics, **metrics),  # type: ignore[arg-type]
+            places=places or PlacesSettings(),
+        )
+        services = Services(settings, store=store)
+        made.append(services)
+        app = create_app(settings, services=services, middleware=middleware)
+        return services, falcon.testing.TestClient(app)
+
+    (tmp_path / "records").mkdir()
+    yield make
+    for services in made:
+        services.metrics.stop()
+        if services.metrics.db is not None:
+            services.metrics.db.close()
+
+
+@pytest.fixture
+def client_for(
+    tmp_path: Path, app_for: Callable[..., tuple[Services, falcon.testing.TestClient]]
+) -> Callable[[TransitStore], falcon.testing.TestClient]:
+    """A falcon TestClient over the whole app serving a given store, for the network and
+    realtime tests: metrics off (as deployed by default) and no location or facility files
+    (loading the shipped ones takes a fifth of a second per app)."""
+    no_places = PlacesSettings(locations_dir=str(tmp_path / "no-places"), facilities_dir=None)
 
     def make(store: TransitStore) -> falcon.testing.TestClient:
-        return falcon.testing.TestClient(create_app(store.settings, store=store))
+        return app_for(store, places=no_places, records_dir=None, db=None)[1]
 
-    yield make
+    return make
 
 
 @pytest.fixture
@@ -67,32 +124,3 @@ def cairns(cairns_store: TransitStore, client_for) -> falcon.testing.TestClient:
     """TestClient on the Cairns store."""
     cairns_store.now.now = local_ts("2014-06-10T08:00", BRISBANE)  # type: ignore[attr-defined]
     return client_for(cairns_store)
-
-
-@pytest.fixture
-def part2_app(
-    tmp_path: Path,
-) -> Iterator[Callable[..., tuple[Part2, falcon.testing.TestClient]]]:
-    """Build part 1's app over a store, register part 2 on it, and return (part2, client)."""
-    made: list[Part2] = []
-
-    def make(store: TransitStore, **options: object) -> tuple[Part2, falcon.testing.TestClient]:
-        values: dict[str, object] = {
-            "records_dir": str(tmp_path / "records"),
-            "metrics_db": str(tmp_path / "metrics.sqlite"),
-            "ingest_interval": 0,
-            **options,
-        }
-        settings = Part2Settings(**values)  # type: ignore[arg-type]
-        app = create_app(store.settings, store=store)
-        part2 = Part2(settings, store)
-        part2.register(app)
-        made.append(part2)
-        return part2, falcon.testing.TestClient(app)
-
-    (tmp_path / "records").mkdir()
-    yield make
-    for part2 in made:
-        part2.metrics.stop()
-        if part2.metrics.db is not None:
-            part2.metrics.db.close()

@@ -1,13 +1,18 @@
-"""The `middleware` hook of create_app, where the usage API's rate limiter plugs in."""
+"""The `middleware` hook of create_app: request policies run after the CORS/preflight layer and
+before every resource, where the usage API's rate limiter sits when it is on."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import falcon
 import falcon.asgi
 import falcon.testing
 
-from sidecars.transit.app import create_app
+from sidecars.transit.app import Services
 from sidecars.transit.store import TransitStore
+
+App = Callable[..., tuple[Services, falcon.testing.TestClient]]
 
 
 class DenyAnonymous:
@@ -26,12 +31,10 @@ class DenyAnonymous:
 
 
 def test_middleware_runs_before_resources_and_keeps_service_headers(
-    cairns_store: TransitStore,
+    cairns_store: TransitStore, app_for: App
 ) -> None:
     limiter = DenyAnonymous()
-    client = falcon.testing.TestClient(
-        create_app(cairns_store.settings, store=cairns_store, middleware=[limiter])
-    )
+    _, client = app_for(cairns_store, records_dir=None, db=None, middleware=(limiter,))
     denied = client.simulate_get("/v2/lines")
     assert denied.status_code == 429 and denied.json == {"message": "Too Many Requests"}
     assert denied.headers["access-control-allow-origin"] == "*"

@@ -8,8 +8,9 @@ import dataclasses
 
 import httpx
 
+from sidecars.transit.app import Services
 from sidecars.transit.app import create_app as create_transit_app
-from sidecars.transit.settings import Settings as TransitSettings
+from sidecars.transit.settings import RealtimeSettings, TransitSettings
 from sidecars.transit.store import TransitStore
 from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.store import UsageStore
@@ -19,13 +20,15 @@ from .usage_helpers import TEST_PLANS, account_with_token, bearer, settings_for
 
 
 async def test_transit_api_behind_the_middleware(redis_server: RedisServer, daemon: Daemon) -> None:
-    transit = TransitStore(TransitSettings(vehicles_source=None))
+    transit = TransitStore(TransitSettings(realtime=RealtimeSettings(vehicles_source=None)))
     assert transit.load_static()
     usage = settings_for(redis_server.url, ratelimit_address=daemon.address)
     usage = dataclasses.replace(usage, quota_refresh_seconds=0)
     store = UsageStore(usage, TEST_PLANS)
     app = create_transit_app(
-        transit.settings, store=transit, middleware=[rate_limit_middleware(usage, store)]
+        transit.settings,
+        services=Services(transit.settings, store=transit),
+        middleware=[rate_limit_middleware(usage, store)],
     )
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://transit.test"

@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from sidecars.transit.gtfs import feed_timezone  # noqa: E402
 from sidecars.transit.metrics.db import MetricsDB, input_files  # noqa: E402
 from sidecars.transit.metrics.records import day_of  # noqa: E402
 from sidecars.transit.metrics.views import Calendar, compute_aggregates, videowall  # noqa: E402
-from sidecars.transit.part2 import feed_timezone  # noqa: E402
 from sidecars.transit.schemas import json_encoder  # noqa: E402
 from sidecars.transit.settings import DEFAULT_GTFS  # noqa: E402
 

@@ -1,9 +1,9 @@
-"""Requests/s of the part-2 endpoints under gunicorn (2 uvicorn workers), measured with wrk.
+"""Requests/s of the metrics endpoints under gunicorn (2 uvicorn workers), measured with wrk.
 
     python bench/transit/metrics/load.py --records /tmp/tm_bench/records \\
         --db /tmp/tm_bench/metrics.sqlite --now 2026-11-22T12:00:00+10:00
 
-Serves part 1's app with part 2 registered (`asgi:app()`), over a metrics
+Serves the whole transit app (`asgi:app()`, as deployed), over a metrics
 store that is already loaded (run ingest.py or the CLI first: the scheduled ingest then
 finds nothing new). Waits until both workers answer every endpoint, then runs
 `wrk -t2 -c32 -d10s --latency -H 'Accept-Encoding: gzip'` per endpoint. wrk shares the

@@ -19,10 +19,13 @@ from pathlib import Path
 
 CHILD = r"""
 import json, resource, sys, time
-from sidecars.transit.settings import Settings
+from sidecars.transit.settings import FeedSettings, RealtimeSettings, TransitSettings
 from sidecars.transit.store import TransitStore
 t0 = time.perf_counter()
-store = TransitStore(Settings(gtfs_source=sys.argv[1], vehicles_source=None))
+settings = TransitSettings(
+    feed=FeedSettings(source=sys.argv[1]), realtime=RealtimeSettings(vehicles_source=None)
+)
+store = TransitStore(settings)
 ok = store.load_static()
 elapsed = time.perf_counter() - t0
 net = store.network

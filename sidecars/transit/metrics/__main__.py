@@ -12,14 +12,16 @@ Exit status: 0, or 2 when rows were rejected (the good rows are loaded either wa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from ..part2 import Part2Settings, feed_timezone
+from ..gtfs import feed_timezone
 from ..schemas import json_encoder
-from ..settings import Settings, SettingsError
+from ..settings import SettingsError, TransitSettings
+from ..source import SourceError
 from .db import MetricsDB, MetricsDBError, input_files
 
 
@@ -34,22 +36,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        part1 = Settings.from_env()
-        part2 = Part2Settings.from_env()
-        records_dir = args.records_dir or (Path(part2.records_dir) if part2.records_dir else None)
-        db_path = args.db or (
-            Path(part2.metrics_db)
-            if part2.metrics_db
-            else records_dir / "metrics.sqlite"
-            if records_dir
-            else None
+        settings = TransitSettings.from_env()
+        feed = settings.feed
+        # The options override the settings, the store's default place included.
+        metrics = dataclasses.replace(
+            settings.metrics,
+            records_dir=str(args.records_dir) if args.records_dir else settings.metrics.records_dir,
+            db=str(args.db) if args.db else settings.metrics.db,
         )
+        records_dir = Path(metrics.records_dir) if metrics.records_dir else None
+        db_path = metrics.db_path
         if db_path is None:
             parser.error("no store: set TRANSIT_METRICS_DB or TRANSIT_RECORDS_DIR (or --db)")
-        tz_name = args.timezone or part1.timezone
-        tz = ZoneInfo(tz_name) if tz_name else feed_timezone(part1.gtfs_source)
-        db = MetricsDB(db_path, tz, part1.operational_day_start_hour)
-    except (SettingsError, MetricsDBError, OSError) as exc:
+        tz_name = args.timezone or feed.timezone
+        tz = ZoneInfo(tz_name) if tz_name else feed_timezone(feed.source)
+        db = MetricsDB(db_path, tz, feed.operational_day_start_hour)
+    except (SettingsError, SourceError, MetricsDBError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:

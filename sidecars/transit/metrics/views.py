@@ -6,7 +6,7 @@ Two families, refreshed at different paces by `MetricsService`:
 - *videowall views* are "so far today" figures, recomputed every refresh tick.
 
 "Today" is the operational day of the clock in the agency timezone, starting at 04:00 (the
-same rule as the arrivals of part 1); "until now" means rides whose scheduled start (the
+same rule as the arrivals); "until now" means rides whose scheduled start (the
 operational date plus the scheduled `H:MM:SS`, past 24:00 allowed) is at or before now, and
 validations whose time is at or before now.
 """

@@ -22,7 +22,6 @@ from .schemas import Contacts, OpeningHours, PipLocation, School, Station, Ticke
 
 log = logging.getLogger("sidecars.transit.places")
 
-DEFAULT_DIR = Path(__file__).resolve().parent / "data" / "facilities"
 KINDS = (
     "stores",
     "helpdesks",

@@ -21,7 +21,6 @@ from ..network import natural_key
 from .geo import GridIndex
 from .schemas import District, Locality, Municipality, Parish
 
-DEFAULT_DIR = Path(__file__).resolve().parent / "data"
 _UNION = re.compile(r"^uniao d[ae]s? freguesias d[aeo]s? ")
 
 
@@ -69,7 +68,7 @@ class Place:
 class Locations:
     """The location lists, sorted by id (numeric collation), and name / point lookups."""
 
-    def __init__(self, directory: Path = DEFAULT_DIR) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
         d = directory
         self.districts = sorted(

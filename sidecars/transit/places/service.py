@@ -1,7 +1,7 @@
 """`Places`: the encoded locations and facilities bodies of one worker.
 
 Locations never change while the process runs and are encoded once. Facilities depend on the
-feed (their `stop_ids`), so they are rebuilt when part 1 swaps in a new feed version.
+feed (their `stop_ids`), so they are rebuilt when the store swaps in a new feed version.
 """
 
 from __future__ import annotations

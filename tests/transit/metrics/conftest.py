@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecars.transit.settings import Settings
+from sidecars.transit.settings import FeedSettings, RealtimeSettings, TransitSettings
 from sidecars.transit.store import TransitStore
 
 from ..helpers import CAIRNS_ZIP, Clock, local_ts
@@ -19,5 +19,8 @@ def clock() -> Clock:
 @pytest.fixture
 def lisbon_store(clock: Clock) -> TransitStore:
     """A store whose feed is never loaded: metrics only need the (fixed) Lisbon timezone."""
-    settings = Settings(gtfs_source=str(CAIRNS_ZIP), vehicles_source=None, timezone="Europe/Lisbon")
+    settings = TransitSettings(
+        feed=FeedSettings(source=str(CAIRNS_ZIP), timezone="Europe/Lisbon"),
+        realtime=RealtimeSettings(vehicles_source=None),
+    )
     return TransitStore(settings, clock=clock)

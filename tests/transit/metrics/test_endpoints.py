@@ -9,13 +9,13 @@ from pathlib import Path
 import falcon.testing
 import pytest
 
-from sidecars.transit.part2 import Part2
+from sidecars.transit.app import Services
 from sidecars.transit.store import TransitStore
 
 from ..helpers import Clock, local_ts
 from .records import ride, validation, write_csv
 
-App = Callable[..., tuple[Part2, falcon.testing.TestClient]]
+App = Callable[..., tuple[Services, falcon.testing.TestClient]]
 
 VALIDATIONS = (
     [validation("2026-11-20T08:00", "41", "1001", "010001")] * 3
@@ -58,17 +58,17 @@ COMPLAINTS = [
 
 @pytest.fixture
 def loaded(
-    tmp_path: Path, lisbon_store: TransitStore, part2_app: App
-) -> tuple[Part2, falcon.testing.TestClient]:
+    tmp_path: Path, lisbon_store: TransitStore, app_for: App
+) -> tuple[Services, falcon.testing.TestClient]:
     records = tmp_path / "records"
     write_csv(records / "validations.csv", VALIDATIONS)
     write_csv(records / "rides.csv", RIDES)
     write_csv(records / "complaints.csv", COMPLAINTS)
-    part2, client = part2_app(lisbon_store)
-    part2.metrics.refresh(ingest=True)
-    report = part2.metrics.last_report
+    services, client = app_for(lisbon_store)
+    services.metrics.refresh(ingest=True)
+    report = services.metrics.last_report
     assert report is not None and report.rejected == 0
-    return part2, client
+    return services, client
 
 
 def get(client: falcon.testing.TestClient, path: str) -> object:
@@ -77,7 +77,7 @@ def get(client: falcon.testing.TestClient, path: str) -> object:
     return r.json
 
 
-def test_demand_by_agency_day_and_month(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
+def test_demand_by_agency_day_and_month(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     _, client = loaded
     day = get(client, "/v2/metrics/demand/by_agency/day")
     assert [r["properties"] for r in day] == [{"agency_id": "41"}, {"agency_id": "42"}]
@@ -108,7 +108,7 @@ def test_demand_by_agency_day_and_month(loaded: tuple[Part2, falcon.testing.Test
 
 
 def test_demand_records_highest_day_and_month(
-    loaded: tuple[Part2, falcon.testing.TestClient],
+    loaded: tuple[Services, falcon.testing.TestClient],
 ) -> None:
     _, client = loaded
     (record,) = get(client, "/v2/metrics/demand/by_agency/records")
@@ -129,7 +129,7 @@ def test_demand_records_highest_day_and_month(
     }
 
 
-def test_demand_by_line_and_one_line(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
+def test_demand_by_line_and_one_line(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     _, client = loaded
     lines = get(client, "/v2/metrics/demand/by_line")
     totals = {r["properties"]["line_id"]: sum(e["qty"] for e in r["data"].values()) for r in lines}
@@ -142,7 +142,7 @@ def test_demand_by_line_and_one_line(loaded: tuple[Part2, falcon.testing.TestCli
     assert bad.status_code == 400 and bad.json == []
 
 
-def test_top_lines_ties(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
+def test_top_lines_ties(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     _, client = loaded
     top = get(client, "/v2/metrics/demand/top_lines/by_agency")
     assert list(top) == ["lastUpdated", "topLinesByAgency"]
@@ -155,14 +155,14 @@ def test_top_lines_ties(loaded: tuple[Part2, falcon.testing.TestClient]) -> None
     assert top["lastUpdated"] == top["topLinesByAgency"]["41"]["lines"][0]["generated_at"]
 
 
-def test_demand_by_stop(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
+def test_demand_by_stop(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     _, client = loaded
     stops = get(client, "/v2/metrics/demand/by_stop")
     totals = {r["properties"]["stop_id"]: sum(e["qty"] for e in r["data"].values()) for r in stops}
     assert totals == {"010001": 7, "010002": 2, "010003": 9, "010004": 10, "020001": 4}
 
 
-def test_service_last_14_days(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
+def test_service_last_14_days(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     _, client = loaded
     body = get(client, "/v2/metrics/service/all")
     assert body == {
@@ -196,21 +196,21 @@ def test_service_last_14_days(loaded: tuple[Part2, falcon.testing.TestClient]) -
 
 
 def test_service_window_moves_with_the_operational_day(
-    loaded: tuple[Part2, falcon.testing.TestClient], clock: Clock
+    loaded: tuple[Services, falcon.testing.TestClient], clock: Clock
 ) -> None:
-    part2, client = loaded
+    services, client = loaded
     # 03:59 on the 21st is still the 20th: nothing moves.
     clock.now = local_ts("2026-11-21T03:59")
-    part2.metrics.refresh()
+    services.metrics.refresh()
     assert len(get(client, "/v2/metrics/service/all")["data"]) == 3
     # 04:00 on the 21st: the 20th joins the window, the 6th leaves it.
     clock.now = local_ts("2026-11-21T04:00")
-    part2.metrics.refresh()
+    services.metrics.refresh()
     dates = [r["operational_date"] for r in get(client, "/v2/metrics/service/all")["data"]]
     assert dates == ["20261120", "20261120", "20261119", "20261119"]
 
 
-def test_complaints(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
+def test_complaints(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     _, client = loaded
     body = get(client, "/v2/metrics/complaints")
     assert body == [
@@ -253,7 +253,7 @@ def test_complaints(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
     ]
 
 
-def test_videowall_views(loaded: tuple[Part2, falcon.testing.TestClient], clock: Clock) -> None:
+def test_videowall_views(loaded: tuple[Services, falcon.testing.TestClient], clock: Clock) -> None:
     _, client = loaded
     views = {
         name: get(client, f"/v2/metrics/videowall/{name}")
@@ -323,32 +323,32 @@ def test_videowall_views(loaded: tuple[Part2, falcon.testing.TestClient], clock:
 
 
 def test_until_now_follows_the_clock(
-    loaded: tuple[Part2, falcon.testing.TestClient], clock: Clock
+    loaded: tuple[Services, falcon.testing.TestClient], clock: Clock
 ) -> None:
-    part2, client = loaded
+    services, client = loaded
     clock.now = local_ts("2026-11-20T11:30")
-    part2.metrics.refresh()
+    services.metrics.refresh()
     sla = get(client, "/v2/metrics/videowall/sla")["data"]
     assert sla["_41_scheduled_rides_until_now"] == 3
     assert get(client, "/v2/metrics/videowall/validations")["data"]["_41_today_valid_count"] == 11
 
 
 def test_new_records_are_picked_up(
-    tmp_path: Path, loaded: tuple[Part2, falcon.testing.TestClient]
+    tmp_path: Path, loaded: tuple[Services, falcon.testing.TestClient]
 ) -> None:
-    part2, client = loaded
+    services, client = loaded
     with open(tmp_path / "records" / "validations.csv", "a", encoding="utf-8") as f:
         f.write(",".join(map(str, validation("2026-11-20T09:45", "43", "3001", "030001"))) + "\n")
-    part2.metrics.refresh(ingest=True)
+    services.metrics.refresh(ingest=True)
     day = get(client, "/v2/metrics/demand/by_agency/day")
     assert [r["properties"]["agency_id"] for r in day] == ["41", "42", "43"]
     # Ingesting the same directory again changes nothing.
     before = client.simulate_get("/v2/metrics/demand/by_line").headers["etag"]
-    part2.metrics.refresh(ingest=True)
+    services.metrics.refresh(ingest=True)
     assert client.simulate_get("/v2/metrics/demand/by_line").headers["etag"] == before
 
 
-def test_headers_gzip_and_etag(loaded: tuple[Part2, falcon.testing.TestClient]) -> None:
+def test_headers_gzip_and_etag(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     _, client = loaded
     expected = {
         "/v2/metrics/demand/by_agency/day": "public, max-age=1800",
@@ -373,7 +373,7 @@ def test_headers_gzip_and_etag(loaded: tuple[Part2, falcon.testing.TestClient]) 
 
 
 def test_calendar_from_a_dates_file(
-    tmp_path: Path, lisbon_store: TransitStore, part2_app: App
+    tmp_path: Path, lisbon_store: TransitStore, app_for: App
 ) -> None:
     dates = tmp_path / "dates.txt"
     dates.write_text(
@@ -381,8 +381,8 @@ def test_calendar_from_a_dates_file(
         encoding="utf-8",
     )
     write_csv(tmp_path / "records" / "validations.csv", VALIDATIONS[:3])
-    part2, client = part2_app(lisbon_store, metrics_dates=str(dates))
-    part2.metrics.refresh(ingest=True)
+    services, client = app_for(lisbon_store, dates_file=str(dates))
+    services.metrics.refresh(ingest=True)
     (record,) = get(client, "/v2/metrics/demand/by_agency/day")
     assert record["data"]["2026-11-20"] == {
         "day_type": "3",
@@ -393,10 +393,8 @@ def test_calendar_from_a_dates_file(
     }
 
 
-def test_no_store_or_not_ready_is_404_empty_list(
-    lisbon_store: TransitStore, part2_app: App
-) -> None:
-    _, client = part2_app(lisbon_store, records_dir=None, metrics_db=None)
+def test_no_store_or_not_ready_is_404_empty_list(lisbon_store: TransitStore, app_for: App) -> None:
+    _, client = app_for(lisbon_store, records_dir=None, db=None)
     for path in (
         "/v2/metrics/demand/by_agency/day",
         "/v2/metrics/videowall/vkm",
@@ -405,13 +403,13 @@ def test_no_store_or_not_ready_is_404_empty_list(
         r = client.simulate_get(path)
         assert r.status_code == 404 and r.json == []
     # Configured but not refreshed yet (the worker just started): also 404 `[]`.
-    _, client = part2_app(lisbon_store)
+    _, client = app_for(lisbon_store)
     assert client.simulate_get("/v2/metrics/complaints").status_code == 404
 
 
-def test_empty_store_serves_empty_views(lisbon_store: TransitStore, part2_app: App) -> None:
-    part2, client = part2_app(lisbon_store)
-    part2.metrics.refresh(ingest=True)
+def test_empty_store_serves_empty_views(lisbon_store: TransitStore, app_for: App) -> None:
+    services, client = app_for(lisbon_store)
+    services.metrics.refresh(ingest=True)
     assert get(client, "/v2/metrics/demand/by_agency/records") == []
     assert get(client, "/v2/metrics/service/all") == {"data": []}
     assert get(client, "/v2/metrics/demand/top_lines/by_agency") == {
@@ -425,10 +423,10 @@ def test_empty_store_serves_empty_views(lisbon_store: TransitStore, part2_app: A
     }
 
 
-def test_by_stop_window(tmp_path: Path, lisbon_store: TransitStore, part2_app: App) -> None:
+def test_by_stop_window(tmp_path: Path, lisbon_store: TransitStore, app_for: App) -> None:
     write_csv(tmp_path / "records" / "validations.csv", VALIDATIONS)
-    part2, client = part2_app(lisbon_store, by_stop_days=2)
-    part2.metrics.refresh(ingest=True)
+    services, client = app_for(lisbon_store, by_stop_days=2)
+    services.metrics.refresh(ingest=True)
     stops = get(client, "/v2/metrics/demand/by_stop")
     # Only the 19th and 20th (today): the 18th's stop 010004 counts only today's 5.
     assert {r["properties"]["stop_id"]: sorted(r["data"]) for r in stops} == {
@@ -438,6 +436,6 @@ def test_by_stop_window(tmp_path: Path, lisbon_store: TransitStore, part2_app: A
         "010004": ["2026-11-20"],
         "020001": ["2026-11-20"],
     }
-    part2, client = part2_app(lisbon_store, by_stop_days=0)
-    part2.metrics.refresh(ingest=True)
+    services, client = app_for(lisbon_store, by_stop_days=0)
+    services.metrics.refresh(ingest=True)
     assert get(client, "/v2/metrics/demand/by_stop") == []

@@ -1,4 +1,4 @@
-"""Part 2 under real gunicorn with 2 uvicorn workers: both workers ingest on their schedule
+"""Metrics under real gunicorn with 2 uvicorn workers: both workers ingest on their schedule
 (one at a time, through the store's lock), pick up appended records, and never double count."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecars.transit.gtfs import FeedError, RawFeed, read_feed
+from sidecars.transit.gtfs import FeedError, RawFeed, feed_timezone, read_feed
 from sidecars.transit.source import FeedFiles, SourceError
 
 from ..helpers import BULLRUNNER_ZIP, CAIRNS_ZIP, SMALL_FEED, write_feed
@@ -222,3 +222,13 @@ def test_bullrunner_frequencies() -> None:
     # trip 1: 07:00:00 to 24:00:00 every 600 s
     assert sum(1 for t in raw.trip_ids if t.startswith("1@")) == 102
     assert "1@23:50:00" in raw.trip_index
+
+
+def test_feed_timezone(tmp_path: Path) -> None:
+    assert str(feed_timezone(str(CAIRNS_ZIP))) == "Australia/Brisbane"
+    assert str(feed_timezone(str(write_feed(tmp_path / "dir", {}, as_zip=False)))) == (
+        "Europe/Lisbon"
+    )
+    (tmp_path / "not.zip").write_bytes(b"not a zip")
+    with pytest.raises(SourceError, match=r"no readable agency\.txt"):
+        feed_timezone(str(tmp_path / "not.zip"))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecars.transit.settings import FeedSettings
 from sidecars.transit.store import TransitStore
 
 from ..helpers import SMALL_FEED, Clock, local_ts, write_feed
@@ -123,7 +124,7 @@ def test_no_good_feed_yet_is_503_everywhere(tmp_path: Path, make_store, client_f
 
 
 def test_background_refresh_picks_up_a_new_feed(feed_path: Path, make_store) -> None:  # type: ignore[no-untyped-def]
-    store = make_store(feed_path, clock=Clock(NOW), gtfs_refresh_seconds=0.05)
+    store = make_store(feed_path, clock=Clock(NOW), feed=FeedSettings(refresh_seconds=0.05))
     store.start()
     try:
         deadline = time.monotonic() + 20

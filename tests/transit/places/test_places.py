@@ -10,14 +10,15 @@ from pathlib import Path
 import falcon.testing
 import pytest
 
+from sidecars.transit.app import Services
 from sidecars.transit.network import haversine_m
-from sidecars.transit.part2 import Part2
 from sidecars.transit.places.facilities import load
 from sidecars.transit.places.geo import GridIndex
 from sidecars.transit.places.locations import Locations, LocationsError
+from sidecars.transit.settings import DEFAULT_LOCATIONS, PlacesSettings
 from sidecars.transit.store import TransitStore
 
-App = Callable[..., tuple[Part2, falcon.testing.TestClient]]
+App = Callable[..., tuple[Services, falcon.testing.TestClient]]
 HEADER = (
     "id,name,lat,lon,locality,district_id,district_name,municipality_id,municipality_name,"
     "parish_id,parish_name,region_id,region_name\n"
@@ -25,8 +26,8 @@ HEADER = (
 
 
 @pytest.fixture
-def cairns_client(cairns_store: TransitStore, part2_app: App) -> falcon.testing.TestClient:
-    return part2_app(cairns_store, records_dir=None, metrics_db=None)[1]
+def cairns_client(cairns_store: TransitStore, app_for: App) -> falcon.testing.TestClient:
+    return app_for(cairns_store, records_dir=None, db=None)[1]
 
 
 def test_location_counts_shape_and_order(cairns_client: falcon.testing.TestClient) -> None:
@@ -60,10 +61,10 @@ def test_location_counts_shape_and_order(cairns_client: falcon.testing.TestClien
 
 
 def test_missing_location_files_give_empty_lists(
-    tmp_path: Path, cairns_store: TransitStore, part2_app: App
+    tmp_path: Path, cairns_store: TransitStore, app_for: App
 ) -> None:
-    _, client = part2_app(
-        cairns_store, records_dir=None, metrics_db=None, locations_dir=str(tmp_path)
+    _, client = app_for(
+        cairns_store, records_dir=None, db=None, places=PlacesSettings(locations_dir=str(tmp_path))
     )
     r = client.simulate_get("/v2/locations/parishes")
     assert r.status_code == 200 and r.json["data"] == [] and r.json["status"] == "success"
@@ -174,19 +175,23 @@ def test_stop_ids_are_the_cairns_stops_within_walking_distance(
     assert by_id["DEMO-PIP-01"]["municipality_id"] == ""
 
 
-def test_walking_distance_is_configurable(cairns_store: TransitStore, part2_app: App) -> None:
-    _, near = part2_app(cairns_store, records_dir=None, metrics_db=None, walk_meters=50.0)
-    _, far = part2_app(cairns_store, records_dir=None, metrics_db=None, walk_meters=1000.0)
+def test_walking_distance_is_configurable(cairns_store: TransitStore, app_for: App) -> None:
+    _, near = app_for(
+        cairns_store, records_dir=None, db=None, places=PlacesSettings(walk_meters=50.0)
+    )
+    _, far = app_for(
+        cairns_store, records_dir=None, db=None, places=PlacesSettings(walk_meters=1000.0)
+    )
     a = near.simulate_get("/v2/facilities/pips").json[0]["stop_ids"]
     b = far.simulate_get("/v2/facilities/pips").json[0]["stop_ids"]
     assert a == ["750053"] and len(b) > 4 and b[0] == "750053"
 
 
 def test_missing_facility_file_is_404_empty_list(
-    tmp_path: Path, cairns_store: TransitStore, part2_app: App
+    tmp_path: Path, cairns_store: TransitStore, app_for: App
 ) -> None:
-    _, client = part2_app(
-        cairns_store, records_dir=None, metrics_db=None, facilities_dir=str(tmp_path)
+    _, client = app_for(
+        cairns_store, records_dir=None, db=None, places=PlacesSettings(facilities_dir=str(tmp_path))
     )
     r = client.simulate_get("/v2/facilities/stores")
     assert r.status_code == 404 and r.json == []
@@ -210,7 +215,7 @@ def test_location_fields_are_filled_by_id_name_and_position(tmp_path: Path) -> N
         + "T1,Duplicate,38.7,-8.9,,,,,,,,,\n",
         encoding="utf-8",
     )
-    locations = Locations()
+    locations = Locations(Path(DEFAULT_LOCATIONS))
     got = load(tmp_path, locations, 1500.0)
     assert [str(p) for p in got.problems] == [
         f"{tmp_path / 'train_stations.csv'}:7: could not convert string to float: 'north'",

@@ -11,6 +11,7 @@ import pytest
 from google.protobuf import json_format
 from google.transit import gtfs_realtime_pb2 as rt
 
+from sidecars.transit.settings import FeedSettings
 from sidecars.transit.store import TransitStore
 
 from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, Clock, local_ts
@@ -300,7 +301,7 @@ def test_bull_runner_vehicles_and_a_frequency_trip_update(
         clock=Clock(1505314375),  # 2017-09-13 10:52:55 in New York, a Wednesday
         vehicles_source=str(BULLRUNNER_VP),
         trip_updates_source=str(tu),
-        stop_id_pattern=r"^\d+$",
+        feed=FeedSettings(stop_id_pattern=r"^\d+$"),
     )
     assert store.load_static()
     store.poll_realtime()

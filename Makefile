@@ -29,7 +29,7 @@ bench-load: venv
 
 proto: venv
 	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/ratelimitd/_proto/*.proto
-	$(PY) -m grpc_tools.protoc -Iproto --grpc_python_out=. proto/ratelimitd/_proto/rls.proto
+	$(PY) -m grpc_tools.protoc -Iproto --grpc_python_out=. proto/ratelimitd/_proto/rls.proto proto/ratelimitd/_proto/discovery.proto
 
 lint: venv
 	.venv/bin/ruff check .

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from .backends import create_backend
 from .backends.base import Backend, BackendError
 from .config.provider import FileLayout
+from .config.xds_client import XdsSettingsError
 from .health import Health
 from .limiter import Limiter
 from .localcache import LocalCache
-from .reloader import ConfigReloader
+from .reloader import ConfigReloader, XdsReloader
 from .service import RateLimitService
 from .settings import ReloadOptions, Settings, SettingsError, reload_options_from_env
 from .sinks import Sink, SinkError, create_sink
@@ -49,7 +50,7 @@ class Daemon:
     health: Health
     backend: Backend
     service: RateLimitService
-    reloader: ConfigReloader
+    reloader: ConfigReloader | XdsReloader
     grpc: GrpcTransport
     http: HttpServer
     debug: HttpServer
@@ -175,22 +176,33 @@ def build(settings: Settings) -> Daemon:
             log.error("keeping the previous settings: %s", exc)
             return settings.reload
 
-    runtime = settings.runtime
-    layout = FileLayout(
-        root=runtime.root,
-        subdirectory=runtime.subdirectory,
-        appdirectory=runtime.appdirectory,
-        watch_root=runtime.watch_root,
-        ignore_dotfiles=runtime.ignoredotfiles,
-    )
-    reloader = ConfigReloader(
-        layout,
-        service,
-        stats,
-        health,
-        reload_options,
-        track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
-    )
+    reloader: ConfigReloader | XdsReloader
+    if settings.config.type == "GRPC_XDS_SOTW":
+        reloader = XdsReloader(
+            settings.xds,
+            service,
+            stats,
+            health,
+            reload_options,
+            track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
+        )
+    else:
+        runtime = settings.runtime
+        layout = FileLayout(
+            root=runtime.root,
+            subdirectory=runtime.subdirectory,
+            appdirectory=runtime.appdirectory,
+            watch_root=runtime.watch_root,
+            ignore_dotfiles=runtime.ignoredotfiles,
+        )
+        reloader = ConfigReloader(
+            layout,
+            service,
+            stats,
+            health,
+            reload_options,
+            track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
+        )
     return Daemon(
         settings=settings,
         stats=stats,
@@ -227,7 +239,7 @@ def serve(settings: Settings) -> int:
         daemon = build(settings)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(daemon.run())
-    except (BackendError, GrpcConfigError, SinkError, OSError) as exc:
+    except (BackendError, GrpcConfigError, SinkError, XdsSettingsError, OSError) as exc:
         # Start-up failures (backend unreachable past its retries, bad TLS files, a port
         # in use) end the process with one line, not a traceback.
         log.critical("ratelimitd cannot start: %s", exc)

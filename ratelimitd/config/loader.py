@@ -19,12 +19,16 @@ class ConfigFile:
     text: str
 
 
+def parse_files(files: Iterable[ConfigFile]) -> list[ConfigSource]:
+    """Parse every file into the documents `build_ruleset` takes (first error wins)."""
+    return [ConfigSource(f.name, parse(f.name, f.text)) for f in files]
+
+
 def load_ruleset(
     files: Iterable[ConfigFile], *, merge_domains: bool = False, stats: StatsSource | None = None
 ) -> RuleSet:
     """Parse every file, then validate and compile them together (first error wins)."""
-    sources = [ConfigSource(f.name, parse(f.name, f.text)) for f in files]
-    return build_ruleset(sources, merge_domains=merge_domains, stats=stats)
+    return build_ruleset(parse_files(files), merge_domains=merge_domains, stats=stats)
 
 
 def load_files(paths: Sequence[str]) -> list[ConfigFile]:

@@ -23,7 +23,7 @@ from .config.xds_client import XdsSettingsError
 from .health import Health
 from .limiter import Limiter
 from .localcache import LocalCache
-from .reloader import ConfigReloader, XdsReloader
+from .reloader import ConfigReloader
 from .service import RateLimitService
 from .settings import ReloadOptions, Settings, SettingsError, reload_options_from_env
 from .sinks import Sink, SinkError, create_sink
@@ -50,7 +50,7 @@ class Daemon:
     health: Health
     backend: Backend
     service: RateLimitService
-    reloader: ConfigReloader | XdsReloader
+    reloader: ConfigReloader
     grpc: GrpcTransport
     http: HttpServer
     debug: HttpServer
@@ -176,33 +176,26 @@ def build(settings: Settings) -> Daemon:
             log.error("keeping the previous settings: %s", exc)
             return settings.reload
 
-    reloader: ConfigReloader | XdsReloader
-    if settings.config.type == "GRPC_XDS_SOTW":
-        reloader = XdsReloader(
-            settings.xds,
-            service,
-            stats,
-            health,
-            reload_options,
-            track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
-        )
-    else:
-        runtime = settings.runtime
-        layout = FileLayout(
+    runtime = settings.runtime
+    source = (
+        settings.xds
+        if settings.config.type == "GRPC_XDS_SOTW"
+        else FileLayout(
             root=runtime.root,
             subdirectory=runtime.subdirectory,
             appdirectory=runtime.appdirectory,
             watch_root=runtime.watch_root,
             ignore_dotfiles=runtime.ignoredotfiles,
         )
-        reloader = ConfigReloader(
-            layout,
-            service,
-            stats,
-            health,
-            reload_options,
-            track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
-        )
+    )
+    reloader = ConfigReloader(
+        source,
+        service,
+        stats,
+        health,
+        reload_options,
+        track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
+    )
     return Daemon(
         settings=settings,
         stats=stats,

@@ -3,9 +3,10 @@
 Each reload reads and compiles every file (or every xDS resource) in a worker thread, then
 swaps the service's RuleSet (and the settings the reference re-reads on reload) in one
 assignment. A failed load counts `config_load_error`, logs the exact error and keeps the
-previous config. `ConfigReloader` polls files (CONFIG_TYPE=FILE); `XdsReloader` is fed by
-the ADS stream (CONFIG_TYPE=GRPC_XDS_SOTW). The daemon drives both the same way: `load()`
-until the first config is in force, `start()` once serving, `stop()` at shutdown.
+previous config. The source is a FileLayout (CONFIG_TYPE=FILE: polled for changes) or the
+xDS settings (CONFIG_TYPE=GRPC_XDS_SOTW: the ADS stream pushes every change); the daemon
+drives both the same way: `load()` until the first config is in force, `start()` once
+serving, `stop()` at shutdown.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from .config import ConfigError, ConfigSource, RuleSet, build_ruleset
 from .config.loader import parse_files
@@ -27,11 +29,12 @@ from .stats import StatsStore
 log = logging.getLogger("ratelimitd.config")
 
 
-class ConfigApplier:
-    """Builds a RuleSet from config sources and puts it in force (stats, logs, health)."""
+class ConfigReloader:
+    """Keeps the service's RuleSet current from config files or an xDS server."""
 
     def __init__(
         self,
+        source: FileLayout | XdsSettings,
         service: RateLimitService,
         stats: StatsStore,
         health: Health,
@@ -40,6 +43,7 @@ class ConfigApplier:
         track_config_health: bool = False,
         poll_interval: float = 0.5,
     ) -> None:
+        self.source = source
         self.service = service
         self.stats = stats
         self.health = health
@@ -48,6 +52,23 @@ class ConfigApplier:
         self.track_config_health = track_config_health
         self.poll_interval = poll_interval
         self.loaded = asyncio.Event()
+        self._signature: Signature | None = None
+        self._task: asyncio.Task[None] | None = None
+        # Validates the xDS settings now, so bad ones stop the start with one line.
+        self._xds = XdsConfigClient(source, self.apply) if isinstance(source, XdsSettings) else None
+
+    async def load(self) -> bool:
+        """Try to put a config in force now; True once one is."""
+        if isinstance(self.source, FileLayout):
+            layout = self.source
+            self._signature = await asyncio.to_thread(layout.signature)
+            return await self.apply(lambda: parse_files(layout.read())) is None
+        # xDS pushes configs: subscribe once, then wait briefly for the first one.
+        if self._xds is not None and self._task is None:
+            self._spawn(self._xds.run())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.loaded.wait(), self.poll_interval * 2)
+        return self.loaded.is_set()
 
     async def apply(self, read: Callable[[], Sequence[ConfigSource]]) -> str | None:
         """Read, validate and compile in a thread; None once in force, else the error text."""
@@ -73,99 +94,29 @@ class ConfigApplier:
     def _build(self, read: Callable[[], Sequence[ConfigSource]], merge: bool) -> RuleSet:
         return build_ruleset(read(), merge_domains=merge, stats=self.stats)
 
-
-class ConfigReloader(ConfigApplier):
-    """Watches a FileLayout and keeps the service's RuleSet current."""
-
-    def __init__(
-        self,
-        layout: FileLayout,
-        service: RateLimitService,
-        stats: StatsStore,
-        health: Health,
-        reload_options: Callable[[], ReloadOptions],
-        *,
-        track_config_health: bool = False,
-        poll_interval: float = 0.5,
-    ) -> None:
-        super().__init__(
-            service,
-            stats,
-            health,
-            reload_options,
-            track_config_health=track_config_health,
-            poll_interval=poll_interval,
-        )
-        self.layout = layout
-        self._signature: Signature | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    async def load(self) -> bool:
-        """Load the current files now; True when the new config is in force."""
-        self._signature = await asyncio.to_thread(self.layout.signature)
-        return await self.apply(lambda: parse_files(self.layout.read())) is None
-
     def start(self) -> None:
-        """Poll for changes in the background."""
-        self._task = asyncio.get_running_loop().create_task(self._watch())
+        """Watch for changes in the background (the xDS stream already runs since `load`)."""
+        if isinstance(self.source, FileLayout):
+            self._spawn(self._watch(self.source))
 
     async def stop(self) -> None:
-        """Stop polling."""
+        """Stop watching (and close the xDS stream)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
 
-    async def _watch(self) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        self._task = asyncio.get_running_loop().create_task(coro)
+
+    async def _watch(self, layout: FileLayout) -> None:
         while True:
             await asyncio.sleep(self.poll_interval)
             try:
-                signature = await asyncio.to_thread(self.layout.signature)
+                signature = await asyncio.to_thread(layout.signature)
             except Exception:  # a transient filesystem error: try again next tick
                 log.exception("config watch failed")
                 continue
             if signature != self._signature:
                 await self.load()
-
-
-class XdsReloader(ConfigApplier):
-    """Puts every DiscoveryResponse of the ADS stream in force (or rejects it)."""
-
-    def __init__(
-        self,
-        settings: XdsSettings,
-        service: RateLimitService,
-        stats: StatsStore,
-        health: Health,
-        reload_options: Callable[[], ReloadOptions],
-        *,
-        track_config_health: bool = False,
-        poll_interval: float = 0.5,
-    ) -> None:
-        super().__init__(
-            service,
-            stats,
-            health,
-            reload_options,
-            track_config_health=track_config_health,
-            poll_interval=poll_interval,
-        )
-        self.client = XdsConfigClient(settings, self.apply)
-        self._started = False
-
-    async def load(self) -> bool:
-        """Subscribe (once) and wait briefly for the first config; True once one is in force."""
-        if not self._started:
-            self.client.start()
-            self._started = True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.loaded.wait(), self.poll_interval * 2)
-        return self.loaded.is_set()
-
-    def start(self) -> None:
-        """Nothing to do: the stream has been open since the first `load`."""
-
-    async def stop(self) -> None:
-        """Close the ADS stream."""
-        await self.client.stop()

@@ -25,7 +25,6 @@ backoff (up to 120 s) after the server comes back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import re
@@ -157,7 +156,7 @@ def linear_jitter(interval: float, rand: Callable[[], float] = random.random) ->
 
 
 class XdsConfigClient:
-    """Keeps one ADS stream open and feeds every response to `apply`."""
+    """Keeps one ADS stream open (`run`) and feeds every response to `apply`."""
 
     def __init__(
         self, settings: XdsSettings, apply: Apply, *, rand: Callable[[], float] = random.random
@@ -178,19 +177,6 @@ class XdsConfigClient:
             self._node.metadata.fields[key].string_value = value
         self.acked_version = ""  # version_info of the last applied response
         self._received = 0  # responses on the current stream
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Connect and subscribe in the background (reconnecting until stopped)."""
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        """Close the stream and stop reconnecting."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
 
     def _request(self, nonce: str = "", error: str | None = None) -> discovery_pb2.DiscoveryRequest:
         request = discovery_pb2.DiscoveryRequest(
@@ -204,7 +190,8 @@ class XdsConfigClient:
             request.error_detail.message = error
         return request
 
-    async def _run(self) -> None:
+    async def run(self) -> None:
+        """Subscribe, apply and answer responses, reconnect; until cancelled."""
         s = self.settings
         broken_streams = 0
         while True:

@@ -31,7 +31,6 @@ class Unsupported:
     variable: str
     accepts: Accepts  # (env, variable) -> True when the value asks for nothing we lack
     why: str
-    secret: bool = False  # never echo the value (it may carry credentials)
 
 
 def _str(*accepted: str) -> Accepts:
@@ -50,20 +49,10 @@ def _int(*accepted: int) -> Accepts:
     return lambda env, name: env.get_int(name, accepted[0]) in accepted
 
 
-def _float(default: float) -> Accepts:
-    return lambda env, name: env.get_float(name, default) == default
-
-
-def _duration(default: float) -> Accepts:
-    return lambda env, name: env.get_duration(name, default) == default
-
-
 def _none(env: Env, name: str) -> bool:
     return False
 
 
-_XDS = "not implemented yet: ratelimitd has no xDS config provider; use CONFIG_TYPE=FILE"
-_XDS_VARIABLE = _XDS.replace("; use CONFIG_TYPE=FILE", "; unset it")
 _POOL = (
     "not implemented: requests share pipelined connections, so the pool never runs empty; "
     "the reference refuses CREATE and ERROR too since radix v4; unset it or set WAIT"
@@ -87,23 +76,6 @@ def _redis(suffix: str, accepts: Accepts, why: str) -> tuple[Unsupported, ...]:
 
 
 UNSUPPORTED: tuple[Unsupported, ...] = (
-    # xDS (CONFIG_TYPE=GRPC_XDS_SOTW and its client settings).
-    Unsupported("CONFIG_TYPE", _str("FILE"), _XDS),
-    Unsupported("CONFIG_GRPC_XDS_NODE_ID", _str("default"), _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_NODE_METADATA", _none, _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_SERVER_URL", _str("localhost:18000"), _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", _duration(3.0), _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", _none, _XDS_VARIABLE, secret=True),
-    Unsupported("CONFIG_GRPC_XDS_SERVER_USE_TLS", _bool(False), _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", _none, _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", _none, _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", _none, _XDS_VARIABLE),
-    Unsupported("CONFIG_GRPC_XDS_SERVER_TLS_SAN", _none, _XDS_VARIABLE),
-    Unsupported("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", _duration(10.0), _XDS_VARIABLE),
-    Unsupported("XDS_CLIENT_BACKOFF_MAX_INTERVAL", _duration(60.0), _XDS_VARIABLE),
-    Unsupported("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", _float(0.5), _XDS_VARIABLE),
-    Unsupported("XDS_CLIENT_BACKOFF_JITTER", _bool(True), _XDS_VARIABLE),
-    Unsupported("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", _int(0), _XDS_VARIABLE),
     # Redis pool knobs of the reference's driver that ratelimitd's pool has no use for.
     *_redis("POOL_ON_EMPTY_BEHAVIOR", _upper("WAIT"), _POOL),
     *_redis("POOL_ON_EMPTY_WAIT_DURATION", _none, _WAIT),
@@ -121,5 +93,4 @@ def refuse_unsupported(env: Env) -> None:
     for entry in UNSUPPORTED:
         value = env.get(entry.variable)
         if value and not entry.accepts(env, entry.variable):
-            shown = "" if entry.secret else f" {value!r}"
-            raise SettingsError(f"{entry.variable}: unsupported value{shown} ({entry.why})")
+            raise SettingsError(f"{entry.variable}: unsupported value {value!r} ({entry.why})")

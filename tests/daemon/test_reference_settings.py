@@ -101,26 +101,32 @@ REFERENCE: dict[str, Row] = {
     # Logging.
     "LOG_LEVEL": Read("debug", "log.level", "debug"),
     "LOG_FORMAT": Read("json", "log.format", "json"),
-    # Config source; xDS is not implemented yet.
-    "CONFIG_TYPE": Refused("GRPC_XDS_SOTW", ("FILE",)),
+    # Config source: files or an xDS management server.
+    "CONFIG_TYPE": Read("GRPC_XDS_SOTW", "config.type", "GRPC_XDS_SOTW"),
     "FORCE_START_WITHOUT_INITIAL_CONFIG": Read(
         "true", "config.force_start_without_initial_config", True
     ),
-    "CONFIG_GRPC_XDS_NODE_ID": Refused("node-1", ("default",)),
-    "CONFIG_GRPC_XDS_NODE_METADATA": Refused("k=v"),
-    "CONFIG_GRPC_XDS_SERVER_URL": Refused("xds:18000", ("localhost:18000",)),
-    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": Refused("1s", ("3s", "3000ms")),
-    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": Refused("authorization:Bearer s3cret"),
-    "CONFIG_GRPC_XDS_SERVER_USE_TLS": Refused("true", ("false", "0")),
-    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": Refused("/c.pem"),
-    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": Refused("/c.key"),
-    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": Refused("/ca.pem"),
-    "CONFIG_GRPC_XDS_SERVER_TLS_SAN": Refused("xds.example"),
-    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": Refused("1s", ("10s",)),
-    "XDS_CLIENT_BACKOFF_MAX_INTERVAL": Refused("2m", ("60s", "1m")),
-    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": Refused("2", ("0.5",)),
-    "XDS_CLIENT_BACKOFF_JITTER": Refused("false", ("true", "1")),
-    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": Refused("1048576", ("0",)),
+    "CONFIG_GRPC_XDS_NODE_ID": Read("node-1", "xds.node_id", "node-1"),
+    "CONFIG_GRPC_XDS_NODE_METADATA": Read("k=v", "xds.node_metadata", (("k", "v"),)),
+    "CONFIG_GRPC_XDS_SERVER_URL": Read("xds:18000", "xds.server_url", "xds:18000"),
+    "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": Read(
+        "1s", "xds.server_connect_retry_interval", 1.0
+    ),
+    "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": Read(
+        "authorization:Bearer s3cret",
+        "xds.client_additional_headers",
+        (("authorization", "Bearer s3cret"),),
+    ),
+    "CONFIG_GRPC_XDS_SERVER_USE_TLS": Read("true", "xds.server_use_tls", True),
+    "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": Read("/c.pem", "xds.client_tls_cert", "/c.pem"),
+    "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": Read("/c.key", "xds.client_tls_key", "/c.key"),
+    "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": Read("/ca.pem", "xds.server_tls_cacert", "/ca.pem"),
+    "CONFIG_GRPC_XDS_SERVER_TLS_SAN": Read("xds.example", "xds.server_tls_san", "xds.example"),
+    "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": Read("1s", "xds.backoff_initial_interval", 1.0),
+    "XDS_CLIENT_BACKOFF_MAX_INTERVAL": Read("2m", "xds.backoff_max_interval", 120.0),
+    "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": Read("2", "xds.backoff_random_factor", 2.0),
+    "XDS_CLIENT_BACKOFF_JITTER": Read("false", "xds.backoff_jitter", False),
+    "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": Read("1048576", "xds.max_msg_size_in_bytes", 1048576),
     # Stats.
     "USE_DOG_STATSD": Read("true", "stats.sink", "dogstatsd", {"USE_STATSD": "false"}),
     "USE_DOG_STATSD_MOGRIFIERS": Read(
@@ -326,12 +332,6 @@ def test_the_refusal_table_and_this_table_agree() -> None:
     assert {entry.variable for entry in unsupported.UNSUPPORTED} == refused
 
 
-def test_a_secret_value_is_never_echoed() -> None:
-    with pytest.raises(SettingsError) as info:
-        load({"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer s3cret"})
-    assert "s3cret" not in str(info.value)
-
-
 def test_aliases_are_refused_under_the_canonical_name() -> None:
     with pytest.raises(SettingsError, match=r"^REDIS_POOL_ON_EMPTY_BEHAVIOR: unsupported value"):
         load({"KVCACHE_POOL_ON_EMPTY_BEHAVIOR": "create"})
@@ -346,13 +346,10 @@ def test_invalid_values_are_reported_before_refusals() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "shown"),
-    [
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW", "'GRPC_XDS_SOTW'"),
-        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "authorization:s3cret", ""),
-    ],
+    ("name", "value"),
+    [("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"), ("LIMIT_REQUEST_HEADERS_ENABLED", "true")],
 )
-def test_the_daemon_refuses_to_start_with_one_line(name: str, value: str, shown: str) -> None:
+def test_the_daemon_refuses_to_start_with_one_line(name: str, value: str) -> None:
     env = {**os.environ, "BACKEND_TYPE": "memory", name: value}
     done = subprocess.run(
         [sys.executable, "-m", "ratelimitd"], env=env, capture_output=True, text=True, timeout=60
@@ -360,8 +357,7 @@ def test_the_daemon_refuses_to_start_with_one_line(name: str, value: str, shown:
     assert done.returncode == 1
     assert done.stdout == ""
     (line,) = done.stderr.splitlines()
-    assert line.startswith(f"ratelimitd: {name}: unsupported value {shown}".rstrip())
-    assert "s3cret" not in line
+    assert line.startswith(f"ratelimitd: {name}: unsupported value {value!r}")
 
 
 def test_no_extensions_switch_is_read_through_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -386,13 +382,10 @@ def test_only_the_settings_package_reads_the_environment() -> None:
 # unsupported.py); the mogrifier names, which settings itself reads the mogrifiers with; a
 # mogrifier's pattern, which consumers use compiled (its `regex`).
 UNCONSUMED = {
-    "Settings.xds",
-    "ConfigSettings.type",
     "DogStatsdMogrifier.pattern",
     "RedisSettings.cluster_pipeline_parallelism",
     "RedisSettings.pool_on_empty_behavior",
     "StatsSettings.dog_statsd_mogrifier_names",
-    *(f"XdsSettings.{f.name}" for f in dataclasses.fields(sections.XdsSettings)),
 }
 
 

@@ -303,3 +303,22 @@ def test_unusable_xds_settings_stop_the_start_with_one_line(
         assert "Traceback" not in d.log()
     finally:
         d.close()
+
+
+def test_max_msg_size_refuses_a_larger_response(
+    ads: AdsServer, xds_env: dict[str, str], start_daemon: Callable[..., DaemonProcess]
+) -> None:
+    many = [rl_descriptor(f"key{i}", unit=Unit.MINUTE, requests_per_unit=i) for i in range(100)]
+    ads.set_snapshot("1", [rl_config("big", "big", *many)])
+    ads.start()
+    xds_env.update(
+        XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES="1000", FORCE_START_WITHOUT_INITIAL_CONFIG="true"
+    )
+    d = start_daemon(xds_env)
+    wait_for(lambda: "RESOURCE_EXHAUSTED" in d.log(), what="the oversized response refused")
+    assert rlconfig(d) == ""
+    d.terminate()
+
+    xds_env["XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"] = "100000"
+    d = start_daemon(xds_env)
+    wait_for(lambda: len(dump_lines(d)) == 100, what="the config under a larger limit")

@@ -1,4 +1,5 @@
-"""Where a feed's bytes come from: an http(s) URL, a local zip, or a local directory."""
+"""Where bytes come from: an http(s) URL, a local file (a realtime message, a zip), or a local
+directory of GTFS files."""
 
 from __future__ import annotations
 

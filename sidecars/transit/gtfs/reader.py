@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from ..schemas import FeedProblem
 from ..source import FeedFiles
 from ..times import parse_yyyymmdd, yyyymmdd
-from .stop_times import StopTimes, Trips
+from .stop_times import StopTimes
 from .tables import (
     FACILITY_COLUMNS,
     OPERATIONAL_STATUSES,
@@ -33,6 +33,7 @@ from .tables import (
     ShapeColumns,
     StopRow,
     Table,
+    Trips,
     get,
 )
 

@@ -9,40 +9,9 @@ object per row: the whole table costs tens of megabytes.
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 
 from ..times import BadTime, format_time, parse_time
-from .tables import NO_DROP_OFF, NO_PICKUP, Problems, Table
-
-
-@dataclass(slots=True)
-class Trips:
-    """trips.txt as columns; a row index is a trip's number everywhere else."""
-
-    trip_ids: list[str]
-    trip_index: dict[str, int]
-    trip_route: array
-    trip_service: array
-    trip_direction: array
-    trip_headsign: list[str]
-    trip_shape: list[str]
-    trip_block: list[str]
-    trip_pattern: list[str] | None
-
-    def clone(self, ti: int, trip_id: str) -> int:
-        """Add a copy of trip `ti` named `trip_id` (one departure of a frequency-based trip)."""
-        clone = len(self.trip_ids)
-        self.trip_ids.append(trip_id)
-        self.trip_index[trip_id] = clone
-        self.trip_route.append(self.trip_route[ti])
-        self.trip_service.append(self.trip_service[ti])
-        self.trip_direction.append(self.trip_direction[ti])
-        self.trip_headsign.append(self.trip_headsign[ti])
-        self.trip_shape.append(self.trip_shape[ti])
-        self.trip_block.append(self.trip_block[ti])
-        if self.trip_pattern is not None:
-            self.trip_pattern.append(self.trip_pattern[ti])
-        return clone
+from .tables import NO_DROP_OFF, NO_PICKUP, Problems, Table, Trips
 
 
 class StopTimes:

@@ -1,4 +1,4 @@
-"""The parts every GTFS file reader shares: the validated feed as columns, the problem report,
+"""The parts every GTFS file reader shares: the validated feed as columns (`Trips`, `RawFeed`),
 and a CSV table with its header resolved."""
 
 from __future__ import annotations
@@ -114,8 +114,39 @@ class ShapeColumns(NamedTuple):
 
 
 @dataclass(slots=True)
-class RawFeed:
-    """A validated feed as columns. Row indexes are the positions in these lists."""
+class Trips:
+    """trips.txt as columns; a row index is a trip's number everywhere else."""
+
+    trip_ids: list[str]
+    trip_index: dict[str, int]
+    trip_route: array
+    trip_service: array
+    trip_direction: array
+    trip_headsign: list[str]
+    trip_shape: list[str]
+    trip_block: list[str]
+    trip_pattern: list[str] | None
+
+    def clone(self, ti: int, trip_id: str) -> int:
+        """Add a copy of trip `ti` named `trip_id` (one departure of a frequency-based trip)."""
+        clone = len(self.trip_ids)
+        self.trip_ids.append(trip_id)
+        self.trip_index[trip_id] = clone
+        self.trip_route.append(self.trip_route[ti])
+        self.trip_service.append(self.trip_service[ti])
+        self.trip_direction.append(self.trip_direction[ti])
+        self.trip_headsign.append(self.trip_headsign[ti])
+        self.trip_shape.append(self.trip_shape[ti])
+        self.trip_block.append(self.trip_block[ti])
+        if self.trip_pattern is not None:
+            self.trip_pattern.append(self.trip_pattern[ti])
+        return clone
+
+
+@dataclass(slots=True)
+class RawFeed(Trips):
+    """A validated feed as columns: the trips, and the rest. Row indexes are the positions in
+    these lists."""
 
     files: FeedFiles
     timezone: str
@@ -127,15 +158,6 @@ class RawFeed:
     route_index: dict[str, int]
     service_ids: list[str]
     service_dates: list[frozenset[str]]
-    trip_ids: list[str]
-    trip_index: dict[str, int]
-    trip_route: array
-    trip_service: array
-    trip_direction: array
-    trip_headsign: list[str]
-    trip_shape: list[str]
-    trip_block: list[str]
-    trip_pattern: list[str] | None
     # stop_times, grouped by trip and ordered by stop_sequence within a trip
     trip_first: array
     trip_count: array

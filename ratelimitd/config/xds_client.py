@@ -200,6 +200,8 @@ class XdsConfigClient:
                 reason = await self._stream()
             except grpc.aio.AioRpcError as exc:
                 reason = f"{exc.code().name}: {exc.details()}"
+            except Exception as exc:  # e.g. a write racing the stream's end: reconnect anyway
+                reason = f"{type(exc).__name__}: {exc}"
             if self._received:
                 delay = backoff_delay(
                     broken_streams,

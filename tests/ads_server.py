@@ -117,6 +117,8 @@ class AdsServer:
             with self._cond:
                 for stream in self._streams.values():
                     stream.out.put(None)
+                # Forget them now: a handler cut off by the stop may never run its cleanup.
+                self._streams.clear()
             self._server.stop(grace=0).wait()
             self._server = None
 

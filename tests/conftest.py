@@ -1,12 +1,17 @@
-"""Suite-wide fixtures: reference configs and a decision service on the memory backend."""
+"""Suite-wide fixtures: reference configs, a decision service on the memory backend, and the
+real servers more than one test directory starts (helpers in tests/support)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import uvloop
+from support.clock import Clock
+from support.daemon import DaemonProcess, daemon_environment
+from support.loops import pytest_asyncio_loop_factories  # noqa: F401 - the suite-wide hook
+from support.pki import Pki
+from support.redis_server import RedisServer, RedisServers
 
 from ratelimitd.backends import MemoryBackend
 from ratelimitd.config import ConfigFile, load_ruleset
@@ -22,26 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 TEST_CONFIGS = REPO / "tests" / "configs"
 
 
-def pytest_asyncio_loop_factories(
-    config: pytest.Config, item: pytest.Item
-) -> dict[str, Callable[[], object]]:
-    """Async tests run on uvloop, the loop the daemon runs on."""
-    return {"uvloop": uvloop.new_event_loop}
-
-
 def config_path(name: str) -> Path:
     """A config from tests/configs (our copies of the reference's test configs)."""
     return TEST_CONFIGS / name
-
-
-class Clock:
-    """A controllable Unix clock."""
-
-    def __init__(self, now: float = 1_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Harness:
@@ -99,3 +87,44 @@ def harness() -> Callable[..., Harness]:
         return Harness(files, **kwargs)  # type: ignore[arg-type]
 
     return build
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The test PKI (support.pki), made once per session."""
+    return Pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def redis_servers(tmp_path: Path) -> Iterator[RedisServers]:
+    """Start redis-server processes for one test: redis_servers(*args, **options)."""
+    started = RedisServers(tmp_path / "redis")
+    yield started
+    started.stop_all()
+
+
+@pytest.fixture
+def redis_server(redis_servers: RedisServers) -> RedisServer:
+    """One plain redis-server over TCP on a free port."""
+    return redis_servers()
+
+
+@pytest.fixture
+def daemon_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for a daemon on free ports serving tmp_path/runtime/config/*.yaml."""
+    return daemon_environment(tmp_path / "runtime")
+
+
+@pytest.fixture
+def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
+    """Start daemons with `start_daemon(env, wait=True)`; all are killed at teardown."""
+    started: list[DaemonProcess] = []
+
+    def start(env: dict[str, str], wait: bool = True) -> DaemonProcess:
+        d = DaemonProcess(env, tmp_path / f"daemon{len(started)}.log")
+        started.append(d)
+        return d.wait_ready() if wait else d
+
+    yield start
+    for d in started:
+        d.close()

@@ -31,8 +31,9 @@ import grpc
 import grpc.aio
 import uvloop
 
-# Run as a script from a source checkout: make the repository's `ratelimitd` importable.
+# Run as a script from a source checkout: the repository's `ratelimitd` and the shared helpers.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
@@ -280,13 +281,14 @@ def main() -> None:
     payload = request_bytes(args.domain, descriptor)  # type: ignore[arg-type]
     cpu = redis_stats = None
     if args.pid:
-        from harness import cpu_seconds, process_tree
+        from support.process import cpu_seconds, process_tree
 
         def cpu() -> float:
             return cpu_seconds(process_tree(args.pid))
 
     if args.redis:
-        from harness import redis_commandstats, redis_delta
+        from harness import redis_delta
+        from support.redis_server import redis_commandstats
 
         host, _, port = args.redis.rpartition(":")
 

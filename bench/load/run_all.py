@@ -22,19 +22,15 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -42,19 +38,20 @@ from grpc_load import LoadResult, combine, measure, request_bytes
 from harness import (
     DESCRIPTOR,
     DOMAIN,
-    REPO,
-    Daemon,
-    EmptyServer,
-    Envoy,
-    Proc,
-    Redis,
-    process_tree,
     redis_delta,
     run_wrk,
-    start_bound,
-    wait_for,
+    start_bench_daemon,
+    start_bench_envoy,
+    start_empty_server,
+    start_redis,
     wrk_script,
 )
+from support.envoy_server import envoy_binary
+from support.machine import describe, version
+from support.machine import machine_info as support_machine_info
+from support.process import REPO, Proc
+from support.ready import wait_for
+from support.redis_server import RedisServer
 
 JSON_BODY = json.dumps(
     {
@@ -75,58 +72,15 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _version(argv: list[str]) -> str:
+def machine_info() -> dict[str, object]:
+    """What the numbers were measured on (support.machine) plus Envoy's and wrk's versions."""
+    info = support_machine_info()
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return "not installed"
-    text = (out.stdout or out.stderr).strip().splitlines()
-    return text[0] if text else "?"
-
-
-def machine_info() -> dict[str, str]:
-    """What the numbers were measured on."""
-    from ratelimitd import keys, match
-    from ratelimitd.transport import protocodec
-
-    model = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.partition(":")[2].strip()
-                break
-    with open("/proc/meminfo") as f:
-        mem_kib = int(f.readline().split()[1])
-    git = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    # The daemons run from the working tree: name what differs from the commit.
-    dirty = subprocess.run(
-        ["git", "-C", str(REPO), "status", "--porcelain", "--", "ratelimitd"],
-        capture_output=True,
-        text=True,
-    ).stdout.split()[1::2]
-    from harness import envoy_binary
-
-    try:
-        envoy = _version([envoy_binary(), "--version"]).rpartition("version: ")[2]
-    except FileNotFoundError:
-        envoy = "not installed"
-    return {
-        "cpu": f"{os.cpu_count()} x {model}",
-        "memory": f"{mem_kib / 1024 / 1024:.1f} GiB",
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "grpcio": metadata.version("grpcio"),
-        "uvloop": metadata.version("uvloop"),
-        "ratelimitd extensions": f"keys={keys.IMPLEMENTATION}, match={match.IMPLEMENTATION}, "
-        f"wire={getattr(protocodec, 'IMPLEMENTATION', '?')}",
-        "git": git + (f" + uncommitted changes to {', '.join(dirty)}" if dirty else ""),
-        "envoy": envoy,
-        "redis-server": _version(["redis-server", "--version"]),
-        "wrk": _version(["wrk", "--version"]),
-        "load average at start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
-    }
+        info["envoy"] = version([envoy_binary(), "--version"]).rpartition("version: ")[2]
+    except AssertionError:
+        info["envoy"] = "not installed"
+    info["wrk"] = version(["wrk", "--version"])
+    return info
 
 
 def cpu_of(*procs: Proc) -> Callable[[], float]:
@@ -134,7 +88,7 @@ def cpu_of(*procs: Proc) -> Callable[[], float]:
     return lambda: sum(p.cpu() for p in procs)
 
 
-def redis_probe(redis: Redis | None) -> Callable[[], tuple[int, int]] | None:
+def redis_probe(redis: RedisServer | None) -> Callable[[], tuple[int, int]] | None:
     """(writes, commands) so far on `redis`, or None without Redis."""
     if redis is None:
         return None
@@ -146,7 +100,7 @@ def wrk_measure(
     script: Path,
     seconds: float,
     procs: dict[str, Proc],
-    redis: Redis | None,
+    redis: RedisServer | None,
     warmup: float = 0.0,
 ) -> dict[str, Any]:
     """One wrk run with CPU (per named process tree) and Redis deltas around it."""
@@ -224,39 +178,39 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     extra = dict(kv.split("=", 1) for kv in args.daemon_env)
     procs: list[Proc] = []
     try:
-        redis: Redis | None = None
+        redis: RedisServer | None = None
         try:
-            redis = start_bound(lambda: Redis(workdir))
+            redis = start_redis(workdir)
             procs.append(redis)
             results["machine"]["redis-server"] = f"{redis.version()} (INFO server)"
-        except (FileNotFoundError, TimeoutError, RuntimeError) as exc:
+        except AssertionError as exc:
             results["notes"].append(f"(c) skipped: no redis-server ({exc})")
 
         log("starting (a) empty server, (b) memory, (c) redis, (d) 2 workers")
-        servers: dict[str, Any] = {"a": start_bound(lambda: EmptyServer(workdir))}
+        servers: dict[str, Any] = {"a": start_empty_server(workdir)}
         procs.append(servers["a"])
-        servers["b"] = start_bound(lambda: Daemon("memory", workdir, **extra))
+        servers["b"] = start_bench_daemon("memory", workdir, **extra)
         procs.append(servers["b"])
         if redis is not None:
             try:
                 redis_env = {
                     "BACKEND_TYPE": "redis",
                     "REDIS_SOCKET_TYPE": "tcp",
-                    "REDIS_URL": redis.url,
+                    "REDIS_URL": redis.address,
                     **extra,
                 }
-                servers["c"] = start_bound(lambda: Daemon("redis", workdir, **redis_env))
+                servers["c"] = start_bench_daemon("redis", workdir, **redis_env)
                 procs.append(servers["c"])
-            except (RuntimeError, TimeoutError) as exc:
+            except AssertionError as exc:
                 lines = [ln for ln in str(exc).splitlines() if ln.strip()]
                 results["notes"].append(
                     "(c) skipped: ratelimitd with BACKEND_TYPE=redis did not start: "
                     + (lines[-1] if lines else "?")
                 )
-        workers = start_bound(lambda: Daemon("workers", workdir, RATELIMITD_WORKERS="2", **extra))
+        workers = start_bench_daemon("workers", workdir, RATELIMITD_WORKERS="2", **extra)
         procs.append(workers)
         servers["d"] = workers
-        wait_for(lambda: len(process_tree(workers.pid)) >= 3, what="2 workers")
+        wait_for(lambda: len(workers.worker_pids()) >= 2, what="2 workers")
 
         payload = request_bytes(DOMAIN, DESCRIPTOR)
         redis_for = {k: (redis if k == "c" else None) for k in servers}
@@ -318,14 +272,14 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         rls_key = "c" if "c" in servers else "b"
         rls = servers[rls_key]
         get = wrk_script(workdir, None)
-        limited = start_bound(lambda: Envoy("ratelimited", workdir, rls.grpc_port))
+        limited = start_bench_envoy(workdir, rls.grpc_port)
         procs.append(limited)
-        plain = start_bound(lambda: Envoy("plain", workdir, None))
+        plain = start_bench_envoy(workdir, None)
         procs.append(plain)
         results["envoy"] = {"rls": NAMES[rls_key]}
         for name, envoy in (("ratelimited", limited), ("plain", plain)):
             log(f"Envoy with wrk: {name}")
-            before = envoy.counters().get("cluster.backend.ratelimit.ok", 0)
+            before = envoy.stats().get("cluster.backend.ratelimit.ok", 0)
             named: dict[str, Proc] = {"envoy": envoy}
             if envoy is limited:
                 named["ratelimitd"] = rls
@@ -337,7 +291,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 redis if (envoy is limited and rls_key == "c") else None,
                 plan.wrk_warmup,
             )
-            out["rls_ok"] = envoy.counters().get("cluster.backend.ratelimit.ok", 0) - before
+            out["rls_ok"] = envoy.stats().get("cluster.backend.ratelimit.ok", 0) - before
             results["envoy"][name] = out
 
         # A profile of the Redis path under load (not part of any figure above).
@@ -368,7 +322,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             }
     finally:
         for p in reversed(procs):
-            p.stop()
+            p.terminate(15)
     results["machine"]["load average at end"] = " ".join(
         Path("/proc/loadavg").read_text().split()[:3]
     )
@@ -400,9 +354,7 @@ def render(results: dict[str, Any], command: str, started: str, elapsed: float) 
         "",
         "## Machine",
         "",
-        "| | |",
-        "|---|---|",
-        *[f"| {k} | {v} |" for k, v in results["machine"].items()],
+        *describe(results["machine"]),
         "",
     ]
     notes = [
@@ -619,12 +571,10 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, configs)")
     args = parser.parse_args()
 
-    from harness import envoy_binary
-
     try:
         envoy_binary()
-    except FileNotFoundError as exc:
-        parser.error(f"missing {exc}")
+    except AssertionError as exc:
+        parser.error(str(exc))
     if shutil.which("wrk") is None:
         parser.error("missing wrk (apt-get install wrk)")
     if shutil.which("redis-server") is None:

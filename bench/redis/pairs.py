@@ -23,11 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,8 +31,12 @@ from pathlib import Path
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
-from ratelimitd import keys, match
+from support.machine import machine_info
+from support.process import cpu_seconds, start_bound
+from support.redis_server import RedisServer
+
 from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.limiter import Limiter
@@ -54,52 +53,9 @@ descriptors:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server_cpu(pid: int) -> float:
     """utime + stime of a process, seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def start_redis(tmp: str) -> tuple[subprocess.Popen[bytes], int]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server is not installed")
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            tmp,
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc, port
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit("redis-server did not start")
-        time.sleep(0.02)
+    return cpu_seconds([pid])
 
 
 async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: int) -> dict:
@@ -212,27 +168,18 @@ def main() -> None:
     parser.add_argument("--pool-size", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median shown)")
     args = parser.parse_args()
+    machine = machine_info()  # before the run: the load average at start
     with tempfile.TemporaryDirectory() as tmp:
-        proc, port = start_redis(tmp)
+        redis = start_bound(lambda: RedisServer(Path(tmp)))
         try:
-            version = subprocess.run(
-                ["redis-server", "--version"], capture_output=True, text=True, check=False
-            ).stdout.strip()
-            result = uvloop.run(run(args, port, proc.pid))
+            result = uvloop.run(run(args, redis.port, redis.pid))
         finally:
-            proc.kill()
-            proc.wait()
+            redis.close()
     result["machine"] = {
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "platform": platform.platform(),
-        "redis_server": version,
-        "ratelimitd_keys": keys.IMPLEMENTATION,
-        "ratelimitd_match": match.IMPLEMENTATION,
+        **machine,
         "pool_size": args.pool_size,
         "seconds": args.seconds,
         "repeat": args.repeat,
-        "loadavg_before": os.getloadavg(),
     }
     print("| concurrency | pairs/s | client µs/pair | server µs/pair | pairs/write |")
     print("|---|---|---|---|---|")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support import REPO, free_port, wait_for
+from support.daemon import write_config
 
 from ratelimitd.messages import OK, OVER_LIMIT
-
-from .conftest import REPO, free_port, wait_for
 
 LIMITED = """\
 domain: test
@@ -28,12 +28,6 @@ descriptors:
     rate_limit:
       unlimited: true
 """
-
-
-def write_config(env: dict[str, str], name: str, text: str) -> Path:
-    path = Path(env["RUNTIME_ROOT"]) / "config" / name
-    path.write_text(text)
-    return path
 
 
 def test_grpc_and_json_decisions(daemon_env, start_daemon) -> None:
@@ -213,12 +207,7 @@ def test_invalid_setting_stops_startup_with_one_line(daemon_env) -> None:
 def test_workers_share_ports_and_a_killed_worker_is_replaced(daemon_env, start_daemon) -> None:
     write_config(daemon_env, "test.yaml", LIMITED)
     d = start_daemon(dict(daemon_env, RATELIMITD_WORKERS="2"))
-
-    def workers() -> list[int]:
-        out = subprocess.run(
-            ["pgrep", "-P", str(d.proc.pid)], capture_output=True, text=True, check=False
-        )
-        return [int(p) for p in out.stdout.split()]
+    workers = d.worker_pids
 
     wait_for(lambda: len(workers()) == 2, what="two workers")
     first = workers()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 import threading
 import urllib.request
-from pathlib import Path
 
-from .conftest import free_port, wait_for
+from support import free_port, wait_for
+from support.daemon import write_config
 
 CONFIG = """\
 domain: test
@@ -49,7 +49,7 @@ class TcpCollector:
 def test_statsd_sink_receives_the_reference_names(daemon_env, start_daemon) -> None:
     collector = TcpCollector()
     try:
-        (Path(daemon_env["RUNTIME_ROOT"]) / "config" / "test.yaml").write_text(CONFIG)
+        write_config(daemon_env, "test.yaml", CONFIG)
         env = dict(
             daemon_env,
             USE_STATSD="true",
@@ -72,7 +72,7 @@ def test_statsd_sink_receives_the_reference_names(daemon_env, start_daemon) -> N
 
 
 def test_prometheus_endpoint_serves_the_default_mapping(daemon_env, start_daemon) -> None:
-    (Path(daemon_env["RUNTIME_ROOT"]) / "config" / "test.yaml").write_text(CONFIG)
+    write_config(daemon_env, "test.yaml", CONFIG)
     port = free_port()
     env = dict(
         daemon_env,

@@ -22,6 +22,7 @@ import grpc.aio
 import pytest
 import uvloop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.pki import Pki
 
 from ratelimitd._proto import base_pb2, ratelimit_pb2, ratelimit_unit_pb2, rls_pb2, rls_pb2_grpc
 from ratelimitd.backends.base import BackendError
@@ -40,8 +41,6 @@ from ratelimitd.transport.grpc import (
     listen_address,
     server_options,
 )
-
-from .conftest import Certs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -520,7 +519,7 @@ async def test_unix_socket(harness: Callable[..., Any], serve: Any, tmp_path: Pa
 # -- TLS (the test PKI `certs` fixture lives in conftest.py) ------------------------------
 
 
-def tls_settings(certs: Certs, root: Path, **overrides: Any) -> Settings:
+def tls_settings(certs: Pki, root: Path, **overrides: Any) -> Settings:
     """TLS settings whose cert/key are copies in `root` (so a test may replace them)."""
     cert, key = root / "tls.pem", root / "tls.key"
     shutil.copy(certs.server[0], cert)
@@ -533,7 +532,7 @@ def tls_settings(certs: Certs, root: Path, **overrides: Any) -> Settings:
     )
 
 
-async def test_tls(harness: Callable[..., Any], serve: Any, certs: Certs, tmp_path: Path) -> None:
+async def test_tls(harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path) -> None:
     h = harness(CONFIG)
     served = await serve(h.service, h.stats, settings=tls_settings(certs, tmp_path))
     async with served.channel(certs.creds(certs.ca)) as channel:
@@ -562,7 +561,7 @@ async def test_tls_settings_need_cert_and_key(harness: Callable[..., Any]) -> No
 
 
 async def test_mtls_requires_a_client_certificate(
-    harness: Callable[..., Any], serve: Any, certs: Certs, tmp_path: Path
+    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
 ) -> None:
     h = harness(CONFIG)
     settings = tls_settings(certs, tmp_path, client_tls_cacert=str(certs.ca))
@@ -575,7 +574,7 @@ async def test_mtls_requires_a_client_certificate(
 
 
 async def test_certificate_replaced_on_disk_is_used_by_new_connections(
-    harness: Callable[..., Any], serve: Any, certs: Certs, tmp_path: Path
+    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
 ) -> None:
     h = harness(CONFIG)
     settings = tls_settings(certs, tmp_path)
@@ -601,7 +600,7 @@ async def test_certificate_replaced_on_disk_is_used_by_new_connections(
 
 
 async def test_client_san_enforced(
-    harness: Callable[..., Any], serve: Any, certs: Certs, tmp_path: Path
+    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
 ) -> None:
     h = harness(CONFIG)
     settings = tls_settings(
@@ -733,7 +732,7 @@ async def test_client_cli_errors(harness: Callable[..., Any], serve: Any) -> Non
 
 
 async def test_client_cli_mtls(
-    harness: Callable[..., Any], serve: Any, certs: Certs, tmp_path: Path
+    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
 ) -> None:
     h = harness(CONFIG)
     settings = tls_settings(certs, tmp_path, client_tls_cacert=str(certs.ca))

@@ -17,10 +17,11 @@ from pathlib import Path
 import grpc
 import pytest
 from ads_server import AdsServer, Unit, rl_config, rl_descriptor
+from support import free_port, wait_for
+from support.daemon import DaemonProcess
+from support.pki import Pki
 
 from ratelimitd.messages import OK, OVER_LIMIT
-
-from .conftest import Certs, DaemonProcess, free_port, wait_for
 
 FOO_V1 = rl_config("foo", "foo", rl_descriptor("k1", "v1", unit=Unit.MINUTE, requests_per_unit=3))
 FOO_V2 = rl_config("foo", "foo", rl_descriptor("k2", "v2", unit=Unit.MINUTE, requests_per_unit=5))
@@ -226,7 +227,7 @@ def test_server_restart_resubscribes_with_the_last_acked_version(
 
 
 def test_tls_and_client_certificate(
-    certs: Certs, xds_env: dict[str, str], start_daemon: Callable[..., DaemonProcess]
+    certs: Pki, xds_env: dict[str, str], start_daemon: Callable[..., DaemonProcess]
 ) -> None:
     # The server requires a client certificate from the test CA.
     server_cert, server_key = certs.server

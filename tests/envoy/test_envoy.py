@@ -6,8 +6,9 @@ import http.client
 import threading
 
 import pytest
+from support import wait_for
 
-from .conftest import DOMAIN, wait_for
+from .conftest import DOMAIN
 
 CONFIG = f"""
 domain: {DOMAIN}
@@ -103,7 +104,7 @@ def test_no_ratelimit_response_headers_by_default(stack) -> None:
 def test_failure_mode_allow_passes_traffic_with_the_daemon_stopped(stack) -> None:
     s = stack(CONFIG, failure_mode_deny=False)
     assert s.envoy.request("/", {"x-user-id": "gina"}).status == 200
-    s.daemon.stop()
+    s.daemon.terminate()
     for _ in range(3):
         assert s.envoy.request("/", {"x-user-id": "gina"}).status == 200
     stats = s.envoy.stats()
@@ -114,7 +115,7 @@ def test_failure_mode_allow_passes_traffic_with_the_daemon_stopped(stack) -> Non
 def test_failure_mode_deny_rejects_traffic_with_the_daemon_stopped(stack) -> None:
     s = stack(CONFIG, failure_mode_deny=True)
     assert s.envoy.request("/", {"x-user-id": "hank"}).status == 200
-    s.daemon.stop()
+    s.daemon.terminate()
     denied = [s.envoy.request("/", {"x-user-id": "hank"}) for _ in range(3)]
     # Envoy answers a failed rate-limit call with 500 (status_on_error's default), and marks
     # it as a rate-limit service error rather than an over-limit decision.
@@ -188,7 +189,7 @@ def test_config_reload_under_traffic_changes_the_limit_without_a_failed_request(
 
 
 def redis_env(redis_server) -> dict[str, str]:
-    return {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis_server.url}
+    return {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis_server.address}
 
 
 def test_redis_backend_behind_envoy(stack, redis_server) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import time
 import zlib
 
+from support import wait_until
+
 from ratelimitd.backends.memcache import (
     MemcacheBackend,
     legal_key,
@@ -177,9 +179,7 @@ async def test_unreachable_at_startup_fails_open_then_recovers(memcached, decide
         await d.backend.flush()
         return mc.value("d_k_v_999960") is not None
 
-    from .conftest import apoll
-
-    await apoll(counted, what="the node to be dialled again")
+    await wait_until(counted, what="the node to be dialled again")
 
 
 async def test_malformed_key_fails_the_whole_get_open(memcached, decider) -> None:

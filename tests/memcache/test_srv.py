@@ -8,11 +8,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from support import free_port, wait_until
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.backends.memcache import MemcacheBackend, servers_from_srv
-
-from .conftest import apoll, free_port
 
 NAME = "_memcache._tcp.cache.test"
 
@@ -113,7 +112,7 @@ async def test_srv_targets_sorted_used_and_refreshed(
         assert second.value("d_k_b_999960") == 1
 
         responder.records = [("localhost.", a.port)]
-        await apoll(lambda: backend.servers == [f"localhost.:{a.port}"], what="SRV refresh")
+        await wait_until(lambda: backend.servers == [f"localhost.:{a.port}"], what="SRV refresh")
         await backend.increment([("d_k_b_999960", 1, 60)])
         await backend.flush()
         assert a.value("d_k_b_999960") == (2 if second is a else 1)

@@ -12,6 +12,7 @@ import socket
 from typing import Any
 
 import pytest
+from support import wait_until
 
 from ratelimitd.settings import Settings
 from ratelimitd.sinks import (
@@ -23,7 +24,7 @@ from ratelimitd.sinks import (
     statsd_tag_suffix,
 )
 
-from .conftest import CONFIG, LineReceiver, TcpListener, wait_until
+from .conftest import CONFIG, LineReceiver, TcpListener
 
 USER = "ratelimit.service.rate_limit.obs.user"
 

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+from support import wait_for
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.backends.redis import key_slot
@@ -28,13 +29,6 @@ def clock() -> float:
     return float(NOW)
 
 
-def poll(check, timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 @pytest.fixture(scope="module")
 def cluster(module_servers):
     """Three masters joined by `redis-cli --cluster create`, shared by this module's tests.
@@ -51,14 +45,14 @@ def cluster(module_servers):
     )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     for n in nodes:
-        poll(lambda n=n: n.client().cluster("info")["cluster_state"] == "ok", what="cluster ok")
+        wait_for(lambda n=n: n.client().cluster("info")["cluster_state"] == "ok", what="cluster ok")
     return nodes
 
 
 @pytest.fixture(autouse=True)
 def empty(cluster):
     for n in cluster:
-        if n.proc is not None and n.proc.poll() is None:
+        if n.proc.poll() is None:
             n.client().flushall()
 
 

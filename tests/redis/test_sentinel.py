@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from support import wait_for
+
 from ratelimitd.backends.base import BackendError
 from ratelimitd.messages import OK
 
@@ -16,13 +18,6 @@ descriptors:
 """
 
 
-def poll(check, timeout: float = 15.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 async def test_failover_is_followed_without_restart(servers, decider) -> None:
     # No diskless-sync delay: the replica is in sync at once (the default waits 5 s).
     master = servers(
@@ -32,7 +27,7 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
         "--replicaof", "127.0.0.1", str(master.port), "--masterauth", "masterpw",
         "--repl-diskless-sync-delay", "0", password="masterpw",
     )  # fmt: skip
-    poll(
+    wait_for(
         lambda: replica.client().info("replication")["master_link_status"] == "up",
         what="replication",
     )
@@ -52,7 +47,7 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
             and len(c.execute_command("SENTINEL", "SENTINELS", "mymaster")) == 2
         )
 
-    poll(settled, what="sentinels to see the replica and each other")
+    wait_for(settled, what="sentinels to see the replica and each other")
 
     urls = ",".join(s.address for s in sentinels)
     d = await decider(
@@ -70,7 +65,7 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
 
     # A manual failover while both live: the old master answers READONLY, we follow.
     sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "mymaster")
-    poll(
+    wait_for(
         lambda: replica.client().info("replication")["role"] == "master",
         what="manual failover",
     )

@@ -1,17 +1,16 @@
-"""Helpers every server-starting fixture shares (on sys.path via pytest's `pythonpath`)."""
+"""The daemon as users run it: `python -m ratelimitd serve` on free ports, and its clients.
+
+`daemon_environment` is the environment of a daemon serving `<runtime_root>/config/*.yaml`;
+RATELIMITD_WORKERS=N in it starts the supervisor and N workers (`worker_pids()` lists them).
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +19,18 @@ import grpc
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
-REPO = Path(__file__).resolve().parents[1]
+from .process import REPO, Proc, start_bound
+from .ready import free_port
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
+    """Environment for a daemon on free ports serving `runtime_root`/config/*.yaml.
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll until `predicate()` is true; fail the test after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def daemon_environment(runtime_root: Path) -> dict[str, str]:
-    """Environment for a daemon on free ports serving `runtime_root`/config/*.yaml."""
+    The caller's REDIS_* / MEMCACHE_* variables are dropped so they never leak into a test.
+    """
     (runtime_root / "config").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "MEMCACHE_"))}
     env.update(
-        PORT=str(free_port()),
-        GRPC_PORT=str(free_port()),
-        DEBUG_PORT=str(free_port()),
         HOST="127.0.0.1",
         GRPC_HOST="127.0.0.1",
         DEBUG_HOST="127.0.0.1",
@@ -59,48 +42,57 @@ def daemon_environment(runtime_root: Path) -> dict[str, str]:
         LOG_LEVEL="info",
         PYTHONPATH=str(REPO),
     )
-    return env
+    return with_fresh_ports(env) | overrides
 
 
-class DaemonProcess:
+def write_config(env: dict[str, str], name: str, text: str) -> Path:
+    """Write one config file where a daemon on `daemon_environment(...)` reads it."""
+    path = Path(env["RUNTIME_ROOT"]) / "config" / name
+    path.write_text(text)
+    return path
+
+
+def with_fresh_ports(env: dict[str, str]) -> dict[str, str]:
+    """`env` with new free PORT, GRPC_PORT and DEBUG_PORT."""
+    return env | {
+        "PORT": str(free_port()),
+        "GRPC_PORT": str(free_port()),
+        "DEBUG_PORT": str(free_port()),
+    }
+
+
+class DaemonProcess(Proc):
     """A `ratelimitd serve` subprocess and clients for its three listeners."""
 
+    name = "ratelimitd"
+
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
-        self.env = env
         self.http_port = int(env["PORT"])
         self.grpc_port = int(env["GRPC_PORT"])
         self.debug_port = int(env["DEBUG_PORT"])
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ratelimitd", "serve"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
         self._channel: grpc.Channel | None = None
+        super().__init__([sys.executable, "-m", "ratelimitd", "serve"], log_path, env)
 
-    def log(self) -> str:
-        """Everything the daemon printed so far."""
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
+    @property
+    def grpc_target(self) -> str:
+        """host:port of the gRPC listener."""
+        return f"127.0.0.1:{self.grpc_port}"
 
     def http(
-        self, path: str, body: bytes | None = None, port: int | None = None
+        self, path: str, body: bytes | None = None, port: int | None = None, timeout: float = 10
     ) -> tuple[int, bytes]:
-        """One HTTP request; (status, body)."""
+        """One HTTP request (POST with a body, else GET); (status, body)."""
         url = f"http://127.0.0.1:{port or self.http_port}{path}"
         req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.status, resp.read()
         except urllib.error.HTTPError as err:
             return err.code, err.read()
 
-    def debug(self, path: str) -> tuple[int, bytes]:
+    def debug(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
         """One request to the debug server."""
-        return self.http(path, port=self.debug_port)
+        return self.http(path, port=self.debug_port, timeout=timeout)
 
     def stats(self) -> dict[str, float]:
         """The debug `/stats` page parsed."""
@@ -110,6 +102,11 @@ class DaemonProcess:
             name, _, value = line.rpartition(": ")
             out[name] = float(value)
         return out
+
+    def profile(self, seconds: int) -> str:
+        """The debug endpoint's cProfile report of the event-loop thread."""
+        path = f"/debug/pprof/profile?seconds={seconds}"
+        return self.debug(path, timeout=seconds + 60)[1].decode(errors="replace")
 
     def decide_json(self, domain: str, *descriptors: dict[str, str]) -> tuple[int, Any]:
         """POST /json with one descriptor per dict (entries in dict order)."""
@@ -125,7 +122,7 @@ class DaemonProcess:
     def channel(self) -> grpc.Channel:
         """A plaintext gRPC channel to the daemon."""
         if self._channel is None:
-            self._channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+            self._channel = grpc.insecure_channel(self.grpc_target)
         return self._channel
 
     def decide(self, domain: str, *descriptors: list[tuple[str, str]], hits_addend: int = 0):  # type: ignore[no-untyped-def]
@@ -136,33 +133,29 @@ class DaemonProcess:
 
     def ready(self) -> bool:
         """True once /healthcheck answers 200."""
-        if self.proc.poll() is not None:
-            raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
         try:
-            return self.http("/healthcheck")[0] == 200
+            return self.http("/healthcheck", timeout=5)[0] == 200
         except OSError:
             return False
 
-    def wait_ready(self) -> DaemonProcess:
-        """Block until the daemon serves."""
-        wait_for(self.ready, what="daemon readiness")
-        return self
+    def worker_pids(self) -> list[int]:
+        """The workers of a RATELIMITD_WORKERS=N supervisor (its child processes)."""
+        return self.children()
 
-    def terminate(self, timeout: float = 20.0) -> int:
-        """SIGTERM and wait; the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Kill whatever is left."""
+    def _release(self) -> None:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self._log.close()
+        super()._release()
+
+
+def start_daemon(env: dict[str, str], log_dir: Path, name: str = "ratelimitd") -> DaemonProcess:
+    """A ready daemon with `env` on fresh free ports (retried if another process took one)."""
+
+    def spawn() -> DaemonProcess:
+        fresh = with_fresh_ports(env)
+        daemon = DaemonProcess(fresh, log_dir / f"daemon-{fresh['GRPC_PORT']}.log")
+        daemon.name = name
+        return daemon
+
+    return start_bound(spawn)

@@ -1,0 +1,100 @@
+"""What a benchmark ran on: the machine, versions, and which implementation of each compiled
+module was live (compiled or its pure twin). Every result file in bench/results/ carries it."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from .process import REPO
+
+# Compiled module -> the selector that picks it or its pure twin (IMPLEMENTATION says which).
+SELECTORS = {
+    "_keys": "ratelimitd.keys",
+    "_match": "ratelimitd.match",
+    "_wire": "ratelimitd.transport.protocodec",
+}
+
+
+def implementations() -> dict[str, str]:
+    """For each ratelimitd/*.pyx: "compiled" or "pure", as this process would run it."""
+    out = {}
+    for pyx in sorted((REPO / "ratelimitd").glob("*.pyx")):
+        name = pyx.stem
+        selector = SELECTORS.get(name)
+        if selector is not None:
+            out[name] = str(importlib.import_module(selector).IMPLEMENTATION)
+            continue
+        # A module with no selector (yet): compiled when its extension imports.
+        try:
+            importlib.import_module(f"ratelimitd.{name}")
+        except ImportError:
+            out[name] = "not built"
+        else:
+            out[name] = "pure" if os.environ.get("RATELIMITD_NO_EXTENSIONS") else "compiled"
+    return out
+
+
+def version(argv: list[str]) -> str:
+    """The first line a `--version` command prints, or "not installed"."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "not installed"
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if text else "?"
+
+
+def _cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or "?"
+
+
+def git_revision() -> str:
+    """The commit the tree is at, naming the ratelimitd files that differ from it."""
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--", "ratelimitd", "sidecars"],
+        capture_output=True,
+        text=True,
+    ).stdout.split()[1::2]
+    return head.stdout.strip() + (f" + uncommitted changes to {', '.join(dirty)}" if dirty else "")
+
+
+def machine_info() -> dict[str, object]:
+    """The machine, the versions that matter, and the live implementations."""
+    with open("/proc/meminfo") as f:
+        mem_kib = int(f.readline().split()[1])
+    return {
+        "cpu": f"{os.cpu_count()} x {_cpu_model()}",
+        "memory": f"{mem_kib / 1024 / 1024:.1f} GiB",
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "grpcio": metadata.version("grpcio"),
+        "protobuf": metadata.version("protobuf"),
+        "uvloop": metadata.version("uvloop"),
+        "redis-server": version(["redis-server", "--version"]),
+        "implementations": implementations(),
+        "git": git_revision(),
+        "load average at start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+    }
+
+
+def flat(value: object) -> str:
+    """A machine_info value as one line of text ({"_keys": "compiled"} -> "_keys=compiled")."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+def describe(info: dict[str, object]) -> list[str]:
+    """Markdown table rows for a result file's "Machine" section."""
+    return ["| | |", "|---|---|", *[f"| {k} | {flat(v)} |" for k, v in info.items()]]

@@ -1,0 +1,74 @@
+"""Free ports and readiness polling: no literal ports, no fixed sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+
+
+def free_port(cluster_bus: bool = False) -> int:
+    """A TCP port nothing listens on right now (with `cluster_bus`, port + 10000 is free too).
+
+    Another process may take it before our server binds it; `process.start_bound` retries
+    that race with fresh ports.
+    """
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if not cluster_bus:
+            return port
+        if port + 10000 < 65536:
+            with socket.socket() as bus:
+                try:
+                    bus.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            return port
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on `port`."""
+    try:
+        with socket.create_connection((host, port), 0.5):
+            return True
+    except OSError:
+        return False
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of one GET; an HTTP error status is an answer, not an exception."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
+    """Poll until `predicate()` is true; AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        time.sleep(0.02)
+
+
+async def wait_until(
+    predicate: Callable[[], object | Awaitable[object]], timeout: float = 10.0, what: str = ""
+) -> None:
+    """`wait_for` on the event loop; `predicate` may return an awaitable."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if isinstance(result, Awaitable):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or predicate}")
+        await asyncio.sleep(0.01)

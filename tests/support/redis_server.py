@@ -1,0 +1,183 @@
+"""Real redis-server processes (single, sentinel, cluster node; TLS, password) on free ports.
+
+Every server is started with `--save "" --appendonly no --dir <its own directory>` and polled
+with PING until it answers; a missing `redis-server` binary is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from .process import Proc, binary, start_bound
+from .ready import free_port
+
+
+class RedisServer(Proc):
+    """One redis-server (or sentinel) process; `workdir` holds its config, data and log."""
+
+    name = "redis-server"
+
+    def __init__(
+        self,
+        workdir: Path,
+        *args: str,
+        port: int | None = None,
+        tls: bool = False,
+        tls_kwargs: dict[str, Any] | None = None,
+        password: str | None = None,
+        conf: str = "",
+        sentinel: bool = False,
+        cluster: bool = False,
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        if cluster:
+            args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", *args)
+        self.port = port if port is not None else free_port(cluster_bus=cluster)
+        self.workdir = workdir
+        self.tls = tls
+        self.tls_kwargs = tls_kwargs or {}
+        self.password = password
+        self.unixsocket = ""  # set by a test that also passes --unixsocket
+        self._clients: list[redis.Redis] = []
+        if tls:
+            port_args = ["--port", "0", "--tls-port", str(self.port)]
+        else:
+            port_args = ["--port", str(self.port)]
+        # The first argument is a config file: a sentinel needs one it can rewrite.
+        (workdir / "redis.conf").write_text(conf)
+        argv = [
+            binary("redis-server", "apt-get install redis-server redis-tools"),
+            str(workdir / "redis.conf"),
+            *(["--sentinel"] if sentinel else []),
+            *port_args,
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(workdir),
+            *(["--requirepass", password] if password is not None else []),
+            *args,
+        ]  # fmt: skip
+        super().__init__(argv, workdir / "redis.log")
+
+    @property
+    def address(self) -> str:
+        """host:port, as REDIS_URL takes it."""
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """redis://host:port/0, as redis-py clients take it."""
+        return f"redis://{self.address}/0"
+
+    def ready(self) -> bool:
+        """True once PING answers (over TLS and with the password when set)."""
+        client = redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            password=self.password,
+            socket_timeout=0.5,
+            **self.tls_kwargs,
+        )
+        try:
+            return bool(client.ping())
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            client.close()
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A redis-py client to this server (for reading what the backend wrote)."""
+        if not kwargs and self._clients:
+            return self._clients[0]
+        kw: dict[str, Any] = {"password": self.password, **self.tls_kwargs, **kwargs}
+        if self.unixsocket and not self.tls:
+            client = redis.Redis(unix_socket_path=self.unixsocket, **kw)
+        else:
+            client = redis.Redis(host="127.0.0.1", port=self.port, **kw)
+        if kwargs:
+            self._clients.append(client)
+        else:
+            self._clients.insert(0, client)
+        return client
+
+    def command(self, *args: str) -> bytes:
+        """One inline command on a fresh plain-TCP connection; the raw reply."""
+        return redis_command("127.0.0.1", self.port, *args)
+
+    def commandstats(self) -> dict[str, int]:
+        """Calls per command since the server started (INFO commandstats)."""
+        return redis_commandstats("127.0.0.1", self.port)
+
+    def version(self) -> str:
+        """redis_version from INFO server."""
+        for line in self.command("INFO", "server").decode().splitlines():
+            if line.startswith("redis_version:"):
+                return line.partition(":")[2].strip()
+        return "?"
+
+    def stop(self) -> None:
+        """Take the server down now (SIGKILL; nothing is persisted), even when paused."""
+        self.close()
+
+    def _release(self) -> None:
+        for client in self._clients:
+            client.close()
+        self._clients.clear()
+        super()._release()
+
+
+class RedisServers:
+    """Starts redis-server processes under one directory and stops them all at the end.
+
+    servers("--maxmemory", "1mb", password="x"), a sentinel with
+    servers(conf="sentinel monitor ...", sentinel=True), a cluster node with cluster=True
+    (its port + 10000, the cluster bus, is free too).
+    """
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.started: list[RedisServer] = []
+
+    def __call__(self, *args: str, port: int | None = None, **options: Any) -> RedisServer:
+        """Start one server (RedisServer's options) and wait until it answers."""
+
+        def start() -> RedisServer:
+            server = RedisServer(
+                self.workdir / f"redis{len(self.started)}", *args, port=port, **options
+            )
+            self.started.append(server)
+            return server
+
+        # A port we chose may be lost to another process; one the test chose is its to keep.
+        return start_bound(start, attempts=3 if port is None else 1)
+
+    def stop_all(self) -> None:
+        """Stop every server started."""
+        for server in self.started:
+            server.close()
+
+
+def redis_command(host: str, port: int, *args: str) -> bytes:
+    """One inline command on a fresh connection; the raw reply (a bulk string read whole)."""
+    with socket.create_connection((host, port), 5) as s:
+        s.sendall(" ".join(args).encode() + b"\r\n")
+        data = s.recv(65536)
+        if data.startswith(b"$"):
+            head = data.index(b"\r\n")
+            while len(data) < head + 2 + int(data[1:head]) + 2:
+                data += s.recv(65536)
+        return data
+
+
+def redis_commandstats(host: str, port: int) -> dict[str, int]:
+    """Calls per command since the server started (INFO commandstats)."""
+    out = {}
+    for line in redis_command(host, port, "INFO", "commandstats").decode().splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, rest = line.partition(":")
+            out[name.removeprefix("cmdstat_").lower()] = int(rest.split(",")[0].partition("=")[2])
+    return out

@@ -1,5 +1,5 @@
 """The parts every GTFS file reader shares: the validated feed as columns (`Trips`, `RawFeed`),
-and a CSV table with its header resolved."""
+the problem report (`FeedError`) and a CSV table with its header resolved."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ads_server import Unit, rl_config, rl_descriptor
 from google.protobuf import any_pb2
+from support.ads_server import Unit, rl_config, rl_descriptor
 
 from ratelimitd._proto import rls_conf_pb2
 from ratelimitd.config import ConfigError, ConfigFile, RuleSet, build_ruleset, load_ruleset, xds

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from ads_server import AdsServer, Unit, rl_config, rl_descriptor
 from support import free_port, wait_for
+from support.ads_server import AdsServer, Unit, rl_config, rl_descriptor
 from support.daemon import DaemonProcess
 from support.pki import Pki
 

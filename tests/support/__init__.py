@@ -14,6 +14,7 @@ packages only ratelimitd and sidecars.
   daemon         daemon_environment, DaemonProcess (workers mode too), start_daemon
   envoy_server   envoy_config, Envoy, start_envoy
   pki            Pki: two CAs, server and client certificates
+  ads_server     AdsServer: an xDS (ADS, State of the World) management server, in-process
   machine        machine_info, implementations (compiled or pure, per compiled module)
 """
 

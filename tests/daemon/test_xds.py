@@ -1,6 +1,6 @@
 """CONFIG_TYPE=GRPC_XDS_SOTW: the daemon (a subprocess) against a real ADS management server.
 
-The server (tests/ads_server.py) runs in this process on its own port and serves
+The server (tests/support/ads_server.py) runs in this process on its own port and serves
 RateLimitConfig snapshots the way go-control-plane's snapshot cache does; it records every
 ACK and NACK. Covers the reference's provider tests (initial config, update, several
 domains, deeper limits, merged domains) plus NACK keeping the last good config, the server

@@ -1,7 +1,9 @@
-"""Build the two compiled cores (descriptor trie and cache-key maths) with Cython.
+"""Build the compiled cores (descriptor trie, cache-key maths, wire codec, HTTP/2) with Cython.
 
 `pip install .` runs this in an isolated build env with Cython present; the generated
-C files are build output and never committed.
+C files are build output and never committed. The HTTP/2 core links the system libnghttp2
+(Debian: libnghttp2-dev) and is optional: without the headers the build skips it and the
+daemon serves gRPC with grpc.aio instead.
 """
 
 from Cython.Build import cythonize
@@ -12,6 +14,8 @@ extensions = [
     Extension("ratelimitd._keys", ["ratelimitd/_keys.pyx"]),
     # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
+    # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above.
+    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=["nghttp2"], optional=True),
 ]
 
 setup(

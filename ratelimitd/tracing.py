@@ -236,8 +236,70 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
+class ServerSpans:
+    """The SERVER span of a call, as otelgrpc makes it, for any gRPC transport.
+
+    The span continues the trace of the call's propagation headers (`carrier`, lower-case
+    names), carries the `rpc.*` attributes, the request's `domain` and the status code, and
+    is the current span while `call` runs, so backend round trips become its children.
+    """
+
+    def __init__(self, tracing: Tracing, method: str = SHOULD_RATE_LIMIT) -> None:
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        self.tracing = tracing
+        self.fields = tracing.fields
+        self._tracer = tracing.tracer
+        self._extract = tracing.propagator.extract
+        self._drop_roots = tracing.drop_roots
+        self._server_kind = SpanKind.SERVER
+        self._error = Status(StatusCode.ERROR)
+        service, _, rpc_method = method.lstrip("/").partition("/")
+        self._span_name = method.lstrip("/")
+        self._base_attributes = {
+            "rpc.system": "grpc",
+            "rpc.service": service,
+            "rpc.method": rpc_method,
+        }
+
+    async def run(
+        self,
+        carrier: dict[str, str],
+        request: Any,
+        call: Callable[[], Awaitable[Any]],
+        code_of: Callable[[Any], int] | None = None,
+        code_on_error: Callable[[], int] | None = None,
+    ) -> Any:
+        """`await call()` inside the call's span; `code_of(result)` is its status code."""
+        if not carrier and self._drop_roots:
+            return await call()
+        with self._tracer.start_as_current_span(
+            self._span_name,
+            context=self._extract(carrier) if carrier else None,
+            kind=self._server_kind,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            if not span.is_recording():
+                return await call()
+            span.set_attributes(self._base_attributes)
+            span.set_attribute("domain", request_domain(request))
+            try:
+                result = await call()
+            except BaseException:
+                self._set_code(span, code_on_error() if code_on_error else 2)
+                raise
+            self._set_code(span, code_of(result) if code_of else 0)
+            return result
+
+    def _set_code(self, span: Any, code: int) -> None:
+        span.set_attribute("rpc.grpc.status_code", code)
+        if code in _ERROR_CODES:
+            span.set_status(self._error)
+
+
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    """Times ShouldRateLimit into the response-time timer and traces it.
+    """Times ShouldRateLimit into the response-time timer and traces it (grpc.aio).
 
     The wrapped handler is built once per registered handler (grpc hands the same one to
     every call), so a call pays one extra coroutine frame, one clock read and, with
@@ -255,18 +317,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self.method = method
         self._inner: Any = None
         self._wrapped: Any = None
-        if tracing is not None:
-            from opentelemetry.trace import SpanKind, Status, StatusCode
-
-            self._server_kind = SpanKind.SERVER
-            self._error = Status(StatusCode.ERROR)
-            service, _, rpc_method = method.lstrip("/").partition("/")
-            self._span_name = method.lstrip("/")
-            self._base_attributes = {
-                "rpc.system": "grpc",
-                "rpc.service": service,
-                "rpc.method": rpc_method,
-            }
+        self._spans = ServerSpans(tracing, method) if tracing is not None else None
 
     async def intercept_service(
         self,
@@ -289,10 +340,10 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
     def _wrap(self, inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]) -> Any:
         timer = self.timer
-        tracing = self.tracing
+        spans = self._spans
         clock = time.perf_counter
 
-        if tracing is None:
+        if spans is None:
             assert timer is not None
             observe = timer.observe
 
@@ -305,15 +356,8 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
 
             return timed
 
-        tracer = tracing.tracer
-        extract = tracing.propagator.extract
-        fields = tracing.fields
-        drop_roots = tracing.drop_roots
+        fields = spans.fields
         observe_or_none = timer.observe if timer is not None else None
-        server_kind = self._server_kind
-        span_name = self._span_name
-        base_attributes = self._base_attributes
-        error = self._error
 
         async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:
             started = clock()
@@ -322,29 +366,12 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
                 m.key: m.value for m in (context.invocation_metadata() or ()) if m.key in fields
             }
             try:
-                if not carrier and drop_roots:
-                    return await inner(request, context)
-                with tracer.start_as_current_span(
-                    span_name,
-                    context=extract(carrier) if carrier else None,
-                    kind=server_kind,
-                    record_exception=False,
-                    set_status_on_exception=False,
-                ) as span:
-                    if not span.is_recording():
-                        return await inner(request, context)
-                    span.set_attributes(base_attributes)
-                    span.set_attribute("domain", request_domain(request))
-                    try:
-                        response = await inner(request, context)
-                    except BaseException:
-                        code = _status_code(context)
-                        span.set_attribute("rpc.grpc.status_code", code)
-                        if code in _ERROR_CODES:
-                            span.set_status(error)
-                        raise
-                    span.set_attribute("rpc.grpc.status_code", 0)
-                    return response
+                return await spans.run(
+                    carrier,
+                    request,
+                    lambda: inner(request, context),
+                    code_on_error=lambda: _status_code(context),
+                )
             finally:
                 if observe_or_none is not None:
                     observe_or_none((clock() - started) * 1000.0)

@@ -1,9 +1,8 @@
-"""The gRPC listener: RLS v3 ShouldRateLimit and grpc.health.v1 on a grpc.aio server.
+"""The grpc.aio gRPC listener: RLS v3 ShouldRateLimit and grpc.health.v1 on a grpc.aio server.
 
 ShouldRateLimit is registered with no serializers: grpc hands the handler the request bytes
-and sends back the bytes it returns, and `protocodec` does the protobuf work. That keeps the
-codec one replaceable function pair (a Cython decoder later) and keeps grpc's per-call
-deserializer machinery off the hot path.
+and sends back the bytes it returns, and the shared `rls.RlsHandler` (also the native
+transport's) decodes, decides, encodes, maps errors to statuses and counts the call.
 
 Behaviour follows the reference (sections 2, 6.1, 10.1): service errors and backend errors
 become status UNKNOWN carrying the error text; health service `ratelimit` follows the
@@ -17,7 +16,6 @@ import asyncio
 import inspect
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -26,13 +24,12 @@ import grpc.aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from ratelimitd.backends.base import BackendError
 from ratelimitd.health import Health
-from ratelimitd.service import RateLimitService, ServiceError
+from ratelimitd.service import RateLimitService
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore, Timer
 
-from .protocodec import DecodeError, decode_request, encode_response
+from .rls import RlsHandler
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +38,9 @@ METHOD_NAME = "ShouldRateLimit"
 METHOD_PATH = f"/{SERVICE_NAME}/{METHOD_NAME}"
 # The health service name whose status follows `Health` (the reference's).
 HEALTH_SERVICE = "ratelimit"
+
+# grpc's StatusCode by number, for the shared handler's codes.
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 # grpc channel arguments are C ints; core reads INT_MAX as "never".
 _INT_MAX = 2**31 - 1
@@ -225,6 +225,8 @@ class GrpcTransport:
         self.service = service
         self.health = health
         self.stats = stats
+        # Tracing stays the interceptor's (extra_interceptors) on grpc.aio.
+        self.handler = RlsHandler(service, stats, response_timer)
         self.server: grpc.aio.Server | None = None
         self.address = listen_address(settings)
         self.port = 0
@@ -237,36 +239,11 @@ class GrpcTransport:
     # -- ShouldRateLimit -------------------------------------------------------------------
 
     async def should_rate_limit(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        """The raw-bytes ShouldRateLimit handler: decode, decide, encode, map errors."""
-        started = time.perf_counter()
-        try:
-            try:
-                decoded = decode_request(request)
-            except DecodeError as err:
-                # grpc-go's answer to an undecodable message.
-                await context.abort(
-                    grpc.StatusCode.INTERNAL, f"grpc: error unmarshalling request: {err}"
-                )
-            try:
-                return encode_response(await self.service.should_rate_limit(decoded))
-            except (ServiceError, BackendError) as err:
-                failure = str(err)
-            except Exception as err:
-                # The reference would crash here; a server answers and stays up.
-                log.exception("ShouldRateLimit failed unexpectedly")
-                failure = str(err) or type(err).__name__
-            await context.abort(grpc.StatusCode.UNKNOWN, failure)
-            raise AssertionError("context.abort() returned")  # it always raises
-        finally:
-            # ratelimit_server.ShouldRateLimit.{total_requests,response_time}; the stats
-            # interceptor of the reference counts every call, failed ones included.
-            s = self.stats.service
-            elapsed_ms = (time.perf_counter() - started) * 1000.0
-            s.total_requests += 1
-            s.response_time_count += 1
-            s.response_time_sum_ms += elapsed_ms
-            if self.response_timer is not None:
-                self.response_timer.observe(elapsed_ms)
+        """The raw-bytes ShouldRateLimit handler: the shared call, its status as an abort."""
+        code, reply = await self.handler.decide(request)
+        if code:
+            await context.abort(_STATUS_CODES[code], reply)  # type: ignore[arg-type]
+        return reply  # type: ignore[return-value]
 
     # -- health ----------------------------------------------------------------------------
 

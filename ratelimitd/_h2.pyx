@@ -1,0 +1,743 @@
+# cython: language_level=3
+"""The gRPC server side of one HTTP/2 connection over libnghttp2, with no I/O.
+
+As httptools is to HTTP/1.1: the asyncio Protocol around it (`transport/h2.py`) hands it the
+bytes it reads (`receive`) and writes the bytes it returns (`receive`, `flush`), at most one
+`transport.write` per event-loop iteration. nghttp2 does the HTTP/2 framing and its RFC 9113
+checks (preface, frame sizes, stream states, pseudo-headers, flow control, the rapid-reset and
+CONTINUATION limits); this module adds gRPC's request rules as grpc-go applies them
+(:method POST, content-type application/grpc[+-;...], grpc-timeout, grpc-encoding, the
+5-byte message prefix, the receive size limit) and answers a malformed call itself, so the
+Python side sees only well-formed unary messages: `on_request(stream)` with `stream.path`
+and `stream.message`. Replies go back with `respond` (message + OK trailers),
+`send_message` / `finish` (server streaming, errors), from the callback or later.
+
+Memory stays bounded per connection: request bytes are acknowledged to the peer's
+connection window only once the message has been handed over (or discarded), so one
+connection holds at most `connection_window` bytes of unanswered request bodies, and a
+message whose prefix announces more than `max_message` bytes is refused before it is read.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcmp, memcpy
+
+from ratelimitd._nghttp2 cimport *
+
+# gRPC status codes the core itself answers with.
+cdef enum:
+    OK = 0
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    RESOURCE_EXHAUSTED = 8
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+
+DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024  # grpc-go's default receive limit
+DEFAULT_MAX_HEADER_LIST = 64 * 1024
+
+# The PING payload that times the second GOAWAY of a graceful shutdown.
+cdef bytes _SHUTDOWN_PING = b"rlsdrain"
+
+cdef bytes _STATUS_200 = b"200"
+cdef bytes _CONTENT_TYPE_GRPC = b"application/grpc"
+
+
+class H2Error(Exception):
+    """A connection the core could not set up (out of memory)."""
+
+
+cdef inline void _nv(nghttp2_nv* nv, bytes name, bytes value) noexcept:
+    # nghttp2 copies submitted header blocks, so the bytes only need to outlive the call.
+    nv.name = <uint8_t*>PyBytes_AS_STRING(name)
+    nv.namelen = PyBytes_GET_SIZE(name)
+    nv.value = <uint8_t*>PyBytes_AS_STRING(value)
+    nv.valuelen = PyBytes_GET_SIZE(value)
+    nv.flags = NGHTTP2_NV_FLAG_NONE
+
+
+def percent_encode(str message):
+    """grpc-message encoding: UTF-8, then %XX for bytes outside 0x20-0x7E and for '%'."""
+    cdef bytes raw = message.encode("utf-8", "replace")
+    cdef bytearray out
+    cdef unsigned char b
+    for b in raw:
+        if b < 0x20 or b > 0x7E or b == 0x25:
+            break
+    else:
+        return raw
+    out = bytearray()
+    for b in raw:
+        if b < 0x20 or b > 0x7E or b == 0x25:
+            out += b"%%%02X" % b
+        else:
+            out.append(b)
+    return bytes(out)
+
+
+cdef class Stream:
+    """One call: what the request carried, and the state of its reply."""
+
+    cdef readonly int32_t id
+    cdef readonly bytes path
+    # Seconds from grpc-timeout, -1.0 when the client set no deadline.
+    cdef readonly double timeout
+    # (name, value) pairs of the headers named in the connection's `metadata`, or None.
+    cdef readonly object metadata
+    cdef readonly bytes message
+    cdef readonly bint closed
+    # Whatever the transport attaches (a pending task, a health watcher).
+    cdef public object work
+
+    cdef bytes method
+    cdef bytes content_type
+    cdef bytes encoding
+    cdef str timeout_error
+    cdef bint too_large
+    cdef Py_ssize_t header_bytes
+    cdef bytearray body
+    cdef Py_ssize_t held
+    cdef Py_ssize_t expected
+    cdef bint discard
+    cdef bint dispatched
+    cdef bint answered
+
+    cdef bytes out
+    cdef Py_ssize_t out_pos
+    cdef bint headers_sent
+    cdef bint finishing
+    cdef bint deferred
+    cdef int status
+    cdef bytes status_message
+
+    def __cinit__(self):
+        self.timeout = -1.0
+        self.expected = -1
+        self.content_type = None
+
+    @property
+    def answered(self):
+        """True once the final status was submitted."""
+        return self.answered
+
+
+cdef double _parse_timeout(const uint8_t* value, size_t n, Stream stream) except? -2.0:
+    """grpc-timeout ("1-8 digits" + H/M/S/m/u/n) in seconds; sets `timeout_error` if malformed."""
+    cdef size_t i
+    cdef uint8_t unit
+    cdef double amount = 0
+    if n < 2:
+        stream.timeout_error = "timeout string is too short: %r" % (<bytes>value[:n]).decode("latin-1")
+        return -1.0
+    if n > 9:
+        stream.timeout_error = "timeout string is too long: %r" % (<bytes>value[:n]).decode("latin-1")
+        return -1.0
+    for i in range(n - 1):
+        if value[i] < 48 or value[i] > 57:
+            stream.timeout_error = "invalid timeout value: %r" % (<bytes>value[:n]).decode("latin-1")
+            return -1.0
+        amount = amount * 10 + (value[i] - 48)
+    unit = value[n - 1]
+    if unit == 72:  # H
+        return amount * 3600.0
+    if unit == 77:  # M
+        return amount * 60.0
+    if unit == 83:  # S
+        return amount
+    if unit == 109:  # m
+        return amount / 1e3
+    if unit == 117:  # u
+        return amount / 1e6
+    if unit == 110:  # n
+        return amount / 1e9
+    stream.timeout_error = "timeout unit is not recognized: %r" % (<bytes>value[:n]).decode("latin-1")
+    return -1.0
+
+
+cdef nghttp2_session_callbacks* _CALLBACKS = NULL
+cdef nghttp2_option* _OPTION = NULL
+
+
+cdef class Connection:
+    """The server side of one HTTP/2 connection carrying gRPC calls."""
+
+    cdef nghttp2_session* session
+    cdef readonly dict streams
+    cdef object on_request
+    cdef object on_close
+    cdef object metadata_names
+    cdef Py_ssize_t max_message
+    cdef Py_ssize_t max_header_list
+    cdef object error
+    cdef bint dead
+    cdef bint draining
+    cdef uint8_t* out_buf
+    cdef size_t out_cap
+
+    def __cinit__(self):
+        self.session = NULL
+        self.out_buf = NULL
+        self.out_cap = 0
+
+    def __init__(
+        self,
+        on_request,
+        on_close=None,
+        *,
+        int max_concurrent_streams=100,
+        Py_ssize_t max_message=DEFAULT_MAX_MESSAGE,
+        Py_ssize_t max_header_list=DEFAULT_MAX_HEADER_LIST,
+        int connection_window=0,
+        metadata=(),
+    ):
+        cdef nghttp2_settings_entry iv[2]
+        self.streams = {}
+        self.on_request = on_request
+        self.on_close = on_close
+        self.metadata_names = frozenset(m.encode("ascii") for m in metadata) or None
+        self.max_message = max_message
+        self.max_header_list = max_header_list
+        self.error = None
+        if nghttp2_session_server_new2(&self.session, _CALLBACKS, <void*>self, _OPTION) != 0:
+            raise H2Error("cannot create an nghttp2 session")
+        iv[0].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS
+        iv[0].value = max_concurrent_streams
+        iv[1].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE
+        iv[1].value = <uint32_t>max_header_list
+        nghttp2_submit_settings(self.session, NGHTTP2_FLAG_NONE, iv, 2)
+        if connection_window <= 0:
+            # Room for one maximal message plus many small calls in flight.
+            connection_window = <int>min(max_message + 5 + (1 << 20), 0x7FFFFFFF)
+        nghttp2_session_set_local_window_size(
+            self.session, NGHTTP2_FLAG_NONE, 0, connection_window
+        )
+
+    def __dealloc__(self):
+        if self.session != NULL:
+            nghttp2_session_del(self.session)
+            self.session = NULL
+        free(self.out_buf)
+
+    # -- bytes in, bytes out ---------------------------------------------------------------
+
+    def receive(self, bytes data):
+        """Process bytes read from the peer; the bytes to write back (b"" if none)."""
+        cdef ssize_t rv
+        if self.dead:
+            return b""
+        rv = nghttp2_session_mem_recv(
+            self.session, <const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)
+        )
+        self._raise_stored()
+        if rv < 0:
+            self._fatal(rv)
+        return self.flush()
+
+    def flush(self):
+        """The frames nghttp2 has queued (replies, acks, GOAWAY), as one bytes object."""
+        cdef const uint8_t* chunk
+        cdef ssize_t n
+        cdef size_t used = 0
+        cdef uint8_t* grown
+        if self.session == NULL:
+            return b""
+        while True:
+            n = nghttp2_session_mem_send(self.session, &chunk)
+            if n <= 0:
+                if n < 0:
+                    self.dead = True
+                break
+            if used + n > self.out_cap:
+                grown = <uint8_t*>realloc(self.out_buf, max(used + n, self.out_cap * 2, 16384))
+                if grown == NULL:
+                    raise MemoryError()
+                self.out_buf = grown
+                self.out_cap = max(used + n, self.out_cap * 2, 16384)
+            memcpy(self.out_buf + used, chunk, n)
+            used += n
+        self._raise_stored()
+        if used == 0:
+            return b""
+        return PyBytes_FromStringAndSize(<char*>self.out_buf, used)
+
+    @property
+    def wants_close(self):
+        """True when the connection is finished: fatal error, or GOAWAY done and drained."""
+        if self.dead or self.session == NULL:
+            return True
+        return not nghttp2_session_want_read(self.session) and not nghttp2_session_want_write(
+            self.session
+        )
+
+    @property
+    def draining(self):
+        """True once a GOAWAY (graceful or final) was submitted."""
+        return self.draining
+
+    cdef void _raise_stored(self) except *:
+        if self.error is not None:
+            err = self.error
+            self.error = None
+            raise err
+
+    cdef void _fatal(self, ssize_t rv):
+        if rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC:
+            nghttp2_session_terminate_session(self.session, NGHTTP2_PROTOCOL_ERROR)
+        elif rv == NGHTTP2_ERR_FLOODED:
+            nghttp2_session_terminate_session(self.session, NGHTTP2_ENHANCE_YOUR_CALM)
+        else:
+            nghttp2_session_terminate_session(self.session, NGHTTP2_INTERNAL_ERROR)
+        self.draining = True
+        # What is queued (the GOAWAY) is still flushed; nothing more is read.
+        self.dead = True
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def respond(self, Stream stream, bytes message):
+        """Answer a unary call: headers, the message, trailers with grpc-status 0."""
+        if stream.answered or stream.closed or self.session == NULL:
+            return False
+        stream.answered = True
+        stream.finishing = True
+        stream.status = OK
+        stream.out = _frame(message)
+        stream.out_pos = 0
+        if stream.headers_sent:
+            self._resume(stream)
+        else:
+            self._submit_headers(stream)
+        return True
+
+    def send_message(self, Stream stream, bytes message):
+        """Send one message of a server-streaming reply (headers first if not yet sent)."""
+        if stream.answered or stream.closed or self.session == NULL:
+            return False
+        framed = _frame(message)
+        if stream.out is None:
+            stream.out = framed
+        else:
+            stream.out = stream.out[stream.out_pos:] + framed
+        stream.out_pos = 0
+        if stream.headers_sent:
+            self._resume(stream)
+        else:
+            self._submit_headers(stream)
+        return True
+
+    def finish(self, Stream stream, int code, str message=""):
+        """End a call with a status; a call with no message yet gets a trailers-only reply."""
+        if stream.answered or stream.closed or self.session == NULL:
+            return False
+        stream.answered = True
+        if not stream.headers_sent:
+            self._trailers_only(stream, _STATUS_200, code, message)
+            return True
+        stream.finishing = True
+        stream.status = code
+        stream.status_message = percent_encode(message) if message else None
+        self._resume(stream)
+        return True
+
+    cdef void _submit_headers(self, Stream stream):
+        cdef nghttp2_nv nva[2]
+        cdef nghttp2_data_provider provider
+        _nv(&nva[0], b":status", _STATUS_200)
+        _nv(&nva[1], b"content-type", _CONTENT_TYPE_GRPC)
+        provider.source.ptr = <void*>stream
+        provider.read_callback = _read_callback
+        stream.headers_sent = True
+        nghttp2_submit_response(self.session, stream.id, nva, 2, &provider)
+
+    cdef void _resume(self, Stream stream):
+        if stream.deferred:
+            stream.deferred = False
+            nghttp2_session_resume_data(self.session, stream.id)
+
+    cdef void _trailers_only(self, Stream stream, bytes http_status, int code, str message,
+                             bytes extra_name=None, bytes extra_value=None):
+        cdef nghttp2_nv nva[5]
+        cdef size_t n = 3
+        cdef bytes code_text = str(code).encode()
+        cdef bytes encoded
+        stream.answered = True
+        stream.headers_sent = True
+        _nv(&nva[0], b":status", http_status)
+        _nv(&nva[1], b"content-type", _CONTENT_TYPE_GRPC)
+        _nv(&nva[2], b"grpc-status", code_text)
+        if message:
+            encoded = percent_encode(message)
+            _nv(&nva[n], b"grpc-message", encoded)
+            n += 1
+        if extra_name is not None:
+            _nv(&nva[n], extra_name, extra_value)
+            n += 1
+        nghttp2_submit_response(self.session, stream.id, nva, n, NULL)
+        self._release(stream)
+
+    cdef void _release(self, Stream stream):
+        """Give the stream's buffered request bytes back to the connection window."""
+        stream.body = None
+        stream.discard = True
+        if stream.held:
+            nghttp2_session_consume_connection(self.session, stream.held)
+            stream.held = 0
+
+    # -- GOAWAY ----------------------------------------------------------------------------
+
+    def shutdown(self):
+        """Graceful GOAWAY: a notice now, the final GOAWAY once a PING round trip shows the
+        peer has seen it (streams it opened meanwhile are still served)."""
+        if self.draining or self.session == NULL:
+            return
+        self.draining = True
+        nghttp2_submit_shutdown_notice(self.session)
+        nghttp2_submit_ping(self.session, NGHTTP2_FLAG_NONE,
+                            <const uint8_t*>PyBytes_AS_STRING(_SHUTDOWN_PING))
+
+    def goaway(self, uint32_t error_code=NGHTTP2_NO_ERROR):
+        """The final GOAWAY: streams after the last one processed are refused."""
+        if self.session == NULL:
+            return
+        self.draining = True
+        nghttp2_submit_goaway(
+            self.session, NGHTTP2_FLAG_NONE,
+            nghttp2_session_get_last_proc_stream_id(self.session), error_code, NULL, 0,
+        )
+
+    # -- request side (called from the nghttp2 callbacks) ---------------------------------
+
+    cdef int _begin_headers(self, const nghttp2_frame* frame) except -1:
+        cdef Stream stream
+        if frame.headers.cat != NGHTTP2_HCAT_REQUEST:
+            return 0
+        stream = Stream.__new__(Stream)
+        stream.id = frame.hd.stream_id
+        self.streams[stream.id] = stream
+        nghttp2_session_set_stream_user_data(self.session, stream.id, <void*>stream)
+        return 0
+
+    cdef int _header(self, Stream stream, const uint8_t* name, size_t namelen,
+                     const uint8_t* value, size_t valuelen) except -1:
+        stream.header_bytes += namelen + valuelen + 32
+        if stream.header_bytes > self.max_header_list:
+            stream.too_large = True
+            return 0
+        if namelen == 5 and memcmp(name, b":path", 5) == 0:
+            stream.path = PyBytes_FromStringAndSize(<const char*>value, valuelen)
+        elif namelen == 7 and memcmp(name, b":method", 7) == 0:
+            if not (valuelen == 4 and memcmp(value, b"POST", 4) == 0):
+                stream.method = PyBytes_FromStringAndSize(<const char*>value, valuelen)
+        elif namelen == 12 and memcmp(name, b"content-type", 12) == 0:
+            stream.content_type = PyBytes_FromStringAndSize(<const char*>value, valuelen)
+        elif namelen == 12 and memcmp(name, b"grpc-timeout", 12) == 0:
+            stream.timeout = _parse_timeout(value, valuelen, stream)
+        elif namelen == 13 and memcmp(name, b"grpc-encoding", 13) == 0:
+            if not (valuelen == 8 and memcmp(value, b"identity", 8) == 0):
+                stream.encoding = PyBytes_FromStringAndSize(<const char*>value, valuelen)
+        elif self.metadata_names is not None and namelen and name[0] != 58:  # ':'
+            key = PyBytes_FromStringAndSize(<const char*>name, namelen)
+            if key in self.metadata_names:
+                if stream.metadata is None:
+                    stream.metadata = []
+                stream.metadata.append(
+                    (key.decode("latin-1"), (<bytes>value[:valuelen]).decode("latin-1"))
+                )
+        return 0
+
+    cdef int _headers_done(self, Stream stream) except -1:
+        """The request head is complete: refuse a call grpc-go would refuse."""
+        cdef bytes ct = stream.content_type
+        if stream.too_large:
+            self._trailers_only(stream, b"431", RESOURCE_EXHAUSTED,
+                                f"header list size exceeds the limit of {self.max_header_list} bytes")
+        elif stream.method is not None:
+            self._trailers_only(
+                stream, b"405", INTERNAL,
+                "Received a HEADERS frame with :method %r which should be POST"
+                % stream.method.decode("latin-1"),
+            )
+        elif ct is None or not (
+            ct.startswith(b"application/grpc")
+            and (len(ct) == 16 or ct[16] in b"+;")
+        ):
+            self._trailers_only(
+                stream, b"415", INVALID_ARGUMENT,
+                'invalid gRPC request content-type "%s"'
+                % ("" if ct is None else ct.decode("latin-1")),
+            )
+        elif stream.timeout_error is not None:
+            self._trailers_only(stream, b"400", INTERNAL,
+                                "malformed grpc-timeout: " + stream.timeout_error)
+        elif stream.encoding is not None:
+            self._trailers_only(
+                stream, _STATUS_200, UNIMPLEMENTED,
+                'grpc: Decompressor is not installed for grpc-encoding "%s"'
+                % stream.encoding.decode("latin-1"),
+                b"grpc-accept-encoding", b"identity",
+            )
+        return 0
+
+    cdef int _data(self, Stream stream, const uint8_t* data, size_t n) except -1:
+        cdef Py_ssize_t have, length
+        cdef const uint8_t* head
+        # The stream window is reopened at once; the connection window only when the
+        # message is handed over (see the module docstring).
+        nghttp2_session_consume_stream(self.session, stream.id, n)
+        if stream.discard or stream.answered:
+            nghttp2_session_consume_connection(self.session, n)
+            return 0
+        stream.held += n
+        if stream.body is None and stream.message is None and n >= 5 and stream.expected < 0:
+            # The usual case: the whole message in one chunk, no copy into a buffer.
+            length = (data[1] << 24) | (data[2] << 16) | (data[3] << 8) | data[4]
+            if not self._check_prefix(stream, data[0], length):
+                return 0
+            if <size_t>length + 5 == n:
+                stream.message = PyBytes_FromStringAndSize(<const char*>data + 5, length)
+                return 0
+        if stream.message is not None:
+            self._unary_violation(stream)
+            return 0
+        if stream.body is None:
+            stream.body = bytearray()
+        stream.body += (<bytes>data[:n]) if n else b""
+        have = len(stream.body)
+        if stream.expected < 0 and have >= 5:
+            head = <const uint8_t*><char*>stream.body
+            length = (head[1] << 24) | (head[2] << 16) | (head[3] << 8) | head[4]
+            if not self._check_prefix(stream, head[0], length):
+                return 0
+        if stream.expected >= 0 and have > stream.expected + 5:
+            self._unary_violation(stream)
+        return 0
+
+    cdef bint _check_prefix(self, Stream stream, uint8_t flag, Py_ssize_t length) except -1:
+        if flag > 1:
+            self._trailers_only(stream, _STATUS_200, INTERNAL,
+                                "grpc: received unexpected payload format %d" % flag)
+            return False
+        if flag == 1:
+            self._trailers_only(stream, _STATUS_200, INTERNAL,
+                                "grpc: compressed flag set with identity or empty encoding")
+            return False
+        if length > self.max_message:
+            self._trailers_only(
+                stream, _STATUS_200, RESOURCE_EXHAUSTED,
+                "grpc: received message larger than max (%d vs. %d)" % (length, self.max_message),
+            )
+            return False
+        stream.expected = length
+        return True
+
+    cdef void _unary_violation(self, Stream stream) except *:
+        self._trailers_only(stream, _STATUS_200, INTERNAL,
+                            "grpc: received more than one request message on a unary call")
+
+    cdef int _end_of_request(self, Stream stream) except -1:
+        cdef bytearray body
+        if stream.answered or stream.dispatched:
+            return 0
+        if stream.message is None:
+            body = stream.body
+            if body is None or len(body) == 0:
+                # grpc-go: io.EOF from recvMsg, converted to a status.
+                self._trailers_only(stream, _STATUS_200, UNKNOWN, "EOF")
+                return 0
+            if stream.expected < 0 or len(body) < stream.expected + 5:
+                self._trailers_only(stream, _STATUS_200, INTERNAL, "unexpected EOF")
+                return 0
+            stream.message = bytes(body[5:])
+        stream.dispatched = True
+        stream.body = None
+        if stream.held:
+            nghttp2_session_consume_connection(self.session, stream.held)
+            stream.held = 0
+        self.on_request(stream)
+        return 0
+
+    cdef int _closed(self, int32_t stream_id) except -1:
+        cdef Stream stream = self.streams.pop(stream_id, None)
+        if stream is None:
+            return 0
+        stream.closed = True
+        if stream.held:
+            nghttp2_session_consume_connection(self.session, stream.held)
+            stream.held = 0
+        stream.out = None
+        if stream.dispatched and not stream.answered and self.on_close is not None:
+            self.on_close(stream)
+        stream.work = None
+        return 0
+
+
+cdef inline bytes _frame(bytes message):
+    """The 5-byte gRPC prefix (uncompressed, big-endian length) and the message."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(message)
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 5)
+    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
+    p[0] = 0
+    p[1] = (n >> 24) & 0xFF
+    p[2] = (n >> 16) & 0xFF
+    p[3] = (n >> 8) & 0xFF
+    p[4] = n & 0xFF
+    memcpy(p + 5, PyBytes_AS_STRING(message), n)
+    return out
+
+
+# -- nghttp2 callbacks: C signatures, no exceptions escape (stored on the connection) ----
+
+
+cdef int _on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame,
+                           void* user_data) noexcept:
+    cdef Connection conn = <Connection>user_data
+    try:
+        conn._begin_headers(frame)
+    except BaseException as exc:
+        conn.error = exc
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_header(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                    size_t namelen, const uint8_t* value, size_t valuelen, uint8_t flags,
+                    void* user_data) noexcept:
+    cdef Connection conn = <Connection>user_data
+    cdef void* ptr
+    if frame.hd.type != NGHTTP2_HEADERS or frame.headers.cat != NGHTTP2_HCAT_REQUEST:
+        return 0  # trailers from the client carry nothing we read
+    ptr = nghttp2_session_get_stream_user_data(session, frame.hd.stream_id)
+    if ptr == NULL:
+        return 0
+    try:
+        conn._header(<Stream>ptr, name, namelen, value, valuelen)
+    except BaseException as exc:
+        conn.error = exc
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_data_chunk(nghttp2_session* session, uint8_t flags, int32_t stream_id,
+                        const uint8_t* data, size_t length, void* user_data) noexcept:
+    cdef Connection conn = <Connection>user_data
+    cdef void* ptr = nghttp2_session_get_stream_user_data(session, stream_id)
+    if ptr == NULL:
+        nghttp2_session_consume(session, stream_id, length)
+        return 0
+    try:
+        conn._data(<Stream>ptr, data, length)
+    except BaseException as exc:
+        conn.error = exc
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame,
+                        void* user_data) noexcept:
+    cdef Connection conn = <Connection>user_data
+    cdef void* ptr
+    cdef uint8_t kind = frame.hd.type
+    try:
+        if kind == NGHTTP2_HEADERS or kind == NGHTTP2_DATA:
+            ptr = nghttp2_session_get_stream_user_data(session, frame.hd.stream_id)
+            if ptr == NULL:
+                return 0
+            if kind == NGHTTP2_HEADERS and frame.headers.cat == NGHTTP2_HCAT_REQUEST:
+                conn._headers_done(<Stream>ptr)
+            if frame.hd.flags & NGHTTP2_FLAG_END_STREAM:
+                conn._end_of_request(<Stream>ptr)
+        elif kind == NGHTTP2_PING and frame.hd.flags & NGHTTP2_FLAG_ACK:
+            if memcmp(frame.ping.opaque_data, PyBytes_AS_STRING(_SHUTDOWN_PING), 8) == 0:
+                conn.goaway()
+    except BaseException as exc:
+        conn.error = exc
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef int _on_frame_send(nghttp2_session* session, const nghttp2_frame* frame,
+                        void* user_data) noexcept:
+    cdef int32_t sid = frame.hd.stream_id
+    if (
+        (frame.hd.type == NGHTTP2_HEADERS or frame.hd.type == NGHTTP2_DATA)
+        and frame.hd.flags & NGHTTP2_FLAG_END_STREAM
+        and not nghttp2_session_get_stream_remote_close(session, sid)
+    ):
+        # We answered before the client finished sending (an early error): tell it to
+        # stop, as grpc-go does (RFC 9113 section 8.1).
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, sid, NGHTTP2_NO_ERROR)
+    return 0
+
+
+cdef int _on_stream_close(nghttp2_session* session, int32_t stream_id, uint32_t error_code,
+                          void* user_data) noexcept:
+    cdef Connection conn = <Connection>user_data
+    try:
+        conn._closed(stream_id)
+    except BaseException as exc:
+        conn.error = exc
+        return NGHTTP2_ERR_CALLBACK_FAILURE
+    return 0
+
+
+cdef ssize_t _read_callback(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
+                            size_t length, uint32_t* data_flags, nghttp2_data_source* source,
+                            void* user_data) noexcept:
+    cdef Stream stream = <Stream>source.ptr
+    cdef Py_ssize_t left = 0, k = 0
+    cdef nghttp2_nv nva[2]
+    cdef size_t n = 1
+    cdef bytes code_text
+    if stream.out is not None:
+        left = PyBytes_GET_SIZE(stream.out) - stream.out_pos
+    if left > 0:
+        k = left if <size_t>left <= length else <Py_ssize_t>length
+        memcpy(buf, PyBytes_AS_STRING(stream.out) + stream.out_pos, k)
+        stream.out_pos += k
+        if k < left:
+            return k
+        stream.out = None
+        stream.out_pos = 0
+    if stream.finishing:
+        # Trailers must be submitted from here, after DATA's EOF without END_STREAM.
+        data_flags[0] |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM
+        if stream.status == OK:
+            _nv(&nva[0], b"grpc-status", b"0")
+        else:
+            code_text = str(stream.status).encode()
+            _nv(&nva[0], b"grpc-status", code_text)
+            if stream.status_message is not None:
+                _nv(&nva[1], b"grpc-message", stream.status_message)
+                n = 2
+        nghttp2_submit_trailer(session, stream_id, nva, n)
+        return k
+    if k:
+        return k
+    stream.deferred = True
+    return NGHTTP2_ERR_DEFERRED
+
+
+cdef void _init_library() except *:
+    global _CALLBACKS, _OPTION
+    if nghttp2_session_callbacks_new(&_CALLBACKS) != 0 or nghttp2_option_new(&_OPTION) != 0:
+        raise H2Error("cannot initialise nghttp2")
+    nghttp2_session_callbacks_set_on_begin_headers_callback(_CALLBACKS, _on_begin_headers)
+    nghttp2_session_callbacks_set_on_header_callback(_CALLBACKS, _on_header)
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(_CALLBACKS, _on_data_chunk)
+    nghttp2_session_callbacks_set_on_frame_recv_callback(_CALLBACKS, _on_frame_recv)
+    nghttp2_session_callbacks_set_on_frame_send_callback(_CALLBACKS, _on_frame_send)
+    nghttp2_session_callbacks_set_on_stream_close_callback(_CALLBACKS, _on_stream_close)
+    # The connection window is ours to reopen (see the module docstring).
+    nghttp2_option_set_no_auto_window_update(_OPTION, 1)
+    # Closed streams are forgotten at once: memory follows the open streams only.
+    nghttp2_option_set_no_closed_streams(_OPTION, 1)
+    # nghttp2's defaults, stated: 1000 queued PING/SETTINGS ACKs, 32 entries per SETTINGS
+    # frame, 8 CONTINUATION frames per header block, and the CVE-2023-44487 bucket of 1000
+    # RST_STREAM, refilled at 33 per second; past any of them the connection gets GOAWAY.
+    nghttp2_option_set_max_outbound_ack(_OPTION, 1000)
+    nghttp2_option_set_max_settings(_OPTION, 32)
+    nghttp2_option_set_max_continuations(_OPTION, 8)
+    nghttp2_option_set_stream_reset_rate_limit(_OPTION, 1000, 33)
+
+
+_init_library()

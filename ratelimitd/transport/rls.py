@@ -1,0 +1,128 @@
+"""ShouldRateLimit for every gRPC transport: decode, decide, encode, map errors, count.
+
+Both gRPC transports (grpc.aio in `grpc.py`, the native HTTP/2 one in `native.py`) hand the
+request bytes here and get back `(grpc status code, reply bytes or error message)`; they only
+turn that into their own kind of reply. The mapping is the reference's (sections 2 and 6.1):
+service and backend errors are UNKNOWN carrying the error text, an undecodable message is
+grpc-go's INTERNAL `grpc: error unmarshalling request: ...`. Every call, failed or not, counts
+in `ratelimit_server.ShouldRateLimit.{total_requests,response_time}`, as the reference's
+stats interceptor counts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..backends.base import BackendError
+from ..service import RateLimitService, ServiceError
+from ..stats import StatsStore, Timer
+from .protocodec import DecodeError, decode_request, encode_response
+
+if TYPE_CHECKING:
+    from ..tracing import ServerSpans
+
+log = logging.getLogger("ratelimitd.transport.grpc")
+
+# gRPC status codes (google.rpc.Code) the handler answers with.
+OK = 0
+CANCELLED = 1
+UNKNOWN = 2
+DEADLINE_EXCEEDED = 4
+UNIMPLEMENTED = 12
+INTERNAL = 13
+
+Outcome = tuple[int, bytes | str]
+
+
+class RlsHandler:
+    """The transport-neutral ShouldRateLimit call."""
+
+    def __init__(
+        self,
+        service: RateLimitService,
+        stats: StatsStore,
+        timer: Timer | None = None,
+        spans: ServerSpans | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.service = service
+        self.stats = stats
+        # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
+        self.timer = timer
+        # OpenTelemetry SERVER spans (None: tracing off, nothing imported).
+        self.spans = spans
+        self.clock = clock
+
+    @property
+    def synchronous(self) -> bool:
+        """True when `decide_now` may be used: the decision never waits for I/O."""
+        return self.spans is None and self.service.limiter.synchronous
+
+    def decide_now(self, data: bytes) -> Outcome:
+        """`decide` without a task, for a synchronous limiter (see `synchronous`)."""
+        started = self.clock()
+        try:
+            request = decode_request(data)
+        except DecodeError as err:
+            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        # The service is a coroutine function that, with a synchronous limiter, finishes
+        # without suspending: one send() runs it to the end with no task or loop round.
+        coro = self.service.should_rate_limit(request)
+        try:
+            coro.send(None)
+        except StopIteration as stop:
+            return self._done(started, OK, encode_response(stop.value))
+        except Exception as err:
+            return self._done(started, UNKNOWN, _failure(err))
+        coro.close()
+        return self._done(started, UNKNOWN, "internal error: a synchronous decision waited")
+
+    async def decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
+        """Decide one serialized RateLimitRequest; `metadata` is the tracing carrier."""
+        if self.spans is not None:
+            return await self.spans.run(
+                metadata or {}, data, lambda: self._decide(data), code_of=_code_of
+            )
+        return await self._decide(data)
+
+    async def _decide(self, data: bytes) -> Outcome:
+        started = self.clock()
+        try:
+            request = decode_request(data)
+        except DecodeError as err:
+            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        try:
+            response = await self.service.should_rate_limit(request)
+        except asyncio.CancelledError:
+            self._done(started, CANCELLED, "")
+            raise
+        except Exception as err:
+            return self._done(started, UNKNOWN, _failure(err))
+        return self._done(started, OK, encode_response(response))
+
+    def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
+        elapsed_ms = (self.clock() - started) * 1000.0
+        s = self.stats.service
+        s.total_requests += 1
+        s.response_time_count += 1
+        s.response_time_sum_ms += elapsed_ms
+        if self.timer is not None:
+            self.timer.observe(elapsed_ms)
+        return code, reply
+
+
+def _failure(err: Exception) -> str:
+    """The UNKNOWN message for an error out of the service."""
+    if isinstance(err, ServiceError | BackendError):
+        return str(err)
+    # The reference would crash here; a server answers and stays up.
+    log.error("ShouldRateLimit failed unexpectedly", exc_info=err)
+    return str(err) or type(err).__name__
+
+
+def _code_of(outcome: Outcome) -> int:
+    return outcome[0]

@@ -33,6 +33,11 @@ from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
 from .transport.http import HttpServer, main_routes
 
+try:
+    from .transport.native import NativeGrpcTransport
+except ImportError:  # the HTTP/2 core was not built (no libnghttp2 headers at install)
+    NativeGrpcTransport = None  # type: ignore[assignment,misc]
+
 log = logging.getLogger("ratelimitd")
 
 # How long in-flight calls may take to finish after SIGTERM.
@@ -51,7 +56,7 @@ class Daemon:
     backend: Backend
     service: RateLimitService
     reloader: ConfigReloader
-    grpc: GrpcTransport
+    grpc: GrpcTransport | NativeGrpcTransport
     http: HttpServer
     debug: HttpServer
     sink: Sink
@@ -203,19 +208,46 @@ def build(settings: Settings) -> Daemon:
         backend=backend,
         service=service,
         reloader=reloader,
-        grpc=GrpcTransport(
-            settings,
-            service,
-            health,
-            stats,
-            response_timer=sink.timer,
-            # Tracing needs the interceptor; the response-time timer is fed by the handler.
-            extra_interceptors=[i for i in (server_interceptor(None, tracing),) if i is not None],
-        ),
+        grpc=grpc_transport(settings, service, health, stats, sink, tracing),
         http=HttpServer(main_routes(service, health)),
         debug=HttpServer(debug_routes(service, stats)),
         sink=sink,
         tracing=tracing,
+    )
+
+
+def grpc_transport(
+    settings: Settings,
+    service: RateLimitService,
+    health: Health,
+    stats: StatsStore,
+    sink: Sink,
+    tracing: Tracing | None,
+) -> GrpcTransport | NativeGrpcTransport:
+    """The gRPC listener GRPC_TRANSPORT asks for: native HTTP/2 by default when built."""
+    choice = settings.grpc.transport
+    if choice != "grpcio" and NativeGrpcTransport is not None:
+        return NativeGrpcTransport(
+            settings, service, health, stats, response_timer=sink.timer, tracing=tracing
+        )
+    if choice == "native":
+        raise GrpcConfigError(
+            "GRPC_TRANSPORT=native: the native transport was not built "
+            "(install libnghttp2-dev and reinstall ratelimitd)"
+        )
+    if choice == "":
+        log.warning(
+            "the native gRPC transport was not built (no libnghttp2 headers at install): "
+            "serving gRPC with grpc.aio"
+        )
+    return GrpcTransport(
+        settings,
+        service,
+        health,
+        stats,
+        response_timer=sink.timer,
+        # Tracing needs the interceptor; the response-time timer is fed by the handler.
+        extra_interceptors=[i for i in (server_interceptor(None, tracing),) if i is not None],
     )
 
 

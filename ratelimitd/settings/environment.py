@@ -185,6 +185,10 @@ def _grpc(env: Env) -> GrpcSettings:
         server_tls_key=env.get_str("GRPC_SERVER_TLS_KEY"),
         client_tls_cacert=env.get_str("GRPC_CLIENT_TLS_CACERT"),
         client_tls_san=env.get_str("GRPC_CLIENT_TLS_SAN"),
+        transport=env.get_choice("GRPC_TRANSPORT", "", {"native": "native", "grpcio": "grpcio"}),
+        max_concurrent_streams=env.get_int(
+            "GRPC_MAX_CONCURRENT_STREAMS", d.max_concurrent_streams, 1, 2**31 - 1
+        ),
     )
 
 

@@ -65,6 +65,14 @@ class GrpcSettings:
     server_tls_key: str = ""
     client_tls_cacert: str = ""  # set: mTLS, client certificates are required
     client_tls_san: str = ""
+    # GRPC_TRANSPORT: "native" (libnghttp2, the default when built) or "grpcio" (grpc.aio);
+    # "" when unset: native if the extension was built, else grpc.aio with a warning.
+    transport: str = ""
+    # GRPC_MAX_CONCURRENT_STREAMS (native transport): streams one connection may have open.
+    # 256: above what Envoy keeps in flight per connection at this service's latency and
+    # above a 128-stream load generator, while bounding the calls (tasks, Redis commands)
+    # one connection can hold; request bodies are bounded by the connection window anyway.
+    max_concurrent_streams: int = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ import inspect
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -44,6 +44,9 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 # grpc channel arguments are C ints; core reads INT_MAX as "never".
 _INT_MAX = 2**31 - 1
+
+
+_Files = TypeVar("_Files", bound="CertificateFiles")
 
 
 class GrpcConfigError(ValueError):
@@ -87,6 +90,9 @@ def listen_address(settings: Settings) -> str:
 class CertificateFiles:
     """The server's TLS files, re-read whenever one of them changes on disk.
 
+    `_load` builds what a transport uses from them: grpc's certificate configuration here,
+    an `ssl.SSLContext` in the native transport's subclass.
+
     grpc calls `fetch` before each new TLS handshake; a stat per file there is cheap, and a
     changed file (rewritten in place or replaced by rename) is picked up by the next
     connection while established ones keep their session. A file that cannot be read or
@@ -106,7 +112,7 @@ class CertificateFiles:
             out.append((st.st_mtime_ns, st.st_size, st.st_ino))
         return tuple(out)
 
-    def _load(self) -> grpc.ServerCertificateConfiguration:
+    def _load(self) -> Any:
         with open(self._cert, "rb") as f:
             cert = f.read()
         with open(self._key, "rb") as f:
@@ -117,7 +123,7 @@ class CertificateFiles:
                 ca = f.read()
         return grpc.ssl_server_certificate_configuration(((key, cert),), root_certificates=ca)
 
-    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+    def fetch(self) -> Any:
         """The new configuration when a file changed since the last load, else None."""
         try:
             stamp = self._stat()
@@ -136,6 +142,21 @@ class CertificateFiles:
         return grpc.dynamic_ssl_server_credentials(
             self.initial, self.fetch, require_client_authentication=bool(self._ca)
         )
+
+
+def certificate_files(settings: Settings, kind: type[_Files]) -> _Files | None:
+    """The server's TLS files per GRPC_SERVER_USE_TLS and GRPC_*_TLS_*, or None for plaintext."""
+    s = settings.grpc
+    if not s.server_use_tls:
+        return None
+    if not s.server_tls_cert or not s.server_tls_key:
+        raise GrpcConfigError(
+            "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
+        )
+    try:
+        return kind(s.server_tls_cert, s.server_tls_key, s.client_tls_cacert)
+    except OSError as err:
+        raise GrpcConfigError(f"cannot read the gRPC TLS files: {err}") from err
 
 
 def dns_name_matches(pattern: str, name: str) -> bool:
@@ -284,20 +305,8 @@ class GrpcTransport:
 
     def credentials(self) -> grpc.ServerCredentials | None:
         """TLS credentials per GRPC_SERVER_USE_TLS and the cert settings, or None for plaintext."""
-        s = self.settings.grpc
-        if not s.server_use_tls:
-            return None
-        if not s.server_tls_cert or not s.server_tls_key:
-            raise GrpcConfigError(
-                "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
-            )
-        try:
-            self.certificates = CertificateFiles(
-                s.server_tls_cert, s.server_tls_key, s.client_tls_cacert
-            )
-        except OSError as err:
-            raise GrpcConfigError(f"cannot read the gRPC TLS files: {err}") from err
-        return self.certificates.credentials()
+        self.certificates = certificate_files(self.settings, CertificateFiles)
+        return None if self.certificates is None else self.certificates.credentials()
 
     def interceptors(self) -> list[grpc.aio.ServerInterceptor]:
         """The SAN check when mTLS with GRPC_CLIENT_TLS_SAN is configured, else none."""

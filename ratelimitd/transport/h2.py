@@ -1,0 +1,324 @@
+"""gRPC over HTTP/2 on uvloop: the asyncio Protocol and server around the `_h2` core.
+
+The core (`ratelimitd._h2`, libnghttp2) parses and frames; this module owns the sockets:
+one `H2Protocol` per connection feeds it what was read and writes what it returns, once per
+`data_received` and, for replies finished later (a Redis round trip), once per event-loop
+iteration per connection. It also owns what needs a clock or a socket option: deadlines
+(grpc-timeout), max connection age with its grace, graceful GOAWAY on shutdown, TLS with
+ALPN `h2` and the client SAN check at the handshake, unix sockets and SO_REUSEPORT.
+
+Flow control of memory: a connection whose peer does not read its replies stops being read
+(pause_reading on the transport's high-water mark), and nghttp2 closes a connection that
+queues more than 1000 PING/SETTINGS acknowledgements, so neither replies nor acks pile up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import logging
+import os
+import random
+import ssl
+import stat
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .._h2 import Connection, Stream  # type: ignore[import-not-found]
+
+log = logging.getLogger("ratelimitd.transport.h2")
+
+DEADLINE_EXCEEDED = 4
+# How long the graceful GOAWAY waits for the peer's PING acknowledgement before the final one.
+GOAWAY_PING_TIMEOUT = 1.0
+
+Dispatch = Callable[[Stream, "H2Protocol"], None]
+
+
+class H2Protocol(asyncio.Protocol):
+    """One HTTP/2 connection."""
+
+    def __init__(self, server: H2Server) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.conn: Any = None
+        self._dispatch = server.dispatch
+        self._receiving = False
+        self._flush_handle: asyncio.Handle | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        server = self.server
+        if server.require_san and not server.san_allowed(transport):
+            # GRPC_CLIENT_TLS_SAN: refused right after the handshake, before any HTTP/2.
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self.conn = Connection(self._on_request, self._on_close, **server.core_options)
+        server.connections.add(self)
+        age = server.max_connection_age
+        if age > 0:
+            # +/-10% jitter, as grpc-go: connections opened together do not all leave together.
+            self._later(age * random.uniform(0.9, 1.1), self._age_out)
+        self._write(self.conn.flush())  # our SETTINGS
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self._receiving = True
+        try:
+            out = conn.receive(data)
+        except Exception:
+            log.exception("HTTP/2 connection failed")
+            self.transport.abort()  # type: ignore[union-attr]
+            return
+        finally:
+            self._receiving = False
+        if out:
+            self.transport.write(out)  # type: ignore[union-attr]
+        if conn.wants_close:
+            self.transport.close()  # type: ignore[union-attr]
+
+    def eof_received(self) -> bool:
+        return False  # the peer is gone: close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            for stream in list(conn.streams.values()):
+                if stream.work is not None:
+                    stream.work.cancel()
+                    stream.work = None
+
+    def pause_writing(self) -> None:
+        # The peer is not reading what we send: stop reading what it sends.
+        self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def resume_writing(self) -> None:
+        self.transport.resume_reading()  # type: ignore[union-attr]
+
+    # -- the core's callbacks --------------------------------------------------------------
+
+    def _on_request(self, stream: Stream) -> None:
+        self._dispatch(stream, self)
+
+    def _on_close(self, stream: Stream) -> None:
+        # Reset by the client (or its deadline passed) before we answered: stop the work.
+        work = stream.work
+        if work is not None:
+            stream.work = None
+            work.cancel()
+
+    # -- replies ---------------------------------------------------------------------------
+
+    def answer(self, stream: Stream, code: int, reply: bytes | str) -> None:
+        """Finish a unary call: the reply bytes when `code` is 0, else that status."""
+        conn = self.conn
+        if conn is None:
+            return
+        if code:
+            conn.finish(stream, code, reply)
+        else:
+            conn.respond(stream, reply)
+        stream.work = None
+        self.schedule_flush()
+
+    def send_message(self, stream: Stream, message: bytes) -> None:
+        """One message of a server-streaming reply."""
+        if self.conn is not None:
+            self.conn.send_message(stream, message)
+            self.schedule_flush()
+
+    def finish(self, stream: Stream, code: int, message: str = "") -> None:
+        """End a call with a status."""
+        if self.conn is not None:
+            self.conn.finish(stream, code, message)
+            stream.work = None
+            self.schedule_flush()
+
+    def schedule_flush(self) -> None:
+        """Write what the core has queued at the end of this loop iteration (once)."""
+        if not self._receiving and self._flush_handle is None and self.conn is not None:
+            self._flush_handle = self.server.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        conn = self.conn
+        if conn is None:
+            return
+        self._write(conn.flush())
+        if conn.wants_close:
+            self.transport.close()  # type: ignore[union-attr]
+
+    def _write(self, data: bytes) -> None:
+        if data and not self.transport.is_closing():  # type: ignore[union-attr]
+            self.transport.write(data)  # type: ignore[union-attr]
+
+    # -- GOAWAY ----------------------------------------------------------------------------
+
+    def shutdown(self, grace: float | None) -> None:
+        """Graceful GOAWAY; in-flight calls finish; closed at the latest after `grace` s."""
+        conn = self.conn
+        if conn is None or conn.draining:
+            return
+        conn.shutdown()
+        self._flush()
+        self._later(GOAWAY_PING_TIMEOUT, self._final_goaway)
+        if grace is not None:
+            self._later(grace, self.abort)
+
+    def _age_out(self) -> None:
+        grace = self.server.max_connection_age_grace
+        self.shutdown(grace if grace > 0 else None)
+
+    def _final_goaway(self) -> None:
+        if self.conn is not None:
+            self.conn.goaway()
+            self._flush()
+
+    def abort(self) -> None:
+        """Close now."""
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _later(self, delay: float, callback: Callable[[], None]) -> None:
+        self._timers.append(self.server.loop.call_later(delay, callback))
+
+
+class H2Server:
+    """A gRPC server over `H2Protocol`: listeners, deadlines, connections, drain."""
+
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        *,
+        max_concurrent_streams: int = 100,
+        max_message: int = 4 * 1024 * 1024,
+        max_connection_age: float = 0.0,
+        max_connection_age_grace: float = 0.0,
+        metadata: Iterable[str] = (),
+        client_san: str = "",
+        san_matches: Callable[[str, str], bool] | None = None,
+    ) -> None:
+        self.dispatch = dispatch
+        self.core_options = {
+            "max_concurrent_streams": max_concurrent_streams,
+            "max_message": max_message,
+            "metadata": tuple(metadata),
+        }
+        self.max_connection_age = max_connection_age
+        self.max_connection_age_grace = max_connection_age_grace
+        self.require_san = bool(client_san)
+        self._san = client_san
+        self._san_matches = san_matches
+        self.connections: set[H2Protocol] = set()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
+        self._servers: list[asyncio.Server] = []
+        # Deadlines of calls still waiting: (when, sequence, stream, protocol) in a heap,
+        # with one timer for the earliest, so a call costs a heappush, not a TimerHandle.
+        self._deadlines: list[tuple[float, int, Stream, H2Protocol]] = []
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._seq = 0
+
+    async def start(
+        self,
+        host: str,
+        port: int,
+        *,
+        uds: str = "",
+        ssl_context: ssl.SSLContext | None = None,
+        reuse_port: bool = True,
+        backlog: int = 1024,
+    ) -> int:
+        """Listen on host:port (or the unix socket `uds`); the bound TCP port (0 for a socket)."""
+        self.loop = asyncio.get_running_loop()
+        factory = lambda: H2Protocol(self)  # noqa: E731
+        if uds:
+            if not uds.startswith("\0"):
+                _remove_stale_socket(uds)
+            server = await self.loop.create_unix_server(
+                factory, uds, ssl=ssl_context, backlog=backlog
+            )
+            self._servers.append(server)
+            return 0
+        server = await self.loop.create_server(
+            factory, host, port, ssl=ssl_context, reuse_port=reuse_port, backlog=backlog
+        )
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
+
+    def watch_deadline(self, stream: Stream, proto: H2Protocol) -> None:
+        """Answer `stream` DEADLINE_EXCEEDED (and cancel its work) once its timeout passes."""
+        when = self.loop.time() + stream.timeout
+        self._seq += 1
+        heapq.heappush(self._deadlines, (when, self._seq, stream, proto))
+        timer = self._deadline_timer
+        if timer is None or when < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._deadline_timer = self.loop.call_at(when, self._expire)
+
+    def _expire(self) -> None:
+        self._deadline_timer = None
+        heap = self._deadlines
+        now = self.loop.time()
+        while heap and heap[0][0] <= now:
+            _, _, stream, proto = heapq.heappop(heap)
+            if stream.answered or stream.closed:
+                continue
+            work = stream.work
+            if work is not None:
+                stream.work = None
+                work.cancel()
+            proto.finish(stream, DEADLINE_EXCEEDED, "context deadline exceeded")
+        if heap:
+            self._deadline_timer = self.loop.call_at(heap[0][0], self._expire)
+
+    def san_allowed(self, transport: asyncio.BaseTransport) -> bool:
+        """Whether the client certificate of a TLS connection carries the required SAN."""
+        cert = transport.get_extra_info("peercert") or {}
+        names = [value for kind, value in cert.get("subjectAltName", ()) if kind == "DNS"]
+        matches = self._san_matches or (lambda pattern, name: pattern == name)
+        if any(matches(name, self._san) for name in names):
+            return True
+        peer = transport.get_extra_info("peername")
+        log.warning(
+            "refused a gRPC connection from %s: client certificate does not match the "
+            "required SAN %r",
+            peer,
+            self._san,
+        )
+        return False
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting; GOAWAY every connection; close them once drained (or after grace)."""
+        for server in self._servers:
+            server.close()
+        for proto in list(self.connections):
+            proto.shutdown(grace)
+        deadline = None if grace is None else self.loop.time() + grace
+        while self.connections and (deadline is None or self.loop.time() < deadline):
+            await asyncio.sleep(0.01)
+        for proto in list(self.connections):
+            proto.abort()
+        for server in self._servers:
+            await server.wait_closed()
+        self._servers.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+
+
+def _remove_stale_socket(path: str) -> None:
+    """A unix socket left by a previous run would make bind fail: remove it (only a socket)."""
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)

@@ -2,7 +2,8 @@
 # Set up everything ratelimitd needs on a fresh Debian machine, idempotently.
 #   scripts/bootstrap.sh            venv + package (compiled extensions) + test extras
 #   scripts/bootstrap.sh --system   also the server binaries the test suite starts
-#                                   (redis-server, memcached, wrk), via apt when missing
+#                                   (redis-server, memcached, wrk), libnghttp2-dev for the
+#                                   native gRPC transport and h2load, via apt when missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,9 @@ if [[ "${1:-}" == "--system" ]]; then
     command -v memcached >/dev/null || need+=(memcached)
     command -v wrk >/dev/null || need+=(wrk)
     command -v openssl >/dev/null || need+=(openssl)  # tests make their own certificates
+    # The native gRPC transport builds against libnghttp2; h2load drives its benchmark.
+    [[ -f /usr/include/nghttp2/nghttp2.h ]] || need+=(libnghttp2-dev)
+    command -v h2load >/dev/null || need+=(nghttp2-client)
     if ((${#need[@]})); then
         SUDO=""
         [[ $(id -u) -ne 0 ]] && SUDO="sudo"

@@ -115,6 +115,12 @@ def daemon_env(tmp_path: Path) -> dict[str, str]:
     return daemon_environment(tmp_path / "runtime")
 
 
+@pytest.fixture(params=["native", "grpcio"])
+def grpc_env(daemon_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
+    """`daemon_env` with GRPC_TRANSPORT set: gRPC tests run on both transports."""
+    return dict(daemon_env, GRPC_TRANSPORT=request.param)
+
+
 @pytest.fixture
 def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     """Start daemons with `start_daemon(env, wait=True)`; all are killed at teardown."""

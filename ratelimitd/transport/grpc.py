@@ -159,6 +159,21 @@ def certificate_files(settings: Settings, kind: type[_Files]) -> _Files | None:
         raise GrpcConfigError(f"cannot read the gRPC TLS files: {err}") from err
 
 
+def call_on_loop(loop: asyncio.AbstractEventLoop | None, callback: Any, *args: Any) -> None:
+    """`callback(*args)` now when on `loop`, else soon on it (Health may change from a signal
+    handler or a watcher thread); nothing when the transport is not started."""
+    if loop is None:
+        return
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is loop:
+        callback(*args)
+    else:
+        loop.call_soon_threadsafe(callback, *args)
+
+
 def dns_name_matches(pattern: str, name: str) -> bool:
     """Whether a certificate DNS name (`*.example.com` wildcards allowed) covers `name`."""
     pattern, name = pattern.lower().rstrip("."), name.lower().rstrip(".")
@@ -274,18 +289,7 @@ class GrpcTransport:
             if healthy
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self._set_health(status)
-        else:
-            # Health may change from a signal handler or a watcher thread.
-            loop.call_soon_threadsafe(self._set_health, status)
+        call_on_loop(self._loop, self._set_health, status)
 
     def _set_health(self, status: int) -> None:
         task = asyncio.ensure_future(self.health_servicer.set(HEALTH_SERVICE, status))  # type: ignore[arg-type]

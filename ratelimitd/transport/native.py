@@ -30,6 +30,7 @@ from .grpc import (
     HEALTH_SERVICE,
     METHOD_PATH,
     CertificateFiles,
+    call_on_loop,
     certificate_files,
     dns_name_matches,
     listen_address,
@@ -237,18 +238,7 @@ class NativeGrpcTransport:
 
     def _on_health(self, healthy: bool) -> None:
         status = SERVING if healthy else NOT_SERVING
-        loop = self._loop
-        if loop is None:
-            return
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            self.health_statuses.set(HEALTH_SERVICE, status)
-        else:
-            # Health may change from a signal handler or a watcher thread.
-            loop.call_soon_threadsafe(self.health_statuses.set, HEALTH_SERVICE, status)
+        call_on_loop(self._loop, self.health_statuses.set, HEALTH_SERVICE, status)
 
     # -- server ----------------------------------------------------------------------------
 

@@ -30,9 +30,9 @@ descriptors:
 """
 
 
-def test_grpc_and_json_decisions(daemon_env, start_daemon) -> None:
-    write_config(daemon_env, "test.yaml", LIMITED)
-    d = start_daemon(daemon_env)
+def test_grpc_and_json_decisions(grpc_env, start_daemon) -> None:
+    write_config(grpc_env, "test.yaml", LIMITED)
+    d = start_daemon(grpc_env)
     codes = [d.decide("test", [("user", "alice")]).overall_code for _ in range(3)]
     assert codes == [OK, OK, OVER_LIMIT]
     unlimited = d.decide("test", [("open", "x")]).statuses[0]
@@ -67,9 +67,9 @@ def test_grpc_and_json_decisions(daemon_env, start_daemon) -> None:
     assert d.terminate() == 0
 
 
-def test_service_errors_over_grpc(daemon_env, start_daemon) -> None:
-    write_config(daemon_env, "test.yaml", LIMITED)
-    d = start_daemon(daemon_env)
+def test_service_errors_over_grpc(grpc_env, start_daemon) -> None:
+    write_config(grpc_env, "test.yaml", LIMITED)
+    d = start_daemon(grpc_env)
     call = d.channel().unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
     from ratelimitd.transport.protocodec import encode_request
 
@@ -148,8 +148,8 @@ def test_reload_by_symlink_swap(daemon_env, start_daemon, tmp_path: Path) -> Non
     assert d.terminate() == 0
 
 
-def test_health_follows_config_and_sigterm(daemon_env, start_daemon) -> None:
-    env = dict(daemon_env, HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED="true")
+def test_health_follows_config_and_sigterm(grpc_env, start_daemon) -> None:
+    env = dict(grpc_env, HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED="true")
     path = write_config(env, "test.yaml", LIMITED)
     d = start_daemon(env)
     stub = health_pb2_grpc.HealthStub(d.channel())
@@ -204,9 +204,9 @@ def test_invalid_setting_stops_startup_with_one_line(daemon_env) -> None:
     ]
 
 
-def test_workers_share_ports_and_a_killed_worker_is_replaced(daemon_env, start_daemon) -> None:
-    write_config(daemon_env, "test.yaml", LIMITED)
-    d = start_daemon(dict(daemon_env, RATELIMITD_WORKERS="2"))
+def test_workers_share_ports_and_a_killed_worker_is_replaced(grpc_env, start_daemon) -> None:
+    write_config(grpc_env, "test.yaml", LIMITED)
+    d = start_daemon(dict(grpc_env, RATELIMITD_WORKERS="2"))
     workers = d.worker_pids
 
     wait_for(lambda: len(workers()) == 2, what="two workers")
@@ -274,10 +274,10 @@ def test_run_script_example_config_ok_then_over_limit(tmp_path: Path) -> None:
         assert proc.wait(20) == 0
 
 
-def test_mtls_with_client_san(daemon_env, start_daemon, certs) -> None:
-    write_config(daemon_env, "test.yaml", LIMITED)
+def test_mtls_with_client_san(grpc_env, start_daemon, certs) -> None:
+    write_config(grpc_env, "test.yaml", LIMITED)
     env = dict(
-        daemon_env,
+        grpc_env,
         GRPC_SERVER_USE_TLS="true",
         GRPC_SERVER_TLS_CERT=str(certs.server[0]),
         GRPC_SERVER_TLS_KEY=str(certs.server[1]),
@@ -296,9 +296,16 @@ def test_mtls_with_client_san(daemon_env, start_daemon, certs) -> None:
             return decode_response(raw).overall_code
 
     assert call(certs.creds(certs.ca, certs.client)) == OK
+    # The native transport refuses a wrong SAN at the handshake (as the reference does),
+    # grpc.aio per call.
+    wrong_san = (
+        grpc.StatusCode.UNAVAILABLE
+        if env["GRPC_TRANSPORT"] == "native"
+        else grpc.StatusCode.UNAUTHENTICATED
+    )
     for creds, code in [
         (certs.creds(certs.ca), grpc.StatusCode.UNAVAILABLE),  # no client certificate
-        (certs.creds(certs.ca, certs.other), grpc.StatusCode.UNAUTHENTICATED),  # wrong SAN
+        (certs.creds(certs.ca, certs.other), wrong_san),  # wrong SAN
     ]:
         try:
             call(creds)
@@ -319,4 +326,21 @@ def test_mtls_with_client_san(daemon_env, start_daemon, certs) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "overall_code:OK" in out.stdout
+    assert d.terminate() == 0
+
+
+def test_native_transport_is_live_by_default(daemon_env, start_daemon) -> None:
+    """Without GRPC_TRANSPORT the daemon serves gRPC on the compiled HTTP/2 core."""
+    import ratelimitd._h2  # noqa: F401  (a normal install builds it)
+
+    from ratelimitd.daemon import build
+    from ratelimitd.settings import Settings
+    from ratelimitd.transport.native import NativeGrpcTransport
+
+    env = {k: v for k, v in daemon_env.items() if k != "GRPC_TRANSPORT"}
+    assert isinstance(build(Settings.from_env(env)).grpc, NativeGrpcTransport)
+    write_config(env, "test.yaml", LIMITED)
+    d = start_daemon(env)
+    assert d.decide("test", [("user", "a")]).overall_code == OK
+    assert "gRPC (native HTTP/2) listening on" in d.log()
     assert d.terminate() == 0

@@ -50,14 +50,19 @@ class Stack:
         os.replace(staged, self.config_dir / name)
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
-    """`stack(config_yaml, failure_mode_deny=False, **daemon_env)` -> a ready Stack."""
+@pytest.fixture(params=["native", "grpcio"])
+def stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Stack]]:
+    """`stack(config_yaml, failure_mode_deny=False, **daemon_env)` -> a ready Stack.
+
+    Every Envoy test runs against both gRPC transports (GRPC_TRANSPORT=native|grpcio).
+    """
     started: list[DaemonProcess | Envoy] = []
 
     def start(config: str, *, failure_mode_deny: bool = False, **env_overrides: str) -> Stack:
         runtime = tmp_path / "runtime"
-        env = daemon_environment(runtime, BACKEND_TYPE="memory", LOG_LEVEL="warn")
+        env = daemon_environment(
+            runtime, BACKEND_TYPE="memory", LOG_LEVEL="warn", GRPC_TRANSPORT=request.param
+        )
         (runtime / "config" / "edge.yaml").write_text(config)
         daemon = start_daemon(env | env_overrides, tmp_path)
         started.append(daemon)

@@ -271,6 +271,11 @@ cdef class Connection:
         )
 
     @property
+    def failed(self):
+        """True once the connection hit a fatal error (its GOAWAY may still be queued)."""
+        return self.dead
+
+    @property
     def draining(self):
         """True once a GOAWAY (graceful or final) was submitted."""
         return self.draining
@@ -454,7 +459,7 @@ cdef class Connection:
         elif stream.method is not None:
             self._trailers_only(
                 stream, b"405", INTERNAL,
-                "Received a HEADERS frame with :method %r which should be POST"
+                'Received a HEADERS frame with :method "%s" which should be POST'
                 % stream.method.decode("latin-1"),
             )
         elif ct is None or not (

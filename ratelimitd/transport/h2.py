@@ -32,6 +32,8 @@ log = logging.getLogger("ratelimitd.transport.h2")
 DEADLINE_EXCEEDED = 4
 # How long the graceful GOAWAY waits for the peer's PING acknowledgement before the final one.
 GOAWAY_PING_TIMEOUT = 1.0
+# How long a connection that got its final GOAWAY may keep sending before it is closed anyway.
+LINGER_SECONDS = 2.0
 
 Dispatch = Callable[[Stream, "H2Protocol"], None]
 
@@ -47,6 +49,7 @@ class H2Protocol(asyncio.Protocol):
         self._receiving = False
         self._flush_handle: asyncio.Handle | None = None
         self._timers: list[asyncio.TimerHandle] = []
+        self._lingering = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -67,7 +70,7 @@ class H2Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn
-        if conn is None:
+        if conn is None or self._lingering:
             return
         self._receiving = True
         try:
@@ -81,7 +84,7 @@ class H2Protocol(asyncio.Protocol):
         if out:
             self.transport.write(out)  # type: ignore[union-attr]
         if conn.wants_close:
-            self.transport.close()  # type: ignore[union-attr]
+            self._close()
 
     def eof_received(self) -> bool:
         return False  # the peer is gone: close
@@ -156,7 +159,25 @@ class H2Protocol(asyncio.Protocol):
             return
         self._write(conn.flush())
         if conn.wants_close:
-            self.transport.close()  # type: ignore[union-attr]
+            self._close()
+
+    def _close(self) -> None:
+        """Close after the final GOAWAY without losing it.
+
+        Closing a socket with unread input resets the connection, and the peer may then
+        discard our GOAWAY unread (a flooding peer always has input in flight). So half-close
+        (FIN after what is queued), discard what still arrives, and close when the peer does,
+        or after LINGER_SECONDS.
+        """
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._lingering:
+            return
+        self._lingering = True
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._later(LINGER_SECONDS, transport.close)
+        else:  # TLS: no half-close
+            transport.close()
 
     def _write(self, data: bytes) -> None:
         if data and not self.transport.is_closing():  # type: ignore[union-attr]

@@ -261,6 +261,8 @@ REFERENCE: dict[str, Row] = {
 # REDIS_/MEMCACHE_ ones are tested in test_settings.py.
 EXTENSIONS: dict[str, Row] = {
     "RATELIMITD_WORKERS": Read("4", "workers.count", 4),
+    "GRPC_TRANSPORT": Read("grpcio", "grpc.transport", "grpcio"),
+    "GRPC_MAX_CONCURRENT_STREAMS": Read("16", "grpc.max_concurrent_streams", 16),
     "RATELIMITD_WORKER_INDEX": Read("2", "workers.index", 2),
     "RATELIMITD_STATS_DIR": Read("/d", "workers.stats_dir", "/d"),
     "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),

@@ -125,6 +125,22 @@ def start_empty_server(workdir: Path) -> EmptyServer:
     return start_bound(lambda: EmptyServer(workdir))
 
 
+class EmptyNativeServer(Proc):
+    """bench/load/empty_native.py: the native transport's ceiling (fixed reply)."""
+
+    name = "empty native server"
+
+    def __init__(self, workdir: Path) -> None:
+        self.grpc_port = free_port()
+        self.grpc_target = f"127.0.0.1:{self.grpc_port}"
+        argv = [sys.executable, str(HERE / "empty_native.py"), "--port", str(self.grpc_port)]
+        super().__init__(argv, workdir / f"empty-native-{self.grpc_port}.log")
+
+    def ready(self) -> bool:
+        """True once the listener accepts connections."""
+        return port_open(self.grpc_port)
+
+
 WRK_REPORT = """
 done = function(summary, latency, requests)
   io.write(string.format(

@@ -1,4 +1,4 @@
-"""Every load benchmark of issue 6 in one invocation; writes bench/RESULTS.md.
+"""Every load benchmark of issues 6 and 13 in one invocation; writes bench/RESULTS.md.
 
 Started side by side (all idle while another is measured), then measured in interleaved rounds
 so drift on this shared machine hits every scenario alike:
@@ -11,7 +11,9 @@ so drift on this shared machine hits every scenario alike:
   then each paced at half of its own saturation throughput, for p99;
   /json over HTTP/1.1 with wrk against (b), (c), (d), and (a)'s fixed-reply HTTP server;
   Envoy -> ratelimitd (c) -> Redis with wrk, against Envoy with no rate-limit call;
-  a cProfile of (c) under load from the daemon's debug endpoint (top five by own time).
+  a cProfile of (c) under load from the daemon's debug endpoint (top five by own time);
+  issue 13's section (bench/load/native_bench.py): (a), (b), (c), an empty native server (e)
+  and ratelimitd on grpc.aio (f), each pinned to one core and driven by h2load on the other.
 
     .venv/bin/python bench/load/run_all.py            # full: a few minutes
     .venv/bin/python bench/load/run_all.py --quick    # smoke: about a minute
@@ -38,6 +40,7 @@ from grpc_load import LoadResult, combine, measure, request_bytes
 from harness import (
     DESCRIPTOR,
     DOMAIN,
+    EmptyNativeServer,
     redis_delta,
     run_wrk,
     start_bench_daemon,
@@ -46,10 +49,11 @@ from harness import (
     start_redis,
     wrk_script,
 )
+from native_bench import native_targets, render_native, run_native
 from support.envoy_server import envoy_binary
 from support.machine import describe, version
 from support.machine import machine_info as support_machine_info
-from support.process import REPO, Proc
+from support.process import REPO, Proc, start_bound
 from support.ready import wait_for
 from support.redis_server import RedisServer
 
@@ -61,9 +65,9 @@ JSON_BODY = json.dumps(
 ).encode()
 NAMES = {
     "a": "(a) empty grpc.aio server",
-    "b": "(b) ratelimitd, memory",
-    "c": "(c) ratelimitd, Redis",
-    "d": "(d) ratelimitd, 2 workers, memory",
+    "b": "(b) ratelimitd (native gRPC), memory",
+    "c": "(c) ratelimitd (native gRPC), Redis",
+    "d": "(d) ratelimitd (native gRPC), 2 workers, memory",
 }
 
 
@@ -167,6 +171,7 @@ class Plan:
         self.wrk_seconds = args.wrk_seconds or (3.0 if quick else 10.0)
         self.wrk_warmup = 0.0 if quick else 2.0
         self.profile_seconds = 3 if quick else 6
+        self.h2load_seconds = 5.0 if quick else 15.0
         self.concurrency = args.concurrency
         self.channels = args.channels
 
@@ -214,6 +219,23 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
         payload = request_bytes(DOMAIN, DESCRIPTOR)
         redis_for = {k: (redis if k == "c" else None) for k in servers}
+
+        # Issue 13: the native transport on one pinned core, driven by h2load (C).
+        if not args.no_h2load:
+            log("starting (e) empty native server, (f) ratelimitd on grpc.aio")
+            pinned = {"a": servers["a"], "b": servers["b"], "c": servers.get("c")}
+            pinned["e"] = start_bound(lambda: EmptyNativeServer(workdir))
+            procs.append(pinned["e"])
+            pinned["f"] = start_bench_daemon("grpcio", workdir, GRPC_TRANSPORT="grpcio", **extra)
+            procs.append(pinned["f"])
+            results["native"] = run_native(
+                {k: v for k, v in pinned.items() if v is not None},
+                payload,
+                seconds=plan.h2load_seconds,
+                rounds=plan.rounds,
+                paced_seconds=plan.h2load_seconds,
+                log=log,
+            )
 
         # Saturation, interleaved rounds.
         runs: dict[str, list[LoadResult]] = {k: [] for k in servers}
@@ -474,6 +496,12 @@ def render(results: dict[str, Any], command: str, started: str, elapsed: float) 
     out += ["", "## Targets (issue 6)", "", "| target | measured | met |", "|---|---|---|"]
     for target, measured, met in targets(results):
         out.append(f"| {target} | {measured} | {met} |")
+    native = results.get("native")
+    if native:
+        out += ["", *render_native(native)]
+        out += ["## Targets (issue 13)", "", "| target | measured | met |", "|---|---|---|"]
+        for target, measured, met in native_targets(native, results.get("envoy")):
+            out.append(f"| {target} | {measured} | {met} |")
     prof = results.get("profile")
     if prof:
         out += [
@@ -559,6 +587,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--channels", type=int, default=8)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--no-h2load", action="store_true", help="skip the h2load section")
     parser.add_argument(
         "--daemon-env",
         action="append",

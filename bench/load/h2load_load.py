@@ -1,0 +1,171 @@
+"""gRPC load with h2load (nghttp2-client), a C HTTP/2 generator, pinned to its own core.
+
+The Python generator of `grpc_load.py` costs more CPU per call than the native transport
+does, so past a few thousand calls/s it, not the server, sets the pace. h2load does not: it
+sends one-descriptor ShouldRateLimit calls (the framed request body, `content-type:
+application/grpc`, `te: trailers`) over `clients` connections x `streams` concurrent streams,
+pinned with `taskset` to `load_cpu` while the server is pinned to `server_cpu`.
+
+Per-request latencies come from h2load's --log-file; decisions/s from the requests answered
+in the timed window; server CPU from /proc (the `cpu` probe) around the run; Redis round
+trips from a probe of `ratelimit.redis_pool.pipeline_writes` (the daemon's debug /stats).
+gRPC errors travel in trailers, which h2load does not read: the runner checks one call with
+a real gRPC client before measuring (`grpc_load.measure`).
+
+    .venv/bin/python bench/load/h2load_load.py --port 8081 --pid 1234 --seconds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from grpc_load import LoadResult, percentile, request_bytes
+
+METHOD_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+
+def framed(message: bytes) -> bytes:
+    """A gRPC length-prefixed, uncompressed message."""
+    return b"\x00" + struct.pack(">I", len(message)) + message
+
+
+def pin(pid: int, cpu: int, tree: Callable[[int], list[int]] | None = None) -> None:
+    """Pin every thread of `pid` (and its descendants, via `tree`) to one CPU."""
+    for p in tree(pid) if tree is not None else [pid]:
+        subprocess.run(["taskset", "-a", "-p", "-c", str(cpu), str(p)], capture_output=True)
+
+
+def run_h2load(
+    port: int,
+    payload: bytes,
+    *,
+    seconds: float,
+    warmup: float = 1.0,
+    clients: int = 4,
+    streams: int = 32,
+    rate: float | None = None,
+    load_cpu: int = 1,
+    cpu: Callable[[], float] | None = None,
+    probe: Callable[[], float] | None = None,
+    host: str = "127.0.0.1",
+) -> LoadResult:
+    """One timed h2load run; `probe` counts something (Redis round trips) per decision."""
+    binary = shutil.which("h2load")
+    if binary is None:
+        raise FileNotFoundError("h2load (apt-get install nghttp2-client)")
+    with tempfile.TemporaryDirectory(prefix="h2load-") as tmp:
+        body = Path(tmp) / "request.bin"
+        body.write_bytes(framed(payload))
+        log = Path(tmp) / "requests.log"
+        argv = [
+            "taskset", "-c", str(load_cpu), binary,
+            f"--duration={seconds:g}", f"--warm-up-time={warmup:g}",
+            "-c", str(clients), "-m", str(streams), "-t", "1",
+            f"--data={body}", "--log-file", str(log),
+            "-H", "content-type: application/grpc", "-H", "te: trailers",
+        ]  # fmt: skip
+        if rate is not None:
+            argv.append(f"--rps={max(1.0, rate / clients):g}")
+        argv.append(f"http://{host}:{port}{METHOD_PATH}")
+        cpu0 = cpu() if cpu is not None else 0.0
+        probe0 = probe() if probe is not None else 0.0
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+        cpu1 = cpu() if cpu is not None else 0.0
+        probe1 = probe() if probe is not None else 0.0
+        if out.returncode != 0:
+            raise RuntimeError(f"h2load failed: {out.stderr or out.stdout}")
+        latencies, failed = _read_log(log)
+    # Requests counted in the log are those of the timed window (after the warm-up).
+    answered = len(latencies)
+    result = LoadResult(
+        requests=answered,
+        errors=failed,
+        seconds=seconds,
+        rps=answered / seconds,
+        p50_ms=percentile(latencies, 50) * 1000,
+        p99_ms=percentile(latencies, 99) * 1000,
+        p999_ms=percentile(latencies, 99.9) * 1000,
+        target_rps=rate,
+        latencies=latencies,
+    )
+    result.error_codes = {"non-200": failed} if failed else {}
+    done = _finished(out.stdout) or answered + failed
+    if cpu is not None and done:
+        # CPU was read around the warm-up too: spread it over every request h2load finished.
+        result.server_cpu_s = cpu1 - cpu0
+        result.cpu_per_10k = result.server_cpu_s / done * 10_000
+    if probe is not None and done:
+        result.redis_writes_per_decision = (probe1 - probe0) / done
+    return result
+
+
+def _read_log(path: Path) -> tuple[list[float], int]:
+    """(sorted latencies in seconds of the 200 answers, number of other answers)."""
+    latencies: list[float] = []
+    failed = 0
+    with open(path) as f:
+        for line in f:
+            fields = line.split("\t")
+            if len(fields) < 3:
+                continue
+            if fields[1] == "200":
+                latencies.append(int(fields[2]) / 1e6)
+            else:
+                failed += 1
+    latencies.sort()
+    return latencies, failed
+
+
+def _finished(report: str) -> int:
+    """Requests h2load finished, warm-up included (its `requests:` summary line)."""
+    for line in report.splitlines():
+        if line.startswith("requests:"):
+            # "requests: 1000 total, 1000 started, 1000 done, 1000 succeeded, ..."
+            parts = line.split()
+            return int(parts[parts.index("done,") - 1])
+    return 0
+
+
+def main() -> None:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--pid", type=int, help="server pid: pin it to --server-cpu, count CPU")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--streams", type=int, default=32)
+    parser.add_argument("--rate", type=float)
+    parser.add_argument("--server-cpu", type=int, default=0)
+    parser.add_argument("--load-cpu", type=int, default=1)
+    args = parser.parse_args()
+    from harness import DESCRIPTOR, DOMAIN
+    from support.process import cpu_seconds, process_tree
+
+    cpu = None
+    if args.pid:
+        pin(args.pid, args.server_cpu, process_tree)
+        cpu = lambda: cpu_seconds(process_tree(args.pid))  # noqa: E731
+    result = run_h2load(
+        args.port,
+        request_bytes(DOMAIN, DESCRIPTOR),
+        seconds=args.seconds,
+        clients=args.clients,
+        streams=args.streams,
+        rate=args.rate,
+        load_cpu=args.load_cpu,
+        cpu=cpu,
+    )
+    json.dump(result.summary(), sys.stdout, indent=2)
+    print(file=sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""The native gRPC transport's load section of run_all.py (issue 13), driven by h2load.
+
+One interleaved set of rounds, each server pinned to CPU 0 while h2load runs pinned to CPU 1
+(`clients` connections x `streams` concurrent streams), of:
+
+  (a) the empty grpc.aio server          (e) the empty native server (fixed reply)
+  (b) ratelimitd, native, memory         (c) ratelimitd, native, Redis
+  (f) ratelimitd, grpc.aio, memory
+
+then (b), (c) and (e) paced at half of their own saturation for p99. Reported per scenario:
+decisions/s, server CPU per decision (/proc, the whole process tree) and, for Redis, round
+trips per decision from the daemon's `ratelimit.redis_pool.pipeline_writes` gauge.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+from grpc_load import LoadResult, combine
+from h2load_load import pin, run_h2load
+from support.process import process_tree
+
+NAMES = {
+    "a": "(a) empty grpc.aio server",
+    "e": "(e) empty native server",
+    "b": "(b) ratelimitd native, memory",
+    "c": "(c) ratelimitd native, Redis",
+    "f": "(f) ratelimitd grpc.aio, memory",
+}
+ORDER = ("a", "e", "b", "c", "f")
+SERVER_CPU, LOAD_CPU = 0, 1
+
+
+def unpin(pid: int) -> None:
+    """Let a server run on every CPU again."""
+    for p in process_tree(pid):
+        subprocess.run(["taskset", "-a", "-p", "-c", "0-1023", str(p)], capture_output=True)
+
+
+def pipeline_writes(server: Any) -> Callable[[], float]:
+    """Redis round trips so far: the daemon's pipeline_writes gauge(s)."""
+    return lambda: sum(v for k, v in server.stats().items() if k.endswith("pipeline_writes"))
+
+
+def run_native(
+    servers: dict[str, Any],
+    payload: bytes,
+    *,
+    seconds: float,
+    rounds: int,
+    paced_seconds: float,
+    clients: int = 4,
+    streams: int = 32,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Saturation rounds and the paced runs; raw results by scenario key."""
+    runs: dict[str, list[LoadResult]] = {k: [] for k in ORDER if k in servers}
+
+    def one(key: str, rate: float | None = None) -> LoadResult:
+        server = servers[key]
+        pin(server.pid, SERVER_CPU, process_tree)
+        try:
+            return run_h2load(
+                server.grpc_port,
+                payload,
+                seconds=seconds if rate is None else paced_seconds,
+                clients=clients,
+                streams=streams,
+                rate=rate,
+                load_cpu=LOAD_CPU,
+                cpu=server.cpu,
+                probe=pipeline_writes(server) if key == "c" else None,
+            )
+        finally:
+            unpin(server.pid)
+
+    for rnd in range(rounds):
+        for key in runs:
+            log(f"h2load round {rnd + 1}/{rounds}: {NAMES[key]}")
+            runs[key].append(one(key))
+    saturation = {k: combine(v) for k, v in runs.items()}
+    out: dict[str, Any] = {
+        "clients": clients,
+        "streams": streams,
+        "seconds": seconds,
+        "rounds": rounds,
+        "saturation": {k: r.summary() for k, r in saturation.items()},
+        "paced": {},
+    }
+    for key in ("e", "b", "c"):
+        if key in saturation:
+            rate = saturation[key].rps / 2
+            log(f"h2load paced at {rate:.0f}/s: {NAMES[key]}")
+            out["paced"][key] = one(key, rate).summary()
+    return out
+
+
+def _us(cpu_per_10k: float | None) -> str:
+    return "n/a" if cpu_per_10k is None else f"{cpu_per_10k * 100:.1f}"
+
+
+def render_native(n: dict[str, Any]) -> list[str]:
+    """The RESULTS.md section."""
+    sat = n["saturation"]
+    out = [
+        "## gRPC on one pinned core, driven by h2load (issue 13)",
+        "",
+        f"`bench/load/native_bench.py`: each server pinned to CPU {SERVER_CPU} (`taskset`), "
+        f"h2load pinned to CPU {LOAD_CPU}, {n['clients']} connections x {n['streams']} "
+        f"streams ({n['clients'] * n['streams']} concurrent calls), {n['rounds']} interleaved "
+        f"round(s) of {n['seconds']:g} s per scenario after a 1 s warm-up. Redis round trips "
+        "from `ratelimit.redis_pool.pipeline_writes` (default REDIS_PIPELINE_WINDOW=0).",
+        "",
+        "| scenario | decisions/s | server CPU µs / decision | ÷ (a) decisions/s "
+        "| p50 ms | p99 ms | Redis round trips / decision |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = sat.get("a", {}).get("rps") or None
+    for key, r in sat.items():
+        ratio = "n/a" if base is None else f"{r['rps'] / base:.1f}×"
+        trips = r["redis_writes_per_decision"]
+        out.append(
+            f"| {NAMES[key]} | {r['rps']:,.0f} | {_us(r['cpu_per_10k'])} | {ratio} "
+            f"| {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
+            f"| {'' if trips is None else f'{trips:.3f}'} |"
+        )
+    out += [
+        "",
+        "Paced at half of each one's saturation (h2load --rps):",
+        "",
+        "| scenario | target/s | achieved/s | p50 ms | p99 ms | p99.9 ms | CPU µs / decision |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, r in n["paced"].items():
+        out.append(
+            f"| {NAMES[key]} | {r['target_rps']:,.0f} | {r['rps']:,.0f} | {r['p50_ms']:.2f} "
+            f"| {r['p99_ms']:.2f} | {r['p999_ms']:.2f} | {_us(r['cpu_per_10k'])} |"
+        )
+    out.append("")
+    return out
+
+
+def native_targets(n: dict[str, Any], envoy: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(target, measured, met) rows for issue 13."""
+    sat, paced = n["saturation"], n["paced"]
+    rows: list[tuple[str, str, str]] = []
+
+    def row(target: str, measured: str, ok: bool | None) -> None:
+        rows.append((target, measured, "n/a" if ok is None else ("yes" if ok else "no")))
+
+    b, c, a = sat.get("b"), sat.get("c"), sat.get("a")
+    if b:
+        us = b["cpu_per_10k"] * 100 if b["cpu_per_10k"] else None
+        row("native + memory ≥ 25,000 decisions/s on one core", f"{b['rps']:,.0f}/s",
+            b["rps"] >= 25_000)  # fmt: skip
+        row("native + memory ≤ 40 µs server CPU per decision", _us(b["cpu_per_10k"]) + " µs",
+            None if us is None else us <= 40)  # fmt: skip
+        if a:
+            x = b["rps"] / a["rps"]
+            row("native + memory ≥ 8× the empty grpc.aio server", f"{x:.1f}×", x >= 8)
+    if c:
+        row("native + Redis ≥ 15,000 decisions/s on one core", f"{c['rps']:,.0f}/s",
+            c["rps"] >= 15_000)  # fmt: skip
+        rt = c["redis_writes_per_decision"]
+        row("native + Redis ≤ 0.25 Redis round trips per decision",
+            "n/a" if rt is None else f"{rt:.3f}", None if rt is None else rt <= 0.25)  # fmt: skip
+    for key in ("b", "c"):
+        if key in paced:
+            p99 = paced[key]["p99_ms"]
+            row(f"p99 ≤ 2 ms at half saturation, {NAMES[key]}", f"{p99:.2f} ms", p99 <= 2)
+    if envoy:
+        x = envoy["ratelimited"]["rps"] / envoy["plain"]["rps"]
+        row("Envoy → ratelimitd → Redis ≥ 70% of Envoy alone", f"{x:.0%}", x >= 0.70)
+    return rows

@@ -3,7 +3,10 @@
 Each reload reads and compiles every file (or every xDS resource) in a worker thread, then
 swaps the service's RuleSet (and the settings the reference re-reads on reload) in one
 assignment. A failed load counts `config_load_error`, logs the exact error and keeps the
-previous config. The source is a FileLayout (CONFIG_TYPE=FILE: polled for changes) or the
+previous config. A file that cannot be read fails the load the same way (never an empty
+config) and, being usually brief, is retried without waiting for another change, backing
+off to RETRY_MAX_SECONDS. A load that finds no domain where the previous config had some
+is logged at warning level. The source is a FileLayout (CONFIG_TYPE=FILE: polled for changes) or the
 xDS settings (CONFIG_TYPE=GRPC_XDS_SOTW: the ADS stream pushes every change); the daemon
 drives both the same way: `load()` until the first config is in force, `start()` once
 serving, `stop()` at shutdown.
@@ -18,6 +21,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from .config import ConfigError, ConfigSource, RuleSet, build_ruleset
+from .config.errors import ConfigReadError
 from .config.loader import parse_files
 from .config.provider import FileLayout, Signature
 from .config.xds_client import XdsConfigClient
@@ -27,6 +31,9 @@ from .settings import ReloadOptions, XdsSettings
 from .stats import StatsStore
 
 log = logging.getLogger("ratelimitd.config")
+
+# The longest wait between two retries of a load that could not read its files.
+RETRY_MAX_SECONDS = 10.0
 
 
 class ConfigReloader:
@@ -53,6 +60,8 @@ class ConfigReloader:
         self.poll_interval = poll_interval
         self.loaded = asyncio.Event()
         self._signature: Signature | None = None
+        self._retry_delay = 0.0  # > 0 after a read error: retry without a change
+        self._retry_at = 0.0
         self._task: asyncio.Task[None] | None = None
         # Validates the xDS settings now, so bad ones stop the start with one line.
         self._xds = XdsConfigClient(source, self.apply) if isinstance(source, XdsSettings) else None
@@ -78,11 +87,21 @@ class ConfigReloader:
         except ConfigError as exc:
             self.stats.service.config_load_error += 1
             log.error("Error loading new configuration: %s", exc)
+            self._schedule_retry(isinstance(exc, ConfigReadError))
             return str(exc)
         except Exception as exc:  # never let a config take the daemon down
             self.stats.service.config_load_error += 1
             log.exception("Error loading new configuration")
+            self._schedule_retry(False)
             return f"{type(exc).__name__}: {exc}"
+        self._schedule_retry(False)
+        previous = self.service.ruleset
+        if not len(ruleset) and previous is not None and len(previous):
+            log.warning(
+                "the new configuration has no domains (the previous one had %d): "
+                "every request is now answered OK without a limit",
+                len(previous),
+            )
         self.service.set_ruleset(ruleset, options)
         self.stats.service.config_load_success += 1
         if self.track_config_health:
@@ -90,6 +109,14 @@ class ConfigReloader:
         self.loaded.set()
         log.info("loaded rate limit configuration: %d domains", len(ruleset))
         return None
+
+    def _schedule_retry(self, retry: bool) -> None:
+        """After a read error, load again soon even if nothing changes (backing off)."""
+        if not retry:
+            self._retry_delay = 0.0
+            return
+        self._retry_delay = min(RETRY_MAX_SECONDS, max(self.poll_interval, self._retry_delay * 2))
+        self._retry_at = asyncio.get_running_loop().time() + self._retry_delay
 
     def _build(self, read: Callable[[], Sequence[ConfigSource]], merge: bool) -> RuleSet:
         return build_ruleset(read(), merge_domains=merge, stats=self.stats)
@@ -118,5 +145,6 @@ class ConfigReloader:
             except Exception:  # a transient filesystem error: try again next tick
                 log.exception("config watch failed")
                 continue
-            if signature != self._signature:
+            retry = self._retry_delay and asyncio.get_running_loop().time() >= self._retry_at
+            if signature != self._signature or retry:
                 await self.load()

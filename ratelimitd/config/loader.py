@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from .errors import ConfigError, ConfigReadError
 from .ruleset import ConfigSource, RuleSet, StatsSource, build_ruleset
 from .yamlfile import parse
 
@@ -60,12 +61,30 @@ def load_paths(
     return load_ruleset(load_files(paths), merge_domains=merge_domains, stats=stats)
 
 
-def _read(path: str) -> ConfigFile:
+def read_file(path: str) -> bytes:
+    """The bytes of one config file; ConfigReadError (path, errno) if it cannot be read.
+
+    Only regular files are read: a FIFO would block the reader forever and a device such
+    as /dev/zero would never end. The open is non-blocking so that neither can hang it.
+    """
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise ConfigError(path, f"error opening config file: {exc.strerror}") from None
+        raise ConfigReadError.from_os_error(exc, path) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigReadError(path, f"not a regular file (mode {stat.filemode(mode)})")
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    except OSError as exc:
+        raise ConfigReadError.from_os_error(exc, path) from None
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> ConfigFile:
+    raw = read_file(path)
     try:
         return ConfigFile(path, raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -13,6 +13,11 @@ Names and triggers are those of the reference's goruntime-based provider (sectio
 There is no extension filter; dot-files count unless RUNTIME_IGNOREDOTFILES. Changes are
 found by polling a cheap signature of the watched paths (no inotify dependency); a reload
 reads and compiles everything off the event loop and hands back one new RuleSet.
+
+Unlike goruntime, which logs a file it cannot read at warning level and loads the others,
+any read error (a directory renamed away, a dangling symlink, a symlink loop, no file
+descriptors left, something that is not a regular file) fails the whole read with a
+`ConfigReadError` naming the path and the errno: an unreadable config is never an empty one.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .loader import ConfigFile
+from .errors import ConfigReadError
+from .loader import ConfigFile, read_file
 
 Signature = tuple[object, ...]
 
@@ -43,21 +49,22 @@ class FileLayout:
         return os.path.join(self.root, self.subdirectory, self.appdirectory)
 
     def signature(self) -> Signature:
-        """Changes whenever the reference would reload."""
+        """Changes whenever the reference would reload (and when a read error comes or goes)."""
         if self.watch_root:
             # The symlink itself: a swap changes its target (and its inode/ctime).
             try:
                 st = os.lstat(self.root)
-            except OSError:
-                return ("missing",)
+            except OSError as exc:
+                return ("unreadable", exc.errno)
             return (os.path.realpath(self.root), st.st_ino, st.st_ctime_ns)
-        entries = []
+        entries: list[tuple[object, ...]] = []
         try:
             with os.scandir(self.base) as it:
                 for entry in it:
                     try:
                         st = entry.stat()
-                    except OSError:
+                    except OSError as exc:
+                        entries.append((entry.name, "unreadable", exc.errno))
                         continue
                     entries.append(
                         (
@@ -69,28 +76,35 @@ class FileLayout:
                             st.st_mode,
                         )
                     )
-        except OSError:
-            return ("missing",)
+        except OSError as exc:
+            return ("unreadable", exc.errno)
         return tuple(sorted(entries))
 
     def read(self) -> list[ConfigFile]:
-        """The config files, named as the reference names them, in name order."""
-        base = self.base
-        files: list[ConfigFile] = []
-        for path, key in sorted(self._walk(base), key=lambda item: item[1]):
-            if self.watch_root and not key.startswith(self.appdirectory + "."):
-                continue
-            try:
-                with open(path, "rb") as fh:
-                    text = fh.read().decode("utf-8", errors="replace")
-            except OSError:
-                continue  # removed between the listing and the read: the next poll reloads
-            files.append(ConfigFile(key, text))
-        return files
+        """The config files, named as the reference names them, in name order.
+
+        Raises ConfigReadError if the directory or any file in it cannot be read.
+        """
+        return [
+            ConfigFile(key, read_file(path).decode("utf-8", errors="replace"))
+            for path, key in self.files()
+        ]
+
+    def files(self) -> list[tuple[str, str]]:
+        """(path, key) of every config file, in key order; ConfigReadError on a listing error."""
+        base = os.path.normpath(self.base)
+        found = []
+        for path, key in self._walk(base):
+            if not self.watch_root or key.startswith(self.appdirectory + "."):
+                found.append((path, key))
+        return sorted(found, key=lambda item: item[1])
 
     def _walk(self, base: str) -> list[tuple[str, str]]:
         out = []
-        for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
+        # os.walk would skip a directory it cannot list (and an unlistable base would look
+        # empty); raise instead. Entries it cannot stat come back as files, which then fail
+        # to open. A symlinked directory cycle ends in ELOOP after 40 levels.
+        for dirpath, dirnames, filenames in os.walk(base, onerror=_raise, followlinks=True):
             if self.ignore_dotfiles:
                 dirnames[:] = [d for d in dirnames if not d.startswith(".")]
             rel_dir = os.path.relpath(dirpath, base)
@@ -100,3 +114,7 @@ class FileLayout:
                 rel = name if rel_dir == "." else os.path.join(rel_dir, name)
                 out.append((os.path.join(dirpath, name), rel.replace(os.sep, ".")))
         return out
+
+
+def _raise(exc: OSError) -> None:
+    raise ConfigReadError.from_os_error(exc)

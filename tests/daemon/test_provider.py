@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from ratelimitd.config.errors import ConfigReadError
 from ratelimitd.config.provider import FileLayout
 
 
@@ -69,7 +75,71 @@ def test_directory_signature_sees_write_create_chmod_and_remove(tmp_path: Path) 
     assert len(seen) == 5
 
 
-def test_missing_root_is_an_empty_config(tmp_path: Path) -> None:
-    layout = FileLayout(str(tmp_path / "absent"), watch_root=False)
-    assert layout.read() == []
-    assert layout.signature() == ("missing",)
+def read_error(layout: FileLayout) -> ConfigReadError:
+    with pytest.raises(ConfigReadError) as info:
+        layout.read()
+    return info.value
+
+
+@pytest.mark.parametrize("watch_root", [True, False])
+def test_a_missing_directory_is_a_read_error_not_an_empty_config(
+    tmp_path: Path, watch_root: bool
+) -> None:
+    layout = FileLayout(str(tmp_path / "absent"), watch_root=watch_root)
+    err = read_error(layout)
+    assert err.errno == errno.ENOENT
+    assert err.name == str(tmp_path / "absent" / ("" if watch_root else "config"))
+    assert str(err).endswith("No such file or directory [errno 2 ENOENT]")
+    # A distinct, stable signature: the poll sees the directory come back.
+    assert layout.signature() == layout.signature() != ()
+
+
+def test_a_base_that_is_a_file_is_a_read_error(tmp_path: Path) -> None:
+    (tmp_path / "config").write_text("domain: a\n")
+    assert read_error(FileLayout(str(tmp_path), watch_root=False)).errno == errno.ENOTDIR
+
+
+def _socket_file(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    return sock
+
+
+@pytest.mark.parametrize("watch_root", [True, False])
+@pytest.mark.parametrize(
+    ("make", "code"),
+    [
+        # A symlink to itself: open() fails with ELOOP.
+        (lambda p: p.symlink_to(p.name), errno.ELOOP),
+        # A symlink whose target is gone.
+        (lambda p: p.symlink_to(p.parent / "gone.yaml"), errno.ENOENT),
+        # A directory cycle through a symlink (os.walk follows links, as goruntime's keys do).
+        (lambda p: p.symlink_to("."), errno.ELOOP),
+        # Not a regular file: a unix socket, a FIFO (open() would block), a device.
+        (_socket_file, errno.ENXIO),
+        (lambda p: os.mkfifo(p), None),
+        (lambda p: p.symlink_to("/dev/zero"), None),
+    ],
+    ids=["symlink-loop", "dangling-symlink", "directory-cycle", "socket", "fifo", "device"],
+)
+def test_an_unreadable_entry_fails_the_whole_read(
+    tmp_path: Path, watch_root: bool, make: Callable[[Path], object], code: int | None
+) -> None:
+    make_tree(tmp_path)
+    bad = tmp_path / "config" / "zz-bad.yaml"
+    keep = make(bad)
+    layout = FileLayout(str(tmp_path), watch_root=watch_root)
+    err = read_error(layout)
+    assert err.errno == code
+    assert err.name.startswith(str(bad))
+    if code is None:
+        assert "not a regular file" in str(err)
+    else:
+        assert f"[errno {code} {errno.errorcode[code]}]" in str(err)
+    if isinstance(keep, socket.socket):
+        keep.close()
+    # In a watched directory the signature still changes when such an entry goes away.
+    before = layout.signature()
+    bad.unlink()
+    assert watch_root or layout.signature() != before
+    assert len(layout.read()) == 3

@@ -1,10 +1,12 @@
 # cython: language_level=3
-"""Cache keys, fixed-window arithmetic and near-limit maths, compiled.
+"""Cache keys, fixed-window arithmetic, near-limit maths and the status split, compiled.
 
 Same public names and results as `_keys_py.py` (the oracle); `keys.py` selects one.
 """
 
 from libc.math cimport floorf
+
+from ratelimitd.messages import OK, OVER_LIMIT, Status
 
 UNIT_SECONDS = (0, 1, 60, 3600, 86400, 2592000, 31536000, 604800)
 cdef long long _SECONDS[8]
@@ -63,16 +65,64 @@ cpdef str cache_key(str prefix, str domain, entries, share, long long seconds, l
     return "".join(parts)
 
 
+cdef inline bint _split(unsigned long long limit, unsigned long long hits,
+                        unsigned long long after, unsigned long long near,
+                        unsigned long long *over_add, unsigned long long *near_add) noexcept:
+    """Over the limit? And the over/near increments (reference section 7.3). `before`
+    wraps in uint64 exactly like the reference."""
+    cdef unsigned long long before = after - hits
+    near_add[0] = 0
+    over_add[0] = 0
+    if after > limit:
+        if before >= limit:
+            over_add[0] = hits
+        else:
+            over_add[0] = after - limit
+            near_add[0] = limit - (near if near > before else before)
+        return True
+    if after > near:
+        near_add[0] = hits if before >= near else after - near
+    return False
+
+
 def evaluate(unsigned long long limit, unsigned long long hits, unsigned long long after,
              unsigned long long near):
     """Status and stat increments for one counter: (over, remaining, over_add, near_add,
     within_add). `before` wraps in uint64 exactly like the reference."""
-    cdef unsigned long long before = after - hits
-    cdef unsigned long long near_add = 0
-    if after > limit:
-        if before >= limit:
-            return True, 0, hits, 0, 0
-        return True, 0, after - limit, limit - (near if near > before else before), 0
-    if after > near:
-        near_add = hits if before >= near else after - near
+    cdef unsigned long long over_add, near_add
+    if _split(limit, hits, after, near, &over_add, &near_add):
+        return True, 0, over_add, near_add, 0
     return False, limit - after, 0, near_add, hits
+
+
+cpdef object over(object rule, object st, unsigned long long over_add, long long now):
+    """The Status at `now` of an over-limit counter, with its over_limit (and shadow_mode)
+    stats: OVER_LIMIT, or OK when the rule is in shadow mode (only observed)."""
+    cdef long long seconds = rule.unit_seconds
+    cdef long long reset = seconds - now % seconds
+    st.over_limit += over_add
+    if rule.shadow_mode:
+        st.shadow_mode += over_add
+        return Status(OK, rule, 0, reset)
+    return Status(OVER_LIMIT, rule, 0, reset)
+
+
+def settle(object rule, object st, unsigned long long hits, unsigned long long after,
+           double ratio, long long now):
+    """The Status at `now` of a counter that is `after` once `hits` were added, and the
+    over/near/within/shadow split of its stats (reference section 7.3)."""
+    cdef unsigned long long limit = rule.requests_per_unit
+    cdef long long seconds
+    cdef long long near = near_threshold(limit, ratio)
+    cdef unsigned long long over_add, near_add
+    if near < 0:
+        raise OverflowError("can't convert negative value to unsigned int")
+    if _split(limit, hits, after, <unsigned long long>near, &over_add, &near_add):
+        if near_add:
+            st.near_limit += near_add
+        return over(rule, st, over_add, now)
+    if near_add:
+        st.near_limit += near_add
+    st.within_limit += hits
+    seconds = rule.unit_seconds
+    return Status(OK, rule, limit - after, seconds - now % seconds)

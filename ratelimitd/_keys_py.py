@@ -1,4 +1,4 @@
-"""Cache keys, fixed-window arithmetic and near-limit maths: the pure-Python twin.
+"""Cache keys, fixed-window arithmetic, near-limit maths and the status split: the pure twin.
 
 `_keys.pyx` is the compiled twin; both expose the same names and are selected by `keys.py`.
 Everything here is exactly what envoyproxy/ratelimit computes (reference sections 3.1,
@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Sequence
+from typing import Any
+
+from .messages import OK, OVER_LIMIT, Status
 
 # Seconds per RLS v3 `RateLimitResponse.RateLimit.Unit`, indexed by the enum number:
 # UNKNOWN 0, SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7.
@@ -87,3 +90,29 @@ def evaluate(limit: int, hits: int, after: int, near: int) -> tuple[bool, int, i
     if after > near:
         near_add = hits if before >= near else after - near
     return False, limit - after, 0, near_add, hits
+
+
+def over(rule: Any, st: Any, over_add: int, now: int) -> Status:
+    """The Status at `now` of an over-limit counter, with its over_limit (and shadow_mode)
+    stats: OVER_LIMIT, or OK when the rule is in shadow mode (only observed)."""
+    reset = reset_seconds(now, rule.unit_seconds)
+    st.over_limit += over_add
+    if rule.shadow_mode:
+        st.shadow_mode += over_add
+        return Status(OK, rule, 0, reset)
+    return Status(OVER_LIMIT, rule, 0, reset)
+
+
+def settle(rule: Any, st: Any, hits: int, after: int, ratio: float, now: int) -> Status:
+    """The Status at `now` of a counter that is `after` once `hits` were added, and the
+    over/near/within/shadow split of its stats (reference section 7.3)."""
+    limit = rule.requests_per_unit
+    is_over, remaining, over_add, near_add, _ = evaluate(
+        limit, hits, after, near_threshold(limit, ratio)
+    )
+    if near_add:
+        st.near_limit += near_add
+    if is_over:
+        return over(rule, st, over_add, now)
+    st.within_limit += hits
+    return Status(OK, rule, remaining, reset_seconds(now, rule.unit_seconds))

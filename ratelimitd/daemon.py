@@ -13,16 +13,13 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from .backends import create_backend
 from .backends.base import Backend, BackendError
 from .config.provider import FileLayout
 from .config.xds_client import XdsSettingsError
+from .core import build_core
 from .health import Health
-from .limiter import Limiter
-from .localcache import LocalCache
 from .reloader import ConfigReloader
 from .service import RateLimitService
 from .settings import ReloadOptions, Settings, SettingsError, reload_options_from_env
@@ -79,9 +76,7 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self.request_stop)
 
-        connect = getattr(self.backend, "connect", None)
-        if connect is not None:
-            await connect()
+        await self.backend.connect()
         self.health.set("backend", True)
 
         # The reference opens no port before its first config loads, unless forced.
@@ -132,10 +127,6 @@ class Daemon:
         return 0
 
 
-def _gauge_reader(cache: LocalCache, name: str) -> Callable[[], float]:
-    return lambda: cache.gauges()[name]
-
-
 def build(settings: Settings) -> Daemon:
     """Wire a daemon from settings (no I/O until `run`)."""
     stats = StatsStore()
@@ -145,7 +136,6 @@ def build(settings: Settings) -> Daemon:
         health.register("config", False)
     health.register("sigterm", True)
 
-    backend = create_backend(settings, health, stats)
     sink = create_sink(
         settings,
         stats,
@@ -153,25 +143,8 @@ def build(settings: Settings) -> Daemon:
         share_dir=settings.workers.stats_dir or None,
     )
     tracing = create_tracing(settings)
-    if tracing is not None:
-        # Before the Limiter is built: it looks up the backend's methods once.
-        backend = tracing.traced_backend(backend)
-    cache = settings.cache
-    local_cache = None
-    if cache.local_cache_size_in_bytes:
-        local_cache = LocalCache(cache.local_cache_size_in_bytes)
-        for gauge in local_cache.gauges():
-            stats.add_gauge(f"ratelimit.localcache.{gauge}", _gauge_reader(local_cache, gauge))
-    limiter = Limiter(
-        backend,
-        near_limit_ratio=cache.near_limit_ratio,
-        cache_key_prefix=cache.cache_key_prefix,
-        local_cache=local_cache,
-        # Redis only, as in the reference: memcache decides before it increments.
-        stop_increment_when_over_limit=cache.stop_cache_key_increment_when_overlimit
-        and cache.backend == "redis",
-    )
-    service = RateLimitService(limiter, stats, settings.reload)
+    core = build_core(settings, stats=stats, health=health, tracing=tracing)
+    service = core.service
 
     def reload_options() -> ReloadOptions:
         # The reference re-reads these from the environment on every load.
@@ -205,7 +178,7 @@ def build(settings: Settings) -> Daemon:
         settings=settings,
         stats=stats,
         health=health,
-        backend=backend,
+        backend=core.backend,
         service=service,
         reloader=reloader,
         grpc=grpc_transport(settings, service, health, stats, sink, tracing),

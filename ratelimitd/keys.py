@@ -1,9 +1,15 @@
-"""Selects the compiled `_keys` or its pure-Python twin `_keys_py`.
+"""Selects the compiled `_keys` or its pure-Python twin `_keys_py`: cache keys, window
+arithmetic, the near-limit maths and the status split; `meter_key` is built on them here.
 
 Like yarl's YARL_NO_EXTENSIONS, RATELIMITD_NO_EXTENSIONS=1 forces the twin; the choice is
 made at import, through the settings package (the only reader of the environment).
+`implementation(name)` gives either twin by name.
 """
 
+from collections.abc import Sequence
+from types import ModuleType
+
+from ._twins import twin
 from .settings import extensions_disabled
 
 if extensions_disabled():
@@ -12,7 +18,9 @@ if extensions_disabled():
         cache_key,
         evaluate,
         near_threshold,
+        over,
         reset_seconds,
+        settle,
         unit_seconds,
         window_start,
     )
@@ -25,7 +33,9 @@ else:
             cache_key,
             evaluate,
             near_threshold,
+            over,
             reset_seconds,
+            settle,
             unit_seconds,
             window_start,
         )
@@ -37,20 +47,43 @@ else:
             cache_key,
             evaluate,
             near_threshold,
+            over,
             reset_seconds,
+            settle,
             unit_seconds,
             window_start,
         )
 
         IMPLEMENTATION = "pure"
 
+
+# Metered usage (the `meter: true` config extension) is kept per UTC day for 35 days, so
+# a billing cycle or a rolling 30-day window can always be summed from it.
+METER_TTL_SECONDS = 35 * 86400
+
+
+def meter_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], now: int) -> str:
+    """`<prefix>meter_<domain>_<k>_<v>[_<k>_<v>..]_<UTC day start>`: one day's usage bucket."""
+    return cache_key(prefix + "meter_", domain, entries, None, 86400, now)
+
+
+def implementation(name: str | None = None) -> ModuleType:
+    """The module behind the twin names: "compiled" `_keys`, "pure" `_keys_py`, None as above."""
+    return twin("ratelimitd._keys", "ratelimitd._keys_py", name, IMPLEMENTATION)
+
+
 __all__ = [
     "IMPLEMENTATION",
+    "METER_TTL_SECONDS",
     "UNIT_SECONDS",
     "cache_key",
     "evaluate",
+    "implementation",
+    "meter_key",
     "near_threshold",
+    "over",
     "reset_seconds",
+    "settle",
     "unit_seconds",
     "window_start",
 ]

@@ -1,10 +1,13 @@
 """Fixed-window counting for one request: cache keys, backend round, statuses, stats.
 
 This is the reference's base limiter plus its Redis `DoLimit` (sections 7 and 8.1/8.3),
-written against the backend protocol so every backend shares it: total_hits counted at
+written against the backend contract so every backend shares it: total_hits counted at
 key generation, the local over-limit cache consulted first, one backend round for all
 remaining keys (two with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), then status and the
-over/near/within/shadow split of section 7.3.
+over/near/within/shadow split of section 7.3 (`keys.settle` / `keys.over`, compiled with the
+rest of the counter maths, are the one place it is written).
+
+The service hands over one `Check` per descriptor that has a limit; the backend gets `Op`s.
 """
 
 from __future__ import annotations
@@ -13,27 +16,52 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .backends.base import Backend
-from .keys import cache_key, evaluate, near_threshold
+import msgspec
+
+from . import keys
+from .backends.base import Backend, Op, SyncBackend
+from .keys import METER_TTL_SECONDS, meter_key
 from .localcache import LocalCache
-from .messages import OK, OVER_LIMIT, Descriptor, Status
+from .messages import OK, Descriptor, Status
 
-# Metered usage (the `meter: true` config extension) is kept per UTC day for 35 days, so
-# a billing cycle or a rolling 30-day window can always be summed from it.
-METER_TTL_SECONDS = 35 * 86400
-
-
-def meter_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], now: int) -> str:
-    """`<prefix>meter_<domain>_<k>_<v>[_<k>_<v>..]_<UTC day start>`: one day's usage bucket."""
-    return cache_key(prefix + "meter_", domain, entries, None, 86400, now)
-
+__all__ = ["METER_TTL_SECONDS", "NO_LIMIT", "Check", "Limiter", "Meter", "meter_key"]
 
 # The status of a descriptor with no limit; shared, never mutated.
 NO_LIMIT = Status(OK)
 
 
+class Check(msgspec.Struct, gc=False):
+    """One descriptor of the request that has a limit: what the limiter counts and decides."""
+
+    index: int  # the descriptor's position in the request
+    rule: Any  # config.Rule: the limit
+    stats: Any  # stats.RuleStats: where its counters go
+    share: tuple[str, ...] | None  # share_threshold patterns replacing values in the key
+    hits: int
+
+
+class Meter(msgspec.Struct, gc=False):
+    """One metered descriptor (`meter: true`): its hits go into its day bucket."""
+
+    index: int
+    hits: int
+
+
+class _Pending(msgspec.Struct, gc=False):
+    """A check that goes to the backend, with its cache key."""
+
+    check: Check
+    key: str
+
+
 class Limiter:
-    """Counts hits against limits in a backend."""
+    """Counts hits against limits in a backend.
+
+    The backend is fixed when the limiter is built: a `SyncBackend` without
+    STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT makes the limiter `synchronous`, and the service
+    then calls `do_limit_now` (no coroutine on the hot path) instead of `do_limit`.
+    `impl` names the `keys` implementation ("compiled", "pure"; None: the selected one).
+    """
 
     def __init__(
         self,
@@ -44,45 +72,45 @@ class Limiter:
         local_cache: LocalCache | None = None,
         stop_increment_when_over_limit: bool = False,
         clock: Callable[[], float] = time.time,
+        impl: str | None = None,
     ) -> None:
+        self._backend = backend
         self.stop_increment = stop_increment_when_over_limit
-        self.backend = backend
         self.near_limit_ratio = near_limit_ratio
         self.prefix = cache_key_prefix
         self.local_cache = local_cache
         self.clock = clock
+        k = keys.implementation(impl)
+        self._cache_key: Callable[..., str] = k.cache_key
+        # (rule, stats, hits, counter after, near ratio, now) -> Status, and its over branch.
+        self._settle: Callable[[Any, Any, int, int, float, int], Status] = k.settle
+        self._over: Callable[[Any, Any, int, int], Status] = k.over
+        # Chosen once: checking before incrementing needs the async GET round. The sync
+        # backend's methods are bound here, once, for the hot path.
+        self._increment_now: Callable[[list[Op], int], list[int]] | None = None
+        self._increment_one: Callable[[str, int, int, int], int] | None = None
+        if isinstance(backend, SyncBackend) and not self.stop_increment:
+            self._increment_now = backend.increment_now
+            self._increment_one = backend.increment_one
+        self.synchronous = self._increment_one is not None
 
     @property
     def backend(self) -> Backend:
-        """The counter store."""
+        """The counter store (fixed at construction: the fast path was chosen for it)."""
         return self._backend
-
-    @backend.setter
-    def backend(self, backend: Backend) -> None:
-        self._backend = backend
-        # A synchronous backend (memory) is called directly, without a coroutine:
-        # `synchronous` tells the service that `do_limit_now` can decide without awaiting.
-        self._increment_now: Callable[[list[tuple[str, int, int]], int], list[int]] | None = (
-            getattr(backend, "increment_now", None)
-        )
-        self._increment_one: Callable[[str, int, int, int], int] | None = getattr(
-            backend, "increment_one", None
-        )
-        self.synchronous = self._increment_now is not None and not self.stop_increment
 
     async def do_limit(
         self,
         domain: str,
         descriptors: Sequence[Descriptor],
-        checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
-        meters: Sequence[tuple[int, int]] = (),
+        checks: list[Check],
+        meters: Sequence[Meter] = (),
     ) -> list[Status]:
         """One Status per descriptor.
 
-        `checks` holds one (index, rule, stats, share, hits) per descriptor that has a
-        limit, in descriptor order; every other descriptor gets `{OK, no limit}`.
-        `meters` holds (index, hits) per metered descriptor: their day buckets are
-        incremented in the same backend round (see `meter_key`).
+        `checks` holds one Check per descriptor that has a limit, in descriptor order;
+        every other descriptor gets `{OK, no limit}`. The day buckets of `meters` are
+        incremented in the same backend round (see `keys.meter_key`).
         """
         now = int(self.clock())
         statuses, pending, ops, any_cached = self._prepare(domain, descriptors, checks, now)
@@ -91,31 +119,20 @@ class Limiter:
         if meters:
             ops += self._meter_ops(domain, descriptors, meters, now)
         if ops:
-            if self._increment_now is not None:
-                counters = self._increment_now(ops, now)
+            increment_now = self._increment_now
+            if increment_now is not None:
+                counters = increment_now(ops, now)
             else:
-                counters = await self.backend.increment(ops)
+                counters = await self._backend.increment(ops)
             self._finish(statuses, pending, counters, now)
         return statuses
-
-    def _meter_ops(
-        self,
-        domain: str,
-        descriptors: Sequence[Descriptor],
-        meters: Sequence[tuple[int, int]],
-        now: int,
-    ) -> list[tuple[str, int, int]]:
-        return [
-            (meter_key(self.prefix, domain, descriptors[i].entries, now), h, METER_TTL_SECONDS)
-            for i, h in meters
-        ]
 
     def do_limit_now(
         self,
         domain: str,
         descriptors: Sequence[Descriptor],
-        checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
-        meters: Sequence[tuple[int, int]] = (),
+        checks: list[Check],
+        meters: Sequence[Meter] = (),
     ) -> list[Status]:
         """`do_limit` for a synchronous backend: no coroutine on the hot path.
 
@@ -135,112 +152,102 @@ class Limiter:
             if ops:
                 self._finish(batch, pending, increment_now(ops, now), now)
             return batch
-        for key, h, seconds in self._meter_ops(domain, descriptors, meters, now) if meters else ():
-            increment(key, h, seconds, now)
+        if meters:
+            for op in self._meter_ops(domain, descriptors, meters, now):
+                increment(op.key, op.hits, op.seconds, now)
+        cache_key = self._cache_key
+        settle = self._settle
         prefix = self.prefix
         ratio = self.near_limit_ratio
         statuses: list[Status] = [NO_LIMIT] * len(descriptors)
-        for i, rule, st, share, h in checks:
+        for check in checks:
+            rule = check.rule
+            st = check.stats
+            i = check.index
+            h = check.hits
             seconds = rule.unit_seconds
-            limit = rule.requests_per_unit
             st.total_hits += h
             after = increment(
-                cache_key(prefix, domain, descriptors[i].entries, share, seconds, now),
+                cache_key(prefix, domain, descriptors[i].entries, check.share, seconds, now),
                 h,
                 seconds,
                 now,
             )
-            over, remaining, over_add, near_add, within_add = evaluate(
-                limit, h, after, near_threshold(limit, ratio)
-            )
-            if near_add:
-                st.near_limit += near_add
-            if over:
-                st.over_limit += over_add
-                code = OVER_LIMIT
-                if rule.shadow_mode:
-                    st.shadow_mode += over_add
-                    code = OK
-                statuses[i] = Status(code, rule, 0, seconds - now % seconds)
-            else:
-                st.within_limit += within_add
-                statuses[i] = Status(OK, rule, remaining, seconds - now % seconds)
+            statuses[i] = settle(rule, st, h, after, ratio, now)
         return statuses
+
+    def _meter_ops(
+        self,
+        domain: str,
+        descriptors: Sequence[Descriptor],
+        meters: Sequence[Meter],
+        now: int,
+    ) -> list[Op]:
+        prefix = self.prefix
+        ops = []
+        for m in meters:
+            key = meter_key(prefix, domain, descriptors[m.index].entries, now)
+            ops.append(Op(key, m.hits, METER_TTL_SECONDS))
+        return ops
 
     def _prepare(
         self,
         domain: str,
         descriptors: Sequence[Descriptor],
-        checks: list[tuple[int, Any, Any, tuple[str, ...] | None, int]],
+        checks: list[Check],
         now: int,
-    ) -> tuple[
-        list[Status], list[tuple[int, Any, Any, int, str]], list[tuple[str, int, int]], bool
-    ]:
+    ) -> tuple[list[Status], list[_Pending], list[Op], bool]:
         """Cache keys, total_hits and the local cache: what is left for the backend."""
+        cache_key = self._cache_key
+        over = self._over
         prefix = self.prefix
         local = self.local_cache
         statuses: list[Status] = [NO_LIMIT] * len(descriptors)
-        pending: list[tuple[int, Any, Any, int, str]] = []
-        ops: list[tuple[str, int, int]] = []
+        pending: list[_Pending] = []
+        ops: list[Op] = []
         any_cached = False
-        for i, rule, st, share, h in checks:
+        for check in checks:
+            rule = check.rule
+            h = check.hits
             seconds = rule.unit_seconds
-            key = cache_key(prefix, domain, descriptors[i].entries, share, seconds, now)
+            entries = descriptors[check.index].entries
+            key = cache_key(prefix, domain, entries, check.share, seconds, now)
+            st = check.stats
             st.total_hits += h
             if local is not None and local.contains(key, now):
                 # Known over limit: answered without touching the backend.
                 any_cached = True
-                st.over_limit += h
                 st.over_limit_with_local_cache += h
-                code = OVER_LIMIT
-                if rule.shadow_mode:
-                    st.shadow_mode += h
-                    code = OK
-                statuses[i] = Status(code, rule, 0, seconds - now % seconds)
+                statuses[check.index] = over(rule, st, h, now)
                 continue
-            pending.append((i, rule, st, h, key))
-            ops.append((key, h, seconds))
+            pending.append(_Pending(check, key))
+            ops.append(Op(key, h, seconds))
         return statuses, pending, ops, any_cached
 
     def _finish(
         self,
         statuses: list[Status],
-        pending: list[tuple[int, Any, Any, int, str]],
+        pending: list[_Pending],
         counters: Sequence[int],
         now: int,
     ) -> None:
-        """Statuses and the over/near/within/shadow split from the counters after."""
+        """Statuses and stats from the counters after; over-limit keys go to the local cache."""
         local = self.local_cache
+        settle = self._settle
         ratio = self.near_limit_ratio
-        for j, (i, rule, st, h, key) in enumerate(pending):
-            limit = rule.requests_per_unit
-            over, remaining, over_add, near_add, within_add = evaluate(
-                limit, h, counters[j], near_threshold(limit, ratio)
-            )
-            seconds = rule.unit_seconds
-            reset = seconds - now % seconds
-            if near_add:
-                st.near_limit += near_add
-            if over:
-                st.over_limit += over_add
-                if local is not None:
-                    local.add(key, now + reset)
-                code = OVER_LIMIT
-                if rule.shadow_mode:
-                    # The rule is only observed: its status passes, the stats still count.
-                    st.shadow_mode += over_add
-                    code = OK
-                statuses[i] = Status(code, rule, 0, reset)
-            else:
-                st.within_limit += within_add
-                statuses[i] = Status(OK, rule, remaining, reset)
+        for j, p in enumerate(pending):
+            check = p.check
+            rule = check.rule
+            after = counters[j]
+            statuses[check.index] = settle(rule, check.stats, check.hits, after, ratio, now)
+            if local is not None and after > rule.requests_per_unit:
+                # Over until its window ends.
+                seconds = rule.unit_seconds
+                local.add(p.key, now + seconds - now % seconds)
 
     async def _selective_ops(
-        self,
-        ops: list[tuple[str, int, int]],
-        pending: list[tuple[int, Any, Any, int, str]],
-        any_cached: bool,
-    ) -> list[tuple[str, int, int]]:
+        self, ops: list[Op], pending: list[_Pending], any_cached: bool
+    ) -> list[Op]:
         """STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: increment only would-exceed keys.
 
         A local-cache hit means the request is over already: nothing is incremented.
@@ -249,12 +256,12 @@ class Limiter:
         Non-incremented keys still get INCRBY 0 so their TTL is refreshed.
         """
         if any_cached:
-            return [(key, 0, seconds) for key, _hits, seconds in ops]
-        current = await self.backend.get([(key, seconds) for key, _hits, seconds in ops])
+            return [Op(op.key, 0, op.seconds) for op in ops]
+        current = await self._backend.get(ops)
         exceed = [
-            current[j] + h > rule.requests_per_unit
-            for j, (_i, rule, _st, h, _key) in enumerate(pending)
+            current[j] + p.check.hits > p.check.rule.requests_per_unit
+            for j, p in enumerate(pending)
         ]
         if not any(exceed):
             return ops
-        return [(key, h if exceed[j] else 0, seconds) for j, (key, h, seconds) in enumerate(ops)]
+        return [op if exceed[j] else Op(op.key, 0, op.seconds) for j, op in enumerate(ops)]

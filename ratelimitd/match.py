@@ -3,6 +3,9 @@
 RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read at import).
 """
 
+from types import ModuleType
+
+from ._twins import twin
 from .settings import extensions_disabled
 
 if extensions_disabled():
@@ -25,4 +28,18 @@ else:
 
         IMPLEMENTATION = "pure"
 
-__all__ = ["IMPLEMENTATION", "Level", "Node", "compile_level", "lookup", "wildcard_match"]
+
+def implementation(name: str | None = None) -> ModuleType:
+    """The module behind the twin names: "compiled" `_match`, "pure" `_match_py`, None as above."""
+    return twin("ratelimitd._match", "ratelimitd._match_py", name, IMPLEMENTATION)
+
+
+__all__ = [
+    "IMPLEMENTATION",
+    "Level",
+    "Node",
+    "compile_level",
+    "implementation",
+    "lookup",
+    "wildcard_match",
+]

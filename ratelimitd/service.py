@@ -13,12 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import keys
 from .backends.base import BackendError
 from .config import Rule, RuleSet
 from .config.ruleset import UNIT_NAMES
-from .keys import reset_seconds, unit_seconds
-from .limiter import Limiter
-from .match import lookup
+from .limiter import Check, Limiter, Meter
 from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Response, Status
 from .settings import ReloadOptions
 from .stats import StatsStore
@@ -45,11 +44,17 @@ class RateLimitService:
         stats: StatsStore,
         options: ReloadOptions | None = None,
         clock: Callable[[], float] = time.time,
+        *,
+        impl: str | None = None,
     ) -> None:
         self.limiter = limiter
         self.stats = stats
         self.clock = clock
         self.snapshot = Snapshot(None, options or ReloadOptions())
+        # The window arithmetic of the `keys` implementation `impl` names (None: selected).
+        k = keys.implementation(impl)
+        self._unit_seconds: Callable[[int], int] = k.unit_seconds
+        self._reset_seconds: Callable[[int, int], int] = k.reset_seconds
 
     def set_ruleset(self, ruleset: RuleSet, options: ReloadOptions | None = None) -> None:
         """Swap in a newly loaded config (and the options re-read with it) atomically."""
@@ -79,16 +84,18 @@ class RateLimitService:
 
         n = len(descriptors)
         default_hits = request.hits_addend or 1
-        checks: list[tuple[int, Rule, Any, tuple[str, ...] | None, int]] = []
+        checks: list[Check] = []
         unlimited: list[int] | None = None
-        meters: list[tuple[int, int]] | None = None
+        meters: list[Meter] | None = None
         metadata: list[dict[str, Any] | None] | None = None
-        root = snap.ruleset.domains.get(domain)
+        ruleset = snap.ruleset
+        root = ruleset.domains.get(domain)
         if root is None:
             for _ in range(n):
                 self.stats.domain_not_found(domain)
         else:
             replaced: set[str] | None = None
+            lookup = ruleset.lookup  # the matcher of the implementation that compiled it
             for i in range(n):
                 d = descriptors[i]
                 share = None
@@ -109,7 +116,9 @@ class RateLimitService:
                     if rule.meter:
                         if meters is None:
                             meters = []
-                        meters.append((i, default_hits if d.hits_addend is None else d.hits_addend))
+                        meters.append(
+                            Meter(i, default_hits if d.hits_addend is None else d.hits_addend)
+                        )
                     if rule.replaces:
                         if replaced is None:
                             replaced = set()
@@ -120,15 +129,15 @@ class RateLimitService:
                         unlimited.append(i)
                         continue
                 hits = default_hits if d.hits_addend is None else d.hits_addend
-                checks.append((i, rule, stats, share, hits))
+                checks.append(Check(i, rule, stats, share, hits))
             if replaced:
                 # Replaced limits are dropped whatever the descriptor order, metadata too.
                 kept = []
                 for check in checks:
-                    name = check[1].name
+                    name = check.rule.name
                     if name and name in replaced:
                         if metadata is not None:
-                            metadata[check[0]] = None
+                            metadata[check.index] = None
                     else:
                         kept.append(check)
                 checks = kept
@@ -157,7 +166,9 @@ class RateLimitService:
 
         response = Response(overall, statuses)
         if opts.response_headers:
-            response.headers = _limit_headers(statuses, opts, int(self.clock()))
+            response.headers = _limit_headers(
+                statuses, opts, int(self.clock()), self._reset_seconds
+            )
         if opts.response_dynamic_metadata:
             response.dynamic_metadata = _dynamic_metadata(
                 request, statuses, unlimited or [], metadata or [None] * n
@@ -167,7 +178,7 @@ class RateLimitService:
     def _override(self, domain: str, d: Descriptor) -> Rule:
         """A request's own limit (`descriptor.limit`): no shadow, quota, name or metadata."""
         requests_per_unit, unit = d.limit  # type: ignore[misc]
-        if not unit_seconds(unit):
+        if not self._unit_seconds(unit):
             raise self._refuse(f"invalid rate limit override unit {unit}")
         key = domain + "." + ".".join(k + "_" + v if v else k for k, v in d.entries)
         return Rule(key, requests_per_unit, unit, stats=self.stats.rule_stats(key))
@@ -193,7 +204,12 @@ def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: boo
     return OVER_LIMIT if regular_over or (quota_count and quota_over == quota_count) else OK
 
 
-def _limit_headers(statuses: list[Status], opts: ReloadOptions, now: int) -> list[tuple[str, str]]:
+def _limit_headers(
+    statuses: list[Status],
+    opts: ReloadOptions,
+    now: int,
+    reset_seconds: Callable[[int, int], int],
+) -> list[tuple[str, str]]:
     """RateLimit-Limit/-Remaining/-Reset from the reference's "minimum" descriptor.
 
     The limited status with the least remaining, except that any non-quota OVER_LIMIT

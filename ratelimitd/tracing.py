@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Tracer
 
-    from .backends.base import Backend
+    from .backends.base import Backend, Op
 
 SHOULD_RATE_LIMIT = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 INSTRUMENTATION_NAME = "ratelimitd"
@@ -131,19 +131,13 @@ def create_tracing(settings: Settings, exporter: SpanExporter | None = None) -> 
 # -- backend child spans -------------------------------------------------------------------
 
 
-# The memory backend's synchronous entry points; hidden so that the limiter takes the
-# async path, where one `increment` call is one round trip and so one span.
-_SYNCHRONOUS_API = frozenset({"increment_now", "increment_one"})
-
-
 class TracedBackend:
     """A Backend whose round trips are child spans of the request's span.
 
     Only when the current span is recording (a sampled request) is a span started, so an
-    unsampled request pays one context lookup. Everything else is delegated unchanged,
-    except the memory backend's synchronous shortcuts, which are hidden: with tracing on
-    the limiter awaits `increment` and each round is one span. Wrap the backend before the
-    Limiter is built (the limiter looks its methods up once).
+    unsampled request pays one context lookup. It implements `Backend` and nothing more:
+    not being a `SyncBackend`, it makes the limiter await `increment`, so each round is one
+    span. What else the wrapped store offers is reached through `.backend`.
     """
 
     def __init__(self, backend: Backend, tracer: Tracer) -> None:
@@ -160,10 +154,9 @@ class TracedBackend:
             else f"{backend.name.capitalize()} Pipeline Execution"
         )
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _SYNCHRONOUS_API:
-            raise AttributeError(name)
-        return getattr(self.backend, name)
+    async def connect(self) -> None:
+        """Connect the wrapped backend (not traced: start-up, not a request)."""
+        await self.backend.connect()
 
     def _span(self, commands: int) -> Any:
         if not self._current_span().is_recording():
@@ -172,7 +165,7 @@ class TracedBackend:
             self.span_name, kind=self._client, attributes={"pipeline length": commands}
         )
 
-    async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def increment(self, ops: Sequence[Op]) -> list[int]:
         """INCRBY + EXPIRE per op, in a span."""
         span = self._span(2 * len(ops))
         if span is None:
@@ -180,13 +173,13 @@ class TracedBackend:
         with span:
             return await self.backend.increment(ops)
 
-    async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
+    async def get(self, ops: Sequence[Op]) -> list[int]:
         """GET per key, in a span."""
-        span = self._span(len(keys))
+        span = self._span(len(ops))
         if span is None:
-            return await self.backend.get(keys)
+            return await self.backend.get(ops)
         with span:
-            return await self.backend.get(keys)
+            return await self.backend.get(ops)
 
     async def close(self) -> None:
         """Close the wrapped backend."""

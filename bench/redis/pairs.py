@@ -5,7 +5,7 @@ plus a JSON line describing the run (machine, Python, Redis version, extension m
 
     .venv/bin/python bench/redis/pairs.py [--seconds 3] [--pool-size 10] [--repeat 3]
 
-1. Pairs: C tasks (C = 1, 16, 256) each awaiting `RedisBackend.increment([(key, 1, 60)])`
+1. Pairs: C tasks (C = 1, 16, 256) each awaiting `RedisBackend.increment([Op(key, 1, 60)])`
    in a loop: one INCRBY + EXPIRE pair per request, the worst case for per-request
    overhead (own key per task, 60 s unit, up to 300 s of jitter). Client CPU =
    `time.process_time()` of this process / pairs; server CPU = utime + stime of
@@ -37,6 +37,7 @@ from support.machine import machine_info
 from support.process import cpu_seconds, start_bound
 from support.redis_server import RedisServer
 
+from ratelimitd.backends.base import Op
 from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.limiter import Limiter
@@ -64,7 +65,7 @@ async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: in
 
     async def worker(i: int) -> None:
         nonlocal done
-        ops = [(f"bench_pair_{i}", 1, 60)]
+        ops = [Op(f"bench_pair_{i}", 1, 60)]
         n = 0
         while time.monotonic() < stop:
             for _ in range(50):

@@ -1,10 +1,13 @@
-"""Counter backends behind one small async protocol (see base.Backend), and their registry."""
+"""Counter backends behind one declared contract (base.Backend, base.SyncBackend), and their
+registry: one module per backend, one entry in `create_backend`."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .base import Backend, BackendError
+from .base import Backend, BackendError, Op, SyncBackend
 from .memory import MemoryBackend
 
 if TYPE_CHECKING:
@@ -13,11 +16,17 @@ if TYPE_CHECKING:
     from ..stats import StatsStore
 
 
-def create_backend(settings: Settings, health: Health, stats: StatsStore) -> Backend:
-    """The backend BACKEND_TYPE names (memory, redis, memcache)."""
+def create_backend(
+    settings: Settings,
+    health: Health,
+    stats: StatsStore,
+    *,
+    clock: Callable[[], float] = time.time,
+) -> Backend:
+    """The backend BACKEND_TYPE names (memory, redis, memcache); `clock` is the memory one's."""
     kind = settings.cache.backend
     if kind == "memory":
-        return MemoryBackend(settings.cache.expiration_jitter_max_seconds)
+        return MemoryBackend(settings.cache.expiration_jitter_max_seconds, clock=clock)
     if kind == "redis":
         from .redis import create_redis_backend
 
@@ -29,4 +38,4 @@ def create_backend(settings: Settings, health: Health, stats: StatsStore) -> Bac
     raise ValueError(f"BACKEND_TYPE: unknown backend {kind!r}")
 
 
-__all__ = ["Backend", "BackendError", "MemoryBackend", "create_backend"]
+__all__ = ["Backend", "BackendError", "MemoryBackend", "Op", "SyncBackend", "create_backend"]

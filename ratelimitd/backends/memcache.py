@@ -1,6 +1,6 @@
 """The memcached backend: decide on one multi-get, count in the background (section 9).
 
-Per request the limiter hands over (key, hits, unit) ops. The backend sends ONE multi-get
+Per request the limiter hands over `Op`s (key, hits, unit seconds). The backend sends ONE multi-get
 for all keys (per node, all nodes at once), takes a missing key as 0 and a value as a
 base-10 int32 (anything else: 0, logged), and returns `value + hits` per op, so the
 limiter decides with `before = value`: the decision is made before the increment, as the
@@ -62,7 +62,7 @@ import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
-from .base import BackendError
+from .base import BackendError, Op
 
 if TYPE_CHECKING:
     from ..health import Health
@@ -571,7 +571,7 @@ class MemcacheBackend:
         self.stats = MemcacheStats()
         self.nodes: list[_Node] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._queued: list[tuple[str, int, int]] = []
+        self._queued: list[Op] = []
         self._refresher: asyncio.Task[None] | None = None
         if servers:
             self._set_servers(list(servers))
@@ -684,22 +684,22 @@ class MemcacheBackend:
             out.append(value)
         return out
 
-    async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def increment(self, ops: Sequence[Op]) -> list[int]:
         """Counters as the decision sees them (value + hits); the increments follow unawaited."""
         if not ops:
             return []
-        values = await self._values([key for key, _hits, _seconds in ops])
+        values = await self._values([op.key for op in ops])
         # The increments of every request of this loop iteration go out as one batch.
         if not self._queued:
             asyncio.get_running_loop().call_soon(self._start_batch)
         self._queued.extend(ops)
-        return [v + hits for v, (_key, hits, _seconds) in zip(values, ops, strict=True)]
+        return [v + op.hits for v, op in zip(values, ops, strict=True)]
 
-    async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
+    async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent; fails open like `increment`)."""
-        if not keys:
+        if not ops:
             return []
-        return await self._values([key for key, _seconds in keys])
+        return await self._values([op.key for op in ops])
 
     def _start_batch(self) -> None:
         ops = self._queued
@@ -743,15 +743,15 @@ class MemcacheBackend:
             return int(self.clock()) + ttl
         return ttl
 
-    async def _increment_all(self, ops: Sequence[tuple[str, int, int]]) -> None:
+    async def _increment_all(self, ops: Sequence[Op]) -> None:
         """incr; on NOT_FOUND add; on NOT_STORED incr again. Errors are logged and counted."""
         items = []
-        for key, hits, seconds in ops:
-            k = key.encode()
+        for op in ops:
+            k = op.key.encode()
             if legal_key(k):
-                items.append((k, hits, seconds))
+                items.append((k, op.hits, op.seconds))
             else:
-                log.error("Failed to increment key %r: malformed key", key)
+                log.error("Failed to increment key %r: malformed key", op.key)
                 self.stats.inc("increment.__code=error")
         if not items:
             return

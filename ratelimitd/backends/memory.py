@@ -17,9 +17,11 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
+from .base import Op
+
 
 class MemoryBackend:
-    """Process-local fixed-window counters."""
+    """Process-local fixed-window counters: a `SyncBackend` (see base)."""
 
     name = "memory"
 
@@ -34,15 +36,20 @@ class MemoryBackend:
     def __len__(self) -> int:
         return len(self._counters)
 
-    def increment_now(self, ops: Sequence[tuple[str, int, int]], now: int) -> list[int]:
+    async def connect(self) -> None:
+        """Nothing to reach."""
+
+    def increment_now(self, ops: Sequence[Op], now: int) -> list[int]:
         """The synchronous core of `increment` at Unix time `now` (the limiter's clock)."""
         if now >= self._next_sweep:
             self._sweep(now)
         counters = self._counters
         jitter = self._jitter
         out = []
-        for key, hits, seconds in ops:
-            expires = now + seconds
+        for op in ops:
+            key = op.key
+            hits = op.hits
+            expires = now + op.seconds
             if jitter > 0:
                 expires += int(random.random() * jitter)
             entry = counters.get(key)
@@ -78,16 +85,16 @@ class MemoryBackend:
         entry[1] = expires
         return entry[0]
 
-    async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def increment(self, ops: Sequence[Op]) -> list[int]:
         """INCRBY + EXPIRE for each op; the counters after."""
         return self.increment_now(ops, int(self._clock()))
 
-    async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
+    async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent or expired)."""
         now = int(self._clock())
         out = []
-        for key, _seconds in keys:
-            entry = self._counters.get(key)
+        for op in ops:
+            entry = self._counters.get(op.key)
             out.append(entry[0] if entry is not None and entry[1] > now else 0)
         return out
 

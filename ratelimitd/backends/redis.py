@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..settings import RedisSettings, redis_auth
 from . import resp
-from .base import BackendError
+from .base import BackendError, Op
 from .resp import Batch, ReplyError, RespConnection, SharedFuture
 
 if TYPE_CHECKING:
@@ -392,7 +392,7 @@ class RedisInstance:
         """One connection attempt for the startup loop."""
         raise NotImplementedError
 
-    async def incr_expire(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
         """INCRBY + EXPIRE per op; the counters."""
         raise NotImplementedError
 
@@ -521,21 +521,23 @@ class SingleInstance(RedisInstance):
         """Open the pool (at least one connection)."""
         await self.pool.open_all()
 
-    async def incr_expire(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
         """One pipeline: INCRBY + EXPIRE per op."""
         jitter = self.jitter
         encode = resp.incrby_expire
         if len(ops) == 1:
-            key, hits, seconds = ops[0]
+            op = ops[0]
+            seconds = op.seconds
             if jitter > 0:
                 seconds += int(random.random() * jitter)
-            payload = encode(key.encode(), hits, seconds)
+            payload = encode(op.key.encode(), op.hits, seconds)
         else:
             parts = []
-            for key, hits, seconds in ops:
+            for op in ops:
+                seconds = op.seconds
                 if jitter > 0:
                     seconds += int(random.random() * jitter)
-                parts.append(encode(key.encode(), hits, seconds))
+                parts.append(encode(op.key.encode(), op.hits, seconds))
             payload = b"".join(parts)
         n = 2 * len(ops)
         fut, offset = self.pool.submit(payload, n)
@@ -706,14 +708,14 @@ class ClusterInstance(RedisInstance):
             todo.sort()
         raise BackendError("too many redis cluster redirections")
 
-    async def incr_expire(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
         """INCRBY + EXPIRE per op, grouped per node."""
         cmds: list[tuple[int, bytes]] = []
-        for key, hits, seconds in ops:
-            k = key.encode()
+        for op in ops:
+            k = op.key.encode()
             slot = key_slot(k)
-            cmds.append((slot, resp.incrby(k, hits)))
-            cmds.append((slot, resp.expire(k, self._jittered(seconds))))
+            cmds.append((slot, resp.incrby(k, op.hits)))
+            cmds.append((slot, resp.expire(k, self._jittered(op.seconds))))
         replies = await self._run(cmds)
         for reply in replies:
             if reply.__class__ is not int:
@@ -821,13 +823,13 @@ class RedisBackend:
             self.health.set("backend", True)
         self._connections_changed()
 
-    async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def increment(self, ops: Sequence[Op]) -> list[int]:
         """INCRBY key hits + EXPIRE key unit+jitter per op; main first, then per-second."""
         per_second = self.per_second
         if per_second is None:
             return await self.main.incr_expire(ops)
-        main_idx = [j for j, op in enumerate(ops) if op[2] != 1]
-        second_idx = [j for j, op in enumerate(ops) if op[2] == 1]
+        main_idx = [j for j, op in enumerate(ops) if op.seconds != 1]
+        second_idx = [j for j, op in enumerate(ops) if op.seconds == 1]
         out = [0] * len(ops)
         if main_idx:
             for j, value in zip(
@@ -843,17 +845,17 @@ class RedisBackend:
                 out[j] = value
         return out
 
-    async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
+    async def get(self, ops: Sequence[Op]) -> list[int]:
         """GET per key (0 when absent), routed as `increment` routes."""
         per_second = self.per_second
         if per_second is None:
-            return await self.main.get([k for k, _ in keys])
-        out = [0] * len(keys)
-        main_idx = [j for j, (_, unit) in enumerate(keys) if unit != 1]
-        second_idx = [j for j, (_, unit) in enumerate(keys) if unit == 1]
+            return await self.main.get([op.key for op in ops])
+        out = [0] * len(ops)
+        main_idx = [j for j, op in enumerate(ops) if op.seconds != 1]
+        second_idx = [j for j, op in enumerate(ops) if op.seconds == 1]
         for inst, idx in ((self.main, main_idx), (per_second, second_idx)):
             if idx:
-                values = await inst.get([keys[j][0] for j in idx])
+                values = await inst.get([ops[j].key for j in idx])
                 for j, value in zip(idx, values, strict=True):
                     out[j] = value
         return out

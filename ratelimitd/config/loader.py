@@ -7,8 +7,9 @@ import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .. import match
 from .errors import ConfigError, ConfigReadError
-from .ruleset import ConfigSource, RuleSet, StatsSource, build_ruleset
+from .ruleset import ConfigSource, Matcher, RuleSet, StatsSource, build_ruleset
 from .yamlfile import parse
 
 
@@ -26,10 +27,16 @@ def parse_files(files: Iterable[ConfigFile]) -> list[ConfigSource]:
 
 
 def load_ruleset(
-    files: Iterable[ConfigFile], *, merge_domains: bool = False, stats: StatsSource | None = None
+    files: Iterable[ConfigFile],
+    *,
+    merge_domains: bool = False,
+    stats: StatsSource | None = None,
+    matcher: Matcher = match,
 ) -> RuleSet:
     """Parse every file, then validate and compile them together (first error wins)."""
-    return build_ruleset(parse_files(files), merge_domains=merge_domains, stats=stats)
+    return build_ruleset(
+        parse_files(files), merge_domains=merge_domains, stats=stats, matcher=matcher
+    )
 
 
 def load_files(paths: Sequence[str]) -> list[ConfigFile]:

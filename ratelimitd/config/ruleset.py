@@ -8,8 +8,9 @@ a reload builds a new one and swaps the reference, so each request sees exactly 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from .. import keys, match
@@ -119,14 +120,45 @@ class ConfigSource:
     doc: RootDoc
 
 
+class Matcher(Protocol):
+    """A descriptor-trie implementation: `ratelimitd.match`, or one of its twins."""
+
+    def compile_level(self, specs: Sequence[Any]) -> Any: ...
+
+    def lookup(self, root: Any, domain: str, entries: Any) -> Any: ...
+
+
 class RuleSet:
-    """All loaded domains, compiled. Immutable; replaced as a whole on reload."""
+    """All loaded domains, compiled. Immutable; replaced as a whole on reload.
 
-    __slots__ = ("_specs", "domains")
+    `domains` maps a domain to its compiled trie (read-only), and `lookup` is the matcher
+    function of the implementation that compiled it: a RuleSet is only ever searched by the
+    code that built it, whichever of the compiled module and its twin that was.
+    """
 
-    def __init__(self, domains: dict[str, Any], specs: dict[str, list[NodeSpec]]) -> None:
-        self.domains = domains  # domain -> compiled match.Level
-        self._specs = specs
+    __slots__ = ("_specs", "domains", "lookup")
+
+    domains: MappingProxyType[str, Any]
+    lookup: Callable[[Any, str, Any], Any]
+    _specs: MappingProxyType[str, list[NodeSpec]]
+
+    def __init__(
+        self,
+        domains: dict[str, Any],
+        specs: dict[str, list[NodeSpec]],
+        lookup: Callable[[Any, str, Any], Any] = match.lookup,
+    ) -> None:
+        object.__setattr__(self, "domains", MappingProxyType(dict(domains)))
+        object.__setattr__(self, "_specs", MappingProxyType(dict(specs)))
+        object.__setattr__(self, "lookup", lookup)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"RuleSet is immutable (cannot set {name!r})")
+
+    @property
+    def specs(self) -> MappingProxyType[str, list[NodeSpec]]:
+        """The validated config entries per domain, the input the tries were compiled from."""
+        return self._specs
 
     def __len__(self) -> int:
         return len(self.domains)
@@ -162,8 +194,13 @@ def build_ruleset(
     *,
     merge_domains: bool = False,
     stats: StatsSource | None = None,
+    matcher: Matcher = match,
 ) -> RuleSet:
-    """Validate and compile configs in order; raise ConfigError on the first problem."""
+    """Validate and compile configs in order; raise ConfigError on the first problem.
+
+    `matcher` compiles the tries (the selected `ratelimitd.match` unless a caller, such as a
+    benchmark of the pure twin, names another implementation).
+    """
     roots: dict[str, NodeSpec] = {}
     for source in sources:
         doc = source.doc
@@ -176,8 +213,8 @@ def build_ruleset(
             raise ConfigError(source.name, f"duplicate domain '{doc.domain}' in config file")
         _load_descriptors(source.name, root, doc.domain + ".", doc.descriptors, stats)
     specs = {domain: root.children for domain, root in roots.items()}
-    domains = {domain: match.compile_level(children) for domain, children in specs.items()}
-    return RuleSet(domains, specs)
+    domains = {domain: matcher.compile_level(children) for domain, children in specs.items()}
+    return RuleSet(domains, specs, matcher.lookup)
 
 
 def _load_descriptors(

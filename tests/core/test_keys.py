@@ -31,13 +31,25 @@ def test_selector_uses_the_compiled_module_in_a_normal_install() -> None:
     assert expected == keys.IMPLEMENTATION
 
 
+# The selector's own names; every other public name comes from a twin.
+SELECTOR_NAMES = {"IMPLEMENTATION", "METER_TTL_SECONDS", "implementation", "meter_key"}
+
+
 def test_twins_expose_the_same_names() -> None:
     compiled = importlib.import_module("ratelimitd._keys")
     pure = importlib.import_module("ratelimitd._keys_py")
     for name in keys.__all__:
-        if name != "IMPLEMENTATION":
+        if name not in SELECTOR_NAMES:
             assert hasattr(compiled, name) and hasattr(pure, name), name
     assert compiled.UNIT_SECONDS == pure.UNIT_SECONDS
+
+
+def test_implementation_is_chosen_by_name() -> None:
+    assert keys.implementation("compiled") is importlib.import_module("ratelimitd._keys")
+    assert keys.implementation("pure") is importlib.import_module("ratelimitd._keys_py")
+    assert keys.implementation(None).cache_key is keys.cache_key
+    with pytest.raises(ValueError, match="unknown implementation 'fast'"):
+        keys.implementation("fast")
 
 
 # --- units and windows -------------------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ratelimitd.backends import MemoryBackend
+from ratelimitd.backends import MemoryBackend, Op
 from ratelimitd.localcache import ENTRY_OVERHEAD, LocalCache
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor
 
@@ -309,7 +309,7 @@ async def test_ttl_is_refreshed_on_every_hit(harness: Any) -> None:
 async def test_memory_backend_jitter_bounds() -> None:
     clock = [1000.0]
     backend = MemoryBackend(5, clock=lambda: clock[0])
-    await backend.increment([(f"k{i}", 1, 60) for i in range(300)])
+    await backend.increment([Op(f"k{i}", 1, 60) for i in range(300)])
     ttls = {backend.ttl(f"k{i}") for i in range(300)}
     # EXPIRE unit + rand.Int63n(max): [unit, unit + max).
     assert ttls <= set(range(60, 65))
@@ -318,7 +318,7 @@ async def test_memory_backend_jitter_bounds() -> None:
 
 async def test_memory_backend_without_jitter_ttl_is_exactly_the_unit() -> None:
     backend = MemoryBackend(0, clock=lambda: 1000.0)
-    await backend.increment([("a", 1, 3600), ("b", 2, 1)])
+    await backend.increment([Op("a", 1, 3600), Op("b", 2, 1)])
     assert (backend.ttl("a"), backend.ttl("b"), backend.ttl("absent")) == (3600, 1, -2)
 
 
@@ -326,14 +326,14 @@ async def test_memory_backend_reclaims_expired_keys() -> None:
     clock = [1000.0]
     backend = MemoryBackend(0, clock=lambda: clock[0])
     n = 200
-    await backend.increment([(f"old{i}", 1, 1) for i in range(n)])
+    await backend.increment([Op(f"old{i}", 1, 1) for i in range(n)])
     assert len(backend) == n
     clock[0] = 1002.0
-    assert await backend.get([("old0", 1)]) == [0]
+    assert await backend.get([Op("old0", 0, 1)]) == [0]
     # Reclaiming may be incremental (a bounded amount of work per call), never a full scan
     # per request: a bounded number of later increments reclaims every expired key.
     for _ in range(4 * n):
-        await backend.increment([("live", 1, 60)])
+        await backend.increment([Op("live", 1, 60)])
         if len(backend) == 1:
             break
     assert list(backend._counters) == ["live"]
@@ -342,10 +342,10 @@ async def test_memory_backend_reclaims_expired_keys() -> None:
 async def test_memory_backend_expired_counter_restarts_at_zero() -> None:
     clock = [1000.0]
     backend = MemoryBackend(0, clock=lambda: clock[0])
-    assert await backend.increment([("k", 3, 1)]) == [3]
+    assert await backend.increment([Op("k", 3, 1)]) == [3]
     clock[0] = 1001.0
     assert backend.ttl("k") == -2
-    assert await backend.increment([("k", 2, 1)]) == [2]
+    assert await backend.increment([Op("k", 2, 1)]) == [2]
 
 
 # --- local cache (TestOverLimitWithLocalCache) ----------------------------------------

@@ -40,7 +40,7 @@ class Matcher:
     def __init__(self, impl: ModuleType, ruleset: RuleSet) -> None:
         self.impl = impl
         self.ruleset = ruleset
-        self.roots = {d: impl.compile_level(specs) for d, specs in ruleset._specs.items()}
+        self.roots = {d: impl.compile_level(specs) for d, specs in ruleset.specs.items()}
 
     def __call__(self, domain: str, *entries: tuple[str, str]) -> Any:
         return self.impl.lookup(self.roots[domain], domain, tuple(entries))

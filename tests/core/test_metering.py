@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from ratelimitd.backends import Op
 from ratelimitd.config import ConfigError, ConfigFile, load_ruleset
-from ratelimitd.limiter import METER_TTL_SECONDS, meter_key
+from ratelimitd.keys import METER_TTL_SECONDS, meter_key
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 
 METERED = """\
@@ -41,11 +42,11 @@ async def test_metered_hits_land_in_day_buckets(harness: Any, local_cache_bytes:
     assert response.overall_code == OVER_LIMIT
     bucket = f"meter_api_account_acme_{DAY}"
     # Every request that reaches the rule is metered, over the limit or not.
-    assert (await h.backend.get([(bucket, 1)])) == [8]
+    assert (await h.backend.get([Op(bucket, 0, 1)])) == [8]
     assert h.backend.ttl(bucket) == METER_TTL_SECONDS
     h.clock.now = NOW + 86400
     await h.decide("api", [("account", "acme")])
-    assert (await h.backend.get([(f"meter_api_account_acme_{DAY + 86400}", 1)])) == [1]
+    assert (await h.backend.get([Op(f"meter_api_account_acme_{DAY + 86400}", 0, 1)])) == [1]
 
 
 async def test_unlimited_rules_can_meter_and_plain_rules_do_not(harness: Any) -> None:
@@ -55,7 +56,7 @@ async def test_unlimited_rules_can_meter_and_plain_rules_do_not(harness: Any) ->
     assert response.statuses[0].limit_remaining == 4294967295
     buckets = sorted(k for k in h.backend._counters if k.startswith("meter_"))
     assert buckets == [f"meter_api_tenant_t1_{DAY}"]
-    assert (await h.backend.get([(buckets[0], 1)])) == [3]
+    assert (await h.backend.get([Op(buckets[0], 0, 1)])) == [3]
 
 
 async def test_configs_without_the_extension_write_no_meter_keys(harness: Any) -> None:
@@ -68,7 +69,7 @@ async def test_metering_with_stop_increment_mode(harness: Any) -> None:
     h = harness(METERED, now=NOW, stop_increment=True)
     for _ in range(4):
         await h.decide("api", [("account", "acme")])
-    assert (await h.backend.get([(f"meter_api_account_acme_{DAY}", 1)])) == [4]
+    assert (await h.backend.get([Op(f"meter_api_account_acme_{DAY}", 0, 1)])) == [4]
 
 
 def test_meter_needs_a_rate_limit() -> None:

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from ratelimitd import _keys_py, _match_py
 from ratelimitd.config import Rule
 from ratelimitd.config.ruleset import NodeSpec
+from ratelimitd.messages import OK, OVER_LIMIT
+from ratelimitd.stats import RULE_STATS, RuleStats
 
 _keys = pytest.importorskip("ratelimitd._keys", reason="compiled extension not built")
 _match = pytest.importorskip("ratelimitd._match", reason="compiled extension not built")
@@ -50,6 +52,40 @@ def test_evaluate_twins_agree(args: tuple[int, int, int, int]) -> None:
     assert over == (after > limit)
     if not over:
         assert remaining == limit - after and within_add == hits and over_add == 0
+
+
+@PROPS
+@given(
+    st.integers(0, U32),
+    st.integers(0, 1000),
+    st.integers(0, 2 * U32),
+    st.floats(0.0, 1.0, allow_nan=False),
+    st.booleans(),
+    st.sampled_from([1, 2, 3, 4, 5, 6, 7]),
+    st.integers(0, 2**40),
+)
+def test_settle_twins_agree(
+    limit: int, hits: int, after: int, ratio: float, shadow: bool, unit: int, now: int
+) -> None:
+    """The status split (Status and stats) is the same in both twins, and is `evaluate`'s."""
+    rule = Rule("d.k", limit, unit, shadow_mode=shadow)
+    results = []
+    for module in (_keys, _keys_py):
+        stats = RuleStats("d.k")
+        status = module.settle(rule, stats, hits, after, ratio, now)
+        counters = {name: getattr(stats, name) for name in RULE_STATS}
+        results.append((status, counters))
+    assert results[0] == results[1]
+    status, counters = results[1]
+    over, remaining, over_add, near_add, within_add = _keys_py.evaluate(
+        limit, hits, after, _keys_py.near_threshold(limit, ratio)
+    )
+    assert counters["over_limit"] == over_add and counters["near_limit"] == near_add
+    assert counters["within_limit"] == within_add
+    assert counters["shadow_mode"] == (over_add if shadow else 0)
+    assert status.code == (OVER_LIMIT if over and not shadow else OK)
+    assert status.limit_remaining == remaining and status.rule is rule
+    assert status.duration_until_reset == _keys_py.reset_seconds(now, rule.unit_seconds)
 
 
 @PROPS

@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-from ratelimitd.backends import BackendError, MemoryBackend
+from ratelimitd.backends import BackendError, MemoryBackend, Op
+from ratelimitd.config import ConfigFile
+from ratelimitd.core import Core, build_core
 from ratelimitd.limiter import Limiter
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request
 from ratelimitd.service import RateLimitService, ServiceError
@@ -209,31 +211,38 @@ async def test_empty_domain_is_checked_before_the_config(harness: Any) -> None:
 class FailingBackend:
     name = "failing"
 
-    async def increment(self, ops: Sequence[tuple[str, int, int]]) -> list[int]:
+    async def connect(self) -> None:
+        return None
+
+    async def increment(self, ops: Sequence[Op]) -> list[int]:
         raise BackendError("cache error")
 
-    async def get(self, keys: Sequence[tuple[str, int]]) -> list[int]:
+    async def get(self, ops: Sequence[Op]) -> list[int]:
         raise BackendError("cache error")
 
     async def close(self) -> None:
         return None
 
 
-async def test_backend_error_fails_the_request(harness: Any) -> None:
-    h = harness(CONFIG)
-    h.limiter.backend = FailingBackend()
+def failing_core() -> Core:
+    core = build_core(backend=FailingBackend())
+    core.load([ConfigFile("config.yaml", CONFIG)])
+    return core
+
+
+async def test_backend_error_fails_the_request() -> None:
+    core = failing_core()
     with pytest.raises(BackendError) as exc:
-        await h.decide("d", [("foo", "bar")])
+        await core.service.should_rate_limit(Request("d", [Descriptor((("foo", "bar"),))]))
     assert str(exc.value) == "cache error"
-    assert h.stat(SERVICE_ERROR) == 0
+    assert core.stats.snapshot()[SERVICE_ERROR] == 0
 
 
-async def test_backend_error_counts_redis_error(harness: Any) -> None:
-    h = harness(CONFIG)
-    h.limiter.backend = FailingBackend()
+async def test_backend_error_counts_redis_error() -> None:
+    core = failing_core()
     with pytest.raises(BackendError):
-        await h.decide("d", [("foo", "bar")])
-    assert h.stat("ratelimit.service.call.should_rate_limit.redis_error") == 1
+        await core.service.should_rate_limit(Request("d", [Descriptor((("foo", "bar"),))]))
+    assert core.stats.snapshot()["ratelimit.service.call.should_rate_limit.redis_error"] == 1
 
 
 # --- unknown domain ---------------------------------------------------------------------

@@ -26,7 +26,8 @@ from support.pki import Pki
 
 from ratelimitd._proto import base_pb2, ratelimit_pb2, ratelimit_unit_pb2, rls_pb2, rls_pb2_grpc
 from ratelimitd.backends.base import BackendError
-from ratelimitd.config import Rule
+from ratelimitd.config import ConfigFile, Rule
+from ratelimitd.core import build_core
 from ratelimitd.health import Health
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request, Response, Status
 from ratelimitd.service import RateLimitService
@@ -409,32 +410,32 @@ async def test_no_config_loaded(harness: Callable[..., Any], serve: Any) -> None
     )
 
 
-async def test_backend_error_is_unknown_and_counted(
-    harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    h = harness(CONFIG)
-
+async def test_backend_error_is_unknown_and_counted(serve: Any) -> None:
     class Unreachable:
         """A backend whose store is down (an async one: the limiter awaits `increment`)."""
 
         name = "unreachable"
 
+        async def connect(self) -> None:
+            return None
+
         async def increment(self, ops: object) -> list[int]:
             raise BackendError("connection refused to redis at 127.0.0.1:6379")
 
-        async def get(self, keys: object) -> list[int]:
+        async def get(self, ops: object) -> list[int]:
             raise BackendError("connection refused to redis at 127.0.0.1:6379")
 
         async def close(self) -> None:
             return None
 
-    monkeypatch.setattr(h.limiter, "backend", Unreachable())
-    served = await serve(h.service, h.stats)
+    core = build_core(backend=Unreachable())
+    core.load([ConfigFile("config.yaml", CONFIG)])
+    served = await serve(core.service, core.stats)
     async with served.channel() as channel:
         err = await rpc_error(call(channel, request("test", KV)))
     assert err.code() == grpc.StatusCode.UNKNOWN
     assert err.details() == "connection refused to redis at 127.0.0.1:6379"
-    assert h.stat("ratelimit.service.call.should_rate_limit.redis_error") == 1
+    assert core.stats.snapshot()["ratelimit.service.call.should_rate_limit.redis_error"] == 1
 
 
 async def test_unexpected_error_is_unknown_and_logged(

@@ -8,6 +8,7 @@ import zlib
 
 from support import wait_until
 
+from ratelimitd.backends.base import Op
 from ratelimitd.backends.memcache import (
     MemcacheBackend,
     legal_key,
@@ -137,7 +138,7 @@ async def test_increment_add_not_stored_race(memcached, decider) -> None:
     """Concurrent first increments: one add wins, the others get NOT_STORED and incr again."""
     mc = memcached()
     d = await decider([mc.address], CONFIG, max_idle_conns=1)
-    ops = [("d_k_race_999960", 1, 60)]
+    ops = [Op("d_k_race_999960", 1, 60)]
     await asyncio.gather(*(d.backend._increment_all(ops) for _ in range(5)))
     assert mc.value("d_k_race_999960") == 5
     assert d.stat("ratelimit.memcache.increment.__code=miss") == 5
@@ -235,7 +236,7 @@ async def test_close_waits_for_pending_increments(memcached) -> None:
     mc = memcached()
     backend = MemcacheBackend([mc.address])
     await backend.connect()
-    assert await backend.increment([("k1", 2, 60), ("k2", 3, 60)]) == [2, 3]
+    assert await backend.increment([Op("k1", 2, 60), Op("k2", 3, 60)]) == [2, 3]
     await backend.close()
     assert (mc.value("k1"), mc.value("k2")) == (2, 3)
     assert await MemcacheBackend([mc.address]).get([]) == []

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from support import free_port, wait_until
 
-from ratelimitd.backends.base import BackendError
+from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.memcache import MemcacheBackend, servers_from_srv
 
 NAME = "_memcache._tcp.cache.test"
@@ -103,7 +103,7 @@ async def test_srv_targets_sorted_used_and_refreshed(
     try:
         await backend.connect()
         assert backend.servers == expected
-        await backend.increment([("d_k_a_999960", 1, 60), ("d_k_b_999960", 1, 60)])
+        await backend.increment([Op("d_k_a_999960", 1, 60), Op("d_k_b_999960", 1, 60)])
         await backend.flush()
         first = a if expected[0].endswith(f":{a.port}") else b
         second = b if first is a else a
@@ -113,7 +113,7 @@ async def test_srv_targets_sorted_used_and_refreshed(
 
         responder.records = [("localhost.", a.port)]
         await wait_until(lambda: backend.servers == [f"localhost.:{a.port}"], what="SRV refresh")
-        await backend.increment([("d_k_b_999960", 1, 60)])
+        await backend.increment([Op("d_k_b_999960", 1, 60)])
         await backend.flush()
         assert a.value("d_k_b_999960") == (2 if second is a else 1)
 

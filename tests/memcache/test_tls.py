@@ -9,6 +9,7 @@ from typing import Any
 
 from support.pki import Pki
 
+from ratelimitd.backends.base import Op
 from ratelimitd.backends.memcache import create_memcache_backend
 from ratelimitd.health import Health
 from ratelimitd.settings import Settings
@@ -45,9 +46,9 @@ async def test_tls_with_ca_and_client_certificate(memcached, certs: Pki) -> None
     mc = start_tls(memcached, certs, certs.server)
     backend = await backend_for(certs, mc.address)
     try:
-        assert await backend.increment([("k", 2, 60)]) == [2]
+        assert await backend.increment([Op("k", 2, 60)]) == [2]
         await backend.flush()
-        assert await backend.increment([("k", 1, 60)]) == [3]
+        assert await backend.increment([Op("k", 1, 60)]) == [3]
         await backend.flush()
         assert mc.value("k") == 3
         assert backend.stats.counts["multiget.__code=success"] == 2
@@ -59,7 +60,7 @@ async def test_tls_hostname_verification(memcached, certs: Pki) -> None:
     mc = start_tls(memcached, certs, certs.elsewhere)  # names elsewhere.test only
     strict = await backend_for(certs, mc.address)
     try:
-        assert await strict.increment([("k", 1, 60)]) == [1]  # fails open
+        assert await strict.increment([Op("k", 1, 60)]) == [1]  # fails open
         await strict.flush()
         assert mc.value("k") is None
         assert strict.stats.counts["multiget.__code=error"] == 1
@@ -67,7 +68,7 @@ async def test_tls_hostname_verification(memcached, certs: Pki) -> None:
         await strict.close()
     lax = await backend_for(certs, mc.address, MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION="true")
     try:
-        await lax.increment([("k", 1, 60)])
+        await lax.increment([Op("k", 1, 60)])
         await lax.flush()
         assert mc.value("k") == 1
     finally:

@@ -10,6 +10,7 @@ import grpc.aio
 import pytest
 
 from ratelimitd._proto import rls_pb2
+from ratelimitd.backends.base import Backend, Op, SyncBackend
 from ratelimitd.health import Health
 from ratelimitd.limiter import Limiter
 from ratelimitd.settings import ListenerSettings, Settings
@@ -247,13 +248,15 @@ async def test_traced_backend_delegates(harness: Any) -> None:
     assert tracing is not None
     backend = TracedBackend(h.backend, tracing.tracer)
     assert backend.name == "memory"
-    # The synchronous shortcuts are hidden: the limiter awaits `increment` (one span).
-    assert getattr(backend, "increment_now", None) is None
-    assert getattr(backend, "increment_one", None) is None
+    # A Backend, not a SyncBackend: the limiter awaits `increment` (one span per round).
+    assert isinstance(backend, Backend)
+    assert not isinstance(backend, SyncBackend)
     assert not Limiter(backend).synchronous
-    assert await backend.increment([("a", 2, 60)]) == [2]
-    assert await backend.get([("a", 60)]) == [2]
-    assert backend.ttl("a") == h.backend.ttl("a")  # anything else is delegated
+    assert Limiter(h.backend).synchronous
+    await backend.connect()
+    assert await backend.increment([Op("a", 2, 60)]) == [2]
+    assert await backend.get([Op("a", 0, 60)]) == [2]
+    assert backend.backend.ttl("a") == h.backend.ttl("a")  # the rest through `.backend`
     await backend.close()
     await tracing.shutdown()
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ratelimitd.backends.base import BackendError
+from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.backends.resp import STALL_FACTOR
 from ratelimitd.messages import OK
@@ -155,12 +155,12 @@ async def test_in_flight_bound_fails_fast(servers) -> None:
     await backend.connect()
     try:
         server.pause()
-        first = [asyncio.ensure_future(backend.increment([("a", 1, 60)])) for _ in range(3)]
+        first = [asyncio.ensure_future(backend.increment([Op("a", 1, 60)])) for _ in range(3)]
         await asyncio.sleep(0)  # flushed: 6 commands in flight on the hung connection
         await asyncio.sleep(0)
         start = time.monotonic()
         with pytest.raises(BackendError, match="pipeline full"):
-            await backend.increment([("b", 1, 60), ("c", 1, 60), ("d", 1, 60)])
+            await backend.increment([Op("b", 1, 60), Op("c", 1, 60), Op("d", 1, 60)])
         assert time.monotonic() - start < 0.5
         assert all(not f.done() for f in first)
         server.resume()
@@ -195,11 +195,11 @@ async def test_burst_is_split_over_connections_up_to_the_bound(servers) -> None:
     )
     await backend.connect()
     try:
-        ok = await asyncio.gather(*(backend.increment([("a", 1, 60)]) for _ in range(10)))
+        ok = await asyncio.gather(*(backend.increment([Op("a", 1, 60)]) for _ in range(10)))
         assert sorted(r[0] for r in ok) == list(range(1, 11))
         assert backend.writes == 2  # two flushes of 10 commands, one per connection
         results = await asyncio.gather(
-            *(backend.increment([("b", 1, 60)]) for _ in range(15)), return_exceptions=True
+            *(backend.increment([Op("b", 1, 60)]) for _ in range(15)), return_exceptions=True
         )
         failed = [r for r in results if isinstance(r, BackendError)]
         assert len(failed) == 5 and all("pipeline full" in str(e) for e in failed)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import uvloop
 
-from ratelimitd.backends.base import BackendError
+from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import create_redis_backend, go_duration, key_slot
 from ratelimitd.health import Health
 from ratelimitd.messages import OK, OVER_LIMIT
@@ -276,7 +276,7 @@ async def test_health_follows_connect(redis_server) -> None:
     assert health.components() == {"backend": True}
     await backend.close()
     with pytest.raises(BackendError):
-        await backend.increment([("k", 1, 60)])
+        await backend.increment([Op("k", 1, 60)])
 
 
 def test_key_slot_matches_redis(redis_server) -> None:
@@ -302,7 +302,7 @@ def test_go_duration() -> None:
 async def test_cancelled_request_does_not_cancel_its_flush(redis_server, decider) -> None:
     d = await decider(tcp(redis_server, REDIS_POOL_SIZE="1"), CONFIG)
     backend = d.backend
-    tasks = [asyncio.ensure_future(backend.increment([("c", 1, 60)])) for _ in range(5)]
+    tasks = [asyncio.ensure_future(backend.increment([Op("c", 1, 60)])) for _ in range(5)]
     await asyncio.sleep(0)  # all five submitted to one flush, not yet written
     tasks[0].cancel()
     assert sorted(r[0] for r in await asyncio.gather(*tasks[1:])) == [2, 3, 4, 5]
@@ -368,7 +368,7 @@ async def test_registry_builds_the_redis_backend(redis_server) -> None:
     assert isinstance(backend, RedisBackend)
     await backend.connect()
     try:
-        assert await backend.increment([("reg", 2, 60)]) == [2]
-        assert await backend.get([("reg", 60), ("absent", 60)]) == [2, 0]
+        assert await backend.increment([Op("reg", 2, 60)]) == [2]
+        assert await backend.get([Op("reg", 0, 60), Op("absent", 0, 60)]) == [2, 0]
     finally:
         await backend.close()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimitd.backends import MemoryBackend
+from ratelimitd.backends import MemoryBackend, Op
 from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.limiter import Limiter, meter_key
 from ratelimitd.messages import OK, Descriptor, Request
@@ -106,5 +106,5 @@ async def test_shipped_ratelimit_config_meters_the_middlewares_account_descripto
         assert [s.rule.requests_per_unit for s in resp.statuses] == [100, 20]
     key = meter_key("", "api", [("account", "acme")], int(now))
     assert key == "meter_api_account_acme_1763769600"
-    assert await backend.get([(key, 86400)]) == [3]
+    assert await backend.get([Op(key, 0, 86400)]) == [3]
     assert backend.ttl(key) > 31 * 86400  # kept long enough for any window

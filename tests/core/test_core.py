@@ -1,0 +1,130 @@
+"""`build_core`: one factory for the decision core; the implementation is an argument."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Sequence
+
+import pytest
+
+from ratelimitd.backends import Backend, MemoryBackend, Op, SyncBackend
+from ratelimitd.config import ConfigFile, load_ruleset
+from ratelimitd.core import build_core
+from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
+from ratelimitd.settings import CacheSettings, Settings
+
+CONFIG = """
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 2}
+"""
+
+needs_compiled = pytest.mark.skipif(
+    bool(os.environ.get("RATELIMITD_NO_EXTENSIONS")), reason="pure-Python pass of the suite"
+)
+
+
+def request(value: str = "v") -> Request:
+    return Request("d", [Descriptor((("k", value),))])
+
+
+@pytest.mark.parametrize("impl", [pytest.param("compiled", marks=needs_compiled), "pure"])
+async def test_impl_selects_every_twin_without_patching(impl: str) -> None:
+    core = build_core(backend=MemoryBackend(), clock=lambda: 1_000_000.0, impl=impl)
+    ruleset = core.load([ConfigFile("c.yaml", CONFIG)])
+    suffix = "" if impl == "compiled" else "_py"
+    match_module = importlib.import_module(f"ratelimitd._match{suffix}")
+    keys_module = importlib.import_module(f"ratelimitd._keys{suffix}")
+    assert ruleset.lookup is match_module.lookup
+    assert core.limiter._cache_key is keys_module.cache_key
+    assert core.limiter._settle is keys_module.settle
+    codes = [(await core.service.should_rate_limit(request())).overall_code for _ in range(3)]
+    assert codes == [OK, OK, OVER_LIMIT]
+    snapshot = core.stats.snapshot()
+    assert snapshot["ratelimit.service.rate_limit.d.k.over_limit"] == 1
+    assert snapshot["ratelimit.service.rate_limit.d.k.within_limit"] == 2
+
+
+def test_default_settings_build_the_memory_backend() -> None:
+    core = build_core()
+    assert core.backend.name == "memory"
+    assert core.limiter.synchronous
+    assert core.local_cache is None
+
+
+def test_settings_reach_the_limiter_and_the_local_cache() -> None:
+    settings = Settings(
+        cache=CacheSettings(
+            backend="memory",
+            near_limit_ratio=0.5,
+            cache_key_prefix="p:",
+            local_cache_size_in_bytes=1 << 16,
+        )
+    )
+    core = build_core(settings)
+    assert (core.limiter.near_limit_ratio, core.limiter.prefix) == (0.5, "p:")
+    assert core.limiter.local_cache is core.local_cache is not None
+    assert "ratelimit.localcache.hitCount" in core.stats.snapshot()
+
+
+def test_the_synchronous_path_is_chosen_once_from_the_declared_protocol() -> None:
+    memory = MemoryBackend()
+    assert isinstance(memory, SyncBackend)
+    assert build_core(backend=memory).limiter.synchronous
+    # Checking before incrementing needs the async GET round.
+    stop = Settings(
+        cache=CacheSettings(backend="memory", stop_cache_key_increment_when_overlimit=True)
+    )
+    assert not build_core(stop, backend=memory).limiter.synchronous
+    assert build_core(stop, backend=memory).limiter.stop_increment
+    with pytest.raises(AttributeError):
+        build_core(backend=memory).limiter.backend = MemoryBackend()  # type: ignore[misc]
+
+
+class AsyncOnly:
+    """A Backend that is not a SyncBackend: the limiter awaits it."""
+
+    name = "async-only"
+
+    def __init__(self) -> None:
+        self.inner = MemoryBackend(clock=lambda: 1_000_000.0)
+        self.rounds = 0
+
+    async def connect(self) -> None:
+        return None
+
+    async def increment(self, ops: Sequence[Op]) -> list[int]:
+        self.rounds += 1
+        return await self.inner.increment(ops)
+
+    async def get(self, ops: Sequence[Op]) -> list[int]:
+        return await self.inner.get(ops)
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_an_async_backend_is_awaited_once_per_request() -> None:
+    backend = AsyncOnly()
+    assert isinstance(backend, Backend) and not isinstance(backend, SyncBackend)
+    core = build_core(backend=backend, clock=lambda: 1_000_000.0)
+    assert not core.limiter.synchronous
+    core.load([ConfigFile("c.yaml", CONFIG)])
+    response = await core.service.should_rate_limit(
+        Request("d", [Descriptor((("k", "a"),)), Descriptor((("k", "b"),))])
+    )
+    assert response.overall_code == OK
+    assert backend.rounds == 1
+
+
+def test_a_ruleset_is_immutable() -> None:
+    ruleset = load_ruleset([ConfigFile("c.yaml", CONFIG)])
+    with pytest.raises(TypeError):
+        ruleset.domains["x"] = ruleset.domains["d"]  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        ruleset.domains = {}  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        ruleset.specs["x"] = []  # type: ignore[index]
+    assert list(ruleset.domains) == ["d"]

@@ -15,18 +15,23 @@ extensions = [
     # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above.
-    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=["nghttp2"], optional=True),
+    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=["nghttp2"]),
 ]
+OPTIONAL = {"ratelimitd._h2"}
 
-setup(
-    ext_modules=cythonize(
-        extensions,
-        language_level=3,
-        compiler_directives={
-            "boundscheck": False,
-            "wraparound": False,
-            "cdivision": True,
-            "embedsignature": True,
-        },
-    ),
+modules = cythonize(
+    extensions,
+    language_level=3,
+    compiler_directives={
+        "boundscheck": False,
+        "wraparound": False,
+        "cdivision": True,
+        "embedsignature": True,
+    },
 )
+for module in modules:
+    # Set after cythonize, which does not carry `optional` over to the modules it returns:
+    # a failed compile of an optional module is then a warning and the build goes on.
+    module.optional = module.name in OPTIONAL
+
+setup(ext_modules=modules)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import REPO, free_port, wait_for
 from support.daemon import write_config
@@ -344,3 +345,24 @@ def test_native_transport_is_live_by_default(daemon_env, start_daemon) -> None:
     assert d.decide("test", [("user", "a")]).overall_code == OK
     assert "gRPC (native HTTP/2) listening on" in d.log()
     assert d.terminate() == 0
+
+
+def test_without_the_native_extension_grpc_aio_serves(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A build without libnghttp2's headers: grpc.aio with one warning; asking for the native
+    transport explicitly then stops start-up."""
+    from ratelimitd import daemon
+    from ratelimitd.settings import Settings
+    from ratelimitd.transport.grpc import GrpcConfigError, GrpcTransport
+
+    monkeypatch.setattr(daemon, "NativeGrpcTransport", None)
+    built = daemon.build(Settings.from_env({"BACKEND_TYPE": "memory"}))
+    assert isinstance(built.grpc, GrpcTransport)
+    warnings = [r.getMessage() for r in caplog.records if "native gRPC transport" in r.getMessage()]
+    assert warnings == [
+        "the native gRPC transport was not built (no libnghttp2 headers at install): "
+        "serving gRPC with grpc.aio"
+    ]
+    with pytest.raises(GrpcConfigError, match="GRPC_TRANSPORT=native"):
+        daemon.build(Settings.from_env({"BACKEND_TYPE": "memory", "GRPC_TRANSPORT": "native"}))

@@ -272,3 +272,53 @@ class _NullExporter:
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+async def test_native_transport_traces_and_times_like_grpc_aio(
+    harness: Any, otlp_http: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The native HTTP/2 transport makes the same spans (from the request's headers) and
+    feeds the same timer, through the shared handler."""
+    from ratelimitd.transport.native import NativeGrpcTransport
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_http.url)
+    h = harness(CONFIG)
+    tracing = traced(h, tracing_settings())
+    settings = Settings(listeners=ListenerSettings(grpc_host="127.0.0.1", grpc_port=0))
+    health = Health()
+    health.register("backend", True)
+    transport = NativeGrpcTransport(
+        settings,
+        h.service,
+        health,
+        h.stats,
+        response_timer=h.stats.timer(RESPONSE_TIME),
+        tracing=tracing,
+    )
+    await transport.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{transport.port}") as channel:
+            call = channel.unary_unary(
+                SHOULD_RATE_LIMIT,
+                request_serializer=rls_pb2.RateLimitRequest.SerializeToString,
+                response_deserializer=rls_pb2.RateLimitResponse.FromString,
+            )
+            metadata = (("traceparent", f"00-{TRACE_ID}-{PARENT_SPAN}-01"),)
+            for _ in range(2):
+                reply = await call(make_request("obs", [("user", "a")]), metadata=metadata)
+                assert reply.overall_code == rls_pb2.RateLimitResponse.OK
+            with pytest.raises(grpc.aio.AioRpcError):
+                await call(make_request("", [("user", "a")]), metadata=metadata)
+    finally:
+        await transport.stop(0)
+    await tracing.shutdown()
+    spans = otlp_http.spans()
+    servers = [s for _, s in spans if s.name == SHOULD_RATE_LIMIT.lstrip("/")]
+    children = [s for _, s in spans if s.name == "Memory Pipeline Execution"]
+    assert len(servers) == 3 and len(children) == 2
+    assert {s.trace_id.hex() for s in servers} == {TRACE_ID}
+    assert {s.parent_span_id.hex() for s in servers} == {PARENT_SPAN}
+    assert sorted(attrs(s)["rpc.grpc.status_code"] for s in servers) == [0, 0, 2]
+    assert {c.parent_span_id for c in children} <= {s.span_id for s in servers}
+    assert h.stats.timer(RESPONSE_TIME).count == 3
+    assert h.stats.service.total_requests == 3

@@ -8,9 +8,6 @@ process runs in its own session and is stopped by its pid.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -139,43 +136,3 @@ class EmptyNativeServer(Proc):
     def ready(self) -> bool:
         """True once the listener accepts connections."""
         return port_open(self.grpc_port)
-
-
-WRK_REPORT = """
-done = function(summary, latency, requests)
-  io.write(string.format(
-    '{"requests": %d, "seconds": %.6f, "errors": %d, "non2xx": %d, '
-    .. '"p50_ms": %.4f, "p99_ms": %.4f, "p999_ms": %.4f}\\n',
-    summary.requests, summary.duration / 1e6,
-    summary.errors.connect + summary.errors.read + summary.errors.write
-      + summary.errors.timeout,
-    summary.errors.status,
-    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-    latency:percentile(99.9) / 1000))
-end
-"""
-
-
-def wrk_script(workdir: Path, body: bytes | None) -> Path:
-    """A wrk Lua script: POST `body` as JSON (or plain GETs), and a JSON summary at the end."""
-    lines = []
-    if body is not None:
-        lines += [
-            'wrk.method = "POST"',
-            f"wrk.body = {json.dumps(body.decode())}",
-            'wrk.headers["Content-Type"] = "application/json"',
-        ]
-    path = workdir / ("wrk-post.lua" if body is not None else "wrk-get.lua")
-    path.write_text("\n".join(lines) + WRK_REPORT)
-    return path
-
-
-def run_wrk(url: str, script: Path, seconds: float, connections: int = 32) -> dict[str, float]:
-    """wrk -t1 against `url`; the summary the Lua `done` hook prints."""
-    binary = shutil.which("wrk")
-    if binary is None:
-        raise FileNotFoundError("wrk (apt-get install wrk)")
-    argv = [binary, "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "-s", str(script)]
-    out = subprocess.run([*argv, url], capture_output=True, text=True, check=True, timeout=600)
-    summary: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
-    return summary

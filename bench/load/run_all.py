@@ -42,12 +42,10 @@ from harness import (
     DOMAIN,
     EmptyNativeServer,
     redis_delta,
-    run_wrk,
     start_bench_daemon,
     start_bench_envoy,
     start_empty_server,
     start_redis,
-    wrk_script,
 )
 from native_bench import native_targets, render_native, run_native
 from support.envoy_server import envoy_binary
@@ -56,6 +54,7 @@ from support.machine import machine_info as support_machine_info
 from support.process import REPO, Proc, start_bound
 from support.ready import wait_for
 from support.redis_server import RedisServer
+from support.wrk import run_wrk
 
 JSON_BODY = json.dumps(
     {
@@ -101,22 +100,23 @@ def redis_probe(redis: RedisServer | None) -> Callable[[], tuple[int, int]] | No
 
 def wrk_measure(
     url: str,
-    script: Path,
+    body: bytes | None,
     seconds: float,
     procs: dict[str, Proc],
     redis: RedisServer | None,
     warmup: float = 0.0,
 ) -> dict[str, Any]:
-    """One wrk run with CPU (per named process tree) and Redis deltas around it."""
+    """One wrk -t1 -c32 run (POST `body` as JSON, or GET) with CPU (per named process tree)
+    and Redis deltas around it."""
+    headers = {"Content-Type": "application/json"} if body is not None else None
     if warmup:
-        run_wrk(url, script, warmup)
+        run_wrk(url, warmup, headers=headers, body=body)
     cpu0 = {name: p.cpu() for name, p in procs.items()}
     r0 = redis_delta({}, redis.commandstats()) if redis else (0, 0)
-    out: dict[str, Any] = run_wrk(url, script, seconds)
+    out: dict[str, Any] = run_wrk(url, seconds, headers=headers, body=body)
     cpu1 = {name: p.cpu() for name, p in procs.items()}
     r1 = redis_delta({}, redis.commandstats()) if redis else (0, 0)
     n = out["requests"]
-    out["rps"] = n / out["seconds"]
     out["cpu_per_10k"] = {name: (cpu1[name] - cpu0[name]) / n * 10_000 for name in procs}
     if redis is not None:
         out["redis_writes_per_decision"] = (r1[0] - r0[0]) / n
@@ -274,7 +274,6 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             results["paced"][key] = r.summary()
 
         # /json over HTTP/1.1 with wrk.
-        post = wrk_script(workdir, JSON_BODY)
         results["json"] = {}
         for key in ("a", "b", "c", "d"):
             if key not in servers:
@@ -283,7 +282,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             log(f"/json with wrk: {NAMES[key]}")
             results["json"][key] = wrk_measure(
                 f"http://127.0.0.1:{server.http_port}/json",
-                post,
+                JSON_BODY,
                 plan.wrk_seconds,
                 {"server": server},
                 redis_for[key],
@@ -293,7 +292,6 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         # Envoy with and without the rate-limit call.
         rls_key = "c" if "c" in servers else "b"
         rls = servers[rls_key]
-        get = wrk_script(workdir, None)
         limited = start_bench_envoy(workdir, rls.grpc_port)
         procs.append(limited)
         plain = start_bench_envoy(workdir, None)
@@ -307,7 +305,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 named["ratelimitd"] = rls
             out = wrk_measure(
                 f"http://127.0.0.1:{envoy.port}/",
-                get,
+                None,
                 plan.wrk_seconds,
                 named,
                 redis if (envoy is limited and rls_key == "c") else None,

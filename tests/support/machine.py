@@ -18,6 +18,8 @@ SELECTORS = {
     "_match": "ratelimitd.match",
     "_wire": "ratelimitd.transport.protocodec",
 }
+# What an HTTP sidecar benchmark also names (machine_info(SIDECAR_PACKAGES)).
+SIDECAR_PACKAGES = ("falcon", "msgspec", "uvicorn", "gunicorn", "httpx")
 
 
 def implementations() -> dict[str, str]:
@@ -69,11 +71,11 @@ def git_revision() -> str:
     return head.stdout.strip() + (f" + uncommitted changes to {', '.join(dirty)}" if dirty else "")
 
 
-def machine_info() -> dict[str, object]:
-    """The machine, the versions that matter, and the live implementations."""
+def machine_info(packages: tuple[str, ...] = ()) -> dict[str, object]:
+    """The machine, the versions that matter (and of `packages`), the live implementations."""
     with open("/proc/meminfo") as f:
         mem_kib = int(f.readline().split()[1])
-    return {
+    info: dict[str, object] = {
         "cpu": f"{os.cpu_count()} x {_cpu_model()}",
         "memory": f"{mem_kib / 1024 / 1024:.1f} GiB",
         "os": f"{platform.system()} {platform.release()}",
@@ -86,6 +88,9 @@ def machine_info() -> dict[str, object]:
         "git": git_revision(),
         "load average at start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
     }
+    for name in packages:
+        info[name] = metadata.version(name)
+    return info
 
 
 def flat(value: object) -> str:

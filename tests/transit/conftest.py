@@ -9,6 +9,7 @@ from pathlib import Path
 
 import falcon.testing
 import pytest
+from support import Clock
 
 from sidecars.transit.app import Services, create_app
 from sidecars.transit.settings import (
@@ -20,7 +21,7 @@ from sidecars.transit.settings import (
 )
 from sidecars.transit.store import TransitStore
 
-from .helpers import BRISBANE, BULLRUNNER_VP, CAIRNS_ZIP, Clock, local_ts, write_feed
+from .helpers import BRISBANE, BULLRUNNER_VP, CAIRNS_ZIP, local_ts, write_feed
 
 
 @pytest.fixture

@@ -92,13 +92,3 @@ def write_feed(
             if text is not None:
                 (path / name).write_text(text, encoding="utf-8")
     return path
-
-
-class Clock:
-    """A settable Unix clock."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now

@@ -9,6 +9,8 @@ from datetime import UTC, date, datetime
 
 import msgspec
 import pytest
+from support import Clock, free_port
+from support.redis_server import RedisServer
 
 from ratelimitd.limiter import meter_key
 from sidecars.common.errors import ApiError
@@ -17,20 +19,9 @@ from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import UsageStore
 from sidecars.usage.windows import DAY, day_start, epoch
 
-from .conftest import RedisServer, free_port
 from .usage_helpers import account_with_token, bearer, client_for, settings_for
 
 NOW = datetime(2026, 3, 10, 15, 30, tzinfo=UTC).timestamp()
-
-
-class Clock:
-    """A controllable Unix clock."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -45,7 +36,7 @@ async def app(redis_server: RedisServer) -> AsyncIterator[tuple[object, UsageSto
 
 def meter(redis_server: RedisServer, account: str, day: float, hits: int) -> None:
     """Write hits into a day bucket as ratelimitd does."""
-    redis_server.client.incrby(meter_key("", "api", [("account", account)], int(day)), hits)
+    redis_server.client().incrby(meter_key("", "api", [("account", account)], int(day)), hits)
 
 
 async def test_usage_body_for_billing_cycle(app, redis_server: RedisServer) -> None:  # type: ignore[no-untyped-def]

@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from support import REPO, free_port
+from support.redis_server import RedisServer
 
 from sidecars.usage.cli import main
 from sidecars.usage.store import token_hash
 
-from .conftest import REPO, RedisServer, free_port
 from .usage_helpers import unique
 
 
@@ -72,18 +73,22 @@ def test_tokens_issue_list_revoke(cli, redis_server: RedisServer) -> None:  # ty
     assert status == 0 and issued["token"].startswith("usk_") and issued["label"] == "ci"
     token = issued["token"]
     # Only the hash is stored, nowhere the raw token.
-    raw_keys = redis_server.client.keys("usage:*")
+    raw_keys = redis_server.client().keys("usage:*")
     assert f"usage:token:{token_hash(token)}".encode() in raw_keys
     for key in raw_keys:
-        kind = redis_server.client.type(key)
-        dump = redis_server.client.hgetall(key) if kind == b"hash" else redis_server.client.get(key)
+        kind = redis_server.client().type(key)
+        dump = (
+            redis_server.client().hgetall(key)
+            if kind == b"hash"
+            else redis_server.client().get(key)
+        )
         assert token.encode() not in repr(dump).encode()
     _, listed, _ = cli("tokens", "list", acct)
     assert [t["id"] for t in listed] == [issued["id"]]
     assert listed[0]["sha256"] == token_hash(token) and "revoked" not in listed[0]
     status, revoked, _ = cli("tokens", "revoke", acct, issued["id"])
     assert status == 0 and revoked["revoked"] > 0
-    assert not redis_server.client.exists(f"usage:token:{token_hash(token)}")
+    assert not redis_server.client().exists(f"usage:token:{token_hash(token)}")
     assert cli("tokens", "list", acct)[1][0]["revoked"] == revoked["revoked"]
     assert cli("tokens", "revoke", acct, "tok_nope")[0] == 1
     assert cli("tokens", "issue", unique())[0] == 1

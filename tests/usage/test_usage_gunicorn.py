@@ -15,10 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import REPO, free_port
+from support.daemon import DaemonProcess
+from support.redis_server import RedisServer
+from support.sidecar import Gunicorn
 
 from sidecars.usage.settings import USAGE_PATH
 
-from .conftest import REPO, Daemon, RedisServer, Sidecar, free_port
+from .conftest import start_sidecar
 from .usage_helpers import bearer, unique
 
 # A new connection per request: kept-alive ones would always reach the same worker.
@@ -48,7 +52,7 @@ def account(redis_url: str, plan: str) -> tuple[str, str, str]:
 
 
 def test_metered_requests_appear_in_current_usage_and_revocation_is_immediate(
-    sidecar: Sidecar, redis_server: RedisServer
+    sidecar: Gunicorn, redis_server: RedisServer
 ) -> None:
     acct, token, token_id = account(redis_server.url, "startup")
     headers = {**bearer(token), **FRESH}
@@ -72,7 +76,7 @@ def test_metered_requests_appear_in_current_usage_and_revocation_is_immediate(
             assert 'error="invalid_token"' in revoked.headers["www-authenticate"]
 
 
-def test_http_semantics_over_real_http(sidecar: Sidecar, redis_server: RedisServer) -> None:
+def test_http_semantics_over_real_http(sidecar: Gunicorn, redis_server: RedisServer) -> None:
     _, token, _ = account(redis_server.url, "pro")
     with httpx.Client(base_url=sidecar.base, timeout=10) as client:
         head = client.head(USAGE_PATH, headers=bearer(token))
@@ -93,29 +97,30 @@ def test_http_semantics_over_real_http(sidecar: Sidecar, redis_server: RedisServ
 
 @pytest.fixture(scope="module")
 def quota_sidecar(
-    redis_server: RedisServer, daemon: Daemon, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Sidecar]:
+    redis_server: RedisServer, daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gunicorn]:
     """One worker, free plan limited to 5, no quota exemption, cached sums (2 s)."""
     plans = Path(tmp_path_factory.mktemp("plans")) / "plans.yaml"
     plans.write_text("plans:\n  free: {limit: 5}\n")
-    s = Sidecar(
+    s = start_sidecar(
         {
             "USAGE_REDIS_URL": redis_server.url,
-            "USAGE_RATELIMIT_ADDRESS": daemon.address,
+            "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
             "USAGE_RATELIMIT_TIMEOUT_SECONDS": "2",
             "USAGE_REDIS_TIMEOUT_SECONDS": "2",
             "USAGE_PLANS_FILE": str(plans),
             "USAGE_QUOTA_EXEMPT_PATHS": "",
             "USAGE_QUOTA_REFRESH_SECONDS": "2",
         },
+        plans.parent / "gunicorn.log",
         workers=1,
     )
     yield s
-    s.stop()
+    s.terminate()
 
 
 def test_quota_enforcement_switches_to_429_at_plan_limit(
-    quota_sidecar: Sidecar, redis_server: RedisServer
+    quota_sidecar: Gunicorn, redis_server: RedisServer
 ) -> None:
     acct, token, _ = account(redis_server.url, "free")
     with httpx.Client(base_url=quota_sidecar.base, timeout=10) as client:
@@ -130,12 +135,13 @@ def test_quota_enforcement_switches_to_429_at_plan_limit(
     assert cli(redis_server.url, "accounts", "show", acct)["currentUsage"] == 5
 
 
-def test_redis_down_is_503_under_gunicorn(daemon: Daemon) -> None:
-    s = Sidecar(
+def test_redis_down_is_503_under_gunicorn(daemon: DaemonProcess, tmp_path: Path) -> None:
+    s = start_sidecar(
         {
             "USAGE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
-            "USAGE_RATELIMIT_ADDRESS": daemon.address,
+            "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
         },
+        tmp_path / "gunicorn.log",
         workers=1,
     )
     try:
@@ -146,4 +152,4 @@ def test_redis_down_is_503_under_gunicorn(daemon: Daemon) -> None:
                 assert time.monotonic() - started < 2
                 assert resp.status_code == 503 and int(resp.headers["retry-after"]) >= 1
     finally:
-        s.stop()
+        s.terminate()

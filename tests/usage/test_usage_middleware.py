@@ -11,6 +11,9 @@ import falcon
 import falcon.asgi
 import httpx
 import pytest
+from support import free_port
+from support.daemon import DaemonProcess
+from support.redis_server import RedisServer
 
 from ratelimitd.limiter import meter_key
 from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware, bearer_token
@@ -18,7 +21,6 @@ from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import UsageStore
 
-from .conftest import Daemon, RedisServer, free_port
 from .usage_helpers import TEST_PLANS, account_with_token, bearer, client_for, settings_for
 
 
@@ -41,9 +43,9 @@ def test_bearer_token_parsing() -> None:
 
 
 async def test_requests_are_metered_into_current_usage(
-    redis_server: RedisServer, daemon: Daemon
+    redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
     client, store = client_for(settings)
     async with client:
         _, token = await account_with_token(store, "pro")
@@ -58,13 +60,13 @@ async def test_requests_are_metered_into_current_usage(
 
 
 async def test_over_limit_is_429_with_retry_after_and_ratelimit_headers(
-    redis_server: RedisServer, daemon: Daemon
+    redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
     client, store = client_for(settings)
     async with client:
         # The test config limits account `tight` on plan free to 3 per minute.
-        redis_server.client.delete(*(redis_server.client.keys("usage:*tight*") or ["-"]))
+        redis_server.client().delete(*(redis_server.client().keys("usage:*tight*") or ["-"]))
         _, token = await account_with_token(store, "free", account_id="tight")
         statuses = []
         for _ in range(4):
@@ -80,11 +82,11 @@ async def test_over_limit_is_429_with_retry_after_and_ratelimit_headers(
 
 
 async def test_quota_switches_to_429_at_plan_limit(
-    redis_server: RedisServer, daemon: Daemon
+    redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
     # No exempt paths, so the usage endpoint itself is held to the quota (free: 5).
     settings = settings_for(
-        redis_server.url, ratelimit_address=daemon.address, quota_exempt_paths=()
+        redis_server.url, ratelimit_address=daemon.grpc_target, quota_exempt_paths=()
     )
     client, store = client_for(settings)
     async with client:
@@ -100,7 +102,7 @@ async def test_quota_switches_to_429_at_plan_limit(
         assert 1 <= int(refused.headers["retry-after"]) <= 86400 + 1
     await store.close()
     # With the default exemption the account can still see where it stands.
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
     client, store = client_for(settings)
     async with client:
         again = await client.get(USAGE_PATH, headers=bearer(token))
@@ -110,7 +112,7 @@ async def test_quota_switches_to_429_at_plan_limit(
 
 
 async def test_quota_cache_reads_at_most_every_refresh_interval(
-    redis_server: RedisServer, daemon: Daemon
+    redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
     settings = settings_for(
         redis_server.url,
@@ -123,7 +125,9 @@ async def test_quota_cache_reads_at_most_every_refresh_interval(
         acct, token = await account_with_token(store, "free")
         assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
         # Usage written behind the cache's back is not seen until the next read ...
-        redis_server.client.incrby(meter_key("", "api", [("account", acct)], int(time.time())), 50)
+        redis_server.client().incrby(
+            meter_key("", "api", [("account", acct)], int(time.time())), 50
+        )
         assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
         # ... but the hits this process let through count locally: 2 + 3 more = 5 = limit.
         for _ in range(3):
@@ -133,9 +137,9 @@ async def test_quota_cache_reads_at_most_every_refresh_interval(
 
 
 async def test_anonymous_callers_are_limited_by_address(
-    redis_server: RedisServer, daemon: Daemon
+    redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
     client, store = client_for(settings)
     async with client:
         resp = await client.get(USAGE_PATH)
@@ -178,11 +182,11 @@ async def test_ratelimitd_unreachable_follows_the_failure_mode(
 
 
 async def test_store_unavailable_in_the_middleware_is_503(
-    daemon: Daemon,
+    daemon: DaemonProcess,
 ) -> None:
     settings = settings_for(
         f"redis://127.0.0.1:{free_port()}/0",
-        ratelimit_address=daemon.address,
+        ratelimit_address=daemon.grpc_target,
         redis_timeout_seconds=0.3,
     )
     client, store = client_for(settings)
@@ -202,9 +206,9 @@ class Hello:
 
 
 async def test_middleware_plugs_into_another_falcon_app(
-    redis_server: RedisServer, daemon: Daemon
+    redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
     store = UsageStore(settings, TEST_PLANS)
     app = falcon.asgi.App(middleware=[rate_limit_middleware(settings, store)])
     app.add_route("/v2/stops", Hello())

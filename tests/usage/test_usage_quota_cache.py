@@ -6,19 +6,10 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
+from support import Clock
 
 from sidecars.common.ratelimit import QuotaCache
 from sidecars.usage.store import StoreUnavailable
-
-
-class Clock:
-    """A controllable clock."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def test_refresh_bound_local_hits_and_window_move() -> None:

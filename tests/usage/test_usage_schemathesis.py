@@ -9,8 +9,9 @@ from typing import Any
 import hypothesis
 import schemathesis
 from hypothesis import HealthCheck, Phase
+from support.redis_server import RedisServer
+from support.sidecar import Gunicorn
 
-from .conftest import RedisServer, Sidecar
 from .test_usage_gunicorn import account
 from .usage_helpers import bearer
 
@@ -40,7 +41,7 @@ def fuzz(
     run()
 
 
-def test_schemathesis_finds_no_violations(sidecar: Sidecar, redis_server: RedisServer) -> None:
+def test_schemathesis_finds_no_violations(sidecar: Gunicorn, redis_server: RedisServer) -> None:
     _, token, _ = account(redis_server.url, "pro")
     schema = schemathesis.openapi.from_url(sidecar.base + "/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]

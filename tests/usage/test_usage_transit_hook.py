@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 
 import httpx
+from support.daemon import DaemonProcess
+from support.redis_server import RedisServer
 
 from sidecars.transit.app import Services
 from sidecars.transit.app import create_app as create_transit_app
@@ -15,14 +17,15 @@ from sidecars.transit.store import TransitStore
 from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.store import UsageStore
 
-from .conftest import Daemon, RedisServer
 from .usage_helpers import TEST_PLANS, account_with_token, bearer, settings_for
 
 
-async def test_transit_api_behind_the_middleware(redis_server: RedisServer, daemon: Daemon) -> None:
+async def test_transit_api_behind_the_middleware(
+    redis_server: RedisServer, daemon: DaemonProcess
+) -> None:
     transit = TransitStore(TransitSettings(realtime=RealtimeSettings(vehicles_source=None)))
     assert transit.load_static()
-    usage = settings_for(redis_server.url, ratelimit_address=daemon.address)
+    usage = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
     usage = dataclasses.replace(usage, quota_refresh_seconds=0)
     store = UsageStore(usage, TEST_PLANS)
     app = create_transit_app(

@@ -3,10 +3,10 @@
     python bench/transit/metrics/load.py --records /tmp/tm_bench/records \\
         --db /tmp/tm_bench/metrics.sqlite --now 2026-11-22T12:00:00+10:00
 
-Serves the whole transit app (`asgi:app()`, as deployed), over a metrics
+Serves the whole transit app (`python -m sidecars.transit`, as deployed), over a metrics
 store that is already loaded (run ingest.py or the CLI first: the scheduled ingest then
 finds nothing new). Waits until both workers answer every endpoint, then runs
-`wrk -t2 -c32 -d10s --latency -H 'Accept-Encoding: gzip'` per endpoint. wrk shares the
+`wrk -t2 -c32 -d10s -H 'Accept-Encoding: gzip'` per endpoint. wrk shares the
 machine's 2 cores with the server.
 """
 
@@ -15,17 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import signal
-import socket
-import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))  # tests/support
 
-REPO = Path(__file__).resolve().parents[3]
+from support.machine import SIDECAR_PACKAGES, machine_info
+from support.sidecar import transit_sidecar
+from support.wrk import run_wrk
+
 ENDPOINTS = (
     "/v2/metrics/demand/by_agency/day",
     "/v2/metrics/demand/by_agency/records",
@@ -41,36 +40,14 @@ ENDPOINTS = (
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wrk(url: str, seconds: int, connections: int) -> dict[str, object]:
-    out = subprocess.run(
-        [
-            "wrk",
-            "-t2",
-            f"-c{connections}",
-            f"-d{seconds}s",
-            "--latency",
-            "-H",
-            "Accept-Encoding: gzip",
-            url,
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    lat = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", out, re.M))
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    """wrk -t2 asking for gzip: requests/s, p50/p99 in ms, non-2xx answers."""
+    out = run_wrk(url, seconds, connections, threads=2, headers={"Accept-Encoding": "gzip"})
     return {
-        "rps": round(rps),
-        "p50": lat.get("50"),
-        "p99": lat.get("99"),
-        "non_2xx": int(errors.group(1)) if errors else 0,
+        "rps": round(out["rps"]),
+        "p50_ms": round(out["p50_ms"], 2),
+        "p99_ms": round(out["p99_ms"], 2),
+        "non2xx": out["non2xx"],
     }
 
 
@@ -82,69 +59,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=32)
     args = parser.parse_args(argv)
-    port = free_port()
+    machine = machine_info(SIDECAR_PACKAGES)
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
         "TRANSIT_RECORDS_DIR": args.records,
         "TRANSIT_METRICS_DB": args.db,
         "TRANSIT_NOW": args.now,
         "TRANSIT_LINE_ID_PATTERN": "^[0-9A-Z]{1,5}$",
         "TRANSIT_LOG_LEVEL": "warning",
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "-k",
-            "uvicorn.workers.UvicornWorker",
-            "-w",
-            "2",
-            "-b",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-            "sidecars.transit.asgi:app()",
-        ],
-        cwd=REPO,
-        env=env,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
     results: dict[str, object] = {}
-    try:
-        deadline = time.monotonic() + 300
-        ready = 0
-        # Both workers must have rendered every view: 20 fresh connections in a row answer 200.
-        while ready < 20:
-            if time.monotonic() > deadline:
-                raise SystemExit("server not ready in 300 s")
-            try:
-                ok = all(
-                    httpx.get(base + p, headers={"Connection": "close"}, timeout=10).status_code
-                    == 200
-                    for p in ENDPOINTS
-                )
-            except httpx.HTTPError:
-                ok = False
-            ready = ready + 1 if ok else 0
-            if not ok:
-                time.sleep(0.5)
-        for path in ENDPOINTS:
-            plain = httpx.get(base + path, headers={"Accept-Encoding": "identity"})
-            gz = httpx.get(base + path, headers={"Accept-Encoding": "gzip"})
-            wrk(base + path, 2, args.connections)  # warm-up
-            results[path] = {
-                "bytes": len(plain.content),
-                "gzip_bytes": int(gz.headers.get("content-length", 0)),
-                **wrk(base + path, args.seconds, args.connections),
-            }
-            print(path, results[path], file=sys.stderr)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-    print(json.dumps({"load_average_at_end": os.getloadavg(), "results": results}, indent=2))
+    with tempfile.TemporaryDirectory() as tmp:
+        # gunicorn's own "Listening at" line is at info level; the app logs at warning.
+        server = transit_sidecar(env, Path(tmp) / "gunicorn.log", 2, "--log-level", "info")
+        try:
+            server.wait_ready(60)
+            # Both workers must have rendered every view: 20 fresh connections in a row
+            # answer 200 on every endpoint.
+            server.wait_steady(
+                lambda: all(server.get(p).status_code == 200 for p in ENDPOINTS),
+                "every worker to serve every endpoint",
+                times=20,
+                timeout=300,
+            )
+            for path in ENDPOINTS:
+                plain = server.get(path, headers={"Accept-Encoding": "identity"})
+                gz = server.get(path, headers={"Accept-Encoding": "gzip"})
+                wrk(server.base + path, 2, args.connections)  # warm-up
+                results[path] = {
+                    "bytes": len(plain.content),
+                    "gzip_bytes": int(gz.headers.get("content-length", 0)),
+                    **wrk(server.base + path, args.seconds, args.connections),
+                }
+                print(path, results[path], file=sys.stderr)
+        finally:
+            server.terminate(30)
+    machine["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(json.dumps({"machine": machine, "results": results}, indent=2))
     return 0
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from support import Clock
 
 from sidecars.transit.settings import FeedSettings, RealtimeSettings, TransitSettings
 from sidecars.transit.store import TransitStore
 
-from ..helpers import CAIRNS_ZIP, Clock, local_ts
+from ..helpers import CAIRNS_ZIP, local_ts
 
 
 @pytest.fixture

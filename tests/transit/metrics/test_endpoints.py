@@ -8,11 +8,12 @@ from pathlib import Path
 
 import falcon.testing
 import pytest
+from support import Clock
 
 from sidecars.transit.app import Services
 from sidecars.transit.store import TransitStore
 
-from ..helpers import Clock, local_ts
+from ..helpers import local_ts
 from .records import ride, validation, write_csv
 
 App = Callable[..., tuple[Services, falcon.testing.TestClient]]

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import falcon.testing
 import pytest
+from support import Clock
 
 from sidecars.transit.store import TransitStore
 
-from ..helpers import Clock, local_ts
+from ..helpers import local_ts
 
 
 @pytest.fixture

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import Clock
 
 from sidecars.transit.settings import FeedSettings
 from sidecars.transit.store import TransitStore
 
-from ..helpers import SMALL_FEED, Clock, local_ts, write_feed
+from ..helpers import SMALL_FEED, local_ts, write_feed
 
 NOW = local_ts("2026-03-24T09:05")
 NEW_STOP = SMALL_FEED["stops.txt"] + "100010,Brand New,38.74,-9.14,\n"

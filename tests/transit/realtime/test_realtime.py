@@ -10,11 +10,12 @@ import falcon.testing
 import pytest
 from google.protobuf import json_format
 from google.transit import gtfs_realtime_pb2 as rt
+from support import Clock
 
 from sidecars.transit.settings import FeedSettings
 from sidecars.transit.store import TransitStore
 
-from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, Clock, local_ts
+from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, local_ts
 
 NOW = local_ts("2026-03-24T09:05")  # a Tuesday in Lisbon (WET, UTC+0)
 

@@ -1,0 +1,120 @@
+"""A sidecar (usage API, transit API) served by real gunicorn with uvicorn workers.
+
+Started on port 0: gunicorn binds a free port and says which ("Listening at: ..."), so there
+is no race for the port. A worker answers only once its app is up, and a kept-alive
+connection always reaches the same worker: readiness of *every* worker is checked over fresh
+connections (`wait_each_worker`, `wait_steady`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from .process import REPO, Proc
+
+LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
+# A new connection per request: a kept-alive one would always reach the same worker.
+FRESH = {"Connection": "close"}
+
+
+class Gunicorn(Proc):
+    """gunicorn (`argv`) with `workers` uvicorn workers; `base` is its URL once listening."""
+
+    name = "gunicorn"
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], log_path: Path, workers: int = 2
+    ) -> None:
+        self.workers = workers
+        self.port = 0
+        self.base = ""
+        full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+        super().__init__(argv, log_path, full, cwd=REPO)
+
+    def ready(self) -> bool:
+        """True once gunicorn has said which port it listens on."""
+        if not self.port:
+            match = LISTENING.search(self.log())
+            if match:
+                self.port = int(match.group(1))
+                self.base = f"http://127.0.0.1:{self.port}"
+        return bool(self.port)
+
+    def get(self, path: str, **kwargs: object) -> httpx.Response:
+        """One GET on a fresh connection."""
+        headers = {**FRESH, **kwargs.pop("headers", {})}  # type: ignore[dict-item]
+        return httpx.get(self.base + path, headers=headers, timeout=10, **kwargs)  # type: ignore[arg-type]
+
+    def wait_each_worker(
+        self,
+        path: str,
+        ok: Callable[[httpx.Response], bool],
+        header: str,
+        timeout: float = 60.0,
+    ) -> None:
+        """Until every worker (told apart by its `header`) has answered `path` with `ok`."""
+        seen: set[str] = set()
+
+        def check() -> bool:
+            response = self.get(path)
+            if ok(response):
+                seen.add(response.headers[header])
+            return len(seen) >= self.workers
+
+        self.wait_steady(check, f"every worker to answer {path}", times=1, timeout=timeout)
+
+    def wait_steady(
+        self, check: Callable[[], bool], what: str, times: int = 10, timeout: float = 60.0
+    ) -> None:
+        """Until `check()` holds `times` in a row (fresh connections reach every worker).
+
+        A connection error counts as a miss; the log's tail is in the failure message.
+        """
+        deadline = time.monotonic() + timeout
+        streak = 0
+        while streak < times:
+            self.alive()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}:\n{self.log()[-3000:]}")
+            try:
+                good = check()
+            except httpx.TransportError:
+                good = False
+            streak = streak + 1 if good else 0
+            if not good:
+                time.sleep(0.05)
+
+
+def usage_sidecar(env: dict[str, str], log_path: Path, workers: int = 2) -> Gunicorn:
+    """`python -m sidecars.usage serve` on port 0 with `workers` workers (USAGE_* in `env`)."""
+    defaults = {
+        "USAGE_HOST": "127.0.0.1",
+        "USAGE_PORT": "0",
+        "USAGE_WORKERS": str(workers),
+        # gunicorn reports the bound port ("Listening at") at info level.
+        "USAGE_LOG_LEVEL": "info",
+    }
+    argv = [sys.executable, "-m", "sidecars.usage", "serve"]
+    return Gunicorn(argv, defaults | env, log_path, workers)
+
+
+def transit_sidecar(env: dict[str, str], log_path: Path, workers: int = 2, *extra: str) -> Gunicorn:
+    """`python -m sidecars.transit [extra gunicorn options]` on port 0 with `workers` workers
+    (TRANSIT_* in `env`)."""
+    defaults = {
+        "TRANSIT_HOST": "127.0.0.1",
+        "TRANSIT_PORT": "0",
+        "TRANSIT_WORKERS": str(workers),
+        # gunicorn reports the bound port ("Listening at") at info level.
+        "TRANSIT_LOG_LEVEL": "info",
+        "PYTHONWARNINGS": "ignore::DeprecationWarning",
+    }
+    argv = [sys.executable, "-m", "sidecars.transit", *extra]
+    return Gunicorn(argv, defaults | env, log_path, workers)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
-from pathlib import Path
 
 from .process import binary
 

@@ -24,7 +24,7 @@ from .keys import METER_TTL_SECONDS, meter_key
 from .localcache import LocalCache
 from .messages import OK, Descriptor, Status
 
-__all__ = ["METER_TTL_SECONDS", "NO_LIMIT", "Check", "Limiter", "Meter", "meter_key"]
+__all__ = ["NO_LIMIT", "Check", "Limiter", "Meter"]
 
 # The status of a descriptor with no limit; shared, never mutated.
 NO_LIMIT = Status(OK)

@@ -92,8 +92,8 @@ def logrus_level_name(levelno: int) -> str:
     return "trace"
 
 
-def _go_quote(text: str) -> str:
-    """Quote like Go's strconv.Quote (the %q verb logrus uses)."""
+def go_quote(text: str) -> str:
+    """Quote like Go's strconv.Quote (the %q verb: logrus, and the client CLI's output)."""
     out = ['"']
     for ch in text:
         escaped = _GO_ESCAPES.get(ch)
@@ -115,7 +115,7 @@ def _text_value(value: object) -> str:
     text = value if isinstance(value, str) else str(value)
     if text and all(ch in _SAFE for ch in text):
         return text
-    return _go_quote(text) if text else ""
+    return go_quote(text) if text else ""
 
 
 def _record_time(record: logging.LogRecord) -> datetime:

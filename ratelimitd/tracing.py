@@ -34,6 +34,7 @@ import grpc.aio
 
 from .settings import Settings
 from .stats import Timer
+from .transport.protocodec import METHOD_PATH
 
 if TYPE_CHECKING:
     from opentelemetry.propagators.textmap import TextMapPropagator
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
     from .backends.base import Backend, Op
 
-SHOULD_RATE_LIMIT = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+# The span name's RPC (kept under this name for the tracing tests and benchmarks).
+SHOULD_RATE_LIMIT = METHOD_PATH
 INSTRUMENTATION_NAME = "ratelimitd"
 
 

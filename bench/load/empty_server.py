@@ -24,8 +24,8 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ratelimitd.transport.http import JSON, HttpRequest, HttpServer, Reply
+from ratelimitd.transport.protocodec import METHOD_NAME, SERVICE_NAME
 
-METHOD_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 # RateLimitResponse{overall_code: OK, statuses: [{code: OK}]}: field 1 varint 1, then one
 # length-delimited DescriptorStatus (field 2) holding code OK (its field 1 varint 1).
 OK_RESPONSE = b"\x08\x01\x12\x02\x08\x01"
@@ -45,8 +45,7 @@ async def json_ok(request: HttpRequest) -> Reply:
 async def serve(host: str, port: int, http_port: int | None) -> None:
     """Serve until SIGTERM/SIGINT."""
     handler = grpc.method_handlers_generic_handler(
-        "envoy.service.ratelimit.v3.RateLimitService",
-        {"ShouldRateLimit": grpc.unary_unary_rpc_method_handler(should_rate_limit)},
+        SERVICE_NAME, {METHOD_NAME: grpc.unary_unary_rpc_method_handler(should_rate_limit)}
     )
     server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
     server.add_generic_rpc_handlers((handler,))

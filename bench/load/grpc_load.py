@@ -35,9 +35,8 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from ratelimitd.transport.protocodec import decode_response, encode_request
+from ratelimitd.transport.protocodec import METHOD_PATH, decode_response, encode_request
 
-METHOD_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 OK = 1
 
 

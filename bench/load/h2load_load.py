@@ -27,9 +27,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from grpc_load import LoadResult, percentile, request_bytes
-
-METHOD_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+from grpc_load import METHOD_PATH, LoadResult, percentile, request_bytes
 
 
 def framed(message: bytes) -> bytes:

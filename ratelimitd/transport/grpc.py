@@ -29,13 +29,12 @@ from ratelimitd.service import RateLimitService
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore, Timer
 
+from .protocodec import METHOD_NAME, SERVICE_NAME
+from .protocodec import METHOD_PATH as METHOD_PATH  # re-exported for existing importers
 from .rls import RlsHandler
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = "envoy.service.ratelimit.v3.RateLimitService"
-METHOD_NAME = "ShouldRateLimit"
-METHOD_PATH = f"/{SERVICE_NAME}/{METHOD_NAME}"
 # The health service name whose status follows `Health` (the reference's).
 HEALTH_SERVICE = "ratelimit"
 

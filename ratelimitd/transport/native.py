@@ -28,7 +28,6 @@ from ..stats import StatsStore, Timer
 from ..tracing import ServerSpans, Tracing
 from .grpc import (
     HEALTH_SERVICE,
-    METHOD_PATH,
     CertificateFiles,
     call_on_loop,
     certificate_files,
@@ -36,6 +35,7 @@ from .grpc import (
     listen_address,
 )
 from .h2 import H2Protocol, H2Server
+from .protocodec import METHOD_PATH, SERVICE_NAME
 from .rls import INTERNAL, RlsHandler
 
 log = logging.getLogger("ratelimitd.transport.native")
@@ -58,7 +58,7 @@ def unknown_method(path: bytes) -> str:
     service, slash, method = name.rpartition("/")
     if not slash:
         return f'malformed method name: "{text}"'
-    if service in ("envoy.service.ratelimit.v3.RateLimitService", "grpc.health.v1.Health"):
+    if service in (SERVICE_NAME, "grpc.health.v1.Health"):
         return f"unknown method {method} for service {service}"
     return f"unknown service {service}"
 

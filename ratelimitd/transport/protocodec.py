@@ -1,4 +1,5 @@
-"""RLS v3 protobuf bytes <-> `ratelimitd.messages`, for the gRPC transport and the client.
+"""RLS v3 protobuf bytes <-> `ratelimitd.messages`, for the gRPC transports and the client,
+and the one definition of the method path they serve and call.
 
 The gRPC server registers ShouldRateLimit with no serializers and calls `decode_request` /
 `encode_response` itself, so this module is the only place that knows the wire format.
@@ -21,7 +22,15 @@ from ratelimitd._proto.rls_pb2 import RateLimitRequest, RateLimitResponse
 from ratelimitd.messages import Descriptor, Request, Response, Status
 from ratelimitd.settings import extensions_disabled
 
+# The RPC every gRPC transport serves and every client calls: RLS v3 ShouldRateLimit.
+SERVICE_NAME = "envoy.service.ratelimit.v3.RateLimitService"
+METHOD_NAME = "ShouldRateLimit"
+METHOD_PATH = f"/{SERVICE_NAME}/{METHOD_NAME}"
+
 __all__ = [
+    "METHOD_NAME",
+    "METHOD_PATH",
+    "SERVICE_NAME",
     "DecodeError",
     "Limit",
     "decode_request",

@@ -31,7 +31,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from ratelimitd.limiter import meter_key
+from ratelimitd.keys import meter_key
 
 from .plans import WINDOW_KINDS, Plan
 from .settings import Settings

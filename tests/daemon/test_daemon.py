@@ -17,6 +17,7 @@ from support import REPO, free_port, wait_for
 from support.daemon import write_config
 
 from ratelimitd.messages import OK, OVER_LIMIT
+from ratelimitd.transport.protocodec import METHOD_PATH, decode_response, encode_request
 
 LIMITED = """\
 domain: test
@@ -71,8 +72,7 @@ def test_grpc_and_json_decisions(grpc_env, start_daemon) -> None:
 def test_service_errors_over_grpc(grpc_env, start_daemon) -> None:
     write_config(grpc_env, "test.yaml", LIMITED)
     d = start_daemon(grpc_env)
-    call = d.channel().unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-    from ratelimitd.transport.protocodec import encode_request
+    call = d.channel().unary_unary(METHOD_PATH)
 
     for domain, descriptors, message in [
         ("", [[("user", "a")]], "rate limit domain must not be empty"),
@@ -287,13 +287,12 @@ def test_mtls_with_client_san(grpc_env, start_daemon, certs) -> None:
     )
     d = start_daemon(env)
     target = f"localhost:{d.grpc_port}"
-    from ratelimitd.transport.protocodec import decode_response, encode_request
 
     def call(creds: grpc.ChannelCredentials) -> object:
         with grpc.secure_channel(target, creds) as channel:
-            raw = channel.unary_unary(
-                "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-            )(encode_request("test", [[("user", "tls")]]), timeout=10)
+            raw = channel.unary_unary(METHOD_PATH)(
+                encode_request("test", [[("user", "tls")]]), timeout=10
+            )
             return decode_response(raw).overall_code
 
     assert call(certs.creds(certs.ca, certs.client)) == OK

@@ -26,6 +26,7 @@ from support.pki import Pki
 
 from ratelimitd._proto import base_pb2, ratelimit_pb2, ratelimit_unit_pb2, rls_pb2, rls_pb2_grpc
 from ratelimitd.backends.base import BackendError
+from ratelimitd.cli import _go_float, go_quote, parse_flags, proto_text
 from ratelimitd.config import ConfigFile, Rule
 from ratelimitd.core import build_core
 from ratelimitd.health import Health
@@ -33,7 +34,6 @@ from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request, Response, S
 from ratelimitd.service import RateLimitService
 from ratelimitd.settings import GrpcSettings, ListenerSettings, Settings
 from ratelimitd.transport import protocodec
-from ratelimitd.transport.client import _go_float, go_quote, parse_flags, proto_text
 from ratelimitd.transport.grpc import (
     METHOD_PATH,
     GrpcConfigError,
@@ -652,10 +652,7 @@ async def test_client_san_enforced(
 # -- the client CLI ----------------------------------------------------------------------
 
 
-CLIENT = (
-    "import sys; from ratelimitd.transport.client import client_main; "
-    "sys.exit(client_main(sys.argv[1:]))"
-)
+CLIENT = "import sys; from ratelimitd.cli import client_main; sys.exit(client_main(sys.argv[1:]))"
 
 
 async def run_client(*args: str) -> tuple[int, str, str]:

@@ -8,7 +8,8 @@ import pytest
 
 from ratelimitd.backends import MemoryBackend, Op
 from ratelimitd.config import ConfigFile, load_ruleset
-from ratelimitd.limiter import Limiter, meter_key
+from ratelimitd.keys import meter_key
+from ratelimitd.limiter import Limiter
 from ratelimitd.messages import OK, Descriptor, Request
 from ratelimitd.service import RateLimitService
 from ratelimitd.stats import StatsStore

@@ -15,7 +15,7 @@ from support import free_port
 from support.daemon import DaemonProcess
 from support.redis_server import RedisServer
 
-from ratelimitd.limiter import meter_key
+from ratelimitd.keys import meter_key
 from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware, bearer_token
 from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.settings import USAGE_PATH

@@ -6,6 +6,12 @@ protobuf work of a decision. They produce and accept exactly what the upb-backed
 classes do (`transport/protocodec.py` holds that twin, and property tests compare the two):
 fields written in field-number order, zero scalars omitted, sub-messages present where the
 reference sets them, unknown fields skipped.
+
+Malformed input is refused as grpc-go's decoder (google.golang.org/protobuf) refuses it,
+with its messages, so that the transports' INTERNAL `grpc: error unmarshalling request:
+...` reads as the Go service's: field number 0 or above 2^29-1, truncation and unknown
+wire types are "cannot parse invalid wire-format data"; a string field that is not UTF-8
+is "string field contains invalid UTF-8". upb refuses the same inputs.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -18,13 +24,19 @@ class WireError(ValueError):
     """Malformed protobuf bytes."""
 
 
+CORRUPT = "proto: cannot parse invalid wire-format data"
+INVALID_UTF8 = "string field contains invalid UTF-8"
+# protowire.MaxValidNumber; 0 is never a field number.
+cdef unsigned long long _MAX_FIELD_NUMBER = (1 << 29) - 1
+
+
 cdef inline unsigned long long _varint(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos) except? 0xFFFFFFFFFFFFFFFF:
     cdef unsigned long long result = 0
     cdef int shift = 0
     cdef unsigned char b
     while True:
         if pos[0] >= end or shift > 63:
-            raise WireError("truncated varint")
+            raise WireError(CORRUPT)
         b = buf[pos[0]]
         pos[0] += 1
         result |= (<unsigned long long>(b & 0x7F)) << shift
@@ -36,7 +48,7 @@ cdef inline unsigned long long _varint(const unsigned char* buf, Py_ssize_t end,
 cdef inline Py_ssize_t _length(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos) except -1:
     cdef unsigned long long n = _varint(buf, end, pos)
     if n > <unsigned long long>(end - pos[0]):
-        raise WireError("truncated field")
+        raise WireError(CORRUPT)
     return <Py_ssize_t>n
 
 
@@ -45,22 +57,35 @@ cdef inline int _skip(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos,
         _varint(buf, end, pos)
     elif wire == 1:
         if end - pos[0] < 8:
-            raise WireError("truncated fixed64")
+            raise WireError(CORRUPT)
         pos[0] += 8
     elif wire == 2:
         pos[0] += _length(buf, end, pos)
     elif wire == 5:
         if end - pos[0] < 4:
-            raise WireError("truncated fixed32")
+            raise WireError(CORRUPT)
         pos[0] += 4
     else:
-        raise WireError(f"unsupported wire type {wire}")
+        raise WireError(CORRUPT)
     return 0
+
+
+cdef inline unsigned long long _tag(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos) except? 0xFFFFFFFFFFFFFFFF:
+    """A field's tag; field number 0 (or one too large) is corrupt, as grpc-go and upb say."""
+    cdef unsigned long long tag = _varint(buf, end, pos)
+    cdef unsigned long long number = tag >> 3
+    if number == 0 or number > _MAX_FIELD_NUMBER:
+        raise WireError(CORRUPT)
+    return tag
 
 
 cdef inline str _string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos):
     cdef Py_ssize_t n = _length(buf, end, pos)
-    cdef str s = PyUnicode_DecodeUTF8(<const char*>buf + pos[0], n, NULL)
+    cdef str s
+    try:
+        s = PyUnicode_DecodeUTF8(<const char*>buf + pos[0], n, NULL)
+    except UnicodeDecodeError:
+        raise WireError(INVALID_UTF8) from None
     pos[0] += n
     return s
 
@@ -70,7 +95,7 @@ cdef tuple _entry(const unsigned char* buf, Py_ssize_t end):
     cdef unsigned long long tag
     cdef str key = "", value = ""
     while pos < end:
-        tag = _varint(buf, end, &pos)
+        tag = _tag(buf, end, &pos)
         if tag == 10:
             key = _string(buf, end, &pos)
         elif tag == 18:
@@ -86,7 +111,7 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
     cdef list entries = []
     cdef object limit = None, hits_addend = None
     while pos < end:
-        tag = _varint(buf, end, &pos)
+        tag = _tag(buf, end, &pos)
         if tag == 10:  # entries
             n = _length(buf, end, &pos)
             entries.append(_entry(buf + pos, n))
@@ -96,7 +121,7 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
             rpu = unit = 0
             sub = 0
             while sub < n:
-                tag = _varint(buf + pos, n, &sub)
+                tag = _tag(buf + pos, n, &sub)
                 if tag == 8:
                     rpu = _varint(buf + pos, n, &sub) & 0xFFFFFFFF
                 elif tag == 16:
@@ -110,7 +135,7 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
             hits = 0
             sub = 0
             while sub < n:
-                tag = _varint(buf + pos, n, &sub)
+                tag = _tag(buf + pos, n, &sub)
                 if tag == 8:
                     hits = _varint(buf + pos, n, &sub)
                 else:
@@ -132,7 +157,7 @@ def decode_request(bytes data):
     cdef list descriptors = []
     cdef unsigned long long hits_addend = 0
     while pos < end:
-        tag = _varint(buf, end, &pos)
+        tag = _tag(buf, end, &pos)
         if tag == 10:
             domain = _string(buf, end, &pos)
         elif tag == 18:

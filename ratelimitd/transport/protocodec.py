@@ -41,9 +41,20 @@ __all__ = [
 ]
 
 
+# grpc-go's decoder errors (google.golang.org/protobuf), which both codecs raise: the
+# transports answer INTERNAL `grpc: error unmarshalling request: <one of these>`.
+GO_CORRUPT = "proto: cannot parse invalid wire-format data"
+GO_INVALID_UTF8 = "string field contains invalid UTF-8"
+
+
 def decode_request_upb(data: bytes) -> Request:
     """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
-    msg = RateLimitRequest.FromString(data)
+    try:
+        msg = RateLimitRequest.FromString(data)
+    except DecodeError as exc:
+        # upb says "Error parsing message with type '...': Wire format was corrupt" (or
+        # "String field had bad UTF-8"); grpc-go's words are the ones on the wire.
+        raise DecodeError(GO_INVALID_UTF8 if "UTF-8" in str(exc) else GO_CORRUPT) from None
     descriptors = []
     for d in msg.descriptors:
         entries = tuple([(e.key, e.value) for e in d.entries])
@@ -112,7 +123,7 @@ if _codec is not None:
         """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
         try:
             return _decode(data)  # type: ignore[no-any-return]
-        except ValueError as exc:  # WireError, or invalid UTF-8 in a string field
+        except ValueError as exc:  # WireError, with grpc-go's message
             raise DecodeError(str(exc)) from None
 
     def encode_response(resp: Response) -> bytes:

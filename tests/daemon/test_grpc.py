@@ -465,6 +465,23 @@ async def test_unexpected_error_is_unknown_and_logged(
         assert bad.details().startswith("grpc: error unmarshalling request")
 
 
+async def test_field_number_zero_is_refused_as_grpc_go_refuses_it(
+    harness: Callable[..., Any], serve: Any
+) -> None:
+    # grpc-go (google.golang.org/protobuf) and upb reject field number 0 in any message.
+    h = harness(CONFIG)
+    served = await serve(h.service, h.stats)
+    async with served.channel() as channel:
+        raw = channel.unary_unary(METHOD_PATH)
+        good = _field(1, "test") + _field(2, _field(1, _field(1, "key") + _field(2, "value")))
+        for data in (_field(0, 1) + good, good + _field(2, _field(0, b""))):
+            bad = await rpc_error(raw(data, timeout=TIMEOUT))
+            assert (bad.code(), bad.details()) == (
+                grpc.StatusCode.INTERNAL,
+                "grpc: error unmarshalling request: proto: cannot parse invalid wire-format data",
+            )
+
+
 # -- health ------------------------------------------------------------------------------
 
 

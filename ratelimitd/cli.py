@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -78,11 +79,30 @@ def serve(argv: Sequence[str]) -> int:
         print(f"ratelimitd: {exc}", file=sys.stderr)
         return 1
     configure_logging(settings)
-    if settings.workers.count > 1:
+    workers = settings.workers
+    if workers.count > 1:
         from .workers import supervise
 
+        if settings.cache.backend == "memory":
+            logging.getLogger("ratelimitd.workers").warning(
+                "BACKEND_TYPE=memory with RATELIMITD_WORKERS=%d: each worker counts in its "
+                "own memory, so a limit admits up to %dx its requests_per_unit (use Redis "
+                "or memcached to share the counters)",
+                workers.count,
+                workers.count,
+            )
         prometheus = settings.stats.sink == "prometheus"
-        return supervise(settings.workers.count, share_stats=prometheus)
+        return supervise(workers.count, share_stats=prometheus)
+    if workers.supervisor_pid is not None:
+        from .workers import die_with_supervisor
+
+        if not die_with_supervisor(workers.supervisor_pid):
+            logging.getLogger("ratelimitd.workers").warning(
+                "worker %s: its supervisor (pid %d) is gone; exiting",
+                workers.index,
+                workers.supervisor_pid,
+            )
+            return 0
     from .daemon import serve as run_daemon
 
     return run_daemon(settings)

@@ -2,8 +2,8 @@
 
 `build(settings)` wires the pieces (the same factory the tests use); `Daemon.run()` starts
 them in the reference's order — backend connected and first config loaded before any port
-opens — and shuts down in a fixed order on SIGTERM/SIGINT/SIGHUP: report unhealthy, stop
-accepting, drain in-flight calls, close the backend, exit 0.
+opens — and shuts down in a fixed order on SIGTERM/SIGINT: report unhealthy, stop
+accepting, drain in-flight calls, close the backend, exit 0. SIGHUP reloads the config.
 """
 
 from __future__ import annotations
@@ -73,8 +73,10 @@ class Daemon:
         s = self.settings
         self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        # The reference stops on SIGHUP too; here it reloads the config (README).
+        loop.add_signal_handler(signal.SIGHUP, self.reloader.request_reload)
 
         await self.backend.connect()
         self.health.set("backend", True)

@@ -63,6 +63,7 @@ class ConfigReloader:
         self._retry_delay = 0.0  # > 0 after a read error: retry without a change
         self._retry_at = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._reload_requested = asyncio.Event()  # SIGHUP: load now, changed or not
         # Validates the xDS settings now, so bad ones stop the start with one line.
         self._xds = XdsConfigClient(source, self.apply) if isinstance(source, XdsSettings) else None
 
@@ -121,6 +122,14 @@ class ConfigReloader:
     def _build(self, read: Callable[[], Sequence[ConfigSource]], merge: bool) -> RuleSet:
         return build_ruleset(read(), merge_domains=merge, stats=self.stats)
 
+    def request_reload(self) -> None:
+        """Load the files again now, whether they changed or not (SIGHUP)."""
+        if isinstance(self.source, FileLayout):
+            log.info("reloading the configuration (SIGHUP)")
+            self._reload_requested.set()
+        else:
+            log.info("SIGHUP: the xDS server pushes every change; nothing to reload")
+
     def start(self) -> None:
         """Watch for changes in the background (the xDS stream already runs since `load`)."""
         if isinstance(self.source, FileLayout):
@@ -139,7 +148,12 @@ class ConfigReloader:
 
     async def _watch(self, layout: FileLayout) -> None:
         while True:
-            await asyncio.sleep(self.poll_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._reload_requested.wait(), self.poll_interval)
+            if self._reload_requested.is_set():
+                self._reload_requested.clear()
+                await self.load()
+                continue
             try:
                 signature = await asyncio.to_thread(layout.signature)
             except Exception:  # a transient filesystem error: try again next tick

@@ -3,12 +3,17 @@
 Each worker is `python -m ratelimitd serve` with RATELIMITD_WORKERS=1, its own uvloop
 event loop and its own listeners bound with SO_REUSEPORT, so the kernel spreads
 connections across them. A worker that dies is restarted (with backoff when it keeps
-dying); SIGTERM/SIGINT to the supervisor is passed on and every worker drains and exits.
+dying); SIGTERM/SIGINT to the supervisor is passed on and every worker drains and exits;
+SIGHUP is passed on and every worker reloads its config. A supervisor killed outright
+(SIGKILL, OOM killer) leaves no worker serving: each worker asks the kernel for SIGTERM
+when its parent dies (PR_SET_PDEATHSIG) and exits at start if its parent is already gone.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -26,9 +31,34 @@ MAX_BACKOFF_SECONDS = 30.0
 STOP_TIMEOUT_SECONDS = 30.0
 
 
+# prctl(2) option: the signal this process gets when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_supervisor(supervisor_pid: int) -> bool:
+    """In a worker: SIGTERM when the supervisor dies; False if it is already gone.
+
+    The death signal is armed first and the parent checked after, so that a supervisor
+    dying between our fork and the prctl (which then never signals) is still noticed.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            log.warning("prctl(PR_SET_PDEATHSIG) failed: %s", os.strerror(ctypes.get_errno()))
+    return os.getppid() == supervisor_pid
+
+
 def _spawn(index: int, stats_dir: str) -> subprocess.Popen[bytes]:
     env = worker_environ(index, stats_dir)
-    return subprocess.Popen([sys.executable, "-m", "ratelimitd", "serve"], env=env)
+    # A worker ignores SIGHUP until its event loop handles it (an ignored signal stays
+    # ignored across exec): a SIGHUP passed on while it starts must not kill it.
+    return subprocess.Popen(
+        [sys.executable, "-m", "ratelimitd", "serve"], env=env, preexec_fn=_ignore_sighup
+    )
+
+
+def _ignore_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def supervise(count: int, share_stats: bool = False) -> int:
@@ -47,13 +77,19 @@ def supervise(count: int, share_stats: bool = False) -> int:
 
 def _supervise(count: int, stats_dir: str) -> int:
     stopping = False
+    reload = False
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
         stopping = True
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    def hangup(signum: int, frame: object) -> None:
+        nonlocal reload
+        reload = True
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
+    signal.signal(signal.SIGHUP, hangup)
 
     workers = [_spawn(i, stats_dir) for i in range(count)]
     started = [time.monotonic()] * count
@@ -62,6 +98,12 @@ def _supervise(count: int, stats_dir: str) -> int:
     log.info("supervising %d workers: %s", count, [w.pid for w in workers])
     while not stopping:
         time.sleep(0.1)
+        if reload:
+            reload = False
+            log.info("SIGHUP: every worker reloads its configuration")
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.send_signal(signal.SIGHUP)
         now = time.monotonic()
         for i, worker in enumerate(workers):
             code = worker.poll()

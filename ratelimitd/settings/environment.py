@@ -26,8 +26,8 @@ Extensions (not in the reference):
 
 * ``RATELIMITD_WORKERS`` (integer >= 1, default 1): worker processes sharing the listening
   ports with SO_REUSEPORT. The supervisor gives each worker ``RATELIMITD_WORKER_INDEX`` and,
-  with the Prometheus sink, ``RATELIMITD_STATS_DIR`` (:func:`worker_environ`); they are not
-  meant to be set by hand.
+  with the Prometheus sink, ``RATELIMITD_STATS_DIR``, and ``RATELIMITD_SUPERVISOR_PID``
+  (:func:`worker_environ`); they are not meant to be set by hand.
 * ``REDIS_REQUEST_TIMEOUT`` (Go duration > 0, default ``50ms``): the longest a request waits
   for its Redis replies before failing like a Redis error; applies to both instances.
   ``REDIS_TIMEOUT`` stays the dial timeout, as in the reference.
@@ -124,6 +124,11 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
                 else None
             ),
             stats_dir=env.get_str("RATELIMITD_STATS_DIR"),
+            supervisor_pid=(
+                env.get_int("RATELIMITD_SUPERVISOR_PID", 0, lo=1)
+                if env.get_str("RATELIMITD_SUPERVISOR_PID")
+                else None
+            ),
         ),
     )
     _check(settings, env)
@@ -154,7 +159,12 @@ def extensions_disabled() -> bool:
 
 def worker_environ(index: int, stats_dir: str) -> dict[str, str]:
     """The environment of worker `index`: this process's, as one worker of a supervised set."""
-    env = dict(os.environ, RATELIMITD_WORKERS="1", RATELIMITD_WORKER_INDEX=str(index))
+    env = dict(
+        os.environ,
+        RATELIMITD_WORKERS="1",
+        RATELIMITD_WORKER_INDEX=str(index),
+        RATELIMITD_SUPERVISOR_PID=str(os.getpid()),
+    )
     if stats_dir:
         env["RATELIMITD_STATS_DIR"] = stats_dir
     return env

@@ -276,11 +276,13 @@ class ReloadOptions:
 
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
-    """Extension: RATELIMITD_WORKERS processes; the supervisor sets the other two per worker."""
+    """Extension: RATELIMITD_WORKERS processes; the supervisor sets the others per worker."""
 
     count: int = 1
     index: int | None = None  # RATELIMITD_WORKER_INDEX, set in a worker only
     stats_dir: str = ""  # RATELIMITD_STATS_DIR: where workers publish Prometheus totals
+    # RATELIMITD_SUPERVISOR_PID: a worker exits when this process is no longer its parent.
+    supervisor_pid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

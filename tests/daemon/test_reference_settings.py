@@ -265,6 +265,7 @@ EXTENSIONS: dict[str, Row] = {
     "GRPC_MAX_CONCURRENT_STREAMS": Read("16", "grpc.max_concurrent_streams", 16),
     "RATELIMITD_WORKER_INDEX": Read("2", "workers.index", 2),
     "RATELIMITD_STATS_DIR": Read("/d", "workers.stats_dir", "/d"),
+    "RATELIMITD_SUPERVISOR_PID": Read("42", "workers.supervisor_pid", 42),
     "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),
 }
 

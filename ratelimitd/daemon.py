@@ -185,7 +185,7 @@ def build(settings: Settings) -> Daemon:
         reloader=reloader,
         grpc=grpc_transport(settings, service, health, stats, sink, tracing),
         http=HttpServer(main_routes(service, health)),
-        debug=HttpServer(debug_routes(service, stats)),
+        debug=HttpServer(debug_routes(service, stats, settings=settings.debug)),
         sink=sink,
         tracing=tracing,
     )

@@ -84,6 +84,7 @@ def start_bench_daemon(name: str, workdir: Path, **env_overrides: str) -> Daemon
         DISABLE_STATS="true",
         BACKEND_TYPE="memory",
         LOG_LEVEL="warn",
+        DEBUG_PROFILE_ENABLED="true",  # run_all.py profiles a server under load
     )
     (root / "config" / "bench.yaml").write_text(RULES)
     return start_daemon(env | env_overrides, workdir, name=f"ratelimitd ({name})")

@@ -19,6 +19,7 @@ from .goparse import SettingsError, parse_go_bool, parse_go_duration, parse_go_i
 from .sections import (
     CacheSettings,
     ConfigSettings,
+    DebugSettings,
     DogStatsdMogrifier,
     GrpcSettings,
     ListenerSettings,
@@ -40,6 +41,7 @@ from .sections import (
 __all__ = [
     "CacheSettings",
     "ConfigSettings",
+    "DebugSettings",
     "DogStatsdMogrifier",
     "GrpcSettings",
     "ListenerSettings",

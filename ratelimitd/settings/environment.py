@@ -31,6 +31,10 @@ Extensions (not in the reference):
 * ``REDIS_REQUEST_TIMEOUT`` (Go duration > 0, default ``50ms``): the longest a request waits
   for its Redis replies before failing like a Redis error; applies to both instances.
   ``REDIS_TIMEOUT`` stays the dial timeout, as in the reference.
+* ``DEBUG_PROFILE_ENABLED`` (bool, default false), ``DEBUG_PROFILE_MAX_DURATION`` (Go
+  duration > 0, default ``10s``), ``ADMIN_TOKEN``: the debug listener's
+  ``/debug/pprof/profile`` is off unless enabled, at most that long, and with a token set
+  only for requests bearing it (:class:`DebugSettings`).
 * ``RATELIMITD_NO_EXTENSIONS`` (any non-empty value): the pure-Python twins instead of the
   compiled modules (:func:`extensions_disabled`, read by the selector modules at import).
 """
@@ -48,6 +52,7 @@ from .sections import (
     PERSECOND_URL,
     CacheSettings,
     ConfigSettings,
+    DebugSettings,
     DogStatsdMogrifier,
     GrpcSettings,
     ListenerSettings,
@@ -100,6 +105,13 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
     per_second = _redis(env, "REDIS_PERSECOND_", PERSECOND_URL, shared=redis)
     settings = Settings(
         listeners=_listeners(env),
+        debug=DebugSettings(
+            profile_enabled=env.get_bool("DEBUG_PROFILE_ENABLED", False),
+            profile_max_seconds=env.get_duration(
+                "DEBUG_PROFILE_MAX_DURATION", DebugSettings().profile_max_seconds, positive=True
+            ),
+            admin_token=env.get_str("ADMIN_TOKEN"),
+        ),
         grpc=_grpc(env),
         log=LogSettings(
             level=env.get_choice("LOG_LEVEL", LogSettings().level, _LOG_LEVELS),

@@ -55,6 +55,19 @@ class ListenerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class DebugSettings:
+    """Extension: the debug listener's CPU profile (DEBUG_PROFILE_*) and ADMIN_TOKEN.
+
+    The profile endpoint is off unless DEBUG_PROFILE_ENABLED; with ADMIN_TOKEN set it serves
+    only requests bearing that token (``Authorization: Bearer <token>``), enabled or not.
+    """
+
+    profile_enabled: bool = False
+    profile_max_seconds: float = 10.0  # DEBUG_PROFILE_MAX_DURATION
+    admin_token: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class GrpcSettings:
     """The gRPC server: GRPC_MAX_CONNECTION_AGE(_GRACE) (seconds) and GRPC_*TLS*."""
 
@@ -290,6 +303,7 @@ class Settings:
     """How the process runs: every setting of the reference plus a few extensions."""
 
     listeners: ListenerSettings = ListenerSettings()
+    debug: DebugSettings = DebugSettings()
     grpc: GrpcSettings = GrpcSettings()
     log: LogSettings = LogSettings()
     config: ConfigSettings = ConfigSettings()

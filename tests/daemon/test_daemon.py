@@ -173,7 +173,7 @@ def test_health_follows_config_and_sigterm(grpc_env, start_daemon) -> None:
 
 def test_sigterm_drains_an_in_flight_request(daemon_env, start_daemon) -> None:
     write_config(daemon_env, "test.yaml", LIMITED)
-    d = start_daemon(daemon_env)
+    d = start_daemon(dict(daemon_env, DEBUG_PROFILE_ENABLED="true"))  # a 2 s request
     result: dict[str, object] = {}
 
     def profile() -> None:

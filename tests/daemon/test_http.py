@@ -31,7 +31,7 @@ from ratelimitd.messages import (
     Status,
 )
 from ratelimitd.service import ServiceError
-from ratelimitd.settings import ReloadOptions
+from ratelimitd.settings import DebugSettings, ReloadOptions
 from ratelimitd.transport.debug import debug_routes
 from ratelimitd.transport.http import HttpRequest, HttpServer, main_routes, start_http_server
 from ratelimitd.transport.jsoncodec import decode_request, encode_response
@@ -52,6 +52,9 @@ descriptors:
 
 ONE_K = b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}'
 BAD = (400, b"Bad Request\n")
+
+# The debug server's profile endpoint on (it is off by default).
+PROFILING = DebugSettings(profile_enabled=True)
 
 
 class Reply:
@@ -162,12 +165,16 @@ async def make_servers(harness: Callable[..., Any]) -> AsyncIterator[Callable[..
     """make_servers(yaml, **harness_kwargs) -> Servers (closed at teardown)."""
     started: list[Servers] = []
 
-    async def make(config: str = CONFIG, **kwargs: Any) -> Servers:
+    async def make(
+        config: str = CONFIG, debug_settings: DebugSettings = PROFILING, **kwargs: Any
+    ) -> Servers:
         h = harness(config, **kwargs)
         health = Health()
         health.register("backend", True)
         main = await start_http_server(main_routes(h.service, health), "127.0.0.1", 0)
-        debug = await start_http_server(debug_routes(h.service, h.stats), "127.0.0.1", 0)
+        debug = await start_http_server(
+            debug_routes(h.service, h.stats, settings=debug_settings), "127.0.0.1", 0
+        )
         servers = Servers(h, health, main, debug)
         started.append(servers)
         return servers
@@ -725,10 +732,56 @@ async def test_debug_profile(srv: Servers) -> None:
     assert "should_rate_limit" in text
 
 
-@pytest.mark.parametrize("query", ["seconds=abc", "seconds=0", "seconds=-1", "seconds=301"])
+@pytest.mark.parametrize("query", ["seconds=abc", "seconds=0", "seconds=-1", "seconds=11"])
 async def test_debug_profile_bad_seconds(srv: Servers, query: str) -> None:
     reply = await srv.debug_call("/debug/pprof/profile?" + query)
     assert reply.status == 400
+    assert reply.body == b"seconds must be an integer from 1 to 10\n"
+
+
+async def test_debug_profile_is_off_unless_enabled(make_servers: Callable[..., Any]) -> None:
+    srv = await make_servers(debug_settings=DebugSettings())
+    reply = await srv.debug_call("/debug/pprof/profile?seconds=1")
+    assert reply.status == 403
+    assert b"DEBUG_PROFILE_ENABLED=true" in reply.body and b"ADMIN_TOKEN" in reply.body
+    # The rest of the debug server is unchanged.
+    assert (await srv.debug_call("/rlconfig")).status == 200
+
+
+async def test_debug_profile_duration_is_bounded_by_the_setting(
+    make_servers: Callable[..., Any],
+) -> None:
+    srv = await make_servers(debug_settings=DebugSettings(True, 1.0))
+    reply = await srv.debug_call("/debug/pprof/profile?seconds=2")
+    assert (reply.status, reply.body) == (400, b"seconds must be an integer from 1 to 1\n")
+    # No `seconds`: pprof's 30 s default, cut to the maximum.
+    reply = await srv.debug_call("/debug/pprof/profile")
+    assert reply.status == 200 and reply.body.startswith(
+        b"CPU profile of the event-loop thread, 1 s"
+    )
+
+
+async def test_debug_profile_needs_the_admin_token_when_one_is_set(
+    make_servers: Callable[..., Any],
+) -> None:
+    # ADMIN_TOKEN alone enables the endpoint for whoever presents it (bearer auth).
+    srv = await make_servers(debug_settings=DebugSettings(admin_token="s3cret"))
+    c = await srv.conn(debug=True)
+    for headers in [(), ("Authorization: Bearer wrong",), ("Authorization: Basic s3cret",)]:
+        reply = await c.call("/debug/pprof/profile?seconds=1", method="GET", headers=headers)
+        assert reply.status == 401
+        assert reply.headers["www-authenticate"] == 'Bearer realm="ratelimitd debug"'
+        assert b"s3cret" not in reply.body
+    for scheme in ("Bearer", "bearer"):
+        reply = await c.call(
+            "/debug/pprof/profile?seconds=1",
+            method="GET",
+            headers=(f"Authorization: {scheme} s3cret",),
+        )
+        assert reply.status == 200
+    # With the token set, DEBUG_PROFILE_ENABLED does not open the endpoint to everyone.
+    both = await make_servers(debug_settings=DebugSettings(True, admin_token="s3cret"))
+    assert (await both.debug_call("/debug/pprof/profile?seconds=1")).status == 401
 
 
 # codec

@@ -266,6 +266,9 @@ EXTENSIONS: dict[str, Row] = {
     "RATELIMITD_WORKER_INDEX": Read("2", "workers.index", 2),
     "RATELIMITD_STATS_DIR": Read("/d", "workers.stats_dir", "/d"),
     "RATELIMITD_SUPERVISOR_PID": Read("42", "workers.supervisor_pid", 42),
+    "DEBUG_PROFILE_ENABLED": Read("true", "debug.profile_enabled", True),
+    "DEBUG_PROFILE_MAX_DURATION": Read("1m", "debug.profile_max_seconds", 60.0),
+    "ADMIN_TOKEN": Read("t0k3n", "debug.admin_token", "t0k3n"),
     "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),
 }
 

@@ -4,11 +4,19 @@ Names are the reference's (section 11). Per-rule counters live on a `RuleStats` 
 resolved once per rule when a RuleSet is built (or once per distinct dynamic stats key),
 so the hot path increments attributes and never formats a stat name. Sinks (statsd,
 Prometheus, the debug `/stats` page) read `snapshot()`.
+
+Threads: a reload builds its RuleSet, and so creates its rules' `RuleStats`, in a worker
+thread while the event loop may be taking a snapshot. The table of rule stats is therefore
+only grown under a lock, and `snapshot()` copies it under the same lock before formatting.
+A lock rather than copy-on-write: the loop also creates stats (dynamic keys, request
+overrides), and copying a table of 100 000 rules for each new key would put that copy on the
+request path; the lookup of an existing key (every request) takes no lock.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 
 RULE_STATS = (
@@ -82,7 +90,10 @@ class StatsStore:
 
     def __init__(self) -> None:
         self.service = ServiceStats()
+        # Grown under _lock only (see the module docstring); read without it by key.
         self._rules: dict[str, RuleStats] = {}
+        self._lock = threading.Lock()
+        # Grown by requests only, so only on the loop, where snapshots are taken too.
         self._domain_not_found: dict[str, int] = {}
         self._gauges: dict[str, Callable[[], float]] = {}
 
@@ -90,7 +101,10 @@ class StatsStore:
         """The counters of a stats key (config path or dynamic key), created on first use."""
         stats = self._rules.get(key)
         if stats is None:
-            stats = self._rules[key] = RuleStats(sanitize_stat_name(key))
+            with self._lock:  # another thread may be creating it, or snapshotting
+                stats = self._rules.get(key)
+                if stats is None:
+                    stats = self._rules[key] = RuleStats(sanitize_stat_name(key))
         return stats
 
     def domain_not_found(self, domain: str) -> None:
@@ -105,7 +119,9 @@ class StatsStore:
         """Every counter and gauge by full name (counters are totals since start)."""
         out: dict[str, float] = {}
         prefix = "ratelimit.service.rate_limit."
-        for stats in self._rules.values():
+        with self._lock:  # a reload may be adding rules from its thread
+            rules = list(self._rules.values())
+        for stats in rules:
             base = prefix + stats.key + "."
             for name in RULE_STATS:
                 out[base + name] = getattr(stats, name)

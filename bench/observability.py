@@ -46,13 +46,12 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from ratelimitd import keys
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends import MemoryBackend
-from ratelimitd.config import ConfigFile, load_ruleset
+from ratelimitd.config import ConfigFile
+from ratelimitd.core import build_core
 from ratelimitd.health import Health
-from ratelimitd.limiter import Limiter
-from ratelimitd.service import RateLimitService
 from ratelimitd.settings import ListenerSettings, Settings
-from ratelimitd.sinks import create_sink
 from ratelimitd.stats import StatsStore
+from ratelimitd.stats.sinks import create_sink
 from ratelimitd.tracing import (
     SHOULD_RATE_LIMIT,
     ServerInterceptor,
@@ -167,20 +166,18 @@ async def run_mode(
     exporter = DropExporter()
     tracing = create_tracing(settings, exporter=exporter)
 
-    backend: Any = MemoryBackend(0)
-    if tracing is not None:
-        backend = tracing.traced_backend(backend)
-    service = RateLimitService(Limiter(backend), stats)
-    service.set_ruleset(load_ruleset([ConfigFile("bench.yaml", CONFIG)], stats=stats))
+    core = build_core(settings, backend=MemoryBackend(0), stats=stats, tracing=tracing)
+    core.load([ConfigFile("bench.yaml", CONFIG)])
     health = Health()
     health.register("backend", True)
     transport = GrpcTransport(
         replace(settings, listeners=ListenerSettings(grpc_host="127.0.0.1", grpc_port=0)),
-        service,
+        core.service,
         health,
         stats,
+        response_timer=sink.timer,
     )
-    interceptor = server_interceptor(sink.timer, tracing)
+    interceptor = server_interceptor(tracing)
     await sink.start()
 
     scrapes = 0
@@ -193,7 +190,7 @@ async def run_mode(
                 await asyncio.sleep(1.0)
                 port = sink.port  # type: ignore[attr-defined]
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(b"GET /metrics HTTP/1.1\r\nHost: b\r\n\r\n")
+                writer.write(b"GET /metrics HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
                 await reader.read()
                 writer.close()
                 scrapes += 1

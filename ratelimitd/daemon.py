@@ -23,8 +23,9 @@ from .health import Health
 from .reloader import ConfigReloader
 from .service import RateLimitService
 from .settings import ReloadOptions, Settings, SettingsError, reload_options_from_env
-from .sinks import Sink, SinkError, create_sink
 from .stats import StatsStore
+from .stats.base import Sink, SinkError
+from .stats.sinks import create_sink
 from .tracing import Tracing, create_tracing, server_interceptor
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
@@ -222,7 +223,7 @@ def grpc_transport(
         stats,
         response_timer=sink.timer,
         # Tracing needs the interceptor; the response-time timer is fed by the handler.
-        extra_interceptors=[i for i in (server_interceptor(None, tracing),) if i is not None],
+        extra_interceptors=[i for i in (server_interceptor(tracing),) if i is not None],
     )
 
 

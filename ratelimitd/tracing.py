@@ -1,4 +1,4 @@
-"""OTLP tracing (TRACING_*), and the gRPC interceptor that feeds tracing and the timer.
+"""OTLP tracing (TRACING_*): the provider, backend child spans, and SERVER spans for gRPC.
 
 `create_tracing(settings)` is None unless TRACING_ENABLED: then nothing of OpenTelemetry is
 imported and the request path is untouched. Otherwise it builds, without touching any
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,7 +32,6 @@ import grpc
 import grpc.aio
 
 from .settings import Settings
-from .stats import Timer
 from .transport.protocodec import METHOD_PATH
 
 if TYPE_CHECKING:
@@ -294,25 +292,20 @@ class ServerSpans:
 
 
 class ServerInterceptor(grpc.aio.ServerInterceptor):
-    """Times ShouldRateLimit into the response-time timer and traces it (grpc.aio).
+    """The SERVER span of each ShouldRateLimit on the grpc.aio transport (`ServerSpans`).
 
     The wrapped handler is built once per registered handler (grpc hands the same one to
-    every call), so a call pays one extra coroutine frame, one clock read and, with
-    tracing, the span.
+    every call), so a call pays one extra coroutine frame and the span. (The response-time
+    timer is not fed here: the transports' shared handler, `transport.rls`, times every
+    call, traced or not.)
     """
 
-    def __init__(
-        self,
-        timer: Timer | None = None,
-        tracing: Tracing | None = None,
-        method: str = SHOULD_RATE_LIMIT,
-    ) -> None:
-        self.timer = timer
+    def __init__(self, tracing: Tracing, method: str = SHOULD_RATE_LIMIT) -> None:
         self.tracing = tracing
         self.method = method
         self._inner: Any = None
         self._wrapped: Any = None
-        self._spans = ServerSpans(tracing, method) if tracing is not None else None
+        self._spans = ServerSpans(tracing, method)
 
     async def intercept_service(
         self,
@@ -334,42 +327,20 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         return self._wrapped  # type: ignore[no-any-return]
 
     def _wrap(self, inner: Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]) -> Any:
-        timer = self.timer
         spans = self._spans
-        clock = time.perf_counter
-
-        if spans is None:
-            assert timer is not None
-            observe = timer.observe
-
-            async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                started = clock()
-                try:
-                    return await inner(request, context)
-                finally:
-                    observe((clock() - started) * 1000.0)
-
-            return timed
-
         fields = spans.fields
-        observe_or_none = timer.observe if timer is not None else None
 
         async def traced(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            started = clock()
             # Only the propagation headers: most calls carry just user-agent and the like.
             carrier = {
                 m.key: m.value for m in (context.invocation_metadata() or ()) if m.key in fields
             }
-            try:
-                return await spans.run(
-                    carrier,
-                    request,
-                    lambda: inner(request, context),
-                    code_on_error=lambda: _status_code(context),
-                )
-            finally:
-                if observe_or_none is not None:
-                    observe_or_none((clock() - started) * 1000.0)
+            return await spans.run(
+                carrier,
+                request,
+                lambda: inner(request, context),
+                code_on_error=lambda: _status_code(context),
+            )
 
         return traced
 
@@ -398,11 +369,8 @@ def _status_code(context: grpc.aio.ServicerContext) -> int:
     return grpc.StatusCode.UNKNOWN.value[0]  # type: ignore[no-any-return]
 
 
-def server_interceptor(
-    timer: Timer | None, tracing: Tracing | None
-) -> grpc.aio.ServerInterceptor | None:
-    """The interceptor to append to the gRPC server's list, or None when there is nothing
-    to do (null stats sink and tracing disabled)."""
-    if timer is None and tracing is None:
+def server_interceptor(tracing: Tracing | None) -> grpc.aio.ServerInterceptor | None:
+    """The interceptor to append to a grpc.aio server's list, None when tracing is off."""
+    if tracing is None:
         return None
-    return ServerInterceptor(timer, tracing)
+    return ServerInterceptor(tracing)

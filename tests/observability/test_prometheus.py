@@ -11,16 +11,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from ratelimitd.settings import Settings
-from ratelimitd.sinks import (
-    RESPONSE_TIME,
-    MetricMapper,
-    PrometheusSink,
-    WorkerShare,
-    create_sink,
-    default_mapping_config,
-    escape_metric_name,
-)
 from ratelimitd.stats import StatsStore
+from ratelimitd.stats.base import RESPONSE_TIME
+from ratelimitd.stats.mapper import MetricMapper, default_mapping_config, escape_metric_name
+from ratelimitd.stats.prometheus import PrometheusSink
+from ratelimitd.stats.sinks import create_sink
+from ratelimitd.stats.workershare import WorkerShare
 
 from .conftest import CONFIG
 
@@ -40,9 +36,9 @@ def prom_settings(**env: str) -> Settings:
 
 
 async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
-    """One HTTP/1.1 GET over a real socket."""
+    """One HTTP/1.1 GET over a real socket (the server keeps connections alive unless told)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
     raw = await reader.read()
     writer.close()
     with contextlib.suppress(Exception):

@@ -25,8 +25,8 @@ from ratelimitd.core import build_core
 from ratelimitd.health import Health
 from ratelimitd.reloader import ConfigReloader
 from ratelimitd.settings import ReloadOptions
-from ratelimitd.sinks import LoggingSink
 from ratelimitd.stats import RULE_STATS, StatsStore
+from ratelimitd.stats.stdout import LoggingSink
 
 RULES = 20_000
 

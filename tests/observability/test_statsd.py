@@ -15,14 +15,10 @@ import pytest
 from support import wait_until
 
 from ratelimitd.settings import Settings
-from ratelimitd.sinks import (
-    RESPONSE_TIME,
-    DogStatsdSink,
-    StatsdSink,
-    TcpWriter,
-    create_sink,
-    statsd_tag_suffix,
-)
+from ratelimitd.stats.base import RESPONSE_TIME, statsd_tag_suffix
+from ratelimitd.stats.dogstatsd import DogStatsdSink
+from ratelimitd.stats.sinks import create_sink
+from ratelimitd.stats.statsd import StatsdSink, TcpWriter
 
 from .conftest import CONFIG, LineReceiver, TcpListener
 

@@ -14,10 +14,9 @@ from ratelimitd.backends.base import Backend, Op, SyncBackend
 from ratelimitd.health import Health
 from ratelimitd.limiter import Limiter
 from ratelimitd.settings import ListenerSettings, Settings
-from ratelimitd.sinks import RESPONSE_TIME
+from ratelimitd.stats.base import RESPONSE_TIME
 from ratelimitd.tracing import (
     SHOULD_RATE_LIMIT,
-    ServerInterceptor,
     TracedBackend,
     Tracing,
     create_tracing,
@@ -66,14 +65,17 @@ class Served:
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Callable[..., Any]]:
-    """A GrpcTransport on a grpc.aio server (port 0) with our interceptor appended."""
+    """A GrpcTransport on a grpc.aio server (port 0), timed, with the tracing interceptor
+    appended when `tracing` is given."""
     started: list[Served] = []
 
-    async def start(h: Any, interceptor: grpc.aio.ServerInterceptor | None) -> Served:
+    async def start(h: Any, tracing: Tracing | None = None) -> Served:
         settings = Settings(listeners=ListenerSettings(grpc_host="127.0.0.1", grpc_port=0))
         health = Health()
         health.register("backend", True)
-        transport = GrpcTransport(settings, h.service, health, h.stats)
+        timer = h.stats.timer(RESPONSE_TIME)
+        transport = GrpcTransport(settings, h.service, health, h.stats, response_timer=timer)
+        interceptor = server_interceptor(tracing)
         extra = [interceptor] if interceptor is not None else []
         server = grpc.aio.server(interceptors=[*transport.interceptors(), *extra])
         transport.register(server)
@@ -90,8 +92,8 @@ async def serve() -> AsyncIterator[Callable[..., Any]]:
 
 
 def traced(h: Any, settings: Settings) -> Tracing:
-    """Tracing for a harness: its limiter rebuilt around the traced backend, as `build`
-    must do (the limiter looks the backend's methods up once)."""
+    """Tracing for a harness: its limiter rebuilt around the traced backend, as `build_core`
+    does (a limiter chooses its synchronous or awaited path once, when it is built)."""
     tracing = create_tracing(settings)
     assert tracing is not None
     old = h.limiter
@@ -122,7 +124,7 @@ async def test_spans_reach_an_otlp_http_receiver(
     h = harness(CONFIG)
     settings = tracing_settings(TRACING_SERVICE_INSTANCE_ID="instance-7")
     tracing = traced(h, settings)
-    served = await serve(h, server_interceptor(h.stats.timer(RESPONSE_TIME), tracing))
+    served = await serve(h, tracing)
     metadata = (("traceparent", f"00-{TRACE_ID}-{PARENT_SPAN}-01"),)
     for _ in range(2):
         response = await served.call(make_request("obs", [("user", "alice")]), metadata=metadata)
@@ -154,7 +156,7 @@ async def test_spans_reach_an_otlp_http_receiver(
         assert child.trace_id.hex() == TRACE_ID
         assert child.kind == child.SPAN_KIND_CLIENT
         assert attrs(child)["pipeline length"] == 2
-    # The interceptor also fed the response-time timer.
+    # The handler fed the response-time timer too.
     assert h.stats.timer(RESPONSE_TIME).count == 2
     assert h.stats.service.total_requests == 2
 
@@ -165,7 +167,7 @@ async def test_b3_headers_and_failed_calls(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_http.url)
     h = harness(CONFIG)
     tracing = traced(h, tracing_settings())
-    served = await serve(h, server_interceptor(None, tracing))
+    served = await serve(h, tracing)
     b3 = (("b3", f"{TRACE_ID}-{PARENT_SPAN}-1"),)
     await served.call(make_request("obs", [("user", "x")]), metadata=b3)
     multi = (
@@ -198,7 +200,7 @@ async def test_sampling_rate_zero_sends_no_span(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_http.url)
     h = harness(CONFIG)
     tracing = traced(h, tracing_settings(TRACING_SAMPLING_RATE="0"))
-    served = await serve(h, server_interceptor(h.stats.timer(RESPONSE_TIME), tracing))
+    served = await serve(h, tracing)
     for _ in range(5):
         await served.call(make_request("obs", [("user", "alice")]))
     assert await tracing.force_flush()
@@ -207,11 +209,10 @@ async def test_sampling_rate_zero_sends_no_span(
     assert h.stats.timer(RESPONSE_TIME).count == 5  # timing does not depend on sampling
 
 
-async def test_timer_only_interceptor(harness: Any, serve: Any) -> None:
+async def test_the_handler_times_every_call_without_tracing(harness: Any, serve: Any) -> None:
     h = harness(CONFIG)
-    interceptor = server_interceptor(h.stats.timer(RESPONSE_TIME), None)
-    assert isinstance(interceptor, ServerInterceptor)
-    served = await serve(h, interceptor)
+    assert server_interceptor(None) is None  # no tracing: no interceptor at all
+    served = await serve(h)
     for _ in range(3):
         await served.call(make_request("obs", [("user", "alice")]))
     timer = h.stats.timer(RESPONSE_TIME)
@@ -223,7 +224,7 @@ async def test_timer_only_interceptor(harness: Any, serve: Any) -> None:
 
 def test_tracing_disabled_is_none_and_costs_nothing() -> None:
     assert create_tracing(Settings.from_env({"BACKEND_TYPE": "memory"})) is None
-    assert server_interceptor(None, None) is None
+    assert server_interceptor(None) is None
 
 
 def test_request_domain_reads_field_one() -> None:

@@ -15,8 +15,10 @@ request path; the lookup of an existing key (every request) takes no lock.
 
 from __future__ import annotations
 
+import random
 import re
 import threading
+from bisect import bisect_left
 from collections.abc import Callable
 
 RULE_STATS = (
@@ -96,6 +98,8 @@ class StatsStore:
         # Grown by requests only, so only on the loop, where snapshots are taken too.
         self._domain_not_found: dict[str, int] = {}
         self._gauges: dict[str, Callable[[], float]] = {}
+        # Created by the sinks when they are built, before anything is served.
+        self._timers: dict[str, Timer] = {}
 
     def rule_stats(self, key: str) -> RuleStats:
         """The counters of a stats key (config path or dynamic key), created on first use."""
@@ -138,23 +142,20 @@ class StatsStore:
             out[name] = read()
         return out
 
-    # -- additions for the sinks (ratelimitd.sinks) ----------------------------------------
-
     def gauge_names(self) -> frozenset[str]:
         """The names in `snapshot()` that are gauges; every other name is a counter."""
         return frozenset(self._gauges)
 
     def timer(self, name: str) -> Timer:
         """The timer of that full name (milliseconds), created on first use."""
-        timers: dict[str, Timer] = self.__dict__.setdefault("_timers", {})
-        timer = timers.get(name)
+        timer = self._timers.get(name)
         if timer is None:
-            timer = timers[name] = Timer(name)
+            timer = self._timers[name] = Timer(name)
         return timer
 
     def timers(self) -> list[Timer]:
         """Every timer created so far."""
-        return list(self.__dict__.get("_timers", {}).values())
+        return list(self._timers.values())
 
 
 class Timer:
@@ -181,10 +182,6 @@ class Timer:
     )
 
     def __init__(self, name: str, capacity: int = 2000) -> None:
-        # Imported here: additions to this module stay below its existing code.
-        import random
-        from bisect import bisect_left
-
         self._bisect = bisect_left
         self.name = name
         self.capacity = capacity

@@ -1,0 +1,92 @@
+"""The sink the reference's runner would choose (reference section 2, "sink choice").
+
+`create_sink(settings, stats)` returns one of:
+
+* `Sink` (a null sink) when DISABLE_STATS (counting goes on in memory for `/stats`);
+* `DogStatsdSink` (USE_DOG_STATSD): DogStatsD lines over UDP (`dogstatsd`);
+* `StatsdSink` (USE_STATSD, the default): plain statsd lines over TCP (`statsd`);
+* `PrometheusSink` (USE_PROMETHEUS): the text exposition over HTTP (`prometheus`);
+* `LoggingSink` otherwise: gostats' JSON log lines on stderr (`stdout`).
+
+A second enabled sink is an error (`SinkError`), as it is fatal in the reference.
+"""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from ..settings import Settings
+from .base import NullSink, Sink, SinkError
+from .dogstatsd import DogStatsdSink
+from .mapper import MetricMapper
+from .prometheus import PrometheusSink
+from .statsd import StatsdSink
+from .stdout import LoggingSink
+from .store import StatsStore
+from .workershare import WorkerShare
+
+
+def create_sink(
+    settings: Settings,
+    stats: StatsStore,
+    *,
+    worker_index: int | None = None,
+    share_dir: str | None = None,
+    stream: TextIO | None = None,
+) -> Sink:
+    """The sink the reference's runner would build from these settings (not started).
+
+    `worker_index` and `share_dir` are given to every worker process when the daemon runs
+    RATELIMITD_WORKERS > 1: the Prometheus sink then serves the sum over the workers.
+    """
+    cfg = settings.stats
+    if not cfg.disable:
+        enabled = [
+            name
+            for name, on in (
+                ("USE_DOG_STATSD", cfg.use_dog_statsd),
+                ("USE_STATSD", cfg.use_statsd),
+                ("USE_PROMETHEUS", cfg.use_prometheus),
+            )
+            if on
+        ]
+        if len(enabled) > 1:
+            raise SinkError(
+                f"{', '.join(enabled)}: only one stats sink may be enabled (USE_STATSD "
+                "defaults to true, so set USE_STATSD=false to use another sink)"
+            )
+    kind = cfg.sink
+    interval = cfg.flush_interval
+    if kind == "dogstatsd":
+        return DogStatsdSink(
+            stats,
+            cfg.statsd_host,
+            cfg.statsd_port,
+            extra_tags=cfg.extra_tags,
+            mogrifiers=cfg.dog_statsd_mogrifiers,
+            flush_interval=interval,
+        )
+    if kind == "statsd":
+        return StatsdSink(
+            stats,
+            cfg.statsd_host,
+            cfg.statsd_port,
+            extra_tags=cfg.extra_tags,
+            flush_interval=interval,
+        )
+    if kind == "prometheus":
+        share = None
+        if share_dir is not None and worker_index is not None:
+            share = WorkerShare(share_dir, worker_index)
+        return PrometheusSink(
+            stats,
+            MetricMapper.from_settings(cfg),
+            addr=cfg.prometheus_addr,
+            path=cfg.prometheus_path,
+            extra_tags=cfg.extra_tags,
+            flush_interval=interval,
+            share=share,
+        )
+    if kind == "stdout":
+        return LoggingSink(stats, extra_tags=cfg.extra_tags, flush_interval=interval, stream=stream)
+    return NullSink(stats, interval)

@@ -14,8 +14,9 @@ transit API installs the same when TRANSIT_RATE_LIMIT=true. Per request, in
    added, so an account overshoots its quota by at most what other processes let through in
    one refresh interval. At the limit: 429 `quota_exceeded` (paths in `quota_exempt_paths`,
    e.g. the usage endpoint itself, stay reachable).
-3. ShouldRateLimit over gRPC (grpc.aio, one channel per process, a short deadline) with
-   descriptors (domain `domain`, one hit each):
+3. ShouldRateLimit with ratelimitd's public client (`ratelimitd.client.RateLimitClient`: one
+   gRPC channel per process, a short deadline, reconnecting by itself) with descriptors
+   (domain `domain`, one hit each):
        anonymous:  [("remote_address", <client address>)]
        account:    [("account", <id>)]  and  [("plan", <plan>), ("account", <id>)]
    The `account` rule of the ratelimitd config carries `meter: true`: that is what counts the
@@ -42,12 +43,9 @@ from typing import Any, Protocol
 
 import falcon
 import falcon.asgi
-import grpc
-import grpc.aio
 
+from ratelimitd.client import RateLimitClient, RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT, Response
-from ratelimitd.transport.grpc import METHOD_PATH
-from ratelimitd.transport.protocodec import decode_response, encode_request
 
 from .errors import ApiError, answer
 
@@ -133,37 +131,6 @@ def unauthorized(resp: falcon.asgi.Response, failure: AuthFailure, realm: str = 
         body = ApiError(401, "unauthorized", "A bearer token is required.")
     resp.set_header("WWW-Authenticate", challenge)
     answer(resp, body)
-
-
-class DecisionClient:
-    """ShouldRateLimit over one lazily opened grpc.aio channel (opened in the worker's loop)."""
-
-    def __init__(self, address: str, domain: str, timeout: float) -> None:
-        self.address = address
-        self.domain = domain
-        self.timeout = timeout
-        self._channel: grpc.aio.Channel | None = None
-        self._call: Any = None
-
-    async def decide(self, descriptors: Iterable[Sequence[tuple[str, str]]]) -> Response | None:
-        """The decision for one hit, or None when ratelimitd cannot give one in time."""
-        if self._call is None:
-            self._channel = grpc.aio.insecure_channel(self.address)
-            self._call = self._channel.unary_unary(METHOD_PATH)
-        try:
-            raw = await self._call(
-                encode_request(self.domain, descriptors, 1), timeout=self.timeout
-            )
-        except grpc.aio.AioRpcError as exc:
-            log.warning("ratelimitd %s: %s", self.address, exc.code().name)
-            return None
-        return decode_response(raw)
-
-    async def close(self) -> None:
-        """Close the channel."""
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = self._call = None
 
 
 class QuotaCache:
@@ -260,7 +227,7 @@ class RateLimitMiddleware:
         self.unavailable = unavailable
         self.realm = realm
         self.client = (
-            DecisionClient(config.address, config.domain, config.timeout_seconds)
+            RateLimitClient(config.address, timeout=config.timeout_seconds)
             if config.address
             else None
         )
@@ -307,7 +274,7 @@ class RateLimitMiddleware:
         else:
             descriptors = ((("remote_address", req.remote_addr or "unknown"),),)
         if self.client is not None:
-            decision = await self.client.decide(descriptors)
+            decision = await self._decide(self.client, descriptors)
             if decision is None or decision.overall_code not in (OK, OVER_LIMIT):
                 if self._deny:
                     message = "The rate limiter is unavailable; retry shortly."
@@ -321,6 +288,16 @@ class RateLimitMiddleware:
                     return
         if principal is not None and self.quota is not None:
             self.quota.count(principal)
+
+    async def _decide(
+        self, client: RateLimitClient, descriptors: Iterable[Sequence[tuple[str, str]]]
+    ) -> Response | None:
+        """The decision for one hit, or None when ratelimitd cannot give one in time."""
+        try:
+            return await client.should_rate_limit(self.config.domain, descriptors, 1)
+        except RateLimitError as exc:
+            log.warning("ratelimitd %s: %s", client.target, exc.code.name)
+            return None
 
     def _headers(self, resp: falcon.asgi.Response, decision: Response) -> int | None:
         """Set RateLimit-* of the tightest limit; the seconds to wait when over a limit."""
@@ -349,6 +326,6 @@ class RateLimitMiddleware:
         answer(resp, ApiError(503, "store_unavailable", message), self.config.retry_after_seconds)
 
     async def process_shutdown(self, scope: dict, event: dict) -> None:
-        """Close the gRPC channel."""
+        """Close the client's gRPC channel."""
         if self.client is not None:
             await self.client.close()

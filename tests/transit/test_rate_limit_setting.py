@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
+from support import free_port
 
 from sidecars.transit import asgi
-
-
-def _dead_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("enabled", [False, True])
@@ -23,7 +16,7 @@ async def test_entry_point_rate_limits_when_enabled(
     monkeypatch.setenv("TRANSIT_RATE_LIMIT", "true" if enabled else "false")
     monkeypatch.setenv("TRANSIT_VEHICLES_SOURCE", "")
     # ratelimitd is unreachable and the policy is deny: only a rate-limited app refuses.
-    monkeypatch.setenv("USAGE_RATELIMIT_ADDRESS", f"127.0.0.1:{_dead_port()}")
+    monkeypatch.setenv("USAGE_RATELIMIT_ADDRESS", f"127.0.0.1:{free_port()}")
     monkeypatch.setenv("USAGE_RATELIMIT_FAILURE_MODE", "deny")
     monkeypatch.setenv("USAGE_RATELIMIT_TIMEOUT_SECONDS", "0.5")
     app = asgi.app()

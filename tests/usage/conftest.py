@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,3 +95,12 @@ def sidecar(
     s = start_sidecar(sidecar_env, tmp_path_factory.mktemp("usage") / "gunicorn.log")
     yield s
     s.terminate()
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A port that accepts connections (kernel backlog) and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield s.getsockname()[1]

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, date, datetime
 
 import msgspec
@@ -202,15 +201,6 @@ async def test_openapi_document_is_served(app) -> None:  # type: ignore[no-untyp
         "usagePeriod",
     }
     assert doc["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
-
-
-@pytest.fixture
-def black_hole() -> Iterator[int]:
-    """A port that accepts connections (kernel backlog) and never answers."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(64)
-        yield s.getsockname()[1]
 
 
 @pytest.mark.parametrize("where", ["refused", "silent"])

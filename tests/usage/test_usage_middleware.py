@@ -3,9 +3,7 @@ failure policy. Apps run in process (httpx ASGI transport); gunicorn is test_usa
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
 
 import falcon
 import falcon.asgi
@@ -22,15 +20,6 @@ from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import UsageStore
 
 from .usage_helpers import TEST_PLANS, account_with_token, bearer, client_for, settings_for
-
-
-@pytest.fixture
-def black_hole() -> Iterator[str]:
-    """An address that accepts TCP connections and never answers."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen(64)
-        yield f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def test_bearer_token_parsing() -> None:
@@ -157,9 +146,10 @@ async def test_anonymous_callers_are_limited_by_address(
 @pytest.mark.parametrize("mode", ["allow", "deny"])
 @pytest.mark.parametrize("where", ["refused", "silent"])
 async def test_ratelimitd_unreachable_follows_the_failure_mode(
-    redis_server: RedisServer, mode: str, where: str, black_hole: str
+    redis_server: RedisServer, mode: str, where: str, black_hole: int
 ) -> None:
-    address = f"127.0.0.1:{free_port()}" if where == "refused" else black_hole
+    port = free_port() if where == "refused" else black_hole
+    address = f"127.0.0.1:{port}"
     settings = settings_for(
         redis_server.url,
         ratelimit_address=address,

@@ -6,19 +6,26 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
 LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
+class Server(Protocol):
+    """Where and how a sidecar serves: what its settings say about gunicorn."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def log_level(self) -> str: ...
+
+
 def gunicorn_argv(
-    app: str,
-    *,
-    host: str,
-    port: int,
-    workers: int,
-    log_level: str,
-    extra: Sequence[str] = (),
-    timeout: int | None = None,
+    app: str, server: Server, extra: Sequence[str] = (), timeout: int | None = None
 ) -> list[str]:
     """The gunicorn command line serving the ASGI factory `app` (`module:factory()`)."""
     argv = [
@@ -28,11 +35,11 @@ def gunicorn_argv(
         "--worker-class",
         "uvicorn.workers.UvicornWorker",
         "--bind",
-        f"{host}:{port}",
+        f"{server.host}:{server.port}",
         "--workers",
-        str(workers),
+        str(server.workers),
         "--log-level",
-        log_level,
+        server.log_level,
     ]
     if timeout is not None:
         argv += ["--timeout", str(timeout)]

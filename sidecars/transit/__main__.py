@@ -10,18 +10,9 @@ from .settings import TransitSettings
 def main() -> None:
     """Exec gunicorn with the bind address and worker count from the settings."""
     server = TransitSettings.from_env().server
-    exec_gunicorn(
-        gunicorn_argv(
-            "sidecars.transit.asgi:app()",
-            host=server.host,
-            port=server.port,
-            workers=server.workers,
-            log_level=server.log_level,
-            extra=sys.argv[1:],
-            # A worker parses its feed in a thread; give it time on slow machines.
-            timeout=120,
-        )
-    )
+    # A worker parses its feed in a thread; give it time on slow machines.
+    argv = gunicorn_argv("sidecars.transit.asgi:app()", server, sys.argv[1:], timeout=120)
+    exec_gunicorn(argv)
 
 
 if __name__ == "__main__":

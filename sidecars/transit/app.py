@@ -116,10 +116,9 @@ def create_app(
 
     store = services.store
     app.add_route("/v2/gtfs", r.GtfsZip(store))
-    app.add_route("/v2/alerts", r.Alerts(store, protobuf=False))
-    app.add_route("/v2/alerts.pb", r.Alerts(store, protobuf=True))
-    app.add_route("/v2/vehicles", r.Vehicles(store, protobuf=False))
-    app.add_route("/v2/vehicles.pb", r.Vehicles(store, protobuf=True))
+    for name, cache in (("alerts", r.CACHE_REALTIME), ("vehicles", r.CACHE_VEHICLES)):
+        app.add_route(f"/v2/{name}", r.RealtimeFeed(store, name, cache, protobuf=False))
+        app.add_route(f"/v2/{name}.pb", r.RealtimeFeed(store, name, cache, protobuf=True))
     app.add_route("/v2/stops", r.StaticList(store, "stops_body"))
     app.add_route("/v2/lines", r.StaticList(store, "lines_body"))
     app.add_route("/v2/routes", r.StaticList(store, "routes_body"))

@@ -182,36 +182,22 @@ class GtfsZip(_Base):
     on_head = on_get
 
 
-class Vehicles(_Base):
-    """`/v2/vehicles` (JSON) and `/v2/vehicles.pb` (GTFS-RT)."""
+class RealtimeFeed(_Base):
+    """`/v2/vehicles` and `/v2/alerts` (JSON) or their `.pb` twins (GTFS-RT): the bodies of
+    the current realtime snapshot, encoded when it was built."""
 
-    def __init__(self, store: TransitStore, protobuf: bool) -> None:
+    def __init__(self, store: TransitStore, name: str, cache_control: str, protobuf: bool) -> None:
         super().__init__(store)
+        self.attribute = f"{name}_pb" if protobuf else f"{name}_body"
+        self.cache_control = cache_control
         self.protobuf = protobuf
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        rt = self.store.realtime
+        body = getattr(self.store.realtime, self.attribute)
         if self.protobuf:
-            send_body(req, resp, rt.vehicles_pb, CACHE_VEHICLES, PROTOBUF, compress=False)
+            send_body(req, resp, body, self.cache_control, PROTOBUF, compress=False)
         else:
-            send_body(req, resp, rt.vehicles_body, CACHE_VEHICLES)
-
-    on_head = on_get
-
-
-class Alerts(_Base):
-    """`/v2/alerts` (JSON) and `/v2/alerts.pb` (GTFS-RT)."""
-
-    def __init__(self, store: TransitStore, protobuf: bool) -> None:
-        super().__init__(store)
-        self.protobuf = protobuf
-
-    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        rt = self.store.realtime
-        if self.protobuf:
-            send_body(req, resp, rt.alerts_pb, CACHE_REALTIME, PROTOBUF, compress=False)
-        else:
-            send_body(req, resp, rt.alerts_body, CACHE_REALTIME)
+            send_body(req, resp, body, self.cache_control)
 
     on_head = on_get
 

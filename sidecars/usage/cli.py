@@ -125,16 +125,7 @@ async def _run(args: argparse.Namespace, settings: Settings) -> Any:
 
 def serve(settings: Settings, extra: Sequence[str]) -> None:
     """Exec gunicorn with uvicorn workers, the bind address and worker count from settings."""
-    exec_gunicorn(
-        gunicorn_argv(
-            "sidecars.usage.asgi:app()",
-            host=settings.host,
-            port=settings.port,
-            workers=settings.workers,
-            log_level=settings.log_level,
-            extra=extra,
-        )
-    )
+    exec_gunicorn(gunicorn_argv("sidecars.usage.asgi:app()", settings, extra))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """The ratelimitd daemon: settings -> backend, config, service -> gRPC, HTTP and debug servers.
 
-`build(settings)` wires the pieces (the same factory the tests use); `Daemon.run()` starts
+`build(settings)` wires the pieces around the decision core of `core.build_core` (the
+factory the tests and benchmarks build their cores with); `Daemon.run()` starts
 them in the reference's order — backend connected and first config loaded before any port
 opens — and shuts down in a fixed order on SIGTERM/SIGINT: report unhealthy, stop
 accepting, drain in-flight calls, close the backend, exit 0. SIGHUP reloads the config.

@@ -36,7 +36,8 @@ class Request(msgspec.Struct, gc=False):
 
 
 class Status(msgspec.Struct, gc=False):
-    """One DescriptorStatus. `rule` (a config.Rule) supplies current_limit when set."""
+    """One DescriptorStatus. `rule` supplies current_limit when set: a config.Rule in the
+    service, a protocodec.Limit in a decoded response (the client's)."""
 
     code: int
     rule: Any = None

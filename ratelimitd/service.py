@@ -1,4 +1,5 @@
-"""ShouldRateLimit: request -> response, knowing nothing about transports or backends.
+"""ShouldRateLimit: request -> response, knowing nothing about transports; of backends, only
+that one may fail (`BackendError`, counted as `redis_error`).
 
 The reference's service layer (section 6): request checks, limit lookup with overrides,
 `replaces` and unlimited handling, the limiter round, overall code with quota and global

@@ -32,7 +32,7 @@ import grpc
 import grpc.aio
 
 from .settings import Settings
-from .transport.protocodec import METHOD_PATH
+from .transport.protocodec import METHOD_PATH, request_domain
 
 if TYPE_CHECKING:
     from opentelemetry.propagators.textmap import TextMapPropagator
@@ -186,47 +186,7 @@ class TracedBackend:
         await self.backend.close()
 
 
-# -- the gRPC interceptor ------------------------------------------------------------------
-
-
-def request_domain(request: bytes) -> str:
-    """Field 1 (`domain`) of a serialized RateLimitRequest, "" when absent or malformed."""
-    if not isinstance(request, bytes | bytearray | memoryview):
-        return str(getattr(request, "domain", ""))
-    data = bytes(request)
-    i, n = 0, len(data)
-    try:
-        while i < n:
-            tag, i = _varint(data, i)
-            wire = tag & 7
-            if tag >> 3 == 1 and wire == 2:
-                length, i = _varint(data, i)
-                return data[i : i + length].decode("utf-8", "replace")
-            if wire == 0:
-                _, i = _varint(data, i)
-            elif wire == 1:
-                i += 8
-            elif wire == 2:
-                length, i = _varint(data, i)
-                i += length
-            elif wire == 5:
-                i += 4
-            else:
-                return ""
-    except IndexError:
-        return ""
-    return ""
-
-
-def _varint(data: bytes, i: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i
-        shift += 7
+# -- SERVER spans ---------------------------------------------------------------------------
 
 
 class ServerSpans:

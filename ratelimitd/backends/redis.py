@@ -37,7 +37,8 @@ cluster (`host:port,...`; slot map from CLUSTER SLOTS, CRC16 slots with `{hashta
 a request's commands grouped per node into one pipeline each, all nodes' pipelines in
 flight at once, MOVED and ASK followed, the map refreshed in the background on MOVED).
 With auto-pipelining the per-node groups cost no extra connections, so they are always
-sent together (REDIS_CLUSTER_PIPELINE_PARALLELISM=0); settings refuses the other values.
+sent together, as REDIS_CLUSTER_PIPELINE_PARALLELISM=0 asks (settings accepts 0 and the
+default 1, and refuses larger values).
 A READONLY reply from a single server (a demoted master behind a re-pointed address) or
 a sentinel's master drops the pool's connections, which re-dial: what the reference's
 REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR=true asks, always on.

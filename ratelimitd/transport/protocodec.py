@@ -1,11 +1,12 @@
 """RLS v3 protobuf bytes <-> `ratelimitd.messages`, for the gRPC transports and the client,
 and the one definition of the method path they serve and call.
 
-The gRPC server registers ShouldRateLimit with no serializers and calls `decode_request` /
-`encode_response` itself, so this module is the only place that knows the wire format.
-The hot pair is the compiled `ratelimitd._wire` codec; the upb-backed generated classes
-below are its twin (RATELIMITD_NO_EXTENSIONS=1, a build without extensions, and the oracle
-of the property tests) and serve the client-side functions.
+Both gRPC transports register ShouldRateLimit with no serializers and hand the bytes to
+`rls.RlsHandler`, which calls `decode_request` / `encode_response`; with the compiled codec
+it selects and `request_domain` (the span attribute), this module is where the wire format
+is known. The hot pair is the compiled `ratelimitd._wire` codec; the upb-backed generated
+classes below are its twin (RATELIMITD_NO_EXTENSIONS=1, a build without extensions, and the
+oracle of the property tests) and serve the client-side functions.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "request_domain",
     "response_from_bytes",
 ]
 
@@ -193,3 +195,43 @@ def decode_response(data: bytes) -> Response:
     if msg.HasField("dynamic_metadata"):
         metadata = MessageToDict(msg.dynamic_metadata)
     return Response(msg.overall_code, statuses, headers, metadata)
+
+
+def request_domain(request: bytes) -> str:
+    """Field 1 (`domain`) of a serialized RateLimitRequest, "" when absent or malformed."""
+    if not isinstance(request, bytes | bytearray | memoryview):
+        return str(getattr(request, "domain", ""))
+    data = bytes(request)
+    i, n = 0, len(data)
+    try:
+        while i < n:
+            tag, i = _varint(data, i)
+            wire = tag & 7
+            if tag >> 3 == 1 and wire == 2:
+                length, i = _varint(data, i)
+                return data[i : i + length].decode("utf-8", "replace")
+            if wire == 0:
+                _, i = _varint(data, i)
+            elif wire == 1:
+                i += 8
+            elif wire == 2:
+                length, i = _varint(data, i)
+                i += length
+            elif wire == 5:
+                i += 4
+            else:
+                return ""
+    except IndexError:
+        return ""
+    return ""
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, i
+        shift += 7

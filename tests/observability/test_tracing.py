@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import pytest
+from support.ready import wait_until
 
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends.base import Backend, Op, SyncBackend
@@ -179,9 +180,19 @@ async def test_b3_headers_and_failed_calls(
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await served.call(make_request("", [("user", "z")]))  # no domain: UNKNOWN
     assert info.value.code() == grpc.StatusCode.UNKNOWN
+
+    def server_spans() -> list[Any]:
+        return [s for _, s in otlp_http.spans() if s.name == SHOULD_RATE_LIMIT.lstrip("/")]
+
+    async def all_three_exported() -> bool:
+        # The client has the failed call's status before the server has closed its span.
+        await tracing.force_flush()
+        return len(server_spans()) == 3
+
+    await wait_until(all_three_exported, what="the SERVER span of each call")
     await tracing.shutdown()
 
-    servers = [s for _, s in otlp_http.spans() if s.name == SHOULD_RATE_LIMIT.lstrip("/")]
+    servers = server_spans()
     assert len(servers) == 3
     by_parent = {s.parent_span_id.hex(): s for s in servers}
     assert by_parent[PARENT_SPAN].trace_id.hex() == TRACE_ID

@@ -126,3 +126,106 @@ def settle(object rule, object st, unsigned long long hits, unsigned long long a
     st.within_limit += hits
     seconds = rule.unit_seconds
     return Status(OK, rule, limit - after, seconds - now % seconds)
+
+
+# -- the extension's algorithms: the same integer maths as `_keys_py` (its docstrings) -----
+
+cpdef str state_key(str prefix, str domain, entries, share):
+    """`prefix + domain_k_v[_k_v..]_`: `cache_key` without its window start."""
+    cdef Py_ssize_t i, n = len(entries)
+    cdef Py_ssize_t nshare = len(share) if share is not None else 0
+    cdef tuple entry
+    cdef str value, pattern
+    cdef list parts = [prefix, domain, "_"]
+    for i in range(n):
+        entry = <tuple>entries[i]
+        value = <str>entry[1]
+        if i < nshare:
+            pattern = <str>share[i]
+            if pattern:
+                value = pattern
+        parts.append(f"{<str>entry[0]}_{value}_")
+    return "".join(parts)
+
+
+cdef inline long long _ceil_div(long long a, long long b) noexcept:
+    # a >= 0, b > 0
+    return (a + b - 1) // b
+
+
+cpdef tuple sliding_window(long long w, long long c, long long p, long long now,
+                           long long window, long long limit, long long hits):
+    """One decision of the two-window weighted counter (see `_keys_py.sliding_window`)."""
+    cdef long long start = now - now % window
+    cdef long long left, pe, ce, after, room, reset
+    if w < start:
+        p = c if w == start - window else 0
+        c = 0
+        w = start
+    elif w > start:
+        now = w
+        start = w
+    left = start + window - now
+    pe = p if p < limit else limit
+    after = _ceil_div(pe * left, window) + c + hits
+    if after <= limit:
+        c += hits
+        return after, w, c, p, (left + window if c else left)
+    room = limit - c - hits
+    if room >= 0:
+        reset = left - (room * window) // pe
+    elif hits > limit:
+        reset = left + window
+    else:
+        ce = c if c < limit else limit
+        reset = left + window - ((limit - hits) * window) // ce if ce else left
+    return after, w, c, p, reset
+
+
+cpdef tuple token_bucket(long long t, long long f, long long now, long long window,
+                         long long limit, long long hits):
+    """One GCRA decision (see `_keys_py.token_bucket`)."""
+    cdef long long d, debt, after
+    if limit <= 0:
+        return hits, t, f, (window if hits else 0)
+    d = t - now
+    if d < 0:
+        debt = 0
+    else:
+        if d > window:
+            d = window
+        debt = d * limit + (f if f < limit else limit - 1)
+    after = _ceil_div(debt, window) + hits
+    if after <= limit:
+        debt += hits * window
+        return after, now + debt // limit, debt % limit, _ceil_div(debt, limit)
+    if hits <= limit:
+        return after, t, f, _ceil_div(debt - (limit - hits) * window, limit)
+    return after, t, f, _ceil_div(debt, limit)
+
+
+cpdef object refuse(object rule, object st, unsigned long long over_add, long long reset):
+    """`over` with the reset given: OVER_LIMIT (OK in shadow mode) and its stats."""
+    st.over_limit += over_add
+    if rule.shadow_mode:
+        st.shadow_mode += over_add
+        return Status(OK, rule, 0, reset)
+    return Status(OVER_LIMIT, rule, 0, reset)
+
+
+def verdict(object rule, object st, unsigned long long hits, unsigned long long after,
+            double ratio, long long reset):
+    """`settle` with the reset given (any algorithm): the Status and its stats split."""
+    cdef unsigned long long limit = rule.requests_per_unit
+    cdef long long near = near_threshold(limit, ratio)
+    cdef unsigned long long over_add, near_add
+    if near < 0:
+        raise OverflowError("can't convert negative value to unsigned int")
+    if _split(limit, hits, after, <unsigned long long>near, &over_add, &near_add):
+        if near_add:
+            st.near_limit += near_add
+        return refuse(rule, st, over_add, reset)
+    if near_add:
+        st.near_limit += near_add
+    st.within_limit += hits
+    return Status(OK, rule, limit - after, reset)

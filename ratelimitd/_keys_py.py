@@ -116,3 +116,112 @@ def settle(rule: Any, st: Any, hits: int, after: int, ratio: float, now: int) ->
         return over(rule, st, over_add, now)
     st.within_limit += hits
     return Status(OK, rule, remaining, reset_seconds(now, rule.unit_seconds))
+
+
+# -- the extension's algorithms (README, "Algorithms") --------------------------------------
+#
+# Integer maths on "ticks" (ms, or s; see config.ruleset.MAX_TICK_PRODUCT): every product
+# stays below 2**50, so the compiled twin (int64), this one and the Redis scripts (Lua
+# doubles) compute the very same numbers.
+
+
+def state_key(
+    prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Sequence[str] | None
+) -> str:
+    """`prefix + domain_k_v[_k_v..]_`: `cache_key` without its window start."""
+    parts = [prefix, domain, "_"]
+    if share is None:
+        for k, v in entries:
+            parts += (k, "_", v, "_")
+    else:
+        for i, (k, v) in enumerate(entries):
+            pattern = share[i] if i < len(share) else ""
+            parts += (k, "_", pattern or v, "_")
+    return "".join(parts)
+
+
+def sliding_window(
+    w: int, c: int, p: int, now: int, window: int, limit: int, hits: int
+) -> tuple[int, int, int, int, int]:
+    """One decision of the two-window weighted counter.
+
+    State: `w` the start of the window `c` counts (0: none), `c` hits admitted in it, `p`
+    hits admitted in the window before. The level is ceil(p x the part of the previous
+    window still inside the rolling window) + c; the hits are admitted (counted in `c`)
+    iff level + hits <= limit. Returns (level + hits, w, c, p, ticks until reset): until
+    nothing is counted any more when admitted, until these hits would be when not.
+    """
+    start = now - now % window
+    if w < start:  # a later window: roll
+        p = c if w == start - window else 0
+        c = 0
+        w = start
+    elif w > start:  # written by a clock ahead of ours: count in its window, from its start
+        now = start = w
+    left = start + window - now  # 1..window
+    pe = p if p < limit else limit
+    after = -(-pe * left // window) + c + hits
+    if after <= limit:
+        c += hits
+        return after, w, c, p, left + window if c else left
+    room = limit - c - hits
+    if room >= 0:  # later in this window, once the previous one weighs little enough
+        reset = left - room * window // pe
+    elif hits > limit:  # never: until everything is forgotten
+        reset = left + window
+    else:  # in the next window, where this one's count weighs as the previous one
+        ce = c if c < limit else limit
+        reset = left + window - (limit - hits) * window // ce if ce else left
+    return after, w, c, p, reset
+
+
+def token_bucket(
+    t: int, f: int, now: int, window: int, limit: int, hits: int
+) -> tuple[int, int, int, int]:
+    """One GCRA decision: a bucket of `limit` tokens refilled `limit` per `window`.
+
+    State: the theoretical arrival time TAT = t + f/limit ticks (0, 0: none). The level is
+    the tokens in use, ceil((TAT - now) x limit / window); the hits are admitted (TAT moves
+    hits x window/limit on) iff level + hits <= limit. Returns (level + hits, t, f, ticks
+    until reset): until the bucket is full when admitted, until these hits would be when
+    not (until full if they never would).
+    """
+    if limit <= 0:
+        return hits, t, f, window if hits else 0
+    d = t - now
+    if d < 0:
+        debt = 0
+    else:
+        if d > window:  # written by a clock ahead of ours
+            d = window
+        debt = d * limit + (f if f < limit else limit - 1)  # in 1/limit ticks
+    after = -(-debt // window) + hits
+    if after <= limit:
+        debt += hits * window
+        return after, now + debt // limit, debt % limit, -(-debt // limit)
+    if hits <= limit:
+        return after, t, f, -(-(debt - (limit - hits) * window) // limit)
+    return after, t, f, -(-debt // limit)
+
+
+def refuse(rule: Any, st: Any, over_add: int, reset: int) -> Status:
+    """`over` with the reset given: OVER_LIMIT (OK in shadow mode) and its stats."""
+    st.over_limit += over_add
+    if rule.shadow_mode:
+        st.shadow_mode += over_add
+        return Status(OK, rule, 0, reset)
+    return Status(OVER_LIMIT, rule, 0, reset)
+
+
+def verdict(rule: Any, st: Any, hits: int, after: int, ratio: float, reset: int) -> Status:
+    """`settle` with the reset given (any algorithm): the Status and its stats split."""
+    limit = rule.requests_per_unit
+    is_over, remaining, over_add, near_add, _ = evaluate(
+        limit, hits, after, near_threshold(limit, ratio)
+    )
+    if near_add:
+        st.near_limit += near_add
+    if is_over:
+        return refuse(rule, st, over_add, reset)
+    st.within_limit += hits
+    return Status(OK, rule, remaining, reset)

@@ -35,7 +35,9 @@ DEADLINE_SECONDS = 5.0
 
 def check_config(argv: Sequence[str]) -> int:
     """`ratelimitd check-config [--merge-domain-config] PATH...`: validate config files."""
+    from .backends.base import BACKEND_ALGORITHMS
     from .config import ConfigError, load_files, load_ruleset
+    from .settings import backend_type_from_env
 
     parser = argparse.ArgumentParser(
         prog="ratelimitd check-config",
@@ -49,14 +51,23 @@ def check_config(argv: Sequence[str]) -> int:
         action="store_true",
         help="allow several files to declare the same domain (MERGE_DOMAIN_CONFIG)",
     )
+    parser.add_argument(
+        "--backend-type",
+        choices=sorted(BACKEND_ALGORITHMS),
+        default=None,
+        help="check that this backend can count every limit (default: BACKEND_TYPE, or "
+        "no backend check when it is unset)",
+    )
     parser.add_argument("paths", nargs="+", metavar="PATH")
     args = parser.parse_args(list(argv))
+    backend_type = args.backend_type or backend_type_from_env()
+    backend = (backend_type, BACKEND_ALGORITHMS[backend_type]) if backend_type else None
     print("checking rate limit configs...")
     try:
         files = load_files(args.paths)
         for f in files:
             print(f"opening config file: {f.name}")
-        ruleset = load_ruleset(files, merge_domains=args.merge)
+        ruleset = load_ruleset(files, merge_domains=args.merge, backend=backend)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from . import match
 from .backends import create_backend
-from .backends.base import Backend
+from .backends.base import Backend, capabilities
 from .config import ConfigFile, RuleSet, load_ruleset
 from .health import Health
 from .limiter import Limiter
@@ -54,6 +54,7 @@ class Core:
             merge_domains=merge_domains,
             stats=self.stats,
             matcher=match.implementation(self.impl),
+            backend=capabilities(self.backend),
         )
         self.service.set_ruleset(ruleset)
         return ruleset

@@ -19,9 +19,14 @@ if extensions_disabled():
         evaluate,
         near_threshold,
         over,
+        refuse,
         reset_seconds,
         settle,
+        sliding_window,
+        state_key,
+        token_bucket,
         unit_seconds,
+        verdict,
         window_start,
     )
 
@@ -34,9 +39,14 @@ else:
             evaluate,
             near_threshold,
             over,
+            refuse,
             reset_seconds,
             settle,
+            sliding_window,
+            state_key,
+            token_bucket,
             unit_seconds,
+            verdict,
             window_start,
         )
 
@@ -48,9 +58,14 @@ else:
             evaluate,
             near_threshold,
             over,
+            refuse,
             reset_seconds,
             settle,
+            sliding_window,
+            state_key,
+            token_bucket,
             unit_seconds,
+            verdict,
             window_start,
         )
 
@@ -82,8 +97,13 @@ __all__ = [
     "meter_key",
     "near_threshold",
     "over",
+    "refuse",
     "reset_seconds",
     "settle",
+    "sliding_window",
+    "state_key",
+    "token_bucket",
     "unit_seconds",
+    "verdict",
     "window_start",
 ]

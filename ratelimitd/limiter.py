@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from . import keys
-from .backends.base import Backend, Op, SyncBackend
+from .backends.base import FIXED_WINDOW, Backend, Op, SyncBackend
 from .keys import METER_TTL_SECONDS, meter_key
 from .localcache import LocalCache
 from .messages import OK, Descriptor, Status
@@ -48,10 +48,16 @@ class Meter(msgspec.Struct, gc=False):
 
 
 class _Pending(msgspec.Struct, gc=False):
-    """A check that goes to the backend, with its cache key."""
+    """One backend op of a check: its cache key and the limit it counts.
+
+    A reference check has one; an extended one (`Rule.extended`) one per limit, in a row,
+    the first carrying how many (`n`) and the others 0.
+    """
 
     check: Check
     key: str
+    limit: Any  # config.Rule: the check's rule, or one of its `limits`
+    n: int = 1
 
 
 class Limiter:
@@ -81,6 +87,7 @@ class Limiter:
         self.local_cache = local_cache
         self.clock = clock
         k = keys.implementation(impl)
+        self._keys = k
         self._cache_key: Callable[..., str] = k.cache_key
         # (rule, stats, hits, counter after, near ratio, now) -> Status, and its over branch.
         self._settle: Callable[[Any, Any, int, int, float, int], Status] = k.settle
@@ -112,8 +119,9 @@ class Limiter:
         every other descriptor gets `{OK, no limit}`. The day buckets of `meters` are
         incremented in the same backend round (see `keys.meter_key`).
         """
-        now = int(self.clock())
-        statuses, pending, ops, any_cached = self._prepare(domain, descriptors, checks, now)
+        t = self.clock()
+        now = int(t)
+        statuses, pending, ops, any_cached = self._prepare(domain, descriptors, checks, t)
         if ops and self.stop_increment:
             ops = await self._selective_ops(ops, pending, any_cached)
         if meters:
@@ -124,7 +132,7 @@ class Limiter:
                 counters = increment_now(ops, now)
             else:
                 counters = await self._backend.increment(ops)
-            self._finish(statuses, pending, counters, now)
+            self._finish(statuses, pending, counters, t)
         return statuses
 
     def do_limit_now(
@@ -142,15 +150,16 @@ class Limiter:
         (With a local cache they are not: a key that goes over would answer a repeated
         descriptor of the same request from the cache, so that case takes the batch path.)
         """
-        now = int(self.clock())
+        t = self.clock()
+        now = int(t)
         increment_now, increment = self._increment_now, self._increment_one
         assert increment_now is not None and increment is not None  # `synchronous` said so
         if self.local_cache is not None:
-            batch, pending, ops, _ = self._prepare(domain, descriptors, checks, now)
+            batch, pending, ops, _ = self._prepare(domain, descriptors, checks, t)
             if meters:
                 ops += self._meter_ops(domain, descriptors, meters, now)
             if ops:
-                self._finish(batch, pending, increment_now(ops, now), now)
+                self._finish(batch, pending, increment_now(ops, now), t)
             return batch
         if meters:
             for op in self._meter_ops(domain, descriptors, meters, now):
@@ -162,6 +171,12 @@ class Limiter:
         statuses: list[Status] = [NO_LIMIT] * len(descriptors)
         for check in checks:
             rule = check.rule
+            if rule.extended:  # an algorithm, a multiplier or several limits
+                entries = descriptors[check.index].entries
+                check.stats.total_hits += check.hits
+                limits, ops = self._limit_ops(domain, entries, check, t)
+                statuses[check.index] = self._decide(check, limits, increment_now(ops, now), t)
+                continue
             st = check.stats
             i = check.index
             h = check.hits
@@ -195,13 +210,14 @@ class Limiter:
         domain: str,
         descriptors: Sequence[Descriptor],
         checks: list[Check],
-        now: int,
+        t: float,
     ) -> tuple[list[Status], list[_Pending], list[Op], bool]:
         """Cache keys, total_hits and the local cache: what is left for the backend."""
         cache_key = self._cache_key
         over = self._over
         prefix = self.prefix
         local = self.local_cache
+        now = int(t)
         statuses: list[Status] = [NO_LIMIT] * len(descriptors)
         pending: list[_Pending] = []
         ops: list[Op] = []
@@ -211,16 +227,29 @@ class Limiter:
             h = check.hits
             seconds = rule.unit_seconds
             entries = descriptors[check.index].entries
-            key = cache_key(prefix, domain, entries, check.share, seconds, now)
             st = check.stats
             st.total_hits += h
+            if rule.extended:
+                limits, limit_ops = self._limit_ops(domain, entries, check, t)
+                cached = self._cached(check, limits, limit_ops, now)
+                if cached is not None:
+                    any_cached = True
+                    statuses[check.index] = cached
+                    continue
+                n = len(limits)
+                for limit, op in zip(limits, limit_ops, strict=True):
+                    pending.append(_Pending(check, op.key, limit, n))
+                    n = 0
+                ops += limit_ops
+                continue
+            key = cache_key(prefix, domain, entries, check.share, seconds, now)
             if local is not None and local.contains(key, now):
                 # Known over limit: answered without touching the backend.
                 any_cached = True
                 st.over_limit_with_local_cache += h
                 statuses[check.index] = over(rule, st, h, now)
                 continue
-            pending.append(_Pending(check, key))
+            pending.append(_Pending(check, key, rule))
             ops.append(Op(key, h, seconds))
         return statuses, pending, ops, any_cached
 
@@ -228,16 +257,27 @@ class Limiter:
         self,
         statuses: list[Status],
         pending: list[_Pending],
-        counters: Sequence[int],
-        now: int,
+        counters: Sequence[Any],
+        t: float,
     ) -> None:
         """Statuses and stats from the counters after; over-limit keys go to the local cache."""
         local = self.local_cache
         settle = self._settle
         ratio = self.near_limit_ratio
+        now = int(t)
         for j, p in enumerate(pending):
             check = p.check
             rule = check.rule
+            if rule.extended:
+                if p.n:  # the first op of its check: decide on all of them
+                    statuses[check.index] = self._decide(
+                        check,
+                        [q.limit for q in pending[j : j + p.n]],
+                        counters[j : j + p.n],
+                        t,
+                        [q.key for q in pending[j : j + p.n]],
+                    )
+                continue
             after = counters[j]
             statuses[check.index] = settle(rule, check.stats, check.hits, after, ratio, now)
             if local is not None and after > rule.requests_per_unit:
@@ -256,12 +296,116 @@ class Limiter:
         Non-incremented keys still get INCRBY 0 so their TTL is refreshed.
         """
         if any_cached:
-            return [Op(op.key, 0, op.seconds) for op in ops]
+            return [_without_hits(op) for op in ops]
         current = await self._backend.get(ops)
         exceed = [
-            current[j] + p.check.hits > p.check.rule.requests_per_unit
-            for j, p in enumerate(pending)
+            current[j] + p.check.hits > p.limit.requests_per_unit for j, p in enumerate(pending)
         ]
         if not any(exceed):
             return ops
-        return [op if exceed[j] else Op(op.key, 0, op.seconds) for j, op in enumerate(ops)]
+        return [op if exceed[j] else _without_hits(op) for j, op in enumerate(ops)]
+
+    # -- the extension: algorithms, N-unit windows, several limits (README, "Algorithms") --
+
+    def _limit_ops(
+        self, domain: str, entries: Sequence[tuple[str, str]], check: Check, t: float
+    ) -> tuple[Sequence[Any], list[Op]]:
+        """One op per limit of an extended check (one for a single extended rule)."""
+        rule = check.rule
+        limits = rule.limits or (rule,)
+        share = check.share
+        prefix = self.prefix
+        h = check.hits
+        now = int(t)
+        now_ms = int(t * 1000)
+        state = None
+        ops = []
+        for limit in limits:
+            seconds = limit.unit_seconds
+            per_second = limit.unit == 1
+            if limit.algorithm == FIXED_WINDOW:
+                key = self._cache_key(prefix, domain, entries, share, seconds, now)
+                ops.append(Op(key + limit.key_suffix, h, seconds, per_second))
+                continue
+            if state is None:
+                state = self._keys.state_key(prefix, domain, entries, share)
+            tick = limit.tick
+            ops.append(
+                Op(
+                    state + limit.key_suffix,
+                    h,
+                    seconds,
+                    per_second,
+                    limit.algorithm,
+                    limit.requests_per_unit,
+                    tick,
+                    now_ms // tick,
+                )
+            )
+        return limits, ops
+
+    def _cached(
+        self, check: Check, limits: Sequence[Any], ops: list[Op], now: int
+    ) -> Status | None:
+        """The local cache's answer for an extended check: over if any limit is known over."""
+        local = self.local_cache
+        if local is None:
+            return None
+        for limit, op in zip(limits, ops, strict=True):
+            if local.contains(op.key, now):
+                st = check.stats
+                st.over_limit_with_local_cache += check.hits
+                reset = max(1, local.expiry(op.key) - now)
+                return self._keys.refuse(limit, st, check.hits, reset)  # type: ignore[no-any-return]
+        return None
+
+    def _decide(
+        self,
+        check: Check,
+        limits: Sequence[Any],
+        results: Sequence[Any],
+        t: float,
+        keys_: Sequence[str] | None = None,
+    ) -> Status:
+        """The status of an extended check from its limits' results, stats counted once.
+
+        The deciding limit: an over-limit one, the one over the longest if several (the
+        first listed on a tie); otherwise the one with the least remaining.
+        """
+        now = int(t)
+        best = None
+        best_after = best_reset = 0
+        best_over = False
+        local = self.local_cache
+        for j, limit in enumerate(limits):
+            result = results[j]
+            rpu = limit.requests_per_unit
+            if limit.algorithm == FIXED_WINDOW:
+                after = result
+                seconds = limit.unit_seconds
+                reset = seconds - now % seconds
+                until = now + reset
+            else:
+                after, ticks = result
+                reset_ms = ticks * limit.tick
+                reset = -(-reset_ms // 1000)
+                until = (int(t * 1000) + reset_ms) // 1000  # never beyond the true wait
+            over = after > rpu
+            if over and local is not None and keys_ is not None and until > now:
+                local.add(keys_[j], until)
+            if best is None:
+                take = True
+            elif over:
+                take = not best_over or reset > best_reset
+            else:
+                take = not best_over and rpu - after < best.requests_per_unit - best_after
+            if take:
+                best, best_after, best_reset, best_over = limit, after, reset, over
+        return self._keys.verdict(  # type: ignore[no-any-return]
+            best, check.stats, check.hits, best_after, self.near_limit_ratio, best_reset
+        )
+
+
+def _without_hits(op: Op) -> Op:
+    """The op checking without counting (INCRBY 0 keeps the reference's TTL refresh)."""
+    return Op(op.key, 0, op.seconds, op.per_second, op.algorithm, op.limit, op.tick, op.now)

@@ -52,6 +52,10 @@ class LocalCache:
         self.miss_count += 1
         return False
 
+    def expiry(self, key: str) -> int:
+        """When `key` stops being over limit (0 if it is not in the cache)."""
+        return self._entries.get(key, 0)
+
     def add(self, key: str, expiry: int) -> None:
         """Remember `key` as over limit until `expiry`."""
         entries = self._entries

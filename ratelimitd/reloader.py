@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from .backends.base import capabilities
 from .config import ConfigError, ConfigSource, RuleSet, build_ruleset
 from .config.errors import ConfigReadError
 from .config.loader import parse_files
@@ -120,7 +121,12 @@ class ConfigReloader:
         self._retry_at = asyncio.get_running_loop().time() + self._retry_delay
 
     def _build(self, read: Callable[[], Sequence[ConfigSource]], merge: bool) -> RuleSet:
-        return build_ruleset(read(), merge_domains=merge, stats=self.stats)
+        return build_ruleset(
+            read(),
+            merge_domains=merge,
+            stats=self.stats,
+            backend=capabilities(self.service.limiter.backend),
+        )
 
     def request_reload(self) -> None:
         """Load the files again now, whether they changed or not (SIGHUP)."""

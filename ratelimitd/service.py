@@ -135,8 +135,11 @@ class RateLimitService:
                 # Replaced limits are dropped whatever the descriptor order, metadata too.
                 kept = []
                 for check in checks:
-                    name = check.rule.name
-                    if name and name in replaced:
+                    rule = check.rule
+                    if rule.limits is not None:  # several limits: the named ones are dropped
+                        rule = rule.without(replaced)
+                        check.rule = rule
+                    if rule is None or (rule.name and rule.name in replaced):
                         if metadata is not None:
                             metadata[check.index] = None
                     else:
@@ -228,10 +231,12 @@ def _limit_headers(
     if chosen is None or chosen.rule is None:
         return []
     rule = chosen.rule
+    # The reference's reset (a fresh clock, the unit); the extension's limits have their own.
+    reset = chosen.duration_until_reset if rule.extended else reset_seconds(now, rule.unit_seconds)
     return [
         (opts.limit_header, str(rule.requests_per_unit)),
         (opts.remaining_header, str(chosen.limit_remaining)),
-        (opts.reset_header, str(reset_seconds(now, rule.unit_seconds))),
+        (opts.reset_header, str(reset)),
     ]
 
 

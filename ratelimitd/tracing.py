@@ -145,6 +145,9 @@ class TracedBackend:
 
         self.backend = backend
         self.name = backend.name
+        from .backends.base import capabilities
+
+        self.algorithms = capabilities(backend)[1]
         self._tracer = tracer
         self._current_span = trace.get_current_span
         self._client = trace.SpanKind.CLIENT
@@ -165,7 +168,7 @@ class TracedBackend:
             self.span_name, kind=self._client, attributes={"pipeline length": commands}
         )
 
-    async def increment(self, ops: Sequence[Op]) -> list[int]:
+    async def increment(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY + EXPIRE per op, in a span."""
         span = self._span(2 * len(ops))
         if span is None:

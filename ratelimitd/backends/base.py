@@ -10,7 +10,7 @@ methods at request time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
@@ -19,16 +19,42 @@ class BackendError(Exception):
     """Any failure of the counter store; the service fails the request with it."""
 
 
+# How a limit counts (the config's `algorithm:`; README, "Algorithms"). The reference has
+# only the fixed window.
+FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET = 0, 1, 2
+ALGORITHM_NAMES = ("fixed_window", "sliding_window", "token_bucket")
+ONLY_FIXED_WINDOW = frozenset({FIXED_WINDOW})
+# What each BACKEND_TYPE counts exactly, for `check-config` (which opens no backend).
+BACKEND_ALGORITHMS = {
+    "memory": frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET}),
+    "redis": frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET}),
+    "memcache": ONLY_FIXED_WINDOW,
+}
+
+
 class Op(msgspec.Struct, gc=False):
-    """One counter operation: INCRBY `key` `hits`, expiring after `seconds` (the unit).
+    """One counter operation: INCRBY `key` `hits`, expiring after `seconds` (the window).
 
     `get` reads the same ops without adding their hits, so a caller that checks before it
     increments (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) hands the same list to both.
+
+    The fields after `seconds` are the extension's (README, "Algorithms"). `per_second`
+    routes the op to REDIS_PERSECOND's instance (a SECOND-unit limit, of any multiplier;
+    a bare `Op(key, hits, 1)` is routed there too). With `algorithm` SLIDING_WINDOW or
+    TOKEN_BUCKET the store decides atomically, with the maths of `keys.sliding_window` /
+    `keys.token_bucket` at `now` (ticks of `tick` ms; windows of `seconds`), and counts the
+    hits only if they are admitted; its result is `(level after, ticks until reset)`
+    instead of a counter, and `get` gives the level without counting.
     """
 
     key: str
     hits: int
     seconds: int
+    per_second: bool = False
+    algorithm: int = FIXED_WINDOW
+    limit: int = 0
+    tick: int = 1
+    now: int = 0
 
 
 @runtime_checkable
@@ -45,8 +71,9 @@ class Backend(Protocol):
         """Start-up: reach the store (with the backend's own retries) before any port opens."""
         ...
 
-    async def increment(self, ops: Sequence[Op]) -> list[int]:
-        """INCRBY key hits + EXPIRE key unit+jitter for each op; the counters after."""
+    async def increment(self, ops: Sequence[Op]) -> list[Any]:
+        """INCRBY key hits + EXPIRE key unit+jitter for each op; the counters after (a
+        `(level, ticks until reset)` pair for a sliding-window or token-bucket op)."""
         ...
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
@@ -58,6 +85,12 @@ class Backend(Protocol):
         ...
 
 
+def capabilities(backend: Backend) -> tuple[str, frozenset[int]]:
+    """A backend's name and the algorithms it counts exactly (its `algorithms` attribute;
+    the fixed window only for a store that declares none). A config load refuses others."""
+    return backend.name, getattr(backend, "algorithms", ONLY_FIXED_WINDOW)
+
+
 @runtime_checkable
 class SyncBackend(Backend, Protocol):
     """A backend that can count without awaiting (no I/O): the limiter's fast path.
@@ -65,7 +98,7 @@ class SyncBackend(Backend, Protocol):
     `now` is the limiter's clock (Unix seconds), so a whole request sees one instant.
     """
 
-    def increment_now(self, ops: Sequence[Op], now: int) -> list[int]:
+    def increment_now(self, ops: Sequence[Op], now: int) -> list[Any]:
         """`increment` at `now`, synchronously."""
         ...
 

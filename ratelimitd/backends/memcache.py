@@ -62,7 +62,7 @@ import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
-from .base import BackendError, Op
+from .base import ONLY_FIXED_WINDOW, BackendError, Op
 
 if TYPE_CHECKING:
     from ..health import Health
@@ -541,6 +541,10 @@ class MemcacheBackend:
     """Fixed-window counters in memcached: read to decide, increment in the background."""
 
     name = "memcache"
+    # Its counters are read, decided on, then incremented asynchronously (the reference's
+    # design): a sliding window or token bucket could not be exact, so configs using them
+    # are refused at load.
+    algorithms = ONLY_FIXED_WINDOW
 
     def __init__(
         self,

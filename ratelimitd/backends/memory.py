@@ -16,17 +16,20 @@ import heapq
 import random
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from .base import Op
+from .. import keys
+from .base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
 
 
 class MemoryBackend:
-    """Process-local fixed-window counters: a `SyncBackend` (see base)."""
+    """Process-local counters (and sliding-window / token-bucket states): a `SyncBackend`."""
 
     name = "memory"
+    algorithms = frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET})
 
     def __init__(self, jitter_max_seconds: int = 0, clock: Callable[[], float] = time.time) -> None:
-        self._counters: dict[str, list[int]] = {}  # key -> [value, expires_at]
+        self._counters: dict[str, list[Any]] = {}  # key -> [value (or state), expires_at]
         self._buckets: dict[int, list[str]] = {}  # expiry second -> keys
         self._due: list[int] = []  # heap of bucket seconds
         self._jitter = jitter_max_seconds
@@ -39,14 +42,17 @@ class MemoryBackend:
     async def connect(self) -> None:
         """Nothing to reach."""
 
-    def increment_now(self, ops: Sequence[Op], now: int) -> list[int]:
+    def increment_now(self, ops: Sequence[Op], now: int) -> list[Any]:
         """The synchronous core of `increment` at Unix time `now` (the limiter's clock)."""
         if now >= self._next_sweep:
             self._sweep(now)
         counters = self._counters
         jitter = self._jitter
-        out = []
+        out: list[Any] = []
         for op in ops:
+            if op.algorithm:
+                out.append(self._decide(op, now))
+                continue
             key = op.key
             hits = op.hits
             expires = now + op.seconds
@@ -85,15 +91,49 @@ class MemoryBackend:
         entry[1] = expires
         return entry[0]
 
-    async def increment(self, ops: Sequence[Op]) -> list[int]:
+    def _decide(self, op: Op, now: int, *, peek: bool = False) -> tuple[int, int]:
+        """A sliding-window or token-bucket op: (level after, ticks until reset).
+
+        The state lives in the counter map as `[state tuple, expires]`, so expiry and the
+        sweep treat it like a counter; it is kept exactly as long as it can matter.
+        """
+        entry = self._counters.get(op.key)
+        state = entry[0] if entry is not None and entry[1] > now else None
+        window = op.seconds * 1000 // op.tick
+        limit = op.limit
+        hits = 0 if peek else op.hits
+        if op.algorithm == SLIDING_WINDOW:
+            w, c, p = state or (0, 0, 0)
+            after, w, c, p, reset = keys.sliding_window(w, c, p, op.now, window, limit, hits)
+            # Until the end of the window after `w`'s: then c weighs nothing any more.
+            expires = (w + 2 * window) * op.tick // 1000 + 1
+            new: tuple[int, ...] = (w, c, p)
+        else:
+            t, f = state or (0, 0)
+            after, t, f, reset = keys.token_bucket(t, f, op.now, window, limit, hits)
+            expires = t * op.tick // 1000 + 1  # until the bucket is full again
+            new = (t, f)
+        if after <= limit and hits:
+            if entry is None:
+                self._counters[op.key] = [new, expires]
+                self._bucket(op.key, expires)
+            else:
+                entry[0] = new
+                entry[1] = expires
+        return after, reset
+
+    async def increment(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY + EXPIRE for each op; the counters after."""
         return self.increment_now(ops, int(self._clock()))
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
-        """Current values (0 when absent or expired)."""
+        """Current values (0 when absent or expired); a decided op's level, uncounted."""
         now = int(self._clock())
         out = []
         for op in ops:
+            if op.algorithm:
+                out.append(self._decide(op, now, peek=True)[0])
+                continue
             entry = self._counters.get(op.key)
             out.append(entry[0] if entry is not None and entry[1] > now else 0)
         return out

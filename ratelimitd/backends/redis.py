@@ -61,8 +61,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..settings import RedisSettings, redis_auth
-from . import resp
-from .base import BackendError, Op
+from . import resp, scripts
+from .base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, BackendError, Op
 from .resp import Batch, ReplyError, RespConnection, SharedFuture
 
 if TYPE_CHECKING:
@@ -401,6 +401,71 @@ class RedisInstance:
         """GET per key (0 when absent)."""
         raise NotImplementedError
 
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
+        """One reply per (slot, command), all sent in one round (per node)."""
+        raise NotImplementedError
+
+    async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
+        """Ops of any algorithm in one round: INCRBY + EXPIRE (GET with `peek`) for a fixed
+        window, the script's call for the others (`(level, ticks until reset)`, the level
+        alone with `peek`)."""
+        cluster = isinstance(self, ClusterInstance)
+        cmds: list[tuple[int, bytes]] = []
+        owner: list[int] = []  # the op of each command
+        for j, op in enumerate(ops):
+            k = op.key.encode()
+            slot = key_slot(k) if cluster else 0
+            if op.algorithm:
+                cmds.append((slot, scripts.call(op, k, peek=peek)))
+                owner.append(j)
+            elif peek:
+                cmds.append((slot, resp.get(k)))
+                owner.append(j)
+            else:
+                cmds.append((slot, resp.incrby(k, op.hits)))
+                cmds.append((slot, resp.expire(k, self._jittered(op.seconds))))
+                owner += (j, j)
+        replies = await self._run(cmds)
+        missing = [i for i, reply in enumerate(replies) if scripts.is_noscript(reply)]
+        if missing:  # the server lost its scripts: EVAL loads them again
+            again = [
+                (
+                    cmds[i][0],
+                    scripts.call(ops[owner[i]], ops[owner[i]].key.encode(), peek=peek, load=True),
+                )
+                for i in missing
+            ]
+            for i, reply in zip(missing, await self._run(again), strict=True):
+                replies[i] = reply
+        out: list[Any] = []
+        i = 0
+        for op in ops:
+            reply = replies[i]
+            if op.algorithm:
+                if reply.__class__ is not list:
+                    self._fail(reply)
+                out.append(reply[0] if peek else (reply[0], reply[1]))
+                i += 1
+            elif peek:
+                if reply is None:
+                    out.append(0)
+                elif reply.__class__ is bytes:
+                    out.append(int(reply))
+                else:
+                    self._fail(reply)
+                i += 1
+            else:
+                if reply.__class__ is not int:
+                    self._fail(reply)
+                if replies[i + 1].__class__ is not int:
+                    self._fail(replies[i + 1])
+                out.append(reply)
+                i += 2
+        return out
+
+    def _fail(self, reply: Any) -> None:
+        self._raise_reply(reply)
+
     async def start(self) -> None:
         """Connect + PING with the REDIS_STARTUP_* backoff, as the reference's startup."""
         s = self.s
@@ -522,8 +587,19 @@ class SingleInstance(RedisInstance):
         """Open the pool (at least one connection)."""
         await self.pool.open_all()
 
-    async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
-        """One pipeline: INCRBY + EXPIRE per op."""
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
+        """One pipeline."""
+        n = len(cmds)
+        return await _replies(self.pool.submit(b"".join(c for _, c in cmds), n), n)
+
+    def _fail(self, reply: Any) -> None:
+        self._failed(reply)
+
+    async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
+        """One pipeline: INCRBY + EXPIRE per op (`decide` when an op has an algorithm)."""
+        for op in ops:
+            if op.algorithm:
+                return await self.decide(ops)
         jitter = self.jitter
         encode = resp.incrby_expire
         if len(ops) == 1:
@@ -709,8 +785,11 @@ class ClusterInstance(RedisInstance):
             todo.sort()
         raise BackendError("too many redis cluster redirections")
 
-    async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
-        """INCRBY + EXPIRE per op, grouped per node."""
+    async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
+        """INCRBY + EXPIRE per op, grouped per node (`decide` when an op has an algorithm)."""
+        for op in ops:
+            if op.algorithm:
+                return await self.decide(ops)
         cmds: list[tuple[int, bytes]] = []
         for op in ops:
             k = op.key.encode()
@@ -760,6 +839,7 @@ class RedisBackend:
     """The Backend protocol over a main and an optional per-second Redis instance."""
 
     name = "redis"
+    algorithms = frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET})
 
     def __init__(
         self,
@@ -824,14 +904,15 @@ class RedisBackend:
             self.health.set("backend", True)
         self._connections_changed()
 
-    async def increment(self, ops: Sequence[Op]) -> list[int]:
-        """INCRBY key hits + EXPIRE key unit+jitter per op; main first, then per-second."""
+    async def increment(self, ops: Sequence[Op]) -> list[Any]:
+        """INCRBY key hits + EXPIRE key unit+jitter per op (a script call for a sliding
+        window or token bucket); main first, then per-second (SECOND-unit limits)."""
         per_second = self.per_second
         if per_second is None:
             return await self.main.incr_expire(ops)
-        main_idx = [j for j, op in enumerate(ops) if op.seconds != 1]
-        second_idx = [j for j, op in enumerate(ops) if op.seconds == 1]
-        out = [0] * len(ops)
+        main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
+        second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
+        out: list[Any] = [0] * len(ops)
         if main_idx:
             for j, value in zip(
                 main_idx, await self.main.incr_expire([ops[j] for j in main_idx]), strict=True
@@ -847,16 +928,23 @@ class RedisBackend:
         return out
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
-        """GET per key (0 when absent), routed as `increment` routes."""
+        """GET per key (0 when absent), routed as `increment` routes; the level of a
+        sliding window or token bucket, counting nothing."""
         per_second = self.per_second
+        decided = any(op.algorithm for op in ops)
         if per_second is None:
+            if decided:
+                return await self.main.decide(ops, peek=True)
             return await self.main.get([op.key for op in ops])
         out = [0] * len(ops)
-        main_idx = [j for j, op in enumerate(ops) if op.seconds != 1]
-        second_idx = [j for j, op in enumerate(ops) if op.seconds == 1]
+        main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
+        second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
         for inst, idx in ((self.main, main_idx), (per_second, second_idx)):
             if idx:
-                values = await inst.get([ops[j].key for j in idx])
+                if decided:
+                    values = await inst.decide([ops[j] for j in idx], peek=True)
+                else:
+                    values = await inst.get([ops[j].key for j in idx])
                 for j, value in zip(idx, values, strict=True):
                     out[j] = value
         return out

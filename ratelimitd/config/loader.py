@@ -32,10 +32,18 @@ def load_ruleset(
     merge_domains: bool = False,
     stats: StatsSource | None = None,
     matcher: Matcher = match,
+    backend: tuple[str, frozenset[int]] | None = None,
 ) -> RuleSet:
-    """Parse every file, then validate and compile them together (first error wins)."""
+    """Parse every file, then validate and compile them together (first error wins).
+
+    `backend`: the store's name and the algorithms it counts (see `build_ruleset`).
+    """
     return build_ruleset(
-        parse_files(files), merge_domains=merge_domains, stats=stats, matcher=matcher
+        parse_files(files),
+        merge_domains=merge_domains,
+        stats=stats,
+        matcher=matcher,
+        backend=backend,
     )
 
 

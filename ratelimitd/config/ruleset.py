@@ -14,8 +14,9 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from .. import keys, match
+from ..backends.base import ALGORITHM_NAMES, FIXED_WINDOW
 from .errors import ConfigError
-from .yamlfile import DescriptorDoc, RootDoc
+from .yamlfile import DescriptorDoc, RateLimitDoc, RootDoc
 
 # RLS v3 `RateLimitResponse.RateLimit.Unit` enum, by name (the config's unit, upper-cased).
 UNIT_BY_NAME = {
@@ -29,6 +30,13 @@ UNIT_BY_NAME = {
     "WEEK": 7,
 }
 UNIT_NAMES = {number: name for name, number in UNIT_BY_NAME.items()}
+ALGORITHM_BY_NAME = {name: number for number, name in enumerate(ALGORITHM_NAMES)}
+ALL_ALGORITHMS = frozenset(ALGORITHM_BY_NAME.values())
+
+# Sliding windows and token buckets count in integer "ticks" (1 ms, or 1 s for very long,
+# very large limits) so that every product of their maths stays below 2**53: exact in
+# C, in Python and in Redis' Lua (whose numbers are doubles) alike.
+MAX_TICK_PRODUCT = 1 << 50
 
 
 class StatsSource(Protocol):
@@ -41,8 +49,12 @@ class Rule:
     """One rate limit: a config `rate_limit` block, or a request's limit override."""
 
     __slots__ = (
+        "algorithm",
         "detailed_metric",
+        "extended",
         "full_key",
+        "key_suffix",
+        "limits",
         "metadata",
         "meter",
         "name",
@@ -52,9 +64,12 @@ class Rule:
         "shadow_mode",
         "special",
         "stats",
+        "tick",
         "unit",
+        "unit_multiplier",
         "unit_seconds",
         "unlimited",
+        "window_ticks",
     )
 
     def __init__(
@@ -72,11 +87,35 @@ class Rule:
         metadata: dict[str, Any] | None = None,
         stats: Any = None,
         meter: bool = False,
+        algorithm: int = FIXED_WINDOW,
+        unit_multiplier: int = 1,
+        limits: Sequence[Rule] | None = None,
+        tick: int = 1,
     ) -> None:
         self.full_key = full_key
         self.requests_per_unit = requests_per_unit
         self.unit = unit
-        self.unit_seconds = keys.unit_seconds(unit)
+        # The window: unit_multiplier units (every window length below is this one).
+        self.unit_seconds = keys.unit_seconds(unit) * unit_multiplier
+        self.unit_multiplier = unit_multiplier
+        self.algorithm = algorithm
+        # Extension: a descriptor's several limits (`rate_limits:`), each a Rule; None
+        # for one limit. The descriptor's own Rule then carries the shared fields.
+        self.limits: tuple[Rule, ...] | None = tuple(limits) if limits is not None else None
+        # Sliding window and token bucket maths run in ticks of `tick` ms.
+        self.tick = tick
+        self.window_ticks = self.unit_seconds * 1000 // tick
+        # Where this limit's state lives, after the reference's key without its window
+        # start: only the reference's own case (one fixed window of one unit) keeps the
+        # reference key; any other carries its window (and algorithm) so that two limits
+        # of one descriptor, or windows of different lengths, never share a counter.
+        self.key_suffix = (
+            f"_{self.unit_seconds}s"
+            if algorithm == FIXED_WINDOW
+            else f"{self.unit_seconds}s_{ALGORITHM_NAMES[algorithm]}"
+        )
+        # One test on the limiter's hot path: anything but the reference's fixed window.
+        self.extended = limits is not None or algorithm != FIXED_WINDOW or unit_multiplier != 1
         self.name = name
         self.replaces = tuple(replaces)
         self.unlimited = unlimited
@@ -94,8 +133,36 @@ class Rule:
         """The unit's enum name (`MINUTE`, ...; `UNKNOWN` for unlimited rules)."""
         return UNIT_NAMES.get(self.unit, "UNKNOWN")
 
+    def without(self, names: set[str]) -> Rule | None:
+        """This several-limits rule without the limits `names` replace (None: without any)."""
+        assert self.limits is not None
+        kept = [limit for limit in self.limits if not (limit.name and limit.name in names)]
+        if len(kept) == len(self.limits):
+            return self
+        if not kept:
+            return None
+        return Rule(
+            self.full_key,
+            kept[0].requests_per_unit,
+            kept[0].unit,
+            replaces=self.replaces,
+            shadow_mode=self.shadow_mode,
+            quota_mode=self.quota_mode,
+            detailed_metric=self.detailed_metric,
+            metadata=self.metadata,
+            stats=self.stats,
+            meter=self.meter,
+            limits=kept,
+        )
+
+    @property
+    def algorithm_name(self) -> str:
+        """`fixed_window`, `sliding_window` or `token_bucket`."""
+        return ALGORITHM_NAMES[self.algorithm]
+
     def __repr__(self) -> str:
-        return f"Rule({self.full_key!r}, {self.requests_per_unit}/{self.unit_name})"
+        window = f"{self.unit_multiplier}x" if self.unit_multiplier != 1 else ""
+        return f"Rule({self.full_key!r}, {self.requests_per_unit}/{window}{self.unit_name})"
 
 
 @dataclass(slots=True)
@@ -179,13 +246,22 @@ class RuleSet:
         """The `/rlconfig` text: one line per rule (config order, not Go's random order)."""
         lines = []
         for rule in self.rules():
-            number = 0 if rule.unlimited else rule.requests_per_unit
-            unit = "UNKNOWN" if rule.unlimited else rule.unit_name
-            lines.append(
-                f"{rule.full_key}: unit={unit} requests_per_unit={number}, "
-                f"shadow_mode: {'true' if rule.shadow_mode else 'false'}, "
-                f"quota_mode: {'true' if rule.quota_mode else 'false'}\n"
-            )
+            for limit in rule.limits or (rule,):
+                number = 0 if limit.unlimited else limit.requests_per_unit
+                unit = "UNKNOWN" if limit.unlimited else limit.unit_name
+                # The extensions are shown only where used: reference configs dump as there.
+                extra = ""
+                if limit.unit_multiplier != 1:
+                    extra += f" unit_multiplier={limit.unit_multiplier}"
+                if limit.algorithm != FIXED_WINDOW:
+                    extra += f" algorithm={limit.algorithm_name}"
+                if rule.limits is not None and limit.name:
+                    extra += f" name={limit.name}"
+                lines.append(
+                    f"{rule.full_key}: unit={unit} requests_per_unit={number}{extra}, "
+                    f"shadow_mode: {'true' if rule.shadow_mode else 'false'}, "
+                    f"quota_mode: {'true' if rule.quota_mode else 'false'}\n"
+                )
         return "".join(lines)
 
 
@@ -195,11 +271,14 @@ def build_ruleset(
     merge_domains: bool = False,
     stats: StatsSource | None = None,
     matcher: Matcher = match,
+    backend: tuple[str, frozenset[int]] | None = None,
 ) -> RuleSet:
     """Validate and compile configs in order; raise ConfigError on the first problem.
 
     `matcher` compiles the tries (the selected `ratelimitd.match` unless a caller, such as a
-    benchmark of the pure twin, names another implementation).
+    benchmark of the pure twin, names another implementation). `backend` is the name of
+    the counter store and the algorithms it can count exactly (None: every algorithm);
+    a limit it cannot count is refused here, at load, never at request time.
     """
     roots: dict[str, NodeSpec] = {}
     for source in sources:
@@ -211,7 +290,7 @@ def build_ruleset(
             root = roots[doc.domain] = NodeSpec(doc.domain, "", doc.domain, None, False, False)
         elif not merge_domains:
             raise ConfigError(source.name, f"duplicate domain '{doc.domain}' in config file")
-        _load_descriptors(source.name, root, doc.domain + ".", doc.descriptors, stats)
+        _load_descriptors(source.name, root, doc.domain + ".", doc.descriptors, stats, backend)
     specs = {domain: root.children for domain, root in roots.items()}
     domains = {domain: matcher.compile_level(children) for domain, children in specs.items()}
     return RuleSet(domains, specs, matcher.lookup)
@@ -223,6 +302,7 @@ def _load_descriptors(
     parent_key: str,
     docs: list[DescriptorDoc],
     stats: StatsSource | None,
+    backend: tuple[str, frozenset[int]] | None = None,
 ) -> None:
     for d in docs:
         if d.key == "":
@@ -233,19 +313,14 @@ def _load_descriptors(
             raise ConfigError(name, f"duplicate descriptor composite key '{full_key}'")
 
         rule = None
-        if d.rate_limit is not None:
+        if d.rate_limits is not None:
+            rule = _multi_limit(name, full_key, d, stats, backend)
+        elif d.rate_limit is not None:
             r = d.rate_limit
-            unit = UNIT_BY_NAME.get(r.unit.upper(), 0)
-            if r.unlimited:
-                if unit:
-                    raise ConfigError(name, "should not specify rate limit unit when unlimited")
-            elif not unit:
-                raise ConfigError(name, f"invalid rate limit unit '{r.unit}'")
-            for replaced in r.replaces:
-                if replaced == "":
-                    raise ConfigError(name, "should not have an empty replaces entry")
-                if replaced == r.name:
-                    raise ConfigError(name, "replaces should not contain name of same descriptor")
+            unit = _checked_unit(name, r)
+            own = {r.name} if r.name else set()
+            _check_replaces(name, r, own)
+            algorithm, multiplier, tick = _checked_window(name, full_key, r, unit, backend)
             rule = Rule(
                 full_key,
                 r.requests_per_unit,
@@ -259,6 +334,9 @@ def _load_descriptors(
                 metadata=d.metadata,
                 stats=stats.rule_stats(full_key) if stats is not None else None,
                 meter=d.meter,
+                algorithm=algorithm,
+                unit_multiplier=multiplier,
+                tick=tick,
             )
 
         if d.meter and rule is None:
@@ -273,6 +351,171 @@ def _load_descriptors(
             )
 
         spec = NodeSpec(d.key, d.value, final_key, rule, d.value_to_metric, d.share_threshold)
-        _load_descriptors(name, spec, full_key + ".", d.descriptors, stats)
+        _load_descriptors(name, spec, full_key + ".", d.descriptors, stats, backend)
         parent.index[final_key] = spec
         parent.children.append(spec)
+
+
+def _at(line: int, message: str) -> str:
+    """`line N: message` where the block's line is known (files), else the message (xDS)."""
+    return f"line {line}: {message}" if line else message
+
+
+def _checked_unit(name: str, r: RateLimitDoc) -> int:
+    """The unit enum number, with the reference's unit/unlimited checks."""
+    unit = UNIT_BY_NAME.get(r.unit.upper(), 0)
+    if r.unlimited:
+        if unit:
+            raise ConfigError(name, "should not specify rate limit unit when unlimited")
+    elif not unit:
+        raise ConfigError(name, f"invalid rate limit unit '{r.unit}'")
+    return unit
+
+
+def _check_replaces(name: str, r: RateLimitDoc, own: set[str]) -> None:
+    for replaced in r.replaces:
+        if replaced == "":
+            raise ConfigError(name, "should not have an empty replaces entry")
+        if replaced in own:
+            raise ConfigError(name, "replaces should not contain name of same descriptor")
+
+
+def _checked_window(
+    name: str,
+    full_key: str,
+    r: RateLimitDoc,
+    unit: int,
+    backend: tuple[str, frozenset[int]] | None,
+) -> tuple[int, int, int]:
+    """The extensions of one limit: (algorithm, unit_multiplier, tick in ms), checked."""
+    if r.unlimited:
+        if r.algorithm or r.unit_multiplier is not None:
+            raise ConfigError(
+                name,
+                _at(r.line, "should not specify algorithm or unit_multiplier when unlimited"),
+            )
+        return FIXED_WINDOW, 1, 1
+    algorithm = ALGORITHM_BY_NAME.get(r.algorithm or "fixed_window")
+    if algorithm is None:
+        raise ConfigError(
+            name,
+            _at(
+                r.line,
+                f"invalid rate limit algorithm '{r.algorithm}' of '{full_key}' "
+                "(expected fixed_window, sliding_window or token_bucket)",
+            ),
+        )
+    multiplier = 1 if r.unit_multiplier is None else r.unit_multiplier
+    if multiplier < 1:
+        raise ConfigError(
+            name,
+            _at(
+                r.line,
+                f"invalid rate limit unit_multiplier {multiplier} of '{full_key}' "
+                "(must be at least 1)",
+            ),
+        )
+    window = keys.unit_seconds(unit) * multiplier
+    if backend is not None and algorithm not in backend[1]:
+        raise ConfigError(
+            name,
+            _at(
+                r.line,
+                f"algorithm {ALGORITHM_NAMES[algorithm]} of '{full_key}' cannot be counted "
+                f"exactly by the {backend[0]} backend (it counts fixed_window only)",
+            ),
+        )
+    tick = 1
+    if algorithm != FIXED_WINDOW:
+        product = r.requests_per_unit * window
+        if product * 1000 <= MAX_TICK_PRODUCT:
+            tick = 1  # milliseconds
+        elif product <= MAX_TICK_PRODUCT:
+            tick = 1000  # seconds: the limit is too large for milliseconds over this window
+        else:
+            raise ConfigError(
+                name,
+                _at(
+                    r.line,
+                    f"{ALGORITHM_NAMES[algorithm]} of '{full_key}' cannot be counted exactly: "
+                    f"requests_per_unit x window ({r.requests_per_unit} x {window}s) "
+                    "must be at most 2^50",
+                ),
+            )
+    elif window > MAX_TICK_PRODUCT:
+        raise ConfigError(
+            name, _at(r.line, f"window of '{full_key}' is too long ({window}s; at most 2^50s)")
+        )
+    return algorithm, multiplier, tick
+
+
+def _multi_limit(
+    name: str,
+    full_key: str,
+    d: DescriptorDoc,
+    stats: StatsSource | None,
+    backend: tuple[str, frozenset[int]] | None,
+) -> Rule:
+    """`rate_limits:`: one Rule carrying the descriptor's fields and its limits."""
+    docs = d.rate_limits or []
+    if d.rate_limit is not None:
+        raise ConfigError(
+            name, _at(d.line, f"descriptor '{full_key}' has both rate_limit and rate_limits")
+        )
+    if not docs:
+        raise ConfigError(name, _at(d.line, f"rate_limits of '{full_key}' is empty"))
+    own = {r.name for r in docs if r.name}
+    rule_stats = stats.rule_stats(full_key) if stats is not None else None
+    limits = []
+    windows: dict[tuple[int, int], int] = {}
+    for r in docs:
+        if r.unlimited:
+            raise ConfigError(
+                name, _at(r.line, f"a limit in rate_limits of '{full_key}' cannot be unlimited")
+            )
+        unit = _checked_unit(name, r)
+        _check_replaces(name, r, own)
+        algorithm, multiplier, tick = _checked_window(name, full_key, r, unit, backend)
+        limit = Rule(
+            full_key,
+            r.requests_per_unit,
+            unit,
+            name=r.name,
+            replaces=r.replaces,
+            shadow_mode=d.shadow_mode,
+            quota_mode=d.quota_mode,
+            detailed_metric=d.detailed_metric,
+            metadata=d.metadata,
+            stats=rule_stats,
+            algorithm=algorithm,
+            unit_multiplier=multiplier,
+            tick=tick,
+        )
+        window = (algorithm, limit.unit_seconds)
+        if window in windows:
+            raise ConfigError(
+                name,
+                _at(
+                    r.line,
+                    f"rate_limits of '{full_key}' has two {limit.algorithm_name} limits of "
+                    f"{limit.unit_seconds}s (lines {windows[window]} and {r.line}): "
+                    "a window is limited once",
+                ),
+            )
+        windows[window] = r.line
+        limits.append(limit)
+    first = limits[0]
+    return Rule(
+        full_key,
+        first.requests_per_unit,
+        first.unit,
+        # The descriptor's Rule has no name of its own: `replaces` drops single limits.
+        replaces=[n for limit in limits for n in limit.replaces],
+        shadow_mode=d.shadow_mode,
+        quota_mode=d.quota_mode,
+        detailed_metric=d.detailed_metric,
+        metadata=d.metadata,
+        stats=rule_stats,
+        meter=d.meter,
+        limits=limits,
+    )

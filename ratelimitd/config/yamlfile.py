@@ -41,6 +41,10 @@ VALID_KEYS = frozenset(
         "metadata",
         # Extension: usage metering (see README, "Metering"). Not a reference key.
         "meter",
+        # Extension: algorithms, N-unit windows, several limits (README, "Algorithms").
+        "algorithm",
+        "unit_multiplier",
+        "rate_limits",
     }
 )
 
@@ -64,6 +68,10 @@ class RateLimitDoc:
     unlimited: bool = False
     name: str = ""
     replaces: list[str] = field(default_factory=list)
+    # Extensions (README, "Algorithms"): "" is the reference's fixed window; None: absent.
+    algorithm: str = ""
+    unit_multiplier: int | None = None
+    line: int = 0  # 1-based line of the block in its file (0: not from a file)
 
 
 @dataclass(slots=True)
@@ -81,6 +89,9 @@ class DescriptorDoc:
     share_threshold: bool = False
     metadata: dict[str, Any] | None = None
     meter: bool = False
+    # Extension: several limits on one descriptor (exclusive with rate_limit).
+    rate_limits: list[RateLimitDoc] | None = None
+    line: int = 0
 
 
 @dataclass(slots=True)
@@ -400,6 +411,16 @@ class _Decoder:
         self.errors.append(_terror(node, "uint32"))
         return 0
 
+    def int64(self, node: Node) -> int:
+        if self._null(node):
+            return 0
+        if isinstance(node, ScalarNode) and _scalar_kind(node) == "int":
+            value = _go_parse_int(node.value.replace("_", ""))
+            if value is not None and value < 1 << 63:
+                return value
+        self.errors.append(_terror(node, "int"))
+        return 0
+
     def root(self, node: Node | None) -> RootDoc:
         doc = RootDoc()
         if node is None or not isinstance(node, MappingNode):
@@ -420,7 +441,7 @@ class _Decoder:
         return [self.descriptor(element) for element in node.value]
 
     def descriptor(self, node: Node) -> DescriptorDoc:
-        d = DescriptorDoc()
+        d = DescriptorDoc(line=node.start_mark.line + 1)
         if not isinstance(node, MappingNode):
             if not self._null(node):
                 self.errors.append(_terror(node, "config.YamlDescriptor"))
@@ -432,6 +453,8 @@ class _Decoder:
                 setattr(d, key, self.boolean(value))
             elif key == "rate_limit":
                 d.rate_limit = self.rate_limit(value)
+            elif key == "rate_limits":
+                d.rate_limits = self.rate_limit_list(value)
             elif key == "descriptors":
                 d.descriptors = self.descriptor_list(value)
             elif key == "metadata":
@@ -444,17 +467,33 @@ class _Decoder:
         if not isinstance(node, MappingNode):
             self.errors.append(_terror(node, "config.YamlRateLimit"))
             return None
-        r = RateLimitDoc()
+        r = RateLimitDoc(line=node.start_mark.line + 1)
         for key, value in self._pairs(node):
             if key == "requests_per_unit":
                 r.requests_per_unit = self.uint32(value)
-            elif key in ("unit", "name"):
+            elif key in ("unit", "name", "algorithm"):
                 setattr(r, key, self.string(value))
+            elif key == "unit_multiplier":
+                r.unit_multiplier = self.int64(value)
             elif key == "unlimited":
                 r.unlimited = self.boolean(value)
             elif key == "replaces":
                 r.replaces = self.replaces(value)
         return r
+
+    def rate_limit_list(self, node: Node) -> list[RateLimitDoc]:
+        if self._null(node):
+            return []
+        if not isinstance(node, SequenceNode):
+            self.errors.append(_terror(node, "[]config.YamlRateLimit"))
+            return []
+        out = []
+        for element in node.value:
+            r = self.rate_limit(element)
+            if r is None:
+                r = RateLimitDoc(line=element.start_mark.line + 1)
+            out.append(r)
+        return out
 
     def replaces(self, node: Node) -> list[str]:
         if self._null(node):

@@ -10,6 +10,7 @@ Importing this package reads nothing and imports nothing heavy.
 """
 
 from .environment import (
+    backend_type_from_env,
     extensions_disabled,
     reload_options_from_env,
     settings_from_env,
@@ -57,6 +58,7 @@ __all__ = [
     "TracingSettings",
     "WorkerSettings",
     "XdsSettings",
+    "backend_type_from_env",
     "extensions_disabled",
     "mask_url",
     "parse_go_bool",

@@ -169,6 +169,12 @@ def extensions_disabled() -> bool:
     return bool(os.environ.get("RATELIMITD_NO_EXTENSIONS"))
 
 
+def backend_type_from_env() -> str | None:
+    """BACKEND_TYPE as the daemon reads it when set explicitly, else None (check-config)."""
+    env = Env(os.environ)
+    return _backend(env)[0] if env.typed("BACKEND_TYPE") is not None else None
+
+
 def worker_environ(index: int, stats_dir: str) -> dict[str, str]:
     """The environment of worker `index`: this process's, as one worker of a supervised set."""
     env = dict(

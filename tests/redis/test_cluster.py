@@ -22,6 +22,14 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000}
   - key: small
     rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: sliding
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: sliding_window}
+  - key: bucket
+    rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket}
+  - key: two
+    rate_limits:
+      - {unit: second, requests_per_unit: 2, algorithm: token_bucket}
+      - {unit: hour, requests_per_unit: 5, name: hourly}
 """
 
 
@@ -103,6 +111,34 @@ async def test_stop_increment_get_round_on_cluster(cluster, decider) -> None:
     assert r.overall_code == OVER_LIMIT
     assert owner(cluster, "d_k_a_997200").client().get("d_k_a_997200") == b"2"
     assert owner(cluster, "d_small_b_997200").client().get("d_small_b_997200") == b"3"
+
+
+async def test_algorithms_on_cluster_one_pipeline_per_node(cluster, decider) -> None:
+    d = await decider(
+        {"REDIS_TYPE": "cluster", "REDIS_URL": cluster[0].address}, CONFIG, clock=clock
+    )
+    descriptors = [[(k, f"v{i}")] for i in range(8) for k in ("sliding", "bucket", "two")]
+    r = await d.decide("d", *descriptors)  # NOSCRIPT on each node: a second round, EVAL
+    assert {s.code for s in r.statuses} == {OK}
+    before = d.backend.writes
+    for expected in (OK, OVER_LIMIT):
+        r = await d.decide("d", *descriptors)
+        assert {s.code for s in r.statuses} == {expected}
+    assert d.backend.writes - before == 6  # one script call per key, one pipeline per node
+    keys = [f"d_sliding_v{i}_1s_sliding_window" for i in range(8)]
+    keys += [f"d_two_v{i}_997200_3600s" for i in range(8)]
+    assert len({owner(cluster, k).port for k in keys}) == 3
+    for i in range(8):
+        node = owner(cluster, f"d_sliding_v{i}_1s_sliding_window")
+        assert node.client().hget(f"d_sliding_v{i}_1s_sliding_window", "c") == b"2"
+        assert (
+            owner(cluster, f"d_two_v{i}_997200_3600s").client().get(f"d_two_v{i}_997200_3600s")
+            == b"3"
+        )  # every limit counts every hit
+    for n in cluster:  # the scripts are loaded again where they are missing
+        n.client().script_flush()
+    r = await d.decide("d", [("bucket", "new")], [("sliding", "new")])
+    assert [s.code for s in r.statuses] == [OK, OK]
 
 
 async def test_slot_migrated_while_serving(cluster, decider) -> None:

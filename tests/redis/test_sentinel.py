@@ -15,6 +15,8 @@ domain: d
 descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 1000}
+  - key: bucket
+    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: token_bucket}
 """
 
 
@@ -73,6 +75,10 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
     master.client().replicaof("127.0.0.1", replica.port)
     await until_served(d, "b")
     assert len(replica.client().keys("d_k_b_*")) == 1
+    # The promoted replica has the state but not the script: EVALSHA falls back to EVAL.
+    r = await d.decide("d", [("bucket", "a")])
+    assert (r.overall_code, r.statuses[0].limit_remaining) == (OK, 999)
+    assert replica.client().hget("d_bucket_a_60s_token_bucket", "f") is not None
 
     # The new master dies: the old one is promoted again.
     replica.stop()

@@ -99,40 +99,26 @@ cpdef object over(object rule, object st, unsigned long long over_add, long long
     """The Status at `now` of an over-limit counter, with its over_limit (and shadow_mode)
     stats: OVER_LIMIT, or OK when the rule is in shadow mode (only observed)."""
     cdef long long seconds = rule.unit_seconds
-    cdef long long reset = seconds - now % seconds
-    st.over_limit += over_add
-    if rule.shadow_mode:
-        st.shadow_mode += over_add
-        return Status(OK, rule, 0, reset)
-    return Status(OVER_LIMIT, rule, 0, reset)
+    return refuse(rule, st, over_add, seconds - now % seconds)
 
 
 def settle(object rule, object st, unsigned long long hits, unsigned long long after,
            double ratio, long long now):
     """The Status at `now` of a counter that is `after` once `hits` were added, and the
     over/near/within/shadow split of its stats (reference section 7.3)."""
-    cdef unsigned long long limit = rule.requests_per_unit
-    cdef long long seconds
-    cdef long long near = near_threshold(limit, ratio)
-    cdef unsigned long long over_add, near_add
-    if near < 0:
-        raise OverflowError("can't convert negative value to unsigned int")
-    if _split(limit, hits, after, <unsigned long long>near, &over_add, &near_add):
-        if near_add:
-            st.near_limit += near_add
-        return over(rule, st, over_add, now)
-    if near_add:
-        st.near_limit += near_add
-    st.within_limit += hits
-    seconds = rule.unit_seconds
-    return Status(OK, rule, limit - after, seconds - now % seconds)
+    cdef long long seconds = rule.unit_seconds
+    return verdict(rule, st, hits, after, ratio, seconds - now % seconds)
 
 
 # -- the extension's algorithms: the same integer maths as `_keys_py` (its docstrings) -----
 
-cpdef str state_key(str prefix, str domain, entries, share):
-    """`prefix + domain_k_v[_k_v..]_`: `cache_key` without its window start."""
+cpdef str state_key(str prefix, str domain, entries, share, str suffix=""):
+    """`prefix + domain_k_v[_k_v..]_ + suffix`: `cache_key` with `suffix` for its window start."""
     cdef Py_ssize_t i, n = len(entries)
+    cdef tuple one
+    if n == 1 and share is None:
+        one = <tuple>entries[0]
+        return f"{prefix}{domain}_{<str>one[0]}_{<str>one[1]}_{suffix}"
     cdef Py_ssize_t nshare = len(share) if share is not None else 0
     cdef tuple entry
     cdef str value, pattern
@@ -145,6 +131,7 @@ cpdef str state_key(str prefix, str domain, entries, share):
             if pattern:
                 value = pattern
         parts.append(f"{<str>entry[0]}_{value}_")
+    parts.append(suffix)
     return "".join(parts)
 
 
@@ -213,8 +200,8 @@ cpdef object refuse(object rule, object st, unsigned long long over_add, long lo
     return Status(OVER_LIMIT, rule, 0, reset)
 
 
-def verdict(object rule, object st, unsigned long long hits, unsigned long long after,
-            double ratio, long long reset):
+cpdef object verdict(object rule, object st, unsigned long long hits,
+                     unsigned long long after, double ratio, long long reset):
     """`settle` with the reset given (any algorithm): the Status and its stats split."""
     cdef unsigned long long limit = rule.requests_per_unit
     cdef long long near = near_threshold(limit, ratio)

@@ -95,27 +95,13 @@ def evaluate(limit: int, hits: int, after: int, near: int) -> tuple[bool, int, i
 def over(rule: Any, st: Any, over_add: int, now: int) -> Status:
     """The Status at `now` of an over-limit counter, with its over_limit (and shadow_mode)
     stats: OVER_LIMIT, or OK when the rule is in shadow mode (only observed)."""
-    reset = reset_seconds(now, rule.unit_seconds)
-    st.over_limit += over_add
-    if rule.shadow_mode:
-        st.shadow_mode += over_add
-        return Status(OK, rule, 0, reset)
-    return Status(OVER_LIMIT, rule, 0, reset)
+    return refuse(rule, st, over_add, reset_seconds(now, rule.unit_seconds))
 
 
 def settle(rule: Any, st: Any, hits: int, after: int, ratio: float, now: int) -> Status:
     """The Status at `now` of a counter that is `after` once `hits` were added, and the
     over/near/within/shadow split of its stats (reference section 7.3)."""
-    limit = rule.requests_per_unit
-    is_over, remaining, over_add, near_add, _ = evaluate(
-        limit, hits, after, near_threshold(limit, ratio)
-    )
-    if near_add:
-        st.near_limit += near_add
-    if is_over:
-        return over(rule, st, over_add, now)
-    st.within_limit += hits
-    return Status(OK, rule, remaining, reset_seconds(now, rule.unit_seconds))
+    return verdict(rule, st, hits, after, ratio, reset_seconds(now, rule.unit_seconds))
 
 
 # -- the extension's algorithms (README, "Algorithms") --------------------------------------
@@ -126,9 +112,13 @@ def settle(rule: Any, st: Any, hits: int, after: int, ratio: float, now: int) ->
 
 
 def state_key(
-    prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Sequence[str] | None
+    prefix: str,
+    domain: str,
+    entries: Sequence[tuple[str, str]],
+    share: Sequence[str] | None,
+    suffix: str = "",
 ) -> str:
-    """`prefix + domain_k_v[_k_v..]_`: `cache_key` without its window start."""
+    """`prefix + domain_k_v[_k_v..]_ + suffix`: `cache_key` with `suffix` for its window start."""
     parts = [prefix, domain, "_"]
     if share is None:
         for k, v in entries:
@@ -137,6 +127,7 @@ def state_key(
         for i, (k, v) in enumerate(entries):
             pattern = share[i] if i < len(share) else ""
             parts += (k, "_", pattern or v, "_")
+    parts.append(suffix)
     return "".join(parts)
 
 

@@ -96,9 +96,13 @@ class Limiter:
         # backend's methods are bound here, once, for the hot path.
         self._increment_now: Callable[[list[Op], int], list[int]] | None = None
         self._increment_one: Callable[[str, int, int, int], int] | None = None
+        self._decide_now: Callable[..., tuple[int, int]] | None = None
         if isinstance(backend, SyncBackend) and not self.stop_increment:
             self._increment_now = backend.increment_now
             self._increment_one = backend.increment_one
+            self._decide_now = backend.decide_now
+        self._state_key: Callable[..., str] = k.state_key
+        self._verdict: Callable[..., Status] = k.verdict
         self.synchronous = self._increment_one is not None
 
     @property
@@ -173,7 +177,24 @@ class Limiter:
             rule = check.rule
             if rule.extended:  # an algorithm, a multiplier or several limits
                 entries = descriptors[check.index].entries
-                check.stats.total_hits += check.hits
+                h = check.hits
+                check.stats.total_hits += h
+                if rule.limits is None and rule.algorithm:  # one store-decided limit
+                    tick = rule.tick
+                    after, ticks = self._decide_now(  # type: ignore[misc]
+                        self._state_key(prefix, domain, entries, check.share, rule.key_suffix),
+                        rule.algorithm,
+                        h,
+                        rule.window_ticks,
+                        rule.requests_per_unit,
+                        tick,
+                        int(t * 1000) // tick,
+                        now,
+                    )
+                    statuses[check.index] = self._verdict(
+                        rule, check.stats, h, after, ratio, -(-ticks * tick // 1000)
+                    )
+                    continue
                 limits, ops = self._limit_ops(domain, entries, check, t)
                 statuses[check.index] = self._decide(check, limits, increment_now(ops, now), t)
                 continue
@@ -230,6 +251,30 @@ class Limiter:
             st = check.stats
             st.total_hits += h
             if rule.extended:
+                if rule.limits is None and rule.algorithm:  # one store-decided limit
+                    key = self._state_key(prefix, domain, entries, check.share, rule.key_suffix)
+                    if local is not None and local.contains(key, now):
+                        any_cached = True
+                        st.over_limit_with_local_cache += h
+                        statuses[check.index] = self._keys.refuse(
+                            rule, st, h, max(1, local.expiry(key) - now)
+                        )
+                        continue
+                    tick = rule.tick
+                    pending.append(_Pending(check, key, rule))
+                    ops.append(
+                        Op(
+                            key,
+                            h,
+                            seconds,
+                            rule.unit == 1,
+                            rule.algorithm,
+                            rule.requests_per_unit,
+                            tick,
+                            int(t * 1000) // tick,
+                        )
+                    )
+                    continue
                 limits, limit_ops = self._limit_ops(domain, entries, check, t)
                 cached = self._cached(check, limits, limit_ops, now)
                 if cached is not None:
@@ -269,6 +314,9 @@ class Limiter:
             check = p.check
             rule = check.rule
             if rule.extended:
+                if rule.limits is None and rule.algorithm:  # one store-decided limit
+                    self._decided(statuses, p, counters[j], t)
+                    continue
                 if p.n:  # the first op of its check: decide on all of them
                     statuses[check.index] = self._decide(
                         check,
@@ -328,7 +376,7 @@ class Limiter:
                 ops.append(Op(key + limit.key_suffix, h, seconds, per_second))
                 continue
             if state is None:
-                state = self._keys.state_key(prefix, domain, entries, share)
+                state = self._state_key(prefix, domain, entries, share)
             tick = limit.tick
             ops.append(
                 Op(
@@ -343,6 +391,21 @@ class Limiter:
                 )
             )
         return limits, ops
+
+    def _decided(self, statuses: list[Status], p: _Pending, result: Any, t: float) -> None:
+        """`_decide` for a single sliding-window or token-bucket limit (no lists)."""
+        check = p.check
+        rule = check.rule
+        after, ticks = result
+        reset_ms = ticks * rule.tick
+        statuses[check.index] = self._verdict(
+            rule, check.stats, check.hits, after, self.near_limit_ratio, -(-reset_ms // 1000)
+        )
+        local = self.local_cache
+        if local is not None and after > rule.requests_per_unit:
+            until = (int(t * 1000) + reset_ms) // 1000  # never beyond the true wait
+            if until > int(t):
+                local.add(p.key, until)
 
     def _cached(
         self, check: Check, limits: Sequence[Any], ops: list[Op], now: int

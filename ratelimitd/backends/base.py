@@ -105,3 +105,18 @@ class SyncBackend(Backend, Protocol):
     def increment_one(self, key: str, hits: int, seconds: int, now: int) -> int:
         """`increment_now` of one op given as its fields (no Op built): the counter after."""
         ...
+
+    def decide_now(
+        self,
+        key: str,
+        algorithm: int,
+        hits: int,
+        window: int,
+        limit: int,
+        tick: int,
+        now_ticks: int,
+        now: int,
+    ) -> tuple[int, int]:
+        """`increment_now` of one sliding-window or token-bucket op given as its fields
+        (window and time in ticks): (level after, ticks until reset)."""
+        ...

@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import keys
+from ..keys import sliding_window as _sliding_window
+from ..keys import token_bucket as _token_bucket
 from .base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
 
 
@@ -92,34 +93,60 @@ class MemoryBackend:
         return entry[0]
 
     def _decide(self, op: Op, now: int, *, peek: bool = False) -> tuple[int, int]:
-        """A sliding-window or token-bucket op: (level after, ticks until reset).
+        """A sliding-window or token-bucket op: (level after, ticks until reset)."""
+        return self.decide_now(
+            op.key,
+            op.algorithm,
+            0 if peek else op.hits,
+            op.seconds * 1000 // op.tick,
+            op.limit,
+            op.tick,
+            op.now,
+            now,
+        )
+
+    def decide_now(
+        self,
+        key: str,
+        algorithm: int,
+        hits: int,
+        window: int,
+        limit: int,
+        tick: int,
+        now_ticks: int,
+        now: int,
+    ) -> tuple[int, int]:
+        """One sliding-window or token-bucket decision (`window`, `now_ticks` in ticks of
+        `tick` ms; `now` in seconds for expiry): (level after, ticks until reset).
 
         The state lives in the counter map as `[state tuple, expires]`, so expiry and the
         sweep treat it like a counter; it is kept exactly as long as it can matter.
         """
-        entry = self._counters.get(op.key)
+        if now >= self._next_sweep:
+            self._sweep(now)
+        entry = self._counters.get(key)
         state = entry[0] if entry is not None and entry[1] > now else None
-        window = op.seconds * 1000 // op.tick
-        limit = op.limit
-        hits = 0 if peek else op.hits
-        if op.algorithm == SLIDING_WINDOW:
+        if algorithm == SLIDING_WINDOW:
             w, c, p = state or (0, 0, 0)
-            after, w, c, p, reset = keys.sliding_window(w, c, p, op.now, window, limit, hits)
+            after, w, c, p, reset = _sliding_window(w, c, p, now_ticks, window, limit, hits)
+            if after > limit or not hits:
+                return after, reset
             # Until the end of the window after `w`'s: then c weighs nothing any more.
-            expires = (w + 2 * window) * op.tick // 1000 + 1
+            expires = (w + 2 * window) * tick // 1000 + 1
             new: tuple[int, ...] = (w, c, p)
         else:
             t, f = state or (0, 0)
-            after, t, f, reset = keys.token_bucket(t, f, op.now, window, limit, hits)
-            expires = t * op.tick // 1000 + 1  # until the bucket is full again
+            after, t, f, reset = _token_bucket(t, f, now_ticks, window, limit, hits)
+            if after > limit or not hits:
+                return after, reset
+            expires = t * tick // 1000 + 1  # until the bucket is full again
             new = (t, f)
-        if after <= limit and hits:
-            if entry is None:
-                self._counters[op.key] = [new, expires]
-                self._bucket(op.key, expires)
-            else:
-                entry[0] = new
-                entry[1] = expires
+        if entry is None:
+            self._counters[key] = [new, expires]
+            self._bucket(key, expires)
+        else:
+            entry[0] = new
+            entry[1] = expires
         return after, reset
 
     async def increment(self, ops: Sequence[Op]) -> list[Any]:

@@ -599,6 +599,14 @@ class SingleInstance(RedisInstance):
         """One pipeline: INCRBY + EXPIRE per op (`decide` when an op has an algorithm)."""
         for op in ops:
             if op.algorithm:
+                if len(ops) == 1:  # the common case, without `decide`'s bookkeeping
+                    fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
+                    replies = await fut
+                    if replies.__class__ is not list:
+                        raise BackendError(*replies.args)
+                    reply = replies[offset]
+                    if reply.__class__ is list:
+                        return [(reply[0], reply[1])]
                 return await self.decide(ops)
         jitter = self.jitter
         encode = resp.incrby_expire

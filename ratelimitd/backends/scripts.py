@@ -123,20 +123,27 @@ class _Script:
 SCRIPTS = {SLIDING_WINDOW: _Script(SLIDING_WINDOW_LUA), TOKEN_BUCKET: _Script(TOKEN_BUCKET_LUA)}
 
 
+_ARGS = b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n%b%b"
+
+
 def call(op: Op, key: bytes, *, peek: bool = False, load: bool = False) -> bytes:
     """The RESP call deciding `op` (EVALSHA; EVAL with `load`); `peek` counts nothing."""
     script = SCRIPTS[op.algorithm]
-    window = op.seconds * 1000 // op.tick
-    return b"".join(
-        (
-            script.eval_prefix if load else script.evalsha_prefix,
-            b"$%d\r\n%b\r\n" % (len(key), key),
-            bulk_int(op.now),
-            bulk_int(window),
-            bulk_int(op.limit),
-            bulk_int(0 if peek else op.hits),
-            bulk_int(op.tick),
-        )
+    now = b"%d" % op.now
+    window = b"%d" % (op.seconds * 1000 // op.tick)
+    limit = b"%d" % op.limit
+    return _ARGS % (
+        script.eval_prefix if load else script.evalsha_prefix,
+        len(key),
+        key,
+        len(now),
+        now,
+        len(window),
+        window,
+        len(limit),
+        limit,
+        bulk_int(0 if peek else op.hits),
+        bulk_int(op.tick),
     )
 
 

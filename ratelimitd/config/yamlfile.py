@@ -124,6 +124,8 @@ def parse(name: str, text: str) -> RootDoc:
     doc = decoder.root(root)
     if decoder.errors:
         _raise_unmarshal(name, decoder.errors)
+    if decoder.misplaced:
+        raise ConfigError(name, decoder.misplaced[0])
     return doc
 
 
@@ -370,6 +372,15 @@ class _Decoder:
 
     def __init__(self) -> None:
         self.errors: list[str] = []
+        # The extension's keys where they would do nothing: refused, not ignored (the
+        # reference's own keys keep its position-blind whitelist).
+        self.misplaced: list[str] = []
+
+    def _misplaced(self, key: str, node: Node, where: str) -> None:
+        self.misplaced.append(
+            f"line {node.start_mark.line + 1}: '{key}' has no effect {where} "
+            f"(it belongs in {_EXTENSION_KEYS[key]})"
+        )
 
     @staticmethod
     def _pairs(node: MappingNode) -> list[tuple[str, Node]]:
@@ -430,6 +441,8 @@ class _Decoder:
                 doc.domain = self.string(value)
             elif key == "descriptors":
                 doc.descriptors = self.descriptor_list(value)
+            elif key in _EXTENSION_KEYS:
+                self._misplaced(key, value, "at the top level")
         return doc
 
     def descriptor_list(self, node: Node) -> list[DescriptorDoc]:
@@ -459,6 +472,8 @@ class _Decoder:
                 d.descriptors = self.descriptor_list(value)
             elif key == "metadata":
                 d.metadata = self.metadata(value)
+            elif key in ("algorithm", "unit_multiplier"):
+                self._misplaced(key, value, "in a descriptor")
         return d
 
     def rate_limit(self, node: Node) -> RateLimitDoc | None:
@@ -479,6 +494,8 @@ class _Decoder:
                 r.unlimited = self.boolean(value)
             elif key == "replaces":
                 r.replaces = self.replaces(value)
+            elif key == "rate_limits":
+                self._misplaced(key, value, "in a rate limit")
         return r
 
     def rate_limit_list(self, node: Node) -> list[RateLimitDoc]:
@@ -521,6 +538,13 @@ class _Decoder:
             return None
         return _construct(node)  # type: ignore[no-any-return]
 
+
+# Where each key of the extension (README, "Algorithms") belongs.
+_EXTENSION_KEYS = {
+    "algorithm": "a rate_limit or a rate_limits entry",
+    "unit_multiplier": "a rate_limit or a rate_limits entry",
+    "rate_limits": "a descriptor",
+}
 
 _DESCRIPTOR_FLAGS = frozenset(
     {"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "meter"}

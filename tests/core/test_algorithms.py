@@ -156,6 +156,22 @@ def test_dump_shows_extensions_only_where_used() -> None:
             "  line 4: cannot unmarshal !!str `x` into int",
         ),
         (
+            "domain: d\ndescriptors:\n  - key: k\n    algorithm: token_bucket\n"
+            "    rate_limit: {unit: second, requests_per_unit: 1}\n",
+            "c.yaml: line 4: 'algorithm' has no effect in a descriptor "
+            "(it belongs in a rate_limit or a rate_limits entry)",
+        ),
+        (
+            "domain: d\nrate_limits: []\ndescriptors: []\n",
+            "c.yaml: line 2: 'rate_limits' has no effect at the top level (it belongs in a "
+            "descriptor)",
+        ),
+        (
+            one("{unit: second, requests_per_unit: 1, rate_limits: []}"),
+            "c.yaml: line 4: 'rate_limits' has no effect in a rate limit (it belongs in a "
+            "descriptor)",
+        ),
+        (
             "domain: d\ndescriptors:\n  - key: k\n    rate_limits: {unit: second}\n",
             "c.yaml: error loading config file: yaml: unmarshal errors:\n"
             "  line 4: cannot unmarshal !!map into []config.YamlRateLimit",

@@ -1,5 +1,6 @@
 """Counter backends behind one declared contract (base.Backend, base.SyncBackend), and their
-registry: one module per backend, one entry in `create_backend`."""
+registry: one module (memory) or package (redis, memcache) per backend, one entry in
+`create_backend`."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import RedisBackend
-from ratelimitd.backends.resp import STALL_FACTOR
+from ratelimitd.backends.redis.resp import STALL_FACTOR
 from ratelimitd.messages import OK
 from ratelimitd.settings import RedisSettings
 

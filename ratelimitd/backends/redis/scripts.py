@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .base import SLIDING_WINDOW, TOKEN_BUCKET, Op
+from ..base import SLIDING_WINDOW, TOKEN_BUCKET, Op
 from .resp import bulk_int
 
 # ARGV: now, window (ticks), limit, hits, tick (ms). Returns {level after, ticks until reset};

@@ -25,7 +25,7 @@ from typing import Any
 
 import hiredis
 
-from .base import BackendError
+from ..base import BackendError
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 _INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b"

@@ -49,36 +49,45 @@ Stats, scope ratelimit.memcache, tags serialized as gostats does for statsd:
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import random
 import re
-import socket
 import ssl
-import struct
 import time
 import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
-from .base import ONLY_FIXED_WINDOW, BackendError, Op
+from ..base import ONLY_FIXED_WINDOW, BackendError, Op
+from .protocol import GET, LINES, Node
+from .srv import lookup_srv, parse_srv_response, servers_from_srv
 
 if TYPE_CHECKING:
-    from ..health import Health
-    from ..settings import MemcacheSettings, Settings
-    from ..stats import StatsStore
+    from ...health import Health
+    from ...settings import MemcacheSettings, Settings
+    from ...stats import StatsStore
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "MemcacheBackend",
+    "MemcacheStats",
+    "create_memcache_backend",
+    "legal_key",
+    "lookup_srv",
+    "parse_int32",
+    "parse_srv_response",
+    "pick_node",
+    "servers_from_srv",
+    "ssl_context_from",
+]
+
+log = logging.getLogger("ratelimitd.backends.memcache")
 
 DEFAULT_TIMEOUT = 0.5  # gomemcache DefaultTimeout: dial and each operation
 CLOSE_GRACE = 2.0  # close() waits this long for background increments
 MAX_KEY_LENGTH = 250
 _RELATIVE_EXPIRY_MAX = 30 * 24 * 3600  # above this memcached reads an absolute time
-_REDIAL_MIN = 0.05
-_REDIAL_MAX = 1.0
 _INT32_MAX = 2**31 - 1
-_SRV_NAME = re.compile(r"^_(.+?)\._(.+?)\.(.+)$")
 # Bytes gomemcache's legalKey refuses: controls, space and DEL.
 _ILLEGAL_KEY_BYTES = re.compile(rb"[\x00-\x20\x7f]")
 
@@ -120,13 +129,6 @@ def parse_int32(raw: bytes) -> int | None:
     return value
 
 
-def _host_port(item: str) -> tuple[str, int]:
-    host, sep, port = item.strip().rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise BackendError(f"invalid memcache address {item!r} (expected host:port)")
-    return host.strip("[]"), int(port)
-
-
 class MemcacheStats:
     """The ratelimit.memcache.* counters."""
 
@@ -141,382 +143,6 @@ class MemcacheStats:
         """Expose every counter as a gauge under ratelimit.memcache."""
         for name in _STAT_NAMES:
             stats.add_gauge(f"ratelimit.memcache.{name}", lambda n=name: self.counts[n])  # type: ignore[misc]
-
-
-# -- the text protocol --------------------------------------------------------------------
-
-_GET, _LINES = 0, 1
-
-
-class _Pending:
-    """One pipelined operation: a multi-get or `count` single-line replies."""
-
-    __slots__ = ("count", "deadline", "future", "kind", "lines", "values")
-
-    def __init__(
-        self, kind: int, count: int, future: asyncio.Future[object], deadline: float
-    ) -> None:
-        self.kind = kind
-        self.count = count
-        self.future = future
-        self.deadline = deadline
-        self.lines: list[bytes] = []
-        self.values: dict[bytes, bytes] = {}
-
-
-class MemcacheProtocolError(BackendError):
-    """A reply the text protocol does not allow here; the connection is dropped."""
-
-
-class _Connection(asyncio.Protocol):
-    """A pipelined memcached text-protocol connection: replies resolve in command order.
-
-    The operations of one event-loop iteration go out in one write (`call_soon` flush),
-    so concurrent requests share syscalls. One watchdog timer per connection, not one per
-    operation, checks the oldest operation's deadline every timeout/4: a hung connection
-    is detected between 1 and 1.25 timeouts after the operation was sent.
-    """
-
-    def __init__(self, label: str, timeout: float) -> None:
-        self.label = label
-        self.timeout = timeout
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self._buf = bytearray()
-        self._pending: collections.deque[_Pending] = collections.deque()
-        self._out: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
-        self._watchdog: asyncio.TimerHandle | None = None
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(BackendError(f"memcache {self.label}: connection lost ({exc or 'closed'})"))
-
-    def data_received(self, data: bytes) -> None:
-        self._buf += data
-        try:
-            self._parse()
-        except MemcacheProtocolError as exc:
-            self._fail(exc)
-
-    # Requests
-    def request(self, payload: bytes, kind: int, count: int) -> asyncio.Future[object]:
-        """Queue `payload` for this iteration's write; the future of its replies."""
-        loop = self._loop
-        fut: asyncio.Future[object] = loop.create_future()
-        if self.closed or self.transport is None:
-            fut.set_exception(BackendError(f"memcache {self.label}: connection closed"))
-            return fut
-        self._pending.append(_Pending(kind, count, fut, loop.time() + self.timeout))
-        if not self._out:
-            loop.call_soon(self._flush)
-        self._out.append(payload)
-        if self._watchdog is None:
-            self._watchdog = loop.call_later(self.timeout / 4, self._watch)
-        return fut
-
-    def _flush(self) -> None:
-        out = self._out
-        self._out = []
-        if out and not self.closed and self.transport is not None:
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
-
-    def _watch(self) -> None:
-        self._watchdog = None
-        if not self._pending:
-            return
-        if self._pending[0].deadline <= self._loop.time():
-            self._fail(BackendError(f"memcache {self.label}: timeout after {self.timeout}s"))
-            return
-        self._watchdog = self._loop.call_later(self.timeout / 4, self._watch)
-
-    def close(self) -> None:
-        """Close the connection; pending operations fail."""
-        self._fail(BackendError(f"memcache {self.label}: connection closed"))
-
-    def _fail(self, exc: Exception) -> None:
-        self.closed = True
-        self._out = []
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
-        if self.transport is not None:
-            self.transport.abort()
-        while self._pending:
-            p = self._pending.popleft()
-            if not p.future.done():
-                p.future.set_exception(exc)
-                # Nobody may await it any more (an abandoned background op).
-                p.future.exception()
-
-    def _done(self, p: _Pending, result: object) -> None:
-        self._pending.popleft()
-        if not p.future.done():
-            p.future.set_result(result)
-
-    def _parse(self) -> None:
-        buf = self._buf
-        pos = 0
-        try:
-            while self._pending:
-                p = self._pending[0]
-                end = buf.find(b"\r\n", pos)
-                if end < 0:
-                    return
-                line = bytes(buf[pos:end])
-                if p.kind == _LINES:
-                    pos = end + 2
-                    p.lines.append(line)
-                    if len(p.lines) == p.count:
-                        self._done(p, p.lines)
-                    continue
-                if line == b"END":
-                    pos = end + 2
-                    self._done(p, p.values)
-                    continue
-                if not line.startswith(b"VALUE "):
-                    # ERROR / CLIENT_ERROR / SERVER_ERROR: the stream may be out of step.
-                    raise MemcacheProtocolError(
-                        f"memcache {self.label}: get failed: {line.decode(errors='replace')}"
-                    )
-                parts = line.split()
-                if len(parts) < 4 or not parts[3].isdigit():
-                    raise MemcacheProtocolError(f"memcache {self.label}: bad VALUE line {line!r}")
-                size = int(parts[3])
-                if len(buf) < end + 2 + size + 2:
-                    return  # the data block is not complete yet
-                start = end + 2
-                p.values[parts[1]] = bytes(buf[start : start + size])
-                pos = start + size + 2
-        finally:
-            if pos:
-                del buf[:pos]
-        if buf and not self._pending:
-            raise MemcacheProtocolError(
-                f"memcache {self.label}: unexpected data {bytes(buf[:80])!r}"
-            )
-
-
-async def _open(
-    host: str, port: int, ssl_context: ssl.SSLContext | None, timeout: float
-) -> _Connection:
-    loop = asyncio.get_running_loop()
-    label = f"{host}:{port}"
-    async with asyncio.timeout(timeout):
-        _, conn = await loop.create_connection(
-            lambda: _Connection(label, timeout),
-            host,
-            port,
-            ssl=ssl_context,
-            server_hostname=host if ssl_context is not None else None,
-        )
-    sock = conn.transport.get_extra_info("socket") if conn.transport else None
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return conn
-
-
-class _Node:
-    """One memcached server: a few pipelined connections, dialled lazily, with backoff."""
-
-    def __init__(
-        self,
-        address: str,
-        size: int,
-        ssl_context: ssl.SSLContext | None,
-        timeout: float,
-    ) -> None:
-        self.address = address
-        self.host, self.port = _host_port(address)
-        # SRV targets end in a dot (as Go prints them, and they sort with it); /etc/hosts
-        # and certificate names are matched without it.
-        self.host = self.host.removesuffix(".")
-        self.ssl_context = ssl_context
-        self.timeout = timeout
-        self._conns: list[_Connection | None] = [None] * max(1, size)
-        self._dialing: list[asyncio.Future[_Connection] | None] = [None] * len(self._conns)
-        self._next = 0
-        self._down_until = 0.0
-        self._backoff = _REDIAL_MIN
-
-    def _slot(self) -> int:
-        i = self._next
-        self._next = (i + 1) % len(self._conns)
-        return i
-
-    async def connection(self) -> _Connection:
-        """A live connection (round-robin over the slots); BackendError when unreachable."""
-        i = self._slot()
-        conn = self._conns[i]
-        if conn is not None and not conn.closed:
-            return conn
-        dialing = self._dialing[i]
-        if dialing is None:
-            if time.monotonic() < self._down_until:
-                raise BackendError(f"memcache {self.address}: unreachable (backing off)")
-            dialing = self._dialing[i] = asyncio.ensure_future(self._dial(i))
-        return await asyncio.shield(dialing)
-
-    async def _dial(self, i: int) -> _Connection:
-        try:
-            conn = await _open(self.host, self.port, self.ssl_context, self.timeout)
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            self._down_until = time.monotonic() + self._backoff
-            self._backoff = min(self._backoff * 2, _REDIAL_MAX)
-            raise BackendError(f"memcache {self.address}: {exc or type(exc).__name__}") from exc
-        finally:
-            self._dialing[i] = None
-        self._backoff = _REDIAL_MIN
-        self._conns[i] = conn
-        return conn
-
-    async def warm(self) -> None:
-        """Dial every connection slot now (startup), not on first use."""
-        await asyncio.gather(*(self.connection() for _ in self._conns))
-
-    async def request(self, payload: bytes, kind: int, count: int) -> object:
-        """Send one pipelined operation and await its replies."""
-        conn = await self.connection()
-        return await conn.request(payload, kind, count)
-
-    def close(self) -> None:
-        """Close every connection."""
-        for i, conn in enumerate(self._conns):
-            if conn is not None:
-                conn.close()
-                self._conns[i] = None
-
-
-# -- DNS SRV -----------------------------------------------------------------------------
-
-
-def _nameservers(path: str = "/etc/resolv.conf") -> list[str]:
-    servers = []
-    with contextlib.suppress(OSError), open(path) as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 2 and parts[0] == "nameserver":
-                servers.append(parts[1])
-    return servers or ["127.0.0.1"]
-
-
-def _dns_query(name: str, qtype: int) -> tuple[int, bytes]:
-    ident = random.randrange(1 << 16)
-    qname = b"".join(
-        bytes([len(label)]) + label for label in name.rstrip(".").encode("idna").split(b".")
-    )
-    return ident, struct.pack(">HHHHHH", ident, 0x0100, 1, 0, 0, 0) + qname + b"\0" + struct.pack(
-        ">HH", qtype, 1
-    )
-
-
-def _dns_name(msg: bytes, pos: int) -> tuple[str, int]:
-    """A possibly compressed name at `pos`; (name with trailing dot, position after it)."""
-    labels: list[str] = []
-    end = -1
-    for _ in range(128):  # bounds a pointer loop
-        length = msg[pos]
-        if length == 0:
-            pos += 1
-            break
-        if length & 0xC0 == 0xC0:
-            if end < 0:
-                end = pos + 2
-            pos = ((length & 0x3F) << 8) | msg[pos + 1]
-            continue
-        labels.append(msg[pos + 1 : pos + 1 + length].decode("ascii", "replace"))
-        pos += 1 + length
-    else:
-        raise ValueError("DNS name compression loop")
-    return ".".join(labels) + ".", end if end >= 0 else pos
-
-
-def parse_srv_response(msg: bytes, ident: int) -> list[tuple[str, int]]:
-    """(target with trailing dot, port) of every SRV answer in a DNS response."""
-    rid, flags, qd, an, _, _ = struct.unpack_from(">HHHHHH", msg)
-    if rid != ident:
-        raise ValueError("DNS response id mismatch")
-    rcode = flags & 0xF
-    if rcode not in (0, 3):
-        raise ValueError(f"DNS error rcode {rcode}")
-    pos = 12
-    for _ in range(qd):
-        _, pos = _dns_name(msg, pos)
-        pos += 4
-    out = []
-    for _ in range(an):
-        _, pos = _dns_name(msg, pos)
-        rtype, _cls, _ttl, rdlen = struct.unpack_from(">HHIH", msg, pos)
-        pos += 10
-        if rtype == 33:
-            _prio, _weight, port = struct.unpack_from(">HHH", msg, pos)
-            target, _ = _dns_name(msg, pos + 6)
-            out.append((target, port))
-        pos += rdlen
-    return out
-
-
-class _DnsUdp(asyncio.DatagramProtocol):
-    def __init__(self, future: asyncio.Future[bytes]) -> None:
-        self.future = future
-
-    def datagram_received(self, data: bytes, addr: object) -> None:
-        if not self.future.done():
-            self.future.set_result(data)
-
-    def error_received(self, exc: Exception) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-
-async def lookup_srv(
-    name: str, nameserver: tuple[str, int] | None = None, timeout: float = 2.0
-) -> list[tuple[str, int]]:
-    """SRV records of `name` from one DNS server (default: resolv.conf's first), UDP then TCP."""
-    if nameserver is None:
-        nameserver = (_nameservers()[0], 53)
-    loop = asyncio.get_running_loop()
-    ident, query = _dns_query(name, 33)
-    future: asyncio.Future[bytes] = loop.create_future()
-    transport, _ = await loop.create_datagram_endpoint(
-        lambda: _DnsUdp(future), remote_addr=nameserver
-    )
-    try:
-        transport.sendto(query)
-        async with asyncio.timeout(timeout):
-            msg = await future
-    finally:
-        transport.close()
-    if struct.unpack_from(">H", msg, 2)[0] & 0x0200:  # truncated: ask again over TCP
-        async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(*nameserver)
-            try:
-                writer.write(struct.pack(">H", len(query)) + query)
-                (size,) = struct.unpack(">H", await reader.readexactly(2))
-                msg = await reader.readexactly(size)
-            finally:
-                writer.close()
-    return parse_srv_response(msg, ident)
-
-
-async def servers_from_srv(srv: str, nameserver: tuple[str, int] | None = None) -> list[str]:
-    """The reference's ServerStringsFromSrv: `target:port` of every record, sorted."""
-    if not _SRV_NAME.match(srv):
-        raise BackendError(f"Invalid SRV string: {srv}")
-    try:
-        records = await lookup_srv(srv, nameserver)
-    except (OSError, TimeoutError, ValueError, struct.error, IndexError) as exc:
-        raise BackendError(f"Unable to fetch servers from SRV {srv}: {exc!r}") from exc
-    if not records:
-        raise BackendError(f"Unable to fetch servers from SRV {srv}: no records")
-    return sorted(f"{target}:{port}" for target, port in records)
-
-
-# -- the backend ---------------------------------------------------------------------------
 
 
 async def _settle(calls: list[Coroutine[object, object, object]]) -> list[object]:
@@ -573,7 +199,7 @@ class MemcacheBackend:
         self.health = health
         self.clock = clock
         self.stats = MemcacheStats()
-        self.nodes: list[_Node] = []
+        self.nodes: list[Node] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._queued: list[Op] = []
         self._refresher: asyncio.Task[None] | None = None
@@ -595,7 +221,7 @@ class MemcacheBackend:
         for address in servers:
             node = old.pop(address, None)
             if node is None:
-                node = _Node(address, self.max_idle_conns, self.ssl_context, self.timeout)
+                node = Node(address, self.max_idle_conns, self.ssl_context, self.timeout)
             nodes.append(node)
         self.nodes = nodes
         for node in old.values():
@@ -652,7 +278,7 @@ class MemcacheBackend:
         error: BaseException | None = None
         results = await _settle(
             [
-                nodes[i].request(b"get " + b" ".join(dict.fromkeys(ks)) + b"\r\n", _GET, 1)
+                nodes[i].request(b"get " + b" ".join(dict.fromkeys(ks)) + b"\r\n", GET, 1)
                 for i, ks in groups.items()
             ]
         )
@@ -814,9 +440,7 @@ class MemcacheBackend:
         node_ids = list(groups)
         results = await _settle(
             [
-                nodes[i].request(
-                    b"".join(commands[j][1] for j in groups[i]), _LINES, len(groups[i])
-                )
+                nodes[i].request(b"".join(commands[j][1] for j in groups[i]), LINES, len(groups[i]))
                 for i in node_ids
             ]
         )

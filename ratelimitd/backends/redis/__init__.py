@@ -1,0 +1,201 @@
+"""The Redis backend: fixed-window counters as INCRBY + EXPIRE, auto-pipelined.
+
+Per request (reference section 8.1) every key gets `INCRBY key hits` then `EXPIRE key
+unit + rand[0, EXPIRATION_JITTER_MAX_SECONDS)`, one pipeline for the main instance and,
+with REDIS_PERSECOND, one for the per-second instance (SECOND keys), awaited main first.
+No MULTI and no Lua, as the reference.
+
+Hot path. Commands are RESP-encoded by `resp` into one bytes object per request and
+handed to a `_Pool`. The pool buffers the payloads of every request of one event-loop
+iteration and writes them with a single `transport.write` on one connection (a flush):
+`loop.call_soon` with REDIS_PIPELINE_WINDOW = 0, `loop.call_later(window)` otherwise,
+and at once when REDIS_PIPELINE_LIMIT commands are buffered. Flushes, not requests, are
+spread round-robin over the REDIS_POOL_SIZE connections: a request's commands stay on
+one connection in order, and under load one write carries many decisions (fewer round
+trips and syscalls than one connection per request would give).
+
+Timeouts. A request never waits longer than REDIS_REQUEST_TIMEOUT (default 50 ms) for
+one round of replies (a request has one round, two with STOP_CACHE_KEY_INCREMENT_WHEN_
+OVERLIMIT or with keys on both instances), even when Redis hangs. Why 50 ms: Envoy's
+rate-limit filter gives up after 20 ms by default (then `failure_mode_deny` decides), so
+a later answer is wasted on a default Envoy; but a timeout here is not free, because
+replies are positional and the connection must be closed and replaced, so it must not
+fire on ordinary jitter (a GC pause, a loaded loopback, a slow fork for BGSAVE). 50 ms
+is Envoy's budget plus that margin and covers fleets that raise Envoy's timeout; behind
+a hung Redis it bounds the pile-up to 50 ms of traffic. Operators of default Envoys may
+set 20ms. When it expires the connection is presumed hung: its pending requests fail, it
+is closed and replaced in the background. Each connection also bounds its in-flight
+commands (`max_in_flight`, and no flush is larger); beyond it, and while no connection
+is up, requests fail at once with BackendError. Reconnection runs in a background task
+with capped exponential backoff and jitter; no request ever waits on it.
+
+Topologies: single (tcp `host:port`, unix path, `redis://`, `rediss://`, `unix://`
+URLs), sentinel (`master,host:port,...`; the master is asked of the sentinels on every
+(re)connect, and a READONLY reply or a lost connection triggers the rediscovery;
+sentinels are dialled with the instance's TLS settings and REDIS_SENTINEL_AUTH), and
+cluster (`host:port,...`; slot map from CLUSTER SLOTS, CRC16 slots with `{hashtag}`,
+a request's commands grouped per node into one pipeline each, all nodes' pipelines in
+flight at once, MOVED and ASK followed, the map refreshed in the background on MOVED).
+With auto-pipelining the per-node groups cost no extra connections, so they are always
+sent together, as REDIS_CLUSTER_PIPELINE_PARALLELISM=0 asks (settings accepts 0 and the
+default 1, and refuses larger values).
+A READONLY reply from a single server (a demoted master behind a re-pointed address) or
+a sentinel's master drops the pool's connections, which re-dial: what the reference's
+REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR=true asks, always on.
+
+Passwords never reach a log line or an error message: addresses are shown through
+`RedisSettings.masked_url`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...settings import RedisSettings
+from ..base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
+from .instances import RedisInstance, go_duration, instance, key_slot
+from .pool import MAX_IN_FLIGHT
+
+if TYPE_CHECKING:
+    from ...health import Health
+    from ...settings import Settings
+    from ...stats import StatsStore
+
+__all__ = ["RedisBackend", "create_redis_backend", "go_duration", "key_slot"]
+
+
+class RedisBackend:
+    """The Backend protocol over a main and an optional per-second Redis instance."""
+
+    name = "redis"
+    algorithms = frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET})
+
+    def __init__(
+        self,
+        main: RedisSettings,
+        per_second: RedisSettings | None = None,
+        *,
+        jitter_max_seconds: int = 0,
+        health: Health | None = None,
+        stats: StatsStore | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.health = health
+        # REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the per-second instance shares the main one's.
+        self.health_check = main.health_check_active_connection
+        self.connected = False
+        changed = self._connections_changed
+        self.main = instance(main, jitter_max_seconds, changed, max_in_flight)
+        self.per_second = (
+            instance(per_second, jitter_max_seconds, changed, max_in_flight)
+            if per_second is not None
+            else None
+        )
+        if self.per_second is None:
+            # The hot path without a routing frame: one coroutine per request, not two.
+            self.increment = self.main.incr_expire  # type: ignore[method-assign]
+        if health is not None and "backend" not in health.components():
+            health.register("backend", False)
+        if stats is not None:
+            labels = ("redis_pool", "redis_per_second_pool")
+            for label, inst in zip(labels, self.instances(), strict=False):
+                c = inst.counters
+                scope = f"ratelimit.{label}."
+                stats.add_gauge(scope + "cx_active", lambda c=c: c.active)  # type: ignore[misc]
+                stats.add_gauge(scope + "cx_total", lambda c=c: c.total)  # type: ignore[misc]
+                stats.add_gauge(scope + "cx_local_close", lambda c=c: c.local_close)  # type: ignore[misc]
+                # Extension: pipelined flushes so far, i.e. Redis round trips (writes).
+                stats.add_gauge(scope + "pipeline_writes", lambda i=inst: i.writes)  # type: ignore[misc]
+
+    def instances(self) -> list[RedisInstance]:
+        """The main instance, then the per-second one when configured."""
+        return [self.main] if self.per_second is None else [self.main, self.per_second]
+
+    @property
+    def writes(self) -> int:
+        """Pipelined flushes (Redis round trips) of all instances so far."""
+        return sum(i.writes for i in self.instances())
+
+    def _connections_changed(self) -> None:
+        if self.health is not None and self.health_check and self.connected:
+            self.health.set("backend", all(i.counters.active > 0 for i in self.instances()))
+
+    async def connect(self) -> None:
+        """Startup: connect + PING every instance with retry; then report healthy.
+
+        Raises BackendError `timed out waiting for Redis connection to <url> after <d>:
+        <err>` once REDIS_STARTUP_MAX_ELAPSED_TIME (0 = forever) has passed.
+        """
+        for inst in self.instances():
+            await inst.start()
+        self.connected = True
+        if self.health is not None:
+            self.health.set("backend", True)
+        self._connections_changed()
+
+    async def increment(self, ops: Sequence[Op]) -> list[Any]:
+        """INCRBY key hits + EXPIRE key unit+jitter per op (a script call for a sliding
+        window or token bucket); main first, then per-second (SECOND-unit limits)."""
+        per_second = self.per_second
+        if per_second is None:
+            return await self.main.incr_expire(ops)
+        main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
+        second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
+        out: list[Any] = [0] * len(ops)
+        if main_idx:
+            for j, value in zip(
+                main_idx, await self.main.incr_expire([ops[j] for j in main_idx]), strict=True
+            ):
+                out[j] = value
+        if second_idx:
+            for j, value in zip(
+                second_idx,
+                await per_second.incr_expire([ops[j] for j in second_idx]),
+                strict=True,
+            ):
+                out[j] = value
+        return out
+
+    async def get(self, ops: Sequence[Op]) -> list[int]:
+        """GET per key (0 when absent), routed as `increment` routes; the level of a
+        sliding window or token bucket, counting nothing."""
+        per_second = self.per_second
+        decided = any(op.algorithm for op in ops)
+        if per_second is None:
+            if decided:
+                return await self.main.decide(ops, peek=True)
+            return await self.main.get([op.key for op in ops])
+        out = [0] * len(ops)
+        main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
+        second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
+        for inst, idx in ((self.main, main_idx), (per_second, second_idx)):
+            if idx:
+                if decided:
+                    values = await inst.decide([ops[j] for j in idx], peek=True)
+                else:
+                    values = await inst.get([ops[j].key for j in idx])
+                for j, value in zip(idx, values, strict=True):
+                    out[j] = value
+        return out
+
+    async def close(self) -> None:
+        """Close every connection; later requests fail with BackendError."""
+        for inst in self.instances():
+            await inst.close()
+
+
+def create_redis_backend(
+    settings: Settings, health: Health | None = None, stats: StatsStore | None = None
+) -> RedisBackend:
+    """The registry factory: a RedisBackend from Settings (await `connect()` before serving).
+
+    Must be called with a running event loop (the pools bind to it).
+    """
+    return RedisBackend(
+        settings.redis,
+        settings.redis_persecond,
+        jitter_max_seconds=settings.cache.expiration_jitter_max_seconds,
+        health=health,
+        stats=stats,
+    )

@@ -1,0 +1,540 @@
+"""One Redis deployment behind the backend: a single server or a sentinel-named master
+(`SingleInstance`), or a cluster (`ClusterInstance`, commands routed by hash slot)."""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import contextlib
+import logging
+import random
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...settings import RedisSettings, redis_auth
+from ..base import BackendError, Op
+from . import resp, scripts
+from .pool import (
+    MAX_IN_FLIGHT,
+    Address,
+    Counters,
+    Dialer,
+    Pool,
+    await_replies,
+    host_port,
+    ssl_context,
+)
+from .resp import ReplyError
+
+log = logging.getLogger("ratelimitd.backends.redis")
+
+_MAX_REDIRECTS = 5
+_SLOTS = 16384
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go's time.Duration.String prints it (`500ms`, `5s`, `1m30s`)."""
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        ms = seconds * 1000
+        return f"{ms:g}ms" if ms >= 1 else f"{seconds * 1e6:g}µs"
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{secs:.9f}".rstrip("0").rstrip(".") + "s"
+    if hours:
+        return f"{int(hours)}h{int(minutes)}m{text}"
+    if minutes:
+        return f"{int(minutes)}m{text}"
+    return text
+
+
+def key_slot(key: bytes) -> int:
+    """The Redis Cluster hash slot of a key: CRC16/XMODEM of the key or its {hashtag}."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return binascii.crc_hqx(key, 0) & (_SLOTS - 1)
+
+
+class RedisInstance:
+    """One Redis deployment (single, sentinel or cluster) with its pool(s)."""
+
+    def __init__(
+        self,
+        s: RedisSettings,
+        jitter_max_seconds: int,
+        on_change: Callable[[], None],
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        self.s = s
+        self.jitter = jitter_max_seconds
+        self.max_in_flight = max_in_flight
+        self.counters = Counters(on_change)
+        self.dialer = Dialer(s, ssl_context(s) if s.tls else None)
+
+    @property
+    def writes(self) -> int:
+        """Flushes (transport writes of pipelined requests) so far."""
+        return sum(p.writes for p in self.pools())
+
+    def pools(self) -> list[Pool]:
+        """Every connection pool of this instance."""
+        raise NotImplementedError
+
+    async def open(self) -> None:
+        """One connection attempt for the startup loop."""
+        raise NotImplementedError
+
+    async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
+        """INCRBY + EXPIRE per op; the counters."""
+        raise NotImplementedError
+
+    async def get(self, keys: Sequence[str]) -> list[int]:
+        """GET per key (0 when absent)."""
+        raise NotImplementedError
+
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
+        """One reply per (slot, command), all sent in one round (per node)."""
+        raise NotImplementedError
+
+    async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
+        """Ops of any algorithm in one round: INCRBY + EXPIRE (GET with `peek`) for a fixed
+        window, the script's call for the others (`(level, ticks until reset)`, the level
+        alone with `peek`)."""
+        cluster = isinstance(self, ClusterInstance)
+        cmds: list[tuple[int, bytes]] = []
+        owner: list[int] = []  # the op of each command
+        for j, op in enumerate(ops):
+            k = op.key.encode()
+            slot = key_slot(k) if cluster else 0
+            if op.algorithm:
+                cmds.append((slot, scripts.call(op, k, peek=peek)))
+                owner.append(j)
+            elif peek:
+                cmds.append((slot, resp.get(k)))
+                owner.append(j)
+            else:
+                cmds.append((slot, resp.incrby(k, op.hits)))
+                cmds.append((slot, resp.expire(k, self._jittered(op.seconds))))
+                owner += (j, j)
+        replies = await self._run(cmds)
+        missing = [i for i, reply in enumerate(replies) if scripts.is_noscript(reply)]
+        if missing:  # the server lost its scripts: EVAL loads them again
+            again = [
+                (
+                    cmds[i][0],
+                    scripts.call(ops[owner[i]], ops[owner[i]].key.encode(), peek=peek, load=True),
+                )
+                for i in missing
+            ]
+            for i, reply in zip(missing, await self._run(again), strict=True):
+                replies[i] = reply
+        out: list[Any] = []
+        i = 0
+        for op in ops:
+            reply = replies[i]
+            if op.algorithm:
+                if reply.__class__ is not list:
+                    self._fail(reply)
+                out.append(reply[0] if peek else (reply[0], reply[1]))
+                i += 1
+            elif peek:
+                if reply is None:
+                    out.append(0)
+                elif reply.__class__ is bytes:
+                    out.append(int(reply))
+                else:
+                    self._fail(reply)
+                i += 1
+            else:
+                if reply.__class__ is not int:
+                    self._fail(reply)
+                if replies[i + 1].__class__ is not int:
+                    self._fail(replies[i + 1])
+                out.append(reply)
+                i += 2
+        return out
+
+    def _fail(self, reply: Any) -> None:
+        self._raise_reply(reply)
+
+    async def start(self) -> None:
+        """Connect + PING with the REDIS_STARTUP_* backoff, as the reference's startup."""
+        s = self.s
+        log.warning("connecting to redis on %s with pool size %d", s.masked_url, s.pool_size)
+        started = time.monotonic()
+        interval = s.startup_initial_interval
+        while True:
+            try:
+                await self.open()
+                return
+            except BackendError as exc:
+                elapsed = time.monotonic() - started
+                limit = s.startup_max_elapsed_time
+                wait = interval * (0.5 + random.random())
+                if limit and elapsed + wait > limit:
+                    raise BackendError(
+                        f"timed out waiting for Redis connection to {s.masked_url} after "
+                        f"{go_duration(limit)}: {exc}"
+                    ) from exc
+                log.warning("redis on %s not ready: %s", s.masked_url, exc)
+                await asyncio.sleep(wait)
+                interval = min(interval * 2, s.startup_max_interval)
+
+    async def close(self) -> None:
+        """Close every pool."""
+        for pool in self.pools():
+            await pool.close()
+
+    def _jittered(self, seconds: int) -> int:
+        jitter = self.jitter
+        return seconds + int(random.random() * jitter) if jitter > 0 else seconds
+
+    def _raise_reply(self, reply: Any) -> None:
+        if isinstance(reply, ReplyError):
+            raise BackendError(str(reply))
+        raise BackendError(f"unexpected redis reply {reply!r}")
+
+
+class SingleInstance(RedisInstance):
+    """A single server, or the master a set of sentinels points at."""
+
+    def __init__(
+        self,
+        s: RedisSettings,
+        jitter_max_seconds: int,
+        on_change: Callable[[], None],
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        super().__init__(s, jitter_max_seconds, on_change, max_in_flight)
+        self.address: Address
+        self.sentinels: list[tuple[str, int]] = []
+        self.master_name = ""
+        if s.type == "sentinel":
+            items = [i.strip() for i in s.url.split(",")]
+            self.master_name = items[0]
+            self.sentinels = [host_port(i) for i in items[1:]]
+            self.address = ("", 0)
+            resolve = self._ask_sentinels
+            describe = f"sentinel master {self.master_name}"
+        else:
+            self.address = self._parse_single(s.url)
+            resolve = self._static
+            describe = s.masked_url
+        self.pool = Pool(s, self.dialer, resolve, self.counters, describe, max_in_flight)
+
+    def _parse_single(self, url: str) -> Address:
+        scheme, sep, _ = url.partition("://")
+        if not sep:
+            if self.s.socket_type == "unix":
+                return url
+            return host_port(url)
+        parts = urllib.parse.urlsplit(url)
+        self.dialer.with_url_credentials(
+            urllib.parse.unquote(parts.username) if parts.username else None,
+            urllib.parse.unquote(parts.password) if parts.password else None,
+        )
+        if scheme == "unix":
+            return parts.path
+        if scheme == "rediss" and self.dialer.ssl_context is None:
+            self.dialer.ssl_context = ssl_context(self.s)
+        if scheme not in ("redis", "rediss"):
+            raise BackendError(f"unsupported redis URL scheme {scheme!r}")
+        return (parts.hostname or "localhost", parts.port or 6379)
+
+    async def _static(self) -> Address:
+        return self.address
+
+    async def _ask_sentinels(self) -> Address:
+        """The current master address, from the first sentinel that knows it."""
+        sentinel_auth = redis_auth(self.s.sentinel_auth)
+        error: Exception | None = None
+        for sentinel in self.sentinels:
+            try:
+                reply = await self.dialer.query(
+                    sentinel,
+                    "SENTINEL",
+                    "get-master-addr-by-name",
+                    self.master_name,
+                    auth=sentinel_auth,
+                )
+            except BackendError as exc:
+                error = exc
+                continue
+            if reply:
+                address = (reply[0].decode(), int(reply[1]))
+                if address != self.address:
+                    log.warning("redis sentinel master %s is at %s:%d", self.master_name, *address)
+                    self.address = address
+                return address
+        raise BackendError(
+            f"no sentinel knows master {self.master_name}" + (f": {error}" if error else "")
+        )
+
+    def pools(self) -> list[Pool]:
+        """The one pool."""
+        return [self.pool]
+
+    async def open(self) -> None:
+        """Open the pool (at least one connection)."""
+        await self.pool.open_all()
+
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
+        """One pipeline."""
+        n = len(cmds)
+        return await await_replies(self.pool.submit(b"".join(c for _, c in cmds), n), n)
+
+    def _fail(self, reply: Any) -> None:
+        self._failed(reply)
+
+    async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
+        """One pipeline: INCRBY + EXPIRE per op (`decide` when an op has an algorithm)."""
+        for op in ops:
+            if op.algorithm:
+                if len(ops) == 1:  # the common case, without `decide`'s bookkeeping
+                    fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
+                    replies = await fut
+                    if replies.__class__ is not list:
+                        raise BackendError(*replies.args)
+                    reply = replies[offset]
+                    if reply.__class__ is list:
+                        return [(reply[0], reply[1])]
+                return await self.decide(ops)
+        jitter = self.jitter
+        encode = resp.incrby_expire
+        if len(ops) == 1:
+            op = ops[0]
+            seconds = op.seconds
+            if jitter > 0:
+                seconds += int(random.random() * jitter)
+            payload = encode(op.key.encode(), op.hits, seconds)
+        else:
+            parts = []
+            for op in ops:
+                seconds = op.seconds
+                if jitter > 0:
+                    seconds += int(random.random() * jitter)
+                parts.append(encode(op.key.encode(), op.hits, seconds))
+            payload = b"".join(parts)
+        n = 2 * len(ops)
+        fut, offset = self.pool.submit(payload, n)
+        replies = await fut
+        if replies.__class__ is not list:
+            raise BackendError(*replies.args)  # a fresh instance per request
+        if n == 2:
+            count = replies[offset]
+            if count.__class__ is not int:
+                self._failed(count)
+            if replies[offset + 1].__class__ is not int:
+                self._failed(replies[offset + 1])
+            return [count]
+        mine = replies[offset : offset + n]
+        for reply in mine:
+            if reply.__class__ is not int:
+                self._failed(reply)
+        return mine[::2]  # type: ignore[no-any-return]
+
+    async def get(self, keys: Sequence[str]) -> list[int]:
+        """One pipeline of GETs."""
+        payload = b"".join(resp.get(k.encode()) for k in keys)
+        replies = await await_replies(self.pool.submit(payload, len(keys)), len(keys))
+        out = []
+        for reply in replies:
+            if reply is None:
+                out.append(0)
+            elif reply.__class__ is bytes:
+                out.append(int(reply))
+            else:
+                self._failed(reply)
+        return out
+
+    def _failed(self, reply: Any) -> None:
+        if isinstance(reply, ReplyError) and str(reply).startswith("READONLY"):
+            # A demoted master (sentinel failover): find the new one.
+            self.pool.reset()
+        self._raise_reply(reply)
+
+
+class ClusterInstance(RedisInstance):
+    """A Redis Cluster: a pool per master, commands routed by hash slot."""
+
+    def __init__(
+        self,
+        s: RedisSettings,
+        jitter_max_seconds: int,
+        on_change: Callable[[], None],
+        max_in_flight: int = MAX_IN_FLIGHT,
+    ) -> None:
+        super().__init__(s, jitter_max_seconds, on_change, max_in_flight)
+        self.seeds = [host_port(i) for i in s.url.split(",") if i.strip()]
+        self.slots: list[str | None] = [None] * _SLOTS
+        self.nodes: dict[str, Pool] = {}
+        self.redirects = 0  # MOVED + ASK replies followed
+        self.asks = 0
+        self.refreshes = 0
+        self._refresher: asyncio.Task[None] | None = None
+
+    def pools(self) -> list[Pool]:
+        """One pool per known master."""
+        return list(self.nodes.values())
+
+    async def open(self) -> None:
+        """Read the slot map, then open a pool per master."""
+        await self.refresh()
+        errors = await asyncio.gather(
+            *(p.open_all() for p in self.nodes.values() if not p.conns),
+            return_exceptions=True,
+        )
+        for error in errors:
+            if isinstance(error, BaseException):
+                raise error
+
+    async def refresh(self) -> None:
+        """CLUSTER SLOTS from the first node that answers; rebuild the slot map."""
+        known = [host_port(n) for n in self.nodes] + self.seeds
+        error: Exception | None = None
+        for host, port in dict.fromkeys(known):
+            try:
+                reply = await self.dialer.query((host, port), "CLUSTER", "SLOTS")
+            except BackendError as exc:
+                error = exc
+                continue
+            slots: list[str | None] = [None] * _SLOTS
+            for entry in reply:
+                start, end, master = entry[0], entry[1], entry[2]
+                node_host = master[0].decode() if master[0] else host
+                if node_host in ("", "?"):
+                    node_host = host
+                node = f"{node_host}:{int(master[1])}"
+                self._node(node)
+                slots[start : end + 1] = [node] * (end - start + 1)
+            self.slots = slots
+            self.refreshes += 1
+            return
+        raise BackendError(f"no cluster node answered CLUSTER SLOTS: {error}")
+
+    def _node(self, node: str) -> Pool:
+        pool = self.nodes.get(node)
+        if pool is None:
+            address = host_port(node)
+
+            async def resolve() -> Address:
+                return address
+
+            pool = self.nodes[node] = Pool(
+                self.s, self.dialer, resolve, self.counters, node, self.max_in_flight
+            )
+            if self.counters.total:  # found after startup: connect in the background
+                pool.maintain()
+        return pool
+
+    def _refresh_soon(self) -> None:
+        if self._refresher is None:
+            self._refresher = asyncio.get_running_loop().create_task(self._refresh_bg())
+
+    async def _refresh_bg(self) -> None:
+        try:
+            await self.refresh()
+        except BackendError as exc:
+            log.warning("redis cluster slot refresh failed: %s", exc)
+        finally:
+            self._refresher = None
+
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
+        """Route commands by slot (one pipeline per node), following MOVED / ASK."""
+        replies: list[Any] = [None] * len(cmds)
+        slots = self.slots
+        todo: list[tuple[int, str | None, bool]] = [
+            (i, slots[slot], False) for i, (slot, _) in enumerate(cmds)
+        ]
+        for _ in range(_MAX_REDIRECTS):
+            groups: dict[str | None, list[tuple[int, bool]]] = {}
+            for i, node, asking in todo:
+                groups.setdefault(node, []).append((i, asking))
+            sent = []
+            for node, items in groups.items():
+                if node is None:
+                    raise BackendError("redis cluster slot not covered")
+                payload = b"".join(
+                    resp.ASKING + cmds[i][1] if asking else cmds[i][1] for i, asking in items
+                )
+                n = len(items) + sum(asking for _, asking in items)
+                sent.append((items, n, self._node(node).submit(payload, n)))
+            todo = []
+            for items, n, submitted in sent:
+                result = await await_replies(submitted, n)
+                pos = 0
+                for i, asking in items:
+                    pos += asking
+                    reply = result[pos]
+                    pos += 1
+                    if isinstance(reply, ReplyError):
+                        text = str(reply)
+                        if text.startswith(("MOVED ", "ASK ")):
+                            kind, slot, target = text.split()
+                            self.redirects += 1
+                            self.asks += kind == "ASK"
+                            if kind == "MOVED":
+                                self.slots[int(slot)] = target
+                                self._refresh_soon()
+                            todo.append((i, target, kind == "ASK"))
+                            continue
+                    replies[i] = reply
+            if not todo:
+                return replies
+            todo.sort()
+        raise BackendError("too many redis cluster redirections")
+
+    async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
+        """INCRBY + EXPIRE per op, grouped per node (`decide` when an op has an algorithm)."""
+        for op in ops:
+            if op.algorithm:
+                return await self.decide(ops)
+        cmds: list[tuple[int, bytes]] = []
+        for op in ops:
+            k = op.key.encode()
+            slot = key_slot(k)
+            cmds.append((slot, resp.incrby(k, op.hits)))
+            cmds.append((slot, resp.expire(k, self._jittered(op.seconds))))
+        replies = await self._run(cmds)
+        for reply in replies:
+            if reply.__class__ is not int:
+                self._raise_reply(reply)
+        return replies[::2]
+
+    async def get(self, keys: Sequence[str]) -> list[int]:
+        """GET per key, grouped per node."""
+        cmds = []
+        for key in keys:
+            k = key.encode()
+            cmds.append((key_slot(k), resp.get(k)))
+        out = []
+        for reply in await self._run(cmds):
+            if reply is None:
+                out.append(0)
+            elif reply.__class__ is bytes:
+                out.append(int(reply))
+            else:
+                self._raise_reply(reply)
+        return out
+
+    async def close(self) -> None:
+        """Stop refreshing, close every pool."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        await super().close()
+
+
+def instance(
+    s: RedisSettings, jitter: int, on_change: Callable[[], None], max_in_flight: int
+) -> RedisInstance:
+    if s.type == "cluster":
+        return ClusterInstance(s, jitter, on_change, max_in_flight)
+    return SingleInstance(s, jitter, on_change, max_in_flight)

@@ -1,0 +1,286 @@
+"""Connections to one Redis address set: dialling (TLS, AUTH), and the auto-pipelining pool.
+
+A `Pool` buffers the RESP payloads of every request of one event-loop iteration and writes
+them with one `transport.write` on one of its connections (a flush); see the package
+docstring for the why. `Dialer` opens one connection; `Counters` are an instance's
+connection statistics (`ratelimit.<pool label>.cx_*`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...settings import RedisSettings, redis_auth
+from ..base import BackendError
+from . import resp
+from .resp import Batch, ReplyError, RespConnection, SharedFuture
+
+log = logging.getLogger("ratelimitd.backends.redis")
+
+Address = tuple[str, int] | str  # (host, port) or a unix socket path
+
+_RECONNECT_INITIAL = 0.05
+_RECONNECT_MAX = 1.0
+# Commands one connection may have in flight; a flush is never larger.
+MAX_IN_FLIGHT = 8192
+
+
+def host_port(item: str) -> tuple[str, int]:
+    host, sep, port = item.strip().rpartition(":")
+    if not sep or not port.isdigit():
+        raise BackendError(f"invalid redis address {item!r} (expected host:port)")
+    return host.strip("[]"), int(port)
+
+
+def ssl_context(s: RedisSettings) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=s.tls_cacert or None)
+    if s.tls_client_cert:
+        ctx.load_cert_chain(s.tls_client_cert, s.tls_client_key or None)
+    if s.tls_skip_hostname_verification:
+        # As the reference: the chain is still verified, only the name is not.
+        ctx.check_hostname = False
+    return ctx
+
+
+class Counters:
+    """Connection statistics of one instance (ratelimit.<label>.*)."""
+
+    __slots__ = ("active", "local_close", "on_change", "total")
+
+    def __init__(self, on_change: Callable[[], None]) -> None:
+        self.active = 0
+        self.total = 0
+        self.local_close = 0
+        self.on_change = on_change
+
+
+class Dialer:
+    """How to open a connection of one instance to one address."""
+
+    def __init__(self, s: RedisSettings, ssl_context: ssl.SSLContext | None) -> None:
+        self.s = s
+        self.ssl_context = ssl_context
+        self.username, self.password = redis_auth(s.auth)
+
+    def with_url_credentials(self, username: str | None, password: str | None) -> None:
+        """Credentials from a redis:// URL, unless REDIS_AUTH set them."""
+        if self.password is None and password:
+            self.username, self.password = username or None, password
+
+    async def open(
+        self,
+        address: Address,
+        on_lost: Callable[[RespConnection], None] | None = None,
+        *,
+        auth: tuple[str | None, str | None] | None = None,
+    ) -> RespConnection:
+        """A ready connection (AUTH + PING done); `auth` overrides the instance's."""
+        username, password = auth if auth is not None else (self.username, self.password)
+        return await resp.open_connection(
+            address,
+            timeout=self.s.request_timeout,
+            dial_timeout=self.s.dial_timeout,
+            ssl_context=self.ssl_context,
+            username=username,
+            password=password,
+            on_lost=on_lost,
+        )
+
+    async def query(self, address: Address, *args: str | int, **kw: Any) -> Any:
+        """One control-plane command on a short-lived connection; its reply."""
+        conn = await self.open(address, **kw)
+        try:
+            (reply,) = await conn.call(resp.command(*args), 1, self.s.dial_timeout)
+        finally:
+            conn.close()
+            await conn.wait_closed()
+        if isinstance(reply, ReplyError):
+            raise BackendError(str(reply))
+        return reply
+
+
+class Pool:
+    """REDIS_POOL_SIZE connections to one server, fed by per-iteration flushes."""
+
+    def __init__(
+        self,
+        s: RedisSettings,
+        dialer: Dialer,
+        resolve: Callable[[], Awaitable[Address]],
+        counters: Counters,
+        describe: str,
+        max_in_flight: int,
+    ) -> None:
+        self.s = s
+        self.max_in_flight = max_in_flight
+        self.dialer = dialer
+        self.resolve = resolve
+        self.counters = counters
+        self.describe = describe
+        self.loop: asyncio.AbstractEventLoop | None = None  # bound when first opened
+        self.conns: list[RespConnection] = []
+        self.writes = 0  # flushes: one transport.write each
+        self.closed = False
+        self._buf: list[bytes] = []
+        self._fut: SharedFuture | None = None  # the replies of the flush being built
+        self._cmds = 0
+        self._scheduled = False
+        self._rr = 0
+        self._maintainer: asyncio.Task[None] | None = None
+        self._window = s.pipeline_window
+        # Commands per flush: REDIS_PIPELINE_LIMIT, and never more than one connection
+        # may have in flight, so a burst is split over connections instead of refused.
+        self._limit = min(s.pipeline_limit or max_in_flight, max_in_flight)
+
+    # hot path ---------------------------------------------------------------------
+
+    def submit(self, payload: bytes, n: int) -> tuple[SharedFuture, int]:
+        """Queue one request's commands for the next flush.
+
+        Returns the flush's future (its result: every reply of the flush, or a
+        BackendError) and the offset of this request's first reply in it. One future
+        per flush rather than per request keeps dispatch off the per-request path.
+        """
+        if not self.conns:
+            raise BackendError(f"no connection to redis at {self.describe}")
+        offset = self._cmds
+        if offset and offset + n > self._limit:
+            self._flush()
+            offset = 0
+        fut = self._fut
+        if fut is None:
+            fut = self._fut = SharedFuture(loop=self.loop)
+        self._buf.append(payload)
+        self._cmds = offset + n
+        if self._cmds >= self._limit:
+            self._flush()
+        elif not self._scheduled:
+            self._scheduled = True
+            loop = self.loop
+            assert loop is not None  # a connection exists, so the pool was opened
+            if self._window:
+                loop.call_later(self._window, self._scheduled_flush)
+            else:
+                loop.call_soon(self._scheduled_flush)
+        return fut, offset
+
+    def _scheduled_flush(self) -> None:
+        self._scheduled = False
+        if self._fut is not None:
+            self._flush()
+
+    def _flush(self) -> None:
+        fut = self._fut
+        assert fut is not None
+        cmds = self._cmds
+        payload = b"".join(self._buf)
+        self._buf = []
+        self._fut = None
+        self._cmds = 0
+        conns = self.conns
+        limit = self.max_in_flight
+        for _ in range(len(conns)):
+            self._rr += 1
+            conn = conns[self._rr % len(conns)]
+            if conn.in_flight + cmds <= limit:
+                self.writes += 1
+                conn.write(payload, [Batch(fut, cmds)], cmds)
+                return
+        reason = "redis pipeline full" if conns else "no connection to redis"
+        fut.set_result(BackendError(f"{reason} at {self.describe}"))
+
+    # connections ------------------------------------------------------------------
+
+    async def open_all(self) -> None:
+        """Open the missing connections concurrently; raise if none is up afterwards."""
+        address = await self.resolve()
+        missing = self.s.pool_size - len(self.conns)
+        results = await asyncio.gather(
+            *(self._open(address) for _ in range(missing)), return_exceptions=True
+        )
+        if not self.conns:
+            errors = [r for r in results if isinstance(r, BaseException)]
+            raise errors[0] if errors else BackendError("no connection")
+        if len(self.conns) < self.s.pool_size:
+            self.maintain()
+
+    async def _open(self, address: Address) -> None:
+        self.loop = asyncio.get_running_loop()
+        conn = await self.dialer.open(address, self._lost)
+        if self.closed:
+            conn.close()
+            return
+        if conn.closed:  # lost before we could adopt it
+            return
+        self.conns.append(conn)
+        counters = self.counters
+        counters.total += 1
+        counters.active += 1
+        counters.on_change()
+
+    def _lost(self, conn: RespConnection) -> None:
+        if conn in self.conns:
+            self.conns.remove(conn)
+            counters = self.counters
+            counters.active -= 1
+            if conn.local_close:
+                counters.local_close += 1
+            counters.on_change()
+            if not self.conns and not self.closed:
+                log.warning("no connection left to redis at %s; reconnecting", self.describe)
+        if not self.closed:
+            self.maintain()
+
+    def maintain(self) -> None:
+        """Refill the pool in the background (no request ever waits for it)."""
+        if self._maintainer is None and not self.closed:
+            self._maintainer = asyncio.get_running_loop().create_task(self._maintain())
+
+    async def _maintain(self) -> None:
+        delay = _RECONNECT_INITIAL
+        try:
+            while not self.closed and len(self.conns) < self.s.pool_size:
+                try:
+                    address = await self.resolve()
+                    while not self.closed and len(self.conns) < self.s.pool_size:
+                        await self._open(address)
+                    delay = _RECONNECT_INITIAL
+                except BackendError as exc:
+                    log.debug("reconnecting to redis at %s: %s", self.describe, exc)
+                    await asyncio.sleep(delay * (0.5 + random.random()))
+                    delay = min(delay * 2, _RECONNECT_MAX)
+        finally:
+            self._maintainer = None
+
+    def reset(self) -> None:
+        """Drop every connection (the master moved); the maintainer reconnects."""
+        for conn in list(self.conns):
+            conn.abort("redis master changed")
+
+    async def close(self) -> None:
+        """Close every connection and stop reconnecting."""
+        self.closed = True
+        if self._maintainer is not None:
+            self._maintainer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._maintainer
+        conns = list(self.conns)
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            await conn.wait_closed()
+
+
+async def await_replies(submitted: tuple[SharedFuture, int], n: int) -> list[Any]:
+    """Await a submitted request: its `n` replies, or raise the BackendError of its flush."""
+    fut, offset = submitted
+    replies = await fut
+    if replies.__class__ is not list:
+        raise BackendError(*replies.args)  # a fresh instance per request
+    return replies[offset : offset + n]  # type: ignore[no-any-return]

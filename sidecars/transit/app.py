@@ -23,6 +23,7 @@ from .metrics import resources as metrics_resources
 from .metrics.service import MetricsService
 from .middleware import ServiceHeaders
 from .places import resources as places_resources
+from .places.locations import Locations
 from .places.service import Places
 from .settings import TransitSettings
 from .store import TransitStore
@@ -40,7 +41,14 @@ class Services:
     ) -> None:
         """Build them from the settings; pass a ready `store` to serve a feed loaded already."""
         self.settings = settings
-        self.store = store if store is not None else TransitStore(settings, clock=clock)
+        places = settings.places
+        # The location lists serve /v2/locations/* and give the stops their location ids.
+        locations_dir = Path(places.locations_dir) if places.locations_dir else None
+        self.locations = Locations(locations_dir)
+        if store is None:
+            resolver = self.locations if locations_dir is not None else None
+            store = TransitStore(settings, clock=clock, locations=resolver)
+        self.store = store
         # Arrivals and metrics count the same operational day, in the same zone.
         feed = self.store.settings.feed
         fixed_tz = ZoneInfo(feed.timezone) if feed.timezone else None
@@ -63,10 +71,10 @@ class Services:
             clock=self.store.now,
             dates_file=Path(metrics.dates_file) if metrics.dates_file else None,
             by_stop_days=metrics.by_stop_days,
+            agencies=lambda: self.store.network.agency_ids if self.store.network else [],
         )
-        places = settings.places
         self.places = Places(
-            Path(places.locations_dir),
+            self.locations,
             Path(places.facilities_dir) if places.facilities_dir else None,
             places.walk_meters,
             places.place_match_meters,
@@ -115,6 +123,7 @@ def create_app(
     app.req_options.strip_url_path_trailing_slash = True
 
     store = services.store
+    app.add_route("/v2", r.Root())
     app.add_route("/v2/gtfs", r.GtfsZip(store))
     for name, cache in (("alerts", r.CACHE_REALTIME), ("vehicles", r.CACHE_VEHICLES)):
         app.add_route(f"/v2/{name}", r.RealtimeFeed(store, name, cache, protobuf=False))
@@ -129,6 +138,7 @@ def create_app(
     app.add_route("/v2/pips/estimates", r.PipEstimates(store))
     app.add_route("/v2/pips/{item_id}/message", r.PipMessageItem())
     app.add_route("/health", r.Health(store))
+    app.add_route("/status/feed", r.FeedStatusResource(store))
     metrics_routes = metrics_resources.routes(services.metrics, settings.metrics.line_id_pattern)
     for path, resource in (*metrics_routes, *places_resources.routes(services.places)):
         app.add_route(path, resource)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from datetime import date, datetime
 from typing import Any, NamedTuple
 
@@ -11,6 +13,8 @@ from .schemas import Arrival, PatternArrival, PipEstimate
 from .times import clock_string, service_time_unix
 
 PIP_MAX_ROWS = 8
+# How late a trip may run and still be looked at for a panel (TripUpdates).
+PIP_LATE_SECONDS = 3 * 3600
 # Panel rows the real service sends for its special stop ids and when nothing is coming.
 PIP_TEST = (
     PipEstimate(estimatedTimeString="TEST", lineId="0000", stopHeadsign="Olá :)"),
@@ -98,7 +102,7 @@ def scheduled_rows(net: Network, positions: list[int], day: date) -> list[Schedu
                 _headsign(net, ti),
                 net.trip_line[ti],
                 net.trip_pattern[ti],
-                raw.routes[raw.trip_route[ti]].route_id,
+                net.pattern_route[net.trip_pattern[ti]],
                 raw.stop_ids[st_stop[p]],
             )
         )
@@ -188,11 +192,15 @@ def pip_estimates(
     raw = net.raw
     tz = net.tz
     rows: list[PipEstimate] = []
+    # Scheduled rows before now are never shown; with TripUpdates a late bus may still come.
+    since = now - PIP_LATE_SECONDS if rt.updates else now
     for stop_id in stops:
         stop = net.stop_index.get(stop_id)
         if stop is None:
             continue
-        for r in stop_schedule(net, stop, day):
+        schedule = stop_schedule(net, stop, day)
+        start = bisect.bisect_left(schedule, since, key=lambda r: r.unix)
+        for r in itertools.islice(schedule, start, None):
             ti = r.trip
             first = raw.trip_first[ti]
             if r.position == first + raw.trip_count[ti] - 1:

@@ -10,6 +10,23 @@ from collections import OrderedDict
 GZIP_MIN_BYTES = 512
 
 
+def accepts_gzip(header: str | None) -> bool:
+    """Whether an Accept-Encoding header admits gzip (`gzip` or `*`, with q > 0)."""
+    if not header:
+        return False
+    for part in header.split(","):
+        name, _, params = part.strip().partition(";")
+        if name.strip().lower() in ("gzip", "*"):
+            q = params.strip().replace(" ", "")
+            if not q.startswith("q="):
+                return True
+            try:
+                return float(q[2:]) > 0
+            except ValueError:
+                return False
+    return False
+
+
 class Body:
     """Bytes of one response with a strong ETag and a gzip variant made on first request."""
 

@@ -1,11 +1,14 @@
-"""Cross-cutting HTTP behaviour of the real service: CORS, preflight, timing headers."""
+"""Cross-cutting HTTP behaviour of the real service: CORS, preflight, timing headers, gzip."""
 
 from __future__ import annotations
 
+import gzip
 import time
 
 import falcon
 import falcon.asgi
+
+from .bodies import GZIP_MIN_BYTES, accepts_gzip
 
 PREFLIGHT_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
@@ -17,7 +20,10 @@ PREFLIGHT_HEADERS = {
 
 class ServiceHeaders:
     """Adds `Access-Control-Allow-Origin: *` and the CMET receive/send timestamps to every
-    response, and answers CORS preflights (`OPTIONS`, any path) with 204 like the real proxy."""
+    response, answers CORS preflights (`OPTIONS`, any path) with 204 like the real proxy, and
+    gzips every JSON body of GZIP_MIN_BYTES or more when the client accepts it (as the real
+    proxy does for application/json). Bodies served many times are compressed once by their
+    resource (`bodies.Body`) and arrive here already encoded."""
 
     async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         req.context.received_ms = int(time.time() * 1000)
@@ -35,6 +41,17 @@ class ServiceHeaders:
         req_succeeded: bool,
     ) -> None:
         resp.set_header("Access-Control-Allow-Origin", "*")
+        data = resp.data
+        if (
+            data is not None
+            and len(data) >= GZIP_MIN_BYTES
+            and (resp.content_type or "").startswith("application/json")
+            and resp.get_header("Content-Encoding") is None
+        ):
+            resp.vary = ["Accept-Encoding"]
+            if accepts_gzip(req.get_header("Accept-Encoding")):
+                resp.data = gzip.compress(data, compresslevel=5, mtime=0)
+                resp.set_header("Content-Encoding", "gzip")
         received = getattr(req.context, "received_ms", None)
         if received is not None:
             resp.set_header("CMET-Receive-Timestamp", str(received))

@@ -1,34 +1,27 @@
 """The network derived from one static feed: lines, routes, patterns, stops, shapes, schedules.
 
 Built once per feed version off the request path and never mutated afterwards (apart from the
-memo of encoded bodies), so a request only reads it. How a plain GTFS feed maps to the API
-(sidecars/transit/README.md has the long form):
-
-- line: Carris Metropolitana `routes.line_id` when present, else the route's short name;
-- pattern: `trips.pattern_id` when present, else one pattern per distinct (route, direction,
-  shape, stop sequence), with the id `<route_id>_<direction_id>_<8 hex of the stop list>` so it
-  stays the same across feed versions while the stops do;
-- pattern version: the trips of a pattern sharing headsign, shape and colours (the real
-  service's key), `version_id` being the sha256 of the same JSON the real service hashes;
-- trip group: the trips of a version with identical times at every stop.
+memo of encoded bodies), so a request only reads it. How a plain GTFS feed maps to the API's
+lines, routes and patterns is in patterns.py (sidecars/transit/README.md has the long form);
+distances are metres (geometry.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from array import array
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import date
-from typing import TypeVar
+from typing import Protocol, TypeVar
 from zoneinfo import ZoneInfo
 
-import msgspec
-
 from .bodies import Body, BodyCache
+from .geometry import Line as GeoLine
+from .geometry import cumulative_m, stop_distances
 from .gtfs import NO_DROP_OFF, NO_PICKUP, RawFeed
+from .gtfs.tables import StopRow
+from .patterns import Patterns, Version, prepend, route_colors, route_line
 from .schemas import (
     GeoFeature,
     Line,
@@ -45,13 +38,11 @@ from .schemas import (
 )
 from .times import time_24h, yyyymmdd
 
-EARTH_RADIUS_M = 6371008.8
 DAY_MEMO_ENTRIES = 2048
 # Budget of encoded pattern bodies kept per worker (shapes get a quarter of it).
 BODY_CACHE_BYTES = 256 * 1024 * 1024
 T = TypeVar("T")
 _DIGITS = re.compile(r"(\d+)")
-_version_encoder = msgspec.json.Encoder()
 
 
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
@@ -63,64 +54,32 @@ def _ordered(values: Iterable[str]) -> list[str]:
     return sorted({v for v in values if v}, key=natural_key)
 
 
-def haversine_m(lat1: float, lon1: float, lat2: float, lon2: float) -> float:
-    """Great-circle distance in metres."""
-    p1, p2 = math.radians(lat1), math.radians(lat2)
-    dp, dl = p2 - p1, math.radians(lon2 - lon1)
-    a = math.sin(dp / 2) ** 2 + math.cos(p1) * math.cos(p2) * math.sin(dl / 2) ** 2
-    return 2 * EARTH_RADIUS_M * math.asin(min(1.0, math.sqrt(a)))
+class StopLocations(Protocol):
+    """Resolves a stop's location columns to the ids of `/v2/locations/*`."""
 
-
-class _VersionKey(msgspec.Struct):
-    """The JSON whose sha256 the real service uses as a pattern's version_id (field order kept)."""
-
-    color: str
-    direction_id: int
-    headsign: str
-    id: str
-    line_id: str
-    route_id: str
-    shape_id: str
-    short_name: str
-    text_color: str
-
-
-@dataclass(slots=True)
-class _Group:
-    first_trip: int
-    trip_ids: list[str]
-    services: list[int]
-
-
-@dataclass(slots=True)
-class _Version:
-    pattern_id: str
-    route: int
-    direction: int
-    headsign: str
-    shape_id: str
-    first_trip: int
-    version_id: str = ""
-    services: set[int] = field(default_factory=set)
-    groups: dict[bytes, _Group] = field(default_factory=dict)
-    stops: set[int] = field(default_factory=set)
-
-
-def _prepend(values: list[str], value: str) -> None:
-    # The real service builds these lists as `new Set([new, ...old])`: newest first.
-    if value not in values:
-        values.insert(0, value)
+    def resolve_stop(self, row: StopRow) -> tuple[str, str, str, bool]:
+        """(district_id, municipality_id, locality_id, whether every place the stop names was
+        found); a place the lists do not have is served as an empty id."""
 
 
 class Network:
     """Everything the static endpoints serve for one feed version."""
 
-    def __init__(self, raw: RawFeed, version: str, loaded_at: float, timezone: str | None) -> None:
+    def __init__(
+        self,
+        raw: RawFeed,
+        version: str,
+        loaded_at: float,
+        timezone: str | None,
+        locations: StopLocations | None = None,
+    ) -> None:
         self.raw = raw
         self.version = version
         self.loaded_at = loaded_at
         self.tz = ZoneInfo(timezone or raw.timezone)
-        self.agency_id = next((a for a in raw.agency_ids if a), "")
+        # The API's agency ids (a single agency without agency_id is "1").
+        self.agency_ids = raw.agency_ids
+        self.agency_id = raw.agency_ids[0]
         self.stop_index = raw.stop_index
         self.trip_index = raw.trip_index
         self._times_24h: list[str] | None = None
@@ -129,97 +88,45 @@ class Network:
         self._shape_bodies = BodyCache(BODY_CACHE_BYTES // 4)
         self._gtfs_body: Body | None = None
         self._day_memo: dict[tuple, object] = {}
-        self._derive()
+        derived = Patterns(raw)
+        self.patterns = derived.patterns
+        self.pattern_trips = derived.pattern_trips
+        self.trip_pattern = derived.trip_pattern
+        self.trip_line = derived.trip_line
+        # pattern id -> the API route it belongs to
+        self.pattern_route = derived.pattern_route
+        self._routes = derived.routes
+        self._stop_sets = derived.stop_sets
+        self._stop_places = self._resolve_places(locations)
         self._index_stops()
         self._encode_lists()
 
+    def route_line(self, route: int) -> str:
+        """The line id of a GTFS route (by index)."""
+        return route_line(self.raw, route)
+
     # -- derivation -------------------------------------------------------------------------
 
-    def _route_line(self, route: int) -> str:
-        row = self.raw.routes[route]
-        return row.line_id or row.short_name or row.route_id
-
-    def _derive(self) -> None:
+    def _resolve_places(self, locations: StopLocations | None) -> list[tuple[str, str, str]]:
+        """Per stop: district, municipality and locality ids that join `/v2/locations/*`."""
         raw = self.raw
-        st_stop, st_time = raw.st_stop, raw.st_time
-        derived_ids: dict[tuple[int, int, str, bytes], str] = {}
-        versions: dict[tuple[str, int, int, str, str], _Version] = {}
-        self.patterns: dict[str, list[_Version]] = {}
-        self.pattern_trips: dict[str, list[int]] = {}
-        self.trip_pattern: list[str] = [""] * len(raw.trip_ids)
-        self.trip_line: list[str] = [self._route_line(r) for r in raw.trip_route]
-        route_patterns: dict[int, list[str]] = {}
-        stop_sets: dict[tuple[str, bytes], tuple[int, str]] = {}
-        for ti, trip_id in enumerate(raw.trip_ids):
-            first, count = raw.trip_first[ti], raw.trip_count[ti]
-            if count == 0:
-                continue
-            stops = st_stop[first : first + count]
-            stops_key = stops.tobytes()
-            route = raw.trip_route[ti]
-            direction = raw.trip_direction[ti]
-            shape = raw.trip_shape[ti]
-            pattern_id = raw.trip_pattern[ti] if raw.trip_pattern is not None else ""
-            if not pattern_id:
-                dkey = (route, direction, shape, stops_key)
-                pattern_id = derived_ids.get(dkey, "")
-                if not pattern_id:
-                    digest = hashlib.sha1(
-                        ("\x1f".join(raw.stop_ids[s] for s in stops) + "\x1e" + shape).encode(),
-                        usedforsecurity=False,
-                    ).hexdigest()[:8]
-                    pattern_id = f"{raw.routes[route].route_id}_{direction}_{digest}"
-                    derived_ids[dkey] = pattern_id
-            self.trip_pattern[ti] = pattern_id
-            self.pattern_trips.setdefault(pattern_id, []).append(ti)
-            headsign = raw.trip_headsign[ti]
-            vkey = (pattern_id, route, direction, headsign, shape)
-            version = versions.get(vkey)
-            if version is None:
-                version = versions[vkey] = _Version(
-                    pattern_id, route, direction, headsign, shape, ti
+        if locations is None:
+            # No location lists: the feed's ids as they are (a locality name is not an id).
+            return [(r.district_id, r.municipality_id, r.locality_id) for r in raw.stops]
+        out = []
+        for i, row in enumerate(raw.stops):
+            district, municipality, locality, complete = locations.resolve_stop(row)
+            if not complete:
+                raw.report.add(
+                    "location_not_found",
+                    "stops.txt",
+                    None,
+                    f"stop {raw.stop_ids[i]!r}: district {row.district_id!r}, municipality "
+                    f"{row.municipality_id or row.municipality_name!r}, locality "
+                    f"{row.locality_id or row.locality!r}",
                 )
-                self.patterns.setdefault(pattern_id, []).append(version)
-                _prepend(route_patterns.setdefault(route, []), pattern_id)
-            service = raw.trip_service[ti]
-            version.services.add(service)
-            gkey = stops_key + st_time[first : first + count].tobytes()
-            group = version.groups.get(gkey)
-            if group is None:
-                version.groups[gkey] = _Group(ti, [trip_id], [service])
-            else:
-                group.trip_ids.insert(0, trip_id)
-                if service not in group.services:
-                    group.services.insert(0, service)
-            skey = (pattern_id, stops_key)
-            if skey not in stop_sets:
-                stop_sets[skey] = (route, pattern_id)
-                version.stops.update(stops)
-        self._route_patterns = route_patterns
-        self._stop_sets = stop_sets
-        for version in versions.values():
-            version.version_id = self._version_id(version)
-
-    def _colors(self, route: int, text_default: str) -> tuple[str, str]:
-        row = self.raw.routes[route]
-        color = "#" + row.color if row.color else "#000000"
-        text = "#" + row.text_color if row.text_color else text_default
-        return color, text
-
-    def _version_id(self, v: _Version) -> str:
-        row = self.raw.routes[v.route]
-        key = _VersionKey(
-            color=self._colors(v.route, "")[0],
-            direction_id=v.direction,
-            headsign=v.headsign,
-            id=v.pattern_id,
-            line_id=self._route_line(v.route),
-            route_id=row.route_id,
-            shape_id=v.shape_id,
-            short_name=row.short_name,
-            text_color=row.text_color,
-        )
-        return hashlib.sha256(_version_encoder.encode(key)).hexdigest()
+            out.append((district, municipality, locality))
+        return out
 
     def _index_stops(self) -> None:
         """Per stop: the lines/routes/patterns serving it and its stop_times (CSR arrays)."""
@@ -228,10 +135,10 @@ class Network:
         lines: list[set[str]] = [set() for _ in range(nstops)]
         routes: list[set[str]] = [set() for _ in range(nstops)]
         patterns: list[set[str]] = [set() for _ in range(nstops)]
-        for (pattern_id, stops_key), (route, _) in self._stop_sets.items():
+        for (pattern_id, stops_key), route in self._stop_sets.items():
             stops = array("i")
             stops.frombytes(stops_key)
-            line_id, route_id = self._route_line(route), raw.routes[route].route_id
+            line_id, route_id = self.route_line(route), self.pattern_route[pattern_id]
             for s in set(stops):
                 lines[s].add(line_id)
                 routes[s].add(route_id)
@@ -254,16 +161,17 @@ class Network:
         raw = self.raw
         stops = []
         for i, srow in enumerate(raw.stops):
+            district, municipality, locality = self._stop_places[i]
             stop = Stop(
-                district_id=srow.district_id,
+                district_id=district,
                 facilities=list(srow.facilities),
                 id=raw.stop_ids[i],
                 lat=srow.lat,
                 line_ids=_ordered(self.stop_lines[i]),
-                locality_id=srow.locality_id,
+                locality_id=locality,
                 lon=srow.lon,
                 long_name=srow.name,
-                municipality_id=srow.municipality_id,
+                municipality_id=municipality,
                 pattern_ids=_ordered(self.stop_patterns[i]),
                 region_id=srow.region_id,
                 route_ids=_ordered(self.stop_routes[i]),
@@ -277,53 +185,54 @@ class Network:
         stops.sort(key=lambda s: natural_key(s.id))
         self.stops_body = Body(json_encoder.encode(stops))
 
-        route_stops: dict[int, set[int]] = {}
-        for versions in self.patterns.values():
+        pattern_stops: dict[str, set[int]] = {}
+        for pattern_id, versions in self.patterns.items():
+            served = pattern_stops.setdefault(pattern_id, set())
             for v in versions:
-                route_stops.setdefault(v.route, set()).update(v.stops)
+                served.update(v.stops)
         routes: list[Route] = []
         line_acc: dict[str, dict] = {}
-        for route, pattern_ids in self._route_patterns.items():
-            row = raw.routes[route]
-            color, text_color = self._colors(route, "#FFFFFF")
-            loc = self._locations(route_stops.get(route, set()))
-            line_id = self._route_line(route)
+        for api in self._routes:
+            row = raw.routes[api.route]
+            color, text_color = route_colors(raw, api.route, "#FFFFFF")
+            stops_of = set().union(*(pattern_stops[p] for p in api.pattern_ids))
+            loc = self._locations(stops_of)
             routes.append(
                 Route(
                     color=color,
                     district_ids=loc[0],
                     facilities=loc[1],
-                    id=row.route_id,
-                    line_id=line_id,
+                    id=api.id,
+                    line_id=api.line_id,
                     locality_ids=loc[2],
                     long_name=row.long_name,
                     municipality_ids=loc[3],
-                    pattern_ids=list(pattern_ids),
+                    pattern_ids=list(api.pattern_ids),
                     region_ids=loc[4],
-                    route_ids=[row.route_id],
+                    route_ids=[api.id],
                     short_name=row.short_name,
                     stop_ids=[],
                     text_color=text_color,
                     tts_name=row.long_name,
                 )
             )
-            acc = line_acc.get(line_id)
+            acc = line_acc.get(api.line_id)
             if acc is None:
-                acc = line_acc[line_id] = {
-                    "route": route,
+                acc = line_acc[api.line_id] = {
+                    "route": api.route,
                     "route_ids": [],
                     "pattern_ids": [],
                     "stops": set(),
                 }
-            _prepend(acc["route_ids"], row.route_id)
-            for pattern_id in reversed(pattern_ids):
-                _prepend(acc["pattern_ids"], pattern_id)
-            acc["stops"].update(route_stops.get(route, set()))
+            prepend(acc["route_ids"], api.id)
+            for pattern_id in reversed(api.pattern_ids):
+                prepend(acc["pattern_ids"], pattern_id)
+            acc["stops"].update(stops_of)
         routes.sort(key=lambda r: natural_key(r.id))
         lines: list[Line] = []
         for line_id, acc in line_acc.items():
             row = raw.routes[acc["route"]]
-            color, text_color = self._colors(acc["route"], "#FFFFFF")
+            color, text_color = route_colors(raw, acc["route"], "#FFFFFF")
             loc = self._locations(acc["stops"])
             long_name = row.line_long_name or row.long_name
             lines.append(
@@ -353,16 +262,18 @@ class Network:
         self, stops: Iterable[int]
     ) -> tuple[list[str], list[str], list[str], list[str], list[str]]:
         """District, facility, locality, municipality and region ids of a set of stops."""
+        stops = list(stops)
         rows = [self.raw.stops[s] for s in stops]
+        places = [self._stop_places[s] for s in stops]
         facilities: dict[str, None] = {}
         for row in rows:
             for f in row.facilities:
                 facilities[f] = None
         return (
-            _ordered(r.district_id for r in rows),
+            _ordered(p[0] for p in places),
             list(facilities),
-            _ordered(r.locality_id for r in rows),
-            _ordered(r.municipality_id for r in rows),
+            _ordered(p[2] for p in places),
+            _ordered(p[1] for p in places),
             _ordered(r.region_id for r in rows),
         )
 
@@ -419,29 +330,26 @@ class Network:
         self._pattern_bodies.put(pattern_id, body)
         return body
 
-    def _pattern(self, v: _Version) -> Pattern:
+    def _pattern(self, v: Version) -> Pattern:
         raw = self.raw
         row = raw.routes[v.route]
-        color, text_color = self._colors(v.route, "#000000")
+        color, text_color = route_colors(raw, v.route, "#000000")
         loc = self._locations(v.stops)
         first, count = raw.trip_first[v.first_trip], raw.trip_count[v.first_trip]
+        distances = self._path_distances(v)
         path = []
-        previous = 0.0
-        dist = raw.st_dist
-        for pos in range(first, first + count):
-            distance = float(dist[pos]) if dist is not None else 0.0
+        for k, pos in enumerate(range(first, first + count)):
             flags = raw.st_flags[pos]
             path.append(
                 PathItem(
                     allow_drop_off=not flags & NO_DROP_OFF,
                     allow_pickup=not flags & NO_PICKUP,
-                    distance=distance,
-                    distance_delta=distance - previous if pos > first else 0.0,
+                    distance=distances[k],
+                    distance_delta=round(distances[k] - distances[k - 1], 1) if k else 0.0,
                     stop_id=raw.stop_ids[raw.st_stop[pos]],
                     stop_sequence=raw.st_seq[pos],
                 )
             )
-            previous = distance
         times, times_24h = raw.time_strings, self.times_24h
         groups = []
         for g in v.groups.values():
@@ -464,7 +372,7 @@ class Network:
                     version_id=v.version_id,
                 )
             )
-        line_id = self._route_line(v.route)
+        line_id = self.route_line(v.route)
         return Pattern(
             color=color,
             direction_id=v.direction,
@@ -478,7 +386,7 @@ class Network:
             municipality_ids=loc[3],
             path=path,
             region_ids=loc[4],
-            route_id=row.route_id,
+            route_id=v.route_id,
             shape_id=v.shape_id,
             short_name=row.line_short_name or row.short_name or line_id,
             text_color=text_color,
@@ -487,6 +395,22 @@ class Network:
             valid_on=self.dates_of(v.services),
             version_id=v.version_id,
         )
+
+    def _path_distances(self, v: Version) -> list[float]:
+        """Metres along the trip to each stop of a version's path (0.1 m precision): the
+        feed's shape_dist_traveled when its unit is known and the trip has it at every stop,
+        else the stops placed on the shape, else the straight lines between the stops."""
+        raw = self.raw
+        first, count = raw.trip_first[v.first_trip], raw.trip_count[v.first_trip]
+        factor, dist = raw.dist_factor, raw.st_dist
+        if factor is not None and dist is not None:
+            values = dist[first : first + count]
+            if all(d == d for d in values):  # no NaN (blank, or reset by validation)
+                return [round(d * factor, 1) for d in values]
+        cols = raw.shapes.get(v.shape_id)
+        line = GeoLine(cols.lat, cols.lon) if cols is not None else None
+        stops = [raw.stops[raw.st_stop[p]] for p in range(first, first + count)]
+        return [round(d, 1) for d in stop_distances([(s.lat, s.lon) for s in stops], line)]
 
     def shape_body(self, shape_id: str) -> Body | None:
         """`/v2/shapes/:id` body, encoded on first request."""
@@ -501,15 +425,15 @@ class Network:
 
     def _shape(self, shape_id: str, cols) -> Shape:  # type: ignore[no-untyped-def]
         seq, lat, lon, dist = cols
-        length = 0.0
-        cumulative = [0.0]
-        for i in range(1, len(seq)):
-            length += haversine_m(lat[i - 1], lon[i - 1], lat[i], lon[i])
-            cumulative.append(length)
-        # Without shape_dist_traveled the feed's unit is unknown: give metres along the line.
-        dists = list(dist) if dist is not None else cumulative
+        cumulative = cumulative_m(lat, lon)
+        factor = self.raw.dist_factor
+        # Metres: the feed's distances in their unit, or measured along the line.
+        if dist is not None and factor is not None:
+            dists = [round(d * factor, 1) for d in dist]
+        else:
+            dists = [round(d, 1) for d in cumulative]
         return Shape(
-            extension=math.floor(length),
+            extension=math.floor(cumulative[-1]) if cumulative else 0,
             geojson=GeoFeature(
                 geometry=LineString(coordinates=[(lon[i], lat[i]) for i in range(len(seq))])
             ),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import struct
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -29,6 +30,18 @@ _WHEELCHAIR = {
     rt.VehicleDescriptor.WHEELCHAIR_ACCESSIBLE: True,
     rt.VehicleDescriptor.WHEELCHAIR_INACCESSIBLE: False,
 }
+
+
+def _f32(value: float) -> float:
+    """A GTFS-RT float (32 bits) as the shortest decimal that reads back to it: the
+    precision the source has, without the noise of widening it to 64 bits
+    (28.059175 rather than 28.059175491333008)."""
+    packed = struct.pack("<f", value)
+    for digits in range(6, 10):
+        short = float(f"{value:.{digits}g}")
+        if struct.pack("<f", short) == packed:
+            return short
+    return value
 
 
 class RealtimeError(ValueError):
@@ -107,6 +120,7 @@ class Realtime:
         self.positions: dict[str, _Position] = {}
         self.updates: dict[str, _TripUpdate] = {}
         self._estimates: dict[tuple[int, date], list[int | None]] = {}
+        self._pb_extras: list[tuple[int | None, int | None]] = []
         self.vehicles = self._vehicles(vehicles) if vehicles is not None else []
         self.vehicles_body = Body(json_encoder.encode(self.vehicles))
         self.vehicles_pb = Body(self._vehicles_pb(now, pb_max_age))
@@ -133,20 +147,25 @@ class Realtime:
 
     # -- vehicles ---------------------------------------------------------------------------
 
-    def vehicle_id(self, number: str, route_id: str | None) -> tuple[str, str]:
-        """(agency_id, `agency|number`) for a vehicle number; the agency is the route's."""
+    def vehicle_id(
+        self, number: str, route_id: str | None, trip: int | None = None
+    ) -> tuple[str, str]:
+        """(agency_id, `agency|number`) of a vehicle: the agency of its trip's route, else of
+        the GTFS route it names, else the feed's (first) agency."""
         net = self.network
-        agency = ""
-        if net is not None:
-            route = net.raw.route_index.get(route_id or "")
-            if route is not None:
-                agency = net.raw.routes[route].agency_id
-            agency = agency or net.agency_id
-        return agency, f"{agency}|{number}" if agency else number
+        assert net is not None
+        raw = net.raw
+        route = raw.trip_route[trip] if trip is not None else raw.route_index.get(route_id or "")
+        agency = raw.routes[route].agency_id if route is not None else ""
+        agency = agency or net.agency_id
+        return agency, f"{agency}|{number}"
 
     def _vehicles(self, feed: rt.FeedMessage) -> list[Vehicle]:
         net = self.network
-        out: list[Vehicle] = []
+        if net is None:
+            # Without the feed a vehicle's agency is unknown: nothing until it is loaded.
+            return []
+        out: list[tuple[Vehicle, int | None, int | None]] = []
         for entity in feed.entity:
             if not entity.HasField("vehicle"):
                 continue
@@ -154,17 +173,21 @@ class Realtime:
             trip = vp.trip
             number = vp.vehicle.id or vp.vehicle.label or entity.id
             trip_id = self._trip_id(trip) or None
-            ti = net.trip_index.get(trip_id) if net is not None and trip_id else None
+            ti = net.trip_index.get(trip_id) if trip_id else None
             route_id = trip.route_id or None
             line_id = pattern_id = block_id = None
-            if net is not None and ti is not None:
-                route_id = route_id or net.raw.routes[net.raw.trip_route[ti]].route_id
-                line_id = net.trip_line[ti]
+            direction = trip.direction_id if trip.HasField("direction_id") else None
+            if ti is not None:
                 pattern_id = net.trip_pattern[ti] or None
+                # The API's route (a GTFS route may be split into variants, see patterns.py).
+                route_id = net.pattern_route.get(pattern_id or "") or route_id
+                line_id = net.trip_line[ti]
                 block_id = net.raw.trip_block[ti] or None
-            elif net is not None and route_id in net.raw.route_index:
-                line_id = net._route_line(net.raw.route_index[route_id])
-            agency, vid = self.vehicle_id(number, route_id)
+                if direction is None:
+                    direction = net.raw.trip_direction[ti]
+            elif route_id in net.raw.route_index:
+                line_id = net.route_line(net.raw.route_index[route_id])
+            agency, vid = self.vehicle_id(number, trip.route_id, ti)
             meta = self.metadata.get(vid) or self.metadata.get(number) or {}
             pos = vp.position if vp.HasField("position") else None
             wheelchair = meta.get("wheelchair_accessible")
@@ -180,53 +203,56 @@ class Realtime:
                 relationship = _TD.ScheduleRelationship.Name(trip.schedule_relationship)
             elif trip_id:
                 relationship = "SCHEDULED"
-            out.append(
-                Vehicle(
-                    agency_id=agency,
-                    bearing=pos.bearing if pos is not None and pos.HasField("bearing") else None,
-                    bikes_allowed=meta.get("bikes_allowed"),
-                    block_id=block_id,
-                    capacity_seated=meta.get("capacity_seated"),
-                    capacity_standing=meta.get("capacity_standing"),
-                    capacity_total=meta.get("capacity_total"),
-                    current_status=status,
-                    door_status=meta.get("door_status"),
-                    event_id=entity.id,
-                    id=vid,
-                    lat=pos.latitude if pos is not None else None,
-                    license_plate=vp.vehicle.license_plate or meta.get("license_plate"),
-                    line_id=line_id,
-                    lon=pos.longitude if pos is not None else None,
-                    make=meta.get("make"),
-                    model=meta.get("model"),
-                    owner=meta.get("owner"),
-                    pattern_id=pattern_id,
-                    propulsion=meta.get("propulsion"),
-                    registration_date=meta.get("registration_date"),
-                    route_id=route_id,
-                    schedule_relationship=relationship,
-                    shift_id=None,
-                    speed=pos.speed if pos is not None and pos.HasField("speed") else None,
-                    stop_id=vp.stop_id or None,
-                    timestamp=vp.timestamp or feed.header.timestamp or None,
-                    trip_id=trip_id,
-                    wheelchair_accessible=wheelchair,
-                )
+            occupancy = vp.occupancy_status if vp.HasField("occupancy_status") else None
+            vehicle = Vehicle(
+                agency_id=agency,
+                bearing=_f32(pos.bearing) if pos is not None and pos.HasField("bearing") else None,
+                bikes_allowed=meta.get("bikes_allowed"),
+                block_id=block_id,
+                capacity_seated=meta.get("capacity_seated"),
+                capacity_standing=meta.get("capacity_standing"),
+                capacity_total=meta.get("capacity_total"),
+                current_status=status,
+                door_status=meta.get("door_status"),
+                event_id=entity.id,
+                id=vid,
+                lat=_f32(pos.latitude) if pos is not None else None,
+                license_plate=vp.vehicle.license_plate or meta.get("license_plate"),
+                line_id=line_id,
+                lon=_f32(pos.longitude) if pos is not None else None,
+                make=meta.get("make"),
+                model=meta.get("model"),
+                owner=meta.get("owner"),
+                pattern_id=pattern_id,
+                propulsion=meta.get("propulsion"),
+                registration_date=meta.get("registration_date"),
+                route_id=route_id,
+                schedule_relationship=relationship,
+                shift_id=None,
+                speed=_f32(pos.speed) if pos is not None and pos.HasField("speed") else None,
+                stop_id=vp.stop_id or None,
+                timestamp=vp.timestamp or feed.header.timestamp or None,
+                trip_id=trip_id,
+                wheelchair_accessible=wheelchair,
             )
+            out.append((vehicle, direction, occupancy))
             if trip_id:
                 seq = vp.current_stop_sequence if vp.HasField("current_stop_sequence") else None
                 self.positions[trip_id] = _Position(vid, seq)
-        out.sort(key=lambda v: natural_key(v.id))
-        return out
+        out.sort(key=lambda item: natural_key(item[0].id))
+        # What vehicles.pb carries beyond the JSON fields, in the same order.
+        self._pb_extras = [(direction, occupancy) for _, direction, occupancy in out]
+        return [vehicle for vehicle, _, _ in out]
 
     def _vehicles_pb(self, now: float, max_age: float) -> bytes:
         """Vehicle positions as GTFS-RT, rebuilt from the JSON list the way the real service
-        does: only vehicles on a trip and heard from in the last `max_age` seconds (0: all)."""
+        does: only vehicles on a trip and heard from in the last `max_age` seconds (0: all),
+        with their direction and occupancy."""
         feed = rt.FeedMessage()
         feed.header.gtfs_realtime_version = "2.0"
         feed.header.incrementality = rt.FeedHeader.FULL_DATASET
         feed.header.timestamp = int(now)
-        for v in self.vehicles:
+        for v, (direction, occupancy) in zip(self.vehicles, self._pb_extras, strict=True):
             if not v.trip_id or (max_age and (v.timestamp or 0) < now - max_age):
                 continue
             entity = feed.entity.add()
@@ -235,6 +261,8 @@ class Realtime:
             vp.trip.trip_id = v.trip_id
             if v.route_id:
                 vp.trip.route_id = v.route_id
+            if direction is not None:
+                vp.trip.direction_id = direction
             if v.schedule_relationship:
                 vp.trip.schedule_relationship = _TD.ScheduleRelationship.Value(
                     v.schedule_relationship
@@ -247,6 +275,8 @@ class Realtime:
                     vp.position.speed = v.speed
             if v.current_status:
                 vp.current_status = _VP.VehicleStopStatus.Value(v.current_status)
+            if occupancy is not None:
+                vp.occupancy_status = occupancy
             if v.stop_id:
                 vp.stop_id = v.stop_id
             if v.timestamp:
@@ -279,11 +309,14 @@ class Realtime:
                     by_seq[stu.stop_sequence] = stu
                 elif stu.stop_id:
                     by_stop[stu.stop_id] = stu
+            trip_id = self._trip_id(tu.trip)
             vehicle = None
-            if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label):
-                vehicle = self.vehicle_id(tu.vehicle.id or tu.vehicle.label, tu.trip.route_id)[1]
+            if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label) and self.network:
+                ti = self.network.trip_index.get(trip_id)
+                number = tu.vehicle.id or tu.vehicle.label
+                vehicle = self.vehicle_id(number, tu.trip.route_id, ti)[1]
             delay = tu.delay if tu.HasField("delay") else None
-            self.updates[self._trip_id(tu.trip)] = _TripUpdate(vehicle, delay, by_seq, by_stop)
+            self.updates[trip_id] = _TripUpdate(vehicle, delay, by_seq, by_stop)
 
     def trip_vehicle(self, trip_id: str) -> str | None:
         """Id of the vehicle serving a trip, from TripUpdates or VehiclePositions."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from datetime import date
 
@@ -20,11 +19,12 @@ from .arrivals import (
     scheduled_rows,
     stop_schedule,
 )
-from .bodies import Body
+from .bodies import Body, accepts_gzip
 from .network import Network
 from .schemas import PipMessage, RouteNotFound, ServerError, json_encoder, pip_request_decoder
+from .settings import id_matcher
 from .store import TransitStore
-from .times import operational_day
+from .times import operational_day, parse_yyyymmdd
 
 JSON = "application/json; charset=utf-8"
 PROTOBUF = "application/octet-stream"
@@ -40,23 +40,6 @@ CACHE_NO_CACHE = "public, no-cache"
 CACHE_ERROR = "public, max-age=5"
 
 
-def _accepts_gzip(req: falcon.asgi.Request) -> bool:
-    header = req.get_header("Accept-Encoding")
-    if not header:
-        return False
-    for part in header.split(","):
-        name, _, params = part.strip().partition(";")
-        if name.strip().lower() in ("gzip", "*"):
-            q = params.strip().replace(" ", "")
-            if not q.startswith("q="):
-                return True
-            try:
-                return float(q[2:]) > 0
-            except ValueError:
-                return False
-    return False
-
-
 def send_body(
     req: falcon.asgi.Request,
     resp: falcon.asgi.Response,
@@ -66,7 +49,7 @@ def send_body(
     compress: bool = True,
 ) -> None:
     """Send pre-encoded bytes: gzip when accepted, ETag, and 304 on a matching If-None-Match."""
-    gz = body.gzipped() if compress and _accepts_gzip(req) else None
+    gz = body.gzipped() if compress and accepts_gzip(req.get_header("Accept-Encoding")) else None
     etag = body.gzip_etag if gz is not None else body.etag
     resp.content_type = content_type
     resp.cache_control = [cache_control]
@@ -123,9 +106,20 @@ class _Base:
             raise server_error("the static GTFS feed is not loaded yet", falcon.HTTP_503)
         return net
 
-    def service_day(self, net: Network, now: float) -> date:
-        """The operational day `now` falls in, in the feed's zone."""
+    def service_day(self, net: Network, now: float, req: falcon.asgi.Request | None = None) -> date:
+        """The day asked for with `?date=YYYYMMDD`, else the operational day `now` falls in
+        (in the feed's zone). A malformed date is BadDay."""
+        text = req.get_param("date") if req is not None else None
+        if text is not None:
+            try:
+                return parse_yyyymmdd(text)
+            except ValueError:
+                raise BadDay(text) from None
         return operational_day(now, net.tz, self.store.settings.feed.operational_day_start_hour)
+
+
+class BadDay(ValueError):
+    """`?date=` is not a YYYYMMDD date (answered `400 []`)."""
 
 
 class StaticList(_Base):
@@ -203,16 +197,17 @@ class RealtimeFeed(_Base):
 
 
 class ArrivalsByStop(_Base):
-    """`/v2/arrivals/by_stop/:id`: the stop's arrivals on today's operational day."""
+    """`/v2/arrivals/by_stop/:id`: the stop's arrivals on one operational day (`?date=`,
+    default today)."""
 
     def __init__(self, store: TransitStore) -> None:
         super().__init__(store)
-        self.valid_id = re.compile(store.settings.feed.stop_id_pattern)
+        self.valid_id = id_matcher(store.settings.feed.stop_id_pattern)
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
     ) -> None:
-        if not self.valid_id.match(item_id):
+        if not self.valid_id(item_id):
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
             return
         net = self.network()
@@ -221,60 +216,83 @@ class ArrivalsByStop(_Base):
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
         now = self.store.now()
-        day = self.service_day(net, now)
+        try:
+            day = self.service_day(net, now, req)
+        except BadDay:
+            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+            return
         rows = stop_schedule(net, stop, day)
         body = _arrivals_body(net, self.store, rows, day, now, ("stop", stop))
-        send_raw(resp, falcon.HTTP_200, body, CACHE_REALTIME)
+        send_body(req, resp, body, CACHE_REALTIME)
 
     on_head = on_get
 
 
 class ArrivalsByPattern(_Base):
-    """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips today."""
+    """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips on one day."""
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
     ) -> None:
         net = self.network()
         now = self.store.now()
-        day = self.service_day(net, now)
         if item_id not in net.pattern_trips:
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
+            return
+        try:
+            day = self.service_day(net, now, req)
+        except BadDay:
+            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
             return
         rows = net.day_memo(
             ("pattern", item_id, day),
             lambda: scheduled_rows(net, net.pattern_arrivals(item_id, day) or [], day),
         )
         body = _arrivals_body(net, self.store, rows, day, now, ("pattern", item_id))
-        send_raw(resp, falcon.HTTP_200, body, CACHE_REALTIME)
+        send_body(req, resp, body, CACHE_REALTIME)
 
     on_head = on_get
 
 
 def _arrivals_body(
     net: Network, store: TransitStore, rows: list[Scheduled], day: date, now: float, key: tuple
-) -> bytes:
+) -> Body:
     """Encoded arrivals; without realtime trip data the bytes only depend on the day, so they
-    are encoded once per (stop or pattern, day) and feed version."""
+    are encoded (and gzipped) once per (stop or pattern, day) and feed version."""
     rt = store.realtime
     with_stop = key[0] == "pattern"
     if rt.updates or rt.positions:
-        return json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop))
+        return Body(json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop)))
     return net.day_memo(
         (*key, day, "body"),
-        lambda: json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop)),
+        lambda: Body(json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop))),
     )
 
 
 class PipEstimates(_Base):
-    """`POST /v2/pips/estimates`: panel rows for a list of stops."""
+    """`POST /v2/pips/estimates`: panel rows for a list of stops.
+
+    Bounded: a body over `max_body_bytes` is 413, more than `pip_max_stops` distinct ids 400
+    (naming the cap), so one request's work is at most that many stops' schedules.
+    """
 
     def __init__(self, store: TransitStore) -> None:
         super().__init__(store)
-        self.valid_id = re.compile(store.settings.feed.stop_id_pattern)
+        self.valid_id = id_matcher(store.settings.feed.stop_id_pattern)
+        self.max_body = store.settings.limits.max_body_bytes
+        self.max_stops = store.settings.limits.pip_max_stops
+
+    def _too_large(self) -> falcon.HTTPError:
+        return falcon.HTTPContentTooLarge(
+            description=f"the body may hold at most {self.max_body} bytes (TRANSIT_MAX_BODY_BYTES)"
+        )
 
     async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        raw = await req.stream.read()
+        if (req.content_length or 0) > self.max_body:
+            raise self._too_large()
+        raw = await req.stream.read(self.max_body + 1)
+        if len(raw) > self.max_body:
+            raise self._too_large()
         try:
             body = pip_request_decoder.decode(raw) if raw else None
         except msgspec.DecodeError as exc:
@@ -284,13 +302,20 @@ class PipEstimates(_Base):
         if not isinstance(stops, list) or not stops:
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
             return
+        # Repeated ids are asked once.
+        stops = list(dict.fromkeys(s if isinstance(s, str) else repr(s) for s in stops))
+        if len(stops) > self.max_stops:
+            raise falcon.HTTPBadRequest(
+                description=f'"stops" holds {len(stops)} distinct ids; at most '
+                f"{self.max_stops} are accepted (TRANSIT_PIP_MAX_STOPS)"
+            )
         # Special ids are honoured before validation; the first one in the list wins.
         for stop_id in stops:
-            special = PIP_SPECIAL.get(stop_id) if isinstance(stop_id, str) else None
+            special = PIP_SPECIAL.get(stop_id)
             if special is not None:
                 send_raw(resp, falcon.HTTP_200, json_encoder.encode(special), CACHE_NO_CACHE)
                 return
-        if not all(isinstance(s, str) and self.valid_id.match(s) for s in stops):
+        if not all(isinstance(s, str) and self.valid_id(s) for s in body["stops"]):
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
             return
         net = self.network()
@@ -332,6 +357,26 @@ class Health(_Base):
     on_head = on_get
 
 
+class FeedStatusResource(_Base):
+    """`/status/feed`: the validation report of the served feed and of the last attempt
+    (why a newer version was rejected, with file:line)."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        send_raw(resp, falcon.HTTP_200, json_encoder.encode(self.store.feed_status()), "no-store")
+        resp.set_header("Transit-Worker", str(os.getpid()))
+
+    on_head = on_get
+
+
+class Root:
+    """`GET /v2/`: the real service's root answer (a plain text in a JSON content type)."""
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        send_raw(resp, falcon.HTTP_200, b"Jusi was here!")
+
+    on_head = on_get
+
+
 # -- error handlers ----------------------------------------------------------------------------
 
 
@@ -339,7 +384,11 @@ async def route_not_found(
     req: falcon.asgi.Request, resp: falcon.asgi.Response, ex: Exception, params: dict
 ) -> None:
     """Unknown path or method: the Fastify 404 body the real service sends."""
-    body = RouteNotFound(message=f"Route {req.method}:{req.path} not found")
+    # The real proxy strips /v2 before the app sees the path, so its message has none.
+    path = req.path
+    if path == "/v2" or path.startswith("/v2/"):
+        path = path[3:] or "/"
+    body = RouteNotFound(message=f"Route {req.method}:{path} not found")
     send_raw(resp, falcon.HTTP_404, json_encoder.encode(body))
 
 

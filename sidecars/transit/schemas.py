@@ -342,8 +342,49 @@ class FeedProblem(Struct):
     message: str
 
 
+class FileRows(Struct):
+    """Rows of one feed file: read, and skipped for row-level problems."""
+
+    file: str
+    rows: int
+    skipped: int
+
+
+class NoticeSummary(Struct):
+    """One notice code of a validation report: how often, and the first examples."""
+
+    code: str
+    severity: str
+    count: int
+    description: str
+    examples: list[FeedProblem]
+
+
+class ValidationReport(Struct):
+    """What validating one feed found (`/status/feed`, `python -m sidecars.transit validate`)."""
+
+    source: str
+    version: str | None
+    validated_at: int
+    accepted: bool
+    fatal: int
+    errors: int
+    warnings: int
+    files: list[FileRows]
+    notices: list[NoticeSummary]
+
+
+class FeedStatus(Struct):
+    """Body of `/status/feed`: the report of the feed being served and of the last attempt
+    (the same one unless a later version was rejected or is unchanged)."""
+
+    serving: ValidationReport | None
+    last_attempt: ValidationReport | None
+
+
 class FeedHealth(Struct):
-    """State of the static GTFS feed in `/health`."""
+    """State of the static GTFS feed in `/health`; `problems` are the fatal notices (file,
+    line, message) of the last rejected attempt, empty once a feed is accepted."""
 
     status: str
     source: str
@@ -354,6 +395,7 @@ class FeedHealth(Struct):
     last_error: str | None
     problems: list[FeedProblem]
     problem_count: int
+    skipped_rows: int
 
 
 class RealtimeHealth(Struct):
@@ -367,9 +409,12 @@ class RealtimeHealth(Struct):
 
 
 class TransitHealth(Struct):
-    """Body of `/health`: one component per data source."""
+    """Body of `/health`: one component per data source, and where each data family comes
+    from (`sources`: None when not configured, so served empty)."""
 
     status: str
+    demo: bool
+    sources: dict[str, str | None]
     feed: FeedHealth
     vehicles: RealtimeHealth
     trip_updates: RealtimeHealth

@@ -8,13 +8,15 @@ sidecars/transit/README.md, metrics/README.md and places/README.md.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
 from sidecars.usage.settings import Settings as UsageSettings
 
+# The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_GTFS = str(DATA_DIR / "cairns_gtfs.zip")
 DEFAULT_VEHICLES = str(DATA_DIR / "bullrunner_vehicle_positions.pb")
@@ -24,28 +26,59 @@ DEFAULT_FACILITIES = str(Path(DEFAULT_LOCATIONS) / "facilities")
 DEFAULT_METRICS_SINCE = date(2024, 1, 1)
 
 
+# Identifier rules per profile: the stop ids the arrivals and PIP endpoints accept and the line
+# ids of `/v2/metrics/demand/by_line/:id`, matched against the whole id in ASCII. None: any id
+# the feed (or the metrics) has; unknown ids are 404, not 400.
+PROFILES: dict[str, dict[str, str | None]] = {
+    "gtfs": {"stop_id_pattern": None, "line_id_pattern": None},
+    # Carris Metropolitana: 6-digit stop ids, 4-digit line ids (the real service's checks).
+    "cm": {"stop_id_pattern": r"\d{6}", "line_id_pattern": r"\d{4}"},
+}
+DIST_UNITS = ("auto", "m", "km", "mi", "ft")
+
+
 class SettingsError(ValueError):
     """A `TRANSIT_*` variable has a value that cannot be used."""
 
 
+def id_matcher(pattern: str | None) -> Callable[[str], bool]:
+    """Whether an id matches a pattern as a whole, in ASCII (`750000\\n` and full-width digits
+    do not match `\\d{6}`); no pattern accepts every id."""
+    if pattern is None:
+        return lambda value: True
+    compiled = re.compile(pattern, re.ASCII)
+    return lambda value: compiled.fullmatch(value) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class FeedSettings:
-    """The static GTFS feed, and the service day its arrivals and metrics are counted in."""
+    """The static GTFS feed, how it is validated, and the service day its arrivals and
+    metrics are counted in."""
 
-    source: str = DEFAULT_GTFS
+    source: str = ""
     refresh_seconds: float = 3600.0
     filename: str = "CMET.zip"
     # None: the first agency's agency_timezone.
     timezone: str | None = None
     operational_day_start_hour: int = 4
-    stop_id_pattern: str = r"^\d{6}$"
+    # None: any stop id of the feed (the "gtfs" profile); the "cm" profile: 6 digits.
+    stop_id_pattern: str | None = None
+    # Row-level problems may skip at most this share of any file's rows.
+    max_skipped_share: float = 0.1
+    # A refresh may lose at most this share of the served feed's stops, routes, trips or
+    # stop_times.
+    max_drop_share: float = 0.25
+    # Unit of shape_dist_traveled: told from the geometry ("auto") or one of m, km, mi, ft.
+    shape_dist_unit: str = "auto"
+    # Examples kept per notice code in the validation report.
+    report_examples: int = 10
 
 
 @dataclass(frozen=True, slots=True)
 class RealtimeSettings:
-    """The GTFS-Realtime sources (None: off), polled together."""
+    """The GTFS-Realtime sources (None: off, served empty), polled together."""
 
-    vehicles_source: str | None = DEFAULT_VEHICLES
+    vehicles_source: str | None = None
     trip_updates_source: str | None = None
     alerts_source: str | None = None
     vehicle_metadata_source: str | None = None
@@ -64,8 +97,10 @@ class MetricsSettings:
     dates_file: str | None = None
     ingest_interval: float = 300.0
     refresh_interval: float = 30.0
-    line_id_pattern: str = r"^\d{4}$"
-    by_stop_days: int = 31
+    # None: any line id (the "gtfs" profile); the "cm" profile: 4 digits.
+    line_id_pattern: str | None = None
+    # 0: `/demand/by_stop` is the spec's empty list.
+    by_stop_days: int = 0
 
     @property
     def db_path(self) -> Path | None:
@@ -79,12 +114,23 @@ class MetricsSettings:
 
 @dataclass(frozen=True, slots=True)
 class PlacesSettings:
-    """The location lists and the facility files (None: no facilities, every kind 404 `[]`)."""
+    """The location lists (None: empty lists) and the facility files (None: no facilities,
+    every kind 404 `[]`)."""
 
-    locations_dir: str = DEFAULT_LOCATIONS
-    facilities_dir: str | None = DEFAULT_FACILITIES
+    locations_dir: str | None = None
+    facilities_dir: str | None = None
     walk_meters: float = 400.0
     place_match_meters: float = 1500.0
+
+
+@dataclass(frozen=True, slots=True)
+class LimitSettings:
+    """What one request may ask for."""
+
+    # Request bodies above this are answered 413.
+    max_body_bytes: int = 16384
+    # Stop ids per `POST /v2/pips/estimates` (more: 400 naming the cap).
+    pip_max_stops: int = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +151,11 @@ class TransitSettings:
     realtime: RealtimeSettings = field(default_factory=RealtimeSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     places: PlacesSettings = field(default_factory=PlacesSettings)
+    limits: LimitSettings = field(default_factory=LimitSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    # TRANSIT_DEMO=true: the bundled demo data (Cairns GTFS, Bull Runner vehicles, synthetic
+    # facilities, the Portuguese location lists) instead of an operator's sources.
+    demo: bool = False
     # Timeout of every URL fetch (static feed and realtime sources).
     http_timeout_seconds: float = 30.0
     # A pinned clock (demos and benchmarks on old feeds).
@@ -114,24 +164,71 @@ class TransitSettings:
     # configured by its USAGE_* settings (ratelimitd address, Redis, failure policy).
     rate_limit: UsageSettings | None = None
 
+    def sources(self) -> dict[str, str | None]:
+        """Where each data family comes from (None: not configured, served empty)."""
+        return {
+            "gtfs": self.feed.source or None,
+            "vehicles": self.realtime.vehicles_source,
+            "trip_updates": self.realtime.trip_updates_source,
+            "alerts": self.realtime.alerts_source,
+            "vehicle_metadata": self.realtime.vehicle_metadata_source,
+            "facilities": self.places.facilities_dir,
+            "locations": self.places.locations_dir,
+            "metrics": str(self.metrics.db_path) if self.metrics.db_path else None,
+        }
+
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> TransitSettings:
-        """Build the settings from `TRANSIT_*` variables (defaults serve the embedded data)."""
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, feed_required: bool = True
+    ) -> TransitSettings:
+        """Build the settings from `TRANSIT_*` variables.
+
+        An operator names their feed (`TRANSIT_GTFS_SOURCE`) and each other source they have;
+        the rest is served empty. `TRANSIT_DEMO=true` serves the bundled demo data instead.
+        Tools that do not read the feed (the metrics CLI) pass `feed_required=False`.
+        """
         env = _Env(os.environ if environ is None else environ)
+        demo = env.flag("DEMO", False)
+        gtfs = env.text("GTFS_SOURCE", "")
+        if demo and gtfs:
+            raise SettingsError(
+                "TRANSIT_DEMO=true serves the bundled demo feed; unset TRANSIT_GTFS_SOURCE "
+                "or TRANSIT_DEMO"
+            )
+        if not demo and not gtfs and feed_required:
+            raise SettingsError(
+                "TRANSIT_GTFS_SOURCE is not set: point it at your GTFS feed (URL, zip or "
+                "directory), or set TRANSIT_DEMO=true to serve the bundled demo data"
+            )
+        profile_name = env.text("PROFILE", "gtfs").lower()
+        profile = PROFILES.get(profile_name)
+        if profile is None:
+            raise SettingsError(
+                f"TRANSIT_PROFILE={profile_name!r} (accepted: {', '.join(PROFILES)})"
+            )
         now = env.instant("NOW")
         start_hour = int(env.number("OPERATIONAL_DAY_START_HOUR", 4))
         if start_hour > 23:
             raise SettingsError("TRANSIT_OPERATIONAL_DAY_START_HOUR must be 0..23")
+        unit = env.text("SHAPE_DIST_UNIT", "auto").lower()
+        if unit not in DIST_UNITS:
+            raise SettingsError(
+                f"TRANSIT_SHAPE_DIST_UNIT={unit!r} (accepted: {', '.join(DIST_UNITS)})"
+            )
         feed = FeedSettings(
-            source=env.text("GTFS_SOURCE", DEFAULT_GTFS),
+            source=DEFAULT_GTFS if demo else gtfs,
             refresh_seconds=env.number("GTFS_REFRESH_SECONDS", 3600.0),
             filename=env.text("GTFS_FILENAME", "CMET.zip"),
             timezone=env.optional("TIMEZONE", None),
             operational_day_start_hour=start_hour,
-            stop_id_pattern=env.text("STOP_ID_PATTERN", r"^\d{6}$"),
+            stop_id_pattern=env.pattern("STOP_ID_PATTERN", profile["stop_id_pattern"]),
+            max_skipped_share=env.share("FEED_MAX_SKIPPED_SHARE", 0.1),
+            max_drop_share=env.share("FEED_MAX_DROP_SHARE", 0.25),
+            shape_dist_unit=unit,
+            report_examples=int(env.number("FEED_REPORT_EXAMPLES", 10)),
         )
         realtime = RealtimeSettings(
-            vehicles_source=env.optional("VEHICLES_SOURCE", DEFAULT_VEHICLES),
+            vehicles_source=env.optional("VEHICLES_SOURCE", DEFAULT_VEHICLES if demo else None),
             trip_updates_source=env.optional("TRIP_UPDATES_SOURCE", None),
             alerts_source=env.optional("ALERTS_SOURCE", None),
             vehicle_metadata_source=env.optional("VEHICLE_METADATA_SOURCE", None),
@@ -145,14 +242,18 @@ class TransitSettings:
             dates_file=env.optional("METRICS_DATES", None),
             ingest_interval=env.number("INGEST_INTERVAL", 300.0),
             refresh_interval=env.number("METRICS_REFRESH", 30.0),
-            line_id_pattern=env.text("LINE_ID_PATTERN", r"^\d{4}$"),
-            by_stop_days=int(env.number("METRICS_BY_STOP_DAYS", 31)),
+            line_id_pattern=env.pattern("LINE_ID_PATTERN", profile["line_id_pattern"]),
+            by_stop_days=int(env.number("METRICS_BY_STOP_DAYS", 0)),
         )
         places = PlacesSettings(
-            locations_dir=env.text("LOCATIONS_DIR", DEFAULT_LOCATIONS),
-            facilities_dir=env.optional("FACILITIES_DIR", DEFAULT_FACILITIES),
+            locations_dir=env.optional("LOCATIONS_DIR", DEFAULT_LOCATIONS if demo else None),
+            facilities_dir=env.optional("FACILITIES_DIR", DEFAULT_FACILITIES if demo else None),
             walk_meters=env.number("WALK_METERS", 400.0),
             place_match_meters=env.number("PLACE_MATCH_METERS", 1500.0),
+        )
+        limits = LimitSettings(
+            max_body_bytes=max(1, int(env.number("MAX_BODY_BYTES", 16384))),
+            pip_max_stops=max(1, int(env.number("PIP_MAX_STOPS", 50))),
         )
         server = ServerSettings(
             host=env.text("HOST", "127.0.0.1"),
@@ -166,7 +267,9 @@ class TransitSettings:
             realtime=realtime,
             metrics=metrics,
             places=places,
+            limits=limits,
             server=server,
+            demo=demo,
             http_timeout_seconds=env.number("HTTP_TIMEOUT_SECONDS", 30.0),
             now=now,
             rate_limit=UsageSettings.from_env(env.environ) if rate_limit else None,
@@ -202,6 +305,23 @@ class _Env:
             raise SettingsError(f"TRANSIT_{name}={raw!r} is not a number") from None
         if value < 0:
             raise SettingsError(f"TRANSIT_{name}={raw!r} must not be negative")
+        return value
+
+    def share(self, name: str, default: float) -> float:
+        """A fraction in [0, 1]; unset or empty: the default."""
+        value = self.number(name, default)
+        if value > 1:
+            raise SettingsError(f"TRANSIT_{name}={value!r} must be between 0 and 1")
+        return value
+
+    def pattern(self, name: str, default: str | None) -> str | None:
+        """A regular expression matched against whole ids; unset: the default, empty: none."""
+        value = self.optional(name, default)
+        if value is not None:
+            try:
+                re.compile(value, re.ASCII)
+            except re.error as exc:
+                raise SettingsError(f"TRANSIT_{name}={value!r} is not a regex: {exc}") from None
         return value
 
     def flag(self, name: str, default: bool) -> bool:

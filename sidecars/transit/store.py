@@ -13,11 +13,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .gtfs import FeedError, read_feed
-from .network import Network
+from .gtfs import FeedError, Report, read_feed
+from .network import Network, StopLocations
 from .realtime import Realtime, RealtimeError, parse_feed, parse_vehicle_metadata
-from .schemas import FeedHealth, FeedProblem, RealtimeHealth, TransitHealth
-from .settings import TransitSettings
+from .schemas import (
+    FeedHealth,
+    FeedProblem,
+    FeedStatus,
+    RealtimeHealth,
+    TransitHealth,
+    ValidationReport,
+)
+from .settings import FeedSettings, TransitSettings
 from .source import FeedFiles, SourceError, read_bytes
 
 log = logging.getLogger("sidecars.transit")
@@ -56,8 +63,16 @@ class _SourceState:
 class TransitStore:
     """Holds what the resources serve and keeps it fresh."""
 
-    def __init__(self, settings: TransitSettings, clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        settings: TransitSettings,
+        clock: Callable[[], float] | None = None,
+        locations: StopLocations | None = None,
+    ) -> None:
+        """`locations` resolve the stops' district, municipality and locality ids to those of
+        `/v2/locations/*` (None: the feed's ids are served as they are)."""
         self.settings = settings
+        self.locations = locations
         if clock is None:
             fixed = settings.now.timestamp() if settings.now is not None else None
             clock = (lambda: fixed) if fixed is not None else time.time  # type: ignore[assignment,return-value]
@@ -68,8 +83,8 @@ class TransitStore:
         self._rt_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._problems: list[FeedProblem] = []
-        self._problem_count = 0
+        self._serving_report: ValidationReport | None = None
+        self._attempt_report: ValidationReport | None = None
         self._last_error: str | None = None
         self._last_attempt: float | None = None
         self._load_seconds: float | None = None
@@ -84,36 +99,46 @@ class TransitStore:
 
     def load_static(self, source: str | None = None) -> bool:
         """Fetch, validate and index the static feed, then swap it in. Returns whether a new
-        version is now served; on any problem the previous version keeps serving."""
+        version is now served; on a fatal problem the previous version keeps serving."""
         source = source or self.settings.feed.source
+        feed = self.settings.feed
+        if not source:
+            raise ValueError("no static GTFS source configured (TRANSIT_GTFS_SOURCE)")
         with self._load_lock:
             self._last_attempt = self.now()
             started = time.monotonic()
+            current = self.network
+            digest: str | None = None
             try:
                 files = FeedFiles.load(source, self.settings.http_timeout_seconds)
-                current = self.network
+                digest = files.digest
                 if current is not None and current.version == files.digest:
                     log.debug("static feed %s unchanged (version %s)", source, files.digest)
                     return False
-                network = Network(
-                    read_feed(files), files.digest, time.time(), self.settings.feed.timezone
-                )
+                network = build_network(files, feed, current, self.locations)
+                raw = network.raw
             except FeedError as exc:
-                self._reject(source, exc.problems, exc.total)
+                self._reject(source, digest, exc.report)
                 return False
             except SourceError as exc:
-                self._reject(source, [FeedProblem(file=source, line=None, message=str(exc))], 1)
+                report = Report()
+                report.add("unreadable_file", source, None, str(exc))
+                self._reject(source, digest, report)
                 return False
             except Exception as exc:  # a bug must not take the serving feed down with it
                 log.exception("static feed %s: unexpected error while loading", source)
-                self._reject(source, [FeedProblem(file=source, line=None, message=repr(exc))], 1)
+                report = Report()
+                report.add("unreadable_file", source, None, f"unexpected error: {exc!r}")
+                self._reject(source, digest, report)
                 return False
             self._load_seconds = time.monotonic() - started
+            summary = raw.report.summary(source, network.version, int(self.now()))
             self.network = network
-            self._problems, self._problem_count, self._last_error = [], 0, None
+            self._serving_report = self._attempt_report = summary
+            self._last_error = None
             log.info(
                 "static feed %s loaded: version %s, %d stops, %d lines, %d routes, %d patterns, "
-                "%d trips, %d stop_times in %.2fs",
+                "%d trips, %d stop_times in %.2fs; %d row(s) skipped, %d warning(s)",
                 source,
                 network.version,
                 len(network.raw.stop_ids),
@@ -123,27 +148,38 @@ class TransitStore:
                 len(network.raw.trip_ids),
                 len(network.raw.st_trip),
                 self._load_seconds,
+                sum(f.skipped for f in summary.files),
+                summary.warnings,
             )
+            for notice in summary.notices:
+                log.warning(
+                    "  %s (%s) x%d, e.g. %s",
+                    notice.code,
+                    notice.severity,
+                    notice.count,
+                    _where(notice.examples[0]) if notice.examples else "-",
+                )
         self.rebuild_realtime()
         return True
 
-    def _reject(self, source: str, problems: list[FeedProblem], total: int) -> None:
-        self._problems, self._problem_count = problems, total
-        first = problems[0] if problems else None
-        self._last_error = (
-            f"{first.file}{':' + str(first.line) if first and first.line else ''}: {first.message}"
-            if first
-            else "invalid feed"
-        )
+    def _reject(self, source: str, version: str | None, report: Report) -> None:
+        summary = report.summary(source, version, int(self.now()))
+        self._attempt_report = summary
+        first = report.first_fatal()
+        self._last_error = _where(first) if first is not None else "invalid feed"
         serving = self.network.version if self.network is not None else "none"
         log.error(
-            "static feed %s rejected (%d problem(s)); still serving version %s",
+            "static feed %s rejected (%d fatal problem(s)); still serving version %s",
             source,
-            total,
+            summary.fatal,
             serving,
         )
-        for p in problems:
-            log.error("  %s%s: %s", p.file, f":{p.line}" if p.line else "", p.message)
+        for p in report.fatal_examples():
+            log.error("  %s", _where(p))
+
+    def feed_status(self) -> FeedStatus:
+        """The validation reports of the served feed and of the last attempt."""
+        return FeedStatus(serving=self._serving_report, last_attempt=self._attempt_report)
 
     # -- realtime ---------------------------------------------------------------------------
 
@@ -231,12 +267,21 @@ class TransitStore:
     # -- health -----------------------------------------------------------------------------
 
     def health(self) -> TransitHealth:
-        """Component map: the static feed and each realtime source."""
+        """Component map: the static feed and each realtime source, and which sources are
+        configured."""
         net = self.network
         if net is None:
             status = "error" if self._last_error else "starting"
         else:
             status = "degraded" if self._last_error else "ok"
+        attempt = self._attempt_report
+        rejected = attempt is not None and not attempt.accepted
+        problems = (
+            [p for n in attempt.notices if n.severity == "fatal" for p in n.examples]
+            if rejected and attempt is not None
+            else []
+        )
+        serving = self._serving_report
         feed = FeedHealth(
             status=status,
             source=self.settings.feed.source,
@@ -245,8 +290,9 @@ class TransitStore:
             load_seconds=round(self._load_seconds, 3) if self._load_seconds is not None else None,
             last_attempt_at=int(self._last_attempt) if self._last_attempt else None,
             last_error=self._last_error,
-            problems=list(self._problems),
-            problem_count=self._problem_count,
+            problems=problems,
+            problem_count=attempt.fatal if rejected and attempt is not None else 0,
+            skipped_rows=sum(f.skipped for f in serving.files) if serving is not None else 0,
         )
         parts = {kind: self._sources[kind].health() for kind in RT_KINDS}
         overall = "ok" if net is not None else "unavailable"
@@ -254,4 +300,35 @@ class TransitStore:
             self._last_error or any(p.status in ("error", "stale") for p in parts.values())
         ):
             overall = "degraded"
-        return TransitHealth(status=overall, feed=feed, **parts)
+        return TransitHealth(
+            status=overall,
+            demo=self.settings.demo,
+            sources=self.settings.sources(),
+            feed=feed,
+            **parts,
+        )
+
+
+def build_network(
+    files: FeedFiles,
+    feed: FeedSettings,
+    served: Network | None = None,
+    locations: StopLocations | None = None,
+) -> Network:
+    """Validate a feed (against the served one, if any) and derive its network; FeedError
+    when it must not be served. The network's `raw.report` lists what was skipped."""
+    raw = read_feed(
+        files,
+        max_skipped_share=feed.max_skipped_share,
+        examples=feed.report_examples,
+        dist_unit=feed.shape_dist_unit,
+    )
+    if served is not None:
+        raw.report.check_shrink(served.raw.report, feed.max_drop_share)
+        raw.report.raise_if_fatal()
+    return Network(raw, files.digest, time.time(), feed.timezone, locations)
+
+
+def _where(p: FeedProblem) -> str:
+    """`file:line: message` (no line when the problem is about the whole file)."""
+    return f"{p.file}{':' + str(p.line) if p.line else ''}: {p.message}"

@@ -13,7 +13,7 @@ from support.sidecar import transit_sidecar
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`python -m sidecars.transit` on port 0, 2 workers (gunicorn reports the port it bound)."""
-    env = {"TRANSIT_NOW": "2014-06-10T08:00:00+10:00"}
+    env = {"TRANSIT_NOW": "2014-06-10T08:00:00+10:00", "TRANSIT_DEMO": "true"}
     gunicorn = transit_sidecar(env, tmp_path_factory.mktemp("transit") / "gunicorn.log")
     try:
         gunicorn.wait_ready(60)

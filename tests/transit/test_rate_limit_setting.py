@@ -14,6 +14,7 @@ async def test_entry_point_rate_limits_when_enabled(
     monkeypatch: pytest.MonkeyPatch, enabled: bool
 ) -> None:
     monkeypatch.setenv("TRANSIT_RATE_LIMIT", "true" if enabled else "false")
+    monkeypatch.setenv("TRANSIT_DEMO", "true")
     monkeypatch.setenv("TRANSIT_VEHICLES_SOURCE", "")
     # ratelimitd is unreachable and the policy is deny: only a rate-limited app refuses.
     monkeypatch.setenv("USAGE_RATELIMIT_ADDRESS", f"127.0.0.1:{free_port()}")

@@ -8,23 +8,72 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sidecars.transit.settings import (
+    DEFAULT_FACILITIES,
     DEFAULT_GTFS,
+    DEFAULT_LOCATIONS,
     DEFAULT_VEHICLES,
+    FeedSettings,
     SettingsError,
     TransitSettings,
+    id_matcher,
 )
 from sidecars.usage.settings import Settings as UsageSettings
 
+OPERATOR = {"TRANSIT_GTFS_SOURCE": "/srv/gtfs.zip"}
 
-def test_defaults_serve_the_embedded_data() -> None:
-    s = TransitSettings.from_env({})
-    assert s == TransitSettings()
+
+def test_nothing_configured_refuses_to_start() -> None:
+    with pytest.raises(SettingsError, match=r"TRANSIT_GTFS_SOURCE is not set.*TRANSIT_DEMO=true"):
+        TransitSettings.from_env({})
+
+
+def test_demo_mode_serves_the_bundled_data() -> None:
+    s = TransitSettings.from_env({"TRANSIT_DEMO": "true"})
+    assert s.demo
     assert s.feed.source == DEFAULT_GTFS and s.realtime.vehicles_source == DEFAULT_VEHICLES
+    assert s.places.facilities_dir == DEFAULT_FACILITIES
+    assert s.places.locations_dir == DEFAULT_LOCATIONS
     assert s.realtime.trip_updates_source is None and s.realtime.alerts_source is None
-    assert s.feed.operational_day_start_hour == 4 and s.feed.stop_id_pattern == r"^\d{6}$"
+    with pytest.raises(SettingsError, match="unset TRANSIT_GTFS_SOURCE or TRANSIT_DEMO"):
+        TransitSettings.from_env({"TRANSIT_DEMO": "true", "TRANSIT_GTFS_SOURCE": "/x.zip"})
+
+
+def test_an_operator_feed_brings_nothing_of_the_demo() -> None:
+    s = TransitSettings.from_env(OPERATOR)
+    assert not s.demo
+    assert s == TransitSettings(feed=FeedSettings(source="/srv/gtfs.zip"))
+    assert s.feed.source == "/srv/gtfs.zip"
+    assert s.sources() == {
+        "gtfs": "/srv/gtfs.zip",
+        "vehicles": None,
+        "trip_updates": None,
+        "alerts": None,
+        "vehicle_metadata": None,
+        "facilities": None,
+        "locations": None,
+        "metrics": None,
+    }
+    assert s.feed.operational_day_start_hour == 4 and s.feed.stop_id_pattern is None
+    assert s.metrics.line_id_pattern is None and s.metrics.by_stop_days == 0
     assert s.feed.refresh_seconds == 3600 and s.realtime.refresh_seconds == 10
+    assert (s.feed.max_skipped_share, s.feed.max_drop_share) == (0.1, 0.25)
+    assert (s.limits.max_body_bytes, s.limits.pip_max_stops) == (16384, 50)
     assert s.server.workers == 2 and s.server.port == 8080
     assert s.rate_limit is None
+
+
+def test_cm_profile_holds_carris_metropolitana_id_rules() -> None:
+    s = TransitSettings.from_env({**OPERATOR, "TRANSIT_PROFILE": "cm"})
+    assert s.feed.stop_id_pattern == r"\d{6}" and s.metrics.line_id_pattern == r"\d{4}"
+    valid = id_matcher(s.feed.stop_id_pattern)
+    assert valid("750000")
+    # Whole-string ASCII matching: a trailing newline or full-width digits are not 6 digits.
+    assert not valid("750000\n") and not valid("７５００００") and not valid("7500001")
+    # An explicit pattern wins over the profile; empty: no rule.
+    s = TransitSettings.from_env(
+        {**OPERATOR, "TRANSIT_PROFILE": "cm", "TRANSIT_STOP_ID_PATTERN": ""}
+    )
+    assert s.feed.stop_id_pattern is None
 
 
 def test_values_are_parsed() -> None:
@@ -60,11 +109,15 @@ def test_values_are_parsed() -> None:
         ("TRANSIT_NOW", "2014-06-10T08:00:00", "UTC offset"),
         ("TRANSIT_OPERATIONAL_DAY_START_HOUR", "24", "0..23"),
         ("TRANSIT_RATE_LIMIT", "maybe", "accepted: true, false"),
+        ("TRANSIT_PROFILE", "tfl", "accepted: gtfs, cm"),
+        ("TRANSIT_SHAPE_DIST_UNIT", "yards", "accepted: auto, m, km, mi, ft"),
+        ("TRANSIT_FEED_MAX_DROP_SHARE", "1.5", "between 0 and 1"),
+        ("TRANSIT_STOP_ID_PATTERN", "[0-9", "not a regex"),
     ],
 )
 def test_bad_values(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
-        TransitSettings.from_env({name: value})
+        TransitSettings.from_env({**OPERATOR, name: value})
 
 
 def test_settings_are_frozen() -> None:
@@ -75,8 +128,8 @@ def test_settings_are_frozen() -> None:
 
 
 def test_rate_limit_reads_the_usage_settings() -> None:
-    env = {"TRANSIT_RATE_LIMIT": "true", "USAGE_RATELIMIT_FAILURE_MODE": "deny"}
+    env = {**OPERATOR, "TRANSIT_RATE_LIMIT": "true", "USAGE_RATELIMIT_FAILURE_MODE": "deny"}
     s = TransitSettings.from_env(env)
     assert s.rate_limit == UsageSettings.from_env(env)
     assert s.rate_limit.ratelimit_failure_mode == "deny"
-    assert TransitSettings.from_env({"TRANSIT_RATE_LIMIT": "false"}).rate_limit is None
+    assert TransitSettings.from_env({**OPERATOR, "TRANSIT_RATE_LIMIT": "false"}).rate_limit is None

@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[3]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from sidecars.transit.geometry import haversine_m  # noqa: E402
 from sidecars.transit.gtfs import read_feed  # noqa: E402
-from sidecars.transit.network import Network, haversine_m, natural_key  # noqa: E402
+from sidecars.transit.network import Network, natural_key  # noqa: E402
 from sidecars.transit.settings import DEFAULT_GTFS  # noqa: E402
 from sidecars.transit.source import FeedFiles  # noqa: E402
 from sidecars.transit.times import format_time, service_time_unix  # noqa: E402

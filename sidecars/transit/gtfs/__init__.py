@@ -1,7 +1,9 @@
 """The static GTFS feed: parsed and validated into compact columns (`read_feed`), and the
 agency timezone of a local feed without parsing it (`feed_timezone`).
 
-- tables.py: the validated feed (`RawFeed`), the problem report (`FeedError`), CSV tables;
+- notices.py: the validation report (`Report`, the notice codes and their severities) and
+  `FeedError`, raised with it when a feed is rejected;
+- tables.py: the validated feed (`RawFeed`), CSV tables and the field checks;
 - reader.py: `read_feed` and the small files;
 - stop_times.py: the four-million-row stop_times as `array` columns, and frequencies.
 """
@@ -15,10 +17,19 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..source import SourceError
+from .notices import FeedError, Report
 from .reader import read_feed
-from .tables import NO_DROP_OFF, NO_PICKUP, FeedError, RawFeed
+from .tables import NO_DROP_OFF, NO_PICKUP, RawFeed
 
-__all__ = ["NO_DROP_OFF", "NO_PICKUP", "FeedError", "RawFeed", "feed_timezone", "read_feed"]
+__all__ = [
+    "NO_DROP_OFF",
+    "NO_PICKUP",
+    "FeedError",
+    "RawFeed",
+    "Report",
+    "feed_timezone",
+    "read_feed",
+]
 
 
 def feed_timezone(source: str) -> ZoneInfo:

@@ -1,24 +1,24 @@
 """Parse and validate a static GTFS feed into compact columns.
 
 The small files (agency, stops, routes, calendars, shapes, trips) are read here; stop_times and
-frequencies, the large part, in stop_times.py. Any problem (missing file or column, malformed
-row, dangling reference) is collected with its file and line; a feed with problems is rejected
-as a whole.
+frequencies, the large part, in stop_times.py. Every problem is a notice of the report
+(notices.py): a missing file or column, or a file that is not CSV, rejects the feed; a bad row
+is skipped, and the rows of other files that refer to it too.
 """
 
 from __future__ import annotations
 
-import math
 import zipfile
 import zlib
 from array import array
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import date, timedelta
 from zoneinfo import ZoneInfo
 
-from ..schemas import FeedProblem
+from ..geometry import MIN_SAMPLE_M, UNITS, cumulative_m, detect_unit
 from ..source import FeedFiles
-from ..times import parse_yyyymmdd, yyyymmdd
+from ..times import yyyymmdd
+from .notices import Report
 from .stop_times import StopTimes
 from .tables import (
     FACILITY_COLUMNS,
@@ -26,65 +26,99 @@ from .tables import (
     REQUIRED_COLUMNS,
     REQUIRED_FILES,
     WEEKDAYS,
-    FeedError,
-    Problems,
     RawFeed,
     RouteRow,
+    RowError,
     ShapeColumns,
     StopRow,
     Table,
     Trips,
+    color,
+    enum,
     get,
+    integer,
+    number,
+    required,
 )
 
+LOCATION_TYPES = frozenset(("", "0", "1", "2", "3", "4"))
+DIRECTIONS = frozenset(("", "0", "1"))
+FLAGS = frozenset(("0", "1"))
+EXCEPTION_TYPES = frozenset(("1", "2"))
+# The single agency of a feed without agency_id is named this in the API (vehicle ids, metrics).
+DEFAULT_AGENCY_ID = "1"
 
-def read_feed(files: FeedFiles) -> RawFeed:
-    """Parse and validate every file the API needs; FeedError lists what is wrong."""
-    problems = Problems()
+
+def read_feed(
+    files: FeedFiles,
+    *,
+    max_skipped_share: float = 0.1,
+    examples: int = 10,
+    dist_unit: str = "auto",
+) -> RawFeed:
+    """Parse and validate every file the API needs; FeedError carries the report when the
+    feed cannot be served. The served feed's report (row-level notices) is `RawFeed.report`."""
+    report = Report(examples)
     names = files.names()
-    missing = [name for name in REQUIRED_FILES if name not in names]
+    for name in REQUIRED_FILES:
+        if name not in names:
+            report.add("missing_required_file", name, None, "required file missing")
     if "calendar.txt" not in names and "calendar_dates.txt" not in names:
-        missing.append("calendar.txt or calendar_dates.txt")
-    if missing:
-        raise FeedError(
-            [FeedProblem(file=name, line=None, message="required file missing") for name in missing]
+        report.add(
+            "missing_calendar_and_calendar_date_files",
+            "calendar.txt",
+            None,
+            "neither calendar.txt nor calendar_dates.txt is present",
         )
+    report.raise_if_fatal()
     try:
-        return _Reader(files, problems).read()
-    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        raw = _Reader(files, report, dist_unit).read()
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         # A truncated or corrupt member only shows up when it is read.
-        problems.add(files.origin, None, f"cannot read archive member: {exc}")
-        raise FeedError(problems.items, problems.total) from exc
+        raise report.fatal(
+            "unreadable_file", files.origin, None, f"cannot read archive member: {exc}"
+        ) from exc
+    report.check_skipped_share(max_skipped_share)
+    report.raise_if_fatal()
+    return raw
 
 
 class _Reader:
     """Reads the files in dependency order; each table method fills its columns."""
 
-    def __init__(self, files: FeedFiles, problems: Problems) -> None:
+    def __init__(self, files: FeedFiles, report: Report, dist_unit: str) -> None:
         self.files = files
-        self.problems = problems
+        self.report = report
+        self.dist_unit = dist_unit
 
-    def table(self, name: str, fn: Callable[[Table], None]) -> None:
+    def table(self, name: str, fn: Callable[[Table], None], needed: bool = False) -> None:
         with self.files.open_text(name) as fh:
-            fn(Table(name, fh, self.problems))
+            t = Table(name, fh, self.report)
+            fn(t)
+            if needed:
+                t.require()
 
     def read(self) -> RawFeed:
-        self.table("agency.txt", self._agency)
-        self.table("stops.txt", self._stops)
-        self.table("routes.txt", self._routes)
+        names = self.files.names()
+        self.table("agency.txt", self._agency, needed=True)
+        self.table("stops.txt", self._stops, needed=True)
+        self.table("routes.txt", self._routes, needed=True)
         self.service_ids: list[str] = []
         self.service_index: dict[str, int] = {}
         self.service_sets: list[set[str]] = []
-        if "calendar.txt" in self.files.names():
+        if "calendar.txt" in names:
             self.table("calendar.txt", self._calendar)
-        if "calendar_dates.txt" in self.files.names():
+        if "calendar_dates.txt" in names:
             self.table("calendar_dates.txt", self._calendar_dates)
+        if not self.service_ids and not self.report.fatal_count:
+            # Both calendars read, neither gave a usable service.
+            self.report.add("no_usable_rows", "calendar.txt", None, "no usable service")
         self.shapes: dict[str, ShapeColumns] = {}
-        if "shapes.txt" in self.files.names():
+        if "shapes.txt" in names:
             self.table("shapes.txt", self._shapes)
-        self.table("trips.txt", self._trips)
-        # Stop here when the small files are broken: their problems are the useful report.
-        self.problems.raise_if_any()
+        self.table("trips.txt", self._trips, needed=True)
+        # Stop here when the small files are unusable: their notices are the useful report.
+        self.report.raise_if_fatal()
         trips = Trips(
             self.trip_ids,
             self.trip_index,
@@ -96,15 +130,14 @@ class _Reader:
             self.trip_block,
             self.trip_pattern,
         )
-        st = StopTimes(trips, self.stop_index, self.problems)
-        self.table("stop_times.txt", st.read)
-        self.problems.raise_if_any()
+        st = StopTimes(trips, self.stop_index, self.report)
+        self.table("stop_times.txt", st.read, needed=True)
+        self.report.raise_if_fatal()
         st.group()
-        self.problems.raise_if_any()
-        if "frequencies.txt" in self.files.names():
+        if "frequencies.txt" in names:
             self.table("frequencies.txt", st.expand_frequencies)
-            self.problems.raise_if_any()
-        return RawFeed(
+        st.check_unused()
+        raw = RawFeed(
             files=self.files,
             timezone=self.timezone,
             agency_ids=self.agency_ids,
@@ -134,27 +167,53 @@ class _Reader:
             st_dist=st.st_dist,
             time_strings=st.time_strings,
             time_seconds=st.time_seconds,
+            report=self.report,
             shapes=self.shapes,
         )
+        raw.dist_factor = self._dist_factor(raw)
+        return raw
 
     # -- small files ------------------------------------------------------------------------
 
     def _agency(self, t: Table) -> None:
-        i_id, i_tz = t.index("agency_id"), t.index("agency_timezone")
-        self.agency_ids: list[str] = []
-        timezones: list[str] = []
+        i_id, i_name, i_url, i_tz = (
+            t.index("agency_id"),
+            t.index("agency_name"),
+            t.index("agency_url"),
+            t.index("agency_timezone"),
+        )
+        rows: list[tuple[str, str, int]] = []
         for row in t.rows():
-            self.agency_ids.append(get(row, i_id))
-            timezones.append(get(row, i_tz))
-        if not timezones:
-            self.problems.add(t.name, None, "no agency")
-            self.timezone = "UTC"
-            return
-        self.timezone = timezones[0]
-        try:
-            ZoneInfo(self.timezone)
-        except (ValueError, KeyError, OSError):
-            self.problems.add(t.name, 2, f"unknown agency_timezone {self.timezone!r}")
+            try:
+                agency_id = get(row, i_id)
+                required(row, i_name, "agency_name")
+                required(row, i_url, "agency_url")
+                tz = required(row, i_tz, "agency_timezone")
+                try:
+                    ZoneInfo(tz)
+                except (ValueError, KeyError, OSError):
+                    raise RowError(
+                        "invalid_timezone", f"agency_timezone {tz!r} is unknown"
+                    ) from None
+                if any(agency_id == r[0] for r in rows):
+                    raise RowError("duplicate_key", f"agency_id {agency_id!r} repeated")
+            except RowError as exc:
+                t.skip(exc)
+                continue
+            rows.append((agency_id, tz, t.line))
+        if len(rows) > 1:
+            # agency_id is required as soon as there is more than one agency.
+            for agency_id, _, line in rows:
+                if not agency_id:
+                    self.report.skip(
+                        "missing_required_field",
+                        t.name,
+                        line,
+                        "agency_id is empty (required when the feed has several agencies)",
+                    )
+            rows = [r for r in rows if r[0]]
+        self.agency_ids = [r[0] or DEFAULT_AGENCY_ID for r in rows]
+        self.timezone = rows[0][1] if rows else "UTC"
 
     def _stops(self, t: Table) -> None:
         idx = {
@@ -164,6 +223,8 @@ class _Reader:
                 "stop_name",
                 "stop_lat",
                 "stop_lon",
+                "location_type",
+                "parent_station",
                 "stop_code",
                 "stop_short_name",
                 "tts_stop_name",
@@ -171,6 +232,7 @@ class _Reader:
                 "locality",
                 "locality_id",
                 "municipality_id",
+                "municipality_name",
                 "region_id",
                 "wheelchair_boarding",
                 "operational_status",
@@ -180,34 +242,43 @@ class _Reader:
         self.stop_ids: list[str] = []
         self.stop_index: dict[str, int] = {}
         self.stops: list[StopRow] = []
+        seen: set[str] = set()
         for row in t.rows():
-            stop_id = row[idx["stop_id"]].strip()
-            if not stop_id:
-                self.problems.add(t.name, t.line, "empty stop_id")
-                continue
-            if stop_id in self.stop_index:
-                self.problems.add(t.name, t.line, f"duplicate stop_id {stop_id!r}")
-                continue
             try:
-                lat = float(get(row, idx["stop_lat"]) or "nan")
-                lon = float(get(row, idx["stop_lon"]) or "nan")
-            except ValueError:
-                self.problems.add(t.name, t.line, f"stop {stop_id!r}: bad stop_lat/stop_lon")
+                stop_id = required(row, idx["stop_id"], "stop_id")
+                if stop_id in seen:
+                    raise RowError("duplicate_key", f"stop_id {stop_id!r} repeated")
+                kind = enum(get(row, idx["location_type"]), "location_type", LOCATION_TYPES)
+                if kind in ("2", "3", "4"):
+                    required(row, idx["parent_station"], "parent_station")
+                if kind in ("3", "4"):
+                    # Generic nodes and boarding areas: no position needed, nothing to publish.
+                    seen.add(stop_id)
+                    continue
+                name = required(row, idx["stop_name"], "stop_name")
+                lat = number(required(row, idx["stop_lat"], "stop_lat"), "stop_lat", -90, 90)
+                lon = number(required(row, idx["stop_lon"], "stop_lon"), "stop_lon", -180, 180)
+                if abs(lat) <= 1 and abs(lon) <= 1:
+                    raise RowError("point_near_origin", f"stop {stop_id!r} is at {lat}, {lon}")
+            except RowError as exc:
+                t.skip(exc)
                 continue
-            name = get(row, idx["stop_name"])
+            seen.add(stop_id)
             status = OPERATIONAL_STATUSES.get(get(row, idx["operational_status"]).upper())
             self.stop_index[stop_id] = len(self.stop_ids)
             self.stop_ids.append(stop_id)
             self.stops.append(
                 StopRow(
                     name=name,
-                    lat=0.0 if math.isnan(lat) else lat,
-                    lon=0.0 if math.isnan(lon) else lon,
+                    lat=lat,
+                    lon=lon,
                     short_name=get(row, idx["stop_short_name"]) or get(row, idx["stop_code"]),
                     tts_name=get(row, idx["tts_stop_name"]) or name,
                     district_id=get(row, idx["district_id"]),
-                    locality_id=get(row, idx["locality_id"]) or get(row, idx["locality"]),
+                    locality_id=get(row, idx["locality_id"]),
+                    locality=get(row, idx["locality"]),
                     municipality_id=get(row, idx["municipality_id"]),
+                    municipality_name=get(row, idx["municipality_name"]),
                     region_id=get(row, idx["region_id"]),
                     facilities=tuple(name for i, name in facility_idx if row[i].strip() == "1"),
                     wheelchair_boarding=get(row, idx["wheelchair_boarding"]) == "1",
@@ -228,17 +299,51 @@ class _Reader:
             "line_long_name",
         )
         idx = [t.index(c) for c in cols]
+        i_type = t.index("route_type")
         self.routes: list[RouteRow] = []
         self.route_index: dict[str, int] = {}
+        if t.width and t.index("route_short_name") < 0 and t.index("route_long_name") < 0:
+            t.missing_columns("missing required column(s): route_short_name or route_long_name")
+            return
+        # agency_id as written in agency.txt; the single agency of a feed without ids is "1".
+        agencies = set(self.agency_ids)
+        single = self.agency_ids[0] if len(self.agency_ids) == 1 else None
         for row in t.rows():
             values = [get(row, i) for i in idx]
-            if not values[0]:
-                self.problems.add(t.name, t.line, "empty route_id")
+            try:
+                route_id = required(row, idx[0], "route_id")
+                if route_id in self.route_index:
+                    raise RowError("duplicate_key", f"route_id {route_id!r} repeated")
+                agency = values[1]
+                if not agency:
+                    if single is None:
+                        raise RowError(
+                            "missing_required_field",
+                            "agency_id is empty (required when the feed has several agencies)",
+                        )
+                    values[1] = single
+                elif agency not in agencies:
+                    raise RowError(
+                        "foreign_key_violation", f"agency_id {agency!r} is not a usable agency"
+                    )
+                if not values[2] and not values[3]:
+                    raise RowError(
+                        "route_both_short_and_long_name_missing",
+                        f"route {route_id!r} has neither route_short_name nor route_long_name",
+                    )
+                kind = integer(required(row, i_type, "route_type"), "route_type")
+                if not (kind <= 7 or kind in (11, 12) or 100 <= kind <= 1702):
+                    raise RowError("unexpected_enum_value", f"route_type {kind} is not defined")
+            except RowError as exc:
+                t.skip(exc)
                 continue
-            if values[0] in self.route_index:
-                self.problems.add(t.name, t.line, f"duplicate route_id {values[0]!r}")
-                continue
-            self.route_index[values[0]] = len(self.routes)
+            for k, field in ((4, "route_color"), (5, "route_text_color")):
+                try:
+                    color(values[k], field)
+                except RowError as exc:
+                    t.warn(exc.code, f"{exc}; the default colour is served")
+                    values[k] = ""
+            self.route_index[route_id] = len(self.routes)
             self.routes.append(RouteRow(*values))
 
     def _service(self, service_id: str) -> int:
@@ -251,23 +356,28 @@ class _Reader:
 
     def _calendar(self, t: Table) -> None:
         idx = {c: t.index(c) for c in REQUIRED_COLUMNS["calendar.txt"]}
+        seen: set[str] = set()
         for row in t.rows():
-            service_id = get(row, idx["service_id"])
             try:
-                start = parse_yyyymmdd(get(row, idx["start_date"]))
-                end = parse_yyyymmdd(get(row, idx["end_date"]))
-                flags = [get(row, idx[d]) == "1" for d in WEEKDAYS]
-            except ValueError as exc:
-                self.problems.add(t.name, t.line, f"service {service_id!r}: {exc}")
+                service_id = required(row, idx["service_id"], "service_id")
+                if service_id in seen:
+                    raise RowError("duplicate_key", f"service_id {service_id!r} repeated")
+                flags = [enum(get(row, idx[d]), d, FLAGS) == "1" for d in WEEKDAYS]
+                start = _date(required(row, idx["start_date"], "start_date"), "start_date")
+                end = _date(required(row, idx["end_date"], "end_date"), "end_date")
+                if end < start:
+                    raise RowError(
+                        "start_and_end_range_out_of_order",
+                        f"service {service_id!r}: end_date before start_date",
+                    )
+                if (end - start).days > 3660:
+                    raise RowError(
+                        "number_out_of_range", f"service {service_id!r} spans over ten years"
+                    )
+            except RowError as exc:
+                t.skip(exc)
                 continue
-            if end < start:
-                self.problems.add(
-                    t.name, t.line, f"service {service_id!r}: end_date before start_date"
-                )
-                continue
-            if (end - start).days > 3660:
-                self.problems.add(t.name, t.line, f"service {service_id!r}: spans over ten years")
-                continue
+            seen.add(service_id)
             dates = self.service_sets[self._service(service_id)]
             day = start
             one = timedelta(days=1)
@@ -278,51 +388,59 @@ class _Reader:
 
     def _calendar_dates(self, t: Table) -> None:
         i_sid, i_date, i_type = t.index("service_id"), t.index("date"), t.index("exception_type")
+        seen: set[tuple[str, str]] = set()
         for row in t.rows():
-            service_id = get(row, i_sid)
-            text = get(row, i_date)
-            kind = get(row, i_type)
             try:
-                parse_yyyymmdd(text)
-            except ValueError as exc:
-                self.problems.add(t.name, t.line, str(exc))
+                service_id = required(row, i_sid, "service_id")
+                text = required(row, i_date, "date")
+                _date(text, "date")
+                kind = enum(required(row, i_type, "exception_type"), "exception_type",
+                            EXCEPTION_TYPES)  # fmt: skip
+                if (service_id, text) in seen:
+                    raise RowError("duplicate_key", f"service {service_id!r} on {text} is repeated")
+            except RowError as exc:
+                t.skip(exc)
                 continue
+            seen.add((service_id, text))
             dates = self.service_sets[self._service(service_id)]
             if kind == "1":
                 dates.add(text)
-            elif kind == "2":
-                dates.discard(text)
             else:
-                self.problems.add(t.name, t.line, f"exception_type must be 1 or 2, not {kind!r}")
+                dates.discard(text)
 
     def _shapes(self, t: Table) -> None:
         i_id = t.index("shape_id")
         i_lat, i_lon = t.index("shape_pt_lat"), t.index("shape_pt_lon")
         i_seq, i_dist = t.index("shape_pt_sequence"), t.index("shape_dist_traveled")
-        points: dict[str, list[tuple[int, float, float, float]]] = {}
+        points: dict[str, dict[int, tuple[float, float, float]]] = {}
+        nan = float("nan")
         for row in t.rows():
             try:
-                dist_text = row[i_dist].strip() if i_dist >= 0 else ""
-                point = (
-                    int(row[i_seq]),
-                    float(row[i_lat]),
-                    float(row[i_lon]),
-                    float(dist_text) if dist_text else math.nan,
-                )
-            except ValueError:
-                self.problems.add(
-                    t.name, t.line, "bad shape point (sequence, lat, lon or distance)"
-                )
+                shape_id = required(row, i_id, "shape_id")
+                seq = integer(required(row, i_seq, "shape_pt_sequence"), "shape_pt_sequence")
+                lat = number(required(row, i_lat, "shape_pt_lat"), "shape_pt_lat", -90, 90)
+                lon = number(required(row, i_lon, "shape_pt_lon"), "shape_pt_lon", -180, 180)
+                if abs(lat) <= 1 and abs(lon) <= 1:
+                    raise RowError("point_near_origin", f"shape point at {lat}, {lon}")
+                dist_text = get(row, i_dist)
+                dist = number(dist_text, "shape_dist_traveled", 0, 1e12) if dist_text else nan
+                shape = points.setdefault(shape_id, {})
+                if seq in shape:
+                    raise RowError(
+                        "duplicate_key", f"shape {shape_id!r}: shape_pt_sequence {seq} repeated"
+                    )
+            except RowError as exc:
+                t.skip(exc)
                 continue
-            points.setdefault(row[i_id].strip(), []).append(point)
-        for shape_id, pts in points.items():
-            pts.sort()
-            dists = array("d", (p[3] for p in pts))
-            has_dist = not any(math.isnan(d) for d in dists)
+            shape[seq] = (lat, lon, dist)
+        for shape_id, by_seq in points.items():
+            seqs = sorted(by_seq)
+            dists = array("d", (by_seq[s][2] for s in seqs))
+            has_dist = all(d == d for d in dists)  # no NaN
             self.shapes[shape_id] = ShapeColumns(
-                array("i", (p[0] for p in pts)),
-                array("d", (p[1] for p in pts)),
-                array("d", (p[2] for p in pts)),
+                array("i", seqs),
+                array("d", (by_seq[s][0] for s in seqs)),
+                array("d", (by_seq[s][1] for s in seqs)),
                 dists if has_dist else None,
             )
 
@@ -346,44 +464,88 @@ class _Reader:
         interned: dict[str, str] = {}
         intern = interned.setdefault
         for row in t.rows():
-            trip_id = row[i_trip].strip()
-            route = self.route_index.get(row[i_route].strip())
-            service = self.service_index.get(row[i_service].strip())
+            try:
+                trip_id = required(row, i_trip, "trip_id")
+                if trip_id in self.trip_index:
+                    raise RowError("duplicate_key", f"trip_id {trip_id!r} repeated")
+                route_text = required(row, i_route, "route_id")
+                route = self.route_index.get(route_text)
+                if route is None:
+                    raise RowError(
+                        "foreign_key_violation",
+                        f"trip {trip_id!r}: route_id {route_text!r} is not a usable route",
+                    )
+                service_text = required(row, i_service, "service_id")
+                service = self.service_index.get(service_text)
+                if service is None:
+                    raise RowError(
+                        "foreign_key_violation",
+                        f"trip {trip_id!r}: service_id {service_text!r} is not a usable service "
+                        "of calendar.txt or calendar_dates.txt",
+                    )
+                direction = enum(get(row, i_dir), "direction_id", DIRECTIONS)
+            except RowError as exc:
+                t.skip(exc)
+                continue
             shape = get(row, i_shape)
-            if not trip_id or trip_id in self.trip_index:
-                self.problems.add(t.name, t.line, f"empty or duplicate trip_id {trip_id!r}")
-                continue
-            if route is None:
-                self.problems.add(
-                    t.name, t.line, f"trip {trip_id!r}: route_id {row[i_route]!r} not in routes.txt"
-                )
-                continue
-            if service is None:
-                self.problems.add(
-                    t.name,
-                    t.line,
-                    f"trip {trip_id!r}: service_id {row[i_service]!r} not in calendar.txt "
-                    "or calendar_dates.txt",
-                )
-                continue
             if shape and shape not in self.shapes:
-                self.problems.add(
-                    t.name, t.line, f"trip {trip_id!r}: shape_id {shape!r} not in shapes.txt"
-                )
-                continue
-            direction = get(row, i_dir)
-            if direction not in ("", "0", "1"):
-                self.problems.add(t.name, t.line, f"trip {trip_id!r}: direction_id {direction!r}")
-                continue
+                t.warn("trip_shape_not_found", f"trip {trip_id!r}: shape_id {shape!r}")
+                shape = ""
             self.trip_index[trip_id] = len(self.trip_ids)
             self.trip_ids.append(trip_id)
             self.trip_route.append(route)
             self.trip_service.append(service)
             self.trip_direction.append(1 if direction == "1" else 0)
-            self.trip_headsign.append(intern(get(row, i_head), get(row, i_head)))
+            headsign = get(row, i_head)
+            self.trip_headsign.append(intern(headsign, headsign))
             self.trip_shape.append(intern(shape, shape))
             block = get(row, i_block)
             self.trip_block.append(intern(block, block))
             if self.trip_pattern is not None:
                 pattern = get(row, i_pattern)
                 self.trip_pattern.append(intern(pattern, pattern))
+
+    # -- units ------------------------------------------------------------------------------
+
+    def _dist_factor(self, raw: RawFeed) -> float | None:
+        """Metres per unit of shape_dist_traveled: configured, or told from the shapes (else
+        from trips' straight-line lengths between stops)."""
+        if self.dist_unit != "auto":
+            return UNITS[self.dist_unit]
+        samples: list[tuple[float, float]] = []
+        for cols in raw.shapes.values():
+            if cols.dist is not None and len(cols.seq) > 1:
+                samples.append((cols.dist[-1] - cols.dist[0], cumulative_m(cols.lat, cols.lon)[-1]))
+        if not samples and raw.st_dist is not None:
+            stops = raw.stops
+            step = max(1, len(raw.trip_ids) // 500)
+            for ti in range(0, len(raw.trip_ids), step):
+                first, count = raw.trip_first[ti], raw.trip_count[ti]
+                if count < 2:
+                    continue
+                rows = [stops[raw.st_stop[p]] for p in range(first, first + count)]
+                length = cumulative_m([r.lat for r in rows], [r.lon for r in rows])[-1]
+                samples.append((raw.st_dist[first + count - 1] - raw.st_dist[first], length))
+        # Blank distances are NaN, which no comparison accepts.
+        samples = [(d, m) for d, m in samples if d > 0 and m >= MIN_SAMPLE_M]
+        if not samples:
+            return None
+        factor = detect_unit(samples)
+        if factor is None:
+            self.report.add(
+                "shape_dist_traveled_unit_unknown",
+                "shapes.txt" if raw.shapes else "stop_times.txt",
+                None,
+                "shape_dist_traveled matches none of m, km, mi, ft "
+                "(set TRANSIT_SHAPE_DIST_UNIT if it is one of them)",
+            )
+        return factor
+
+
+def _date(text: str, field: str) -> date:
+    if len(text) != 8 or not text.isdigit() or not text.isascii():
+        raise RowError("invalid_date", f"{field} {text!r} is not YYYYMMDD")
+    try:
+        return date(int(text[:4]), int(text[4:6]), int(text[6:]))
+    except ValueError:
+        raise RowError("invalid_date", f"{field} {text!r} is not a date") from None

@@ -1,5 +1,5 @@
 """The parts every GTFS file reader shares: the validated feed as columns (`Trips`, `RawFeed`),
-the problem report (`FeedError`) and a CSV table with its header resolved."""
+a CSV table with its header resolved, and the field checks that skip a bad row."""
 
 from __future__ import annotations
 
@@ -9,16 +9,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
-from ..schemas import FeedProblem
 from ..source import FeedFiles
+from .notices import Report
 
 REQUIRED_FILES = ("agency.txt", "stops.txt", "routes.txt", "trips.txt", "stop_times.txt")
+# Columns whose absence rejects the feed. The GTFS reference makes some of them conditional
+# (stop_name/stop_lat/stop_lon for location_type 0-2, arrival/departure_time for timepoints);
+# a feed this API can serve always has them. routes.txt also needs route_short_name or
+# route_long_name (checked by the reader).
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "agency.txt": ("agency_name", "agency_timezone"),
-    "stops.txt": ("stop_id",),
-    "routes.txt": ("route_id",),
+    "agency.txt": ("agency_name", "agency_url", "agency_timezone"),
+    "stops.txt": ("stop_id", "stop_name", "stop_lat", "stop_lon"),
+    "routes.txt": ("route_id", "route_type"),
     "trips.txt": ("route_id", "service_id", "trip_id"),
-    "stop_times.txt": ("trip_id", "stop_id", "stop_sequence", "arrival_time"),
+    "stop_times.txt": ("trip_id", "arrival_time", "departure_time", "stop_id", "stop_sequence"),
     "calendar.txt": (
         "service_id",
         "monday",
@@ -33,6 +37,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "calendar_dates.txt": ("service_id", "date", "exception_type"),
     "shapes.txt": ("shape_id", "shape_pt_lat", "shape_pt_lon", "shape_pt_sequence"),
+    "frequencies.txt": ("trip_id", "start_time", "end_time", "headway_secs"),
 }
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # Carris Metropolitana's 0/1 stop columns, in the order the real API lists facilities.
@@ -56,25 +61,12 @@ FACILITY_COLUMNS = (
     ("car_parking", "car_parking"),
 )
 OPERATIONAL_STATUSES = {"ACTIVE": "active", "SEASONAL": "seasonal", "VOIDED": "voided"}
-MAX_PROBLEMS = 50
 NO_PICKUP = 1
 NO_DROP_OFF = 2
 
 
-class FeedError(Exception):
-    """The feed was rejected; `problems` says where and why (capped, `total` counts all)."""
-
-    def __init__(self, problems: list[FeedProblem], total: int | None = None) -> None:
-        self.problems = problems
-        self.total = len(problems) if total is None else total
-        first = problems[0] if problems else None
-        where = f"{first.file}:{first.line}" if first and first.line else (first and first.file)
-        summary = f"{where}: {first.message}" if first else "invalid feed"
-        super().__init__(f"{self.total} problem(s); first: {summary}")
-
-
 class StopRow(NamedTuple):
-    """The stop columns the API exposes."""
+    """The stop columns the API exposes, and the location columns it resolves ids from."""
 
     name: str
     lat: float
@@ -83,7 +75,9 @@ class StopRow(NamedTuple):
     tts_name: str
     district_id: str
     locality_id: str
+    locality: str
     municipality_id: str
+    municipality_name: str
     region_id: str
     facilities: tuple[str, ...]
     wheelchair_boarding: bool
@@ -150,6 +144,7 @@ class RawFeed(Trips):
 
     files: FeedFiles
     timezone: str
+    # The API's agency ids: a single agency without agency_id is "1".
     agency_ids: list[str]
     stop_ids: list[str]
     stop_index: dict[str, int]
@@ -169,55 +164,48 @@ class RawFeed(Trips):
     st_dist: array | None
     time_strings: list[str]
     time_seconds: array
+    report: Report
     shapes: dict[str, ShapeColumns] = field(default_factory=dict)
+    # Metres per unit of shape_dist_traveled (shapes and stop_times), None when unknown.
+    dist_factor: float | None = None
 
 
-class Problems:
-    """Collects problems, keeping the first MAX_PROBLEMS and counting the rest."""
+class RowError(ValueError):
+    """A row is skipped: `code` is its notice, the message says which field and why."""
 
-    def __init__(self) -> None:
-        self.items: list[FeedProblem] = []
-        self.total = 0
-
-    def add(self, file: str, line: int | None, message: str) -> None:
-        """Record one problem."""
-        self.total += 1
-        if len(self.items) < MAX_PROBLEMS:
-            self.items.append(FeedProblem(file=file, line=line, message=message))
-
-    def raise_if_any(self) -> None:
-        """Reject the feed when anything was recorded."""
-        if self.total:
-            raise FeedError(self.items, self.total)
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Table:
-    """A csv reader over one file with its header resolved to column indexes."""
+    """A csv reader over one file with its header resolved to column indexes.
 
-    def __init__(self, name: str, fh: IO[str], problems: Problems) -> None:
+    A missing required column is a fatal notice; the table then yields no rows (the other
+    files are still read, so the report lists every missing column at once).
+    """
+
+    def __init__(self, name: str, fh: IO[str], report: Report) -> None:
         self.name = name
         self.reader = csv.reader(fh, strict=True)
-        self.problems = problems
+        self.report = report
+        self.columns: dict[str, int] = {}
+        self.width = 0
         try:
             header = next(self.reader, None)
-        except csv.Error as exc:
-            raise FeedError([FeedProblem(file=name, line=1, message=f"bad CSV: {exc}")]) from exc
+        except (csv.Error, UnicodeDecodeError) as exc:
+            raise report.fatal("csv_parsing_failed", name, 1, f"bad header: {exc}") from exc
+        report.rows.setdefault(name, 0)
         if not header:
-            raise FeedError([FeedProblem(file=name, line=1, message="empty file, no header")])
+            report.add("empty_file", name, 1, "empty file, no header")
+            return
         # Some producers pad header names (" exact_times"); the spec names are unpadded.
-        self.columns = {h.strip(): i for i, h in enumerate(header)}
-        missing = [c for c in REQUIRED_COLUMNS.get(name, ()) if c not in self.columns]
-        if missing:
-            raise FeedError(
-                [
-                    FeedProblem(
-                        file=name,
-                        line=1,
-                        message=f"missing required column(s): {', '.join(missing)}",
-                    )
-                ]
-            )
+        columns = {h.strip(): i for i, h in enumerate(header)}
+        missing = [c for c in REQUIRED_COLUMNS.get(name, ()) if c not in columns]
+        self.columns = columns
         self.width = len(header)
+        if missing:
+            self.missing_columns(f"missing required column(s): {', '.join(missing)}")
 
     def index(self, column: str) -> int:
         """Index of a column, -1 when absent."""
@@ -225,33 +213,115 @@ class Table:
 
     def rows(self) -> Iterator[list[str]]:
         """Data rows padded to the header width; short rows pad with blanks like most readers,
-        long rows are problems. Blank lines are skipped."""
+        long rows are skipped. Blank lines are skipped. Bad CSV or UTF-8 is fatal."""
         width = self.width
+        if not width:
+            return
         reader = self.reader
+        report = self.report
+        name = self.name
+        count = 0
         try:
             for row in reader:
                 n = len(row)
+                if n == 0 or (n == 1 and not row[0].strip()):
+                    continue
+                count += 1
                 if n == width:
                     yield row
-                elif n == 0 or (n == 1 and not row[0].strip()):
-                    continue
                 elif n < width:
                     yield row + [""] * (width - n)
                 else:
-                    self.problems.add(
-                        self.name, reader.line_num, f"{n} fields but the header has {width}"
+                    report.skip(
+                        "invalid_row_length",
+                        name,
+                        reader.line_num,
+                        f"{n} fields but the header has {width}",
                     )
         except csv.Error as exc:
-            self.problems.add(self.name, reader.line_num, f"bad CSV: {exc}")
+            raise report.fatal(
+                "csv_parsing_failed", name, reader.line_num, f"bad CSV: {exc}"
+            ) from exc
         except UnicodeDecodeError as exc:
-            self.problems.add(self.name, reader.line_num, f"not UTF-8: {exc.reason}")
+            raise report.fatal(
+                "csv_parsing_failed", name, reader.line_num, f"not UTF-8: {exc.reason}"
+            ) from exc
+        finally:
+            report.rows[name] = report.rows.get(name, 0) + count
 
     @property
     def line(self) -> int:
         """The line number of the row being read."""
         return self.reader.line_num
 
+    def skip(self, exc: RowError) -> None:
+        """Record a skipped row."""
+        self.report.skip(exc.code, self.name, self.reader.line_num, str(exc))
+
+    def warn(self, code: str, message: str) -> None:
+        """Record a notice about a row that is served."""
+        self.report.add(code, self.name, self.reader.line_num, message)
+
+    def missing_columns(self, message: str) -> None:
+        """A header without a required column: fatal, and the table yields no rows."""
+        self.report.add("missing_required_column", self.name, 1, message)
+        self.width = 0
+
+    def require(self) -> None:
+        """A required file without a usable row is fatal (unless the feed is rejected
+        already: an empty routes.txt empties trips.txt too, which says nothing new)."""
+        if self.width and not self.report.fatal_count and not self.report.accepted(self.name):
+            self.report.add("no_usable_rows", self.name, None, "no usable row")
+
 
 def get(row: list[str], index: int) -> str:
     """A stripped cell; "" for an absent column."""
     return row[index].strip() if index >= 0 else ""
+
+
+def required(row: list[str], index: int, field: str) -> str:
+    """A cell that must not be empty."""
+    value = row[index].strip() if index >= 0 else ""
+    if not value:
+        raise RowError("missing_required_field", f"{field} is empty")
+    return value
+
+
+def number(text: str, field: str, low: float, high: float) -> float:
+    """A float within [low, high]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise RowError("invalid_float", f"{field} {text!r} is not a number") from None
+    if not low <= value <= high:  # also false for NaN
+        raise RowError("number_out_of_range", f"{field} {text} is outside [{low:g}, {high:g}]")
+    return value
+
+
+def integer(text: str, field: str, low: int = 0) -> int:
+    """An integer >= low."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise RowError("invalid_integer", f"{field} {text!r} is not an integer") from None
+    if value < low:
+        raise RowError("number_out_of_range", f"{field} {value} is below {low}")
+    return value
+
+
+def enum(text: str, field: str, allowed: frozenset[str]) -> str:
+    """One of the values the reference defines ("" when the field is optional and empty)."""
+    if text not in allowed:
+        raise RowError("unexpected_enum_value", f"{field} {text!r} is not one of "
+                       f"{', '.join(sorted(v for v in allowed if v))}")  # fmt: skip
+    return text
+
+
+def color(text: str, field: str) -> str:
+    """A colour: six hexadecimal digits (empty allowed)."""
+    if text and (len(text) != 6 or not all(c in HEX for c in text)):
+        raise RowError("invalid_color", f"{field} {text!r} is not six hexadecimal digits")
+    return text
+
+
+HEX = frozenset("0123456789abcdefABCDEF")

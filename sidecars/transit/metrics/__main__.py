@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        settings = TransitSettings.from_env()
+        # The feed is only read for its timezone, when none is given.
+        settings = TransitSettings.from_env(feed_required=False)
         feed = settings.feed
         # The options override the settings, the store's default place included.
         metrics = dataclasses.replace(
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         if db_path is None:
             parser.error("no store: set TRANSIT_METRICS_DB or TRANSIT_RECORDS_DIR (or --db)")
         tz_name = args.timezone or feed.timezone
+        if not tz_name and not feed.source:
+            parser.error("no timezone: set TRANSIT_TIMEZONE or TRANSIT_GTFS_SOURCE (or --timezone)")
         tz = ZoneInfo(tz_name) if tz_name else feed_timezone(feed.source)
         db = MetricsDB(db_path, tz, feed.operational_day_start_hour)
     except (SettingsError, SourceError, MetricsDBError, OSError) as exc:

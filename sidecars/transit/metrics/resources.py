@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 import falcon
 import falcon.asgi
 
 from ..resources import EMPTY_LIST, send_body, send_raw
+from ..settings import id_matcher
 from .service import MetricsService
 
 # Cache-Control per endpoint, as the real service sends it.
@@ -37,17 +36,18 @@ class MetricsView:
 
 
 class LineDemand:
-    """`/v2/metrics/demand/by_line/:LINE_ID`: 400 `[]` for a malformed id, `[]` for a line
+    """`/v2/metrics/demand/by_line/:LINE_ID`: 400 `[]` for an id the profile's pattern
+    rejects (the "cm" profile: not 4 digits), `[]` for a line
     with no validations, else the line's record in a one-item list."""
 
-    def __init__(self, service: MetricsService, line_id_pattern: str) -> None:
+    def __init__(self, service: MetricsService, line_id_pattern: str | None) -> None:
         self.service = service
-        self.valid = re.compile(line_id_pattern)
+        self.valid = id_matcher(line_id_pattern)
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, line_id: str
     ) -> None:
-        if not self.valid.match(line_id):
+        if not self.valid(line_id):
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
             return
         body = self.service.line_body(line_id)
@@ -59,7 +59,7 @@ class LineDemand:
     on_head = on_get
 
 
-def routes(service: MetricsService, line_id_pattern: str) -> list[tuple[str, object]]:
+def routes(service: MetricsService, line_id_pattern: str | None) -> list[tuple[str, object]]:
     """(path, resource) of every metrics endpoint."""
     out: list[tuple[str, object]] = []
     for name in ("day", "month", "year", "records"):

@@ -95,8 +95,9 @@ class ServiceDay(Struct):
     """Rides of one line of one agency on one operational day (`/v2/metrics/service/all`)."""
 
     agency_id: str
-    # A number in the real API; a line id that is not all digits is kept as a string.
-    line_id: int | str
+    # A number in the real API; a string here, as every other id (and ids like `110N` are
+    # not numbers), so the field has one type.
+    line_id: str
     operational_date: str
     pass_trip_count: int
     pass_trip_percentage: float

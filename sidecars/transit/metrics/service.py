@@ -53,8 +53,10 @@ class MetricsService:
         timezone: Callable[[], ZoneInfo | None],
         clock: Callable[[], float],
         dates_file: Path | None = None,
-        by_stop_days: int = 31,
+        by_stop_days: int = 0,
+        agencies: Callable[[], list[str]] = list,
     ) -> None:
+        """`agencies`: the feed's agency ids, each given videowall keys (zero without data)."""
         self.db_path = db_path
         self.records_dir = records_dir
         self.since = since
@@ -65,6 +67,7 @@ class MetricsService:
         self.clock = clock
         self.calendar = Calendar(dates_file)
         self.by_stop_days = by_stop_days
+        self.agencies = agencies
         self.db: MetricsDB | None = None
         self.error: str | None = None
         self.last_report: IngestReport | None = None
@@ -149,7 +152,7 @@ class MetricsService:
                 self.aggregates = agg
                 self._line_bodies = {}
                 self._rendered = state
-            for name, view in videowall(db.conn, today, now).items():
+            for name, view in videowall(db.conn, today, now, self.agencies()).items():
                 bodies["videowall/" + name] = _body(view)
             # One assignment: a request sees the old set or the new one, never a mix.
             self.bodies = bodies

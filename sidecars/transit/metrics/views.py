@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import sqlite3
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -148,7 +149,7 @@ def compute_aggregates(
     since: date,
     now: float,
     calendar: Calendar,
-    by_stop_days: int = 31,
+    by_stop_days: int = 0,
 ) -> Aggregates:
     """Demand, service and complaints views from the store.
 
@@ -290,7 +291,7 @@ def service_all(conn: sqlite3.Connection, today: date) -> ServiceAll:
         data=[
             ServiceDay(
                 agency_id=agency,
-                line_id=int(line) if line.isdigit() else line,
+                line_id=line,
                 operational_date=day_of(op_day).strftime("%Y%m%d"),
                 pass_trip_count=passed,
                 pass_trip_percentage=round(100.0 * passed / total, 2),
@@ -354,8 +355,11 @@ def _with_total(rows: list[tuple], measures: tuple[str, ...]) -> dict[str, dict[
     return out
 
 
-def videowall(conn: sqlite3.Connection, today: date, now: float) -> dict[str, Videowall]:
-    """The five videowall views for the operational day `today` as of Unix time `now`."""
+def videowall(
+    conn: sqlite3.Connection, today: date, now: float, agencies: Iterable[str] = ()
+) -> dict[str, Videowall]:
+    """The five videowall views for the operational day `today` as of Unix time `now`;
+    every agency of `agencies` (the feed's) has its keys, zero until it has data."""
     stamp = int(now * 1000)
     d = day_number(today)
     t = int(now)
@@ -452,6 +456,11 @@ def videowall(conn: sqlite3.Connection, today: date, now: float) -> dict[str, Vi
     for measures in empty.values():
         measures["empty_rides_vkm"] = round(float(measures["empty_rides_vkm"]), 3)
 
+    views = (delays, empty, sla, validations, vkm)
+    for agency in agencies:
+        for view in views:
+            if agency not in view:
+                view[agency] = {measure: 0 for measure in view[NETWORK]}
     return {
         name: Videowall(data=_keyed(view), timestamp_resource=stamp)
         for name, view in (

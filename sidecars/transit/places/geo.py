@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..network import haversine_m
+from ..geometry import haversine_m
 
 METERS_PER_DEGREE = 111_320.0
 

@@ -17,6 +17,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..gtfs.tables import StopRow
 from ..network import natural_key
 from .geo import GridIndex
 from .schemas import District, Locality, Municipality, Parish
@@ -68,9 +69,10 @@ class Place:
 class Locations:
     """The location lists, sorted by id (numeric collation), and name / point lookups."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path | None) -> None:
+        """Read the lists of a directory; None: no lists (every list empty)."""
         self.directory = directory
-        d = directory
+        d = directory if directory is not None else Path("/nonexistent-locations")
         self.districts = sorted(
             (
                 District(id=r["id"], name=r["name"])
@@ -114,6 +116,8 @@ class Locations:
             ),
             key=lambda x: natural_key(x.id),
         )
+        self.locality_by_id = {x.id: x for x in self.localities}
+        self._locality_names = {(x.municipality_id, fold(x.name)): x for x in self.localities}
         self.district_by_id = {x.id: x for x in self.districts}
         self.municipality_by_id = {x.id: x for x in self.municipalities}
         self.parish_by_id = {x.id: x for x in self.parishes}
@@ -163,6 +167,35 @@ class Locations:
                 or fold(self.district_by_id[m.district_id].name) == hint
             ]
         return found[0] if len(found) == 1 else None
+
+    def resolve_stop(self, row: StopRow) -> tuple[str, str, str, bool]:
+        """(district_id, municipality_id, locality_id) of a stop, as ids of these lists, and
+        whether every place the stop names was found.
+
+        Ids in the feed win; else the municipality by name and the locality by name within its
+        municipality (Carris Metropolitana's stops name their locality: "Alcochete" is
+        `1502-alcochete`). A locality gives its municipality, a municipality its district.
+        """
+        locality = self.locality_by_id.get(row.locality_id)
+        muni = self.municipality_by_id.get(row.municipality_id)
+        if muni is None and row.municipality_name:
+            muni = self.municipality_by_name(row.municipality_name, row.district_id)
+        if locality is None and row.locality and muni is not None:
+            locality = self._locality_names.get((muni.id, fold(row.locality)))
+        if muni is None and locality is not None:
+            muni = self.municipality_by_id.get(locality.municipality_id)
+        district = self.district_by_id.get(muni.district_id if muni else row.district_id)
+        complete = (
+            (district is not None or not row.district_id)
+            and (muni is not None or not (row.municipality_id or row.municipality_name))
+            and (locality is not None or not (row.locality_id or row.locality))
+        )
+        return (
+            district.id if district else "",
+            muni.id if muni else "",
+            locality.id if locality else "",
+            complete,
+        )
 
     def nearest_point(self, lat: float, lon: float, max_meters: float) -> tuple[str, str] | None:
         """(municipality_id, locality) of the nearest reference point within `max_meters`."""

@@ -26,13 +26,13 @@ class Places:
 
     def __init__(
         self,
-        locations_dir: Path,
+        locations: Locations,
         facilities_dir: Path | None,
         walk_meters: float,
         place_meters: float,
         network: Callable[[], Network | None],
     ) -> None:
-        self.locations = Locations(locations_dir)
+        self.locations = locations
         self.walk_meters = walk_meters
         self.network = network
         self.facilities = (

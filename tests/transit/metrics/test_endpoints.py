@@ -139,8 +139,15 @@ def test_demand_by_line_and_one_line(loaded: tuple[Services, falcon.testing.Test
     assert one.status_code == 200 and one.headers["cache-control"] == "public, max-age=300"
     assert one.json == [lines[1]]
     assert get(client, "/v2/metrics/demand/by_line/9999") == []
-    bad = client.simulate_get("/v2/metrics/demand/by_line/10a")
-    assert bad.status_code == 400 and bad.json == []
+    # The default profile takes any line id (110N is a line somewhere): unknown is [].
+    assert get(client, "/v2/metrics/demand/by_line/10a") == []
+
+
+def test_cm_profile_line_ids_are_four_digits(lisbon_store: TransitStore, app_for: App) -> None:
+    _, client = app_for(lisbon_store, line_id_pattern=r"\d{4}")
+    for line_id in ("10a", "1001%0A", "１００１"):
+        bad = client.simulate_get(f"/v2/metrics/demand/by_line/{line_id}")
+        assert bad.status_code == 400 and bad.json == []
 
 
 def test_top_lines_ties(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
@@ -156,8 +163,17 @@ def test_top_lines_ties(loaded: tuple[Services, falcon.testing.TestClient]) -> N
     assert top["lastUpdated"] == top["topLinesByAgency"]["41"]["lines"][0]["generated_at"]
 
 
-def test_demand_by_stop(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
+def test_demand_by_stop(
+    tmp_path: Path,
+    loaded: tuple[Services, falcon.testing.TestClient],
+    lisbon_store: TransitStore,
+    app_for: App,
+) -> None:
     _, client = loaded
+    # The spec's answer ("in preparation") unless TRANSIT_METRICS_BY_STOP_DAYS opts in.
+    assert get(client, "/v2/metrics/demand/by_stop") == []
+    services, client = app_for(lisbon_store, by_stop_days=31)
+    services.metrics.refresh(ingest=True)
     stops = get(client, "/v2/metrics/demand/by_stop")
     totals = {r["properties"]["stop_id"]: sum(e["qty"] for e in r["data"].values()) for r in stops}
     assert totals == {"010001": 7, "010002": 2, "010003": 9, "010004": 10, "020001": 4}
@@ -170,7 +186,7 @@ def test_service_last_14_days(loaded: tuple[Services, falcon.testing.TestClient]
         "data": [
             {
                 "agency_id": "41",
-                "line_id": 1001,
+                "line_id": "1001",
                 "operational_date": "20261119",
                 "pass_trip_count": 1,
                 "pass_trip_percentage": 50.0,
@@ -178,7 +194,7 @@ def test_service_last_14_days(loaded: tuple[Services, falcon.testing.TestClient]
             },
             {
                 "agency_id": "42",
-                "line_id": 2001,
+                "line_id": "2001",
                 "operational_date": "20261119",
                 "pass_trip_count": 1,
                 "pass_trip_percentage": 100.0,
@@ -186,7 +202,7 @@ def test_service_last_14_days(loaded: tuple[Services, falcon.testing.TestClient]
             },
             {
                 "agency_id": "41",
-                "line_id": 1001,
+                "line_id": "1001",
                 "operational_date": "20261106",
                 "pass_trip_count": 1,
                 "pass_trip_percentage": 50.0,
@@ -417,7 +433,14 @@ def test_empty_store_serves_empty_views(lisbon_store: TransitStore, app_for: App
         "lastUpdated": None,
         "topLinesByAgency": {},
     }
+    # Every agency of the feed has its keys, zero before any data.
     assert get(client, "/v2/metrics/videowall/delays")["data"] == {
+        "_41_average_delay_minutes": 0,
+        "_41_delayed_for_more_than_five_minutes_count": 0,
+        "_41_total_until_now_count": 0,
+        "_42_average_delay_minutes": 0,
+        "_42_delayed_for_more_than_five_minutes_count": 0,
+        "_42_total_until_now_count": 0,
         "_cm_average_delay_minutes": 0,
         "_cm_delayed_for_more_than_five_minutes_count": 0,
         "_cm_total_until_now_count": 0,

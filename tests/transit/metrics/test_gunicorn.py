@@ -20,6 +20,7 @@ def test_two_workers_ingest_on_schedule(tmp_path: Path) -> None:
     env = {
         "TRANSIT_NOW": "2026-11-20T10:00:00+00:00",
         "TRANSIT_TIMEZONE": "Europe/Lisbon",
+        "TRANSIT_DEMO": "true",
         "TRANSIT_VEHICLES_SOURCE": "",
         "TRANSIT_RECORDS_DIR": str(records),
         "TRANSIT_INGEST_INTERVAL": "0.3",

@@ -6,22 +6,30 @@ from pathlib import Path
 
 import pytest
 
-from sidecars.transit.gtfs import FeedError, RawFeed, feed_timezone, read_feed
+from sidecars.transit.gtfs import FeedError, RawFeed, Report, feed_timezone, read_feed
+from sidecars.transit.gtfs.notices import FATAL, NOTICES
 from sidecars.transit.source import FeedFiles, SourceError
 
 from ..helpers import BULLRUNNER_ZIP, CAIRNS_ZIP, SMALL_FEED, write_feed
 
 DATA = Path(__file__).resolve().parent / "data"
+FATAL_CODES = {code for code, (severity, _) in NOTICES.items() if severity == FATAL}
 
 
-def load(path: Path | str) -> RawFeed:
-    return read_feed(FeedFiles.load(str(path), 5))
+def load(path: Path | str, **options: float) -> RawFeed:
+    return read_feed(FeedFiles.load(str(path), 5), **options)  # type: ignore[arg-type]
 
 
-def problems_of(path: Path) -> list[str]:
+def notices(report: Report) -> list[str]:
+    """Every example of the report as `code file:line: message`, in the order found."""
+    found = [(p, code) for code, items in report.examples.items() for p in items]
+    return [f"{code} {p.file}:{p.line}: {p.message}" for p, code in found]
+
+
+def fatal_of(path: Path) -> list[str]:
     with pytest.raises(FeedError) as info:
         load(path)
-    return [f"{p.file}:{p.line}: {p.message}" for p in info.value.problems]
+    return [n for n in notices(info.value.report) if n.split()[0] in FATAL_CODES]
 
 
 def test_cairns_loads_with_every_row() -> None:
@@ -42,7 +50,8 @@ def test_cairns_loads_with_every_row() -> None:
 
 def test_google_sample_directory_with_single_digit_hours_loads() -> None:
     raw = load(DATA / "google_sample")
-    assert "6:00:00" in raw.time_strings
+    # Served zero-padded, whatever the feed wrote.
+    assert "06:00:00" in raw.time_strings and "6:00:00" not in raw.time_strings
     assert raw.stop_index["STAGECOACH"] >= 0
 
 
@@ -85,94 +94,99 @@ def test_blank_intermediate_times_are_interpolated(tmp_path: Path) -> None:
 
 
 def test_missing_required_file(tmp_path: Path) -> None:
-    assert problems_of(write_feed(tmp_path / "f.zip", {"stops.txt": None})) == [
-        "stops.txt:None: required file missing"
+    assert fatal_of(write_feed(tmp_path / "f.zip", {"stops.txt": None})) == [
+        "missing_required_file stops.txt:None: required file missing"
     ]
 
 
 def test_missing_both_calendars(tmp_path: Path) -> None:
-    found = problems_of(
+    found = fatal_of(
         write_feed(tmp_path / "f.zip", {"calendar.txt": None, "calendar_dates.txt": None})
     )
-    assert found == ["calendar.txt or calendar_dates.txt:None: required file missing"]
-
-
-def test_missing_required_column(tmp_path: Path) -> None:
-    stops = "stop_name,stop_lat,stop_lon\nA,1,2\n"
-    assert problems_of(write_feed(tmp_path / "f.zip", {"stops.txt": stops})) == [
-        "stops.txt:1: missing required column(s): stop_id"
+    assert found == [
+        "missing_calendar_and_calendar_date_files calendar.txt:None: "
+        "neither calendar.txt nor calendar_dates.txt is present"
     ]
 
 
-def test_row_with_too_many_fields(tmp_path: Path) -> None:
-    stops = SMALL_FEED["stops.txt"] + "100010,Extra,1,2,0,surplus\n"
-    assert problems_of(write_feed(tmp_path / "f.zip", {"stops.txt": stops})) == [
-        "stops.txt:6: 6 fields but the header has 5"
+def test_missing_required_columns_are_all_reported(tmp_path: Path) -> None:
+    stops = "stop_id,stop_name\n100001,A\n"
+    routes = "route_id,agency_id,route_type\nR1,A,3\n"
+    assert fatal_of(write_feed(tmp_path / "f.zip", {"stops.txt": stops, "routes.txt": routes})) == [
+        "missing_required_column stops.txt:1: missing required column(s): stop_lat, stop_lon",
+        "missing_required_column routes.txt:1: missing required column(s): route_short_name "
+        "or route_long_name",
     ]
 
 
-def test_unterminated_quote_is_bad_csv(tmp_path: Path) -> None:
+def test_unterminated_quote_is_fatal(tmp_path: Path) -> None:
     routes = SMALL_FEED["routes.txt"] + 'R2,A,2,"Broken,3,,\n'
-    found = problems_of(write_feed(tmp_path / "f.zip", {"routes.txt": routes}))
-    assert len(found) == 1
-    assert found[0].startswith("routes.txt:") and "bad CSV" in found[0]
+    [found] = fatal_of(write_feed(tmp_path / "f.zip", {"routes.txt": routes}))
+    assert found.startswith("csv_parsing_failed routes.txt:") and "bad CSV" in found
 
 
-def test_dangling_references_are_each_reported(tmp_path: Path) -> None:
-    trips = (
-        SMALL_FEED["trips.txt"] + "NOPE,WK,TX1,,0,,\nR1,NOSERVICE,TX2,,0,,\nR1,WK,TX3,,0,NOSHAPE,\n"
+def test_bad_rows_are_skipped_and_each_reported(tmp_path: Path) -> None:
+    stops = SMALL_FEED["stops.txt"] + "100010,Extra,1,2,0,surplus\n"
+    trips = SMALL_FEED["trips.txt"] + (
+        "NOPE,WK,TX1,,0,,\nR1,NOSERVICE,TX2,,0,,\nR1,WK,TX3,,0,NOSHAPE,\nR1,WK,TX4,,2,,\n"
     )
-    found = problems_of(write_feed(tmp_path / "f.zip", {"trips.txt": trips}))
-    assert found == [
-        "trips.txt:7: trip 'TX1': route_id 'NOPE' not in routes.txt",
-        "trips.txt:8: trip 'TX2': service_id 'NOSERVICE' not in calendar.txt or calendar_dates.txt",
-        "trips.txt:9: trip 'TX3': shape_id 'NOSHAPE' not in shapes.txt",
-    ]
-
-
-def test_stop_times_dangling_trip_and_stop(tmp_path: Path) -> None:
     stop_times = SMALL_FEED["stop_times.txt"] + (
-        "GHOST,10:00:00,10:00:00,100001,1,,,\nT2,09:30:00,09:30:00,999999,4,,,\n"
+        "GHOST,10:00:00,10:00:00,100001,1,,,\n"
+        "T2,09:30:00,09:30:00,999999,4,,,\n"
+        "T2,9h30,9h30,100001,4,,,\n"
+        "T2,09:40:00,09:40:00,100001,five,,,\n"
+        "T2,09:50:00,09:50:00,100001,6,4,,\n"
     )
-    found = problems_of(write_feed(tmp_path / "f.zip", {"stop_times.txt": stop_times}))
-    assert found == [
-        "stop_times.txt:16: trip_id 'GHOST' not in trips.txt",
-        "stop_times.txt:17: stop_id '999999' not in stops.txt",
-    ]
-
-
-def test_bad_time_and_sequence(tmp_path: Path) -> None:
-    stop_times = SMALL_FEED["stop_times.txt"] + (
-        "T2,9h30,9h30,100001,4,,,\nT2,09:40:00,09:40:00,100001,five,,,\n"
-    )
-    found = problems_of(write_feed(tmp_path / "f.zip", {"stop_times.txt": stop_times}))
-    assert found == [
-        "stop_times.txt:16: bad time '9h30' (want H:MM:SS)",
-        "stop_times.txt:17: stop_sequence 'five' is not an integer",
-    ]
-
-
-def test_calendar_problems(tmp_path: Path) -> None:
     cal = SMALL_FEED["calendar.txt"] + "BAD,1,1,1,1,1,0,0,2026-01-01,20260102\n"
     dates = SMALL_FEED["calendar_dates.txt"] + "WK,20260401,3\n"
-    found = problems_of(
-        write_feed(tmp_path / "f.zip", {"calendar.txt": cal, "calendar_dates.txt": dates})
-    )
-    assert found == [
-        "calendar.txt:3: service 'BAD': not a YYYYMMDD date: '2026-01-01'",
-        "calendar_dates.txt:6: exception_type must be 1 or 2, not '3'",
-    ]
+    files = {
+        "stops.txt": stops,
+        "trips.txt": trips,
+        "stop_times.txt": stop_times,
+        "calendar.txt": cal,
+        "calendar_dates.txt": dates,
+    }
+    raw = load(write_feed(tmp_path / "f.zip", files), max_skipped_share=1.0)
+    assert sorted(notices(raw.report)) == sorted([
+        "invalid_row_length stops.txt:6: 6 fields but the header has 5",
+        "invalid_date calendar.txt:3: start_date '2026-01-01' is not YYYYMMDD",
+        "unexpected_enum_value calendar_dates.txt:6: exception_type '3' is not one of 1, 2",
+        "foreign_key_violation trips.txt:7: trip 'TX1': route_id 'NOPE' is not a usable route",
+        "foreign_key_violation trips.txt:8: trip 'TX2': service_id 'NOSERVICE' is not a usable "
+        "service of calendar.txt or calendar_dates.txt",
+        "trip_shape_not_found trips.txt:9: trip 'TX3': shape_id 'NOSHAPE'",
+        "unexpected_enum_value trips.txt:10: direction_id '2' is not one of 0, 1",
+        "foreign_key_violation stop_times.txt:16: trip_id 'GHOST' is not a usable trip",
+        "foreign_key_violation stop_times.txt:17: stop_id '999999' is not a usable stop",
+        "invalid_time stop_times.txt:18: '9h30' is not H:MM:SS",
+        "invalid_integer stop_times.txt:19: stop_sequence 'five' is not an integer",
+        "unexpected_enum_value stop_times.txt:20: pickup_type '4'",
+        "unused_trip trips.txt:None: trip 'TX3' has no stop times",
+    ])  # fmt: skip
+    # Everything else is served: TX3 (only its shape was wrong) is kept.
+    assert "TX3" in raw.trip_index and "TX1" not in raw.trip_index
+    assert len(raw.st_trip) == 14 and len(raw.stop_ids) == 4
+    assert raw.report.skipped == {
+        "stops.txt": 1,
+        "calendar.txt": 1,
+        "calendar_dates.txt": 1,
+        "trips.txt": 3,
+        "stop_times.txt": 5,
+    }
 
 
-def test_problem_report_is_capped_but_counted(tmp_path: Path) -> None:
+def test_report_keeps_the_first_examples_and_counts_all(tmp_path: Path) -> None:
     stop_times = SMALL_FEED["stop_times.txt"] + "".join(
         f"GHOST{i},10:00:00,10:00:00,100001,1,,,\n" for i in range(80)
     )
+    raw = load(write_feed(tmp_path / "f.zip", {"stop_times.txt": stop_times}), max_skipped_share=1)
+    assert raw.report.counts == {"foreign_key_violation": 80}
+    assert len(raw.report.examples["foreign_key_violation"]) == 10
+    # Past the share of skipped rows allowed, the same feed is rejected.
     with pytest.raises(FeedError) as info:
-        load(write_feed(tmp_path / "f.zip", {"stop_times.txt": stop_times}))
-    assert len(info.value.problems) == 50
-    assert info.value.total == 80
-    assert "80 problem(s)" in str(info.value)
+        load(write_feed(tmp_path / "g.zip", {"stop_times.txt": stop_times}))
+    assert info.value.total == 1
+    assert "80 of 94 rows skipped" in str(info.value)
 
 
 def test_corrupt_zip_is_a_source_error(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from sidecars.transit.gtfs import read_feed
 from sidecars.transit.network import Network, natural_key
+from sidecars.transit.places.locations import Locations
 from sidecars.transit.source import FeedFiles
 
 from ..helpers import CAIRNS_ZIP, write_feed
@@ -18,9 +19,9 @@ from ..helpers import CAIRNS_ZIP, write_feed
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def network(path: Path | str) -> Network:
+def network(path: Path | str, locations: Locations | None = None, unit: str = "auto") -> Network:
     files = FeedFiles.load(str(path), 5)
-    return Network(read_feed(files), files.digest, 0.0, None)
+    return Network(read_feed(files, dist_unit=unit), files.digest, 0.0, None, locations)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +49,8 @@ def test_cairns_lines_are_route_short_names(cairns_net: Network) -> None:
     ids = [line["id"] for line in lines]
     assert ids == sorted(ids, key=natural_key)
     line = next(x for x in lines if x["id"] == "110")
-    assert line["route_ids"] == ["110-423"]
+    # Route 110-423 runs two stop sequences each way: its busiest pair keeps the GTFS id.
+    assert line["route_ids"] == ["110-423_1", "110-423"]
     assert line["color"] == "#7BC142" and line["text_color"] == "#000000"
     assert line["short_name"] == "110" and line["long_name"] == "City - Palm Cove"
     assert line["stop_ids"] == []
@@ -117,7 +119,11 @@ def test_small_feed_trip_groups_merge_identical_schedules(small_feed: Path) -> N
     assert merged["trip_ids"] == ["T1X", "T1"]
     assert merged["service_ids"] == ["EXTRA", "WK"]
     assert "20260326" in merged["valid_on"]
-    assert [s["arrival_time"] for s in groups[1]["schedule"]] == ["9:00:00", "09:10:00", "09:20:00"]
+    assert [s["arrival_time"] for s in groups[1]["schedule"]] == [
+        "09:00:00",
+        "09:10:00",
+        "09:20:00",
+    ]
     assert groups[1]["schedule"][0]["arrival_time_24h"] == "09:00:00"
     assert [s["arrival_time"] for s in groups[2]["schedule"]] == [
         "23:50:00",
@@ -136,11 +142,13 @@ def test_small_feed_trip_groups_merge_identical_schedules(small_feed: Path) -> N
     assert version["path"] == [
         {"allow_drop_off": False, "allow_pickup": True, "distance": 0.0, "distance_delta": 0.0,
          "stop_id": "100001", "stop_sequence": 1},
-        {"allow_drop_off": True, "allow_pickup": True, "distance": 1.5, "distance_delta": 1.5,
-         "stop_id": "100002", "stop_sequence": 2},
-        {"allow_drop_off": True, "allow_pickup": False, "distance": 3.0, "distance_delta": 1.5,
-         "stop_id": "100003", "stop_sequence": 3},
+        {"allow_drop_off": True, "allow_pickup": True, "distance": 1500.0,
+         "distance_delta": 1500.0, "stop_id": "100002", "stop_sequence": 2},
+        {"allow_drop_off": True, "allow_pickup": False, "distance": 3000.0,
+         "distance_delta": 1500.0, "stop_id": "100003", "stop_sequence": 3},
     ]  # fmt: skip
+    # shape_dist_traveled 1.5 per 1.4 km step: told to be kilometres, served in metres.
+    assert net.raw.dist_factor == 1000.0
     assert version["color"] == "#FF0000"
     assert version["text_color"] == "#000000"  # patterns default to black text
     assert version["direction_id"] == 0 and version["shape_id"] == "S1"
@@ -221,7 +229,9 @@ def cm_net(tmp_path: Path) -> Network:
         "stop_times.txt": CM_STOP_TIMES,
         "calendar_dates.txt": CM_CALENDAR_DATES,
     }
-    return network(write_feed(tmp_path / "cm.zip", files, base={}))
+    # Carris Metropolitana's shape_dist_traveled is in kilometres (this sample's stop
+    # positions do not tell it).
+    return network(write_feed(tmp_path / "cm.zip", files, base={}), unit="km")
 
 
 def test_cm_extended_columns_drive_lines_and_patterns(cm_net: Network) -> None:
@@ -240,7 +250,9 @@ def test_cm_extended_columns_drive_lines_and_patterns(cm_net: Network) -> None:
     [group] = version["trips"]  # weekday and saturday trips share their times
     assert group["service_ids"] == ["4_21NBI", "7_21NBI"]
     assert group["valid_on"] == ["20260323", "20260324", "20260328"]
-    assert version["path"][1]["distance"] == 12.5 and version["path"][1]["distance_delta"] == 12.5
+    # Metres.
+    assert version["path"][1]["distance"] == 12500.0
+    assert version["path"][1]["distance_delta"] == 12500.0
 
 
 def test_cm_stop_columns(cm_net: Network) -> None:
@@ -248,7 +260,8 @@ def test_cm_stop_columns(cm_net: Network) -> None:
     oriente = stops["060001"]
     assert oriente["facilities"] == ["school", "subway", "train"]
     assert oriente["municipality_id"] == "1106" and oriente["district_id"] == "11"
-    assert oriente["region_id"] == "PT170" and oriente["locality_id"] == "Parque das Nações"
+    # Without location lists a locality name is not an id: served empty.
+    assert oriente["region_id"] == "PT170" and oriente["locality_id"] == ""
     assert oriente["tts_name"].startswith("Gare Do Oriente")
     assert oriente["line_ids"] == ["1001"] and oriente["pattern_ids"] == ["1001_1_1"]
     assert stops["010001"]["route_ids"] == ["1001_0", "1001_1"]

@@ -59,8 +59,8 @@ def test_good_new_feed_is_swapped_in(store: TransitStore, feed_path: Path, clien
         ("corrupt", ("feed.zip", None, "not a readable zip archive")),
         ({"stops.txt": None}, ("stops.txt", None, "required file missing")),
         (
-            {"trips.txt": SMALL_FEED["trips.txt"] + "R9,WK,TX,,0,,\n"},
-            ("trips.txt", 7, "trip 'TX': route_id 'R9' not in routes.txt"),
+            {"routes.txt": "route_id,agency_id,route_short_name\nR1,A,1\n"},
+            ("routes.txt", 1, "missing required column(s): route_type"),
         ),
         (
             {"stop_times.txt": SMALL_FEED["stop_times.txt"] + 'T2,"09:30:00\n'},

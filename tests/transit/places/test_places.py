@@ -3,6 +3,7 @@ Cairns feed, and location fields filled by id, by name and by nearest reference 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -11,11 +12,11 @@ import falcon.testing
 import pytest
 
 from sidecars.transit.app import Services
-from sidecars.transit.network import haversine_m
+from sidecars.transit.geometry import haversine_m
 from sidecars.transit.places.facilities import load
 from sidecars.transit.places.geo import GridIndex
 from sidecars.transit.places.locations import Locations, LocationsError
-from sidecars.transit.settings import DEFAULT_LOCATIONS, PlacesSettings
+from sidecars.transit.settings import DEFAULT_FACILITIES, DEFAULT_LOCATIONS, PlacesSettings
 from sidecars.transit.store import TransitStore
 
 App = Callable[..., tuple[Services, falcon.testing.TestClient]]
@@ -25,9 +26,14 @@ HEADER = (
 )
 
 
+# The bundled lists and demo facilities (TRANSIT_DEMO=true); an operator's deployment has none
+# unless configured.
+DEMO_PLACES = PlacesSettings(locations_dir=DEFAULT_LOCATIONS, facilities_dir=DEFAULT_FACILITIES)
+
+
 @pytest.fixture
 def cairns_client(cairns_store: TransitStore, app_for: App) -> falcon.testing.TestClient:
-    return app_for(cairns_store, records_dir=None, db=None)[1]
+    return app_for(cairns_store, records_dir=None, db=None, places=DEMO_PLACES)[1]
 
 
 def test_location_counts_shape_and_order(cairns_client: falcon.testing.TestClient) -> None:
@@ -177,10 +183,16 @@ def test_stop_ids_are_the_cairns_stops_within_walking_distance(
 
 def test_walking_distance_is_configurable(cairns_store: TransitStore, app_for: App) -> None:
     _, near = app_for(
-        cairns_store, records_dir=None, db=None, places=PlacesSettings(walk_meters=50.0)
+        cairns_store,
+        records_dir=None,
+        db=None,
+        places=dataclasses.replace(DEMO_PLACES, walk_meters=50.0),
     )
     _, far = app_for(
-        cairns_store, records_dir=None, db=None, places=PlacesSettings(walk_meters=1000.0)
+        cairns_store,
+        records_dir=None,
+        db=None,
+        places=dataclasses.replace(DEMO_PLACES, walk_meters=1000.0),
     )
     a = near.simulate_get("/v2/facilities/pips").json[0]["stop_ids"]
     b = far.simulate_get("/v2/facilities/pips").json[0]["stop_ids"]

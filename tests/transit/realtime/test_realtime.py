@@ -12,7 +12,6 @@ from google.protobuf import json_format
 from google.transit import gtfs_realtime_pb2 as rt
 from support import Clock
 
-from sidecars.transit.settings import FeedSettings
 from sidecars.transit.store import TransitStore
 
 from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, local_ts
@@ -144,7 +143,8 @@ def test_arrival_estimates_observed_and_delay_propagation(
     first = by_trip(client.simulate_get("/v2/arrivals/by_stop/100001").json)
     assert set(first) == {"T1", "T2", "TLATE", "TBACK"}  # T1X runs on another day
     t2 = first["T2"]
-    assert t2["scheduled_arrival"] == "9:00:00"
+    # The feed writes 9:00:00; the API always pads.
+    assert t2["scheduled_arrival"] == "09:00:00"
     assert t2["scheduled_arrival_unix"] == int(local_ts("2026-03-24T09:00"))
     assert t2["estimated_arrival"] == "09:01:00"
     assert t2["estimated_arrival_unix"] == int(local_ts("2026-03-24T09:01"))
@@ -302,17 +302,17 @@ def test_bull_runner_vehicles_and_a_frequency_trip_update(
         clock=Clock(1505314375),  # 2017-09-13 10:52:55 in New York, a Wednesday
         vehicles_source=str(BULLRUNNER_VP),
         trip_updates_source=str(tu),
-        feed=FeedSettings(stop_id_pattern=r"^\d+$"),
     )
     assert store.load_static()
     store.poll_realtime()
     client = client_for(store)
     vehicles = {v["id"]: v for v in client.simulate_get("/v2/vehicles").json}
-    assert len(vehicles) == 10  # the feed has no agency_id: bare vehicle ids
-    assert vehicles["1536"]["route_id"] == "F" and vehicles["1536"]["line_id"] == "F"
+    # The feed has no agency_id: its single agency is "1".
+    assert len(vehicles) == 10 and all(v["agency_id"] == "1" for v in vehicles.values())
+    assert vehicles["1|1536"]["route_id"] == "F" and vehicles["1|1536"]["line_id"] == "F"
     arrivals = {a["trip_id"]: a for a in client.simulate_get("/v2/arrivals/by_stop/230").json}
     expanded = arrivals["1@10:50:00"]
     assert expanded["scheduled_arrival"] == "10:51:04"
     assert expanded["estimated_arrival"] == "10:53:04"
-    assert expanded["vehicle_id"] == "1536"
+    assert expanded["vehicle_id"] == "1|1536"
     assert arrivals["1@11:00:00"]["estimated_arrival"] is None

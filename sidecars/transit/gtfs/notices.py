@@ -1,0 +1,232 @@
+"""The validation report of a static feed, in the canonical GTFS validator's notice model.
+
+Every problem found is a *notice*: a code (the canonical validator's name where it has one),
+the file and line it is about, and a message. Each code has one severity, which decides what
+happens to the feed:
+
+- FATAL: the feed is rejected; the previous one keeps serving (`/health` and `/status/feed`
+  say why, with file:line);
+- ERROR: the row is skipped and counted; everything else is served;
+- WARNING: the row is served (the message says what was ignored).
+
+`Report` collects notices while the files are read: counts per code, the first few examples of
+each, and rows read / skipped per file. A row skipped for one reason can make rows of other
+files dangle (a skipped trip's stop_times): those are skipped too and counted as
+`foreign_key_violation`.
+"""
+
+from __future__ import annotations
+
+from ..schemas import FeedProblem, FileRows, NoticeSummary, ValidationReport
+
+FATAL = "fatal"
+ERROR = "error"
+WARNING = "warning"
+SEVERITY_ORDER = {FATAL: 0, ERROR: 1, WARNING: 2}
+
+# code -> (severity, what it means)
+NOTICES: dict[str, tuple[str, str]] = {
+    # The feed cannot be served as a whole.
+    "missing_required_file": (FATAL, "A required file is missing."),
+    "missing_calendar_and_calendar_date_files": (
+        FATAL,
+        "Neither calendar.txt nor calendar_dates.txt is present.",
+    ),
+    "missing_required_column": (FATAL, "A required column is missing from a file's header."),
+    "empty_file": (FATAL, "A required file has no header line."),
+    "csv_parsing_failed": (FATAL, "A file is not well-formed CSV or not UTF-8."),
+    "unreadable_file": (FATAL, "The archive or one of its members cannot be read."),
+    "no_usable_rows": (FATAL, "A required file has no row left after skipping bad ones."),
+    "too_many_rows_skipped": (
+        FATAL,
+        "More rows of a file were skipped than TRANSIT_FEED_MAX_SKIPPED_SHARE allows.",
+    ),
+    "feed_shrunk": (
+        FATAL,
+        "The feed has fewer rows, stops or trips than the served one, by more than "
+        "TRANSIT_FEED_MAX_DROP_SHARE allows.",
+    ),
+    # One row is skipped.
+    "invalid_row_length": (ERROR, "A row has more fields than the header."),
+    "missing_required_field": (ERROR, "A required field is empty."),
+    "invalid_integer": (ERROR, "A field is not an integer."),
+    "invalid_float": (ERROR, "A field is not a number."),
+    "invalid_time": (ERROR, "A field is not a GTFS time (H:MM:SS)."),
+    "invalid_date": (ERROR, "A field is not a date (YYYYMMDD)."),
+    "invalid_color": (ERROR, "A field is not a colour (six hexadecimal digits)."),
+    "invalid_timezone": (ERROR, "A field is not an IANA timezone."),
+    "number_out_of_range": (ERROR, "A number is outside the range the field allows."),
+    "unexpected_enum_value": (ERROR, "A field has a value the GTFS reference does not define."),
+    "duplicate_key": (ERROR, "A row repeats the key of an earlier row."),
+    "foreign_key_violation": (ERROR, "A row refers to an id that no (usable) row defines."),
+    "route_both_short_and_long_name_missing": (
+        ERROR,
+        "A route has neither route_short_name nor route_long_name.",
+    ),
+    "point_near_origin": (ERROR, "A stop or shape point is at latitude 0, longitude 0."),
+    "start_and_end_range_out_of_order": (ERROR, "An end date or time is before its start."),
+    "stop_time_with_arrival_before_previous_departure_time": (
+        ERROR,
+        "A stop time is earlier than the previous stop's in the same trip.",
+    ),
+    "missing_trip_edge": (
+        ERROR,
+        "The first or last stop of a trip has no time; the trip's stop times are skipped.",
+    ),
+    # Served as read.
+    "unused_trip": (WARNING, "A trip has no stop times; it is not served."),
+    "trip_shape_not_found": (
+        WARNING,
+        "A trip's shape_id is not in shapes.txt; it is served without a shape.",
+    ),
+    "decreasing_or_equal_stop_time_distance": (
+        WARNING,
+        "shape_dist_traveled does not increase along a trip; its distances are computed from "
+        "the shape instead.",
+    ),
+    "shape_dist_traveled_unit_unknown": (
+        WARNING,
+        "The unit of shape_dist_traveled could not be told from the geometry; distances are "
+        "computed from the shapes.",
+    ),
+    "location_not_found": (
+        WARNING,
+        "A stop's district, municipality or locality is not in the configured locations; the "
+        "field is served empty.",
+    ),
+}
+
+
+class FeedError(Exception):
+    """The feed was rejected; `report` says why (its fatal notices first)."""
+
+    def __init__(self, report: Report) -> None:
+        self.report = report
+        first = report.first_fatal()
+        where = ""
+        if first is not None:
+            where = first.file + (f":{first.line}" if first.line else "")
+        summary = f"{where}: {first.message}" if first else "invalid feed"
+        super().__init__(f"feed rejected; first fatal problem: {summary}")
+
+    @property
+    def problems(self) -> list[FeedProblem]:
+        """Examples of the fatal notices (file, line, message)."""
+        return self.report.fatal_examples()
+
+    @property
+    def total(self) -> int:
+        """How many fatal notices there were."""
+        return self.report.fatal_count
+
+
+class Report:
+    """Notices of one feed: counts per code, the first `examples` of each, rows per file."""
+
+    def __init__(self, examples: int = 10) -> None:
+        self.examples_per_code = examples
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, list[FeedProblem]] = {}
+        self.rows: dict[str, int] = {}
+        self.skipped: dict[str, int] = {}
+
+    def add(self, code: str, file: str, line: int | None, message: str) -> None:
+        """Record one notice."""
+        self.counts[code] = self.counts.get(code, 0) + 1
+        examples = self.examples.setdefault(code, [])
+        if len(examples) < self.examples_per_code:
+            examples.append(FeedProblem(file=file, line=line, message=message))
+
+    def skip(self, code: str, file: str, line: int | None, message: str, rows: int = 1) -> None:
+        """Record a notice whose row (or `rows` rows) is left out."""
+        self.add(code, file, line, message)
+        self.skipped[file] = self.skipped.get(file, 0) + rows
+
+    def fatal(self, code: str, file: str, line: int | None, message: str) -> FeedError:
+        """Record a fatal notice and return the error to raise."""
+        self.add(code, file, line, message)
+        return FeedError(self)
+
+    @property
+    def fatal_count(self) -> int:
+        """Number of fatal notices."""
+        return sum(n for code, n in self.counts.items() if NOTICES[code][0] == FATAL)
+
+    def raise_if_fatal(self) -> None:
+        """Reject the feed when a fatal notice was recorded."""
+        if self.fatal_count:
+            raise FeedError(self)
+
+    def accepted(self, file: str) -> int:
+        """Rows of a file that are served."""
+        return self.rows.get(file, 0) - self.skipped.get(file, 0)
+
+    def check_skipped_share(self, max_share: float) -> None:
+        """Fatal when more than `max_share` of any file's rows were skipped."""
+        for file, rows in self.rows.items():
+            skipped = self.skipped.get(file, 0)
+            if rows and skipped / rows > max_share:
+                self.add(
+                    "too_many_rows_skipped",
+                    file,
+                    None,
+                    f"{skipped:,} of {rows:,} rows skipped ({skipped / rows:.1%}), more than "
+                    f"the {max_share:.0%} allowed (TRANSIT_FEED_MAX_SKIPPED_SHARE)",
+                )
+
+    def check_shrink(self, served: Report, max_share: float) -> None:
+        """Fatal when a file has lost more than `max_share` of the rows the served feed has
+        (stops, routes, trips, stop_times)."""
+        for file in ("stops.txt", "routes.txt", "trips.txt", "stop_times.txt"):
+            before, after = served.accepted(file), self.accepted(file)
+            if before and (before - after) / before > max_share:
+                self.add(
+                    "feed_shrunk",
+                    file,
+                    None,
+                    f"{after:,} usable rows against {before:,} in the served feed "
+                    f"({(after - before) / before:+.1%}), a larger drop than the "
+                    f"{max_share:.0%} allowed (TRANSIT_FEED_MAX_DROP_SHARE)",
+                )
+
+    def first_fatal(self) -> FeedProblem | None:
+        """The first example of a fatal notice."""
+        examples = self.fatal_examples()
+        return examples[0] if examples else None
+
+    def fatal_examples(self) -> list[FeedProblem]:
+        """Examples of every fatal notice, in the order they were found."""
+        return [
+            p for code, items in self.examples.items() if NOTICES[code][0] == FATAL for p in items
+        ]
+
+    def summary(self, source: str, version: str | None, at: int) -> ValidationReport:
+        """The report as served by `/status/feed` and printed by the validate command."""
+        notices = [
+            NoticeSummary(
+                code=code,
+                severity=NOTICES[code][0],
+                count=count,
+                description=NOTICES[code][1],
+                examples=self.examples.get(code, []),
+            )
+            for code, count in self.counts.items()
+        ]
+        notices.sort(key=lambda n: (SEVERITY_ORDER[n.severity], -n.count, n.code))
+        totals = {FATAL: 0, ERROR: 0, WARNING: 0}
+        for n in notices:
+            totals[n.severity] += n.count
+        return ValidationReport(
+            source=source,
+            version=version,
+            validated_at=at,
+            accepted=totals[FATAL] == 0,
+            fatal=totals[FATAL],
+            errors=totals[ERROR],
+            warnings=totals[WARNING],
+            files=[
+                FileRows(file=f, rows=n, skipped=self.skipped.get(f, 0))
+                for f, n in self.rows.items()
+            ],
+            notices=notices,
+        )

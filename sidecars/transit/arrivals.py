@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 from datetime import date, datetime
 from typing import Any, NamedTuple
@@ -13,8 +14,9 @@ from .schemas import Arrival, PatternArrival, PipEstimate
 from .times import clock_string, service_time_unix
 
 PIP_MAX_ROWS = 8
-# How late a trip may run and still be looked at for a panel (TripUpdates).
+# How late a trip may run and still be looked at for a panel (TripUpdates), and how early.
 PIP_LATE_SECONDS = 3 * 3600
+PIP_EARLY_SECONDS = 30 * 60
 # Panel rows the real service sends for its special stop ids and when nothing is coming.
 PIP_TEST = (
     PipEstimate(estimatedTimeString="TEST", lineId="0000", stopHeadsign="Olá :)"),
@@ -200,7 +202,13 @@ def pip_estimates(
             continue
         schedule = stop_schedule(net, stop, day)
         start = bisect.bisect_left(schedule, since, key=lambda r: r.unix)
+        # The panel shows the 8 soonest: once this stop has 8 rows, a trip scheduled later
+        # than the 8th by more than PIP_EARLY_SECONDS cannot be among them (a bus runs early
+        # by minutes, not that much), so the rest of the day is not looked at.
+        soonest: list[int] = []  # the 8 smallest times of this stop's rows, negated (a heap)
         for r in itertools.islice(schedule, start, None):
+            if len(soonest) == PIP_MAX_ROWS and r.unix > -soonest[0] + PIP_EARLY_SECONDS:
+                break
             ti = r.trip
             first = raw.trip_first[ti]
             if r.position == first + raw.trip_count[ti] - 1:
@@ -222,6 +230,7 @@ def pip_estimates(
                     continue
                 minutes = int(estimate - now) // 60
                 at = datetime.fromtimestamp(estimate, tz).strftime("%H:%M:%S")
+                _keep(soonest, estimate)
                 rows.append(
                     PipEstimate(
                         estimatedArrivalTime=at,
@@ -237,6 +246,7 @@ def pip_estimates(
                 minutes = int(scheduled - now) // 60
                 if minutes <= 0:
                     continue
+                _keep(soonest, scheduled)
                 rows.append(
                     PipEstimate(
                         estimatedArrivalTime=timetabled,
@@ -250,3 +260,11 @@ def pip_estimates(
                 )
     rows.sort(key=lambda r: r.estimatedTimeUnixSeconds)
     return rows[:PIP_MAX_ROWS] or list(PIP_EMPTY)
+
+
+def _keep(soonest: list[int], unix: int) -> None:
+    """Track the PIP_MAX_ROWS smallest times (a max-heap of negated values)."""
+    if len(soonest) < PIP_MAX_ROWS:
+        heapq.heappush(soonest, -unix)
+    elif unix < -soonest[0]:
+        heapq.heapreplace(soonest, -unix)

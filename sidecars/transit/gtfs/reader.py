@@ -94,6 +94,11 @@ class _Reader:
     def table(self, name: str, fn: Callable[[Table], None], needed: bool = False) -> None:
         with self.files.open_text(name) as fh:
             t = Table(name, fh, self.report)
+            if self.report.fatal_count:
+                # Rejected already: only the header is checked (so every missing column is
+                # reported); its rows would only repeat the problem (trips of a broken
+                # routes.txt) and are not read.
+                return
             fn(t)
             if needed:
                 t.require()
@@ -302,9 +307,6 @@ class _Reader:
         i_type = t.index("route_type")
         self.routes: list[RouteRow] = []
         self.route_index: dict[str, int] = {}
-        if t.width and t.index("route_short_name") < 0 and t.index("route_long_name") < 0:
-            t.missing_columns("missing required column(s): route_short_name or route_long_name")
-            return
         # agency_id as written in agency.txt; the single agency of a feed without ids is "1".
         agencies = set(self.agency_ids)
         single = self.agency_ids[0] if len(self.agency_ids) == 1 else None

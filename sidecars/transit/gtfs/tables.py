@@ -15,8 +15,7 @@ from .notices import Report
 REQUIRED_FILES = ("agency.txt", "stops.txt", "routes.txt", "trips.txt", "stop_times.txt")
 # Columns whose absence rejects the feed. The GTFS reference makes some of them conditional
 # (stop_name/stop_lat/stop_lon for location_type 0-2, arrival/departure_time for timepoints);
-# a feed this API can serve always has them. routes.txt also needs route_short_name or
-# route_long_name (checked by the reader).
+# a feed this API can serve always has them.
 REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "agency.txt": ("agency_name", "agency_url", "agency_timezone"),
     "stops.txt": ("stop_id", "stop_name", "stop_lat", "stop_lon"),
@@ -38,6 +37,10 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "calendar_dates.txt": ("service_id", "date", "exception_type"),
     "shapes.txt": ("shape_id", "shape_pt_lat", "shape_pt_lon", "shape_pt_sequence"),
     "frequencies.txt": ("trip_id", "start_time", "end_time", "headway_secs"),
+}
+# Of each group, at least one column.
+REQUIRED_ONE_OF: dict[str, tuple[tuple[str, ...], ...]] = {
+    "routes.txt": (("route_short_name", "route_long_name"),),
 }
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 # Carris Metropolitana's 0/1 stop columns, in the order the real API lists facilities.
@@ -204,8 +207,13 @@ class Table:
         missing = [c for c in REQUIRED_COLUMNS.get(name, ()) if c not in columns]
         self.columns = columns
         self.width = len(header)
+        for choices in REQUIRED_ONE_OF.get(name, ()):
+            if not any(c in columns for c in choices):
+                missing.append(" or ".join(choices))
         if missing:
-            self.missing_columns(f"missing required column(s): {', '.join(missing)}")
+            message = f"missing required column(s): {', '.join(missing)}"
+            report.add("missing_required_column", name, 1, message)
+            self.width = 0
 
     def index(self, column: str) -> int:
         """Index of a column, -1 when absent."""
@@ -261,11 +269,6 @@ class Table:
     def warn(self, code: str, message: str) -> None:
         """Record a notice about a row that is served."""
         self.report.add(code, self.name, self.reader.line_num, message)
-
-    def missing_columns(self, message: str) -> None:
-        """A header without a required column: fatal, and the table yields no rows."""
-        self.report.add("missing_required_column", self.name, 1, message)
-        self.width = 0
 
     def require(self) -> None:
         """A required file without a usable row is fatal (unless the feed is rejected

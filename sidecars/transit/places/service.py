@@ -40,9 +40,9 @@ class Places:
             if facilities_dir is not None
             else fac.FacilitySet()
         )
-        self.available = Body(
-            json_encoder.encode(AvailableFacilities(available_facilities=list(fac.LISTED)))
-        )
+        # The kinds this deployment has files for (the real service has all of them).
+        listed = [kind for kind in fac.LISTED if kind in self.facilities.rows]
+        self.available = Body(json_encoder.encode(AvailableFacilities(available_facilities=listed)))
         # The real service stamps the envelope at request time; here it is the time the lists
         # were loaded, so each list (parishes: 200 kB) is encoded and gzipped once.
         loaded = int(time.time() * 1000)

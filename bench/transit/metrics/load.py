@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "TRANSIT_RECORDS_DIR": args.records,
         "TRANSIT_METRICS_DB": args.db,
         "TRANSIT_NOW": args.now,
-        "TRANSIT_LINE_ID_PATTERN": "^[0-9A-Z]{1,5}$",
+        "TRANSIT_DEMO": "true",  # the records are generated from the bundled Cairns feed
         "TRANSIT_LOG_LEVEL": "warning",
     }
     results: dict[str, object] = {}

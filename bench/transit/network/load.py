@@ -26,6 +26,8 @@ def start_server(args: argparse.Namespace, workdir: Path) -> Gunicorn:
     env = {"TRANSIT_NOW": args.now, "TRANSIT_LOG_LEVEL": "warning"}
     if args.feed:
         env["TRANSIT_GTFS_SOURCE"] = args.feed
+    else:
+        env["TRANSIT_DEMO"] = "true"
     # gunicorn's own "Listening at" line is at info level; the app logs at warning.
     server = transit_sidecar(env, workdir / "gunicorn.log", args.workers, "--log-level", "info")
     try:

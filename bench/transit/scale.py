@@ -68,12 +68,18 @@ t0 = time.perf_counter()
 ok = store.load_static()
 seconds = time.perf_counter() - t0
 net = store.network
+t1 = time.perf_counter()
+if net is not None:
+    net.pattern_body(next(iter(net.patterns)))
+pattern_ms = (time.perf_counter() - t1) * 1000
 print(json.dumps({
     "ok": ok,
     "seconds": round(seconds, 2),
     "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     "stops": len(net.raw.stop_ids) if net else 0,
     "stop_times": len(net.raw.st_trip) if net else 0,
+    "patterns": len(net.patterns) if net else 0,
+    "first_pattern_encode_ms": round(pattern_ms, 1),
 }))
 """
 
@@ -98,25 +104,24 @@ def ingest(tree: Path, feed: Path) -> dict[str, Any]:
     return result
 
 
-def serve(tree: Path, feed: Path, now: str, log: Path) -> Gunicorn:
-    """gunicorn, 2 uvicorn workers, on port 0, importing the tree's code (`--chdir` puts it
-    first on the workers' path); returned once both workers serve the feed."""
+def serve(tree: Path, env: dict[str, str], log: Path, workers: int = 2) -> Gunicorn:
+    """gunicorn with uvicorn workers on port 0, importing the tree's code (`--chdir` puts it
+    first on the workers' path), with the `TRANSIT_*` settings in `env`; returned once every
+    worker serves its feed."""
     argv = [
         sys.executable, "-m", "gunicorn", "--chdir", str(tree),
-        "--worker-class", "uvicorn.workers.UvicornWorker", "--workers", "2",
+        "--worker-class", "uvicorn.workers.UvicornWorker", "--workers", str(workers),
         "--bind", "127.0.0.1:0", "--log-level", "info", "--timeout", "600",
         "--no-control-socket", "sidecars.transit.asgi:app()",
     ]  # fmt: skip
-    env = {
-        "TRANSIT_GTFS_SOURCE": str(feed),
-        "TRANSIT_NOW": now,
-        "TRANSIT_VEHICLES_SOURCE": "",
+    full = {
         "TRANSIT_GTFS_REFRESH_SECONDS": "0",
         "TRANSIT_LOG_LEVEL": "warning",
         "PYTHONPATH": str(tree),
         "PYTHONWARNINGS": "ignore",
+        **env,
     }
-    server = Gunicorn(argv, env, log, workers=2)
+    server = Gunicorn(argv, full, log, workers=workers)
     try:
         server.wait_ready(60)
         server.wait_each_worker(
@@ -126,6 +131,11 @@ def serve(tree: Path, feed: Path, now: str, log: Path) -> Gunicorn:
         server.terminate()
         raise
     return server
+
+
+def feed_env(feed: Path, now: str) -> dict[str, str]:
+    """An operator's deployment of `feed` at a pinned time, without realtime."""
+    return {"TRANSIT_GTFS_SOURCE": str(feed), "TRANSIT_NOW": now, "TRANSIT_VEHICLES_SOURCE": ""}
 
 
 def worker_rss_mb(server: Gunicorn) -> list[float]:
@@ -223,7 +233,7 @@ def concurrent_posts(base: str, body: bytes, n: int = 2) -> list[dict[str, float
 
 def worst_request(tree: Path, log: Path, settle: float) -> dict[str, Any]:
     """The 1 MB POST and the busiest accepted one, against `/v2/lines` latency."""
-    server = serve(tree, CAIRNS, CAIRNS_NOW, log)
+    server = serve(tree, feed_env(CAIRNS, CAIRNS_NOW), log)
     try:
         stops = httpx.get(server.base + "/v2/stops", timeout=30).json()
         busiest = sorted(stops, key=lambda s: -len(s["pattern_ids"]))[:50]
@@ -254,7 +264,7 @@ def measure(tree: Path, feed: Path, seconds: int, settle: float, tmp: Path) -> d
     result["ingest"] = ingest(tree, feed)
     print(f"    {result['ingest']}", flush=True)
     t0 = time.perf_counter()
-    server = serve(tree, feed, SYNTH_NOW, tmp / f"{tree.name}-synth.log")
+    server = serve(tree, feed_env(feed, SYNTH_NOW), tmp / f"{tree.name}-synth.log")
     try:
         result["workers_ready_seconds"] = round(time.perf_counter() - t0, 1)
         result["worker_rss_mb_loaded"] = worker_rss_mb(server)

@@ -14,31 +14,24 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))  # tests/support
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests"))  # tests/support
+sys.path.insert(0, str(REPO / "bench" / "transit"))
 
-from support.machine import SIDECAR_PACKAGES, describe, machine_info
-from support.sidecar import Gunicorn, transit_sidecar
-from support.wrk import run_wrk
+from scale import serve  # noqa: E402
+from support.machine import SIDECAR_PACKAGES, describe, machine_info  # noqa: E402
+from support.sidecar import Gunicorn  # noqa: E402
+from support.wrk import run_wrk  # noqa: E402
 
 
 def start_server(args: argparse.Namespace, workdir: Path) -> Gunicorn:
     """The transit API under gunicorn on port 0, once every worker has loaded the feed."""
-    env = {"TRANSIT_NOW": args.now, "TRANSIT_LOG_LEVEL": "warning"}
+    env = {"TRANSIT_NOW": args.now}
     if args.feed:
         env["TRANSIT_GTFS_SOURCE"] = args.feed
     else:
         env["TRANSIT_DEMO"] = "true"
-    # gunicorn's own "Listening at" line is at info level; the app logs at warning.
-    server = transit_sidecar(env, workdir / "gunicorn.log", args.workers, "--log-level", "info")
-    try:
-        server.wait_ready(60)
-        server.wait_each_worker(
-            "/health", lambda r: r.status_code == 200, header="transit-worker", timeout=300
-        )
-    except BaseException:
-        server.terminate()
-        raise
-    return server
+    return serve(REPO, env, workdir / "gunicorn.log", args.workers)
 
 
 def wrk(url: str, seconds: int, connections: int, gzip: bool) -> dict[str, float]:

@@ -79,7 +79,7 @@ class StopTimes:
                 last_trip = trip_id
                 ti = trip_get(trip_id.strip(), -1)
                 if ti < 0:
-                    self._bad_trip(trip_id, line)
+                    self._dangling("trip_id", trip_id, line)
                     continue
                 if trip_first[ti] >= 0:
                     grouped = False
@@ -87,13 +87,13 @@ class StopTimes:
                     trip_first[ti] = n
                 last_seq = last_sec = -1
             elif ti < 0:
-                self._bad_trip(trip_id, line)
+                self._dangling("trip_id", trip_id, line)
                 continue
             stop = stop_get(row[i_stop])
             if stop is None:
                 stop = stop_get(row[i_stop].strip())
                 if stop is None:
-                    self._bad_stop(row[i_stop], line)
+                    self._dangling("stop_id", row[i_stop], line)
                     continue
             text = row[i_seq]
             if text.isdigit() and text.isascii():
@@ -168,19 +168,14 @@ class StopTimes:
         self._grouped = grouped
         self._backwards = backwards
 
-    def _bad_trip(self, trip_id: str, line: int) -> None:
-        if trip_id.strip():
-            message = f"trip_id {trip_id!r} is not a usable trip"
+    def _dangling(self, field: str, value: str, line: int) -> None:
+        """Skip a row whose trip_id or stop_id is empty or names no usable row."""
+        if value.strip():
+            kind = field.removesuffix("_id")
+            message = f"{field} {value!r} is not a usable {kind}"
             self.report.skip("foreign_key_violation", NAME, line, message)
         else:
-            self.report.skip("missing_required_field", NAME, line, "trip_id is empty")
-
-    def _bad_stop(self, stop_id: str, line: int) -> None:
-        if stop_id.strip():
-            message = f"stop_id {stop_id!r} is not a usable stop"
-            self.report.skip("foreign_key_violation", NAME, line, message)
-        else:
-            self.report.skip("missing_required_field", NAME, line, "stop_id is empty")
+            self.report.skip("missing_required_field", NAME, line, f"{field} is empty")
 
     def _intern_time(self, text: str, line: int) -> int:
         """Id of a time; -1 for blank, -2 (after skipping the row) for a malformed one.

@@ -12,7 +12,12 @@ from support.redis_server import RedisServer
 
 from sidecars.transit.app import Services
 from sidecars.transit.app import create_app as create_transit_app
-from sidecars.transit.settings import RealtimeSettings, TransitSettings
+from sidecars.transit.settings import (
+    DEFAULT_GTFS,
+    FeedSettings,
+    RealtimeSettings,
+    TransitSettings,
+)
 from sidecars.transit.store import TransitStore
 from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.store import UsageStore
@@ -23,7 +28,8 @@ from .usage_helpers import TEST_PLANS, account_with_token, bearer, settings_for
 async def test_transit_api_behind_the_middleware(
     redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    transit = TransitStore(TransitSettings(realtime=RealtimeSettings(vehicles_source=None)))
+    feed = FeedSettings(source=DEFAULT_GTFS)  # the bundled Cairns feed
+    transit = TransitStore(TransitSettings(feed=feed, realtime=RealtimeSettings()))
     assert transit.load_static()
     usage = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
     usage = dataclasses.replace(usage, quota_refresh_seconds=0)

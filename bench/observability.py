@@ -26,8 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -37,18 +35,18 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
 
 import grpc
 import grpc.aio
 import uvloop
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from support.machine import machine_info
 
-from ratelimitd import keys
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends import MemoryBackend
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
-from ratelimitd.health import Health
 from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
@@ -168,12 +166,11 @@ async def run_mode(
 
     core = build_core(settings, backend=MemoryBackend(0), stats=stats, tracing=tracing)
     core.load([ConfigFile("bench.yaml", CONFIG)])
-    health = Health()
-    health.register("backend", True)
+    core.health.register("backend", True)
     transport = GrpcTransport(
         replace(settings, listeners=ListenerSettings(grpc_host="127.0.0.1", grpc_port=0)),
         core.service,
-        health,
+        core.health,
         stats,
         response_timer=sink.timer,
     )
@@ -264,14 +261,7 @@ def summary(rounds: dict[str, list[float]]) -> dict[str, Any]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "machine": {
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "loadavg": os.getloadavg(),
-            "grpcio": grpc.__version__,
-            "extensions": keys.IMPLEMENTATION,
-        },
+        "machine": machine_info(("opentelemetry-sdk", "prometheus-client")),
         "requests_per_round": args.requests // args.concurrency * args.concurrency,
         "concurrency": args.concurrency,
     }

@@ -39,12 +39,10 @@ from support.redis_server import RedisServer
 
 from ratelimitd.backends.base import Op
 from ratelimitd.backends.redis import RedisBackend
-from ratelimitd.config import ConfigFile, load_ruleset
-from ratelimitd.limiter import Limiter
+from ratelimitd.config import ConfigFile
+from ratelimitd.core import build_core
 from ratelimitd.messages import Descriptor, Request
-from ratelimitd.service import RateLimitService
 from ratelimitd.settings import RedisSettings
-from ratelimitd.stats import StatsStore
 
 CONFIG = """
 domain: bench
@@ -94,10 +92,12 @@ async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: in
     }
 
 
-async def decisions(backend: RedisBackend, concurrency: int, seconds: float, pid: int) -> dict:
-    stats = StatsStore()
-    service = RateLimitService(Limiter(backend), stats)
-    service.set_ruleset(load_ruleset([ConfigFile("bench.yaml", CONFIG)], stats=stats))
+async def decisions(
+    backend: RedisBackend, concurrency: int, seconds: float, pid: int, impl: str | None
+) -> dict:
+    core = build_core(backend=backend, impl=impl)
+    core.load([ConfigFile("bench.yaml", CONFIG)])
+    service = core.service
     stop = time.monotonic() + seconds
     done = 0
 
@@ -156,7 +156,9 @@ async def run(args: argparse.Namespace, port: int, pid: int) -> dict:
         for c in (1, 16, 256):
             runs = [await pairs(backend, c, args.seconds, pid) for _ in range(args.repeat)]
             out["pairs"].append(median(runs, "client_us_per_pair"))
-        runs = [await decisions(backend, 64, args.seconds, pid) for _ in range(args.repeat)]
+        runs = [
+            await decisions(backend, 64, args.seconds, pid, args.impl) for _ in range(args.repeat)
+        ]
         out["decisions"].append(median(runs, "client_us_per_decision"))
         return out
     finally:
@@ -168,6 +170,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--pool-size", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median shown)")
+    parser.add_argument(
+        "--impl",
+        choices=("compiled", "pure"),
+        help="the decision core's keys/match implementation (default: the one selected)",
+    )
     args = parser.parse_args()
     machine = machine_info()  # before the run: the load average at start
     with tempfile.TemporaryDirectory() as tmp:
@@ -181,6 +188,7 @@ def main() -> None:
         "pool_size": args.pool_size,
         "seconds": args.seconds,
         "repeat": args.repeat,
+        "decision core impl": args.impl or "as selected (see implementations)",
     }
     print("| concurrency | pairs/s | client µs/pair | server µs/pair | pairs/write |")
     print("|---|---|---|---|---|")

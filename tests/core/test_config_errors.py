@@ -15,11 +15,11 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.core import CONFIGS
 
 from ratelimitd.config import ConfigError, ConfigFile, RuleSet, load_paths, load_ruleset
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "tests" / "configs"
 
 
 def load_text(*texts: str, merge: bool = False) -> RuleSet:

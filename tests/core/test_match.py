@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -17,11 +16,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.core import CONFIGS
 
 from ratelimitd.config import ConfigFile, RuleSet, load_ruleset
 from ratelimitd.messages import Descriptor
 
-CONFIGS = Path(__file__).resolve().parents[2] / "tests" / "configs"
 IMPLEMENTATIONS = ["ratelimitd._match", "ratelimitd._match_py"]
 
 SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4

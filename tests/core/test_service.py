@@ -13,19 +13,17 @@ statuses are produced by presetting counters in the memory backend.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.core import CONFIGS
 
-from ratelimitd.backends import BackendError, MemoryBackend, Op
+from ratelimitd.backends import BackendError, Op
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import Core, build_core
-from ratelimitd.limiter import Limiter
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request
-from ratelimitd.service import RateLimitService, ServiceError
+from ratelimitd.service import ServiceError
 from ratelimitd.settings import ReloadOptions
-from ratelimitd.stats import StatsStore
 
 SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
 
@@ -108,7 +106,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, replaces: [{name: N}]}
 """
 
-BASIC = Path(__file__).resolve().parents[1] / "configs" / "basic_config.yaml"
+BASIC = CONFIGS / "basic_config.yaml"
 NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58
 
 
@@ -194,8 +192,8 @@ async def test_empty_descriptors_is_a_service_error(harness: Any) -> None:
 
 
 async def test_no_config_loaded_is_a_service_error() -> None:
-    stats = StatsStore()
-    service = RateLimitService(Limiter(MemoryBackend()), stats)
+    core = build_core()
+    service, stats = core.service, core.stats
     with pytest.raises(ServiceError) as exc:
         await service.should_rate_limit(Request("d", [Descriptor((("hello", "world"),))]))
     assert str(exc.value) == "no rate limit configuration loaded"
@@ -203,7 +201,7 @@ async def test_no_config_loaded_is_a_service_error() -> None:
 
 
 async def test_empty_domain_is_checked_before_the_config(harness: Any) -> None:
-    service = RateLimitService(Limiter(MemoryBackend()), StatsStore())
+    service = build_core().service
     with pytest.raises(ServiceError, match="domain must not be empty"):
         await service.should_rate_limit(Request("", []))
 

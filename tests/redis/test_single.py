@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 import uvloop
+from support.core import CONFIGS
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import create_redis_backend, go_duration, key_slot
@@ -333,7 +333,7 @@ async def test_passwords_never_logged(servers, decider, caplog) -> None:
 
 
 async def test_share_threshold_patterns_of_the_reference_config(redis_server, decider) -> None:
-    config = (Path(__file__).resolve().parents[1] / "configs" / "share_threshold.yaml").read_text()
+    config = (CONFIGS / "share_threshold.yaml").read_text()
     d = await decider(tcp(redis_server), config, clock=clock)
     r = await d.decide(
         "test-domain",

@@ -23,7 +23,8 @@ SIDECAR_PACKAGES = ("falcon", "msgspec", "uvicorn", "gunicorn", "httpx")
 
 
 def implementations() -> dict[str, str]:
-    """For each ratelimitd/*.pyx: "compiled" or "pure", as this process would run it."""
+    """For each ratelimitd/*.pyx: "compiled" or "pure" as this process runs it (a module
+    without a pure twin: "compiled" or "not built")."""
     out = {}
     for pyx in sorted((REPO / "ratelimitd").glob("*.pyx")):
         name = pyx.stem
@@ -31,13 +32,13 @@ def implementations() -> dict[str, str]:
         if selector is not None:
             out[name] = str(importlib.import_module(selector).IMPLEMENTATION)
             continue
-        # A module with no selector (yet): compiled when its extension imports.
+        # A module with no pure twin (the HTTP/2 core): built or not.
         try:
             importlib.import_module(f"ratelimitd.{name}")
         except ImportError:
             out[name] = "not built"
         else:
-            out[name] = "pure" if os.environ.get("RATELIMITD_NO_EXTENSIONS") else "compiled"
+            out[name] = "compiled"
     return out
 
 

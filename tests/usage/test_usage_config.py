@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.core import memory_decider
 
-from ratelimitd.backends import MemoryBackend, Op
-from ratelimitd.config import ConfigFile, load_ruleset
+from ratelimitd.backends import Op
 from ratelimitd.keys import meter_key
-from ratelimitd.limiter import Limiter
-from ratelimitd.messages import OK, Descriptor, Request
-from ratelimitd.service import RateLimitService
-from ratelimitd.stats import StatsStore
+from ratelimitd.messages import OK, Descriptor
 from sidecars.usage.plans import DEFAULTS, PlanError, load_plans, parse_plans
 from sidecars.usage.settings import USAGE_PATH, Settings, SettingsError
 
@@ -93,16 +90,14 @@ async def test_shipped_ratelimit_config_meters_the_middlewares_account_descripto
     bucket, under the key the usage endpoint sums (memory backend, fixed clock)."""
     path = Path(__file__).resolve().parents[2] / "sidecars" / "usage" / "ratelimit-config.yaml"
     now = 1_763_800_000.0
-    stats = StatsStore()
-    backend = MemoryBackend(0, clock=lambda: now)
-    service = RateLimitService(Limiter(backend, clock=lambda: now), stats, None, clock=lambda: now)
-    service.set_ruleset(load_ruleset([ConfigFile(str(path), path.read_text())], stats=stats))
+    core = memory_decider(path, now=now)
+    backend = core.backend
     descriptors = [
         Descriptor((("account", "acme"),)),
         Descriptor((("plan", "startup"), ("account", "acme"))),
     ]
     for _ in range(3):
-        resp = await service.should_rate_limit(Request("api", descriptors, 1))
+        resp = await core.decide("api", *descriptors, hits_addend=1)
         assert resp.overall_code == OK
         assert [s.rule.requests_per_unit for s in resp.statuses] == [100, 20]
     key = meter_key("", "api", [("account", "acme")], int(now))

@@ -1,0 +1,92 @@
+"""The decision core as the tests drive it: `ratelimitd.core.build_core` (the daemon's own
+factory) with shorthand for loading configs, deciding and reading a statistic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from ratelimitd.config import ConfigFile, RuleSet
+from ratelimitd.core import Core, build_core
+from ratelimitd.messages import Descriptor, Request, Response
+from ratelimitd.settings import CacheSettings, ReloadOptions, Settings
+
+from .clock import Clock
+from .process import REPO
+
+# Copies of the reference service's own test configs (see tests/configs/README.md).
+CONFIGS = REPO / "tests" / "configs"
+
+Config = str | Path | ConfigFile
+
+
+def config_files(configs: Iterable[Config]) -> list[ConfigFile]:
+    """ConfigFiles from YAML texts (named config.<i>.yaml), paths or ConfigFiles."""
+    files = []
+    for i, c in enumerate(configs):
+        if isinstance(c, ConfigFile):
+            files.append(c)
+        elif isinstance(c, Path):
+            files.append(ConfigFile(str(c), c.read_text()))
+        else:
+            files.append(ConfigFile(f"config.{i}.yaml", c))
+    return files
+
+
+class Decider:
+    """A built core: `decide(domain, [(k, v), ...], ...)`, `stat(name)`, and its parts."""
+
+    def __init__(self, core: Core, clock: Callable[[], float]) -> None:
+        self.core = core
+        self.clock = clock
+        self.settings = core.settings
+        self.stats = core.stats
+        self.health = core.health
+        self.backend = core.backend
+        self.local_cache = core.local_cache
+        self.limiter = core.limiter
+        self.service = core.service
+        self.ruleset: RuleSet | None = None
+
+    def load(self, *configs: Config, merge_domains: bool = False) -> RuleSet:
+        """Put configs in force (see `config_files`); the RuleSet. Raises ConfigError."""
+        self.ruleset = self.core.load(config_files(configs), merge_domains=merge_domains)
+        return self.ruleset
+
+    async def decide(self, domain: str, *descriptors: object, hits_addend: int = 0) -> Response:
+        """Decide a request; each descriptor is a list of (key, value) pairs or a Descriptor."""
+        ds = [d if isinstance(d, Descriptor) else Descriptor(tuple(d)) for d in descriptors]  # type: ignore[call-overload]
+        return await self.service.should_rate_limit(Request(domain, ds, hits_addend))
+
+    def stat(self, name: str) -> float:
+        """One statistic by full name (0 when never created)."""
+        return self.stats.snapshot().get(name, 0)
+
+
+def memory_decider(
+    *configs: Config,
+    options: ReloadOptions | None = None,
+    near_limit_ratio: float = 0.8,
+    cache_key_prefix: str = "",
+    local_cache_bytes: int = 0,
+    stop_increment: bool = False,
+    merge_domains: bool = False,
+    now: float = 1_000_000.0,
+    impl: str | None = None,
+) -> Decider:
+    """A core on the memory backend (no expiry jitter) with a settable Clock at `now`."""
+    settings = Settings(
+        cache=CacheSettings(
+            backend="memory",
+            expiration_jitter_max_seconds=0,
+            local_cache_size_in_bytes=local_cache_bytes,
+            near_limit_ratio=near_limit_ratio,
+            cache_key_prefix=cache_key_prefix,
+            stop_cache_key_increment_when_overlimit=stop_increment,
+        ),
+        reload=options or ReloadOptions(),
+    )
+    clock = Clock(now)
+    decider = Decider(build_core(settings, clock=clock, impl=impl), clock)
+    decider.load(*configs, merge_domains=merge_domains)
+    return decider

@@ -3,10 +3,11 @@
     .venv/bin/python bench/observability.py [--requests 20000] [--concurrency 32] [--rounds 3]
 
 Each mode serves ShouldRateLimit from a GrpcTransport on a grpc.aio server (uvloop, port 0)
-deciding on the memory backend, and a grpc.aio client in the same loop sends `--requests`
-calls from `--concurrency` tasks. Modes run interleaved, round after round, so drift on a
-shared VM hits all of them alike; the figures are the median decisions/s and the median
-process CPU per decision for each mode, and their ratios to "off". Modes:
+deciding on the memory backend, and the public client (ratelimitd.client) in the same loop
+sends `--requests` calls from `--concurrency` tasks. Modes run interleaved, round after
+round, so drift on a shared VM hits all of them alike; the figures are the median
+decisions/s and the median process CPU per decision for each mode, and their ratios to
+"off". Modes:
 
 * off:            null sink (DISABLE_STATS), no interceptor, tracing disabled
 * statsd:         statsd sink flushing every 1 s to a TCP listener in this process, plus
@@ -45,13 +46,13 @@ from support.machine import machine_info
 
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends import MemoryBackend
+from ratelimitd.client import RateLimitClient
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
 from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
 from ratelimitd.tracing import (
-    SHOULD_RATE_LIMIT,
     ServerInterceptor,
     create_tracing,
     server_interceptor,
@@ -134,7 +135,8 @@ async def run_mode(
 ) -> tuple[float, float, dict[str, Any]]:
     """(decisions/s, process CPU µs per decision, what the sink/exporter saw) for one mode.
 
-    path "grpc": a grpc.aio client in this loop calls the server over loopback.
+    path "grpc": the public client (ratelimitd.client) in this loop calls the server over
+    loopback.
     path "handler": the transport's raw-bytes handler, wrapped by the interceptor exactly as
     grpc wraps it, is awaited directly (no sockets: the steadier measure of our own cost).
     """
@@ -198,14 +200,14 @@ async def run_mode(
     metadata = request_metadata(mode)
     per_task = requests // concurrency
     server: grpc.aio.Server | None = None
-    channel: grpc.aio.Channel | None = None
+    client: RateLimitClient | None = None
     if path == "grpc":
         server = grpc.aio.server(interceptors=[interceptor] if interceptor else [])
         transport.register(server)
         port = transport.bind(server)
         await server.start()
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        call = channel.unary_unary(SHOULD_RATE_LIMIT, _registered_method=True)
+        client = RateLimitClient(f"127.0.0.1:{port}")
+        call = client.should_rate_limit_bytes
 
         async def worker(offset: int) -> None:
             for i in range(per_task):
@@ -234,8 +236,8 @@ async def run_mode(
         scraper.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await scraper
-    if channel is not None:
-        await channel.close()
+    if client is not None:
+        await client.close()
     if server is not None:
         await server.stop(0)
     await sink.stop()

@@ -1,5 +1,6 @@
-"""gRPC load generator for ShouldRateLimit: grpc.aio on uvloop, N concurrent calls spread over
-a few channels (each its own TCP connection), a fixed number of requests.
+"""gRPC load generator for ShouldRateLimit: the public client (ratelimitd.client, grpc.aio) on
+uvloop, N concurrent calls spread over a few clients (each its own TCP connection), a fixed
+number of requests.
 
 Closed loop by default (saturation); with --rate the calls are paced to that many per second
 (open loop: call k is due at start + k/rate, so a slow server does not slow the schedule).
@@ -27,15 +28,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import grpc
-import grpc.aio
 import uvloop
 
 # Run as a script from a source checkout: the repository's `ratelimitd` and the shared helpers.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
-from ratelimitd.transport.protocodec import METHOD_PATH, decode_response, encode_request
+from ratelimitd.client import RateLimitClient, RateLimitError
+from ratelimitd.transport.protocodec import decode_response, encode_request
 
 OK = 1
 
@@ -98,26 +98,24 @@ async def drive(
     `on_start` runs after the warm-up, just before the clock starts; `on_end` right after
     the last reply: the server-side snapshots go there so they cover only measured calls.
     """
-    # A local subchannel pool per channel: otherwise grpc shares one connection among them and
-    # SO_REUSEPORT workers would only ever see a single client connection.
-    opened = [
-        grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
-        for _ in range(channels)
-    ]
-    calls = [ch.unary_unary(METHOD_PATH) for ch in opened]
+    clients = [RateLimitClient(target, timeout=30) for _ in range(channels)]
+    for client in clients:
+        # A local subchannel pool per client: otherwise grpc shares one connection among
+        # them and SO_REUSEPORT workers would only ever see a single client connection.
+        client.options.append(("grpc.use_local_subchannel_pool", 1))
+    calls = [client.should_rate_limit_bytes for client in clients]
     try:
-        for ch in opened:
-            await asyncio.wait_for(ch.channel_ready(), 15)
-        first = decode_response(await calls[0](payload, timeout=10))
-        if first.overall_code != OK:
-            raise RuntimeError(f"the benchmark request is not allowed: {first}")
+        for call in calls:  # every connection up, and the request allowed
+            first = decode_response(await call(payload, timeout=15))
+            if first.overall_code != OK:
+                raise RuntimeError(f"the benchmark request is not allowed: {first}")
         sem = asyncio.Semaphore(concurrency)
 
         async def one(i: int) -> None:
             # A warm-up failure is not measured; failures in the measured calls are counted.
             async with sem:
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    await calls[i % channels](payload, timeout=30)
+                with contextlib.suppress(RateLimitError):
+                    await calls[i % channels](payload)
 
         await asyncio.gather(*(one(i) for i in range(warmup)))
 
@@ -142,9 +140,9 @@ async def drive(
                         await asyncio.sleep(delay)
                 t = clock()
                 try:
-                    await call(payload, timeout=30)
-                except grpc.aio.AioRpcError as err:
-                    name = f"{err.code().name}: {err.details()}"[:120]
+                    await call(payload)
+                except RateLimitError as err:
+                    name = f"{err.code.name}: {err.details}"[:120]
                     codes[name] = codes.get(name, 0) + 1
                     continue
                 record(clock() - t)
@@ -155,8 +153,8 @@ async def drive(
             on_end()
         return latencies, codes, elapsed
     finally:
-        for ch in opened:
-            await ch.close()
+        for client in clients:
+            await client.close()
 
 
 def measure(

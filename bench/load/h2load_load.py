@@ -27,7 +27,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from grpc_load import METHOD_PATH, LoadResult, percentile, request_bytes
+from grpc_load import LoadResult, percentile, request_bytes
+
+from ratelimitd.transport.protocodec import METHOD_PATH
 
 
 def framed(message: bytes) -> bytes:

@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import REPO, free_port, wait_for
 from support.daemon import write_config
 
+from ratelimitd.client import RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT
 from ratelimitd.transport.protocodec import METHOD_PATH, decode_response, encode_request
 
@@ -72,19 +73,14 @@ def test_grpc_and_json_decisions(grpc_env, start_daemon) -> None:
 def test_service_errors_over_grpc(grpc_env, start_daemon) -> None:
     write_config(grpc_env, "test.yaml", LIMITED)
     d = start_daemon(grpc_env)
-    call = d.channel().unary_unary(METHOD_PATH)
-
     for domain, descriptors, message in [
         ("", [[("user", "a")]], "rate limit domain must not be empty"),
         ("test", [], "rate limit descriptor list must not be empty"),
     ]:
-        try:
-            call(encode_request(domain, descriptors), timeout=5)
-        except grpc.RpcError as err:
-            assert err.code() == grpc.StatusCode.UNKNOWN
-            assert err.details() == message
-        else:
-            raise AssertionError("expected an error")
+        with pytest.raises(RateLimitError) as err:
+            d.decide(domain, *descriptors)
+        assert err.value.code == grpc.StatusCode.UNKNOWN
+        assert err.value.details == message
     assert d.stats()["ratelimit.service.call.should_rate_limit.service_error"] == 2
 
 

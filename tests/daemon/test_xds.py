@@ -21,6 +21,7 @@ from support.ads_server import AdsServer, Unit, rl_config, rl_descriptor
 from support.daemon import DaemonProcess
 from support.pki import Pki
 
+from ratelimitd.client import RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT
 
 FOO_V1 = rl_config("foo", "foo", rl_descriptor("k1", "v1", unit=Unit.MINUTE, requests_per_unit=3))
@@ -177,9 +178,9 @@ def test_force_start_serves_without_config_until_the_server_comes(
     xds_env.update(FORCE_START_WITHOUT_INITIAL_CONFIG="true")
     d = start_daemon(xds_env)
     assert rlconfig(d) == ""
-    with pytest.raises(grpc.RpcError) as err:
+    with pytest.raises(RateLimitError) as err:
         d.decide("foo", [("k1", "v1")])
-    assert err.value.details() == "no rate limit configuration loaded"  # type: ignore[attr-defined]
+    assert err.value.details == "no rate limit configuration loaded"
     ads.set_snapshot("1", [FOO_V1])
     ads.start()
     ads.wait_ack("1")

@@ -6,6 +6,7 @@ RATELIMITD_WORKERS=N in it starts the supervisor and N workers (`worker_pids()` 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -16,8 +17,8 @@ from typing import Any
 
 import grpc
 
-from ratelimitd.transport.grpc import METHOD_PATH
-from ratelimitd.transport.protocodec import decode_response, encode_request
+from ratelimitd.client import RateLimitClient
+from ratelimitd.messages import Response
 
 from .process import REPO, Proc, start_bound
 from .ready import free_port
@@ -71,6 +72,7 @@ class DaemonProcess(Proc):
         self.grpc_port = int(env["GRPC_PORT"])
         self.debug_port = int(env["DEBUG_PORT"])
         self._channel: grpc.Channel | None = None
+        self._client: tuple[asyncio.AbstractEventLoop, RateLimitClient] | None = None
         super().__init__([sys.executable, "-m", "ratelimitd", "serve"], log_path, env)
 
     @property
@@ -120,16 +122,22 @@ class DaemonProcess(Proc):
         return status, json.loads(raw) if raw.startswith(b"{") else raw
 
     def channel(self) -> grpc.Channel:
-        """A plaintext gRPC channel to the daemon."""
+        """A plaintext gRPC channel to the daemon (for its other services: health)."""
         if self._channel is None:
             self._channel = grpc.insecure_channel(self.grpc_target)
         return self._channel
 
-    def decide(self, domain: str, *descriptors: list[tuple[str, str]], hits_addend: int = 0):  # type: ignore[no-untyped-def]
-        """ShouldRateLimit over gRPC; the decoded messages.Response."""
-        call = self.channel().unary_unary(METHOD_PATH)
-        raw = call(encode_request(domain, descriptors, hits_addend), timeout=10)
-        return decode_response(raw)
+    def decide(
+        self, domain: str, *descriptors: list[tuple[str, str]], hits_addend: int = 0
+    ) -> Response:
+        """ShouldRateLimit through the public client (ratelimitd.client), from sync code;
+        a failed call raises its RateLimitError."""
+        if self._client is None:
+            # One loop and client per daemon: the client keeps its channel between calls.
+            self._client = (asyncio.new_event_loop(), RateLimitClient(self.grpc_target))
+        loop, client = self._client
+        call = client.should_rate_limit(domain, descriptors, hits_addend=hits_addend, timeout=10)
+        return loop.run_until_complete(call)
 
     def ready(self) -> bool:
         """True once /healthcheck answers 200."""
@@ -143,6 +151,11 @@ class DaemonProcess(Proc):
         return self.children()
 
     def _release(self) -> None:
+        if self._client is not None:
+            loop, client = self._client
+            loop.run_until_complete(client.close())
+            loop.close()
+            self._client = None
         if self._channel is not None:
             self._channel.close()
             self._channel = None

@@ -6,8 +6,10 @@ PY := .venv/bin/python
 venv:
 	scripts/bootstrap.sh
 
+# The editable install compiles the Cython extensions in place (Cython lives in its isolated
+# build environment, not in .venv).
 compile: venv
-	$(PY) setup.py -q build_ext --inplace
+	$(PY) -m pip install -q -e ".[test]"
 
 test:
 	scripts/test.sh
@@ -23,7 +25,7 @@ bench: venv
 		--benchmark-sort=name --benchmark-json=bench/.results/core.json
 	$(PY) bench/report_core.py
 
-# Load benchmarks (gRPC, /json, Envoy): regenerates bench/RESULTS.md from one run.
+# Load benchmarks (gRPC, /json, Envoy): regenerates bench/results/load.md from one run.
 bench-load: venv
 	$(PY) bench/load/run_all.py
 

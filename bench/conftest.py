@@ -1,22 +1,15 @@
-"""Benchmark fixtures: rule sets of a given size, and the machine description in the JSON."""
+"""Benchmark fixtures: the machine description (shared with every bench/ script) in the JSON."""
 
 from __future__ import annotations
 
-import platform
-import subprocess
+import sys
+from pathlib import Path
 
-from ratelimitd import keys, match
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
+
+from support.machine import machine_info as describe_machine  # noqa: E402
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):  # type: ignore[no-untyped-def]
-    """Describe the run: extension mode and Redis version travel with the numbers."""
-    machine_info["ratelimitd_keys"] = keys.IMPLEMENTATION
-    machine_info["ratelimitd_match"] = match.IMPLEMENTATION
-    machine_info["python"] = platform.python_version()
-    try:
-        out = subprocess.run(
-            ["redis-server", "--version"], capture_output=True, text=True, check=False
-        )
-        machine_info["redis_server"] = out.stdout.strip()
-    except OSError:
-        machine_info["redis_server"] = "not installed"
+    """Describe the run: the implementation of each compiled module travels with the numbers."""
+    machine_info["ratelimitd"] = describe_machine()

@@ -20,6 +20,7 @@ from ratelimitd.config import ConfigSource, RuleSet, build_ruleset
 from ratelimitd.config.yamlfile import parse
 from ratelimitd.core import build_core
 from ratelimitd.messages import Descriptor, Request
+from ratelimitd.transport import protocodec
 
 SIZES = [10, 1_000, 100_000]
 LIMIT = "{unit: second, requests_per_unit: 1000000000}"
@@ -110,3 +111,31 @@ def test_decision(benchmark: Any, impl: str, rules: int) -> None:
     request = Request("bench", [Descriptor(_entries(rules))])
     assert drive(svc.should_rate_limit(request)).overall_code == 1
     benchmark(lambda: drive(svc.should_rate_limit(request)))
+
+
+# The RLS codec: the compiled `_wire` pair against protobuf's upb-backed classes (the codec
+# has no pure twin; upb is what the daemon would otherwise run).
+CODECS = {
+    "compiled": (protocodec.decode_request, protocodec.encode_response),
+    "upb": (protocodec.decode_request_upb, protocodec.encode_response_upb),
+}
+
+
+@pytest.mark.parametrize("impl", list(CODECS))
+@pytest.mark.parametrize("op", ["decode", "encode"])
+def test_codec(benchmark: Any, impl: str, op: str) -> None:
+    """One-descriptor RateLimitRequest decode / OK RateLimitResponse (one status) encode."""
+    if impl == "compiled" and protocodec.IMPLEMENTATION != "compiled":
+        pytest.skip("ratelimitd._wire is not built")
+    benchmark.group = f"codec {op}"
+    decode, encode = CODECS[impl]
+    data = protocodec.encode_request("bench", [_entries(10)])
+    core = build_core(backend=MemoryBackend(), impl="compiled")
+    core.service.set_ruleset(_ruleset(10, "compiled", core.stats))
+    response = drive(core.service.should_rate_limit(decode(data)))
+    assert response.overall_code == 1 and response.statuses[0].rule is not None
+    assert protocodec.decode_response(encode(response)).overall_code == 1
+    if op == "decode":
+        benchmark(decode, data)
+    else:
+        benchmark(encode, response)

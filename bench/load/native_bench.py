@@ -102,7 +102,7 @@ def _us(cpu_per_10k: float | None) -> str:
 
 
 def render_native(n: dict[str, Any]) -> list[str]:
-    """The RESULTS.md section."""
+    """The section of bench/results/load.md."""
     sat = n["saturation"]
     out = [
         "## gRPC on one pinned core, driven by h2load (issue 13)",

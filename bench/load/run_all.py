@@ -1,4 +1,4 @@
-"""Every load benchmark of issues 6 and 13 in one invocation; writes bench/RESULTS.md.
+"""Every load benchmark of issues 6 and 13 in one invocation; writes bench/results/load.md.
 
 Started side by side (all idle while another is measured), then measured in interleaved rounds
 so drift on this shared machine hits every scenario alike:
@@ -354,7 +354,7 @@ def _f(value: float | None, fmt: str = "{:,.0f}") -> str:
 
 
 def render(results: dict[str, Any], command: str, started: str, elapsed: float) -> str:
-    """bench/RESULTS.md."""
+    """bench/results/load.md."""
     g = results["grpc"]
     base = g["a"]
     out = [
@@ -593,7 +593,7 @@ def main() -> int:
         metavar="NAME=VALUE",
         help="extra environment for every ratelimitd (e.g. REDIS_PIPELINE_WINDOW=150us)",
     )
-    parser.add_argument("--output", type=Path, default=REPO / "bench" / "RESULTS.md")
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "load.md")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, configs)")
     args = parser.parse_args()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
 
-from support.machine import machine_info as describe_machine  # noqa: E402
+from support.machine import machine_info as describe_machine
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):  # type: ignore[no-untyped-def]

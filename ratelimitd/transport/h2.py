@@ -30,6 +30,7 @@ from .._h2 import Connection, Stream  # type: ignore[import-not-found]
 log = logging.getLogger("ratelimitd.transport.h2")
 
 DEADLINE_EXCEEDED = 4
+INTERNAL = 13
 # How long the graceful GOAWAY waits for the peer's PING acknowledgement before the final one.
 GOAWAY_PING_TIMEOUT = 1.0
 # How long a connection that got its final GOAWAY may keep sending before it is closed anyway.
@@ -111,7 +112,15 @@ class H2Protocol(asyncio.Protocol):
     # -- the core's callbacks --------------------------------------------------------------
 
     def _on_request(self, stream: Stream) -> None:
-        self._dispatch(stream, self)
+        try:
+            self._dispatch(stream, self)
+        except Exception:
+            # A bug in one call's handling answers that call, not every call on the
+            # connection (raising here would tear the whole connection down).
+            log.exception("gRPC call failed")
+            self._on_close(stream)
+            if not stream.answered:
+                self.finish(stream, INTERNAL, "internal error")
 
     def _on_close(self, stream: Stream) -> None:
         # Reset by the client (or its deadline passed) before we answered: stop the work.
@@ -246,7 +255,8 @@ class H2Server:
         # Deadlines of calls still waiting: (when, sequence, stream, protocol) in a heap,
         # with one timer for the earliest, so a call costs a heappush, not a TimerHandle.
         self._deadlines: list[tuple[float, int, Stream, H2Protocol]] = []
-        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._deadline_timer: asyncio.Handle | None = None
+        self._deadline_at = 0.0
         self._seq = 0
 
     async def start(
@@ -282,10 +292,16 @@ class H2Server:
         self._seq += 1
         heapq.heappush(self._deadlines, (when, self._seq, stream, proto))
         timer = self._deadline_timer
-        if timer is None or when < timer.when():
+        if timer is None or when < self._deadline_at:
             if timer is not None:
                 timer.cancel()
-            self._deadline_timer = self.loop.call_at(when, self._expire)
+            self._arm_deadline(when)
+
+    def _arm_deadline(self, when: float) -> None:
+        # Remember `when` here: for a time under a millisecond away uvloop's call_at returns
+        # a plain Handle (it runs it as call_soon), which has no when().
+        self._deadline_at = when
+        self._deadline_timer = self.loop.call_at(when, self._expire)
 
     def _expire(self) -> None:
         self._deadline_timer = None
@@ -301,7 +317,7 @@ class H2Server:
                 work.cancel()
             proto.finish(stream, DEADLINE_EXCEEDED, "context deadline exceeded")
         if heap:
-            self._deadline_timer = self.loop.call_at(heap[0][0], self._expire)
+            self._arm_deadline(heap[0][0])
 
     def san_allowed(self, transport: asyncio.BaseTransport) -> bool:
         """Whether the client certificate of a TLS connection carries the required SAN."""

@@ -29,6 +29,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 from ratelimitd._h2 import percent_encode  # type: ignore[import-not-found]
+from support.daemon import write_config
 
 from ratelimitd.health import Health
 from ratelimitd.messages import OK
@@ -562,3 +563,36 @@ async def test_max_connection_age_sends_goaway_then_closes(server: Any, connect:
     # The open stream keeps the connection until the grace ends, then it is closed.
     frames = await c.until_closed()
     assert [f for f in frames if f.type == GOAWAY]
+
+
+# -- deadlines ----------------------------------------------------------------------------
+
+
+async def test_deadlines_under_a_millisecond_apart_keep_the_connection(
+    daemon_env: dict[str, str], start_daemon: Any, redis_server: Any, connect: Any
+) -> None:
+    """grpc-timeouts that expire within uvloop's 1 ms timer resolution, on calls that wait for
+    Redis: every call is answered and the connection lives (the deadline timer was once a
+    plain Handle there, and the next call's comparison with it reset the whole connection)."""
+    env = dict(
+        daemon_env, BACKEND_TYPE="redis", REDIS_SOCKET_TYPE="tcp", REDIS_URL=redis_server.address
+    )
+    write_config(env, "test.yaml", CONFIG)
+    daemon = start_daemon(env)
+    c = await connect(int(daemon.grpc_target.rpartition(":")[2]))
+    streams = range(1, 40, 2)
+    c.send(
+        b"".join(
+            HeadersFrame(
+                s, c.block(c.headers(grpc_timeout="200u")), flags=["END_HEADERS"]
+            ).serialize()
+            + DataFrame(s, REQUEST, flags=["END_STREAM"]).serialize()
+            for s in streams
+        )
+    )
+    for s in streams:
+        end = await c.stream_end(s)
+        assert end.get("grpc-status") in ("0", "4"), end  # OK or DEADLINE_EXCEEDED
+    c.call(41, grpc_timeout="5S")
+    assert (await c.stream_end(41))["grpc-status"] == "0"
+    assert not c.closed

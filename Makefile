@@ -29,9 +29,8 @@ bench: venv
 bench-load: venv
 	$(PY) bench/load/run_all.py
 
-proto: venv
-	$(PY) -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. proto/ratelimitd/_proto/*.proto
-	$(PY) -m grpc_tools.protoc -Iproto --grpc_python_out=. proto/ratelimitd/_proto/rls.proto proto/ratelimitd/_proto/discovery.proto
+# The protobuf/gRPC modules are generated from proto/ by setup.py at every install.
+proto: compile
 
 lint: venv
 	.venv/bin/ruff check .

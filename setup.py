@@ -6,8 +6,34 @@ C files are build output and never committed. The HTTP/2 core links the system l
 daemon serves gRPC with grpc.aio instead.
 """
 
+import glob
+import sys
+from importlib import resources
+
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+
+# Protobuf and gRPC modules, generated from proto/ (protoc's own header says such gencode is
+# not to be checked in). grpcio-tools is a build requirement pinned to the version whose protoc
+# matches the runtime `protobuf` floor in pyproject.toml.
+PROTOS = sorted(glob.glob("proto/ratelimitd/_proto/*.proto"))
+SERVICES = ["proto/ratelimitd/_proto/rls.proto", "proto/ratelimitd/_proto/discovery.proto"]
+
+
+def generate_protos() -> None:
+    """Write ratelimitd/_proto/*_pb2.py(i) and *_pb2_grpc.py from proto/ (as `make proto`)."""
+    from grpc_tools import protoc
+
+    include = f"-I{resources.files('grpc_tools') / '_proto'}"  # the well-known types
+    for argv in (
+        ["-Iproto", include, "--python_out=.", "--pyi_out=.", *PROTOS],
+        ["-Iproto", include, "--grpc_python_out=.", *SERVICES],
+    ):
+        if protoc.main(["protoc", *argv]) != 0:
+            sys.exit(f"protoc failed: {' '.join(argv)}")
+
+
+generate_protos()
 
 extensions = [
     Extension("ratelimitd._match", ["ratelimitd/_match.pyx"]),

@@ -1,1 +1,1 @@
-"""Generated protobuf modules for the RLS v3 wire format (see proto/README.md; do not edit)."""
+"""Protobuf modules generated from proto/ at install time by setup.py (see proto/README.md)."""

@@ -72,6 +72,13 @@ else:
         IMPLEMENTATION = "pure"
 
 
+# Counters saturate, they never overflow (README, "Counters saturate"). One descriptor's hits
+# count at most MAX_HITS: past any uint32 requests_per_unit by itself, so the decision is the
+# same, and small enough that Lua's doubles and Redis' int64 counters take many of them. A
+# counter stops at COUNTER_MAX, the top of Redis' signed range (INCRBY refuses to pass it).
+MAX_HITS = 2**32
+COUNTER_MAX = 2**63 - 1
+
 # Metered usage (the `meter: true` config extension) is kept per UTC day for 35 days, so
 # a billing cycle or a rolling 30-day window can always be summed from it.
 METER_TTL_SECONDS = 35 * 86400

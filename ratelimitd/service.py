@@ -23,6 +23,8 @@ from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Response,
 from .settings import ReloadOptions
 from .stats import StatsStore
 
+MAX_HITS = keys.MAX_HITS
+
 
 class ServiceError(Exception):
     """A request the service refuses (gRPC UNKNOWN, `/json` 400), as the reference."""
@@ -84,7 +86,7 @@ class RateLimitService:
         opts = snap.options
 
         n = len(descriptors)
-        default_hits = request.hits_addend or 1
+        default_hits = min(request.hits_addend or 1, MAX_HITS)
         checks: list[Check] = []
         unlimited: list[int] | None = None
         meters: list[Meter] | None = None
@@ -118,7 +120,9 @@ class RateLimitService:
                         if meters is None:
                             meters = []
                         meters.append(
-                            Meter(i, default_hits if d.hits_addend is None else d.hits_addend)
+                            Meter(
+                                i, default_hits if d.hits_addend is None else _capped(d.hits_addend)
+                            )
                         )
                     if rule.replaces:
                         if replaced is None:
@@ -129,7 +133,7 @@ class RateLimitService:
                             unlimited = []
                         unlimited.append(i)
                         continue
-                hits = default_hits if d.hits_addend is None else d.hits_addend
+                hits = default_hits if d.hits_addend is None else _capped(d.hits_addend)
                 checks.append(Check(i, rule, stats, share, hits))
             if replaced:
                 # Replaced limits are dropped whatever the descriptor order, metadata too.
@@ -186,6 +190,11 @@ class RateLimitService:
             raise self._refuse(f"invalid rate limit override unit {unit}")
         key = domain + "." + ".".join(k + "_" + v if v else k for k, v in d.entries)
         return Rule(key, requests_per_unit, unit, stats=self.stats.rule_stats(key))
+
+
+def _capped(hits: int) -> int:
+    # A descriptor's own hits_addend (uint64 on the wire) counts at most MAX_HITS.
+    return hits if hits <= MAX_HITS else MAX_HITS
 
 
 def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..keys import COUNTER_MAX
 from ..keys import sliding_window as _sliding_window
 from ..keys import token_bucket as _token_bucket
 from .base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
@@ -67,7 +68,8 @@ class MemoryBackend:
                 entry[0] = hits
                 entry[1] = expires
             else:
-                entry[0] += hits
+                count = entry[0] + hits
+                entry[0] = count if count <= COUNTER_MAX else COUNTER_MAX  # saturates
                 entry[1] = expires
             out.append(entry[0])
         return out
@@ -88,7 +90,8 @@ class MemoryBackend:
         if entry[1] <= now:  # expired, not swept yet: a fresh counter
             entry[0] = hits
         else:
-            entry[0] += hits
+            count = entry[0] + hits
+            entry[0] = count if count <= COUNTER_MAX else COUNTER_MAX  # saturates
         entry[1] = expires
         return entry[0]
 

@@ -199,11 +199,12 @@ async def test_malformed_key_fails_the_whole_get_open(memcached, decider) -> Non
     assert d.stat("ratelimit.memcache.increment.__code=error") == 2
 
 
-async def test_values_beyond_int32_read_as_zero(memcached, decider) -> None:
+async def test_values_beyond_int32_saturate(memcached, decider) -> None:
+    """The reference reads them as 0 (a key made unlimited); we differ (README): saturated."""
     mc = memcached()
     d = await decider([mc.address], CONFIG)
     assert mc.command(b"set d_k_big_999960 0 60 10", b"3000000000") == b"STORED\r\n"
-    assert codes(await d.decide("d", [("k", "big")])) == [(OK, 1)]
+    assert codes(await d.decide("d", [("k", "big")])) == [(OVER_LIMIT, 0)]
     await d.backend.flush()
     assert mc.value("d_k_big_999960") == 3000000001
 

@@ -74,6 +74,7 @@ __all__ = [
     "create_memcache_backend",
     "legal_key",
     "lookup_srv",
+    "parse_counter",
     "parse_int32",
     "parse_srv_response",
     "pick_node",
@@ -127,6 +128,19 @@ def parse_int32(raw: bytes) -> int | None:
     if not -(2**31) <= value <= _INT32_MAX:
         return None
     return value
+
+
+def parse_counter(raw: bytes) -> int | None:
+    """A stored counter as the decision sees it: Go's ParseInt(s, 10, 32) into a uint32, as
+    the reference reads it, except that a number past the int32 range saturates at 2^32-1
+    where the reference reads 0 (a key made unlimited by one huge hits_addend). None when it
+    is not a number at all (the reference's logged error)."""
+    value = parse_int32(raw)
+    if value is not None:
+        return value & 0xFFFFFFFF
+    if raw.isdigit():
+        return 0xFFFFFFFF
+    return None
 
 
 class MemcacheStats:
@@ -306,11 +320,11 @@ class MemcacheBackend:
             raw = found.get(key.encode())
             value = 0
             if raw is not None:
-                parsed = parse_int32(raw)
+                parsed = parse_counter(raw)
                 if parsed is None:
                     log.error("Unexpected non-numeric value in memcached: %r", raw)
                 else:
-                    value = parsed & 0xFFFFFFFF  # the reference stores it in a uint32
+                    value = parsed
             out.append(value)
         return out
 

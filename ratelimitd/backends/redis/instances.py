@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op
 from . import resp, scripts
@@ -153,7 +154,7 @@ class RedisInstance:
                 i += 1
             else:
                 if reply.__class__ is not int:
-                    self._fail(reply)
+                    reply = self._counted(reply)
                 if replies[i + 1].__class__ is not int:
                     self._fail(replies[i + 1])
                 out.append(reply)
@@ -194,6 +195,14 @@ class RedisInstance:
     def _jittered(self, seconds: int) -> int:
         jitter = self.jitter
         return seconds + int(random.random() * jitter) if jitter > 0 else seconds
+
+    def _counted(self, reply: Any) -> int:
+        """An INCRBY reply that is not a counter: one Redis refused because it would pass
+        2^63-1 is that counter, saturated (README, "Counters saturate"); others raise."""
+        if isinstance(reply, ReplyError) and str(reply).endswith("would overflow"):
+            return COUNTER_MAX
+        self._fail(reply)
+        raise AssertionError("unreachable")  # _fail raises
 
     def _raise_reply(self, reply: Any) -> None:
         if isinstance(reply, ReplyError):
@@ -329,14 +338,16 @@ class SingleInstance(RedisInstance):
         if n == 2:
             count = replies[offset]
             if count.__class__ is not int:
-                self._failed(count)
+                count = self._counted(count)
             if replies[offset + 1].__class__ is not int:
                 self._failed(replies[offset + 1])
             return [count]
         mine = replies[offset : offset + n]
-        for reply in mine:
+        for i, reply in enumerate(mine):
             if reply.__class__ is not int:
-                self._failed(reply)
+                if i % 2:
+                    self._failed(reply)
+                mine[i] = self._counted(reply)
         return mine[::2]  # type: ignore[no-any-return]
 
     async def get(self, keys: Sequence[str]) -> list[int]:
@@ -502,9 +513,11 @@ class ClusterInstance(RedisInstance):
             cmds.append((slot, resp.incrby(k, op.hits)))
             cmds.append((slot, resp.expire(k, self._jittered(op.seconds))))
         replies = await self._run(cmds)
-        for reply in replies:
+        for i, reply in enumerate(replies):
             if reply.__class__ is not int:
-                self._raise_reply(reply)
+                if i % 2:
+                    self._raise_reply(reply)
+                replies[i] = self._counted(reply)
         return replies[::2]
 
     async def get(self, keys: Sequence[str]) -> list[int]:

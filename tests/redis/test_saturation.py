@@ -1,0 +1,53 @@
+"""Counters saturate on Redis (issue 14, item 3): huge hits_addend never poisons a key.
+
+Before: 2^64-1 was refused by INCRBY (`value is not an integer or out of range`) and a counter
+at 2^63-1 failed every later INCRBY (`increment or decrement would overflow`) until its window
+ended: every call on that key answered UNKNOWN, which Envoy's default failure_mode_deny=false
+turns into no limit at all.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ratelimitd import keys
+from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
+
+CONFIG = """
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: s
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_window}
+  - key: t
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket}
+"""
+HUGE = 2**64 - 1
+
+
+@pytest.mark.parametrize("key", ["k", "s", "t"])
+async def test_huge_hits_twice_then_the_key_still_decides(redis_server, decider, key) -> None:
+    d = await decider({"REDIS_URL": redis_server.address}, CONFIG)
+    for _ in range(3):
+        r = await d.decide("d", Descriptor(((key, "a"),), None, HUGE))
+        assert r.overall_code == OVER_LIMIT
+    # Never an error: a fixed window counted the capped hits (over for the window); a sliding
+    # window or a token bucket counts only what it admits, so the key is untouched.
+    r = await d.decide("d", [(key, "a")])
+    assert r.overall_code == (OVER_LIMIT if key == "k" else OK)
+    assert (await d.decide("d", [(key, "b")])).overall_code == OK
+
+
+async def test_a_counter_at_the_top_of_redis_range_saturates(redis_server, decider) -> None:
+    d = await decider({"REDIS_URL": redis_server.address}, CONFIG)
+    await d.decide("d", [("k", "a")])
+    client = redis_server.client()
+    (key,) = client.keys("*")
+    client.set(key, keys.COUNTER_MAX - 1, keepttl=True)
+    for _ in range(2):  # Redis refuses the INCRBY that would pass 2^63-1: saturated
+        r = await d.decide("d", Descriptor((("k", "a"),), None, 5))
+        assert r.overall_code == OVER_LIMIT
+    assert int(client.get(key)) == keys.COUNTER_MAX - 1
+    assert 0 < client.ttl(key) <= 3600  # its window still ends
+    assert (await d.decide("d", [("k", "b")])).overall_code == OK

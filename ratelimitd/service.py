@@ -9,6 +9,7 @@ options are swapped together as one `Snapshot`, so a request never mixes two con
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,8 +27,23 @@ from .stats import StatsStore
 MAX_HITS = keys.MAX_HITS
 
 
+# A request with more descriptors than this is matched in slices of this many, the loop
+# running other requests between them (`may_suspend`): one huge request must not stall all.
+SLICE = 256
+UNKNOWN, RESOURCE_EXHAUSTED = 2, 8  # gRPC status codes
+
+
 class ServiceError(Exception):
     """A request the service refuses (gRPC UNKNOWN, `/json` 400), as the reference."""
+
+    code = UNKNOWN
+
+
+class RequestTooLarge(ServiceError):
+    """More descriptors or entries than MAX_DESCRIPTORS_PER_REQUEST / MAX_ENTRIES_PER_DESCRIPTOR
+    allow (gRPC RESOURCE_EXHAUSTED, `/json` 400), refused before any work."""
+
+    code = RESOURCE_EXHAUSTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +88,16 @@ class RateLimitService:
         self.stats.service.service_error += 1
         return ServiceError(message)
 
+    def _too_large(self, message: str) -> RequestTooLarge:
+        self.stats.service.service_error += 1
+        return RequestTooLarge(message)
+
+    @staticmethod
+    def may_suspend(request: Request) -> bool:
+        """Whether deciding `request` may wait even on a synchronous limiter (it is matched
+        in slices): such a request needs a task, not `RlsHandler.decide_now`."""
+        return len(request.descriptors) > SLICE
+
     async def should_rate_limit(self, request: Request) -> Response:
         """Decide one request. Raises ServiceError, or BackendError from the backend."""
         domain = request.domain
@@ -84,8 +110,20 @@ class RateLimitService:
         if snap.ruleset is None:
             raise self._refuse("no rate limit configuration loaded")
         opts = snap.options
-
         n = len(descriptors)
+        if n > opts.max_descriptors:
+            limit = opts.max_descriptors
+            raise self._too_large(
+                f"{n} descriptors in one request (MAX_DESCRIPTORS_PER_REQUEST={limit})"
+            )
+        most = opts.max_entries
+        for d in descriptors:
+            if len(d.entries) > most:
+                raise self._too_large(
+                    f"a descriptor with {len(d.entries)} entries"
+                    f" (MAX_ENTRIES_PER_DESCRIPTOR={most})"
+                )
+
         default_hits = min(request.hits_addend or 1, MAX_HITS)
         checks: list[Check] = []
         unlimited: list[int] | None = None
@@ -100,6 +138,8 @@ class RateLimitService:
             replaced: set[str] | None = None
             lookup = ruleset.lookup  # the matcher of the implementation that compiled it
             for i in range(n):
+                if i and i % SLICE == 0:
+                    await asyncio.sleep(0)  # only past SLICE: `may_suspend` said so
                 d = descriptors[i]
                 share = None
                 if d.limit is not None:

@@ -420,6 +420,8 @@ def _reload(env: Env) -> ReloadOptions:
         remaining_header=env.get_str("LIMIT_REMAINING_HEADER", d.remaining_header),
         reset_header=env.get_str("LIMIT_RESET_HEADER", d.reset_header),
         merge_domain_config=env.get_bool("MERGE_DOMAIN_CONFIG", False),
+        max_descriptors=env.get_int("MAX_DESCRIPTORS_PER_REQUEST", d.max_descriptors, 1, 2**31 - 1),
+        max_entries=env.get_int("MAX_ENTRIES_PER_DESCRIPTOR", d.max_entries, 1, 2**31 - 1),
     )
 
 

@@ -285,6 +285,10 @@ class ReloadOptions:
     remaining_header: str = "RateLimit-Remaining"
     reset_header: str = "RateLimit-Reset"
     merge_domain_config: bool = False
+    # Extension: a request with more descriptors, or a descriptor with more entries, is
+    # refused before any work (gRPC RESOURCE_EXHAUSTED, /json 400); issue 14, item 4.
+    max_descriptors: int = 1024  # MAX_DESCRIPTORS_PER_REQUEST
+    max_entries: int = 64  # MAX_ENTRIES_PER_DESCRIPTOR
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,9 +222,10 @@ class NativeGrpcTransport:
     def _should_rate_limit(self, stream: Any, proto: H2Protocol) -> None:
         handler = self.handler
         if handler.synchronous:
-            code, reply = handler.decide_now(stream.message)
-            proto.answer(stream, code, reply)
-            return
+            outcome = handler.decide_now(stream.message)
+            if outcome is not None:
+                proto.answer(stream, *outcome)
+                return
         carrier = dict(stream.metadata) if stream.metadata else None
         stream.work = self._loop.create_task(self._decide(stream, proto, carrier))  # type: ignore[union-attr]
         if stream.timeout >= 0:

@@ -62,13 +62,16 @@ class RlsHandler:
         """True when `decide_now` may be used: the decision never waits for I/O."""
         return self.spans is None and self.service.limiter.synchronous
 
-    def decide_now(self, data: bytes) -> Outcome:
-        """`decide` without a task, for a synchronous limiter (see `synchronous`)."""
+    def decide_now(self, data: bytes) -> Outcome | None:
+        """`decide` without a task, for a synchronous limiter (see `synchronous`); None for
+        a request too large to decide without letting other requests run (use `decide`)."""
         started = self.clock()
         try:
             request = decode_request(data)
         except DecodeError as err:
             return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        if self.service.may_suspend(request):
+            return None
         # The service is a coroutine function that, with a synchronous limiter, finishes
         # without suspending: one send() runs it to the end with no task or loop round.
         coro = self.service.should_rate_limit(request)
@@ -77,7 +80,7 @@ class RlsHandler:
         except StopIteration as stop:
             return self._done(started, OK, encode_response(stop.value))
         except Exception as err:
-            return self._done(started, UNKNOWN, _failure(err))
+            return self._done(started, _code(err), _failure(err))
         coro.close()
         return self._done(started, UNKNOWN, "internal error: a synchronous decision waited")
 
@@ -101,7 +104,7 @@ class RlsHandler:
             self._done(started, CANCELLED, "")
             raise
         except Exception as err:
-            return self._done(started, UNKNOWN, _failure(err))
+            return self._done(started, _code(err), _failure(err))
         return self._done(started, OK, encode_response(response))
 
     def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
@@ -113,6 +116,11 @@ class RlsHandler:
         if self.timer is not None:
             self.timer.observe(elapsed_ms)
         return code, reply
+
+
+def _code(err: Exception) -> int:
+    """The gRPC status of an error out of the service: UNKNOWN but for RESOURCE_EXHAUSTED."""
+    return err.code if isinstance(err, ServiceError) else UNKNOWN
 
 
 def _failure(err: Exception) -> str:

@@ -270,6 +270,8 @@ EXTENSIONS: dict[str, Row] = {
     "DEBUG_PROFILE_MAX_DURATION": Read("1m", "debug.profile_max_seconds", 60.0),
     "ADMIN_TOKEN": Read("t0k3n", "debug.admin_token", "t0k3n"),
     "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),
+    "MAX_DESCRIPTORS_PER_REQUEST": Read("10", "reload.max_descriptors", 10),
+    "MAX_ENTRIES_PER_DESCRIPTOR": Read("3", "reload.max_entries", 3),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}

@@ -51,3 +51,14 @@ async def test_a_counter_at_the_top_of_redis_range_saturates(redis_server, decid
     assert int(client.get(key)) == keys.COUNTER_MAX - 1
     assert 0 < client.ttl(key) <= 3600  # its window still ends
     assert (await d.decide("d", [("k", "b")])).overall_code == OK
+
+
+async def test_a_request_past_4096_descriptors_is_decided(redis_server, decider) -> None:
+    """Its 2 x 5,000 commands exceed one connection's in-flight cap (8,192): before, `redis
+    pipeline full`; now the flush goes to a connection under the cap."""
+    d = await decider(
+        {"REDIS_URL": redis_server.address, "MAX_DESCRIPTORS_PER_REQUEST": "5000"}, CONFIG
+    )
+    r = await d.decide("d", *[[("k", f"v{i}")] for i in range(5000)])
+    assert r.overall_code == OK and len(r.statuses) == 5000
+    assert len(redis_server.client().keys("*")) == 5000

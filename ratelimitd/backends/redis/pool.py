@@ -185,6 +185,7 @@ class Pool:
         self._cmds = 0
         conns = self.conns
         limit = self.max_in_flight
+        idlest = None
         for _ in range(len(conns)):
             self._rr += 1
             conn = conns[self._rr % len(conns)]
@@ -192,6 +193,15 @@ class Pool:
                 self.writes += 1
                 conn.write(payload, [Batch(fut, cmds)], cmds)
                 return
+            if idlest is None or conn.in_flight < idlest.in_flight:
+                idlest = conn
+        if idlest is not None and cmds > limit and idlest.in_flight < limit:
+            # One request larger than the limit itself (MAX_DESCRIPTORS_PER_REQUEST bounds it)
+            # could never fit: it goes to the idlest connection rather than failing. A flush
+            # that would fit later still fails fast: Redis is too far behind to take more.
+            self.writes += 1
+            idlest.write(payload, [Batch(fut, cmds)], cmds)
+            return
         reason = "redis pipeline full" if conns else "no connection to redis"
         fut.set_result(BackendError(f"{reason} at {self.describe}"))
 

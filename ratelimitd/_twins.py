@@ -1,9 +1,28 @@
-"""Choosing between a compiled module and its pure-Python twin by name (for `impl=`)."""
+"""Choosing between a compiled module and its pure-Python twin: at import, and by name."""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
+from typing import TypeVar
+
+from .settings import extensions_disabled
+
+Pure = TypeVar("Pure", bound=ModuleType)
+
+
+def select(compiled: str, pure: Pure) -> tuple[Pure, str]:
+    """The compiled module if it is built and allowed, else the twin `pure`; and which.
+
+    RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read once), as
+    yarl's YARL_NO_EXTENSIONS does. The compiled module is typed as its twin: same names.
+    """
+    if not extensions_disabled():
+        try:
+            return importlib.import_module(compiled), "compiled"  # type: ignore[return-value]
+        except ImportError:  # not built (e.g. a source checkout without `make compile`)
+            pass
+    return pure, "pure"
 
 
 def twin(compiled: str, pure: str, name: str | None, selected: str) -> ModuleType:

@@ -9,67 +9,25 @@ made at import, through the settings package (the only reader of the environment
 from collections.abc import Sequence
 from types import ModuleType
 
-from ._twins import twin
-from .settings import extensions_disabled
+from . import _keys_py
+from ._twins import select, twin
 
-if extensions_disabled():
-    from ._keys_py import (
-        UNIT_SECONDS,
-        cache_key,
-        evaluate,
-        near_threshold,
-        over,
-        refuse,
-        reset_seconds,
-        settle,
-        sliding_window,
-        state_key,
-        token_bucket,
-        unit_seconds,
-        verdict,
-        window_start,
-    )
+_impl, IMPLEMENTATION = select("ratelimitd._keys", _keys_py)
 
-    IMPLEMENTATION = "pure"
-else:
-    try:
-        from ._keys import (  # type: ignore[no-redef]
-            UNIT_SECONDS,
-            cache_key,
-            evaluate,
-            near_threshold,
-            over,
-            refuse,
-            reset_seconds,
-            settle,
-            sliding_window,
-            state_key,
-            token_bucket,
-            unit_seconds,
-            verdict,
-            window_start,
-        )
-
-        IMPLEMENTATION = "compiled"
-    except ImportError:  # not built (e.g. a source checkout without `make compile`)
-        from ._keys_py import (
-            UNIT_SECONDS,
-            cache_key,
-            evaluate,
-            near_threshold,
-            over,
-            refuse,
-            reset_seconds,
-            settle,
-            sliding_window,
-            state_key,
-            token_bucket,
-            unit_seconds,
-            verdict,
-            window_start,
-        )
-
-        IMPLEMENTATION = "pure"
+UNIT_SECONDS = _impl.UNIT_SECONDS
+cache_key = _impl.cache_key
+evaluate = _impl.evaluate
+near_threshold = _impl.near_threshold
+over = _impl.over
+refuse = _impl.refuse
+reset_seconds = _impl.reset_seconds
+settle = _impl.settle
+sliding_window = _impl.sliding_window
+state_key = _impl.state_key
+token_bucket = _impl.token_bucket
+unit_seconds = _impl.unit_seconds
+verdict = _impl.verdict
+window_start = _impl.window_start
 
 
 # Counters saturate, they never overflow (README, "Counters saturate"). One descriptor's hits

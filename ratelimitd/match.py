@@ -5,28 +5,16 @@ RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read a
 
 from types import ModuleType
 
-from ._twins import twin
-from .settings import extensions_disabled
+from . import _match_py
+from ._twins import select, twin
 
-if extensions_disabled():
-    from ._match_py import Level, Node, compile_level, lookup, wildcard_match
+_impl, IMPLEMENTATION = select("ratelimitd._match", _match_py)
 
-    IMPLEMENTATION = "pure"
-else:
-    try:
-        from ._match import (  # type: ignore[no-redef]
-            Level,
-            Node,
-            compile_level,
-            lookup,
-            wildcard_match,
-        )
-
-        IMPLEMENTATION = "compiled"
-    except ImportError:  # not built (e.g. a source checkout without `make compile`)
-        from ._match_py import Level, Node, compile_level, lookup, wildcard_match
-
-        IMPLEMENTATION = "pure"
+Level = _impl.Level
+Node = _impl.Node
+compile_level = _impl.compile_level
+lookup = _impl.lookup
+wildcard_match = _impl.wildcard_match
 
 
 def implementation(name: str | None = None) -> ModuleType:

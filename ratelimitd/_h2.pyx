@@ -22,6 +22,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int32_t, uint8_t, uint32_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from ratelimitd._nghttp2 cimport *
 
@@ -46,6 +47,12 @@ cdef bytes _CONTENT_TYPE_GRPC = b"application/grpc"
 
 class H2Error(Exception):
     """A connection the core could not set up (out of memory)."""
+
+
+cdef inline double _monotonic() noexcept:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef inline void _nv(nghttp2_nv* nv, bytes name, bytes value) noexcept:
@@ -87,6 +94,10 @@ cdef class Stream:
     cdef readonly object metadata
     cdef readonly bytes message
     cdef readonly bint closed
+    # CLOCK_MONOTONIC seconds (time.monotonic()'s clock) when its HEADERS arrived.
+    cdef readonly double started
+    # True once the whole request was read and handed to the transport.
+    cdef readonly bint dispatched
     # Whatever the transport attaches (a pending task, a health watcher).
     cdef public object work
 
@@ -100,7 +111,6 @@ cdef class Stream:
     cdef Py_ssize_t held
     cdef Py_ssize_t expected
     cdef bint discard
-    cdef bint dispatched
     cdef bint answered
 
     cdef bytes out
@@ -418,6 +428,7 @@ cdef class Connection:
             return 0
         stream = Stream.__new__(Stream)
         stream.id = frame.hd.stream_id
+        stream.started = _monotonic()
         self.streams[stream.id] = stream
         nghttp2_session_set_stream_user_data(self.session, stream.id, <void*>stream)
         return 0

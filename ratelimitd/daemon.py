@@ -23,7 +23,13 @@ from .core import build_core
 from .health import Health
 from .reloader import ConfigReloader
 from .service import RateLimitService
-from .settings import ReloadOptions, Settings, SettingsError, reload_options_from_env
+from .settings import (
+    ConnectionLimits,
+    ReloadOptions,
+    Settings,
+    SettingsError,
+    reload_options_from_env,
+)
 from .stats import StatsStore
 from .stats.base import Sink, SinkError
 from .stats.sinks import create_sink
@@ -31,6 +37,7 @@ from .tracing import Tracing, create_tracing, server_interceptor
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
 from .transport.http import HttpServer, main_routes
+from .transport.limits import ConnectionBudget
 
 try:
     from .transport.native import NativeGrpcTransport
@@ -178,6 +185,9 @@ def build(settings: Settings) -> Daemon:
         reload_options,
         track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
     )
+    # Every listener's clients together leave FD_RESERVE descriptors to the rest.
+    budget = ConnectionBudget.for_process()
+    limits = settings.connections
     return Daemon(
         settings=settings,
         stats=stats,
@@ -185,9 +195,23 @@ def build(settings: Settings) -> Daemon:
         backend=core.backend,
         service=service,
         reloader=reloader,
-        grpc=grpc_transport(settings, service, health, stats, sink, tracing),
-        http=HttpServer(main_routes(service, health)),
-        debug=HttpServer(debug_routes(service, stats, settings=settings.debug)),
+        grpc=grpc_transport(settings, service, health, stats, sink, tracing, budget),
+        http=HttpServer(
+            main_routes(service, health),
+            name="HTTP",
+            max_connections=limits.http_max_connections,
+            read_timeout=limits.http_read_timeout,
+            idle_timeout=limits.http_idle_timeout,
+            budget=budget,
+        ),
+        debug=HttpServer(
+            debug_routes(service, stats, settings=settings.debug),
+            name="debug",
+            max_connections=limits.debug_max_connections,
+            read_timeout=limits.http_read_timeout,
+            idle_timeout=limits.http_idle_timeout,
+            budget=budget,
+        ),
         sink=sink,
         tracing=tracing,
     )
@@ -200,12 +224,30 @@ def grpc_transport(
     stats: StatsStore,
     sink: Sink,
     tracing: Tracing | None,
+    budget: ConnectionBudget | None = None,
 ) -> GrpcTransport | NativeGrpcTransport:
     """The gRPC listener GRPC_TRANSPORT asks for: native HTTP/2 by default when built."""
     choice = settings.grpc.transport
     if choice != "grpcio" and NativeGrpcTransport is not None:
         return NativeGrpcTransport(
-            settings, service, health, stats, response_timer=sink.timer, tracing=tracing
+            settings,
+            service,
+            health,
+            stats,
+            response_timer=sink.timer,
+            tracing=tracing,
+            budget=budget,
+        )
+    limits = settings.connections
+    defaults = ConnectionLimits()
+    if (limits.grpc_max_connections, limits.grpc_read_timeout) != (
+        defaults.grpc_max_connections,
+        defaults.grpc_read_timeout,
+    ):
+        # grpc.aio bounds neither: refuse rather than accept a setting that does nothing.
+        raise GrpcConfigError(
+            "GRPC_MAX_CONNECTIONS and GRPC_READ_TIMEOUT need the native gRPC transport "
+            "(unset GRPC_TRANSPORT=grpcio, or unset them)"
         )
     if choice == "native":
         raise GrpcConfigError(

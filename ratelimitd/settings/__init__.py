@@ -20,6 +20,7 @@ from .goparse import SettingsError, parse_go_bool, parse_go_duration, parse_go_i
 from .sections import (
     CacheSettings,
     ConfigSettings,
+    ConnectionLimits,
     DebugSettings,
     DogStatsdMogrifier,
     GrpcSettings,
@@ -42,6 +43,7 @@ from .sections import (
 __all__ = [
     "CacheSettings",
     "ConfigSettings",
+    "ConnectionLimits",
     "DebugSettings",
     "DogStatsdMogrifier",
     "GrpcSettings",

@@ -52,6 +52,7 @@ from .sections import (
     PERSECOND_URL,
     CacheSettings,
     ConfigSettings,
+    ConnectionLimits,
     DebugSettings,
     DogStatsdMogrifier,
     GrpcSettings,
@@ -105,6 +106,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
     per_second = _redis(env, "REDIS_PERSECOND_", PERSECOND_URL, shared=redis)
     settings = Settings(
         listeners=_listeners(env),
+        connections=_connections(env),
         debug=DebugSettings(
             profile_enabled=env.get_bool("DEBUG_PROFILE_ENABLED", False),
             profile_max_seconds=env.get_duration(
@@ -198,6 +200,21 @@ def _listeners(env: Env) -> ListenerSettings:
         grpc_host=env.get_str("GRPC_HOST", d.grpc_host),
         grpc_port=env.get_port("GRPC_PORT", d.grpc_port),
         grpc_uds=env.get_str("GRPC_UDS"),
+    )
+
+
+def _connections(env: Env) -> ConnectionLimits:
+    d = ConnectionLimits()
+    most = 2**31 - 1
+    return ConnectionLimits(
+        http_max_connections=env.get_int("HTTP_MAX_CONNECTIONS", d.http_max_connections, 1, most),
+        debug_max_connections=env.get_int(
+            "DEBUG_MAX_CONNECTIONS", d.debug_max_connections, 1, most
+        ),
+        grpc_max_connections=env.get_int("GRPC_MAX_CONNECTIONS", d.grpc_max_connections, 1, most),
+        http_read_timeout=env.get_duration("HTTP_READ_TIMEOUT", d.http_read_timeout, positive=True),
+        http_idle_timeout=env.get_duration("HTTP_IDLE_TIMEOUT", d.http_idle_timeout, positive=True),
+        grpc_read_timeout=env.get_duration("GRPC_READ_TIMEOUT", d.grpc_read_timeout, positive=True),
     )
 
 

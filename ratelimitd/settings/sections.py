@@ -55,6 +55,26 @@ class ListenerSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """Extension: what one client may hold (issue 14, item 2; the reference bounds nothing).
+
+    Each listener takes at most its `*_max_connections` clients, and all of them together at
+    most the open-file limit (raised to its hard limit at start) less FD_RESERVE, so health,
+    config reloads and backend connections always have descriptors left. An HTTP request must
+    arrive whole within `http_read_timeout` of its first byte (or of the connection), a
+    keep-alive connection idle for `http_idle_timeout` is closed, and a gRPC request whose
+    body is not complete within `grpc_read_timeout` is answered DEADLINE_EXCEEDED.
+    """
+
+    http_max_connections: int = 4096  # HTTP_MAX_CONNECTIONS (the /json listener)
+    debug_max_connections: int = 64  # DEBUG_MAX_CONNECTIONS
+    grpc_max_connections: int = 4096  # GRPC_MAX_CONNECTIONS
+    http_read_timeout: float = 10.0  # HTTP_READ_TIMEOUT
+    http_idle_timeout: float = 120.0  # HTTP_IDLE_TIMEOUT
+    grpc_read_timeout: float = 10.0  # GRPC_READ_TIMEOUT
+
+
+@dataclass(frozen=True, slots=True)
 class DebugSettings:
     """Extension: the debug listener's CPU profile (DEBUG_PROFILE_*) and ADMIN_TOKEN.
 
@@ -307,6 +327,7 @@ class Settings:
     """How the process runs: every setting of the reference plus a few extensions."""
 
     listeners: ListenerSettings = ListenerSettings()
+    connections: ConnectionLimits = ConnectionLimits()
     debug: DebugSettings = DebugSettings()
     grpc: GrpcSettings = GrpcSettings()
     log: LogSettings = LogSettings()

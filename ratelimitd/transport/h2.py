@@ -22,14 +22,18 @@ import os
 import random
 import ssl
 import stat
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._h2 import Connection, Stream  # type: ignore[import-not-found]
+from .limits import ConnectionBudget
 
 log = logging.getLogger("ratelimitd.transport.h2")
 
 DEADLINE_EXCEEDED = 4
+# How often the server looks for requests past GRPC_READ_TIMEOUT.
+_SWEEP_SECONDS = 1.0
 INTERNAL = 13
 # How long the graceful GOAWAY waits for the peer's PING acknowledgement before the final one.
 GOAWAY_PING_TIMEOUT = 1.0
@@ -51,6 +55,7 @@ class H2Protocol(asyncio.Protocol):
         self._flush_handle: asyncio.Handle | None = None
         self._timers: list[asyncio.TimerHandle] = []
         self._lingering = False
+        self._admitted = False
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -61,6 +66,10 @@ class H2Protocol(asyncio.Protocol):
             # GRPC_CLIENT_TLS_SAN: refused right after the handshake, before any HTTP/2.
             transport.abort()  # type: ignore[attr-defined]
             return
+        if not server.budget.admit("gRPC", len(server.connections), server.max_connections):
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self._admitted = True
         self.conn = Connection(self._on_request, self._on_close, **server.core_options)
         server.connections.add(self)
         age = server.max_connection_age
@@ -91,6 +100,9 @@ class H2Protocol(asyncio.Protocol):
         return False  # the peer is gone: close
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._admitted:
+            self._admitted = False
+            self.server.budget.release()
         self.server.connections.discard(self)
         for timer in self._timers:
             timer.cancel()
@@ -237,8 +249,17 @@ class H2Server:
         metadata: Iterable[str] = (),
         client_san: str = "",
         san_matches: Callable[[str, str], bool] | None = None,
+        max_connections: int = 4096,
+        read_timeout: float = 10.0,
+        budget: ConnectionBudget | None = None,
     ) -> None:
         self.dispatch = dispatch
+        self.max_connections = max_connections
+        # A request whose body has not arrived whole this long after its HEADERS is answered
+        # DEADLINE_EXCEEDED (its buffered bytes freed): 20,000 such streams once held 75 MB.
+        self.read_timeout = read_timeout
+        self.budget = budget if budget is not None else ConnectionBudget(max_connections)
+        self._sweeper: asyncio.TimerHandle | None = None
         self.core_options = {
             "max_concurrent_streams": max_concurrent_streams,
             "max_message": max_message,
@@ -271,6 +292,8 @@ class H2Server:
     ) -> int:
         """Listen on host:port (or the unix socket `uds`); the bound TCP port (0 for a socket)."""
         self.loop = asyncio.get_running_loop()
+        if self._sweeper is None:
+            self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
         factory = lambda: H2Protocol(self)  # noqa: E731
         if uds:
             if not uds.startswith("\0"):
@@ -335,8 +358,27 @@ class H2Server:
         )
         return False
 
+    def _sweep(self) -> None:
+        """Answer the requests not read whole within `read_timeout`; runs every second."""
+        oldest = time.monotonic() - self.read_timeout
+        for proto in list(self.connections):
+            conn = proto.conn
+            if conn is None:
+                continue
+            late = [
+                st
+                for st in conn.streams.values()
+                if not st.dispatched and not st.closed and st.started < oldest
+            ]
+            for stream in late:
+                proto.finish(stream, DEADLINE_EXCEEDED, "request not received in time")
+        self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
+
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting; GOAWAY every connection; close them once drained (or after grace)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for server in self._servers:
             server.close()
         for proto in list(self.connections):

@@ -10,7 +10,10 @@ closes unless it asks for keep-alive; pipelined requests are answered in order a
 connection's requests are handled one after another; bodies by Content-Length or chunked,
 capped (413, then the connection closes); a request head over 1 MiB gets 431; unknown
 paths 404; a malformed request 400 and close; a handler that raises gives 500 (logged)
-and the server carries on. No idle timeout, like the reference's `http.Server`.
+and the server carries on. Unlike the reference's `http.Server` (no timeouts, no cap), a
+request must arrive whole within `read_timeout` of its first byte or of the connection (a
+slowloris client is closed), a keep-alive connection idle for `idle_timeout` is closed, and
+clients past `max_connections` (or the process's ConnectionBudget) are closed at once.
 
 A handler is `async def handler(request: HttpRequest) -> (status, headers, body)`, where
 `headers` is a tuple of `(name, value)` pairs; return a module-level constant tuple when
@@ -35,6 +38,7 @@ from ..health import Health
 from ..messages import OVER_LIMIT, UNKNOWN
 from ..service import RateLimitService, ServiceError
 from .jsoncodec import decode_request, encode_response
+from .limits import ConnectionBudget
 
 __all__ = [
     "ERROR_HEADERS",
@@ -128,6 +132,8 @@ _KEEP_ALIVE_10 = b"Connection: keep-alive\r\n\r\n"
 _HEAD_CACHE_MAX = 256
 # How long a refused client may keep sending before the connection is closed regardless.
 LINGER_SECONDS = 2.0
+# How often a server looks for connections past their read or idle deadline.
+_SWEEP_SECONDS = 1.0
 
 
 class _TooLarge(Exception):
@@ -158,15 +164,29 @@ class _HttpProtocol(asyncio.Protocol):
         self._read_paused = False
         self._write_waiter: asyncio.Future[None] | None = None
         self.closed: asyncio.Future[None] = server.loop.create_future()
+        # loop.time() past which the server's sweep closes this connection: a request not
+        # read whole in time, or a keep-alive connection idle too long (None: a request is
+        # being handled, no deadline).
+        self.deadline: float | None = server.loop.time() + server.read_timeout
+        self._admitted = False
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Both asyncio and uvloop set TCP_NODELAY on accepted sockets already.
         self._transport = transport  # type: ignore[assignment]
-        self._server.connections.add(self)
+        server = self._server
+        if not server.admit():
+            self._closing = True
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self._admitted = True
+        server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._admitted:
+            self._admitted = False
+            self._server.release()
         self._server.connections.discard(self)
         self._closing = True
         self._queue.clear()
@@ -219,6 +239,8 @@ class _HttpProtocol(asyncio.Protocol):
     # httptools callbacks
 
     def on_message_begin(self) -> None:
+        if self.deadline is None or self._worker is None:
+            self.deadline = self._server.loop.time() + self._server.read_timeout
         self._url = b""
         self._headers = []
         self._body = []
@@ -256,6 +278,7 @@ class _HttpProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self._in_head = True
         self._head_size = 0
+        self.deadline = None  # read whole: no deadline while it is handled
         if self._closing:
             return
         parser = self._parser
@@ -345,6 +368,8 @@ class _HttpProtocol(asyncio.Protocol):
                     await self._write_waiter
             if self._closing and not transport.is_closing():
                 transport.close()
+            elif self.deadline is None:  # answered everything: idle until the next request
+                self.deadline = server.loop.time() + server.idle_timeout
         finally:
             self._worker = None
 
@@ -379,10 +404,22 @@ class HttpServer:
         *,
         fallback: Handler | None = None,
         max_body: int = MAX_BODY,
+        name: str = "HTTP",
+        max_connections: int = 4096,
+        read_timeout: float = 10.0,
+        idle_timeout: float = 120.0,
+        budget: ConnectionBudget | None = None,
     ) -> None:
         self.routes: dict[bytes, Handler] = {p.encode(): h for p, h in routes.items()}
         self.fallback = fallback
         self.max_body = max_body
+        self.name = name
+        self.max_connections = max_connections
+        self.read_timeout = read_timeout
+        self.idle_timeout = idle_timeout
+        # Shared with the process's other listeners (None: this server's own, of its cap).
+        self.budget = budget if budget is not None else ConnectionBudget(max_connections)
+        self._sweeper: asyncio.TimerHandle | None = None
         self.connections: set[_HttpProtocol] = set()
         self.port = 0
         self._heads: dict[tuple[int, Headers], bytes] = {}
@@ -404,6 +441,21 @@ class HttpServer:
             if len(self._heads) < _HEAD_CACHE_MAX:
                 self._heads[key] = head
         return head
+
+    def admit(self) -> bool:
+        """Whether a new client may stay (this listener's cap, the process's budget)."""
+        return self.budget.admit(self.name, len(self.connections), self.max_connections)
+
+    def release(self) -> None:
+        """A client admitted by `admit` is gone."""
+        self.budget.release()
+
+    def _sweep(self) -> None:
+        """Close the connections past their deadline; runs every second while listening."""
+        now = self.loop.time()
+        for conn in [c for c in self.connections if c.deadline is not None and c.deadline < now]:
+            conn.abort()
+        self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
 
     async def start(
         self,
@@ -427,12 +479,15 @@ class HttpServer:
                 factory, host, port, reuse_port=reuse_port or None, ssl=ssl, backlog=backlog
             )
         self.port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
         return self.port
 
     async def close(self, grace: float = 10.0) -> None:
         """Stop accepting, let queued requests finish (up to `grace` s), close connections."""
         if self._server is None:
             return  # never started
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         self._server.close()
         for conn in list(self.connections):
             conn.shutdown()

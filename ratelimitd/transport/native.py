@@ -35,6 +35,7 @@ from .grpc import (
     listen_address,
 )
 from .h2 import H2Protocol, H2Server
+from .limits import ConnectionBudget
 from .protocodec import METHOD_PATH, SERVICE_NAME
 from .rls import INTERNAL, RlsHandler
 
@@ -181,6 +182,7 @@ class NativeGrpcTransport:
         *,
         response_timer: Timer | None = None,
         tracing: Tracing | None = None,
+        budget: ConnectionBudget | None = None,
     ) -> None:
         self.settings = settings
         self.service = service
@@ -204,6 +206,9 @@ class NativeGrpcTransport:
             metadata=spans.fields if spans is not None else (),
             client_san=g.client_tls_san if mtls else "",
             san_matches=dns_name_matches,
+            max_connections=settings.connections.grpc_max_connections,
+            read_timeout=settings.connections.grpc_read_timeout,
+            budget=budget,
         )
         self.certificates: SslCertificates | None = None
         self.address = listen_address(settings)

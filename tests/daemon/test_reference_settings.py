@@ -271,6 +271,12 @@ EXTENSIONS: dict[str, Row] = {
     "ADMIN_TOKEN": Read("t0k3n", "debug.admin_token", "t0k3n"),
     "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),
     "MAX_DESCRIPTORS_PER_REQUEST": Read("10", "reload.max_descriptors", 10),
+    "HTTP_MAX_CONNECTIONS": Read("10", "connections.http_max_connections", 10),
+    "DEBUG_MAX_CONNECTIONS": Read("5", "connections.debug_max_connections", 5),
+    "GRPC_MAX_CONNECTIONS": Read("7", "connections.grpc_max_connections", 7),
+    "HTTP_READ_TIMEOUT": Read("2s", "connections.http_read_timeout", 2.0),
+    "HTTP_IDLE_TIMEOUT": Read("1m", "connections.http_idle_timeout", 60.0),
+    "GRPC_READ_TIMEOUT": Read("500ms", "connections.grpc_read_timeout", 0.5),
     "MAX_ENTRIES_PER_DESCRIPTOR": Read("3", "reload.max_entries", 3),
 }
 

@@ -150,7 +150,9 @@ class RateLimitService:
                     if found is None:
                         continue
                     rule, key, share, keep_metadata = found
-                    stats = rule.stats if key == rule.full_key else self.stats.rule_stats(key)
+                    stats = (
+                        rule.stats if key == rule.full_key else self.stats.request_rule_stats(key)
+                    )
                     if keep_metadata and rule.metadata is not None:
                         if metadata is None:
                             metadata = [None] * n
@@ -229,7 +231,7 @@ class RateLimitService:
         if not self._unit_seconds(unit):
             raise self._refuse(f"invalid rate limit override unit {unit}")
         key = domain + "." + ".".join(k + "_" + v if v else k for k, v in d.entries)
-        return Rule(key, requests_per_unit, unit, stats=self.stats.rule_stats(key))
+        return Rule(key, requests_per_unit, unit, stats=self.stats.request_rule_stats(key))
 
 
 def _capped(hits: int) -> int:

@@ -191,6 +191,9 @@ class StatsSettings:
     extra_tags: Pairs = ()
     flush_interval: float = 10.0
     disable: bool = False  # DISABLE_STATS
+    # Extension: series created from request content (limit overrides, detailed_metric
+    # values, unknown domains) past this many fold into one overflow series (issue 14, 5).
+    max_request_series: int = 10_000  # STATS_MAX_REQUEST_SERIES
 
     @property
     def sink(self) -> StatsSink:

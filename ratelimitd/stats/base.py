@@ -137,9 +137,9 @@ class PeriodicSink(Sink):
         await self._stop_flushing()
         await self.flush()
 
-    def collect(self) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    async def collect(self) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
         """(counter deltas that are not zero, gauge values) since the last call."""
-        snapshot = self.stats.snapshot()
+        snapshot = await self.stats.snapshot_sliced()
         gauge_names = self.stats.gauge_names()
         last = self._last
         counters: list[tuple[str, float]] = []
@@ -162,7 +162,7 @@ class PeriodicSink(Sink):
         return sample, rate
 
     async def flush(self) -> None:
-        counters, gauges = self.collect()
+        counters, gauges = await self.collect()
         sample, rate = self.timings()
         lines: list[str] = []
         for i, (name, value) in enumerate(counters):

@@ -11,10 +11,17 @@ only grown under a lock, and `snapshot()` copies it under the same lock before f
 A lock rather than copy-on-write: the loop also creates stats (dynamic keys, request
 overrides), and copying a table of 100 000 rules for each new key would put that copy on the
 request path; the lookup of an existing key (every request) takes no lock.
+
+Series named by request content (limit overrides, `detailed_metric` values, unknown domains)
+are bounded: past `max_request_series` a new one is folded into the `_overflow` series and
+counted in `ratelimit.service.stats_series_folded` (100,000 override descriptors once made
+/stats 127 MB). The config's own rules are never folded. `snapshot_sliced()` formats in
+slices with the loop free between them: a store of 100,000 rules is 600,000 series.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import threading
@@ -29,6 +36,11 @@ RULE_STATS = (
     "over_limit_with_local_cache",
     "shadow_mode",
 )
+
+# The series every folded request-made series is counted in.
+OVERFLOW_KEY = "_overflow"
+# Rules formatted between two yields of `snapshot_sliced` (6 series each).
+_SNAPSHOT_SLICE = 5_000
 
 _IPV4 = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
 _RESERVED = str.maketrans({":": "_", "|": "_"})
@@ -90,8 +102,11 @@ class ServiceStats:
 class StatsStore:
     """Every statistic of one process."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_request_series: int = 10_000) -> None:
         self.service = ServiceStats()
+        self.max_request_series = max_request_series
+        self._request_series = 0  # made by `request_rule_stats` and `domain_not_found`
+        self.folded = 0  # ratelimit.service.stats_series_folded
         # Grown under _lock only (see the module docstring); read without it by key.
         self._rules: dict[str, RuleStats] = {}
         self._lock = threading.Lock()
@@ -111,9 +126,28 @@ class StatsStore:
                     stats = self._rules[key] = RuleStats(sanitize_stat_name(key))
         return stats
 
+    def request_rule_stats(self, key: str) -> RuleStats:
+        """`rule_stats` for a key made from request content: past `max_request_series` such
+        keys, a new one is counted in the overflow series instead."""
+        stats = self._rules.get(key)
+        if stats is not None:
+            return stats
+        if self._request_series >= self.max_request_series:
+            self.folded += 1
+            return self.rule_stats(OVERFLOW_KEY)
+        self._request_series += 1
+        return self.rule_stats(key)
+
     def domain_not_found(self, domain: str) -> None:
-        """Count one descriptor of a request for an unknown domain."""
-        self._domain_not_found[domain] = self._domain_not_found.get(domain, 0) + 1
+        """Count one descriptor of a request for an unknown domain (bounded as above)."""
+        table = self._domain_not_found
+        if domain not in table:
+            if self._request_series >= self.max_request_series:
+                self.folded += 1
+                domain = OVERFLOW_KEY
+            else:
+                self._request_series += 1
+        table[domain] = table.get(domain, 0) + 1
 
     def add_gauge(self, name: str, read: Callable[[], float]) -> None:
         """Register a gauge read at snapshot time (local cache, connection pools, ...)."""
@@ -122,13 +156,35 @@ class StatsStore:
     def snapshot(self) -> dict[str, float]:
         """Every counter and gauge by full name (counters are totals since start)."""
         out: dict[str, float] = {}
-        prefix = "ratelimit.service.rate_limit."
+        rules = self._rule_list()
+        self._rule_series(rules, out)
+        self._other_series(out)
+        return out
+
+    async def snapshot_sliced(self) -> dict[str, float]:
+        """`snapshot()`, yielding to the loop between slices of rules."""
+        out: dict[str, float] = {}
+        rules = self._rule_list()
+        for i in range(0, len(rules), _SNAPSHOT_SLICE):
+            self._rule_series(rules[i : i + _SNAPSHOT_SLICE], out)
+            await asyncio.sleep(0)
+        self._other_series(out)
+        return out
+
+    def _rule_list(self) -> list[RuleStats]:
         with self._lock:  # a reload may be adding rules from its thread
-            rules = list(self._rules.values())
+            return list(self._rules.values())
+
+    @staticmethod
+    def _rule_series(rules: list[RuleStats], out: dict[str, float]) -> None:
+        prefix = "ratelimit.service.rate_limit."
         for stats in rules:
             base = prefix + stats.key + "."
             for name in RULE_STATS:
                 out[base + name] = getattr(stats, name)
+
+    def _other_series(self, out: dict[str, float]) -> None:
+        prefix = "ratelimit.service.rate_limit."
         for domain, count in self._domain_not_found.items():
             out[prefix + sanitize_stat_name(domain) + ".domain_not_found"] = count
         s = self.service
@@ -138,9 +194,10 @@ class StatsStore:
         out["ratelimit.service.call.should_rate_limit.redis_error"] = s.redis_error
         out["ratelimit.service.call.should_rate_limit.service_error"] = s.service_error
         out["ratelimit_server.ShouldRateLimit.total_requests"] = s.total_requests
+        if self.folded:  # an extension's counter: absent until something is folded
+            out["ratelimit.service.stats_series_folded"] = self.folded
         for name, read in self._gauges.items():
             out[name] = read()
-        return out
 
     def gauge_names(self) -> frozenset[str]:
         """The names in `snapshot()` that are gauges; every other name is a counter."""

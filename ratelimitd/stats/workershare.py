@@ -27,11 +27,13 @@ class Totals:
     timers: dict[str, tuple[list[float], list[int], int, float]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, stats: StatsStore) -> Totals:
-        """The current totals of a store."""
+    def of(cls, stats: StatsStore, snapshot: dict[str, float] | None = None) -> Totals:
+        """The current totals of a store (from `snapshot` when one was just taken)."""
         gauge_names = stats.gauge_names()
         totals = cls()
-        for name, value in stats.snapshot().items():
+        if snapshot is None:
+            snapshot = stats.snapshot()
+        for name, value in snapshot.items():
             if name in gauge_names and not name.endswith(CUMULATIVE_GAUGE_SUFFIXES):
                 totals.gauges[name] = value
             else:

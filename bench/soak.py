@@ -1,0 +1,315 @@
+"""Soak: N minutes of mixed valid, malformed and oversized traffic, reloads and Redis deaths
+(issue 14's closing benchmark).
+
+    .venv/bin/python bench/soak.py                 # 30 minutes
+    .venv/bin/python bench/soak.py --minutes 1     # a smoke run
+
+One `ratelimitd serve` on a redis-server of its own. Every second the driver sends, over gRPC
+(the native transport, one channel) and over `/json` (keep-alive HTTP/1.1):
+valid one-descriptor requests on a limited key (some over their limit), random bytes
+(gRPC INTERNAL / `/json` 400) and requests over MAX_DESCRIPTORS_PER_REQUEST (RESOURCE_EXHAUSTED
+/ 400). The config is rewritten every 10 s (its limit alternates, so every load is a change),
+and Redis is killed (SIGKILL) and restarted on its port twice, at a third and two thirds of
+the run, down for 5 s each.
+
+Reported per minute: answers by kind, p99 of the valid calls per transport, the daemon's RSS
+and open descriptors; and the one figure that must be 0: valid answers on the limited key
+that came back OK *without* a limit (a config that turned a limit off). Writes
+bench/results/soak.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # tests/support
+
+import grpc  # noqa: E402
+from support.daemon import daemon_environment, start_daemon, write_config  # noqa: E402
+from support.machine import describe, machine_info  # noqa: E402
+from support.process import start_bound  # noqa: E402
+from support.redis_server import RedisServer  # noqa: E402
+
+from ratelimitd.messages import OK  # noqa: E402
+from ratelimitd.transport.grpc import METHOD_PATH  # noqa: E402
+from ratelimitd.transport.protocodec import decode_response, encode_request  # noqa: E402
+
+CONFIG = """\
+domain: soak
+descriptors:
+  - key: user
+    rate_limit: {{unit: second, requests_per_unit: {limit}}}
+"""
+USERS = 50  # one limited key per user; user0 is hammered past its limit
+MAX_DESCRIPTORS = 1024
+OVERSIZED = MAX_DESCRIPTORS + 1
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Minute:
+    """What one minute of the run saw."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter[str] = Counter()
+        self.grpc_ms: list[float] = []
+        self.json_ms: list[float] = []
+        self.unlimited = 0
+        self.rss_kib = 0
+        self.fds = 0
+
+
+class Soak:
+    def __init__(self, daemon: Any, redis: RedisServer, env: dict[str, str], minutes: float):
+        self.daemon = daemon
+        self.redis = redis
+        self.env = env
+        self.seconds = minutes * 60
+        self.minutes: list[Minute] = []
+        self.events: list[str] = []
+        self.start = 0.0
+        self.rng = random.Random(1)
+
+    def now_minute(self) -> Minute:
+        i = int((time.monotonic() - self.start) // 60)
+        while len(self.minutes) <= i:
+            self.minutes.append(Minute())
+        return self.minutes[i]
+
+    # -- gRPC ----------------------------------------------------------------------------
+
+    async def grpc_call(self, channel: grpc.aio.Channel, kind: str, body: bytes) -> None:
+        m = self.now_minute()
+        t0 = time.perf_counter()
+        try:
+            raw = await channel.unary_unary(METHOD_PATH)(body, timeout=5)
+        except grpc.aio.AioRpcError as err:
+            m.kinds[f"grpc {kind}: {err.code().name}"] += 1
+            return
+        ms = (time.perf_counter() - t0) * 1000
+        reply = decode_response(raw)
+        m.kinds[f"grpc {kind}: OK code={reply.overall_code}"] += 1
+        if kind == "valid":
+            m.grpc_ms.append(ms)
+            status = reply.statuses[0]
+            if reply.overall_code == OK and status.rule is None:
+                m.unlimited += 1
+
+    # -- /json over one keep-alive connection -------------------------------------------------
+
+    async def json_call(self, conn: list[Any], kind: str, body: bytes) -> None:
+        m = self.now_minute()
+        t0 = time.perf_counter()
+        try:
+            if not conn:
+                conn.extend(await asyncio.open_connection("127.0.0.1", self.daemon.http_port))
+            reader, writer = conn
+            writer.write(
+                b"POST /json HTTP/1.1\r\nHost: soak\r\nContent-Length: %d\r\n\r\n" % len(body)
+                + body
+            )
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            payload = await reader.readexactly(length)
+            status = int(head.split(b" ")[1])
+            if b"connection: close" in head.lower():
+                writer.close()
+                conn.clear()
+        except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            m.kinds[f"json {kind}: {type(exc).__name__}"] += 1
+            conn.clear()
+            return
+        m.kinds[f"json {kind}: {status}"] += 1
+        if kind == "valid":
+            m.json_ms.append((time.perf_counter() - t0) * 1000)
+            if status == 200:
+                statuses = json.loads(payload).get("statuses", [{}])
+                if "currentLimit" not in statuses[0]:
+                    m.unlimited += 1
+
+    # -- the run -----------------------------------------------------------------------------
+
+    def valid(self) -> bytes:
+        user = "user0" if self.rng.random() < 0.3 else f"user{self.rng.randrange(1, USERS)}"
+        return encode_request("soak", [[("user", user)]])
+
+    def valid_json(self) -> bytes:
+        user = "user0" if self.rng.random() < 0.3 else f"user{self.rng.randrange(1, USERS)}"
+        return json.dumps(
+            {"domain": "soak", "descriptors": [{"entries": [{"key": "user", "value": user}]}]}
+        ).encode()
+
+    async def traffic(self) -> None:
+        oversized = encode_request("soak", [[("user", f"u{i}")] for i in range(OVERSIZED)])
+        oversized_json = json.dumps(
+            {
+                "domain": "soak",
+                "descriptors": [
+                    {"entries": [{"key": "user", "value": f"u{i}"}]} for i in range(OVERSIZED)
+                ],
+            }
+        ).encode()
+        conn: list[Any] = []
+        async with grpc.aio.insecure_channel(self.daemon.grpc_target) as channel:
+            while time.monotonic() - self.start < self.seconds:
+                tick = time.monotonic()
+                calls = [self.grpc_call(channel, "valid", self.valid()) for _ in range(80)]
+                calls += [self.grpc_call(channel, "malformed", os.urandom(64)) for _ in range(5)]
+                calls.append(self.grpc_call(channel, "oversized", oversized))
+                await asyncio.gather(*calls)
+                for _ in range(30):
+                    await self.json_call(conn, "valid", self.valid_json())
+                await self.json_call(conn, "malformed", b"{not json" + os.urandom(8))
+                await self.json_call(conn, "oversized", oversized_json)
+                await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+
+    async def reloads(self) -> None:
+        limit = 20
+        while time.monotonic() - self.start < self.seconds:
+            await asyncio.sleep(10)
+            limit = 21 if limit == 20 else 20
+            write_config(self.env, "soak.yaml", CONFIG.format(limit=limit))
+
+    async def redis_deaths(self) -> None:
+        for at in (self.seconds / 3, 2 * self.seconds / 3):
+            await asyncio.sleep(max(0.0, self.start + at - time.monotonic()))
+            self.events.append(f"{time.monotonic() - self.start:.0f} s: Redis killed")
+            self.redis.kill()
+            await asyncio.sleep(5)
+            await asyncio.to_thread(self.redis.start)
+            self.events.append(f"{time.monotonic() - self.start:.0f} s: Redis back")
+
+    async def probe(self) -> None:
+        pid = self.daemon.pid
+        while time.monotonic() - self.start < self.seconds:
+            m = self.now_minute()
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        m.rss_kib = int(line.split()[1])
+            m.fds = len(os.listdir(f"/proc/{pid}/fd"))
+            await asyncio.sleep(5)
+
+    async def run(self) -> None:
+        self.start = time.monotonic()
+        await asyncio.gather(self.traffic(), self.reloads(), self.redis_deaths(), self.probe())
+
+
+def report(soak: Soak, machine: dict[str, object], command: str) -> tuple[str, dict[str, Any]]:
+    kinds: Counter[str] = Counter()
+    for m in soak.minutes:
+        kinds.update(m.kinds)
+    unlimited = sum(m.unlimited for m in soak.minutes)
+    rows = [
+        "| minute | answers | gRPC valid p99 ms | /json valid p99 ms | RSS KiB | open fds |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, m in enumerate(soak.minutes):
+        rows.append(
+            f"| {i + 1} | {sum(m.kinds.values()):,} | {percentile(m.grpc_ms, 0.99):.1f} | "
+            f"{percentile(m.json_ms, 0.99):.1f} | {m.rss_kib:,} | {m.fds} |"
+        )
+    lines = [
+        "# Soak (issue 14)",
+        "",
+        f"Command: `{command}`. {soak.seconds / 60:g} minutes; a config reload every 10 s;",
+        "Redis killed (SIGKILL) and restarted twice, down 5 s each. The load generator, the",
+        "daemon and Redis share the machine's 2 cores.",
+        "",
+        f"**Valid answers on the limited key that came back OK without a limit: {unlimited}.**",
+        "",
+        "Events: " + "; ".join(soak.events) + ".",
+        "",
+        "## Answers by kind (whole run)",
+        "",
+        "| kind | count |",
+        "|---|---:|",
+        *[f"| {k} | {v:,} |" for k, v in sorted(kinds.items())],
+        "",
+        "## Per minute",
+        "",
+        *rows,
+        "",
+        "## Machine",
+        "",
+        *describe(machine),
+    ]
+    data = {
+        "command": command,
+        "minutes": soak.seconds / 60,
+        "unlimited_answers": unlimited,
+        "events": soak.events,
+        "kinds": dict(kinds),
+        "per_minute": [
+            {
+                "kinds": dict(m.kinds),
+                "grpc_p99_ms": percentile(m.grpc_ms, 0.99),
+                "json_p99_ms": percentile(m.json_ms, 0.99),
+                "rss_kib": m.rss_kib,
+                "fds": m.fds,
+            }
+            for m in soak.minutes
+        ],
+        "machine": machine,
+    }
+    return "\n".join(lines) + "\n", data
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "soak.md")
+    args = parser.parse_args()
+    machine = machine_info()
+    with tempfile.TemporaryDirectory(prefix="ratelimitd-soak-") as tmp:
+        work = Path(tmp)
+        redis = start_bound(lambda: RedisServer(work / "redis"))
+        env = daemon_environment(
+            work / "runtime",
+            BACKEND_TYPE="redis",
+            REDIS_SOCKET_TYPE="tcp",
+            REDIS_URL=redis.address,
+            RUNTIME_WATCH_ROOT="false",
+            LOG_LEVEL="warn",
+            USE_STATSD="false",
+        )
+        write_config(env, "soak.yaml", CONFIG.format(limit=20))
+        daemon = start_daemon(env, work)
+        try:
+            soak = Soak(daemon, redis, env, args.minutes)
+            asyncio.run(soak.run())
+        finally:
+            daemon.close()
+            redis.close()
+    command = ".venv/bin/python bench/soak.py" + (
+        f" --minutes {args.minutes:g}" if args.minutes != 30 else ""
+    )
+    text, data = report(soak, machine, command)
+    args.output.write_text(text)
+    args.output.with_suffix(".json").write_text(json.dumps(data, indent=2))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -99,10 +99,14 @@ def read_file(path: str) -> bytes:
 
 
 def _read(path: str) -> ConfigFile:
-    raw = read_file(path)
+    return decode_config(path, read_file(path))
+
+
+def decode_config(name: str, raw: bytes) -> ConfigFile:
+    """A config file's text: UTF-8 or a ConfigError (check-config and the server alike)."""
     try:
-        return ConfigFile(path, raw.decode("utf-8"))
+        return ConfigFile(name, raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            path, f"error loading config file: yaml: invalid UTF-8 at byte {exc.start}"
+            name, f"error loading config file: yaml: invalid UTF-8 at byte {exc.start}"
         ) from None

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import ConfigReadError
-from .loader import ConfigFile, read_file
+from .loader import ConfigFile, decode_config, read_file
 
 Signature = tuple[object, ...]
 
@@ -85,10 +85,7 @@ class FileLayout:
 
         Raises ConfigReadError if the directory or any file in it cannot be read.
         """
-        return [
-            ConfigFile(key, read_file(path).decode("utf-8", errors="replace"))
-            for path, key in self.files()
-        ]
+        return [decode_config(key, read_file(path)) for path, key in self.files()]
 
     def files(self) -> list[tuple[str, str]]:
         """(path, key) of every config file, in key order; ConfigReadError on a listing error."""

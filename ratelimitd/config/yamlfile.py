@@ -48,6 +48,16 @@ VALID_KEYS = frozenset(
     }
 )
 
+# Hostile files (issue 14, item 6). Nesting past MAX_DEPTH is refused while composing (the
+# composer recurses; real configs nest a few levels); aliases are expanded at most as far as
+# yaml.v2 allows (its "excessive aliasing" ratio: a 590-byte alias bomb once grew the process
+# to 3.25 GB); a document of more than MAX_NODES nodes, aliases expanded, is refused; and a
+# message quotes at most MAX_QUOTED characters of the file (a config symlinked to a system
+# file must not print it).
+MAX_DEPTH = 100
+MAX_NODES = 10_000_000
+MAX_QUOTED = 40
+
 _TAG = "tag:yaml.org,2002:"
 _STR, _INT, _BOOL, _NULL, _FLOAT = (_TAG + t for t in ("str", "int", "bool", "null", "float"))
 _TIMESTAMP, _BINARY = _TAG + "timestamp", _TAG + "binary"
@@ -112,11 +122,40 @@ class _Loader(yaml.SafeLoader):
 
     yaml_implicit_resolvers: dict = {}  # type: ignore[type-arg]  # noqa: RUF012
 
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+        self.anchor_names: dict[int, str] = {}  # node id -> its anchor, of the last document
+
+    def compose_document(self) -> Node | None:
+        # PyYAML's, keeping the anchor names it forgets (for "anchor 'm' value contains itself").
+        self.get_event()  # DOCUMENT-START
+        node = self.compose_node(None, None)  # type: ignore[arg-type]
+        self.get_event()  # DOCUMENT-END
+        self.anchor_names = {id(n): a for a, n in self.anchors.items()}
+        self.anchors = {}
+        return node
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise _TooDeep(mark.line + 1)
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self.depth -= 1
+
+
+class _TooDeep(Exception):
+    """Nesting past MAX_DEPTH, at this 1-based line."""
+
 
 def parse(name: str, text: str) -> RootDoc:
     """Parse and type-check one config file; raise ConfigError with the reference's text."""
-    root = _compose(name, text)
+    root, anchors = _compose(name, text)
     if root is not None:
+        _check_size(name, root, anchors)
         if not isinstance(root, MappingNode):
             _raise_unmarshal(name, [_terror(root, "map[interface {}]interface {}")])
         _check_keys(name, root)
@@ -129,7 +168,8 @@ def parse(name: str, text: str) -> RootDoc:
     return doc
 
 
-def _compose(name: str, text: str) -> Node | None:
+def _compose(name: str, text: str) -> tuple[Node | None, dict[int, str]]:
+    """The first document's root node, and the anchor names by node id."""
     try:
         loader = _Loader(text)  # the reader rejects control characters right here
     except yaml.YAMLError as exc:
@@ -138,7 +178,14 @@ def _compose(name: str, text: str) -> Node | None:
         ) from None
     try:
         # yaml.v2's Unmarshal reads the first document only.
-        return loader.get_node() if loader.check_node() else None
+        root = loader.get_node() if loader.check_node() else None
+        return root, loader.anchor_names
+    except _TooDeep as exc:
+        raise ConfigError(
+            name,
+            f"error loading config file: yaml: line {exc.args[0]}: "
+            f"exceeded max depth of {MAX_DEPTH}",
+        ) from None
     except yaml.MarkedYAMLError as exc:
         raise ConfigError(name, f"error loading config file: {_libyaml_message(exc)}") from None
     except yaml.YAMLError as exc:  # e.g. a reader error on a control character
@@ -147,6 +194,72 @@ def _compose(name: str, text: str) -> Node | None:
         ) from None
     finally:
         loader.dispose()
+
+
+def _allowed_alias_ratio(decoded: int) -> float:
+    """yaml.v2's allowedAliasRatio: 99% up to 400,000 decoded nodes, down to 10% at 4M."""
+    if decoded <= 400_000:
+        return 0.99
+    if decoded >= 4_000_000:
+        return 0.10
+    return 0.99 - 0.89 * (decoded - 400_000) / 3_600_000
+
+
+def _check_size(name: str, root: Node, anchors: dict[int, str]) -> None:
+    """Walk the document as a decoder would, aliases expanded, without recursion; refuse it
+    past yaml.v2's aliasing ratio or MAX_NODES (before anything builds on it).
+
+    PyYAML composes an alias as the anchored node itself, so a node met again is an alias
+    being expanded; its whole subtree counts as aliased, as in yaml.v2's decoder.
+    """
+    decoded = aliased = 0
+    seen: set[int] = set()
+    path: set[int] = set()  # the collections between the root and the node (a cycle test)
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, in_alias = stack.pop()
+        if in_alias is None:  # leaving `node`'s subtree
+            path.discard(id(node))
+            continue
+        if id(node) in path:
+            anchor = _quoted(anchors.get(id(node), "?"))
+            raise ConfigError(
+                name, f"error loading config file: yaml: anchor '{anchor}' value contains itself"
+            )
+        decoded += 1
+        if id(node) in seen:
+            in_alias = True
+        else:
+            seen.add(id(node))
+        if in_alias:
+            aliased += 1
+            if (
+                aliased > 100
+                and decoded > 1000
+                and aliased / decoded > _allowed_alias_ratio(decoded)
+            ):
+                raise ConfigError(
+                    name, "error loading config file: yaml: document contains excessive aliasing"
+                )
+        if decoded > MAX_NODES:
+            raise ConfigError(
+                name,
+                f"error loading config file: yaml: document contains more than {MAX_NODES:,} nodes",
+            )
+        if isinstance(node, MappingNode | SequenceNode):
+            path.add(id(node))
+            stack.append((node, None))  # type: ignore[arg-type]  # the leave marker
+            if isinstance(node, MappingNode):
+                for k, v in reversed(node.value):
+                    stack.append((v, in_alias))
+                    stack.append((k, in_alias))
+            else:
+                stack.extend((v, in_alias) for v in reversed(node.value))
+
+
+def _quoted(text: str) -> str:
+    """At most MAX_QUOTED characters of file content for a message."""
+    return text if len(text) <= MAX_QUOTED else text[: MAX_QUOTED - 3] + "..."
 
 
 def _reader_problem(exc: yaml.YAMLError) -> str:
@@ -159,6 +272,9 @@ def _reader_problem(exc: yaml.YAMLError) -> str:
 def _libyaml_message(exc: yaml.MarkedYAMLError) -> str:
     """`yaml: line N: <problem>`, numbering lines the way yaml.v2's parser.fail() does."""
     problem = exc.problem or "unknown problem parsing YAML content"
+    if problem.startswith("found undefined alias "):
+        alias = problem.removeprefix("found undefined alias ").strip("'")
+        return f"yaml: unknown anchor '{_quoted(alias)}' referenced"
     if problem.startswith("found character") and "cannot start any token" in problem:
         problem = "found character that cannot start any token"
     elif problem.startswith("expected ',' or ']'"):
@@ -306,10 +422,12 @@ def _check_keys(name: str, mapping: MappingNode) -> None:
     """`validateYamlKeys`, walked in file order."""
     for knode, vnode in mapping.value:
         if not (isinstance(knode, ScalarNode) and _scalar_kind(knode) == "str"):
-            raise ConfigError(name, f"config error, key is not of type string: {_go_value(knode)}")
+            raise ConfigError(
+                name, f"config error, key is not of type string: {_quoted(_go_value(knode))}"
+            )
         key = knode.value
         if key not in VALID_KEYS:
-            raise ConfigError(name, f"config error, unknown key '{key}'")
+            raise ConfigError(name, f"config error, unknown key '{_quoted(key)}'")
         if key == "metadata":
             continue  # free-form: converted to a protobuf Struct, never key-checked
         if isinstance(vnode, SequenceNode):
@@ -318,7 +436,7 @@ def _check_keys(name: str, mapping: MappingNode) -> None:
                     raise ConfigError(
                         name,
                         "config error, yaml file contains list of type other than map: "
-                        + _go_value(element),
+                        + _quoted(_go_value(element)),
                     )
                 _check_keys(name, element)
         elif isinstance(vnode, MappingNode):

@@ -38,7 +38,9 @@ def error_of(text: str, name: str = "a.yaml") -> str:
     return str(info.value)
 
 
-def check_config(path: Path, *, memory_limit: int | None = None) -> subprocess.CompletedProcess[str]:
+def check_config(
+    path: Path, *, memory_limit: int | None = None
+) -> subprocess.CompletedProcess[str]:
     def limit() -> None:
         if memory_limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))

@@ -110,6 +110,7 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
     cdef unsigned long long tag, rpu, unit, hits
     cdef list entries = []
     cdef object limit = None, hits_addend = None
+    cdef bint negative = False
     while pos < end:
         tag = _tag(buf, end, &pos)
         if tag == 10:  # entries
@@ -142,8 +143,12 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
                     _skip(buf + pos, n, &sub, tag & 7)
             hits_addend = hits
             pos += n
+        elif tag == 32:  # is_negative_hits: bool (any non-zero varint is true)
+            negative = _varint(buf, end, &pos) != 0
         else:
             _skip(buf, end, &pos, tag & 7)
+    if negative:
+        return Descriptor(tuple(entries), limit, hits_addend, True)
     return Descriptor(tuple(entries), limit, hits_addend)
 
 
@@ -232,19 +237,10 @@ cdef bytes _status(object st):
     return bytes(out)
 
 
-def encode_response(object resp, bytes dynamic_metadata=None):
-    """Serialize a `messages.Response` (plus an already serialized Struct, if any)."""
-    cdef bytearray out = bytearray()
-    cdef bytes body, k, v
-    cdef unsigned long long overall = resp.overall_code
+cdef void _headers(bytearray out, int tag, list headers):
     cdef bytearray header
-    if overall:
-        out.append(8)
-        _put_varint(out, overall)
-    for st in resp.statuses:
-        body = _status(st)
-        _put_bytes(out, 18, body)
-    for key, value in resp.headers:
+    cdef bytes k, v
+    for key, value in headers:
         header = bytearray()
         k = (<str>key).encode("utf-8")
         v = (<str>value).encode("utf-8")
@@ -252,9 +248,24 @@ def encode_response(object resp, bytes dynamic_metadata=None):
             _put_bytes(header, 10, k)
         if v:
             _put_bytes(header, 18, v)
-        out.append(26)
+        out.append(tag)
         _put_varint(out, len(header))
         out.extend(header)
+
+
+def encode_response(object resp, bytes dynamic_metadata=None):
+    """Serialize a `messages.Response` (plus an already serialized Struct, if any)."""
+    cdef bytearray out = bytearray()
+    cdef bytes body
+    cdef unsigned long long overall = resp.overall_code
+    if overall:
+        out.append(8)
+        _put_varint(out, overall)
+    for st in resp.statuses:
+        body = _status(st)
+        _put_bytes(out, 18, body)
+    _headers(out, 26, resp.headers)  # response_headers_to_add
+    _headers(out, 34, resp.request_headers)  # request_headers_to_add
     if dynamic_metadata is not None:
         _put_bytes(out, 50, dynamic_metadata)
     return bytes(out)

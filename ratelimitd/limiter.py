@@ -38,6 +38,8 @@ class Check(msgspec.Struct, gc=False):
     stats: Any  # stats.RuleStats: where its counters go
     share: tuple[str, ...] | None  # share_threshold patterns replacing values in the key
     hits: int
+    # is_negative_hits: `hits` are refunded (the counters decremented), not consumed.
+    refund: bool = False
 
 
 class Meter(msgspec.Struct, gc=False):
@@ -174,6 +176,11 @@ class Limiter:
         ratio = self.near_limit_ratio
         statuses: list[Status] = [NO_LIMIT] * len(descriptors)
         for check in checks:
+            if check.refund:
+                entries = descriptors[check.index].entries
+                limits, ops = self._refund_ops(domain, entries, check, t)
+                statuses[check.index] = _refunded(limits, increment_now(ops, now), now)
+                continue
             rule = check.rule
             if rule.extended:  # an algorithm, a multiplier or several limits
                 entries = descriptors[check.index].entries
@@ -248,6 +255,14 @@ class Limiter:
             h = check.hits
             seconds = rule.unit_seconds
             entries = descriptors[check.index].entries
+            if check.refund:  # never answered from the local cache: it clears it
+                limits, refund_ops = self._refund_ops(domain, entries, check, t)
+                n = len(limits)
+                for limit, op in zip(limits, refund_ops, strict=True):
+                    pending.append(_Pending(check, op.key, limit, n))
+                    n = 0
+                ops += refund_ops
+                continue
             st = check.stats
             st.total_hits += h
             if rule.extended:
@@ -312,6 +327,11 @@ class Limiter:
         now = int(t)
         for j, p in enumerate(pending):
             check = p.check
+            if check.refund:
+                if p.n:  # the first op of its check
+                    limits = [q.limit for q in pending[j : j + p.n]]
+                    statuses[check.index] = _refunded(limits, counters[j : j + p.n], now)
+                continue
             rule = check.rule
             if rule.extended:
                 if rule.limits is None and rule.algorithm:  # one store-decided limit
@@ -341,17 +361,48 @@ class Limiter:
         A local-cache hit means the request is over already: nothing is incremented.
         Otherwise one GET round decides: if some key would exceed (GET + hits > limit)
         only those keys get their hits, else everything is incremented as usual.
-        Non-incremented keys still get INCRBY 0 so their TTL is refreshed.
+        Non-incremented keys still get INCRBY 0 so their TTL is refreshed. Refunds are
+        neither checked nor held back.
         """
         if any_cached:
-            return [_without_hits(op) for op in ops]
-        current = await self._backend.get(ops)
+            return [op if op.refund else _without_hits(op) for op in ops]
+        # Refunds skip the check and always count, as the reference's negative hits.
+        asked = [op for op in ops if not op.refund]
+        if not asked:
+            return ops
+        values = iter(await self._backend.get(asked))
         exceed = [
-            current[j] + p.check.hits > p.limit.requests_per_unit for j, p in enumerate(pending)
+            not op.refund and next(values) + p.check.hits > p.limit.requests_per_unit
+            for op, p in zip(ops, pending, strict=True)
         ]
         if not any(exceed):
             return ops
-        return [op if exceed[j] else _without_hits(op) for j, op in enumerate(ops)]
+        return [op if exceed[j] or op.refund else _without_hits(op) for j, op in enumerate(ops)]
+
+    def _refund_ops(
+        self, domain: str, entries: Sequence[tuple[str, str]], check: Check, t: float
+    ) -> tuple[Sequence[Any], list[Op]]:
+        """A refund's ops: one per (fixed-window) limit, each decrementing its counter.
+
+        Counts `total_negative_hits`, and drops the keys from this process's local
+        over-limit cache: the counter may be under its limit again (the reference leaves
+        the cache answering OVER_LIMIT until the window ends, its open issue #1230).
+        """
+        rule = check.rule
+        h = check.hits
+        check.stats.total_negative_hits += h
+        if rule.extended:  # the service lets only fixed windows through
+            limits, counted = self._limit_ops(domain, entries, check, t)
+            ops = [Op(op.key, h, op.seconds, op.per_second, refund=True) for op in counted]
+        else:
+            seconds = rule.unit_seconds
+            key = self._cache_key(self.prefix, domain, entries, check.share, seconds, int(t))
+            limits, ops = (rule,), [Op(key, h, seconds, refund=True)]
+        local = self.local_cache
+        if local is not None:
+            for op in ops:
+                local.discard(op.key)
+        return limits, ops
 
     # -- the extension: algorithms, N-unit windows, several limits (README, "Algorithms") --
 
@@ -467,6 +518,19 @@ class Limiter:
         return self._keys.verdict(  # type: ignore[no-any-return]
             best, check.stats, check.hits, best_after, self.near_limit_ratio, best_reset
         )
+
+
+def _refunded(limits: Sequence[Any], counters: Sequence[int], now: int) -> Status:
+    """A refund's status: always OK, with the remaining of the most constrained limit
+    (`max(0, limit - counter after)`); no over/near/within stats, no local cache."""
+    best = limits[0]
+    remaining = max(0, best.requests_per_unit - counters[0])
+    for limit, after in zip(limits[1:], counters[1:], strict=True):
+        left = max(0, limit.requests_per_unit - after)
+        if left < remaining:
+            best, remaining = limit, left
+    seconds = best.unit_seconds
+    return Status(OK, best, remaining, seconds - now % seconds)
 
 
 def _without_hits(op: Op) -> Op:

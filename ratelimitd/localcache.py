@@ -56,6 +56,11 @@ class LocalCache:
         """When `key` stops being over limit (0 if it is not in the cache)."""
         return self._entries.get(key, 0)
 
+    def discard(self, key: str) -> None:
+        """Forget `key` (a refund may have brought its counter under the limit again)."""
+        if self._entries.pop(key, None) is not None:
+            self._bytes -= len(key) + ENTRY_OVERHEAD
+
     def add(self, key: str, expiry: int) -> None:
         """Remember `key` as over limit until `expiry`."""
         entries = self._entries

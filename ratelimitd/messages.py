@@ -25,6 +25,8 @@ class Descriptor(msgspec.Struct, gc=False):
     limit: tuple[int, int] | None = None
     # The per-descriptor hits_addend when set (0 means check without consuming).
     hits_addend: int | None = None
+    # is_negative_hits (Envoy API v1.38): the hits are refunded, not consumed.
+    is_negative_hits: bool = False
 
 
 class Request(msgspec.Struct, gc=False):
@@ -50,5 +52,7 @@ class Response(msgspec.Struct, gc=False):
 
     overall_code: int
     statuses: list[Status]
-    headers: list[tuple[str, str]] = []
+    headers: list[tuple[str, str]] = []  # response_headers_to_add
     dynamic_metadata: dict[str, Any] | None = None
+    # request_headers_to_add (LIMIT_REQUEST_HEADERS_ENABLED): added to the upstream request.
+    request_headers: list[tuple[str, str]] = []

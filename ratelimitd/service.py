@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import keys
-from .backends.base import BackendError
+from .backends.base import FIXED_WINDOW, BackendError
 from .config import Rule, RuleSet
 from .config.ruleset import UNIT_NAMES
 from .limiter import Check, Limiter, Meter
@@ -158,7 +158,7 @@ class RateLimitService:
                             metadata = [None] * n
                         metadata[i] = rule.metadata
                 if rule.special:  # replaces, unlimited or metering: rare, so tested once
-                    if rule.meter:
+                    if rule.meter and not d.is_negative_hits:
                         if meters is None:
                             meters = []
                         meters.append(
@@ -176,6 +176,14 @@ class RateLimitService:
                         unlimited.append(i)
                         continue
                 hits = default_hits if d.hits_addend is None else _capped(d.hits_addend)
+                if d.is_negative_hits:
+                    if _decided_by_store(rule):
+                        raise self._refuse(
+                            f"is_negative_hits: refunds apply to fixed-window limits only; "
+                            f"'{rule.full_key}' is counted by another algorithm"
+                        )
+                    checks.append(Check(i, rule, stats, share, hits, True))
+                    continue
                 checks.append(Check(i, rule, stats, share, hits))
             if replaced:
                 # Replaced limits are dropped whatever the descriptor order, metadata too.
@@ -237,6 +245,11 @@ class RateLimitService:
 def _capped(hits: int) -> int:
     # A descriptor's own hits_addend (uint64 on the wire) counts at most MAX_HITS.
     return hits if hits <= MAX_HITS else MAX_HITS
+
+
+def _decided_by_store(rule: Rule) -> bool:
+    """Is any limit of `rule` a sliding window or token bucket (no refunds for those)?"""
+    return any(limit.algorithm != FIXED_WINDOW for limit in rule.limits or (rule,))
 
 
 def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:

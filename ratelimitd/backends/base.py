@@ -45,6 +45,11 @@ class Op(msgspec.Struct, gc=False):
     `keys.token_bucket` at `now` (ticks of `tick` ms; windows of `seconds`), and counts the
     hits only if they are admitted; its result is `(level after, ticks until reset)`
     instead of a counter, and `get` gives the level without counting.
+
+    `refund` (a descriptor's is_negative_hits; fixed windows only) takes `hits` back: the
+    counter is decremented, floored at 0, atomically, and its TTL set again to `seconds`
+    (+ jitter) as an increment sets it; an absent counter is not created (the result is 0).
+    The result is the counter after. A refund op is never handed to `get`.
     """
 
     key: str
@@ -55,6 +60,7 @@ class Op(msgspec.Struct, gc=False):
     limit: int = 0
     tick: int = 1
     now: int = 0
+    refund: bool = False
 
 
 @runtime_checkable

@@ -61,6 +61,14 @@ class MemoryBackend:
             if jitter > 0:
                 expires += int(random.random() * jitter)
             entry = counters.get(key)
+            if op.refund:  # decrement, floored at 0; an absent counter stays absent
+                if entry is None or entry[1] <= now:
+                    out.append(0)
+                    continue
+                entry[0] = max(0, entry[0] - hits)
+                entry[1] = expires
+                out.append(entry[0])
+                continue
             if entry is None:
                 entry = counters[key] = [hits, expires]
                 self._bucket(key, expires)

@@ -52,7 +52,8 @@ def sanitize_stat_name(name: str) -> str:
 
 
 class RuleStats:
-    """The six counters of one stats key (`ratelimit.service.rate_limit.<key>.*`)."""
+    """The counters of one stats key (`ratelimit.service.rate_limit.<key>.*`): the six of
+    RULE_STATS, and `total_negative_hits` (refunds, upstream #1140), shown once non-zero."""
 
     __slots__ = (
         "key",
@@ -61,6 +62,7 @@ class RuleStats:
         "over_limit_with_local_cache",
         "shadow_mode",
         "total_hits",
+        "total_negative_hits",
         "within_limit",
     )
 
@@ -72,6 +74,7 @@ class RuleStats:
         self.within_limit = 0
         self.over_limit_with_local_cache = 0
         self.shadow_mode = 0
+        self.total_negative_hits = 0
 
 
 class ServiceStats:
@@ -182,6 +185,10 @@ class StatsStore:
             base = prefix + stats.key + "."
             for name in RULE_STATS:
                 out[base + name] = getattr(stats, name)
+            if stats.total_negative_hits:
+                # Only once a refund happened: the reference's statsd sink sends a counter
+                # when it changes, so its Prometheus exporter has no such series before.
+                out[base + "total_negative_hits"] = stats.total_negative_hits
 
     def _other_series(self, out: dict[str, float]) -> None:
         prefix = "ratelimit.service.rate_limit."

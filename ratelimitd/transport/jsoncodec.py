@@ -53,6 +53,9 @@ class _Descriptor(Struct, forbid_unknown_fields=True, gc=False):
     # google.protobuf.UInt64Value: a uint64, or null for "not set".
     hitsAddend: _Int | UnsetType = UNSET
     hits_addend: _Int | UnsetType = UNSET
+    # A bool (Envoy API v1.38); null means "not set" (false).
+    isNegativeHits: bool | UnsetType | None = UNSET
+    is_negative_hits: bool | UnsetType | None = UNSET
 
 
 class _Request(Struct, forbid_unknown_fields=True, gc=False):
@@ -88,6 +91,7 @@ class _ResponseOut(Struct, omit_defaults=True):
     overallCode: str | int | None = None
     statuses: list[_StatusOut] = []
     responseHeadersToAdd: list[_HeaderOut] = []
+    requestHeadersToAdd: list[_HeaderOut] = []
     dynamicMetadata: dict[str, Any] | None = None
 
 
@@ -164,7 +168,8 @@ def _descriptor(d: _Descriptor) -> Descriptor:
     raw = _either(d.hitsAddend, d.hits_addend, "hits_addend")
     if raw is not UNSET and raw is not None:
         hits = _integer(raw, 0, _MAX_UINT64, "hits_addend")
-    return Descriptor(pairs, limit, hits)
+    negative = _either(d.isNegativeHits, d.is_negative_hits, "is_negative_hits")
+    return Descriptor(pairs, limit, hits, negative is True)
 
 
 def decode_request(body: bytes) -> Request:
@@ -179,7 +184,13 @@ def decode_request(body: bytes) -> Request:
     if r.descriptors:
         for d in r.descriptors:
             # Inline the common shape (entries only): this is the `/json` hot path.
-            if d.limit is None and d.hitsAddend is UNSET and d.hits_addend is UNSET:
+            if (
+                d.limit is None
+                and d.hitsAddend is UNSET
+                and d.hits_addend is UNSET
+                and d.isNegativeHits is UNSET
+                and d.is_negative_hits is UNSET
+            ):
                 entries = d.entries
                 out.append(
                     Descriptor(tuple([(e.key or "", e.value or "") for e in entries]))
@@ -227,6 +238,8 @@ def encode_response(resp: Response) -> bytes:
     out = _ResponseOut(codes.get(code, code), statuses)
     if resp.headers:
         out.responseHeadersToAdd = [_HeaderOut(k, v) for k, v in resp.headers]
+    if resp.request_headers:
+        out.requestHeadersToAdd = [_HeaderOut(k, v) for k, v in resp.request_headers]
     if resp.dynamic_metadata is not None:
         out.dynamicMetadata = resp.dynamic_metadata
     return _encoder.encode(out)

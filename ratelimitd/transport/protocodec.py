@@ -67,7 +67,7 @@ def decode_request_upb(data: bytes) -> Request:
         # A present wrapper holding 0 means "check without consuming"; absence defers to
         # the request-level hits_addend.
         hits = d.hits_addend.value if d.HasField("hits_addend") else None
-        descriptors.append(Descriptor(entries, limit, hits))
+        descriptors.append(Descriptor(entries, limit, hits, d.is_negative_hits))
     return Request(msg.domain, descriptors, msg.hits_addend)
 
 
@@ -94,6 +94,10 @@ def encode_response_upb(resp: Response) -> bytes:
     if resp.headers:
         headers = out.response_headers_to_add
         for key, value in resp.headers:
+            headers.add(key=key, value=value)
+    if resp.request_headers:
+        headers = out.request_headers_to_add
+        for key, value in resp.request_headers:
             headers.add(key=key, value=value)
     if resp.dynamic_metadata is not None:
         out.dynamic_metadata.update(resp.dynamic_metadata)
@@ -159,6 +163,8 @@ def encode_request(
         if desc.hits_addend is not None:
             d.hits_addend.SetInParent()
             d.hits_addend.value = desc.hits_addend
+        if desc.is_negative_hits:
+            d.is_negative_hits = True
     return msg.SerializeToString()
 
 
@@ -194,7 +200,8 @@ def decode_response(data: bytes) -> Response:
     metadata = None
     if msg.HasField("dynamic_metadata"):
         metadata = MessageToDict(msg.dynamic_metadata)
-    return Response(msg.overall_code, statuses, headers, metadata)
+    request_headers = [(h.key, h.value) for h in msg.request_headers_to_add]
+    return Response(msg.overall_code, statuses, headers, metadata, request_headers)
 
 
 def request_domain(request: bytes) -> str:

@@ -21,6 +21,7 @@ descriptors = st.builds(
     st.lists(st.tuples(text, text), max_size=3).map(tuple),
     st.none() | st.tuples(u32, st.integers(0, 7)),
     st.none() | st.integers(0, 2**64 - 1),
+    st.booleans(),
 )
 
 
@@ -69,6 +70,7 @@ responses = st.builds(
     | st.dictionaries(
         text, st.none() | st.booleans() | text | st.floats(allow_nan=False), max_size=3
     ),
+    st.lists(st.tuples(text, text), max_size=3),
 )
 
 

@@ -366,6 +366,22 @@ async def test_unknown_domain_unlimited_and_hits(harness: Callable[..., Any], se
         assert (await call(channel, request("test", KV))).overall_code == OVER_LIMIT
 
 
+async def test_a_refund_gives_hits_back(harness: Callable[..., Any], serve: Any) -> None:
+    # is_negative_hits (Envoy API v1.38, field 4) through each transport's codec.
+    h = harness(CONFIG)
+    served = await serve(h.service, h.stats)
+    async with served.channel() as channel:
+        assert (await call(channel, request("test", KV, hits=2))).statuses[0].limit_remaining == 0
+        msg = request("test", KV)
+        msg.descriptors[0].hits_addend.value = 1
+        msg.descriptors[0].is_negative_hits = True
+        refund = await call(channel, msg)
+        assert (refund.overall_code, refund.statuses[0].limit_remaining) == (OK, 1)
+        assert (await call(channel, request("test", KV))).overall_code == OK
+        assert (await call(channel, request("test", KV))).overall_code == OVER_LIMIT
+    assert h.stat("ratelimit.service.rate_limit.test.k_v.total_negative_hits") == 1
+
+
 async def test_headers_and_dynamic_metadata(harness: Callable[..., Any], serve: Any) -> None:
     from ratelimitd.settings import ReloadOptions
 

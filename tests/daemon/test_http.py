@@ -312,6 +312,27 @@ async def test_json_both_spellings_accepted(srv: Servers) -> None:
         assert reply.json()["statuses"][0]["limitRemaining"] == 46
 
 
+async def test_json_refund_both_spellings(srv: Servers) -> None:
+    c = await srv.conn()
+    entries = [{"key": "x", "value": "refund"}]
+    limit = {"requestsPerUnit": 10, "unit": "MINUTE"}
+    consume = {
+        "domain": "d",
+        "descriptors": [{"entries": entries, "limit": limit, "hitsAddend": 6}],
+    }
+    assert (await c.call("/json", json.dumps(consume).encode())).json()["statuses"][0][
+        "limitRemaining"
+    ] == 4
+    for field, remaining in (("isNegativeHits", 6), ("is_negative_hits", 8)):
+        d = {"entries": entries, "limit": limit, "hitsAddend": 2, field: True}
+        reply = await c.call("/json", json.dumps({"domain": "d", "descriptors": [d]}).encode())
+        assert (reply.status, reply.json()["statuses"][0]["limitRemaining"]) == (200, remaining)
+    # A bool it must be, as protojson: a string is a bad request.
+    d = {"entries": entries, "limit": limit, "isNegativeHits": "true"}
+    reply = await c.call("/json", json.dumps({"domain": "d", "descriptors": [d]}).encode())
+    assert reply.status == 400
+
+
 async def test_json_response_headers_and_dynamic_metadata(
     make_servers: Callable[..., Any],
 ) -> None:

@@ -15,7 +15,7 @@ from ratelimitd.backends.memcache import (
     parse_int32,
     pick_node,
 )
-from ratelimitd.messages import OK, OVER_LIMIT
+from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
 
 # now = 1_000_000: the MINUTE window starts at 999960, HOUR at 997200.
 CONFIG = """
@@ -254,3 +254,32 @@ async def test_timeout_of_a_hung_node_fails_open(memcached, decider) -> None:
         assert time.monotonic() - start < 2.0  # timeout 0.2 s; slack for a loaded machine
     finally:
         mc.proc.send_signal(18)  # SIGCONT
+
+
+async def test_refund_is_a_decr_floored_at_zero_that_never_adds(memcached, decider) -> None:
+    # Upstream #1140: the status is decided on the value the decr will leave, the decr
+    # follows in the background; memcached floors it at 0 and a missing key stays missing.
+    mc = memcached()
+    d = await decider(
+        [mc.address],
+        "domain: d\ndescriptors:\n  - key: k\n    "
+        "rate_limit: {unit: minute, requests_per_unit: 10}\n",
+    )
+
+    async def decide(hits: int, refund: bool, value: str = "v") -> tuple[int, int]:
+        ds = [Descriptor((("k", value),), hits_addend=hits, is_negative_hits=refund)]
+        r = await d.service.should_rate_limit(Request("d", ds))
+        await d.backend.flush()
+        return r.statuses[0].code, r.statuses[0].limit_remaining
+
+    assert await decide(5, False) == (OK, 5)
+    assert await decide(3, True) == (OK, 8)
+    assert mc.value("d_k_v_999960") == 2
+    assert await decide(7, True) == (OK, 10)
+    assert mc.value("d_k_v_999960") == 0
+    assert await decide(2, True, "absent") == (OK, 10)
+    assert mc.value("d_k_absent_999960") is None
+    snap = d.stats.snapshot()
+    assert snap["ratelimit.memcache.decrement.__code=success"] == 2
+    assert snap["ratelimit.memcache.decrement.__code=miss"] == 1
+    assert snap["ratelimit.service.rate_limit.d.k.total_negative_hits"] == 12

@@ -11,7 +11,7 @@ from support import wait_for
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.backends.redis import key_slot
-from ratelimitd.messages import OK, OVER_LIMIT
+from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
 
 NOW = 1_000_000
 
@@ -139,6 +139,25 @@ async def test_algorithms_on_cluster_one_pipeline_per_node(cluster, decider) -> 
         n.client().script_flush()
     r = await d.decide("d", [("bucket", "new")], [("sliding", "new")])
     assert [s.code for s in r.statuses] == [OK, OK]
+
+
+async def test_refunds_on_cluster_route_by_their_key(cluster, decider) -> None:
+    # The refund script declares its key, so each call goes to the key's own master (no
+    # CROSSSLOT, no MOVED), all nodes' calls in one round.
+    d = await decider(
+        {"REDIS_TYPE": "cluster", "REDIS_URL": cluster[0].address}, CONFIG, clock=clock
+    )
+    values = [f"v{i}" for i in range(12)]
+    await d.decide("d", *([("k", v)] for v in values))
+    await d.decide("d", *([("k", v)] for v in values))
+    refunds = [Descriptor((("k", v),), hits_addend=1, is_negative_hits=True) for v in values]
+    redirects = d.backend.main.redirects
+    r = await d.service.should_rate_limit(Request("d", refunds))
+    assert [(s.code, s.limit_remaining) for s in r.statuses] == [(OK, 999)] * 12
+    assert d.backend.main.redirects == redirects
+    keys = [f"d_k_{v}_997200" for v in values]
+    assert len({owner(cluster, k).port for k in keys}) == 3
+    assert all(owner(cluster, k).client().get(k) == b"1" for k in keys)
 
 
 async def test_slot_migrated_while_serving(cluster, decider) -> None:

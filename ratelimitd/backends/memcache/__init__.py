@@ -43,6 +43,7 @@ health OK with memcache, a regression this backend does not copy.)
 
 Stats, scope ratelimit.memcache, tags serialized as gostats does for statsd:
 `multiget.__code=success|error`, `increment.__code=success|miss|error`,
+`decrement.__code=success|miss|error` (refunds, upstream #1140),
 `add.__code=success|error|not_stored`, `keys_requested`, `keys_found`.
 """
 
@@ -98,6 +99,9 @@ _STAT_NAMES = (
     "increment.__code=success",
     "increment.__code=miss",
     "increment.__code=error",
+    "decrement.__code=success",
+    "decrement.__code=miss",
+    "decrement.__code=error",
     "add.__code=success",
     "add.__code=error",
     "add.__code=not_stored",
@@ -337,7 +341,11 @@ class MemcacheBackend:
         if not self._queued:
             asyncio.get_running_loop().call_soon(self._start_batch)
         self._queued.extend(ops)
-        return [v + op.hits for v, op in zip(values, ops, strict=True)]
+        # A refund decides on the value it will leave (floored at 0, as memcached's decr).
+        return [
+            max(0, v - op.hits) if op.refund else v + op.hits
+            for v, op in zip(values, ops, strict=True)
+        ]
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent; fails open like `increment`)."""
@@ -388,15 +396,22 @@ class MemcacheBackend:
         return ttl
 
     async def _increment_all(self, ops: Sequence[Op]) -> None:
-        """incr; on NOT_FOUND add; on NOT_STORED incr again. Errors are logged and counted."""
+        """incr; on NOT_FOUND add; on NOT_STORED incr again. Errors are logged and counted.
+
+        A refund is a `decr` (memcached floors it at 0; a missing key stays missing)."""
         items = []
+        refunds: list[tuple[bytes, bytes]] = []
         for op in ops:
             k = op.key.encode()
-            if legal_key(k):
-                items.append((k, op.hits, op.seconds))
-            else:
+            if not legal_key(k):
                 log.error("Failed to increment key %r: malformed key", op.key)
-                self.stats.inc("increment.__code=error")
+                self.stats.inc("decrement.__code=error" if op.refund else "increment.__code=error")
+            elif op.refund:
+                refunds.append((k, b"decr %s %d\r\n" % (k, op.hits)))
+            else:
+                items.append((k, op.hits, op.seconds))
+        if refunds:
+            await self._decrement_all(refunds)
         if not items:
             return
         replies = await self._batch([(k, b"incr %s %d\r\n" % (k, h)) for k, h, _ in items])
@@ -441,6 +456,17 @@ class MemcacheBackend:
                     "increment.__code=miss" if reply == b"NOT_FOUND" else "increment.__code=error"
                 )
                 log.error("Failed to increment key %r after failing to add: %r", k, reply)
+
+    async def _decrement_all(self, commands: list[tuple[bytes, bytes]]) -> None:
+        """The refunds' `decr`s, counted as the reference's decrement stats."""
+        for (k, _cmd), reply in zip(commands, await self._batch(commands), strict=True):
+            if reply == b"NOT_FOUND":
+                self.stats.inc("decrement.__code=miss")
+            elif reply is not None and reply.isdigit():
+                self.stats.inc("decrement.__code=success")
+            else:
+                self.stats.inc("decrement.__code=error")
+                log.error("Failed to decrement key %r: %r", k, reply)
 
     async def _batch(self, commands: list[tuple[bytes, bytes]]) -> list[bytes | None]:
         """One pipelined write per node; each command's reply line (None: node error)."""

@@ -106,14 +106,19 @@ class RedisInstance:
     async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
         """Ops of any algorithm in one round: INCRBY + EXPIRE (GET with `peek`) for a fixed
         window, the script's call for the others (`(level, ticks until reset)`, the level
-        alone with `peek`)."""
+        alone with `peek`), the refund script for a refund (the counter after)."""
         cluster = isinstance(self, ClusterInstance)
         cmds: list[tuple[int, bytes]] = []
         owner: list[int] = []  # the op of each command
+        ttl: dict[int, int] = {}  # a refund's TTL, for its EVAL after a NOSCRIPT
         for j, op in enumerate(ops):
             k = op.key.encode()
             slot = key_slot(k) if cluster else 0
-            if op.algorithm:
+            if op.refund:
+                ttl[j] = self._jittered(op.seconds)
+                cmds.append((slot, scripts.refund(k, op.hits, ttl[j])))
+                owner.append(j)
+            elif op.algorithm:
                 cmds.append((slot, scripts.call(op, k, peek=peek)))
                 owner.append(j)
             elif peek:
@@ -126,20 +131,26 @@ class RedisInstance:
         replies = await self._run(cmds)
         missing = [i for i, reply in enumerate(replies) if scripts.is_noscript(reply)]
         if missing:  # the server lost its scripts: EVAL loads them again
-            again = [
-                (
-                    cmds[i][0],
-                    scripts.call(ops[owner[i]], ops[owner[i]].key.encode(), peek=peek, load=True),
-                )
-                for i in missing
-            ]
+            again = []
+            for i in missing:
+                j = owner[i]
+                op, k = ops[j], ops[j].key.encode()
+                if op.refund:
+                    again.append((cmds[i][0], scripts.refund(k, op.hits, ttl[j], load=True)))
+                else:
+                    again.append((cmds[i][0], scripts.call(op, k, peek=peek, load=True)))
             for i, reply in zip(missing, await self._run(again), strict=True):
                 replies[i] = reply
         out: list[Any] = []
         i = 0
         for op in ops:
             reply = replies[i]
-            if op.algorithm:
+            if op.refund:
+                if reply.__class__ is not int:
+                    self._fail(reply)
+                out.append(reply)
+                i += 1
+            elif op.algorithm:
                 if reply.__class__ is not list:
                     self._fail(reply)
                 out.append(reply[0] if peek else (reply[0], reply[1]))
@@ -302,8 +313,10 @@ class SingleInstance(RedisInstance):
         self._failed(reply)
 
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
-        """One pipeline: INCRBY + EXPIRE per op (`decide` when an op has an algorithm)."""
+        """One pipeline: INCRBY + EXPIRE per op (`decide` for an algorithm or a refund)."""
         for op in ops:
+            if op.refund:
+                return await self.decide(ops)
             if op.algorithm:
                 if len(ops) == 1:  # the common case, without `decide`'s bookkeeping
                     fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
@@ -502,9 +515,9 @@ class ClusterInstance(RedisInstance):
         raise BackendError("too many redis cluster redirections")
 
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
-        """INCRBY + EXPIRE per op, grouped per node (`decide` when an op has an algorithm)."""
+        """INCRBY + EXPIRE per op, grouped per node (`decide` for an algorithm or a refund)."""
         for op in ops:
-            if op.algorithm:
+            if op.algorithm or op.refund:
                 return await self.decide(ops)
         cmds: list[tuple[int, bytes]] = []
         for op in ops:

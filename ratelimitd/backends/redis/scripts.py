@@ -1,4 +1,5 @@
-"""Redis scripts of the extension's algorithms (README, "Algorithms"), and their RESP encoding.
+"""Redis scripts: the extension's algorithms (README, "Algorithms") and the refund of
+upstream #1140 (is_negative_hits), and their RESP encoding.
 
 Each script is one atomic decision on one key (declared in KEYS, so Cluster routes it by
 that key's slot; nothing of one decision lives in another key, so no hash tag is needed)
@@ -104,23 +105,43 @@ return {after, math.floor((debt + limit - 1) / limit)}
 """
 
 
+# A refund (is_negative_hits), the reference's DecrementScript (upstream #1140): GET, then
+# SET max(0, value - hits) and EXPIRE (ARGV: hits, seconds); an absent counter is left
+# absent (0 is returned). One declared key, so Cluster routes it like the INCRBY it undoes.
+REFUND_LUA = """
+local current = redis.call('GET', KEYS[1])
+if current == false then return 0 end
+local value = tonumber(current) - tonumber(ARGV[1])
+if value < 0 then value = 0 end
+redis.call('SET', KEYS[1], string.format('%.0f', value))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return value
+"""
+
+
 def _sha(script: str) -> bytes:
     return hashlib.sha1(script.encode()).hexdigest().encode()
 
 
 class _Script:
-    """One script: the RESP prefixes of its EVALSHA and EVAL calls (one key, five args)."""
+    """One script: the RESP prefixes of its EVALSHA and EVAL calls (one key, `args` args)."""
 
     __slots__ = ("eval_prefix", "evalsha_prefix", "sha")
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, args: int = 5) -> None:
         self.sha = _sha(source)
         body = source.encode()
-        self.evalsha_prefix = b"*9\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n$1\r\n1\r\n" % self.sha
-        self.eval_prefix = b"*9\r\n$4\r\nEVAL\r\n$%d\r\n%b\r\n$1\r\n1\r\n" % (len(body), body)
+        n = 4 + args
+        self.evalsha_prefix = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n$1\r\n1\r\n" % (n, self.sha)
+        self.eval_prefix = b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n%b\r\n$1\r\n1\r\n" % (
+            n,
+            len(body),
+            body,
+        )
 
 
 SCRIPTS = {SLIDING_WINDOW: _Script(SLIDING_WINDOW_LUA), TOKEN_BUCKET: _Script(TOKEN_BUCKET_LUA)}
+REFUND = _Script(REFUND_LUA, args=2)
 
 
 _ARGS = b"%b$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n%b%b"
@@ -145,6 +166,13 @@ def call(op: Op, key: bytes, *, peek: bool = False, load: bool = False) -> bytes
         bulk_int(0 if peek else op.hits),
         bulk_int(op.tick),
     )
+
+
+def refund(key: bytes, hits: int, seconds: int, *, load: bool = False) -> bytes:
+    """The RESP call refunding `hits` of the counter `key` (EVALSHA; EVAL with `load`),
+    its TTL set to `seconds`."""
+    prefix = REFUND.eval_prefix if load else REFUND.evalsha_prefix
+    return b"%b$%d\r\n%b\r\n%b%b" % (prefix, len(key), key, bulk_int(hits), bulk_int(seconds))
 
 
 def is_noscript(reply: object) -> bool:

@@ -224,8 +224,18 @@ class RateLimitService:
 
         response = Response(overall, statuses)
         if opts.response_headers:
+            names = (opts.limit_header, opts.remaining_header, opts.reset_header)
             response.headers = _limit_headers(
-                statuses, opts, int(self.clock()), self._reset_seconds
+                statuses, names, opts.quota_mode, int(self.clock()), self._reset_seconds
+            )
+        if opts.request_headers:  # LIMIT_REQUEST_HEADERS_ENABLED: for the upstream request
+            names = (
+                opts.request_limit_header,
+                opts.request_remaining_header,
+                opts.request_reset_header,
+            )
+            response.request_headers = _limit_headers(
+                statuses, names, opts.quota_mode, int(self.clock()), self._reset_seconds
             )
         if opts.response_dynamic_metadata:
             response.dynamic_metadata = _dynamic_metadata(
@@ -274,11 +284,13 @@ def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: boo
 
 def _limit_headers(
     statuses: list[Status],
-    opts: ReloadOptions,
+    names: tuple[str, str, str],
+    quota_mode: bool,
     now: int,
     reset_seconds: Callable[[int, int], int],
 ) -> list[tuple[str, str]]:
-    """RateLimit-Limit/-Remaining/-Reset from the reference's "minimum" descriptor.
+    """The limit, remaining and reset headers (`names`) from the reference's "minimum"
+    descriptor; the same for the response (LIMIT_*) and the upstream request (LIMIT_REQUEST_*).
 
     The limited status with the least remaining, except that any non-quota OVER_LIMIT
     status overrides it (the last one wins).
@@ -290,17 +302,18 @@ def _limit_headers(
             chosen = st
             least = st.limit_remaining
     for st in statuses:
-        if st.code == OVER_LIMIT and not (opts.quota_mode or st.rule.quota_mode):
+        if st.code == OVER_LIMIT and not (quota_mode or st.rule.quota_mode):
             chosen = st
     if chosen is None or chosen.rule is None:
         return []
     rule = chosen.rule
     # The reference's reset (a fresh clock, the unit); the extension's limits have their own.
     reset = chosen.duration_until_reset if rule.extended else reset_seconds(now, rule.unit_seconds)
+    limit, remaining, reset_name = names
     return [
-        (opts.limit_header, str(rule.requests_per_unit)),
-        (opts.remaining_header, str(chosen.limit_remaining)),
-        (opts.reset_header, str(reset)),
+        (limit, str(rule.requests_per_unit)),
+        (remaining, str(chosen.limit_remaining)),
+        (reset_name, str(reset)),
     ]
 
 

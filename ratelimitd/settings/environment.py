@@ -439,6 +439,12 @@ def _reload(env: Env) -> ReloadOptions:
         limit_header=env.get_str("LIMIT_LIMIT_HEADER", d.limit_header),
         remaining_header=env.get_str("LIMIT_REMAINING_HEADER", d.remaining_header),
         reset_header=env.get_str("LIMIT_RESET_HEADER", d.reset_header),
+        request_headers=env.get_bool("LIMIT_REQUEST_HEADERS_ENABLED", False),
+        request_limit_header=env.get_str("LIMIT_REQUEST_LIMIT_HEADER", d.request_limit_header),
+        request_remaining_header=env.get_str(
+            "LIMIT_REQUEST_REMAINING_HEADER", d.request_remaining_header
+        ),
+        request_reset_header=env.get_str("LIMIT_REQUEST_RESET_HEADER", d.request_reset_header),
         merge_domain_config=env.get_bool("MERGE_DOMAIN_CONFIG", False),
         max_descriptors=env.get_int("MAX_DESCRIPTORS_PER_REQUEST", d.max_descriptors, 1, 2**31 - 1),
         max_entries=env.get_int("MAX_ENTRIES_PER_DESCRIPTOR", d.max_entries, 1, 2**31 - 1),

@@ -307,6 +307,11 @@ class ReloadOptions:
     limit_header: str = "RateLimit-Limit"
     remaining_header: str = "RateLimit-Remaining"
     reset_header: str = "RateLimit-Reset"
+    # LIMIT_REQUEST_*: the same three headers added to the upstream request.
+    request_headers: bool = False  # LIMIT_REQUEST_HEADERS_ENABLED
+    request_limit_header: str = "RateLimit-Limit"
+    request_remaining_header: str = "RateLimit-Remaining"
+    request_reset_header: str = "RateLimit-Reset"
     merge_domain_config: bool = False
     # Extension: a request with more descriptors, or a descriptor with more entries, is
     # refused before any work (gRPC RESOURCE_EXHAUSTED, /json 400); issue 14, item 4.

@@ -33,16 +33,8 @@ class Unsupported:
     why: str
 
 
-def _str(*accepted: str) -> Accepts:
-    return lambda env, name: env.get_str(name) in accepted
-
-
 def _upper(*accepted: str) -> Accepts:
     return lambda env, name: env.get_str(name).upper() in accepted
-
-
-def _bool(*accepted: bool) -> Accepts:
-    return lambda env, name: env.get_bool(name, accepted[0]) in accepted
 
 
 def _int(*accepted: int) -> Accepts:
@@ -62,10 +54,6 @@ _PARALLEL = (
     "not implemented yet: a bound on parallel cluster pipelines; ratelimitd always sends a "
     "request's per-node pipelines all at once; unset it or set 0"
 )
-_REQUEST_HEADERS = (
-    "not implemented yet: rate-limit headers on the upstream request (request_headers_to_add, "
-    "upstream #1168); unset it"
-)
 
 
 def _redis(suffix: str, accepts: Accepts, why: str) -> tuple[Unsupported, ...]:
@@ -81,10 +69,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     *_redis("POOL_ON_EMPTY_WAIT_DURATION", _none, _WAIT),
     *_redis("CLUSTER_PIPELINE_PARALLELISM", _int(1, 0), _PARALLEL),
     # Merged upstream after f2fb157 (ratelimit-upstream-2026.md section 1.1), not done yet.
-    Unsupported("LIMIT_REQUEST_HEADERS_ENABLED", _bool(False), _REQUEST_HEADERS),
-    Unsupported("LIMIT_REQUEST_LIMIT_HEADER", _str("RateLimit-Limit"), _REQUEST_HEADERS),
-    Unsupported("LIMIT_REQUEST_REMAINING_HEADER", _str("RateLimit-Remaining"), _REQUEST_HEADERS),
-    Unsupported("LIMIT_REQUEST_RESET_HEADER", _str("RateLimit-Reset"), _REQUEST_HEADERS),
 )
 
 

@@ -24,6 +24,7 @@ from ratelimitd.core import Core, build_core
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request
 from ratelimitd.service import ServiceError
 from ratelimitd.settings import ReloadOptions
+from ratelimitd.transport.protocodec import decode_response, encode_response
 
 SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
 
@@ -548,6 +549,36 @@ async def test_headers_custom_names(harness: Any) -> None:
         ("A-Ratelimit-Remaining", "0"),
         ("A-Ratelimit-Reset", "58"),
     ]
+
+
+async def test_request_headers_for_the_upstream(harness: Any) -> None:
+    """LIMIT_REQUEST_HEADERS_ENABLED (upstream #1168): the same pick, in request_headers_to_add
+    under their own names, independent of the response headers."""
+    opts = ReloadOptions(
+        request_headers=True,
+        request_limit_header="X-Limit",
+        request_remaining_header="X-Remaining",
+        request_reset_header="X-Reset",
+    )
+    h = harness(CONFIG, now=NOW, options=opts)
+    exhaust(h, "d", "foo", "bar", 60, 10)
+    r = await h.decide("d", [("foo", "bar")], [("hello", "world")])
+    assert r.request_headers == [("X-Limit", "10"), ("X-Remaining", "0"), ("X-Reset", "58")]
+    assert r.headers == []
+    both = harness(
+        CONFIG, now=NOW, options=ReloadOptions(response_headers=True, request_headers=True)
+    )
+    r = await both.decide("d", [("foo", "bar")])
+    assert (
+        r.headers
+        == r.request_headers
+        == [
+            ("RateLimit-Limit", "10"),
+            ("RateLimit-Remaining", "9"),
+            ("RateLimit-Reset", "58"),
+        ]
+    )
+    assert decode_response(encode_response(r)).request_headers == r.request_headers
 
 
 async def test_headers_disabled_by_default(harness: Any) -> None:

@@ -247,10 +247,12 @@ REFERENCE: dict[str, Row] = {
     "TRACING_EXPORTER_PROTOCOL": Read("grpc", "tracing.exporter_protocol", "grpc"),
     "TRACING_SAMPLING_RATE": Read("0.5", "tracing.sampling_rate", 0.5),
     # Merged upstream after f2fb157.
-    "LIMIT_REQUEST_HEADERS_ENABLED": Refused("true", ("false",)),
-    "LIMIT_REQUEST_LIMIT_HEADER": Refused("X-Limit", ("RateLimit-Limit",)),
-    "LIMIT_REQUEST_REMAINING_HEADER": Refused("X-Remaining", ("RateLimit-Remaining",)),
-    "LIMIT_REQUEST_RESET_HEADER": Refused("X-Reset", ("RateLimit-Reset",)),
+    "LIMIT_REQUEST_HEADERS_ENABLED": Read("true", "reload.request_headers", True),
+    "LIMIT_REQUEST_LIMIT_HEADER": Read("X-Limit", "reload.request_limit_header", "X-Limit"),
+    "LIMIT_REQUEST_REMAINING_HEADER": Read(
+        "X-Remaining", "reload.request_remaining_header", "X-Remaining"
+    ),
+    "LIMIT_REQUEST_RESET_HEADER": Read("X-Reset", "reload.request_reset_header", "X-Reset"),
     "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR": AlwaysOn(("true", "false")),
     # Documented by the reference's README (radix v3), read by no version of its code.
     "REDIS_POOL_ON_EMPTY_WAIT_DURATION": Refused("1s"),
@@ -356,13 +358,13 @@ def test_invalid_values_are_reported_before_refusals() -> None:
     # The usual syntax errors come first, so a typo is not mistaken for an unsupported value.
     with pytest.raises(SettingsError, match=r"^CONFIG_TYPE: invalid value 'file'"):
         load({"CONFIG_TYPE": "file"})
-    with pytest.raises(SettingsError, match=r"^LIMIT_REQUEST_HEADERS_ENABLED: invalid value"):
-        load({"LIMIT_REQUEST_HEADERS_ENABLED": "yes"})
+    with pytest.raises(SettingsError, match=r"^REDIS_CLUSTER_PIPELINE_PARALLELISM: invalid value"):
+        load({"REDIS_CLUSTER_PIPELINE_PARALLELISM": "many"})
 
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"), ("LIMIT_REQUEST_HEADERS_ENABLED", "true")],
+    [("REDIS_POOL_ON_EMPTY_BEHAVIOR", "CREATE"), ("REDIS_CLUSTER_PIPELINE_PARALLELISM", "2")],
 )
 def test_the_daemon_refuses_to_start_with_one_line(name: str, value: str) -> None:
     env = {**os.environ, "BACKEND_TYPE": "memory", name: value}

@@ -12,7 +12,23 @@ from types import ModuleType
 from . import _keys_py
 from ._twins import select, twin
 
-_impl, IMPLEMENTATION = select("ratelimitd._keys", _keys_py)
+_NAMES = (
+    "UNIT_SECONDS",
+    "cache_key",
+    "evaluate",
+    "near_threshold",
+    "over",
+    "refuse",
+    "reset_seconds",
+    "settle",
+    "sliding_window",
+    "state_key",
+    "token_bucket",
+    "unit_seconds",
+    "verdict",
+    "window_start",
+)
+_impl, IMPLEMENTATION = select("ratelimitd._keys", _keys_py, _NAMES)
 
 UNIT_SECONDS = _impl.UNIT_SECONDS
 cache_key = _impl.cache_key

@@ -288,3 +288,16 @@ def test_evaluate_near_above_limit_wraps_like_go(module: str) -> None:
     # then adds limit - max(near, before) = 10 - 15 in uint64.
     km = importlib.import_module(module)
     assert tuple(km.evaluate(10, 5, 12, 15)) == (True, 0, 2, U64 - 5, 0)
+
+
+def test_a_stale_compiled_module_falls_back_to_the_twin() -> None:
+    """A built module lacking a name its twin has (a .so older than its .pyx) is not used:
+    the twin serves, as when nothing is built, instead of the import failing."""
+    from ratelimitd import _keys_py
+    from ratelimitd._twins import select
+    from ratelimitd.settings import extensions_disabled
+
+    if not extensions_disabled():  # a module with every name is taken
+        assert select("ratelimitd._keys_py", _keys_py, ("cache_key",)) == (_keys_py, "compiled")
+    assert select("json", _keys_py, ("cache_key",)) == (_keys_py, "pure")
+    assert select("ratelimitd.no_such_module", _keys_py, ("cache_key",)) == (_keys_py, "pure")

@@ -23,7 +23,7 @@ from .backends.base import Backend, capabilities
 from .config import ConfigFile, RuleSet, load_ruleset
 from .health import Health
 from .limiter import Limiter
-from .localcache import LocalCache
+from .localcache import LocalCache, reference_capacity
 from .service import RateLimitService
 from .settings import CacheSettings, Settings
 from .stats import StatsStore
@@ -87,7 +87,7 @@ def build_core(
     cache = settings.cache
     local_cache = None
     if cache.local_cache_size_in_bytes:
-        local_cache = LocalCache(cache.local_cache_size_in_bytes)
+        local_cache = LocalCache(reference_capacity(cache.local_cache_size_in_bytes))
         for gauge in local_cache.gauges():
             stats.add_gauge(f"ratelimit.localcache.{gauge}", _gauge_reader(local_cache, gauge))
     limiter = Limiter(

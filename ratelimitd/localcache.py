@@ -3,13 +3,25 @@
 A key in the cache is answered OVER_LIMIT without touching the backend. Entries expire
 at the end of their window: a cache key carries its window start, so after that it can
 never be asked for again (the reference keeps it a whole unit; the answers are the same).
-Memory is bounded by an estimate of bytes per entry; the oldest entries are evicted first.
+Capacity is counted as the reference's freecache counts it (issue 15, part 4): an entry takes
+its key's bytes plus freecache's 24-byte entry header (the value is empty), and a cache is never
+smaller than freecache's 512 KiB minimum, whatever LOCAL_CACHE_SIZE_IN_BYTES asks (so a small
+setting caches about as many keys as the reference does, where it once cached none). The oldest
+entries are evicted first (freecache evicts per segment of 1/256 of its capacity: close, not
+identical).
 """
 
 from __future__ import annotations
 
-# Per-entry overhead on top of the key's length: dict slot, str header and the int.
-ENTRY_OVERHEAD = 100
+# freecache's ENTRY_HDR_SIZE: what an entry costs on top of its key (and empty value).
+ENTRY_OVERHEAD = 24
+# freecache's minBufSize: NewCache(size) never makes a smaller cache.
+MIN_CAPACITY = 512 * 1024
+
+
+def reference_capacity(size_in_bytes: int) -> int:
+    """The capacity freecache gives LOCAL_CACHE_SIZE_IN_BYTES (> 0; 0 means no cache)."""
+    return max(size_in_bytes, MIN_CAPACITY)
 
 
 class LocalCache:

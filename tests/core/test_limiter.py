@@ -445,7 +445,7 @@ def test_local_cache_is_bounded_by_bytes() -> None:
 
 def test_local_cache_entry_larger_than_capacity_is_not_stored() -> None:
     cache = LocalCache(50)
-    cache.add("x" * 10, 2000)
+    cache.add("x" * 30, 2000)  # 30 + 24 bytes
     assert len(cache) == 0
 
 
@@ -466,7 +466,10 @@ def test_local_cache_expiry_and_overwrite() -> None:
 
 
 async def test_evicted_local_cache_entry_falls_back_to_the_backend(harness: Any) -> None:
-    h = harness(CONFIG, local_cache_bytes=ENTRY_OVERHEAD + 20, now=1200)
+    h = harness(CONFIG, local_cache_bytes=1, now=1200)
+    h.local_cache.capacity = (
+        ENTRY_OVERHEAD + 20
+    )  # room for one key (the reference's least is 512 KiB)
     preset(h, "domain_m10_a_1200", 10, ttl=60)
     preset(h, "domain_m10_b_1200", 10, ttl=60)
     await h.decide("domain", [("m10", "a")])  # a cached
@@ -628,3 +631,23 @@ async def test_near_limit_ratio_is_applied_in_float32(harness: Any) -> None:
     h.backend._counters["n_k_v_997200"] = [28, 1_003_600]
     await h.decide("n", [("k", "v")], hits_addend=2)  # 28 -> 30; float32 threshold is 29
     assert h.stat("ratelimit.service.rate_limit.n.k.near_limit") == 1
+
+
+def test_local_cache_capacity_is_the_references() -> None:
+    """freecache: never under 512 KiB, 24 bytes per entry besides its key (issue 15, part 4).
+    A setting of 1000 bytes once cached nothing at 100 bytes per entry; the reference caches
+    about 12,000 keys of 19 bytes there."""
+    from ratelimitd.core import build_core
+    from ratelimitd.localcache import MIN_CAPACITY, reference_capacity
+    from ratelimitd.settings import CacheSettings, Settings
+
+    assert reference_capacity(1000) == MIN_CAPACITY == 512 * 1024
+    assert reference_capacity(64 << 20) == 64 << 20
+    core = build_core(
+        Settings(cache=CacheSettings(backend="memory", local_cache_size_in_bytes=1000))
+    )
+    cache = core.local_cache
+    assert cache is not None and cache.capacity == MIN_CAPACITY
+    for i in range(13_000):
+        cache.add(f"domain_key_v{i:07d}", 2000)  # 19-byte keys: 43 bytes each
+    assert len(cache) == MIN_CAPACITY // 43

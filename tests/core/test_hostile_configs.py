@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from ratelimitd.config import ConfigError, ConfigFile, load_ruleset, yamlfile
+from ratelimitd.config import ConfigError, ConfigFile, compose, load_ruleset
+from ratelimitd.config.compose import MAX_DEPTH, MAX_NODES, MAX_QUOTED
 from ratelimitd.config.provider import FileLayout
-from ratelimitd.config.yamlfile import MAX_DEPTH, MAX_NODES, MAX_QUOTED, parse
+from ratelimitd.config.yamlfile import parse
 
 RULE = "    rate_limit: {unit: second, requests_per_unit: 1}\n"
 
@@ -109,7 +110,7 @@ def test_an_unknown_anchor_is_yaml_v2s_error() -> None:
 def test_the_node_limit_counts_alias_expansion(monkeypatch: pytest.MonkeyPatch) -> None:
     # Below the aliasing ratio but above the node limit: refused by the count alone.
     assert MAX_NODES >= 5_000_000  # generous enough for 50 MB configs (README)
-    monkeypatch.setattr(yamlfile, "MAX_NODES", 1000)
+    monkeypatch.setattr(compose, "MAX_NODES", 1000)
     text = "a: [" + ", ".join(str(i) for i in range(2000)) + "]\n"
     with pytest.raises(ConfigError) as info:
         parse("a.yaml", text)

@@ -216,3 +216,22 @@ def verdict(rule: Any, st: Any, hits: int, after: int, ratio: float, reset: int)
         return refuse(rule, st, over_add, reset)
     st.within_limit += hits
     return Status(OK, rule, remaining, reset)
+
+
+# What the compiled module provides too (`_twins.select` checks a build against it).
+__all__ = [
+    "UNIT_SECONDS",
+    "cache_key",
+    "evaluate",
+    "near_threshold",
+    "over",
+    "refuse",
+    "reset_seconds",
+    "settle",
+    "sliding_window",
+    "state_key",
+    "token_bucket",
+    "unit_seconds",
+    "verdict",
+    "window_start",
+]

@@ -184,3 +184,13 @@ def lookup(
     if enhanced == node.full_key:
         return rule, enhanced, share_t, True
     return rule, enhanced, share_t, False
+
+
+# What the compiled module provides too (`_twins.select` checks a build against it).
+__all__ = [
+    "Level",
+    "Node",
+    "compile_level",
+    "lookup",
+    "wildcard_match",
+]

@@ -11,21 +11,21 @@ from .settings import extensions_disabled
 Pure = TypeVar("Pure", bound=ModuleType)
 
 
-def select(compiled: str, pure: Pure, names: tuple[str, ...]) -> tuple[Pure, str]:
+def select(compiled: str, pure: Pure) -> tuple[Pure, str]:
     """The compiled module if it is built, current and allowed, else the twin `pure`; and
     which.
 
     RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read once), as
-    yarl's YARL_NO_EXTENSIONS does. A compiled module lacking one of `names` is a stale build
-    (a .so older than its .pyx): the twin serves, as when none is built. The compiled module
-    is typed as its twin: same names.
+    yarl's YARL_NO_EXTENSIONS does. A compiled module lacking a name of `pure.__all__` is a
+    stale build (a .so older than its .pyx): the twin serves, as when none is built. The
+    compiled module is typed as its twin: same names.
     """
     if not extensions_disabled():
         try:
             module = importlib.import_module(compiled)
         except ImportError:  # not built (e.g. a source checkout without `make compile`)
             return pure, "pure"
-        if all(hasattr(module, name) for name in names):
+        if all(hasattr(module, name) for name in pure.__all__):
             return module, "compiled"  # type: ignore[return-value]
     return pure, "pure"
 

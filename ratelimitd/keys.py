@@ -12,23 +12,7 @@ from types import ModuleType
 from . import _keys_py
 from ._twins import select, twin
 
-_NAMES = (
-    "UNIT_SECONDS",
-    "cache_key",
-    "evaluate",
-    "near_threshold",
-    "over",
-    "refuse",
-    "reset_seconds",
-    "settle",
-    "sliding_window",
-    "state_key",
-    "token_bucket",
-    "unit_seconds",
-    "verdict",
-    "window_start",
-)
-_impl, IMPLEMENTATION = select("ratelimitd._keys", _keys_py, _NAMES)
+_impl, IMPLEMENTATION = select("ratelimitd._keys", _keys_py)
 
 UNIT_SECONDS = _impl.UNIT_SECONDS
 cache_key = _impl.cache_key

@@ -8,14 +8,7 @@ from types import ModuleType
 from . import _match_py
 from ._twins import select, twin
 
-_NAMES = (
-    "Level",
-    "Node",
-    "compile_level",
-    "lookup",
-    "wildcard_match",
-)
-_impl, IMPLEMENTATION = select("ratelimitd._match", _match_py, _NAMES)
+_impl, IMPLEMENTATION = select("ratelimitd._match", _match_py)
 
 Level = _impl.Level
 Node = _impl.Node

@@ -312,6 +312,9 @@ def _stats(env: Env) -> StatsSettings:
         use_statsd=env.get_bool("USE_STATSD", d.use_statsd),
         statsd_host=env.get_str("STATSD_HOST", d.statsd_host),
         statsd_port=env.get_port("STATSD_PORT", d.statsd_port),
+        statsd_protocol=env.get_choice(
+            "STATSD_PROTOCOL", d.statsd_protocol, {"tcp": "tcp", "udp": "udp"}, case_sensitive=True
+        ),
         use_prometheus=env.get_bool("USE_PROMETHEUS", d.use_prometheus),
         prometheus_addr=env.get_str("PROMETHEUS_ADDR", d.prometheus_addr),
         prometheus_path=env.get_str("PROMETHEUS_PATH", d.prometheus_path),

@@ -179,6 +179,8 @@ class StatsSettings:
     use_statsd: bool = True
     statsd_host: str = "localhost"
     statsd_port: int = 8125
+    # STATSD_PROTOCOL: gostats reads it itself (its default tcp); udp sends datagrams.
+    statsd_protocol: str = "tcp"
     use_dog_statsd: bool = False
     dog_statsd_mogrifier_names: tuple[str, ...] = ()  # USE_DOG_STATSD_MOGRIFIERS
     # Read only when the DogStatsD sink is the one built, as the reference does.

@@ -3,7 +3,7 @@
 * ``store.py``: `StatsStore` (counters and gauges by their emitted names, the reference's),
   `RuleStats` (the six counters of one rule), `Timer` (response times for the sinks);
 * ``sinks.py``: `create_sink(settings, stats)`, the reference's choice among
-* ``statsd.py`` (TCP), ``dogstatsd.py`` (UDP), ``stdout.py`` (gostats' logging sink) and
+* ``statsd.py`` (TCP or UDP), ``dogstatsd.py`` (UDP), ``stdout.py`` (gostats' logging sink) and
   ``prometheus.py`` (the text exposition over HTTP, with ``mapper.py`` for the names and
   ``workershare.py`` for RATELIMITD_WORKERS > 1), all built on ``base.py``.
 

@@ -4,7 +4,7 @@
 
 * `Sink` (a null sink) when DISABLE_STATS (counting goes on in memory for `/stats`);
 * `DogStatsdSink` (USE_DOG_STATSD): DogStatsD lines over UDP (`dogstatsd`);
-* `StatsdSink` (USE_STATSD, the default): plain statsd lines over TCP (`statsd`);
+* `StatsdSink` (USE_STATSD, the default): plain statsd lines over TCP or UDP (`statsd`);
 * `PrometheusSink` (USE_PROMETHEUS): the text exposition over HTTP (`prometheus`);
 * `LoggingSink` otherwise: gostats' JSON log lines on stderr (`stdout`).
 
@@ -73,6 +73,7 @@ def create_sink(
             cfg.statsd_port,
             extra_tags=cfg.extra_tags,
             flush_interval=interval,
+            protocol=cfg.statsd_protocol,
         )
     if kind == "prometheus":
         share = None

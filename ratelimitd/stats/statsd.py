@@ -1,8 +1,10 @@
-"""gostats' TCP statsd sink (USE_STATSD): `name:delta|c`, `name:value|g`, `name:ms|ms` lines.
+"""gostats' statsd sink (USE_STATSD): `name:delta|c`, `name:value|g`, `name:ms|ms` lines.
 
 EXTRA_TAGS are serialized into the name as `<name>.__k=v.__k2=v2`. Network writes never
 block the loop: lines go into a bounded buffer drained by a background task that
-reconnects with backoff, and what does not fit is dropped and counted.
+reconnects with backoff, and what does not fit is dropped and counted. With
+STATSD_PROTOCOL=udp (gostats' own variable) the lines go out as datagrams of at most 1,432
+bytes, gostats' UDP buffer size (no IP fragmentation on a 1500-byte MTU).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .base import PeriodicSink, number, statsd_tag_suffix, timer_value
+from .dogstatsd import UdpWriter
 from .store import StatsStore
 
 log = logging.getLogger("ratelimitd.stats")
@@ -150,7 +153,7 @@ class TcpWriter:
 
 
 class StatsdSink(PeriodicSink):
-    """gostats' TCP statsd sink: `name:delta|c`, `name:value|g`, `name:ms|ms` lines."""
+    """gostats' statsd sink: `name:delta|c`, `name:value|g`, `name:ms|ms` lines, TCP or UDP."""
 
     kind = "statsd"
 
@@ -163,19 +166,32 @@ class StatsdSink(PeriodicSink):
         extra_tags: Iterable[tuple[str, str]] = (),
         flush_interval: float = 10.0,
         max_buffered: int = MAX_BUFFERED_BYTES,
+        protocol: str = "tcp",
     ) -> None:
         super().__init__(stats, flush_interval)
         self.suffix = statsd_tag_suffix(extra_tags)
         self.writer = TcpWriter(host, port, max_buffered)
+        self.udp = UdpWriter(host, port) if protocol == "udp" else None
 
     async def start(self) -> None:
-        self.writer.start()
+        if self.udp is not None:
+            await self.udp.open()
+        else:
+            self.writer.start()
         await super().start()
 
     async def stop(self) -> None:
         await super().stop()
+        if self.udp is not None:
+            self.udp.close()
+            return
         await self.writer.flush()
         await self.writer.close()
+
+    async def flush(self) -> None:
+        if self.udp is not None:
+            await self.udp.open()  # an address that did not resolve at start is retried
+        await super().flush()
 
     def counter_line(self, name: str, value: float) -> str:
         return f"{name}{self.suffix}:{number(value)}|c\n"
@@ -189,6 +205,9 @@ class StatsdSink(PeriodicSink):
         return f"{name}{self.suffix}:{timer_value(ms)}|ms\n"
 
     def emit(self, lines: list[str]) -> None:
+        if self.udp is not None:
+            self.udp.send_lines(lines)  # a datagram per 1,432 bytes of whole lines
+            return
         # One chunk per 64 KiB (gostats' TCP buffer size) keeps drops coarse but bounded.
         chunk: list[str] = []
         size = 0

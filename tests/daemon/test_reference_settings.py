@@ -147,6 +147,8 @@ REFERENCE: dict[str, Row] = {
     "USE_STATSD": Read("false", "stats.sink", "stdout"),
     "STATSD_HOST": Read("statsd.local", "stats.statsd_host", "statsd.local"),
     "STATSD_PORT": Read("9125", "stats.statsd_port", 9125),
+    # gostats reads it itself in the reference process (NewTCPStatsdSink is its net sink).
+    "STATSD_PROTOCOL": Read("udp", "stats.statsd_protocol", "udp"),
     "EXTRA_TAGS": Read("a:b", "stats.extra_tags", (("a", "b"),)),
     "STATS_FLUSH_INTERVAL": Read("1s", "stats.flush_interval", 1.0),
     "DISABLE_STATS": Read("true", "stats.sink", "null"),

@@ -328,3 +328,28 @@ async def test_timer_sampling_bounds_lines_and_states_the_rate(
     assert len(lines) <= timer.capacity
     assert all("|@0.2" in line for line in lines)
     assert timer.count == timer.capacity * 5
+
+
+async def test_statsd_udp_protocol_sends_datagrams(harness: Any, udp_statsd: LineReceiver) -> None:
+    """STATSD_PROTOCOL=udp (gostats' variable): the same lines, as datagrams of <= 1,432 bytes."""
+    h = harness(CONFIG)
+    sink = create_sink(settings(STATSD_PORT=str(udp_statsd.port), STATSD_PROTOCOL="udp"), h.stats)
+    assert isinstance(sink, StatsdSink) and sink.udp is not None
+    await sink.start()
+    try:
+        await decide_sequence(h)
+        await sink.flush()
+        await wait_until(lambda: f"{USER}.over_limit:1|c" in udp_statsd.lines)
+        got = values(udp_statsd.lines)
+        assert got[f"{USER}.total_hits"] == "3|c"
+        assert got["ratelimit.service.rate_limit.nope.domain_not_found"] == "1|c"
+        packets: list[bytes] = udp_statsd.packets  # type: ignore[attr-defined]
+        assert packets and all(0 < len(p) <= 1432 and p.endswith(b"\n") for p in packets)
+    finally:
+        await sink.stop()
+
+
+@pytest.mark.parametrize("value", ["UDP", "unix", "udp6"])
+def test_statsd_protocol_is_tcp_or_udp(value: str) -> None:
+    with pytest.raises(Exception, match=f"STATSD_PROTOCOL: invalid value '{value}'"):
+        settings(STATSD_PROTOCOL=value)

@@ -146,10 +146,6 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         ),
     )
     _check(settings, env)
-    # REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR (upstream #1191): ratelimitd always does what
-    # true asks (a READONLY reply drops the instance's connections, which re-dial), so both
-    # values are accepted and only the syntax is checked.
-    env.get_bool("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", True)
     refuse_unsupported(env)
     if stats.sink == "dogstatsd" and stats.dog_statsd_mogrifier_names:
         # As the reference, mogrifiers are read only when the DogStatsD sink is built.
@@ -398,6 +394,10 @@ def _redis(env: Env, prefix: str, url: str, shared: RedisSettings | None) -> Red
         ),
         health_check_active_connection=env.get_bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", False),
         request_timeout=env.get_duration("REDIS_REQUEST_TIMEOUT", d.request_timeout, positive=True),
+        # One variable for both instances, as upstream #1191 reads it.
+        close_connection_on_readonly=env.get_bool(
+            "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", d.close_connection_on_readonly
+        ),
     )
 
 

@@ -247,6 +247,8 @@ class RedisSettings:
     tls_skip_hostname_verification: bool = False
     pipeline_window: float = 0.0
     pipeline_limit: int = 0
+    # A request's per-node pipelines in flight at once on a cluster: 1 one after another
+    # (the reference's default), 0 all at once, N at most N (capped at the pool size).
     cluster_pipeline_parallelism: int = 1
     dial_timeout: float = 10.0  # REDIS_TIMEOUT: the reference's is a dial timeout too
     pool_on_empty_behavior: str = "WAIT"
@@ -256,6 +258,9 @@ class RedisSettings:
     health_check_active_connection: bool = False
     # Extension REDIS_REQUEST_TIMEOUT: the longest a request waits for its replies.
     request_timeout: float = 0.05
+    # REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR (upstream #1191): a READONLY reply drops the
+    # pool's connections, which re-dial (a failover by re-pointing an address).
+    close_connection_on_readonly: bool = False
 
     @property
     def masked_url(self) -> str:

@@ -37,23 +37,16 @@ def _upper(*accepted: str) -> Accepts:
     return lambda env, name: env.get_str(name).upper() in accepted
 
 
-def _int(*accepted: int) -> Accepts:
-    return lambda env, name: env.get_int(name, accepted[0]) in accepted
-
-
 def _none(env: Env, name: str) -> bool:
     return False
 
 
 _POOL = (
-    "not implemented: requests share pipelined connections, so the pool never runs empty; "
-    "the reference refuses CREATE and ERROR too since radix v4; unset it or set WAIT"
+    "not implemented: requests share pipelined connections, so the pool never runs empty; the "
+    "reference "
+    "panics at start-up on CREATE and ERROR too since radix v4; unset it or set WAIT"
 )
 _WAIT = "not a setting since the reference moved to radix v4 (only its README names it); unset it"
-_PARALLEL = (
-    "not implemented yet: a bound on parallel cluster pipelines; ratelimitd always sends a "
-    "request's per-node pipelines all at once; unset it or set 0"
-)
 
 
 def _redis(suffix: str, accepts: Accepts, why: str) -> tuple[Unsupported, ...]:
@@ -67,8 +60,6 @@ UNSUPPORTED: tuple[Unsupported, ...] = (
     # Redis pool knobs of the reference's driver that ratelimitd's pool has no use for.
     *_redis("POOL_ON_EMPTY_BEHAVIOR", _upper("WAIT"), _POOL),
     *_redis("POOL_ON_EMPTY_WAIT_DURATION", _none, _WAIT),
-    *_redis("CLUSTER_PIPELINE_PARALLELISM", _int(1, 0), _PARALLEL),
-    # Merged upstream after f2fb157 (ratelimit-upstream-2026.md section 1.1), not done yet.
 )
 
 

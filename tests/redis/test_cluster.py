@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import time
 
@@ -158,6 +159,52 @@ async def test_refunds_on_cluster_route_by_their_key(cluster, decider) -> None:
     keys = [f"d_k_{v}_997200" for v in values]
     assert len({owner(cluster, k).port for k in keys}) == 3
     assert all(owner(cluster, k).client().get(k) == b"1" for k in keys)
+
+
+def one_value_per_node(nodes) -> list[str]:
+    """Three values whose `k` keys live on three different masters, in node order."""
+    found: dict[int, str] = {}
+    for i in range(1000):
+        value = f"p{i}"
+        found.setdefault(owner(nodes, f"d_k_{value}_997200").port, value)
+        if len(found) == 3:
+            return list(found.values())
+    raise AssertionError("no three values on three nodes")
+
+
+@pytest.mark.parametrize(("parallelism", "reached"), [("1", 0), ("2", 1), ("0", 2)])
+async def test_pipeline_parallelism_bounds_node_pipelines_in_flight(
+    cluster, decider, parallelism: str, reached: int
+) -> None:
+    # REDIS_CLUSTER_PIPELINE_PARALLELISM as the reference reads it: 1 (its default) sends a
+    # request's node pipelines one after another, N at most N at once, 0 all at once. With
+    # the first node stopped, the nodes after it see the request only within the bound.
+    d = await decider(
+        {
+            "REDIS_TYPE": "cluster",
+            "REDIS_URL": cluster[0].address,
+            "REDIS_CLUSTER_PIPELINE_PARALLELISM": parallelism,
+            "REDIS_REQUEST_TIMEOUT": "300ms",
+        },
+        CONFIG,
+        clock=clock,
+    )
+    values = one_value_per_node(cluster)
+    first = owner(cluster, f"d_k_{values[0]}_997200")
+    first.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(BackendError):
+            await d.decide("d", *([("k", v)] for v in values))
+    finally:
+        first.proc.send_signal(signal.SIGCONT)
+    later = [owner(cluster, f"d_k_{v}_997200").client().get(f"d_k_{v}_997200") for v in values[1:]]
+    assert later == [b"1"] * reached + [None] * (2 - reached)
+    # Served normally once the node is back: every key counted, one pipeline per node.
+    wait_for(lambda: first.client().ping(), what="node back")
+    before = d.backend.writes
+    r = await d.decide("d", *([("k", v)] for v in values))
+    assert r.overall_code == OK
+    assert d.backend.writes - before == 3
 
 
 async def test_slot_migrated_while_serving(cluster, decider) -> None:

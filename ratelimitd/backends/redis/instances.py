@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import binascii
+import collections
 import contextlib
 import logging
 import random
@@ -378,8 +379,14 @@ class SingleInstance(RedisInstance):
         return out
 
     def _failed(self, reply: Any) -> None:
-        if isinstance(reply, ReplyError) and str(reply).startswith("READONLY"):
-            # A demoted master (sentinel failover): find the new one.
+        if (
+            (self.master_name or self.s.close_connection_on_readonly)
+            and isinstance(reply, ReplyError)
+            and str(reply).startswith("READONLY")
+        ):
+            # A demoted master: re-dial, to the master the sentinels name now, or to
+            # whatever the address points at (REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR).
+            # Without either the connections stay, as the reference's default keeps them.
             self.pool.reset()
         self._raise_reply(reply)
 
@@ -399,6 +406,9 @@ class ClusterInstance(RedisInstance):
         self.slots: list[str | None] = [None] * _SLOTS
         self.nodes: dict[str, Pool] = {}
         self.redirects = 0  # MOVED + ASK replies followed
+        parallelism = s.cluster_pipeline_parallelism
+        # 0: every node pipeline at once; N: at most N, capped at the pool size (the reference).
+        self.parallelism = min(parallelism, s.pool_size) if parallelism else 0
         self.asks = 0
         self.refreshes = 0
         self._refresher: asyncio.Task[None] | None = None
@@ -470,27 +480,39 @@ class ClusterInstance(RedisInstance):
             self._refresher = None
 
     async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
-        """Route commands by slot (one pipeline per node), following MOVED / ASK."""
+        """Route commands by slot (one pipeline per node), following MOVED / ASK.
+
+        REDIS_CLUSTER_PIPELINE_PARALLELISM bounds the node pipelines in flight: with 1 (the
+        reference's default) a request pays one round trip per node it touches, with 0 one
+        round trip whatever it touches.
+        """
         replies: list[Any] = [None] * len(cmds)
         slots = self.slots
         todo: list[tuple[int, str | None, bool]] = [
             (i, slots[slot], False) for i, (slot, _) in enumerate(cmds)
         ]
+        bound = self.parallelism
         for _ in range(_MAX_REDIRECTS):
             groups: dict[str | None, list[tuple[int, bool]]] = {}
             for i, node, asking in todo:
                 groups.setdefault(node, []).append((i, asking))
-            sent = []
-            for node, items in groups.items():
-                if node is None:
-                    raise BackendError("redis cluster slot not covered")
-                payload = b"".join(
-                    resp.ASKING + cmds[i][1] if asking else cmds[i][1] for i, asking in items
-                )
-                n = len(items) + sum(asking for _, asking in items)
-                sent.append((items, n, self._node(node).submit(payload, n)))
+            if None in groups:
+                raise BackendError("redis cluster slot not covered")
+            waiting = list(groups.items())
+            waiting.reverse()  # popped from the end: first-occurrence order
+            sent: collections.deque[tuple[str, list[tuple[int, bool]], int, Any]]
+            sent = collections.deque()
             todo = []
-            for items, n, submitted in sent:
+            while waiting or sent:
+                while waiting and (not bound or len(sent) < bound):
+                    node, items = waiting.pop()
+                    assert node is not None
+                    payload = b"".join(
+                        resp.ASKING + cmds[i][1] if asking else cmds[i][1] for i, asking in items
+                    )
+                    n = len(items) + sum(asking for _, asking in items)
+                    sent.append((node, items, n, self._node(node).submit(payload, n)))
+                node, items, n, submitted = sent.popleft()
                 result = await await_replies(submitted, n)
                 pos = 0
                 for i, asking in items:
@@ -508,6 +530,8 @@ class ClusterInstance(RedisInstance):
                                 self._refresh_soon()
                             todo.append((i, target, kind == "ASK"))
                             continue
+                        if self.s.close_connection_on_readonly and text.startswith("READONLY"):
+                            self._node(node).reset()  # a demoted node behind that address
                     replies[i] = reply
             if not todo:
                 return replies

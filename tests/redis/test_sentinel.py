@@ -20,7 +20,8 @@ descriptors:
 """
 
 
-async def test_failover_is_followed_without_restart(servers, decider) -> None:
+def master_replica_sentinels(servers):
+    """A master, its replica in sync, and three sentinels that see both and each other."""
     # No diskless-sync delay: the replica is in sync at once (the default waits 5 s).
     master = servers(
         "--masterauth", "masterpw", "--repl-diskless-sync-delay", "0", password="masterpw"
@@ -51,8 +52,12 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
 
     wait_for(settled, what="sentinels to see the replica and each other")
 
+    return master, replica, sentinels
+
+
+async def sentinel_decider(decider, sentinels):
     urls = ",".join(s.address for s in sentinels)
-    d = await decider(
+    return await decider(
         {
             "REDIS_TYPE": "sentinel",
             "REDIS_URL": f"mymaster,{urls}",
@@ -62,6 +67,11 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
         },
         CONFIG,
     )
+
+
+async def test_failover_is_followed_without_restart(servers, decider) -> None:
+    master, replica, sentinels = master_replica_sentinels(servers)
+    d = await sentinel_decider(decider, sentinels)
     assert (await d.decide("d", [("k", "a")])).overall_code == OK
     assert len(master.client().keys("d_k_a_*")) == 1
 
@@ -71,7 +81,8 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
         lambda: replica.client().info("replication")["role"] == "master",
         what="manual failover",
     )
-    # Sentinel would reconfigure the old master at its next 10 s INFO round; do it now.
+    # Sentinel reconfigures the old master at its next 10 s INFO round; the client follows
+    # +switch-master before (next test), and READONLY in any case: do it now.
     master.client().replicaof("127.0.0.1", replica.port)
     await until_served(d, "b")
     assert len(replica.client().keys("d_k_b_*")) == 1
@@ -87,6 +98,25 @@ async def test_failover_is_followed_without_restart(servers, decider) -> None:
     assert d.health.healthy()
     assert master.client().info("replication")["role"] == "master"
     assert len(master.client().keys("d_k_c_*")) == 1
+
+
+async def test_switch_master_is_followed_before_any_request_fails(servers, decider) -> None:
+    # The demoted master goes on taking writes until the sentinels reconfigure it (up to
+    # 10 s later): without following +switch-master those counts would land on it and be
+    # lost. Here the announcement alone moves the pool to the new master.
+    master, replica, sentinels = master_replica_sentinels(servers)
+    d = await sentinel_decider(decider, sentinels)
+    assert (await d.decide("d", [("k", "a")])).overall_code == OK
+    await asyncio.sleep(0.2)  # the subscription is up
+    sentinels[0].client().execute_command("SENTINEL", "FAILOVER", "mymaster")
+    instance = d.backend.main
+    started = time.monotonic()
+    while instance.address != ("127.0.0.1", replica.port):
+        assert time.monotonic() - started < 10, "+switch-master not followed"
+        await asyncio.sleep(0.02)
+    await until_served(d, "b")
+    assert len(replica.client().keys("d_k_b_*")) == 1
+    assert master.client().keys("d_k_b_*") == []
 
 
 async def until_served(d, value: str) -> int:

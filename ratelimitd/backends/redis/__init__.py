@@ -31,17 +31,14 @@ with capped exponential backoff and jitter; no request ever waits on it.
 
 Topologies: single (tcp `host:port`, unix path, `redis://`, `rediss://`, `unix://`
 URLs), sentinel (`master,host:port,...`; the master is asked of the sentinels on every
-(re)connect, and a READONLY reply or a lost connection triggers the rediscovery;
-sentinels are dialled with the instance's TLS settings and REDIS_SENTINEL_AUTH), and
-cluster (`host:port,...`; slot map from CLUSTER SLOTS, CRC16 slots with `{hashtag}`,
-a request's commands grouped per node into one pipeline each, all nodes' pipelines in
-flight at once, MOVED and ASK followed, the map refreshed in the background on MOVED).
-With auto-pipelining the per-node groups cost no extra connections, so they are always
-sent together, as REDIS_CLUSTER_PIPELINE_PARALLELISM=0 asks (settings accepts 0 and the
-default 1, and refuses larger values).
-A READONLY reply from a single server (a demoted master behind a re-pointed address) or
-a sentinel's master drops the pool's connections, which re-dial: what the reference's
-REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR=true asks, always on.
+(re)connect; a `+switch-master` announcement on a subscription to one of the sentinels, a
+READONLY reply or a lost connection triggers the rediscovery; sentinels are dialled with
+the instance's TLS settings and REDIS_SENTINEL_AUTH), and cluster (`host:port,...`; slot
+map from CLUSTER SLOTS, CRC16 slots with `{hashtag}`, a request's commands grouped per node
+into one pipeline each, REDIS_CLUSTER_PIPELINE_PARALLELISM of them in flight at once (1,
+the default, one after another; 0 all), MOVED and ASK followed, the map refreshed in the
+background on MOVED). With REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR=true a READONLY reply
+(a demoted master behind a re-pointed address) drops the pool's connections, which re-dial.
 
 Passwords never reach a log line or an error message: addresses are shown through
 `RedisSettings.masked_url`.

@@ -9,10 +9,13 @@ import collections
 import contextlib
 import logging
 import random
+import ssl
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import hiredis
 
 from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
@@ -33,6 +36,7 @@ from .resp import ReplyError
 log = logging.getLogger("ratelimitd.backends.redis")
 
 _MAX_REDIRECTS = 5
+_WATCH_RETRY = 1.0  # seconds between rounds over the sentinels when none keeps a subscription
 _SLOTS = 16384
 
 
@@ -248,6 +252,7 @@ class SingleInstance(RedisInstance):
             resolve = self._static
             describe = s.masked_url
         self.pool = Pool(s, self.dialer, resolve, self.counters, describe, max_in_flight)
+        self._watcher: asyncio.Task[None] | None = None
 
     def _parse_single(self, url: str) -> Address:
         scheme, sep, _ = url.partition("://")
@@ -297,13 +302,80 @@ class SingleInstance(RedisInstance):
             f"no sentinel knows master {self.master_name}" + (f": {error}" if error else "")
         )
 
+    async def _watch_sentinels(self) -> None:
+        """Follow `+switch-master` on one sentinel at a time, so a failover is picked up when
+        the sentinels announce it rather than at the next failed request (a demoted master
+        keeps taking writes until the sentinels reconfigure it, which may take seconds)."""
+        auth = redis_auth(self.s.sentinel_auth)
+        while True:
+            for sentinel in self.sentinels:
+                try:
+                    await self._subscribe(sentinel, auth)
+                except (
+                    OSError,
+                    TimeoutError,
+                    ssl.SSLError,
+                    BackendError,
+                    hiredis.HiredisError,
+                ) as exc:
+                    log.debug("redis sentinel %s:%d subscription: %s", *sentinel, exc)
+            await asyncio.sleep(_WATCH_RETRY * (0.5 + random.random()))
+
+    async def _subscribe(
+        self, sentinel: tuple[str, int], auth: tuple[str | None, str | None]
+    ) -> None:
+        """SUBSCRIBE +switch-master on one sentinel; returns when its connection ends."""
+        host, port = sentinel
+        ctx = self.dialer.ssl_context
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=ctx, server_hostname=host if ctx else None),
+            self.s.dial_timeout,
+        )
+        try:
+            username, password = auth
+            if password is not None:
+                args = ("AUTH", username, password) if username else ("AUTH", password)
+                writer.write(resp.command(*args))
+            writer.write(resp.command("SUBSCRIBE", "+switch-master"))
+            parser = hiredis.Reader()
+            while data := await reader.read(65536):
+                parser.feed(data)
+                while (reply := parser.gets()) is not False:
+                    if isinstance(reply, ReplyError):
+                        raise BackendError(str(reply))
+                    if isinstance(reply, list) and reply[0] == b"message":
+                        self._switched(reply[2].decode())
+        finally:
+            writer.close()
+
+    def _switched(self, announcement: str) -> None:
+        """`<master name> <old ip> <old port> <new ip> <new port>` from a sentinel."""
+        parts = announcement.split()
+        if len(parts) != 5 or parts[0] != self.master_name:
+            return
+        address = (parts[3], int(parts[4]))
+        if address != self.address:
+            log.warning("redis sentinel master %s switched to %s:%d", self.master_name, *address)
+            self.address = address
+            self.pool.reset()  # the re-dial asks the sentinels, which name the new master
+
     def pools(self) -> list[Pool]:
         """The one pool."""
         return [self.pool]
 
     async def open(self) -> None:
-        """Open the pool (at least one connection)."""
+        """Open the pool (at least one connection); with sentinels, watch them."""
         await self.pool.open_all()
+        if self.master_name and self._watcher is None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch_sentinels())
+
+    async def close(self) -> None:
+        """Stop watching the sentinels, close the pool."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        await super().close()
 
     async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
         """One pipeline."""

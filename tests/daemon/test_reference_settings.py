@@ -413,3 +413,43 @@ def test_every_section_field_has_a_consumer() -> None:
             if name not in UNCONSUMED and not re.search(rf"\.{f.name}\b", source):
                 unread.append(name)
     assert unread == []
+
+
+def readme_classification() -> tuple[list[str], list[str], list[str], str]:
+    """From the README's Configuration section: the variables in the first column of the
+    table of differences and extensions, in the "Same as the reference" list, and in the
+    xDS subsection's table (the reference's xDS settings), and the section's text.
+    `REDIS_[PERSECOND_]X` names both instances, `<NAME>` a mogrifier."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Configuration") : readme.index("## Deployment")]
+    section = re.sub(r"REDIS_\[PERSECOND_\](\w+)", r"REDIS_\1`, `REDIS_PERSECOND_\1", section)
+    section = section.replace("_<NAME>_", "_A_")
+    same_start = section.index("**Same as the reference**")
+    xds_start = section.index("### Config from a control plane")
+
+    def first_column(text: str) -> list[str]:
+        names = []
+        for line in text.splitlines():
+            if line.startswith("| `"):
+                names += re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])
+        return names
+
+    differs = first_column(section[:same_start])
+    same_block = section[same_start : section.index("checks that this list", same_start)]
+    same = re.findall(r"`([A-Z][A-Z0-9_]+)`", same_block)
+    return differs, same, first_column(section[xds_start:]), section
+
+
+def test_the_readme_classifies_every_reference_variable_once() -> None:
+    # Differs (or refused: a row of the table too) or the same; the xDS subsection documents
+    # the reference's xDS settings in a table of its own.
+    differs, same, xds, _ = readme_classification()
+    assert sorted(set(REFERENCE) - set(differs + same + xds)) == []
+    named = differs + same
+    assert sorted(n for n in REFERENCE if named.count(n) > 1) == []
+    assert sorted(n for n in same if n not in REFERENCE) == []
+
+
+def test_the_readme_names_every_extension() -> None:
+    *_, section = readme_classification()
+    assert [n for n in EXTENSIONS if not re.search(rf"\b{n}\b", section)] == []

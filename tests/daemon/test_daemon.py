@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -165,6 +166,23 @@ def test_health_follows_config_and_sigterm(grpc_env, start_daemon) -> None:
     write_config(env, "test.yaml", LIMITED)
     wait_for(lambda: d.http("/healthcheck") == (200, b"OK"), what="healthy again")
     assert d.terminate() == 0
+
+
+def test_json_logs_from_the_first_line_to_the_last(daemon_env, start_daemon) -> None:
+    # Upstream #1192: LOG_FORMAT applies before anything is logged, start-up lines included
+    # (the backend choice, the listeners, the config load) and the drain at SIGTERM.
+    write_config(daemon_env, "test.yaml", LIMITED)
+    d = start_daemon(dict(daemon_env, LOG_FORMAT="json"))
+    assert d.decide_json("test", {"key": "k", "value": "v"})[0] == 200
+    assert d.terminate() == 0
+    lines = d.log().splitlines()
+    assert len(lines) >= 3
+    for line in lines:
+        record = json.loads(line)
+        if record.get("logger") == "gostats.loggingsink":
+            continue  # the stats sink's own zap lines, JSON whatever LOG_FORMAT says (gostats)
+        assert {"@timestamp", "level", "@message"} <= set(record), line
+    assert any("@message" in json.loads(line) for line in lines[:1])
 
 
 def test_sigterm_drains_an_in_flight_request(daemon_env, start_daemon) -> None:

@@ -94,11 +94,30 @@ def test_ratelimit_response_headers_are_forwarded_by_envoy(stack) -> None:
     assert over.headers["ratelimit-remaining"] == "0"
 
 
+def test_request_headers_reach_the_upstream_through_envoy(stack) -> None:
+    # LIMIT_REQUEST_HEADERS_ENABLED (upstream #1168): request_headers_to_add, which Envoy adds
+    # to the request it forwards; the backend echoes what it received.
+    s = stack(
+        CONFIG,
+        LIMIT_REQUEST_HEADERS_ENABLED="true",
+        LIMIT_REQUEST_LIMIT_HEADER="x-rl-limit",
+        LIMIT_REQUEST_REMAINING_HEADER="x-rl-remaining",
+        LIMIT_REQUEST_RESET_HEADER="x-rl-reset",
+    )
+    ok = s.envoy.request("/", {"x-user-id": "gina"})
+    assert ok.status == 200
+    assert ok.headers["echo-x-rl-limit"] == "3"
+    assert ok.headers["echo-x-rl-remaining"] == "2"
+    assert 0 < int(ok.headers["echo-x-rl-reset"]) <= 3600
+    assert not any(h.startswith("ratelimit-") for h in ok.headers)  # response headers off
+
+
 def test_no_ratelimit_response_headers_by_default(stack) -> None:
     s = stack(CONFIG)
     ok = s.envoy.request("/", {"x-user-id": "frank"})
     assert ok.status == 200
     assert not any(h.startswith("ratelimit-") for h in ok.headers)
+    assert not any(h.startswith("echo-") for h in ok.headers)  # nor request headers
 
 
 def test_failure_mode_allow_passes_traffic_with_the_daemon_stopped(stack) -> None:

@@ -58,6 +58,11 @@ def _route(prefix: str, rate_limits: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+# Request headers the backend sends back as `echo-<name>` response headers: what reached the
+# upstream (RLS request_headers_to_add, LIMIT_REQUEST_HEADERS_ENABLED).
+ECHOED = ("x-rl-limit", "x-rl-remaining", "x-rl-reset")
+
+
 def envoy_config(
     *,
     listen_port: int,
@@ -118,6 +123,11 @@ def envoy_config(
       - lb_endpoints:
         - endpoint:
             address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rls_port} }} }}"""
+    echoed = "".join(
+        f"""
+                - header: {{ key: "echo-{name}", value: "%REQ({name})%" }}"""
+        for name in ECHOED
+    )
     route_lines = "\n".join(
         _route(prefix, limits if rls_port is not None else ()) for prefix, limits in routes.items()
     )
@@ -159,6 +169,7 @@ static_resources:
               routes:
               - match: {{ prefix: "/" }}
                 direct_response: {{ status: 200, body: {{ inline_string: "ok\\n" }} }}
+                response_headers_to_add:{echoed}
           http_filters:
           - name: envoy.filters.http.router
             typed_config:

@@ -140,7 +140,10 @@ class Daemon:
 
 def build(settings: Settings) -> Daemon:
     """Wire a daemon from settings (no I/O until `run`)."""
-    stats = StatsStore(max_request_series=settings.stats.max_request_series)
+    stats = StatsStore(
+        max_request_series=settings.stats.max_request_series,
+        rate_limit_gauges=settings.stats.rate_limit_gauges,
+    )
     health = Health()
     health.register("backend", False)
     if settings.config.healthy_with_at_least_one_config_loaded:

@@ -78,6 +78,7 @@ class RateLimitService:
     def set_ruleset(self, ruleset: RuleSet, options: ReloadOptions | None = None) -> None:
         """Swap in a newly loaded config (and the options re-read with it) atomically."""
         self.snapshot = Snapshot(ruleset, options or self.snapshot.options)
+        self.stats.set_limits(ruleset.limits())
 
     @property
     def ruleset(self) -> RuleSet | None:

@@ -242,6 +242,14 @@ class RuleSet:
         for specs in self._specs.values():
             yield from walk(specs)
 
+    def limits(self) -> Iterable[tuple[str, int]]:
+        """(stats key, requests per unit) of every rule with a limit; a rule of several
+        limits (`rate_limits:`) gives its first."""
+        for rule in self.rules():
+            limit = rule.limits[0] if rule.limits else rule
+            if not limit.unlimited:
+                yield rule.full_key, limit.requests_per_unit
+
     def dump(self) -> str:
         """The `/rlconfig` text: one line per rule (config order, not Go's random order)."""
         lines = []

@@ -321,6 +321,7 @@ def _stats(env: Env) -> StatsSettings:
         extra_tags=env.get_map("EXTRA_TAGS"),
         # time.NewTicker panics on a non-positive interval, so 0 is refused here.
         flush_interval=env.get_duration("STATS_FLUSH_INTERVAL", d.flush_interval, positive=True),
+        rate_limit_gauges=env.get_bool("STATS_RATE_LIMIT_GAUGES", d.rate_limit_gauges),
         max_request_series=env.get_int(
             "STATS_MAX_REQUEST_SERIES", d.max_request_series, 0, 2**31 - 1
         ),

@@ -196,6 +196,9 @@ class StatsSettings:
     # Extension: series created from request content (limit overrides, detailed_metric
     # values, unknown domains) past this many fold into one overflow series (issue 14, 5).
     max_request_series: int = 10_000  # STATS_MAX_REQUEST_SERIES
+    # Extension: a gauge of each configured rule's limit, `<stats key>.rate_limit`
+    # (asked upstream in #1138, #160, #429, #453, #986), for utilisation alerts.
+    rate_limit_gauges: bool = False  # STATS_RATE_LIMIT_GAUGES
 
     @property
     def sink(self) -> StatsSink:

@@ -21,7 +21,15 @@ DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 # The reference's src/stats/prom/default_mapper.yaml, with the response time scaled from
 # milliseconds to seconds unless PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS.
-_RULE_STATS = ("near_limit", "over_limit", "total_hits", "within_limit", "shadow_mode")
+# `rate_limit` is the STATS_RATE_LIMIT_GAUGES extension's gauge, absent from the reference's.
+_RULE_STATS = (
+    "near_limit",
+    "over_limit",
+    "total_hits",
+    "within_limit",
+    "shadow_mode",
+    "rate_limit",
+)
 
 
 def default_mapping_config(response_time_as_milliseconds: bool = False) -> dict[str, Any]:

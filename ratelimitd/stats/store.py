@@ -26,7 +26,7 @@ import random
 import re
 import threading
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 RULE_STATS = (
     "total_hits",
@@ -49,6 +49,10 @@ _RESERVED = str.maketrans({":": "_", "|": "_"})
 def sanitize_stat_name(name: str) -> str:
     """The reference's SanitizeStatName: `:`/`|` -> `_`, and dots inside IPv4 addresses."""
     return _IPV4.sub(lambda m: m.group(0).replace(".", "_"), name.translate(_RESERVED))
+
+
+# The STATS_RATE_LIMIT_GAUGES gauges end so: they describe the config, not traffic.
+CONFIG_GAUGE_SUFFIX = ".rate_limit"
 
 
 class RuleStats:
@@ -105,8 +109,13 @@ class ServiceStats:
 class StatsStore:
     """Every statistic of one process."""
 
-    def __init__(self, max_request_series: int = 10_000) -> None:
+    def __init__(self, max_request_series: int = 10_000, rate_limit_gauges: bool = False) -> None:
         self.service = ServiceStats()
+        self.rate_limit_gauges = rate_limit_gauges
+        # `<stats key>.rate_limit` -> the configured limit, replaced whole at each config
+        # load (only with STATS_RATE_LIMIT_GAUGES): a removed rule's gauge goes with it.
+        self._limits: dict[str, int] = {}
+        self._gauge_names: frozenset[str] = frozenset()
         self.max_request_series = max_request_series
         self._request_series = 0  # made by `request_rule_stats` and `domain_not_found`
         self.folded = 0  # ratelimit.service.stats_series_folded
@@ -155,6 +164,16 @@ class StatsStore:
     def add_gauge(self, name: str, read: Callable[[], float]) -> None:
         """Register a gauge read at snapshot time (local cache, connection pools, ...)."""
         self._gauges[name] = read
+        self._gauge_names = frozenset(self._gauges) | frozenset(self._limits)
+
+    def set_limits(self, limits: Iterable[tuple[str, int]]) -> None:
+        """The configured limit of each stats key, from the config now in force."""
+        if not self.rate_limit_gauges:
+            return
+        prefix = "ratelimit.service.rate_limit."
+        suffix = CONFIG_GAUGE_SUFFIX
+        self._limits = {f"{prefix}{sanitize_stat_name(k)}{suffix}": n for k, n in limits}
+        self._gauge_names = frozenset(self._gauges) | frozenset(self._limits)
 
     def snapshot(self) -> dict[str, float]:
         """Every counter and gauge by full name (counters are totals since start)."""
@@ -203,12 +222,13 @@ class StatsStore:
         out["ratelimit_server.ShouldRateLimit.total_requests"] = s.total_requests
         if self.folded:  # an extension's counter: absent until something is folded
             out["ratelimit.service.stats_series_folded"] = self.folded
+        out.update(self._limits)
         for name, read in self._gauges.items():
             out[name] = read()
 
     def gauge_names(self) -> frozenset[str]:
         """The names in `snapshot()` that are gauges; every other name is a counter."""
-        return frozenset(self._gauges)
+        return self._gauge_names
 
     def timer(self, name: str) -> Timer:
         """The timer of that full name (milliseconds), created on first use."""

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 
 from .base import CUMULATIVE_GAUGE_SUFFIXES
-from .store import StatsStore
+from .store import CONFIG_GAUGE_SUFFIX, StatsStore
 
 
 @dataclass
@@ -48,7 +48,10 @@ class Totals:
             self.counters[name] = self.counters.get(name, 0) + value
         if gauges:
             for name, value in other.gauges.items():
-                self.gauges[name] = self.gauges.get(name, 0) + value
+                if name.endswith(CONFIG_GAUGE_SUFFIX):  # the same config in every worker
+                    self.gauges[name] = max(self.gauges.get(name, 0), value)
+                else:
+                    self.gauges[name] = self.gauges.get(name, 0) + value
         for name, (bounds, buckets, count, total) in other.timers.items():
             mine = self.timers.get(name)
             if mine is None or mine[0] != bounds:

@@ -270,6 +270,7 @@ EXTENSIONS: dict[str, Row] = {
     "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),
     "MAX_DESCRIPTORS_PER_REQUEST": Read("10", "reload.max_descriptors", 10),
     "HTTP_MAX_CONNECTIONS": Read("10", "connections.http_max_connections", 10),
+    "STATS_RATE_LIMIT_GAUGES": Read("true", "stats.rate_limit_gauges", True),
     "STATS_MAX_REQUEST_SERIES": Read("50", "stats.max_request_series", 50),
     "DEBUG_MAX_CONNECTIONS": Read("5", "connections.debug_max_connections", 5),
     "GRPC_MAX_CONNECTIONS": Read("7", "connections.grpc_max_connections", 7),

@@ -225,10 +225,17 @@ class RateLimitService:
 
         response = Response(overall, statuses)
         if opts.response_headers:
-            names = (opts.limit_header, opts.remaining_header, opts.reset_header)
-            response.headers = _limit_headers(
-                statuses, names, opts.quota_mode, int(self.clock()), self._reset_seconds
-            )
+            if opts.headers_format == "ietf":
+                response.headers = _ietf_headers(
+                    statuses, overall, int(self.clock()), self._reset_seconds
+                )
+            else:
+                names = (opts.limit_header, opts.remaining_header, opts.reset_header)
+                response.headers = _limit_headers(
+                    statuses, names, opts.quota_mode, int(self.clock()), self._reset_seconds
+                )
+        if opts.all_descriptors_headers:
+            response.headers = [*response.headers, *_per_descriptor_headers(statuses)]
         if opts.request_headers:  # LIMIT_REQUEST_HEADERS_ENABLED: for the upstream request
             names = (
                 opts.request_limit_header,
@@ -308,14 +315,69 @@ def _limit_headers(
     if chosen is None or chosen.rule is None:
         return []
     rule = chosen.rule
-    # The reference's reset (a fresh clock, the unit); the extension's limits have their own.
-    reset = chosen.duration_until_reset if rule.extended else reset_seconds(now, rule.unit_seconds)
+    reset = _reset(chosen, now, reset_seconds)
     limit, remaining, reset_name = names
     return [
         (limit, str(rule.requests_per_unit)),
         (remaining, str(chosen.limit_remaining)),
         (reset_name, str(reset)),
     ]
+
+
+def _reset(st: Status, now: int, reset_seconds: Callable[[int, int], int]) -> int:
+    """Seconds until `st`'s window resets: the reference's (a fresh clock, the unit), or the
+    extension's own for its limits."""
+    rule = st.rule
+    return st.duration_until_reset if rule.extended else reset_seconds(now, rule.unit_seconds)
+
+
+def _sf_string(text: str) -> str:
+    """`text` as an RFC 9651 String: printable ASCII, `\\` and `"` escaped."""
+    printable = "".join(c if " " <= c <= "~" else "_" for c in text)
+    return '"' + printable.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _ietf_headers(
+    statuses: list[Status], overall: int, now: int, reset_seconds: Callable[[int, int], int]
+) -> list[tuple[str, str]]:
+    """LIMIT_RESPONSE_HEADERS_FORMAT=ietf: draft-ietf-httpapi-ratelimit-headers-11's fields
+    for every descriptor with a limit, named after its rule (`name`, else its stats key):
+    `RateLimit-Policy: "n";q=<limit>;w=<window s>` and `RateLimit: "n";r=<remaining>;t=<reset s>`,
+    plus `Retry-After` (the latest reset of the descriptors over the limit) when refused."""
+    policies: list[str] = []
+    current: list[str] = []
+    retry = 0
+    for st in statuses:
+        rule = st.rule
+        if rule is None:
+            continue
+        name = _sf_string(rule.name or rule.full_key)
+        reset = _reset(st, now, reset_seconds)
+        policies.append(f"{name};q={rule.requests_per_unit};w={rule.unit_seconds}")
+        current.append(f"{name};r={st.limit_remaining};t={reset}")
+        if st.code == OVER_LIMIT:
+            retry = max(retry, reset)
+    if not policies:
+        return []
+    headers = [("RateLimit-Policy", ", ".join(policies)), ("RateLimit", ", ".join(current))]
+    if overall == OVER_LIMIT:
+        headers.append(("Retry-After", str(retry)))
+    return headers
+
+
+def _per_descriptor_headers(statuses: list[Status]) -> list[tuple[str, str]]:
+    """LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED (the reference's open PR #1190): for every
+    descriptor with a limit, in request order, `ratelimit-limit-<unit>s` and
+    `ratelimit-remaining-<unit>s` (e.g. `ratelimit-limit-seconds: 10`)."""
+    headers = []
+    for st in statuses:
+        rule = st.rule
+        if rule is None:
+            continue
+        unit = UNIT_NAMES.get(rule.unit, "unknown").lower()
+        headers.append((f"ratelimit-limit-{unit}s", str(rule.requests_per_unit)))
+        headers.append((f"ratelimit-remaining-{unit}s", str(st.limit_remaining)))
+    return headers
 
 
 def _dynamic_metadata(

@@ -91,6 +91,7 @@ _BACKENDS = {
 }
 _SOCKET_TYPES = {"tcp": "tcp", "unix": "unix"}
 _REDIS_TYPES = {"single": "single", "sentinel": "sentinel", "cluster": "cluster"}
+_HEADER_FORMATS = {"reference": "reference", "ietf": "ietf"}
 _BACKEND_PREFIXES = ("REDIS_", "MEMCACHE_")
 _MEMCACHE_SRV = re.compile(r"^_(.+?)\._(.+?)\.(.+)$")
 _SINK_VARIABLES = ("USE_DOG_STATSD", "USE_STATSD", "USE_PROMETHEUS")
@@ -443,6 +444,12 @@ def _reload(env: Env) -> ReloadOptions:
         limit_header=env.get_str("LIMIT_LIMIT_HEADER", d.limit_header),
         remaining_header=env.get_str("LIMIT_REMAINING_HEADER", d.remaining_header),
         reset_header=env.get_str("LIMIT_RESET_HEADER", d.reset_header),
+        headers_format=env.get_choice(
+            "LIMIT_RESPONSE_HEADERS_FORMAT", d.headers_format, _HEADER_FORMATS
+        ),
+        all_descriptors_headers=env.get_bool(
+            "LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED", d.all_descriptors_headers
+        ),
         request_headers=env.get_bool("LIMIT_REQUEST_HEADERS_ENABLED", False),
         request_limit_header=env.get_str("LIMIT_REQUEST_LIMIT_HEADER", d.request_limit_header),
         request_remaining_header=env.get_str(
@@ -483,6 +490,12 @@ def _mogrifiers(env: Env, names: Iterable[str]) -> tuple[DogStatsdMogrifier, ...
 
 def _check(settings: Settings, env: Env) -> None:
     """Cross-field checks that the reference makes when it builds the sinks and clients."""
+    reload = settings.reload
+    if reload.headers_format != "reference" and not reload.response_headers:
+        raise SettingsError(
+            f"LIMIT_RESPONSE_HEADERS_FORMAT: {reload.headers_format!r} formats the response "
+            "headers, which are off: set LIMIT_RESPONSE_HEADERS_ENABLED=true too"
+        )
     stats = settings.stats
     if not stats.disable:
         enabled = [

@@ -317,6 +317,12 @@ class ReloadOptions:
     limit_header: str = "RateLimit-Limit"
     remaining_header: str = "RateLimit-Remaining"
     reset_header: str = "RateLimit-Reset"
+    # Extension: `ietf` sends the response headers as draft-ietf-httpapi-ratelimit-headers-11's
+    # RateLimit-Policy and RateLimit fields, every descriptor with a limit, plus Retry-After.
+    headers_format: str = "reference"  # LIMIT_RESPONSE_HEADERS_FORMAT: reference | ietf
+    # Extension (the reference's open PR #1190): ratelimit-limit-<unit>s and
+    # ratelimit-remaining-<unit>s for every descriptor with a limit.
+    all_descriptors_headers: bool = False  # LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED
     # LIMIT_REQUEST_*: the same three headers added to the upstream request.
     request_headers: bool = False  # LIMIT_REQUEST_HEADERS_ENABLED
     request_limit_header: str = "RateLimit-Limit"

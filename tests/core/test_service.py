@@ -581,6 +581,62 @@ async def test_request_headers_for_the_upstream(harness: Any) -> None:
     assert decode_response(encode_response(r)).request_headers == r.request_headers
 
 
+async def test_ietf_headers_list_every_descriptor_with_a_limit(harness: Any) -> None:
+    """LIMIT_RESPONSE_HEADERS_FORMAT=ietf (extension): draft-ietf-httpapi-ratelimit-headers-11,
+    a policy per descriptor with a limit, named after the rule or its stats key."""
+    opts = ReloadOptions(response_headers=True, headers_format="ietf")
+    h = harness(CONFIG, now=NOW, options=opts)
+    r = await h.decide("d", [("foo", "x")], [("unl", "x")], [("hour", "x")], [("free", "x")])
+    assert r.overall_code == OK
+    reset_hour = 3600 - NOW % 3600
+    assert r.headers == [
+        ("RateLimit-Policy", '"foo_limit";q=10;w=60, "d.hour";q=3;w=3600'),
+        ("RateLimit", f'"foo_limit";r=9;t=58, "d.hour";r=2;t={reset_hour}'),
+    ]
+    exhaust(h, "d", "hour", "y", 3600, 3)
+    r = await h.decide("d", [("foo", "y")], [("hour", "y")])
+    assert r.overall_code == OVER_LIMIT
+    assert r.headers[1] == ("RateLimit", f'"foo_limit";r=9;t=58, "d.hour";r=0;t={reset_hour}')
+    assert r.headers[2] == ("Retry-After", str(reset_hour))  # when the over limit resets
+    # Nothing with a limit: no header at all.
+    assert (await h.decide("d", [("unl", "x")], [("free", "x")])).headers == []
+
+
+def test_ietf_policy_names_are_structured_field_strings() -> None:
+    from ratelimitd.service import _sf_string
+
+    assert _sf_string('a"b\\c') == '"a\\"b\\\\c"'
+    assert _sf_string("é\n") == '"__"'
+
+
+async def test_all_descriptors_headers(harness: Any) -> None:
+    """LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED (the reference's open PR #1190): a limit and a
+    remaining header per descriptor with a limit, named after its unit."""
+    opts = ReloadOptions(all_descriptors_headers=True)
+    h = harness(CONFIG, now=NOW, options=opts)
+    r = await h.decide("d", [("second", "x")], [("unl", "x")], [("bar", "x")], [("hour", "x")])
+    assert r.headers == [
+        ("ratelimit-limit-seconds", "10"),
+        ("ratelimit-remaining-seconds", "9"),
+        ("ratelimit-limit-minutes", "5"),
+        ("ratelimit-remaining-minutes", "4"),
+        ("ratelimit-limit-hours", "3"),
+        ("ratelimit-remaining-hours", "2"),
+    ]
+    # With the reference's triple too: the triple first.
+    both = harness(
+        CONFIG, now=NOW, options=ReloadOptions(response_headers=True, all_descriptors_headers=True)
+    )
+    r = await both.decide("d", [("bar", "x")])
+    assert r.headers == [
+        ("RateLimit-Limit", "5"),
+        ("RateLimit-Remaining", "4"),
+        ("RateLimit-Reset", "58"),
+        ("ratelimit-limit-minutes", "5"),
+        ("ratelimit-remaining-minutes", "4"),
+    ]
+
+
 async def test_headers_disabled_by_default(harness: Any) -> None:
     h = harness(CONFIG, now=NOW)
     exhaust(h, "d", "foo", "bar", 60, 10)

@@ -270,6 +270,10 @@ EXTENSIONS: dict[str, Row] = {
     "REDIS_REQUEST_TIMEOUT": Read("20ms", "redis.request_timeout", 0.02),
     "MAX_DESCRIPTORS_PER_REQUEST": Read("10", "reload.max_descriptors", 10),
     "HTTP_MAX_CONNECTIONS": Read("10", "connections.http_max_connections", 10),
+    "LIMIT_RESPONSE_HEADERS_FORMAT": Read(
+        "ietf", "reload.headers_format", "ietf", {"LIMIT_RESPONSE_HEADERS_ENABLED": "true"}
+    ),
+    "LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED": Read("true", "reload.all_descriptors_headers", True),
     "STATS_RATE_LIMIT_GAUGES": Read("true", "stats.rate_limit_gauges", True),
     "STATS_MAX_REQUEST_SERIES": Read("50", "stats.max_request_series", 50),
     "DEBUG_MAX_CONNECTIONS": Read("5", "connections.debug_max_connections", 5),

@@ -779,3 +779,20 @@ def test_start_up_reload_options_are_the_ones_re_read_on_reload() -> None:
     assert base.reload == reload_options_from_env(env)
     assert (base.reload.shadow_mode, base.reload.reset_header) == (True, "X-Reset")
     assert base.listeners.port == 9999
+
+
+def test_ietf_headers_need_the_response_headers_on() -> None:
+    with pytest.raises(SettingsError) as info:
+        load(LIMIT_RESPONSE_HEADERS_FORMAT="ietf")
+    assert str(info.value) == (
+        "LIMIT_RESPONSE_HEADERS_FORMAT: 'ietf' formats the response headers, which are off: "
+        "set LIMIT_RESPONSE_HEADERS_ENABLED=true too"
+    )
+    assert (
+        load(
+            LIMIT_RESPONSE_HEADERS_FORMAT="IETF", LIMIT_RESPONSE_HEADERS_ENABLED="true"
+        ).reload.headers_format
+        == "ietf"
+    )
+    with pytest.raises(SettingsError, match=r"^LIMIT_RESPONSE_HEADERS_FORMAT: invalid value 'rfc'"):
+        load(LIMIT_RESPONSE_HEADERS_FORMAT="rfc", LIMIT_RESPONSE_HEADERS_ENABLED="true")

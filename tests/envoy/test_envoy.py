@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import re
 import threading
 
 import pytest
@@ -92,6 +93,38 @@ def test_ratelimit_response_headers_are_forwarded_by_envoy(stack) -> None:
     assert over.status == 429
     assert over.headers["ratelimit-limit"] == "3"
     assert over.headers["ratelimit-remaining"] == "0"
+
+
+def test_ietf_headers_for_every_descriptor_reach_the_client(stack) -> None:
+    # LIMIT_RESPONSE_HEADERS_FORMAT=ietf (extension): both descriptors Envoy sends, then
+    # Retry-After with the 429.
+    s = stack(CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED="true", LIMIT_RESPONSE_HEADERS_FORMAT="ietf")
+    user, address = f'"{DOMAIN}.generic_key_edge.user"', f'"{DOMAIN}.remote_address"'
+    ok = s.envoy.request("/", {"x-user-id": "hana"})
+    assert ok.status == 200
+    assert ok.headers["ratelimit-policy"] == f"{user};q=3;w=3600, {address};q=1000;w=3600"
+    current = re.fullmatch(rf"{user};r=2;t=(\d+), {address};r=999;t=(\d+)", ok.headers["ratelimit"])
+    assert current is not None and 0 < int(current[1]) <= 3600
+    assert "ratelimit-limit" not in ok.headers and "retry-after" not in ok.headers
+    for _ in range(2):
+        s.envoy.request("/", {"x-user-id": "hana"})
+    over = s.envoy.request("/", {"x-user-id": "hana"})
+    assert over.status == 429
+    assert over.headers["ratelimit"].startswith(f"{user};r=0;t=")
+    assert 0 < int(over.headers["retry-after"]) <= 3600
+
+
+def test_all_descriptors_headers_reach_the_client(stack) -> None:
+    per_minute = CONFIG.replace(
+        "unit: hour, requests_per_unit: 3", "unit: minute, requests_per_unit: 3"
+    )
+    s = stack(per_minute, LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED="true")
+    ok = s.envoy.request("/", {"x-user-id": "ines"})
+    assert ok.status == 200
+    assert ok.headers["ratelimit-limit-minutes"] == "3"
+    assert ok.headers["ratelimit-remaining-minutes"] == "2"
+    assert ok.headers["ratelimit-limit-hours"] == "1000"
+    assert ok.headers["ratelimit-remaining-hours"] == "999"
 
 
 def test_request_headers_reach_the_upstream_through_envoy(stack) -> None:

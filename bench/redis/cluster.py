@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/
 
 from support.core import Decider
 from support.machine import machine_info
-from support.redis_server import RedisServer
+from support.redis_server import RedisServer, RedisServers
 
 from ratelimitd.backends.redis import key_slot
 from ratelimitd.core import build_core
@@ -51,26 +50,6 @@ descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
 """
-
-
-def start_cluster(workdir: Path) -> list[RedisServer]:
-    nodes = [RedisServer(workdir / f"node{i}", cluster=True) for i in range(3)]
-    deadline = time.monotonic() + 30
-    while not all(n.ready() for n in nodes):
-        if time.monotonic() > deadline:
-            raise SystemExit("redis cluster nodes did not start")
-        time.sleep(0.05)
-    done = subprocess.run(
-        ["redis-cli", "--cluster", "create", *(n.address for n in nodes), "--cluster-yes"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    if done.returncode:
-        raise SystemExit(done.stdout + done.stderr)
-    while not all(n.client().cluster("info")["cluster_state"] == "ok" for n in nodes):
-        time.sleep(0.05)
-    return nodes
 
 
 def values_per_node(nodes: list[RedisServer]) -> list[str]:
@@ -117,8 +96,9 @@ async def measure(nodes: list[RedisServer], parallelism: str, descriptors: list,
 
 async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        nodes = start_cluster(Path(tmp))
+        servers = RedisServers(Path(tmp))
         try:
+            nodes = servers.cluster(3)
             values = values_per_node(nodes)
             one = [[("k", values[0])]]
             three = [[("k", v)] for v in values]
@@ -133,8 +113,7 @@ async def run(args: argparse.Namespace) -> None:
                     got = await measure(nodes, parallelism, descriptors, args.decisions)
                     rows.setdefault(name, []).append(got)
         finally:
-            for n in nodes:
-                n.stop()
+            servers.stop_all()
     unit = statistics.median(r["us"] for r in rows["1 descriptor (unit)"])
     print(
         "| request | µs per decision (median of runs) | round trips on the critical path "

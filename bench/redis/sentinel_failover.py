@@ -54,42 +54,10 @@ descriptors:
 """
 
 
-def wait(predicate, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def topology(servers: RedisServers):
-    master = servers("--repl-diskless-sync-delay", "0")
-    replica = servers(
-        "--replicaof", "127.0.0.1", str(master.port), "--repl-diskless-sync-delay", "0"
-    )  # fmt: skip
-    wait(lambda: replica.client().info("replication")["master_link_status"] == "up", "sync")
-    conf = (
-        f"sentinel monitor mymaster 127.0.0.1 {master.port} 2\n"
-        "sentinel down-after-milliseconds mymaster 500\n"
-        "sentinel failover-timeout mymaster 1000\n"
-    )
-    sentinels = [servers(conf=conf, sentinel=True) for _ in range(3)]
-
-    def settled() -> bool:
-        c = sentinels[0].client()
-        return (
-            len(c.execute_command("SENTINEL", "REPLICAS", "mymaster")) == 1
-            and len(c.execute_command("SENTINEL", "SENTINELS", "mymaster")) == 2
-        )
-
-    wait(settled, "sentinels")
-    return master, replica, sentinels
-
-
 async def variant(workdir: Path, follow_switch: bool) -> dict:
     servers = RedisServers(workdir)
     try:
-        _master, replica, sentinels = topology(servers)
+        _master, replica, sentinels = servers.sentinels()
         urls = ",".join(s.address for s in sentinels)
         env = {
             "BACKEND_TYPE": "redis",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import time
 
 import pytest
@@ -45,17 +44,7 @@ def cluster(module_servers):
     Each test starts from empty nodes; the slot map may differ (a test migrates a slot),
     so tests look owners up; the node-down test runs last.
     """
-    nodes = [module_servers(cluster=True) for _ in range(3)]
-    cli = subprocess.run(
-        ["redis-cli", "--cluster", "create", *(n.address for n in nodes), "--cluster-yes"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert cli.returncode == 0, cli.stdout + cli.stderr
-    for n in nodes:
-        wait_for(lambda n=n: n.client().cluster("info")["cluster_state"] == "ok", what="cluster ok")
-    return nodes
+    return module_servers.cluster(3)
 
 
 @pytest.fixture(autouse=True)

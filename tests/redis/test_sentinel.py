@@ -20,41 +20,6 @@ descriptors:
 """
 
 
-def master_replica_sentinels(servers):
-    """A master, its replica in sync, and three sentinels that see both and each other."""
-    # No diskless-sync delay: the replica is in sync at once (the default waits 5 s).
-    master = servers(
-        "--masterauth", "masterpw", "--repl-diskless-sync-delay", "0", password="masterpw"
-    )  # fmt: skip
-    replica = servers(
-        "--replicaof", "127.0.0.1", str(master.port), "--masterauth", "masterpw",
-        "--repl-diskless-sync-delay", "0", password="masterpw",
-    )  # fmt: skip
-    wait_for(
-        lambda: replica.client().info("replication")["master_link_status"] == "up",
-        what="replication",
-    )
-    conf = (
-        f"sentinel monitor mymaster 127.0.0.1 {master.port} 2\n"
-        "sentinel auth-pass mymaster masterpw\n"
-        "sentinel down-after-milliseconds mymaster 500\n"
-        "sentinel failover-timeout mymaster 1000\n"
-        "requirepass sentinelpw\n"
-    )
-    sentinels = [servers(conf=conf, sentinel=True, password="sentinelpw") for _ in range(3)]
-
-    def settled() -> bool:
-        c = sentinels[0].client()
-        return (
-            len(c.execute_command("SENTINEL", "REPLICAS", "mymaster")) == 1
-            and len(c.execute_command("SENTINEL", "SENTINELS", "mymaster")) == 2
-        )
-
-    wait_for(settled, what="sentinels to see the replica and each other")
-
-    return master, replica, sentinels
-
-
 async def sentinel_decider(decider, sentinels):
     urls = ",".join(s.address for s in sentinels)
     return await decider(
@@ -70,7 +35,7 @@ async def sentinel_decider(decider, sentinels):
 
 
 async def test_failover_is_followed_without_restart(servers, decider) -> None:
-    master, replica, sentinels = master_replica_sentinels(servers)
+    master, replica, sentinels = servers.sentinels(password="masterpw")
     d = await sentinel_decider(decider, sentinels)
     assert (await d.decide("d", [("k", "a")])).overall_code == OK
     assert len(master.client().keys("d_k_a_*")) == 1
@@ -104,7 +69,7 @@ async def test_switch_master_is_followed_before_any_request_fails(servers, decid
     # The demoted master goes on taking writes until the sentinels reconfigure it (up to
     # 10 s later): without following +switch-master those counts would land on it and be
     # lost. Here the announcement alone moves the pool to the new master.
-    master, replica, sentinels = master_replica_sentinels(servers)
+    master, replica, sentinels = servers.sentinels(password="masterpw")
     d = await sentinel_decider(decider, sentinels)
     assert (await d.decide("d", [("k", "a")])).overall_code == OK
     await asyncio.sleep(0.2)  # the subscription is up

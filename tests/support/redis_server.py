@@ -7,13 +7,14 @@ with PING until it answers; a missing `redis-server` binary is a failure, never 
 from __future__ import annotations
 
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import redis
 
 from .process import Proc, binary, start_bound
-from .ready import free_port
+from .ready import free_port, wait_for
 
 
 class RedisServer(Proc):
@@ -154,6 +155,59 @@ class RedisServers:
 
         # A port we chose may be lost to another process; one the test chose is its to keep.
         return start_bound(start, attempts=3 if port is None else 1)
+
+    def cluster(self, masters: int = 3) -> list[RedisServer]:
+        """`masters` cluster nodes joined by `redis-cli --cluster create`, state ok."""
+        nodes = [self(cluster=True) for _ in range(masters)]
+        cli = subprocess.run(
+            ["redis-cli", "--cluster", "create", *(n.address for n in nodes), "--cluster-yes"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        def ok() -> bool:
+            return all(n.client().cluster("info")["cluster_state"] == "ok" for n in nodes)
+
+        wait_for(ok, what="cluster ok")
+        return nodes
+
+    def sentinels(
+        self, password: str | None = None
+    ) -> tuple[RedisServer, RedisServer, list[RedisServer]]:
+        """A master (`mymaster`), its replica in sync, and three sentinels that see both and
+        each other (down after 500 ms, failover timeout 1 s); with `password`, the master
+        and replica require it and the sentinels require `sentinelpw`."""
+        auth: tuple[str, ...] = ("--masterauth", password) if password else ()
+        # No diskless-sync delay: the replica is in sync at once (the default waits 5 s).
+        sync = ("--repl-diskless-sync-delay", "0")
+        master = self(*auth, *sync, password=password)
+        replica = self(
+            "--replicaof", "127.0.0.1", str(master.port), *auth, *sync, password=password
+        )  # fmt: skip
+        wait_for(
+            lambda: replica.client().info("replication")["master_link_status"] == "up",
+            what="replication",
+        )
+        conf = (
+            f"sentinel monitor mymaster 127.0.0.1 {master.port} 2\n"
+            "sentinel down-after-milliseconds mymaster 500\n"
+            "sentinel failover-timeout mymaster 1000\n"
+        )
+        if password:
+            conf += f"sentinel auth-pass mymaster {password}\nrequirepass sentinelpw\n"
+        sentinel_password = "sentinelpw" if password else None
+        sentinels = [self(conf=conf, sentinel=True, password=sentinel_password) for _ in range(3)]
+
+        def settled() -> bool:
+            c = sentinels[0].client()
+            return (
+                len(c.execute_command("SENTINEL", "REPLICAS", "mymaster")) == 1
+                and len(c.execute_command("SENTINEL", "SENTINELS", "mymaster")) == 2
+            )
+
+        wait_for(settled, what="sentinels to see the replica and each other")
+        return master, replica, sentinels
 
     def stop_all(self) -> None:
         """Stop every server started."""

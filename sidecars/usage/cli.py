@@ -26,7 +26,7 @@ from sidecars.common.server import exec_gunicorn, gunicorn_argv
 
 from .plans import PLAN_NAMES, WINDOW_KINDS, PlanError, load_plans
 from .settings import Settings, SettingsError
-from .store import AccountError, StoreUnavailable, UsageStore
+from .store import KEEP, AccountError, StoreUnavailable, UsageStore
 from .windows import utc_datetime
 
 _encode = msgspec.json.encode
@@ -62,7 +62,7 @@ def parser() -> argparse.ArgumentParser:
     update.add_argument("--plan", choices=PLAN_NAMES)
     update.add_argument("--window", choices=(*WINDOW_KINDS, "default"))
     update.add_argument("--start", type=_date)
-    update.add_argument("--end", type=_end, default="keep", help="a date, or none")
+    update.add_argument("--end", type=_end, default=KEEP, help="a date, or none")
     show = acc.add_parser("show")
     show.add_argument("account")
 
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except StoreUnavailable as exc:
-        print(f"error: Redis unavailable: {exc}", file=sys.stderr)
+        print(f"error: unavailable: {exc}", file=sys.stderr)
         return 1
     sys.stdout.write(msgspec.json.format(_encode(result)).decode() + "\n")
     return 0

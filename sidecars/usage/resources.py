@@ -84,7 +84,7 @@ class Usage:
 
 
 class Health:
-    """`GET /health`: 200 when Redis answers, else 503."""
+    """`GET /health`: 200 when the database and Redis answer, else 503."""
 
     def __init__(self, store: UsageStore, retry_after: int) -> None:
         self.store = store
@@ -94,6 +94,7 @@ class Health:
         """Ping the store."""
         try:
             await self.store.ping()
+            await self.store.db.ping()
             body = UsageHealth("ok", "ok")
         except StoreUnavailable:
             resp.status = falcon.HTTP_503

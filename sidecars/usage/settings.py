@@ -28,6 +28,10 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_seconds: float = 0.5
     redis_pool_size: int = 32
+    sqlite_path: str = "usage.sqlite3"
+    postgres_dsn: str = ""
+    database_timeout_seconds: float = 2.0
+    database_pool_size: int = 4
     key_prefix: str = "usage:"
     cache_key_prefix: str = ""
     meter_domain: str = "api"
@@ -91,6 +95,11 @@ class Settings:
         rate_limit = text("RATE_LIMIT", "true").lower()
         if rate_limit not in ("true", "false", "1", "0"):
             raise SettingsError(f"USAGE_RATE_LIMIT={rate_limit!r} (accepted: true, false)")
+        sqlite_path = text("SQLITE_PATH", "")
+        postgres_dsn = text("POSTGRES_DSN", "")
+        if sqlite_path and postgres_dsn:
+            # One system of record: a second one named but unused would be ignored silently.
+            raise SettingsError("USAGE_SQLITE_PATH and USAGE_POSTGRES_DSN are exclusive; set one")
         # The ratelimitd address may be empty: the app then authenticates but asks no one.
         ratelimit_address = env.get("USAGE_RATELIMIT_ADDRESS", d.ratelimit_address).strip()
         return cls(
@@ -102,6 +111,12 @@ class Settings:
             redis_url=redis_url,
             redis_timeout_seconds=number("REDIS_TIMEOUT_SECONDS", d.redis_timeout_seconds, 0.001),
             redis_pool_size=int(number("REDIS_POOL_SIZE", d.redis_pool_size, lo=1)),
+            sqlite_path=sqlite_path or d.sqlite_path,
+            postgres_dsn=postgres_dsn,
+            database_timeout_seconds=number(
+                "DATABASE_TIMEOUT_SECONDS", d.database_timeout_seconds, 0.001
+            ),
+            database_pool_size=int(number("DATABASE_POOL_SIZE", d.database_pool_size, lo=1)),
             key_prefix=env.get("USAGE_KEY_PREFIX", d.key_prefix),
             cache_key_prefix=env.get("USAGE_CACHE_KEY_PREFIX", d.cache_key_prefix),
             meter_domain=text("METER_DOMAIN", d.meter_domain),

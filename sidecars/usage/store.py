@@ -1,16 +1,13 @@
-"""Accounts, bearer tokens and metered usage in Redis (the Redis ratelimitd meters into).
+"""Accounts and tokens from the account database; metered usage from Redis.
 
-Key layout (`P` = USAGE_KEY_PREFIX, default `usage:`; `C` = ratelimitd's CACHE_KEY_PREFIX):
+The system of record (accounts, plan assignments, subscription periods, tokens) is SQL
+(`sidecars.usage.db`: SQLite by default, PostgreSQL with USAGE_POSTGRES_DSN), so a Redis
+restart, eviction or FLUSHALL loses no customer and no token, and writing to Redis cannot
+mint a token. Redis holds only the usage counters, one per account and UTC day:
 
-    P account:<id>          hash  plan, window ("" = the plan's default), start, end ("" = open),
-                                  created, updated (epoch seconds)
-    P token:<sha256 hex>    hash  account, id, created, label. Exists only while the token is
-                                  valid: revoking deletes it, so the next request fails.
-    P tokens:<id>           hash  token id -> JSON {id, sha256, created, label, revoked}: the
-                                  account's tokens for `tokens list` / `tokens revoke`.
-    C meter_<domain>_<key>_<id>_<day>   ratelimitd's day buckets (`meter: true`), read with MGET.
+    C meter_<domain>_<key>_<id>_<day>   day buckets (ratelimitd's `meter_key`), read with MGET
 
-Raw tokens are never stored, only their SHA-256. Every request reads the token hash afresh
+Raw tokens are never stored, only their SHA-256. Every request looks the token up afresh
 (no token cache), so revocation takes effect on the next request.
 """
 
@@ -33,6 +30,8 @@ from redis.exceptions import RedisError
 
 from ratelimitd.keys import meter_key
 
+from .db import AccountError, AccountRecord, Database, StoreUnavailable, TokenRecord, open_database
+from .db.base import ACCOUNT_ID_RE
 from .plans import WINDOW_KINDS, Plan
 from .settings import Settings
 from .windows import Window, usage_window, utc_date
@@ -40,19 +39,16 @@ from .windows import Window, usage_window, utc_date
 T = TypeVar("T")
 __all__ = ["Account", "AccountError", "StoreUnavailable", "TokenInfo", "UsageStore"]
 
+
+class Keep:
+    """The `end` of `update_account` when it is left as it is."""
+
+
+KEEP = Keep()
+
 TOKEN_PREFIX = "usk_"
 # usk_ + 32 random bytes in unpadded base64url: anything else is rejected before any lookup.
 TOKEN_RE = re.compile(r"usk_[A-Za-z0-9_-]{43}")
-ACCOUNT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-class StoreUnavailable(Exception):
-    """Redis cannot answer now: unreachable, failing, or slower than USAGE_REDIS_TIMEOUT_SECONDS
-    (connect, read or pool wait)."""
-
-
-class AccountError(ValueError):
-    """A CLI request the store refuses (unknown account, duplicate, bad value)."""
 
 
 class Account(msgspec.Struct, frozen=True):
@@ -78,8 +74,8 @@ class TokenInfo(msgspec.Struct, omit_defaults=True):
     revoked: int | None = None
 
 
-_token_info = msgspec.json.Decoder(TokenInfo)
-_encode = msgspec.json.encode
+def _info(t: TokenRecord) -> TokenInfo:
+    return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked)
 
 
 def token_hash(token: str) -> str:
@@ -100,15 +96,16 @@ def connect(settings: Settings) -> aioredis.Redis:
         timeout=settings.redis_timeout_seconds,
         socket_timeout=settings.redis_timeout_seconds,
         socket_connect_timeout=settings.redis_timeout_seconds,
-        # A retry would multiply the bound; the caller answers 503 and the client retries.
-        retry=Retry(NoBackoff(), 0),
+        # One immediate retry: a pooled connection to a Redis that restarted fails once, the
+        # retry reconnects. The caller's deadline (`_bounded`) still bounds the whole call.
+        retry=Retry(NoBackoff(), 1),
     )
     # from_pool hands the pool over: aclose() closes its connections too.
     return aioredis.Redis.from_pool(pool)
 
 
 class UsageStore:
-    """Reads and writes accounts, tokens and usage sums; every call bounded in time."""
+    """Accounts and tokens (the database) and usage sums (Redis); every call bounded in time."""
 
     def __init__(
         self,
@@ -116,13 +113,14 @@ class UsageStore:
         plans: Mapping[str, Plan],
         *,
         redis: aioredis.Redis | None = None,
+        database: Database | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.plans = plans
         self.clock = clock
         self._redis = redis
-        self._prefix = settings.key_prefix
+        self.db = database if database is not None else open_database(settings, clock)
         # Connect plus one read, with slack: the outer bound if a socket option is not honoured.
         self._deadline = settings.redis_timeout_seconds * 2 + 0.05
 
@@ -134,17 +132,18 @@ class UsageStore:
         return self._redis
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Close the Redis pool and the database's connections."""
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
+        await self.db.close()
 
     async def _bounded(self, make: Callable[[], Awaitable[T]]) -> T:
         try:
             async with asyncio.timeout(self._deadline):
                 return await make()
         except (RedisError, OSError, TimeoutError) as exc:
-            raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
+            raise StoreUnavailable(f"redis: {exc or type(exc).__name__}") from exc
 
     # ---------------------------------------------------------------- request path
 
@@ -156,39 +155,30 @@ class UsageStore:
         """The account owning a valid token; None for a malformed, unknown or revoked one."""
         if TOKEN_RE.fullmatch(token) is None:
             return None
-        key = self._prefix + "token:" + token_hash(token)
-        account_id = await self._bounded(lambda: self.redis.hget(key, "account"))
-        if account_id is None:
+        found = await self.db.token_owner(token_hash(token))
+        if found is None:
             return None
-        return await self.account(
-            account_id.decode() if isinstance(account_id, bytes) else account_id
-        )
+        return self._account(found[1])
 
     async def account(self, account_id: str) -> Account | None:
         """The account record, or None."""
-        raw = await self._bounded(
-            lambda: self.redis.hgetall(self._prefix + "account:" + account_id)
-        )
-        return self._account(account_id, raw)
+        record = await self.db.account(account_id)
+        return self._account(record) if record is not None else None
 
-    def _account(self, account_id: str, raw: Mapping[Any, Any]) -> Account | None:
-        # The client returns bytes (no decode_responses): the hot path skips decoding.
-        fields = {bytes(k).decode(): bytes(v).decode() for k, v in raw.items()}
-        plan = self.plans.get(fields.get("plan", ""))
-        # A record without a known plan (half-written, or its plan removed) is no account.
-        if plan is None or not fields.get("start"):
+    def _account(self, record: AccountRecord) -> Account | None:
+        plan = self.plans.get(record.plan)
+        # An account whose plan was removed from the plans file is no account.
+        if plan is None:
             return None
-        window = fields.get("window") or plan.window
-        end = fields.get("end")
         return Account(
-            id=account_id,
+            id=record.id,
             plan=plan.name,
-            window=window,
-            start=date.fromisoformat(fields["start"]),
-            end=date.fromisoformat(end) if end else None,
-            window_override=bool(fields.get("window")),
-            created=int(fields.get("created", 0)),
-            updated=int(fields.get("updated", 0)),
+            window=record.window or plan.window,
+            start=record.start,
+            end=record.end,
+            window_override=bool(record.window),
+            created=record.created,
+            updated=record.updated,
         )
 
     def window(self, account: Account, now: float | None = None) -> Window:
@@ -196,7 +186,7 @@ class UsageStore:
         return usage_window(account.window, account.start, self.clock() if now is None else now)
 
     def bucket_keys(self, account_id: str, window: Window) -> list[str]:
-        """ratelimitd's meter keys of the window's days (the same function writes them)."""
+        """The meter keys of the window's days (ratelimitd's `meter_key` layout)."""
         prefix, domain = self.settings.cache_key_prefix, self.settings.meter_domain
         entries = ((self.settings.meter_key, account_id),)
         return [meter_key(prefix, domain, entries, day) for day in window.days]
@@ -239,20 +229,8 @@ class UsageStore:
         start = start or utc_date(self.clock())
         if end is not None and end <= start:
             raise AccountError("end must be after start")
-        key = self._prefix + "account:" + account_id
-        now = str(int(self.clock()))
-        # HSETNX claims the id atomically; a reader seeing only `created` finds no plan yet.
-        if not await self._bounded(lambda: self.redis.hsetnx(key, "created", now)):
-            raise AccountError(f"account {account_id!r} exists")
-        mapping: dict[Any, Any] = {
-            "plan": plan,
-            "window": window,
-            "start": start.isoformat(),
-            "end": end.isoformat() if end else "",
-            "updated": now,
-        }
-        await self._bounded(lambda: self.redis.hset(key, mapping=mapping))
-        return await self._require(account_id)
+        record = await self.db.create_account(account_id, plan, window, start, end)
+        return self._required(record)
 
     async def update_account(
         self,
@@ -261,27 +239,32 @@ class UsageStore:
         plan: str | None = None,
         window: str | None = None,
         start: date | None = None,
-        end: date | str | None = "keep",
+        end: date | Keep | None = KEEP,
     ) -> Account:
-        """Change an account's plan, window kind ("" = plan default) or period."""
+        """Change an account's plan, window kind ("" = plan default) or period
+        (`end=None` makes it open; leaving `end` out keeps it)."""
         self._check(plan, window)
         current = await self._require(account_id)
-        mapping: dict[Any, Any] = {"updated": str(int(self.clock()))}
+        changes: dict[str, Any] = {}
         if plan is not None:
-            mapping["plan"] = plan
+            changes["plan"] = plan
         if window is not None:
-            mapping["window"] = window
+            changes["window_kind"] = window
         if start is not None:
-            mapping["start"] = start.isoformat()
-        if end != "keep":
-            mapping["end"] = end.isoformat() if isinstance(end, date) else ""
+            changes["start_date"] = start.isoformat()
+        if not isinstance(end, Keep):
+            changes["end_date"] = end.isoformat() if end is not None else None
         new_start = start or current.start
-        new_end = current.end if end == "keep" else end
-        if isinstance(new_end, date) and new_end <= new_start:
+        new_end = current.end if isinstance(end, Keep) else end
+        if new_end is not None and new_end <= new_start:
             raise AccountError("end must be after start")
-        key = self._prefix + "account:" + account_id
-        await self._bounded(lambda: self.redis.hset(key, mapping=mapping))
-        return await self._require(account_id)
+        return self._required(await self.db.update_account(account_id, changes))
+
+    def _required(self, record: AccountRecord) -> Account:
+        account = self._account(record)
+        if account is None:
+            raise AccountError(f"account {record.id!r} has plan {record.plan!r}, not in the plans")
+        return account
 
     async def _require(self, account_id: str) -> Account:
         self._check_id(account_id)
@@ -294,39 +277,18 @@ class UsageStore:
         """A new token for the account: (raw token, shown once; its listing entry)."""
         await self._require(account_id)
         token = new_token()
-        digest = token_hash(token)
-        info = TokenInfo("tok_" + secrets.token_hex(6), digest, int(self.clock()), label)
-        record: dict[Any, Any] = {
-            "account": account_id,
-            "id": info.id,
-            "created": str(info.created),
-        }
-        if label:
-            record["label"] = label
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self._prefix + "token:" + digest, mapping=record)
-        pipe.hset(self._prefix + "tokens:" + account_id, info.id, _encode(info))
-        await self._bounded(pipe.execute)
-        return token, info
+        record = TokenRecord(
+            "tok_" + secrets.token_hex(6), account_id, token_hash(token), int(self.clock()), label
+        )
+        await self.db.insert_token(record)
+        return token, _info(record)
 
     async def list_tokens(self, account_id: str) -> list[TokenInfo]:
         """The account's tokens, oldest first."""
         await self._require(account_id)
-        raw = await self._bounded(lambda: self.redis.hvals(self._prefix + "tokens:" + account_id))
-        return sorted((_token_info.decode(v) for v in raw), key=lambda t: (t.created, t.id))
+        return [_info(t) for t in await self.db.tokens(account_id)]
 
     async def revoke_token(self, account_id: str, token_id: str) -> TokenInfo:
-        """Revoke one token by id: its hash key goes, so the next request with it gets 401."""
+        """Revoke one token by id: the next request with it gets 401."""
         await self._require(account_id)
-        listing = self._prefix + "tokens:" + account_id
-        raw = await self._bounded(lambda: self.redis.hget(listing, token_id))
-        if raw is None:
-            raise AccountError(f"account {account_id!r} has no token {token_id!r}")
-        info = _token_info.decode(raw)
-        if info.revoked is None:
-            info.revoked = int(self.clock())
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(self._prefix + "token:" + info.sha256)
-        pipe.hset(listing, token_id, _encode(info))
-        await self._bounded(pipe.execute)
-        return info
+        return _info(await self.db.revoke_token(account_id, token_id))

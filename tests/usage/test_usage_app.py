@@ -211,9 +211,11 @@ async def test_store_unavailable_is_503_with_retry_after_not_a_hang(
     settings = settings_for(f"redis://127.0.0.1:{port}/0", redis_timeout_seconds=0.3)
     client, store = client_for(settings, middleware=[])
     async with client:
+        # The account and token are in the database; only the counters (Redis) are down.
+        _, token = await account_with_token(store, "pro")
         for path in (USAGE_PATH, "/health"):
             started = time.monotonic()
-            resp = await client.get(path, headers=bearer("usk_" + "B" * 43))
+            resp = await client.get(path, headers=bearer(token))
             assert time.monotonic() - started < 2.0
             assert resp.status_code == 503, resp.text
             assert int(resp.headers["retry-after"]) >= 1

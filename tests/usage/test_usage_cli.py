@@ -1,4 +1,4 @@
-"""`python -m sidecars.usage accounts|tokens ...` on a real Redis."""
+"""`python -m sidecars.usage accounts|tokens ...` on a real SQLite file and Redis."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support import REPO, free_port
@@ -14,13 +15,14 @@ from support.redis_server import RedisServer
 from sidecars.usage.cli import main
 from sidecars.usage.store import token_hash
 
-from .usage_helpers import unique
+from .usage_helpers import session_sqlite_path, unique
 
 
 @pytest.fixture
 def cli(redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, capsys):  # type: ignore[no-untyped-def]
     """Run the CLI in process: (exit status, parsed JSON stdout or None, stderr)."""
     monkeypatch.setenv("USAGE_REDIS_URL", redis_server.url)
+    monkeypatch.setenv("USAGE_SQLITE_PATH", session_sqlite_path())
 
     def run(*argv: str) -> tuple[int, object, str]:
         status = main(list(argv))
@@ -72,23 +74,18 @@ def test_tokens_issue_list_revoke(cli, redis_server: RedisServer) -> None:  # ty
     status, issued, _ = cli("tokens", "issue", acct, "--label", "ci")
     assert status == 0 and issued["token"].startswith("usk_") and issued["label"] == "ci"
     token = issued["token"]
-    # Only the hash is stored, nowhere the raw token.
-    raw_keys = redis_server.client().keys("usage:*")
-    assert f"usage:token:{token_hash(token)}".encode() in raw_keys
-    for key in raw_keys:
-        kind = redis_server.client().type(key)
-        dump = (
-            redis_server.client().hgetall(key)
-            if kind == b"hash"
-            else redis_server.client().get(key)
-        )
-        assert token.encode() not in repr(dump).encode()
+    # Only the hash is stored: the raw token is nowhere in the database file or Redis.
+    db = Path(session_sqlite_path())
+    stored = b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+    assert token_hash(token).encode() in stored and token.encode() not in stored
+    for key in redis_server.client().keys("*"):
+        if redis_server.client().type(key) == b"string":
+            assert token.encode() not in redis_server.client().get(key)
     _, listed, _ = cli("tokens", "list", acct)
     assert [t["id"] for t in listed] == [issued["id"]]
     assert listed[0]["sha256"] == token_hash(token) and "revoked" not in listed[0]
     status, revoked, _ = cli("tokens", "revoke", acct, issued["id"])
     assert status == 0 and revoked["revoked"] > 0
-    assert not redis_server.client().exists(f"usage:token:{token_hash(token)}")
     assert cli("tokens", "list", acct)[1][0]["revoked"] == revoked["revoked"]
     assert cli("tokens", "revoke", acct, "tok_nope")[0] == 1
     assert cli("tokens", "issue", unique())[0] == 1
@@ -97,16 +94,24 @@ def test_tokens_issue_list_revoke(cli, redis_server: RedisServer) -> None:  # ty
 def test_cli_reports_redis_down_and_bad_arguments(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    monkeypatch.setenv("USAGE_SQLITE_PATH", session_sqlite_path())
+    acct = unique()
     monkeypatch.setenv("USAGE_REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")
-    assert main(["accounts", "show", "x"]) == 1
-    assert "Redis unavailable" in capsys.readouterr().err
+    # The account is created (database), its usage cannot be read (Redis).
+    assert main(["accounts", "create", acct, "--plan", "free"]) == 1
+    assert "unavailable: redis" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
         main(["accounts", "create", "x", "--plan", "gold"])
     assert exc.value.code == 2
 
 
 def test_module_entry_point(redis_server: RedisServer) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "USAGE_REDIS_URL": redis_server.url}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "USAGE_REDIS_URL": redis_server.url,
+        "USAGE_SQLITE_PATH": session_sqlite_path(),
+    }
     acct = unique()
     out = subprocess.run(
         [sys.executable, "-m", "sidecars.usage", "accounts", "create", acct, "--plan", "free"],

@@ -23,23 +23,29 @@ from support.sidecar import Gunicorn
 from sidecars.usage.settings import USAGE_PATH
 
 from .conftest import start_sidecar
-from .usage_helpers import bearer, unique
+from .usage_helpers import bearer, session_sqlite_path, unique
 
 # A new connection per request: kept-alive ones would always reach the same worker.
 FRESH = {"Connection": "close"}
 
 
-def cli(redis_url: str, *argv: str) -> dict:  # type: ignore[type-arg]
-    """`python -m sidecars.usage ...` as an operator runs it; its JSON output."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "USAGE_REDIS_URL": redis_url}
+def cli(target: str | dict[str, str], *argv: str) -> dict:  # type: ignore[type-arg]
+    """`python -m sidecars.usage ...` as an operator runs it; its JSON output. `target` is the
+    Redis URL (with the session's SQLite file) or the USAGE_* settings."""
+    settings = (
+        {"USAGE_REDIS_URL": target, "USAGE_SQLITE_PATH": session_sqlite_path()}
+        if isinstance(target, str)
+        else target
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), **settings}
     out = subprocess.run(
         [sys.executable, "-m", "sidecars.usage", *argv],
         env=env,
         capture_output=True,
         text=True,
         timeout=30,
-        check=True,
     )
+    assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
@@ -105,6 +111,7 @@ def quota_sidecar(
     s = start_sidecar(
         {
             "USAGE_REDIS_URL": redis_server.url,
+            "USAGE_SQLITE_PATH": session_sqlite_path(),
             "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
             "USAGE_RATELIMIT_TIMEOUT_SECONDS": "2",
             "USAGE_REDIS_TIMEOUT_SECONDS": "2",
@@ -135,10 +142,14 @@ def test_quota_enforcement_switches_to_429_at_plan_limit(
     assert cli(redis_server.url, "accounts", "show", acct)["currentUsage"] == 5
 
 
-def test_redis_down_is_503_under_gunicorn(daemon: DaemonProcess, tmp_path: Path) -> None:
+def test_redis_down_is_503_under_gunicorn(
+    daemon: DaemonProcess, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    _, token, _ = account(redis_server.url, "pro")  # in the database, which is up
     s = start_sidecar(
         {
             "USAGE_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+            "USAGE_SQLITE_PATH": session_sqlite_path(),
             "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
         },
         tmp_path / "gunicorn.log",
@@ -148,7 +159,7 @@ def test_redis_down_is_503_under_gunicorn(daemon: DaemonProcess, tmp_path: Path)
         with httpx.Client(base_url=s.base, timeout=10) as client:
             for path in (USAGE_PATH, "/health"):
                 started = time.monotonic()
-                resp = client.get(path, headers=bearer("usk_" + "D" * 43))
+                resp = client.get(path, headers=bearer(token))
                 assert time.monotonic() - started < 2
                 assert resp.status_code == 503 and int(resp.headers["retry-after"]) >= 1
     finally:

@@ -83,6 +83,21 @@ class RateLimitConfig:
     quota_cache_entries: int = 100_000
 
 
+class AccessDenied(Exception):
+    """Raised by `authenticate` for a valid token whose holder may not be served now (e.g. a
+    suspended account): answered 403 with `error`."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def forbidden(resp: falcon.asgi.Response, denied: AccessDenied) -> None:
+    """Answer 403 with the refusal's code."""
+    answer(resp, ApiError(403, denied.error, denied.message))
+
+
 class AuthFailure(Exception):
     """A request that must be answered 401; `token_given` decides the challenge."""
 
@@ -251,6 +266,9 @@ class RateLimitMiddleware:
                 principal = await authenticate_request(req, self.authenticate)
             except AuthFailure as failure:
                 unauthorized(resp, failure, self.realm)
+                return
+            except AccessDenied as denied:
+                forbidden(resp, denied)
                 return
             except self.unavailable:
                 self._store_unavailable(resp)

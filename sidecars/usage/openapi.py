@@ -40,6 +40,9 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             "three, so the response does not tell whether an account exists).",
             "WWW-Authenticate",
         ),
+        "403": _error(
+            "A valid token of an account that may not be served now: `account_suspended`."
+        ),
         "429": _error(
             "Over a rate limit (`rate_limited`) or the plan's quota (`quota_exceeded`).",
             "Retry-After",

@@ -10,7 +10,13 @@ import falcon.asgi
 import msgspec
 
 from sidecars.common.errors import ApiError, answer
-from sidecars.common.ratelimit import AuthFailure, authenticate_request, unauthorized
+from sidecars.common.ratelimit import (
+    AccessDenied,
+    AuthFailure,
+    authenticate_request,
+    forbidden,
+    unauthorized,
+)
 
 from .schemas import SubscriptionPeriod, UsageHealth, UsagePeriod, UsageResponse
 from .store import Account, StoreUnavailable, UsageStore
@@ -52,6 +58,9 @@ class Usage:
             window, used = await self.store.usage(account)
         except AuthFailure as failure:
             unauthorized(resp, failure, self.realm)
+            return
+        except AccessDenied as denied:
+            forbidden(resp, denied)
             return
         except StoreUnavailable as exc:
             log.warning("account store unavailable: %s", exc)

@@ -16,6 +16,17 @@ class SettingsError(ValueError):
     """A `USAGE_*` variable has a value that cannot be used."""
 
 
+def _check_dsn(dsn: str) -> None:
+    """Refuse a DSN libpq cannot parse now, not at the first request."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(dsn)
+    except ProgrammingError as exc:
+        raise SettingsError(f"USAGE_POSTGRES_DSN is not a PostgreSQL DSN: {exc}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """How the usage sidecar runs; see the settings table in sidecars/usage/README.md."""
@@ -100,6 +111,8 @@ class Settings:
         if sqlite_path and postgres_dsn:
             # One system of record: a second one named but unused would be ignored silently.
             raise SettingsError("USAGE_SQLITE_PATH and USAGE_POSTGRES_DSN are exclusive; set one")
+        if postgres_dsn:
+            _check_dsn(postgres_dsn)
         # The ratelimitd address may be empty: the app then authenticates but asks no one.
         ratelimit_address = env.get("USAGE_RATELIMIT_ADDRESS", d.ratelimit_address).strip()
         return cls(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 import secrets
 import time
@@ -29,6 +30,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from ratelimitd.keys import meter_key
+from sidecars.common.ratelimit import AccessDenied
 
 from .db import AccountError, AccountRecord, Database, StoreUnavailable, TokenRecord, open_database
 from .db.base import ACCOUNT_ID_RE
@@ -37,6 +39,7 @@ from .settings import Settings
 from .windows import Window, usage_window, utc_date
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 __all__ = ["Account", "AccountError", "StoreUnavailable", "TokenInfo", "UsageStore"]
 
 
@@ -62,6 +65,7 @@ class Account(msgspec.Struct, frozen=True):
     window_override: bool = False
     created: int = 0
     updated: int = 0
+    suspended: int | None = None
 
 
 class TokenInfo(msgspec.Struct, omit_defaults=True):
@@ -72,10 +76,16 @@ class TokenInfo(msgspec.Struct, omit_defaults=True):
     created: int
     label: str = ""
     revoked: int | None = None
+    expires: int | None = None
+    lastUsed: int | None = None
 
 
 def _info(t: TokenRecord) -> TokenInfo:
-    return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked)
+    return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked, t.expires, t.last_used)
+
+
+# A token's `last_used` is written at most this often per worker (not once per request).
+LAST_USED_PRECISION = 60
 
 
 def token_hash(token: str) -> str:
@@ -121,6 +131,7 @@ class UsageStore:
         self.clock = clock
         self._redis = redis
         self.db = database if database is not None else open_database(settings, clock)
+        self._touched: dict[str, int] = {}  # token id -> last_used written by this worker
         # Connect plus one read, with slack: the outer bound if a socket option is not honoured.
         self._deadline = settings.redis_timeout_seconds * 2 + 0.05
 
@@ -152,13 +163,31 @@ class UsageStore:
         await self._bounded(self.redis.ping)
 
     async def authenticate(self, token: str) -> Account | None:
-        """The account owning a valid token; None for a malformed, unknown or revoked one."""
+        """The account owning a valid token; None for a malformed, unknown, revoked or expired
+        one. A suspended account raises AccessDenied (403)."""
         if TOKEN_RE.fullmatch(token) is None:
             return None
         found = await self.db.token_owner(token_hash(token))
         if found is None:
             return None
-        return self._account(found[1])
+        record, owner = found
+        now = int(self.clock())
+        if record.expires is not None and now >= record.expires:
+            return None
+        account = self._account(owner)
+        if account is not None and account.suspended is not None:
+            raise AccessDenied("account_suspended", "The account is suspended.")
+        last = self._touched.get(record.id, record.last_used or 0)
+        if now - last >= LAST_USED_PRECISION:
+            self._touched[record.id] = now
+            if len(self._touched) > 100_000:
+                self._touched.clear()
+            try:
+                await self.db.touch_token(record.id, now)
+            except StoreUnavailable as exc:
+                # Bookkeeping only: the request is served; the next minute tries again.
+                log.info("token last-use not recorded: %s", exc)
+        return account
 
     async def account(self, account_id: str) -> Account | None:
         """The account record, or None."""
@@ -179,6 +208,7 @@ class UsageStore:
             window_override=bool(record.window),
             created=record.created,
             updated=record.updated,
+            suspended=record.suspended,
         )
 
     def window(self, account: Account, now: float | None = None) -> Window:
@@ -273,12 +303,23 @@ class UsageStore:
             raise AccountError(f"no account {account_id!r}")
         return account
 
-    async def issue_token(self, account_id: str, label: str = "") -> tuple[str, TokenInfo]:
-        """A new token for the account: (raw token, shown once; its listing entry)."""
+    async def issue_token(
+        self, account_id: str, label: str = "", expires: int | None = None
+    ) -> tuple[str, TokenInfo]:
+        """A new token for the account: (raw token, shown once; its listing entry). `expires`:
+        epoch seconds from which the token is refused (401), None for never."""
         await self._require(account_id)
+        now = int(self.clock())
+        if expires is not None and expires <= now:
+            raise AccountError("the expiry must be in the future")
         token = new_token()
         record = TokenRecord(
-            "tok_" + secrets.token_hex(6), account_id, token_hash(token), int(self.clock()), label
+            "tok_" + secrets.token_hex(6),
+            account_id,
+            token_hash(token),
+            now,
+            label,
+            expires=expires,
         )
         await self.db.insert_token(record)
         return token, _info(record)
@@ -287,6 +328,21 @@ class UsageStore:
         """The account's tokens, oldest first."""
         await self._require(account_id)
         return [_info(t) for t in await self.db.tokens(account_id)]
+
+    async def list_accounts(self) -> list[Account]:
+        """Every account (whose plan is known), by id."""
+        return [a for a in map(self._account, await self.db.accounts()) if a is not None]
+
+    async def suspend(self, account_id: str, suspended: bool) -> Account:
+        """Suspend an account (its tokens are refused with 403) or resume it."""
+        await self._require(account_id)
+        value = int(self.clock()) if suspended else None
+        return self._required(await self.db.update_account(account_id, {"suspended": value}))
+
+    async def delete_account(self, account_id: str) -> None:
+        """Delete an account and its tokens (its usage counters expire in Redis by themselves)."""
+        self._check_id(account_id)
+        await self.db.delete_account(account_id)
 
     async def revoke_token(self, account_id: str, token_id: str) -> TokenInfo:
         """Revoke one token by id: the next request with it gets 401."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import free_port
+from support import Clock, free_port
 from support.postgres_server import PostgresServer
 from support.process import start_bound
 from support.redis_server import RedisServer
@@ -26,7 +26,9 @@ from sidecars.usage.store import UsageStore
 
 from .conftest import start_sidecar
 from .test_usage_gunicorn import cli
-from .usage_helpers import TEST_PLANS, bearer, settings_for, unique
+from .usage_helpers import TEST_PLANS, bearer, client_for, settings_for, unique
+
+NOW = 1_800_000_000.0
 
 BACKENDS = ["sqlite", "postgres"]
 
@@ -200,3 +202,59 @@ def test_accounts_and_tokens_survive_redis_flushall_and_restart(
         assert cli(env, "accounts", "show", acct)["plan"] == "pro"
     finally:
         sidecar.terminate()
+
+
+async def test_upgrade_from_version_1_keeps_rows(db_settings: Settings) -> None:
+    db = open_database(db_settings)
+    try:
+        assert await db.migrate(target=1) == 1
+        async with db._transaction() as tx:
+            await tx.execute(
+                "INSERT INTO accounts (id, plan, window_kind, start_date, end_date, created, "
+                "updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ("old", "pro", "", "2026-01-01", None, 1, 1),
+            )
+            await tx.execute(
+                "INSERT INTO tokens (id, account_id, sha256, label, created, revoked) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                ("tok_old", "old", "ab" * 32, "", 1, None),
+            )
+        assert await db.migrate() == LATEST
+        assert await db.version() == LATEST
+        account = await db.account("old")
+        assert account is not None and account.plan == "pro" and account.suspended is None
+        owner = await db.token_owner("ab" * 32)
+        assert owner is not None and owner[0].expires is None and owner[1].id == "old"
+    finally:
+        await db.close()
+
+
+async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
+    db_settings: Settings,
+) -> None:
+    clock = Clock(NOW)
+    client, store = client_for(db_settings, middleware=[], clock=clock)
+    async with client:
+        acct = unique()
+        await store.create_account(acct, "pro")
+        token, _ = await store.issue_token(acct, expires=int(NOW) + 60)
+        assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
+        listed = await store.list_tokens(acct)
+        assert listed[0].lastUsed == int(NOW) and listed[0].expires == int(NOW) + 60
+        clock.now = NOW + 60  # expired from this instant on
+        expired = await client.get(USAGE_PATH, headers=bearer(token))
+        assert expired.status_code == 401 and expired.json()["error"] == "invalid_token"
+        token2, _ = await store.issue_token(acct)
+        await store.suspend(acct, True)
+        suspended = await client.get(USAGE_PATH, headers=bearer(token2))
+        assert suspended.status_code == 403, suspended.text
+        assert suspended.json() == {
+            "status": 403,
+            "error": "account_suspended",
+            "message": "The account is suspended.",
+        }
+        await store.suspend(acct, False)
+        assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 200
+        await store.delete_account(acct)
+        assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 401
+    await store.close()

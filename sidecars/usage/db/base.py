@@ -43,6 +43,7 @@ class AccountRecord(msgspec.Struct, frozen=True):
     end: date | None
     created: int
     updated: int
+    suspended: int | None = None
 
 
 class TokenRecord(msgspec.Struct, omit_defaults=True):
@@ -54,10 +55,13 @@ class TokenRecord(msgspec.Struct, omit_defaults=True):
     created: int
     label: str = ""
     revoked: int | None = None
+    expires: int | None = None
+    last_used: int | None = None
 
 
-_ACCOUNT_COLUMNS = "id, plan, window_kind, start_date, end_date, created, updated"
-_TOKEN_COLUMNS = "id, account_id, sha256, created, label, revoked"
+_ACCOUNT_COLUMNS = "id, plan, window_kind, start_date, end_date, created, updated, suspended"
+_TOKEN_COLUMNS = "id, account_id, sha256, created, label, revoked, expires, last_used"
+_N_TOKEN = len(_TOKEN_COLUMNS.split(", "))
 
 
 def _account(row: Row) -> AccountRecord:
@@ -69,7 +73,12 @@ def _account(row: Row) -> AccountRecord:
         end=date.fromisoformat(row[4]) if row[4] else None,
         created=int(row[5]),
         updated=int(row[6]),
+        suspended=_int(row[7]),
     )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _token(row: Row) -> TokenRecord:
@@ -79,7 +88,9 @@ def _token(row: Row) -> TokenRecord:
         sha256=row[2],
         created=int(row[3]),
         label=row[4] or "",
-        revoked=None if row[5] is None else int(row[5]),
+        revoked=_int(row[5]),
+        expires=_int(row[6]),
+        last_used=_int(row[7]),
     )
 
 
@@ -126,6 +137,8 @@ class Database:
     async def _bounded(self, make: Callable[[], Awaitable[T]]) -> T:
         if self._ready is None or (self._ready.done() and self._ready.exception()):
             self._ready = asyncio.ensure_future(self.migrate())
+            # Retrieved even when every waiter timed out before it failed.
+            self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             async with asyncio.timeout(self.timeout):
                 await asyncio.shield(self._ready)
@@ -135,8 +148,8 @@ class Database:
         except (OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"{self.kind}: {exc or type(exc).__name__}") from exc
 
-    async def migrate(self) -> int:
-        """Apply the migrations not applied yet; the schema version now."""
+    async def migrate(self, target: int = LATEST) -> int:
+        """Apply the migrations not applied yet (up to `target`); the schema version now."""
         async with self._transaction() as tx:
             await self._lock_for_migration(tx)
             await tx.execute(VERSION_TABLE)
@@ -150,11 +163,11 @@ class Database:
                 raise StoreUnavailable(
                     f"{self.kind}: schema version {version} is newer than this code ({LATEST})"
                 )
-            for number in range(version + 1, LATEST + 1):
+            for number in range(version + 1, target + 1):
                 for statement in MIGRATIONS[number - 1]:
                     await tx.execute(statement)
                 await tx.execute("UPDATE schema_version SET version = ?", (number,))
-            return LATEST
+            return max(version, target)
 
     async def version(self) -> int:
         """The schema version applied (after migrating)."""
@@ -170,7 +183,7 @@ class Database:
     async def token_owner(self, sha256: str) -> tuple[TokenRecord, AccountRecord] | None:
         """The valid (unrevoked) token with this hash and its account, in one query."""
         sql = (
-            f"SELECT t.id, t.account_id, t.sha256, t.created, t.label, t.revoked, "
+            f"SELECT t.{', t.'.join(_TOKEN_COLUMNS.split(', '))}, "
             f"a.{', a.'.join(_ACCOUNT_COLUMNS.split(', '))} "
             "FROM tokens t JOIN accounts a ON a.id = t.account_id "
             "WHERE t.sha256 = ? AND t.revoked IS NULL"
@@ -178,7 +191,17 @@ class Database:
         rows = await self._bounded(lambda: self._fetch(sql, (sha256,)))
         if not rows:
             return None
-        return _token(rows[0][:6]), _account(rows[0][6:])
+        return _token(rows[0][:_N_TOKEN]), _account(rows[0][_N_TOKEN:])
+
+    async def touch_token(self, token_id: str, now: int) -> None:
+        """Record a token's use (`last_used`)."""
+        sql = "UPDATE tokens SET last_used = ? WHERE id = ?"
+
+        async def touch() -> None:
+            async with self._transaction() as tx:
+                await tx.execute(sql, (now, token_id))
+
+        await self._bounded(touch)
 
     async def account(self, account_id: str) -> AccountRecord | None:
         """The account row, or None."""
@@ -194,10 +217,10 @@ class Database:
         """Insert an account; AccountError when the id is taken."""
         now = int(self.clock())
         sql = (
-            f"INSERT INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO NOTHING"
         )
-        params = (account_id, plan, window, start.isoformat(), _iso(end), now, now)
+        params = (account_id, plan, window, start.isoformat(), _iso(end), now, now, None)
 
         async def insert() -> int:
             async with self._transaction() as tx:
@@ -209,7 +232,7 @@ class Database:
 
     async def update_account(self, account_id: str, changes: dict[str, Any]) -> AccountRecord:
         """Set columns of an account (`plan`, `window_kind`, `start_date`, `end_date`)."""
-        allowed = {"plan", "window_kind", "start_date", "end_date"}
+        allowed = {"plan", "window_kind", "start_date", "end_date", "suspended"}
         assert set(changes) <= allowed, changes
         columns = [*changes, "updated"]
         values = [*changes.values(), int(self.clock()), account_id]
@@ -223,6 +246,23 @@ class Database:
             raise AccountError(f"no account {account_id!r}")
         return await self._require(account_id)
 
+    async def accounts(self) -> list[AccountRecord]:
+        """Every account, by id."""
+        sql = f"SELECT {_ACCOUNT_COLUMNS} FROM accounts ORDER BY id"
+        return [_account(r) for r in await self._bounded(lambda: self._fetch(sql))]
+
+    async def delete_account(self, account_id: str) -> None:
+        """Delete an account and (cascade) its tokens; AccountError when there is none."""
+
+        async def delete() -> int:
+            async with self._transaction() as tx:
+                # Tokens first: the same on a database whose foreign keys do not cascade.
+                await tx.execute("DELETE FROM tokens WHERE account_id = ?", (account_id,))
+                return await tx.execute("DELETE FROM accounts WHERE id = ?", (account_id,))
+
+        if not await self._bounded(delete):
+            raise AccountError(f"no account {account_id!r}")
+
     async def _require(self, account_id: str) -> AccountRecord:
         account = await self.account(account_id)
         if account is None:
@@ -231,8 +271,17 @@ class Database:
 
     async def insert_token(self, token: TokenRecord) -> None:
         """Store a new token's row."""
-        sql = f"INSERT INTO tokens ({_TOKEN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
-        params = (token.id, token.account, token.sha256, token.created, token.label, None)
+        sql = f"INSERT INTO tokens ({_TOKEN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+        params = (
+            token.id,
+            token.account,
+            token.sha256,
+            token.created,
+            token.label,
+            None,
+            token.expires,
+            None,
+        )
 
         async def insert() -> None:
             async with self._transaction() as tx:

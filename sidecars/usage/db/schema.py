@@ -35,6 +35,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX tokens_account ON tokens (account_id)",
     ),
+    # 2: suspension (refused with 403 until resumed), token expiry and last use.
+    (
+        "ALTER TABLE accounts ADD COLUMN suspended BIGINT",
+        "ALTER TABLE tokens ADD COLUMN expires BIGINT",
+        "ALTER TABLE tokens ADD COLUMN last_used BIGINT",
+    ),
 )
 
 LATEST = len(MIGRATIONS)

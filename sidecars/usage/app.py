@@ -20,7 +20,7 @@ from . import resources as r
 from .openapi import openapi_document
 from .plans import Plan, load_plans
 from .settings import Settings
-from .store import Account, StoreUnavailable, UsageStore
+from .store import StoreUnavailable, UsageStore
 
 REALM = "api"
 
@@ -32,23 +32,18 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         domain=settings.ratelimit_domain,
         timeout_seconds=settings.ratelimit_timeout_seconds,
         failure_mode=settings.ratelimit_failure_mode,
-        quota_refresh_seconds=settings.quota_refresh_seconds,
         quota_exempt_paths=frozenset(settings.quota_exempt_paths),
         exempt_paths=frozenset(settings.exempt_paths),
         retry_after_seconds=settings.retry_after_seconds,
+        count_error_responses=settings.count_error_responses,
     )
-
-    async def quota(account: Account) -> tuple[int, int, float]:
-        window, used = await store.usage(account)
-        return used, store.plans[account.plan].limit, float(window.end)
-
     return RateLimitMiddleware(
         config,
         authenticate=store.authenticate,
-        quota=quota,
+        admit=store.admit,
+        refund=store.refund,
         unavailable=(StoreUnavailable,),
         realm=REALM,
-        wall_clock=store.clock,
     )
 
 

@@ -41,7 +41,8 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             "WWW-Authenticate",
         ),
         "403": _error(
-            "A valid token of an account that may not be served now: `account_suspended`."
+            "A valid token of an account that may not be served now: `account_suspended`, or "
+            "`subscription_not_started` (the subscription starts later)."
         ),
         "429": _error(
             "Over a rate limit (`rate_limited`) or the plan's quota (`quota_exceeded`).",
@@ -65,11 +66,11 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
     get_usage = {
         "summary": "Plan and quota consumption of the token's account",
         "description": (
-            "currentUsage is the sum of the requests ratelimitd metered for the account in its "
+            "currentUsage is the sum of the requests counted for the account in its "
             "current window (UTC day buckets); it trails real consumption only by requests in "
             "flight. Windows: billing_cycle is the monthly cycle anchored on the subscription's "
             "start day (clamped to the last day of shorter months); rolling_30_days is the 30 "
-            "UTC days ending now, today included."
+            "whole UTC days before today plus today."
         ),
         "operationId": "getUsage",
         "security": [{"bearerAuth": []}],

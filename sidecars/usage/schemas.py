@@ -58,7 +58,7 @@ class UsageResponse(Struct):
         UsageWindowKind,
         msgspec.Meta(
             description="billing_cycle: the monthly cycle anchored on the subscription start "
-            "day; rolling_30_days: the 30 UTC days ending now, today included."
+            "day; rolling_30_days: the 30 whole UTC days before today plus today."
         ),
     ]
     subscriptionPeriod: SubscriptionPeriod

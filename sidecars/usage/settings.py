@@ -54,7 +54,7 @@ class Settings:
     ratelimit_domain: str = "api"
     ratelimit_timeout_seconds: float = 0.25
     ratelimit_failure_mode: str = "allow"
-    quota_refresh_seconds: float = 2.0
+    count_error_responses: bool = False
     quota_exempt_paths: tuple[str, ...] = (USAGE_PATH,)
     exempt_paths: tuple[str, ...] = ("/health", "/openapi.json")
 
@@ -103,9 +103,19 @@ class Settings:
         if "://" not in redis_url:
             # ratelimitd's REDIS_URL form (host:port) is accepted as it is.
             redis_url = "redis://" + redis_url
-        rate_limit = text("RATE_LIMIT", "true").lower()
-        if rate_limit not in ("true", "false", "1", "0"):
-            raise SettingsError(f"USAGE_RATE_LIMIT={rate_limit!r} (accepted: true, false)")
+
+        def flag(name: str, default: bool) -> bool:
+            value = text(name, "true" if default else "false").lower()
+            if value not in ("true", "false", "1", "0"):
+                raise SettingsError(f"USAGE_{name}={value!r} (accepted: true, false)")
+            return value in ("true", "1")
+
+        if env.get("USAGE_QUOTA_REFRESH_SECONDS", "").strip():
+            # Removed, not ignored: quotas are exact now, read and counted on every request.
+            raise SettingsError(
+                "USAGE_QUOTA_REFRESH_SECONDS is no longer used: quotas are checked and counted "
+                "atomically in Redis on every request; unset it"
+            )
         sqlite_path = text("SQLITE_PATH", "")
         postgres_dsn = text("POSTGRES_DSN", "")
         if sqlite_path and postgres_dsn:
@@ -136,14 +146,14 @@ class Settings:
             meter_key=text("METER_KEY", d.meter_key),
             plans_file=text("PLANS_FILE", d.plans_file),
             retry_after_seconds=int(number("RETRY_AFTER_SECONDS", d.retry_after_seconds, lo=1)),
-            rate_limit=rate_limit in ("true", "1"),
+            rate_limit=flag("RATE_LIMIT", True),
+            count_error_responses=flag("COUNT_ERROR_RESPONSES", d.count_error_responses),
             ratelimit_address=ratelimit_address,
             ratelimit_domain=text("RATELIMIT_DOMAIN", d.ratelimit_domain),
             ratelimit_timeout_seconds=number(
                 "RATELIMIT_TIMEOUT_SECONDS", d.ratelimit_timeout_seconds, 0.001
             ),
             ratelimit_failure_mode=failure_mode,
-            quota_refresh_seconds=number("QUOTA_REFRESH_SECONDS", d.quota_refresh_seconds),
             quota_exempt_paths=paths("QUOTA_EXEMPT_PATHS", (base_path + USAGE_PATH,)),
             exempt_paths=paths("EXEMPT_PATHS", d.exempt_paths),
         )

@@ -27,11 +27,13 @@ import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from ratelimitd.keys import meter_key
 from sidecars.common.ratelimit import AccessDenied
 
+from .counters import ADMIT, REFUND, TTL, Admission, retry_after
 from .db import AccountError, AccountRecord, Database, StoreUnavailable, TokenRecord, open_database
 from .db.base import ACCOUNT_ID_RE
 from .plans import WINDOW_KINDS, Plan
@@ -132,6 +134,9 @@ class UsageStore:
         self._redis = redis
         self.db = database if database is not None else open_database(settings, clock)
         self._touched: dict[str, int] = {}  # token id -> last_used written by this worker
+        self._admit: AsyncScript | None = None
+        self._refund: AsyncScript | None = None
+        self._admit_client: aioredis.Redis | None = None
         # Connect plus one read, with slack: the outer bound if a socket option is not honoured.
         self._deadline = settings.redis_timeout_seconds * 2 + 0.05
 
@@ -229,6 +234,42 @@ class UsageStore:
             return window, 0
         values = await self._bounded(lambda: self.redis.mget(keys))
         return window, sum(int(v) for v in values if v is not None)
+
+    async def admit(self, account: Account, exempt: bool = False) -> Admission:
+        """Check-and-count one request of the account against its plan, atomically (one
+        round trip). `exempt` (a quota-exempt path): served even at the limit, and then not
+        counted. A subscription that has not started yet raises AccessDenied (403), except
+        on exempt paths, where the request is served and not counted."""
+        now = self.clock()
+        limit = self.plans[account.plan].limit
+        window = self.window(account, now)
+        if account.start > utc_date(now):
+            if exempt:
+                return Admission(True, 0, limit)
+            raise AccessDenied(
+                "subscription_not_started",
+                f"The subscription starts on {account.start.isoformat()}.",
+            )
+        keys = self.bucket_keys(account.id, window)
+        if self._admit is None or self._admit_client is not self.redis:
+            self._admit_client = self.redis
+            self._admit = self.redis.register_script(ADMIT)
+            self._refund = self.redis.register_script(REFUND)
+        script = self._admit
+        reply = await self._bounded(lambda: script(keys=keys, args=[limit, TTL]))
+        admitted, used = bool(reply[0]), int(reply[1])
+        if admitted:
+            return Admission(True, used, limit, counted_key=keys[-1])
+        if exempt:
+            return Admission(True, used, limit)
+        wait = retry_after(window, [int(v) for v in reply[2:]], limit, now)
+        return Admission(False, used, limit, retry_after=wait)
+
+    async def refund(self, admission: Admission) -> None:
+        """Take back the hit an admission counted (never below zero)."""
+        if admission.counted_key and self._refund is not None:
+            script = self._refund
+            await self._bounded(lambda: script(keys=[admission.counted_key]))
 
     # ---------------------------------------------------------------- administration (CLI)
 

@@ -26,7 +26,6 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 100000}
   - key: account
-    meter: true
     rate_limit: {unit: second, requests_per_unit: 100000}
   - key: plan
     value: free

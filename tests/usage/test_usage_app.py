@@ -72,15 +72,15 @@ async def test_usage_body_for_rolling_window_and_clamped_remaining(app, redis_se
     client, store, clock = app
     acct, token = await account_with_token(store, "free", start=date(2025, 6, 1))
     today = day_start(NOW)
-    meter(redis_server, acct, today - 30 * DAY, 100)  # 31st day back: outside
-    meter(redis_server, acct, today - 29 * DAY, 2)  # oldest day inside
+    meter(redis_server, acct, today - 31 * DAY, 100)  # 31st whole day back: outside
+    meter(redis_server, acct, today - 30 * DAY, 2)  # oldest whole day inside
     meter(redis_server, acct, today, 4)
     body = (await client.get(USAGE_PATH, params={"format": "json"}, headers=bearer(token))).json()
     assert body["usageWindow"] == "rolling_30_days"
     assert body["currentUsage"] == 6
     assert body["remainingUsage"] == 0  # limit 5: never negative
     assert body["subscriptionPeriod"] == {"start": "2025-06-01", "end": None}
-    assert body["usagePeriod"] == {"start": "2026-02-09T00:00:00Z", "end": "2026-03-11T00:00:00Z"}
+    assert body["usagePeriod"] == {"start": "2026-02-08T00:00:00Z", "end": "2026-03-11T00:00:00Z"}
     # Next UTC day: the oldest bucket leaves the window.
     clock.now = today + DAY
     assert (await client.get(USAGE_PATH, headers=bearer(token))).json()["currentUsage"] == 4

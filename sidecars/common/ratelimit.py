@@ -44,8 +44,10 @@ from ratelimitd.client import RateLimitClient, RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT, Response
 
 from .errors import ApiError, answer
+from .outage import Outage
 
 log = logging.getLogger(__name__)
+RECONNECT_BACKOFF = 0.5  # seconds, the most the gRPC channel waits between reconnects
 
 
 class Principal(Protocol):
@@ -180,11 +182,23 @@ class RateLimitMiddleware:
         # What `authenticate` / `quota` raise when their store cannot answer: 503, not 500.
         self.unavailable = unavailable
         self.realm = realm
+        # Reconnect backoff capped at RECONNECT_BACKOFF: a restarted ratelimitd is used again
+        # within a second (gRPC's jitter adds up to 20 %).
         self.client = (
-            RateLimitClient(config.address, timeout=config.timeout_seconds)
+            RateLimitClient(
+                config.address,
+                timeout=config.timeout_seconds,
+                max_reconnect_backoff=RECONNECT_BACKOFF,
+            )
             if config.address
             else None
         )
+        consequence = (
+            "answering 503 rate_limiter_unavailable (failure mode deny)"
+            if config.failure_mode == "deny"
+            else "serving without rate limits, quotas still counted (failure mode allow)"
+        )
+        self.outage = Outage(f"ratelimitd at {config.address}", consequence)
         self._deny = config.failure_mode == "deny"
 
     async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
@@ -271,10 +285,25 @@ class RateLimitMiddleware:
     ) -> Response | None:
         """The decision for one hit, or None when ratelimitd cannot give one in time."""
         try:
-            return await client.should_rate_limit(self.config.domain, descriptors, 1)
+            decision = await client.should_rate_limit(self.config.domain, descriptors, 1)
         except RateLimitError as exc:
-            log.warning("ratelimitd %s: %s", client.target, exc.code.name)
+            self.outage.failed(exc.code.name)  # logged once per outage, not per request
             return None
+        self.outage.answered()
+        return decision
+
+    async def probe(self) -> bool | None:
+        """Whether ratelimitd answers now (None: none configured), for /health: a decision on a
+        descriptor no rule matches, so nothing is counted."""
+        if self.client is None:
+            return None
+        try:
+            await self.client.should_rate_limit(self.config.domain, [(("health_probe", "1"),)], 1)
+        except RateLimitError as exc:
+            self.outage.failed(exc.code.name)
+            return False
+        self.outage.answered()
+        return True
 
     def _headers(self, resp: falcon.asgi.Response, decision: Response) -> int | None:
         """Set RateLimit-* of the tightest limit; the seconds to wait when over a limit."""

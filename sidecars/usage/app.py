@@ -71,8 +71,12 @@ def create_app(
     """
     if store is None:
         store = UsageStore(settings, plans or load_plans(settings.plans_file), clock=clock)
+    limiter: RateLimitMiddleware | None = None
     if middleware is None:
-        middleware = [rate_limit_middleware(settings, store)] if settings.rate_limit else []
+        limiter = rate_limit_middleware(settings, store) if settings.rate_limit else None
+        middleware = [limiter] if limiter is not None else []
+    else:
+        limiter = next((m for m in middleware if isinstance(m, RateLimitMiddleware)), None)
     # Redis connections are closed before the worker's loop goes.
     stack: list[Any] = [*middleware, Lifecycle(shutdown=store.close)]
     app = falcon.asgi.App(middleware=stack)
@@ -81,7 +85,15 @@ def create_app(
     app.req_options.strip_url_path_trailing_slash = True
 
     app.add_route(settings.usage_path, r.Usage(store, REALM, settings.retry_after_seconds))
-    app.add_route("/health", r.Health(store, settings.retry_after_seconds))
+    app.add_route(
+        "/health",
+        r.Health(
+            store,
+            settings.retry_after_seconds,
+            probe_ratelimiter=limiter.probe if limiter is not None else None,
+            ratelimiter_deny=settings.ratelimit_failure_mode == "deny",
+        ),
+    )
     app.add_route("/openapi.json", r.OpenApi(openapi_document(settings)))
 
     app.add_error_handler(Exception, r.unexpected_error)

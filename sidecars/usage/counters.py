@@ -62,6 +62,7 @@ class Admission(msgspec.Struct, frozen=True):
     limit: int
     retry_after: int = 0  # seconds, when refused
     counted_key: str = ""  # the bucket counted in ("" when nothing was counted)
+    buffered: bool = False  # counted in this worker's buffer (Redis was unavailable)
 
 
 def retry_after(window: Window, counts: Sequence[int], limit: int, now: float) -> int:
@@ -79,3 +80,34 @@ def retry_after(window: Window, counts: Sequence[int], limit: int, now: float) -
         if used < limit:
             return max(1, int(window.end + k * DAY - now))
     return max(1, int(window.end + len(counts) * DAY - now))
+
+
+class UsageBuffer:
+    """Hits admitted while Redis could not count them (USAGE_COUNTER_FAILURE_MODE=allow):
+    per worker, bounded (`capacity` hits), flushed as plain increments once Redis answers."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.hits: dict[str, int] = {}  # bucket key -> hits not yet in Redis
+        self.total = 0
+        self.flushed = 0  # hits written back since start (for the logs and /health)
+
+    def add(self, key: str) -> bool:
+        """Buffer one hit; False when the buffer is full (the request must be refused)."""
+        if self.total >= self.capacity:
+            return False
+        self.hits[key] = self.hits.get(key, 0) + 1
+        self.total += 1
+        return True
+
+    def take_back(self, key: str) -> bool:
+        """Refund a buffered hit; False when none is buffered under `key`."""
+        n = self.hits.get(key, 0)
+        if n <= 0:
+            return False
+        if n == 1:
+            del self.hits[key]
+        else:
+            self.hits[key] = n - 1
+        self.total -= 1
+        return True

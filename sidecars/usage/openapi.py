@@ -109,15 +109,16 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             settings.usage_path: {"get": get_usage, "head": head_usage, "options": options},
             "/health": {
                 "get": {
-                    "summary": "Whether the account store answers",
+                    "summary": "Each dependency and the overall status",
                     "operationId": "health",
                     "responses": {
                         "200": {
-                            "description": "Ready.",
+                            "description": "Serving: ok, or degraded under an allow policy.",
                             "content": {"application/json": {"schema": health_schema}},
                         },
                         "503": {
-                            "description": "The account store does not answer.",
+                            "description": "The database is down, or a dependency whose "
+                            "failure mode is deny.",
                             "content": {"application/json": {"schema": health_schema}},
                         },
                     },

@@ -55,6 +55,8 @@ class Settings:
     ratelimit_timeout_seconds: float = 0.25
     ratelimit_failure_mode: str = "allow"
     count_error_responses: bool = False
+    counter_failure_mode: str = "allow"
+    counter_buffer_hits: int = 10_000
     quota_exempt_paths: tuple[str, ...] = (USAGE_PATH,)
     exempt_paths: tuple[str, ...] = ("/health", "/openapi.json")
 
@@ -98,6 +100,11 @@ class Settings:
         if failure_mode not in ("allow", "deny"):
             raise SettingsError(
                 f"USAGE_RATELIMIT_FAILURE_MODE={failure_mode!r} (accepted: allow, deny)"
+            )
+        counter_mode = text("COUNTER_FAILURE_MODE", d.counter_failure_mode).lower()
+        if counter_mode not in ("allow", "deny"):
+            raise SettingsError(
+                f"USAGE_COUNTER_FAILURE_MODE={counter_mode!r} (accepted: allow, deny)"
             )
         redis_url = text("REDIS_URL", d.redis_url)
         if "://" not in redis_url:
@@ -148,6 +155,8 @@ class Settings:
             retry_after_seconds=int(number("RETRY_AFTER_SECONDS", d.retry_after_seconds, lo=1)),
             rate_limit=flag("RATE_LIMIT", True),
             count_error_responses=flag("COUNT_ERROR_RESPONSES", d.count_error_responses),
+            counter_failure_mode=counter_mode,
+            counter_buffer_hits=int(number("COUNTER_BUFFER_HITS", d.counter_buffer_hits)),
             ratelimit_address=ratelimit_address,
             ratelimit_domain=text("RATELIMIT_DOMAIN", d.ratelimit_domain),
             ratelimit_timeout_seconds=number(

@@ -31,9 +31,10 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from ratelimitd.keys import meter_key
+from sidecars.common.outage import Outage
 from sidecars.common.ratelimit import AccessDenied
 
-from .counters import ADMIT, REFUND, TTL, Admission, retry_after
+from .counters import ADMIT, REFUND, TTL, Admission, UsageBuffer, retry_after
 from .db import AccountError, AccountRecord, Database, StoreUnavailable, TokenRecord, open_database
 from .db.base import ACCOUNT_ID_RE
 from .plans import WINDOW_KINDS, Plan
@@ -86,6 +87,9 @@ def _info(t: TokenRecord) -> TokenInfo:
     return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked, t.expires, t.last_used)
 
 
+# How often a worker tries to write buffered hits back while Redis is unavailable.
+FLUSH_INTERVAL = 0.2
+
 # A token's `last_used` is written at most this often per worker (not once per request).
 LAST_USED_PRECISION = 60
 
@@ -137,6 +141,14 @@ class UsageStore:
         self._admit: AsyncScript | None = None
         self._refund: AsyncScript | None = None
         self._admit_client: aioredis.Redis | None = None
+        self.buffer = UsageBuffer(settings.counter_buffer_hits)
+        self._flusher: asyncio.Task[None] | None = None
+        consequence = (
+            "serving and buffering usage in this worker (USAGE_COUNTER_FAILURE_MODE=allow)"
+            if settings.counter_failure_mode == "allow"
+            else "answering 503 (USAGE_COUNTER_FAILURE_MODE=deny)"
+        )
+        self.counters_outage = Outage("Redis (usage counters)", consequence)
         # Connect plus one read, with slack: the outer bound if a socket option is not honoured.
         self._deadline = settings.redis_timeout_seconds * 2 + 0.05
 
@@ -148,7 +160,15 @@ class UsageStore:
         return self._redis
 
     async def close(self) -> None:
-        """Close the Redis pool and the database's connections."""
+        """Flush what is buffered (once, bounded), close the Redis pool and the database."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+        if self.buffer.total and self._redis is not None:
+            await self.flush()
+            if self.buffer.total:
+                log.error(
+                    "%d buffered usage hits lost: Redis unavailable at shutdown", self.buffer.total
+                )
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
@@ -256,7 +276,17 @@ class UsageStore:
             self._admit = self.redis.register_script(ADMIT)
             self._refund = self.redis.register_script(REFUND)
         script = self._admit
-        reply = await self._bounded(lambda: script(keys=keys, args=[limit, TTL]))
+        try:
+            reply = await self._bounded(lambda: script(keys=keys, args=[limit, TTL]))
+        except StoreUnavailable as exc:
+            self.counters_outage.failed(str(exc))
+            if self.settings.counter_failure_mode == "deny" or not self.buffer.add(keys[-1]):
+                raise
+            self._start_flush()
+            # Served unchecked and counted here: billing gets the hit when Redis is back.
+            return Admission(True, -1, limit, counted_key=keys[-1], buffered=True)
+        if self.buffer.total == 0:
+            self.counters_outage.answered()
         admitted, used = bool(reply[0]), int(reply[1])
         if admitted:
             return Admission(True, used, limit, counted_key=keys[-1])
@@ -267,9 +297,49 @@ class UsageStore:
 
     async def refund(self, admission: Admission) -> None:
         """Take back the hit an admission counted (never below zero)."""
+        if admission.buffered and self.buffer.take_back(admission.counted_key):
+            return
         if admission.counted_key and self._refund is not None:
             script = self._refund
             await self._bounded(lambda: script(keys=[admission.counted_key]))
+
+    def _start_flush(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        """Write the buffered hits back every FLUSH_INTERVAL until the buffer is empty."""
+        while self.buffer.total:
+            await asyncio.sleep(FLUSH_INTERVAL)
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Write the buffered hits to Redis (one pipeline); the hits written (0 on failure)."""
+        pending = dict(self.buffer.hits)
+        if not pending:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for key, n in pending.items():
+            pipe.incrby(key, n)
+            pipe.expire(key, TTL, nx=True)
+        try:
+            await self._bounded(pipe.execute)
+        except StoreUnavailable:
+            return 0
+        written = 0
+        for key, n in pending.items():
+            # Hits buffered or refunded while the pipeline ran stay for the next round.
+            left = self.buffer.hits.get(key, 0) - n
+            if left > 0:
+                self.buffer.hits[key] = left
+            else:
+                self.buffer.hits.pop(key, None)
+            written += n
+        self.buffer.total -= written
+        self.buffer.flushed += written
+        if self.buffer.total == 0:
+            self.counters_outage.answered(f"flushed {self.buffer.flushed} buffered hits")
+        return written
 
     # ---------------------------------------------------------------- administration (CLI)
 

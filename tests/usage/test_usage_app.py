@@ -213,17 +213,31 @@ async def test_store_unavailable_is_503_with_retry_after_not_a_hang(
     async with client:
         # The account and token are in the database; only the counters (Redis) are down.
         _, token = await account_with_token(store, "pro")
-        for path in (USAGE_PATH, "/health"):
-            started = time.monotonic()
-            resp = await client.get(path, headers=bearer(token))
-            assert time.monotonic() - started < 2.0
-            assert resp.status_code == 503, resp.text
-            assert int(resp.headers["retry-after"]) >= 1
-        assert resp.json() == {"status": "unavailable", "store": "unavailable"}
+        started = time.monotonic()
+        resp = await client.get(USAGE_PATH, headers=bearer(token))
+        assert time.monotonic() - started < 2.0
+        assert resp.status_code == 503, resp.text
+        assert int(resp.headers["retry-after"]) >= 1
+        # Health: the counters are down, served under USAGE_COUNTER_FAILURE_MODE=allow.
+        health = await client.get("/health")
+        assert health.status_code == 200 and time.monotonic() - started < 4.0
+        assert health.json() == {
+            "status": "degraded",
+            "database": "ok",
+            "counters": "unavailable",
+            "rateLimiter": "disabled",
+            "bufferedHits": 0,
+        }
     await store.close()
 
 
 async def test_health_ok(app) -> None:  # type: ignore[no-untyped-def]
     client, _, _ = app
     resp = await client.get("/health")
-    assert resp.status_code == 200 and resp.json() == {"status": "ok", "store": "ok"}
+    assert resp.status_code == 200 and resp.json() == {
+        "status": "ok",
+        "database": "ok",
+        "counters": "ok",
+        "rateLimiter": "disabled",
+        "bufferedHits": 0,
+    }

@@ -155,10 +155,12 @@ def test_redis_down_is_503_under_gunicorn(
     )
     try:
         with httpx.Client(base_url=s.base, timeout=10) as client:
-            for path in (USAGE_PATH, "/health"):
-                started = time.monotonic()
-                resp = client.get(path, headers=bearer(token))
-                assert time.monotonic() - started < 2
-                assert resp.status_code == 503 and int(resp.headers["retry-after"]) >= 1
+            started = time.monotonic()
+            resp = client.get(USAGE_PATH, headers=bearer(token))
+            assert time.monotonic() - started < 2
+            assert resp.status_code == 503 and int(resp.headers["retry-after"]) >= 1
+            health = client.get("/health")
+            assert health.status_code == 200 and health.json()["status"] == "degraded"
+            assert health.json()["counters"] == "unavailable"
     finally:
         s.terminate()

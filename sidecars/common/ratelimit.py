@@ -33,6 +33,7 @@ The authenticated principal is left in `req.context.principal` for the resources
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -95,6 +96,7 @@ class RateLimitConfig:
     exempt_paths: frozenset[str] = frozenset()
     retry_after_seconds: int = 5  # when the account store is unavailable
     count_error_responses: bool = False  # True: admitted requests count whatever the answer
+    invalid_token_limit: int = 20  # invalid-token attempts per client address and window
 
 
 class AccessDenied(Exception):
@@ -172,6 +174,7 @@ class RateLimitMiddleware:
         authenticate: Authenticate,
         admit: Admit | None = None,
         refund: Refund | None = None,
+        count_invalid_token: Callable[[str], Awaitable[tuple[int, int]]] | None = None,
         unavailable: tuple[type[Exception], ...] = (),
         realm: str = "api",
     ) -> None:
@@ -179,6 +182,9 @@ class RateLimitMiddleware:
         self.authenticate = authenticate
         self.admit = admit
         self.refund = refund
+        self.count_invalid_token = count_invalid_token
+        # client address -> monotonic time its invalid-token block ends (this worker's view)
+        self._blocked: dict[str, float] = {}
         # What `authenticate` / `quota` raise when their store cannot answer: 503, not 500.
         self.unavailable = unavailable
         self.realm = realm
@@ -207,11 +213,16 @@ class RateLimitMiddleware:
         if req.method == "OPTIONS" or req.path in self.config.exempt_paths:
             return
         principal = None
+        client = getattr(req.context, "client", None) or req.remote_addr or "unknown"
         if bearer_token(req.get_header("Authorization")) is not None:
+            blocked_for = self._blocked_for(client)
+            if blocked_for:
+                self._too_many_invalid(resp, blocked_for)
+                return
             try:
                 principal = await authenticate_request(req, self.authenticate)
             except AuthFailure as failure:
-                unauthorized(resp, failure, self.realm)
+                await self._invalid_token(resp, failure, client)
                 return
             except AccessDenied as denied:
                 forbidden(resp, denied)
@@ -225,7 +236,7 @@ class RateLimitMiddleware:
                 (("plan", principal.plan), ("account", principal.id)),
             )
         else:
-            descriptors = ((("remote_address", req.remote_addr or "unknown"),),)
+            descriptors = ((("remote_address", client),),)
         if self.client is not None:
             decision = await self._decide(self.client, descriptors)
             if decision is None or decision.overall_code not in (OK, OVER_LIMIT):
@@ -241,6 +252,37 @@ class RateLimitMiddleware:
                     return
         if principal is not None and self.admit is not None:
             await self._admit(req, resp, principal)
+
+    def _blocked_for(self, client: str) -> int:
+        until = self._blocked.get(client)
+        if until is None:
+            return 0
+        left = until - time.monotonic()
+        if left <= 0:
+            del self._blocked[client]
+            return 0
+        return int(left) + 1
+
+    async def _invalid_token(
+        self, resp: falcon.asgi.Response, failure: AuthFailure, client: str
+    ) -> None:
+        """401, or 429 once the address is over its invalid-token attempts."""
+        if self.count_invalid_token is not None:
+            try:
+                attempts, ttl = await self.count_invalid_token(client)
+            except self.unavailable:
+                attempts, ttl = 0, 0  # the counter is down: answer as usual
+            if attempts > self.config.invalid_token_limit:
+                if len(self._blocked) > 100_000:
+                    self._blocked.clear()
+                self._blocked[client] = time.monotonic() + ttl
+                self._too_many_invalid(resp, ttl)
+                return
+        unauthorized(resp, failure, self.realm)
+
+    def _too_many_invalid(self, resp: falcon.asgi.Response, wait: int) -> None:
+        message = f"Too many invalid tokens from this address; retry in {wait} s."
+        answer(resp, ApiError(429, "too_many_invalid_tokens", message), retry_after=wait)
 
     async def _admit(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, principal: Any

@@ -13,6 +13,7 @@ from typing import Any
 import falcon
 import falcon.asgi
 
+from sidecars.common.clients import RequestLimits, parse_networks
 from sidecars.common.lifecycle import Lifecycle
 from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware
 
@@ -36,12 +37,14 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         exempt_paths=frozenset(settings.exempt_paths),
         retry_after_seconds=settings.retry_after_seconds,
         count_error_responses=settings.count_error_responses,
+        invalid_token_limit=settings.invalid_token_limit,
     )
     return RateLimitMiddleware(
         config,
         authenticate=store.authenticate,
         admit=store.admit,
         refund=store.refund,
+        count_invalid_token=store.count_invalid_token,
         unavailable=(StoreUnavailable,),
         realm=REALM,
     )
@@ -78,7 +81,12 @@ def create_app(
     else:
         limiter = next((m for m in middleware if isinstance(m, RateLimitMiddleware)), None)
     # Redis connections are closed before the worker's loop goes.
-    stack: list[Any] = [*middleware, Lifecycle(shutdown=store.close)]
+    limits = RequestLimits(
+        parse_networks(settings.trusted_proxies),
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+    )
+    stack: list[Any] = [limits, *middleware, Lifecycle(shutdown=store.close)]
     app = falcon.asgi.App(middleware=stack)
     # `format=` must reach the resource (and be refused), not vanish as a blank value.
     app.req_options.keep_blank_qs_values = True

@@ -290,7 +290,13 @@ async def _accounts(args: argparse.Namespace, store: UsageStore) -> Any:
 
 def serve(settings: Settings, extra: Sequence[str]) -> None:
     """Exec gunicorn with uvicorn workers, the bind address and worker count from settings."""
-    exec_gunicorn(gunicorn_argv("sidecars.usage.asgi:app()", settings, extra))
+    argv = gunicorn_argv(
+        "sidecars.usage.asgi:app()",
+        settings,
+        extra,
+        worker_class="sidecars.usage.worker.UsageWorker",
+    )
+    exec_gunicorn(argv)
 
 
 def environment(args: argparse.Namespace, base: Mapping[str, str]) -> dict[str, str]:

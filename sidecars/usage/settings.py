@@ -9,6 +9,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sidecars.common.clients import parse_networks
+
 USAGE_PATH = "/api/v2/user/usage"
 
 
@@ -56,6 +58,11 @@ class Settings:
     ratelimit_failure_mode: str = "allow"
     count_error_responses: bool = False
     counter_failure_mode: str = "allow"
+    trusted_proxies: tuple[str, ...] = ()
+    invalid_token_limit: int = 20
+    invalid_token_window_seconds: int = 60
+    max_header_bytes: int = 8192
+    max_headers: int = 64
     counter_buffer_hits: int = 10_000
     quota_exempt_paths: tuple[str, ...] = (USAGE_PATH,)
     exempt_paths: tuple[str, ...] = ("/health", "/openapi.json")
@@ -106,6 +113,11 @@ class Settings:
             raise SettingsError(
                 f"USAGE_COUNTER_FAILURE_MODE={counter_mode!r} (accepted: allow, deny)"
             )
+        proxies = paths("TRUSTED_PROXIES", ())
+        try:
+            parse_networks(proxies)
+        except ValueError as exc:
+            raise SettingsError(f"USAGE_TRUSTED_PROXIES: {exc}") from None
         redis_url = text("REDIS_URL", d.redis_url)
         if "://" not in redis_url:
             # ratelimitd's REDIS_URL form (host:port) is accepted as it is.
@@ -156,6 +168,13 @@ class Settings:
             rate_limit=flag("RATE_LIMIT", True),
             count_error_responses=flag("COUNT_ERROR_RESPONSES", d.count_error_responses),
             counter_failure_mode=counter_mode,
+            trusted_proxies=proxies,
+            invalid_token_limit=int(number("INVALID_TOKEN_LIMIT", d.invalid_token_limit, lo=1)),
+            invalid_token_window_seconds=int(
+                number("INVALID_TOKEN_WINDOW_SECONDS", d.invalid_token_window_seconds, lo=1)
+            ),
+            max_header_bytes=int(number("MAX_HEADER_BYTES", d.max_header_bytes, lo=1024)),
+            max_headers=int(number("MAX_HEADERS", d.max_headers, lo=8)),
             counter_buffer_hits=int(number("COUNTER_BUFFER_HITS", d.counter_buffer_hits)),
             ratelimit_address=ratelimit_address,
             ratelimit_domain=text("RATELIMIT_DOMAIN", d.ratelimit_domain),

@@ -341,6 +341,18 @@ class UsageStore:
             self.counters_outage.answered(f"flushed {self.buffer.flushed} buffered hits")
         return written
 
+    async def count_invalid_token(self, address: str) -> tuple[int, int]:
+        """Count one invalid-token attempt from `address` in its fixed window: (attempts in
+        the window, seconds until it ends)."""
+        window = self.settings.invalid_token_window_seconds
+        key = f"{self.settings.key_prefix}invalid_token:{address}"
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.incr(key)
+        pipe.expire(key, window, nx=True)
+        pipe.ttl(key)
+        count, _, ttl = await self._bounded(pipe.execute)
+        return int(count), max(1, int(ttl))
+
     # ---------------------------------------------------------------- administration (CLI)
 
     def _check_id(self, account_id: str) -> None:

@@ -197,6 +197,8 @@ def _listeners(env: Env) -> ListenerSettings:
         grpc_host=env.get_str("GRPC_HOST", d.grpc_host),
         grpc_port=env.get_port("GRPC_PORT", d.grpc_port),
         grpc_uds=env.get_str("GRPC_UDS"),
+        json_enabled=env.get_bool("HTTP_JSON_ENABLED", d.json_enabled),
+        json_domains=env.get_list("HTTP_JSON_DOMAINS"),
     )
 
 
@@ -495,6 +497,11 @@ def _check(settings: Settings, env: Env) -> None:
         raise SettingsError(
             f"LIMIT_RESPONSE_HEADERS_FORMAT: {reload.headers_format!r} formats the response "
             "headers, which are off: set LIMIT_RESPONSE_HEADERS_ENABLED=true too"
+        )
+    if settings.listeners.json_domains and not settings.listeners.json_enabled:
+        raise SettingsError(
+            "HTTP_JSON_DOMAINS: has no effect with HTTP_JSON_ENABLED=false (/json is off): "
+            "unset one of them"
         )
     stats = settings.stats
     if not stats.disable:

@@ -52,6 +52,10 @@ class ListenerSettings:
     grpc_host: str = "0.0.0.0"
     grpc_port: int = 8081
     grpc_uds: str = ""  # set: gRPC listens on this unix socket instead of host:port
+    # Extension: `/json` off (404) or limited to these domains (403), so a deployment can
+    # keep metering domains reachable only over gRPC on loopback / a unix socket.
+    json_enabled: bool = True  # HTTP_JSON_ENABLED
+    json_domains: tuple[str, ...] = ()  # HTTP_JSON_DOMAINS: empty = every domain
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,6 +166,7 @@ class RedisServers:
             timeout=60,
         )
         assert cli.returncode == 0, cli.stdout + cli.stderr
+
         def ok() -> bool:
             return all(n.client().cluster("info")["cluster_state"] == "ok" for n in nodes)
 

@@ -19,7 +19,7 @@ from . import keys
 from .backends.base import FIXED_WINDOW, BackendError
 from .config import Rule, RuleSet
 from .config.ruleset import UNIT_NAMES
-from .limiter import Check, Limiter, Meter
+from .limiter import NO_LIMIT, Check, Limiter, Meter
 from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Response, Status
 from .settings import ReloadOptions
 from .stats import StatsStore
@@ -46,6 +46,13 @@ class RequestTooLarge(ServiceError):
     code = RESOURCE_EXHAUSTED
 
 
+class Overloaded(ServiceError):
+    """MAX_INFLIGHT_DECISIONS decisions already wait on the store (gRPC RESOURCE_EXHAUSTED,
+    `/json` 503): refused at once rather than queued without bound."""
+
+    code = RESOURCE_EXHAUSTED
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What one request runs against."""
@@ -65,10 +72,21 @@ class RateLimitService:
         clock: Callable[[], float] = time.time,
         *,
         impl: str | None = None,
+        failure_policy: str = "error",
+        fallback: Limiter | None = None,
+        max_in_flight: int = 0,
     ) -> None:
         self.limiter = limiter
         self.stats = stats
         self.clock = clock
+        # BACKEND_FAILURE_POLICY: error (raise, as the reference), allow, deny, or local
+        # (decide with `fallback`, a limiter over this process's memory store).
+        if failure_policy == "local" and fallback is None:
+            raise ValueError("failure policy 'local' needs a fallback limiter")
+        self.failure_policy = failure_policy
+        self.fallback = fallback
+        self.max_in_flight = max_in_flight  # MAX_INFLIGHT_DECISIONS; 0: no bound
+        self.in_flight = 0  # decisions waiting on the store now
         self.snapshot = Snapshot(None, options or ReloadOptions())
         # The window arithmetic of the `keys` implementation `impl` names (None: selected).
         k = keys.implementation(impl)
@@ -202,14 +220,25 @@ class RateLimitService:
                 checks = kept
 
         limiter = self.limiter
-        try:
-            if limiter.synchronous:
-                statuses = limiter.do_limit_now(domain, descriptors, checks, meters or ())
-            else:
+        if limiter.synchronous:
+            statuses = limiter.do_limit_now(domain, descriptors, checks, meters or ())
+        else:
+            if self.max_in_flight and self.in_flight >= self.max_in_flight:
+                self.stats.service.overloaded += 1
+                raise Overloaded(
+                    f"{self.in_flight} decisions wait on the store "
+                    f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
+                )
+            self.in_flight += 1
+            try:
                 statuses = await limiter.do_limit(domain, descriptors, checks, meters or ())
-        except BackendError:
-            self.stats.service.redis_error += 1
-            raise
+            except BackendError:
+                self.stats.service.redis_error += 1
+                if self.failure_policy == "error":
+                    raise
+                statuses = self._on_failure(domain, descriptors, checks, meters or ())
+            finally:
+                self.in_flight -= 1
         if unlimited is not None:
             for i in unlimited:
                 statuses[i] = Status(OK, None, MAX_UINT32, 0)
@@ -250,6 +279,41 @@ class RateLimitService:
                 request, statuses, unlimited or [], metadata or [None] * n
             )
         return response
+
+    def _on_failure(
+        self,
+        domain: str,
+        descriptors: Sequence[Descriptor],
+        checks: list[Check],
+        meters: Sequence[Meter],
+    ) -> list[Status]:
+        """The statuses BACKEND_FAILURE_POLICY gives when the store failed (or its breaker
+        is open): `allow` OK without a limit, `deny` OVER_LIMIT of each limit until its
+        window ends, `local` what this process's memory store decides with the same rules
+        (its counters are per instance, and are not merged into the store when it is back).
+        """
+        self.stats.service.failure_policy += 1
+        policy = self.failure_policy
+        statuses: list[Status] = [NO_LIMIT] * len(descriptors)
+        if policy == "allow":
+            return statuses
+        if policy == "deny":
+            now = int(self.clock())
+            for check in checks:
+                rule = check.rule
+                reset = self._reset_seconds(now, rule.unit_seconds)
+                statuses[check.index] = Status(OVER_LIMIT, rule, 0, reset)
+            return statuses
+        # local: the failed round already counted total_hits (and refunds): undo that, the
+        # fallback counts them again.
+        for check in checks:
+            if check.refund:
+                check.stats.total_negative_hits -= check.hits
+            else:
+                check.stats.total_hits -= check.hits
+        fallback = self.fallback
+        assert fallback is not None and fallback.synchronous  # the constructor said so
+        return fallback.do_limit_now(domain, descriptors, checks, meters)
 
     def _override(self, domain: str, d: Descriptor) -> Rule:
         """A request's own limit (`descriptor.limit`): no shadow, quota, name or metadata."""

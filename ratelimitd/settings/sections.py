@@ -230,6 +230,14 @@ class CacheSettings:
     near_limit_ratio: float = 0.8  # float32 in the reference; keys/limiter round as needed
     cache_key_prefix: str = ""
     stop_cache_key_increment_when_overlimit: bool = False
+    # Extensions (issue 17, part 1), off by default: what a decision does when the store
+    # fails (`error` is the reference: UNKNOWN), a breaker per store instance after
+    # `breaker_failures` consecutive failures (0: none), and a bound on decisions waiting
+    # on the store per process (0: none).
+    failure_policy: str = "error"  # BACKEND_FAILURE_POLICY: error | allow | deny | local
+    breaker_failures: int = 0  # BACKEND_BREAKER_FAILURES
+    breaker_probe_interval: float = 1.0  # BACKEND_BREAKER_PROBE_INTERVAL
+    max_in_flight: int = 0  # MAX_INFLIGHT_DECISIONS
 
 
 @dataclass(frozen=True, slots=True)

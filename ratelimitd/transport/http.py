@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 from collections import deque
@@ -36,7 +37,7 @@ import httptools
 from ..backends.base import BackendError
 from ..health import Health
 from ..messages import OVER_LIMIT, UNKNOWN
-from ..service import RateLimitService, ServiceError
+from ..service import Overloaded, RateLimitService, ServiceError
 from ..settings import ListenerSettings
 from .jsoncodec import decode_request, encode_response
 from .limits import ConnectionBudget
@@ -124,6 +125,7 @@ ERROR_HEADERS: Headers = (*TEXT_PLAIN, ("X-Content-Type-Options", "nosniff"))
 NOT_FOUND: Reply = (404, ERROR_HEADERS, b"404 page not found\n")
 BAD_REQUEST: Reply = (400, ERROR_HEADERS, b"Bad Request\n")
 FORBIDDEN: Reply = (403, ERROR_HEADERS, b"domain not served on /json\n")
+OVERLOADED: Reply = (503, (*ERROR_HEADERS, ("Retry-After", "1")), b"Service Unavailable\n")
 INTERNAL_ERROR: Reply = (500, ERROR_HEADERS, b"Internal Server Error\n")
 TOO_LARGE: Reply = (413, ERROR_HEADERS, b"Request Entity Too Large\n")
 HEAD_TOO_LARGE: Reply = (431, ERROR_HEADERS, b"431 Request Header Fields Too Large\n")
@@ -535,6 +537,9 @@ def main_routes(
     domains = frozenset(listeners.json_domains)
 
     async def healthcheck(request: HttpRequest) -> Reply:
+        if b"detail" in request.query:  # extension: the components and breakers, as JSON
+            status = 200 if health.healthy() else 500
+            return status, JSON, json.dumps(health.detail()).encode()
         return _HEALTHY if health.healthy() else _UNHEALTHY
 
     if not listeners.json_enabled:
@@ -549,6 +554,8 @@ def main_routes(
             return FORBIDDEN
         try:
             response = await decide(decoded)
+        except Overloaded:
+            return OVERLOADED
         except (ServiceError, BackendError):
             return BAD_REQUEST
         code = response.overall_code

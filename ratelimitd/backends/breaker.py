@@ -63,8 +63,12 @@ class Breaker:
         probe_interval: float,
         *,
         clock: Callable[[], float] = time.monotonic,
+        before_probe: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.name = name
+        # Run before the probe's call (the Redis instance dials a pool left with no
+        # connection), so a store that is back closes the breaker at the first probe.
+        self.before_probe = before_probe
         self.threshold = failures
         self.probe_interval = probe_interval
         self.clock = clock
@@ -96,6 +100,8 @@ class Breaker:
         self.state = HALF_OPEN
         self.probing = True
         try:
+            if self.before_probe is not None:
+                await self.before_probe()
             result = await fn(*args, **kw)
         except BackendError as exc:
             self._open(f"probe failed: {exc}")

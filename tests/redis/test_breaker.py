@@ -166,3 +166,28 @@ async def test_per_second_instance_has_its_own_breaker(servers, decider) -> None
         assert await codes(d, "m", 1) == [OK]  # the main instance still serves
     finally:
         per_second.resume()
+
+
+async def test_after_a_restart_the_first_probe_closes_it(servers, decider) -> None:
+    # The pool's reconnect backoff may not have re-dialled yet when the probe is due: the
+    # probe dials, so a store that is back closes the breaker within one probe interval.
+    server = servers()
+    d = await decider(
+        {
+            "REDIS_URL": server.address,
+            **STALLED,
+            "BACKEND_BREAKER_FAILURES": "1",
+            "BACKEND_BREAKER_PROBE_INTERVAL": "500ms",
+        },
+        CONFIG,
+    )
+    port = server.port
+    server.close()
+    await _until(lambda: not d.backend.main.pools()[0].conns)
+    with pytest.raises(BackendError):
+        await d.decide("d", [("k", "a")])
+    assert d.health.detail()["breakers"] == {"redis": "open"}
+    await asyncio.sleep(3)  # the maintainer's backoff grows towards its 1 s cap
+    servers(port=port)
+    assert await codes(d, "a", 1) == [OK]  # the probe, due already: it dials the new server
+    assert d.health.detail()["breakers"] == {"redis": "closed"}

@@ -97,10 +97,10 @@ class RedisBackend:
         self._main: Any = self.main
         self._second: Any = self.per_second
         if breaker is not None:
-            self._main = _Guarded(self.main, Breaker("redis", *breaker))
+            self._main = _Guarded(self.main, "redis", breaker)
             self._breakers.append(self._main.breaker)
             if self.per_second is not None:
-                self._second = _Guarded(self.per_second, Breaker("redis_per_second", *breaker))
+                self._second = _Guarded(self.per_second, "redis_per_second", breaker)
                 self._breakers.append(self._second.breaker)
         if self.per_second is None:
             # The hot path without a routing frame: one coroutine per request, not two.
@@ -204,9 +204,9 @@ class RedisBackend:
 class _Guarded:
     """An instance's three entry points through its breaker (the routing's view of it)."""
 
-    def __init__(self, inst: RedisInstance, breaker: Breaker) -> None:
+    def __init__(self, inst: RedisInstance, name: str, breaker: tuple[int, float]) -> None:
         self.inst = inst
-        self.breaker = breaker
+        self.breaker = Breaker(name, *breaker, before_probe=inst.dial_if_down)
 
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         return await self.breaker.call(self.inst.incr_expire, ops)  # type: ignore[no-any-return]

@@ -96,6 +96,11 @@ class RedisInstance:
         """One connection attempt for the startup loop."""
         raise NotImplementedError
 
+    async def dial_if_down(self) -> None:
+        """Before a breaker's probe: dial every pool that has no connection up."""
+        for pool in self.pools():
+            await pool.dial_if_down()
+
     async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
         """INCRBY + EXPIRE per op; the counters."""
         raise NotImplementedError

@@ -246,7 +246,7 @@ class RateLimitService:
         overall = OK
         for st in statuses:
             if st.code == OVER_LIMIT:  # nothing over is OK whatever the quota settings
-                overall = _overall(statuses, unlimited or (), opts.quota_mode)
+                overall = overall_code(statuses, unlimited or (), opts.quota_mode)
                 break
         if overall == OVER_LIMIT and opts.shadow_mode:
             overall = OK
@@ -276,7 +276,11 @@ class RateLimitService:
             )
         if opts.response_dynamic_metadata:
             response.dynamic_metadata = _dynamic_metadata(
-                request, statuses, unlimited or [], metadata or [None] * n
+                request,
+                statuses,
+                unlimited or [],
+                metadata or [None] * n,
+                opts.dynamic_metadata_limit_name,
             )
         return response
 
@@ -334,7 +338,7 @@ def _decided_by_store(rule: Rule) -> bool:
     return any(limit.algorithm != FIXED_WINDOW for limit in rule.limits or (rule,))
 
 
-def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:
+def overall_code(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:
     """OVER_LIMIT iff a regular descriptor is over, or every quota descriptor is.
 
     A descriptor is a quota one with QUOTA_MODE or its rule's quota_mode (with QUOTA_MODE
@@ -449,15 +453,29 @@ def _dynamic_metadata(
     statuses: list[Status],
     unlimited: list[int],
     metadata: list[dict[str, Any] | None],
+    limit_names: bool = False,
 ) -> dict[str, Any]:
     """RESPONSE_DYNAMIC_METADATA: the request echoed, plus merged rule metadata.
 
     Metadata of every passed descriptor (not OVER_LIMIT, not unlimited; shadowed ones
     pass) is merged in descriptor order, the first value of a key winning.
+
+    With `limit_names` (RESPONSE_DYNAMIC_METADATA_LIMIT_NAME, after upstream PR #1239) each
+    descriptor also gets its `code` and, when a limit applied, `limitName`: the deciding
+    limit's `name`, or its stats key when it has none; and the whole response gets the
+    `limitName` of the first descriptor over its limit, the one that made it OVER_LIMIT.
     """
     descriptors = []
-    for d in request.descriptors:
+    over_name = None
+    for i, d in enumerate(request.descriptors):
         entry: dict[str, Any] = {"entries": [f"{k}={v}" for k, v in d.entries]}
+        if limit_names:
+            st = statuses[i]
+            entry["code"] = "OVER_LIMIT" if st.code == OVER_LIMIT else "OK"
+            if st.rule is not None:
+                entry["limitName"] = st.rule.name or st.rule.full_key
+                if st.code == OVER_LIMIT and over_name is None:
+                    over_name = entry["limitName"]
         if d.limit is not None:
             rpu, unit = d.limit
             entry["limit"] = f"requests_per_unit:{rpu} unit:{UNIT_NAMES.get(unit, unit)}"
@@ -467,6 +485,8 @@ def _dynamic_metadata(
     out: dict[str, Any] = {"domain": request.domain, "descriptors": descriptors}
     if request.hits_addend:
         out["hitsAddend"] = request.hits_addend
+    if over_name is not None:
+        out["limitName"] = over_name
     merged: dict[str, Any] = {}
     for i, st in enumerate(statuses):
         meta = metadata[i]

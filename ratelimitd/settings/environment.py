@@ -449,6 +449,9 @@ def _reload(env: Env) -> ReloadOptions:
         shadow_mode=env.get_bool("SHADOW_MODE", False),
         quota_mode=env.get_bool("QUOTA_MODE", False),
         response_dynamic_metadata=env.get_bool("RESPONSE_DYNAMIC_METADATA", False),
+        dynamic_metadata_limit_name=env.get_bool(
+            "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME", d.dynamic_metadata_limit_name
+        ),
         response_headers=env.get_bool("LIMIT_RESPONSE_HEADERS_ENABLED", False),
         limit_header=env.get_str("LIMIT_LIMIT_HEADER", d.limit_header),
         remaining_header=env.get_str("LIMIT_REMAINING_HEADER", d.remaining_header),
@@ -532,6 +535,11 @@ def _check(settings: Settings, env: Env) -> None:
         raise SettingsError(
             "BACKEND_BREAKER_PROBE_INTERVAL: has no effect without BACKEND_BREAKER_FAILURES "
             "(the breaker is off)"
+        )
+    if reload.dynamic_metadata_limit_name and not reload.response_dynamic_metadata:
+        raise SettingsError(
+            "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME: has no effect without "
+            "RESPONSE_DYNAMIC_METADATA=true (no dynamic metadata is sent)"
         )
     if settings.listeners.json_domains and not settings.listeners.json_enabled:
         raise SettingsError(

@@ -325,6 +325,9 @@ class ReloadOptions:
     shadow_mode: bool = False
     quota_mode: bool = False
     response_dynamic_metadata: bool = False
+    # Extension (the reference's open PR #1239, opt-in): each descriptor in the dynamic
+    # metadata gets its `code` and the `limitName` of the limit that decided it.
+    dynamic_metadata_limit_name: bool = False  # RESPONSE_DYNAMIC_METADATA_LIMIT_NAME
     response_headers: bool = False  # LIMIT_RESPONSE_HEADERS_ENABLED
     limit_header: str = "RateLimit-Limit"
     remaining_header: str = "RateLimit-Remaining"

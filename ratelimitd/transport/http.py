@@ -104,6 +104,15 @@ class HttpRequest:
         return None
 
     @property
+    def peer(self) -> str:
+        """The client's address (`host:port`, a unix socket's path, or "")."""
+        transport = self.connection._transport  # the protocol is this module's own
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if isinstance(peer, tuple):
+            return f"{peer[0]}:{peer[1]}"
+        return str(peer or "")
+
+    @property
     def disconnected(self) -> asyncio.Future[None]:
         """Done once the client's connection is gone (for long handlers)."""
         return self.connection.closed

@@ -195,6 +195,14 @@ class RedisBackend:
                     out[j] = value
         return out
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        """DEL each key on every instance (a key's instance depends on its limit's unit,
+        which a key alone does not say; DEL is harmless where it is absent)."""
+        found = 0
+        for inst in self.instances():
+            found += await inst.delete(keys)
+        return found
+
     async def close(self) -> None:
         """Close every connection; later requests fail with BackendError."""
         for inst in self.instances():

@@ -113,6 +113,20 @@ class RedisInstance:
         """One reply per (slot, command), all sent in one round (per node)."""
         raise NotImplementedError
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        """DEL per key in one round (routed per slot on a cluster); how many existed."""
+        cluster = isinstance(self, ClusterInstance)
+        cmds = []
+        for key in keys:
+            k = key.encode()
+            cmds.append((key_slot(k) if cluster else 0, resp.command("DEL", key)))
+        found = 0
+        for reply in await self._run(cmds):
+            if reply.__class__ is not int:
+                self._raise_reply(reply)
+            found += reply
+        return found
+
     async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
         """Ops of any algorithm in one round: INCRBY + EXPIRE (GET with `peek`) for a fixed
         window, the script's call for the others (`(level, ticks until reset)`, the level

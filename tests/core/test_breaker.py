@@ -34,6 +34,17 @@ def breaker(clock: Clock) -> Breaker:
     return Breaker("redis", 3, 1.0, clock=clock)
 
 
+async def tripped(clock: Clock) -> tuple[Store, Breaker]:
+    """A breaker opened by three failures of its store (which still fails)."""
+    store, b = Store(), breaker(clock)
+    store.fail = True
+    for _ in range(3):
+        with pytest.raises(BackendError):
+            await b.call(store, 1)
+    assert b.state == OPEN
+    return store, b
+
+
 async def test_opens_after_k_consecutive_failures_only() -> None:
     store, b = Store(), breaker(Clock())
     store.fail = True
@@ -54,11 +65,7 @@ async def test_opens_after_k_consecutive_failures_only() -> None:
 
 async def test_open_refuses_without_asking_then_one_probe_closes_it() -> None:
     clock = Clock()
-    store, b = Store(), breaker(clock)
-    store.fail = True
-    for _ in range(3):
-        with pytest.raises(BackendError):
-            await b.call(store, 1)
+    store, b = await tripped(clock)
     asked = store.asked
     store.fail = False
     for _ in range(5):
@@ -72,11 +79,7 @@ async def test_open_refuses_without_asking_then_one_probe_closes_it() -> None:
 
 async def test_half_open_lets_one_probe_through_at_a_time() -> None:
     clock = Clock()
-    store, b = Store(), breaker(clock)
-    store.fail = True
-    for _ in range(3):
-        with pytest.raises(BackendError):
-            await b.call(store, 1)
+    store, b = await tripped(clock)
     clock.advance(1.5)
     store.fail = False
     store.gate = asyncio.Event()
@@ -92,11 +95,7 @@ async def test_half_open_lets_one_probe_through_at_a_time() -> None:
 
 async def test_a_failed_probe_opens_it_for_another_interval() -> None:
     clock = Clock()
-    store, b = Store(), breaker(clock)
-    store.fail = True
-    for _ in range(3):
-        with pytest.raises(BackendError):
-            await b.call(store, 1)
+    store, b = await tripped(clock)
     clock.advance(1.0)
     with pytest.raises(BackendError) as info:
         await b.call(store, 1)
@@ -112,11 +111,7 @@ async def test_a_failed_probe_opens_it_for_another_interval() -> None:
 
 async def test_a_cancelled_probe_gives_no_verdict() -> None:
     clock = Clock()
-    store, b = Store(), breaker(clock)
-    store.fail = True
-    for _ in range(3):
-        with pytest.raises(BackendError):
-            await b.call(store, 1)
+    store, b = await tripped(clock)
     clock.advance(1.0)
     store.gate = asyncio.Event()
     probe = asyncio.ensure_future(b.call(store, 1))

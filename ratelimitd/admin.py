@@ -65,6 +65,16 @@ class Admin:
             raise AdminError("rate limit domain must not be empty")
         if not request.descriptors:
             raise AdminError("rate limit descriptor list must not be empty")
+        opts = self.service.snapshot.options
+        if len(request.descriptors) > opts.max_descriptors:
+            raise AdminError(
+                f"{len(request.descriptors)} descriptors in one request "
+                f"(MAX_DESCRIPTORS_PER_REQUEST={opts.max_descriptors})"
+            )
+        if any(len(d.entries) > opts.max_entries for d in request.descriptors):
+            raise AdminError(
+                f"a descriptor with more than MAX_ENTRIES_PER_DESCRIPTOR={opts.max_entries} entries"
+            )
         t = self.clock()
         default_hits = min(request.hits_addend or 1, keys.MAX_HITS)
         root = ruleset.domains.get(request.domain)
@@ -162,7 +172,6 @@ class Admin:
             if status.rule is not None:
                 entry["limit_remaining"] = status.limit_remaining
                 entry["duration_until_reset"] = status.duration_until_reset
-        opts = self.service.snapshot.options
         overall = overall_code(statuses, unlimited, opts.quota_mode)
         if overall == OVER_LIMIT and opts.shadow_mode:
             overall = OK

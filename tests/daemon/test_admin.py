@@ -171,6 +171,12 @@ def test_bad_requests_are_400_with_a_message(admin_daemon) -> None:
     status, body = call(d, "GET", "/counters?domain=api&entry=nope=1")
     assert status == 404 and "no config entry matches nope=1" in body["error"]
     assert call(d, "POST", "/explain", {"domain": "api"})[0] == 400
+    many = {"domain": "api", "descriptors": [{"entries": [{"key": "a", "value": "b"}]}] * 1025}
+    status, body = call(d, "POST", "/explain", many)
+    assert (status, body["error"]) == (
+        400,
+        "1025 descriptors in one request (MAX_DESCRIPTORS_PER_REQUEST=1024)",
+    )
     assert call(d, "PUT", "/counters?domain=api&entry=a=b")[0] == 405
     assert call(d, "GET", "/explain")[0] == 405
 

@@ -46,13 +46,14 @@ Passwords never reach a log line or an error message: addresses are shown throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...settings import RedisSettings
 from ..base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
 from ..breaker import Breaker, add_breaker_stats, breaker_args
-from .instances import RedisInstance, go_duration, instance, key_slot
+from .cluster import ClusterInstance
+from .instances import RedisInstance, SingleInstance, go_duration, key_slot
 from .pool import MAX_IN_FLIGHT
 
 if TYPE_CHECKING:
@@ -224,6 +225,15 @@ class _Guarded:
 
     async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
         return await self.breaker.call(self.inst.decide, ops, peek=peek)  # type: ignore[no-any-return]
+
+
+def instance(
+    s: RedisSettings, jitter: int, on_change: Callable[[], None], max_in_flight: int
+) -> RedisInstance:
+    """The instance REDIS_TYPE names: a cluster, or a single server / sentinel master."""
+    if s.type == "cluster":
+        return ClusterInstance(s, jitter, on_change, max_in_flight)
+    return SingleInstance(s, jitter, on_change, max_in_flight)
 
 
 def create_redis_backend(

@@ -1,4 +1,6 @@
-"""Command-line entry points: `serve` (default), `check-config`, `client`.
+"""Command-line entry points: `serve` (default), `check-config`, `client`, and the admin
+endpoints' `counters get|reset` and `explain` (they call the debug listener; see
+`ratelimitd.admin`).
 
 `ratelimitd client` is the reference's `src/client_cmd` (reference section 12), a
 synchronous use of the public async client (`ratelimitd.client`): Go `flag` syntax
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import math
 import sys
@@ -408,10 +411,150 @@ _USAGE = """Usage of ratelimitd client:
 """
 
 
+def _admin_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(
+        "--admin-url",
+        help="the debug listener (default: http://DEBUG_HOST:DEBUG_PORT from the environment, "
+        "0.0.0.0 read as 127.0.0.1); the token is ADMIN_TOKEN from the environment",
+    )
+    parser.add_argument(
+        "--token-file", help="read the admin token from this file instead of ADMIN_TOKEN"
+    )
+    return parser
+
+
+def _entries(parser: argparse.ArgumentParser, items: Sequence[str]) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        for part in item.split(","):
+            key, sep, value = part.partition("=")
+            if not sep or not key:
+                parser.error(f"descriptor entry {part!r}: expected KEY=VALUE")
+            out.append((key, value))
+    return out
+
+
+def _admin_call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> int:
+    """One admin request; its JSON on stdout (0), or its error on stderr (1)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from .settings import Settings, SettingsError
+
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"ratelimitd: {exc}", file=sys.stderr)
+        return 2
+    token = settings.debug.admin_token
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+    if not token:
+        print(
+            "ratelimitd: no admin token: set ADMIN_TOKEN (as the server has it) or --token-file",
+            file=sys.stderr,
+        )
+        return 2
+    url = args.admin_url
+    if not url:
+        listeners = settings.listeners
+        host = "127.0.0.1" if listeners.debug_host in ("", "0.0.0.0") else listeners.debug_host
+        url = f"http://{host}:{listeners.debug_port}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url.rstrip("/") + path, data, method=method)
+    req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=DEADLINE_SECONDS) as resp:
+            print(json.dumps(json.loads(resp.read()), indent=2))
+            return 0
+    except urllib.error.HTTPError as err:
+        text = err.read().decode("utf-8", "replace").strip()
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            text = json.loads(text)["error"]
+        print(f"ratelimitd: {err.code}: {text}", file=sys.stderr)
+    except OSError as exc:
+        print(f"ratelimitd: cannot reach {url}: {exc}", file=sys.stderr)
+    return 1
+
+
+def counters_main(argv: Sequence[str]) -> int:
+    """`ratelimitd counters get|reset DOMAIN KEY=VALUE[,KEY=VALUE...]`."""
+    from urllib.parse import urlencode
+
+    parser = _admin_parser(
+        "ratelimitd counters",
+        "Show (get) or reset one descriptor's counters on a running ratelimitd.",
+    )
+    parser.add_argument("action", choices=("get", "reset"))
+    parser.add_argument("domain")
+    parser.add_argument("entries", nargs="+", metavar="KEY=VALUE", help="the descriptor's entries")
+    args = parser.parse_args(argv)
+    entries = _entries(parser, args.entries)
+    query = urlencode([("domain", args.domain), *(("entry", f"{k}={v}") for k, v in entries)])
+    method = "GET" if args.action == "get" else "DELETE"
+    return _admin_call(args, method, f"/counters?{query}")
+
+
+def explain_main(argv: Sequence[str]) -> int:
+    """`ratelimitd explain DOMAIN DESCRIPTOR...` or `--file request.json`: the dry run."""
+    import json
+
+    parser = _admin_parser(
+        "ratelimitd explain",
+        "Explain the decision a request would get (which rule matched and why, stats and "
+        "cache keys, current counters) without counting it.",
+    )
+    parser.add_argument("domain", nargs="?")
+    parser.add_argument(
+        "descriptors",
+        nargs="*",
+        metavar="KEY=VALUE[,KEY=VALUE...]",
+        help="one argument per descriptor",
+    )
+    parser.add_argument("--hits", type=int, default=0, help="hits_addend (default 1)")
+    parser.add_argument(
+        "--file", help="a RateLimitRequest as JSON (- for standard input) instead of arguments"
+    )
+    args = parser.parse_args(argv)
+    if args.file:
+        if args.domain:
+            parser.error("give --file or DOMAIN DESCRIPTOR..., not both")
+        try:
+            if args.file == "-":
+                text = sys.stdin.read()
+            else:
+                with open(args.file, encoding="utf-8") as f:
+                    text = f.read()
+        except OSError as exc:
+            parser.error(f"{args.file}: {exc.strerror}")
+        try:
+            body = json.loads(text)
+        except ValueError as exc:
+            parser.error(f"{args.file}: not JSON: {exc}")
+    else:
+        if not args.domain or not args.descriptors:
+            parser.error("give DOMAIN and at least one descriptor, or --file")
+        body = {
+            "domain": args.domain,
+            "descriptors": [
+                {"entries": [{"key": k, "value": v} for k, v in _entries(parser, [d])]}
+                for d in args.descriptors
+            ],
+        }
+        if args.hits:
+            body["hitsAddend"] = args.hits
+    return _admin_call(args, "POST", "/explain", body)
+
+
 COMMANDS = {
     "serve": serve,
     "check-config": check_config,
     "client": client_main,
+    "counters": counters_main,
+    "explain": explain_main,
 }
 
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import match
-from .backends import create_backend
+from .backends import MemoryBackend, create_backend
 from .backends.base import Backend, capabilities
+from .backends.breaker import WithBreakers
 from .config import ConfigFile, RuleSet, load_ruleset
 from .health import Health
 from .limiter import Limiter
@@ -82,6 +83,9 @@ def build_core(
     health = health if health is not None else Health()
     if backend is None:
         backend = create_backend(settings, health, stats, clock=clock)
+    if isinstance(backend, WithBreakers) and backend.breakers():
+        breakers = backend.breakers()
+        health.add_detail("breakers", lambda: {b.name: b.state_name for b in breakers})
     if tracing is not None:
         backend = tracing.traced_backend(backend)
     cache = settings.cache
@@ -102,7 +106,26 @@ def build_core(
         clock=clock,
         impl=impl,
     )
-    service = RateLimitService(limiter, stats, settings.reload, clock=clock, impl=impl)
+    fallback = None
+    if cache.failure_policy == "local":
+        # The same rules counted in this process while the store fails (per instance).
+        fallback = Limiter(
+            MemoryBackend(cache.expiration_jitter_max_seconds, clock=clock),
+            near_limit_ratio=cache.near_limit_ratio,
+            cache_key_prefix=cache.cache_key_prefix,
+            clock=clock,
+            impl=impl,
+        )
+    service = RateLimitService(
+        limiter,
+        stats,
+        settings.reload,
+        clock=clock,
+        impl=impl,
+        failure_policy=cache.failure_policy,
+        fallback=fallback,
+        max_in_flight=cache.max_in_flight,
+    )
     return Core(settings, stats, health, backend, local_cache, limiter, service, impl)
 
 

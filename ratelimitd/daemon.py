@@ -200,7 +200,7 @@ def build(settings: Settings) -> Daemon:
         reloader=reloader,
         grpc=grpc_transport(settings, service, health, stats, sink, tracing, budget),
         http=HttpServer(
-            main_routes(service, health),
+            main_routes(service, health, settings.listeners),
             name="HTTP",
             max_connections=limits.http_max_connections,
             read_timeout=limits.http_read_timeout,

@@ -9,6 +9,7 @@ Listeners (the gRPC health servicer) are told of every change of the overall sta
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 
 class Health:
@@ -17,6 +18,7 @@ class Health:
     def __init__(self) -> None:
         self._components: dict[str, bool] = {}
         self._listeners: list[Callable[[bool], None]] = []
+        self._details: dict[str, Callable[[], Any]] = {}
 
     def register(self, name: str, ok: bool) -> None:
         """Add a component with its initial state."""
@@ -38,6 +40,18 @@ class Health:
     def components(self) -> dict[str, bool]:
         """A copy of the component map."""
         return dict(self._components)
+
+    def add_detail(self, name: str, read: Callable[[], Any]) -> None:
+        """Show `read()` under `name` in `detail()`; it never changes `healthy()` (the
+        circuit breakers' states: an open breaker is not an unhealthy process)."""
+        self._details[name] = read
+
+    def detail(self) -> dict[str, Any]:
+        """`/healthcheck?detail`: the overall state, the components and the details."""
+        out: dict[str, Any] = {"healthy": self.healthy(), "components": self.components()}
+        for name, read in self._details.items():
+            out[name] = read()
+        return out
 
     def subscribe(self, listener: Callable[[bool], None]) -> None:
         """Call `listener(healthy)` now and on every change of the overall state."""

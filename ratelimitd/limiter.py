@@ -404,6 +404,38 @@ class Limiter:
                 local.discard(op.key)
         return limits, ops
 
+    def keys_for(
+        self,
+        domain: str,
+        entries: Sequence[tuple[str, str]],
+        rule: Any,
+        share: tuple[str, ...] | None,
+        hits: int,
+        t: float,
+    ) -> list[tuple[Any, Op]]:
+        """Each limit of `rule` with the op a decision at `t` would send, counting nothing
+        (no stats, no store): what the admin endpoints show, read and reset."""
+        if rule.extended and rule.limits is None and rule.algorithm:
+            tick = rule.tick
+            key = self._state_key(self.prefix, domain, entries, share, rule.key_suffix)
+            op = Op(
+                key,
+                hits,
+                rule.unit_seconds,
+                rule.unit == 1,
+                rule.algorithm,
+                rule.requests_per_unit,
+                tick,
+                int(t * 1000) // tick,
+            )
+            return [(rule, op)]
+        if rule.extended:
+            limits, ops = self._limit_ops(domain, entries, Check(0, rule, None, share, hits), t)
+            return list(zip(limits, ops, strict=True))
+        seconds = rule.unit_seconds
+        key = self._cache_key(self.prefix, domain, entries, share, seconds, int(t))
+        return [(rule, Op(key, hits, seconds))]
+
     # -- the extension: algorithms, N-unit windows, several limits (README, "Algorithms") --
 
     def _limit_ops(

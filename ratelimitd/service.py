@@ -19,7 +19,7 @@ from . import keys
 from .backends.base import FIXED_WINDOW, BackendError
 from .config import Rule, RuleSet
 from .config.ruleset import UNIT_NAMES
-from .limiter import Check, Limiter, Meter
+from .limiter import NO_LIMIT, Check, Limiter, Meter
 from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Response, Status
 from .settings import ReloadOptions
 from .stats import StatsStore
@@ -46,6 +46,13 @@ class RequestTooLarge(ServiceError):
     code = RESOURCE_EXHAUSTED
 
 
+class Overloaded(ServiceError):
+    """MAX_INFLIGHT_DECISIONS decisions already wait on the store (gRPC RESOURCE_EXHAUSTED,
+    `/json` 503): refused at once rather than queued without bound."""
+
+    code = RESOURCE_EXHAUSTED
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """What one request runs against."""
@@ -65,10 +72,21 @@ class RateLimitService:
         clock: Callable[[], float] = time.time,
         *,
         impl: str | None = None,
+        failure_policy: str = "error",
+        fallback: Limiter | None = None,
+        max_in_flight: int = 0,
     ) -> None:
         self.limiter = limiter
         self.stats = stats
         self.clock = clock
+        # BACKEND_FAILURE_POLICY: error (raise, as the reference), allow, deny, or local
+        # (decide with `fallback`, a limiter over this process's memory store).
+        if failure_policy == "local" and fallback is None:
+            raise ValueError("failure policy 'local' needs a fallback limiter")
+        self.failure_policy = failure_policy
+        self.fallback = fallback
+        self.max_in_flight = max_in_flight  # MAX_INFLIGHT_DECISIONS; 0: no bound
+        self.in_flight = 0  # decisions waiting on the store now
         self.snapshot = Snapshot(None, options or ReloadOptions())
         # The window arithmetic of the `keys` implementation `impl` names (None: selected).
         k = keys.implementation(impl)
@@ -202,14 +220,25 @@ class RateLimitService:
                 checks = kept
 
         limiter = self.limiter
-        try:
-            if limiter.synchronous:
-                statuses = limiter.do_limit_now(domain, descriptors, checks, meters or ())
-            else:
+        if limiter.synchronous:
+            statuses = limiter.do_limit_now(domain, descriptors, checks, meters or ())
+        else:
+            if self.max_in_flight and self.in_flight >= self.max_in_flight:
+                self.stats.service.overloaded += 1
+                raise Overloaded(
+                    f"{self.in_flight} decisions wait on the store "
+                    f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
+                )
+            self.in_flight += 1
+            try:
                 statuses = await limiter.do_limit(domain, descriptors, checks, meters or ())
-        except BackendError:
-            self.stats.service.redis_error += 1
-            raise
+            except BackendError:
+                self.stats.service.redis_error += 1
+                if self.failure_policy == "error":
+                    raise
+                statuses = self._on_failure(domain, descriptors, checks, meters or ())
+            finally:
+                self.in_flight -= 1
         if unlimited is not None:
             for i in unlimited:
                 statuses[i] = Status(OK, None, MAX_UINT32, 0)
@@ -217,7 +246,7 @@ class RateLimitService:
         overall = OK
         for st in statuses:
             if st.code == OVER_LIMIT:  # nothing over is OK whatever the quota settings
-                overall = _overall(statuses, unlimited or (), opts.quota_mode)
+                overall = overall_code(statuses, unlimited or (), opts.quota_mode)
                 break
         if overall == OVER_LIMIT and opts.shadow_mode:
             overall = OK
@@ -247,9 +276,48 @@ class RateLimitService:
             )
         if opts.response_dynamic_metadata:
             response.dynamic_metadata = _dynamic_metadata(
-                request, statuses, unlimited or [], metadata or [None] * n
+                request,
+                statuses,
+                unlimited or [],
+                metadata or [None] * n,
+                opts.dynamic_metadata_limit_name,
             )
         return response
+
+    def _on_failure(
+        self,
+        domain: str,
+        descriptors: Sequence[Descriptor],
+        checks: list[Check],
+        meters: Sequence[Meter],
+    ) -> list[Status]:
+        """The statuses BACKEND_FAILURE_POLICY gives when the store failed (or its breaker
+        is open): `allow` OK without a limit, `deny` OVER_LIMIT of each limit until its
+        window ends, `local` what this process's memory store decides with the same rules
+        (its counters are per instance, and are not merged into the store when it is back).
+        """
+        self.stats.service.failure_policy += 1
+        policy = self.failure_policy
+        statuses: list[Status] = [NO_LIMIT] * len(descriptors)
+        if policy == "allow":
+            return statuses
+        if policy == "deny":
+            now = int(self.clock())
+            for check in checks:
+                rule = check.rule
+                reset = self._reset_seconds(now, rule.unit_seconds)
+                statuses[check.index] = Status(OVER_LIMIT, rule, 0, reset)
+            return statuses
+        # local: the failed round already counted total_hits (and refunds): undo that, the
+        # fallback counts them again.
+        for check in checks:
+            if check.refund:
+                check.stats.total_negative_hits -= check.hits
+            else:
+                check.stats.total_hits -= check.hits
+        fallback = self.fallback
+        assert fallback is not None and fallback.synchronous  # the constructor said so
+        return fallback.do_limit_now(domain, descriptors, checks, meters)
 
     def _override(self, domain: str, d: Descriptor) -> Rule:
         """A request's own limit (`descriptor.limit`): no shadow, quota, name or metadata."""
@@ -270,7 +338,7 @@ def _decided_by_store(rule: Rule) -> bool:
     return any(limit.algorithm != FIXED_WINDOW for limit in rule.limits or (rule,))
 
 
-def _overall(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:
+def overall_code(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:
     """OVER_LIMIT iff a regular descriptor is over, or every quota descriptor is.
 
     A descriptor is a quota one with QUOTA_MODE or its rule's quota_mode (with QUOTA_MODE
@@ -385,15 +453,29 @@ def _dynamic_metadata(
     statuses: list[Status],
     unlimited: list[int],
     metadata: list[dict[str, Any] | None],
+    limit_names: bool = False,
 ) -> dict[str, Any]:
     """RESPONSE_DYNAMIC_METADATA: the request echoed, plus merged rule metadata.
 
     Metadata of every passed descriptor (not OVER_LIMIT, not unlimited; shadowed ones
     pass) is merged in descriptor order, the first value of a key winning.
+
+    With `limit_names` (RESPONSE_DYNAMIC_METADATA_LIMIT_NAME, after upstream PR #1239) each
+    descriptor also gets its `code` and, when a limit applied, `limitName`: the deciding
+    limit's `name`, or its stats key when it has none; and the whole response gets the
+    `limitName` of the first descriptor over its limit, the one that made it OVER_LIMIT.
     """
     descriptors = []
-    for d in request.descriptors:
+    over_name = None
+    for i, d in enumerate(request.descriptors):
         entry: dict[str, Any] = {"entries": [f"{k}={v}" for k, v in d.entries]}
+        if limit_names:
+            st = statuses[i]
+            entry["code"] = "OVER_LIMIT" if st.code == OVER_LIMIT else "OK"
+            if st.rule is not None:
+                entry["limitName"] = st.rule.name or st.rule.full_key
+                if st.code == OVER_LIMIT and over_name is None:
+                    over_name = entry["limitName"]
         if d.limit is not None:
             rpu, unit = d.limit
             entry["limit"] = f"requests_per_unit:{rpu} unit:{UNIT_NAMES.get(unit, unit)}"
@@ -403,6 +485,8 @@ def _dynamic_metadata(
     out: dict[str, Any] = {"domain": request.domain, "descriptors": descriptors}
     if request.hits_addend:
         out["hitsAddend"] = request.hits_addend
+    if over_name is not None:
+        out["limitName"] = over_name
     merged: dict[str, Any] = {}
     for i, st in enumerate(statuses):
         meta = metadata[i]

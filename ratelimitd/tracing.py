@@ -184,6 +184,10 @@ class TracedBackend:
         with span:
             return await self.backend.get(ops)
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        """The wrapped store's delete (an admin's reset: not traced)."""
+        return await self.backend.delete(keys)
+
     async def close(self) -> None:
         """Close the wrapped backend."""
         await self.backend.close()

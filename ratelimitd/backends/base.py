@@ -1,10 +1,10 @@
 """The backend contract: what the daemon and the limiter call on a counter store.
 
 `Backend` is what every store implements (memory, redis, memcache, and wrappers such as
-tracing's): `connect` before serving, `increment` and `get` per request, `close` at
-shutdown. `SyncBackend` adds the synchronous fast path of a store that needs no I/O (the
-memory backend); the limiter is given one or the other when it is built and never looks for
-methods at request time.
+tracing's): `connect` before serving, `increment` and `get` per request, `delete` for an
+admin's reset, `close` at shutdown. `SyncBackend` adds the synchronous fast path of a store
+that needs no I/O (the memory backend); the limiter is given one or the other when it is
+built and never looks for methods at request time.
 """
 
 from __future__ import annotations
@@ -84,6 +84,10 @@ class Backend(Protocol):
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current counter values (0 when absent) of the ops' keys; their hits are ignored."""
+        ...
+
+    async def delete(self, keys: Sequence[str]) -> int:
+        """Remove counters (an admin's reset, never a decision); how many existed."""
         ...
 
     async def close(self) -> None:

@@ -176,6 +176,15 @@ class MemoryBackend:
             out.append(entry[0] if entry is not None and entry[1] > now else 0)
         return out
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        """Drop counters (their expiry buckets drop them again, harmlessly)."""
+        now = int(self._clock())
+        found = 0
+        for key in keys:
+            entry = self._counters.pop(key, None)
+            found += entry is not None and entry[1] > now
+        return found
+
     def ttl(self, key: str) -> int:
         """Seconds to expiry (-2 when absent), like Redis TTL; for tests."""
         entry = self._counters.get(key)

@@ -92,6 +92,7 @@ _BACKENDS = {
 _SOCKET_TYPES = {"tcp": "tcp", "unix": "unix"}
 _REDIS_TYPES = {"single": "single", "sentinel": "sentinel", "cluster": "cluster"}
 _HEADER_FORMATS = {"reference": "reference", "ietf": "ietf"}
+FAILURE_POLICIES = {p: p for p in ("error", "allow", "deny", "local")}
 _BACKEND_PREFIXES = ("REDIS_", "MEMCACHE_")
 _MEMCACHE_SRV = re.compile(r"^_(.+?)\._(.+?)\.(.+)$")
 _SINK_VARIABLES = ("USE_DOG_STATSD", "USE_STATSD", "USE_PROMETHEUS")
@@ -197,6 +198,8 @@ def _listeners(env: Env) -> ListenerSettings:
         grpc_host=env.get_str("GRPC_HOST", d.grpc_host),
         grpc_port=env.get_port("GRPC_PORT", d.grpc_port),
         grpc_uds=env.get_str("GRPC_UDS"),
+        json_enabled=env.get_bool("HTTP_JSON_ENABLED", d.json_enabled),
+        json_domains=env.get_list("HTTP_JSON_DOMAINS"),
     )
 
 
@@ -344,6 +347,12 @@ def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
         stop_cache_key_increment_when_overlimit=env.get_bool(
             "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", False
         ),
+        failure_policy=env.get_choice("BACKEND_FAILURE_POLICY", d.failure_policy, FAILURE_POLICIES),
+        breaker_failures=env.get_int("BACKEND_BREAKER_FAILURES", d.breaker_failures, lo=0),
+        breaker_probe_interval=env.get_duration(
+            "BACKEND_BREAKER_PROBE_INTERVAL", d.breaker_probe_interval, positive=True
+        ),
+        max_in_flight=env.get_int("MAX_INFLIGHT_DECISIONS", d.max_in_flight, lo=0),
     )
 
 
@@ -440,6 +449,9 @@ def _reload(env: Env) -> ReloadOptions:
         shadow_mode=env.get_bool("SHADOW_MODE", False),
         quota_mode=env.get_bool("QUOTA_MODE", False),
         response_dynamic_metadata=env.get_bool("RESPONSE_DYNAMIC_METADATA", False),
+        dynamic_metadata_limit_name=env.get_bool(
+            "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME", d.dynamic_metadata_limit_name
+        ),
         response_headers=env.get_bool("LIMIT_RESPONSE_HEADERS_ENABLED", False),
         limit_header=env.get_str("LIMIT_LIMIT_HEADER", d.limit_header),
         remaining_header=env.get_str("LIMIT_REMAINING_HEADER", d.remaining_header),
@@ -495,6 +507,44 @@ def _check(settings: Settings, env: Env) -> None:
         raise SettingsError(
             f"LIMIT_RESPONSE_HEADERS_FORMAT: {reload.headers_format!r} formats the response "
             "headers, which are off: set LIMIT_RESPONSE_HEADERS_ENABLED=true too"
+        )
+    cache = settings.cache
+    if cache.backend == "memory":
+        # The in-process store never fails: these would be accepted and do nothing.
+        for name, on in (
+            ("BACKEND_FAILURE_POLICY", cache.failure_policy != "error"),
+            ("BACKEND_BREAKER_FAILURES", bool(cache.breaker_failures)),
+            ("MAX_INFLIGHT_DECISIONS", bool(cache.max_in_flight)),
+        ):
+            if on:
+                raise SettingsError(
+                    f"{name}: has no effect with BACKEND_TYPE=memory (the in-process store "
+                    "never fails or waits)"
+                )
+    if cache.backend == "memcache":
+        for name, on in (
+            ("BACKEND_FAILURE_POLICY", cache.failure_policy != "error"),
+            ("BACKEND_BREAKER_FAILURES", bool(cache.breaker_failures)),
+        ):
+            if on:
+                raise SettingsError(
+                    f"{name}: has no effect with BACKEND_TYPE=memcache (it fails open as the "
+                    "reference's: a memcached failure answers OK, never an error)"
+                )
+    if env.get("BACKEND_BREAKER_PROBE_INTERVAL") is not None and not cache.breaker_failures:
+        raise SettingsError(
+            "BACKEND_BREAKER_PROBE_INTERVAL: has no effect without BACKEND_BREAKER_FAILURES "
+            "(the breaker is off)"
+        )
+    if reload.dynamic_metadata_limit_name and not reload.response_dynamic_metadata:
+        raise SettingsError(
+            "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME: has no effect without "
+            "RESPONSE_DYNAMIC_METADATA=true (no dynamic metadata is sent)"
+        )
+    if settings.listeners.json_domains and not settings.listeners.json_enabled:
+        raise SettingsError(
+            "HTTP_JSON_DOMAINS: has no effect with HTTP_JSON_ENABLED=false (/json is off): "
+            "unset one of them"
         )
     stats = settings.stats
     if not stats.disable:

@@ -52,6 +52,10 @@ class ListenerSettings:
     grpc_host: str = "0.0.0.0"
     grpc_port: int = 8081
     grpc_uds: str = ""  # set: gRPC listens on this unix socket instead of host:port
+    # Extension: `/json` off (404) or limited to these domains (403), so a deployment can
+    # keep metering domains reachable only over gRPC on loopback / a unix socket.
+    json_enabled: bool = True  # HTTP_JSON_ENABLED
+    json_domains: tuple[str, ...] = ()  # HTTP_JSON_DOMAINS: empty = every domain
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +230,14 @@ class CacheSettings:
     near_limit_ratio: float = 0.8  # float32 in the reference; keys/limiter round as needed
     cache_key_prefix: str = ""
     stop_cache_key_increment_when_overlimit: bool = False
+    # Extensions (issue 17, part 1), off by default: what a decision does when the store
+    # fails (`error` is the reference: UNKNOWN), a breaker per store instance after
+    # `breaker_failures` consecutive failures (0: none), and a bound on decisions waiting
+    # on the store per process (0: none).
+    failure_policy: str = "error"  # BACKEND_FAILURE_POLICY: error | allow | deny | local
+    breaker_failures: int = 0  # BACKEND_BREAKER_FAILURES
+    breaker_probe_interval: float = 1.0  # BACKEND_BREAKER_PROBE_INTERVAL
+    max_in_flight: int = 0  # MAX_INFLIGHT_DECISIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +325,9 @@ class ReloadOptions:
     shadow_mode: bool = False
     quota_mode: bool = False
     response_dynamic_metadata: bool = False
+    # Extension (the reference's open PR #1239, opt-in): each descriptor in the dynamic
+    # metadata gets its `code` and the `limitName` of the limit that decided it.
+    dynamic_metadata_limit_name: bool = False  # RESPONSE_DYNAMIC_METADATA_LIMIT_NAME
     response_headers: bool = False  # LIMIT_RESPONSE_HEADERS_ENABLED
     limit_header: str = "RateLimit-Limit"
     remaining_header: str = "RateLimit-Remaining"

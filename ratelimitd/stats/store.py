@@ -87,7 +87,9 @@ class ServiceStats:
     __slots__ = (
         "config_load_error",
         "config_load_success",
+        "failure_policy",
         "global_shadow_mode",
+        "overloaded",
         "redis_error",
         "response_time_count",
         "response_time_sum_ms",
@@ -101,6 +103,10 @@ class ServiceStats:
         self.global_shadow_mode = 0
         self.redis_error = 0
         self.service_error = 0
+        # Extensions (issue 17): requests answered by BACKEND_FAILURE_POLICY (allow, deny,
+        # local) instead of UNKNOWN, and refused past MAX_INFLIGHT_DECISIONS.
+        self.failure_policy = 0
+        self.overloaded = 0
         self.total_requests = 0
         self.response_time_count = 0
         self.response_time_sum_ms = 0.0
@@ -220,6 +226,11 @@ class StatsStore:
         out["ratelimit.service.call.should_rate_limit.redis_error"] = s.redis_error
         out["ratelimit.service.call.should_rate_limit.service_error"] = s.service_error
         out["ratelimit_server.ShouldRateLimit.total_requests"] = s.total_requests
+        call = "ratelimit.service.call.should_rate_limit."
+        if s.failure_policy:  # extensions' counters: absent until they count
+            out[call + "failure_policy"] = s.failure_policy
+        if s.overloaded:
+            out[call + "overloaded"] = s.overloaded
         if self.folded:  # an extension's counter: absent until something is folded
             out["ratelimit.service.stats_series_folded"] = self.folded
         out.update(self._limits)

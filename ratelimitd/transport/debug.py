@@ -1,4 +1,5 @@
-"""The debug listener's routes: `/`, `/rlconfig`, `/stats` and a CPU-profile endpoint.
+"""The debug listener's routes: `/`, `/rlconfig`, `/stats`, a CPU-profile endpoint and, with
+ADMIN_TOKEN set, the admin endpoints `/counters` and `/explain` (`ratelimitd.admin`).
 
 As the reference's debug server (section 10.5), except that `/stats` shows our own
 counters and gauges (`<name>: <value>` lines sorted by name) rather than Go's expvars, and
@@ -12,6 +13,15 @@ Profiling slows every request while it runs, so unlike the reference's the endpo
 off unless DEBUG_PROFILE_ENABLED=true, lasts at most DEBUG_PROFILE_MAX_DURATION (10 s by
 default), runs one at a time, and with ADMIN_TOKEN set answers only requests bearing it
 (`Authorization: Bearer <token>`, compared in constant time).
+
+Why the admin endpoints live here: the debug listener is already the operator's port (kept
+off the data path, bound to DEBUG_HOST, bounded to DEBUG_MAX_CONNECTIONS), so reading and
+resetting counters needs no new listener to secure. Without ADMIN_TOKEN they do not exist
+(404, as any unknown path); with it every request must bear the token:
+
+    GET    /counters?domain=D&entry=K=V[&entry=K2=V2...]   the rule, keys, windows (JSON)
+    DELETE /counters?domain=D&entry=K=V...                 reset every window; audited
+    POST   /explain   body: a RateLimitRequest as JSON     the dry run of `Admin.explain`
 """
 
 from __future__ import annotations
@@ -20,14 +30,18 @@ import asyncio
 import cProfile
 import hmac
 import io
+import json
 import pstats
 from collections.abc import Mapping
 from urllib.parse import parse_qs
 
+from ..admin import Admin, AdminError
+from ..backends.base import BackendError
 from ..service import RateLimitService
 from ..settings import DebugSettings
 from ..stats import StatsStore
-from .http import ERROR_HEADERS, TEXT_PLAIN, Handler, HttpRequest, Reply
+from .http import ERROR_HEADERS, JSON, TEXT_PLAIN, Handler, HttpRequest, Reply
+from .jsoncodec import decode_request
 
 __all__ = ["DEFAULT_PROFILE_SECONDS", "debug_routes"]
 
@@ -50,6 +64,80 @@ _DISABLED = (
 _UNAUTHORIZED_HEADERS = (*ERROR_HEADERS, ("WWW-Authenticate", 'Bearer realm="ratelimitd debug"'))
 
 
+def _unauthorized(request: HttpRequest, token: bytes) -> Reply | None:
+    """401 unless the request bears `token` (compared in constant time)."""
+    scheme, _, credentials = (request.header(b"authorization") or b"").partition(b" ")
+    if scheme.lower() != b"bearer" or not hmac.compare_digest(credentials.strip(), token):
+        return 401, _UNAUTHORIZED_HEADERS, b"this endpoint needs the admin token\n"
+    return None
+
+
+def _json(status: int, body: object) -> Reply:
+    return status, JSON, json.dumps(body).encode()
+
+
+def _admin_endpoints(admin: Admin, token: bytes) -> dict[str, tuple[str, Handler]]:
+    """`/counters` and `/explain` (see the module docstring), all behind the token."""
+
+    def descriptor(request: HttpRequest) -> tuple[str, list[tuple[str, str]]]:
+        query = parse_qs(request.query.decode("utf-8", "replace"), keep_blank_values=True)
+        domains = query.get("domain", [])
+        if len(domains) != 1 or not domains[0]:
+            raise AdminError("give one non-empty domain= parameter")
+        entries = []
+        for raw in query.get("entry", []):
+            key, sep, value = raw.partition("=")
+            if not sep or not key:
+                raise AdminError(f"entry={raw!r}: expected entry=KEY=VALUE")
+            entries.append((key, value))
+        if not entries:
+            raise AdminError("give the descriptor as one or more entry=KEY=VALUE parameters")
+        unknown = set(query) - {"domain", "entry"}
+        if unknown:
+            raise AdminError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+        return domains[0], entries
+
+    async def counters(request: HttpRequest) -> Reply:
+        refused = _unauthorized(request, token)
+        if refused is not None:
+            return refused
+        if request.method not in (b"GET", b"DELETE"):
+            return 405, (*ERROR_HEADERS, ("Allow", "GET, DELETE")), b"GET or DELETE\n"
+        try:
+            domain, entries = descriptor(request)
+            if request.method == b"GET":
+                return _json(200, await admin.counter(domain, entries))
+            return _json(200, await admin.reset(domain, entries, who=request.peer))
+        except AdminError as exc:
+            return _json(400, {"error": str(exc)})
+        except LookupError as exc:
+            return _json(404, {"error": str(exc.args[0])})
+        except BackendError as exc:
+            return _json(503, {"error": f"counter store: {exc}"})
+
+    async def explain(request: HttpRequest) -> Reply:
+        refused = _unauthorized(request, token)
+        if refused is not None:
+            return refused
+        if request.method != b"POST":
+            return 405, (*ERROR_HEADERS, ("Allow", "POST")), b"POST a RateLimitRequest as JSON\n"
+        try:
+            decoded = decode_request(request.body)
+        except ValueError as exc:
+            return _json(400, {"error": f"not a RateLimitRequest: {exc}"})
+        try:
+            return _json(200, await admin.explain(decoded))
+        except AdminError as exc:
+            return _json(400, {"error": str(exc)})
+        except BackendError as exc:
+            return _json(503, {"error": f"counter store: {exc}"})
+
+    return {
+        "/counters": ("GET or DELETE (reset) a descriptor's counters (admin token)", counters),
+        "/explain": ("POST a RateLimitRequest: the dry run of its decision (admin token)", explain),
+    }
+
+
 def _format_value(value: float) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
@@ -70,11 +158,7 @@ class _Profiler:
         if not self.enabled:
             return 403, ERROR_HEADERS, _DISABLED
         if self.token:
-            scheme, _, credentials = (request.header(b"authorization") or b"").partition(b" ")
-            if scheme.lower() != b"bearer" or not hmac.compare_digest(
-                credentials.strip(), self.token
-            ):
-                return 401, _UNAUTHORIZED_HEADERS, b"this endpoint needs the admin token\n"
+            return _unauthorized(request, self.token)
         return None
 
     async def __call__(self, request: HttpRequest) -> Reply:
@@ -152,6 +236,8 @@ def debug_routes(
         rlconfig,
     )
     endpoints["/stats"] = ("print out stats", stats_page)
+    if profiler.token:  # the admin endpoints exist only with ADMIN_TOKEN set
+        endpoints.update(_admin_endpoints(Admin(service), profiler.token))
     if extra:
         endpoints.update(extra)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import socket
 from collections import deque
@@ -36,7 +37,8 @@ import httptools
 from ..backends.base import BackendError
 from ..health import Health
 from ..messages import OVER_LIMIT, UNKNOWN
-from ..service import RateLimitService, ServiceError
+from ..service import Overloaded, RateLimitService, ServiceError
+from ..settings import ListenerSettings
 from .jsoncodec import decode_request, encode_response
 from .limits import ConnectionBudget
 
@@ -102,6 +104,15 @@ class HttpRequest:
         return None
 
     @property
+    def peer(self) -> str:
+        """The client's address (`host:port`, a unix socket's path, or "")."""
+        transport = self.connection._transport  # the protocol is this module's own
+        peer = transport.get_extra_info("peername") if transport is not None else None
+        if isinstance(peer, tuple):
+            return f"{peer[0]}:{peer[1]}"
+        return str(peer or "")
+
+    @property
     def disconnected(self) -> asyncio.Future[None]:
         """Done once the client's connection is gone (for long handlers)."""
         return self.connection.closed
@@ -122,6 +133,8 @@ ERROR_HEADERS: Headers = (*TEXT_PLAIN, ("X-Content-Type-Options", "nosniff"))
 
 NOT_FOUND: Reply = (404, ERROR_HEADERS, b"404 page not found\n")
 BAD_REQUEST: Reply = (400, ERROR_HEADERS, b"Bad Request\n")
+FORBIDDEN: Reply = (403, ERROR_HEADERS, b"domain not served on /json\n")
+OVERLOADED: Reply = (503, (*ERROR_HEADERS, ("Retry-After", "1")), b"Service Unavailable\n")
 INTERNAL_ERROR: Reply = (500, ERROR_HEADERS, b"Internal Server Error\n")
 TOO_LARGE: Reply = (413, ERROR_HEADERS, b"Request Entity Too Large\n")
 HEAD_TOO_LARGE: Reply = (431, ERROR_HEADERS, b"431 Request Header Fields Too Large\n")
@@ -520,24 +533,42 @@ _HEALTHY: Reply = (200, TEXT_PLAIN, b"OK")
 _UNHEALTHY: Reply = (500, (), b"")
 
 
-def main_routes(service: RateLimitService, health: Health) -> dict[str, Handler]:
-    """The main listener's routes: `/json` and `/healthcheck` (any method), as the reference."""
+def main_routes(
+    service: RateLimitService, health: Health, listeners: ListenerSettings | None = None
+) -> dict[str, Handler]:
+    """The main listener's routes: `/json` and `/healthcheck` (any method), as the reference.
+
+    Extension: HTTP_JSON_ENABLED=false leaves `/json` out (404 as any unknown path), and
+    HTTP_JSON_DOMAINS answers 403 for a domain not listed, before anything is counted.
+    """
     decide = service.should_rate_limit
+    listeners = listeners or ListenerSettings()
+    domains = frozenset(listeners.json_domains)
+
+    async def healthcheck(request: HttpRequest) -> Reply:
+        if b"detail" in request.query:  # extension: the components and breakers, as JSON
+            status = 200 if health.healthy() else 500
+            return status, JSON, json.dumps(health.detail()).encode()
+        return _HEALTHY if health.healthy() else _UNHEALTHY
+
+    if not listeners.json_enabled:
+        return {"/healthcheck": healthcheck}
 
     async def json_endpoint(request: HttpRequest) -> Reply:
         try:
             decoded = decode_request(request.body)
         except ValueError:
             return BAD_REQUEST
+        if domains and decoded.domain not in domains:
+            return FORBIDDEN
         try:
             response = await decide(decoded)
+        except Overloaded:
+            return OVERLOADED
         except (ServiceError, BackendError):
             return BAD_REQUEST
         code = response.overall_code
         status = 429 if code == OVER_LIMIT else 500 if code == UNKNOWN else 200
         return status, JSON, encode_response(response)
-
-    async def healthcheck(request: HttpRequest) -> Reply:
-        return _HEALTHY if health.healthy() else _UNHEALTHY
 
     return {"/json": json_endpoint, "/healthcheck": healthcheck}

@@ -146,43 +146,23 @@ def build_arrivals(
             vehicle = rt.trip_vehicle(r.trip_id)
         estimated_text = clock_string(estimate, day, tz) if estimate is not None else None
         observed_text = clock_string(observed, day, tz) if observed is not None else None
-        if with_stop:
-            out.append(
-                PatternArrival(
-                    estimated_arrival=estimated_text,
-                    estimated_arrival_unix=estimate,
-                    headsign=r.headsign,
-                    line_id=r.line_id,
-                    observed_arrival=observed_text,
-                    observed_arrival_unix=observed,
-                    pattern_id=r.pattern_id,
-                    route_id=r.route_id,
-                    scheduled_arrival=r.time,
-                    scheduled_arrival_unix=r.unix,
-                    stop_id=r.stop_id,
-                    stop_sequence=r.stop_sequence,
-                    trip_id=r.trip_id,
-                    vehicle_id=vehicle,
-                )
-            )
-        else:
-            out.append(
-                Arrival(
-                    estimated_arrival=estimated_text,
-                    estimated_arrival_unix=estimate,
-                    headsign=r.headsign,
-                    line_id=r.line_id,
-                    observed_arrival=observed_text,
-                    observed_arrival_unix=observed,
-                    pattern_id=r.pattern_id,
-                    route_id=r.route_id,
-                    scheduled_arrival=r.time,
-                    scheduled_arrival_unix=r.unix,
-                    stop_sequence=r.stop_sequence,
-                    trip_id=r.trip_id,
-                    vehicle_id=vehicle,
-                )
-            )
+        fields: dict[str, Any] = {
+            "estimated_arrival": estimated_text,
+            "estimated_arrival_unix": estimate,
+            "headsign": r.headsign,
+            "line_id": r.line_id,
+            "observed_arrival": observed_text,
+            "observed_arrival_unix": observed,
+            "pattern_id": r.pattern_id,
+            "route_id": r.route_id,
+            "scheduled_arrival": r.time,
+            "scheduled_arrival_unix": r.unix,
+            "stop_sequence": r.stop_sequence,
+            "trip_id": r.trip_id,
+            "vehicle_id": vehicle,
+        }
+        # A pattern's arrivals span its stops, so each names its stop; a stop's do not.
+        out.append(PatternArrival(stop_id=r.stop_id, **fields) if with_stop else Arrival(**fields))
     return out
 
 

@@ -135,28 +135,18 @@ class StaticList(_Base):
     on_head = on_get
 
 
-class PatternItem(_Base):
-    """`/v2/patterns/:id`: the list of versions of one pattern; 404 `{}` when unknown."""
+class StaticItem(_Base):
+    """`/v2/patterns/:id`, `/v2/shapes/:id`: one item's encoded body (`Network.<method>`,
+    e.g. `pattern_body`); 404 `{}` when unknown."""
+
+    def __init__(self, store: TransitStore, method: str) -> None:
+        super().__init__(store)
+        self.method = method
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
     ) -> None:
-        body = self.network().pattern_body(item_id)
-        if body is None:
-            send_raw(resp, falcon.HTTP_404, EMPTY_OBJECT)
-            return
-        send_body(req, resp, body, CACHE_STATIC)
-
-    on_head = on_get
-
-
-class ShapeItem(_Base):
-    """`/v2/shapes/:id`; 404 `{}` when unknown."""
-
-    async def on_get(
-        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
-    ) -> None:
-        body = self.network().shape_body(item_id)
+        body = getattr(self.network(), self.method)(item_id)
         if body is None:
             send_raw(resp, falcon.HTTP_404, EMPTY_OBJECT)
             return

@@ -102,6 +102,9 @@ class AsyncOnly:
     async def get(self, ops: Sequence[Op]) -> list[int]:
         return await self.inner.get(ops)
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        return await self.inner.delete(keys)
+
     async def close(self) -> None:
         return None
 

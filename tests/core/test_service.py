@@ -219,6 +219,9 @@ class FailingBackend:
     async def get(self, ops: Sequence[Op]) -> list[int]:
         raise BackendError("cache error")
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        raise BackendError("cache error")
+
     async def close(self) -> None:
         return None
 

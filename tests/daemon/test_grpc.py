@@ -395,6 +395,36 @@ async def test_headers_and_dynamic_metadata(harness: Callable[..., Any], serve: 
     assert resp.dynamic_metadata["domain"] == "test"
 
 
+async def test_dynamic_metadata_limit_names(harness: Callable[..., Any], serve: Any) -> None:
+    # RESPONSE_DYNAMIC_METADATA_LIMIT_NAME (upstream PR #1239's ask, opt-in): each
+    # descriptor's code and deciding limit, and the limit that made the response OVER_LIMIT.
+    from ratelimitd.settings import ReloadOptions
+
+    options = ReloadOptions(response_dynamic_metadata=True, dynamic_metadata_limit_name=True)
+    h = harness(CONFIG, options=options)
+    served = await serve(h.service, h.stats)
+    async with served.channel() as channel:
+        first = await call(channel, request("test", KV, [("unlimited", "x")], [("other", "y")]))
+        await call(channel, request("test", KV))
+        third = await call(channel, request("test", KV))
+    described = [dict(d) for d in first.dynamic_metadata["descriptors"]]
+    assert [(d["code"], d.get("limitName")) for d in described] == [
+        ("OK", "kv_limit"),
+        ("OK", None),  # unlimited: no limit applied
+        ("OK", None),  # no rule
+    ]
+    assert "limitName" not in first.dynamic_metadata
+    assert third.overall_code == OVER_LIMIT
+    assert third.dynamic_metadata["limitName"] == "kv_limit"
+    assert third.dynamic_metadata["descriptors"][0]["code"] == "OVER_LIMIT"
+    # Off by default: the reference's metadata, unchanged.
+    plain = harness(CONFIG, options=ReloadOptions(response_dynamic_metadata=True))
+    served = await serve(plain.service, plain.stats)
+    async with served.channel() as channel:
+        resp = await call(channel, request("test", KV))
+    assert set(resp.dynamic_metadata["descriptors"][0]) == {"entries"}
+
+
 @pytest.mark.parametrize(
     ("msg", "message"),
     [

@@ -282,6 +282,17 @@ EXTENSIONS: dict[str, Row] = {
     "HTTP_IDLE_TIMEOUT": Read("1m", "connections.http_idle_timeout", 60.0),
     "GRPC_READ_TIMEOUT": Read("500ms", "connections.grpc_read_timeout", 0.5),
     "MAX_ENTRIES_PER_DESCRIPTOR": Read("3", "reload.max_entries", 3),
+    "HTTP_JSON_ENABLED": Read("false", "listeners.json_enabled", False),
+    "HTTP_JSON_DOMAINS": Read("a,b", "listeners.json_domains", ("a", "b")),
+    "BACKEND_FAILURE_POLICY": Read("local", "cache.failure_policy", "local"),
+    "BACKEND_BREAKER_FAILURES": Read("5", "cache.breaker_failures", 5),
+    "BACKEND_BREAKER_PROBE_INTERVAL": Read(
+        "250ms", "cache.breaker_probe_interval", 0.25, {"BACKEND_BREAKER_FAILURES": "5"}
+    ),
+    "MAX_INFLIGHT_DECISIONS": Read("100", "cache.max_in_flight", 100),
+    "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": Read(
+        "true", "reload.dynamic_metadata_limit_name", True, {"RESPONSE_DYNAMIC_METADATA": "true"}
+    ),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}

@@ -796,3 +796,12 @@ def test_ietf_headers_need_the_response_headers_on() -> None:
     )
     with pytest.raises(SettingsError, match=r"^LIMIT_RESPONSE_HEADERS_FORMAT: invalid value 'rfc'"):
         load(LIMIT_RESPONSE_HEADERS_FORMAT="rfc", LIMIT_RESPONSE_HEADERS_ENABLED="true")
+
+
+def test_limit_names_need_dynamic_metadata() -> None:
+    with pytest.raises(
+        SettingsError, match=r"^RESPONSE_DYNAMIC_METADATA_LIMIT_NAME: has no effect"
+    ):
+        Settings.from_env({"RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": "true"})
+    env = {"RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": "true", "RESPONSE_DYNAMIC_METADATA": "true"}
+    assert Settings.from_env(env).reload.dynamic_metadata_limit_name

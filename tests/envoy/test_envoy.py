@@ -264,6 +264,30 @@ def test_redis_down_behind_envoy(stack, redis_server, failure_mode_deny, status)
     assert s.envoy.stats()["cluster.backend.ratelimit.error"] == 3
 
 
+@pytest.mark.parametrize(("policy", "status"), [("allow", 200), ("deny", 429)])
+def test_failure_policy_behind_envoy_with_a_stalled_redis(stack, redis_server, policy, status):
+    # BACKEND_FAILURE_POLICY (issue 17): the daemon answers OK / OVER_LIMIT itself while Redis
+    # hangs, so Envoy sees no error (even with failure_mode_deny) and, once the breaker is
+    # open, no timeout either.
+    s = stack(
+        CONFIG,
+        failure_mode_deny=True,
+        BACKEND_FAILURE_POLICY=policy,
+        BACKEND_BREAKER_FAILURES="1",
+        REDIS_REQUEST_TIMEOUT="10ms",
+        **redis_env(redis_server),
+    )
+    assert s.envoy.request("/", {"x-user-id": "liz"}).status == 200
+    redis_server.pause()
+    try:
+        got = [s.envoy.request("/", {"x-user-id": "liz"}).status for _ in range(3)]
+    finally:
+        redis_server.resume()
+    assert got == [status] * 3
+    assert s.envoy.stats().get("cluster.backend.ratelimit.error", 0) == 0
+    assert s.daemon.stats()["ratelimit.redis_pool.breaker_opened"] == 1
+
+
 def test_hits_addend_set_by_envoy_is_honoured(stack) -> None:
     s = stack(CONFIG + COST_RULE)
     responses = [s.envoy.request("/cost", {"x-cost": "4"}) for _ in range(3)]

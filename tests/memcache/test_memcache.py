@@ -243,6 +243,19 @@ async def test_close_waits_for_pending_increments(memcached) -> None:
     assert await MemcacheBackend([mc.address]).get([]) == []
 
 
+async def test_delete_after_the_queued_increments(memcached) -> None:
+    # An admin's reset (DELETE /counters): the increments already queued go first.
+    mc = memcached()
+    backend = MemcacheBackend([mc.address])
+    await backend.connect()
+    try:
+        await backend.increment([Op("k1", 2, 60), Op("k2", 3, 60)])
+        assert await backend.delete(["k1", "k2", "absent"]) == 2
+        assert (mc.value("k1"), mc.value("k2")) == (None, None)
+    finally:
+        await backend.close()
+
+
 async def test_timeout_of_a_hung_node_fails_open(memcached, decider) -> None:
     mc = memcached()
     d = await decider([mc.address], CONFIG, timeout=0.2)

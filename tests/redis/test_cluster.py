@@ -85,6 +85,16 @@ async def test_keys_spread_over_nodes_one_pipeline_each(cluster, decider) -> Non
     assert d.stat("ratelimit.redis_pool.cx_active") == 6  # pool of 2 per master
 
 
+async def test_delete_routes_each_key_to_its_node(cluster, decider) -> None:
+    # An admin's reset (DELETE /counters) on a cluster: DEL per key, per owning node.
+    seeds = ",".join(n.address for n in cluster[:2])
+    d = await decider({"REDIS_TYPE": "cluster", "REDIS_URL": seeds}, CONFIG, clock=clock)
+    await d.decide("d", *[[("k", f"v{i}")] for i in range(12)])
+    keys = [f"d_k_v{i}_997200" for i in range(12)]
+    assert await d.backend.delete([*keys, "absent"]) == 12
+    assert sum(n.client().dbsize() for n in cluster) == 0
+
+
 async def test_stop_increment_get_round_on_cluster(cluster, decider) -> None:
     d = await decider(
         {

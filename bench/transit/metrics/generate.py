@@ -38,6 +38,11 @@ if str(ROOT) not in sys.path:
 
 from sidecars.transit.geometry import haversine_m  # noqa: E402
 from sidecars.transit.gtfs import read_feed  # noqa: E402
+from sidecars.transit.metrics.records import (  # noqa: E402
+    COMPLAINT_COLUMNS,
+    RIDE_COLUMNS,
+    VALIDATION_COLUMNS,
+)
 from sidecars.transit.network import Network, natural_key  # noqa: E402
 from sidecars.transit.settings import DEFAULT_GTFS  # noqa: E402
 from sidecars.transit.source import FeedFiles  # noqa: E402
@@ -64,21 +69,10 @@ AML_MUNICIPALITIES = [
     "1513",
     "1114",
 ]
-VALIDATION_HEADER = ("time", "agency_id", "line_id", "stop_id", "vehicle_id", "valid")
-RIDE_HEADER = (
-    "operational_date",
-    "agency_id",
-    "line_id",
-    "trip_id",
-    "scheduled_start",
-    "pass_one_validation",
-    "pass_three_events",
-    "scheduled_vkm",
-    "driven_vkm",
-    "delay_seconds",
-    "empty",
-)
-COMPLAINT_HEADER = ("id", "date", "category", "channel", "line_id", "municipality_id")
+# The columns the ingester reads, in its order (one definition: the records module's).
+VALIDATION_HEADER = VALIDATION_COLUMNS
+RIDE_HEADER = RIDE_COLUMNS
+COMPLAINT_HEADER = COMPLAINT_COLUMNS
 
 
 class Writer:

@@ -353,6 +353,15 @@ class MemcacheBackend:
             return []
         return await self._values([op.key for op in ops])
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        """`delete` per key (after the increments already queued); how many existed."""
+        await self.flush()
+        commands = [(k.encode(), b"delete " + k.encode() + b"\r\n") for k in keys]
+        replies = await self._batch(commands)
+        if any(reply is None for reply in replies):
+            raise BackendError("memcache: a node did not answer the delete")
+        return sum(reply == b"DELETED" for reply in replies)
+
     def _start_batch(self) -> None:
         ops = self._queued
         self._queued = []

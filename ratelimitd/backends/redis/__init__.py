@@ -46,12 +46,14 @@ Passwords never reach a log line or an error message: addresses are shown throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...settings import RedisSettings
 from ..base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
-from .instances import RedisInstance, go_duration, instance, key_slot
+from ..breaker import Breaker, add_breaker_stats, breaker_args
+from .cluster import ClusterInstance
+from .instances import RedisInstance, SingleInstance, go_duration, key_slot
 from .pool import MAX_IN_FLIGHT
 
 if TYPE_CHECKING:
@@ -77,6 +79,7 @@ class RedisBackend:
         health: Health | None = None,
         stats: StatsStore | None = None,
         max_in_flight: int = MAX_IN_FLIGHT,
+        breaker: tuple[int, float] | None = None,
     ) -> None:
         self.health = health
         # REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the per-second instance shares the main one's.
@@ -89,9 +92,20 @@ class RedisBackend:
             if per_second is not None
             else None
         )
+        # BACKEND_BREAKER_*: (failures, probe interval) gives each instance its own breaker;
+        # the routing below calls the instances through `_main` / `_second`.
+        self._breakers: list[Breaker] = []
+        self._main: Any = self.main
+        self._second: Any = self.per_second
+        if breaker is not None:
+            self._main = _Guarded(self.main, "redis", breaker)
+            self._breakers.append(self._main.breaker)
+            if self.per_second is not None:
+                self._second = _Guarded(self.per_second, "redis_per_second", breaker)
+                self._breakers.append(self._second.breaker)
         if self.per_second is None:
             # The hot path without a routing frame: one coroutine per request, not two.
-            self.increment = self.main.incr_expire  # type: ignore[method-assign]
+            self.increment = self._main.incr_expire  # type: ignore[method-assign]
         if health is not None and "backend" not in health.components():
             health.register("backend", False)
         if stats is not None:
@@ -104,6 +118,12 @@ class RedisBackend:
                 stats.add_gauge(scope + "cx_local_close", lambda c=c: c.local_close)  # type: ignore[misc]
                 # Extension: pipelined flushes so far, i.e. Redis round trips (writes).
                 stats.add_gauge(scope + "pipeline_writes", lambda i=inst: i.writes)  # type: ignore[misc]
+            for label, b in zip(labels, self._breakers, strict=False):
+                add_breaker_stats(stats, f"ratelimit.{label}.", b)
+
+    def breakers(self) -> list[Breaker]:
+        """The instances' breakers (none without BACKEND_BREAKER_FAILURES)."""
+        return self._breakers
 
     def instances(self) -> list[RedisInstance]:
         """The main instance, then the per-second one when configured."""
@@ -134,15 +154,15 @@ class RedisBackend:
     async def increment(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY key hits + EXPIRE key unit+jitter per op (a script call for a sliding
         window or token bucket); main first, then per-second (SECOND-unit limits)."""
-        per_second = self.per_second
+        per_second = self._second
         if per_second is None:
-            return await self.main.incr_expire(ops)
+            return await self._main.incr_expire(ops)
         main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
         second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
         out: list[Any] = [0] * len(ops)
         if main_idx:
             for j, value in zip(
-                main_idx, await self.main.incr_expire([ops[j] for j in main_idx]), strict=True
+                main_idx, await self._main.incr_expire([ops[j] for j in main_idx]), strict=True
             ):
                 out[j] = value
         if second_idx:
@@ -157,16 +177,16 @@ class RedisBackend:
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """GET per key (0 when absent), routed as `increment` routes; the level of a
         sliding window or token bucket, counting nothing."""
-        per_second = self.per_second
+        per_second = self._second
         decided = any(op.algorithm for op in ops)
         if per_second is None:
             if decided:
-                return await self.main.decide(ops, peek=True)
-            return await self.main.get([op.key for op in ops])
+                return await self._main.decide(ops, peek=True)
+            return await self._main.get([op.key for op in ops])
         out = [0] * len(ops)
         main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
         second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
-        for inst, idx in ((self.main, main_idx), (per_second, second_idx)):
+        for inst, idx in ((self._main, main_idx), (per_second, second_idx)):
             if idx:
                 if decided:
                     values = await inst.decide([ops[j] for j in idx], peek=True)
@@ -176,10 +196,44 @@ class RedisBackend:
                     out[j] = value
         return out
 
+    async def delete(self, keys: Sequence[str]) -> int:
+        """DEL each key on every instance (a key's instance depends on its limit's unit,
+        which a key alone does not say; DEL is harmless where it is absent)."""
+        found = 0
+        for inst in self.instances():
+            found += await inst.delete(keys)
+        return found
+
     async def close(self) -> None:
         """Close every connection; later requests fail with BackendError."""
         for inst in self.instances():
             await inst.close()
+
+
+class _Guarded:
+    """An instance's three entry points through its breaker (the routing's view of it)."""
+
+    def __init__(self, inst: RedisInstance, name: str, breaker: tuple[int, float]) -> None:
+        self.inst = inst
+        self.breaker = Breaker(name, *breaker, before_probe=inst.dial_if_down)
+
+    async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.breaker.call(self.inst.incr_expire, ops)  # type: ignore[no-any-return]
+
+    async def get(self, keys: Sequence[str]) -> list[int]:
+        return await self.breaker.call(self.inst.get, keys)  # type: ignore[no-any-return]
+
+    async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
+        return await self.breaker.call(self.inst.decide, ops, peek=peek)  # type: ignore[no-any-return]
+
+
+def instance(
+    s: RedisSettings, jitter: int, on_change: Callable[[], None], max_in_flight: int
+) -> RedisInstance:
+    """The instance REDIS_TYPE names: a cluster, or a single server / sentinel master."""
+    if s.type == "cluster":
+        return ClusterInstance(s, jitter, on_change, max_in_flight)
+    return SingleInstance(s, jitter, on_change, max_in_flight)
 
 
 def create_redis_backend(
@@ -195,4 +249,5 @@ def create_redis_backend(
         jitter_max_seconds=settings.cache.expiration_jitter_max_seconds,
         health=health,
         stats=stats,
+        breaker=breaker_args(settings.cache),
     )

@@ -133,6 +133,7 @@ class Pool:
         self._scheduled = False
         self._rr = 0
         self._maintainer: asyncio.Task[None] | None = None
+        self._probe_dial: asyncio.Task[None] | None = None
         self._window = s.pipeline_window
         # Commands per flush: REDIS_PIPELINE_LIMIT, and never more than one connection
         # may have in flight, so a burst is split over connections instead of refused.
@@ -220,6 +221,25 @@ class Pool:
         if len(self.conns) < self.s.pool_size:
             self.maintain()
 
+    async def dial_if_down(self) -> None:
+        """With no connection up, dial one now instead of waiting for the maintainer's
+        backoff (a breaker's probe: the store may be back although the pool has not
+        re-dialled yet). Waits at most REDIS_REQUEST_TIMEOUT, as a request would; the dial
+        goes on in the background past it. Raises BackendError when it fails or is late."""
+        if self.conns or self.closed:
+            return
+        dial = self._probe_dial
+        if dial is None or dial.done():
+            dial = self._probe_dial = asyncio.get_running_loop().create_task(self._dial())
+            dial.add_done_callback(_retrieve)
+        try:
+            await asyncio.wait_for(asyncio.shield(dial), self.s.request_timeout)
+        except TimeoutError:
+            raise BackendError(f"no connection to redis at {self.describe} yet") from None
+
+    async def _dial(self) -> None:
+        await self._open(await self.resolve())
+
     async def _open(self, address: Address) -> None:
         self.loop = asyncio.get_running_loop()
         conn = await self.dialer.open(address, self._lost)
@@ -276,6 +296,8 @@ class Pool:
     async def close(self) -> None:
         """Close every connection and stop reconnecting."""
         self.closed = True
+        if self._probe_dial is not None:
+            self._probe_dial.cancel()
         if self._maintainer is not None:
             self._maintainer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -285,6 +307,13 @@ class Pool:
             conn.close()
         for conn in conns:
             await conn.wait_closed()
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    # A probe's dial that failed after the probe stopped waiting: its error was logged by
+    # nobody and matters to nobody (the maintainer keeps dialling).
+    if not task.cancelled():
+        task.exception()
 
 
 async def await_replies(submitted: tuple[SharedFuture, int], n: int) -> list[Any]:

@@ -2,7 +2,7 @@
 # Set up everything ratelimitd needs on a fresh Debian machine, idempotently.
 #   scripts/bootstrap.sh            venv + package (compiled extensions) + test extras
 #   scripts/bootstrap.sh --system   also the server binaries the test suite starts
-#                                   (redis-server, memcached, wrk), libnghttp2-dev for the
+#                                   (redis-server, memcached, wrk, postgresql), libnghttp2-dev for the
 #                                   native gRPC transport and h2load, via apt when missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,11 @@ if [[ "${1:-}" == "--system" ]]; then
     # The native gRPC transport builds against libnghttp2; h2load drives its benchmark.
     [[ -f /usr/include/nghttp2/nghttp2.h ]] || need+=(libnghttp2-dev)
     command -v h2load >/dev/null || need+=(nghttp2-client)
+    # The usage API's tests start a real PostgreSQL server (initdb + postgres, not on PATH in
+    # Debian: /usr/lib/postgresql/<version>/bin); setpriv runs it as `postgres` under root.
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null \
+        || need+=(postgresql)
+    command -v setpriv >/dev/null || need+=(util-linux)
     if ((${#need[@]})); then
         SUDO=""
         [[ $(id -u) -ne 0 ]] && SUDO="sudo"

@@ -2,13 +2,14 @@
 
     .venv/bin/python bench/usage/run.py [--duration 10] [--repeats 3] [--out ...results.json]
 
-Starts its own redis-server, ratelimitd (BACKEND_TYPE=redis, `meter: true`, limits far above
-the load) and the sidecar on free ports, issues a token with the CLI, then runs wrk:
+Starts its own redis-server, ratelimitd (BACKEND_TYPE=redis, limits far above the load), an
+SQLite account database and the sidecar on free ports, issues a token with the CLI, then runs wrk:
 
 - throughput: `wrk -t2 -c64` for requests/s and p99, middleware off and on;
 - added latency: `wrk -t1 -c1` (one request at a time), middleware off and on; the
   difference of the mean latencies is what the middleware adds per request (token lookup
-  moves from the resource into it, so it adds the gRPC decision and the cached quota check).
+  moves from the resource into it, so it adds the gRPC decision and the atomic quota
+  check-and-count in Redis).
 
 "off" is USAGE_RATE_LIMIT=false (no middleware: the resource authenticates); "on" is the
 default middleware with USAGE_QUOTA_EXEMPT_PATHS="" so the quota check runs on every request.
@@ -42,7 +43,6 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: second, requests_per_unit: 1000000000}
   - key: account
-    meter: true
     rate_limit: {unit: second, requests_per_unit: 1000000000}
   - key: plan
     value: pro
@@ -84,7 +84,8 @@ def main() -> None:
         daemon = start_daemon(env, tmp)
         procs.append(daemon)
 
-        cenv = {**os.environ, "PYTHONPATH": str(REPO), "USAGE_REDIS_URL": redis.url}
+        database = {"USAGE_SQLITE_PATH": str(tmp / "usage.sqlite3")}
+        cenv = {**os.environ, "PYTHONPATH": str(REPO), "USAGE_REDIS_URL": redis.url, **database}
         cli = [sys.executable, "-m", "sidecars.usage"]
         subprocess.run(
             [*cli, "accounts", "create", "bench", "--plan", "pro"],
@@ -98,9 +99,10 @@ def main() -> None:
         token = json.loads(issued.stdout)["token"]
 
         modes = {
-            "off": {"USAGE_REDIS_URL": redis.url, "USAGE_RATE_LIMIT": "false"},
+            "off": {"USAGE_REDIS_URL": redis.url, "USAGE_RATE_LIMIT": "false", **database},
             "on": {
                 "USAGE_REDIS_URL": redis.url,
+                **database,
                 "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
                 "USAGE_QUOTA_EXEMPT_PATHS": "",
             },

@@ -21,8 +21,10 @@ class ApiError(Struct, omit_defaults=True):
         str,
         msgspec.Meta(
             description="Machine-readable code: invalid_request, invalid_format, unauthorized, "
-            "invalid_token, not_found, method_not_allowed, rate_limited, quota_exceeded, "
-            "store_unavailable, rate_limiter_unavailable, internal_error."
+            "invalid_token, account_suspended, subscription_not_started, not_found, "
+            "method_not_allowed, rate_limited, quota_exceeded, too_many_invalid_tokens, "
+            "request_header_fields_too_large, store_unavailable, "
+            "rate_limiter_unavailable, internal_error."
         ),
     ]
     message: str

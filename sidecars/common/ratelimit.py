@@ -8,23 +8,22 @@ transit API installs the same when TRANSIT_RATE_LIMIT=true. Per request, in
    callable given (the usage sidecar's accounts). A Bearer header whose token is
    malformed, unknown or revoked is answered 401 right here, so a client with a bad token
    learns it instead of being served as anonymous. Other schemes and no header: anonymous.
-2. Quota: for an account, the hits in its current window (the sum of ratelimitd's metered day
-   buckets) are compared with its plan's limit. The sum is cached per process and re-read at
-   most every `quota_refresh_seconds`; between reads the hits this process let through are
-   added, so an account overshoots its quota by at most what other processes let through in
-   one refresh interval. At the limit: 429 `quota_exceeded` (paths in `quota_exempt_paths`,
-   e.g. the usage endpoint itself, stay reachable).
-3. ShouldRateLimit with ratelimitd's public client (`ratelimitd.client.RateLimitClient`: one
+2. ShouldRateLimit with ratelimitd's public client (`ratelimitd.client.RateLimitClient`: one
    gRPC channel per process, a short deadline, reconnecting by itself) with descriptors
    (domain `domain`, one hit each):
        anonymous:  [("remote_address", <client address>)]
        account:    [("account", <id>)]  and  [("plan", <plan>), ("account", <id>)]
-   The `account` rule of the ratelimitd config carries `meter: true`: that is what counts the
-   request into the account's day bucket (sidecars/usage/ratelimit-config.yaml).
+   These are rates (bursts), not usage: nothing ratelimitd counts is billed.
    OVER_LIMIT: 429 `rate_limited` with Retry-After and RateLimit-Limit/-Remaining/-Reset;
    allowed requests carry the RateLimit-* headers of their tightest limit.
    ratelimitd unreachable, too slow or answering UNKNOWN: `failure_mode` "allow" lets the
    request through, "deny" answers 503 `rate_limiter_unavailable` with Retry-After.
+3. Quota: for an account, the `admit` callable (the usage sidecar's atomic check-and-count in
+   Redis) counts the request against its plan, or refuses it with 429 `quota_exceeded` and
+   the Retry-After it computed. Paths in `quota_exempt_paths` are served even at the limit.
+4. After the app answered (`process_response`): an admitted request answered with a status
+   of 400 or more is refunded (`refund`), unless `count_error_responses`: only requests the
+   app served count as usage. Requests the middleware refused were never counted.
 
 The account store's own errors stay its own: the exception types it raises when it cannot
 answer are handed in (`unavailable=`) and answered 503 `store_unavailable` with Retry-After.
@@ -33,8 +32,6 @@ The authenticated principal is left in `req.context.principal` for the resources
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -48,8 +45,10 @@ from ratelimitd.client import RateLimitClient, RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT, Response
 
 from .errors import ApiError, answer
+from .outage import Outage
 
 log = logging.getLogger(__name__)
+RECONNECT_BACKOFF = 0.5  # seconds, the most the gRPC channel waits between reconnects
 
 
 class Principal(Protocol):
@@ -64,8 +63,25 @@ class Principal(Protocol):
 
 # Token -> principal, or None for an unknown/revoked token; raises on an unavailable store.
 Authenticate = Callable[[str], Awaitable[Principal | None]]
-# Principal -> (hits in the current window, plan limit, epoch seconds when the window moves).
-QuotaProbe = Callable[[Any], Awaitable[tuple[int, int, float]]]
+
+
+class Admission(Protocol):
+    """What `admit` answers for one request of an account."""
+
+    @property
+    def admitted(self) -> bool: ...
+
+    @property
+    def limit(self) -> int: ...
+
+    @property
+    def retry_after(self) -> int: ...
+
+
+# (principal, quota-exempt path) -> the admission; raises AccessDenied or a store error.
+Admit = Callable[[Any, bool], Awaitable[Admission]]
+# Takes back what an admission counted.
+Refund = Callable[[Any], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +92,26 @@ class RateLimitConfig:
     domain: str = "api"
     timeout_seconds: float = 0.25
     failure_mode: str = "allow"  # or "deny"
-    quota_refresh_seconds: float = 2.0
     quota_exempt_paths: frozenset[str] = frozenset()
     exempt_paths: frozenset[str] = frozenset()
     retry_after_seconds: int = 5  # when the account store is unavailable
-    quota_cache_entries: int = 100_000
+    count_error_responses: bool = False  # True: admitted requests count whatever the answer
+    invalid_token_limit: int = 20  # invalid-token attempts per client address and window
+
+
+class AccessDenied(Exception):
+    """Raised by `authenticate` for a valid token whose holder may not be served now (e.g. a
+    suspended account): answered 403 with `error`."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def forbidden(resp: falcon.asgi.Response, denied: AccessDenied) -> None:
+    """Answer 403 with the refusal's code."""
+    answer(resp, ApiError(403, denied.error, denied.message))
 
 
 class AuthFailure(Exception):
@@ -133,79 +164,6 @@ def unauthorized(resp: falcon.asgi.Response, failure: AuthFailure, realm: str = 
     answer(resp, body)
 
 
-class QuotaCache:
-    """Per-process window sums, re-read at most every `refresh` seconds, plus local hits."""
-
-    def __init__(
-        self,
-        probe: QuotaProbe,
-        refresh: float,
-        max_entries: int,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.probe = probe
-        self.wall_clock = wall_clock
-        self.refresh = refresh
-        self.max_entries = max_entries
-        self.clock = clock
-        # account id -> [hits at read, local hits since, limit, window moves at, read at]
-        self._entries: collections.OrderedDict[str, list[Any]] = collections.OrderedDict()
-        self._reading: dict[str, asyncio.Future[list[Any]]] = {}
-
-    async def state(self, principal: Any) -> tuple[int, int, float]:
-        """(hits in the window as far as this process knows, limit, epoch when it moves)."""
-        entry = self._entries.get(principal.id)
-        now = self.clock()
-        # Re-read when stale, and at once when the window has moved (a new cycle or day).
-        if entry is None or now - entry[4] >= self.refresh or self.wall_clock() >= entry[3]:
-            entry = await self._read(principal)
-        else:
-            self._entries.move_to_end(principal.id)
-        return entry[0] + entry[1], entry[2], entry[3]
-
-    async def _read(self, principal: Any) -> list[Any]:
-        # Concurrent requests of one account share one read instead of stampeding Redis.
-        pending = self._reading.get(principal.id)
-        if pending is not None:
-            try:
-                return await asyncio.shield(pending)
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # this request was cancelled
-                # The request doing the read was cancelled (its client went away): read anew.
-                return await self._read(principal)
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._reading[principal.id] = future
-        try:
-            started = self.clock()
-            used, limit, moves_at = await self.probe(principal)
-            entry = [used, 0, limit, moves_at, started]
-            self._entries[principal.id] = entry
-            self._entries.move_to_end(principal.id)
-            if len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-            future.set_result(entry)
-            return entry
-        except asyncio.CancelledError:
-            future.cancel()
-            raise
-        except BaseException as exc:
-            future.set_exception(exc)
-            # Retrieved here so a read nobody else awaited does not log "never retrieved".
-            future.exception()
-            raise
-        finally:
-            del self._reading[principal.id]
-
-    def count(self, principal: Any) -> None:
-        """Record a hit this process let through since the last read."""
-        entry = self._entries.get(principal.id)
-        if entry is not None:
-            entry[1] += 1
-
-
 class RateLimitMiddleware:
     """Authenticate, enforce the quota, ask ratelimitd; see the module docstring."""
 
@@ -214,30 +172,39 @@ class RateLimitMiddleware:
         config: RateLimitConfig,
         *,
         authenticate: Authenticate,
-        quota: QuotaProbe | None = None,
+        admit: Admit | None = None,
+        refund: Refund | None = None,
+        count_invalid_token: Callable[[str], Awaitable[tuple[int, int]]] | None = None,
         unavailable: tuple[type[Exception], ...] = (),
         realm: str = "api",
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.wall_clock = wall_clock
         self.authenticate = authenticate
+        self.admit = admit
+        self.refund = refund
+        self.count_invalid_token = count_invalid_token
+        # client address -> monotonic time its invalid-token block ends (this worker's view)
+        self._blocked: dict[str, float] = {}
         # What `authenticate` / `quota` raise when their store cannot answer: 503, not 500.
         self.unavailable = unavailable
         self.realm = realm
+        # Reconnect backoff capped at RECONNECT_BACKOFF: a restarted ratelimitd is used again
+        # within a second (gRPC's jitter adds up to 20 %).
         self.client = (
-            RateLimitClient(config.address, timeout=config.timeout_seconds)
+            RateLimitClient(
+                config.address,
+                timeout=config.timeout_seconds,
+                max_reconnect_backoff=RECONNECT_BACKOFF,
+            )
             if config.address
             else None
         )
-        self.quota = (
-            QuotaCache(
-                quota, config.quota_refresh_seconds, config.quota_cache_entries, clock, wall_clock
-            )
-            if quota is not None
-            else None
+        consequence = (
+            "answering 503 rate_limiter_unavailable (failure mode deny)"
+            if config.failure_mode == "deny"
+            else "serving without rate limits, quotas still counted (failure mode allow)"
         )
+        self.outage = Outage(f"ratelimitd at {config.address}", consequence)
         self._deny = config.failure_mode == "deny"
 
     async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
@@ -246,33 +213,30 @@ class RateLimitMiddleware:
         if req.method == "OPTIONS" or req.path in self.config.exempt_paths:
             return
         principal = None
+        client = getattr(req.context, "client", None) or req.remote_addr or "unknown"
         if bearer_token(req.get_header("Authorization")) is not None:
+            blocked_for = self._blocked_for(client)
+            if blocked_for:
+                self._too_many_invalid(resp, blocked_for)
+                return
             try:
                 principal = await authenticate_request(req, self.authenticate)
             except AuthFailure as failure:
-                unauthorized(resp, failure, self.realm)
+                await self._invalid_token(resp, failure, client)
+                return
+            except AccessDenied as denied:
+                forbidden(resp, denied)
                 return
             except self.unavailable:
                 self._store_unavailable(resp)
                 return
         if principal is not None:
-            if self.quota is not None and req.path not in self.config.quota_exempt_paths:
-                try:
-                    used, limit, moves_at = await self.quota.state(principal)
-                except self.unavailable:
-                    self._store_unavailable(resp)
-                    return
-                if used >= limit:
-                    wait = int(moves_at - self.wall_clock()) + 1
-                    message = f"The plan's quota of {limit} requests in this window is used up."
-                    answer(resp, ApiError(429, "quota_exceeded", message), retry_after=wait)
-                    return
             descriptors: tuple[tuple[tuple[str, str], ...], ...] = (
                 (("account", principal.id),),
                 (("plan", principal.plan), ("account", principal.id)),
             )
         else:
-            descriptors = ((("remote_address", req.remote_addr or "unknown"),),)
+            descriptors = ((("remote_address", client),),)
         if self.client is not None:
             decision = await self._decide(self.client, descriptors)
             if decision is None or decision.overall_code not in (OK, OVER_LIMIT):
@@ -286,18 +250,102 @@ class RateLimitMiddleware:
                     message = f"Too many requests; retry in {over} s."
                     answer(resp, ApiError(429, "rate_limited", message), retry_after=over)
                     return
-        if principal is not None and self.quota is not None:
-            self.quota.count(principal)
+        if principal is not None and self.admit is not None:
+            await self._admit(req, resp, principal)
+
+    def _blocked_for(self, client: str) -> int:
+        until = self._blocked.get(client)
+        if until is None:
+            return 0
+        left = until - time.monotonic()
+        if left <= 0:
+            del self._blocked[client]
+            return 0
+        return int(left) + 1
+
+    async def _invalid_token(
+        self, resp: falcon.asgi.Response, failure: AuthFailure, client: str
+    ) -> None:
+        """401, or 429 once the address is over its invalid-token attempts."""
+        if self.count_invalid_token is not None:
+            try:
+                attempts, ttl = await self.count_invalid_token(client)
+            except self.unavailable:
+                attempts, ttl = 0, 0  # the counter is down: answer as usual
+            if attempts > self.config.invalid_token_limit:
+                if len(self._blocked) > 100_000:
+                    self._blocked.clear()
+                self._blocked[client] = time.monotonic() + ttl
+                self._too_many_invalid(resp, ttl)
+                return
+        unauthorized(resp, failure, self.realm)
+
+    def _too_many_invalid(self, resp: falcon.asgi.Response, wait: int) -> None:
+        message = f"Too many invalid tokens from this address; retry in {wait} s."
+        answer(resp, ApiError(429, "too_many_invalid_tokens", message), retry_after=wait)
+
+    async def _admit(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, principal: Any
+    ) -> None:
+        """Count the request against the quota, or refuse it (429 quota_exceeded)."""
+        assert self.admit is not None
+        exempt = req.path in self.config.quota_exempt_paths
+        try:
+            admission = await self.admit(principal, exempt)
+        except AccessDenied as denied:
+            forbidden(resp, denied)
+            return
+        except self.unavailable:
+            self._store_unavailable(resp)
+            return
+        if not admission.admitted:
+            limit = admission.limit
+            message = f"The plan's quota of {limit} requests in this window is used up."
+            answer(resp, ApiError(429, "quota_exceeded", message), admission.retry_after)
+            return
+        req.context.admission = admission
+
+    async def process_response(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        resource: object,
+        req_succeeded: bool,
+    ) -> None:
+        """Refund an admitted request the app answered with an error (see the module doc)."""
+        admission = getattr(req.context, "admission", None)
+        if admission is None or self.refund is None or self.config.count_error_responses:
+            return
+        if resp.status_code >= 400:
+            try:
+                await self.refund(admission)
+            except self.unavailable as exc:
+                log.warning("refund of an error response not recorded: %s", exc)
 
     async def _decide(
         self, client: RateLimitClient, descriptors: Iterable[Sequence[tuple[str, str]]]
     ) -> Response | None:
         """The decision for one hit, or None when ratelimitd cannot give one in time."""
         try:
-            return await client.should_rate_limit(self.config.domain, descriptors, 1)
+            decision = await client.should_rate_limit(self.config.domain, descriptors, 1)
         except RateLimitError as exc:
-            log.warning("ratelimitd %s: %s", client.target, exc.code.name)
+            self.outage.failed(exc.code.name)  # logged once per outage, not per request
             return None
+        self.outage.answered()
+        return decision
+
+    async def probe(self) -> bool | None:
+        """Whether ratelimitd answers now (None: none configured), for /health: a decision on a
+        descriptor no rule matches, so nothing is counted."""
+        if self.client is None:
+            return None
+        try:
+            await self.client.should_rate_limit(self.config.domain, [(("health_probe", "1"),)], 1)
+        except RateLimitError as exc:
+            self.outage.failed(exc.code.name)
+            return False
+        self.outage.answered()
+        return True
 
     def _headers(self, resp: falcon.asgi.Response, decision: Response) -> int | None:
         """Set RateLimit-* of the tightest limit; the seconds to wait when over a limit."""

@@ -25,7 +25,11 @@ class Server(Protocol):
 
 
 def gunicorn_argv(
-    app: str, server: Server, extra: Sequence[str] = (), timeout: int | None = None
+    app: str,
+    server: Server,
+    extra: Sequence[str] = (),
+    timeout: int | None = None,
+    worker_class: str = "uvicorn.workers.UvicornWorker",
 ) -> list[str]:
     """The gunicorn command line serving the ASGI factory `app` (`module:factory()`)."""
     argv = [
@@ -33,7 +37,7 @@ def gunicorn_argv(
         "-m",
         "gunicorn",
         "--worker-class",
-        "uvicorn.workers.UvicornWorker",
+        worker_class,
         "--bind",
         f"{server.host}:{server.port}",
         "--workers",

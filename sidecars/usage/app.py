@@ -13,6 +13,7 @@ from typing import Any
 import falcon
 import falcon.asgi
 
+from sidecars.common.clients import RequestLimits, parse_networks
 from sidecars.common.lifecycle import Lifecycle
 from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware
 
@@ -20,7 +21,7 @@ from . import resources as r
 from .openapi import openapi_document
 from .plans import Plan, load_plans
 from .settings import Settings
-from .store import Account, StoreUnavailable, UsageStore
+from .store import StoreUnavailable, UsageStore
 
 REALM = "api"
 
@@ -32,23 +33,20 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         domain=settings.ratelimit_domain,
         timeout_seconds=settings.ratelimit_timeout_seconds,
         failure_mode=settings.ratelimit_failure_mode,
-        quota_refresh_seconds=settings.quota_refresh_seconds,
         quota_exempt_paths=frozenset(settings.quota_exempt_paths),
         exempt_paths=frozenset(settings.exempt_paths),
         retry_after_seconds=settings.retry_after_seconds,
+        count_error_responses=settings.count_error_responses,
+        invalid_token_limit=settings.invalid_token_limit,
     )
-
-    async def quota(account: Account) -> tuple[int, int, float]:
-        window, used = await store.usage(account)
-        return used, store.plans[account.plan].limit, float(window.end)
-
     return RateLimitMiddleware(
         config,
         authenticate=store.authenticate,
-        quota=quota,
+        admit=store.admit,
+        refund=store.refund,
+        count_invalid_token=store.count_invalid_token,
         unavailable=(StoreUnavailable,),
         realm=REALM,
-        wall_clock=store.clock,
     )
 
 
@@ -76,17 +74,34 @@ def create_app(
     """
     if store is None:
         store = UsageStore(settings, plans or load_plans(settings.plans_file), clock=clock)
+    limiter: RateLimitMiddleware | None = None
     if middleware is None:
-        middleware = [rate_limit_middleware(settings, store)] if settings.rate_limit else []
+        limiter = rate_limit_middleware(settings, store) if settings.rate_limit else None
+        middleware = [limiter] if limiter is not None else []
+    else:
+        limiter = next((m for m in middleware if isinstance(m, RateLimitMiddleware)), None)
     # Redis connections are closed before the worker's loop goes.
-    stack: list[Any] = [*middleware, Lifecycle(shutdown=store.close)]
+    limits = RequestLimits(
+        parse_networks(settings.trusted_proxies),
+        max_header_bytes=settings.max_header_bytes,
+        max_headers=settings.max_headers,
+    )
+    stack: list[Any] = [limits, *middleware, Lifecycle(shutdown=store.close)]
     app = falcon.asgi.App(middleware=stack)
     # `format=` must reach the resource (and be refused), not vanish as a blank value.
     app.req_options.keep_blank_qs_values = True
     app.req_options.strip_url_path_trailing_slash = True
 
     app.add_route(settings.usage_path, r.Usage(store, REALM, settings.retry_after_seconds))
-    app.add_route("/health", r.Health(store, settings.retry_after_seconds))
+    app.add_route(
+        "/health",
+        r.Health(
+            store,
+            settings.retry_after_seconds,
+            probe_ratelimiter=limiter.probe if limiter is not None else None,
+            ratelimiter_deny=settings.ratelimit_failure_mode == "deny",
+        ),
+    )
     app.add_route("/openapi.json", r.OpenApi(openapi_document(settings)))
 
     app.add_error_handler(Exception, r.unexpected_error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import falcon
@@ -10,7 +11,13 @@ import falcon.asgi
 import msgspec
 
 from sidecars.common.errors import ApiError, answer
-from sidecars.common.ratelimit import AuthFailure, authenticate_request, unauthorized
+from sidecars.common.ratelimit import (
+    AccessDenied,
+    AuthFailure,
+    authenticate_request,
+    forbidden,
+    unauthorized,
+)
 
 from .schemas import SubscriptionPeriod, UsageHealth, UsagePeriod, UsageResponse
 from .store import Account, StoreUnavailable, UsageStore
@@ -53,6 +60,9 @@ class Usage:
         except AuthFailure as failure:
             unauthorized(resp, failure, self.realm)
             return
+        except AccessDenied as denied:
+            forbidden(resp, denied)
+            return
         except StoreUnavailable as exc:
             log.warning("account store unavailable: %s", exc)
             message = "The account store is unavailable; retry shortly."
@@ -84,21 +94,55 @@ class Usage:
 
 
 class Health:
-    """`GET /health`: 200 when Redis answers, else 503."""
+    """`GET /health`: each dependency and the overall status (see UsageHealth)."""
 
-    def __init__(self, store: UsageStore, retry_after: int) -> None:
+    def __init__(
+        self,
+        store: UsageStore,
+        retry_after: int,
+        probe_ratelimiter: Callable[[], Awaitable[bool | None]] | None = None,
+        ratelimiter_deny: bool = False,
+    ) -> None:
         self.store = store
         self.retry_after = retry_after
+        self.probe_ratelimiter = probe_ratelimiter
+        self.ratelimiter_deny = ratelimiter_deny
+
+    async def _up(self, ping: Callable[[], Awaitable[None]]) -> bool:
+        try:
+            await ping()
+            return True
+        except StoreUnavailable:
+            return False
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        """Ping the store."""
-        try:
-            await self.store.ping()
-            body = UsageHealth("ok", "ok")
-        except StoreUnavailable:
+        """Ping the database and Redis, probe ratelimitd."""
+        database = await self._up(self.store.db.ping)
+        counters = await self._up(self.store.ping)
+        if counters and self.store.buffer.total:
+            await self.store.flush()  # Redis is back: do not wait for the next flush round
+        limiter = await self.probe_ratelimiter() if self.probe_ratelimiter else None
+        counters_deny = self.store.settings.counter_failure_mode == "deny"
+        if (
+            not database
+            or (not counters and counters_deny)
+            or (limiter is False and self.ratelimiter_deny)
+        ):
+            status = "unavailable"
+        elif not counters or limiter is False or self.store.buffer.total:
+            status = "degraded"
+        else:
+            status = "ok"
+        body = UsageHealth(
+            status,  # type: ignore[arg-type]
+            "ok" if database else "unavailable",
+            "ok" if counters else "unavailable",
+            "disabled" if limiter is None else "ok" if limiter else "unavailable",
+            self.store.buffer.total,
+        )
+        if status == "unavailable":
             resp.status = falcon.HTTP_503
             resp.set_header("Retry-After", str(self.retry_after))
-            body = UsageHealth("unavailable", "unavailable")
         resp.content_type = JSON
         resp.data = _encode(body)
         resp.cache_control = ["no-store"]

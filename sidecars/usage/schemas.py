@@ -58,15 +58,31 @@ class UsageResponse(Struct):
         UsageWindowKind,
         msgspec.Meta(
             description="billing_cycle: the monthly cycle anchored on the subscription start "
-            "day; rolling_30_days: the 30 UTC days ending now, today included."
+            "day; rolling_30_days: the 30 whole UTC days before today plus today."
         ),
     ]
     subscriptionPeriod: SubscriptionPeriod
     usagePeriod: UsagePeriod
 
 
-class UsageHealth(Struct):
-    """Body of the usage sidecar's `/health`."""
+Component = Literal["ok", "unavailable"]
 
-    status: Literal["ok", "unavailable"]
-    store: Literal["ok", "unavailable"]
+
+class UsageHealth(Struct):
+    """Body of the usage sidecar's `/health`: the overall status and each dependency."""
+
+    status: Annotated[
+        Literal["ok", "degraded", "unavailable"],
+        msgspec.Meta(
+            description="ok: everything answers (200). degraded (200): serving under a failure "
+            "mode `allow` (ratelimitd or Redis down, or usage hits still buffered). "
+            "unavailable (503): the database is down, or a dependency whose failure mode is "
+            "`deny` is."
+        ),
+    ]
+    database: Component
+    counters: Annotated[Component, msgspec.Meta(description="The Redis of the usage counters.")]
+    rateLimiter: Literal["ok", "unavailable", "disabled"]
+    bufferedHits: Annotated[
+        int, msgspec.Meta(ge=0, description="Usage hits this worker holds until Redis is back.")
+    ]

@@ -1,16 +1,13 @@
-"""Accounts, bearer tokens and metered usage in Redis (the Redis ratelimitd meters into).
+"""Accounts and tokens from the account database; metered usage from Redis.
 
-Key layout (`P` = USAGE_KEY_PREFIX, default `usage:`; `C` = ratelimitd's CACHE_KEY_PREFIX):
+The system of record (accounts, plan assignments, subscription periods, tokens) is SQL
+(`sidecars.usage.db`: SQLite by default, PostgreSQL with USAGE_POSTGRES_DSN), so a Redis
+restart, eviction or FLUSHALL loses no customer and no token, and writing to Redis cannot
+mint a token. Redis holds only the usage counters, one per account and UTC day:
 
-    P account:<id>          hash  plan, window ("" = the plan's default), start, end ("" = open),
-                                  created, updated (epoch seconds)
-    P token:<sha256 hex>    hash  account, id, created, label. Exists only while the token is
-                                  valid: revoking deletes it, so the next request fails.
-    P tokens:<id>           hash  token id -> JSON {id, sha256, created, label, revoked}: the
-                                  account's tokens for `tokens list` / `tokens revoke`.
-    C meter_<domain>_<key>_<id>_<day>   ratelimitd's day buckets (`meter: true`), read with MGET.
+    C meter_<domain>_<key>_<id>_<day>   day buckets (ratelimitd's `meter_key`), read with MGET
 
-Raw tokens are never stored, only their SHA-256. Every request reads the token hash afresh
+Raw tokens are never stored, only their SHA-256. Every request looks the token up afresh
 (no token cache), so revocation takes effect on the next request.
 """
 
@@ -18,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import re
 import secrets
 import time
@@ -29,30 +27,34 @@ import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 from ratelimitd.keys import meter_key
+from sidecars.common.outage import Outage
+from sidecars.common.ratelimit import AccessDenied
 
+from .counters import ADMIT, REFUND, TTL, Admission, UsageBuffer, retry_after
+from .db import AccountError, AccountRecord, Database, StoreUnavailable, TokenRecord, open_database
+from .db.base import ACCOUNT_ID_RE
 from .plans import WINDOW_KINDS, Plan
 from .settings import Settings
 from .windows import Window, usage_window, utc_date
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 __all__ = ["Account", "AccountError", "StoreUnavailable", "TokenInfo", "UsageStore"]
+
+
+class Keep:
+    """The `end` of `update_account` when it is left as it is."""
+
+
+KEEP = Keep()
 
 TOKEN_PREFIX = "usk_"
 # usk_ + 32 random bytes in unpadded base64url: anything else is rejected before any lookup.
 TOKEN_RE = re.compile(r"usk_[A-Za-z0-9_-]{43}")
-ACCOUNT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-class StoreUnavailable(Exception):
-    """Redis cannot answer now: unreachable, failing, or slower than USAGE_REDIS_TIMEOUT_SECONDS
-    (connect, read or pool wait)."""
-
-
-class AccountError(ValueError):
-    """A CLI request the store refuses (unknown account, duplicate, bad value)."""
 
 
 class Account(msgspec.Struct, frozen=True):
@@ -66,6 +68,7 @@ class Account(msgspec.Struct, frozen=True):
     window_override: bool = False
     created: int = 0
     updated: int = 0
+    suspended: int | None = None
 
 
 class TokenInfo(msgspec.Struct, omit_defaults=True):
@@ -76,10 +79,19 @@ class TokenInfo(msgspec.Struct, omit_defaults=True):
     created: int
     label: str = ""
     revoked: int | None = None
+    expires: int | None = None
+    lastUsed: int | None = None
 
 
-_token_info = msgspec.json.Decoder(TokenInfo)
-_encode = msgspec.json.encode
+def _info(t: TokenRecord) -> TokenInfo:
+    return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked, t.expires, t.last_used)
+
+
+# How often a worker tries to write buffered hits back while Redis is unavailable.
+FLUSH_INTERVAL = 0.2
+
+# A token's `last_used` is written at most this often per worker (not once per request).
+LAST_USED_PRECISION = 60
 
 
 def token_hash(token: str) -> str:
@@ -100,15 +112,16 @@ def connect(settings: Settings) -> aioredis.Redis:
         timeout=settings.redis_timeout_seconds,
         socket_timeout=settings.redis_timeout_seconds,
         socket_connect_timeout=settings.redis_timeout_seconds,
-        # A retry would multiply the bound; the caller answers 503 and the client retries.
-        retry=Retry(NoBackoff(), 0),
+        # One immediate retry: a pooled connection to a Redis that restarted fails once, the
+        # retry reconnects. The caller's deadline (`_bounded`) still bounds the whole call.
+        retry=Retry(NoBackoff(), 1),
     )
     # from_pool hands the pool over: aclose() closes its connections too.
     return aioredis.Redis.from_pool(pool)
 
 
 class UsageStore:
-    """Reads and writes accounts, tokens and usage sums; every call bounded in time."""
+    """Accounts and tokens (the database) and usage sums (Redis); every call bounded in time."""
 
     def __init__(
         self,
@@ -116,13 +129,26 @@ class UsageStore:
         plans: Mapping[str, Plan],
         *,
         redis: aioredis.Redis | None = None,
+        database: Database | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.plans = plans
         self.clock = clock
         self._redis = redis
-        self._prefix = settings.key_prefix
+        self.db = database if database is not None else open_database(settings, clock)
+        self._touched: dict[str, int] = {}  # token id -> last_used written by this worker
+        self._admit: AsyncScript | None = None
+        self._refund: AsyncScript | None = None
+        self._admit_client: aioredis.Redis | None = None
+        self.buffer = UsageBuffer(settings.counter_buffer_hits)
+        self._flusher: asyncio.Task[None] | None = None
+        consequence = (
+            "serving and buffering usage in this worker (USAGE_COUNTER_FAILURE_MODE=allow)"
+            if settings.counter_failure_mode == "allow"
+            else "answering 503 (USAGE_COUNTER_FAILURE_MODE=deny)"
+        )
+        self.counters_outage = Outage("Redis (usage counters)", consequence)
         # Connect plus one read, with slack: the outer bound if a socket option is not honoured.
         self._deadline = settings.redis_timeout_seconds * 2 + 0.05
 
@@ -134,17 +160,26 @@ class UsageStore:
         return self._redis
 
     async def close(self) -> None:
-        """Close the connection pool."""
+        """Flush what is buffered (once, bounded), close the Redis pool and the database."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+        if self.buffer.total and self._redis is not None:
+            await self.flush()
+            if self.buffer.total:
+                log.error(
+                    "%d buffered usage hits lost: Redis unavailable at shutdown", self.buffer.total
+                )
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
+        await self.db.close()
 
     async def _bounded(self, make: Callable[[], Awaitable[T]]) -> T:
         try:
             async with asyncio.timeout(self._deadline):
                 return await make()
         except (RedisError, OSError, TimeoutError) as exc:
-            raise StoreUnavailable(str(exc) or type(exc).__name__) from exc
+            raise StoreUnavailable(f"redis: {exc or type(exc).__name__}") from exc
 
     # ---------------------------------------------------------------- request path
 
@@ -153,42 +188,52 @@ class UsageStore:
         await self._bounded(self.redis.ping)
 
     async def authenticate(self, token: str) -> Account | None:
-        """The account owning a valid token; None for a malformed, unknown or revoked one."""
+        """The account owning a valid token; None for a malformed, unknown, revoked or expired
+        one. A suspended account raises AccessDenied (403)."""
         if TOKEN_RE.fullmatch(token) is None:
             return None
-        key = self._prefix + "token:" + token_hash(token)
-        account_id = await self._bounded(lambda: self.redis.hget(key, "account"))
-        if account_id is None:
+        found = await self.db.token_owner(token_hash(token))
+        if found is None:
             return None
-        return await self.account(
-            account_id.decode() if isinstance(account_id, bytes) else account_id
-        )
+        record, owner = found
+        now = int(self.clock())
+        if record.expires is not None and now >= record.expires:
+            return None
+        account = self._account(owner)
+        if account is not None and account.suspended is not None:
+            raise AccessDenied("account_suspended", "The account is suspended.")
+        last = self._touched.get(record.id, record.last_used or 0)
+        if now - last >= LAST_USED_PRECISION:
+            self._touched[record.id] = now
+            if len(self._touched) > 100_000:
+                self._touched.clear()
+            try:
+                await self.db.touch_token(record.id, now)
+            except StoreUnavailable as exc:
+                # Bookkeeping only: the request is served; the next minute tries again.
+                log.info("token last-use not recorded: %s", exc)
+        return account
 
     async def account(self, account_id: str) -> Account | None:
         """The account record, or None."""
-        raw = await self._bounded(
-            lambda: self.redis.hgetall(self._prefix + "account:" + account_id)
-        )
-        return self._account(account_id, raw)
+        record = await self.db.account(account_id)
+        return self._account(record) if record is not None else None
 
-    def _account(self, account_id: str, raw: Mapping[Any, Any]) -> Account | None:
-        # The client returns bytes (no decode_responses): the hot path skips decoding.
-        fields = {bytes(k).decode(): bytes(v).decode() for k, v in raw.items()}
-        plan = self.plans.get(fields.get("plan", ""))
-        # A record without a known plan (half-written, or its plan removed) is no account.
-        if plan is None or not fields.get("start"):
+    def _account(self, record: AccountRecord) -> Account | None:
+        plan = self.plans.get(record.plan)
+        # An account whose plan was removed from the plans file is no account.
+        if plan is None:
             return None
-        window = fields.get("window") or plan.window
-        end = fields.get("end")
         return Account(
-            id=account_id,
+            id=record.id,
             plan=plan.name,
-            window=window,
-            start=date.fromisoformat(fields["start"]),
-            end=date.fromisoformat(end) if end else None,
-            window_override=bool(fields.get("window")),
-            created=int(fields.get("created", 0)),
-            updated=int(fields.get("updated", 0)),
+            window=record.window or plan.window,
+            start=record.start,
+            end=record.end,
+            window_override=bool(record.window),
+            created=record.created,
+            updated=record.updated,
+            suspended=record.suspended,
         )
 
     def window(self, account: Account, now: float | None = None) -> Window:
@@ -196,7 +241,7 @@ class UsageStore:
         return usage_window(account.window, account.start, self.clock() if now is None else now)
 
     def bucket_keys(self, account_id: str, window: Window) -> list[str]:
-        """ratelimitd's meter keys of the window's days (the same function writes them)."""
+        """The meter keys of the window's days (ratelimitd's `meter_key` layout)."""
         prefix, domain = self.settings.cache_key_prefix, self.settings.meter_domain
         entries = ((self.settings.meter_key, account_id),)
         return [meter_key(prefix, domain, entries, day) for day in window.days]
@@ -209,6 +254,104 @@ class UsageStore:
             return window, 0
         values = await self._bounded(lambda: self.redis.mget(keys))
         return window, sum(int(v) for v in values if v is not None)
+
+    async def admit(self, account: Account, exempt: bool = False) -> Admission:
+        """Check-and-count one request of the account against its plan, atomically (one
+        round trip). `exempt` (a quota-exempt path): served even at the limit, and then not
+        counted. A subscription that has not started yet raises AccessDenied (403), except
+        on exempt paths, where the request is served and not counted."""
+        now = self.clock()
+        limit = self.plans[account.plan].limit
+        window = self.window(account, now)
+        if account.start > utc_date(now):
+            if exempt:
+                return Admission(True, 0, limit)
+            raise AccessDenied(
+                "subscription_not_started",
+                f"The subscription starts on {account.start.isoformat()}.",
+            )
+        keys = self.bucket_keys(account.id, window)
+        if self._admit is None or self._admit_client is not self.redis:
+            self._admit_client = self.redis
+            self._admit = self.redis.register_script(ADMIT)
+            self._refund = self.redis.register_script(REFUND)
+        script = self._admit
+        try:
+            reply = await self._bounded(lambda: script(keys=keys, args=[limit, TTL]))
+        except StoreUnavailable as exc:
+            self.counters_outage.failed(str(exc))
+            if self.settings.counter_failure_mode == "deny" or not self.buffer.add(keys[-1]):
+                raise
+            self._start_flush()
+            # Served unchecked and counted here: billing gets the hit when Redis is back.
+            return Admission(True, -1, limit, counted_key=keys[-1], buffered=True)
+        if self.buffer.total == 0:
+            self.counters_outage.answered()
+        admitted, used = bool(reply[0]), int(reply[1])
+        if admitted:
+            return Admission(True, used, limit, counted_key=keys[-1])
+        if exempt:
+            return Admission(True, used, limit)
+        wait = retry_after(window, [int(v) for v in reply[2:]], limit, now)
+        return Admission(False, used, limit, retry_after=wait)
+
+    async def refund(self, admission: Admission) -> None:
+        """Take back the hit an admission counted (never below zero)."""
+        if admission.buffered and self.buffer.take_back(admission.counted_key):
+            return
+        if admission.counted_key and self._refund is not None:
+            script = self._refund
+            await self._bounded(lambda: script(keys=[admission.counted_key]))
+
+    def _start_flush(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def _flush_loop(self) -> None:
+        """Write the buffered hits back every FLUSH_INTERVAL until the buffer is empty."""
+        while self.buffer.total:
+            await asyncio.sleep(FLUSH_INTERVAL)
+            await self.flush()
+
+    async def flush(self) -> int:
+        """Write the buffered hits to Redis (one pipeline); the hits written (0 on failure)."""
+        pending = dict(self.buffer.hits)
+        if not pending:
+            return 0
+        pipe = self.redis.pipeline(transaction=False)
+        for key, n in pending.items():
+            pipe.incrby(key, n)
+            pipe.expire(key, TTL, nx=True)
+        try:
+            await self._bounded(pipe.execute)
+        except StoreUnavailable:
+            return 0
+        written = 0
+        for key, n in pending.items():
+            # Hits buffered or refunded while the pipeline ran stay for the next round.
+            left = self.buffer.hits.get(key, 0) - n
+            if left > 0:
+                self.buffer.hits[key] = left
+            else:
+                self.buffer.hits.pop(key, None)
+            written += n
+        self.buffer.total -= written
+        self.buffer.flushed += written
+        if self.buffer.total == 0:
+            self.counters_outage.answered(f"flushed {self.buffer.flushed} buffered hits")
+        return written
+
+    async def count_invalid_token(self, address: str) -> tuple[int, int]:
+        """Count one invalid-token attempt from `address` in its fixed window: (attempts in
+        the window, seconds until it ends)."""
+        window = self.settings.invalid_token_window_seconds
+        key = f"{self.settings.key_prefix}invalid_token:{address}"
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.incr(key)
+        pipe.expire(key, window, nx=True)
+        pipe.ttl(key)
+        count, _, ttl = await self._bounded(pipe.execute)
+        return int(count), max(1, int(ttl))
 
     # ---------------------------------------------------------------- administration (CLI)
 
@@ -239,20 +382,8 @@ class UsageStore:
         start = start or utc_date(self.clock())
         if end is not None and end <= start:
             raise AccountError("end must be after start")
-        key = self._prefix + "account:" + account_id
-        now = str(int(self.clock()))
-        # HSETNX claims the id atomically; a reader seeing only `created` finds no plan yet.
-        if not await self._bounded(lambda: self.redis.hsetnx(key, "created", now)):
-            raise AccountError(f"account {account_id!r} exists")
-        mapping: dict[Any, Any] = {
-            "plan": plan,
-            "window": window,
-            "start": start.isoformat(),
-            "end": end.isoformat() if end else "",
-            "updated": now,
-        }
-        await self._bounded(lambda: self.redis.hset(key, mapping=mapping))
-        return await self._require(account_id)
+        record = await self.db.create_account(account_id, plan, window, start, end)
+        return self._required(record)
 
     async def update_account(
         self,
@@ -261,27 +392,32 @@ class UsageStore:
         plan: str | None = None,
         window: str | None = None,
         start: date | None = None,
-        end: date | str | None = "keep",
+        end: date | Keep | None = KEEP,
     ) -> Account:
-        """Change an account's plan, window kind ("" = plan default) or period."""
+        """Change an account's plan, window kind ("" = plan default) or period
+        (`end=None` makes it open; leaving `end` out keeps it)."""
         self._check(plan, window)
         current = await self._require(account_id)
-        mapping: dict[Any, Any] = {"updated": str(int(self.clock()))}
+        changes: dict[str, Any] = {}
         if plan is not None:
-            mapping["plan"] = plan
+            changes["plan"] = plan
         if window is not None:
-            mapping["window"] = window
+            changes["window_kind"] = window
         if start is not None:
-            mapping["start"] = start.isoformat()
-        if end != "keep":
-            mapping["end"] = end.isoformat() if isinstance(end, date) else ""
+            changes["start_date"] = start.isoformat()
+        if not isinstance(end, Keep):
+            changes["end_date"] = end.isoformat() if end is not None else None
         new_start = start or current.start
-        new_end = current.end if end == "keep" else end
-        if isinstance(new_end, date) and new_end <= new_start:
+        new_end = current.end if isinstance(end, Keep) else end
+        if new_end is not None and new_end <= new_start:
             raise AccountError("end must be after start")
-        key = self._prefix + "account:" + account_id
-        await self._bounded(lambda: self.redis.hset(key, mapping=mapping))
-        return await self._require(account_id)
+        return self._required(await self.db.update_account(account_id, changes))
+
+    def _required(self, record: AccountRecord) -> Account:
+        account = self._account(record)
+        if account is None:
+            raise AccountError(f"account {record.id!r} has plan {record.plan!r}, not in the plans")
+        return account
 
     async def _require(self, account_id: str) -> Account:
         self._check_id(account_id)
@@ -290,43 +426,48 @@ class UsageStore:
             raise AccountError(f"no account {account_id!r}")
         return account
 
-    async def issue_token(self, account_id: str, label: str = "") -> tuple[str, TokenInfo]:
-        """A new token for the account: (raw token, shown once; its listing entry)."""
+    async def issue_token(
+        self, account_id: str, label: str = "", expires: int | None = None
+    ) -> tuple[str, TokenInfo]:
+        """A new token for the account: (raw token, shown once; its listing entry). `expires`:
+        epoch seconds from which the token is refused (401), None for never."""
         await self._require(account_id)
+        now = int(self.clock())
+        if expires is not None and expires <= now:
+            raise AccountError("the expiry must be in the future")
         token = new_token()
-        digest = token_hash(token)
-        info = TokenInfo("tok_" + secrets.token_hex(6), digest, int(self.clock()), label)
-        record: dict[Any, Any] = {
-            "account": account_id,
-            "id": info.id,
-            "created": str(info.created),
-        }
-        if label:
-            record["label"] = label
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(self._prefix + "token:" + digest, mapping=record)
-        pipe.hset(self._prefix + "tokens:" + account_id, info.id, _encode(info))
-        await self._bounded(pipe.execute)
-        return token, info
+        record = TokenRecord(
+            "tok_" + secrets.token_hex(6),
+            account_id,
+            token_hash(token),
+            now,
+            label,
+            expires=expires,
+        )
+        await self.db.insert_token(record)
+        return token, _info(record)
 
     async def list_tokens(self, account_id: str) -> list[TokenInfo]:
         """The account's tokens, oldest first."""
         await self._require(account_id)
-        raw = await self._bounded(lambda: self.redis.hvals(self._prefix + "tokens:" + account_id))
-        return sorted((_token_info.decode(v) for v in raw), key=lambda t: (t.created, t.id))
+        return [_info(t) for t in await self.db.tokens(account_id)]
+
+    async def list_accounts(self) -> list[Account]:
+        """Every account (whose plan is known), by id."""
+        return [a for a in map(self._account, await self.db.accounts()) if a is not None]
+
+    async def suspend(self, account_id: str, suspended: bool) -> Account:
+        """Suspend an account (its tokens are refused with 403) or resume it."""
+        await self._require(account_id)
+        value = int(self.clock()) if suspended else None
+        return self._required(await self.db.update_account(account_id, {"suspended": value}))
+
+    async def delete_account(self, account_id: str) -> None:
+        """Delete an account and its tokens (its usage counters expire in Redis by themselves)."""
+        self._check_id(account_id)
+        await self.db.delete_account(account_id)
 
     async def revoke_token(self, account_id: str, token_id: str) -> TokenInfo:
-        """Revoke one token by id: its hash key goes, so the next request with it gets 401."""
+        """Revoke one token by id: the next request with it gets 401."""
         await self._require(account_id)
-        listing = self._prefix + "tokens:" + account_id
-        raw = await self._bounded(lambda: self.redis.hget(listing, token_id))
-        if raw is None:
-            raise AccountError(f"account {account_id!r} has no token {token_id!r}")
-        info = _token_info.decode(raw)
-        if info.revoked is None:
-            info.revoked = int(self.clock())
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.delete(self._prefix + "token:" + info.sha256)
-        pipe.hset(listing, token_id, _encode(info))
-        await self._bounded(pipe.execute)
-        return info
+        return _info(await self.db.revoke_token(account_id, token_id))

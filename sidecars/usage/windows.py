@@ -9,8 +9,10 @@ window is the list of day starts whose buckets are summed.
   month is shorter (anchor 31 -> Feb 28/29, Apr 30, then back to the 31st where it exists). The
   current cycle is the one containing today; it ends where the next one starts. Before the
   subscription starts, the first cycle is reported and nothing is counted.
-- `rolling_30_days`: the 30 UTC days ending now, today included: today's bucket plus the 29
-  before it (so between 29 and 30 days of history, growing through the day). It slides at 00:00Z.
+- `rolling_30_days`: 30 whole UTC days plus today: the 30 complete days before today and
+  today's bucket so far (31 buckets), so the window always covers at least 30 × 24 h (between
+  30 and 31 days, growing through the day). It slides at 00:00Z: a day's usage leaves the
+  window at the start of the 31st day after it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from datetime import UTC, date, datetime
 import msgspec
 
 DAY = 86400
-ROLLING_DAYS = 30
+ROLLING_DAYS = 30  # whole days before today
 
 
 class Window(msgspec.Struct, frozen=True):
@@ -79,7 +81,7 @@ def usage_window(kind: str, anchor: date, now: float) -> Window:
     """The window of kind `billing_cycle` or `rolling_30_days` at `now`."""
     today = day_start(now)
     if kind == "rolling_30_days":
-        start = today - (ROLLING_DAYS - 1) * DAY
+        start = today - ROLLING_DAYS * DAY
         return Window(kind, start, today + DAY, tuple(range(start, today + DAY, DAY)))
     if kind != "billing_cycle":
         raise ValueError(f"unknown window kind {kind!r}")

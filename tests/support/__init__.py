@@ -10,6 +10,7 @@ packages only ratelimitd and sidecars.
   loops          the pytest-asyncio hook: async tests on uvloop
   process        Proc (a server subprocess), start_bound, process_tree, cpu_seconds
   redis_server   RedisServer (single, sentinel, cluster node, TLS), RedisServers
+  postgres_server PostgresServer (initdb + postgres from the Debian package), pg_binary
   memcached      Memcached
   daemon         daemon_environment, DaemonProcess (workers mode too), start_daemon
   envoy_server   envoy_config, Envoy, start_envoy

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 from support.daemon import DaemonProcess, daemon_environment, start_daemon, write_config
+from support.postgres_server import PostgresServer
 from support.process import REPO, start_bound
 from support.redis_server import RedisServer
 from support.sidecar import Gunicorn, usage_sidecar
+
+from .usage_helpers import session_sqlite_path
 
 RATELIMIT_CONFIG = REPO / "sidecars" / "usage" / "ratelimit-config.yaml"
 
@@ -23,7 +26,6 @@ descriptors:
   - key: remote_address
     rate_limit: {unit: minute, requests_per_unit: 100000}
   - key: account
-    meter: true
     rate_limit: {unit: second, requests_per_unit: 100000}
   - key: plan
     value: free
@@ -56,6 +58,14 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session; tests create their own databases."""
+    server = start_bound(lambda: PostgresServer(tmp_path_factory.mktemp("postgres")))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
 def daemon(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DaemonProcess]:
@@ -79,11 +89,15 @@ def sidecar_env(redis_server: RedisServer, daemon: DaemonProcess) -> dict[str, s
     """USAGE_* settings pointing at the session's Redis and ratelimitd."""
     return {
         "USAGE_REDIS_URL": redis_server.url,
+        "USAGE_SQLITE_PATH": session_sqlite_path(),
         "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
         # Generous: on a loaded machine a slow answer must not become a 503 or an unmetered
         # fail-open decision.
         "USAGE_RATELIMIT_TIMEOUT_SECONDS": "2",
         "USAGE_REDIS_TIMEOUT_SECONDS": "2",
+        # All the session's calls come from 127.0.0.1, schemathesis's invalid tokens too: only
+        # the abuse tests (with their own limit) mean to hit this one.
+        "USAGE_INVALID_TOKEN_LIMIT": "1000000",
     }
 
 

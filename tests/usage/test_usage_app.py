@@ -72,15 +72,15 @@ async def test_usage_body_for_rolling_window_and_clamped_remaining(app, redis_se
     client, store, clock = app
     acct, token = await account_with_token(store, "free", start=date(2025, 6, 1))
     today = day_start(NOW)
-    meter(redis_server, acct, today - 30 * DAY, 100)  # 31st day back: outside
-    meter(redis_server, acct, today - 29 * DAY, 2)  # oldest day inside
+    meter(redis_server, acct, today - 31 * DAY, 100)  # 31st whole day back: outside
+    meter(redis_server, acct, today - 30 * DAY, 2)  # oldest whole day inside
     meter(redis_server, acct, today, 4)
     body = (await client.get(USAGE_PATH, params={"format": "json"}, headers=bearer(token))).json()
     assert body["usageWindow"] == "rolling_30_days"
     assert body["currentUsage"] == 6
     assert body["remainingUsage"] == 0  # limit 5: never negative
     assert body["subscriptionPeriod"] == {"start": "2025-06-01", "end": None}
-    assert body["usagePeriod"] == {"start": "2026-02-09T00:00:00Z", "end": "2026-03-11T00:00:00Z"}
+    assert body["usagePeriod"] == {"start": "2026-02-08T00:00:00Z", "end": "2026-03-11T00:00:00Z"}
     # Next UTC day: the oldest bucket leaves the window.
     clock.now = today + DAY
     assert (await client.get(USAGE_PATH, headers=bearer(token))).json()["currentUsage"] == 4
@@ -188,7 +188,8 @@ async def test_openapi_document_is_served(app) -> None:  # type: ignore[no-untyp
     doc = (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.1")
     op = doc["paths"][USAGE_PATH]["get"]
-    assert set(op["responses"]) == {"200", "400", "401", "429", "503"}
+    assert set(op["responses"]) == {"200", "400", "401", "403", "429", "431", "503"}
+    assert doc["servers"] == [{"url": "/", "description": doc["servers"][0]["description"]}]
     schema = doc["components"]["schemas"]["UsageResponse"]
     assert schema["properties"]["usageWindow"]["enum"] == ["billing_cycle", "rolling_30_days"]
     assert set(schema["required"]) == {
@@ -211,17 +212,33 @@ async def test_store_unavailable_is_503_with_retry_after_not_a_hang(
     settings = settings_for(f"redis://127.0.0.1:{port}/0", redis_timeout_seconds=0.3)
     client, store = client_for(settings, middleware=[])
     async with client:
-        for path in (USAGE_PATH, "/health"):
-            started = time.monotonic()
-            resp = await client.get(path, headers=bearer("usk_" + "B" * 43))
-            assert time.monotonic() - started < 2.0
-            assert resp.status_code == 503, resp.text
-            assert int(resp.headers["retry-after"]) >= 1
-        assert resp.json() == {"status": "unavailable", "store": "unavailable"}
+        # The account and token are in the database; only the counters (Redis) are down.
+        _, token = await account_with_token(store, "pro")
+        started = time.monotonic()
+        resp = await client.get(USAGE_PATH, headers=bearer(token))
+        assert time.monotonic() - started < 2.0
+        assert resp.status_code == 503, resp.text
+        assert int(resp.headers["retry-after"]) >= 1
+        # Health: the counters are down, served under USAGE_COUNTER_FAILURE_MODE=allow.
+        health = await client.get("/health")
+        assert health.status_code == 200 and time.monotonic() - started < 4.0
+        assert health.json() == {
+            "status": "degraded",
+            "database": "ok",
+            "counters": "unavailable",
+            "rateLimiter": "disabled",
+            "bufferedHits": 0,
+        }
     await store.close()
 
 
 async def test_health_ok(app) -> None:  # type: ignore[no-untyped-def]
     client, _, _ = app
     resp = await client.get("/health")
-    assert resp.status_code == 200 and resp.json() == {"status": "ok", "store": "ok"}
+    assert resp.status_code == 200 and resp.json() == {
+        "status": "ok",
+        "database": "ok",
+        "counters": "ok",
+        "rateLimiter": "disabled",
+        "bufferedHits": 0,
+    }

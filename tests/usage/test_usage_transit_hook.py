@@ -4,8 +4,6 @@ authenticated, metered into their usage and held to their quota."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import httpx
 from support.daemon import DaemonProcess
 from support.redis_server import RedisServer
@@ -32,7 +30,6 @@ async def test_transit_api_behind_the_middleware(
     transit = TransitStore(TransitSettings(feed=feed, realtime=RealtimeSettings()))
     assert transit.load_static()
     usage = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
-    usage = dataclasses.replace(usage, quota_refresh_seconds=0)
     store = UsageStore(usage, TEST_PLANS)
     app = create_transit_app(
         transit.settings,

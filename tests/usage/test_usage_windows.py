@@ -91,12 +91,14 @@ def test_billing_window_counts_days_from_cycle_start_to_today() -> None:
     assert usage_window("billing_cycle", anchor, ts(2026, 1, 14, 12)).days == ()
 
 
-def test_rolling_window_is_the_30_utc_days_ending_now_today_included() -> None:
+def test_rolling_window_is_30_whole_utc_days_plus_today() -> None:
     now = ts(2026, 3, 1, 0, 0, 0)
     w = usage_window("rolling_30_days", date(2020, 1, 1), now)
-    assert len(w.days) == 30
+    assert len(w.days) == 31
     assert w.days[-1] == epoch(date(2026, 3, 1))  # today counts
-    assert w.days[0] == epoch(date(2026, 1, 31))  # 29 days before today
+    assert w.days[0] == epoch(date(2026, 1, 30))  # 30 whole days before today
+    # At least 30 × 24 h of history at any time of the day.
+    assert now - w.start >= 30 * DAY
     assert w.start == w.days[0] and w.end == epoch(date(2026, 3, 2))
     # Through the day the window does not move; at 00:00Z it slides by one bucket.
     assert usage_window("rolling_30_days", date(2020, 1, 1), now + DAY - 1) == w

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import shutil
+import tempfile
 import time
 import uuid
 from datetime import date
+from functools import cache
 from typing import Any
 
 import httpx
@@ -23,17 +27,29 @@ TEST_PLANS = {
 }
 
 
+@cache
+def session_sqlite_path() -> str:
+    """The SQLite file of the in-process apps of this test run (removed at exit)."""
+    directory = tempfile.mkdtemp(prefix="usage-tests-")
+    atexit.register(shutil.rmtree, directory, True)
+    return directory + "/usage.sqlite3"
+
+
 def settings_for(redis_url: str, **overrides: Any) -> Settings:
-    """Settings for an in-process app on a test Redis (no ratelimitd unless given).
+    """Settings for an in-process app on a test Redis and SQLite file (no ratelimitd unless
+    given).
 
     Generous timeouts, so a loaded CI machine cannot turn a slow answer into a 503 or a
     fail-open decision (which would not be metered); the tests about timeouts set their own.
     """
     base = Settings(
         redis_url=redis_url,
+        sqlite_path=session_sqlite_path(),
         ratelimit_address="",
         redis_timeout_seconds=2.0,
         ratelimit_timeout_seconds=2.0,
+        # In-process clients all come from 127.0.0.1: the abuse tests set their own limit.
+        invalid_token_limit=1_000_000,
     )
     return dataclasses.replace(base, **overrides)
 

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from support.process import REPO, start_bound
 from support.redis_server import RedisServer
 from support.sidecar import Gunicorn, usage_sidecar
 
-from .usage_helpers import session_sqlite_path
+from .usage_helpers import OPEN_STORES, session_sqlite_path
 
 RATELIMIT_CONFIG = REPO / "sidecars" / "usage" / "ratelimit-config.yaml"
 
@@ -47,6 +48,17 @@ def start_sidecar(env: dict[str, str], log_path: Path, workers: int = 2) -> Guni
         lambda: sidecar.get("/health").status_code in (200, 503), "the usage API", times=1
     )
     return sidecar
+
+
+@pytest.fixture(autouse=True)
+async def close_stores() -> AsyncIterator[None]:
+    """Close what a test's `client_for` stores left open (a failed assertion skips the
+    test's own close, and the loop would then never finish closing)."""
+    yield
+    while OPEN_STORES:
+        store = OPEN_STORES.pop()
+        with contextlib.suppress(Exception):
+            await store.close()
 
 
 @pytest.fixture(scope="session")

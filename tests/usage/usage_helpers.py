@@ -80,10 +80,16 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+# Stores made by `client_for`, closed after each test by conftest's `close_stores` even when
+# the test failed before its own `store.close()` (an open store keeps the loop from closing).
+OPEN_STORES: list[UsageStore] = []
+
+
 def client_for(settings: Settings, **kwargs: Any) -> tuple[httpx.AsyncClient, UsageStore]:
     """An in-process client of `create_app(settings)` and the store the app uses."""
     plans = kwargs.pop("plans", TEST_PLANS)
     store = UsageStore(settings, plans, clock=kwargs.pop("clock", time.time))
+    OPEN_STORES.append(store)
     app = create_app(settings, store=store, **kwargs)
     transport = httpx.ASGITransport(app=app)
     return httpx.AsyncClient(transport=transport, base_url="http://usage.test"), store

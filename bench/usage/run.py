@@ -30,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
-from support.daemon import daemon_environment, start_daemon, write_config
+from support.daemon import start_redis_daemon
 from support.machine import SIDECAR_PACKAGES, machine_info
 from support.process import REPO, Proc, start_bound
 from support.redis_server import RedisServer
@@ -73,15 +73,7 @@ def main() -> None:
     try:
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
         procs.append(redis)
-        env = daemon_environment(
-            tmp / "runtime",
-            LOG_LEVEL="warning",
-            BACKEND_TYPE="redis",
-            REDIS_SOCKET_TYPE="tcp",
-            REDIS_URL=redis.address,
-        )
-        write_config(env, "api.yaml", CONFIG)
-        daemon = start_daemon(env, tmp)
+        daemon = start_redis_daemon(tmp, redis.address, CONFIG)
         procs.append(daemon)
 
         database = {"USAGE_SQLITE_PATH": str(tmp / "usage.sqlite3")}

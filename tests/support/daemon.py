@@ -172,3 +172,20 @@ def start_daemon(env: dict[str, str], log_dir: Path, name: str = "ratelimitd") -
         return daemon
 
     return start_bound(spawn)
+
+
+def start_redis_daemon(
+    root: Path, redis_address: str, config: str, **overrides: str
+) -> DaemonProcess:
+    """A ready daemon on the Redis at `redis_address` (host:port) serving `config` (YAML text,
+    as api.yaml) from `root`/runtime, logging warnings; `overrides` are more variables."""
+    env = daemon_environment(
+        root / "runtime",
+        LOG_LEVEL="warning",
+        BACKEND_TYPE="redis",
+        REDIS_SOCKET_TYPE="tcp",
+        REDIS_URL=redis_address,
+        **overrides,
+    )
+    write_config(env, "api.yaml", config)
+    return start_daemon(env, root)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from support.daemon import DaemonProcess, daemon_environment, start_daemon, write_config
+from support.daemon import DaemonProcess, start_redis_daemon
 from support.postgres_server import PostgresServer
 from support.process import REPO, start_bound
 from support.redis_server import RedisServer
@@ -82,16 +82,7 @@ def daemon(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DaemonProcess]:
     """ratelimitd on the session's Redis, metering the account rule (TEST_CONFIG)."""
-    root = tmp_path_factory.mktemp("runtime")
-    env = daemon_environment(
-        root,
-        LOG_LEVEL="warning",
-        BACKEND_TYPE="redis",
-        REDIS_SOCKET_TYPE="tcp",
-        REDIS_URL=redis_server.address,
-    )
-    write_config(env, "api.yaml", TEST_CONFIG)
-    d = start_daemon(env, root)
+    d = start_redis_daemon(tmp_path_factory.mktemp("ratelimitd"), redis_server.address, TEST_CONFIG)
     yield d
     d.close()
 

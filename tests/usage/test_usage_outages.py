@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.daemon import DaemonProcess, daemon_environment, start_daemon, write_config
+from support.daemon import DaemonProcess, start_redis_daemon
 from support.process import start_bound
 from support.redis_server import RedisServer
 
@@ -27,15 +27,7 @@ from .usage_helpers import bearer, client_for, session_sqlite_path, settings_for
 def own_servers(tmp_path: Path) -> Iterator[tuple[RedisServer, DaemonProcess]]:
     """A Redis and a ratelimitd of this test's own, so it may stop and start them."""
     redis = start_bound(lambda: RedisServer(tmp_path / "redis"))
-    env = daemon_environment(
-        tmp_path / "runtime",
-        LOG_LEVEL="warning",
-        BACKEND_TYPE="redis",
-        REDIS_SOCKET_TYPE="tcp",
-        REDIS_URL=redis.address,
-    )
-    write_config(env, "api.yaml", TEST_CONFIG)
-    daemon = start_daemon(env, tmp_path)
+    daemon = start_redis_daemon(tmp_path, redis.address, TEST_CONFIG)
     yield redis, daemon
     daemon.close()
     redis.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.daemon import DaemonProcess, daemon_environment, start_daemon, write_config
+from support.daemon import DaemonProcess, start_redis_daemon
 from support.redis_server import RedisServer
 
 from ratelimitd.client import RateLimitClient, RateLimitError
@@ -35,17 +35,13 @@ def production_daemon(redis_server: RedisServer) -> Iterator[tuple[DaemonProcess
     run = Path(tempfile.mkdtemp(prefix="rl-"))
     socket_dir = run / "ratelimitd"
     socket_dir.mkdir(mode=0o700)
-    env = daemon_environment(
-        run / "runtime",
-        LOG_LEVEL="warning",
-        BACKEND_TYPE="redis",
-        REDIS_SOCKET_TYPE="tcp",
-        REDIS_URL=redis_server.address,
+    daemon = start_redis_daemon(
+        run,
+        redis_server.address,
+        RATELIMIT_CONFIG.read_text(),
         GRPC_UDS=str(socket_dir / "grpc.sock"),
         HTTP_JSON_ENABLED="false",
     )
-    write_config(env, "api.yaml", RATELIMIT_CONFIG.read_text())
-    daemon = start_daemon(env, run)
     yield daemon, "unix:" + str(socket_dir / "grpc.sock")
     daemon.close()
     shutil.rmtree(run, ignore_errors=True)

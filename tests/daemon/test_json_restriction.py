@@ -16,10 +16,15 @@ CONFIGS = {
 }
 
 
-def test_json_off_answers_404_and_grpc_still_counts(daemon_env, start_daemon) -> None:
+def started(daemon_env, start_daemon, **env: str):
+    """A daemon serving both domains with `env` set."""
     for name, text in CONFIGS.items():
         write_config(daemon_env, name, text)
-    d = start_daemon(dict(daemon_env, HTTP_JSON_ENABLED="false"))
+    return start_daemon(dict(daemon_env, **env))
+
+
+def test_json_off_answers_404_and_grpc_still_counts(daemon_env, start_daemon) -> None:
+    d = started(daemon_env, start_daemon, HTTP_JSON_ENABLED="false")
     for _ in range(3):
         assert d.decide_json("api", {"account": "a"}) == (404, b"404 page not found\n")
     assert d.http("/healthcheck") == (200, b"OK")
@@ -28,9 +33,7 @@ def test_json_off_answers_404_and_grpc_still_counts(daemon_env, start_daemon) ->
 
 
 def test_json_domains_refuses_other_domains_before_counting(daemon_env, start_daemon) -> None:
-    for name, text in CONFIGS.items():
-        write_config(daemon_env, name, text)
-    d = start_daemon(dict(daemon_env, HTTP_JSON_DOMAINS="web"))
+    d = started(daemon_env, start_daemon, HTTP_JSON_DOMAINS="web")
     for _ in range(3):
         assert d.decide_json("api", {"account": "a"}) == (403, b"domain not served on /json\n")
     assert [d.decide_json("web", {"ip": "1"})[0] for _ in range(3)] == [200, 200, 429]

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from support.core import Decider, memory_decider
-from support.daemon import DaemonProcess, daemon_environment
+from support.daemon import DaemonProcess, daemon_environment, with_fresh_ports
 from support.loops import pytest_asyncio_loop_factories  # noqa: F401 - the suite-wide hook
 from support.pki import Pki
+from support.process import start_bound
 from support.redis_server import RedisServer, RedisServers
 
 
@@ -59,9 +60,20 @@ def start_daemon(tmp_path: Path) -> Iterator[Callable[..., DaemonProcess]]:
     started: list[DaemonProcess] = []
 
     def start(env: dict[str, str], wait: bool = True) -> DaemonProcess:
-        d = DaemonProcess(env, tmp_path / f"daemon{len(started)}.log")
-        started.append(d)
-        return d.wait_ready() if wait else d
+        first = [True]
+
+        def spawn() -> DaemonProcess:
+            # The env's own ports first; after a lost race for one of them (another process
+            # bound it between free_port() and the daemon's bind), fresh ones.
+            ports = env if first[0] else with_fresh_ports(env)
+            first[0] = False
+            d = DaemonProcess(ports, tmp_path / f"daemon{len(started)}.log")
+            started.append(d)
+            return d
+
+        if not wait:
+            return spawn()
+        return start_bound(spawn)
 
     yield start
     for d in started:

@@ -27,13 +27,12 @@ from typing import Any
 from . import keys
 from ._match_py import wildcard_match
 from .config import Rule
-from .config.ruleset import UNIT_NAMES, NodeSpec
+from .config.ruleset import NodeSpec
 from .limiter import Limiter
 from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Status
 from .service import RateLimitService, overall_code
 from .stats import RuleStats
 
-log = logging.getLogger("ratelimitd.admin")
 audit = logging.getLogger("ratelimitd.audit")
 
 __all__ = ["Admin", "AdminError"]
@@ -227,7 +226,7 @@ def _describe(rule: Rule) -> dict[str, Any]:
         out["unlimited"] = True
     else:
         out["requests_per_unit"] = rule.requests_per_unit
-        out["unit"] = UNIT_NAMES.get(rule.unit, rule.unit)
+        out["unit"] = rule.unit_name
     for flag in ("shadow_mode", "quota_mode", "detailed_metric", "meter"):
         if getattr(rule, flag):
             out[flag] = True

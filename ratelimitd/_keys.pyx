@@ -39,30 +39,13 @@ cpdef long long near_threshold(unsigned long long limit, double ratio):
 cpdef str cache_key(str prefix, str domain, entries, share, long long seconds, long long now):
     """`prefix + domain_k_v[_k_v..]_<windowStart>`, share_threshold patterns replacing values."""
     cdef long long start = (now // seconds) * seconds
-    cdef Py_ssize_t i, n = len(entries)
-    cdef Py_ssize_t nshare
     cdef tuple entry
-    cdef str key, value, pattern
-    cdef list parts
-    if n == 1 and share is None:
+    if len(entries) == 1 and share is None:
         # The common case: one entry. Cython's f-strings join with precomputed lengths and
         # format the integer in C.
         entry = <tuple>entries[0]
-        key = <str>entry[0]
-        value = <str>entry[1]
-        return f"{prefix}{domain}_{key}_{value}_{start}"
-    parts = [prefix, domain]
-    nshare = len(share) if share is not None else 0
-    for i in range(n):
-        entry = <tuple>entries[i]
-        value = <str>entry[1]
-        if i < nshare:
-            pattern = <str>share[i]
-            if pattern:
-                value = pattern
-        parts.append(f"_{<str>entry[0]}_{value}")
-    parts.append(f"_{start}")
-    return "".join(parts)
+        return f"{prefix}{domain}_{<str>entry[0]}_{<str>entry[1]}_{start}"
+    return state_key(prefix, domain, entries, share, f"{start}")
 
 
 cdef inline bint _split(unsigned long long limit, unsigned long long hits,

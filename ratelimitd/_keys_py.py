@@ -62,16 +62,7 @@ def cache_key(
     now: int,
 ) -> str:
     """`prefix + domain_k_v[_k_v..]_<windowStart>`, share_threshold patterns replacing values."""
-    parts = [prefix, domain, "_"]
-    if share is None:
-        for k, v in entries:
-            parts += (k, "_", v, "_")
-    else:
-        for i, (k, v) in enumerate(entries):
-            pattern = share[i] if i < len(share) else ""
-            parts += (k, "_", pattern or v, "_")
-    parts.append(str((now // seconds) * seconds))
-    return "".join(parts)
+    return state_key(prefix, domain, entries, share, str((now // seconds) * seconds))
 
 
 def evaluate(limit: int, hits: int, after: int, near: int) -> tuple[bool, int, int, int, int]:

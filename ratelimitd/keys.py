@@ -53,22 +53,9 @@ def implementation(name: str | None = None) -> ModuleType:
 
 
 __all__ = [
+    *_keys_py.__all__,
     "IMPLEMENTATION",
     "METER_TTL_SECONDS",
-    "UNIT_SECONDS",
-    "cache_key",
-    "evaluate",
     "implementation",
     "meter_key",
-    "near_threshold",
-    "over",
-    "refuse",
-    "reset_seconds",
-    "settle",
-    "sliding_window",
-    "state_key",
-    "token_bucket",
-    "unit_seconds",
-    "verdict",
-    "window_start",
 ]

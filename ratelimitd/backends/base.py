@@ -9,6 +9,7 @@ built and never looks for methods at request time.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,6 +31,30 @@ BACKEND_ALGORITHMS = {
     "redis": frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET}),
     "memcache": ONLY_FIXED_WINDOW,
 }
+
+
+class ClientTls(Protocol):
+    """The TLS fields the Redis and memcache settings share (the reference's names)."""
+
+    @property
+    def tls_cacert(self) -> str: ...
+    @property
+    def tls_client_cert(self) -> str: ...
+    @property
+    def tls_client_key(self) -> str: ...
+    @property
+    def tls_skip_hostname_verification(self) -> bool: ...
+
+
+def client_ssl_context(s: ClientTls) -> ssl.SSLContext:
+    """A store's client TLS: its CA (else the system's), client certificate, name check."""
+    ctx = ssl.create_default_context(cafile=s.tls_cacert or None)
+    if s.tls_client_cert:
+        ctx.load_cert_chain(s.tls_client_cert, s.tls_client_key or None)
+    if s.tls_skip_hostname_verification:
+        # As the reference: the chain is still verified, only the name is not.
+        ctx.check_hostname = False
+    return ctx
 
 
 class Op(msgspec.Struct, gc=False):

@@ -9,6 +9,7 @@
 Importing this package reads nothing and imports nothing heavy.
 """
 
+from . import sections
 from .environment import (
     backend_type_from_env,
     extensions_disabled,
@@ -17,56 +18,16 @@ from .environment import (
     worker_environ,
 )
 from .goparse import SettingsError, parse_go_bool, parse_go_duration, parse_go_int
-from .sections import (
-    CacheSettings,
-    ConfigSettings,
-    ConnectionLimits,
-    DebugSettings,
-    DogStatsdMogrifier,
-    GrpcSettings,
-    ListenerSettings,
-    LogSettings,
-    MemcacheSettings,
-    RedisSettings,
-    ReloadOptions,
-    RuntimeSettings,
-    Settings,
-    StatsSettings,
-    StatsSink,
-    TracingSettings,
-    WorkerSettings,
-    XdsSettings,
-    mask_url,
-    redis_auth,
-)
+from .sections import *  # noqa: F403 (the section types: sections.__all__)
 
 __all__ = [
-    "CacheSettings",
-    "ConfigSettings",
-    "ConnectionLimits",
-    "DebugSettings",
-    "DogStatsdMogrifier",
-    "GrpcSettings",
-    "ListenerSettings",
-    "LogSettings",
-    "MemcacheSettings",
-    "RedisSettings",
-    "ReloadOptions",
-    "RuntimeSettings",
-    "Settings",
+    *sections.__all__,
     "SettingsError",
-    "StatsSettings",
-    "StatsSink",
-    "TracingSettings",
-    "WorkerSettings",
-    "XdsSettings",
     "backend_type_from_env",
     "extensions_disabled",
-    "mask_url",
     "parse_go_bool",
     "parse_go_duration",
     "parse_go_int",
-    "redis_auth",
     "reload_options_from_env",
     "settings_from_env",
     "worker_environ",

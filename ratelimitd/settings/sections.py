@@ -20,6 +20,30 @@ from .goparse import Pairs
 StatsSink = Literal["null", "dogstatsd", "statsd", "prometheus", "stdout"]
 
 
+__all__ = [
+    "CacheSettings",
+    "ConfigSettings",
+    "ConnectionLimits",
+    "DebugSettings",
+    "DogStatsdMogrifier",
+    "GrpcSettings",
+    "ListenerSettings",
+    "LogSettings",
+    "MemcacheSettings",
+    "RedisSettings",
+    "ReloadOptions",
+    "RuntimeSettings",
+    "Settings",
+    "StatsSettings",
+    "StatsSink",
+    "TracingSettings",
+    "WorkerSettings",
+    "XdsSettings",
+    "mask_url",
+    "redis_auth",
+]
+
+
 def mask_url(url: str) -> str:
     """Mask credentials in a (comma-separated) Redis URL as the reference logs it."""
     items = url.split(",")

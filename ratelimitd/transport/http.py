@@ -29,6 +29,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -62,39 +63,18 @@ Headers = tuple[tuple[str, str], ...]
 Reply = tuple[int, Headers, bytes]
 
 
+@dataclass(slots=True, eq=False)
 class HttpRequest:
     """One parsed request, as a handler sees it."""
 
-    __slots__ = (
-        "body",
-        "connection",
-        "headers",
-        "http11",
-        "keep_alive",
-        "method",
-        "path",
-        "query",
-    )
-
-    def __init__(
-        self,
-        method: bytes,
-        path: bytes,
-        query: bytes,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        keep_alive: bool,
-        http11: bool,
-        connection: _HttpProtocol,
-    ) -> None:
-        self.method = method
-        self.path = path
-        self.query = query
-        self.headers = headers
-        self.body = body
-        self.keep_alive = keep_alive
-        self.http11 = http11
-        self.connection = connection
+    method: bytes
+    path: bytes
+    query: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    keep_alive: bool
+    http11: bool
+    connection: _HttpProtocol
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (`name` in lower case), or None."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import falcon
 import falcon.asgi
@@ -54,6 +55,7 @@ def client_address(peer: str, forwarded_for: str | None, proxies: tuple[Network,
     return hops[0]
 
 
+@dataclass(frozen=True, slots=True)
 class RequestLimits:
     """Falcon middleware: header caps (431) and the client address in `req.context.client`.
 
@@ -62,17 +64,10 @@ class RequestLimits:
     `request_header_fields_too_large`; a malformed X-Forwarded-For from a trusted proxy 400.
     """
 
-    def __init__(
-        self,
-        trusted_proxies: tuple[Network, ...] = (),
-        max_header_bytes: int = 8192,
-        max_headers: int = 64,
-        max_field_bytes: int = 4096,
-    ) -> None:
-        self.proxies = trusted_proxies
-        self.max_header_bytes = max_header_bytes
-        self.max_headers = max_headers
-        self.max_field_bytes = max_field_bytes
+    proxies: tuple[Network, ...] = ()
+    max_header_bytes: int = 8192
+    max_headers: int = 64
+    max_field_bytes: int = 4096
 
     async def process_request(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         """Refuse oversized headers; settle the client address."""

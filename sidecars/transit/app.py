@@ -59,18 +59,11 @@ class Services:
             net = self.store.network
             return net.tz if net is not None else None
 
-        metrics = settings.metrics
         self.metrics = MetricsService(
-            db_path=metrics.db_path,
-            records_dir=Path(metrics.records_dir) if metrics.records_dir else None,
-            since=metrics.since,
-            ingest_interval=metrics.ingest_interval,
-            refresh_interval=metrics.refresh_interval,
+            settings.metrics,
             start_hour=feed.operational_day_start_hour,
             timezone=timezone,
             clock=self.store.now,
-            dates_file=Path(metrics.dates_file) if metrics.dates_file else None,
-            by_stop_days=metrics.by_stop_days,
             agencies=lambda: self.store.network.agency_ids if self.store.network else [],
         )
         self.places = Places(

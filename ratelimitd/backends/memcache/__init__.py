@@ -60,7 +60,7 @@ import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
-from ..base import ONLY_FIXED_WINDOW, BackendError, Op
+from ..base import ONLY_FIXED_WINDOW, BackendError, Op, client_ssl_context
 from .protocol import GET, LINES, Node
 from .srv import lookup_srv, parse_srv_response, servers_from_srv
 
@@ -504,15 +504,7 @@ class MemcacheBackend:
 
 def ssl_context_from(settings: MemcacheSettings) -> ssl.SSLContext | None:
     """MEMCACHE_TLS with its CA, client certificate and hostname-verification settings."""
-    if not settings.tls:
-        return None
-    ctx = ssl.create_default_context(cafile=settings.tls_cacert or None)
-    if settings.tls_client_cert:
-        ctx.load_cert_chain(settings.tls_client_cert, settings.tls_client_key or None)
-    if settings.tls_skip_hostname_verification:
-        # As the Redis backend: the chain is still verified, only the name is not.
-        ctx.check_hostname = False
-    return ctx
+    return client_ssl_context(settings) if settings.tls else None
 
 
 def create_memcache_backend(

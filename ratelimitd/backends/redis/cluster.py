@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ...settings import RedisSettings
 from ..base import BackendError, Op
 from . import resp
 from .instances import _SLOTS, RedisInstance, key_slot, log
-from .pool import MAX_IN_FLIGHT, Address, Pool, await_replies, host_port
+from .pool import Address, Pool, await_replies, host_port
 from .resp import ReplyError
 
 _MAX_REDIRECTS = 5
@@ -24,14 +24,7 @@ class ClusterInstance(RedisInstance):
 
     routed = True
 
-    def __init__(
-        self,
-        s: RedisSettings,
-        jitter_max_seconds: int,
-        on_change: Callable[[], None],
-        max_in_flight: int = MAX_IN_FLIGHT,
-    ) -> None:
-        super().__init__(s, jitter_max_seconds, on_change, max_in_flight)
+    def _configure(self, s: RedisSettings) -> None:
         self.seeds = [host_port(i) for i in s.url.split(",") if i.strip()]
         self.slots: list[str | None] = [None] * _SLOTS
         self.nodes: dict[str, Pool] = {}

@@ -19,7 +19,7 @@ import hiredis
 
 from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
-from ..base import BackendError, Op
+from ..base import BackendError, Op, client_ssl_context
 from . import resp, scripts
 from .pool import (
     MAX_IN_FLIGHT,
@@ -29,7 +29,6 @@ from .pool import (
     Pool,
     await_replies,
     host_port,
-    ssl_context,
 )
 from .resp import ReplyError
 
@@ -83,7 +82,12 @@ class RedisInstance:
         self.jitter = jitter_max_seconds
         self.max_in_flight = max_in_flight
         self.counters = Counters(on_change)
-        self.dialer = Dialer(s, ssl_context(s) if s.tls else None)
+        self.dialer = Dialer(s, client_ssl_context(s) if s.tls else None)
+        self._configure(s)
+
+    def _configure(self, s: RedisSettings) -> None:
+        """The deployment's own shape, read from the settings (a subclass's constructor)."""
+        raise NotImplementedError
 
     @property
     def writes(self) -> int:
@@ -250,14 +254,7 @@ class RedisInstance:
 class SingleInstance(RedisInstance):
     """A single server, or the master a set of sentinels points at."""
 
-    def __init__(
-        self,
-        s: RedisSettings,
-        jitter_max_seconds: int,
-        on_change: Callable[[], None],
-        max_in_flight: int = MAX_IN_FLIGHT,
-    ) -> None:
-        super().__init__(s, jitter_max_seconds, on_change, max_in_flight)
+    def _configure(self, s: RedisSettings) -> None:
         self.address: Address
         self.sentinels: list[tuple[str, int]] = []
         self.master_name = ""
@@ -272,7 +269,7 @@ class SingleInstance(RedisInstance):
             self.address = self._parse_single(s.url)
             resolve = self._static
             describe = s.masked_url
-        self.pool = Pool(s, self.dialer, resolve, self.counters, describe, max_in_flight)
+        self.pool = Pool(s, self.dialer, resolve, self.counters, describe, self.max_in_flight)
         self._watcher: asyncio.Task[None] | None = None
 
     def _parse_single(self, url: str) -> Address:
@@ -289,7 +286,7 @@ class SingleInstance(RedisInstance):
         if scheme == "unix":
             return parts.path
         if scheme == "rediss" and self.dialer.ssl_context is None:
-            self.dialer.ssl_context = ssl_context(self.s)
+            self.dialer.ssl_context = client_ssl_context(self.s)
         if scheme not in ("redis", "rediss"):
             raise BackendError(f"unsupported redis URL scheme {scheme!r}")
         return (parts.hostname or "localhost", parts.port or 6379)

@@ -38,16 +38,6 @@ def host_port(item: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def ssl_context(s: RedisSettings) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=s.tls_cacert or None)
-    if s.tls_client_cert:
-        ctx.load_cert_chain(s.tls_client_cert, s.tls_client_key or None)
-    if s.tls_skip_hostname_verification:
-        # As the reference: the chain is still verified, only the name is not.
-        ctx.check_hostname = False
-    return ctx
-
-
 class Counters:
     """Connection statistics of one instance (ratelimit.<label>.*)."""
 

@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo
 
 from ..bodies import Body
 from ..schemas import json_encoder
+from ..settings import MetricsSettings
 from ..times import operational_day
 from .db import MetricsDB, MetricsDBError, generation
 from .schemas import IngestReport
@@ -43,30 +44,23 @@ class MetricsService:
 
     def __init__(
         self,
+        settings: MetricsSettings,
         *,
-        db_path: Path | None,
-        records_dir: Path | None,
-        since: date,
-        ingest_interval: float,
-        refresh_interval: float,
         start_hour: int,
         timezone: Callable[[], ZoneInfo | None],
         clock: Callable[[], float],
-        dates_file: Path | None = None,
-        by_stop_days: int = 0,
         agencies: Callable[[], list[str]] = list,
     ) -> None:
-        """`agencies`: the feed's agency ids, each given videowall keys (zero without data)."""
-        self.db_path = db_path
-        self.records_dir = records_dir
-        self.since = since
-        self.ingest_interval = ingest_interval
-        self.refresh_interval = refresh_interval
+        """`start_hour` and `timezone` are the feed's (arrivals and metrics count the same
+        operational day); `agencies`: the feed's agency ids, each given videowall keys (zero
+        without data)."""
+        self.settings = settings
+        self.db_path = settings.db_path
+        self.records_dir = Path(settings.records_dir) if settings.records_dir else None
         self.start_hour = start_hour
         self.timezone = timezone
         self.clock = clock
-        self.calendar = Calendar(dates_file)
-        self.by_stop_days = by_stop_days
+        self.calendar = Calendar(Path(settings.dates_file) if settings.dates_file else None)
         self.agencies = agencies
         self.db: MetricsDB | None = None
         self.error: str | None = None
@@ -126,8 +120,8 @@ class MetricsService:
             db = self._open()
             if db is None:
                 return
-            due = time.monotonic() - self._last_ingest >= self.ingest_interval
-            if ingest or (ingest is None and self.ingest_interval > 0 and due):
+            due = time.monotonic() - self._last_ingest >= self.settings.ingest_interval
+            if ingest or (ingest is None and self.settings.ingest_interval > 0 and due):
                 self.ingest()
             now = self.clock()
             today = operational_day(now, db.tz, self.start_hour)
@@ -135,7 +129,12 @@ class MetricsService:
             bodies = dict(self.bodies)
             if state != self._rendered:
                 agg = compute_aggregates(
-                    db.conn, today, self.since, now, self.calendar, self.by_stop_days
+                    db.conn,
+                    today,
+                    self.settings.since,
+                    now,
+                    self.calendar,
+                    self.settings.by_stop_days,
                 )
                 bodies.update(
                     by_agency_day=_body(agg.by_agency_day),
@@ -194,7 +193,7 @@ class MetricsService:
             except Exception:  # a bad tick must not end the loop; the next one retries
                 log.exception("metrics refresh failed")
             # Until the store can be opened (feed not loaded yet), retry every second.
-            wait = self.refresh_interval if self.db is not None else 1.0
+            wait = self.settings.refresh_interval if self.db is not None else 1.0
             if self._stop.wait(max(wait, 0.05)):
                 return
 

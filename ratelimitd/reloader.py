@@ -21,6 +21,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from .aio import cancel
 from .backends.base import capabilities
 from .config import ConfigError, ConfigSource, RuleSet, build_ruleset
 from .config.errors import ConfigReadError
@@ -155,11 +156,8 @@ class ConfigReloader:
 
     async def stop(self) -> None:
         """Stop watching (and close the xDS stream)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         self._task = asyncio.get_running_loop().create_task(coro)

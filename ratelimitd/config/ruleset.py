@@ -325,27 +325,8 @@ def _load_descriptors(
             rule = _multi_limit(name, full_key, d, stats, backend)
         elif d.rate_limit is not None:
             r = d.rate_limit
-            unit = _checked_unit(name, r)
             own = {r.name} if r.name else set()
-            _check_replaces(name, r, own)
-            algorithm, multiplier, tick = _checked_window(name, full_key, r, unit, backend)
-            rule = Rule(
-                full_key,
-                r.requests_per_unit,
-                unit,
-                name=r.name,
-                replaces=r.replaces,
-                unlimited=r.unlimited,
-                shadow_mode=d.shadow_mode,
-                quota_mode=d.quota_mode,
-                detailed_metric=d.detailed_metric,
-                metadata=d.metadata,
-                stats=stats.rule_stats(full_key) if stats is not None else None,
-                meter=d.meter,
-                algorithm=algorithm,
-                unit_multiplier=multiplier,
-                tick=tick,
-            )
+            rule = _limit(name, full_key, d, r, own, stats, backend, meter=d.meter)
 
         if d.meter and rule is None:
             raise ConfigError(
@@ -481,25 +462,8 @@ def _multi_limit(
             raise ConfigError(
                 name, _at(r.line, f"a limit in rate_limits of '{full_key}' cannot be unlimited")
             )
-        unit = _checked_unit(name, r)
-        _check_replaces(name, r, own)
-        algorithm, multiplier, tick = _checked_window(name, full_key, r, unit, backend)
-        limit = Rule(
-            full_key,
-            r.requests_per_unit,
-            unit,
-            name=r.name,
-            replaces=r.replaces,
-            shadow_mode=d.shadow_mode,
-            quota_mode=d.quota_mode,
-            detailed_metric=d.detailed_metric,
-            metadata=d.metadata,
-            stats=rule_stats,
-            algorithm=algorithm,
-            unit_multiplier=multiplier,
-            tick=tick,
-        )
-        window = (algorithm, limit.unit_seconds)
+        limit = _limit(name, full_key, d, r, own, stats, backend)
+        window = (limit.algorithm, limit.unit_seconds)
         if window in windows:
             raise ConfigError(
                 name,
@@ -519,11 +483,50 @@ def _multi_limit(
         first.unit,
         # The descriptor's Rule has no name of its own: `replaces` drops single limits.
         replaces=[n for limit in limits for n in limit.replaces],
-        shadow_mode=d.shadow_mode,
-        quota_mode=d.quota_mode,
-        detailed_metric=d.detailed_metric,
-        metadata=d.metadata,
         stats=rule_stats,
         meter=d.meter,
         limits=limits,
+        **_descriptor_fields(d),
     )
+
+
+def _limit(
+    name: str,
+    full_key: str,
+    d: DescriptorDoc,
+    r: RateLimitDoc,
+    own: set[str],
+    stats: StatsSource | None,
+    backend: tuple[str, frozenset[int]] | None,
+    *,
+    meter: bool = False,
+) -> Rule:
+    """One `rate_limit` (alone, or one of `rate_limits`), checked: a Rule carrying the
+    descriptor's fields. `own`: the names `replaces` may not name (the descriptor's own)."""
+    unit = _checked_unit(name, r)
+    _check_replaces(name, r, own)
+    algorithm, multiplier, tick = _checked_window(name, full_key, r, unit, backend)
+    return Rule(
+        full_key,
+        r.requests_per_unit,
+        unit,
+        name=r.name,
+        replaces=r.replaces,
+        unlimited=r.unlimited,
+        stats=stats.rule_stats(full_key) if stats is not None else None,
+        meter=meter,
+        algorithm=algorithm,
+        unit_multiplier=multiplier,
+        tick=tick,
+        **_descriptor_fields(d),
+    )
+
+
+def _descriptor_fields(d: DescriptorDoc) -> dict[str, Any]:
+    """What every Rule of a descriptor carries from it, whatever its limits."""
+    return {
+        "shadow_mode": d.shadow_mode,
+        "quota_mode": d.quota_mode,
+        "detailed_metric": d.detailed_metric,
+        "metadata": d.metadata,
+    }

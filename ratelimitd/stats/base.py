@@ -10,12 +10,12 @@ lines go (`emit`). Nothing here runs on the request path.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import re
 from collections.abc import Iterable, Sequence
 
+from ..aio import cancel
 from .store import StatsStore, Timer
 
 log = logging.getLogger("ratelimitd.stats")
@@ -108,11 +108,8 @@ class Sink:
 
     async def _stop_flushing(self) -> None:
         """Stop the periodic flushes (the caller flushes a last time)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
 
 NullSink = Sink

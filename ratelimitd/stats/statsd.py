@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from ..aio import cancel
 from .base import PeriodicSink, number, statsd_tag_suffix, timer_value
 from .dogstatsd import UdpWriter
 from .store import StatsStore
@@ -145,11 +146,8 @@ class TcpWriter:
 
     async def close(self) -> None:
         """Stop the background task; what is still queued is dropped."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
 
 class StatsdSink(PeriodicSink):

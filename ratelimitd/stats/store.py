@@ -27,6 +27,7 @@ import re
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 RULE_STATS = (
     "total_hits",
@@ -55,61 +56,37 @@ def sanitize_stat_name(name: str) -> str:
 CONFIG_GAUGE_SUFFIX = ".rate_limit"
 
 
+@dataclass(slots=True, eq=False)
 class RuleStats:
     """The counters of one stats key (`ratelimit.service.rate_limit.<key>.*`): the six of
     RULE_STATS, and `total_negative_hits` (refunds, upstream #1140), shown once non-zero."""
 
-    __slots__ = (
-        "key",
-        "near_limit",
-        "over_limit",
-        "over_limit_with_local_cache",
-        "shadow_mode",
-        "total_hits",
-        "total_negative_hits",
-        "within_limit",
-    )
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        self.total_hits = 0
-        self.over_limit = 0
-        self.near_limit = 0
-        self.within_limit = 0
-        self.over_limit_with_local_cache = 0
-        self.shadow_mode = 0
-        self.total_negative_hits = 0
+    key: str
+    total_hits: int = 0
+    over_limit: int = 0
+    near_limit: int = 0
+    within_limit: int = 0
+    over_limit_with_local_cache: int = 0
+    shadow_mode: int = 0
+    total_negative_hits: int = 0
 
 
+@dataclass(slots=True, eq=False)
 class ServiceStats:
     """Service- and server-level counters (`ratelimit.service.*`, `ratelimit_server.*`)."""
 
-    __slots__ = (
-        "config_load_error",
-        "config_load_success",
-        "failure_policy",
-        "global_shadow_mode",
-        "overloaded",
-        "redis_error",
-        "response_time_count",
-        "response_time_sum_ms",
-        "service_error",
-        "total_requests",
-    )
-
-    def __init__(self) -> None:
-        self.config_load_success = 0
-        self.config_load_error = 0
-        self.global_shadow_mode = 0
-        self.redis_error = 0
-        self.service_error = 0
-        # Extensions (issue 17): requests answered by BACKEND_FAILURE_POLICY (allow, deny,
-        # local) instead of UNKNOWN, and refused past MAX_INFLIGHT_DECISIONS.
-        self.failure_policy = 0
-        self.overloaded = 0
-        self.total_requests = 0
-        self.response_time_count = 0
-        self.response_time_sum_ms = 0.0
+    config_load_success: int = 0
+    config_load_error: int = 0
+    global_shadow_mode: int = 0
+    redis_error: int = 0
+    service_error: int = 0
+    # Extensions (issue 17): requests answered by BACKEND_FAILURE_POLICY (allow, deny,
+    # local) instead of UNKNOWN, and refused past MAX_INFLIGHT_DECISIONS.
+    failure_policy: int = 0
+    overloaded: int = 0
+    total_requests: int = 0
+    response_time_count: int = 0
+    response_time_sum_ms: float = 0.0
 
 
 class StatsStore:

@@ -50,7 +50,6 @@ Stats, scope ratelimit.memcache, tags serialized as gostats does for statsd:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import re
@@ -60,6 +59,7 @@ import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
+from ...aio import cancel
 from ..base import ONLY_FIXED_WINDOW, BackendError, Op, client_ssl_context
 from .protocol import GET, LINES, Node
 from .srv import lookup_srv, parse_srv_response, servers_from_srv
@@ -380,11 +380,8 @@ class MemcacheBackend:
 
     async def close(self) -> None:
         """Wait (bounded) for pending increments, then close every connection."""
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
-            self._refresher = None
+        await cancel(self._refresher)
+        self._refresher = None
         if self._tasks or self._queued:
             try:
                 async with asyncio.timeout(CLOSE_GRACE):

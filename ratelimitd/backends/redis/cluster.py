@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from ...aio import cancel
 from ...settings import RedisSettings
 from ..base import BackendError, Op
 from . import resp
@@ -198,8 +198,5 @@ class ClusterInstance(RedisInstance):
 
     async def close(self) -> None:
         """Stop refreshing, close every pool."""
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+        await cancel(self._refresher)
         await super().close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import binascii
-import contextlib
 import logging
 import random
 import ssl
@@ -17,6 +16,7 @@ from typing import Any
 
 import hiredis
 
+from ...aio import cancel
 from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, client_ssl_context
@@ -389,10 +389,7 @@ class SingleInstance(RedisInstance):
 
     async def close(self) -> None:
         """Stop watching the sentinels, close the pool."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
+        await cancel(self._watcher)
         await super().close()
 
     async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:

@@ -9,13 +9,13 @@ connection statistics (`ratelimit.<pool label>.cx_*`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ...aio import cancel
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError
 from . import resp
@@ -288,10 +288,7 @@ class Pool:
         self.closed = True
         if self._probe_dial is not None:
             self._probe_dial.cancel()
-        if self._maintainer is not None:
-            self._maintainer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._maintainer
+        await cancel(self._maintainer)
         conns = list(self.conns)
         for conn in conns:
             conn.close()

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
+
+if TYPE_CHECKING:
+    from ..settings import MemcacheSettings, RedisSettings
 
 
 class BackendError(Exception):
@@ -33,20 +36,7 @@ BACKEND_ALGORITHMS = {
 }
 
 
-class ClientTls(Protocol):
-    """The TLS fields the Redis and memcache settings share (the reference's names)."""
-
-    @property
-    def tls_cacert(self) -> str: ...
-    @property
-    def tls_client_cert(self) -> str: ...
-    @property
-    def tls_client_key(self) -> str: ...
-    @property
-    def tls_skip_hostname_verification(self) -> bool: ...
-
-
-def client_ssl_context(s: ClientTls) -> ssl.SSLContext:
+def client_ssl_context(s: RedisSettings | MemcacheSettings) -> ssl.SSLContext:
     """A store's client TLS: its CA (else the system's), client certificate, name check."""
     ctx = ssl.create_default_context(cafile=s.tls_cacert or None)
     if s.tls_client_cert:

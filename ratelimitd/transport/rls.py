@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..backends.base import BackendError
@@ -38,24 +39,17 @@ INTERNAL = 13
 Outcome = tuple[int, bytes | str]
 
 
+@dataclass(slots=True, eq=False)
 class RlsHandler:
     """The transport-neutral ShouldRateLimit call."""
 
-    def __init__(
-        self,
-        service: RateLimitService,
-        stats: StatsStore,
-        timer: Timer | None = None,
-        spans: ServerSpans | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.service = service
-        self.stats = stats
-        # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
-        self.timer = timer
-        # OpenTelemetry SERVER spans (None: tracing off, nothing imported).
-        self.spans = spans
-        self.clock = clock
+    service: RateLimitService
+    stats: StatsStore
+    # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
+    timer: Timer | None = None
+    # OpenTelemetry SERVER spans (None: tracing off, nothing imported).
+    spans: ServerSpans | None = None
+    clock: Callable[[], float] = time.perf_counter
 
     @property
     def synchronous(self) -> bool:

@@ -186,15 +186,7 @@ class ClusterInstance(RedisInstance):
         for key in keys:
             k = key.encode()
             cmds.append((key_slot(k), resp.get(k)))
-        out = []
-        for reply in await self._run(cmds):
-            if reply is None:
-                out.append(0)
-            elif reply.__class__ is bytes:
-                out.append(int(reply))
-            else:
-                self._raise_reply(reply)
-        return out
+        return [self._value(reply) for reply in await self._run(cmds)]
 
     async def close(self) -> None:
         """Stop refreshing, close every pool."""

@@ -186,12 +186,7 @@ class RedisInstance:
                 out.append(reply[0] if peek else (reply[0], reply[1]))
                 i += 1
             elif peek:
-                if reply is None:
-                    out.append(0)
-                elif reply.__class__ is bytes:
-                    out.append(int(reply))
-                else:
-                    self._fail(reply)
+                out.append(self._value(reply))
                 i += 1
             else:
                 if reply.__class__ is not int:
@@ -204,6 +199,14 @@ class RedisInstance:
 
     def _fail(self, reply: Any) -> None:
         self._raise_reply(reply)
+
+    def _value(self, reply: Any) -> int:
+        """A GET reply as a counter: an absent key is 0; anything but a number raises."""
+        if reply is None:
+            return 0
+        if reply.__class__ is not bytes:
+            self._fail(reply)
+        return int(reply)
 
     async def start(self) -> None:
         """Connect + PING with the REDIS_STARTUP_* backoff, as the reference's startup."""
@@ -455,15 +458,7 @@ class SingleInstance(RedisInstance):
         """One pipeline of GETs."""
         payload = b"".join(resp.get(k.encode()) for k in keys)
         replies = await await_replies(self.pool.submit(payload, len(keys)), len(keys))
-        out = []
-        for reply in replies:
-            if reply is None:
-                out.append(0)
-            elif reply.__class__ is bytes:
-                out.append(int(reply))
-            else:
-                self._failed(reply)
-        return out
+        return [self._value(reply) for reply in replies]
 
     def _failed(self, reply: Any) -> None:
         if (

@@ -332,6 +332,26 @@ class _Decoder:
     def _null(node: Node | None) -> bool:
         return node is None or (isinstance(node, ScalarNode) and _scalar_kind(node) == "null")
 
+    def _elements(self, node: Node, go_type: str) -> list[Node]:
+        """A sequence's elements as yaml.v2 fills a Go slice: null is empty, anything but a
+        sequence is a type error (and empty)."""
+        if self._null(node):
+            return []
+        if not isinstance(node, SequenceNode):
+            self.errors.append(_terror(node, go_type))
+            return []
+        return node.value  # type: ignore[no-any-return]
+
+    def _mapping(self, node: Node, go_type: str) -> MappingNode | None:
+        """A mapping as yaml.v2 fills a Go pointer or map: null is nil, anything but a
+        mapping is a type error (and nil)."""
+        if self._null(node):
+            return None
+        if not isinstance(node, MappingNode):
+            self.errors.append(_terror(node, go_type))
+            return None
+        return node
+
     def string(self, node: Node) -> str:
         if self._null(node):
             return ""
@@ -388,12 +408,7 @@ class _Decoder:
         return doc
 
     def descriptor_list(self, node: Node) -> list[DescriptorDoc]:
-        if self._null(node):
-            return []
-        if not isinstance(node, SequenceNode):
-            self.errors.append(_terror(node, "[]config.YamlDescriptor"))
-            return []
-        return [self.descriptor(element) for element in node.value]
+        return [self.descriptor(e) for e in self._elements(node, "[]config.YamlDescriptor")]
 
     def descriptor(self, node: Node) -> DescriptorDoc:
         d = DescriptorDoc(line=node.start_mark.line + 1)
@@ -419,13 +434,12 @@ class _Decoder:
         return d
 
     def rate_limit(self, node: Node) -> RateLimitDoc | None:
-        if self._null(node):
-            return None  # `rate_limit:` with no body is a nil pointer: no limit at all
-        if not isinstance(node, MappingNode):
-            self.errors.append(_terror(node, "config.YamlRateLimit"))
+        # `rate_limit:` with no body is a nil pointer: no limit at all.
+        mapping = self._mapping(node, "config.YamlRateLimit")
+        if mapping is None:
             return None
         r = RateLimitDoc(line=node.start_mark.line + 1)
-        for key, value in self._pairs(node):
+        for key, value in self._pairs(mapping):
             if key == "requests_per_unit":
                 r.requests_per_unit = self.uint32(value)
             elif key in ("unit", "name", "algorithm"):
@@ -441,13 +455,8 @@ class _Decoder:
         return r
 
     def rate_limit_list(self, node: Node) -> list[RateLimitDoc]:
-        if self._null(node):
-            return []
-        if not isinstance(node, SequenceNode):
-            self.errors.append(_terror(node, "[]config.YamlRateLimit"))
-            return []
         out = []
-        for element in node.value:
+        for element in self._elements(node, "[]config.YamlRateLimit"):
             r = self.rate_limit(element)
             if r is None:
                 r = RateLimitDoc(line=element.start_mark.line + 1)
@@ -455,13 +464,8 @@ class _Decoder:
         return out
 
     def replaces(self, node: Node) -> list[str]:
-        if self._null(node):
-            return []
-        if not isinstance(node, SequenceNode):
-            self.errors.append(_terror(node, "[]config.yamlReplaces"))
-            return []
         names = []
-        for element in node.value:
+        for element in self._elements(node, "[]config.yamlReplaces"):
             name = ""
             if isinstance(element, MappingNode):
                 for key, value in self._pairs(element):
@@ -473,12 +477,8 @@ class _Decoder:
         return names
 
     def metadata(self, node: Node) -> dict[str, Any] | None:
-        if self._null(node):
-            return None
-        if not isinstance(node, MappingNode):
-            self.errors.append(_terror(node, "map[string]interface {}"))
-            return None
-        return _construct(node)  # type: ignore[no-any-return]
+        mapping = self._mapping(node, "map[string]interface {}")
+        return _construct(mapping) if mapping is not None else None
 
 
 # Where each key of the extension (README, "Algorithms") belongs.

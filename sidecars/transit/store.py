@@ -233,11 +233,16 @@ class TransitStore:
         if self._threads:
             return
         self._stop.clear()
-        static = threading.Thread(target=self._static_loop, name="transit-static", daemon=True)
-        realtime = threading.Thread(
-            target=self._realtime_loop, name="transit-realtime", daemon=True
-        )
-        self._threads = [static, realtime]
+        loops: list[tuple[str, Callable[[], object], float]] = [
+            ("transit-static", self.load_static, self.settings.feed.refresh_seconds)
+        ]
+        if any(s.source for s in self._sources.values()):
+            refresh = self.settings.realtime.refresh_seconds
+            loops.append(("transit-realtime", self.poll_realtime, refresh))
+        self._threads = [
+            threading.Thread(target=self._repeat, args=(work, every), name=name, daemon=True)
+            for name, work, every in loops
+        ]
         for t in self._threads:
             t.start()
 
@@ -248,19 +253,10 @@ class TransitStore:
             t.join(timeout)
         self._threads = []
 
-    def _static_loop(self) -> None:
+    def _repeat(self, work: Callable[[], object], interval: float) -> None:
+        """Run `work` now, then every `interval` seconds (0: once) until `stop`."""
         while not self._stop.is_set():
-            self.load_static()
-            interval = self.settings.feed.refresh_seconds
-            if not interval or self._stop.wait(interval):
-                return
-
-    def _realtime_loop(self) -> None:
-        if not any(s.source for s in self._sources.values()):
-            return
-        while not self._stop.is_set():
-            self.poll_realtime()
-            interval = self.settings.realtime.refresh_seconds
+            work()
             if not interval or self._stop.wait(interval):
                 return
 

@@ -126,6 +126,15 @@ class Database:
         """An async context manager yielding a `Transaction` (committed on exit)."""
         raise NotImplementedError
 
+    async def _write(self, sql: str, params: Sequence[Any]) -> int:
+        """One statement in its own transaction, bounded in time: the rows it changed."""
+
+        async def run() -> int:
+            async with self._transaction() as tx:
+                return await tx.execute(sql, params)
+
+        return await self._bounded(run)
+
     async def _lock_for_migration(self, tx: Transaction) -> None:
         """Serialise concurrent migrators (several workers start at once)."""
 
@@ -197,11 +206,7 @@ class Database:
         """Record a token's use (`last_used`)."""
         sql = "UPDATE tokens SET last_used = ? WHERE id = ?"
 
-        async def touch() -> None:
-            async with self._transaction() as tx:
-                await tx.execute(sql, (now, token_id))
-
-        await self._bounded(touch)
+        await self._write(sql, (now, token_id))
 
     async def account(self, account_id: str) -> AccountRecord | None:
         """The account row, or None."""
@@ -222,11 +227,7 @@ class Database:
         )
         params = (account_id, plan, window, start.isoformat(), _iso(end), now, now, None)
 
-        async def insert() -> int:
-            async with self._transaction() as tx:
-                return await tx.execute(sql, params)
-
-        if not await self._bounded(insert):
+        if not await self._write(sql, params):
             raise AccountError(f"account {account_id!r} exists")
         return await self._require(account_id)
 
@@ -238,11 +239,7 @@ class Database:
         values = [*changes.values(), int(self.clock()), account_id]
         sql = f"UPDATE accounts SET {', '.join(c + ' = ?' for c in columns)} WHERE id = ?"
 
-        async def update() -> int:
-            async with self._transaction() as tx:
-                return await tx.execute(sql, values)
-
-        if not await self._bounded(update):
+        if not await self._write(sql, values):
             raise AccountError(f"no account {account_id!r}")
         return await self._require(account_id)
 
@@ -283,11 +280,7 @@ class Database:
             None,
         )
 
-        async def insert() -> None:
-            async with self._transaction() as tx:
-                await tx.execute(sql, params)
-
-        await self._bounded(insert)
+        await self._write(sql, params)
 
     async def tokens(self, account_id: str) -> list[TokenRecord]:
         """The account's tokens, oldest first (revoked ones too)."""
@@ -299,11 +292,7 @@ class Database:
         now = int(self.clock())
         sql = "UPDATE tokens SET revoked = ? WHERE account_id = ? AND id = ? AND revoked IS NULL"
 
-        async def revoke() -> None:
-            async with self._transaction() as tx:
-                await tx.execute(sql, (now, account_id, token_id))
-
-        await self._bounded(revoke)
+        await self._write(sql, (now, account_id, token_id))
         for token in await self.tokens(account_id):
             if token.id == token_id:
                 return token

@@ -872,14 +872,20 @@ class Gate:
         return await self.real(req)
 
 
-async def test_stop_drains_in_flight_calls(
-    harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def gated_harness(harness: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Gate]:
+    """A harness on CONFIG whose service decides only once its Gate is released."""
     h = harness(CONFIG)
     gate = Gate(h.service.should_rate_limit)
     monkeypatch.setattr(h.service, "should_rate_limit", gate)
     # A limiter that waits (as Redis does): the native transport takes its task path.
     monkeypatch.setattr(h.limiter, "synchronous", False)
+    return h, gate
+
+
+async def test_stop_drains_in_flight_calls(
+    harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h, gate = gated_harness(harness, monkeypatch)
     health = Health()
     health.register("backend", True)
     served = await serve(h.service, h.stats, health=health)
@@ -902,10 +908,7 @@ async def test_stop_drains_in_flight_calls(
 async def test_deadline_exceeded_cancels_the_pending_work(
     harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    h = harness(CONFIG)
-    gate = Gate(h.service.should_rate_limit)
-    monkeypatch.setattr(h.service, "should_rate_limit", gate)
-    monkeypatch.setattr(h.limiter, "synchronous", False)
+    h, gate = gated_harness(harness, monkeypatch)
     served = await serve(h.service, h.stats)
     async with served.channel() as channel:
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)

@@ -8,15 +8,15 @@ from collections.abc import Callable
 
 import pytest
 
-Served = subprocess.CompletedProcess[str]
+Exited = subprocess.CompletedProcess[str]
 
 
 @pytest.fixture
-def serve_until_exit() -> Callable[[dict[str, str], float], Served]:
+def serve_until_exit() -> Callable[[dict[str, str], float], Exited]:
     """serve_until_exit(env, timeout): `python -m ratelimitd serve` with `env`, for a daemon
     that must exit on its own within `timeout` seconds; its return code and output (text)."""
 
-    def run(env: dict[str, str], timeout: float) -> Served:
+    def run(env: dict[str, str], timeout: float) -> Exited:
         argv = [sys.executable, "-m", "ratelimitd", "serve"]
         return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 

@@ -10,8 +10,6 @@ serialized OK at once, so the difference to ratelimitd is the decision path itse
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import uvloop
 # Run as a script from a source checkout: make the repository's `ratelimitd` importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from empty_server import OK_RESPONSE
+from empty_server import OK_RESPONSE, until_stopped
 
 from ratelimitd.transport.h2 import H2Protocol, H2Server
 
@@ -35,11 +33,7 @@ async def serve(host: str, port: int) -> None:
     """Serve until SIGTERM/SIGINT."""
     server = H2Server(answer, max_concurrent_streams=256)
     await server.start(host, port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stopped()
     await server.stop(1)
 
 

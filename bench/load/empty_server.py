@@ -42,6 +42,15 @@ async def json_ok(request: HttpRequest) -> Reply:
     return OK_JSON
 
 
+async def until_stopped() -> None:
+    """Return at the first SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
 async def serve(host: str, port: int, http_port: int | None) -> None:
     """Serve until SIGTERM/SIGINT."""
     handler = grpc.method_handlers_generic_handler(
@@ -55,11 +64,7 @@ async def serve(host: str, port: int, http_port: int | None) -> None:
     if http_port is not None:
         http = HttpServer({"/json": json_ok})
         await http.start(host, http_port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stopped()
     if http is not None:
         await http.close(1)
     await server.stop(1)

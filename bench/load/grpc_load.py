@@ -59,6 +59,25 @@ class LoadResult:
     error_codes: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list, repr=False)
 
+    @classmethod
+    def of_latencies(
+        cls, latencies: list[float], errors: int, seconds: float, target_rps: float | None
+    ) -> LoadResult:
+        """The figures of the answered calls' sorted `latencies` (seconds) over `seconds`,
+        with `errors` failed calls (CPU and Redis figures are the caller's to add)."""
+        done = len(latencies)
+        return cls(
+            requests=done,
+            errors=errors,
+            seconds=seconds,
+            rps=done / seconds if seconds else 0.0,
+            p50_ms=percentile(latencies, 50) * 1000,
+            p99_ms=percentile(latencies, 99) * 1000,
+            p999_ms=percentile(latencies, 99.9) * 1000,
+            target_rps=target_rps,
+            latencies=latencies,
+        )
+
     def summary(self) -> dict[str, float | int | None]:
         """The figures without the raw latencies."""
         out = asdict(self)
@@ -193,21 +212,10 @@ def measure(
             )
         )
     latencies.sort()
-    done = len(latencies)
     errors = sum(codes.values())
-    result = LoadResult(
-        requests=done,
-        errors=errors,
-        seconds=elapsed,
-        rps=done / elapsed if elapsed else 0.0,
-        p50_ms=percentile(latencies, 50) * 1000,
-        p99_ms=percentile(latencies, 99) * 1000,
-        p999_ms=percentile(latencies, 99.9) * 1000,
-        target_rps=rate,
-        error_codes=codes,
-        latencies=latencies,
-    )
-    decisions = done + errors
+    result = LoadResult.of_latencies(latencies, errors, elapsed, rate)
+    result.error_codes = codes
+    decisions = result.requests + errors
     if cpu is not None and decisions:
         used = marks["cpu"][1] - marks["cpu"][0]
         result.server_cpu_s = used
@@ -223,23 +231,13 @@ def measure(
 def combine(results: list[LoadResult]) -> LoadResult:
     """Several runs of one scenario as one: totals, and percentiles over all latencies."""
     latencies = sorted(x for r in results for x in r.latencies)
-    done = sum(r.requests for r in results)
     seconds = sum(r.seconds for r in results)
-    out = LoadResult(
-        requests=done,
-        errors=sum(r.errors for r in results),
-        seconds=seconds,
-        rps=done / seconds if seconds else 0.0,
-        p50_ms=percentile(latencies, 50) * 1000,
-        p99_ms=percentile(latencies, 99) * 1000,
-        p999_ms=percentile(latencies, 99.9) * 1000,
-        target_rps=results[0].target_rps,
-        latencies=latencies,
-    )
+    errors = sum(r.errors for r in results)
+    out = LoadResult.of_latencies(latencies, errors, seconds, results[0].target_rps)
     for r in results:
         for code, n in r.error_codes.items():
             out.error_codes[code] = out.error_codes.get(code, 0) + n
-    decisions = done + out.errors
+    decisions = out.requests + out.errors
     if decisions and all(r.server_cpu_s is not None for r in results):
         out.server_cpu_s = sum(r.server_cpu_s or 0.0 for r in results)
         out.cpu_per_10k = out.server_cpu_s / decisions * 10_000

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from grpc_load import LoadResult, percentile, request_bytes
+from grpc_load import LoadResult, request_bytes
 
 from ratelimitd.transport.protocodec import METHOD_PATH
 
@@ -84,20 +84,9 @@ def run_h2load(
             raise RuntimeError(f"h2load failed: {out.stderr or out.stdout}")
         latencies, failed = _read_log(log)
     # Requests counted in the log are those of the timed window (after the warm-up).
-    answered = len(latencies)
-    result = LoadResult(
-        requests=answered,
-        errors=failed,
-        seconds=seconds,
-        rps=answered / seconds,
-        p50_ms=percentile(latencies, 50) * 1000,
-        p99_ms=percentile(latencies, 99) * 1000,
-        p999_ms=percentile(latencies, 99.9) * 1000,
-        target_rps=rate,
-        latencies=latencies,
-    )
+    result = LoadResult.of_latencies(latencies, failed, seconds, rate)
     result.error_codes = {"non-200": failed} if failed else {}
-    done = _finished(out.stdout) or answered + failed
+    done = _finished(out.stdout) or result.requests + failed
     if cpu is not None and done:
         # CPU was read around the warm-up too: spread it over every request h2load finished.
         result.server_cpu_s = cpu1 - cpu0

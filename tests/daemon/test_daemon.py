@@ -204,15 +204,9 @@ def test_sigterm_drains_an_in_flight_request(daemon_env, start_daemon) -> None:
     assert d.proc.wait(20) == 0
 
 
-def test_invalid_setting_stops_startup_with_one_line(daemon_env) -> None:
+def test_invalid_setting_stops_startup_with_one_line(daemon_env, serve_until_exit) -> None:
     env = dict(daemon_env, REDIS_TYPE="galaxy", BACKEND_TYPE="redis")
-    out = subprocess.run(
-        [sys.executable, "-m", "ratelimitd", "serve"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    out = serve_until_exit(env, 30)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
         "ratelimitd: REDIS_TYPE: invalid value 'galaxy' (accepted: single, sentinel, cluster)"

@@ -17,7 +17,6 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -216,7 +215,7 @@ def test_a_supervisor_killed_with_sigkill_takes_its_workers_down(
 
 
 def test_a_worker_started_after_its_supervisor_died_exits_at_once(
-    daemon_env: dict[str, str], tmp_path: Path
+    daemon_env: dict[str, str], serve_until_exit: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:
     # The race PR_SET_PDEATHSIG cannot cover: the supervisor died between fork and prctl.
     # Its pid is then no longer the worker's parent (here the parent is pytest itself).
@@ -226,13 +225,7 @@ def test_a_worker_started_after_its_supervisor_died_exits_at_once(
         RATELIMITD_WORKER_INDEX="0",
         RATELIMITD_SUPERVISOR_PID=str(os.getpid() + 1_000_000),
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "ratelimitd", "serve"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = serve_until_exit(env, 60)
     assert done.returncode == 0
     lines = [line for line in done.stderr.splitlines() if "supervisor" in line]
     assert len(lines) == 1 and "is gone" in lines[0]

@@ -13,7 +13,7 @@ import os
 import shutil
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -607,9 +607,22 @@ def tls_settings(certs: Pki, root: Path, **overrides: Any) -> Settings:
     )
 
 
-async def test_tls(harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path) -> None:
-    h = harness(CONFIG)
-    served = await serve(h.service, h.stats, settings=tls_settings(certs, tmp_path))
+@pytest.fixture
+def serve_tls(
+    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
+) -> Callable[..., Awaitable[Served]]:
+    """Start a transport deciding on CONFIG over TLS: `await serve_tls(**overrides)`, the
+    overrides GrpcSettings fields over `tls_settings` (its files in tmp_path)."""
+
+    async def start(**overrides: Any) -> Served:
+        h = harness(CONFIG)
+        return await serve(h.service, h.stats, settings=tls_settings(certs, tmp_path, **overrides))
+
+    return start
+
+
+async def test_tls(serve_tls: Callable[..., Awaitable[Served]], certs: Pki) -> None:
+    served = await serve_tls()
     async with served.channel(certs.creds(certs.ca)) as channel:
         assert (await call(channel, request("test", KV))).overall_code == OK
     async with served.channel() as plaintext:
@@ -638,11 +651,9 @@ async def test_tls_settings_need_cert_and_key(
 
 
 async def test_mtls_requires_a_client_certificate(
-    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
+    serve_tls: Callable[..., Awaitable[Served]], certs: Pki
 ) -> None:
-    h = harness(CONFIG)
-    settings = tls_settings(certs, tmp_path, client_tls_cacert=str(certs.ca))
-    served = await serve(h.service, h.stats, settings=settings)
+    served = await serve_tls(client_tls_cacert=str(certs.ca))
     async with served.channel(certs.creds(certs.ca)) as anonymous:
         err = await rpc_error(call(anonymous, request("test", KV)))
         assert err.code() == grpc.StatusCode.UNAVAILABLE
@@ -812,12 +823,8 @@ async def test_client_cli_errors(harness: Callable[..., Any], serve: Any) -> Non
     assert code == 2 and "flag provided but not defined: -no-such-flag" in err
 
 
-async def test_client_cli_mtls(
-    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
-) -> None:
-    h = harness(CONFIG)
-    settings = tls_settings(certs, tmp_path, client_tls_cacert=str(certs.ca))
-    served = await serve(h.service, h.stats, settings=settings)
+async def test_client_cli_mtls(serve_tls: Callable[..., Awaitable[Served]], certs: Pki) -> None:
+    served = await serve_tls(client_tls_cacert=str(certs.ca))
     code, out, _ = await run_client(
         "--dial_string", served.target, "--domain", "test", "--descriptors", "k=v",
         "--grpc-use-tls", "--grpc-server-ca-file", str(certs.ca),
@@ -872,14 +879,20 @@ class Gate:
         return await self.real(req)
 
 
-async def test_stop_drains_in_flight_calls(
-    harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def gated_harness(harness: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Gate]:
+    """A harness on CONFIG whose service decides only once its Gate is released."""
     h = harness(CONFIG)
     gate = Gate(h.service.should_rate_limit)
     monkeypatch.setattr(h.service, "should_rate_limit", gate)
     # A limiter that waits (as Redis does): the native transport takes its task path.
     monkeypatch.setattr(h.limiter, "synchronous", False)
+    return h, gate
+
+
+async def test_stop_drains_in_flight_calls(
+    harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h, gate = gated_harness(harness, monkeypatch)
     health = Health()
     health.register("backend", True)
     served = await serve(h.service, h.stats, health=health)
@@ -902,10 +915,7 @@ async def test_stop_drains_in_flight_calls(
 async def test_deadline_exceeded_cancels_the_pending_work(
     harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    h = harness(CONFIG)
-    gate = Gate(h.service.should_rate_limit)
-    monkeypatch.setattr(h.service, "should_rate_limit", gate)
-    monkeypatch.setattr(h.limiter, "synchronous", False)
+    h, gate = gated_harness(harness, monkeypatch)
     served = await serve(h.service, h.stats)
     async with served.channel() as channel:
         stub = rls_pb2_grpc.RateLimitServiceStub(channel)

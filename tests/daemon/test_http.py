@@ -210,6 +210,21 @@ async def stub_server(outcome: Response | Exception) -> HttpServer:
 # /json
 
 
+def one_k_spent(code: str) -> dict[str, Any]:
+    """The /json reply to ONE_K once its 2/minute limit has no hit left: `code` overall and for
+    the one status, no limitRemaining (0 is omitted)."""
+    return {
+        "overallCode": code,
+        "statuses": [
+            {
+                "code": code,
+                "currentLimit": {"requestsPerUnit": 2, "unit": "MINUTE"},
+                "durationUntilReset": "20s",
+            }
+        ],
+    }
+
+
 async def test_json_ok_then_over_limit(srv: Servers) -> None:
     c = await srv.conn()
     first = await c.call("/json", ONE_K)
@@ -222,28 +237,10 @@ async def test_json_ok_then_over_limit(srv: Servers) -> None:
     second = await c.call("/json", ONE_K)
     assert second.status == 200
     # limitRemaining 0 is omitted.
-    assert second.json() == {
-        "overallCode": "OK",
-        "statuses": [
-            {
-                "code": "OK",
-                "currentLimit": {"requestsPerUnit": 2, "unit": "MINUTE"},
-                "durationUntilReset": "20s",
-            }
-        ],
-    }
+    assert second.json() == one_k_spent("OK")
     third = await c.call("/json", ONE_K)
     assert third.status == 429
-    assert third.json() == {
-        "overallCode": "OVER_LIMIT",
-        "statuses": [
-            {
-                "code": "OVER_LIMIT",
-                "currentLimit": {"requestsPerUnit": 2, "unit": "MINUTE"},
-                "durationUntilReset": "20s",
-            }
-        ],
-    }
+    assert third.json() == one_k_spent("OVER_LIMIT")
 
 
 async def test_json_named_limit_and_second_unit(srv: Servers) -> None:

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 from support import wait_for
+from support.envoy_server import Response
 
-from .conftest import DOMAIN
+from .conftest import DOMAIN, Stack
 
 CONFIG = f"""
 domain: {DOMAIN}
@@ -28,6 +29,17 @@ COST_RULE = """\
     rate_limit: {unit: hour, requests_per_unit: 10}
 """
 RULE = f"ratelimit.service.rate_limit.{DOMAIN}"
+
+
+def first_and_over_limit(s: Stack, user: str) -> tuple[Response, Response]:
+    """`user`'s first request through Envoy and, after two more, the fourth: over CONFIG's
+    3 per hour, a 429."""
+    first = s.envoy.request("/", {"x-user-id": user})
+    for _ in range(2):
+        s.envoy.request("/", {"x-user-id": user})
+    over = s.envoy.request("/", {"x-user-id": user})
+    assert over.status == 429
+    return first, over
 
 
 def test_descriptors_from_headers_and_generic_keys_reach_the_daemon(stack) -> None:
@@ -64,33 +76,23 @@ def test_allows_up_to_the_limit_then_429_with_x_envoy_ratelimited(stack) -> None
 
 
 def test_envoy_x_ratelimit_headers_come_from_our_statuses(stack) -> None:
-    s = stack(CONFIG)
-    first = s.envoy.request("/", {"x-user-id": "dave"})
+    first, over = first_and_over_limit(stack(CONFIG), "dave")
     # DRAFT_VERSION_03: the tightest limit, then every limit with its window in seconds.
     assert first.headers["x-ratelimit-limit"] == "3, 3;w=3600, 1000;w=3600"
     assert first.headers["x-ratelimit-remaining"] == "2"
     assert 0 < int(first.headers["x-ratelimit-reset"]) <= 3600
 
-    for _ in range(2):
-        s.envoy.request("/", {"x-user-id": "dave"})
-    over = s.envoy.request("/", {"x-user-id": "dave"})
-    assert over.status == 429
     assert over.headers["x-ratelimit-remaining"] == "0"
     assert over.headers["x-ratelimit-limit"].startswith("3, ")
 
 
 def test_ratelimit_response_headers_are_forwarded_by_envoy(stack) -> None:
-    s = stack(CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED="true")
-    ok = s.envoy.request("/", {"x-user-id": "erin"})
+    ok, over = first_and_over_limit(stack(CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED="true"), "erin")
     assert ok.status == 200
     assert ok.headers["ratelimit-limit"] == "3"
     assert ok.headers["ratelimit-remaining"] == "2"
     assert 0 < int(ok.headers["ratelimit-reset"]) <= 3600
 
-    for _ in range(2):
-        s.envoy.request("/", {"x-user-id": "erin"})
-    over = s.envoy.request("/", {"x-user-id": "erin"})
-    assert over.status == 429
     assert over.headers["ratelimit-limit"] == "3"
     assert over.headers["ratelimit-remaining"] == "0"
 
@@ -100,16 +102,12 @@ def test_ietf_headers_for_every_descriptor_reach_the_client(stack) -> None:
     # Retry-After with the 429.
     s = stack(CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED="true", LIMIT_RESPONSE_HEADERS_FORMAT="ietf")
     user, address = f'"{DOMAIN}.generic_key_edge.user"', f'"{DOMAIN}.remote_address"'
-    ok = s.envoy.request("/", {"x-user-id": "hana"})
+    ok, over = first_and_over_limit(s, "hana")
     assert ok.status == 200
     assert ok.headers["ratelimit-policy"] == f"{user};q=3;w=3600, {address};q=1000;w=3600"
     current = re.fullmatch(rf"{user};r=2;t=(\d+), {address};r=999;t=(\d+)", ok.headers["ratelimit"])
     assert current is not None and 0 < int(current[1]) <= 3600
     assert "ratelimit-limit" not in ok.headers and "retry-after" not in ok.headers
-    for _ in range(2):
-        s.envoy.request("/", {"x-user-id": "hana"})
-    over = s.envoy.request("/", {"x-user-id": "hana"})
-    assert over.status == 429
     assert over.headers["ratelimit"].startswith(f"{user};r=0;t=")
     assert 0 < int(over.headers["retry-after"]) <= 3600
 

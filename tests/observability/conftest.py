@@ -34,6 +34,16 @@ descriptors:
 """
 
 
+@contextlib.asynccontextmanager
+async def running(sink: Any) -> AsyncIterator[Any]:
+    """A stats sink started for the block and stopped after it (its final flush)."""
+    await sink.start()
+    try:
+        yield sink
+    finally:
+        await sink.stop()
+
+
 class LineReceiver:
     """statsd lines received by a listener, in arrival order."""
 

@@ -18,7 +18,7 @@ from ratelimitd.stats.prometheus import PrometheusSink
 from ratelimitd.stats.sinks import create_sink
 from ratelimitd.stats.workershare import WorkerShare
 
-from .conftest import CONFIG
+from .conftest import CONFIG, running
 
 RULE = "ratelimit_service_rate_limit_"
 
@@ -49,6 +49,14 @@ async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
     return int(lines[0].split()[1]), headers, body.decode()
 
 
+async def scrape(
+    sink: Any, path: str = "/metrics"
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples a GET of `path` on the sink's endpoint serves."""
+    _, _, text = await http_get(sink.port, path)
+    return samples(text)
+
+
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """(sample name, sorted labels) -> value, via prometheus_client's parser."""
     out = {}
@@ -62,8 +70,7 @@ async def test_scrape_matches_the_store(harness: Any) -> None:
     h = harness(CONFIG)
     sink = create_sink(prom_settings(PROMETHEUS_PATH="/prom"), h.stats)
     assert isinstance(sink, PrometheusSink)
-    await sink.start()
-    try:
+    async with running(sink):
         for _ in range(3):
             await h.decide("obs", [("user", "alice")])
         await h.decide("obs", [("path", "/a"), ("method", "GET")])
@@ -118,27 +125,22 @@ async def test_scrape_matches_the_store(harness: Any) -> None:
 
         # Live: a new decision shows up in the next scrape.
         await h.decide("obs", [("user", "alice")])
-        _, _, text = await http_get(sink.port, "/prom")
-        assert (
-            samples(text)[(f"{RULE}total_hits_total", (("domain", "obs"), ("key1", "user")))] == 4
-        )
+        assert (await scrape(sink, "/prom"))[
+            (f"{RULE}total_hits_total", (("domain", "obs"), ("key1", "user")))
+        ] == 4
 
         status, _, _ = await http_get(sink.port, "/other")
         assert status == 404
-    finally:
-        await sink.stop()
 
 
 async def test_response_time_as_milliseconds_and_extra_tags(harness: Any) -> None:
     h = harness(CONFIG)
     env = prom_settings(PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="true", EXTRA_TAGS="zone:eu")
     sink = create_sink(env, h.stats)
-    await sink.start()
-    try:
+    async with running(sink):
         await h.decide("obs", [("user", "alice")])
         sink.timer.observe(1000.0)  # type: ignore[union-attr]
-        _, _, text = await http_get(sink.port, "/metrics")  # type: ignore[attr-defined]
-        got = samples(text)
+        got = await scrape(sink)
         labels = (("grpc_method", "ShouldRateLimit"), ("zone", "eu"))
         assert got[("ratelimit_service_response_time_seconds_sum", labels)] == 1000.0
         assert got[("ratelimit_service_response_time_seconds_count", labels)] == 1
@@ -146,8 +148,6 @@ async def test_response_time_as_milliseconds_and_extra_tags(harness: Any) -> Non
             got[(f"{RULE}total_hits_total", (("domain", "obs"), ("key1", "user"), ("zone", "eu")))]
             == 1
         )
-    finally:
-        await sink.stop()
 
 
 def test_default_mapper_matches_the_reference_examples() -> None:
@@ -199,18 +199,14 @@ mappings:
     )
     h = harness(CONFIG)
     sink = create_sink(prom_settings(PROMETHEUS_MAPPER_YAML=str(mapper)), h.stats)
-    await sink.start()
-    try:
+    async with running(sink):
         await h.decide("obs", [("user", "alice")])
         sink.timer.observe(50.0)  # type: ignore[union-attr]
-        _, _, text = await http_get(sink.port, "/metrics")  # type: ignore[attr-defined]
-        got = samples(text)
+        got = await scrape(sink)
         assert got[("hits_total", (("rule", "obs/user"),))] == 1
         assert not any(name.startswith(RULE) for name, _ in got)  # dropped
         assert got[("rt_seconds_bucket", (("le", "0.001"), ("m", "ShouldRateLimit")))] == 0
         assert got[("rt_seconds_bucket", (("le", "0.1"), ("m", "ShouldRateLimit")))] == 1
-    finally:
-        await sink.stop()
 
 
 async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
@@ -234,8 +230,7 @@ async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
         sinks[1].timer.observe(30.0)  # type: ignore[union-attr]
         await sinks[1].flush()  # worker 1 publishes on its flush interval
         for sink in sinks:
-            _, _, text = await http_get(sink.port, "/metrics")  # type: ignore[attr-defined]
-            got = samples(text)
+            got = await scrape(sink)
             assert got[(f"{RULE}total_hits_total", (("domain", "d"), ("key1", "k")))] == 7
             assert got[(f"{RULE}over_limit_total", (("domain", "d"), ("key1", "k2")))] == 1
             assert got[("ratelimit_localcache_entryCount", ())] == 7
@@ -249,8 +244,9 @@ async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
         sinks[0] = create_sink(prom_settings(), stores[0], worker_index=0, share_dir=share_dir)
         await sinks[0].start()
         stores[0].rule_stats("d.k").total_hits += 1
-        _, _, text = await http_get(sinks[0].port, "/metrics")  # type: ignore[attr-defined]
-        assert samples(text)[(f"{RULE}total_hits_total", (("domain", "d"), ("key1", "k")))] == 8
+        assert (await scrape(sinks[0]))[
+            (f"{RULE}total_hits_total", (("domain", "d"), ("key1", "k")))
+        ] == 8
     finally:
         for sink in sinks:
             await sink.stop()

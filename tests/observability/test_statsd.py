@@ -20,7 +20,7 @@ from ratelimitd.stats.dogstatsd import DogStatsdSink
 from ratelimitd.stats.sinks import create_sink
 from ratelimitd.stats.statsd import StatsdSink, TcpWriter
 
-from .conftest import CONFIG, LineReceiver, TcpListener
+from .conftest import CONFIG, LineReceiver, TcpListener, running
 
 USER = "ratelimit.service.rate_limit.obs.user"
 
@@ -48,8 +48,7 @@ async def test_statsd_tcp_lines_after_known_decisions(
     h = harness(CONFIG)
     sink = create_sink(settings(STATSD_PORT=str(tcp_statsd.port)), h.stats)
     assert isinstance(sink, StatsdSink)
-    await sink.start()
-    try:
+    async with running(sink):
         await decide_sequence(h)
         sink.timer.observe(1.5)  # type: ignore[union-attr]
         sink.timer.observe(2.0)  # type: ignore[union-attr]
@@ -81,8 +80,6 @@ async def test_statsd_tcp_lines_after_known_decisions(
         await wait_until(lambda: len(tcp_statsd.lines) >= before + 2)
         second = values(tcp_statsd.lines[before:])
         assert second == {f"{USER}.total_hits": "1|c", f"{USER}.over_limit": "1|c"}
-    finally:
-        await sink.stop()
     assert tcp_statsd.connections == 1
 
 
@@ -138,8 +135,7 @@ def _dead_port() -> int:
 async def test_dead_statsd_port_does_not_slow_decisions(harness: Any) -> None:
     h = harness(CONFIG)
     sink = StatsdSink(h.stats, "127.0.0.1", _dead_port(), flush_interval=0.001)
-    await sink.start()
-    try:
+    async with running(sink):
         # Decisions interleaved with flushes to a port nobody listens on: every decision
         # completes in the same loop iterations as without a sink, the connect attempts
         # happen in the background, and the buffer stays bounded.
@@ -148,8 +144,6 @@ async def test_dead_statsd_port_does_not_slow_decisions(harness: Any) -> None:
             if i % 100 == 0:
                 await asyncio.sleep(0.002)
         await wait_until(lambda: sink.writer.connect_failures >= 2)
-    finally:
-        await sink.stop()
     assert h.stat(f"{USER}.total_hits") == 2000
     assert sink.writer.connects == 0
     assert sink.writer.queued <= sink.writer.max_buffered
@@ -231,14 +225,16 @@ async def test_tcp_writer_reconnects_after_the_server_closes() -> None:
 # -- DogStatsD -----------------------------------------------------------------------------
 
 
+def dogstatsd_settings(udp_statsd: LineReceiver, **env: str) -> Settings:
+    """`settings` for the DogStatsD sink (instead of statsd) sending to `udp_statsd`."""
+    return settings(
+        USE_STATSD="false", USE_DOG_STATSD="true", STATSD_PORT=str(udp_statsd.port), **env
+    )
+
+
 async def test_dogstatsd_udp_tags(harness: Any, udp_statsd: LineReceiver) -> None:
     h = harness(CONFIG)
-    env = settings(
-        USE_STATSD="false",
-        USE_DOG_STATSD="true",
-        STATSD_PORT=str(udp_statsd.port),
-        EXTRA_TAGS="zone:eu.west,app:rl",
-    )
+    env = dogstatsd_settings(udp_statsd, EXTRA_TAGS="zone:eu.west,app:rl")
     sink = create_sink(env, h.stats)
     assert isinstance(sink, DogStatsdSink)
     await sink.start()
@@ -257,10 +253,8 @@ async def test_dogstatsd_mogrifiers_turn_name_parts_into_tags(
     harness: Any, udp_statsd: LineReceiver
 ) -> None:
     h = harness(CONFIG)
-    env = settings(
-        USE_STATSD="false",
-        USE_DOG_STATSD="true",
-        STATSD_PORT=str(udp_statsd.port),
+    env = dogstatsd_settings(
+        udp_statsd,
         EXTRA_TAGS="app:rl",
         USE_DOG_STATSD_MOGRIFIERS="RULE",
         DOG_STATSD_MOGRIFIER_RULE_PATTERN=r"^ratelimit\.service\.rate_limit\.([^.]*)\.(.*)\.([^.]*)$",
@@ -335,8 +329,7 @@ async def test_statsd_udp_protocol_sends_datagrams(harness: Any, udp_statsd: Lin
     h = harness(CONFIG)
     sink = create_sink(settings(STATSD_PORT=str(udp_statsd.port), STATSD_PROTOCOL="udp"), h.stats)
     assert isinstance(sink, StatsdSink) and sink.udp is not None
-    await sink.start()
-    try:
+    async with running(sink):
         await decide_sequence(h)
         await sink.flush()
         await wait_until(lambda: f"{USER}.over_limit:1|c" in udp_statsd.lines)
@@ -345,8 +338,6 @@ async def test_statsd_udp_protocol_sends_datagrams(harness: Any, udp_statsd: Lin
         assert got["ratelimit.service.rate_limit.nope.domain_not_found"] == "1|c"
         packets: list[bytes] = udp_statsd.packets  # type: ignore[attr-defined]
         assert packets and all(0 < len(p) <= 1432 and p.endswith(b"\n") for p in packets)
-    finally:
-        await sink.stop()
 
 
 @pytest.mark.parametrize("value", ["UDP", "unix", "udp6"])

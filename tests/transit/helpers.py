@@ -1,10 +1,14 @@
-"""Helpers shared by the transit tests: the embedded feeds, a small built feed, local times and
-a settable clock."""
+"""Helpers shared by the transit tests: the embedded feeds, a small built feed, local times, a
+settable clock and a local HTTP server for feeds fetched by URL."""
 
 from __future__ import annotations
 
+import threading
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -92,3 +96,33 @@ def write_feed(
             if text is not None:
                 (path / name).write_text(text, encoding="utf-8")
     return path
+
+
+@contextmanager
+def http_files(files: dict[str, bytes]) -> Iterator[str]:
+    """A local HTTP server (in a thread) answering GET `path` with `files[path]` and 404 for any
+    other path; yields its base URL, `http://127.0.0.1:<port>`."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            payload = files.get(self.path)
+            if payload is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

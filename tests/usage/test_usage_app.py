@@ -18,7 +18,7 @@ from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import UsageStore
 from sidecars.usage.windows import DAY, day_start, epoch
 
-from .usage_helpers import account_with_token, bearer, client_for, settings_for
+from .usage_helpers import account_with_token, bearer, serving, settings_for
 
 NOW = datetime(2026, 3, 10, 15, 30, tzinfo=UTC).timestamp()
 
@@ -27,10 +27,9 @@ NOW = datetime(2026, 3, 10, 15, 30, tzinfo=UTC).timestamp()
 async def app(redis_server: RedisServer) -> AsyncIterator[tuple[object, UsageStore, Clock]]:
     """Client, store and clock of an in-process app without ratelimitd."""
     clock = Clock(NOW)
-    client, store = client_for(settings_for(redis_server.url), middleware=[], clock=clock)
-    async with client:
+    settings = settings_for(redis_server.url)
+    async with serving(settings, middleware=[], clock=clock) as (client, store):
         yield client, store, clock
-    await store.close()
 
 
 def meter(redis_server: RedisServer, account: str, day: float, hits: int) -> None:
@@ -210,8 +209,7 @@ async def test_store_unavailable_is_503_with_retry_after_not_a_hang(
 ) -> None:
     port = free_port() if where == "refused" else black_hole
     settings = settings_for(f"redis://127.0.0.1:{port}/0", redis_timeout_seconds=0.3)
-    client, store = client_for(settings, middleware=[])
-    async with client:
+    async with serving(settings, middleware=[]) as (client, store):
         # The account and token are in the database; only the counters (Redis) are down.
         _, token = await account_with_token(store, "pro")
         started = time.monotonic()
@@ -229,7 +227,6 @@ async def test_store_unavailable_is_503_with_retry_after_not_a_hang(
             "rateLimiter": "disabled",
             "bufferedHits": 0,
         }
-    await store.close()
 
 
 async def test_health_ok(app) -> None:  # type: ignore[no-untyped-def]

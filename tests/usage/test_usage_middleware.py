@@ -18,7 +18,14 @@ from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import UsageStore
 
-from .usage_helpers import TEST_PLANS, account_with_token, bearer, client_for, settings_for
+from .usage_helpers import (
+    TEST_PLANS,
+    account_with_token,
+    bearer,
+    daemon_settings,
+    serving,
+    settings_for,
+)
 
 
 def test_bearer_token_parsing() -> None:
@@ -33,9 +40,8 @@ def test_bearer_token_parsing() -> None:
 async def test_requests_are_metered_into_current_usage(
     redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
-    client, store = client_for(settings)
-    async with client:
+    settings = daemon_settings(redis_server, daemon)
+    async with serving(settings) as (client, store):
         _, token = await account_with_token(store, "pro")
         for expected in range(1, 6):
             resp = await client.get(USAGE_PATH, headers=bearer(token))
@@ -44,15 +50,13 @@ async def test_requests_are_metered_into_current_usage(
             assert resp.json()["currentUsage"] == expected
             assert int(resp.headers["ratelimit-limit"]) > 0
             assert "ratelimit-remaining" in resp.headers and "ratelimit-reset" in resp.headers
-    await store.close()
 
 
 async def test_over_limit_is_429_with_retry_after_and_ratelimit_headers(
     redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
-    client, store = client_for(settings)
-    async with client:
+    settings = daemon_settings(redis_server, daemon)
+    async with serving(settings) as (client, store):
         # The test config limits account `tight` on plan free to 3 per minute.
         _, token = await account_with_token(store, "free", account_id="tight")
         statuses = []
@@ -65,18 +69,14 @@ async def test_over_limit_is_429_with_retry_after_and_ratelimit_headers(
         assert resp.headers["ratelimit-limit"] == "3"
         assert resp.headers["ratelimit-remaining"] == "0"
         assert 0 <= int(resp.headers["ratelimit-reset"]) <= 60
-    await store.close()
 
 
 async def test_quota_switches_to_429_at_plan_limit(
     redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
     # No exempt paths, so the usage endpoint itself is held to the quota (free: 5).
-    settings = settings_for(
-        redis_server.url, ratelimit_address=daemon.grpc_target, quota_exempt_paths=()
-    )
-    client, store = client_for(settings)
-    async with client:
+    settings = daemon_settings(redis_server, daemon, quota_exempt_paths=())
+    async with serving(settings) as (client, store):
         _, token = await account_with_token(store, "free")
         for n in range(1, 6):
             resp = await client.get(USAGE_PATH, headers=bearer(token))
@@ -88,23 +88,19 @@ async def test_quota_switches_to_429_at_plan_limit(
         # Rolling window, all usage today: room again when today's bucket ages out, at the
         # start of the 31st day from now.
         assert 30 * 86400 <= int(refused.headers["retry-after"]) <= 31 * 86400 + 1
-    await store.close()
     # With the default exemption the account can still see where it stands.
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
-    client, store = client_for(settings)
-    async with client:
+    settings = daemon_settings(redis_server, daemon)
+    async with serving(settings) as (client, store):
         again = await client.get(USAGE_PATH, headers=bearer(token))
         assert again.status_code == 200
         assert again.json()["remainingUsage"] == 0
-    await store.close()
 
 
 async def test_anonymous_callers_are_limited_by_address(
     redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
-    client, store = client_for(settings)
-    async with client:
+    settings = daemon_settings(redis_server, daemon)
+    async with serving(settings) as (client, _):
         resp = await client.get(USAGE_PATH)
         # Decided by ratelimitd (remote_address rule), then refused by the resource.
         assert resp.status_code == 401
@@ -114,7 +110,6 @@ async def test_anonymous_callers_are_limited_by_address(
         # Exempt paths are never decided.
         health = await client.get("/health")
         assert health.status_code == 200 and "ratelimit-limit" not in health.headers
-    await store.close()
 
 
 @pytest.mark.parametrize("mode", ["allow", "deny"])
@@ -130,8 +125,7 @@ async def test_ratelimitd_unreachable_follows_the_failure_mode(
         ratelimit_failure_mode=mode,
         ratelimit_timeout_seconds=0.2,
     )
-    client, store = client_for(settings)
-    async with client:
+    async with serving(settings) as (client, store):
         _, token = await account_with_token(store, "pro")
         started = time.monotonic()
         resp = await client.get(USAGE_PATH, headers=bearer(token))
@@ -143,7 +137,6 @@ async def test_ratelimitd_unreachable_follows_the_failure_mode(
             assert resp.status_code == 503
             assert resp.json()["error"] == "rate_limiter_unavailable"
             assert resp.headers["retry-after"] == "1"
-    await store.close()
 
 
 async def test_store_unavailable_in_the_middleware_is_503(
@@ -154,14 +147,12 @@ async def test_store_unavailable_in_the_middleware_is_503(
         ratelimit_address=daemon.grpc_target,
         redis_timeout_seconds=0.3,
     )
-    client, store = client_for(settings)
-    async with client:
+    async with serving(settings) as (client, store):
         # Authenticated from the database; the quota's counters (Redis) cannot be read.
         _, token = await account_with_token(store, "pro")
         resp = await client.get(USAGE_PATH, headers=bearer(token))
         assert resp.status_code == 503 and resp.json()["error"] == "store_unavailable"
         assert int(resp.headers["retry-after"]) >= 1
-    await store.close()
 
 
 class Hello:
@@ -175,7 +166,7 @@ class Hello:
 async def test_middleware_plugs_into_another_falcon_app(
     redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
+    settings = daemon_settings(redis_server, daemon)
     store = UsageStore(settings, TEST_PLANS)
     app = falcon.asgi.App(middleware=[rate_limit_middleware(settings, store)])
     app.add_route("/v2/stops", Hello())

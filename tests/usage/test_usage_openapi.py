@@ -14,7 +14,7 @@ from support.redis_server import RedisServer
 
 from sidecars.usage.settings import USAGE_PATH
 
-from .usage_helpers import account_with_token, bearer, client_for, settings_for
+from .usage_helpers import account_with_token, bearer, daemon_settings, serving, settings_for
 
 WATCHED = {"retry-after", "www-authenticate", "allow", "cache-control"} | {
     f"ratelimit-{h}" for h in ("limit", "remaining", "reset")
@@ -51,11 +51,8 @@ def declared(doc: dict[str, Any], status: int) -> tuple[set[str], set[str]]:
 async def test_every_error_answer_matches_its_documented_headers(
     redis_server: RedisServer, daemon: DaemonProcess
 ) -> None:
-    settings = settings_for(
-        redis_server.url, ratelimit_address=daemon.grpc_target, quota_exempt_paths=()
-    )
-    client, store = client_for(settings)
-    async with client:
+    settings = daemon_settings(redis_server, daemon, quota_exempt_paths=())
+    async with serving(settings) as (client, store):
         doc = (await client.get("/openapi.json")).json()
         assert doc["servers"][0]["url"] == "/"
         _, token = await account_with_token(store, "free")  # quota 5
@@ -73,13 +70,10 @@ async def test_every_error_answer_matches_its_documented_headers(
         for _ in range(6):
             last = await client.get(USAGE_PATH, headers=auth)
         answers.append(last)  # 429 quota_exceeded
-    await store.close()
     down = settings_for(f"redis://127.0.0.1:{free_port()}/0", counter_failure_mode="deny")
-    client, store = client_for(down)
-    async with client:
+    async with serving(down) as (client, store):
         _, token = await account_with_token(store, "pro")
         answers.append(await client.get(USAGE_PATH, headers=bearer(token)))  # 503
-    await store.close()
     seen = set()
     for resp in answers:
         names, required = declared(doc, resp.status_code)

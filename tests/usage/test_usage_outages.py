@@ -20,7 +20,7 @@ from sidecars.usage.settings import USAGE_PATH
 
 from .conftest import TEST_CONFIG, start_sidecar
 from .test_usage_gunicorn import account
-from .usage_helpers import bearer, client_for, session_sqlite_path, settings_for
+from .usage_helpers import bearer, serving, session_sqlite_path, settings_for
 
 
 @pytest.fixture
@@ -136,8 +136,7 @@ async def test_counters_deny_is_503_and_the_buffer_is_bounded(black_hole: int) -
             counter_buffer_hits=capacity,
             exempt_paths=("/health",),
         )
-        client, store = client_for(settings)
-        async with client:
+        async with serving(settings) as (client, store):
             await store.db.ping()
             acct = f"deny-{mode}-{time.monotonic_ns()}"
             await store.create_account(acct, "pro")
@@ -154,4 +153,3 @@ async def test_counters_deny_is_503_and_the_buffer_is_bounded(black_hole: int) -
                 assert health.status_code == 200 and health.json()["bufferedHits"] == 1
             store.buffer.hits.clear()  # nothing to flush into a black hole at close
             store.buffer.total = 0
-        await store.close()

@@ -24,7 +24,7 @@ from sidecars.usage.windows import DAY, day_start, usage_window
 
 from .conftest import RATELIMIT_CONFIG, start_sidecar
 from .test_usage_gunicorn import account
-from .usage_helpers import account_with_token, bearer, client_for, session_sqlite_path, settings_for
+from .usage_helpers import account_with_token, bearer, serving, session_sqlite_path, settings_for
 
 NOW = datetime(2026, 3, 10, 15, 30, tzinfo=UTC).timestamp()
 
@@ -37,8 +37,7 @@ def bucket(redis_server: RedisServer, acct: str, day: float) -> int:
 
 async def test_usage_written_elsewhere_counts_at_once(redis_server: RedisServer) -> None:
     settings = settings_for(redis_server.url, quota_exempt_paths=())
-    client, store = client_for(settings)
-    async with client:
+    async with serving(settings) as (client, store):
         acct, token = await account_with_token(store, "free")  # limit 5
         assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
         key = meter_key("", "api", [("account", acct)], int(time.time()))
@@ -49,7 +48,6 @@ async def test_usage_written_elsewhere_counts_at_once(redis_server: RedisServer)
         refused = await client.get(USAGE_PATH, headers=bearer(token))
         assert refused.status_code == 429 and refused.json()["error"] == "quota_exceeded"
         assert bucket(redis_server, acct, time.time()) == 5
-    await store.close()
 
 
 @pytest.mark.parametrize("count_errors", [False, True])
@@ -59,8 +57,7 @@ async def test_error_answers_are_refunded_unless_configured(
     settings = settings_for(
         redis_server.url, quota_exempt_paths=(), count_error_responses=count_errors
     )
-    client, store = client_for(settings)
-    async with client:
+    async with serving(settings) as (client, store):
         acct, token = await account_with_token(store, "startup")
         auth = bearer(token)
         assert (await client.get(USAGE_PATH, headers=auth)).status_code == 200
@@ -74,7 +71,6 @@ async def test_error_answers_are_refunded_unless_configured(
         assert (await client.get(USAGE_PATH, headers=bearer("usk_" + "Z" * 43))).status_code == 401
         expected = 5 if count_errors else 2
         assert bucket(redis_server, acct, time.time()) == expected
-    await store.close()
 
 
 def test_retry_after_on_a_rolling_window_is_when_enough_usage_ages_out() -> None:
@@ -96,8 +92,8 @@ def test_retry_after_on_a_rolling_window_is_when_enough_usage_ages_out() -> None
 
 async def test_quota_exceeded_retry_after_on_the_rolling_window(redis_server: RedisServer) -> None:
     clock = Clock(NOW)
-    client, store = client_for(settings_for(redis_server.url, quota_exempt_paths=()), clock=clock)
-    async with client:
+    settings = settings_for(redis_server.url, quota_exempt_paths=())
+    async with serving(settings, clock=clock) as (client, store):
         acct, token = await account_with_token(store, "free", start=date(2025, 1, 1))  # 5
         today = day_start(NOW)
         for day, hits in ((today - 30 * DAY, 2), (today - 3 * DAY, 2), (today, 1)):
@@ -108,15 +104,13 @@ async def test_quota_exceeded_retry_after_on_the_rolling_window(redis_server: Re
         assert int(refused.headers["retry-after"]) == int(today + DAY - NOW)
         clock.now = today + DAY
         assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
-    await store.close()
 
 
 async def test_subscription_not_started_is_403_but_can_read_its_usage(
     redis_server: RedisServer,
 ) -> None:
     clock = Clock(NOW)
-    client, store = client_for(settings_for(redis_server.url), clock=clock)
-    async with client:
+    async with serving(settings_for(redis_server.url), clock=clock) as (client, store):
         acct, token = await account_with_token(store, "pro", start=date(2026, 4, 1))
         early = await client.get("/anything", headers=bearer(token))
         assert early.status_code == 403 and early.json()["error"] == "subscription_not_started"
@@ -127,14 +121,12 @@ async def test_subscription_not_started_is_403_but_can_read_its_usage(
         assert bucket(redis_server, acct, NOW) == 0
         clock.now = datetime(2026, 4, 1, tzinfo=UTC).timestamp()
         assert (await client.get(USAGE_PATH, headers=bearer(token))).json()["currentUsage"] == 1
-    await store.close()
 
 
 async def test_plan_change_mid_window_applies_to_the_whole_window_at_once(
     redis_server: RedisServer,
 ) -> None:
-    client, store = client_for(settings_for(redis_server.url, quota_exempt_paths=()))
-    async with client:
+    async with serving(settings_for(redis_server.url, quota_exempt_paths=())) as (client, store):
         acct, token = await account_with_token(store, "startup", window="rolling_30_days")
         statuses = [(await client.get(USAGE_PATH, headers=bearer(token))).status_code]
         redis_server.client().incrby(meter_key("", "api", [("account", acct)], int(time.time())), 6)
@@ -146,7 +138,6 @@ async def test_plan_change_mid_window_applies_to_the_whole_window_at_once(
         statuses.append((await client.get(USAGE_PATH, headers=bearer(token))).status_code)
         assert statuses == [200, 429, 200]
         assert bucket(redis_server, acct, time.time()) == 8
-    await store.close()
 
 
 def test_shipped_ratelimit_config_does_not_meter() -> None:

@@ -26,7 +26,7 @@ from sidecars.usage.store import UsageStore
 
 from .conftest import start_sidecar
 from .test_usage_gunicorn import cli
-from .usage_helpers import TEST_PLANS, bearer, client_for, settings_for, unique
+from .usage_helpers import TEST_PLANS, bearer, serving, settings_for, unique
 
 NOW = 1_800_000_000.0
 
@@ -233,8 +233,7 @@ async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
     db_settings: Settings,
 ) -> None:
     clock = Clock(NOW)
-    client, store = client_for(db_settings, middleware=[], clock=clock)
-    async with client:
+    async with serving(db_settings, middleware=[], clock=clock) as (client, store):
         acct = unique()
         await store.create_account(acct, "pro")
         token, _ = await store.issue_token(acct, expires=int(NOW) + 60)
@@ -257,4 +256,3 @@ async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
         assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 200
         await store.delete_account(acct)
         assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 401
-    await store.close()

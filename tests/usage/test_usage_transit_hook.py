@@ -20,7 +20,7 @@ from sidecars.transit.store import TransitStore
 from sidecars.usage.app import rate_limit_middleware
 from sidecars.usage.store import UsageStore
 
-from .usage_helpers import TEST_PLANS, account_with_token, bearer, settings_for
+from .usage_helpers import TEST_PLANS, account_with_token, bearer, daemon_settings
 
 
 async def test_transit_api_behind_the_middleware(
@@ -29,7 +29,7 @@ async def test_transit_api_behind_the_middleware(
     feed = FeedSettings(source=DEFAULT_GTFS)  # the bundled Cairns feed
     transit = TransitStore(TransitSettings(feed=feed, realtime=RealtimeSettings()))
     assert transit.load_static()
-    usage = settings_for(redis_server.url, ratelimit_address=daemon.grpc_target)
+    usage = daemon_settings(redis_server, daemon)
     store = UsageStore(usage, TEST_PLANS)
     app = create_transit_app(
         transit.settings,

@@ -8,11 +8,15 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import date
 from functools import cache
 from typing import Any
 
 import httpx
+from support.daemon import DaemonProcess
+from support.redis_server import RedisServer
 
 from sidecars.usage.app import create_app
 from sidecars.usage.plans import DEFAULTS, Plan
@@ -54,6 +58,11 @@ def settings_for(redis_url: str, **overrides: Any) -> Settings:
     return dataclasses.replace(base, **overrides)
 
 
+def daemon_settings(redis_server: RedisServer, daemon: DaemonProcess, **overrides: Any) -> Settings:
+    """`settings_for` the test Redis with decisions from the test ratelimitd."""
+    return settings_for(redis_server.url, ratelimit_address=daemon.grpc_target, **overrides)
+
+
 def unique(prefix: str = "acct") -> str:
     """An account id no other test uses."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
@@ -93,3 +102,15 @@ def client_for(settings: Settings, **kwargs: Any) -> tuple[httpx.AsyncClient, Us
     app = create_app(settings, store=store, **kwargs)
     transport = httpx.ASGITransport(app=app)
     return httpx.AsyncClient(transport=transport, base_url="http://usage.test"), store
+
+
+@asynccontextmanager
+async def serving(
+    settings: Settings, **kwargs: Any
+) -> AsyncIterator[tuple[httpx.AsyncClient, UsageStore]]:
+    """`client_for(settings, **kwargs)` with the client open for the block and the store closed
+    after it."""
+    client, store = client_for(settings, **kwargs)
+    async with client:
+        yield client, store
+    await store.close()

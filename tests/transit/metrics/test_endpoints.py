@@ -72,6 +72,12 @@ def loaded(
     return services, client
 
 
+def refresh_at(services: Services, clock: Clock, when: str) -> None:
+    """Set the clock to Lisbon time `when` and refresh the views (no new records read)."""
+    clock.now = local_ts(when)
+    services.metrics.refresh()
+
+
 def get(client: falcon.testing.TestClient, path: str) -> object:
     r = client.simulate_get(path)
     assert r.status_code == 200, (path, r.status_code, r.text)
@@ -217,12 +223,10 @@ def test_service_window_moves_with_the_operational_day(
 ) -> None:
     services, client = loaded
     # 03:59 on the 21st is still the 20th: nothing moves.
-    clock.now = local_ts("2026-11-21T03:59")
-    services.metrics.refresh()
+    refresh_at(services, clock, "2026-11-21T03:59")
     assert len(get(client, "/v2/metrics/service/all")["data"]) == 3
     # 04:00 on the 21st: the 20th joins the window, the 6th leaves it.
-    clock.now = local_ts("2026-11-21T04:00")
-    services.metrics.refresh()
+    refresh_at(services, clock, "2026-11-21T04:00")
     dates = [r["operational_date"] for r in get(client, "/v2/metrics/service/all")["data"]]
     assert dates == ["20261120", "20261120", "20261119", "20261119"]
 
@@ -343,8 +347,7 @@ def test_until_now_follows_the_clock(
     loaded: tuple[Services, falcon.testing.TestClient], clock: Clock
 ) -> None:
     services, client = loaded
-    clock.now = local_ts("2026-11-20T11:30")
-    services.metrics.refresh()
+    refresh_at(services, clock, "2026-11-20T11:30")
     sla = get(client, "/v2/metrics/videowall/sla")["data"]
     assert sla["_41_scheduled_rides_until_now"] == 3
     assert get(client, "/v2/metrics/videowall/validations")["data"]["_41_today_valid_count"] == 11

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecars.transit.metrics.db import MetricsDB, input_files
+from sidecars.transit.metrics.schemas import IngestReport
 
 from ..helpers import BRISBANE, CAIRNS_ZIP
 
@@ -23,31 +24,25 @@ def _generator():  # type: ignore[no-untyped-def]
     return module
 
 
+def generate_and_ingest(tmp_path: Path, *options: str) -> tuple[MetricsDB, IngestReport | None]:
+    """Run the generator on the Cairns feed up to 2026-11-20 with `options` (into
+    tmp_path/records), then ingest what it wrote into a new MetricsDB; (db, ingest report)."""
+    out = tmp_path / "records"
+    args = [str(out), "--gtfs", str(CAIRNS_ZIP), "--end", "2026-11-20", *options]
+    assert _generator().main(args) == 0
+    db = MetricsDB(tmp_path / "m.sqlite", BRISBANE)
+    return db, db.ingest(input_files(out))
+
+
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])
 def test_generated_records_load_without_rejects(
     tmp_path: Path, fmt: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "records"
-    args = [
-        str(out),
-        "--gtfs",
-        str(CAIRNS_ZIP),
-        "--days",
-        "9",
-        "--end",
-        "2026-11-20",
-        "--validations",
-        "3000",
-        "--complaints",
-        "50",
-        "--format",
-        fmt,
-    ]
-    assert _generator().main(args) == 0
+    db, report = generate_and_ingest(
+        tmp_path, "--days", "9", "--validations", "3000", "--complaints", "50", "--format", fmt
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["agencies"] == ["41", "42", "43", "44"] and summary["lines"] == 22
-    db = MetricsDB(tmp_path / "m.sqlite", BRISBANE)
-    report = db.ingest(input_files(out))
     assert report is not None and report.rejected == 0
     assert report.accepted == {
         "validations": summary["validations"],
@@ -64,26 +59,10 @@ def test_generated_records_load_without_rejects(
 
 
 def test_bad_rows_option_makes_rejects(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "records"
-    args = [
-        str(out),
-        "--gtfs",
-        str(CAIRNS_ZIP),
-        "--days",
-        "2",
-        "--end",
-        "2026-11-20",
-        "--validations",
-        "2000",
-        "--complaints",
-        "0",
-        "--bad-rows",
-        "0.05",
-    ]
-    assert _generator().main(args) == 0
+    db, report = generate_and_ingest(
+        tmp_path, "--days", "2", "--validations", "2000", "--complaints", "0", "--bad-rows", "0.05"
+    )
     capsys.readouterr()
-    db = MetricsDB(tmp_path / "m.sqlite", BRISBANE)
-    report = db.ingest(input_files(out))
     assert report is not None and 50 <= report.rejected <= 150
     assert report.rejected + report.accepted["validations"] == 2000
     db.close()

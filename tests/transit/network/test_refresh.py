@@ -14,7 +14,7 @@ from support import Clock
 from sidecars.transit.settings import FeedSettings
 from sidecars.transit.store import TransitStore
 
-from ..helpers import SMALL_FEED, local_ts, write_feed
+from ..helpers import SMALL_FEED, http_files, local_ts, write_feed
 
 NOW = local_ts("2026-03-24T09:05")
 NEW_STOP = SMALL_FEED["stops.txt"] + "100010,Brand New,38.74,-9.14,\n"
@@ -144,29 +144,8 @@ def test_background_refresh_picks_up_a_new_feed(feed_path: Path, make_store) -> 
 
 
 def test_static_feed_from_a_url(feed_path: Path, make_store, client_for) -> None:  # type: ignore[no-untyped-def]
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     payload = feed_path.read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path != "/gtfs.zip":
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+    with http_files({"/gtfs.zip": payload}) as base:
         store = make_store(base + "/gtfs.zip", clock=Clock(NOW))
         assert store.load_static()
         client = client_for(store)
@@ -175,10 +154,6 @@ def test_static_feed_from_a_url(feed_path: Path, make_store, client_for) -> None
         missing = make_store(base + "/missing.zip", clock=Clock(NOW))
         assert not missing.load_static()
         assert "404" in missing.health().feed.problems[0].message
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_directory_source_is_zipped_for_the_gtfs_endpoint(

@@ -20,6 +20,7 @@ from sidecars.transit.settings import DEFAULT_FACILITIES, DEFAULT_LOCATIONS, Pla
 from sidecars.transit.store import TransitStore
 
 App = Callable[..., tuple[Services, falcon.testing.TestClient]]
+PlacesClient = Callable[[PlacesSettings], falcon.testing.TestClient]
 HEADER = (
     "id,name,lat,lon,locality,district_id,district_name,municipality_id,municipality_name,"
     "parish_id,parish_name,region_id,region_name\n"
@@ -32,8 +33,18 @@ DEMO_PLACES = PlacesSettings(locations_dir=DEFAULT_LOCATIONS, facilities_dir=DEF
 
 
 @pytest.fixture
-def cairns_client(cairns_store: TransitStore, app_for: App) -> falcon.testing.TestClient:
-    return app_for(cairns_store, records_dir=None, db=None, places=DEMO_PLACES)[1]
+def places_client(cairns_store: TransitStore, app_for: App) -> PlacesClient:
+    """A TestClient over the Cairns store with the given places settings, metrics off."""
+
+    def make(places: PlacesSettings) -> falcon.testing.TestClient:
+        return app_for(cairns_store, records_dir=None, db=None, places=places)[1]
+
+    return make
+
+
+@pytest.fixture
+def cairns_client(places_client: PlacesClient) -> falcon.testing.TestClient:
+    return places_client(DEMO_PLACES)
 
 
 def test_location_counts_shape_and_order(cairns_client: falcon.testing.TestClient) -> None:
@@ -67,11 +78,9 @@ def test_location_counts_shape_and_order(cairns_client: falcon.testing.TestClien
 
 
 def test_missing_location_files_give_empty_lists(
-    tmp_path: Path, cairns_store: TransitStore, app_for: App
+    tmp_path: Path, places_client: PlacesClient
 ) -> None:
-    _, client = app_for(
-        cairns_store, records_dir=None, db=None, places=PlacesSettings(locations_dir=str(tmp_path))
-    )
+    client = places_client(PlacesSettings(locations_dir=str(tmp_path)))
     r = client.simulate_get("/v2/locations/parishes")
     assert r.status_code == 200 and r.json["data"] == [] and r.json["status"] == "success"
 
@@ -181,30 +190,18 @@ def test_stop_ids_are_the_cairns_stops_within_walking_distance(
     assert by_id["DEMO-PIP-01"]["municipality_id"] == ""
 
 
-def test_walking_distance_is_configurable(cairns_store: TransitStore, app_for: App) -> None:
-    _, near = app_for(
-        cairns_store,
-        records_dir=None,
-        db=None,
-        places=dataclasses.replace(DEMO_PLACES, walk_meters=50.0),
-    )
-    _, far = app_for(
-        cairns_store,
-        records_dir=None,
-        db=None,
-        places=dataclasses.replace(DEMO_PLACES, walk_meters=1000.0),
-    )
+def test_walking_distance_is_configurable(places_client: PlacesClient) -> None:
+    near = places_client(dataclasses.replace(DEMO_PLACES, walk_meters=50.0))
+    far = places_client(dataclasses.replace(DEMO_PLACES, walk_meters=1000.0))
     a = near.simulate_get("/v2/facilities/pips").json[0]["stop_ids"]
     b = far.simulate_get("/v2/facilities/pips").json[0]["stop_ids"]
     assert a == ["750053"] and len(b) > 4 and b[0] == "750053"
 
 
 def test_missing_facility_file_is_404_empty_list(
-    tmp_path: Path, cairns_store: TransitStore, app_for: App
+    tmp_path: Path, places_client: PlacesClient
 ) -> None:
-    _, client = app_for(
-        cairns_store, records_dir=None, db=None, places=PlacesSettings(facilities_dir=str(tmp_path))
-    )
+    client = places_client(PlacesSettings(facilities_dir=str(tmp_path)))
     r = client.simulate_get("/v2/facilities/stores")
     assert r.status_code == 404 and r.json == []
     assert client.simulate_get("/v2/facilities").status_code == 200

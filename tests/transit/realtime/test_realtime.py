@@ -14,7 +14,7 @@ from support import Clock
 
 from sidecars.transit.store import TransitStore
 
-from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, local_ts
+from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, http_files, local_ts
 
 NOW = local_ts("2026-03-24T09:05")  # a Tuesday in Lisbon (WET, UTC+0)
 
@@ -253,34 +253,11 @@ def test_broken_realtime_keeps_the_last_good_snapshot(
 
 
 def test_realtime_from_http_urls(small_feed: Path, make_store, client_for) -> None:  # type: ignore[no-untyped-def]
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    payload = feed(VEHICLES)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/vp.pb"
-        store = make_store(small_feed, clock=Clock(NOW), vehicles_source=url)
+    with http_files({"/vp.pb": feed(VEHICLES)}) as base:
+        store = make_store(small_feed, clock=Clock(NOW), vehicles_source=base + "/vp.pb")
         store.load_static()
         store.poll_realtime()
         assert len(client_for(store).simulate_get("/v2/vehicles").json) == 3
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_bull_runner_vehicles_and_a_frequency_trip_update(

@@ -25,10 +25,10 @@ from .views import Aggregates, Calendar, compute_aggregates, videowall
 
 log = logging.getLogger("sidecars.transit.metrics")
 
+# The Aggregates fields served as bodies of the same name.
 AGGREGATE_VIEWS = (
     "by_agency_day",
     "by_agency_month",
-    "by_agency_year",
     "by_agency_records",
     "by_line",
     "top_lines",
@@ -36,7 +36,6 @@ AGGREGATE_VIEWS = (
     "service",
     "complaints",
 )
-VIDEOWALL_VIEWS = ("delays", "empty-rides", "sla", "validations", "vkm")
 
 
 class MetricsService:
@@ -136,18 +135,9 @@ class MetricsService:
                     self.calendar,
                     self.settings.by_stop_days,
                 )
-                bodies.update(
-                    by_agency_day=_body(agg.by_agency_day),
-                    by_agency_month=_body(agg.by_agency_month),
-                    # Unused by the real service: always an empty list.
-                    by_agency_year=Body(b"[]"),
-                    by_agency_records=_body(agg.by_agency_records),
-                    by_line=_body(agg.by_line),
-                    top_lines=_body(agg.top_lines),
-                    by_stop=_body(agg.by_stop),
-                    service=_body(agg.service),
-                    complaints=_body(agg.complaints),
-                )
+                bodies.update({name: _body(getattr(agg, name)) for name in AGGREGATE_VIEWS})
+                # Unused by the real service: always an empty list.
+                bodies["by_agency_year"] = Body(b"[]")
                 self.aggregates = agg
                 self._line_bodies = {}
                 self._rendered = state

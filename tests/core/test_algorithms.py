@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.core import suite_config
 
 from ratelimitd import _keys_py
 from ratelimitd.backends.base import FIXED_WINDOW, ONLY_FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
@@ -29,28 +30,9 @@ _keys = pytest.importorskip("ratelimitd._keys", reason="compiled extension not b
 
 T0 = 1_000_000.0  # window-aligned for every unit used here
 
-CONFIG = """\
-domain: api
-descriptors:
-  - key: user
-    rate_limit:
-      unit: second
-      requests_per_unit: 20
-      algorithm: sliding_window
-  - key: bucket
-    rate_limit: {unit: second, requests_per_unit: 20, algorithm: token_bucket}
-  - key: fixed
-    rate_limit: {unit: second, requests_per_unit: 20, algorithm: fixed_window}
-  - key: report
-    rate_limit:
-      unit: second
-      requests_per_unit: 3
-      unit_multiplier: 2
-  - key: account
-    rate_limits:
-      - {unit: second, requests_per_unit: 5}
-      - {unit: minute, requests_per_unit: 8, name: per_minute}
-"""
+# api: user 20/s sliding window, bucket 20/s token bucket, fixed 20/s fixed window, report
+# 3 per 2 s, account 5/s and 8/minute (per_minute).
+CONFIG = suite_config("core_algorithms")
 
 
 def load(text: str, backend: tuple[str, frozenset[int]] | None = None) -> Any:

@@ -12,57 +12,16 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.core import suite_config
 
 from ratelimitd.backends import MemoryBackend, Op
 from ratelimitd.localcache import ENTRY_OVERHEAD, LocalCache
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor
 
-CONFIG = """
-domain: domain
-descriptors:
-  - key: key
-    value: value
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: key2
-    value: value2
-    descriptors:
-      - key: subkey2
-        value: subvalue2
-        rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: key3
-    value: value3
-    rate_limit: {unit: hour, requests_per_unit: 10}
-    descriptors:
-      - key: subkey3
-        value: subvalue3
-        rate_limit: {unit: day, requests_per_unit: 10}
-  - key: key4
-    value: value4
-    rate_limit: {unit: hour, requests_per_unit: 15}
-  - key: key5
-    value: value5
-    rate_limit: {unit: hour, requests_per_unit: 14}
-  - key: shadow
-    value: value4
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 15}
-  - key: s20
-    rate_limit: {unit: second, requests_per_unit: 20}
-  - key: s8
-    rate_limit: {unit: second, requests_per_unit: 8}
-  - key: s10
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: zero
-    rate_limit: {unit: minute, requests_per_unit: 0}
-  - key: m10
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: w
-    rate_limit: {unit: week, requests_per_unit: 10}
-  - key: mo
-    rate_limit: {unit: month, requests_per_unit: 10}
-  - key: y
-    rate_limit: {unit: year, requests_per_unit: 10}
-"""
+# domain: key_value 10/s, key2_value2.subkey2_subvalue2 10/min, key3_value3 10/h with
+# subkey3_subvalue3 10/day, key4_value4 15/h, key5_value5 14/h, shadow_value4 15/h in shadow
+# mode; key-only s20, s8, s10 per second, zero 0/min, m10 10/min, w, mo, y 10 per week/month/year.
+CONFIG = suite_config("core_limiter")
 
 STATS = (
     "total_hits",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from support.core import CONFIGS
+from support.core import CONFIGS, suite_config
 
 from ratelimitd.backends import BackendError, Op
 from ratelimitd.config import ConfigFile
@@ -28,84 +28,15 @@ from ratelimitd.transport.protocodec import decode_response, encode_response
 
 SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: foo
-    rate_limit: {unit: minute, requests_per_unit: 10, name: foo_limit}
-  - key: bar
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: second
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: hour
-    rate_limit: {unit: hour, requests_per_unit: 3}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota2
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: unl
-    rate_limit: {unlimited: true}
-  - key: free
-"""
-
-REPLACES = """
-domain: r
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 1, name: A}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 2, name: B, replaces: [{name: A}]}
-  - key: c
-    rate_limit: {unit: minute, requests_per_unit: 3, name: C, replaces: [{name: D}]}
-  - key: dd
-    rate_limit: {unit: minute, requests_per_unit: 4, name: D, replaces: [{name: C}]}
-  - key: u
-    rate_limit: {unlimited: true, name: U, replaces: [{name: A}]}
-  - key: plain
-    rate_limit: {unit: minute, requests_per_unit: 5}
-"""
-
-METADATA = """
-domain: m
-descriptors:
-  - key: one
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata:
-      name: service_1
-      nested: {x: 1, inner: {p: 1}}
-      list: [1, 2]
-  - key: two
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata:
-      name: service_2
-      other: o
-      nested: {x: 2, y: 2, inner: {p: 2, q: 2}}
-      list: [3]
-  - key: three
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata: {three: 3}
-  - key: sh
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata: {shadowed: "y"}
-  - key: unl
-    rate_limit: {unlimited: true}
-    metadata: {unlimited: "y"}
-  - key: det
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata: {detailed: "y"}
-  - key: named
-    rate_limit: {unit: minute, requests_per_unit: 1, name: N}
-    metadata: {replaced: "y"}
-  - key: replacer
-    rate_limit: {unit: minute, requests_per_unit: 1, replaces: [{name: N}]}
-"""
+# d: foo 10/min (named foo_limit), bar 5/min, second 10/s, hour 3/h, shadow 1/min in shadow
+# mode, quota and quota2 1/min in quota mode, unl unlimited, free without a limit.
+CONFIG = suite_config("core_service")
+# r: a 1/min (A); b 2/min (B) replaces A; c 3/min (C) and dd 4/min (D) replace each other;
+# u unlimited (U) replaces A; plain 5/min.
+REPLACES = suite_config("core_service_replaces")
+# m: all 1/min with metadata: one and two (nested maps and lists that overlap), three, sh in
+# shadow mode, unl unlimited, det detailed_metric, named (N) replaced by replacer.
+METADATA = suite_config("core_service_metadata")
 
 BASIC = CONFIGS / "basic_config.yaml"
 NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import uvloop
-from support.core import CONFIGS
+from support.core import CONFIGS, suite_config
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import create_redis_backend, go_duration, key_slot
@@ -20,29 +20,9 @@ from ratelimitd.stats import StatsStore
 
 NOW = 1_000_000  # SECOND window 1000000, MINUTE 999960, HOUR 997200, DAY 950400
 
-CONFIG = """
-domain: domain
-descriptors:
-  - key: key
-    value: value
-    rate_limit: {unit: second, requests_per_unit: 5}
-  - key: key2
-    value: value2
-    descriptors:
-      - key: subkey2
-        value: subvalue2
-        rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: key3
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: key4
-    rate_limit: {unit: day, requests_per_unit: 10}
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 10}
-"""
+# domain: key_value 5/s, key2_value2.subkey2_subvalue2 10/min, key3 10/h, key4 10/day,
+# files_files/* 10/min (share_threshold), k 10/min.
+CONFIG = suite_config("redis_single")
 
 
 def clock() -> float:

@@ -16,6 +16,8 @@ from .process import REPO
 
 # Copies of the reference service's own test configs (see tests/configs/README.md).
 CONFIGS = REPO / "tests" / "configs"
+# This project's own test and bench configs, named after their users (same README).
+SUITE_CONFIGS = CONFIGS / "suites"
 
 Config = str | Path | ConfigFile
 
@@ -31,6 +33,11 @@ def config_files(configs: Iterable[Config]) -> list[ConfigFile]:
         else:
             files.append(ConfigFile(f"config.{i}.yaml", c))
     return files
+
+
+def suite_config(name: str) -> str:
+    """The YAML text of tests/configs/suites/<name>.yaml."""
+    return (SUITE_CONFIGS / f"{name}.yaml").read_text()
 
 
 class Decider:

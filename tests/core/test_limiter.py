@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import suite_config
+from support.core import counter, preset, suite_config
 
 from ratelimitd.backends import MemoryBackend, Op
 from ratelimitd.localcache import ENTRY_OVERHEAD, LocalCache
@@ -23,35 +23,23 @@ from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor
 # mode; key-only s20, s8, s10 per second, zero 0/min, m10 10/min, w, mo, y 10 per week/month/year.
 CONFIG = suite_config("core_limiter")
 
-STATS = (
-    "total_hits",
-    "over_limit",
-    "near_limit",
-    "within_limit",
-    "over_limit_with_local_cache",
-    "shadow_mode",
-)
-
 
 def stats(h: Any, key: str) -> dict[str, float]:
     """The six per-rule counters of stats key `domain.<key>`."""
-    return {name: h.stat(f"ratelimit.service.rate_limit.domain.{key}.{name}") for name in STATS}
+    return h.rule_stats(f"domain.{key}")
 
 
 def expect(
     total: int = 0, over: int = 0, near: int = 0, within: int = 0, olwlc: int = 0, shadow: int = 0
 ) -> dict:
-    return dict(zip(STATS, (total, over, near, within, olwlc, shadow), strict=True))
-
-
-def preset(h: Any, key: str, value: int, ttl: int = 3600) -> None:
-    """Set a counter in the memory backend as if earlier requests had counted it."""
-    h.backend._counters[key] = [value, int(h.clock.now) + ttl]
-
-
-def counter(h: Any, key: str) -> int | None:
-    entry = h.backend._counters.get(key)
-    return None if entry is None else entry[0]
+    return {
+        "total_hits": total,
+        "over_limit": over,
+        "near_limit": near,
+        "within_limit": within,
+        "over_limit_with_local_cache": olwlc,
+        "shadow_mode": shadow,
+    }
 
 
 def d(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import suite_config
+from support.core import counter, preset, suite_config
 
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 from ratelimitd.service import ServiceError
@@ -30,15 +30,6 @@ def refund(*entries: tuple[str, str], hits: int) -> Descriptor:
 
 def consume(*entries: tuple[str, str], hits: int) -> Descriptor:
     return Descriptor(tuple(entries), hits_addend=hits)
-
-
-def preset(h: Any, key: str, value: int, ttl: int = 3600) -> None:
-    h.backend._counters[key] = [value, int(h.clock.now) + ttl]
-
-
-def counter(h: Any, key: str) -> int | None:
-    entry = h.backend._counters.get(key)
-    return None if entry is None else entry[0]
 
 
 def brief(st: Any) -> tuple:

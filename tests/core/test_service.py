@@ -42,18 +42,6 @@ BASIC = CONFIGS / "basic_config.yaml"
 NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58
 
 
-def rule_stats(h: Any, key: str) -> dict[str, float]:
-    names = (
-        "total_hits",
-        "over_limit",
-        "near_limit",
-        "within_limit",
-        "over_limit_with_local_cache",
-        "shadow_mode",
-    )
-    return {n: h.stat(f"ratelimit.service.rate_limit.{key}.{n}") for n in names}
-
-
 def exhaust(h: Any, domain: str, key: str, value: str, seconds: int, count: int) -> None:
     """Preset a counter so the next hit on (key, value) sees `count` + hits."""
     window = int(h.clock.now) // seconds * seconds
@@ -214,7 +202,7 @@ async def test_rule_shadow_mode_turns_over_limit_into_ok(harness: Any) -> None:
     r = await h.decide("d", [("shadow", "x")], [("hello", "world")])
     assert r.overall_code == OK
     assert [brief(s) for s in r.statuses] == [(OK, 1, 0), (OK, None, 0)]
-    assert rule_stats(h, "d.shadow") == dict(
+    assert h.rule_stats("d.shadow") == dict(
         total_hits=1,
         over_limit=1,
         near_limit=0,
@@ -243,7 +231,7 @@ async def test_global_shadow_mode(harness: Any) -> None:
     assert r.overall_code == OK
     assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 10, 0), (OK, None, 0)]
     assert h.stat("ratelimit.service.global_shadow_mode") == 1
-    assert rule_stats(h, "d.foo")["over_limit"] == 1
+    assert h.rule_stats("d.foo")["over_limit"] == 1
     # Not counted when nothing was over.
     await h.decide("d", [("bar", "x")])
     assert h.stat("ratelimit.service.global_shadow_mode") == 1
@@ -352,7 +340,7 @@ async def test_unlimited(harness: Any) -> None:
     assert [brief(s) for s in r.statuses] == [(OK, None, MAX_UINT32), (OK, 10, 9)]
     assert r.statuses[0].duration_until_reset == 0
     assert list(h.backend._counters) == ["d_foo_x_2220"]
-    assert all(v == 0 for v in rule_stats(h, "d.unl").values())
+    assert all(v == 0 for v in h.rule_stats("d.unl").values())
 
 
 async def test_replaces_drops_the_named_limit(harness: Any) -> None:
@@ -362,8 +350,8 @@ async def test_replaces_drops_the_named_limit(harness: Any) -> None:
         statuses = {s.rule.name if s.rule else None: brief(s) for s in r.statuses}
         assert statuses == {None: (OK, None, 0), "B": statuses["B"]}
     assert not any(k.startswith("r_a_") for k in h.backend._counters)
-    assert rule_stats(h, "r.a")["total_hits"] == 0
-    assert rule_stats(h, "r.b")["total_hits"] == 2
+    assert h.rule_stats("r.a")["total_hits"] == 0
+    assert h.rule_stats("r.b")["total_hits"] == 2
 
 
 async def test_replaced_limit_is_not_enforced(harness: Any) -> None:
@@ -411,8 +399,8 @@ async def test_limit_override(harness: Any) -> None:
     assert st.duration_until_reset == 3600 - NOW % 3600
     # The cache key follows the request entries; the stats key is domain.k_v[.k].
     assert list(h.backend._counters) == ["d_foo_bar_k__0"]
-    assert rule_stats(h, "d.foo_bar.k")["total_hits"] == 1
-    assert rule_stats(h, "d.foo")["total_hits"] == 0
+    assert h.rule_stats("d.foo_bar.k")["total_hits"] == 1
+    assert h.rule_stats("d.foo")["total_hits"] == 0
 
 
 async def test_limit_override_applies_to_descriptors_without_a_rule(harness: Any) -> None:
@@ -420,7 +408,7 @@ async def test_limit_override_applies_to_descriptors_without_a_rule(harness: Any
     for _ in range(2):
         r = await h.decide("d", Descriptor((("hello", "world"),), limit=(1, MINUTE)))
     assert r.overall_code == OVER_LIMIT
-    assert rule_stats(h, "d.hello_world") == dict(
+    assert h.rule_stats("d.hello_world") == dict(
         total_hits=2,
         over_limit=1,
         near_limit=1,
@@ -776,7 +764,7 @@ async def test_metadata_lost_when_a_detailed_leaf_is_recreated(harness: Any) -> 
     r = await h.decide("m", [("det", "x")])
     assert r.statuses[0].code == OK
     assert "metadata" not in r.dynamic_metadata
-    assert rule_stats(h, "m.det_x")["total_hits"] == 1
+    assert h.rule_stats("m.det_x")["total_hits"] == 1
 
 
 async def test_metadata_not_from_replaced_limits(harness: Any) -> None:

@@ -10,6 +10,7 @@ from ratelimitd.config import ConfigFile, RuleSet
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import Descriptor, Request, Response
 from ratelimitd.settings import CacheSettings, ReloadOptions, Settings
+from ratelimitd.stats import RULE_STATS
 
 from .clock import Clock
 from .process import REPO
@@ -68,6 +69,24 @@ class Decider:
     def stat(self, name: str) -> float:
         """One statistic by full name (0 when never created)."""
         return self.stats.snapshot().get(name, 0)
+
+    def rule_stats(self, key: str) -> dict[str, float]:
+        """The six per-rule counters (total_hits, over_limit, ...) of stats key `key`
+        (`domain.key_value`): {name: value}."""
+        snapshot = self.stats.snapshot()
+        return {n: snapshot.get(f"ratelimit.service.rate_limit.{key}.{n}", 0) for n in RULE_STATS}
+
+
+def preset(decider: Decider, key: str, value: int, ttl: int = 3600) -> None:
+    """Set a counter of the memory backend as if earlier requests had counted it."""
+    now = int(decider.clock.now)  # type: ignore[attr-defined]  # a support.clock.Clock
+    decider.backend._counters[key] = [value, now + ttl]  # type: ignore[attr-defined]
+
+
+def counter(decider: Decider, key: str) -> int | None:
+    """A counter of the memory backend; None when it does not exist."""
+    entry = decider.backend._counters.get(key)  # type: ignore[attr-defined]
+    return None if entry is None else entry[0]  # type: ignore[no-any-return]
 
 
 def memory_decider(

@@ -11,7 +11,6 @@ tests/daemon/test_algorithms.py.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.core import suite_config
+from support.daemon import run_check_config
 
 from ratelimitd import _keys_py
 from ratelimitd.backends.base import FIXED_WINDOW, ONLY_FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
@@ -197,13 +197,7 @@ def test_check_config_validates_the_extension(tmp_path: Path) -> None:
     bad.write_text(one("{unit: second, requests_per_unit: 1, algorithm: leaky}"))
 
     def check(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "ratelimitd", "check-config", *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={"PATH": "/usr/bin:/bin"},
-        )
+        return run_check_config(*args, env={"PATH": "/usr/bin:/bin"})
 
     ok = check(str(good))
     assert ok.returncode == 0, ok.stderr

@@ -1,4 +1,5 @@
-"""The daemon as users run it: `python -m ratelimitd serve` on free ports, and its clients.
+"""The daemon as users run it: `python -m ratelimitd serve` on free ports, and its clients;
+`run_check_config`, its config checker.
 
 `daemon_environment` is the environment of a daemon serving `<runtime_root>/config/*.yaml`;
 RATELIMITD_WORKERS=N in it starts the supervisor and N workers (`worker_pids()` lists them).
@@ -9,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,26 @@ def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
         PYTHONPATH=str(REPO),
     )
     return with_fresh_ports(env) | overrides
+
+
+def run_check_config(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m ratelimitd check-config *args` run from the repository root (`env`: its
+    whole environment, default ours): exit status, stdout and stderr as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "ratelimitd", "check-config", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+        check=False,
+    )
 
 
 def write_config(env: dict[str, str], name: str, text: str) -> Path:

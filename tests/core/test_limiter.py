@@ -511,26 +511,9 @@ async def test_unlimited_is_not_counted(harness: Any) -> None:
 
 # --- cache keys end to end ----------------------------------------------------------------
 
-SHARED = """
-domain: s
-descriptors:
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: wild
-    value: foo*
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: nested
-    value: parent
-    descriptors:
-      - key: files
-        value: nested/*
-        share_threshold: true
-        rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 5}
-"""
+# s: files_files/* 2/min shared, wild_foo* 2/min not shared, nested_parent.files_nested/* 5/min
+# shared, k 5/min.
+SHARED = suite_config("core_limiter_shared")
 
 
 async def test_share_threshold_values_share_one_counter(harness: Any) -> None:

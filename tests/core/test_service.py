@@ -259,75 +259,103 @@ async def test_options_swap_with_the_config(harness: Any) -> None:
 # --- quota mode ---------------------------------------------------------------------------
 
 
-async def test_rule_quota_some_over_is_ok(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    r = await h.decide("d", [("quota", "x")], [("quota2", "x")])
-    assert r.overall_code == OK
-    assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 1, 0), (OK, 1, 0)]
+LIMITS = {"foo": 10, "bar": 5, "quota": 1, "quota2": 1}  # of CONFIG, per minute
 
 
-async def test_rule_quota_all_over_is_over_limit(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    exhaust(h, "d", "quota2", "x", 60, 1)
-    r = await h.decide("d", [("quota", "x")], [("quota2", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OVER_LIMIT, OVER_LIMIT]
-
-
-async def test_regular_over_with_quota_ok_is_over_limit(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "bar", "x", 60, 5)
-    r = await h.decide("d", [("bar", "x")], [("quota", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OVER_LIMIT, OK]
-
-
-async def test_regular_ok_with_the_only_quota_over_is_over_limit(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    r = await h.decide("d", [("bar", "x")], [("quota", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OK, OVER_LIMIT]
-
-
-async def test_regular_ok_and_quota_ok_is_ok(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    r = await h.decide("d", [("bar", "x")], [("quota", "x")])
-    assert r.overall_code == OK
-
-
-async def test_global_quota_mode_all_over(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
-    exhaust(h, "d", "foo", "x", 60, 10)
-    exhaust(h, "d", "bar", "x", 60, 5)
-    r = await h.decide("d", [("foo", "x")], [("bar", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OVER_LIMIT, OVER_LIMIT]
-
-
-async def test_global_quota_mode_some_over(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
-    exhaust(h, "d", "foo", "x", 60, 10)
-    r = await h.decide("d", [("foo", "x")], [("bar", "x")])
-    assert r.overall_code == OK
-    assert codes(r) == [OVER_LIMIT, OK]
-
-
-async def test_global_quota_mode_descriptor_without_limit_passes(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
-    exhaust(h, "d", "foo", "x", 60, 10)
-    r = await h.decide("d", [("foo", "x")], [("hello", "world")])
-    assert r.overall_code == OK
-
-
-async def test_quota_mode_ignores_unlimited_descriptors(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    r = await h.decide("d", [("quota", "x")], [("unl", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 1, 0), (OK, None, MAX_UINT32)]
+# Quota mode, of a rule (quota_mode: true) or global (ReloadOptions(quota_mode=True)): which
+# over-limit descriptors make the answer OVER_LIMIT. `exhausted` rules are at their limit
+# before the request; every descriptor is (key, "x").
+@pytest.mark.parametrize(
+    ("exhausted", "requested", "global_quota", "overall", "statuses"),
+    [
+        pytest.param(
+            ["quota"],
+            ["quota", "quota2"],
+            False,
+            OK,
+            [(OVER_LIMIT, 1, 0), (OK, 1, 0)],
+            id="rule_quota_some_over_is_ok",
+        ),
+        pytest.param(
+            ["quota", "quota2"],
+            ["quota", "quota2"],
+            False,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 1, 0), (OVER_LIMIT, 1, 0)],
+            id="rule_quota_all_over_is_over_limit",
+        ),
+        pytest.param(
+            ["bar"],
+            ["bar", "quota"],
+            False,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 5, 0), (OK, 1, 0)],
+            id="regular_over_with_quota_ok_is_over_limit",
+        ),
+        pytest.param(
+            ["quota"],
+            ["bar", "quota"],
+            False,
+            OVER_LIMIT,
+            [(OK, 5, 4), (OVER_LIMIT, 1, 0)],
+            id="regular_ok_with_the_only_quota_over_is_over_limit",
+        ),
+        pytest.param(
+            [],
+            ["bar", "quota"],
+            False,
+            OK,
+            [(OK, 5, 4), (OK, 1, 0)],
+            id="regular_ok_and_quota_ok_is_ok",
+        ),
+        pytest.param(
+            ["foo", "bar"],
+            ["foo", "bar"],
+            True,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 10, 0), (OVER_LIMIT, 5, 0)],
+            id="global_quota_mode_all_over",
+        ),
+        pytest.param(
+            ["foo"],
+            ["foo", "bar"],
+            True,
+            OK,
+            [(OVER_LIMIT, 10, 0), (OK, 5, 4)],
+            id="global_quota_mode_some_over",
+        ),
+        pytest.param(
+            ["foo"],
+            ["foo", "hello"],
+            True,
+            OK,
+            [(OVER_LIMIT, 10, 0), (OK, None, 0)],
+            id="global_quota_mode_descriptor_without_limit_passes",
+        ),
+        pytest.param(
+            ["quota"],
+            ["quota", "unl"],
+            False,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 1, 0), (OK, None, MAX_UINT32)],
+            id="quota_mode_ignores_unlimited_descriptors",
+        ),
+    ],
+)
+async def test_quota_mode(
+    harness: Any,
+    exhausted: list[str],
+    requested: list[str],
+    global_quota: bool,
+    overall: int,
+    statuses: list[tuple],
+) -> None:
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=global_quota))
+    for key in exhausted:
+        exhaust(h, "d", key, "x", 60, LIMITS[key])
+    r = await h.decide("d", *[[(key, "x")] for key in requested])
+    assert r.overall_code == overall
+    assert [brief(s) for s in r.statuses] == statuses
 
 
 # --- unlimited and replaces ------------------------------------------------------------------

@@ -33,6 +33,12 @@ def tcp(server: Any, **env: str) -> dict[str, str]:
     return {"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": server.address, **env}
 
 
+async def decide_once(d: Any, server: Any) -> bytes:
+    """Decide (key, value) once through `d`: the counter it left on `server`."""
+    await d.decide("domain", [("key", "value")])
+    return server.client().get("domain_key_value_1000000")  # type: ignore[no-any-return]
+
+
 async def test_keys_and_ttls_are_the_reference_format(redis_server, decider) -> None:
     d = await decider(tcp(redis_server), CONFIG, clock=clock)
     r = await d.decide(
@@ -99,31 +105,26 @@ async def test_unix_socket(servers, decider, tmp_path) -> None:
     server = servers("--unixsocket", path, "--unixsocketperm", "700")
     server.unixsocket = path
     d = await decider({"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": path}, CONFIG, clock=clock)
-    await d.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"1"
+    assert await decide_once(d, server) == b"1"
     # unix:// URLs work whatever REDIS_SOCKET_TYPE says.
     d2 = await decider({"REDIS_URL": f"unix://{path}"}, CONFIG, clock=clock)
-    await d2.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"2"
+    assert await decide_once(d2, server) == b"2"
 
 
 async def test_auth_password(servers, decider) -> None:
     server = servers(password="s3cret")
     d = await decider(tcp(server, REDIS_AUTH="s3cret"), CONFIG, clock=clock)
-    await d.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"1"
+    assert await decide_once(d, server) == b"1"
     # Credentials in a redis:// URL are used when REDIS_AUTH is empty.
     d2 = await decider({"REDIS_URL": f"redis://:s3cret@{server.address}"}, CONFIG, clock=clock)
-    await d2.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"2"
+    assert await decide_once(d2, server) == b"2"
 
 
 async def test_auth_acl_user(servers, decider) -> None:
     acl = ["rl", "on", ">userpw", "~domain_*", "+incrby", "+expire", "+get", "+ping", "+auth"]
     server = servers("--user", *acl, password="admin")
     d = await decider(tcp(server, REDIS_AUTH="rl:userpw"), CONFIG, clock=clock)
-    await d.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"1"
+    assert await decide_once(d, server) == b"1"
 
 
 async def test_wrong_password_fails_startup_with_masked_url(servers, decider) -> None:

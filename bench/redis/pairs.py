@@ -26,6 +26,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import uvloop
@@ -57,6 +58,15 @@ def server_cpu(pid: int) -> float:
     return cpu_seconds([pid])
 
 
+async def measured(
+    worker: Callable[[int], Awaitable[None]], concurrency: int, pid: int
+) -> tuple[float, float, float]:
+    """Run workers 0..concurrency-1 at once: (client CPU, server CPU, wall) seconds."""
+    cpu, srv, wall = time.process_time(), server_cpu(pid), time.monotonic()
+    await asyncio.gather(*(worker(i) for i in range(concurrency)))
+    return time.process_time() - cpu, server_cpu(pid) - srv, time.monotonic() - wall
+
+
 async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: int) -> dict:
     stop = time.monotonic() + seconds
     done = 0
@@ -75,13 +85,7 @@ async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: in
     stop = time.monotonic() + seconds
     done = 0
     writes = backend.writes
-    cpu, srv, wall = time.process_time(), server_cpu(pid), time.monotonic()
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    cpu, srv, wall = (
-        time.process_time() - cpu,
-        server_cpu(pid) - srv,
-        time.monotonic() - wall,
-    )
+    cpu, srv, wall = await measured(worker, concurrency, pid)
     return {
         "concurrency": concurrency,
         "pairs": done,
@@ -112,13 +116,7 @@ async def decisions(
         done += n
 
     writes = backend.writes
-    cpu, srv, wall = time.process_time(), server_cpu(pid), time.monotonic()
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    cpu, srv, wall = (
-        time.process_time() - cpu,
-        server_cpu(pid) - srv,
-        time.monotonic() - wall,
-    )
+    cpu, srv, wall = await measured(worker, concurrency, pid)
     flushes = backend.writes - writes
     return {
         "concurrency": concurrency,

@@ -1,10 +1,12 @@
 """The decision core as the tests drive it: `ratelimitd.core.build_core` (the daemon's own
-factory) with shorthand for loading configs, deciding and reading a statistic."""
+factory) with shorthand for loading configs, deciding and reading a statistic; `drive`, a
+decision on the memory backend without an event loop (the benchmarks')."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
+from typing import Any
 
 from ratelimitd.config import ConfigFile, RuleSet
 from ratelimitd.core import Core, build_core
@@ -116,3 +118,12 @@ def memory_decider(
     decider = Decider(build_core(settings, clock=clock, impl=impl), clock)
     decider.load(*configs, merge_domains=merge_domains)
     return decider
+
+
+def drive(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (memory backend) without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("the decision suspended")

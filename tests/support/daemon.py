@@ -12,8 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from ratelimitd.client import RateLimitClient
 from ratelimitd.messages import Response
 
 from .process import REPO, Proc, start_bound
-from .ready import free_port
+from .ready import free_port, http_request
 
 
 def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
@@ -107,13 +105,7 @@ class DaemonProcess(Proc):
         self, path: str, body: bytes | None = None, port: int | None = None, timeout: float = 10
     ) -> tuple[int, bytes]:
         """One HTTP request (POST with a body, else GET); (status, body)."""
-        url = f"http://127.0.0.1:{port or self.http_port}{path}"
-        req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
+        return http_request(f"http://127.0.0.1:{port or self.http_port}{path}", body, timeout)
 
     def debug(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
         """One request to the debug server."""

@@ -35,6 +35,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
 
+from support.core import drive
 from support.machine import machine_info
 from support.redis_server import RedisServers
 
@@ -68,13 +69,16 @@ def request(name: str, value: str = "u1") -> Request:
     return Request("bench", [Descriptor(((name, value),))])
 
 
-def drive(coro: Any) -> Any:
-    """Run a coroutine that never suspends (memory backend) without an event loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    raise RuntimeError("the decision suspended")
+def decision_cpu_us(service: Any, req: Request, n: int, repeat: int) -> float:
+    """CPU µs per decision of `req` on the memory backend (driven without an event loop):
+    the median of `repeat` runs of `n` decisions."""
+    runs = []
+    for _ in range(repeat):
+        start = time.process_time()
+        for _ in range(n):
+            drive(service.should_rate_limit(req))
+        runs.append((time.process_time() - start) / n * 1e6)
+    return round(statistics.median(runs), 3)
 
 
 def memory_cpu(n: int, repeat: int) -> dict[str, float]:
@@ -85,13 +89,7 @@ def memory_cpu(n: int, repeat: int) -> dict[str, float]:
     for name in NAMES:
         req = request(name)
         assert drive(svc.should_rate_limit(req)).overall_code == OK
-        runs = []
-        for _ in range(repeat):
-            start = time.process_time()
-            for _ in range(n):
-                drive(svc.should_rate_limit(req))
-            runs.append((time.process_time() - start) / n * 1e6)
-        out[name] = round(statistics.median(runs), 3)
+        out[name] = decision_cpu_us(svc, req, n, repeat)
     return out
 
 
@@ -112,13 +110,7 @@ def rules_cpu(n: int, repeat: int) -> dict[int, float]:
         core.service.set_ruleset(ruleset)
         req = Request("bench", [Descriptor((("user", f"u{size // 2}"),))])
         assert drive(core.service.should_rate_limit(req)).statuses[0].rule is not None
-        runs = []
-        for _ in range(repeat):
-            start = time.process_time()
-            for _ in range(n):
-                drive(core.service.should_rate_limit(req))
-            runs.append((time.process_time() - start) / n * 1e6)
-        out[size] = round(statistics.median(runs), 3)
+        out[size] = decision_cpu_us(core.service, req, n, repeat)
     return out
 
 

@@ -8,11 +8,11 @@ pure rows run exactly the twins and nothing is patched.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
 from types import ModuleType
 from typing import Any
 
 import pytest
+from support.core import drive
 
 from ratelimitd import keys, match
 from ratelimitd.backends import MemoryBackend
@@ -59,15 +59,6 @@ def _modules(impl: str) -> tuple[ModuleType, ModuleType]:
 
 def _entries(rules: int) -> tuple[tuple[str, str], ...]:
     return (("user", f"u{max(rules // 2 - 1, 0)}"),)
-
-
-def drive(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never suspends (memory backend) without an event loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    raise RuntimeError("the decision suspended")
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -39,18 +39,15 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
+from support.core import suite_config
 from support.daemon import daemon_environment, start_daemon, write_config
 from support.machine import machine_info
 from support.redis_server import RedisServers
 
 from ratelimitd.client import RateLimitClient, RateLimitError
 
-CONFIG = """\
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-"""
+# d: k 10^9 per hour, a limit the load never reaches.
+CONFIG = suite_config("bench_far_limit")
 BEFORE, AFTER = 5.0, 8.0
 PROBE_INTERVAL = 1.0
 TIMEOUT_MS = 50

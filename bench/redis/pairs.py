@@ -26,7 +26,9 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -57,31 +59,40 @@ def server_cpu(pid: int) -> float:
     return cpu_seconds([pid])
 
 
-async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: int) -> dict:
+async def run_workers(
+    call: Callable[[int], tuple[Callable[[Any], Awaitable[object]], Any]],
+    concurrency: int,
+    seconds: float,
+    batch: int,
+    pid: int,
+) -> tuple[int, float, float, float]:
+    """Workers 0..concurrency-1 at once, each awaiting `fn(arg)` (`fn, arg = call(i)`) in
+    batches of `batch` for `seconds`: (calls, client CPU, server CPU, wall seconds)."""
     stop = time.monotonic() + seconds
     done = 0
 
     async def worker(i: int) -> None:
         nonlocal done
-        ops = [Op(f"bench_pair_{i}", 1, 60)]
+        fn, arg = call(i)
         n = 0
         while time.monotonic() < stop:
-            for _ in range(50):
-                await backend.increment(ops)
-            n += 50
+            for _ in range(batch):
+                await fn(arg)
+            n += batch
         done += n
 
-    await asyncio.gather(*(worker(i) for i in range(min(concurrency, 8))))  # warm-up
-    stop = time.monotonic() + seconds
-    done = 0
-    writes = backend.writes
     cpu, srv, wall = time.process_time(), server_cpu(pid), time.monotonic()
     await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    cpu, srv, wall = (
-        time.process_time() - cpu,
-        server_cpu(pid) - srv,
-        time.monotonic() - wall,
-    )
+    return done, time.process_time() - cpu, server_cpu(pid) - srv, time.monotonic() - wall
+
+
+async def pairs(backend: RedisBackend, concurrency: int, seconds: float, pid: int) -> dict:
+    def call(i: int) -> tuple[Callable[[Any], Awaitable[object]], Any]:
+        return backend.increment, [Op(f"bench_pair_{i}", 1, 60)]
+
+    await run_workers(call, min(concurrency, 8), seconds, 50, pid)  # warm-up
+    writes = backend.writes
+    done, cpu, srv, wall = await run_workers(call, concurrency, seconds, 50, pid)
     return {
         "concurrency": concurrency,
         "pairs": done,
@@ -98,27 +109,12 @@ async def decisions(
     core = build_core(backend=backend, impl=impl)
     core.load([ConfigFile("bench.yaml", CONFIG)])
     service = core.service
-    stop = time.monotonic() + seconds
-    done = 0
 
-    async def worker(i: int) -> None:
-        nonlocal done
-        request = Request("bench", [Descriptor((("user", f"u{i}"),))])
-        n = 0
-        while time.monotonic() < stop:
-            for _ in range(20):
-                await service.should_rate_limit(request)
-            n += 20
-        done += n
+    def call(i: int) -> tuple[Callable[[Any], Awaitable[object]], Any]:
+        return service.should_rate_limit, Request("bench", [Descriptor((("user", f"u{i}"),))])
 
     writes = backend.writes
-    cpu, srv, wall = time.process_time(), server_cpu(pid), time.monotonic()
-    await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    cpu, srv, wall = (
-        time.process_time() - cpu,
-        server_cpu(pid) - srv,
-        time.monotonic() - wall,
-    )
+    done, cpu, srv, wall = await run_workers(call, concurrency, seconds, 20, pid)
     flushes = backend.writes - writes
     return {
         "concurrency": concurrency,

@@ -30,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
+from support.core import suite_config
 from support.daemon import start_redis_daemon
 from support.machine import SIDECAR_PACKAGES, machine_info
 from support.process import REPO, Proc, start_bound
@@ -37,19 +38,8 @@ from support.redis_server import RedisServer
 from support.sidecar import usage_sidecar
 from support.wrk import run_wrk
 
-CONFIG = """
-domain: api
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-  - key: account
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
-  - key: plan
-    value: pro
-    descriptors:
-      - key: account
-        rate_limit: {unit: second, requests_per_unit: 1000000000}
-"""
+# The usage API's rules (api: remote_address, account, plan pro + account) at 10^9 per second.
+CONFIG = suite_config("bench_usage")
 FIGURES = ("rps", "mean_ms", "p50_ms", "p99_ms", "non2xx")
 
 

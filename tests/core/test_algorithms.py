@@ -11,13 +11,14 @@ tests/daemon/test_algorithms.py.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.core import suite_config
+from support.daemon import run_check_config
 
 from ratelimitd import _keys_py
 from ratelimitd.backends.base import FIXED_WINDOW, ONLY_FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
@@ -29,28 +30,9 @@ _keys = pytest.importorskip("ratelimitd._keys", reason="compiled extension not b
 
 T0 = 1_000_000.0  # window-aligned for every unit used here
 
-CONFIG = """\
-domain: api
-descriptors:
-  - key: user
-    rate_limit:
-      unit: second
-      requests_per_unit: 20
-      algorithm: sliding_window
-  - key: bucket
-    rate_limit: {unit: second, requests_per_unit: 20, algorithm: token_bucket}
-  - key: fixed
-    rate_limit: {unit: second, requests_per_unit: 20, algorithm: fixed_window}
-  - key: report
-    rate_limit:
-      unit: second
-      requests_per_unit: 3
-      unit_multiplier: 2
-  - key: account
-    rate_limits:
-      - {unit: second, requests_per_unit: 5}
-      - {unit: minute, requests_per_unit: 8, name: per_minute}
-"""
+# api: user 20/s sliding window, bucket 20/s token bucket, fixed 20/s fixed window, report
+# 3 per 2 s, account 5/s and 8/minute (per_minute).
+CONFIG = suite_config("core_algorithms")
 
 
 def load(text: str, backend: tuple[str, frozenset[int]] | None = None) -> Any:
@@ -215,13 +197,7 @@ def test_check_config_validates_the_extension(tmp_path: Path) -> None:
     bad.write_text(one("{unit: second, requests_per_unit: 1, algorithm: leaky}"))
 
     def check(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "ratelimitd", "check-config", *args],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={"PATH": "/usr/bin:/bin"},
-        )
+        return run_check_config(*args, env={"PATH": "/usr/bin:/bin"})
 
     ok = check(str(good))
     assert ok.returncode == 0, ok.stderr

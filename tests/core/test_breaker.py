@@ -34,29 +34,28 @@ def breaker(clock: Clock) -> Breaker:
     return Breaker("redis", 3, 1.0, clock=clock)
 
 
+async def fail(b: Breaker, store: Store, calls: int) -> None:
+    """`calls` calls through the breaker that the store, failing from now on, fails."""
+    store.fail = True
+    for _ in range(calls):
+        with pytest.raises(BackendError):
+            await b.call(store, 1)
+
+
 async def tripped(clock: Clock) -> tuple[Store, Breaker]:
     """A breaker opened by three failures of its store (which still fails)."""
     store, b = Store(), breaker(clock)
-    store.fail = True
-    for _ in range(3):
-        with pytest.raises(BackendError):
-            await b.call(store, 1)
+    await fail(b, store, 3)
     assert b.state == OPEN
     return store, b
 
 
 async def test_opens_after_k_consecutive_failures_only() -> None:
     store, b = Store(), breaker(Clock())
-    store.fail = True
-    for _ in range(2):
-        with pytest.raises(BackendError):
-            await b.call(store, 1)
+    await fail(b, store, 2)
     store.fail = False
     assert await b.call(store, 1) == 1  # a success resets the run
-    store.fail = True
-    for _ in range(2):
-        with pytest.raises(BackendError):
-            await b.call(store, 1)
+    await fail(b, store, 2)
     assert b.state == CLOSED
     with pytest.raises(BackendError):
         await b.call(store, 1)

@@ -7,8 +7,6 @@ cases) and `ratelimit-reference.md` section 3.2. Every error is `<config name>: 
 from __future__ import annotations
 
 import string
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,10 +14,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.core import CONFIGS
+from support.daemon import run_check_config
 
 from ratelimitd.config import ConfigError, ConfigFile, RuleSet, load_paths, load_ruleset
-
-REPO = Path(__file__).resolve().parents[2]
+from ratelimitd.config.yamlfile import VALID_KEYS
 
 
 def load_text(*texts: str, merge: bool = False) -> RuleSet:
@@ -699,24 +697,8 @@ def test_valid_reference_configs_load(name: str) -> None:
 
 # --- never crash ---------------------------------------------------------------------------------
 
-_FIELDS = [
-    "domain",
-    "key",
-    "value",
-    "descriptors",
-    "rate_limit",
-    "unit",
-    "requests_per_unit",
-    "unlimited",
-    "shadow_mode",
-    "quota_mode",
-    "name",
-    "replaces",
-    "detailed_metric",
-    "value_to_metric",
-    "share_threshold",
-    "metadata",
-]
+# Every key the parser knows: the reference's whitelist and this project's extensions.
+_FIELDS = sorted(VALID_KEYS)
 
 _scalars = st.one_of(
     st.none(),
@@ -790,19 +772,8 @@ def test_random_descriptor_lists_never_crash(descriptors: list[dict[str, object]
 # --- the check-config CLI ------------------------------------------------------------------------
 
 
-def run_check(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ratelimitd", "check-config", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_cli_valid_config() -> None:
-    result = run_check(str(CONFIGS / "basic_config.yaml"))
+    result = run_check_config(str(CONFIGS / "basic_config.yaml"))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "all rate limit configs ok: 1 files, 1 domains, 10 rules" in result.stdout
@@ -810,14 +781,14 @@ def test_cli_valid_config() -> None:
 
 def test_cli_invalid_config_prints_exactly_the_error() -> None:
     path = str(CONFIGS / "misspelled_key2.yaml")
-    result = run_check(path)
+    result = run_check_config(path)
     assert result.returncode == 1
     assert result.stderr == f"{path}: config error, unknown key 'requestsperunit'\n"
 
 
 def test_cli_missing_file_is_named() -> None:
     path = Path(__file__).parent / "_never_written.yaml"
-    result = run_check(str(CONFIGS / "basic_config.yaml"), str(path))
+    result = run_check_config(str(CONFIGS / "basic_config.yaml"), str(path))
     assert result.returncode == 1
     assert result.stderr.startswith(f"{path}: ")
 
@@ -827,7 +798,7 @@ def test_cli_directory(tmp_path: Path) -> None:
     (tmp_path / "two.conf").write_text(
         "domain: b\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: hour\n"
     )
-    result = run_check(str(tmp_path))
+    result = run_check_config(str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "all rate limit configs ok: 2 files, 2 domains, 1 rules" in result.stdout
 
@@ -835,7 +806,7 @@ def test_cli_directory(tmp_path: Path) -> None:
 def test_cli_directory_with_an_invalid_file(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("domain: a\n")
     (tmp_path / "b.yaml").write_text("domain: b\ndescriptors:\n  - key: ''\n")
-    result = run_check(str(tmp_path))
+    result = run_check_config(str(tmp_path))
     assert result.returncode == 1
     assert result.stderr == f"{tmp_path / 'b.yaml'}: descriptor has empty key\n"
 
@@ -843,10 +814,10 @@ def test_cli_directory_with_an_invalid_file(tmp_path: Path) -> None:
 def test_cli_merge(tmp_path: Path) -> None:
     first = CONFIGS / "merge_domain_key1.yaml"
     second = CONFIGS / "merge_domain_key2.yaml"
-    plain = run_check(str(first), str(second))
+    plain = run_check_config(str(first), str(second))
     assert plain.returncode == 1
     assert plain.stderr == f"{second}: duplicate domain 'test-domain' in config file\n"
-    merged = run_check("--merge-domain-config", str(first), str(second))
+    merged = run_check_config("--merge-domain-config", str(first), str(second))
     assert merged.returncode == 0, merged.stderr
     assert "1 domains, 2 rules" in merged.stdout
 
@@ -854,7 +825,7 @@ def test_cli_merge(tmp_path: Path) -> None:
 def test_cli_yaml_unmarshal_error_is_multiline(tmp_path: Path) -> None:
     path = tmp_path / "neg.yaml"
     path.write_text(one_rule("      unit: second\n      requests_per_unit: -1\n"))
-    result = run_check(str(path))
+    result = run_check_config(str(path))
     assert result.returncode == 1
     assert result.stderr == (
         f"{path}: error loading config file: yaml: unmarshal errors:\n"

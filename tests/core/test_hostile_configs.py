@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.daemon import run_check_config
 
 from ratelimitd.config import ConfigError, ConfigFile, compose, load_ruleset
 from ratelimitd.config.compose import MAX_DEPTH, MAX_NODES, MAX_QUOTED
@@ -46,13 +46,7 @@ def check_config(
         if memory_limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
 
-    return subprocess.run(
-        [sys.executable, "-m", "ratelimitd", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=limit,
-    )
+    return run_check_config(str(path), timeout=120, preexec_fn=limit)
 
 
 # -- aliases -----------------------------------------------------------------------------

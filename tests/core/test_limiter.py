@@ -12,87 +12,34 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.core import counter, preset, suite_config
 
 from ratelimitd.backends import MemoryBackend, Op
 from ratelimitd.localcache import ENTRY_OVERHEAD, LocalCache
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor
 
-CONFIG = """
-domain: domain
-descriptors:
-  - key: key
-    value: value
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: key2
-    value: value2
-    descriptors:
-      - key: subkey2
-        value: subvalue2
-        rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: key3
-    value: value3
-    rate_limit: {unit: hour, requests_per_unit: 10}
-    descriptors:
-      - key: subkey3
-        value: subvalue3
-        rate_limit: {unit: day, requests_per_unit: 10}
-  - key: key4
-    value: value4
-    rate_limit: {unit: hour, requests_per_unit: 15}
-  - key: key5
-    value: value5
-    rate_limit: {unit: hour, requests_per_unit: 14}
-  - key: shadow
-    value: value4
-    shadow_mode: true
-    rate_limit: {unit: hour, requests_per_unit: 15}
-  - key: s20
-    rate_limit: {unit: second, requests_per_unit: 20}
-  - key: s8
-    rate_limit: {unit: second, requests_per_unit: 8}
-  - key: s10
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: zero
-    rate_limit: {unit: minute, requests_per_unit: 0}
-  - key: m10
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: w
-    rate_limit: {unit: week, requests_per_unit: 10}
-  - key: mo
-    rate_limit: {unit: month, requests_per_unit: 10}
-  - key: y
-    rate_limit: {unit: year, requests_per_unit: 10}
-"""
-
-STATS = (
-    "total_hits",
-    "over_limit",
-    "near_limit",
-    "within_limit",
-    "over_limit_with_local_cache",
-    "shadow_mode",
-)
+# domain: key_value 10/s, key2_value2.subkey2_subvalue2 10/min, key3_value3 10/h with
+# subkey3_subvalue3 10/day, key4_value4 15/h, key5_value5 14/h, shadow_value4 15/h in shadow
+# mode; key-only s20, s8, s10 per second, zero 0/min, m10 10/min, w, mo, y 10 per week/month/year.
+CONFIG = suite_config("core_limiter")
 
 
 def stats(h: Any, key: str) -> dict[str, float]:
     """The six per-rule counters of stats key `domain.<key>`."""
-    return {name: h.stat(f"ratelimit.service.rate_limit.domain.{key}.{name}") for name in STATS}
+    return h.rule_stats(f"domain.{key}")
 
 
 def expect(
     total: int = 0, over: int = 0, near: int = 0, within: int = 0, olwlc: int = 0, shadow: int = 0
 ) -> dict:
-    return dict(zip(STATS, (total, over, near, within, olwlc, shadow), strict=True))
-
-
-def preset(h: Any, key: str, value: int, ttl: int = 3600) -> None:
-    """Set a counter in the memory backend as if earlier requests had counted it."""
-    h.backend._counters[key] = [value, int(h.clock.now) + ttl]
-
-
-def counter(h: Any, key: str) -> int | None:
-    entry = h.backend._counters.get(key)
-    return None if entry is None else entry[0]
+    return {
+        "total_hits": total,
+        "over_limit": over,
+        "near_limit": near,
+        "within_limit": within,
+        "over_limit_with_local_cache": olwlc,
+        "shadow_mode": shadow,
+    }
 
 
 def d(
@@ -564,26 +511,9 @@ async def test_unlimited_is_not_counted(harness: Any) -> None:
 
 # --- cache keys end to end ----------------------------------------------------------------
 
-SHARED = """
-domain: s
-descriptors:
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: wild
-    value: foo*
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: nested
-    value: parent
-    descriptors:
-      - key: files
-        value: nested/*
-        share_threshold: true
-        rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 5}
-"""
+# s: files_files/* 2/min shared, wild_foo* 2/min not shared, nested_parent.files_nested/* 5/min
+# shared, k 5/min.
+SHARED = suite_config("core_limiter_shared")
 
 
 async def test_share_threshold_values_share_one_counter(harness: Any) -> None:

@@ -13,27 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.core import counter, preset, suite_config
 
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 from ratelimitd.service import ServiceError
 
-CONFIG = """
-domain: domain
-descriptors:
-  - key: key
-    value: value
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: basic
-    rate_limit: {unit: second, requests_per_unit: 50}
-  - key: hour
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: two
-    rate_limits:
-      - {unit: minute, requests_per_unit: 10}
-      - {unit: hour, requests_per_unit: 100}
-  - key: bucket
-    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: token_bucket}
-"""
+# domain: key_value 10/s, basic 50/s, hour 10/h, two 10/min and 100/h, bucket 10/min token bucket.
+CONFIG = suite_config("core_refunds")
 KEY = "domain_key_value_1000000"
 STAT = "ratelimit.service.rate_limit.domain.key_value."
 
@@ -44,15 +30,6 @@ def refund(*entries: tuple[str, str], hits: int) -> Descriptor:
 
 def consume(*entries: tuple[str, str], hits: int) -> Descriptor:
     return Descriptor(tuple(entries), hits_addend=hits)
-
-
-def preset(h: Any, key: str, value: int, ttl: int = 3600) -> None:
-    h.backend._counters[key] = [value, int(h.clock.now) + ttl]
-
-
-def counter(h: Any, key: str) -> int | None:
-    entry = h.backend._counters.get(key)
-    return None if entry is None else entry[0]
 
 
 def brief(st: Any) -> tuple:

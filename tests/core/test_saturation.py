@@ -11,21 +11,13 @@ itself) and a counter never passes COUNTER_MAX (2^63-1, Redis' signed range).
 from __future__ import annotations
 
 import pytest
-from support.core import memory_decider
+from support.core import memory_decider, suite_config
 
 from ratelimitd import keys
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: s
-    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_window}
-  - key: t
-    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket}
-"""
+# d: k 10/hour fixed window, s sliding window, t token bucket (as tests/redis/test_saturation.py).
+CONFIG = suite_config("saturation")
 HUGE = 2**64 - 1
 
 

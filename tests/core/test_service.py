@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from support.core import CONFIGS
+from support.core import CONFIGS, suite_config
 
 from ratelimitd.backends import BackendError, Op
 from ratelimitd.config import ConfigFile
@@ -28,99 +28,18 @@ from ratelimitd.transport.protocodec import decode_response, encode_response
 
 SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: foo
-    rate_limit: {unit: minute, requests_per_unit: 10, name: foo_limit}
-  - key: bar
-    rate_limit: {unit: minute, requests_per_unit: 5}
-  - key: second
-    rate_limit: {unit: second, requests_per_unit: 10}
-  - key: hour
-    rate_limit: {unit: hour, requests_per_unit: 3}
-  - key: shadow
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: quota2
-    quota_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-  - key: unl
-    rate_limit: {unlimited: true}
-  - key: free
-"""
-
-REPLACES = """
-domain: r
-descriptors:
-  - key: a
-    rate_limit: {unit: minute, requests_per_unit: 1, name: A}
-  - key: b
-    rate_limit: {unit: minute, requests_per_unit: 2, name: B, replaces: [{name: A}]}
-  - key: c
-    rate_limit: {unit: minute, requests_per_unit: 3, name: C, replaces: [{name: D}]}
-  - key: dd
-    rate_limit: {unit: minute, requests_per_unit: 4, name: D, replaces: [{name: C}]}
-  - key: u
-    rate_limit: {unlimited: true, name: U, replaces: [{name: A}]}
-  - key: plain
-    rate_limit: {unit: minute, requests_per_unit: 5}
-"""
-
-METADATA = """
-domain: m
-descriptors:
-  - key: one
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata:
-      name: service_1
-      nested: {x: 1, inner: {p: 1}}
-      list: [1, 2]
-  - key: two
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata:
-      name: service_2
-      other: o
-      nested: {x: 2, y: 2, inner: {p: 2, q: 2}}
-      list: [3]
-  - key: three
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata: {three: 3}
-  - key: sh
-    shadow_mode: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata: {shadowed: "y"}
-  - key: unl
-    rate_limit: {unlimited: true}
-    metadata: {unlimited: "y"}
-  - key: det
-    detailed_metric: true
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    metadata: {detailed: "y"}
-  - key: named
-    rate_limit: {unit: minute, requests_per_unit: 1, name: N}
-    metadata: {replaced: "y"}
-  - key: replacer
-    rate_limit: {unit: minute, requests_per_unit: 1, replaces: [{name: N}]}
-"""
+# d: foo 10/min (named foo_limit), bar 5/min, second 10/s, hour 3/h, shadow 1/min in shadow
+# mode, quota and quota2 1/min in quota mode, unl unlimited, free without a limit.
+CONFIG = suite_config("core_service")
+# r: a 1/min (A); b 2/min (B) replaces A; c 3/min (C) and dd 4/min (D) replace each other;
+# u unlimited (U) replaces A; plain 5/min.
+REPLACES = suite_config("core_service_replaces")
+# m: all 1/min with metadata: one and two (nested maps and lists that overlap), three, sh in
+# shadow mode, unl unlimited, det detailed_metric, named (N) replaced by replacer.
+METADATA = suite_config("core_service_metadata")
 
 BASIC = CONFIGS / "basic_config.yaml"
 NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58
-
-
-def rule_stats(h: Any, key: str) -> dict[str, float]:
-    names = (
-        "total_hits",
-        "over_limit",
-        "near_limit",
-        "within_limit",
-        "over_limit_with_local_cache",
-        "shadow_mode",
-    )
-    return {n: h.stat(f"ratelimit.service.rate_limit.{key}.{n}") for n in names}
 
 
 def exhaust(h: Any, domain: str, key: str, value: str, seconds: int, count: int) -> None:
@@ -283,7 +202,7 @@ async def test_rule_shadow_mode_turns_over_limit_into_ok(harness: Any) -> None:
     r = await h.decide("d", [("shadow", "x")], [("hello", "world")])
     assert r.overall_code == OK
     assert [brief(s) for s in r.statuses] == [(OK, 1, 0), (OK, None, 0)]
-    assert rule_stats(h, "d.shadow") == dict(
+    assert h.rule_stats("d.shadow") == dict(
         total_hits=1,
         over_limit=1,
         near_limit=0,
@@ -312,7 +231,7 @@ async def test_global_shadow_mode(harness: Any) -> None:
     assert r.overall_code == OK
     assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 10, 0), (OK, None, 0)]
     assert h.stat("ratelimit.service.global_shadow_mode") == 1
-    assert rule_stats(h, "d.foo")["over_limit"] == 1
+    assert h.rule_stats("d.foo")["over_limit"] == 1
     # Not counted when nothing was over.
     await h.decide("d", [("bar", "x")])
     assert h.stat("ratelimit.service.global_shadow_mode") == 1
@@ -340,75 +259,103 @@ async def test_options_swap_with_the_config(harness: Any) -> None:
 # --- quota mode ---------------------------------------------------------------------------
 
 
-async def test_rule_quota_some_over_is_ok(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    r = await h.decide("d", [("quota", "x")], [("quota2", "x")])
-    assert r.overall_code == OK
-    assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 1, 0), (OK, 1, 0)]
+LIMITS = {"foo": 10, "bar": 5, "quota": 1, "quota2": 1}  # of CONFIG, per minute
 
 
-async def test_rule_quota_all_over_is_over_limit(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    exhaust(h, "d", "quota2", "x", 60, 1)
-    r = await h.decide("d", [("quota", "x")], [("quota2", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OVER_LIMIT, OVER_LIMIT]
-
-
-async def test_regular_over_with_quota_ok_is_over_limit(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "bar", "x", 60, 5)
-    r = await h.decide("d", [("bar", "x")], [("quota", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OVER_LIMIT, OK]
-
-
-async def test_regular_ok_with_the_only_quota_over_is_over_limit(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    r = await h.decide("d", [("bar", "x")], [("quota", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OK, OVER_LIMIT]
-
-
-async def test_regular_ok_and_quota_ok_is_ok(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    r = await h.decide("d", [("bar", "x")], [("quota", "x")])
-    assert r.overall_code == OK
-
-
-async def test_global_quota_mode_all_over(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
-    exhaust(h, "d", "foo", "x", 60, 10)
-    exhaust(h, "d", "bar", "x", 60, 5)
-    r = await h.decide("d", [("foo", "x")], [("bar", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert codes(r) == [OVER_LIMIT, OVER_LIMIT]
-
-
-async def test_global_quota_mode_some_over(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
-    exhaust(h, "d", "foo", "x", 60, 10)
-    r = await h.decide("d", [("foo", "x")], [("bar", "x")])
-    assert r.overall_code == OK
-    assert codes(r) == [OVER_LIMIT, OK]
-
-
-async def test_global_quota_mode_descriptor_without_limit_passes(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=True))
-    exhaust(h, "d", "foo", "x", 60, 10)
-    r = await h.decide("d", [("foo", "x")], [("hello", "world")])
-    assert r.overall_code == OK
-
-
-async def test_quota_mode_ignores_unlimited_descriptors(harness: Any) -> None:
-    h = harness(CONFIG, now=NOW)
-    exhaust(h, "d", "quota", "x", 60, 1)
-    r = await h.decide("d", [("quota", "x")], [("unl", "x")])
-    assert r.overall_code == OVER_LIMIT
-    assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 1, 0), (OK, None, MAX_UINT32)]
+# Quota mode, of a rule (quota_mode: true) or global (ReloadOptions(quota_mode=True)): which
+# over-limit descriptors make the answer OVER_LIMIT. `exhausted` rules are at their limit
+# before the request; every descriptor is (key, "x").
+@pytest.mark.parametrize(
+    ("exhausted", "requested", "global_quota", "overall", "statuses"),
+    [
+        pytest.param(
+            ["quota"],
+            ["quota", "quota2"],
+            False,
+            OK,
+            [(OVER_LIMIT, 1, 0), (OK, 1, 0)],
+            id="rule_quota_some_over_is_ok",
+        ),
+        pytest.param(
+            ["quota", "quota2"],
+            ["quota", "quota2"],
+            False,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 1, 0), (OVER_LIMIT, 1, 0)],
+            id="rule_quota_all_over_is_over_limit",
+        ),
+        pytest.param(
+            ["bar"],
+            ["bar", "quota"],
+            False,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 5, 0), (OK, 1, 0)],
+            id="regular_over_with_quota_ok_is_over_limit",
+        ),
+        pytest.param(
+            ["quota"],
+            ["bar", "quota"],
+            False,
+            OVER_LIMIT,
+            [(OK, 5, 4), (OVER_LIMIT, 1, 0)],
+            id="regular_ok_with_the_only_quota_over_is_over_limit",
+        ),
+        pytest.param(
+            [],
+            ["bar", "quota"],
+            False,
+            OK,
+            [(OK, 5, 4), (OK, 1, 0)],
+            id="regular_ok_and_quota_ok_is_ok",
+        ),
+        pytest.param(
+            ["foo", "bar"],
+            ["foo", "bar"],
+            True,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 10, 0), (OVER_LIMIT, 5, 0)],
+            id="global_quota_mode_all_over",
+        ),
+        pytest.param(
+            ["foo"],
+            ["foo", "bar"],
+            True,
+            OK,
+            [(OVER_LIMIT, 10, 0), (OK, 5, 4)],
+            id="global_quota_mode_some_over",
+        ),
+        pytest.param(
+            ["foo"],
+            ["foo", "hello"],
+            True,
+            OK,
+            [(OVER_LIMIT, 10, 0), (OK, None, 0)],
+            id="global_quota_mode_descriptor_without_limit_passes",
+        ),
+        pytest.param(
+            ["quota"],
+            ["quota", "unl"],
+            False,
+            OVER_LIMIT,
+            [(OVER_LIMIT, 1, 0), (OK, None, MAX_UINT32)],
+            id="quota_mode_ignores_unlimited_descriptors",
+        ),
+    ],
+)
+async def test_quota_mode(
+    harness: Any,
+    exhausted: list[str],
+    requested: list[str],
+    global_quota: bool,
+    overall: int,
+    statuses: list[tuple],
+) -> None:
+    h = harness(CONFIG, now=NOW, options=ReloadOptions(quota_mode=global_quota))
+    for key in exhausted:
+        exhaust(h, "d", key, "x", 60, LIMITS[key])
+    r = await h.decide("d", *[[(key, "x")] for key in requested])
+    assert r.overall_code == overall
+    assert [brief(s) for s in r.statuses] == statuses
 
 
 # --- unlimited and replaces ------------------------------------------------------------------
@@ -421,7 +368,7 @@ async def test_unlimited(harness: Any) -> None:
     assert [brief(s) for s in r.statuses] == [(OK, None, MAX_UINT32), (OK, 10, 9)]
     assert r.statuses[0].duration_until_reset == 0
     assert list(h.backend._counters) == ["d_foo_x_2220"]
-    assert all(v == 0 for v in rule_stats(h, "d.unl").values())
+    assert all(v == 0 for v in h.rule_stats("d.unl").values())
 
 
 async def test_replaces_drops_the_named_limit(harness: Any) -> None:
@@ -431,8 +378,8 @@ async def test_replaces_drops_the_named_limit(harness: Any) -> None:
         statuses = {s.rule.name if s.rule else None: brief(s) for s in r.statuses}
         assert statuses == {None: (OK, None, 0), "B": statuses["B"]}
     assert not any(k.startswith("r_a_") for k in h.backend._counters)
-    assert rule_stats(h, "r.a")["total_hits"] == 0
-    assert rule_stats(h, "r.b")["total_hits"] == 2
+    assert h.rule_stats("r.a")["total_hits"] == 0
+    assert h.rule_stats("r.b")["total_hits"] == 2
 
 
 async def test_replaced_limit_is_not_enforced(harness: Any) -> None:
@@ -480,8 +427,8 @@ async def test_limit_override(harness: Any) -> None:
     assert st.duration_until_reset == 3600 - NOW % 3600
     # The cache key follows the request entries; the stats key is domain.k_v[.k].
     assert list(h.backend._counters) == ["d_foo_bar_k__0"]
-    assert rule_stats(h, "d.foo_bar.k")["total_hits"] == 1
-    assert rule_stats(h, "d.foo")["total_hits"] == 0
+    assert h.rule_stats("d.foo_bar.k")["total_hits"] == 1
+    assert h.rule_stats("d.foo")["total_hits"] == 0
 
 
 async def test_limit_override_applies_to_descriptors_without_a_rule(harness: Any) -> None:
@@ -489,7 +436,7 @@ async def test_limit_override_applies_to_descriptors_without_a_rule(harness: Any
     for _ in range(2):
         r = await h.decide("d", Descriptor((("hello", "world"),), limit=(1, MINUTE)))
     assert r.overall_code == OVER_LIMIT
-    assert rule_stats(h, "d.hello_world") == dict(
+    assert h.rule_stats("d.hello_world") == dict(
         total_hits=2,
         over_limit=1,
         near_limit=1,
@@ -845,7 +792,7 @@ async def test_metadata_lost_when_a_detailed_leaf_is_recreated(harness: Any) -> 
     r = await h.decide("m", [("det", "x")])
     assert r.statuses[0].code == OK
     assert "metadata" not in r.dynamic_metadata
-    assert rule_stats(h, "m.det_x")["total_hits"] == 1
+    assert h.rule_stats("m.det_x")["total_hits"] == 1
 
 
 async def test_metadata_not_from_replaced_limits(harness: Any) -> None:

@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import asyncio
 
-from support.core import memory_decider
+from support.core import memory_decider, suite_config
 
 from ratelimitd.messages import Descriptor
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.store import OVERFLOW_KEY
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: detailed
-    detailed_metric: true
-    rate_limit: {unit: hour, requests_per_unit: 10}
-"""
+# d: k 10/hour, detailed 10/hour with detailed_metric (a series per value).
+CONFIG = suite_config("core_stats_bounds")
 PREFIX = "ratelimit.service.rate_limit."
 FOLDED = "ratelimit.service.stats_series_folded"
 

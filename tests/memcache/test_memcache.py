@@ -7,6 +7,7 @@ import time
 import zlib
 
 from support import wait_until
+from support.core import suite_config
 
 from ratelimitd.backends.base import Op
 from ratelimitd.backends.memcache import (
@@ -17,15 +18,8 @@ from ratelimitd.backends.memcache import (
 )
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
 
-# now = 1_000_000: the MINUTE window starts at 999960, HOUR at 997200.
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: y
-    rate_limit: {unit: year, requests_per_unit: 5}
-"""
+# d: k 2/minute, y 5/year. now = 1_000_000: the MINUTE window starts at 999960, HOUR at 997200.
+CONFIG = suite_config("memcache")
 
 STAT_NAMES = [
     "ratelimit.memcache.multiget.__code=success",

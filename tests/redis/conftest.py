@@ -7,13 +7,13 @@ conftest.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from support import free_port
 from support.core import Decider
-from support.redis_server import RedisServers
+from support.redis_server import RedisServer, RedisServers
 
 from ratelimitd.core import build_core
 from ratelimitd.settings import Settings
@@ -69,3 +69,17 @@ async def decider() -> AsyncIterator[Callable[..., Any]]:
     yield build
     for d in built:
         await d.backend.close()
+
+
+@pytest.fixture
+def one_server(
+    servers: RedisServers, decider: Callable[..., Any]
+) -> Callable[..., Awaitable[tuple[RedisServer, Decider]]]:
+    """`server, d = await one_server(config_yaml, **env)`: a new redis-server and a connected
+    core on it (`decider` with REDIS_URL its address and the variables `env`)."""
+
+    async def start(config: str, **env: str) -> tuple[RedisServer, Decider]:
+        server = servers()
+        return server, await decider({"REDIS_URL": server.address, **env}, config)
+
+    return start

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from support import Clock
+from support.core import suite_config
 
 from ratelimitd import _keys_py
 from ratelimitd.backends.base import SLIDING_WINDOW, TOKEN_BUCKET, Op
@@ -24,22 +25,9 @@ from ratelimitd.messages import OK, OVER_LIMIT
 T0 = 1_000_000.0
 CALLERS = 200
 
-CONFIG = """
-domain: api
-descriptors:
-  - key: fixed
-    rate_limit: {unit: second, requests_per_unit: 20}
-  - key: sliding
-    rate_limit: {unit: second, requests_per_unit: 20, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: second, requests_per_unit: 20, algorithm: token_bucket}
-  - key: two
-    rate_limits:
-      - {unit: second, requests_per_unit: 20, algorithm: token_bucket}
-      - {unit: second, requests_per_unit: 50, unit_multiplier: 4, name: per_4s}
-  - key: pair
-    rate_limit: {unit: second, requests_per_unit: 3, unit_multiplier: 2}
-"""
+# api: fixed, sliding and bucket 20/s; two 20/s token bucket and 50 per 4 s (per_4s); pair 3
+# per 2 s.
+CONFIG = suite_config("redis_algorithms")
 
 # Rounds at T0 + 0, 0.25, ... 3.75 (four 1-second windows), 200 callers each.
 ROUNDS = [T0 + 0.25 * i for i in range(16)]

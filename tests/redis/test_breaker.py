@@ -8,13 +8,14 @@ import asyncio
 import time
 
 import pytest
+from support import wait_until
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.backends.breaker import BreakerOpen
 from ratelimitd.messages import OK, OVER_LIMIT
 from ratelimitd.service import Overloaded
 
-from .test_outages import _until
+from .test_outages import served
 
 CONFIG = """
 domain: d
@@ -31,9 +32,8 @@ async def codes(d, value: str, n: int) -> list[int]:
     return [(await d.decide("d", [("k", value)])).overall_code for _ in range(n)]
 
 
-async def test_breaker_opens_answers_at_once_and_closes_after_one_probe(servers, decider) -> None:
-    server = servers()
-    d = await decider({"REDIS_URL": server.address, **STALLED, **BREAKER}, CONFIG)
+async def test_breaker_opens_answers_at_once_and_closes_after_one_probe(one_server) -> None:
+    server, d = await one_server(CONFIG, **STALLED, **BREAKER)
     assert await codes(d, "a", 1) == [OK]
     assert d.health.detail()["breakers"] == {"redis": "closed"}
     server.pause()
@@ -55,14 +55,7 @@ async def test_breaker_opens_answers_at_once_and_closes_after_one_probe(servers,
     finally:
         server.resume()
 
-    async def closed() -> bool:
-        try:
-            await d.decide("d", [("k", "b")])
-        except BackendError:
-            return False
-        return True
-
-    await _until(closed)
+    await wait_until(lambda: served(d, "b"), timeout=15)
     assert d.health.detail()["breakers"] == {"redis": "closed"}
     assert d.stat("ratelimit.redis_pool.breaker_state") == 0
     assert d.stat("ratelimit.redis_pool.breaker_opened") == 1
@@ -74,12 +67,8 @@ async def test_breaker_opens_answers_at_once_and_closes_after_one_probe(servers,
     ("policy", "expected"),
     [("allow", [OK, OK, OK]), ("deny", [OVER_LIMIT] * 3), ("local", [OK, OK, OVER_LIMIT])],
 )
-async def test_policy_decides_while_the_store_fails(servers, decider, policy, expected) -> None:
-    server = servers()
-    d = await decider(
-        {"REDIS_URL": server.address, "BACKEND_FAILURE_POLICY": policy, **STALLED, **BREAKER},
-        CONFIG,
-    )
+async def test_policy_decides_while_the_store_fails(one_server, policy, expected) -> None:
+    server, d = await one_server(CONFIG, BACKEND_FAILURE_POLICY=policy, **STALLED, **BREAKER)
     server.pause()
     try:
         got = await codes(d, "x", 3)
@@ -101,9 +90,8 @@ async def test_policy_decides_while_the_store_fails(servers, decider, policy, ex
         server.resume()
 
 
-async def test_without_a_policy_or_breaker_nothing_changes(servers, decider) -> None:
-    server = servers()
-    d = await decider({"REDIS_URL": server.address, **STALLED}, CONFIG)
+async def test_without_a_policy_or_breaker_nothing_changes(one_server) -> None:
+    server, d = await one_server(CONFIG, **STALLED)
     assert "breakers" not in d.health.detail()
     assert d.stat("ratelimit.redis_pool.breaker_state") == 0  # no such gauge
     assert "ratelimit.redis_pool.breaker_state" not in d.stats.snapshot()
@@ -119,12 +107,8 @@ async def test_without_a_policy_or_breaker_nothing_changes(servers, decider) -> 
         server.resume()
 
 
-async def test_in_flight_decisions_are_bounded(servers, decider) -> None:
-    server = servers()
-    d = await decider(
-        {"REDIS_URL": server.address, "REDIS_REQUEST_TIMEOUT": "2s", "MAX_INFLIGHT_DECISIONS": "5"},
-        CONFIG,
-    )
+async def test_in_flight_decisions_are_bounded(one_server) -> None:
+    server, d = await one_server(CONFIG, REDIS_REQUEST_TIMEOUT="2s", MAX_INFLIGHT_DECISIONS="5")
     assert await codes(d, "a", 1) == [OK]
     server.pause()
     try:
@@ -168,22 +152,15 @@ async def test_per_second_instance_has_its_own_breaker(servers, decider) -> None
         per_second.resume()
 
 
-async def test_after_a_restart_the_first_probe_closes_it(servers, decider) -> None:
+async def test_after_a_restart_the_first_probe_closes_it(servers, one_server) -> None:
     # The pool's reconnect backoff may not have re-dialled yet when the probe is due: the
     # probe dials, so a store that is back closes the breaker within one probe interval.
-    server = servers()
-    d = await decider(
-        {
-            "REDIS_URL": server.address,
-            **STALLED,
-            "BACKEND_BREAKER_FAILURES": "1",
-            "BACKEND_BREAKER_PROBE_INTERVAL": "500ms",
-        },
-        CONFIG,
+    server, d = await one_server(
+        CONFIG, **STALLED, BACKEND_BREAKER_FAILURES="1", BACKEND_BREAKER_PROBE_INTERVAL="500ms"
     )
     port = server.port
     server.close()
-    await _until(lambda: not d.backend.main.pools()[0].conns)
+    await wait_until(lambda: not d.backend.main.pools()[0].conns, timeout=15)
     with pytest.raises(BackendError):
         await d.decide("d", [("k", "a")])
     assert d.health.detail()["breakers"] == {"redis": "open"}

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from support import wait_for
+from support.core import suite_config
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.backends.redis import key_slot
@@ -15,22 +16,9 @@ from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
 
 NOW = 1_000_000
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-  - key: small
-    rate_limit: {unit: hour, requests_per_unit: 2}
-  - key: sliding
-    rate_limit: {unit: second, requests_per_unit: 2, algorithm: sliding_window}
-  - key: bucket
-    rate_limit: {unit: second, requests_per_unit: 2, algorithm: token_bucket}
-  - key: two
-    rate_limits:
-      - {unit: second, requests_per_unit: 2, algorithm: token_bucket}
-      - {unit: hour, requests_per_unit: 5, name: hourly}
-"""
+# d: k 1000/h, small 2/h, sliding 2/s sliding window, bucket 2/s token bucket, two 2/s token
+# bucket and 5/h (hourly).
+CONFIG = suite_config("redis_cluster")
 
 
 def clock() -> float:

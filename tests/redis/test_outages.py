@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from support import wait_until
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import RedisBackend
@@ -57,21 +58,21 @@ async def timed(d, value: str) -> tuple[float, object]:
     return time.monotonic() - start, result
 
 
-async def test_stopped_redis_fails_fast_and_recovers(servers, decider) -> None:
-    server = servers()
-    d = await decider(
-        {
-            "REDIS_URL": server.address,
-            "REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "true",
-            "REDIS_REQUEST_TIMEOUT": "50ms",
-        },
-        CONFIG,
+async def served(d, value: str) -> bool:
+    """True when a decision on (k, value) is served (no BackendError)."""
+    _, result = await timed(d, value)
+    return not isinstance(result, BackendError)
+
+
+async def test_stopped_redis_fails_fast_and_recovers(servers, one_server) -> None:
+    server, d = await one_server(
+        CONFIG, REDIS_HEALTH_CHECK_ACTIVE_CONNECTION="true", REDIS_REQUEST_TIMEOUT="50ms"
     )
     assert (await d.decide("d", [("k", "a")])).overall_code == OK
     assert d.health.healthy()
 
     server.stop()
-    await _until(lambda: not d.health.healthy())
+    await wait_until(lambda: not d.health.healthy(), timeout=15)
     watch = LoopWatch()
     for i in range(20):
         elapsed, result = await timed(d, f"down{i}")
@@ -83,26 +84,15 @@ async def test_stopped_redis_fails_fast_and_recovers(servers, decider) -> None:
 
     servers(port=server.port)  # Redis returns on the same address: no restart of ours
 
-    async def served() -> bool:
-        _, result = await timed(d, "back")
-        return not isinstance(result, BackendError)
-
-    await _until(served)
-    await _until(lambda: d.stat("ratelimit.redis_pool.cx_active") == 2)
+    await wait_until(lambda: served(d, "back"), timeout=15)
+    await wait_until(lambda: d.stat("ratelimit.redis_pool.cx_active") == 2, timeout=15)
     assert d.health.healthy()
     assert d.stat("ratelimit.redis_pool.cx_total") >= 4
 
 
-async def test_paused_redis_bounded_latency_no_pile_up(servers, decider) -> None:
-    server = servers()
-    d = await decider(
-        {
-            "REDIS_URL": server.address,
-            "REDIS_TIMEOUT": "300ms",
-            "REDIS_POOL_SIZE": "2",
-            "REDIS_REQUEST_TIMEOUT": "50ms",
-        },
-        CONFIG,
+async def test_paused_redis_bounded_latency_no_pile_up(one_server) -> None:
+    server, d = await one_server(
+        CONFIG, REDIS_TIMEOUT="300ms", REDIS_POOL_SIZE="2", REDIS_REQUEST_TIMEOUT="50ms"
     )
     assert (await d.decide("d", [("k", "a")])).overall_code == OK
     pools = d.backend.main.pools()
@@ -132,26 +122,22 @@ async def test_paused_redis_bounded_latency_no_pile_up(servers, decider) -> None
         server.resume()
         await watch.stop()
 
-    async def served() -> bool:
-        _, result = await timed(d, "back")
-        return not isinstance(result, BackendError)
-
-    await _until(served)
+    await wait_until(lambda: served(d, "back"), timeout=15)
     assert server.client().get("d_k_back_" + str(int(time.time()) // 60 * 60)) is not None
+
+
+def bounded_backend(server, **settings) -> RedisBackend:
+    """A RedisBackend on `server` (RedisSettings `settings`) with 10 commands in flight at most
+    per connection."""
+    return RedisBackend(
+        RedisSettings(type="single", socket_type="tcp", url=server.address, **settings),
+        max_in_flight=10,
+    )
 
 
 async def test_in_flight_bound_fails_fast(servers) -> None:
     server = servers()
-    backend = RedisBackend(
-        RedisSettings(
-            type="single",
-            socket_type="tcp",
-            url=server.address,
-            pool_size=1,
-            request_timeout=2.0,
-        ),
-        max_in_flight=10,
-    )
+    backend = bounded_backend(server, pool_size=1, request_timeout=2.0)
     await backend.connect()
     try:
         server.pause()
@@ -170,29 +156,9 @@ async def test_in_flight_bound_fails_fast(servers) -> None:
         await backend.close()
 
 
-async def _until(check, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
 async def test_burst_is_split_over_connections_up_to_the_bound(servers) -> None:
     server = servers()
-    backend = RedisBackend(
-        RedisSettings(
-            type="single",
-            socket_type="tcp",
-            url=server.address,
-            pool_size=2,
-        ),
-        max_in_flight=10,
-    )
+    backend = bounded_backend(server, pool_size=2)
     await backend.connect()
     try:
         ok = await asyncio.gather(*(backend.increment([Op("a", 1, 60)]) for _ in range(10)))
@@ -209,17 +175,9 @@ async def test_burst_is_split_over_connections_up_to_the_bound(servers) -> None:
 
 
 async def test_a_momentary_stall_fails_its_requests_but_keeps_the_connections(
-    servers, decider
+    one_server,
 ) -> None:
-    server = servers()
-    d = await decider(
-        {
-            "REDIS_URL": server.address,
-            "REDIS_POOL_SIZE": "2",
-            "REDIS_REQUEST_TIMEOUT": "50ms",
-        },
-        CONFIG,
-    )
+    server, d = await one_server(CONFIG, REDIS_POOL_SIZE="2", REDIS_REQUEST_TIMEOUT="50ms")
     assert (await d.decide("d", [("k", "a")])).overall_code == OK
     closed_before = d.stat("ratelimit.redis_pool.cx_local_close")
     server.pause()

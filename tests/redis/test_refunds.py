@@ -5,16 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+from support.core import suite_config
+
 from ratelimitd.messages import OK, Descriptor, Request
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: s
-    rate_limit: {unit: second, requests_per_unit: 10}
-"""
+# d: k 10/hour (main instance), s 10/second (the per-second instance when there is one).
+CONFIG = suite_config("redis_refunds")
 
 
 def hour_key(value: str) -> str:

@@ -9,20 +9,13 @@ turns into no limit at all.
 from __future__ import annotations
 
 import pytest
+from support.core import suite_config
 
 from ratelimitd import keys
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: s
-    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_window}
-  - key: t
-    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket}
-"""
+# d: k 10/hour fixed window, s sliding window, t token bucket (as tests/core/test_saturation.py).
+CONFIG = suite_config("saturation")
 HUGE = 2**64 - 1
 
 

@@ -6,18 +6,13 @@ import asyncio
 import time
 
 from support import wait_for
+from support.core import suite_config
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.messages import OK
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-  - key: bucket
-    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: token_bucket}
-"""
+# d: k 1000/hour fixed window, bucket 1000/minute token bucket.
+CONFIG = suite_config("redis_sentinel")
 
 
 async def sentinel_decider(decider, sentinels):

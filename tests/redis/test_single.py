@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import uvloop
-from support.core import CONFIGS
+from support.core import CONFIGS, suite_config
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import create_redis_backend, go_duration, key_slot
@@ -20,29 +20,9 @@ from ratelimitd.stats import StatsStore
 
 NOW = 1_000_000  # SECOND window 1000000, MINUTE 999960, HOUR 997200, DAY 950400
 
-CONFIG = """
-domain: domain
-descriptors:
-  - key: key
-    value: value
-    rate_limit: {unit: second, requests_per_unit: 5}
-  - key: key2
-    value: value2
-    descriptors:
-      - key: subkey2
-        value: subvalue2
-        rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: key3
-    rate_limit: {unit: hour, requests_per_unit: 10}
-  - key: key4
-    rate_limit: {unit: day, requests_per_unit: 10}
-  - key: files
-    value: files/*
-    share_threshold: true
-    rate_limit: {unit: minute, requests_per_unit: 10}
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 10}
-"""
+# domain: key_value 5/s, key2_value2.subkey2_subvalue2 10/min, key3 10/h, key4 10/day,
+# files_files/* 10/min (share_threshold), k 10/min.
+CONFIG = suite_config("redis_single")
 
 
 def clock() -> float:
@@ -51,6 +31,12 @@ def clock() -> float:
 
 def tcp(server: Any, **env: str) -> dict[str, str]:
     return {"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": server.address, **env}
+
+
+async def decide_once(d: Any, server: Any) -> bytes:
+    """Decide (key, value) once through `d`: the counter it left on `server`."""
+    await d.decide("domain", [("key", "value")])
+    return server.client().get("domain_key_value_1000000")  # type: ignore[no-any-return]
 
 
 async def test_keys_and_ttls_are_the_reference_format(redis_server, decider) -> None:
@@ -119,31 +105,26 @@ async def test_unix_socket(servers, decider, tmp_path) -> None:
     server = servers("--unixsocket", path, "--unixsocketperm", "700")
     server.unixsocket = path
     d = await decider({"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": path}, CONFIG, clock=clock)
-    await d.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"1"
+    assert await decide_once(d, server) == b"1"
     # unix:// URLs work whatever REDIS_SOCKET_TYPE says.
     d2 = await decider({"REDIS_URL": f"unix://{path}"}, CONFIG, clock=clock)
-    await d2.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"2"
+    assert await decide_once(d2, server) == b"2"
 
 
 async def test_auth_password(servers, decider) -> None:
     server = servers(password="s3cret")
     d = await decider(tcp(server, REDIS_AUTH="s3cret"), CONFIG, clock=clock)
-    await d.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"1"
+    assert await decide_once(d, server) == b"1"
     # Credentials in a redis:// URL are used when REDIS_AUTH is empty.
     d2 = await decider({"REDIS_URL": f"redis://:s3cret@{server.address}"}, CONFIG, clock=clock)
-    await d2.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"2"
+    assert await decide_once(d2, server) == b"2"
 
 
 async def test_auth_acl_user(servers, decider) -> None:
     acl = ["rl", "on", ">userpw", "~domain_*", "+incrby", "+expire", "+get", "+ping", "+auth"]
     server = servers("--user", *acl, password="admin")
     d = await decider(tcp(server, REDIS_AUTH="rl:userpw"), CONFIG, clock=clock)
-    await d.decide("domain", [("key", "value")])
-    assert server.client().get("domain_key_value_1000000") == b"1"
+    assert await decide_once(d, server) == b"1"
 
 
 async def test_wrong_password_fails_startup_with_masked_url(servers, decider) -> None:

@@ -1,21 +1,26 @@
 """The decision core as the tests drive it: `ratelimitd.core.build_core` (the daemon's own
-factory) with shorthand for loading configs, deciding and reading a statistic."""
+factory) with shorthand for loading configs, deciding and reading a statistic; `drive`, a
+decision on the memory backend without an event loop (the benchmarks')."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
+from typing import Any
 
 from ratelimitd.config import ConfigFile, RuleSet
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import Descriptor, Request, Response
 from ratelimitd.settings import CacheSettings, ReloadOptions, Settings
+from ratelimitd.stats import RULE_STATS
 
 from .clock import Clock
 from .process import REPO
 
 # Copies of the reference service's own test configs (see tests/configs/README.md).
 CONFIGS = REPO / "tests" / "configs"
+# This project's own test and bench configs, named after their users (same README).
+SUITE_CONFIGS = CONFIGS / "suites"
 
 Config = str | Path | ConfigFile
 
@@ -31,6 +36,11 @@ def config_files(configs: Iterable[Config]) -> list[ConfigFile]:
         else:
             files.append(ConfigFile(f"config.{i}.yaml", c))
     return files
+
+
+def suite_config(name: str) -> str:
+    """The YAML text of tests/configs/suites/<name>.yaml."""
+    return (SUITE_CONFIGS / f"{name}.yaml").read_text()
 
 
 class Decider:
@@ -62,6 +72,24 @@ class Decider:
         """One statistic by full name (0 when never created)."""
         return self.stats.snapshot().get(name, 0)
 
+    def rule_stats(self, key: str) -> dict[str, float]:
+        """The six per-rule counters (total_hits, over_limit, ...) of stats key `key`
+        (`domain.key_value`): {name: value}."""
+        snapshot = self.stats.snapshot()
+        return {n: snapshot.get(f"ratelimit.service.rate_limit.{key}.{n}", 0) for n in RULE_STATS}
+
+
+def preset(decider: Decider, key: str, value: int, ttl: int = 3600) -> None:
+    """Set a counter of the memory backend as if earlier requests had counted it."""
+    now = int(decider.clock.now)  # type: ignore[attr-defined]  # a support.clock.Clock
+    decider.backend._counters[key] = [value, now + ttl]  # type: ignore[attr-defined]
+
+
+def counter(decider: Decider, key: str) -> int | None:
+    """A counter of the memory backend; None when it does not exist."""
+    entry = decider.backend._counters.get(key)  # type: ignore[attr-defined]
+    return None if entry is None else entry[0]  # type: ignore[no-any-return]
+
 
 def memory_decider(
     *configs: Config,
@@ -90,3 +118,12 @@ def memory_decider(
     decider = Decider(build_core(settings, clock=clock, impl=impl), clock)
     decider.load(*configs, merge_domains=merge_domains)
     return decider
+
+
+def drive(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (memory backend) without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    raise RuntimeError("the decision suspended")

@@ -1,4 +1,5 @@
-"""The daemon as users run it: `python -m ratelimitd serve` on free ports, and its clients.
+"""The daemon as users run it: `python -m ratelimitd serve` on free ports, and its clients;
+`run_check_config`, its config checker.
 
 `daemon_environment` is the environment of a daemon serving `<runtime_root>/config/*.yaml`;
 RATELIMITD_WORKERS=N in it starts the supervisor and N workers (`worker_pids()` lists them).
@@ -9,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from ratelimitd.client import RateLimitClient
 from ratelimitd.messages import Response
 
 from .process import REPO, Proc, start_bound
-from .ready import free_port
+from .ready import free_port, http_request
 
 
 def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
@@ -44,6 +45,26 @@ def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
         PYTHONPATH=str(REPO),
     )
     return with_fresh_ports(env) | overrides
+
+
+def run_check_config(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+    preexec_fn: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """`python -m ratelimitd check-config *args` run from the repository root (`env`: its
+    whole environment, default ours): exit status, stdout and stderr as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "ratelimitd", "check-config", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+        preexec_fn=preexec_fn,
+        check=False,
+    )
 
 
 def write_config(env: dict[str, str], name: str, text: str) -> Path:
@@ -84,13 +105,7 @@ class DaemonProcess(Proc):
         self, path: str, body: bytes | None = None, port: int | None = None, timeout: float = 10
     ) -> tuple[int, bytes]:
         """One HTTP request (POST with a body, else GET); (status, body)."""
-        url = f"http://127.0.0.1:{port or self.http_port}{path}"
-        req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, err.read()
+        return http_request(f"http://127.0.0.1:{port or self.http_port}{path}", body, timeout)
 
     def debug(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
         """One request to the debug server."""

@@ -58,6 +58,30 @@ def _route(prefix: str, rate_limits: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _listener(name: str, port: int, route_lines: str, http_filters: str = "") -> str:
+    """A listener `name` on `port`: an HTTP connection manager with the routes (YAML lines at
+    the routes' indentation) and `http_filters` before the router."""
+    return f"""
+  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": {HCM}
+          stat_prefix: {name}_http
+          route_config:
+            virtual_hosts:
+            - name: {name}
+              domains: ["*"]
+              routes:
+{route_lines}
+          http_filters:{http_filters}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": {ROUTER}"""
+
+
 # Request headers the backend sends back as `echo-<name>` response headers: what reached the
 # upstream (RLS request_headers_to_add, LIMIT_REQUEST_HEADERS_ENABLED).
 ECHOED = ("x-rl-limit", "x-rl-remaining", "x-rl-reset")
@@ -131,49 +155,17 @@ def envoy_config(
     route_lines = "\n".join(
         _route(prefix, limits if rls_port is not None else ()) for prefix, limits in routes.items()
     )
+    backend_route = f"""              - match: {{ prefix: "/" }}
+                direct_response: {{ status: 200, body: {{ inline_string: "ok\\n" }} }}
+                response_headers_to_add:{echoed}"""
+    listeners = _listener("ingress", listen_port, route_lines, rl_filter) + _listener(
+        "backend", backend_port, backend_route
+    )
     return f"""
 admin:
   address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }}
 static_resources:
-  listeners:
-  - name: ingress
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen_port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": {HCM}
-          stat_prefix: ingress_http
-          route_config:
-            virtual_hosts:
-            - name: ingress
-              domains: ["*"]
-              routes:
-{route_lines}
-          http_filters:{rl_filter}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": {ROUTER}
-  - name: backend
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": {HCM}
-          stat_prefix: backend_http
-          route_config:
-            virtual_hosts:
-            - name: backend
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                direct_response: {{ status: 200, body: {{ inline_string: "ok\\n" }} }}
-                response_headers_to_add:{echoed}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": {ROUTER}
+  listeners:{listeners}
   clusters:
   - name: backend
     type: STATIC

@@ -40,13 +40,20 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of one GET; an HTTP error status is an answer, not an exception."""
+def http_request(url: str, body: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of one POST of `body`, or GET without one; an HTTP error status is an
+    answer, not an exception."""
+    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    """(status, body) of one GET; an HTTP error status is an answer, not an exception."""
+    return http_request(url, timeout=timeout)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:

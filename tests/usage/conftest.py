@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from support.core import suite_config
 from support.daemon import DaemonProcess, start_redis_daemon
 from support.postgres_server import PostgresServer
 from support.process import REPO, start_bound
@@ -20,23 +21,9 @@ from .usage_helpers import OPEN_STORES, session_sqlite_path
 RATELIMIT_CONFIG = REPO / "sidecars" / "usage" / "ratelimit-config.yaml"
 
 # The test ratelimitd config: the shipped rules with rates high enough that only the tests
-# that mean to hit a limit do (`tight` accounts: 3 per minute).
-TEST_CONFIG = """
-domain: api
-descriptors:
-  - key: remote_address
-    rate_limit: {unit: minute, requests_per_unit: 100000}
-  - key: account
-    rate_limit: {unit: second, requests_per_unit: 100000}
-  - key: plan
-    value: free
-    descriptors:
-      - key: account
-        value: tight
-        rate_limit: {unit: minute, requests_per_unit: 3}
-      - key: account
-        rate_limit: {unit: second, requests_per_unit: 100000}
-"""
+# that mean to hit a limit do. api: remote_address 100000/min, account 100000/s, plan free
+# with account `tight` 3/min (other accounts 100000/s).
+TEST_CONFIG = suite_config("usage_daemon")
 
 
 def start_sidecar(env: dict[str, str], log_path: Path, workers: int = 2) -> Gunicorn:

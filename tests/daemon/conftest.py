@@ -1,6 +1,7 @@
 """Fixtures of the daemon tests (the suite-wide ones are in tests/conftest.py): a daemon run
-until it exits; the gRPC transports started in the test's event loop (test_grpc*.py, client
-side in support.grpc_rls)."""
+until it exits; the gRPC transports (test_grpc*.py, client side in support.grpc_rls) and the
+HTTP main and debug servers (test_http*.py, client side in support.http_transport) started
+in the test's event loop."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from typing import Any
 
 import pytest
 from support.grpc_rls import CONFIG, Served, plain_settings, tls_settings
+from support.http_transport import CONFIG as HTTP_CONFIG
+from support.http_transport import Servers
 from support.pki import Pki
 
 from ratelimitd.health import Health
 from ratelimitd.service import RateLimitService
-from ratelimitd.settings import Settings
+from ratelimitd.settings import DebugSettings, Settings
+from ratelimitd.transport.debug import debug_routes
 from ratelimitd.transport.grpc import GrpcTransport
+from ratelimitd.transport.http import main_routes, start_http_server
 from ratelimitd.transport.native import NativeGrpcTransport
 
 Exited = subprocess.CompletedProcess[str]
@@ -87,3 +92,39 @@ def serve_tls(
         return await serve(h.service, h.stats, settings=tls_settings(certs, tmp_path, **overrides))
 
     return start
+
+
+# -- HTTP servers (test_http*.py) --------------------------------------------------------
+
+
+# The debug server's profile endpoint on (it is off by default).
+PROFILING = DebugSettings(profile_enabled=True)
+
+
+@pytest.fixture
+async def make_servers(harness: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+    """make_servers(yaml, **harness_kwargs) -> Servers (closed at teardown)."""
+    started: list[Servers] = []
+
+    async def make(
+        config: str = HTTP_CONFIG, debug_settings: DebugSettings = PROFILING, **kwargs: Any
+    ) -> Servers:
+        h = harness(config, **kwargs)
+        health = Health()
+        health.register("backend", True)
+        main = await start_http_server(main_routes(h.service, health), "127.0.0.1", 0)
+        debug = await start_http_server(
+            debug_routes(h.service, h.stats, settings=debug_settings), "127.0.0.1", 0
+        )
+        servers = Servers(h, health, main, debug)
+        started.append(servers)
+        return servers
+
+    yield make
+    for servers in started:
+        await servers.close()
+
+
+@pytest.fixture
+async def srv(make_servers: Callable[..., Any]) -> Servers:
+    return await make_servers()

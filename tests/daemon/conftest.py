@@ -1,12 +1,29 @@
-"""Fixtures of the daemon tests (the suite-wide ones are in tests/conftest.py)."""
+"""Fixtures of the daemon tests (the suite-wide ones are in tests/conftest.py): a daemon run
+until it exits; the gRPC transports (test_grpc*.py, client side in support.grpc_rls) and the
+HTTP main and debug servers (test_http*.py, client side in support.http_transport) started
+in the test's event loop."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
+from support.grpc_rls import CONFIG, Served, plain_settings, tls_settings
+from support.http_transport import CONFIG as HTTP_CONFIG
+from support.http_transport import Servers
+from support.pki import Pki
+
+from ratelimitd.health import Health
+from ratelimitd.service import RateLimitService
+from ratelimitd.settings import DebugSettings, Settings
+from ratelimitd.transport.debug import debug_routes
+from ratelimitd.transport.grpc import GrpcTransport
+from ratelimitd.transport.http import main_routes, start_http_server
+from ratelimitd.transport.native import NativeGrpcTransport
 
 Exited = subprocess.CompletedProcess[str]
 
@@ -21,3 +38,93 @@ def serve_until_exit() -> Callable[[dict[str, str], float], Exited]:
         return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+# -- gRPC transports (test_grpc*.py) -----------------------------------------------------
+
+
+# Both gRPC transports pass every test that takes `transport_cls` or `serve`
+# (GRPC_TRANSPORT=native|grpcio).
+TRANSPORTS = {"native": NativeGrpcTransport, "grpcio": GrpcTransport}
+
+
+@pytest.fixture(params=list(TRANSPORTS))
+def transport_cls(request: pytest.FixtureRequest) -> type[Any]:
+    """The gRPC transport class under test."""
+    return TRANSPORTS[request.param]
+
+
+@pytest.fixture
+async def serve(transport_cls: type[Any]) -> AsyncIterator[Callable[..., Any]]:
+    """Start a transport: `await serve(service, stats, settings=..., health=...)`."""
+    started: list[Any] = []
+
+    async def start(
+        service: RateLimitService,
+        stats: Any,
+        settings: Settings | None = None,
+        health: Health | None = None,
+    ) -> Served:
+        if health is None:
+            health = Health()
+            health.register("backend", True)
+        settings = settings or plain_settings()
+        transport = transport_cls(settings, service, health, stats)
+        await transport.start()
+        started.append(transport)
+        target = transport.address if settings.listeners.grpc_uds else f"127.0.0.1:{transport.port}"
+        return Served(transport, target)
+
+    yield start
+    for transport in started:
+        await transport.stop(0)
+
+
+@pytest.fixture
+def serve_tls(
+    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
+) -> Callable[..., Awaitable[Served]]:
+    """Start a transport deciding on CONFIG over TLS: `await serve_tls(**overrides)`, the
+    overrides GrpcSettings fields over `tls_settings` (its files in tmp_path)."""
+
+    async def start(**overrides: Any) -> Served:
+        h = harness(CONFIG)
+        return await serve(h.service, h.stats, settings=tls_settings(certs, tmp_path, **overrides))
+
+    return start
+
+
+# -- HTTP servers (test_http*.py) --------------------------------------------------------
+
+
+# The debug server's profile endpoint on (it is off by default).
+PROFILING = DebugSettings(profile_enabled=True)
+
+
+@pytest.fixture
+async def make_servers(harness: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+    """make_servers(yaml, **harness_kwargs) -> Servers (closed at teardown)."""
+    started: list[Servers] = []
+
+    async def make(
+        config: str = HTTP_CONFIG, debug_settings: DebugSettings = PROFILING, **kwargs: Any
+    ) -> Servers:
+        h = harness(config, **kwargs)
+        health = Health()
+        health.register("backend", True)
+        main = await start_http_server(main_routes(h.service, health), "127.0.0.1", 0)
+        debug = await start_http_server(
+            debug_routes(h.service, h.stats, settings=debug_settings), "127.0.0.1", 0
+        )
+        servers = Servers(h, health, main, debug)
+        started.append(servers)
+        return servers
+
+    yield make
+    for servers in started:
+        await servers.close()
+
+
+@pytest.fixture
+async def srv(make_servers: Callable[..., Any]) -> Servers:
+    return await make_servers()

@@ -1,19 +1,16 @@
 """The gRPC transport against a real grpc.aio server on a free port, called over real channels.
 
-Covers the RLS v3 wire format (our own protos against hand-encoded bytes), decisions and
-statuses, the reference's error statuses and texts, health, TLS / mTLS with certificates the
-test makes (openssl CLI) and replaces on disk, client SAN enforcement, unix sockets, connection
-options, and `ratelimitd client` run as a subprocess.
+Covers the RLS v3 wire format (our own protos against hand-encoded bytes), the codec, settings
+to server options, decisions and statuses, the reference's error statuses and texts, health,
+uvloop and unix sockets. TLS / mTLS is in test_grpc_tls.py, `ratelimitd client` in
+test_grpc_client.py, drain and deadlines in test_grpc_drain.py; the shared client side is
+support.grpc_rls and the `serve` fixtures are in conftest.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +19,20 @@ import grpc.aio
 import pytest
 import uvloop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from support.pki import Pki
+from support.grpc_rls import (
+    CHANNEL_OPTIONS,
+    CONFIG,
+    KV,
+    RESET,
+    TIMEOUT,
+    call,
+    plain_settings,
+    request,
+    rpc_error,
+)
 
-from ratelimitd._proto import base_pb2, ratelimit_pb2, ratelimit_unit_pb2, rls_pb2, rls_pb2_grpc
+from ratelimitd._proto import base_pb2, ratelimit_pb2, ratelimit_unit_pb2, rls_pb2
 from ratelimitd.backends.base import BackendError
-from ratelimitd.cli import _go_float, go_quote, parse_flags, proto_text
 from ratelimitd.config import ConfigFile, Rule
 from ratelimitd.core import build_core
 from ratelimitd.health import Health
@@ -36,120 +42,10 @@ from ratelimitd.settings import GrpcSettings, ListenerSettings, Settings
 from ratelimitd.transport import protocodec
 from ratelimitd.transport.grpc import (
     METHOD_PATH,
-    GrpcConfigError,
-    GrpcTransport,
     dns_name_matches,
     listen_address,
     server_options,
 )
-from ratelimitd.transport.native import NativeGrpcTransport
-
-REPO = Path(__file__).resolve().parents[2]
-
-CONFIG = """\
-domain: test
-descriptors:
-  - key: k
-    value: v
-    rate_limit:
-      unit: minute
-      requests_per_unit: 2
-      name: kv_limit
-  - key: unlimited
-    rate_limit:
-      unlimited: true
-"""
-# The harness clock stands at 1_000_000 s: 1_000_000 % 60 == 40, so 20 s are left.
-RESET = 20
-TIMEOUT = 5.0
-# Each test channel opens its own connections: grpc otherwise shares subchannels between
-# channels to one target, and a TLS test must see a fresh handshake.
-CHANNEL_OPTIONS = [("grpc.use_local_subchannel_pool", 1)]
-
-
-# -- helpers -----------------------------------------------------------------------------
-
-
-def plain_settings(grpc_uds: str = "", **grpc: Any) -> Settings:
-    """Settings for a loopback listener on a free port; `grpc` sets GrpcSettings fields."""
-    listeners = ListenerSettings(grpc_host="127.0.0.1", grpc_port=0, grpc_uds=grpc_uds)
-    return Settings(listeners=listeners, grpc=GrpcSettings(**grpc))
-
-
-def request(domain: str = "test", *descriptors: list[tuple[str, str]], hits: int = 0) -> Any:
-    """A RateLimitRequest built with the generated classes."""
-    msg = rls_pb2.RateLimitRequest(domain=domain, hits_addend=hits)
-    for entries in descriptors:
-        d = msg.descriptors.add()
-        for key, value in entries:
-            d.entries.add(key=key, value=value)
-    return msg
-
-
-KV = [("k", "v")]
-
-
-class Served:
-    """A started GrpcTransport plus channel factories for it."""
-
-    def __init__(self, transport: GrpcTransport, target: str) -> None:
-        self.transport = transport
-        self.target = target
-
-    def channel(self, credentials: grpc.ChannelCredentials | None = None) -> grpc.aio.Channel:
-        if credentials is None:
-            return grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
-        return grpc.aio.secure_channel(self.target, credentials, options=CHANNEL_OPTIONS)
-
-
-# Both gRPC transports pass every test below (GRPC_TRANSPORT=native|grpcio).
-TRANSPORTS = {"native": NativeGrpcTransport, "grpcio": GrpcTransport}
-
-
-@pytest.fixture(params=list(TRANSPORTS))
-def transport_cls(request: pytest.FixtureRequest) -> type[Any]:
-    """The gRPC transport class under test."""
-    return TRANSPORTS[request.param]
-
-
-@pytest.fixture
-async def serve(transport_cls: type[Any]) -> AsyncIterator[Callable[..., Any]]:
-    """Start a transport: `await serve(service, stats, settings=..., health=...)`."""
-    started: list[Any] = []
-
-    async def start(
-        service: RateLimitService,
-        stats: Any,
-        settings: Settings | None = None,
-        health: Health | None = None,
-    ) -> Served:
-        if health is None:
-            health = Health()
-            health.register("backend", True)
-        settings = settings or plain_settings()
-        transport = transport_cls(settings, service, health, stats)
-        await transport.start()
-        started.append(transport)
-        target = transport.address if settings.listeners.grpc_uds else f"127.0.0.1:{transport.port}"
-        return Served(transport, target)
-
-    yield start
-    for transport in started:
-        await transport.stop(0)
-
-
-async def call(channel: grpc.aio.Channel, msg: Any) -> Any:
-    """ShouldRateLimit through the generated stub."""
-    stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-    return await stub.ShouldRateLimit(msg, timeout=TIMEOUT)
-
-
-async def rpc_error(awaitable: Any) -> grpc.aio.AioRpcError:
-    """The AioRpcError an RPC fails with."""
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await awaitable
-    return info.value
-
 
 # -- wire format -------------------------------------------------------------------------
 
@@ -589,344 +485,3 @@ async def test_unix_socket(harness: Callable[..., Any], serve: Any, tmp_path: Pa
     assert path.exists()
     async with served.channel() as channel:
         assert (await call(channel, request("test", KV))).overall_code == OK
-
-
-# -- TLS (the test PKI `certs` fixture lives in conftest.py) ------------------------------
-
-
-def tls_settings(certs: Pki, root: Path, **overrides: Any) -> Settings:
-    """TLS settings whose cert/key are copies in `root` (so a test may replace them)."""
-    cert, key = root / "tls.pem", root / "tls.key"
-    shutil.copy(certs.server[0], cert)
-    shutil.copy(certs.server[1], key)
-    return plain_settings(
-        server_use_tls=True,
-        server_tls_cert=str(cert),
-        server_tls_key=str(key),
-        **overrides,
-    )
-
-
-@pytest.fixture
-def serve_tls(
-    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
-) -> Callable[..., Awaitable[Served]]:
-    """Start a transport deciding on CONFIG over TLS: `await serve_tls(**overrides)`, the
-    overrides GrpcSettings fields over `tls_settings` (its files in tmp_path)."""
-
-    async def start(**overrides: Any) -> Served:
-        h = harness(CONFIG)
-        return await serve(h.service, h.stats, settings=tls_settings(certs, tmp_path, **overrides))
-
-    return start
-
-
-async def test_tls(serve_tls: Callable[..., Awaitable[Served]], certs: Pki) -> None:
-    served = await serve_tls()
-    async with served.channel(certs.creds(certs.ca)) as channel:
-        assert (await call(channel, request("test", KV))).overall_code == OK
-    async with served.channel() as plaintext:
-        err = await rpc_error(call(plaintext, request("test", KV)))
-        assert err.code() == grpc.StatusCode.UNAVAILABLE
-    async with served.channel(certs.creds(certs.ca2)) as untrusted:
-        err = await rpc_error(call(untrusted, request("test", KV)))
-        assert err.code() == grpc.StatusCode.UNAVAILABLE
-
-
-async def test_tls_settings_need_cert_and_key(
-    harness: Callable[..., Any], transport_cls: type[Any]
-) -> None:
-    h = harness(CONFIG)
-    transport = transport_cls(plain_settings(server_use_tls=True), h.service, Health(), h.stats)
-    with pytest.raises(GrpcConfigError, match="GRPC_SERVER_TLS_CERT"):
-        await transport.start()
-    missing = plain_settings(
-        server_use_tls=True,
-        server_tls_cert="/nonexistent/tls.pem",
-        server_tls_key="/nonexistent/tls.key",
-    )
-    transport = transport_cls(missing, h.service, Health(), h.stats)
-    with pytest.raises(GrpcConfigError, match=r"/nonexistent/tls\.pem"):
-        await transport.start()
-
-
-async def test_mtls_requires_a_client_certificate(
-    serve_tls: Callable[..., Awaitable[Served]], certs: Pki
-) -> None:
-    served = await serve_tls(client_tls_cacert=str(certs.ca))
-    async with served.channel(certs.creds(certs.ca)) as anonymous:
-        err = await rpc_error(call(anonymous, request("test", KV)))
-        assert err.code() == grpc.StatusCode.UNAVAILABLE
-    async with served.channel(certs.creds(certs.ca, certs.client)) as channel:
-        assert (await call(channel, request("test", KV))).overall_code == OK
-
-
-async def test_certificate_replaced_on_disk_is_used_by_new_connections(
-    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
-) -> None:
-    h = harness(CONFIG)
-    settings = tls_settings(certs, tmp_path)
-    served = await serve(h.service, h.stats, settings=settings)
-    async with served.channel(certs.creds(certs.ca)) as before:
-        assert (await call(before, request("test", KV))).overall_code == OK
-        # Swap in a certificate from the second CA the way deployments do: write, rename.
-        for source, target in (
-            (certs.server2[0], settings.grpc.server_tls_cert),
-            (certs.server2[1], settings.grpc.server_tls_key),
-        ):
-            shutil.copy(source, target + ".new")
-            os.replace(target + ".new", target)
-        async with served.channel(certs.creds(certs.ca2)) as after:
-            assert (await call(after, request("test", KV))).overall_code == OK
-        async with served.channel(certs.creds(certs.ca)) as stale:
-            err = await rpc_error(call(stale, request("test", KV)))
-            assert err.code() == grpc.StatusCode.UNAVAILABLE
-        # A broken replacement keeps the certificates in force.
-        Path(settings.grpc.server_tls_cert).write_text("not a certificate")
-        async with served.channel(certs.creds(certs.ca2)) as kept:
-            assert (await call(kept, request("test", KV))).overall_code == OVER_LIMIT
-
-
-async def test_client_san_enforced(
-    harness: Callable[..., Any], serve: Any, certs: Pki, tmp_path: Path
-) -> None:
-    h = harness(CONFIG)
-    settings = tls_settings(
-        certs,
-        tmp_path,
-        client_tls_cacert=str(certs.ca),
-        client_tls_san="client.example.com",
-    )
-    served = await serve(h.service, h.stats, settings=settings)
-    native = isinstance(served.transport, NativeGrpcTransport)
-    async with served.channel(certs.creds(certs.ca, certs.other)) as wrong:
-        err = await rpc_error(call(wrong, request("test", KV)))
-        if native:
-            # Refused when the handshake completes, as the reference refuses it.
-            assert err.code() == grpc.StatusCode.UNAVAILABLE
-        else:
-            # grpc Python has no hook into certificate verification: refused per call.
-            assert err.code() == grpc.StatusCode.UNAUTHENTICATED
-            assert "client.example.com" in err.details()
-        health = health_pb2_grpc.HealthStub(wrong)
-        err = await rpc_error(health.Check(health_pb2.HealthCheckRequest(service="ratelimit")))
-        expected = grpc.StatusCode.UNAVAILABLE if native else grpc.StatusCode.UNAUTHENTICATED
-        assert err.code() == expected
-    async with served.channel(certs.creds(certs.ca, certs.client)) as right:
-        assert (await call(right, request("test", KV))).overall_code == OK
-        watch = health_pb2_grpc.HealthStub(right).Watch(
-            health_pb2.HealthCheckRequest(service="ratelimit"), timeout=TIMEOUT
-        )
-        first = await watch.read()
-        assert first.status == health_pb2.HealthCheckResponse.SERVING
-        watch.cancel()
-    assert h.stats.service.total_requests == 1
-
-
-# -- the client CLI ----------------------------------------------------------------------
-
-
-CLIENT = "import sys; from ratelimitd.cli import client_main; sys.exit(client_main(sys.argv[1:]))"
-
-
-async def run_client(*args: str) -> tuple[int, str, str]:
-    """`ratelimitd client ARGS` as a subprocess (the event loop keeps serving meanwhile)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        CLIENT,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-async def test_client_cli_ok_then_over_limit(harness: Callable[..., Any], serve: Any) -> None:
-    h = harness(CONFIG)
-    served = await serve(h.service, h.stats)
-    code, out, _ = await run_client(
-        "-dial_string", served.target, "-domain", "test", "-descriptors", "k=v"
-    )
-    assert code == 0
-    assert out.splitlines() == [
-        'Flag: --descriptors="[ <key=k, value=v> ] "',
-        f'Flag: --dial_string="{served.target}"',
-        'Flag: --domain="test"',
-        'Flag: --grpc-cert-file=""',
-        'Flag: --grpc-key-file=""',
-        'Flag: --grpc-server-ca-file=""',
-        'Flag: --grpc-use-tls="false"',
-        'Flag: --hits_addend="1"',
-        'Flag: --oltp-protocol=""',
-        'response: overall_code:OK statuses:{code:OK current_limit:{name:"kv_limit" '
-        "requests_per_unit:2 unit:MINUTE} limit_remaining:1 "
-        f"duration_until_reset:{{seconds:{RESET}}}}}",
-    ]
-    code, out, _ = await run_client(
-        f"--dial_string={served.target}", "--domain", "test", "--descriptors=k=v", "-hits_addend=2"
-    )
-    assert code == 0
-    assert 'Flag: --hits_addend="2"' in out
-    assert out.splitlines()[-1].startswith(
-        "response: overall_code:OVER_LIMIT statuses:{code:OVER_LIMIT"
-    )
-    code, out, _ = await run_client(
-        "--dial_string", served.target, "--domain", "test",
-        "--descriptors", "k=v,x=y", "--descriptors", "unlimited=1",
-    )  # fmt: skip
-    assert code == 0
-    assert (
-        'Flag: --descriptors="[ <key=k, value=v>  <key=x, value=y> ] [ <key=unlimited, value=1> ] "'
-        in out
-    )
-    assert out.splitlines()[-1] == (
-        "response: overall_code:OK statuses:{code:OK} statuses:{code:OK limit_remaining:4294967295}"
-    )
-
-
-@pytest.mark.parametrize("pairs", ["k", "k=v=w", "k=v,", ""])
-async def test_client_cli_malformed_pair(pairs: str) -> None:
-    code, out, err = await run_client("-domain", "test", "-descriptors", pairs)
-    assert code == 1
-    assert "invalid descriptor list" in err
-    assert out == ""
-
-
-async def test_client_cli_errors(harness: Callable[..., Any], serve: Any) -> None:
-    h = harness(CONFIG)
-    served = await serve(h.service, h.stats)
-    code, out, _ = await run_client("-dial_string", served.target, "-domain", "test")
-    assert code == 1
-    assert out.splitlines()[-1] == (
-        "request error: rpc error: code = Unknown "
-        "desc = rate limit descriptor list must not be empty"
-    )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = s.getsockname()[1]
-    code, out, _ = await run_client(
-        "-dial_string", f"127.0.0.1:{closed}", "-domain", "test", "-descriptors", "k=v"
-    )
-    assert code == 1
-    assert out.splitlines()[-1].startswith("request error: rpc error: code = Unavailable")
-    code, out, _ = await run_client(
-        "-grpc-use-tls", "-grpc-server-ca-file", "/nonexistent/ca.pem", "-descriptors", "k=v"
-    )
-    assert code == 1
-    assert out.splitlines()[-1].startswith("error connecting: ")
-    code, _, err = await run_client("-no-such-flag")
-    assert code == 2 and "flag provided but not defined: -no-such-flag" in err
-
-
-async def test_client_cli_mtls(serve_tls: Callable[..., Awaitable[Served]], certs: Pki) -> None:
-    served = await serve_tls(client_tls_cacert=str(certs.ca))
-    code, out, _ = await run_client(
-        "--dial_string", served.target, "--domain", "test", "--descriptors", "k=v",
-        "--grpc-use-tls", "--grpc-server-ca-file", str(certs.ca),
-        "--grpc-cert-file", str(certs.client[0]), "--grpc-key-file", str(certs.client[1]),
-    )  # fmt: skip
-    assert code == 0, out
-    assert 'Flag: --grpc-use-tls="true"' in out
-    assert out.splitlines()[-1].startswith("response: overall_code:OK")
-
-
-def test_client_flag_parsing_and_formatting() -> None:
-    flags = parse_flags(["--domain=d", "-descriptors", "a=b", "--grpc-use-tls=false", "rest"])
-    assert (flags.domain, flags.descriptors, flags.grpc_use_tls) == ("d", [[("a", "b")]], False)
-    assert parse_flags(["-hits_addend", "0x10"]).hits_addend == 16
-    assert go_quote('a"b\\c\n\x01é\u00a0') == '"a\\"b\\\\c\\n\\x01é\\u00a0"'
-    assert [_go_float(x) for x in (1.0, 1.5, 1e6, 123456.0, 1e-5, 0.0001, -2.5e21)] == [
-        "1",
-        "1.5",
-        "1e+06",
-        "123456",
-        "1e-05",
-        "0.0001",
-        "-2.5e+21",
-    ]
-    msg = rls_pb2.RateLimitResponse(overall_code=1)
-    msg.dynamic_metadata.update({"b": 1.0, "a": "x"})
-    assert proto_text(msg) == (
-        'overall_code:OK dynamic_metadata:{fields:{key:"a" value:{string_value:"x"}} '
-        'fields:{key:"b" value:{number_value:1}}}'
-    )
-
-
-# -- drain and deadlines (both transports) -----------------------------------------------
-
-
-class Gate:
-    """A service stand-in whose decisions wait until `release()`."""
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-        self.entered = asyncio.Event()
-        self.gate = asyncio.Event()
-        self.cancelled = 0
-
-    async def __call__(self, req: Request) -> Response:
-        self.entered.set()
-        try:
-            await self.gate.wait()
-        except asyncio.CancelledError:
-            self.cancelled += 1
-            raise
-        return await self.real(req)
-
-
-def gated_harness(harness: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Gate]:
-    """A harness on CONFIG whose service decides only once its Gate is released."""
-    h = harness(CONFIG)
-    gate = Gate(h.service.should_rate_limit)
-    monkeypatch.setattr(h.service, "should_rate_limit", gate)
-    # A limiter that waits (as Redis does): the native transport takes its task path.
-    monkeypatch.setattr(h.limiter, "synchronous", False)
-    return h, gate
-
-
-async def test_stop_drains_in_flight_calls(
-    harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    h, gate = gated_harness(harness, monkeypatch)
-    health = Health()
-    health.register("backend", True)
-    served = await serve(h.service, h.stats, health=health)
-    async with served.channel() as channel:
-        in_flight = asyncio.ensure_future(call(channel, request("test", KV)))
-        await asyncio.wait_for(gate.entered.wait(), TIMEOUT)
-        stopping = asyncio.ensure_future(served.transport.stop(TIMEOUT))
-        await asyncio.sleep(0.2)
-        assert not stopping.done()  # waiting for the call
-        # No new connections once stopping.
-        async with served.channel() as late:
-            err = await rpc_error(call(late, request("test", KV)))
-            assert err.code() == grpc.StatusCode.UNAVAILABLE
-        gate.gate.set()
-        assert (await in_flight).overall_code == OK
-        await asyncio.wait_for(stopping, TIMEOUT)
-    assert h.stats.service.total_requests == 1
-
-
-async def test_deadline_exceeded_cancels_the_pending_work(
-    harness: Callable[..., Any], serve: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    h, gate = gated_harness(harness, monkeypatch)
-    served = await serve(h.service, h.stats)
-    async with served.channel() as channel:
-        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
-        err = await rpc_error(stub.ShouldRateLimit(request("test", KV), timeout=0.3))
-        assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        # The server side gave up too: the waiting decision was cancelled.
-        await asyncio.wait_for(_until(lambda: gate.cancelled == 1), TIMEOUT)
-        gate.gate.set()
-        assert (await call(channel, request("test", KV))).overall_code == OK
-
-
-async def _until(predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await asyncio.sleep(0.01)

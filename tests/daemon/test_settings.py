@@ -1,4 +1,9 @@
-"""Settings from the environment: reference defaults, Go parsers, aliases, errors."""
+"""Settings from the environment: reference defaults, values read, the Go parsers, the
+backend choice and aliases, the Redis URL/auth helpers.
+
+Invalid values are in test_settings_errors.py; the stats sink and the reload-time overrides
+in test_settings_stats_reload.py; `load` and `error` are support.settings_env's.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +13,22 @@ import subprocess
 import sys
 
 import pytest
+from support.settings_env import error, load
 
 from ratelimitd.settings import (
     CacheSettings,
-    DogStatsdMogrifier,
     RedisSettings,
-    ReloadOptions,
     Settings,
-    SettingsError,
     mask_url,
     parse_go_bool,
     parse_go_duration,
     parse_go_int,
     redis_auth,
-    reload_options_from_env,
     unsupported,
 )
 
 # One REDIS_* variable so the backend is not defaulted to memory.
 REDIS = {"REDIS_SOCKET_TYPE": "tcp"}
-
-
-def load(**env: str) -> Settings:
-    return Settings.from_env(env)
-
-
-def error(**env: str) -> str:
-    with pytest.raises(SettingsError) as info:
-        Settings.from_env(env)
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 # --- defaults -------------------------------------------------------------------------------
@@ -401,148 +391,6 @@ def test_maps_and_lists() -> None:
     assert load(EXTRA_TAGS="url:http://x").stats.extra_tags == (("url", "http://x"),)
 
 
-# --- invalid values: one line naming the variable, the value and what is accepted -----------
-
-
-@pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"PORT": "abc"}, "PORT: invalid value 'abc' (expected an integer 0-65535)"),
-        ({"GRPC_PORT": "70000"}, "GRPC_PORT: invalid value '70000' (expected an integer 0-65535)"),
-        ({"DEBUG_PORT": "-1"}, "DEBUG_PORT: invalid value '-1' (expected an integer 0-65535)"),
-        ({"STATSD_PORT": "x"}, "STATSD_PORT: invalid value 'x' (expected an integer 0-65535)"),
-        (
-            {"LOG_LEVEL": "loud"},
-            "LOG_LEVEL: invalid value 'loud' "
-            "(accepted: trace, debug, info, warn, warning, error, fatal, panic)",
-        ),
-        (
-            {"REDIS_TYPE": "x"},
-            "REDIS_TYPE: invalid value 'x' (accepted: single, sentinel, cluster)",
-        ),
-        (
-            {"REDIS_PERSECOND_TYPE": "replica"},
-            "REDIS_PERSECOND_TYPE: invalid value 'replica' (accepted: single, sentinel, cluster)",
-        ),
-        (
-            {"BACKEND_TYPE": "dynamo"},
-            "BACKEND_TYPE: invalid value 'dynamo' (accepted: redis, memcache, memory)",
-        ),
-        (
-            {"CONFIG_TYPE": "file"},
-            "CONFIG_TYPE: invalid value 'file' (accepted: FILE, GRPC_XDS_SOTW)",
-        ),
-        (
-            {"NEAR_LIMIT_RATIO": "high"},
-            "NEAR_LIMIT_RATIO: invalid value 'high' (expected a number)",
-        ),
-        ({"NEAR_LIMIT_RATIO": "nan"}, "NEAR_LIMIT_RATIO: invalid value 'nan' (expected a number)"),
-        (
-            {"TRACING_SAMPLING_RATE": "1.5"},
-            "TRACING_SAMPLING_RATE: invalid value '1.5' (expected a number between 0 and 1)",
-        ),
-        (
-            {"TRACING_SAMPLING_RATE": "-0.1"},
-            "TRACING_SAMPLING_RATE: invalid value '-0.1' (expected a number between 0 and 1)",
-        ),
-        (
-            {"TRACING_EXPORTER_PROTOCOL": "udp"},
-            "TRACING_EXPORTER_PROTOCOL: invalid value 'udp' (accepted: http, grpc)",
-        ),
-        (
-            {"REDIS_SOCKET_TYPE": "udp"},
-            "REDIS_SOCKET_TYPE: invalid value 'udp' (accepted: tcp, unix)",
-        ),
-        (
-            {"REDIS_PERSECOND_SOCKET_TYPE": "pipe"},
-            "REDIS_PERSECOND_SOCKET_TYPE: invalid value 'pipe' (accepted: tcp, unix)",
-        ),
-        (
-            {"GRPC_MAX_CONNECTION_AGE": "10"},
-            "GRPC_MAX_CONNECTION_AGE: invalid value '10' "
-            "(expected a Go duration >= 0 such as 10s, 150us, 1h30m or 0)",
-        ),
-        (
-            {"REDIS_TIMEOUT": "-1s"},
-            "REDIS_TIMEOUT: invalid value '-1s' "
-            "(expected a Go duration >= 0 such as 10s, 150us, 1h30m or 0)",
-        ),
-        (
-            {"STATS_FLUSH_INTERVAL": "0"},
-            "STATS_FLUSH_INTERVAL: invalid value '0' "
-            "(expected a Go duration > 0 such as 10s, 150us, 1h30m or 0)",
-        ),
-        (
-            {"REDIS_CLUSTER_PIPELINE_PARALLELISM": "-1"},
-            "REDIS_CLUSTER_PIPELINE_PARALLELISM: invalid value '-1' (expected an integer >= 0)",
-        ),
-        (
-            {"REDIS_POOL_SIZE": "0"},
-            "REDIS_POOL_SIZE: invalid value '0' (expected an integer >= 1)",
-        ),
-        (
-            {"RATELIMITD_WORKERS": "0"},
-            "RATELIMITD_WORKERS: invalid value '0' (expected an integer >= 1)",
-        ),
-        (
-            {"EXPIRATION_JITTER_MAX_SECONDS": "1e3"},
-            "EXPIRATION_JITTER_MAX_SECONDS: invalid value '1e3' (expected an integer >= 0)",
-        ),
-        (
-            {"EXTRA_TAGS": "a:1,b"},
-            "EXTRA_TAGS: invalid value 'a:1,b' (expected k1:v1,k2:v2)",
-        ),
-        (
-            {"REDIS_URL": "mymaster", "REDIS_TYPE": "sentinel"},
-            "REDIS_URL: invalid value 'mymaster' "
-            "(a sentinel URL is 'master,host:port[,host:port...]')",
-        ),
-        (
-            {
-                "REDIS_PERSECOND": "true",
-                "REDIS_PERSECOND_TYPE": "SENTINEL",
-                "REDIS_PERSECOND_URL": "m",
-            },
-            "REDIS_PERSECOND_URL: invalid value 'm' "
-            "(a sentinel URL is 'master,host:port[,host:port...]')",
-        ),
-        (
-            {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "a:1", "MEMCACHE_SRV": "_m._tcp.x"},
-            "MEMCACHE_HOST_PORT, MEMCACHE_SRV: invalid combination "
-            "'MEMCACHE_HOST_PORT=a:1, MEMCACHE_SRV=_m._tcp.x' "
-            "(accepted: only one of MEMCACHE_HOST_PORT, MEMCACHE_SRV)",
-        ),
-        (
-            {"BACKEND_TYPE": "memcache", "MEMCACHE_SRV": "memcached.local"},
-            "MEMCACHE_SRV: invalid value 'memcached.local' (expected _service._proto.name)",
-        ),
-    ],
-)
-def test_invalid_values_give_one_clear_line(env: dict[str, str], message: str) -> None:
-    assert error(**env) == message
-
-
-def test_error_is_a_value_error_and_escapes_newlines() -> None:
-    with pytest.raises(ValueError, match=r"^PORT: invalid value '80\\n80'"):
-        load(PORT="80\n80")
-
-
-def test_sentinel_url_in_error_is_masked() -> None:
-    message = error(REDIS_TYPE="sentinel", REDIS_URL="redis://user:secret@m")
-    assert "secret" not in message
-    assert "'redis://*****@m'" in message
-
-
-def test_structural_checks_only_for_the_selected_backend() -> None:
-    # As the reference: those checks happen when that backend's client is built.
-    s = load(REDIS_TYPE="sentinel", REDIS_URL="m", BACKEND_TYPE="memcache", MEMCACHE_SRV="_a._b.c")
-    assert s.cache.backend == "memcache"
-    assert load(MEMCACHE_HOST_PORT="a:1", MEMCACHE_SRV="x").cache.backend == "redis"
-    # Sentinel with a master and one sentinel is fine; per-second is checked only when on.
-    assert load(REDIS_TYPE="sentinel", REDIS_URL="m,h:26379").redis.type == "sentinel"
-    assert load(REDIS_PERSECOND_TYPE="sentinel", REDIS_PERSECOND_URL="m").redis_persecond is None
-
-
 # --- backend choice and aliases -------------------------------------------------------------
 
 
@@ -608,92 +456,6 @@ def test_alias_errors_name_the_canonical_variable() -> None:
     )
 
 
-# --- stats sink -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("env", "sink"),
-    [
-        ({}, "statsd"),
-        ({"USE_STATSD": "false"}, "stdout"),
-        ({"USE_STATSD": "false", "USE_DOG_STATSD": "true"}, "dogstatsd"),
-        ({"USE_STATSD": "false", "USE_PROMETHEUS": "true"}, "prometheus"),
-        ({"DISABLE_STATS": "true"}, "null"),
-        ({"DISABLE_STATS": "true", "USE_DOG_STATSD": "1", "USE_PROMETHEUS": "1"}, "null"),
-    ],
-)
-def test_stats_sink_chosen_as_the_reference_runner(env: dict[str, str], sink: str) -> None:
-    assert Settings.from_env(env).stats.sink == sink
-
-
-@pytest.mark.parametrize(
-    ("env", "names"),
-    [
-        ({"USE_PROMETHEUS": "true"}, "USE_STATSD, USE_PROMETHEUS"),
-        ({"USE_DOG_STATSD": "true"}, "USE_DOG_STATSD, USE_STATSD"),
-        (
-            {"USE_STATSD": "0", "USE_DOG_STATSD": "true", "USE_PROMETHEUS": "T"},
-            "USE_DOG_STATSD, USE_PROMETHEUS",
-        ),
-    ],
-)
-def test_two_stats_sinks_are_refused(env: dict[str, str], names: str) -> None:
-    message = error(**env)
-    assert message.startswith(f"{names}: invalid combination ")
-    assert "USE_STATSD=false" in message  # tells the user how to fix the default
-
-
-def test_dogstatsd_mogrifiers() -> None:
-    s = load(
-        USE_STATSD="false",
-        USE_DOG_STATSD="true",
-        USE_DOG_STATSD_MOGRIFIERS="tag, second",
-        DOG_STATSD_MOGRIFIER_TAG_PATTERN=r"^ratelimit\.service\.rate_limit\.(.*)\.(.*)\.(.*)$",
-        DOG_STATSD_MOGRIFIER_TAG_NAME="ratelimit.service.rate_limit.$3",
-        DOG_STATSD_MOGRIFIER_TAG_TAGS="domain:$1,descriptor:$2",
-        DOG_STATSD_MOGRIFIER_SECOND_PATTERN="^x$",
-        DOG_STATSD_MOGRIFIER_SECOND_NAME="y",
-    )
-    assert s.stats.dog_statsd_mogrifier_names == ("tag", "second")
-    first, second = s.stats.dog_statsd_mogrifiers
-    assert first == DogStatsdMogrifier(
-        name="TAG",
-        pattern=r"^ratelimit\.service\.rate_limit\.(.*)\.(.*)\.(.*)$",
-        metric_name="ratelimit.service.rate_limit.$3",
-        tags=(("domain", "$1"), ("descriptor", "$2")),
-    )
-    assert first.regex.match("ratelimit.service.rate_limit.d.k.total_hits") is not None
-    assert second == DogStatsdMogrifier("SECOND", "^x$", "y", ())
-
-
-def test_mogrifiers_ignored_without_the_dogstatsd_sink() -> None:
-    assert load(USE_DOG_STATSD_MOGRIFIERS="A").stats.dog_statsd_mogrifiers == ()
-
-
-@pytest.mark.parametrize(
-    ("extra", "start"),
-    [
-        ({}, "DOG_STATSD_MOGRIFIER_A_PATTERN: invalid value ''"),
-        ({"DOG_STATSD_MOGRIFIER_A_PATTERN": "("},
-         "DOG_STATSD_MOGRIFIER_A_PATTERN: invalid value '('"),
-        ({"DOG_STATSD_MOGRIFIER_A_PATTERN": "x"}, "DOG_STATSD_MOGRIFIER_A_NAME: invalid value ''"),
-        (
-            {"DOG_STATSD_MOGRIFIER_A_PATTERN": "x", "DOG_STATSD_MOGRIFIER_A_NAME": "n",
-             "DOG_STATSD_MOGRIFIER_A_TAGS": ":5"},
-            "DOG_STATSD_MOGRIFIER_A_TAGS: invalid value ':5'",
-        ),
-        (
-            {"DOG_STATSD_MOGRIFIER_A_PATTERN": "x", "DOG_STATSD_MOGRIFIER_A_NAME": "n",
-             "DOG_STATSD_MOGRIFIER_A_TAGS": "domain:$1,descriptor:"},
-            "DOG_STATSD_MOGRIFIER_A_TAGS: invalid value 'domain:$1,descriptor:'",
-        ),
-    ],
-)  # fmt: skip
-def test_invalid_mogrifiers(extra: dict[str, str], start: str) -> None:
-    env = {"USE_STATSD": "false", "USE_DOG_STATSD": "true", "USE_DOG_STATSD_MOGRIFIERS": "a"}
-    assert error(**env, **extra).startswith(start)
-
-
 # --- helpers --------------------------------------------------------------------------------
 
 
@@ -730,78 +492,3 @@ def test_mask_url(url: str, masked: str) -> None:
 )
 def test_redis_auth(auth: str, parts: tuple[str | None, str | None]) -> None:
     assert redis_auth(auth) == parts
-
-
-# --- reload-time overrides ------------------------------------------------------------------
-
-
-def test_reload_options_from_env() -> None:
-    options = reload_options_from_env(
-        {
-            "SHADOW_MODE": "true",
-            "QUOTA_MODE": "1",
-            "RESPONSE_DYNAMIC_METADATA": "T",
-            "LIMIT_RESPONSE_HEADERS_ENABLED": "True",
-            "LIMIT_LIMIT_HEADER": "X-Limit",
-            "LIMIT_REMAINING_HEADER": "X-Remaining",
-            "LIMIT_RESET_HEADER": "X-Reset",
-            "MERGE_DOMAIN_CONFIG": "TRUE",
-            "PORT": "not-read-here",
-        }
-    )
-    assert options == ReloadOptions(
-        shadow_mode=True,
-        quota_mode=True,
-        response_dynamic_metadata=True,
-        response_headers=True,
-        limit_header="X-Limit",
-        remaining_header="X-Remaining",
-        reset_header="X-Reset",
-        merge_domain_config=True,
-    )
-    assert reload_options_from_env({}) == ReloadOptions()
-
-
-def test_reload_options_default_to_os_environ(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SHADOW_MODE", "true")
-    assert reload_options_from_env().shadow_mode is True
-
-
-def test_reload_options_reject_bad_values() -> None:
-    with pytest.raises(SettingsError, match=r"^QUOTA_MODE: invalid value 'maybe'"):
-        reload_options_from_env({"QUOTA_MODE": "maybe"})
-
-
-def test_start_up_reload_options_are_the_ones_re_read_on_reload() -> None:
-    # One type: the settings built at start-up hold exactly what a reload re-reads.
-    env = {"PORT": "9999", "SHADOW_MODE": "true", "LIMIT_RESET_HEADER": "X-Reset"}
-    base = Settings.from_env(env)
-    assert base.reload == reload_options_from_env(env)
-    assert (base.reload.shadow_mode, base.reload.reset_header) == (True, "X-Reset")
-    assert base.listeners.port == 9999
-
-
-def test_ietf_headers_need_the_response_headers_on() -> None:
-    with pytest.raises(SettingsError) as info:
-        load(LIMIT_RESPONSE_HEADERS_FORMAT="ietf")
-    assert str(info.value) == (
-        "LIMIT_RESPONSE_HEADERS_FORMAT: 'ietf' formats the response headers, which are off: "
-        "set LIMIT_RESPONSE_HEADERS_ENABLED=true too"
-    )
-    assert (
-        load(
-            LIMIT_RESPONSE_HEADERS_FORMAT="IETF", LIMIT_RESPONSE_HEADERS_ENABLED="true"
-        ).reload.headers_format
-        == "ietf"
-    )
-    with pytest.raises(SettingsError, match=r"^LIMIT_RESPONSE_HEADERS_FORMAT: invalid value 'rfc'"):
-        load(LIMIT_RESPONSE_HEADERS_FORMAT="rfc", LIMIT_RESPONSE_HEADERS_ENABLED="true")
-
-
-def test_limit_names_need_dynamic_metadata() -> None:
-    with pytest.raises(
-        SettingsError, match=r"^RESPONSE_DYNAMIC_METADATA_LIMIT_NAME: has no effect"
-    ):
-        Settings.from_env({"RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": "true"})
-    env = {"RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": "true", "RESPONSE_DYNAMIC_METADATA": "true"}
-    assert Settings.from_env(env).reload.dynamic_metadata_limit_name

@@ -17,6 +17,12 @@ packages only ratelimitd and sidecars.
   pki            Pki: two CAs, server and client certificates
   ads_server     AdsServer: an xDS (ADS, State of the World) management server, in-process
   machine        machine_info, implementations (compiled or pure, per compiled module)
+  core           Decider, memory_decider, suite_config (tests/configs/suites), drive
+  sidecar        a usage or transit sidecar under real gunicorn
+  wrk            wrk runs summarised as JSON (the HTTP load benchmarks)
+  grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)
+  http_transport the HTTP transport tests' client side (a raw HTTP/1.1 client, servers)
+  settings_env   Settings.from_env as the settings tests call it (load, error)
 """
 
 from .clock import Clock

@@ -1,14 +1,18 @@
 """The decision core as the tests drive it: `ratelimitd.core.build_core` (the daemon's own
 factory) with shorthand for loading configs, deciding and reading a statistic; `drive`, a
-decision on the memory backend without an event loop (the benchmarks')."""
+decision on the memory backend without an event loop (the benchmarks').
+
+Also what the tests/core modules split by subject share: the matcher twins
+(test_match*.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from ratelimitd.config import ConfigFile, RuleSet
+from ratelimitd.config import ConfigFile, RuleSet, load_ruleset
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import Descriptor, Request, Response
 from ratelimitd.settings import CacheSettings, ReloadOptions, Settings
@@ -127,3 +131,41 @@ def drive(coro: Coroutine[Any, Any, Any]) -> Any:
     except StopIteration as done:
         return done.value
     raise RuntimeError("the decision suspended")
+
+
+# RateLimitUnit numbers.
+SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
+
+
+# --- descriptor matching on both twins (tests/core/test_match*.py) ---------------------------
+
+MATCH_IMPLEMENTATIONS = ["ratelimitd._match", "ratelimitd._match_py"]
+
+
+def ruleset_of(name_or_text: str) -> RuleSet:
+    """A RuleSet from a tests/configs file name, or from inline YAML."""
+    if name_or_text.endswith(".yaml"):
+        return load_ruleset([ConfigFile(name_or_text, (CONFIGS / name_or_text).read_text())])
+    return load_ruleset([ConfigFile("inline.yaml", name_or_text)])
+
+
+class Matcher:
+    """One RuleSet compiled by one implementation."""
+
+    def __init__(self, impl: ModuleType, ruleset: RuleSet) -> None:
+        self.impl = impl
+        self.ruleset = ruleset
+        self.roots = {d: impl.compile_level(specs) for d, specs in ruleset.specs.items()}
+
+    def __call__(self, domain: str, *entries: tuple[str, str]) -> Any:
+        return self.impl.lookup(self.roots[domain], domain, tuple(entries))
+
+    def rule(self, domain: str, *entries: tuple[str, str]) -> Any:
+        found = self(domain, *entries)
+        assert found is not None, f"no limit for {entries}"
+        return found[0]
+
+    def key(self, domain: str, *entries: tuple[str, str]) -> str:
+        found = self(domain, *entries)
+        assert found is not None, f"no limit for {entries}"
+        return found[1]

@@ -3,7 +3,7 @@ factory) with shorthand for loading configs, deciding and reading a statistic; `
 decision on the memory backend without an event loop (the benchmarks').
 
 Also what the tests/core modules split by subject share: the matcher twins
-(test_match*.py)."""
+(test_match*.py), the ShouldRateLimit configs, clock and shorthand (test_service*.py)."""
 
 from __future__ import annotations
 
@@ -169,3 +169,25 @@ class Matcher:
         found = self(domain, *entries)
         assert found is not None, f"no limit for {entries}"
         return found[1]
+
+
+# --- ShouldRateLimit on the memory backend (tests/core/test_service*.py) ----------------------
+
+# d: foo 10/min (named foo_limit), bar 5/min, second 10/s, hour 3/h, shadow 1/min in shadow
+# mode, quota and quota2 1/min in quota mode, unl unlimited, free without a limit.
+SERVICE_CONFIG = suite_config("core_service")
+# m: all 1/min with metadata: one and two (nested maps and lists that overlap), three, sh in
+# shadow mode, unl unlimited, det detailed_metric, named (N) replaced by replacer.
+SERVICE_METADATA = suite_config("core_service_metadata")
+SERVICE_NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58
+
+
+def exhaust(h: Any, domain: str, key: str, value: str, seconds: int, count: int) -> None:
+    """Preset a counter so the next hit on (key, value) sees `count` + hits."""
+    window = int(h.clock.now) // seconds * seconds
+    h.backend._counters[f"{domain}_{key}_{value}_{window}"] = [count, int(h.clock.now) + seconds]
+
+
+def brief(st: Any) -> tuple:
+    """A descriptor status as (code, its rule's requests_per_unit or None, limit_remaining)."""
+    return (st.code, st.rule.requests_per_unit if st.rule is not None else None, st.limit_remaining)

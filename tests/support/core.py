@@ -3,7 +3,8 @@ factory) with shorthand for loading configs, deciding and reading a statistic; `
 decision on the memory backend without an event loop (the benchmarks').
 
 Also what the tests/core modules split by subject share: the matcher twins
-(test_match*.py), the ShouldRateLimit configs, clock and shorthand (test_service*.py)."""
+(test_match*.py), the ShouldRateLimit configs, clock and shorthand (test_service*.py) and
+config loading from YAML texts (test_config_*.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ratelimitd.config import ConfigFile, RuleSet, load_ruleset
+import pytest
+
+from ratelimitd.config import ConfigError, ConfigFile, RuleSet, load_ruleset
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import Descriptor, Request, Response
 from ratelimitd.settings import CacheSettings, ReloadOptions, Settings
@@ -191,3 +194,24 @@ def exhaust(h: Any, domain: str, key: str, value: str, seconds: int, count: int)
 def brief(st: Any) -> tuple:
     """A descriptor status as (code, its rule's requests_per_unit or None, limit_remaining)."""
     return (st.code, st.rule.requests_per_unit if st.rule is not None else None, st.limit_remaining)
+
+
+# --- config loading and its errors (tests/core/test_config_*.py) ------------------------------
+
+
+def load_text(*texts: str, merge: bool = False) -> RuleSet:
+    """Load YAML texts named a.yaml, b.yaml, ... in order."""
+    files = [ConfigFile(f"{chr(ord('a') + i)}.yaml", t) for i, t in enumerate(texts)]
+    return load_ruleset(files, merge_domains=merge)
+
+
+def error_of(*texts: str, merge: bool = False) -> str:
+    """The text of the ConfigError that loading these texts (as `load_text`) raises."""
+    with pytest.raises(ConfigError) as info:
+        load_text(*texts, merge=merge)
+    return str(info.value)
+
+
+def one_rule(unit_block: str) -> str:
+    """Domain d, one descriptor k, rate_limit `unit_block` (its lines indented six spaces)."""
+    return f"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n{unit_block}"

@@ -1,14 +1,21 @@
 """The decision core as the tests drive it: `ratelimitd.core.build_core` (the daemon's own
 factory) with shorthand for loading configs, deciding and reading a statistic; `drive`, a
-decision on the memory backend without an event loop (the benchmarks')."""
+decision on the memory backend without an event loop (the benchmarks').
+
+Also what the tests/core modules split by subject share: the matcher twins
+(test_match*.py), the ShouldRateLimit configs, clock and shorthand (test_service*.py) and
+config loading from YAML texts (test_config_*.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from ratelimitd.config import ConfigFile, RuleSet
+import pytest
+
+from ratelimitd.config import ConfigError, ConfigFile, RuleSet, load_ruleset
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import Descriptor, Request, Response
 from ratelimitd.settings import CacheSettings, ReloadOptions, Settings
@@ -127,3 +134,84 @@ def drive(coro: Coroutine[Any, Any, Any]) -> Any:
     except StopIteration as done:
         return done.value
     raise RuntimeError("the decision suspended")
+
+
+# RateLimitUnit numbers.
+SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
+
+
+# --- descriptor matching on both twins (tests/core/test_match*.py) ---------------------------
+
+MATCH_IMPLEMENTATIONS = ["ratelimitd._match", "ratelimitd._match_py"]
+
+
+def ruleset_of(name_or_text: str) -> RuleSet:
+    """A RuleSet from a tests/configs file name, or from inline YAML."""
+    if name_or_text.endswith(".yaml"):
+        return load_ruleset([ConfigFile(name_or_text, (CONFIGS / name_or_text).read_text())])
+    return load_ruleset([ConfigFile("inline.yaml", name_or_text)])
+
+
+class Matcher:
+    """One RuleSet compiled by one implementation."""
+
+    def __init__(self, impl: ModuleType, ruleset: RuleSet) -> None:
+        self.impl = impl
+        self.ruleset = ruleset
+        self.roots = {d: impl.compile_level(specs) for d, specs in ruleset.specs.items()}
+
+    def __call__(self, domain: str, *entries: tuple[str, str]) -> Any:
+        return self.impl.lookup(self.roots[domain], domain, tuple(entries))
+
+    def rule(self, domain: str, *entries: tuple[str, str]) -> Any:
+        found = self(domain, *entries)
+        assert found is not None, f"no limit for {entries}"
+        return found[0]
+
+    def key(self, domain: str, *entries: tuple[str, str]) -> str:
+        found = self(domain, *entries)
+        assert found is not None, f"no limit for {entries}"
+        return found[1]
+
+
+# --- ShouldRateLimit on the memory backend (tests/core/test_service*.py) ----------------------
+
+# d: foo 10/min (named foo_limit), bar 5/min, second 10/s, hour 3/h, shadow 1/min in shadow
+# mode, quota and quota2 1/min in quota mode, unl unlimited, free without a limit.
+SERVICE_CONFIG = suite_config("core_service")
+# m: all 1/min with metadata: one and two (nested maps and lists that overlap), three, sh in
+# shadow mode, unl unlimited, det detailed_metric, named (N) replaced by replacer.
+SERVICE_METADATA = suite_config("core_service_metadata")
+SERVICE_NOW = 2222  # the reference service tests' clock: MINUTE reset header = 58
+
+
+def exhaust(h: Any, domain: str, key: str, value: str, seconds: int, count: int) -> None:
+    """Preset a counter so the next hit on (key, value) sees `count` + hits."""
+    window = int(h.clock.now) // seconds * seconds
+    h.backend._counters[f"{domain}_{key}_{value}_{window}"] = [count, int(h.clock.now) + seconds]
+
+
+def brief(st: Any) -> tuple:
+    """A descriptor status as (code, its rule's requests_per_unit or None, limit_remaining)."""
+    return (st.code, st.rule.requests_per_unit if st.rule is not None else None, st.limit_remaining)
+
+
+# --- config loading and its errors (tests/core/test_config_*.py) ------------------------------
+
+
+def load_text(*texts: str, merge: bool = False) -> RuleSet:
+    """Load YAML texts named a.yaml, b.yaml, ... in order."""
+    files = [ConfigFile(f"{chr(ord('a') + i)}.yaml", t) for i, t in enumerate(texts)]
+    return load_ruleset(files, merge_domains=merge)
+
+
+def error_of(*texts: str, merge: bool = False) -> str:
+    """The text of the ConfigError that loading these texts (as `load_text`) raises."""
+    with pytest.raises(ConfigError) as info:
+        load_text(*texts, merge=merge)
+    return str(info.value)
+
+
+def one_rule(unit_block: str) -> str:
+    """Domain d, one descriptor k, rate_limit `unit_block` (its lines indented six spaces)."""
+    return f"domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n{unit_block}"

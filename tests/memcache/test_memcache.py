@@ -6,10 +6,11 @@ import asyncio
 import time
 import zlib
 
+import pytest
 from support import wait_until
 from support.core import suite_config
 
-from ratelimitd.backends.base import Op
+from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.memcache import (
     MemcacheBackend,
     legal_key,
@@ -290,3 +291,24 @@ async def test_refund_is_a_decr_floored_at_zero_that_never_adds(memcached, decid
     assert snap["ratelimit.memcache.decrement.__code=success"] == 2
     assert snap["ratelimit.memcache.decrement.__code=miss"] == 1
     assert snap["ratelimit.service.rate_limit.d.k.total_negative_hits"] == 12
+
+
+async def test_a_node_closed_while_dialling_leaves_no_connection_open(memcached) -> None:
+    """A node dropped (SRV refresh, backend close) while a dial is in flight: the dial's
+    connection is closed too, not left open on the loop (uvloop's close() waits for every
+    open handle: a test run hung at teardown so)."""
+    from ratelimitd.backends.memcache.protocol import Node
+
+    mc = memcached()
+    node = Node(f"127.0.0.1:{mc.port}", 1, None, 1.0)
+    dial = asyncio.ensure_future(node.connection())
+    await asyncio.sleep(0)  # the dial has started, not finished
+    node.close()
+    try:
+        with pytest.raises(BackendError, match="node closed"):
+            await dial
+        assert node._conns == [None]
+    finally:
+        for conn in node._conns:  # a failure must fail, not hang the loop's close
+            if conn is not None:
+                conn.close()

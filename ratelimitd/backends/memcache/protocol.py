@@ -224,6 +224,7 @@ class Node:
         self._next = 0
         self._down_until = 0.0
         self._backoff = _REDIAL_MIN
+        self._closed = False
 
     def _slot(self) -> int:
         i = self._next
@@ -252,6 +253,11 @@ class Node:
             raise BackendError(f"memcache {self.address}: {exc or type(exc).__name__}") from exc
         finally:
             self._dialing[i] = None
+        if self._closed:
+            # Dropped while dialling (SRV refresh, backend close): an unowned connection would
+            # stay open, and uvloop's loop.close() waits for every open handle.
+            conn.close()
+            raise BackendError(f"memcache {self.address}: node closed")
         self._backoff = _REDIAL_MIN
         self._conns[i] = conn
         return conn
@@ -266,7 +272,8 @@ class Node:
         return await conn.request(payload, kind, count)
 
     def close(self) -> None:
-        """Close every connection."""
+        """Close every connection (one still being dialled closes when it arrives)."""
+        self._closed = True
         for i, conn in enumerate(self._conns):
             if conn is not None:
                 conn.close()

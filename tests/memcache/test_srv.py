@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import socket
 import struct
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -148,3 +150,33 @@ async def test_srv_truncated_udp_answer_retried_over_tcp(
     servers = await servers_from_srv(NAME, nameserver)
     assert servers == ["m1.cache.test.:11211", "m2.cache.test.:11211"]
     assert responder.queries == [NAME, NAME]  # once over UDP, once over TCP
+
+
+async def test_a_cancelled_lookup_leaves_no_transport_open() -> None:
+    """The SRV refresher is cancelled when the backend closes, at whatever await the lookup
+    is in. Nothing may stay open then: uvloop's close() waits for every open handle, and a
+    lost datagram transport hung a run of test_srv_targets_sorted_used_and_refreshed at its
+    teardown (about 1 run in 20)."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # never answers
+    silent.bind(("127.0.0.1", 0))
+    try:
+        for _ in range(3):
+            for yields in range(60):
+                task = asyncio.ensure_future(servers_from_srv(NAME, silent.getsockname()))
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+        gc.collect()
+        left = [
+            o
+            for o in gc.get_objects()
+            # uvloop's transports are not asyncio.BaseTransport subclasses
+            if type(o).__name__.endswith("Transport") and not o.is_closing()
+        ]
+        for transport in left:
+            transport.close()  # so that a failure fails instead of hanging the loop's close
+        assert left == []
+    finally:
+        silent.close()

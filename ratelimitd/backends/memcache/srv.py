@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import random
 import re
+import socket
 import struct
 
 from ..base import BackendError
@@ -83,17 +84,21 @@ def parse_srv_response(msg: bytes, ident: int) -> list[tuple[str, int]]:
     return out
 
 
-class _DnsUdp(asyncio.DatagramProtocol):
-    def __init__(self, future: asyncio.Future[bytes]) -> None:
-        self.future = future
-
-    def datagram_received(self, data: bytes, addr: object) -> None:
-        if not self.future.done():
-            self.future.set_result(data)
-
-    def error_received(self, exc: Exception) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
+async def _udp_exchange(nameserver: tuple[str, int], query: bytes, timeout: float) -> bytes:
+    """Send one datagram and return the first one back, on a socket owned here and closed
+    whatever happens. (uvloop's create_datagram_endpoint, cancelled at the wrong moment,
+    leaves its transport open and unowned; loop.close() then waits for it forever.)"""
+    loop = asyncio.get_running_loop()
+    family, _, _, _, address = (await loop.getaddrinfo(*nameserver, type=socket.SOCK_DGRAM))[0]
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        sock.connect(address)
+        async with asyncio.timeout(timeout):
+            await loop.sock_sendall(sock, query)
+            return await loop.sock_recv(sock, 65535)
+    finally:
+        sock.close()
 
 
 async def lookup_srv(
@@ -102,18 +107,8 @@ async def lookup_srv(
     """SRV records of `name` from one DNS server (default: resolv.conf's first), UDP then TCP."""
     if nameserver is None:
         nameserver = (_nameservers()[0], 53)
-    loop = asyncio.get_running_loop()
     ident, query = _dns_query(name, 33)
-    future: asyncio.Future[bytes] = loop.create_future()
-    transport, _ = await loop.create_datagram_endpoint(
-        lambda: _DnsUdp(future), remote_addr=nameserver
-    )
-    try:
-        transport.sendto(query)
-        async with asyncio.timeout(timeout):
-            msg = await future
-    finally:
-        transport.close()
+    msg = await _udp_exchange(nameserver, query, timeout)
     if struct.unpack_from(">H", msg, 2)[0] & 0x0200:  # truncated: ask again over TCP
         async with asyncio.timeout(timeout):
             reader, writer = await asyncio.open_connection(*nameserver)

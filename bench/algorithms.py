@@ -1,4 +1,4 @@
-"""The extension's algorithms (issue 16): CPU per decision and Redis round trips per decision.
+"""The extension's algorithms: CPU per decision and Redis round trips per decision.
 
 Fixed window, sliding window, token bucket and a two-limit descriptor, measured in one run so
 their ratios compare (targets: sliding and token bucket <= 1.3x the fixed window's CPU, one
@@ -194,7 +194,7 @@ def render(result: dict[str, Any], dst: Path) -> None:
     base_m, base_r = memory["fixed"], redis["fixed"]
     m = result["machine"]
     lines = [
-        "# Algorithms (issue 16): CPU and Redis round trips per decision",
+        "# Algorithms: CPU and Redis round trips per decision",
         "",
         "Command: `.venv/bin/python bench/algorithms.py` (one run; CPU = time.process_time of",
         "the deciding process; ratios are within this run). Descriptor `two`: a 1-second and",

@@ -1,5 +1,5 @@
 """Soak: N minutes of mixed valid, malformed and oversized traffic, reloads and Redis deaths
-(issue 14's closing benchmark).
+(the hardening's closing benchmark).
 
     .venv/bin/python bench/soak.py                 # 30 minutes
     .venv/bin/python bench/soak.py --minutes 1     # a smoke run
@@ -230,7 +230,7 @@ def report(soak: Soak, machine: dict[str, object], command: str) -> tuple[str, d
             f"{percentile(m.json_ms, 0.99):.1f} | {m.rss_kib:,} | {m.fds} |"
         )
     lines = [
-        "# Soak (issue 14)",
+        "# Soak",
         "",
         f"Command: `{command}`. {soak.seconds / 60:g} minutes; a config reload every 10 s;",
         "Redis killed (SIGKILL) and restarted twice, down 5 s each. The load generator, the",

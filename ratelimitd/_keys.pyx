@@ -51,7 +51,7 @@ cpdef str cache_key(str prefix, str domain, entries, share, long long seconds, l
 cdef inline bint _split(unsigned long long limit, unsigned long long hits,
                         unsigned long long after, unsigned long long near,
                         unsigned long long *over_add, unsigned long long *near_add) noexcept:
-    """Over the limit? And the over/near increments (reference section 7.3). `before`
+    """Over the limit? And the over/near increments (the reference's `GetResponseDescriptorStatus`). `before`
     wraps in uint64 exactly like the reference."""
     cdef unsigned long long before = after - hits
     near_add[0] = 0
@@ -88,7 +88,7 @@ cpdef object over(object rule, object st, unsigned long long over_add, long long
 def settle(object rule, object st, unsigned long long hits, unsigned long long after,
            double ratio, long long now):
     """The Status at `now` of a counter that is `after` once `hits` were added, and the
-    over/near/within/shadow split of its stats (reference section 7.3)."""
+    over/near/within/shadow split of its stats (the reference's `GetResponseDescriptorStatus`)."""
     cdef long long seconds = rule.unit_seconds
     return verdict(rule, st, hits, after, ratio, seconds - now % seconds)
 

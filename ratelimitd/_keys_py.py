@@ -1,8 +1,8 @@
 """Cache keys, fixed-window arithmetic, near-limit maths and the status split: the pure twin.
 
 `_keys.pyx` is the compiled twin; both expose the same names and are selected by `keys.py`.
-Everything here is exactly what envoyproxy/ratelimit computes (reference sections 3.1,
-7.2 and 7.3), because ratelimitd and the Go service must be able to share one Redis.
+Everything here is exactly what envoyproxy/ratelimit computes (its `src/utils`
+and `src/limiter`), because ratelimitd and the Go service must be able to share one Redis.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def cache_key(
 
 
 def evaluate(limit: int, hits: int, after: int, near: int) -> tuple[bool, int, int, int, int]:
-    """Status and stat increments for one counter (reference section 7.3).
+    """Status and stat increments for one counter (the reference's `GetResponseDescriptorStatus`).
 
     Returns (over_limit, remaining, over_add, near_add, within_add). `before` is computed
     in uint64 like the reference: when hits were not actually added (the
@@ -91,7 +91,7 @@ def over(rule: Any, st: Any, over_add: int, now: int) -> Status:
 
 def settle(rule: Any, st: Any, hits: int, after: int, ratio: float, now: int) -> Status:
     """The Status at `now` of a counter that is `after` once `hits` were added, and the
-    over/near/within/shadow split of its stats (reference section 7.3)."""
+    over/near/within/shadow split of its stats (the reference's `GetResponseDescriptorStatus`)."""
     return verdict(rule, st, hits, after, ratio, reset_seconds(now, rule.unit_seconds))
 
 

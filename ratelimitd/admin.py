@@ -1,5 +1,5 @@
-"""Counters you can inspect, reset and explain (extension; issue 17, part 2; upstream #191,
-#422, #509).
+"""Counters you can inspect, reset and explain (extension; asked upstream in
+#191, #422, #509).
 
 `Admin` answers three questions about the config in force and the counter store, without
 counting anything:

@@ -2,7 +2,7 @@
 endpoints' `counters get|reset` and `explain` (they call the debug listener; see
 `ratelimitd.admin`).
 
-`ratelimitd client` is the reference's `src/client_cmd` (reference section 12), a
+`ratelimitd client` is the reference's `src/client_cmd`, a
 synchronous use of the public async client (`ratelimitd.client`): Go `flag` syntax
 (`-flag value`, `-flag=value`, and the same with two dashes), every flag echoed as
 `Flag: --<name>="<value>"` in name order, then `response: <text>` where the text is the

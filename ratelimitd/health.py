@@ -1,6 +1,6 @@
 """Health as a component map: healthy iff every registered component is healthy.
 
-Components (reference section 10.3): `backend` (the counter store; set when it connects,
+Components: `backend` (the counter store; set when it connects,
 and followed per connection with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION), `config` (only
 with HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED) and `sigterm` (false once draining).
 Listeners (the gRPC health servicer) are told of every change of the overall state.

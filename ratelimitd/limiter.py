@@ -1,10 +1,10 @@
 """Fixed-window counting for one request: cache keys, backend round, statuses, stats.
 
-This is the reference's base limiter plus its Redis `DoLimit` (sections 7 and 8.1/8.3),
-written against the backend contract so every backend shares it: total_hits counted at
-key generation, the local over-limit cache consulted first, one backend round for all
-remaining keys (two with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), then status and the
-over/near/within/shadow split of section 7.3 (`keys.settle` / `keys.over`, compiled with the
+This is the reference's base limiter plus its Redis `DoLimit` (`src/limiter`, `src/redis`), written
+against the backend contract so every backend shares it: total_hits counted at key generation,
+the local over-limit cache consulted first, one backend round for all remaining keys (two with
+STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT), then status and the over/near/within/shadow split of
+the reference's `GetResponseDescriptorStatus` (`keys.settle` / `keys.over`, compiled with the
 rest of the counter maths, are the one place it is written).
 
 The service hands over one `Check` per descriptor that has a limit; the backend gets `Op`s.

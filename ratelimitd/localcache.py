@@ -3,7 +3,7 @@
 A key in the cache is answered OVER_LIMIT without touching the backend. Entries expire
 at the end of their window: a cache key carries its window start, so after that it can
 never be asked for again (the reference keeps it a whole unit; the answers are the same).
-Capacity is counted as the reference's freecache counts it (issue 15, part 4): an entry takes
+Capacity is counted as the reference's freecache counts it: an entry takes
 its key's bytes plus freecache's 24-byte entry header (the value is empty), and a cache is never
 smaller than freecache's 512 KiB minimum, whatever LOCAL_CACHE_SIZE_IN_BYTES asks (so a small
 setting caches about as many keys as the reference does, where it once cached none). The oldest

@@ -1,9 +1,9 @@
 """ShouldRateLimit: request -> response, knowing nothing about transports; of backends, only
 that one may fail (`BackendError`, counted as `redis_error`).
 
-The reference's service layer (section 6): request checks, limit lookup with overrides,
-`replaces` and unlimited handling, the limiter round, overall code with quota and global
-shadow mode, response headers and dynamic metadata. The RuleSet and the reload-time
+The reference's service layer (`src/service/ratelimit.go`): request checks, limit lookup with
+overrides, `replaces` and unlimited handling, the limiter round, overall code with quota and
+global shadow mode, response headers and dynamic metadata. The RuleSet and the reload-time
 options are swapped together as one `Snapshot`, so a request never mixes two configs.
 """
 

@@ -1,6 +1,6 @@
 """bench/results/load.md from the raw results of bench/load/run_all.py: the scenario names,
-the tables of every section (saturation, paced, /json, Envoy, issue 13's native section via
-native_bench.render_native, the profile) and the issues' targets, met or not.
+the tables of every section (saturation, paced, /json, Envoy, the pinned-core native section via
+native_bench.render_native, the profile) and the targets, met or not.
 
 Imported by run_all.py, which puts tests/ on sys.path first (through harness) for
 support.machine.
@@ -164,13 +164,13 @@ def render(results: dict[str, Any], command: str, started: str, elapsed: float) 
         f"Throughput with the rate-limit call: "
         f"{e['ratelimited']['rps'] / e['plain']['rps']:.2f}× of Envoy without it."
     )
-    out += ["", "## Targets (issue 6)", "", "| target | measured | met |", "|---|---|---|"]
+    out += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for target, measured, met in targets(results):
         out.append(f"| {target} | {measured} | {met} |")
     native = results.get("native")
     if native:
         out += ["", *render_native(native)]
-        out += ["## Targets (issue 13)", "", "| target | measured | met |", "|---|---|---|"]
+        out += ["## Targets", "", "| target | measured | met |", "|---|---|---|"]
         for target, measured, met in native_targets(native, results.get("envoy")):
             out.append(f"| {target} | {measured} | {met} |")
     prof = results.get("profile")

@@ -1,4 +1,4 @@
-"""The native gRPC transport's load section of run_all.py (issue 13), driven by h2load.
+"""The native gRPC transport's load section of run_all.py, driven by h2load.
 
 One interleaved set of rounds, each server pinned to CPU 0 while h2load runs pinned to CPU 1
 (`clients` connections x `streams` concurrent streams), of:
@@ -105,7 +105,7 @@ def render_native(n: dict[str, Any]) -> list[str]:
     """The section of bench/results/load.md."""
     sat = n["saturation"]
     out = [
-        "## gRPC on one pinned core, driven by h2load (issue 13)",
+        "## gRPC on one pinned core, driven by h2load",
         "",
         f"`bench/load/native_bench.py`: each server pinned to CPU {SERVER_CPU} (`taskset`), "
         f"h2load pinned to CPU {LOAD_CPU}, {n['clients']} connections x {n['streams']} "
@@ -143,7 +143,7 @@ def render_native(n: dict[str, Any]) -> list[str]:
 
 
 def native_targets(n: dict[str, Any], envoy: dict[str, Any] | None) -> list[tuple[str, str, str]]:
-    """(target, measured, met) rows for issue 13."""
+    """(target, measured, met) rows for the native transport on one pinned core."""
     sat, paced = n["saturation"], n["paced"]
     rows: list[tuple[str, str, str]] = []
 

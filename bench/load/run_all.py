@@ -1,4 +1,4 @@
-"""Every load benchmark of issues 6 and 13 in one invocation; writes bench/results/load.md.
+"""Every load benchmark in one invocation; writes bench/results/load.md.
 
 Started side by side (all idle while another is measured), then measured in interleaved rounds
 so drift on this shared machine hits every scenario alike:
@@ -12,7 +12,7 @@ so drift on this shared machine hits every scenario alike:
   /json over HTTP/1.1 with wrk against (b), (c), (d), and (a)'s fixed-reply HTTP server;
   Envoy -> ratelimitd (c) -> Redis with wrk, against Envoy with no rate-limit call;
   a cProfile of (c) under load from the daemon's debug endpoint (top five by own time);
-  issue 13's section (bench/load/native_bench.py): (a), (b), (c), an empty native server (e)
+  the pinned-core section (bench/load/native_bench.py): (a), (b), (c), an empty native server (e)
   and ratelimitd on grpc.aio (f), each pinned to one core and driven by h2load on the other.
 
     .venv/bin/python bench/load/run_all.py            # full: a few minutes
@@ -217,7 +217,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         payload = request_bytes(DOMAIN, DESCRIPTOR)
         redis_for = {k: (redis if k == "c" else None) for k in servers}
 
-        # Issue 13: the native transport on one pinned core, driven by h2load (C).
+        # The native transport on one pinned core, driven by h2load (C).
         if not args.no_h2load:
             log("starting (e) empty native server, (f) ratelimitd on grpc.aio")
             pinned = {"a": servers["a"], "b": servers["b"], "c": servers.get("c")}

@@ -1,4 +1,4 @@
-"""A stalled or restarted Redis under steady load, through the daemon (issue 17, part 1).
+"""A stalled or restarted Redis under steady load, through the daemon.
 
 A real redis-server, a real `ratelimitd serve` on it (REDIS_REQUEST_TIMEOUT=50ms,
 BACKEND_BREAKER_FAILURES=5, BACKEND_BREAKER_PROBE_INTERVAL=1s, MAX_INFLIGHT_DECISIONS=2000,

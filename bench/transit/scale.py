@@ -1,5 +1,5 @@
 """Scale check of the transit API on a Carris-Metropolitana-size feed, and the cost of its
-worst request, for the code before and after a change (issue 18, points 5 and 3).
+worst request, for the code before and after a change (the network's scale and bounded requests).
 
     .venv/bin/python bench/transit/scale.py --before 36aa3a4     # a few minutes
     .venv/bin/python bench/transit/scale.py --quick              # smoke: this tree, 2 s runs
@@ -341,7 +341,7 @@ def render(results: dict[str, Any]) -> str:
     rows = [
         ("code", lambda r: f"`{r['git']}`"),
         (
-            "`/health` has `sources` (marks issue 18's code)",
+            "`/health` has `sources` (marks the newer code)",
             lambda r: "sources" in r["health_keys"],
         ),
         ("ingest seconds", lambda r: r["ingest"]["seconds"]),

@@ -1,4 +1,4 @@
-"""A circuit breaker per Redis instance, main and per-second (extension; issue 17, part 1).
+"""A circuit breaker per Redis instance, main and per-second (extension).
 
 Why: behind a stalled store every decision waits its full REDIS_REQUEST_TIMEOUT before it
 fails, so a hung Redis turns into latency and pile-ups for as long as it hangs (upstream

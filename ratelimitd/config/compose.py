@@ -1,4 +1,4 @@
-"""YAML text -> a node tree, bounded: the composing half of `yamlfile` (issue 14, item 6).
+"""YAML text -> a node tree, bounded: the composing half of `yamlfile`.
 
 PyYAML's pure composer with its implicit resolvers off (yaml.v2 types plain scalars itself,
 see yamlfile), libyaml's wording for the syntax errors users meet (yaml.v2 prints libyaml's),
@@ -12,7 +12,7 @@ from yaml.nodes import MappingNode, Node, SequenceNode
 
 from .errors import ConfigError
 
-# Hostile files (issue 14, item 6). Nesting past MAX_DEPTH is refused while composing (the
+# Hostile files. Nesting past MAX_DEPTH is refused while composing (the
 # composer recurses; real configs nest a few levels); aliases are expanded at most as far as
 # yaml.v2 allows (its "excessive aliasing" ratio: a 590-byte alias bomb once grew the process
 # to 3.25 GB); a document of more than MAX_NODES nodes, aliases expanded, is refused; and a

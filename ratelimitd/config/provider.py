@@ -1,6 +1,6 @@
 """The FILE config provider: which files form the config, their names, and reload.
 
-Names and triggers are those of the reference's goruntime-based provider (section 4.1):
+Names and triggers are those of the reference's goruntime-based provider:
 
 * RUNTIME_WATCH_ROOT=true (default): every file under RUNTIME_ROOT/RUNTIME_SUBDIRECTORY
   becomes a key, its relative path with `/` replaced by `.` and the extension kept

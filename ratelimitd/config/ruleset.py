@@ -1,9 +1,9 @@
 """Config documents -> one immutable RuleSet (validation in the reference's order).
 
-`build_ruleset` runs the reference's `loadConfig`/`loadDescriptors` checks (section 3.2,
-step B) over all files in order, merges domains when asked, and compiles each domain into
-the descriptor trie of `ratelimitd.match`. A RuleSet is never mutated after it is built:
-a reload builds a new one and swaps the reference, so each request sees exactly one.
+`build_ruleset` runs the reference's `loadConfig`/`loadDescriptors` checks
+(`src/config/config_impl.go`) over all files in order, merges domains when asked, and compiles
+each domain into the descriptor trie of `ratelimitd.match`. A RuleSet is never mutated after it
+is built: a reload builds a new one and swaps the reference, so each request sees exactly one.
 """
 
 from __future__ import annotations

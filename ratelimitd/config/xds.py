@@ -1,12 +1,12 @@
 """xDS `RateLimitConfig` resources -> the documents the YAML loader produces.
 
-The reference converts each resource into its YAML structs (`ConfigXdsProtoToYaml`,
-reference section 4.2) and loads them through the same validation as files, so a resource
-is rejected with exactly the message a file with the same content gets, prefixed with
-`RateLimitConfig.name`. We do the same: resources become `ConfigSource`s of `RootDoc`s and
-go through `build_ruleset`. The unit is the enum's name (`UNKNOWN` for an unlimited policy
-that names none, the number for one this proto does not know), so unit checks, too, are the
-YAML ones. The proto has no `value_to_metric`/`share_threshold`: those stay file-only.
+The reference converts each resource into its YAML structs (`ConfigXdsProtoToYaml`) and loads
+them through the same validation as files, so a resource is rejected with exactly the message a
+file with the same content gets, prefixed with `RateLimitConfig.name`. We do the same:
+resources become `ConfigSource`s of `RootDoc`s and go through `build_ruleset`. The unit is the
+enum's name (`UNKNOWN` for an unlimited policy that names none, the number for one this proto
+does not know), so unit checks, too, are the YAML ones. The proto has no
+`value_to_metric`/`share_threshold`: those stay file-only.
 """
 
 from __future__ import annotations

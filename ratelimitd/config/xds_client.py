@@ -4,8 +4,7 @@ One long-lived `StreamAggregatedResources` stream subscribes (wildcard) to
 `RateLimitConfig` resources. Each DiscoveryResponse carries every resource, so each one
 rebuilds the whole config through `apply` (the same validation and compilation as YAML
 files); a good one is ACKed (its version_info and nonce), a bad one NACKed with the
-rejection message in error_detail while the last good config keeps serving (reference
-section 4.2).
+rejection message in error_detail while the last good config keeps serving.
 
 Connection handling, with the reference's settings:
 

@@ -1,6 +1,6 @@
 """One config file's text -> a typed `RootDoc`, with the reference's exact error texts.
 
-The Go service parses with yaml.v2 twice (reference section 3.2, step A): once into a
+The Go service parses with yaml.v2 twice (`src/config/config_impl.go`): once into a
 generic map whose keys are checked against a flat whitelist, then into typed structs.
 We compose the YAML once into a node tree and do both passes over it, so every message
 (including yaml.v2's `line N: cannot unmarshal ...` type errors) is reproduced, but in

@@ -84,7 +84,7 @@ class ListenerSettings:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """Extension: what one client may hold (issue 14, item 2; the reference bounds nothing).
+    """Extension: what one client may hold (the reference bounds nothing).
 
     Each listener takes at most its `*_max_connections` clients, and all of them together at
     most the open-file limit (raised to its hard limit at start) less FD_RESERVE, so health,
@@ -222,7 +222,7 @@ class StatsSettings:
     flush_interval: float = 10.0
     disable: bool = False  # DISABLE_STATS
     # Extension: series created from request content (limit overrides, detailed_metric
-    # values, unknown domains) past this many fold into one overflow series (issue 14, 5).
+    # values, unknown domains) past this many fold into one overflow series.
     max_request_series: int = 10_000  # STATS_MAX_REQUEST_SERIES
     # Extension: a gauge of each configured rule's limit, `<stats key>.rate_limit`
     # (asked upstream in #1138, #160, #429, #453, #986), for utilisation alerts.
@@ -254,7 +254,7 @@ class CacheSettings:
     near_limit_ratio: float = 0.8  # float32 in the reference; keys/limiter round as needed
     cache_key_prefix: str = ""
     stop_cache_key_increment_when_overlimit: bool = False
-    # Extensions (issue 17, part 1), off by default: what a decision does when the store
+    # Extensions, off by default: what a decision does when the store
     # fails (`error` is the reference: UNKNOWN), a breaker per store instance after
     # `breaker_failures` consecutive failures (0: none), and a bound on decisions waiting
     # on the store per process (0: none).
@@ -369,7 +369,7 @@ class ReloadOptions:
     request_reset_header: str = "RateLimit-Reset"
     merge_domain_config: bool = False
     # Extension: a request with more descriptors, or a descriptor with more entries, is
-    # refused before any work (gRPC RESOURCE_EXHAUSTED, /json 400); issue 14, item 4.
+    # refused before any work (gRPC RESOURCE_EXHAUSTED, /json 400).
     max_descriptors: int = 1024  # MAX_DESCRIPTORS_PER_REQUEST
     max_entries: int = 64  # MAX_ENTRIES_PER_DESCRIPTOR
 

@@ -1,4 +1,4 @@
-"""The sink the reference's runner would choose (reference section 2, "sink choice").
+"""The sink the reference's runner would choose (`src/service_cmd/runner/runner.go`).
 
 `create_sink(settings, stats)` returns one of:
 

@@ -1,6 +1,6 @@
 """The in-process statistics store: every counter and gauge by its full emitted name.
 
-Names are the reference's (section 11). Per-rule counters live on a `RuleStats` object
+Names are the reference's. Per-rule counters live on a `RuleStats` object
 resolved once per rule when a RuleSet is built (or once per distinct dynamic stats key),
 so the hot path increments attributes and never formats a stat name. Sinks (statsd,
 Prometheus, the debug `/stats` page) read `snapshot()`.
@@ -80,7 +80,7 @@ class ServiceStats:
     global_shadow_mode: int = 0
     redis_error: int = 0
     service_error: int = 0
-    # Extensions (issue 17): requests answered by BACKEND_FAILURE_POLICY (allow, deny,
+    # Extensions: requests answered by BACKEND_FAILURE_POLICY (allow, deny,
     # local) instead of UNKNOWN, and refused past MAX_INFLIGHT_DECISIONS.
     failure_policy: int = 0
     overloaded: int = 0

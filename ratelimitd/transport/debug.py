@@ -1,7 +1,7 @@
 """The debug listener's routes: `/`, `/rlconfig`, `/stats`, a CPU-profile endpoint and, with
 ADMIN_TOKEN set, the admin endpoints `/counters` and `/explain` (`ratelimitd.admin`).
 
-As the reference's debug server (section 10.5), except that `/stats` shows our own
+As the reference's debug server, except that `/stats` shows our own
 counters and gauges (`<name>: <value>` lines sorted by name) rather than Go's expvars, and
 `/debug/pprof/profile` returns a `cProfile` report as text instead of a pprof protobuf.
 

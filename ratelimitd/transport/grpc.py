@@ -4,9 +4,9 @@ ShouldRateLimit is registered with no serializers: grpc hands the handler the re
 and sends back the bytes it returns, and the shared `rls.RlsHandler` (also the native
 transport's) decodes, decides, encodes, maps errors to statuses and counts the call.
 
-Behaviour follows the reference (sections 2, 6.1, 10.1): service errors and backend errors
-become status UNKNOWN carrying the error text; health service `ratelimit` follows the
-process's Health while `""` stays SERVING; TLS and mTLS come from GRPC_SERVER_* /
+Behaviour follows the reference (`src/service/ratelimit.go`, `src/server`): service errors
+and backend errors become status UNKNOWN carrying the error text; health service `ratelimit`
+follows the process's Health while `""` stays SERVING; TLS and mTLS come from GRPC_SERVER_* /
 GRPC_CLIENT_* with certificate files re-read when they change on disk.
 """
 

@@ -1,4 +1,4 @@
-"""File descriptors for clients, and what is kept in reserve (issue 14, item 2).
+"""File descriptors for clients, and what is kept in reserve.
 
 21,000 idle TCP connections once used up the process's open-file limit: `/healthcheck`
 failed, new gRPC connections hung and the debug port died. So at start the soft

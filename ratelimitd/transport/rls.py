@@ -2,7 +2,7 @@
 
 Both gRPC transports (grpc.aio in `grpc.py`, the native HTTP/2 one in `native.py`) hand the
 request bytes here and get back `(grpc status code, reply bytes or error message)`; they only
-turn that into their own kind of reply. The mapping is the reference's (sections 2 and 6.1):
+turn that into their own kind of reply. The mapping is the reference's (`src/service/ratelimit.go`):
 service and backend errors are UNKNOWN carrying the error text, an undecodable message is
 grpc-go's INTERNAL `grpc: error unmarshalling request: ...`. Every call, failed or not, counts
 in `ratelimit_server.ShouldRateLimit.{total_requests,response_time}`, as the reference's

@@ -1,4 +1,4 @@
-"""The extension of issue 16 on the memory backend: sliding windows, token buckets, N-unit
+"""The algorithm extension on the memory backend: sliding windows, token buckets, N-unit
 windows and several limits per descriptor (README, "Algorithms").
 
 Config parsing and its errors, check-config, the exact semantics on a controlled clock

@@ -1,4 +1,4 @@
-"""The circuit breaker's state machine (BACKEND_BREAKER_*; issue 17, part 1), on a controlled
+"""The circuit breaker's state machine (BACKEND_BREAKER_*), on a controlled
 clock: opens after K consecutive failures, one probe at a time once the interval passed,
 closed by the probe's success. Its use on a real Redis is in tests/redis/test_breaker.py."""
 

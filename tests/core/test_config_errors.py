@@ -1,7 +1,7 @@
-"""Config loading and validation: the reference's exact error texts (reference doc section 3).
+"""Config loading and validation: the reference's exact error texts.
 
 Expectations come from envoyproxy/ratelimit's `test/config/config_test.go` (the `expectConfigPanic`
-cases) and `ratelimit-reference.md` section 3.2. Every error is `<config name>: <message>`.
+cases) and the reference's `src/config/config_impl.go`. Every error is `<config name>: <message>`.
 
 Here: the reference's own cases, then what a decoded config may hold: domains and
 MERGE_DOMAIN_CONFIG, keys, units, replaces and share_threshold, which problem is reported

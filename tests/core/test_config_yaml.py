@@ -1,5 +1,5 @@
 """Config loading: decoding the YAML as the reference's yaml.v2 does, with its exact error texts
-(reference doc section 3.2, step A).
+(yaml.v2's two passes in the reference's `src/config/config_impl.go`).
 
 yaml.v2's typed-unmarshal errors; validateYamlKeys (step A.2: the key whitelist, non-string
 keys, lists of non-maps, float leaves); yaml.v2's scalar resolution, which is not PyYAML's

@@ -1,7 +1,7 @@
 """Cache keys, window arithmetic and near-limit maths, pinned to envoyproxy/ratelimit.
 
 Every case runs against both the compiled `_keys` and its pure twin `_keys_py`
-(reference sections 7.2 and 7.3; `test/limiter/cache_key_test.go`,
+(`test/limiter/cache_key_test.go`,
 `test/limiter/base_limiter_test.go`, `test/redis/fixed_cache_impl_test.go`).
 """
 

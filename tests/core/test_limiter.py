@@ -2,7 +2,7 @@
 
 Cases follow `test/redis/fixed_cache_impl_test.go` (TestRedis, TestNearLimit,
 TestOverLimitWithLocalCache, TestOverLimitWithLocalCacheShadowRule, TestRedisWithJitter,
-TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig) and reference sections 7 and 8.
+TestOverLimitWithStopCacheKeyIncrementWhenOverlimitConfig).
 Where the Go tests make a mocked Redis answer a value, we preset the counter to
 (answer - hits) so the memory backend's INCRBY answers the same.
 """
@@ -564,7 +564,7 @@ async def test_near_limit_ratio_is_applied_in_float32(harness: Any) -> None:
 
 
 def test_local_cache_capacity_is_the_references() -> None:
-    """freecache: never under 512 KiB, 24 bytes per entry besides its key (issue 15, part 4).
+    """freecache: never under 512 KiB, 24 bytes per entry besides its key.
     A setting of 1000 bytes once cached nothing at 100 bytes per entry; the reference caches
     about 12,000 keys of 19 bytes there."""
     from ratelimitd.core import build_core

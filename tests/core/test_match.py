@@ -1,7 +1,7 @@
-"""Descriptor matching: the reference's `GetLimit` (reference doc section 5), on both twins.
+"""Descriptor matching: the reference's `GetLimit`, on both twins.
 
 Expectations come from envoyproxy/ratelimit's `test/config/config_test.go` (its configs are the
-files in tests/configs) and `ratelimit-reference.md` sections 5 and 13. Every matching case runs
+files in tests/configs) and its `GetLimit` (`src/config/config_impl.go`). Every matching case runs
 against the compiled `ratelimitd._match` and the pure `ratelimitd._match_py` (the `impl` and
 `match` fixtures of tests/core/conftest.py).
 

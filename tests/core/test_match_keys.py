@@ -5,8 +5,8 @@ Precedence among the entries of one key (exact, then wildcards in config order, 
 without backtracking; underscore collisions and empty values; detailed_metric, value_to_metric
 and share_threshold (which request values go into the stats key); the metadata a match keeps;
 and the stats names a decision emits, end to end. Expectations come from envoyproxy/ratelimit's
-`test/config/config_test.go` (configs in tests/configs) and `ratelimit-reference.md` sections 5
-and 13; every matching case runs against the compiled `ratelimitd._match` and the pure
+`test/config/config_test.go` (configs in tests/configs) and its `src/config/config_impl.go`;
+every matching case runs against the compiled `ratelimitd._match` and the pure
 `ratelimitd._match_py` (the `match` fixture of tests/core/conftest.py).
 """
 

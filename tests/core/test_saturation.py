@@ -1,4 +1,4 @@
-"""Counters saturate, they never overflow (issue 14, item 3), on the memory backend and in the
+"""Counters saturate, they never overflow, on the memory backend and in the
 decision maths, compiled and pure.
 
 A per-descriptor hits_addend of 2^64-1 sent twice once made every later call on that key fail

@@ -2,7 +2,7 @@
 
 Cases follow `test/service/ratelimit_test.go` (TestService, TestEmptyDomain,
 TestEmptyDescriptors, TestCacheError, TestInitialLoadError, TestMetadataReturnedFor*,
-TestOverlappingMetadata*, TestUnlimited*) and reference sections 6 and 13: the basic answers,
+TestOverlappingMetadata*, TestUnlimited*) and `src/service/ratelimit.go`: the basic answers,
 request errors, unknown domains, unlimited and replaced limits, and dynamic metadata. Shadow
 mode, quota mode, limit overrides and the rate limit headers are in test_service_limits.py.
 Instead of mocking the cache, statuses are produced by presetting counters in the memory

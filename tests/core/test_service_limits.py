@@ -6,7 +6,7 @@ Cases follow `test/service/ratelimit_test.go` (TestServiceGlobalShadowMode, Test
 TestMixedRuleShadowMode, TestServiceWithCustomRatelimitHeaders,
 TestServiceWithDefaultRatelimitHeaders, TestServiceGlobalQuotaMode,
 TestServicePerDescriptorQuotaMode, TestServiceMixedPerDescriptorModes*, TestServiceQuotaModeOnly*)
-and reference sections 6 and 13. Instead of mocking the cache, statuses are produced by
+and `src/service/ratelimit.go`. Instead of mocking the cache, statuses are produced by
 presetting counters in the memory backend (support.core.exhaust).
 """
 

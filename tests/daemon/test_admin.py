@@ -1,4 +1,4 @@
-"""Admin endpoints on the debug listener (issue 17, part 2): off unless ADMIN_TOKEN is set,
+"""Admin endpoints on the debug listener: off unless ADMIN_TOKEN is set,
 bearer auth, counters read and reset (audited), `/explain` as a dry run, on the memory
 backend and a real Redis."""
 

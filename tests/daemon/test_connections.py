@@ -1,4 +1,4 @@
-"""No client can exhaust the daemon's connections or hold one forever (issue 14, item 2).
+"""No client can exhaust the daemon's connections or hold one forever.
 
 Before: 21,000 idle TCP connections exhausted the open-file limit (then /healthcheck failed,
 new gRPC connections hung and the debug port died), slowloris connections (1 byte/s) were

@@ -1,6 +1,6 @@
 """HTTP_JSON_ENABLED / HTTP_JSON_DOMAINS (extension): `/json` off, or limited to some domains,
-so a metering domain can be reachable only over gRPC on loopback or a unix socket (issue 19,
-point 2). Unset, `/json` serves every domain as the reference does."""
+so a metering domain can be reachable only over gRPC on loopback or a unix socket. Unset,
+`/json` serves every domain as the reference does."""
 
 from __future__ import annotations
 

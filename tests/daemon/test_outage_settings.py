@@ -1,4 +1,4 @@
-"""BACKEND_FAILURE_POLICY, BACKEND_BREAKER_*, MAX_INFLIGHT_DECISIONS (issue 17, part 1): off by
+"""BACKEND_FAILURE_POLICY, BACKEND_BREAKER_*, MAX_INFLIGHT_DECISIONS: off by
 default, and refused where they would be accepted and do nothing."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `REFERENCE` is the reference's full settings list: ``src/settings/settings.go`` at f2fb157,
 the DogStatsD mogrifier variables (``src/godogstats``), the settings merged upstream after
-f2fb157 (``/work/shared/reference/ratelimit-upstream-2026.md`` section 1.1) and the two its
+f2fb157 (listed with the PRs that merged them in the README) and the two its
 README still documents. For each, a value other than its default and what that value must do:
 
 * ``Read(value, path, expected)``: the value lands in ``Settings`` at `path`, where a consumer

@@ -1,4 +1,4 @@
-"""Large requests are bounded and never stall the others (issue 14, item 4).
+"""Large requests are bounded and never stall the others.
 
 Before: one 4 MB request (349,524 descriptors) blocked the loop for 1.2 s, and on Redis any
 request with more than 4,096 descriptors failed with `redis pipeline full`. Now a request past

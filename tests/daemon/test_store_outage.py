@@ -1,4 +1,4 @@
-"""A stalled Redis seen by a client of the daemon (issue 17, part 1): the breaker in
+"""A stalled Redis seen by a client of the daemon: the breaker in
 `/healthcheck?detail` and the stats, the failure policy's answers on gRPC and `/json`, and
 MAX_INFLIGHT_DECISIONS refusing with RESOURCE_EXHAUSTED / 503 instead of queueing."""
 

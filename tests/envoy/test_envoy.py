@@ -264,7 +264,7 @@ def test_redis_down_behind_envoy(stack, redis_server, failure_mode_deny, status)
 
 @pytest.mark.parametrize(("policy", "status"), [("allow", 200), ("deny", 429)])
 def test_failure_policy_behind_envoy_with_a_stalled_redis(stack, redis_server, policy, status):
-    # BACKEND_FAILURE_POLICY (issue 17): the daemon answers OK / OVER_LIMIT itself while Redis
+    # BACKEND_FAILURE_POLICY: the daemon answers OK / OVER_LIMIT itself while Redis
     # hangs, so Envoy sees no error (even with failure_mode_deny) and, once the breaker is
     # open, no timeout either.
     s = stack(

@@ -1,4 +1,4 @@
-"""The memcache backend against real memcached processes (reference section 9)."""
+"""The memcache backend against real memcached processes."""
 
 from __future__ import annotations
 

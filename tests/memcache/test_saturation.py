@@ -1,4 +1,4 @@
-"""Counters saturate on memcached (issue 14, item 3).
+"""Counters saturate on memcached.
 
 The reference reads a counter with Go's ParseInt(s, 10, 32): a value past 2^31-1 is a parse
 error there, logged, and read as 0 — so one request with a huge hits_addend made its key

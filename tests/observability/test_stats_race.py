@@ -1,4 +1,4 @@
-"""A reload that adds rules while the loop flushes or serves `/stats` (issue 12, part 4).
+"""A reload that adds rules while the loop flushes or serves `/stats`.
 
 A reload builds the new rules' stats in a worker thread (`ConfigReloader.apply` ->
 `build_ruleset` -> `StatsStore.rule_stats`) while the event loop reads the same store: a

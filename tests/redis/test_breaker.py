@@ -1,5 +1,5 @@
 """A stalled Redis under BACKEND_FAILURE_POLICY, BACKEND_BREAKER_* and MAX_INFLIGHT_DECISIONS
-(issue 17, part 1): what a decision is while the store fails, the breaker opening, probing and
+what a decision is while the store fails, the breaker opening, probing and
 closing, its stats and health detail, and the bound on decisions waiting on the store."""
 
 from __future__ import annotations

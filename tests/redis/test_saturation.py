@@ -1,4 +1,4 @@
-"""Counters saturate on Redis (issue 14, item 3): huge hits_addend never poisons a key.
+"""Counters saturate on Redis: huge hits_addend never poisons a key.
 
 Before: 2^64-1 was refused by INCRBY (`value is not an integer or out of range`) and a counter
 at 2^63-1 failed every later INCRBY (`increment or decrement would overflow`) until its window

@@ -1,4 +1,4 @@
-"""Bounded requests (issue 18, point 3): a body limit (413), a cap on the stop ids of one PIP
+"""Bounded requests: a body limit (413), a cap on the stop ids of one PIP
 request (400 naming it), and ids checked as the feed defines them, matched as whole ASCII
 strings; Carris Metropolitana's 6-digit rule is its profile's, not the default."""
 

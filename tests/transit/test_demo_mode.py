@@ -1,4 +1,4 @@
-"""No demo data in a real deployment (issue 18, point 2): an operator who names their own
+"""No demo data in a real deployment: an operator who names their own
 feed gets nothing of the bundled demo (Bull Runner vehicles, synthetic facilities, location
 lists); each data family comes from its own setting or is empty, and /health says which are
 configured. The bundled data is TRANSIT_DEMO=true."""

@@ -1,4 +1,4 @@
-"""Consistent, joinable fields (issue 18, point 4), on the bundled real feeds: zero-padded
+"""Consistent, joinable fields, on the bundled real feeds: zero-padded
 times, distances in metres, stop location ids that join /v2/locations/*, vehicle ids and
 values, at most two patterns per route, gzip on every JSON body, the real API's root and an
 explicit arrivals day."""

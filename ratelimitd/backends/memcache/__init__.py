@@ -1,4 +1,4 @@
-"""The memcached backend: decide on one multi-get, count in the background (section 9).
+"""The memcached backend: decide on one multi-get, count in the background.
 
 Per request the limiter hands over `Op`s (key, hits, unit seconds). The backend sends ONE multi-get
 for all keys (per node, all nodes at once), takes a missing key as 0 and a value as a

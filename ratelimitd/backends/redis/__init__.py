@@ -1,9 +1,9 @@
 """The Redis backend: fixed-window counters as INCRBY + EXPIRE, auto-pipelined.
 
-Per request (reference section 8.1) every key gets `INCRBY key hits` then `EXPIRE key
-unit + rand[0, EXPIRATION_JITTER_MAX_SECONDS)`, one pipeline for the main instance and,
-with REDIS_PERSECOND, one for the per-second instance (SECOND keys), awaited main first.
-No MULTI and no Lua, as the reference.
+Per request (as the reference's `src/redis/fixed_cache_impl.go`) every key gets `INCRBY key
+hits` then `EXPIRE key unit + rand[0, EXPIRATION_JITTER_MAX_SECONDS)`, one pipeline for the
+main instance and, with REDIS_PERSECOND, one for the per-second instance (SECOND keys), awaited
+main first. No MULTI and no Lua, as the reference.
 
 Hot path. Commands are RESP-encoded by `resp` into one bytes object per request and
 handed to a `_Pool`. The pool buffers the payloads of every request of one event-loop

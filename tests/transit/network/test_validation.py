@@ -1,4 +1,4 @@
-"""Feed validation that protects the public (issue 18, point 1), on broken copies of the real
+"""Feed validation that protects the public, on broken copies of the real
 Cairns feed: fatal problems reject a feed (the previous one keeps serving, /health and
 /status/feed say why with file:line), row-level problems skip the row and serve the rest, a
 refresh that drops too much is fatal, and the same report comes from the CLI."""

@@ -1,19 +1,20 @@
 """Settings of the transit sidecar: one frozen `TransitSettings` in sections, built from the
 `TRANSIT_*` variables (and the usage API's `USAGE_*` ones when TRANSIT_RATE_LIMIT is on).
 
-This is the only module of the sidecar that reads `os.environ`; see the settings tables in
+This is the only module of the sidecar that reads its environment (through the sidecars' one
+reader, `sidecars.common.environment`); see the settings tables in
 sidecars/transit/README.md, metrics/README.md and places/README.md.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 
+from sidecars.common.environment import Environment, SettingsError
 from sidecars.usage.settings import Settings as UsageSettings
 
 # The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
@@ -35,10 +36,6 @@ PROFILES: dict[str, dict[str, str | None]] = {
     "cm": {"stop_id_pattern": r"\d{6}", "line_id_pattern": r"\d{4}"},
 }
 DIST_UNITS = ("auto", "m", "km", "mi", "ft")
-
-
-class SettingsError(ValueError):
-    """A `TRANSIT_*` variable has a value that cannot be used."""
 
 
 def id_matcher(pattern: str | None) -> Callable[[str], bool]:
@@ -187,7 +184,7 @@ class TransitSettings:
         the rest is served empty. `TRANSIT_DEMO=true` serves the bundled demo data instead.
         Tools that do not read the feed (the metrics CLI) pass `feed_required=False`.
         """
-        env = _Env(os.environ if environ is None else environ)
+        env = Environment(environ, "TRANSIT_")
         demo = env.flag("DEMO", False)
         gtfs = env.text("GTFS_SOURCE", "")
         if demo and gtfs:
@@ -200,21 +197,12 @@ class TransitSettings:
                 "TRANSIT_GTFS_SOURCE is not set: point it at your GTFS feed (URL, zip or "
                 "directory), or set TRANSIT_DEMO=true to serve the bundled demo data"
             )
-        profile_name = env.text("PROFILE", "gtfs").lower()
-        profile = PROFILES.get(profile_name)
-        if profile is None:
-            raise SettingsError(
-                f"TRANSIT_PROFILE={profile_name!r} (accepted: {', '.join(PROFILES)})"
-            )
+        profile = PROFILES[env.choice("PROFILE", "gtfs", tuple(PROFILES))]
         now = env.instant("NOW")
         start_hour = int(env.number("OPERATIONAL_DAY_START_HOUR", 4))
         if start_hour > 23:
             raise SettingsError("TRANSIT_OPERATIONAL_DAY_START_HOUR must be 0..23")
-        unit = env.text("SHAPE_DIST_UNIT", "auto").lower()
-        if unit not in DIST_UNITS:
-            raise SettingsError(
-                f"TRANSIT_SHAPE_DIST_UNIT={unit!r} (accepted: {', '.join(DIST_UNITS)})"
-            )
+        unit = env.choice("SHAPE_DIST_UNIT", "auto", DIST_UNITS)
         feed = FeedSettings(
             source=DEFAULT_GTFS if demo else gtfs,
             refresh_seconds=env.number("GTFS_REFRESH_SECONDS", 3600.0),
@@ -274,86 +262,3 @@ class TransitSettings:
             now=now,
             rate_limit=UsageSettings.from_env(env.environ) if rate_limit else None,
         )
-
-
-class _Env:
-    """`TRANSIT_<name>` lookups with the sidecar's rules and error messages."""
-
-    def __init__(self, environ: Mapping[str, str]) -> None:
-        self.environ = environ
-
-    def text(self, name: str, default: str) -> str:
-        """A value; unset or empty: the default."""
-        value = self.environ.get("TRANSIT_" + name, "").strip()
-        return value or default
-
-    def optional(self, name: str, default: str | None) -> str | None:
-        """A value that can be switched off: unset is the default, set but empty is None."""
-        value = self.environ.get("TRANSIT_" + name)
-        if value is None:
-            return default
-        return value.strip() or None
-
-    def number(self, name: str, default: float) -> float:
-        """A non-negative number; unset or empty: the default."""
-        raw = self.environ.get("TRANSIT_" + name, "").strip()
-        if not raw:
-            return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise SettingsError(f"TRANSIT_{name}={raw!r} is not a number") from None
-        if value < 0:
-            raise SettingsError(f"TRANSIT_{name}={raw!r} must not be negative")
-        return value
-
-    def share(self, name: str, default: float) -> float:
-        """A fraction in [0, 1]; unset or empty: the default."""
-        value = self.number(name, default)
-        if value > 1:
-            raise SettingsError(f"TRANSIT_{name}={value!r} must be between 0 and 1")
-        return value
-
-    def pattern(self, name: str, default: str | None) -> str | None:
-        """A regular expression matched against whole ids; unset: the default, empty: none."""
-        value = self.optional(name, default)
-        if value is not None:
-            try:
-                re.compile(value, re.ASCII)
-            except re.error as exc:
-                raise SettingsError(f"TRANSIT_{name}={value!r} is not a regex: {exc}") from None
-        return value
-
-    def flag(self, name: str, default: bool) -> bool:
-        """true/false (also 1/0, yes/no); unset or empty: the default."""
-        raw = self.environ.get("TRANSIT_" + name, "").strip().lower()
-        if not raw:
-            return default
-        if raw in ("1", "true", "yes"):
-            return True
-        if raw in ("0", "false", "no"):
-            return False
-        raise SettingsError(f"TRANSIT_{name}={raw!r} (accepted: true, false)")
-
-    def day(self, name: str, default: date) -> date:
-        """An ISO 8601 date; unset or empty: the default."""
-        raw = self.environ.get("TRANSIT_" + name, "").strip()
-        if not raw:
-            return default
-        try:
-            return date.fromisoformat(raw)
-        except ValueError:
-            raise SettingsError(f"TRANSIT_{name}={raw!r} is not a date") from None
-
-    def instant(self, name: str) -> datetime | None:
-        """An ISO 8601 instant with a UTC offset; unset or empty: None."""
-        raw = self.environ.get("TRANSIT_" + name, "").strip()
-        if not raw:
-            return None
-        try:
-            value = datetime.fromisoformat(raw)
-        except ValueError:
-            raise SettingsError(f"TRANSIT_{name}={raw!r} is not an ISO 8601 time") from None
-        if value.tzinfo is None:
-            raise SettingsError(f"TRANSIT_{name} needs a UTC offset, e.g. 2014-06-10T08:00+10:00")
-        return value

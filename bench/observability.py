@@ -52,12 +52,10 @@ from ratelimitd.core import build_core
 from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
-from ratelimitd.tracing import (
-    ServerInterceptor,
-    create_tracing,
-    server_interceptor,
-)
+from ratelimitd.tracing import create_tracing
 from ratelimitd.transport.grpc import GrpcTransport
+from ratelimitd.transport.http import HttpServer
+from ratelimitd.transport.spans import ServerInterceptor, server_interceptor
 
 CONFIG = """\
 domain: bench
@@ -162,7 +160,7 @@ async def run_mode(
     if "trace" in mode:
         env.update(TRACING_ENABLED="true", TRACING_SAMPLING_RATE=mode[-1])
     settings = Settings.from_env(env)
-    sink = create_sink(settings, stats)
+    sink = create_sink(settings, stats, serve=HttpServer)
     exporter = DropExporter()
     tracing = create_tracing(settings, exporter=exporter)
 

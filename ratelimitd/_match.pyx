@@ -92,10 +92,11 @@ cdef inline str _k_or_kv(str k, str v):
     return k
 
 
-def lookup(Level root, str domain, entries):
+def lookup(Level root, str domain, entries, list walked=None):
     """Find the limit for one request descriptor.
 
-    Returns None, or (rule, stats_key, share, keep_metadata); see `_match_py.lookup`.
+    Returns None, or (rule, stats_key, share, keep_metadata); `walked` receives the walk.
+    See `_match_py.lookup`.
     """
     cdef Py_ssize_t n = len(entries)
     cdef Py_ssize_t i
@@ -130,10 +131,14 @@ def lookup(Level root, str domain, entries):
                 found = level.children.get(k)
                 how = KEY_ONLY
                 if found is None:
+                    if walked is not None:
+                        walked.append((-1, None))
                     break
         node = <Node>found
         path.append(node)
         hows.append(how)
+        if walked is not None:
+            walked.append((how, node))
         if how == WILDCARD:
             if node.share:
                 if share is None:

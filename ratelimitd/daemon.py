@@ -24,20 +24,21 @@ from .health import Health
 from .reloader import ConfigReloader
 from .service import RateLimitService
 from .settings import (
-    ConnectionLimits,
     ReloadOptions,
     Settings,
     SettingsError,
     reload_options_from_env,
 )
+from .settings.checks import refuse_native_only
 from .stats import StatsStore
 from .stats.base import Sink, SinkError
 from .stats.sinks import create_sink
-from .tracing import Tracing, create_tracing, server_interceptor
+from .tracing import Tracing, create_tracing
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
 from .transport.http import HttpServer, main_routes
 from .transport.limits import ConnectionBudget
+from .transport.spans import server_interceptor
 
 try:
     from .transport.native import NativeGrpcTransport
@@ -155,6 +156,7 @@ def build(settings: Settings) -> Daemon:
         stats,
         worker_index=settings.workers.index,
         share_dir=settings.workers.stats_dir or None,
+        serve=HttpServer,
     )
     tracing = create_tracing(settings)
     core = build_core(settings, stats=stats, health=health, tracing=tracing)
@@ -241,23 +243,17 @@ def grpc_transport(
             tracing=tracing,
             budget=budget,
         )
-    limits = settings.connections
-    defaults = ConnectionLimits()
-    if (limits.grpc_max_connections, limits.grpc_read_timeout) != (
-        defaults.grpc_max_connections,
-        defaults.grpc_read_timeout,
-    ):
-        # grpc.aio bounds neither: refuse rather than accept a setting that does nothing.
-        raise GrpcConfigError(
-            "GRPC_MAX_CONNECTIONS and GRPC_READ_TIMEOUT need the native gRPC transport "
-            "(unset GRPC_TRANSPORT=grpcio, or unset them)"
-        )
     if choice == "native":
         raise GrpcConfigError(
             "GRPC_TRANSPORT=native: the native transport was not built "
             "(install libnghttp2-dev and reinstall ratelimitd)"
         )
     if choice == "":
+        # GRPC_TRANSPORT=grpcio's settings checks, now that grpc.aio will serve.
+        try:
+            refuse_native_only(settings)
+        except SettingsError as exc:
+            raise GrpcConfigError(str(exc)) from None
         log.warning(
             "the native gRPC transport was not built (no libnghttp2 headers at install): "
             "serving gRPC with grpc.aio"

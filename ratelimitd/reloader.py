@@ -22,7 +22,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from .aio import cancel
-from .backends.base import capabilities
+from .backends.base import counted_by
 from .config import ConfigError, ConfigSource, RuleSet, build_ruleset
 from .config.errors import ConfigReadError
 from .config.loader import parse_files
@@ -135,7 +135,7 @@ class ConfigReloader:
                 read(),
                 merge_domains=merge,
                 stats=self.stats,
-                backend=capabilities(self.service.limiter.backend),
+                backend=counted_by(self.service.limiter.backend),
             )
         finally:
             gc.freeze()

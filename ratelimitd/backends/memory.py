@@ -16,19 +16,26 @@ import heapq
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..config.windows import SLIDING_WINDOW
 from ..keys import COUNTER_MAX
 from ..keys import sliding_window as _sliding_window
 from ..keys import token_bucket as _token_bucket
-from .base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
+from . import MEMORY
+from .base import Op
+
+if TYPE_CHECKING:
+    from ..health import Health
+    from ..settings import Settings
+    from ..stats import StatsStore
 
 
 class MemoryBackend:
     """Process-local counters (and sliding-window / token-bucket states): a `SyncBackend`."""
 
     name = "memory"
-    algorithms = frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET})
+    capabilities = MEMORY
 
     def __init__(self, jitter_max_seconds: int = 0, clock: Callable[[], float] = time.time) -> None:
         self._counters: dict[str, list[Any]] = {}  # key -> [value (or state), expires_at]
@@ -164,6 +171,15 @@ class MemoryBackend:
         """INCRBY + EXPIRE for each op; the counters after."""
         return self.increment_now(ops, int(self._clock()))
 
+    async def peek(self, ops: Sequence[Op]) -> list[Any]:
+        """`increment` on a copy of the ops' entries: what it would return, nothing written."""
+        now = int(self._clock())
+        states = []
+        for op in ops:
+            entry = self._counters.get(op.key)
+            states.append(entry[0] if entry is not None and entry[1] > now else None)
+        return simulate(ops, states, now)
+
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent or expired); a decided op's level, uncounted."""
         now = int(self._clock())
@@ -220,3 +236,27 @@ class MemoryBackend:
                     del counters[key]
                 else:
                     self._bucket(key, entry[1])
+
+
+def create_memory_backend(
+    settings: Settings,
+    health: Health | None = None,
+    stats: StatsStore | None = None,
+    clock: Callable[[], float] = time.time,
+) -> MemoryBackend:
+    """The registry factory: counters in this process (EXPIRATION_JITTER_MAX_SECONDS)."""
+    return MemoryBackend(settings.cache.expiration_jitter_max_seconds, clock=clock)
+
+
+def simulate(ops: Sequence[Op], states: Sequence[Any], now: int) -> list[Any]:
+    """What `increment(ops)` returns on a store holding `states` (one per op: a counter, a
+    sliding-window or token-bucket state tuple, or None when absent): a dry run of any store
+    that keeps its states as this one does, with the same maths."""
+    scratch = MemoryBackend()
+    for op, state in zip(ops, states, strict=True):
+        if state is not None:
+            scratch._counters[op.key] = [state, _NEVER]
+    return scratch.increment_now(ops, now)
+
+
+_NEVER = 2**62  # a scratch entry's expiry

@@ -25,7 +25,7 @@ from ..health import Health
 from ..service import RateLimitService
 from ..settings import Settings
 from ..stats import StatsStore, Timer
-from ..tracing import ServerSpans, Tracing
+from ..tracing import Tracing
 from .grpc import (
     HEALTH_SERVICE,
     CertificateFiles,
@@ -34,16 +34,15 @@ from .grpc import (
     dns_name_matches,
     listen_address,
 )
+from .grpcstatus import INTERNAL, NOT_FOUND, UNIMPLEMENTED
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
 from .protocodec import METHOD_PATH, SERVICE_NAME
-from .rls import INTERNAL, RlsHandler
+from .rls import RlsHandler
+from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.native")
 
-NOT_FOUND = 5
-UNIMPLEMENTED = 12
-DEADLINE_EXCEEDED = 4
 # HealthCheckResponse.ServingStatus
 SERVING, NOT_SERVING, SERVICE_UNKNOWN = 1, 2, 3
 HEALTH_CHECK = b"/grpc.health.v1.Health/Check"

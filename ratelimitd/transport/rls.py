@@ -19,22 +19,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..backends.base import BackendError
-from ..service import RateLimitService, ServiceError
+from ..messages import Overloaded, RequestTooLarge, ServiceError
+from ..service import RateLimitService
 from ..stats import StatsStore, Timer
+from .grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from .protocodec import DecodeError, decode_request, encode_response
 
 if TYPE_CHECKING:
-    from ..tracing import ServerSpans
+    from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.grpc")
 
-# gRPC status codes (google.rpc.Code) the handler answers with.
-OK = 0
-CANCELLED = 1
-UNKNOWN = 2
-DEADLINE_EXCEEDED = 4
-UNIMPLEMENTED = 12
-INTERNAL = 13
 
 Outcome = tuple[int, bytes | str]
 
@@ -54,29 +49,23 @@ class RlsHandler:
     @property
     def synchronous(self) -> bool:
         """True when `decide_now` may be used: the decision never waits for I/O."""
-        return self.spans is None and self.service.limiter.synchronous
+        return self.spans is None and self.service.synchronous
 
     def decide_now(self, data: bytes) -> Outcome | None:
-        """`decide` without a task, for a synchronous limiter (see `synchronous`); None for
-        a request too large to decide without letting other requests run (use `decide`)."""
+        """`decide` without a task, for a synchronous service (see `synchronous`); None for
+        a request the service decides only asynchronously (use `decide`)."""
         started = self.clock()
         try:
             request = decode_request(data)
         except DecodeError as err:
             return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
-        if self.service.may_suspend(request):
-            return None
-        # The service is a coroutine function that, with a synchronous limiter, finishes
-        # without suspending: one send() runs it to the end with no task or loop round.
-        coro = self.service.should_rate_limit(request)
         try:
-            coro.send(None)
-        except StopIteration as stop:
-            return self._done(started, OK, encode_response(stop.value))
+            response = self.service.decide_now(request)
         except Exception as err:
             return self._done(started, _code(err), _failure(err))
-        coro.close()
-        return self._done(started, UNKNOWN, "internal error: a synchronous decision waited")
+        if response is None:
+            return None
+        return self._done(started, OK, encode_response(response))
 
     async def decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
         """Decide one serialized RateLimitRequest; `metadata` is the tracing carrier."""
@@ -113,8 +102,9 @@ class RlsHandler:
 
 
 def _code(err: Exception) -> int:
-    """The gRPC status of an error out of the service: UNKNOWN but for RESOURCE_EXHAUSTED."""
-    return err.code if isinstance(err, ServiceError) else UNKNOWN
+    """The gRPC status of an error out of the service: UNKNOWN, as the reference answers,
+    but RESOURCE_EXHAUSTED for a request refused for its size or for the load."""
+    return RESOURCE_EXHAUSTED if isinstance(err, RequestTooLarge | Overloaded) else UNKNOWN
 
 
 def _failure(err: Exception) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from ratelimitd.backends import Backend, MemoryBackend, Op, SyncBackend
+from ratelimitd.backends import Backend, Capabilities, MemoryBackend, Op, SyncBackend
 from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.core import build_core
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
@@ -37,9 +37,10 @@ async def test_impl_selects_every_twin_without_patching(impl: str) -> None:
     suffix = "" if impl == "compiled" else "_py"
     match_module = importlib.import_module(f"ratelimitd._match{suffix}")
     keys_module = importlib.import_module(f"ratelimitd._keys{suffix}")
+    decision_module = importlib.import_module(f"ratelimitd._decision{suffix}")
     assert ruleset.lookup is match_module.lookup
-    assert core.limiter._cache_key is keys_module.cache_key
-    assert core.limiter._settle is keys_module.settle
+    assert core.limiter.keys is keys_module
+    assert core.limiter.decision is core.service.decision is decision_module
     codes = [(await core.service.should_rate_limit(request())).overall_code for _ in range(3)]
     assert codes == [OK, OK, OVER_LIMIT]
     snapshot = core.stats.snapshot()
@@ -87,6 +88,7 @@ class AsyncOnly:
     """A Backend that is not a SyncBackend: the limiter awaits it."""
 
     name = "async-only"
+    capabilities = Capabilities()
 
     def __init__(self) -> None:
         self.inner = MemoryBackend(clock=lambda: 1_000_000.0)
@@ -101,6 +103,9 @@ class AsyncOnly:
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         return await self.inner.get(ops)
+
+    async def peek(self, ops: Sequence[Op]) -> list[int]:
+        return await self.inner.peek(ops)
 
     async def delete(self, keys: Sequence[str]) -> int:
         return await self.inner.delete(keys)

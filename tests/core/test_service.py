@@ -20,7 +20,7 @@ from support.core import SERVICE_CONFIG as CONFIG
 from support.core import SERVICE_METADATA as METADATA
 from support.core import SERVICE_NOW as NOW
 
-from ratelimitd.backends import BackendError, Op
+from ratelimitd.backends import BackendError, Capabilities, Op
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request
@@ -107,6 +107,7 @@ async def test_empty_domain_is_checked_before_the_config(harness: Any) -> None:
 
 class FailingBackend:
     name = "failing"
+    capabilities = Capabilities()
 
     async def connect(self) -> None:
         return None

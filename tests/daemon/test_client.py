@@ -14,7 +14,7 @@ from support.daemon import DaemonProcess, write_config
 from support.pki import Pki
 from support.ready import free_port
 
-from ratelimitd.backends import MemoryBackend, Op
+from ratelimitd.backends import Capabilities, MemoryBackend, Op
 from ratelimitd.client import ClientTLS, RateLimitClient, RateLimitError
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import Core, build_core
@@ -100,6 +100,7 @@ class Stuck:
     """An async backend whose store never answers."""
 
     name = "stuck"
+    capabilities = Capabilities()
 
     async def connect(self) -> None:
         return None

@@ -32,7 +32,7 @@ from support.grpc_rls import (
 )
 
 from ratelimitd._proto import base_pb2, ratelimit_pb2, ratelimit_unit_pb2, rls_pb2
-from ratelimitd.backends.base import BackendError
+from ratelimitd.backends.base import BackendError, Capabilities
 from ratelimitd.config import ConfigFile, Rule
 from ratelimitd.core import build_core
 from ratelimitd.health import Health
@@ -357,6 +357,7 @@ async def test_backend_error_is_unknown_and_counted(serve: Any) -> None:
         """A backend whose store is down (an async one: the limiter awaits `increment`)."""
 
         name = "unreachable"
+        capabilities = Capabilities()
 
         async def connect(self) -> None:
             return None
@@ -388,17 +389,21 @@ async def test_unexpected_error_is_unknown_and_logged(
 ) -> None:
     h = harness(CONFIG)
     served = await serve(h.service, h.stats)
-    real = h.service.should_rate_limit
 
     async def boom(req: Request) -> Response:
         raise RuntimeError("boom")
 
+    def boom_now(req: Request) -> Response:
+        raise RuntimeError("boom")
+
+    # Both entries of the service: the native transport decides a synchronous one at once.
     monkeypatch.setattr(h.service, "should_rate_limit", boom)
+    monkeypatch.setattr(h.service, "decide_now", boom_now)
     async with served.channel() as channel:
         err = await rpc_error(call(channel, request("test", KV)))
         assert (err.code(), err.details()) == (grpc.StatusCode.UNKNOWN, "boom")
         assert "ShouldRateLimit failed unexpectedly" in caplog.text
-        monkeypatch.setattr(h.service, "should_rate_limit", real)
+        monkeypatch.undo()
         assert (await call(channel, request("test", KV))).overall_code == OK
         # Bytes that are not a RateLimitRequest: grpc-go's INTERNAL, never a crash.
         raw = channel.unary_unary(METHOD_PATH)

@@ -17,7 +17,8 @@ packages only ratelimitd and sidecars.
   pki            Pki: two CAs, server and client certificates
   ads_server     AdsServer: an xDS (ADS, State of the World) management server, in-process
   machine        machine_info, implementations (compiled or pure, per compiled module)
-  core           Decider, memory_decider, suite_config (tests/configs/suites), drive
+  core           Decider, memory_decider, suite_config (tests/configs/suites)
+  decisions      random configs and requests; /explain predicts the decision (property)
   sidecar        a usage or transit sidecar under real gunicorn
   wrk            wrk runs summarised as JSON (the HTTP load benchmarks)
   grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)

@@ -1,6 +1,5 @@
 """The decision core as the tests drive it: `ratelimitd.core.build_core` (the daemon's own
-factory) with shorthand for loading configs, deciding and reading a statistic; `drive`, a
-decision on the memory backend without an event loop (the benchmarks').
+factory) with shorthand for loading configs, deciding and reading a statistic.
 
 Also what the tests/core modules split by subject share: the matcher twins
 (test_match*.py), the ShouldRateLimit configs, clock and shorthand (test_service*.py) and
@@ -8,7 +7,7 @@ config loading from YAML texts (test_config_*.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -125,15 +124,6 @@ def memory_decider(
     decider = Decider(build_core(settings, clock=clock, impl=impl), clock)
     decider.load(*configs, merge_domains=merge_domains)
     return decider
-
-
-def drive(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never suspends (memory backend) without an event loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    raise RuntimeError("the decision suspended")
 
 
 # RateLimitUnit numbers.

@@ -43,6 +43,8 @@ extensions = [
     Extension("ratelimitd._decision", ["ratelimitd/_decision.pyx"]),
     # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
+    # The synchronous ShouldRateLimit call (twin: transport/rls.py's RlsHandler._call_now).
+    Extension("ratelimitd._rls", ["ratelimitd/_rls.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above.
     Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=["nghttp2"]),
 ]

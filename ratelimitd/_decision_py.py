@@ -31,10 +31,24 @@ from .backends.base import Op
 from .config.ruleset import Rule
 from .config.windows import FIXED_WINDOW
 from .keys import MAX_HITS, METER_TTL_SECONDS
-from .messages import MAX_UINT32, OK, OVER_LIMIT, Request, RequestTooLarge, ServiceError, Status
+from .messages import (
+    MAX_UINT32,
+    OK,
+    OVER_LIMIT,
+    Request,
+    RequestTooLarge,
+    Response,
+    ServiceError,
+    Status,
+)
 
 # What an item's hits do to its windows.
 CONSUME, REFUND = 0, 1
+
+# A request with more descriptors than this is planned in slices of this many, the loop
+# running other requests between them: one huge request must not stall all. Such a request
+# is never decided synchronously (`Engine.decide_now`).
+SLICE = 256
 
 # The status of a descriptor with no limit, and of an unlimited one; shared, never mutated.
 NO_LIMIT = Status(OK)
@@ -78,8 +92,11 @@ class Plan:
         "items",
         "metadata",
         "meters",
+        "names",
+        "ops",
         "replaced",
         "root",
+        "t",
         "unlimited",
         "walks",
     )
@@ -99,6 +116,10 @@ class Plan:
         # rule found or None, its stats key); None unless asked.
         self.walks = walks
         self.cached = False  # set by `collect`: an item was answered from the local cache
+        # Set by `Engine.prepare`: the instant of the count, its store keys and operations.
+        self.t = 0.0
+        self.names: list[str] = []
+        self.ops: list[Op] = []
 
 
 def begin(request: Request, ruleset: Any, options: Any, walks: list[Any] | None = None) -> Plan:
@@ -223,6 +244,27 @@ def bind(plan: Plan, stats_for: Any, own: bool) -> None:
             item.stats = stats_for(item.key)
 
 
+def planned(request: Request, ruleset: Any, options: Any, stats: Any) -> Plan:
+    """`plan` for the service: refusals counted as service errors, the descriptors of an
+    unknown domain in `domain_not_found`, and the items bound to their statistics (`bind`)."""
+    try:
+        p = plan(request, ruleset, options)
+    except ServiceError:
+        stats.service.service_error += 1
+        raise
+    return bound(p, stats)
+
+
+def bound(p: Plan, stats: Any) -> Plan:
+    """The plan's statistics: `domain_not_found`, or each item's counters (`bind`)."""
+    if not p.found:
+        for _ in range(len(p.descriptors)):
+            stats.domain_not_found(p.domain)
+    else:
+        bind(p, stats.request_rule_stats, True)
+    return p
+
+
 def _override(domain: str, entries: Sequence[tuple[str, str]], limit: tuple[int, int]) -> Rule:
     """A request's own limit (`descriptor.limit`): no shadow, quota, name or metadata."""
     requests_per_unit, unit = limit
@@ -249,9 +291,21 @@ def collect(plan: Plan, t: float, prefix: str, local: Any, record: bool = True) 
     drops its keys from that cache (the reference keeps them, its open issue #1230), unless
     `record` is false (a dry run changes nothing).
     """
-    now = int(t)
+    names = _collect(plan, t, prefix, local, record)
     now_ms = int(t * 1000)
-    ops: list[Op] = []
+    ops = []
+    for item in plan.items:
+        j = item.first
+        if j >= 0:
+            for k, w in enumerate(item.rule.windows):
+                ops.append(window_op(item.kind, w, names[j + k], item.hits, now_ms))
+    return ops
+
+
+def _collect(plan: Plan, t: float, prefix: str, local: Any, record: bool) -> list[str]:
+    """`collect`'s store keys (the ops' keys): what the synchronous count needs."""
+    now = int(t)
+    out: list[str] = []
     plan.cached = False
     for item in plan.items:
         item.first = -1
@@ -271,10 +325,9 @@ def collect(plan: Plan, t: float, prefix: str, local: Any, record: bool = True) 
             elif _cached(item, names, local, now, record):
                 plan.cached = True
                 continue
-        item.first = len(ops)
-        for w, name in zip(item.rule.windows, names, strict=True):
-            ops.append(window_op(kind, w, name, h, now_ms))
-    return ops
+        item.first = len(out)
+        out += names
+    return out
 
 
 def window_keys(plan: Plan, item: Item, now: int, prefix: str) -> list[str]:
@@ -336,6 +389,45 @@ def reading(w: Any, result: Any, now: int, now_ms: int) -> tuple[int, int, int]:
     return after, -(-reset_ms // 1000), (now_ms + reset_ms) // 1000  # never past the true wait
 
 
+def count_now(
+    plan: Plan, t: float, prefix: str, local: Any, ratio: float, store: Any
+) -> list[Status]:
+    """The whole count of a plan on a synchronous store (a `SyncBackend`), then the verdict.
+
+    A consumed window is counted by the store's field-wise calls (`increment_one` for a
+    fixed window, `decide_now` for the others: no Op built); any other kind of item, and
+    the meters, by `increment_now` on their ops (`window_op`, the one place a kind's store
+    operation is made).
+    """
+    names = _collect(plan, t, prefix, local, True)
+    results: list[Any] = [None] * len(names)
+    now = int(t)
+    now_ms = int(t * 1000)
+    for item in plan.items:
+        j = item.first
+        if j < 0:
+            continue
+        windows = item.rule.windows
+        if item.kind == CONSUME:
+            for k, w in enumerate(windows):
+                if w.algorithm == FIXED_WINDOW:
+                    results[j + k] = store.increment_one(names[j + k], item.hits, w.seconds, now)
+                else:
+                    tick = w.tick
+                    results[j + k] = store.decide_now(
+                        names[j + k], w.algorithm, item.hits, w.ticks, w.requests, tick,
+                        now_ms // tick, now,
+                    )  # fmt: skip
+            continue
+        ops = [
+            window_op(item.kind, w, names[j + k], item.hits, now_ms) for k, w in enumerate(windows)
+        ]
+        results[j : j + len(windows)] = store.increment_now(ops, now)
+    if plan.meters:
+        store.increment_now(meter_ops(plan, t, prefix), now)
+    return _settled(plan, names, results, t, ratio, local)
+
+
 # -- verdict -------------------------------------------------------------------------------
 
 
@@ -349,6 +441,12 @@ def settle(
 ) -> list[Status]:
     """One Status per descriptor from the results of `collect`'s ops, and the stats split;
     windows found over go to the local cache (`local`; None: nothing recorded)."""
+    return _settled(plan, [op.key for op in ops], results, t, ratio, local)
+
+
+def _settled(
+    plan: Plan, names: Sequence[str], results: Sequence[Any], t: float, ratio: float, local: Any
+) -> list[Status]:
     now = int(t)
     now_ms = int(t * 1000)
     statuses: list[Status] = [NO_LIMIT] * len(plan.descriptors)
@@ -372,7 +470,7 @@ def settle(
             left = w.requests - after
             over = left < 0
             if over and local is not None and until > now:
-                local.add(ops[j].key, until)
+                local.add(names[j], until)
             j += 1
             if best is None:
                 take = True
@@ -406,6 +504,106 @@ def _refunded(windows: Sequence[Any], results: Sequence[Any], j: int, now: int) 
     return Status(OK, best.limit, remaining, best.seconds - now % best.seconds)
 
 
+def respond(
+    plan: Plan, statuses: list[Status], options: Any, service: Any, record: bool = True
+) -> Response:
+    """The response of a plan's statuses: unlimited descriptors, the overall code with quota
+    and global shadow mode (counted in `service.global_shadow_mode` when `record`)."""
+    unlimited = plan.unlimited
+    if unlimited is not None:
+        for i in unlimited:
+            statuses[i] = UNLIMITED
+    overall = OK
+    for st in statuses:
+        if st.code == OVER_LIMIT:  # nothing over is OK whatever the quota settings
+            overall = overall_code(statuses, unlimited or (), options.quota_mode)
+            break
+    if overall == OVER_LIMIT and options.shadow_mode:
+        overall = OK
+        if record:
+            service.global_shadow_mode += 1
+    return Response(overall, statuses)
+
+
+class Engine:
+    """A synchronous service's decision in one call (`RateLimitService.decide_now`): plan,
+    count (`count_now`) and verdict (`respond`), with the service's statistics. `extras`
+    adds what the options ask besides (headers, dynamic metadata): the service's own."""
+
+    __slots__ = (
+        "clock",
+        "extras",
+        "extras_on",
+        "local",
+        "options",
+        "prefix",
+        "ratio",
+        "ruleset",
+        "stats",
+        "store",
+    )
+
+    def __init__(self, stats: Any, limiter: Any, extras: Any) -> None:
+        self.stats = stats
+        self.prefix = limiter.prefix
+        self.ratio = limiter.near_limit_ratio
+        self.local = limiter.local_cache
+        self.clock = limiter.clock
+        self.store = limiter.backend
+        self.extras = extras
+        self.ruleset: Any = None
+        self.options: Any = None
+        self.extras_on = False
+
+    def use(self, ruleset: Any, options: Any) -> None:
+        """The config and reload options in force."""
+        self.ruleset = ruleset
+        self.options = options
+        self.extras_on = bool(
+            options.response_headers
+            or options.all_descriptors_headers
+            or options.request_headers
+            or options.response_dynamic_metadata
+        )
+
+    def decide_now(self, request: Request) -> Response | None:
+        """Decide `request` (None past SLICE descriptors: it is planned in slices)."""
+        if len(request.descriptors) > SLICE:
+            return None
+        options = self.options
+        p = planned(request, self.ruleset, options, self.stats)
+        statuses = count_now(p, self.clock(), self.prefix, self.local, self.ratio, self.store)
+        response = respond(p, statuses, options, self.stats.service)
+        if self.extras_on:
+            self.extras(request, p, response, options)
+        return response
+
+    def prepare(self, request: Request) -> Plan:
+        """The first half of an awaited decision: the plan of `request` (at most SLICE
+        descriptors), its statistics bound, and its count's store operations (`plan.ops`,
+        meters last) at `plan.t`."""
+        p = planned(request, self.ruleset, self.options, self.stats)
+        p.t = t = self.clock()
+        p.names = _collect(p, t, self.prefix, self.local, True)
+        now_ms = int(t * 1000)
+        ops = []
+        for item in p.items:
+            j = item.first
+            if j >= 0:
+                for k, w in enumerate(item.rule.windows):
+                    ops.append(window_op(item.kind, w, p.names[j + k], item.hits, now_ms))
+        p.ops = ops + meter_ops(p, t, self.prefix)
+        return p
+
+    def finish(self, request: Request, p: Plan, results: Sequence[Any]) -> Response:
+        """The second half: the verdict on the results of `plan.ops`, and the response."""
+        statuses = _settled(p, p.names, results, p.t, self.ratio, self.local)
+        response = respond(p, statuses, self.options, self.stats.service)
+        if self.extras_on:
+            self.extras(request, p, response, self.options)
+        return response
+
+
 def overall_code(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:
     """OVER_LIMIT iff a regular descriptor is over, or every quota descriptor is.
 
@@ -431,18 +629,24 @@ __all__ = [
     "CONSUME",
     "NO_LIMIT",
     "REFUND",
+    "SLICE",
     "UNLIMITED",
+    "Engine",
     "Item",
     "Plan",
     "begin",
     "bind",
+    "bound",
     "collect",
+    "count_now",
     "extend",
     "finish",
     "meter_ops",
     "overall_code",
     "plan",
+    "planned",
     "reading",
+    "respond",
     "settle",
     "window_keys",
     "window_op",

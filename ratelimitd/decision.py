@@ -13,24 +13,30 @@ from ._twins import select, twin
 _impl, IMPLEMENTATION = select("ratelimitd._decision", _decision_py)
 
 if TYPE_CHECKING:
-    from ._decision_py import Item, Plan
+    from ._decision_py import Engine, Item, Plan
 else:
+    Engine = _impl.Engine
     Item = _impl.Item
     Plan = _impl.Plan
 
 CONSUME = _impl.CONSUME
 REFUND = _impl.REFUND
+SLICE = _impl.SLICE
 NO_LIMIT = _impl.NO_LIMIT
 UNLIMITED = _impl.UNLIMITED
 begin = _impl.begin
 bind = _impl.bind
+bound = _impl.bound
 extend = _impl.extend
 finish = _impl.finish
 plan = _impl.plan
+planned = _impl.planned
 collect = _impl.collect
+count_now = _impl.count_now
 meter_ops = _impl.meter_ops
 reading = _impl.reading
 settle = _impl.settle
+respond = _impl.respond
 overall_code = _impl.overall_code
 window_keys = _impl.window_keys
 window_op = _impl.window_op
@@ -47,19 +53,25 @@ __all__ = [
     "IMPLEMENTATION",
     "NO_LIMIT",
     "REFUND",
+    "SLICE",
     "UNLIMITED",
+    "Engine",
     "Item",
     "Plan",
     "begin",
     "bind",
+    "bound",
     "collect",
+    "count_now",
     "extend",
     "finish",
     "implementation",
     "meter_ops",
     "overall_code",
     "plan",
+    "planned",
     "reading",
+    "respond",
     "settle",
     "window_keys",
     "window_op",

@@ -15,6 +15,7 @@ from ._twins import select, twin
 _impl, IMPLEMENTATION = select("ratelimitd._keys", _keys_py)
 
 UNIT_SECONDS = _impl.UNIT_SECONDS
+bump = _impl.bump
 cache_key = _impl.cache_key
 evaluate = _impl.evaluate
 near_threshold = _impl.near_threshold
@@ -35,7 +36,7 @@ window_start = _impl.window_start
 # same, and small enough that Lua's doubles and Redis' int64 counters take many of them. A
 # counter stops at COUNTER_MAX, the top of Redis' signed range (INCRBY refuses to pass it).
 MAX_HITS = 2**32
-COUNTER_MAX = 2**63 - 1
+COUNTER_MAX = _keys_py.COUNTER_MAX
 
 # Metered usage (the `meter: true` config extension) is kept per UTC day for 35 days, so
 # a billing cycle or a rolling 30-day window can always be summed from it.

@@ -52,11 +52,12 @@ class Limiter:
         self.clock = clock
         self.keys = keys.implementation(impl)
         self.decision = decision.implementation(impl)
-        # Chosen once: checking before incrementing needs the async GET round.
-        self._increment_now: Callable[[list[Op], int], list[Any]] | None = None
+        # Chosen once: checking before incrementing needs the async GET round. The
+        # synchronous store's method, bound once for the hot path (None: await `count`).
+        self.increment_now: Callable[[list[Op], int], list[Any]] | None = None
         if isinstance(backend, SyncBackend) and not self.stop_increment:
-            self._increment_now = backend.increment_now
-        self.synchronous = self._increment_now is not None
+            self.increment_now = backend.increment_now
+        self.synchronous = self.increment_now is not None
 
     @property
     def backend(self) -> Backend:
@@ -65,17 +66,9 @@ class Limiter:
 
     def count_now(self, plan: decision.Plan) -> list[Status]:
         """`count` for a synchronous limiter: no coroutine, no loop round."""
-        d = self.decision
-        t = self.clock()
-        ops = d.collect(plan, t, self.prefix, self.local_cache)
-        n = len(ops)
-        if plan.meters:
-            ops += d.meter_ops(plan, t, self.prefix)
-        if not ops:
-            return d.settle(plan, ops, (), t, self.near_limit_ratio, None)  # type: ignore[no-any-return]
-        results = self._increment_now(ops, int(t))  # type: ignore[misc]
-        del ops[n:]
-        return d.settle(plan, ops, results, t, self.near_limit_ratio, self.local_cache)  # type: ignore[no-any-return]
+        return self.decision.count_now(  # type: ignore[no-any-return]
+            plan, self.clock(), self.prefix, self.local_cache, self.near_limit_ratio, self._backend
+        )
 
     async def count(self, plan: decision.Plan) -> list[Status]:
         """One Status per descriptor of the plan; its meters counted in the same round."""
@@ -89,7 +82,7 @@ class Limiter:
             ops = ops + d.meter_ops(plan, t, self.prefix)
         results: Any = ()
         if ops:
-            increment_now = self._increment_now
+            increment_now = self.increment_now
             if increment_now is not None:
                 results = increment_now(ops, int(t))
             else:

@@ -22,11 +22,10 @@ from . import decision, keys
 from .backends.base import BackendError, Op
 from .config import RuleSet
 from .config.ruleset import UNIT_NAMES
-from .decision import NO_LIMIT, UNLIMITED, Plan
+from .decision import NO_LIMIT, SLICE, Plan
 from .limiter import Limiter
 from .messages import (
     MAX_UINT32,
-    OK,
     OVER_LIMIT,
     Overloaded,
     Request,
@@ -39,11 +38,6 @@ from .settings import ReloadOptions
 from .stats import RuleStats, StatsStore
 
 __all__ = ["SLICE", "Overloaded", "RateLimitService", "RequestTooLarge", "ServiceError", "Snapshot"]
-
-# A request with more descriptors than this is planned in slices of this many, the loop
-# running other requests between them: one huge request must not stall all. Such a request
-# is never decided by `decide_now`.
-SLICE = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +92,23 @@ class RateLimitService:
         self.fallback = fallback
         self.max_in_flight = max_in_flight  # MAX_INFLIGHT_DECISIONS; 0: no bound
         self.in_flight = 0  # decisions waiting on the store now
+        self.decision = d = decision.implementation(impl)
         self.snapshot = Snapshot(None, options or ReloadOptions())
-        self.decision = decision.implementation(impl)
+        # Plan, count and verdict in compiled calls: the whole decision for a limiter that
+        # never waits (`decide_now` is its method), its halves around the store's round for
+        # one that does (`prepare`, `finish`); swapped configs reach it with the snapshot.
+        self._engine = d.Engine(stats, limiter, self._extras)
+        # An awaited decision takes the halves unless the limiter's own round is needed
+        # (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT checks before it counts).
+        self._halves = not limiter.synchronous and not limiter.stop_increment
+        # decide_now(request) -> Response | None: decide one request of a `synchronous`
+        # service without a coroutine; None for a request of more than SLICE descriptors
+        # (use `should_rate_limit`). Raises ServiceError. It is the engine's own method: no
+        # Python frame on the hot path.
+        self.decide_now: Callable[[Request], Response | None] = self._waits
+        self._engine.use(None, self.snapshot.options)
+        if limiter.synchronous:
+            self.decide_now = self._engine.decide_now
         # The window arithmetic of the `keys` implementation `impl` names (None: selected).
         self._reset_seconds: Callable[[int, int], int] = keys.implementation(impl).reset_seconds
 
@@ -110,7 +119,8 @@ class RateLimitService:
 
     def set_ruleset(self, ruleset: RuleSet, options: ReloadOptions | None = None) -> None:
         """Swap in a newly loaded config (and the options re-read with it) atomically."""
-        self.snapshot = Snapshot(ruleset, options or self.snapshot.options)
+        self.snapshot = snap = Snapshot(ruleset, options or self.snapshot.options)
+        self._engine.use(snap.ruleset, snap.options)
         self.stats.set_limits(ruleset.limits())
 
     @property
@@ -118,18 +128,28 @@ class RateLimitService:
         """The config in force."""
         return self.snapshot.ruleset
 
-    def decide_now(self, request: Request) -> Response | None:
-        """Decide one request of a `synchronous` service without a coroutine; None for a
-        request of more than SLICE descriptors (use `should_rate_limit`). Raises
-        ServiceError."""
-        if len(request.descriptors) > SLICE:
-            return None
-        snap = self.snapshot
-        plan = self._planned(request, snap)
-        return self._respond(request, plan, self.limiter.count_now(plan), snap.options)
+    @staticmethod
+    def _waits(request: Request) -> Response | None:
+        raise TypeError("decide_now: this service's limiter waits (use should_rate_limit)")
 
     async def should_rate_limit(self, request: Request) -> Response:
         """Decide one request. Raises ServiceError, or BackendError from the backend."""
+        if self._halves and len(request.descriptors) <= SLICE:
+            engine = self._engine
+            plan = engine.prepare(request)
+            if not plan.ops:
+                return engine.finish(request, plan, ())
+            if self.max_in_flight and self.in_flight >= self.max_in_flight:
+                raise self._overloaded()
+            self.in_flight += 1
+            try:
+                results = await self.limiter.backend.increment(plan.ops)
+            except BackendError:
+                statuses = self._failed(plan)
+                return self._respond(request, plan, statuses, self.snapshot.options)
+            finally:
+                self.in_flight -= 1
+            return engine.finish(request, plan, results)
         snap = self.snapshot
         if len(request.descriptors) > SLICE:
             plan = await self._planned_in_slices(request, snap)
@@ -159,12 +179,7 @@ class RateLimitService:
 
     def _planned(self, request: Request, snap: Snapshot) -> Plan:
         """The request's plan with its stats bound; refusals counted as service errors."""
-        try:
-            plan = self.decision.plan(request, snap.ruleset, snap.options)
-        except ServiceError:
-            self.stats.service.service_error += 1
-            raise
-        return self._bound(plan)
+        return self.decision.planned(request, snap.ruleset, snap.options, self.stats)  # type: ignore[no-any-return]
 
     async def _planned_in_slices(self, request: Request, snap: Snapshot) -> Plan:
         """`_planned` with the loop running other requests every SLICE descriptors."""
@@ -181,36 +196,36 @@ class RateLimitService:
         except ServiceError:
             self.stats.service.service_error += 1
             raise
-        return self._bound(plan)
-
-    def _bound(self, plan: Plan) -> Plan:
-        if not plan.found:
-            for _ in range(len(plan.descriptors)):
-                self.stats.domain_not_found(plan.domain)
-            return plan
-        self.decision.bind(plan, self.stats.request_rule_stats, True)
-        return plan
+        return d.bound(plan, self.stats)  # type: ignore[no-any-return]
 
     # -- count --------------------------------------------------------------------------
 
     async def _count(self, plan: Plan) -> list[Status]:
         """The limiter's round, within MAX_INFLIGHT_DECISIONS, under BACKEND_FAILURE_POLICY."""
         if self.max_in_flight and self.in_flight >= self.max_in_flight:
-            self.stats.service.overloaded += 1
-            raise Overloaded(
-                f"{self.in_flight} decisions wait on the store "
-                f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
-            )
+            raise self._overloaded()
         self.in_flight += 1
         try:
             return await self.limiter.count(plan)
         except BackendError:
-            self.stats.service.redis_error += 1
-            if self.failure_policy == "error":
-                raise
-            return self._on_failure(plan)
+            return self._failed(plan)
         finally:
             self.in_flight -= 1
+
+    def _overloaded(self) -> Overloaded:
+        self.stats.service.overloaded += 1
+        return Overloaded(
+            f"{self.in_flight} decisions wait on the store "
+            f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
+        )
+
+    def _failed(self, plan: Plan) -> list[Status]:
+        """The store failed (a BackendError being handled): counted, then raised again
+        (BACKEND_FAILURE_POLICY=error, the reference) or answered by the policy."""
+        self.stats.service.redis_error += 1
+        if self.failure_policy == "error":
+            raise  # the BackendError being handled: called from its except block only
+        return self._on_failure(plan)
 
     def _on_failure(self, plan: Plan) -> list[Status]:
         """The statuses BACKEND_FAILURE_POLICY gives when the store failed (or its breaker
@@ -252,33 +267,33 @@ class RateLimitService:
         *,
         record: bool = True,
     ) -> Response:
-        """The response: unlimited descriptors, the overall code (quota and global shadow
-        mode), headers and dynamic metadata. `record`: count global_shadow_mode."""
-        unlimited = plan.unlimited
-        if unlimited is not None:
-            for i in unlimited:
-                statuses[i] = UNLIMITED
-        overall = OK
-        for st in statuses:
-            if st.code == OVER_LIMIT:  # nothing over is OK whatever the quota settings
-                overall = self.decision.overall_code(statuses, unlimited or (), opts.quota_mode)
-                break
-        if overall == OVER_LIMIT and opts.shadow_mode:
-            overall = OK
-            if record:
-                self.stats.service.global_shadow_mode += 1
-        response = Response(overall, statuses)
+        """The response (`decision.respond`: unlimited descriptors, the overall code with
+        quota and global shadow mode, counted when `record`), then headers and dynamic
+        metadata as the options ask."""
+        response: Response = self.decision.respond(plan, statuses, opts, self.stats.service, record)
+        if (
+            opts.response_headers
+            or opts.all_descriptors_headers
+            or opts.request_headers
+            or opts.response_dynamic_metadata
+        ):
+            self._extras(request, plan, response, opts)
+        return response
+
+    def _extras(
+        self, request: Request, plan: Plan, response: Response, opts: ReloadOptions
+    ) -> None:
+        """What the options add to a response: headers, dynamic metadata."""
         if opts.response_headers or opts.all_descriptors_headers or opts.request_headers:
             self._headers(response, opts)
         if opts.response_dynamic_metadata:
             response.dynamic_metadata = _dynamic_metadata(
                 request,
-                statuses,
-                unlimited or [],
-                plan.metadata or [None] * len(statuses),
+                response.statuses,
+                plan.unlimited or [],
+                plan.metadata or [None] * len(response.statuses),
                 opts.dynamic_metadata_limit_name,
             )
-        return response
 
     def _headers(self, response: Response, opts: ReloadOptions) -> None:
         statuses = response.statuses

@@ -12,6 +12,7 @@ deleted. The hot path pays a bucket append only when it creates a key.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import random
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.windows import SLIDING_WINDOW
-from ..keys import COUNTER_MAX
+from ..keys import COUNTER_MAX, bump
 from ..keys import sliding_window as _sliding_window
 from ..keys import token_bucket as _token_bucket
 from . import MEMORY
@@ -44,6 +45,9 @@ class MemoryBackend:
         self._jitter = jitter_max_seconds
         self._clock = clock
         self._next_sweep = 0
+        # `increment_now` of one fixed-window op given as its fields (no Op built): the
+        # limiter's per-window fast path, compiled with the counter maths (`keys.bump`).
+        self.increment_one: Callable[[str, int, int, int], int] = functools.partial(bump, self)
 
     def __len__(self) -> int:
         return len(self._counters)
@@ -78,7 +82,7 @@ class MemoryBackend:
                 continue
             if entry is None:
                 entry = counters[key] = [hits, expires]
-                self._bucket(key, expires)
+                self._created(key, expires, now)
             elif entry[1] <= now:  # expired, not swept yet: a fresh counter
                 entry[0] = hits
                 entry[1] = expires
@@ -88,27 +92,6 @@ class MemoryBackend:
                 entry[1] = expires
             out.append(entry[0])
         return out
-
-    def increment_one(self, key: str, hits: int, seconds: int, now: int) -> int:
-        """`increment_now` for a single op (the limiter's per-descriptor fast path)."""
-        if now >= self._next_sweep:
-            self._sweep(now)
-        expires = now + seconds
-        if self._jitter > 0:
-            # int(random() * n) is uniform on [0, n) like randrange, at a tenth of its cost.
-            expires += int(random.random() * self._jitter)
-        entry = self._counters.get(key)
-        if entry is None:
-            self._counters[key] = [hits, expires]
-            self._bucket(key, expires)
-            return hits
-        if entry[1] <= now:  # expired, not swept yet: a fresh counter
-            entry[0] = hits
-        else:
-            count = entry[0] + hits
-            entry[0] = count if count <= COUNTER_MAX else COUNTER_MAX  # saturates
-        entry[1] = expires
-        return entry[0]
 
     def _decide(self, op: Op, now: int, *, peek: bool = False) -> tuple[int, int]:
         """A sliding-window or token-bucket op: (level after, ticks until reset)."""
@@ -161,7 +144,7 @@ class MemoryBackend:
             new = (t, f)
         if entry is None:
             self._counters[key] = [new, expires]
-            self._bucket(key, expires)
+            self._created(key, expires, now)
         else:
             entry[0] = new
             entry[1] = expires
@@ -214,6 +197,10 @@ class MemoryBackend:
         self._counters.clear()
         self._buckets.clear()
         self._due.clear()
+
+    def _created(self, key: str, expires: int, now: int) -> None:
+        """A new key (already in the map): into its expiry bucket."""
+        self._bucket(key, expires)
 
     def _bucket(self, key: str, expires: int) -> None:
         bucket = self._buckets.get(expires)

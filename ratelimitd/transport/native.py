@@ -191,7 +191,7 @@ class NativeGrpcTransport:
         self.handler = RlsHandler(service, stats, response_timer, spans)
         self.health_statuses = NativeHealth()
         self.routes = {
-            METHOD_PATH.encode(): self._should_rate_limit,
+            METHOD_PATH.encode(): self.handler.route(self._should_rate_limit, self._in_task),
             HEALTH_CHECK: self.health_statuses.check,
             HEALTH_WATCH: self.health_statuses.watch,
         }
@@ -230,6 +230,9 @@ class NativeGrpcTransport:
             if outcome is not None:
                 proto.answer(stream, *outcome)
                 return
+        self._in_task(stream, proto)
+
+    def _in_task(self, stream: Any, proto: H2Protocol) -> None:
         carrier = dict(stream.metadata) if stream.metadata else None
         stream.work = self._loop.create_task(self._decide(stream, proto, carrier))  # type: ignore[union-attr]
         if stream.timeout >= 0:

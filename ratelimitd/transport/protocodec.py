@@ -11,7 +11,7 @@ oracle of the property tests) and serve the client-side functions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -110,7 +110,7 @@ def _struct_bytes(metadata: dict[str, Any]) -> bytes:
     return struct.SerializeToString()
 
 
-def _compiled_codec() -> tuple[Any, Any] | None:
+def _compiled_codec() -> Any:
     # Same switch as keys.py / match.py: RATELIMITD_NO_EXTENSIONS=1 forces the twin.
     if extensions_disabled():
         return None
@@ -118,25 +118,17 @@ def _compiled_codec() -> tuple[Any, Any] | None:
         from ratelimitd import _wire  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return _wire.decode_request, _wire.encode_response
+    return _wire
 
 
-_codec = _compiled_codec()
-if _codec is not None:
-    _decode, _encode = _codec
+_wire = _compiled_codec()
+if _wire is not None:
+    # Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes (the
+    # compiled codec's WireError is one, with grpc-go's message).
+    decode_request = _wire.decode_request
 
-    def decode_request(data: bytes) -> Request:
-        """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
-        try:
-            return _decode(data)  # type: ignore[no-any-return]
-        except ValueError as exc:  # WireError, with grpc-go's message
-            raise DecodeError(str(exc)) from None
-
-    def encode_response(resp: Response) -> bytes:
-        """Serialize a decision as a RateLimitResponse."""
-        if not resp.dynamic_metadata:  # an empty Struct is absent, as upb writes it
-            return _encode(resp)  # type: ignore[no-any-return]
-        return _encode(resp, _struct_bytes(resp.dynamic_metadata))  # type: ignore[no-any-return]
+    # Serialize a decision as a RateLimitResponse: one call into the compiled codec.
+    encode_response: Callable[[Response], bytes] = _wire.Encoder(_struct_bytes)
 
     IMPLEMENTATION = "compiled"
 else:

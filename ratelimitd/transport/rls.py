@@ -14,13 +14,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import BackendError
 from ..messages import Overloaded, RequestTooLarge, ServiceError
 from ..service import RateLimitService
+from ..settings import extensions_disabled
 from ..stats import StatsStore, Timer
 from .grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from .protocodec import DecodeError, decode_request, encode_response
@@ -31,51 +31,113 @@ if TYPE_CHECKING:
 log = logging.getLogger("ratelimitd.transport.grpc")
 
 
+def _compiled_call() -> Any:
+    # Same switch as the other compiled modules: RATELIMITD_NO_EXTENSIONS=1 forces the twin.
+    if extensions_disabled():
+        return None
+    try:
+        from .. import _rls  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _rls
+
+
+_compiled = _compiled_call()
+
+
 Outcome = tuple[int, bytes | str]
 
 
-@dataclass(slots=True, eq=False)
 class RlsHandler:
-    """The transport-neutral ShouldRateLimit call."""
+    """The transport-neutral ShouldRateLimit call.
 
-    service: RateLimitService
-    stats: StatsStore
-    # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
-    timer: Timer | None = None
-    # OpenTelemetry SERVER spans (None: tracing off, nothing imported).
-    spans: ServerSpans | None = None
-    clock: Callable[[], float] = time.perf_counter
+    `timer` is the stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no
+    sink); `spans` makes OpenTelemetry SERVER spans (None: tracing off, nothing imported).
+    """
 
-    @property
-    def synchronous(self) -> bool:
-        """True when `decide_now` may be used: the decision never waits for I/O."""
-        return self.spans is None and self.service.synchronous
+    __slots__ = (
+        "_decide_now",
+        "_service_stats",
+        "clock",
+        "decide",
+        "decide_now",
+        "service",
+        "spans",
+        "stats",
+        "synchronous",
+        "timer",
+    )
 
-    def decide_now(self, data: bytes) -> Outcome | None:
-        """`decide` without a task, for a synchronous service (see `synchronous`); None for
-        a request the service decides only asynchronously (use `decide`)."""
+    def __init__(
+        self,
+        service: RateLimitService,
+        stats: StatsStore,
+        timer: Timer | None = None,
+        spans: ServerSpans | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.service = service
+        self.stats = stats
+        self.timer = timer
+        self.spans = spans
+        self.clock = clock
+        self._service_stats = stats.service
+        # Whether `decide_now` may be used: the decision never waits for I/O (and no span
+        # needs a task). Decided once: the service's limiter is fixed when it is built.
+        self.synchronous = spans is None and service.synchronous
+        self._decide_now = service.decide_now
+        # decide(data, metadata=None) -> Outcome: decide one serialized RateLimitRequest;
+        # `metadata` is the tracing carrier (only a traced call takes the extra frame).
+        self.decide: Callable[..., Awaitable[Outcome]] = (
+            self._decide if spans is None else self._traced
+        )
+        # decide_now(data) -> Outcome | None: `decide` without a task, for a synchronous
+        # service (see `synchronous`); None for a request the service decides only
+        # asynchronously (use `decide`). Compiled when built (`_rls.SyncCall`).
+        self.decide_now: Callable[[bytes], Outcome | None] = self._call_now
+        if _compiled is not None and self.synchronous:
+            self.decide_now = _compiled.SyncCall(
+                decode_request,
+                self._decide_now,
+                encode_response,
+                clock,
+                self._service_stats,
+                timer,
+                _outcome_of,
+            )
+
+    def route(
+        self, route: Callable[[Any, Any], None], in_task: Callable[[Any, Any], None]
+    ) -> Callable[[Any, Any], None]:
+        """A native transport's ShouldRateLimit route (stream, proto): with the compiled
+        synchronous call, one C call that answers the stream or hands it to `in_task` (a
+        request it does not decide at once); otherwise the transport's own `route`."""
+        if isinstance(self.decide_now, _compiled.SyncCall if _compiled else ()):
+            return _compiled.SyncRoute(self.decide_now, in_task)  # type: ignore[no-any-return]
+        return route
+
+    def _call_now(self, data: bytes) -> Outcome | None:
+        """`decide_now`, the pure twin of `_rls.SyncCall`."""
         started = self.clock()
         try:
-            request = decode_request(data)
+            response = self._decide_now(decode_request(data))
+            if response is None:
+                return None
+            reply: bytes | str = encode_response(response)
+            code = OK
         except DecodeError as err:
-            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
-        try:
-            response = self.service.decide_now(request)
+            code, reply = INTERNAL, f"grpc: error unmarshalling request: {err}"
         except Exception as err:
-            return self._done(started, _code(err), _failure(err))
-        if response is None:
-            return None
-        return self._done(started, OK, encode_response(response))
+            code, reply = _outcome_of(err)
+        return self._done(started, code, reply)
 
-    async def decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
-        """Decide one serialized RateLimitRequest; `metadata` is the tracing carrier."""
-        if self.spans is not None:
-            return await self.spans.run(
-                metadata or {}, data, lambda: self._decide(data), code_of=_code_of
-            )
-        return await self._decide(data)
+    async def _traced(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
+        assert self.spans is not None
+        return await self.spans.run(
+            metadata or {}, data, lambda: self._decide(data), code_of=_code_of
+        )
 
-    async def _decide(self, data: bytes) -> Outcome:
+    async def _decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
         started = self.clock()
         try:
             request = decode_request(data)
@@ -92,13 +154,18 @@ class RlsHandler:
 
     def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
         elapsed_ms = (self.clock() - started) * 1000.0
-        s = self.stats.service
+        s = self._service_stats
         s.total_requests += 1
         s.response_time_count += 1
         s.response_time_sum_ms += elapsed_ms
         if self.timer is not None:
             self.timer.observe(elapsed_ms)
         return code, reply
+
+
+def _outcome_of(err: Exception) -> Outcome:
+    """The gRPC status and message of an error out of the service."""
+    return _code(err), _failure(err)
 
 
 def _code(err: Exception) -> int:

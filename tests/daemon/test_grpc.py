@@ -387,8 +387,7 @@ async def test_unexpected_error_is_unknown_and_logged(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    h = harness(CONFIG)
-    served = await serve(h.service, h.stats)
+    broken = harness(CONFIG)
 
     async def boom(req: Request) -> Response:
         raise RuntimeError("boom")
@@ -396,14 +395,17 @@ async def test_unexpected_error_is_unknown_and_logged(
     def boom_now(req: Request) -> Response:
         raise RuntimeError("boom")
 
-    # Both entries of the service: the native transport decides a synchronous one at once.
-    monkeypatch.setattr(h.service, "should_rate_limit", boom)
-    monkeypatch.setattr(h.service, "decide_now", boom_now)
-    async with served.channel() as channel:
+    # Both entries of the service (the native transport decides a synchronous one at once),
+    # broken before the transport takes them.
+    monkeypatch.setattr(broken.service, "should_rate_limit", boom)
+    monkeypatch.setattr(broken.service, "decide_now", boom_now)
+    async with (await serve(broken.service, broken.stats)).channel() as channel:
         err = await rpc_error(call(channel, request("test", KV)))
         assert (err.code(), err.details()) == (grpc.StatusCode.UNKNOWN, "boom")
         assert "ShouldRateLimit failed unexpectedly" in caplog.text
-        monkeypatch.undo()
+    h = harness(CONFIG)
+    served = await serve(h.service, h.stats)
+    async with served.channel() as channel:
         assert (await call(channel, request("test", KV))).overall_code == OK
         # Bytes that are not a RateLimitRequest: grpc-go's INTERNAL, never a crash.
         raw = channel.unary_unary(METHOD_PATH)

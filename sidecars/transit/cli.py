@@ -38,7 +38,7 @@ def validate(
         served = build_network(FeedFiles.load(against, timeout), feed) if against else None
         files = FeedFiles.load(source, timeout)
         digest = files.digest
-        report = build_network(files, feed, served, locations).raw.report
+        report = build_network(files, feed, served, locations, time.time()).raw.report
     except FeedError as exc:
         report = exc.report
     except SourceError as exc:

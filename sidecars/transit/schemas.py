@@ -334,12 +334,14 @@ class PipMessage(Struct):
 # -- health -----------------------------------------------------------------------------------
 
 
-class FeedProblem(Struct):
-    """One reason a static feed was rejected."""
+class FeedProblem(Struct, omit_defaults=True):
+    """One notice of a validation report: where, what, and the rows of other files that were
+    left out with this one (a route's trips and their stop times), per file."""
 
     file: str
     line: int | None
     message: str
+    dropped: dict[str, int] | None = None
 
 
 class FileRows(Struct):
@@ -358,6 +360,8 @@ class NoticeSummary(Struct):
     count: int
     description: str
     examples: list[FeedProblem]
+    # Rows of other files left out with this code's rows (not counted as notices of their own).
+    dropped: dict[str, int] = {}
 
 
 class ValidationReport(Struct):
@@ -370,6 +374,7 @@ class ValidationReport(Struct):
     fatal: int
     errors: int
     warnings: int
+    infos: int
     files: list[FileRows]
     notices: list[NoticeSummary]
 

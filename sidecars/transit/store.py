@@ -115,7 +115,7 @@ class TransitStore:
                 if current is not None and current.version == files.digest:
                     log.debug("static feed %s unchanged (version %s)", source, files.digest)
                     return False
-                network = build_network(files, feed, current, self.locations)
+                network = build_network(files, feed, current, self.locations, self.now())
                 raw = network.raw
             except FeedError as exc:
                 self._reject(source, digest, exc.report)
@@ -310,14 +310,17 @@ def build_network(
     feed: FeedSettings,
     served: Network | None = None,
     locations: StopLocations | None = None,
+    now: float | None = None,
 ) -> Network:
-    """Validate a feed (against the served one, if any) and derive its network; FeedError
-    when it must not be served. The network's `raw.report` lists what was skipped."""
+    """Validate a feed (against the served one, if any; its dates against `now`) and derive
+    its network; FeedError when it must not be served. The network's `raw.report` lists what
+    was skipped."""
     raw = read_feed(
         files,
         max_skipped_share=feed.max_skipped_share,
         examples=feed.report_examples,
         dist_unit=feed.shape_dist_unit,
+        now=now,
     )
     if served is not None:
         raw.report.check_shrink(served.raw.report, feed.max_drop_share)

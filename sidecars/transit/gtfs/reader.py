@@ -8,20 +8,22 @@ is skipped, and the rows of other files that refer to it too.
 
 from __future__ import annotations
 
+import csv
 import zipfile
 import zlib
 from array import array
 from collections.abc import Callable
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from ..geometry import MIN_SAMPLE_M, UNITS, cumulative_m, detect_unit
 from ..source import FeedFiles
 from ..times import yyyymmdd
-from .notices import Report
+from .notices import ERROR, Cause, Report
 from .stop_times import StopTimes
 from .tables import (
     FACILITY_COLUMNS,
+    GTFS_FILES,
     OPERATIONAL_STATUSES,
     REQUIRED_COLUMNS,
     REQUIRED_FILES,
@@ -47,6 +49,8 @@ FLAGS = frozenset(("0", "1"))
 EXCEPTION_TYPES = frozenset(("1", "2"))
 # The single agency of a feed without agency_id is named this in the API (vehicle ids, metrics).
 DEFAULT_AGENCY_ID = "1"
+# Carris Metropolitana's own files, served by `/v2/dates` and `/v2/periods` as they are.
+CM_FILES = ("dates.txt", "periods.txt")
 
 
 def read_feed(
@@ -55,9 +59,12 @@ def read_feed(
     max_skipped_share: float = 0.1,
     examples: int = 10,
     dist_unit: str = "auto",
+    now: float | None = None,
 ) -> RawFeed:
     """Parse and validate every file the API needs; FeedError carries the report when the
-    feed cannot be served. The served feed's report (row-level notices) is `RawFeed.report`."""
+    feed cannot be served. The served feed's report (row-level notices) is `RawFeed.report`.
+    With `now` (Unix time), dates are checked against it too: expired calendars, no service
+    today, feed_info's end date."""
     report = Report(examples)
     names = files.names()
     for name in REQUIRED_FILES:
@@ -72,7 +79,7 @@ def read_feed(
         )
     report.raise_if_fatal()
     try:
-        raw = _Reader(files, report, dist_unit).read()
+        raw = _Reader(files, report, dist_unit, now).read()
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         # A truncated or corrupt member only shows up when it is read.
         raise report.fatal(
@@ -86,10 +93,19 @@ def read_feed(
 class _Reader:
     """Reads the files in dependency order; each table method fills its columns."""
 
-    def __init__(self, files: FeedFiles, report: Report, dist_unit: str) -> None:
+    def __init__(self, files: FeedFiles, report: Report, dist_unit: str, now: float | None) -> None:
         self.files = files
         self.report = report
         self.dist_unit = dist_unit
+        self.now = now
+        self.today: date | None = None
+        self.extras: dict[str, list[dict[str, str]]] = {}
+        # Rows skipped for a problem of their own, by key: what refers to them is dropped
+        # with them and counted under that notice.
+        self.dropped_stops: dict[str, Cause] = {}
+        self.dropped_routes: dict[str, Cause] = {}
+        self.dropped_services: dict[str, Cause] = {}
+        self.dropped_trips: dict[str, Cause] = {}
 
     def table(self, name: str, fn: Callable[[Table], None], needed: bool = False) -> None:
         with self.files.open_text(name) as fh:
@@ -105,7 +121,24 @@ class _Reader:
 
     def read(self) -> RawFeed:
         names = self.files.names()
+        for name in sorted(names - GTFS_FILES):
+            served = " (served by /v2/dates and /v2/periods)" if name in CM_FILES else ""
+            self.report.add("unknown_file", name, None, f"not a GTFS file{served}")
         self.table("agency.txt", self._agency, needed=True)
+        if self.now is not None and not self.report.fatal_count:
+            self.today = datetime.fromtimestamp(self.now, ZoneInfo(self.timezone)).date()
+        if "feed_info.txt" in names:
+            self.table("feed_info.txt", self._feed_info)
+        else:
+            self.report.add(
+                "missing_recommended_file",
+                "feed_info.txt",
+                None,
+                "feed_info.txt is missing (the feed's version, validity dates and contact)",
+            )
+        for name in CM_FILES:
+            if name in names:
+                self.extras[name] = self._plain(name)
         self.table("stops.txt", self._stops, needed=True)
         self.table("routes.txt", self._routes, needed=True)
         self.service_ids: list[str] = []
@@ -118,6 +151,7 @@ class _Reader:
         if not self.service_ids and not self.report.fatal_count:
             # Both calendars read, neither gave a usable service.
             self.report.add("no_usable_rows", "calendar.txt", None, "no usable service")
+        self._check_service_dates(names)
         self.shapes: dict[str, ShapeColumns] = {}
         if "shapes.txt" in names:
             self.table("shapes.txt", self._shapes)
@@ -135,7 +169,7 @@ class _Reader:
             self.trip_block,
             self.trip_pattern,
         )
-        st = StopTimes(trips, self.stop_index, self.report)
+        st = StopTimes(trips, self.stop_index, self.report, self.dropped_trips, self.dropped_stops)
         self.table("stop_times.txt", st.read, needed=True)
         self.report.raise_if_fatal()
         st.group()
@@ -174,11 +208,87 @@ class _Reader:
             time_seconds=st.time_seconds,
             report=self.report,
             shapes=self.shapes,
+            extras=self.extras,
         )
         raw.dist_factor = self._dist_factor(raw)
         return raw
 
     # -- small files ------------------------------------------------------------------------
+
+    def _plain(self, name: str) -> list[dict[str, str]]:
+        """A file the API serves as it is, as {column: value} rows (bad CSV: none)."""
+        try:
+            with self.files.open_text(name) as fh:
+                return [
+                    {(k or "").strip(): (v or "").strip() for k, v in row.items()}
+                    for row in csv.DictReader(fh)
+                ]
+        except (csv.Error, UnicodeDecodeError) as exc:
+            self.report.add("csv_parsing_failed", name, None, f"{exc}; not served", ERROR)
+            return []
+
+    def _feed_info(self, t: Table) -> None:
+        """feed_info.txt: not served, but its dates say when the feed expires."""
+        i_start, i_end = t.index("feed_start_date"), t.index("feed_end_date")
+        for row in t.rows():
+            try:
+                for column in REQUIRED_COLUMNS["feed_info.txt"]:
+                    required(row, t.index(column), column)
+                start_text, end_text = get(row, i_start), get(row, i_end)
+                start = _date(start_text, "feed_start_date") if start_text else None
+                end = _date(end_text, "feed_end_date") if end_text else None
+                if start and end and end < start:
+                    raise RowError(
+                        "start_and_end_range_out_of_order", "feed_end_date before feed_start_date"
+                    )
+            except RowError as exc:
+                t.skip(exc)
+                continue
+            self.extras.setdefault("feed_info.txt", []).append(
+                {c: row[i].strip() for c, i in t.columns.items() if i < len(row)}
+            )
+            if bool(start) != bool(end):
+                t.warn("missing_feed_info_date", "give both feed_start_date and feed_end_date")
+            if end is not None and self.today is not None:
+                days = (end - self.today).days
+                code = (
+                    "feed_expiration_date7_days"
+                    if days <= 7
+                    else "feed_expiration_date30_days"
+                    if days <= 30
+                    else None
+                )
+                if code:
+                    t.warn(code, f"feed_end_date {end_text} is {days} day(s) from today")
+
+    def _check_service_dates(self, names: set[str]) -> None:
+        """Against today: services whose dates are all past, and whether any runs today."""
+        today = self.today
+        if today is None or not self.service_ids:
+            return
+        text = yyyymmdd(today)
+        file = "calendar.txt" if "calendar.txt" in names else "calendar_dates.txt"
+        running = False
+        for service_id, dates in zip(self.service_ids, self.service_sets, strict=True):
+            if dates and max(dates) < text:
+                self.report.add(
+                    "expired_calendar",
+                    file,
+                    None,
+                    f"service {service_id!r}: last date {max(dates)}, before today ({text})",
+                )
+            running = running or text in dates
+        if not running:
+            self.report.add(
+                "no_service_today",
+                file,
+                None,
+                f"no service runs on {text}: the calendars cover "
+                f"{min(min(d) for d in self.service_sets if d)}..."
+                f"{max(max(d) for d in self.service_sets if d)}"
+                if any(self.service_sets)
+                else f"no service runs on {text}",
+            )
 
     def _agency(self, t: Table) -> None:
         i_id, i_name, i_url, i_tz = (
@@ -249,8 +359,9 @@ class _Reader:
         self.stops: list[StopRow] = []
         seen: set[str] = set()
         for row in t.rows():
+            stop_id = get(row, idx["stop_id"])
             try:
-                stop_id = required(row, idx["stop_id"], "stop_id")
+                required(row, idx["stop_id"], "stop_id")
                 if stop_id in seen:
                     raise RowError("duplicate_key", f"stop_id {stop_id!r} repeated")
                 kind = enum(get(row, idx["location_type"]), "location_type", LOCATION_TYPES)
@@ -266,7 +377,9 @@ class _Reader:
                 if abs(lat) <= 1 and abs(lon) <= 1:
                     raise RowError("point_near_origin", f"stop {stop_id!r} is at {lat}, {lon}")
             except RowError as exc:
-                t.skip(exc)
+                cause = t.skip(exc)
+                if stop_id and stop_id not in seen:
+                    self.dropped_stops[stop_id] = cause
                 continue
             seen.add(stop_id)
             status = OPERATIONAL_STATUSES.get(get(row, idx["operational_status"]).upper())
@@ -312,8 +425,9 @@ class _Reader:
         single = self.agency_ids[0] if len(self.agency_ids) == 1 else None
         for row in t.rows():
             values = [get(row, i) for i in idx]
+            route_id = values[0]
             try:
-                route_id = required(row, idx[0], "route_id")
+                required(row, idx[0], "route_id")
                 if route_id in self.route_index:
                     raise RowError("duplicate_key", f"route_id {route_id!r} repeated")
                 agency = values[1]
@@ -334,16 +448,23 @@ class _Reader:
                         f"route {route_id!r} has neither route_short_name nor route_long_name",
                     )
                 kind = integer(required(row, i_type, "route_type"), "route_type")
-                if not (kind <= 7 or kind in (11, 12) or 100 <= kind <= 1702):
-                    raise RowError("unexpected_enum_value", f"route_type {kind} is not defined")
             except RowError as exc:
-                t.skip(exc)
+                cause = t.skip(exc)
+                if route_id and route_id not in self.route_index:
+                    self.dropped_routes[route_id] = cause
                 continue
+            if not (kind <= 7 or kind in (11, 12) or 100 <= kind <= 1702):
+                # The API serves no route_type: the route is served.
+                t.warn(
+                    "unexpected_enum_value",
+                    f"route {route_id!r}: route_type {kind} is not defined; served anyway "
+                    "(the API does not serve route_type)",
+                )
             for k, field in ((4, "route_color"), (5, "route_text_color")):
                 try:
                     color(values[k], field)
                 except RowError as exc:
-                    t.warn(exc.code, f"{exc}; the default colour is served")
+                    t.warn(exc.code, f"route {route_id!r}: {exc}; the default colour is served")
                     values[k] = ""
             self.route_index[route_id] = len(self.routes)
             self.routes.append(RouteRow(*values))
@@ -360,8 +481,9 @@ class _Reader:
         idx = {c: t.index(c) for c in REQUIRED_COLUMNS["calendar.txt"]}
         seen: set[str] = set()
         for row in t.rows():
+            service_id = get(row, idx["service_id"])
             try:
-                service_id = required(row, idx["service_id"], "service_id")
+                required(row, idx["service_id"], "service_id")
                 if service_id in seen:
                     raise RowError("duplicate_key", f"service_id {service_id!r} repeated")
                 flags = [enum(get(row, idx[d]), d, FLAGS) == "1" for d in WEEKDAYS]
@@ -377,7 +499,9 @@ class _Reader:
                         "number_out_of_range", f"service {service_id!r} spans over ten years"
                     )
             except RowError as exc:
-                t.skip(exc)
+                cause = t.skip(exc)
+                if service_id and service_id not in seen:
+                    self.dropped_services[service_id] = cause
                 continue
             seen.add(service_id)
             dates = self.service_sets[self._service(service_id)]
@@ -466,19 +590,28 @@ class _Reader:
         interned: dict[str, str] = {}
         intern = interned.setdefault
         for row in t.rows():
+            trip_id = get(row, i_trip)
             try:
-                trip_id = required(row, i_trip, "trip_id")
+                required(row, i_trip, "trip_id")
                 if trip_id in self.trip_index:
                     raise RowError("duplicate_key", f"trip_id {trip_id!r} repeated")
                 route_text = required(row, i_route, "route_id")
                 route = self.route_index.get(route_text)
+                service_text = required(row, i_service, "service_id")
+                service = self.service_index.get(service_text)
+                parent = self.dropped_routes.get(route_text) if route is None else None
+                if parent is None and service is None:
+                    parent = self.dropped_services.get(service_text)
+                if parent is not None:
+                    # Its route or service was skipped: counted under that notice.
+                    self.report.dependant(parent, t.name)
+                    self.dropped_trips.setdefault(trip_id, parent)
+                    continue
                 if route is None:
                     raise RowError(
                         "foreign_key_violation",
                         f"trip {trip_id!r}: route_id {route_text!r} is not a usable route",
                     )
-                service_text = required(row, i_service, "service_id")
-                service = self.service_index.get(service_text)
                 if service is None:
                     raise RowError(
                         "foreign_key_violation",
@@ -487,7 +620,9 @@ class _Reader:
                     )
                 direction = enum(get(row, i_dir), "direction_id", DIRECTIONS)
             except RowError as exc:
-                t.skip(exc)
+                cause = t.skip(exc)
+                if trip_id and trip_id not in self.trip_index:
+                    self.dropped_trips.setdefault(trip_id, cause)
                 continue
             shape = get(row, i_shape)
             if shape and shape not in self.shapes:

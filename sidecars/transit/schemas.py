@@ -197,8 +197,12 @@ class Arrival(Struct):
     line_id: str
     observed_arrival: str | None
     observed_arrival_unix: int | None
-    pattern_id: str
+    # null for an added trip that matches no pattern
+    pattern_id: str | None
     route_id: str
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
+    # does not have), from the TripUpdates
+    schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int
     stop_sequence: int
@@ -215,8 +219,12 @@ class PatternArrival(Struct):
     line_id: str
     observed_arrival: str | None
     observed_arrival_unix: int | None
-    pattern_id: str
+    # null for an added trip that matches no pattern
+    pattern_id: str | None
     route_id: str
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
+    # does not have), from the TripUpdates
+    schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int
     stop_id: str
@@ -401,6 +409,8 @@ class FeedHealth(Struct):
     problems: list[FeedProblem]
     problem_count: int
     skipped_rows: int
+    # Whether any service of the served feed runs on today's operational day.
+    service_today: bool
 
 
 class RealtimeHealth(Struct):
@@ -411,6 +421,8 @@ class RealtimeHealth(Struct):
     fetched_at: int | None
     entities: int
     last_error: str | None
+    # Why some of the last good message is not served as current (too old).
+    reason: str | None
 
 
 class TransitHealth(Struct):
@@ -419,6 +431,8 @@ class TransitHealth(Struct):
 
     status: str
     demo: bool
+    # Why the status is not ok, one line per cause.
+    reasons: list[str]
     sources: dict[str, str | None]
     feed: FeedHealth
     vehicles: RealtimeHealth

@@ -49,8 +49,8 @@ def test_cairns_lines_are_route_short_names(cairns_net: Network) -> None:
     ids = [line["id"] for line in lines]
     assert ids == sorted(ids, key=natural_key)
     line = next(x for x in lines if x["id"] == "110")
-    # Route 110-423 runs two stop sequences each way: its busiest pair keeps the GTFS id.
-    assert line["route_ids"] == ["110-423_1", "110-423"]
+    # Route 110-423 runs two stop sequences each way: all four patterns are its own.
+    assert line["route_ids"] == ["110-423"]
     assert line["color"] == "#7BC142" and line["text_color"] == "#000000"
     assert line["short_name"] == "110" and line["long_name"] == "City - Palm Cove"
     assert line["stop_ids"] == []

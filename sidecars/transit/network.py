@@ -23,6 +23,7 @@ from .gtfs import NO_DROP_OFF, NO_PICKUP, RawFeed
 from .gtfs.tables import StopRow
 from .patterns import Patterns, Version, prepend, route_colors, route_line
 from .places.geo import GridIndex
+from .places.names import locality_id
 from .schemas import (
     GeoFeature,
     Line,
@@ -115,8 +116,17 @@ class Network:
         """Per stop: district, municipality and locality ids that join `/v2/locations/*`."""
         raw = self.raw
         if locations is None:
-            # No location lists: the feed's ids as they are (a locality name is not an id).
-            return [(r.district_id, r.municipality_id, r.locality_id) for r in raw.stops]
+            # No location lists: the feed's ids as they are, and a locality known by name the
+            # id of the lists derived from the stops (places/locations.py, derived_lists).
+            return [
+                (
+                    r.district_id,
+                    r.municipality_id,
+                    r.locality_id
+                    or (locality_id(r.municipality_id, r.locality) if r.locality else ""),
+                )
+                for r in raw.stops
+            ]
         out = []
         for i, row in enumerate(raw.stops):
             district, municipality, locality, complete = locations.resolve_stop(row)

@@ -351,6 +351,10 @@ class _Reader:
                 "region_id",
                 "wheelchair_boarding",
                 "operational_status",
+                "district_name",
+                "region_name",
+                "parish_id",
+                "parish_name",
             )
         }
         facility_idx = [(t.index(col), name) for col, name in FACILITY_COLUMNS if t.index(col) >= 0]
@@ -401,6 +405,10 @@ class _Reader:
                     facilities=tuple(name for i, name in facility_idx if row[i].strip() == "1"),
                     wheelchair_boarding=get(row, idx["wheelchair_boarding"]) == "1",
                     operational_status=status,
+                    district_name=get(row, idx["district_name"]),
+                    region_name=get(row, idx["region_name"]),
+                    parish_id=get(row, idx["parish_id"]),
+                    parish_name=get(row, idx["parish_name"]),
                 )
             )
 

@@ -100,6 +100,12 @@ class StopRow(NamedTuple):
     facilities: tuple[str, ...]
     wheelchair_boarding: bool
     operational_status: str | None
+    # Names that come with the ids (Carris Metropolitana's columns): the location lists are
+    # derived from them when none is configured.
+    district_name: str = ""
+    region_name: str = ""
+    parish_id: str = ""
+    parish_name: str = ""
 
 
 class RouteRow(NamedTuple):

@@ -23,6 +23,7 @@ from . import status
 from .metrics import resources as metrics_resources
 from .metrics.service import MetricsService
 from .middleware import KnownParams, ServiceHeaders
+from .openapi import openapi_document
 from .places import resources as places_resources
 from .places.locations import Locations
 from .places.service import Places
@@ -140,6 +141,7 @@ def create_app(
     app.add_route("/health", r.Health(store))
     app.add_route("/status/feed", r.FeedStatusResource(store))
     app.add_route("/status/feed/refresh", status.FeedRefresh(store))
+    app.add_route("/v2/openapi.json", r.Document(openapi_document(settings)))
     metrics_routes = metrics_resources.routes(services.metrics, settings.metrics.line_id_pattern)
     for path, resource in (*metrics_routes, *places_resources.routes(services.places)):
         app.add_route(path, resource)

@@ -403,8 +403,9 @@ class PipEstimates(_Base):
         try:
             body = pip_request_decoder.decode(raw) if raw else None
         except msgspec.DecodeError as exc:
-            # The real service answers a body it cannot parse with its 500 envelope.
-            raise server_error(str(exc)) from exc
+            # The real service answers a body it cannot parse with its 500 envelope (Fastify's
+            # error handler); the client's mistake is a 400 here, in the same envelope.
+            raise falcon.HTTPBadRequest(description=f"the body is not JSON: {exc}") from exc
         stops = body.get("stops") if isinstance(body, dict) else None
         if not isinstance(stops, list) or not stops:
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
@@ -471,6 +472,18 @@ class FeedStatusResource(_Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         send_raw(resp, falcon.HTTP_200, json_encoder.encode(self.store.feed_status()), "no-store")
         resp.set_header("Transit-Worker", str(os.getpid()))
+
+    on_head = on_get
+
+
+class Document:
+    """`/v2/openapi.json`: the OpenAPI document, encoded once."""
+
+    def __init__(self, document: dict) -> None:
+        self.body = Body(json_encoder.encode(document))
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        send_body(req, resp, self.body, CACHE_STATIC)
 
     on_head = on_get
 

@@ -306,13 +306,14 @@ def test_pip_invalid_input_is_400_empty_list(
     assert (result.status_code, result.text) == (400, "[]")
 
 
-def test_pip_unparsable_body_is_the_500_envelope(cairns: falcon.testing.TestClient) -> None:
+def test_pip_unparsable_body_is_a_400_envelope(cairns: falcon.testing.TestClient) -> None:
+    # The real service answers 500 (its error handler); a bad body is the client's: 400.
     result = cairns.simulate_post("/v2/pips/estimates", body="{not json")
-    assert result.status_code == 500
+    assert result.status_code == 400
     assert result.headers["cache-control"] == "public, max-age=5"
     body = result.json
     assert set(body) == {"message", "status", "timestamp"}
-    assert body["status"] == "error" and body["message"].startswith('Server Error: "')
+    assert body["status"] == "error" and "the body is not JSON" in body["message"]
 
 
 def test_unknown_route_and_method_get_the_fastify_404(cairns: falcon.testing.TestClient) -> None:

@@ -47,7 +47,7 @@ def _trip_updates() -> bytes:
     at = int(local_ts("2014-06-10T08:30", BRISBANE))
     return feed(
         [
-            {"id": "c", "trip_update": {"trip": {"trip_id": "4165878",
+            {"id": "c", "trip_update": {"trip": {"trip_id": "CNS2014-CNS_MUL-Weekday-00-4165883",
                                                  "schedule_relationship": "CANCELED"}}},
             {"id": "n", "trip_update": {
                 "trip": {"trip_id": "EXTRA-1", "route_id": "110-423",

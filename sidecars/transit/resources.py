@@ -99,7 +99,7 @@ class EnvelopeError(falcon.HTTPError):
 
 def number_param(req: falcon.asgi.Request, name: str, lo: float, hi: float) -> float | None:
     """A numeric query parameter within [lo, hi], or None when absent; 400 otherwise."""
-    text = req.get_param(name)
+    text = text_param(req, name)
     if text is None:
         return None
     try:

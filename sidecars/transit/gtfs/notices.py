@@ -249,9 +249,12 @@ class Report:
         where = f"{p.file}:{p.line}" if p.line else p.file
         return f"; {n:,} of them dropped with {where} ({p.message})"
 
-    def check_skipped_share(self, max_share: float) -> None:
-        """Fatal when more than `max_share` of any file's rows were skipped."""
+    def check_skipped_share(self, max_share: float, unserved: frozenset[str]) -> None:
+        """Fatal when more than `max_share` of any file's rows were skipped (files the API
+        does not serve from, like feed_info.txt, cost only their rows)."""
         for file, rows in self.rows.items():
+            if file in unserved:
+                continue
             skipped = self.skipped.get(file, 0)
             if rows and skipped / rows > max_share:
                 self.add(

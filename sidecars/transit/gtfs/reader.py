@@ -32,6 +32,7 @@ from .tables import (
     RouteRow,
     RowError,
     ShapeColumns,
+    UNSERVED_FILES,
     StopRow,
     Table,
     Trips,
@@ -85,7 +86,7 @@ def read_feed(
         raise report.fatal(
             "unreadable_file", files.origin, None, f"cannot read archive member: {exc}"
         ) from exc
-    report.check_skipped_share(max_skipped_share)
+    report.check_skipped_share(max_skipped_share, UNSERVED_FILES)
     report.raise_if_fatal()
     return raw
 

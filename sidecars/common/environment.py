@@ -125,7 +125,7 @@ class Environment:
             isinstance(k, str) and isinstance(v, str) and k.strip() for k, v in value.items()
         ):
             raise SettingsError(
-                f'{self.prefix}{name} must be a JSON object of header names to string values, '
+                f"{self.prefix}{name} must be a JSON object of header names to string values, "
                 'e.g. {"x-api-key": "..."} (value not shown)'
             )
         return {k.strip(): v for k, v in value.items()}

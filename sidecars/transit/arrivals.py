@@ -194,7 +194,9 @@ def build_arrivals(
             trip = rt.estimates(net, r.trip, day) if rt.updates else None
             if trip is not None:
                 k = r.position - first[r.trip]
-                relationship = CANCELED if trip.canceled else SKIPPED if not trip.served[k] else SCHEDULED
+                relationship = (
+                    CANCELED if trip.canceled else SKIPPED if not trip.served[k] else SCHEDULED
+                )
                 estimate = trip.times[k]
                 if estimate is not None:
                     passed = rt.passed_sequence(r.trip_id)

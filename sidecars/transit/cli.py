@@ -108,9 +108,11 @@ def render(report: ValidationReport, out: TextIO) -> None:
             where = f"{p.file}:{p.line}" if p.line else p.file
             dropped = ""
             if p.dropped:
-                dropped = " [with it: " + ", ".join(
-                    f"{rows:,} of {file}" for file, rows in p.dropped.items()
-                ) + "]"
+                dropped = (
+                    " [with it: "
+                    + ", ".join(f"{rows:,} of {file}" for file, rows in p.dropped.items())
+                    + "]"
+                )
             out.write(f"    {where}: {p.message}{dropped}\n")
 
 

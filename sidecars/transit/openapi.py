@@ -265,8 +265,9 @@ def _other_paths() -> dict[str, Any]:
     }  # fmt: skip
     paths: dict[str, Any] = {
         f"/v2/metrics/{name}": {
-            "get": operation(f"Metrics: {name}", answer("Metrics.", schema), feed=False,
-                             extra=not_configured)  # fmt: skip
+            "get": operation(
+                f"Metrics: {name}", answer("Metrics.", schema), feed=False, extra=not_configured
+            )
         }
         for name, schema in metric_schemas.items()
     }
@@ -289,38 +290,47 @@ def _other_paths() -> dict[str, Any]:
         paths[f"/v2/locations/{kind}"] = {
             "get": operation(f"Locations: {kind}", answer("The list.", envelope), feed=False)
         }
-    paths["/v2/facilities"] = {"get": operation(
-        "The facility kinds served", answer("Kinds.", ref("AvailableFacilities")), feed=False
-    )}
+    paths["/v2/facilities"] = {
+        "get": operation(
+            "The facility kinds served", answer("Kinds.", ref("AvailableFacilities")), feed=False
+        )
+    }
     for kind in KINDS:
         paths[f"/v2/facilities/{kind}"] = {"get": operation(
             f"Facilities: {kind}", answer("The list.", array(FACILITY_ITEMS.get(kind, "Station"))),
             feed=False, extra=not_configured,
         )}  # fmt: skip
-    paths["/health"] = {"get": operation(
-        "Each source's state and why the service is degraded",
-        answer("Serving (ok or degraded).", ref("TransitHealth")),
-        feed=False,
-        extra={"503": answer("No feed served yet.", ref("TransitHealth"))},
-    )}
-    paths["/status/feed"] = {"get": operation(
-        "Validation reports of the served feed and the last attempt",
-        answer("Reports.", ref("FeedStatus")), feed=False,
-    )}
-    paths["/status/feed/refresh"] = {"post": {
-        "summary": "Fetch the static feed again now, in every worker",
-        "description": "With TRANSIT_REFRESH_TOKEN: `Authorization: Bearer <token>`; without, "
-        "only callers on this machine, not through a proxy.",
-        "responses": {
-            "202": answer("Requested.", ref("RefreshAnswer")),
-            "400": error(BAD_PARAMS),
-            "401": error("No or a wrong bearer token."),
-            "403": error("Not a local caller, and no token is configured."),
-        },
-    }}
-    paths["/v2/openapi.json"] = {"get": operation(
-        "This document", answer("OpenAPI 3.1.", {"type": "object"}), feed=False
-    )}
+    paths["/health"] = {
+        "get": operation(
+            "Each source's state and why the service is degraded",
+            answer("Serving (ok or degraded).", ref("TransitHealth")),
+            feed=False,
+            extra={"503": answer("No feed served yet.", ref("TransitHealth"))},
+        )
+    }
+    paths["/status/feed"] = {
+        "get": operation(
+            "Validation reports of the served feed and the last attempt",
+            answer("Reports.", ref("FeedStatus")),
+            feed=False,
+        )
+    }
+    paths["/status/feed/refresh"] = {
+        "post": {
+            "summary": "Fetch the static feed again now, in every worker",
+            "description": "With TRANSIT_REFRESH_TOKEN: `Authorization: Bearer <token>`; without, "
+            "only callers on this machine, not through a proxy.",
+            "responses": {
+                "202": answer("Requested.", ref("RefreshAnswer")),
+                "400": error(BAD_PARAMS),
+                "401": error("No or a wrong bearer token."),
+                "403": error("Not a local caller, and no token is configured."),
+            },
+        }
+    }
+    paths["/v2/openapi.json"] = {
+        "get": operation("This document", answer("OpenAPI 3.1.", {"type": "object"}), feed=False)
+    }
     return paths
 
 

@@ -112,7 +112,9 @@ def periods(net: Network) -> list[Period]:
         pid = row.get("period_id", "")
         days = sorted(by_period.get(pid, []))
         out.append(
-            Period(id=pid, name=row.get("period_name", ""), valid_on=days, valid_ranges=ranges(days))
+            Period(
+                id=pid, name=row.get("period_name", ""), valid_on=days, valid_ranges=ranges(days)
+            )
         )
     return out
 

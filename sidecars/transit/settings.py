@@ -16,9 +16,9 @@ from datetime import date, datetime
 from pathlib import Path
 
 from sidecars.common.environment import Environment, SettingsError
+from sidecars.usage.settings import Settings as UsageSettings
 
 from .source import redact
-from sidecars.usage.settings import Settings as UsageSettings
 
 # The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
 DATA_DIR = Path(__file__).resolve().parent / "data"

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
-
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import httpx
@@ -111,9 +110,7 @@ class FeedFiles:
     _members: dict[str, str]
 
     @classmethod
-    def load(
-        cls, source: str, timeout: float, headers: dict[str, str] | None = None
-    ) -> FeedFiles:
+    def load(cls, source: str, timeout: float, headers: dict[str, str] | None = None) -> FeedFiles:
         """Fetch a feed (URL, zip path or directory) without parsing it."""
         if not is_url(source) and Path(source).is_dir():
             directory = Path(source)

@@ -110,9 +110,7 @@ def estimate_trip(net: Network, trip: int, update: TripUpdate, day: date) -> Tri
             delay = None
         else:
             arrival = _event_time(stu.arrival, scheduled) if stu.HasField("arrival") else None
-            departure = (
-                _event_time(stu.departure, scheduled) if stu.HasField("departure") else None
-            )
+            departure = _event_time(stu.departure, scheduled) if stu.HasField("departure") else None
             estimate = arrival if arrival is not None else departure
             if estimate is None and delay is not None:
                 estimate = scheduled + delay

@@ -152,9 +152,7 @@ def test_status_time_and_message(client: falcon.testing.TestClient) -> None:
     assert message == {"body": "", "more_info": "", "style": "ok", "title": "All data is current."}
 
 
-def test_videowall_keys_have_one_spelling(
-    tmp_path: Path, cm_store: TransitStore, app_for
-) -> None:  # type: ignore[no-untyped-def]
+def test_videowall_keys_have_one_spelling(tmp_path: Path, cm_store: TransitStore, app_for) -> None:  # type: ignore[no-untyped-def]
     # The feed's agency is `CM`; the records are the operator areas'.
     write_csv(tmp_path / "records" / "validations.csv",
               [validation("2026-03-24T07:30", "41", "1001", FIRST)] * 3)  # fmt: skip

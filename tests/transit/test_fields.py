@@ -128,7 +128,9 @@ def test_stop_location_ids_join_the_location_lists(tmp_path: Path) -> None:
     locations = Locations(Path(DEFAULT_LOCATIONS))
     net = network(feed, locations)
     served = json.loads(net.stops_body.data)
-    assert len(served) == 504 and set(net.raw.report.counts) == {("missing_recommended_file", "warning")}
+    assert len(served) == 504 and set(net.raw.report.counts) == {
+        ("missing_recommended_file", "warning")
+    }
     ids = {
         kind: {x.id for x in getattr(locations, kind)}
         for kind in ("districts", "municipalities", "localities")

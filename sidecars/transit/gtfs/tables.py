@@ -46,12 +46,38 @@ UNSERVED_FILES = frozenset(("feed_info.txt",))
 GTFS_FILES = frozenset(
     f"{name}.txt"
     for name in (
-        "agency stops routes trips stop_times calendar calendar_dates fare_attributes "
-        "fare_rules timeframes rider_categories fare_media fare_products fare_leg_rules "
-        "fare_leg_join_rules fare_transfer_rules areas stop_areas networks route_networks "
-        "shapes frequencies transfers pathways levels location_groups location_group_stops "
-        "booking_rules translations feed_info attributions"
-    ).split()
+        "agency",
+        "stops",
+        "routes",
+        "trips",
+        "stop_times",
+        "calendar",
+        "calendar_dates",
+        "fare_attributes",
+        "fare_rules",
+        "timeframes",
+        "rider_categories",
+        "fare_media",
+        "fare_products",
+        "fare_leg_rules",
+        "fare_leg_join_rules",
+        "fare_transfer_rules",
+        "areas",
+        "stop_areas",
+        "networks",
+        "route_networks",
+        "shapes",
+        "frequencies",
+        "transfers",
+        "pathways",
+        "levels",
+        "location_groups",
+        "location_group_stops",
+        "booking_rules",
+        "translations",
+        "feed_info",
+        "attributions",
+    )
 )
 # Of each group, at least one column.
 REQUIRED_ONE_OF: dict[str, tuple[tuple[str, ...], ...]] = {

@@ -130,7 +130,9 @@ class Locations:
         self.region_list = sorted(
             {Region(id=i, name=n) for i, n in self.regions.values()}
             if not (d / "regions.csv").is_file()
-            else {Region(id=r["id"], name=r["name"]) for r in _read(d / "regions.csv", ("id", "name"))},
+            else {
+                Region(id=r["id"], name=r["name"]) for r in _read(d / "regions.csv", ("id", "name"))
+            },
             key=lambda x: natural_key(x.id),
         )
         # Names are not unique ("Lagoa" is in Faro and in the Azores): keep every candidate.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sidecars.transit.gtfs import FeedError, RawFeed, Report, feed_timezone, read_feed
-from sidecars.transit.gtfs.notices import FATAL, NOTICES
+from sidecars.transit.gtfs.notices import FATAL
 from sidecars.transit.source import FeedFiles, SourceError
 
 from ..helpers import BULLRUNNER_ZIP, CAIRNS_ZIP, SMALL_FEED, write_feed

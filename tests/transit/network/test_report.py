@@ -32,7 +32,9 @@ def test_a_route_type_the_api_does_not_serve_is_a_warning(tmp_path: Path) -> Non
     assert all(f["skipped"] == 0 for f in report["files"])
     [notice] = [n for n in report["notices"] if n["code"] == "unexpected_enum_value"]
     assert notice["severity"] == "warning"
-    assert notice["examples"][0]["line"] == 2 and "route_type 99" in notice["examples"][0]["message"]
+    assert (
+        notice["examples"][0]["line"] == 2 and "route_type 99" in notice["examples"][0]["message"]
+    )
 
 
 def test_the_root_cause_comes_first_with_its_dependants(tmp_path: Path) -> None:
@@ -54,7 +56,9 @@ def test_the_root_cause_comes_first_with_its_dependants(tmp_path: Path) -> None:
     # Not thousands of foreign key violations: one notice, the route's.
     assert sum(n["count"] for n in report["notices"] if n["code"] == "foreign_key_violation") == 1
     files = {f["file"]: f["skipped"] for f in report["files"]}
-    assert files["trips.txt"] == 125 and files["stop_times.txt"] == cause["dropped"]["stop_times.txt"]
+    assert (
+        files["trips.txt"] == 125 and files["stop_times.txt"] == cause["dropped"]["stop_times.txt"]
+    )
 
 
 def _with_agency(routes: str) -> str:

@@ -164,9 +164,7 @@ def test_conditional_requirements_and_ranges_skip_rows(
     assert store.load_static()
     raw = store.network.raw  # type: ignore[union-attr]
     report = raw.report
-    assert {
-        key: n for key, n in report.counts.items() if key[0] != "missing_recommended_file"
-    } == {
+    assert {key: n for key, n in report.counts.items() if key[0] != "missing_recommended_file"} == {
         ("missing_required_field", "error"): 1,
         ("number_out_of_range", "error"): 1,
         ("unexpected_enum_value", "error"): 1,  # location_type: the API uses it
@@ -179,9 +177,11 @@ def test_conditional_requirements_and_ranges_skip_rows(
     # The four stops are gone, and the stop_times at them with them: counted under each
     # stop's notice (the root cause), not as foreign key violations of their own.
     assert len(raw.stop_ids) == 416 - 4 and "NODE1" not in raw.stop_index
-    assert sum(d["stop_times.txt"] for d in report.dropped.values()) == report.skipped[
-        "stop_times.txt"
-    ] > 0
+    assert (
+        sum(d["stop_times.txt"] for d in report.dropped.values())
+        == report.skipped["stop_times.txt"]
+        > 0
+    )
     assert missing.dropped == {"stop_times.txt": 71}
     # A bad colour is served as the default, not as a missing route.
     route = raw.routes[raw.route_index["110-423"]]
@@ -198,9 +198,7 @@ def test_a_time_going_backwards_costs_one_row(
     store = make_store(broken(tmp_path, "f.zip", **{"stop_times.txt": stop_times}), Clock(NOW))
     assert store.load_static()
     report = store.network.raw.report  # type: ignore[union-attr]
-    [example] = report.examples[
-        ("stop_time_with_arrival_before_previous_departure_time", "error")
-    ]
+    [example] = report.examples[("stop_time_with_arrival_before_previous_departure_time", "error")]
     assert (example.file, example.line) == ("stop_times.txt", 4)
     assert report.skipped == {"stop_times.txt": 1}
 

@@ -58,8 +58,9 @@ def test_alerts_outside_their_active_period(
     alerts.write_bytes(
         feed(
             [
-                {"id": "past", "alert": {"active_period": [{"start": now - 7200, "end": now - 3600}],
-                                         "informed_entity": [{"route_id": "R1"}]}},
+                {"id": "past", "alert": {
+                    "active_period": [{"start": now - 7200, "end": now - 3600}],
+                    "informed_entity": [{"route_id": "R1"}]}},
                 {"id": "now", "alert": {"active_period": [{"start": now - 60, "end": now + 60}],
                                         "informed_entity": [{"stop_id": "100002"}]}},
                 {"id": "later", "alert": {"active_period": [{"start": now + 600}],
@@ -70,9 +71,7 @@ def test_alerts_outside_their_active_period(
     )  # fmt: skip
     clock = Clock(now)
     # The message itself stays current for the hour this test moves through.
-    store = make_store(
-        small_feed, clock=clock, alerts_source=str(alerts), max_age_seconds=3600
-    )
+    store = make_store(small_feed, clock=clock, alerts_source=str(alerts), max_age_seconds=3600)
     assert store.load_static()
     store.poll_realtime()
     client = client_for(store)
@@ -116,10 +115,9 @@ def test_no_service_today_is_degraded(
     health = client_for(store).simulate_get("/health").json
     assert health["status"] == "degraded" and health["feed"]["service_today"] is False
     assert health["reasons"] == [
-        "feed: the served feed has no service on 20260523; its calendars cover "
-        "20260302..20260430"
+        "feed: the served feed has no service on 20260523; its calendars cover 20260302..20260430"
     ]
-    notices = {n["code"] for n in client_for(store).simulate_get("/status/feed").json["serving"][
-        "notices"
-    ]}
+    notices = {
+        n["code"] for n in client_for(store).simulate_get("/status/feed").json["serving"]["notices"]
+    }
     assert {"expired_calendar", "no_service_today"} <= notices

@@ -140,7 +140,9 @@ class Realtime:
         self.inactive_alerts = 0
         self.vehicles = self._vehicles(vehicles) if vehicles is not None else []
         self.vehicle_index = {v.id: v for v in self.vehicles}
-        self.vehicles_body = Body(json_encoder.encode(self.vehicles))
+        # Each vehicle encoded once: the list, and any filter of it, joins these bytes.
+        self.vehicle_json = [json_encoder.encode(v) for v in self.vehicles]
+        self.vehicles_body = Body(b"[" + b",".join(self.vehicle_json) + b"]")
         self.vehicles_pb = Body(self._vehicles_pb(now, pb_max_age))
         if trip_updates is not None and self._current(trip_updates, "trip_updates"):
             self._trip_updates(trip_updates)
@@ -154,6 +156,15 @@ class Realtime:
     def has_trips(self) -> bool:
         """Whether any trip has realtime data (else arrivals are the schedule alone)."""
         return bool(self.updates or self.positions or self.added)
+
+    def vehicles_where(self, wanted: dict[str, str | None]) -> bytes:
+        """The encoded vehicles whose fields equal the given values (None: any)."""
+        parts = [
+            self.vehicle_json[i]
+            for i, v in enumerate(self.vehicles)
+            if all(value is None or getattr(v, k) == value for k, value in wanted.items())
+        ]
+        return b"[" + b",".join(parts) + b"]"
 
     def _too_old(self, ts: float | None) -> bool:
         """Whether a timestamp is past the age limit (no timestamp: not known to be)."""

@@ -246,14 +246,11 @@ class RealtimeFeed(_Base):
             send_body(req, resp, getattr(rt, self.attribute), self.cache_control)
             return
         if self.name == "vehicles":
-            items: list = [
-                v
-                for v in rt.vehicles
-                if all(value is None or getattr(v, k) == value for k, value in wanted.items())
-            ]
+            data = rt.vehicles_where(wanted)
         else:
-            items = rt.alerts_for(wanted["route_id"], wanted["line_id"], wanted["stop_id"])
-        send_body(req, resp, Body(json_encoder.encode(items)), self.cache_control)
+            alerts = rt.alerts_for(wanted["route_id"], wanted["line_id"], wanted["stop_id"])
+            data = json_encoder.encode(alerts)
+        send_body(req, resp, Body(data), self.cache_control)
 
     on_head = on_get
 

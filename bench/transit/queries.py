@@ -28,9 +28,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py beside this file
 
-from scale import REPO, serve, worker_rss_mb  # noqa: E402
-from support.machine import SIDECAR_PACKAGES, describe, machine_info  # noqa: E402
-from support.wrk import run_wrk  # noqa: E402
+from scale import REPO, heading, serve, worker_rss_mb
+from support.machine import SIDECAR_PACKAGES, describe, machine_info
+from support.wrk import run_wrk
 
 # The project's shared data sits beside the checkout (or beside the worktrees' folder).
 CM_STOPS = next(
@@ -69,16 +69,18 @@ def cases(base: str) -> dict[str, str]:
     busiest = max(stops, key=lambda s: len(s["pattern_ids"]))["id"]
     vehicle = httpx.get(base + "/v2/vehicles", timeout=60).json()[0]
     lat, lon = NEAR
-    return {
-        "GET /v2/stops?lat&lon&radius=300": f"/v2/stops?lat={lat}&lon={lon}&radius=300",
-        "GET /v2/stops?lat&lon&radius=1000": f"/v2/stops?lat={lat}&lon={lon}&radius=1000",
-        f"GET /v2/arrivals/by_stop/{busiest}": f"/v2/arrivals/by_stop/{busiest}",
-        f"GET /v2/arrivals/by_stop/{busiest}?limit=10": f"/v2/arrivals/by_stop/{busiest}?limit=10",
-        "GET /v2/vehicles (1,024)": "/v2/vehicles",
-        f"GET /v2/vehicles?line_id={vehicle['line_id']}": f"/v2/vehicles?line_id={vehicle['line_id']}",
-        f"GET /v2/vehicles/{vehicle['id']}": f"/v2/vehicles/{vehicle['id']}",
-        "GET /v2/stops (all, gzip)": "/v2/stops",
-    }  # fmt: skip
+    paths = [
+        f"/v2/stops?lat={lat}&lon={lon}&radius=300",
+        f"/v2/stops?lat={lat}&lon={lon}&radius=1000",
+        f"/v2/arrivals/by_stop/{busiest}",
+        f"/v2/arrivals/by_stop/{busiest}?limit=10",
+        "/v2/vehicles",
+        f"/v2/vehicles?line_id={vehicle['line_id']}",
+        f"/v2/vehicles/{vehicle['id']}",
+    ]
+    out = {f"GET {path}": path for path in paths}
+    out["GET /v2/stops (all, gzip)"] = "/v2/stops"
+    return out
 
 
 def measure(base: str, seconds: int, rounds: int) -> dict[str, dict[str, Any]]:
@@ -104,10 +106,9 @@ def measure(base: str, seconds: int, rounds: int) -> dict[str, dict[str, Any]]:
 
 def render(results: dict[str, Any]) -> str:
     lines = [
-        "# Transit API: queries on a CM-shaped deployment (bench/transit/queries.py)",
-        "",
-        f"Generated {results['generated']} by `{results['command']}`.",
-        "",
+        *heading(
+            "Transit API: queries on a CM-shaped deployment (bench/transit/queries.py)", results
+        ),
         f"Feed: {results['feed']}. gunicorn, 2 uvicorn workers; wrk -t2 -c16, medians of "
         f"{results['rounds']} rounds of {results['seconds']} s. **Shared machine**: load "
         f"average {results['load_before']} before, {results['load_after']} after (2 cores, "

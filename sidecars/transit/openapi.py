@@ -102,6 +102,13 @@ def operation(
     return out
 
 
+def protobuf(summary: str) -> dict[str, Any]:
+    """A GET answering a GTFS-RT FeedMessage."""
+    binary = {"type": "string", "format": "binary"}
+    ok = answer("FeedMessage.", binary, "application/octet-stream")
+    return {"get": operation(summary, ok, feed=False)}
+
+
 def query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
     """An optional query parameter."""
     return {"name": name, "in": "query", "required": False, "description": description,
@@ -147,22 +154,14 @@ def _network_paths(settings: TransitSettings) -> dict[str, Any]:
             "Service alerts active now (GTFS-RT Alert fields, snake_case)",
             answer("Alerts.", array("Alert")), params=filtered("alerts"), feed=False,
         )},
-        "/v2/alerts.pb": {"get": operation(
-            "The active alerts as a GTFS-RT FeedMessage",
-            answer("FeedMessage.", {"type": "string", "format": "binary"},
-                   "application/octet-stream"),
-            feed=False,
-        )},
+        "/v2/alerts.pb": protobuf("The active alerts as a GTFS-RT FeedMessage"),
         "/v2/vehicles": {"get": operation(
             "Vehicles heard from within TRANSIT_REALTIME_MAX_AGE_SECONDS",
             answer("Vehicles.", array("Vehicle")), params=filtered("vehicles"), feed=False,
         )},
-        "/v2/vehicles.pb": {"get": operation(
-            "Vehicle positions as a GTFS-RT FeedMessage (on a trip, heard from recently)",
-            answer("FeedMessage.", {"type": "string", "format": "binary"},
-                   "application/octet-stream"),
-            feed=False,
-        )},
+        "/v2/vehicles.pb": protobuf(
+            "Vehicle positions as a GTFS-RT FeedMessage (on a trip, heard from recently)"
+        ),
         "/v2/vehicles/{item_id}": {"get": operation(
             "One current vehicle, by the id of the list (`41|1160`)",
             answer("The vehicle.", ref("Vehicle")),

@@ -11,25 +11,23 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from pathlib import Path
-from typing import Any
 
 import httpx
 import hypothesis
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, Phase
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 from support import free_port
-from support.sidecar import Gunicorn, transit_sidecar
+from support.fuzz import fuzz
+from support.sidecar import Gunicorn
 
 from sidecars.transit.settings import DEFAULT_FACILITIES, DEFAULT_LOCATIONS
 
-from .helpers import BRISBANE, CAIRNS_ZIP, local_ts
+from .helpers import BRISBANE, CAIRNS_ZIP, http_files, local_ts, serving
 from .realtime.test_realtime import feed
 
 NOW = local_ts("2014-06-10T08:00", BRISBANE)
@@ -40,7 +38,6 @@ SECRETS = {
     "password": "pSECRETwonderland",
     "dead": "dSECRETnowhere2323",
 }
-MAX_EXAMPLES = 10
 
 
 def _trip_updates() -> bytes:
@@ -66,44 +63,22 @@ def _trip_updates() -> bytes:
 def origin() -> Iterator[str]:
     """The operator's server: the feed needs the query key, the vehicles the header, the
     trip updates HTTP basic credentials; anything else is 401."""
-    payloads = {
-        "/gtfs.zip": ("query", CAIRNS_ZIP.read_bytes()),
-        "/vp.pb": ("header", feed([], NOW)),
-        "/tu.pb": ("basic", _trip_updates()),
+    basic = base64.b64encode(f"{SECRETS['user']}:{SECRETS['password']}".encode()).decode()
+
+    def authorize(path: str, headers: Message) -> bool:
+        return {
+            "/gtfs.zip": path.endswith(f"?api_key={SECRETS['query']}"),
+            "/vp.pb": headers.get("x-api-key") == SECRETS["header"],
+            "/tu.pb": headers.get("Authorization") == f"Basic {basic}",
+        }[path.partition("?")[0]]
+
+    files = {
+        "/gtfs.zip": CAIRNS_ZIP.read_bytes(),
+        "/vp.pb": feed([], NOW),
+        "/tu.pb": _trip_updates(),
     }
-    basic = (
-        "Basic " + base64.b64encode(f"{SECRETS['user']}:{SECRETS['password']}".encode()).decode()
-    )
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path, _, query = self.path.partition("?")
-            kind, payload = payloads.get(path, ("", b""))
-            allowed = {
-                "query": query == f"api_key={SECRETS['query']}",
-                "header": self.headers.get("x-api-key") == SECRETS["header"],
-                "basic": self.headers.get("Authorization") == basic,
-            }.get(kind, False)
-            if not allowed:
-                self.send_error(401)
-                return
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_files(files, authorize) as base:
+        yield base.removeprefix("http://")
 
 
 @pytest.fixture(scope="module")
@@ -124,17 +99,10 @@ def sidecar(origin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[G
         "TRANSIT_REALTIME_REFRESH_SECONDS": "1",
     }
     log = tmp_path_factory.mktemp("transit-openapi") / "gunicorn.log"
-    gunicorn = transit_sidecar(env, log)
-    try:
-        gunicorn.wait_ready(60)
-        gunicorn.wait_each_worker(
-            "/health",
-            lambda r: r.status_code == 200 and r.json()["trip_updates"]["status"] == "ok",
-            header="transit-worker",
-        )
+    with serving(
+        env, log, lambda r: r.status_code == 200 and r.json()["trip_updates"]["status"] == "ok"
+    ) as gunicorn:
         yield gunicorn
-    finally:
-        gunicorn.terminate(30)
 
 
 # OpenAPI cannot say that `lat`, `lon` and `radius` of /v2/stops go together: schema-valid
@@ -143,36 +111,32 @@ def sidecar(origin: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[G
 PARTIAL_PARAMS_REFUSED = {"GET /v2/stops": [positive_data_acceptance]}
 
 
-def _fuzz(operation: Any, mode: schemathesis.GenerationMode, seen: Counter[str]) -> None:
-    @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
-    @hypothesis.settings(
-        max_examples=MAX_EXAMPLES,
-        deadline=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-        database=None,
-    )
-    def run(case: schemathesis.Case) -> None:
-        excluded = PARTIAL_PARAMS_REFUSED.get(case.operation.label, [])
-        response = case.call_and_validate(excluded_checks=excluded)
-        seen[f"{case.operation.label} {response.status_code}"] += 1
-
-    run()
-
-
 def test_schemathesis_finds_no_violations(sidecar: Gunicorn) -> None:
     schema = schemathesis.openapi.from_url(sidecar.base + "/v2/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 50
-    seen: Counter[str] = Counter()
+    seen: Counter[tuple[str, int]] = Counter()
     for operation in operations:
-        _fuzz(operation, schemathesis.GenerationMode.POSITIVE, seen)
+        excluded = PARTIAL_PARAMS_REFUSED.get(operation.label, [])
+        fuzz(
+            operation,
+            schemathesis.GenerationMode.POSITIVE,
+            seen,
+            excluded=excluded,
+            max_examples=10,
+        )
         # Unsatisfiable: nothing to make invalid (no parameters, or only free strings).
         with contextlib.suppress(hypothesis.errors.Unsatisfiable):
-            _fuzz(operation, schemathesis.GenerationMode.NEGATIVE, seen)
+            fuzz(
+                operation,
+                schemathesis.GenerationMode.NEGATIVE,
+                seen,
+                excluded=excluded,
+                max_examples=10,
+            )
     # Accepted and refused inputs were both exercised where the API takes any.
-    assert seen["GET /v2/stops 200"] and seen["GET /v2/stops 400"], seen
-    assert seen["POST /v2/pips/estimates 400"], seen
+    assert seen[("GET /v2/stops", 200)] and seen[("GET /v2/stops", 400)], seen
+    assert seen[("POST /v2/pips/estimates", 400)], seen
 
 
 def _public_bodies(base: str) -> dict[str, bytes]:

@@ -46,7 +46,7 @@ KUBERNETES_VERSIONS = ("1.30", "1.37")
 _INSTALL = {
     "kubectl": "scripts/bootstrap.sh --system installs it into the venv",
     "helm": "scripts/bootstrap.sh --system installs it into the venv",
-    "promtool": "apt-get install --no-install-recommends prometheus (scripts/bootstrap.sh --system)",
+    "promtool": "Debian prometheus, no recommends (scripts/bootstrap.sh --system)",
 }
 
 
@@ -60,9 +60,7 @@ def tool(name: str) -> str:
 
 def run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """A tool's run: exit status, stdout and stderr as text (never raises on failure)."""
-    return subprocess.run(
-        argv, capture_output=True, text=True, cwd=cwd, timeout=120, check=False
-    )
+    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=120, check=False)
 
 
 def _objects(text: str) -> list[dict[str, Any]]:
@@ -144,7 +142,9 @@ def _strict(schema: Any) -> Any:
 
 def container(deployment: dict[str, Any], name: str = "ratelimitd") -> dict[str, Any]:
     """The named container of a Deployment's pod template."""
-    (found,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    (found,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name
+    ]
     return found
 
 

@@ -143,7 +143,5 @@
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
   value: {{ $v.tracing.endpoint | quote }}
 {{- end }}
-{{- with $v.extraEnv }}
-{{ toYaml . }}
-{{- end }}
+{{- include "ratelimitd.envList" $v.extraEnv }}
 {{- end -}}

@@ -99,3 +99,17 @@ capabilities:
 {{- kindIs "invalid" $n | ternary 2 $n -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A list of env entries from values; a plain value is written as a string whatever its
+     YAML type (`--set env[0].value=true` would otherwise render a boolean the API refuses). */}}
+{{- define "ratelimitd.envList" -}}
+{{- range . }}
+- name: {{ .name }}
+{{- if hasKey . "valueFrom" }}
+  valueFrom:
+    {{- toYaml .valueFrom | nindent 4 }}
+{{- else }}
+  value: {{ .value | toString | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}

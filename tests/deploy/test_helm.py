@@ -230,6 +230,15 @@ def test_alerts_and_dashboard_are_deploys_own(rendered: dict[str, list[dict[str,
 def test_sidecars(rendered: dict[str, list[dict[str, Any]]]) -> None:
     objects = by_kind(rendered["everything"])
     deployments = {d["metadata"]["name"]: d for d in objects["Deployment"]}
+    # The sidecars image (deploy/Containerfile's `sidecars` target), the daemon's own.
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container(deployments["rl-ratelimitd"])["image"] == (
+        f"ghcr.io/ratelimitd/ratelimitd:{version}"
+    )
+    for name in ("usage", "transit"):
+        assert container(deployments[f"rl-ratelimitd-{name}"], name)["image"] == (
+            f"ghcr.io/ratelimitd/ratelimitd-sidecars:{version}"
+        )
     usage = UsageSettings.from_env(env_of(deployments["rl-ratelimitd-usage"], "usage"))
     assert (usage.host, usage.port) == ("0.0.0.0", 8090)
     assert usage.ratelimit_address == "rl-ratelimitd.edge.svc:8081"

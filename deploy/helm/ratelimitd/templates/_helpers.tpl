@@ -34,6 +34,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
+{{- define "ratelimitd.sidecarsImage" -}}
+{{- $image := .Values.sidecars.image -}}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
+{{- end -}}
+
 {{/* The daemon's container and pod security settings (Envoy Gateway's, plus a read-only root). */}}
 {{- define "ratelimitd.podSecurityContext" -}}
 runAsNonRoot: true

@@ -29,6 +29,7 @@ import yaml
 from ratelimitd.settings import Settings, settings_from_env
 
 from .process import REPO, binary
+from .settings_env import Recorder
 
 DEPLOY = REPO / "deploy"
 KUSTOMIZE = DEPLOY / "kubernetes"
@@ -163,29 +164,13 @@ def env_of(deployment: dict[str, Any], name: str = "ratelimitd") -> dict[str, st
     return env
 
 
-class _Reads(dict[str, str]):
-    """An environment that records which names were looked up."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__(env)
-        self.read: set[str] = set()
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        self.read.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key: str) -> str:
-        self.read.add(key)
-        return super().__getitem__(key)
-
-
 def settings_of(env: Mapping[str, str]) -> tuple[Settings, set[str]]:
     """The Settings the daemon builds from `env` (SettingsError if it would refuse to start),
     and the names in `env` that nothing reads: neither the settings nor, with tracing on,
     the OpenTelemetry exporter (its own OTEL_* variables)."""
-    reads = _Reads(env)
-    settings = settings_from_env(reads)
-    unread = set(env) - reads.read
+    recorder = Recorder(env)
+    settings = settings_from_env(recorder)
+    unread = set(env) - recorder.asked
     if settings.tracing.enabled:
         unread -= _otel_variables()
     return settings, unread

@@ -188,9 +188,12 @@ def test_tracing(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert env["OTEL_EXPORTER_OTLP_ENDPOINT"]["value"] == "http://otel-collector:4318"
 
 
-def test_same_deployment_as_the_redis_overlay(rendered: dict[str, list[dict[str, Any]]]) -> None:
-    chart = daemon(rendered["redis"])
-    (overlay,) = by_kind(kustomize(KUSTOMIZE / "overlays" / "redis"))["Deployment"]
+@pytest.mark.parametrize(("case", "overlay_name"), [("redis", "redis"), ("xds", "xds")])
+def test_same_deployment_as_the_overlay(
+    rendered: dict[str, list[dict[str, Any]]], case: str, overlay_name: str
+) -> None:
+    chart = daemon(rendered[case])
+    (overlay,) = by_kind(kustomize(KUSTOMIZE / "overlays" / overlay_name))["Deployment"]
     env = env_of(overlay)
     env.pop("REDIS_AUTH")  # the overlay's optional Secret; the chart's is off by default
     assert settings_of(env_of(chart))[0] == settings_of(env)[0]
@@ -214,6 +217,9 @@ def test_same_deployment_as_the_redis_overlay(rendered: dict[str, list[dict[str,
         "automountServiceAccountToken",
     ):
         assert pods[0][field] == pods[1][field], field
+    # The same volumes of the same kinds (the chart's ConfigMap is named after the release).
+    kinds = [[(v["name"], sorted(set(v) - {"name"})) for v in pod["volumes"]] for pod in pods]
+    assert kinds[0] == kinds[1]
     labels = chart["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/component"] == "ratelimit"
 

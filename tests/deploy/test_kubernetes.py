@@ -148,6 +148,7 @@ def test_environment_is_what_the_daemon_reads(
         assert settings.grpc.client_tls_cacert == settings.xds.server_tls_cacert == "/certs/ca.crt"
         assert {"name": "certs", "mountPath": "/certs", "readOnly": True} in rl["volumeMounts"]
         assert "ConfigMap" not in objects
+        assert not [name for name in env_of(objects["Deployment"][0]) if "RUNTIME_" in name]
     else:
         assert settings.config.type == "FILE"
 

@@ -11,7 +11,7 @@ from datetime import date, timedelta
 from ..source import FeedFiles
 from ..times import yyyymmdd
 from .notices import ERROR, Cause, Report
-from .tables import REQUIRED_COLUMNS, WEEKDAYS, RowError, Table, enum, get, required
+from .tables import REQUIRED_COLUMNS, WEEKDAYS, RowError, Table, enum, get, new_key, required
 
 FLAGS = frozenset(("0", "1"))
 EXCEPTION_TYPES = frozenset(("1", "2"))
@@ -118,9 +118,7 @@ class ServiceDays:
         for row in t.rows():
             service_id = get(row, idx["service_id"])
             try:
-                required(row, idx["service_id"], "service_id")
-                if service_id in seen:
-                    raise RowError("duplicate_key", f"service_id {service_id!r} repeated")
+                new_key(row, idx["service_id"], "service_id", seen)
                 flags = [enum(get(row, idx[d]), d, FLAGS) == "1" for d in WEEKDAYS]
                 start = read_date(required(row, idx["start_date"], "start_date"), "start_date")
                 end = read_date(required(row, idx["end_date"], "end_date"), "end_date")
@@ -134,9 +132,7 @@ class ServiceDays:
                         "number_out_of_range", f"service {service_id!r} spans over ten years"
                     )
             except RowError as exc:
-                cause = t.skip(exc)
-                if service_id and service_id not in seen:
-                    self.dropped_services[service_id] = cause
+                t.drop(exc, service_id, self.dropped_services, seen)
                 continue
             seen.add(service_id)
             dates = self.service_sets[self._service(service_id)]

@@ -37,6 +37,7 @@ from .tables import (
     enum,
     get,
     integer,
+    new_key,
     number,
     required,
 )
@@ -286,9 +287,7 @@ class _Reader(ServiceDays):
         for row in t.rows():
             stop_id = get(row, idx["stop_id"])
             try:
-                required(row, idx["stop_id"], "stop_id")
-                if stop_id in seen:
-                    raise RowError("duplicate_key", f"stop_id {stop_id!r} repeated")
+                new_key(row, idx["stop_id"], "stop_id", seen)
                 kind = enum(get(row, idx["location_type"]), "location_type", LOCATION_TYPES)
                 if kind in ("2", "3", "4"):
                     required(row, idx["parent_station"], "parent_station")
@@ -302,9 +301,7 @@ class _Reader(ServiceDays):
                 if abs(lat) <= 1 and abs(lon) <= 1:
                     raise RowError("point_near_origin", f"stop {stop_id!r} is at {lat}, {lon}")
             except RowError as exc:
-                cause = t.skip(exc)
-                if stop_id and stop_id not in seen:
-                    self.dropped_stops[stop_id] = cause
+                t.drop(exc, stop_id, self.dropped_stops, seen)
                 continue
             seen.add(stop_id)
             status = OPERATIONAL_STATUSES.get(get(row, idx["operational_status"]).upper())
@@ -356,9 +353,7 @@ class _Reader(ServiceDays):
             values = [get(row, i) for i in idx]
             route_id = values[0]
             try:
-                required(row, idx[0], "route_id")
-                if route_id in self.route_index:
-                    raise RowError("duplicate_key", f"route_id {route_id!r} repeated")
+                new_key(row, idx[0], "route_id", self.route_index)
                 agency = values[1]
                 if not agency:
                     if single is None:
@@ -378,9 +373,7 @@ class _Reader(ServiceDays):
                     )
                 kind = integer(required(row, i_type, "route_type"), "route_type")
             except RowError as exc:
-                cause = t.skip(exc)
-                if route_id and route_id not in self.route_index:
-                    self.dropped_routes[route_id] = cause
+                t.drop(exc, route_id, self.dropped_routes, self.route_index)
                 continue
             if not (kind <= 7 or kind in (11, 12) or 100 <= kind <= 1702):
                 # The API serves no route_type: the route is served.
@@ -456,9 +449,7 @@ class _Reader(ServiceDays):
         for row in t.rows():
             trip_id = get(row, i_trip)
             try:
-                required(row, i_trip, "trip_id")
-                if trip_id in self.trip_index:
-                    raise RowError("duplicate_key", f"trip_id {trip_id!r} repeated")
+                new_key(row, i_trip, "trip_id", self.trip_index)
                 route_text = required(row, i_route, "route_id")
                 route = self.route_index.get(route_text)
                 service_text = required(row, i_service, "service_id")
@@ -484,9 +475,7 @@ class _Reader(ServiceDays):
                     )
                 direction = enum(get(row, i_dir), "direction_id", DIRECTIONS)
             except RowError as exc:
-                cause = t.skip(exc)
-                if trip_id and trip_id not in self.trip_index:
-                    self.dropped_trips.setdefault(trip_id, cause)
+                t.drop(exc, trip_id, self.dropped_trips, self.trip_index)
                 continue
             shape = get(row, i_shape)
             if shape and shape not in self.shapes:

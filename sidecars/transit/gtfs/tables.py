@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 from array import array
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
@@ -318,6 +318,15 @@ class Table:
         """Record a skipped row; its rows in other files can depend on the cause returned."""
         return self.report.skip(exc.code, self.name, self.reader.line_num, str(exc))
 
+    def drop(
+        self, exc: RowError, key: str, dropped: dict[str, Cause], kept: Container[str]
+    ) -> None:
+        """Record a skipped row whose key (unless a kept row has it) is then the cause of the
+        rows of other files that refer to it."""
+        cause = self.skip(exc)
+        if key and key not in kept:
+            dropped.setdefault(key, cause)
+
     def warn(self, code: str, message: str, severity: str | None = None) -> None:
         """Record a notice about a row that is served."""
         self.report.add(code, self.name, self.reader.line_num, message, severity)
@@ -339,6 +348,14 @@ def required(row: list[str], index: int, field: str) -> str:
     value = row[index].strip() if index >= 0 else ""
     if not value:
         raise RowError("missing_required_field", f"{field} is empty")
+    return value
+
+
+def new_key(row: list[str], index: int, field: str, seen: Container[str]) -> str:
+    """A required key that no earlier row had (`duplicate_key` otherwise)."""
+    value = required(row, index, field)
+    if value in seen:
+        raise RowError("duplicate_key", f"{field} {value!r} repeated")
     return value
 
 

@@ -293,17 +293,19 @@ class TransitStore:
         feed also when a refresh is requested (`request_refresh`, in any worker)."""
         static = work == self.load_static
         while not self._stop.is_set():
+            # Taken before the work: a refresh requested while a feed loads loads it again.
+            seen = refresh_marker_mtime()
             work()
             if static:
-                if not self._wait_static(interval):
+                if not self._wait_static(interval, seen):
                     return
             elif not interval or self._stop.wait(interval):
                 return
 
-    def _wait_static(self, interval: float) -> bool:
-        """Wait for the next static load: the interval, or a refresh request. False: stop."""
+    def _wait_static(self, interval: float, seen: float | None) -> bool:
+        """Wait for the next static load: the interval, or a refresh request (this worker's
+        event, or the marker changed since `seen`). False: stop."""
         deadline = time.monotonic() + interval if interval else float("inf")
-        seen = refresh_marker_mtime()
         while not self._stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:

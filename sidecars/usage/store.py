@@ -19,9 +19,9 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import date
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 import redis.asyncio as aioredis
@@ -32,12 +32,21 @@ from redis.exceptions import RedisError
 
 from ratelimitd.keys import meter_key
 from sidecars.common.outage import Outage
-from sidecars.common.ratelimit import AccessDenied
+from sidecars.common.ratelimit import AccessDenied, IdempotencyKey
 
-from .counters import ADMIT, REFUND, TTL, Admission, UsageBuffer, retry_after
+from .counters import (
+    ADMIT,
+    REFUND,
+    REPLAYED,
+    REUSED,
+    TTL,
+    Admission,
+    UsageBuffer,
+    retry_after,
+)
 from .db import AccountError, AccountRecord, Database, StoreUnavailable, TokenRecord, open_database
 from .db.base import ACCOUNT_ID_RE
-from .plans import WINDOW_KINDS, Plan
+from .plans import WINDOW_KINDS, Plan, PlanError, parse_thresholds
 from .settings import Settings
 from .windows import Window, usage_window, utc_date
 
@@ -69,6 +78,15 @@ class Account(msgspec.Struct, frozen=True):
     created: int = 0
     updated: int = 0
     suspended: int | None = None
+    thresholds: tuple[int, ...] = ()  # the effective ones (the plan's unless the record says)
+    thresholds_override: bool = False
+
+
+class Crossings(Protocol):
+    """Who hears about counted requests (the threshold notifier), from the request path: it
+    must only look and queue, never wait."""
+
+    def observe(self, account: Account, window: Window, used: int, limit: int) -> None: ...
 
 
 class TokenInfo(msgspec.Struct, omit_defaults=True):
@@ -83,6 +101,11 @@ class TokenInfo(msgspec.Struct, omit_defaults=True):
     lastUsed: int | None = None
 
 
+def _thresholds(record: AccountRecord) -> tuple[int, ...]:
+    # Written by `update_account` from checked values.
+    return tuple(int(v) for v in (record.thresholds or "").split(",") if v)
+
+
 def _info(t: TokenRecord) -> TokenInfo:
     return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked, t.expires, t.last_used)
 
@@ -92,6 +115,14 @@ FLUSH_INTERVAL = 0.2
 
 # A token's `last_used` is written at most this often per worker (not once per request).
 LAST_USED_PRECISION = 60
+
+# Idempotency-Key: printable ASCII, at most this long (Stripe's bound); stored as a hash.
+IDEMPOTENCY_KEY_MAX = 255
+_KEY_RE = re.compile(rf"[\x20-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}")
+
+
+def _digest(text: str, size: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[: size * 2]
 
 
 def token_hash(token: str) -> str:
@@ -149,6 +180,7 @@ class UsageStore:
             else "answering 503 (USAGE_COUNTER_FAILURE_MODE=deny)"
         )
         self.counters_outage = Outage("Redis (usage counters)", consequence)
+        self.crossings: Crossings | None = None  # set by the app when webhooks are on
         # Connect plus one read, with slack: the outer bound if a socket option is not honoured.
         self._deadline = settings.redis_timeout_seconds * 2 + 0.05
 
@@ -234,6 +266,8 @@ class UsageStore:
             created=record.created,
             updated=record.updated,
             suspended=record.suspended,
+            thresholds=plan.thresholds if record.thresholds is None else _thresholds(record),
+            thresholds_override=record.thresholds is not None,
         )
 
     def window(self, account: Account, now: float | None = None) -> Window:
@@ -242,9 +276,27 @@ class UsageStore:
 
     def bucket_keys(self, account_id: str, window: Window) -> list[str]:
         """The meter keys of the window's days (ratelimitd's `meter_key` layout)."""
+        return self.bucket_keys_for_days(account_id, window.days)
+
+    def bucket_keys_for_days(self, account_id: str, days: Iterable[int]) -> list[str]:
+        """The meter keys of an account's days (day starts, epoch seconds)."""
         prefix, domain = self.settings.cache_key_prefix, self.settings.meter_domain
         entries = ((self.settings.meter_key, account_id),)
-        return [meter_key(prefix, domain, entries, day) for day in window.days]
+        return [meter_key(prefix, domain, entries, day) for day in days]
+
+    async def read_buckets(self, keys: list[str]) -> list[bytes | None]:
+        """The values of many buckets: MGETs of at most 5,000 keys, in one pipeline."""
+        pipe = self.redis.pipeline(transaction=False)
+        for i in range(0, len(keys), 5000):
+            pipe.mget(keys[i : i + 5000])
+        chunks = await self._bounded(pipe.execute)
+        return [v for chunk in chunks for v in chunk]
+
+    async def lease(self, name: str, holder: str, seconds: float) -> bool:
+        """Take the fleet-wide lease `name` for `seconds` unless another holder has it."""
+        key = f"{self.settings.key_prefix}lease:{name}"
+        ms = max(1, int(seconds * 1000))
+        return bool(await self._bounded(lambda: self.redis.set(key, holder, nx=True, px=ms)))
 
     async def usage(self, account: Account, now: float | None = None) -> tuple[Window, int]:
         """The current window and the hits metered in it (one MGET)."""
@@ -255,11 +307,29 @@ class UsageStore:
         values = await self._bounded(lambda: self.redis.mget(keys))
         return window, sum(int(v) for v in values if v is not None)
 
-    async def admit(self, account: Account, exempt: bool = False) -> Admission:
+    def _idempotency(self, account_id: str, retry: IdempotencyKey) -> tuple[str, str, str]:
+        """(key set, fingerprints, member) of a request's Idempotency-Key; a malformed key is
+        refused (400): silently counting it would make the client's retries count twice."""
+        key = retry.key.strip()
+        if len(key) >= 2 and key[0] == key[-1] == '"':
+            key = key[1:-1]  # the IETF draft's structured-field string form
+        if _KEY_RE.fullmatch(key) is None:
+            raise AccessDenied(
+                "invalid_request",
+                f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters.",
+                400,
+            )
+        prefix = f"{self.settings.key_prefix}idempotency:{account_id}"
+        return prefix + ":keys", prefix + ":requests", _digest(key, 16)
+
+    async def admit(
+        self, account: Account, exempt: bool = False, retry: IdempotencyKey | None = None
+    ) -> Admission:
         """Check-and-count one request of the account against its plan, atomically (one
         round trip). `exempt` (a quota-exempt path): served even at the limit, and then not
         counted. A subscription that has not started yet raises AccessDenied (403), except
-        on exempt paths, where the request is served and not counted."""
+        on exempt paths, where the request is served and not counted. `retry`: the request's
+        Idempotency-Key; a key seen within the key window is served, not counted."""
         now = self.clock()
         limit = self.plans[account.plan].limit
         window = self.window(account, now)
@@ -270,26 +340,49 @@ class UsageStore:
                 "subscription_not_started",
                 f"The subscription starts on {account.start.isoformat()}.",
             )
-        keys = self.bucket_keys(account.id, window)
+        buckets = self.bucket_keys(account.id, window)
+        keys: list[str] = buckets
+        args: list[int | str] = [limit, TTL]
+        idempotency = None
+        if retry is not None and self.settings.idempotency_window_seconds > 0:
+            idempotency = self._idempotency(account.id, retry)
+            keys = [*buckets, idempotency[0], idempotency[1]]
+            args += [
+                idempotency[2],
+                _digest(retry.request, 8),
+                int(now * 1000),
+                self.settings.idempotency_window_seconds * 1000,
+                self.settings.idempotency_max_keys,
+            ]
         if self._admit is None or self._admit_client is not self.redis:
             self._admit_client = self.redis
             self._admit = self.redis.register_script(ADMIT)
             self._refund = self.redis.register_script(REFUND)
         script = self._admit
         try:
-            reply = await self._bounded(lambda: script(keys=keys, args=[limit, TTL]))
+            reply = await self._bounded(lambda: script(keys=keys, args=args))
         except StoreUnavailable as exc:
             self.counters_outage.failed(str(exc))
-            if self.settings.counter_failure_mode == "deny" or not self.buffer.add(keys[-1]):
+            if self.settings.counter_failure_mode == "deny" or not self.buffer.add(buckets[-1]):
                 raise
             self._start_flush()
             # Served unchecked and counted here: billing gets the hit when Redis is back.
-            return Admission(True, -1, limit, counted_key=keys[-1], buffered=True)
+            return Admission(True, -1, limit, counted_key=buckets[-1], buffered=True)
         if self.buffer.total == 0:
             self.counters_outage.answered()
-        admitted, used = bool(reply[0]), int(reply[1])
-        if admitted:
-            return Admission(True, used, limit, counted_key=keys[-1])
+        outcome, used = int(reply[0]), int(reply[1])
+        if outcome == REUSED:
+            raise AccessDenied(
+                "idempotency_key_reused",
+                "This Idempotency-Key was used with a different request.",
+                422,
+            )
+        if outcome == REPLAYED:
+            return Admission(True, used, limit, replayed=True)
+        if outcome:
+            if self.crossings is not None:
+                self.crossings.observe(account, window, used, limit)
+            return Admission(True, used, limit, counted_key=buckets[-1], idempotency=idempotency)
         if exempt:
             return Admission(True, used, limit)
         wait = retry_after(window, [int(v) for v in reply[2:]], limit, now)
@@ -301,7 +394,11 @@ class UsageStore:
             return
         if admission.counted_key and self._refund is not None:
             script = self._refund
-            await self._bounded(lambda: script(keys=[admission.counted_key]))
+            keys, args = [admission.counted_key], []
+            if admission.idempotency is not None:
+                keys += admission.idempotency[:2]
+                args.append(admission.idempotency[2])
+            await self._bounded(lambda: script(keys=keys, args=args))
 
     def _start_flush(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -362,6 +459,7 @@ class UsageStore:
             )
 
     def _check(self, plan: str | None, window: str | None) -> None:
+        """Refuse an unknown plan or window kind."""
         if plan is not None and plan not in self.plans:
             raise AccountError(f"unknown plan {plan!r} (plans: {', '.join(self.plans)})")
         if window and window not in WINDOW_KINDS:
@@ -393,12 +491,22 @@ class UsageStore:
         window: str | None = None,
         start: date | None = None,
         end: date | Keep | None = KEEP,
+        thresholds: str | None = None,
     ) -> Account:
-        """Change an account's plan, window kind ("" = plan default) or period
-        (`end=None` makes it open; leaving `end` out keeps it)."""
+        """Change an account's plan, window kind ("" = plan default), period (`end=None`
+        makes it open; leaving `end` out keeps it) or thresholds ("plan" = the plan's, ""
+        = none, "80,100")."""
         self._check(plan, window)
         current = await self._require(account_id)
         changes: dict[str, Any] = {}
+        if thresholds is not None:
+            if thresholds == "plan":
+                changes["thresholds"] = None
+            else:
+                try:
+                    changes["thresholds"] = ",".join(map(str, parse_thresholds(thresholds)))
+                except PlanError as exc:
+                    raise AccountError(str(exc)) from None
         if plan is not None:
             changes["plan"] = plan
         if window is not None:

@@ -46,6 +46,9 @@ class _SqliteTransaction(Transaction):
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return await self.db._call(lambda c: c.execute(sql, params).fetchall())
 
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        return await self.db._call(lambda c: c.executemany(sql, rows).rowcount)
+
 
 class SqliteDatabase(Database):
     """Accounts and tokens in the SQLite file `path`."""

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -16,7 +18,9 @@ from support.process import REPO, start_bound
 from support.redis_server import RedisServer
 from support.sidecar import Gunicorn, usage_sidecar
 
-from .usage_helpers import OPEN_STORES, session_sqlite_path
+from sidecars.usage.settings import Settings
+
+from .usage_helpers import OPEN_STORES, session_sqlite_path, settings_for
 
 RATELIMIT_CONFIG = REPO / "sidecars" / "usage" / "ratelimit-config.yaml"
 
@@ -62,6 +66,26 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
     server = start_bound(lambda: PostgresServer(tmp_path_factory.mktemp("postgres")))
     yield server
     server.close()
+
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(params=BACKENDS)
+def db_settings(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_server: RedisServer
+) -> Settings:
+    """Settings naming a fresh, empty database of each kind (and the session's Redis)."""
+    base = settings_for(redis_server.url)
+    if request.param == "sqlite":
+        return dataclasses.replace(base, sqlite_path=str(tmp_path / "usage.sqlite3"))
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return dataclasses.replace(base, postgres_dsn=server.create_database(fresh_name()))
+
+
+def fresh_name() -> str:
+    """A database name no other test uses."""
+    return "t" + uuid.uuid4().hex[:12]
 
 
 @pytest.fixture(scope="session")

@@ -24,26 +24,11 @@ from sidecars.usage.db.schema import LATEST
 from sidecars.usage.settings import USAGE_PATH, Settings
 from sidecars.usage.store import UsageStore
 
-from .conftest import start_sidecar
+from .conftest import BACKENDS, start_sidecar
 from .test_usage_gunicorn import cli
 from .usage_helpers import TEST_PLANS, bearer, serving, settings_for, unique
 
 NOW = 1_800_000_000.0
-
-BACKENDS = ["sqlite", "postgres"]
-
-
-@pytest.fixture(params=BACKENDS)
-def db_settings(
-    request: pytest.FixtureRequest, tmp_path: Path, redis_server: RedisServer
-) -> Settings:
-    """Settings naming a fresh, empty database of each kind (and the session's Redis)."""
-    base = settings_for(redis_server.url)
-    if request.param == "sqlite":
-        return dataclasses.replace(base, sqlite_path=str(tmp_path / "usage.sqlite3"))
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    dsn = server.create_database("t" + uuid.uuid4().hex[:12])
-    return dataclasses.replace(base, postgres_dsn=dsn)
 
 
 @pytest.fixture

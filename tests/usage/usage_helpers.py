@@ -125,19 +125,18 @@ def hammer(
     requests: list[tuple[str, dict[str, str]]],
     path: str = USAGE_PATH,
     concurrency: int = 16,
-) -> list[int]:
+) -> list[httpx.Response]:
     """Send `(token, extra headers)` requests to `path` with `concurrency` in flight, each on
-    a fresh connection (so both workers answer); their statuses, in order."""
+    a fresh connection (so both workers answer); the responses, in order."""
 
-    async def run() -> list[int]:
+    async def run() -> list[httpx.Response]:
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
         gate = asyncio.Semaphore(concurrency)
         async with httpx.AsyncClient(base_url=sidecar.base, timeout=60, limits=limits) as client:
 
-            async def one(token: str, extra: dict[str, str]) -> int:
+            async def one(token: str, extra: dict[str, str]) -> httpx.Response:
                 async with gate:
-                    resp = await client.get(path, headers={**bearer(token), **extra})
-                    return resp.status_code
+                    return await client.get(path, headers={**bearer(token), **extra})
 
             return list(await asyncio.gather(*(one(t, h) for t, h in requests)))
 
@@ -152,6 +151,21 @@ def provision(env: dict[str, str], *plans: str) -> list[tuple[str, str]]:
         store = UsageStore(Settings.from_env(env), load_plans(env.get("USAGE_PLANS_FILE")))
         try:
             return [await account_with_token(store, plan) for plan in plans]
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def current_usage(env: dict[str, str], account_id: str) -> int:
+    """The account's usage in its current window, as the usage endpoint sums it."""
+
+    async def run() -> int:
+        store = UsageStore(Settings.from_env(env), load_plans(env.get("USAGE_PLANS_FILE")))
+        try:
+            account = await store.account(account_id)
+            assert account is not None
+            return (await store.usage(account))[1]
         finally:
             await store.close()
 

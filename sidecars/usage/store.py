@@ -77,7 +77,9 @@ FLUSH_INTERVAL = 0.2
 # A token's `last_used` is written at most this often per worker (not once per request).
 LAST_USED_PRECISION = 60
 
-# Idempotency-Key: printable ASCII, at most this long (Stripe's bound); stored as a hash.
+# Idempotency-Key: printable ASCII, at most this long (Stripe's bound); stored as a hash. A
+# key is compared as sent: `"abc"` (the IETF draft's quoted form) and `abc` are two keys, as
+# a client retrying sends the same bytes again.
 IDEMPOTENCY_KEY_MAX = 255
 _KEY_RE = re.compile(rf"[\x20-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}")
 
@@ -237,9 +239,7 @@ class UsageStore(AccountAdmin):
     def _idempotency(self, account_id: str, retry: IdempotencyKey) -> tuple[str, str, str]:
         """(key set, fingerprints, member) of a request's Idempotency-Key; a malformed key is
         refused (400): silently counting it would make the client's retries count twice."""
-        key = retry.key.strip()
-        if len(key) >= 2 and key[0] == key[-1] == '"':
-            key = key[1:-1]  # the IETF draft's structured-field string form
+        key = retry.key
         if _KEY_RE.fullmatch(key) is None:
             raise AccessDenied(
                 "invalid_request",

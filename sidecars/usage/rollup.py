@@ -20,6 +20,7 @@ from the command line (cron, or catching up by hand), regardless of the lease.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import random
 import secrets
@@ -72,6 +73,9 @@ class Rollup:
         self.events = EventTable(store.db)
         self.outage = Outage("rollup", "daily usage is not written to SQL meanwhile")
         self._task: asyncio.Task[None] | None = None
+        # One lease per database: fleets sharing a Redis but not a database (staging beside
+        # production, tests) must not wait for each other's passes.
+        self.lease_name = "rollup:" + hashlib.sha256(store.db.identity.encode()).hexdigest()[:16]
 
     async def run_once(self, now: float | None = None) -> RollupReport:
         """One pass (see the module docstring)."""
@@ -153,7 +157,7 @@ class Rollup:
         holder = secrets.token_hex(8)
         while True:
             try:
-                if await self.store.lease("rollup", holder, interval * 0.9):
+                if await self.store.lease(self.lease_name, holder, interval * 0.9):
                     report = await self.run_once()
                     log.debug("rollup: %s", report)
                 self.outage.answered()

@@ -121,6 +121,11 @@ class Database:
 
     kind = "sql"
 
+    @property
+    def identity(self) -> str:
+        """Which database this is (the same for every process that opens it)."""
+        raise NotImplementedError
+
     def __init__(self, timeout: float, clock: Callable[[], float] = time.time) -> None:
         self.timeout = timeout
         self.clock = clock

@@ -52,6 +52,11 @@ class PostgresDatabase(Database):
         self.pool_size = pool_size
         self._pool: AsyncConnectionPool[Any] | None = None
 
+    @property
+    def identity(self) -> str:
+        """The DSN."""
+        return "postgresql:" + self.dsn
+
     async def _get_pool(self) -> AsyncConnectionPool[Any]:
         if self._pool is None:
             pool = AsyncConnectionPool(

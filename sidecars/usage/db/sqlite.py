@@ -62,6 +62,11 @@ class SqliteDatabase(Database):
         self._executor: ThreadPoolExecutor | None = None
         self._lock: asyncio.Lock | None = None
 
+    @property
+    def identity(self) -> str:
+        """The file's absolute path."""
+        return "sqlite:" + str(Path(self.path).resolve())
+
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)

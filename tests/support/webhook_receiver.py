@@ -53,6 +53,11 @@ def always_ok(_: Delivery) -> tuple[int, float]:
     return 204, 0.0
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default backlog of 5 refuses connections under a burst of deliveries.
+    request_queue_size = 128
+
+
 @dataclass
 class WebhookReceiver:
     """The server; `policy` decides each answer, `deliveries` is what arrived."""
@@ -95,7 +100,7 @@ class WebhookReceiver:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass  # quiet test output
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/usage"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

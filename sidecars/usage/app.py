@@ -55,9 +55,13 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
 
 def rate_limiter(settings: Settings) -> list[object]:
     """The usage API's rate limiter for another Falcon app: the middleware over its own
-    account store, and the lifecycle that closes that store's pool on shutdown."""
+    account store, and the lifecycle of the store's background work (rollup passes, and the
+    threshold notifier when USAGE_WEBHOOK_URL is set: requests counted there cross
+    thresholds too), which closes the store on shutdown."""
     store = UsageStore(settings, load_plans(settings.plans_file))
-    return [rate_limit_middleware(settings, store), Lifecycle(shutdown=store.close)]
+    background = Background(store)
+    lifecycle = Lifecycle(startup=background.start, shutdown=background.stop)
+    return [rate_limit_middleware(settings, store), lifecycle]
 
 
 class Background:

@@ -166,10 +166,13 @@ class Settings:
         if webhook_url:
             _check_webhook_url(webhook_url)
             # The receiver's only proof that an event is ours: a guessable key proves nothing.
-            if len(webhook_secret) < 16:
+            # Two secrets (separated by spaces) sign with both while receivers move over.
+            secrets = webhook_secret.split()
+            if not secrets or len(secrets) > 2 or min(map(len, secrets)) < 16:
                 raise SettingsError(
-                    "USAGE_WEBHOOK_SECRET must be set to at least 16 characters when "
-                    "USAGE_WEBHOOK_URL is (it signs every event)"
+                    "USAGE_WEBHOOK_SECRET must be set to a secret of at least 16 characters "
+                    "(or two separated by a space, during a rotation) when USAGE_WEBHOOK_URL "
+                    "is (it signs every event)"
                 )
         else:
             unused = [n for n in _WEBHOOK_TUNING if env.is_set("WEBHOOK_" + n)]

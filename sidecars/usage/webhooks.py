@@ -17,7 +17,8 @@ one that dropped below and climbs back is (its window starts on another day).
 
 Delivery: POST USAGE_WEBHOOK_URL with the JSON event, `Usage-Signature: t=<unix time>,
 v1=<hex HMAC-SHA256 of "<t>.<body>" with USAGE_WEBHOOK_SECRET>` (Stripe's scheme, so their
-receivers' verification code fits), `Usage-Event-Id`. A 2xx answer delivers it; anything
+receivers' verification code fits; one v1 per secret while two are set for a rotation),
+`Usage-Event-Id`. A 2xx answer delivers it; anything
 else (other status, timeout, refused connection) is retried with exponential backoff and
 equal jitter (USAGE_WEBHOOK_RETRY_SECONDS doubling, at most an hour apart) until
 USAGE_WEBHOOK_RETRY_FOR_SECONDS after the crossing (a day), then the event is `failed`.
@@ -62,10 +63,13 @@ CONCURRENCY = 16  # deliveries in flight, per worker
 _encode = msgspec.json.encode
 
 
-def signature(secret: str, timestamp: int, body: bytes) -> str:
-    """The `Usage-Signature` header value for a body sent at `timestamp`."""
-    mac = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    return f"t={timestamp},v1={mac.hexdigest()}"
+def signature(secrets_: str, timestamp: int, body: bytes) -> str:
+    """The `Usage-Signature` header value for a body sent at `timestamp`: one `v1` per
+    secret of `secrets_` (separated by spaces: during a rotation the new and the old one,
+    so receivers that know either accept the event, as with Stripe's rolled secrets)."""
+    signed = f"{timestamp}.".encode() + body
+    macs = [hmac.new(s.encode(), signed, hashlib.sha256).hexdigest() for s in secrets_.split()]
+    return f"t={timestamp}," + ",".join(f"v1={mac}" for mac in macs)
 
 
 def verify(secret: str, header: str, body: bytes, now: float, tolerance: float = 300) -> bool:
@@ -78,8 +82,8 @@ def verify(secret: str, header: str, body: bytes, now: float, tolerance: float =
         return False
     if abs(now - timestamp) > tolerance:
         return False  # a replayed old request
-    expected = signature(secret, timestamp, body).split("v1=", 1)[1]
-    return any(hmac.compare_digest(expected, v) for k, v in pairs if k == "v1")
+    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return any(hmac.compare_digest(expected.hexdigest(), v) for k, v in pairs if k == "v1")
 
 
 def backoff(failures: int, base: float) -> float:

@@ -102,6 +102,7 @@ def test_bad_settings(env: dict[str, str]) -> None:
         ({"USAGE_WEBHOOK_URL": "ftp://x/y", "USAGE_WEBHOOK_SECRET": "s" * 16}, "http"),
         ({"USAGE_WEBHOOK_URL": "http://x/hook"}, "USAGE_WEBHOOK_SECRET must be set"),
         ({"USAGE_WEBHOOK_URL": "http://x/hook", "USAGE_WEBHOOK_SECRET": "short"}, "16"),
+        ({"USAGE_WEBHOOK_URL": "http://x/hook", "USAGE_WEBHOOK_SECRET": "s" * 16 + " x"}, "16"),
         # Delivery settings without a receiver would do nothing: refused, not ignored.
         ({"USAGE_WEBHOOK_SECRET": "s" * 16}, "USAGE_WEBHOOK_URL is not"),
         ({"USAGE_WEBHOOK_RETRY_SECONDS": "1"}, "USAGE_WEBHOOK_RETRY_SECONDS is set"),

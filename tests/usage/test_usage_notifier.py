@@ -9,12 +9,15 @@ import dataclasses
 import hashlib
 import hmac
 import itertools
+import re
+import time
 from collections.abc import AsyncIterator
 from datetime import date
+from typing import Any
 
 import msgspec
 import pytest
-from support import free_port
+from support import REPO, free_port
 from support.ready import wait_until
 from support.webhook_receiver import WebhookReceiver
 
@@ -211,3 +214,18 @@ async def test_a_dead_receiver_is_retried_with_backoff_then_given_up(store: Usag
             receiver.close()
     finally:
         await notifier.close()
+
+
+def test_the_readme_verification_snippet_accepts_our_signatures() -> None:
+    readme = (REPO / "sidecars" / "usage" / "README.md").read_text()
+    snippet = re.search(r"```python\n(import hashlib, hmac, time\n.*?)```", readme, re.S)
+    assert snippet is not None
+    namespace: dict[str, Any] = {}
+    exec(snippet.group(1), namespace)  # the documented receiver code, as a customer copies it
+    check = namespace["verify"]
+    body = b'{"id":"evt_1","type":"usage.threshold.crossed"}'
+    now = int(time.time())
+    assert check(SECRET, signature(SECRET, now, body), body)
+    assert check(SECRET, signature(f"new-secret-0123456789 {SECRET}", now, body), body)
+    assert not check(SECRET, signature(SECRET, now, body), body + b"x")
+    assert not check(SECRET, signature(SECRET, now - 3600, body), body)

@@ -26,10 +26,8 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -37,11 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
-from support.machine import SIDECAR_PACKAGES, machine_info
+from support.machine import SIDECAR_PACKAGES, load_average, machine_info
 from support.postgres_server import PostgresServer
-from support.process import REPO, Proc, cpu_seconds, process_tree, start_bound
+from support.process import REPO, Proc, cpu_seconds, process_tree, scratch, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import usage_sidecar
+from support.sidecar import usage_database, usage_sidecar
 from support.wrk import run_wrk
 
 from sidecars.usage.db.daily import DailyTable
@@ -53,11 +51,6 @@ from sidecars.usage.store import UsageStore
 from sidecars.usage.windows import DAY, epoch, utc_date
 
 FIGURES = ("rps", "mean_ms", "p50_ms", "p99_ms", "non2xx")
-
-
-def load_average() -> str:
-    """The 1, 5 and 15 minute load averages."""
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def cpu(proc: Proc | None) -> float:
@@ -218,20 +211,15 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage_history.json"))
     args = ap.parse_args()
     results: dict[str, Any] = {"load average at start": load_average()}
-    tmp = Path(tempfile.mkdtemp(prefix="usage-history-bench-"))
-    procs: list[Proc] = []
-    try:
+    with scratch("usage-history-bench-") as (tmp, procs):
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
         procs.append(redis)
         for backend in args.backends.split(","):
             pg = None
-            env = {"USAGE_REDIS_URL": redis.url}
             if backend == "postgres":
                 pg = start_bound(lambda: PostgresServer(tmp / "pg"))
                 procs.append(pg)
-                env["USAGE_POSTGRES_DSN"] = pg.create_database("bench")
-            else:
-                env["USAGE_SQLITE_PATH"] = str(tmp / "usage.sqlite3")
+            env = {"USAGE_REDIS_URL": redis.url, **usage_database(backend, tmp, pg)}
             settings = Settings.from_env(env)
             redis.client().flushall()
             entry: dict[str, Any] = {}
@@ -250,12 +238,7 @@ def main() -> None:
             "redis-server": redis.version(),
             "load average at end": load_average(),
         }
-        text = json.dumps(results, indent=2)
-        Path(args.out).write_text(text + "\n")
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        shutil.rmtree(tmp, ignore_errors=True)
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/
 
 from support.core import suite_config
 from support.daemon import start_redis_daemon
-from support.machine import SIDECAR_PACKAGES, machine_info
-from support.process import REPO, Proc, start_bound
+from support.machine import SIDECAR_PACKAGES, load_average, machine_info
+from support.process import REPO, scratch, start_bound
 from support.redis_server import RedisServer
 from support.sidecar import usage_sidecar
 from support.wrk import run_wrk
@@ -58,9 +56,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage.json"))
     args = ap.parse_args()
     machine = machine_info(SIDECAR_PACKAGES)
-    tmp = Path(tempfile.mkdtemp(prefix="usage-bench-"))
-    procs: list[Proc] = []
-    try:
+    with scratch("usage-bench-") as (tmp, procs):
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
         procs.append(redis)
         daemon = start_redis_daemon(tmp, redis.address, CONFIG)
@@ -129,15 +125,11 @@ def main() -> None:
             "gunicorn_workers": 2,
             "duration_s": args.duration,
             "repeats": args.repeats,
-            "load average at end": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+            "load average at end": load_average(),
         }
-        text = json.dumps(results, indent=2)
-        print(text)
-        Path(args.out).write_text(text + "\n")
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        shutil.rmtree(tmp, ignore_errors=True)
+    text = json.dumps(results, indent=2)
+    print(text)
+    Path(args.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -22,10 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/
 
 from support.core import suite_config
 from support.daemon import start_redis_daemon
-from support.machine import SIDECAR_PACKAGES, machine_info
+from support.machine import SIDECAR_PACKAGES, load_average, machine_info
 from support.postgres_server import PostgresServer
-from support.process import REPO, Proc, start_bound
+from support.process import REPO, scratch, start_bound
 from support.ready import wait_for
 from support.redis_server import RedisServer
-from support.sidecar import usage_sidecar
+from support.sidecar import usage_database, usage_sidecar
 from support.webhook_receiver import WebhookReceiver
 
 from sidecars.usage.plans import load_plans
@@ -106,13 +104,9 @@ def main() -> None:
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage_webhooks.json"))
     args = ap.parse_args()
-    results: dict[str, Any] = {
-        "load average at start": " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    }
-    tmp = Path(tempfile.mkdtemp(prefix="usage-webhook-bench-"))
-    procs: list[Proc] = []
+    results: dict[str, Any] = {"load average at start": load_average()}
     receiver = WebhookReceiver(SECRET)
-    try:
+    with scratch("usage-webhook-bench-") as (tmp, procs):
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
         procs.append(redis)
         daemon = start_redis_daemon(tmp, redis.address, CONFIG)
@@ -122,19 +116,18 @@ def main() -> None:
             f"plans:\n  free: {{limit: {LIMIT}, window: billing_cycle, thresholds: [100]}}\n"
         )
         for backend in args.backends.split(","):
+            pg = None
+            if backend == "postgres":
+                pg = start_bound(lambda: PostgresServer(tmp / "pg"))
+                procs.append(pg)
             env = {
                 "USAGE_REDIS_URL": redis.url,
                 "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
                 "USAGE_PLANS_FILE": str(plans),
                 "USAGE_WEBHOOK_URL": receiver.url,
                 "USAGE_WEBHOOK_SECRET": SECRET,
+                **usage_database(backend, tmp, pg),
             }
-            if backend == "postgres":
-                pg = start_bound(lambda: PostgresServer(tmp / "pg"))
-                procs.append(pg)
-                env["USAGE_POSTGRES_DSN"] = pg.create_database("bench")
-            else:
-                env["USAGE_SQLITE_PATH"] = str(tmp / "usage.sqlite3")
             sidecar = usage_sidecar(env, tmp / f"gunicorn-{backend}.log")
             procs.append(sidecar)
             sidecar.wait_ready(60)
@@ -145,10 +138,13 @@ def main() -> None:
             warm = asyncio.run(provision(settings, str(plans), 20, f"{backend}-warm"))
             asyncio.run(cross(sidecar.base, warm, 4))
             wait_for(
-                lambda b=backend: sum(
-                    d.event["account"].startswith(f"hook-{b}-warm-") for d in receiver.deliveries
-                )
-                >= 20,
+                lambda b=backend: (
+                    sum(
+                        d.event["account"].startswith(f"hook-{b}-warm-")
+                        for d in receiver.deliveries
+                    )
+                    >= 20
+                ),
                 120,
                 "the warm-up events",
             )
@@ -158,10 +154,10 @@ def main() -> None:
                 times = asyncio.run(cross(sidecar.base, tokens, concurrency))
                 prefix = f"hook-{tag}-"
                 wait_for(
-                    lambda p=prefix: sum(
-                        d.event["account"].startswith(p) for d in receiver.deliveries
-                    )
-                    >= args.crossings,
+                    lambda p=prefix: (
+                        sum(d.event["account"].startswith(p) for d in receiver.deliveries)
+                        >= args.crossings
+                    ),
                     120,
                     "every event",
                 )
@@ -186,16 +182,12 @@ def main() -> None:
             **machine_info(SIDECAR_PACKAGES),
             "redis-server": redis.version(),
             "gunicorn_workers": 2,
-            "load average at end": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+            "load average at end": load_average(),
         }
-        text = json.dumps(results, indent=2)
-        print(text)
-        Path(args.out).write_text(text + "\n")
-    finally:
-        receiver.close()
-        for p in reversed(procs):
-            p.terminate()
-        shutil.rmtree(tmp, ignore_errors=True)
+    receiver.close()
+    text = json.dumps(results, indent=2)
+    print(text)
+    Path(args.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -72,7 +72,7 @@ class WebhookReceiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 header = self.headers.get("Usage-Signature", "")
                 delivery = Delivery(
@@ -97,7 +97,7 @@ class WebhookReceiver:
                     with receiver._lock:
                         receiver.in_flight -= 1
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet test output
 
         self.server = _Server(("127.0.0.1", 0), Handler)

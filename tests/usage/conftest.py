@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import socket
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from support.daemon import DaemonProcess, start_redis_daemon
 from support.postgres_server import PostgresServer
 from support.process import REPO, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import Gunicorn, usage_sidecar
+from support.sidecar import Gunicorn, usage_database, usage_sidecar
 
 from sidecars.usage.settings import Settings
 
@@ -77,15 +76,17 @@ def db_settings(
 ) -> Settings:
     """Settings naming a fresh, empty database of each kind (and the session's Redis)."""
     base = settings_for(redis_server.url)
-    if request.param == "sqlite":
-        return dataclasses.replace(base, sqlite_path=str(tmp_path / "usage.sqlite3"))
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    return dataclasses.replace(base, postgres_dsn=server.create_database(fresh_name()))
+    db = usage_database(request.param, tmp_path, postgres_for(request))
+    return dataclasses.replace(
+        base,
+        sqlite_path=db.get("USAGE_SQLITE_PATH", base.sqlite_path),
+        postgres_dsn=db.get("USAGE_POSTGRES_DSN", ""),
+    )
 
 
-def fresh_name() -> str:
-    """A database name no other test uses."""
-    return "t" + uuid.uuid4().hex[:12]
+def postgres_for(request: pytest.FixtureRequest) -> PostgresServer | None:
+    """The session's PostgreSQL server when the test is parametrised for it (started then)."""
+    return request.getfixturevalue("postgres_server") if request.param == "postgres" else None
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import date
 from pathlib import Path
@@ -15,16 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 from support import Clock, free_port
-from support.postgres_server import PostgresServer
 from support.process import start_bound
 from support.redis_server import RedisServer
+from support.sidecar import usage_database
 
 from sidecars.usage.db import AccountError, Database, StoreUnavailable, open_database
 from sidecars.usage.db.schema import LATEST
 from sidecars.usage.settings import USAGE_PATH, Settings
 from sidecars.usage.store import UsageStore
 
-from .conftest import BACKENDS, start_sidecar
+from .conftest import BACKENDS, postgres_for, start_sidecar
 from .test_usage_gunicorn import cli
 from .usage_helpers import TEST_PLANS, bearer, serving, settings_for, unique
 
@@ -155,12 +154,8 @@ def own_redis_env(
         "USAGE_REDIS_URL": redis.url,
         "USAGE_RATELIMIT_ADDRESS": "",
         "USAGE_REDIS_TIMEOUT_SECONDS": "2",
+        **usage_database(request.param, tmp_path, postgres_for(request)),
     }
-    if request.param == "sqlite":
-        env["USAGE_SQLITE_PATH"] = str(tmp_path / "usage.sqlite3")
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        env["USAGE_POSTGRES_DSN"] = server.create_database("t" + uuid.uuid4().hex[:12])
     yield env, redis
     redis.close()
 

@@ -12,9 +12,11 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from datetime import date, timedelta
 
 import psycopg
+import pytest
 from support import REPO, Clock
 from support.ready import wait_for
 from support.redis_server import RedisServer
@@ -50,97 +52,94 @@ async def rows(store: UsageStore, account_id: str) -> dict[date, DailyUsage]:
     return {r.day: r for r in series}
 
 
-async def test_a_pass_copies_each_day_and_running_it_again_changes_nothing(
-    db_settings: Settings, redis_server: RedisServer
-) -> None:
+@pytest.fixture
+async def clocked(db_settings: Settings) -> AsyncIterator[tuple[UsageStore, Clock]]:
+    """A store on a fresh database of each kind, its clock 40 days before NOW."""
     clock = Clock(NOW - 40 * DAY)
     store = UsageStore(db_settings, TEST_PLANS, clock=clock)
-    try:
-        old = (await store.create_account(unique(), "startup")).id  # created 40 days ago
-        clock.now = NOW - 2 * DAY
-        new = (await store.create_account(unique(), "free")).id  # 2 days ago
-        clock.now = NOW
-        # Older than Redis keeps, inside, yesterday, today; before `new` existed.
-        seed(redis_server, store, old, {-40: 9, -REDIS_DAYS: 1, -10: 2, -1: 3, 0: 4})
-        seed(redis_server, store, new, {-3: 7, -2: 5, 0: 6})
-        rollup = Rollup(store)
-        report = await rollup.run_once()
-        assert (report.first, report.last, report.accounts) == (day(-REDIS_DAYS), TODAY, 2)
-        assert report.rows == (REDIS_DAYS + 1) + 3
-        assert report.closed_through == day(-1)
-        stored = await rows(store, old)
-        assert sorted(stored) == [day(n) for n in range(-REDIS_DAYS, 1)]
-        assert {d: r.usage for d, r in stored.items() if r.usage} == {
-            day(-REDIS_DAYS): 1,
-            day(-10): 2,
-            day(-1): 3,
-            day(0): 4,
-        }
-        assert {(r.plan, r.limit) for r in stored.values()} == {("startup", 20)}
-        assert {d: r.usage for d, r in (await rows(store, new)).items()} == {
-            day(-2): 5,
-            day(-1): 0,
-            day(0): 6,
-        }
-        before = {**(await rows(store, old)), **(await rows(store, new))}
-        # Again, and twice at once (two workers): the same rows.
-        await rollup.run_once()
-        await asyncio.gather(Rollup(store).run_once(), Rollup(store).run_once())
-        assert {**(await rows(store, old)), **(await rows(store, new))} == before
-    finally:
-        await store.close()
+    yield store, clock
+    await store.close()
+
+
+async def test_a_pass_copies_each_day_and_running_it_again_changes_nothing(
+    clocked: tuple[UsageStore, Clock], redis_server: RedisServer
+) -> None:
+    store, clock = clocked
+    old = (await store.create_account(unique(), "startup")).id  # created 40 days ago
+    clock.now = NOW - 2 * DAY
+    new = (await store.create_account(unique(), "free")).id  # 2 days ago
+    clock.now = NOW
+    # Older than Redis keeps, inside, yesterday, today; before `new` existed.
+    seed(redis_server, store, old, {-40: 9, -REDIS_DAYS: 1, -10: 2, -1: 3, 0: 4})
+    seed(redis_server, store, new, {-3: 7, -2: 5, 0: 6})
+    rollup = Rollup(store)
+    report = await rollup.run_once()
+    assert (report.first, report.last, report.accounts) == (day(-REDIS_DAYS), TODAY, 2)
+    assert report.rows == (REDIS_DAYS + 1) + 3
+    assert report.closed_through == day(-1)
+    stored = await rows(store, old)
+    assert sorted(stored) == [day(n) for n in range(-REDIS_DAYS, 1)]
+    assert {d: r.usage for d, r in stored.items() if r.usage} == {
+        day(-REDIS_DAYS): 1,
+        day(-10): 2,
+        day(-1): 3,
+        day(0): 4,
+    }
+    assert {(r.plan, r.limit) for r in stored.values()} == {("startup", 20)}
+    assert {d: r.usage for d, r in (await rows(store, new)).items()} == {
+        day(-2): 5,
+        day(-1): 0,
+        day(0): 6,
+    }
+    before = {**(await rows(store, old)), **(await rows(store, new))}
+    # Again, and twice at once (two workers): the same rows.
+    await rollup.run_once()
+    await asyncio.gather(Rollup(store).run_once(), Rollup(store).run_once())
+    assert {**(await rows(store, old)), **(await rows(store, new))} == before
 
 
 async def test_the_plan_of_each_day_and_what_a_later_pass_rereads(
-    db_settings: Settings, redis_server: RedisServer
+    clocked: tuple[UsageStore, Clock], redis_server: RedisServer
 ) -> None:
-    clock = Clock(NOW - 5 * DAY)
-    store = UsageStore(db_settings, TEST_PLANS, clock=clock)
-    try:
-        acct = (await store.create_account(unique(), "startup")).id
-        clock.now = NOW
-        seed(redis_server, store, acct, {-3: 1, -1: 2, 0: 3})
-        await Rollup(store).run_once()
-        # Late hits: yesterday and today are read again; a closed day is not.
-        seed(redis_server, store, acct, {-3: 100, -1: 20, 0: 30})
-        await store.update_account(acct, plan="pro")  # changed today
-        await Rollup(store).run_once()
-        stored = await rows(store, acct)
-        assert [stored[day(n)].usage for n in (-3, -1, 0)] == [1, 20, 30]
-        # Today has the plan it has now; the days before keep the plan they had.
-        assert (stored[day(0)].plan, stored[day(0)].limit) == ("pro", 1_000_000)
-        assert (stored[day(-1)].plan, stored[day(-1)].limit) == ("startup", 20)
-    finally:
-        await store.close()
+    store, clock = clocked
+    acct = (await store.create_account(unique(), "startup")).id
+    clock.now = NOW
+    seed(redis_server, store, acct, {-3: 1, -1: 2, 0: 3})
+    await Rollup(store).run_once()
+    # Late hits: yesterday and today are read again; a closed day is not.
+    seed(redis_server, store, acct, {-3: 100, -1: 20, 0: 30})
+    await store.update_account(acct, plan="pro")  # changed today
+    await Rollup(store).run_once()
+    stored = await rows(store, acct)
+    assert [stored[day(n)].usage for n in (-3, -1, 0)] == [1, 20, 30]
+    # Today has the plan it has now; the days before keep the plan they had.
+    assert (stored[day(0)].plan, stored[day(0)].limit) == ("pro", 1_000_000)
+    assert (stored[day(-1)].plan, stored[day(-1)].limit) == ("startup", 20)
 
 
 async def test_a_gap_is_caught_up_and_retention_drops_old_days(
-    db_settings: Settings, redis_server: RedisServer
+    clocked: tuple[UsageStore, Clock], redis_server: RedisServer
 ) -> None:
-    clock = Clock(NOW - 30 * DAY)
-    settings = dataclasses.replace(db_settings, retention_days=10)
-    store = UsageStore(settings, TEST_PLANS, clock=clock)
-    try:
-        acct = (await store.create_account(unique(), "free")).id
-        clock.now = NOW
-        seed(redis_server, store, acct, {-1: 1})
-        await Rollup(store).run_once()  # rolls 30 days back, then keeps 10
-        stored = await rows(store, acct)
-        assert min(stored) == day(-9) and max(stored) == day(0)
-        events = EventTable(store.db)
-        old_event = _event(acct, NOW - 11 * DAY)
-        assert await events.create(old_event)
-        # No pass for six days: the next one writes every day since the last closed one.
-        clock.now = NOW + 6 * DAY
-        seed(redis_server, store, acct, {n: n for n in range(1, 7)})
-        report = await Rollup(store).run_once()
-        assert report.first == day(0) and report.closed_through == day(5)
-        stored = await rows(store, acct)
-        assert [stored[day(n)].usage for n in range(1, 7)] == [1, 2, 3, 4, 5, 6]
-        assert min(stored) == day(-3)  # 10 days ending today
-        assert await events.get(old_event.id) is None  # events follow the same retention
-    finally:
-        await store.close()
+    store, clock = clocked
+    store.settings = dataclasses.replace(store.settings, retention_days=10)
+    acct = (await store.create_account(unique(), "free")).id  # 40 days ago
+    clock.now = NOW
+    seed(redis_server, store, acct, {-1: 1})
+    await Rollup(store).run_once()  # rolls 34 days back, then keeps 10
+    stored = await rows(store, acct)
+    assert min(stored) == day(-9) and max(stored) == day(0)
+    events = EventTable(store.db)
+    old_event = _event(acct, NOW - 11 * DAY)
+    assert await events.create(old_event)
+    # No pass for six days: the next one writes every day since the last closed one.
+    clock.now = NOW + 6 * DAY
+    seed(redis_server, store, acct, {n: n for n in range(1, 7)})
+    report = await Rollup(store).run_once()
+    assert report.first == day(0) and report.closed_through == day(5)
+    stored = await rows(store, acct)
+    assert [stored[day(n)].usage for n in range(1, 7)] == [1, 2, 3, 4, 5, 6]
+    assert min(stored) == day(-3)  # 10 days ending today
+    assert await events.get(old_event.id) is None  # events follow the same retention
 
 
 def _event(account_id: str, at: float) -> EventRecord:

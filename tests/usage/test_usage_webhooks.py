@@ -14,17 +14,16 @@ from typing import Any
 
 import pytest
 from support.daemon import DaemonProcess
-from support.postgres_server import PostgresServer
 from support.ready import wait_for
 from support.redis_server import RedisServer
-from support.sidecar import Gunicorn
+from support.sidecar import Gunicorn, usage_database
 from support.webhook_receiver import Delivery, WebhookReceiver, always_ok
 
 from sidecars.usage.cli import main
 from sidecars.usage.db.events import EventRecord
 from sidecars.usage.settings import USAGE_PATH
 
-from .conftest import BACKENDS, fresh_name, start_sidecar
+from .conftest import BACKENDS, postgres_for, start_sidecar
 from .usage_helpers import events_of, hammer, provision
 
 SECRET = "whsec_test_0123456789abcdef"
@@ -65,11 +64,7 @@ def hooked(
         "USAGE_WEBHOOK_SECRET": SECRET,
         "USAGE_WEBHOOK_RETRY_SECONDS": "0.2",
     }
-    if request.param == "sqlite":
-        env["USAGE_SQLITE_PATH"] = str(tmp / "usage.sqlite3")
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        env["USAGE_POSTGRES_DSN"] = server.create_database(fresh_name())
+    env.update(usage_database(request.param, tmp, postgres_for(request)))
     sidecar = start_sidecar(env, tmp / "gunicorn.log")
     yield sidecar, env
     sidecar.terminate()

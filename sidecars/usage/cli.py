@@ -66,8 +66,11 @@ def _date(text: str) -> date:
 
 
 def _thresholds(text: str) -> str:
-    if text in ("plan", "none"):
-        return "plan" if text == "plan" else ""
+    """`80,100`, `plan` (the plan's) or `none`, as `update_account` takes it."""
+    if text == "plan":
+        return text
+    if text == "none":
+        return ""
     try:
         parse_thresholds(text)
     except PlanError as exc:
@@ -119,7 +122,8 @@ def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
         prog="python -m sidecars.usage",
-        description="Serve the account usage API; administer its accounts and tokens.",
+        description="Serve the account usage API; administer its accounts and tokens; report "
+        "daily usage and threshold webhook events.",
         epilog="Settings not given as options come from the USAGE_* environment, as for the "
         "server (see sidecars/usage/README.md).",
     )

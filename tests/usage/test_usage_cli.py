@@ -196,6 +196,10 @@ def test_tokens_expiry_and_table(cli, capsys) -> None:  # type: ignore[no-untype
         ["accounts", "delete"],
         ["tokens"],
         *(["tokens", a] for a in ("issue", "list", "revoke")),
+        ["usage"],
+        *(["usage", a] for a in ("rollup", "show", "export")),
+        ["webhooks"],
+        *(["webhooks", a] for a in ("list", "show", "resend")),
     ],
 )
 def test_help_on_every_command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:

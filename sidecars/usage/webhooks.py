@@ -184,8 +184,10 @@ class Notifier:
         queue = self._queue
         while True:
             crossing = await queue.get()
-            event = self.event(crossing)
             while True:
+                # Made afresh on each try: its lease must run from the insert, or a retry
+                # poller could claim the event while this worker sends it.
+                event = self.event(crossing)
                 try:
                     created = await self.events.create(event)
                     self.outage.answered()

@@ -29,10 +29,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
 from support.core import suite_config
-from support.daemon import start_redis_daemon
+from support.daemon import redis_and_daemon
 from support.machine import SIDECAR_PACKAGES, load_average, machine_info
-from support.process import REPO, scratch, start_bound
-from support.redis_server import RedisServer
+from support.process import REPO, scratch
 from support.sidecar import usage_sidecar
 from support.wrk import run_wrk
 
@@ -57,10 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     machine = machine_info(SIDECAR_PACKAGES)
     with scratch("usage-bench-") as (tmp, procs):
-        redis = start_bound(lambda: RedisServer(tmp / "redis"))
-        procs.append(redis)
-        daemon = start_redis_daemon(tmp, redis.address, CONFIG)
-        procs.append(daemon)
+        redis, daemon = redis_and_daemon(tmp, procs, CONFIG)
 
         database = {"USAGE_SQLITE_PATH": str(tmp / "usage.sqlite3")}
         cenv = {**os.environ, "PYTHONPATH": str(REPO), "USAGE_REDIS_URL": redis.url, **database}

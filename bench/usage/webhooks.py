@@ -33,12 +33,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
 from support.core import suite_config
-from support.daemon import start_redis_daemon
+from support.daemon import redis_and_daemon
 from support.machine import SIDECAR_PACKAGES, load_average, machine_info
 from support.postgres_server import PostgresServer
 from support.process import REPO, scratch, start_bound
 from support.ready import wait_for
-from support.redis_server import RedisServer
 from support.sidecar import usage_database, usage_sidecar
 from support.webhook_receiver import WebhookReceiver
 
@@ -107,10 +106,7 @@ def main() -> None:
     results: dict[str, Any] = {"load average at start": load_average()}
     receiver = WebhookReceiver(SECRET)
     with scratch("usage-webhook-bench-") as (tmp, procs):
-        redis = start_bound(lambda: RedisServer(tmp / "redis"))
-        procs.append(redis)
-        daemon = start_redis_daemon(tmp, redis.address, CONFIG)
-        procs.append(daemon)
+        redis, daemon = redis_and_daemon(tmp, procs, CONFIG)
         plans = tmp / "plans.yaml"
         plans.write_text(
             f"plans:\n  free: {{limit: {LIMIT}, window: billing_cycle, thresholds: [100]}}\n"

@@ -24,17 +24,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import uvloop
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
-
 from support.machine import machine_info
 from support.redis_server import RedisServers
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
 
 from support.daemon import daemon_environment, start_daemon, write_config  # noqa: E402
 from support.machine import describe, machine_info  # noqa: E402

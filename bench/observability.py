@@ -28,15 +28,10 @@ import asyncio
 import contextlib
 import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
 
 import grpc
 import grpc.aio

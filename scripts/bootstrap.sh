@@ -49,8 +49,9 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install -q --upgrade pip
 fi
-# Editable install: setuptools compiles the Cython extensions in place.
-"$VENV/bin/pip" install -q -e ".[test]"
+# Editable install: setuptools compiles the Cython extensions in place. The test and bench
+# helpers (tests/support) are a package of their own, imported as `support` by both.
+"$VENV/bin/pip" install -q -e ".[test]" -e ./tests
 
 if [[ "${1:-}" == "--system" ]]; then
     # kubectl and helm render the Kubernetes manifests and the Helm chart in the tests. Debian

@@ -12,8 +12,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.daemon import DaemonProcess, daemon_environment, start_daemon
 from support.envoy_server import Envoy, start_envoy
 from support.process import Proc, start_bound

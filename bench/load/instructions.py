@@ -32,7 +32,11 @@ from h2load_load import run_h2load
 from harness import DESCRIPTOR, DOMAIN, EmptyNativeServer, start_bench_daemon, start_redis
 from support.process import Proc, start_bound
 
-NAMES = {"e": "(e) empty native server", "b": "(b) ratelimitd, memory", "c": "(c) ratelimitd, Redis"}
+NAMES = {
+    "e": "(e) empty native server",
+    "b": "(b) ratelimitd, memory",
+    "c": "(c) ratelimitd, Redis",
+}
 
 
 def _callgrind(workdir: Path) -> list[str]:

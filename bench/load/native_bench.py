@@ -192,15 +192,11 @@ def native_targets(n: dict[str, Any], envoy: dict[str, Any] | None) -> list[tupl
     return rows
 
 
-def _loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 def main() -> int:
     """Run (e), (b) and (c) alone and print the table (see the module docstring)."""
     from grpc_load import request_bytes
     from harness import DESCRIPTOR, DOMAIN, EmptyNativeServer, start_bench_daemon, start_redis
-    from support.machine import machine_info
+    from support.machine import load_average, machine_info
     from support.process import Proc, start_bound
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -213,7 +209,7 @@ def main() -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    results: dict[str, Any] = {"machine": machine_info(), "load average at start": _loadavg()}
+    results: dict[str, Any] = {"machine": machine_info(), "load average at start": load_average()}
     procs: list[Proc] = []
     with tempfile.TemporaryDirectory(prefix="native-bench-") as tmp:
         workdir = Path(tmp)
@@ -242,7 +238,7 @@ def main() -> int:
         finally:
             for p in reversed(procs):
                 p.terminate(15)
-    results["load average at end"] = _loadavg()
+    results["load average at end"] = load_average()
     results["native"] = native
     sat = native["saturation"]
     empty = sat["e"]["rps"]

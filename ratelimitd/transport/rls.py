@@ -43,6 +43,7 @@ def _compiled_call() -> Any:
 
 
 _compiled = _compiled_call()
+IMPLEMENTATION = "compiled" if _compiled is not None else "pure"
 
 
 Outcome = tuple[int, bytes | str]

@@ -89,9 +89,7 @@ class DaemonProcess(Proc):
 
     name = "ratelimitd"
 
-    def __init__(
-        self, env: dict[str, str], log_path: Path, wrap: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, wrap: Sequence[str] = ()) -> None:
         self.http_port = int(env["PORT"])
         self.grpc_port = int(env["GRPC_PORT"])
         self.debug_port = int(env["DEBUG_PORT"])

@@ -6,10 +6,10 @@ Same public names and results as `_decision_py.py` (the oracle, and the model's 
 windows are `config.windows.Window` tuples, read here by position.
 """
 
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+from posix.time cimport CLOCK_REALTIME
 
 from ratelimitd._keys cimport cache_key, refuse, state_key, unit_seconds, verdict
-from ratelimitd._slots cimport get, offset_of, put
+from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
 
 import time
 
@@ -52,19 +52,17 @@ cdef object RULE = Rule
 cdef object STATS = RuleStats
 cdef object STATUS = Status
 cdef Py_ssize_t T_CODE = offset_of(Status, "code")
-cdef Py_ssize_t Q_DOMAIN = offset_of(Request, "domain")
-cdef Py_ssize_t Q_DESCRIPTORS = offset_of(Request, "descriptors")
-cdef Py_ssize_t Q_HITS = offset_of(Request, "hits_addend")
-cdef Py_ssize_t D_ENTRIES = offset_of(Descriptor, "entries")
-cdef Py_ssize_t D_LIMIT = offset_of(Descriptor, "limit")
-cdef Py_ssize_t D_HITS = offset_of(Descriptor, "hits_addend")
-cdef Py_ssize_t D_NEGATIVE = offset_of(Descriptor, "is_negative_hits")
-cdef Py_ssize_t R_SPECIAL = offset_of(Rule, "special")
-cdef Py_ssize_t R_WINDOWS = offset_of(Rule, "windows")
-cdef Py_ssize_t R_METADATA = offset_of(Rule, "metadata")
-cdef Py_ssize_t R_STATS = offset_of(Rule, "stats")
-cdef Py_ssize_t R_FULL_KEY = offset_of(Rule, "full_key")
 cdef Py_ssize_t S_TOTAL_HITS = offset_of(RuleStats, "total_hits")
+cdef Py_ssize_t Q_DOMAIN, Q_DESCRIPTORS, Q_HITS
+cdef Py_ssize_t D_ENTRIES, D_LIMIT, D_HITS, D_NEGATIVE
+cdef Py_ssize_t R_SPECIAL, R_WINDOWS, R_METADATA, R_STATS, R_FULL_KEY
+Q_DOMAIN, Q_DESCRIPTORS, Q_HITS = offsets(Request, ("domain", "descriptors", "hits_addend"))
+D_ENTRIES, D_LIMIT, D_HITS, D_NEGATIVE = offsets(
+    Descriptor, ("entries", "limit", "hits_addend", "is_negative_hits")
+)
+R_SPECIAL, R_WINDOWS, R_METADATA, R_STATS, R_FULL_KEY = offsets(
+    Rule, ("special", "windows", "metadata", "stats", "full_key")
+)
 
 
 cdef inline object _entries(d):
@@ -400,7 +398,11 @@ def window_op(int kind, w, str key, long long hits, long long now_ms):
 
 def collect(Plan plan, double t, str prefix, local, bint record=True):
     """The store operations of the plan's items at `t` (see `_decision_py.collect`)."""
-    cdef list names = _collect(plan, t, prefix, local, record)
+    return _ops(plan, _collect(plan, t, prefix, local, record), t)
+
+
+cdef list _ops(Plan plan, list names, double t):
+    """The store operation of each window `_collect` keyed (`names`)."""
     cdef list ops = []
     cdef long long now_ms = <long long>(t * 1000)
     cdef Item item
@@ -676,12 +678,20 @@ cdef class Engine:
         self.options = None
 
     cdef inline double _now(self) except? -1.0:
-        # time.time is CLOCK_REALTIME: read in C (a test may hand another clock)
-        cdef timespec ts
-        if self.realtime:
-            clock_gettime(CLOCK_REALTIME, &ts)
-            return ts.tv_sec + ts.tv_nsec * 1e-9
-        return self.clock()
+        # time.time is CLOCK_REALTIME, read in C (a test may hand another clock)
+        return clock_now(CLOCK_REALTIME, None if self.realtime else self.clock)
+
+    cdef Plan _planned(self, request):
+        """`planned`, with the engine's cached options."""
+        cdef Plan p
+        try:
+            p = _begin(request, self.ruleset, self.max_descriptors, self.max_entries, None)
+            _extend(p, self.lookup, 0, len(p.descriptors))
+            _finish(p)
+        except ServiceError:
+            self.service.service_error += 1
+            raise
+        return _bound(p, self.stats)
 
     def use(self, ruleset, options):
         """The config and reload options in force."""
@@ -705,14 +715,7 @@ cdef class Engine:
         cdef list statuses
         if len(get(request, REQUEST, Q_DESCRIPTORS, "descriptors")) > SLICE:
             return None
-        try:
-            p = _begin(request, self.ruleset, self.max_descriptors, self.max_entries, None)
-            _extend(p, self.lookup, 0, len(p.descriptors))
-            _finish(p)
-        except ServiceError:
-            self.service.service_error += 1
-            raise
-        _bound(p, self.stats)
+        p = self._planned(request)
         statuses = _count_now(
             p, self._now(), self.prefix, self.local, self.ratio, self.store, self.increment_one
         )
@@ -725,33 +728,12 @@ cdef class Engine:
         """The first half of an awaited decision: the plan of `request` (at most SLICE
         descriptors), its statistics bound, and its count's store operations (`plan.ops`,
         meters last) at `plan.t`."""
-        cdef Plan p
-        cdef Item item
-        cdef Py_ssize_t j, k
-        cdef long long now_ms
-        cdef list ops
-        cdef tuple windows
-        try:
-            p = _begin(request, self.ruleset, self.max_descriptors, self.max_entries, None)
-            _extend(p, self.lookup, 0, len(p.descriptors))
-            _finish(p)
-        except ServiceError:
-            self.service.service_error += 1
-            raise
-        _bound(p, self.stats)
+        cdef Plan p = self._planned(request)
         p.t = self._now()
         p.names = _collect(p, p.t, self.prefix, self.local, True)
-        now_ms = <long long>(p.t * 1000)
-        ops = []
-        for item in p.items:
-            j = item.first
-            if j >= 0:
-                windows = item.windows
-                for k in range(len(windows)):
-                    ops.append(_op(item.kind, <tuple>windows[k], <str>p.names[j + k], item.hits, now_ms))
+        p.ops = _ops(p, p.names, p.t)
         if p.meters is not None:
-            ops += _meter_ops(p, p.t, self.prefix)
-        p.ops = ops
+            p.ops += _meter_ops(p, p.t, self.prefix)
         return p
 
     def finish(self, request, Plan p, results):

@@ -291,7 +291,11 @@ def collect(plan: Plan, t: float, prefix: str, local: Any, record: bool = True) 
     drops its keys from that cache (the reference keeps them, its open issue #1230), unless
     `record` is false (a dry run changes nothing).
     """
-    names = _collect(plan, t, prefix, local, record)
+    return _ops(plan, _collect(plan, t, prefix, local, record), t)
+
+
+def _ops(plan: Plan, names: list[str], t: float) -> list[Op]:
+    """The store operation of each window `_collect` keyed (`names`)."""
     now_ms = int(t * 1000)
     ops = []
     for item in plan.items:
@@ -585,14 +589,7 @@ class Engine:
         p = planned(request, self.ruleset, self.options, self.stats)
         p.t = t = self.clock()
         p.names = _collect(p, t, self.prefix, self.local, True)
-        now_ms = int(t * 1000)
-        ops = []
-        for item in p.items:
-            j = item.first
-            if j >= 0:
-                for k, w in enumerate(item.rule.windows):
-                    ops.append(window_op(item.kind, w, p.names[j + k], item.hits, now_ms))
-        p.ops = ops + meter_ops(p, t, self.prefix)
+        p.ops = _ops(p, p.names, t) + meter_ops(p, t, self.prefix)
         return p
 
     def finish(self, request: Request, p: Plan, results: Sequence[Any]) -> Response:

@@ -6,9 +6,9 @@ is the pure twin, and holds the notes): decode, the service's `decide_now`, enco
 call's statistics, in one C call per request on the native transport's hot path.
 """
 
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+from posix.time cimport CLOCK_MONOTONIC
 
-from ratelimitd._slots cimport get, offset_of, put
+from ratelimitd._slots cimport clock_now, get, offset_of, put
 
 from google.protobuf.message import DecodeError
 
@@ -43,11 +43,7 @@ cdef class SyncCall:
         self.failure = failure  # an error out of the service -> (status, message)
 
     cdef inline double _now(self) except? -1.0:
-        cdef timespec ts
-        if self.monotonic:
-            clock_gettime(CLOCK_MONOTONIC, &ts)
-            return ts.tv_sec + ts.tv_nsec * 1e-9
-        return self.clock()
+        return clock_now(CLOCK_MONOTONIC, None if self.monotonic else self.clock)
 
     def __call__(self, bytes data):
         return self.call(data)

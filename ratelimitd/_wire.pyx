@@ -18,7 +18,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.string cimport memcpy
 
-from ratelimitd._slots cimport get, offset_of
+from ratelimitd._slots cimport get, offsets
 
 from google.protobuf.message import DecodeError
 
@@ -27,15 +27,14 @@ from ratelimitd.messages import Descriptor, Request, Response, Status
 # The slots the encoder reads (see _slots.pxd).
 cdef object RESPONSE = Response
 cdef object STATUS = Status
-cdef Py_ssize_t P_OVERALL = offset_of(Response, "overall_code")
-cdef Py_ssize_t P_STATUSES = offset_of(Response, "statuses")
-cdef Py_ssize_t P_HEADERS = offset_of(Response, "headers")
-cdef Py_ssize_t P_REQUEST_HEADERS = offset_of(Response, "request_headers")
-cdef Py_ssize_t P_METADATA = offset_of(Response, "dynamic_metadata")
-cdef Py_ssize_t T_CODE = offset_of(Status, "code")
-cdef Py_ssize_t T_RULE = offset_of(Status, "rule")
-cdef Py_ssize_t T_REMAINING = offset_of(Status, "limit_remaining")
-cdef Py_ssize_t T_RESET = offset_of(Status, "duration_until_reset")
+cdef Py_ssize_t P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA
+cdef Py_ssize_t T_CODE, T_RULE, T_REMAINING, T_RESET
+P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA = offsets(
+    Response, ("overall_code", "statuses", "headers", "request_headers", "dynamic_metadata")
+)
+T_CODE, T_RULE, T_REMAINING, T_RESET = offsets(
+    Status, ("code", "rule", "limit_remaining", "duration_until_reset")
+)
 
 
 class WireError(DecodeError, ValueError):
@@ -280,6 +279,12 @@ cdef struct _St:
     bint limited
 
 
+cdef inline unsigned char* _field(unsigned char* p, unsigned char tag, unsigned long long v) noexcept:
+    """Write a tag then a varint."""
+    p[0] = tag
+    return _put(p + 1, v)
+
+
 cdef inline unsigned char* _put(unsigned char* p, unsigned long long v) noexcept:
     while v >= 0x80:
         p[0] = (v & 0x7F) | 0x80
@@ -369,33 +374,25 @@ cdef bytes _encode_direct(unsigned long long overall, list statuses):
     out = PyBytes_FromStringAndSize(NULL, total)
     p = <unsigned char*>PyBytes_AS_STRING(out)
     if overall:
-        p[0] = 8
-        p = _put(p + 1, overall)
+        p = _field(p, 8, overall)
     for i in range(n):
         s = &sts[i]
-        p[0] = 18
-        p = _put(p + 1, s.size)
+        p = _field(p, 18, s.size)
         if s.code:
-            p[0] = 8
-            p = _put(p + 1, s.code)
+            p = _field(p, 8, s.code)
         if s.limited:
-            p[0] = 18
-            p = _put(p + 1, s.limit_size)
+            p = _field(p, 18, s.limit_size)
             if s.rpu:
-                p[0] = 8
-                p = _put(p + 1, s.rpu)
+                p = _field(p, 8, s.rpu)
             if s.unit:
-                p[0] = 16
-                p = _put(p + 1, s.unit)
+                p = _field(p, 16, s.unit)
             name = <bytes>names[i]
             if name:
-                p[0] = 26
-                p = _put(p + 1, len(name))
+                p = _field(p, 26, len(name))
                 memcpy(p, PyBytes_AS_STRING(name), len(name))
                 p += len(name)
         if s.remaining:
-            p[0] = 24
-            p = _put(p + 1, s.remaining)
+            p = _field(p, 24, s.remaining)
         if s.limited:
             p[0] = 34
             if s.reset:

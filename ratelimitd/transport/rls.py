@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import BackendError
@@ -49,61 +50,40 @@ IMPLEMENTATION = "compiled" if _compiled is not None else "pure"
 Outcome = tuple[int, bytes | str]
 
 
+@dataclass(slots=True, eq=False)
 class RlsHandler:
-    """The transport-neutral ShouldRateLimit call.
+    """The transport-neutral ShouldRateLimit call."""
 
-    `timer` is the stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no
-    sink); `spans` makes OpenTelemetry SERVER spans (None: tracing off, nothing imported).
-    """
+    service: RateLimitService
+    stats: StatsStore
+    # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
+    timer: Timer | None = None
+    # OpenTelemetry SERVER spans (None: tracing off, nothing imported).
+    spans: ServerSpans | None = None
+    clock: Callable[[], float] = time.perf_counter
+    # Whether `decide_now` may be used: the decision never waits for I/O (and no span needs
+    # a task). Decided once: the service's limiter is fixed when it is built.
+    synchronous: bool = field(init=False)
+    # decide(data, metadata=None) -> Outcome: decide one serialized RateLimitRequest;
+    # `metadata` is the tracing carrier (only a traced call takes the extra frame).
+    decide: Callable[..., Awaitable[Outcome]] = field(init=False)
+    # decide_now(data) -> Outcome | None: `decide` without a task, for a synchronous service;
+    # None for a request the service decides only asynchronously (use `decide`). Compiled
+    # when built (`_rls.SyncCall`).
+    decide_now: Callable[[bytes], Outcome | None] = field(init=False)
 
-    __slots__ = (
-        "_decide_now",
-        "_service_stats",
-        "clock",
-        "decide",
-        "decide_now",
-        "service",
-        "spans",
-        "stats",
-        "synchronous",
-        "timer",
-    )
-
-    def __init__(
-        self,
-        service: RateLimitService,
-        stats: StatsStore,
-        timer: Timer | None = None,
-        spans: ServerSpans | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-    ) -> None:
-        self.service = service
-        self.stats = stats
-        self.timer = timer
-        self.spans = spans
-        self.clock = clock
-        self._service_stats = stats.service
-        # Whether `decide_now` may be used: the decision never waits for I/O (and no span
-        # needs a task). Decided once: the service's limiter is fixed when it is built.
-        self.synchronous = spans is None and service.synchronous
-        self._decide_now = service.decide_now
-        # decide(data, metadata=None) -> Outcome: decide one serialized RateLimitRequest;
-        # `metadata` is the tracing carrier (only a traced call takes the extra frame).
-        self.decide: Callable[..., Awaitable[Outcome]] = (
-            self._decide if spans is None else self._traced
-        )
-        # decide_now(data) -> Outcome | None: `decide` without a task, for a synchronous
-        # service (see `synchronous`); None for a request the service decides only
-        # asynchronously (use `decide`). Compiled when built (`_rls.SyncCall`).
-        self.decide_now: Callable[[bytes], Outcome | None] = self._call_now
+    def __post_init__(self) -> None:
+        self.synchronous = self.spans is None and self.service.synchronous
+        self.decide = self._decide if self.spans is None else self._traced
+        self.decide_now = self._call_now
         if _compiled is not None and self.synchronous:
             self.decide_now = _compiled.SyncCall(
                 decode_request,
-                self._decide_now,
+                self.service.decide_now,
                 encode_response,
-                clock,
-                self._service_stats,
-                timer,
+                self.clock,
+                self.stats.service,
+                self.timer,
                 _outcome_of,
             )
 
@@ -121,7 +101,7 @@ class RlsHandler:
         """`decide_now`, the pure twin of `_rls.SyncCall`."""
         started = self.clock()
         try:
-            response = self._decide_now(decode_request(data))
+            response = self.service.decide_now(decode_request(data))
             if response is None:
                 return None
             reply: bytes | str = encode_response(response)
@@ -155,7 +135,7 @@ class RlsHandler:
 
     def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
         elapsed_ms = (self.clock() - started) * 1000.0
-        s = self._service_stats
+        s = self.stats.service
         s.total_requests += 1
         s.response_time_count += 1
         s.response_time_sum_ms += elapsed_ms

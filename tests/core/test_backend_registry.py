@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.core import single_rule
 from support.decisions import explain_then_decide
 
 from ratelimitd import cli
@@ -24,12 +25,7 @@ from ratelimitd.settings import Settings, SettingsError
 # Fixed windows only, fails by raising, no circuit breakers, waits for its (pretend) I/O.
 TALLY = Capabilities(span="Tally Pipeline Execution")
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 2}
-"""
+CONFIG = single_rule("d", "minute", 2)
 
 
 class TallyBackend:

@@ -7,8 +7,9 @@ import os
 from collections.abc import Sequence
 
 import pytest
+from support.core import StoreDouble
 
-from ratelimitd.backends import Backend, Capabilities, MemoryBackend, Op, SyncBackend
+from ratelimitd.backends import Backend, MemoryBackend, Op, SyncBackend
 from ratelimitd.config import ConfigFile, load_ruleset
 from ratelimitd.core import build_core
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
@@ -84,34 +85,18 @@ def test_the_synchronous_path_is_chosen_once_from_the_declared_protocol() -> Non
         build_core(backend=memory).limiter.backend = MemoryBackend()  # type: ignore[misc]
 
 
-class AsyncOnly:
+class AsyncOnly(StoreDouble):
     """A Backend that is not a SyncBackend: the limiter awaits it."""
 
     name = "async-only"
-    capabilities = Capabilities()
 
     def __init__(self) -> None:
-        self.inner = MemoryBackend(clock=lambda: 1_000_000.0)
+        super().__init__()
         self.rounds = 0
-
-    async def connect(self) -> None:
-        return None
 
     async def increment(self, ops: Sequence[Op]) -> list[int]:
         self.rounds += 1
         return await self.inner.increment(ops)
-
-    async def get(self, ops: Sequence[Op]) -> list[int]:
-        return await self.inner.get(ops)
-
-    async def peek(self, ops: Sequence[Op]) -> list[int]:
-        return await self.inner.peek(ops)
-
-    async def delete(self, keys: Sequence[str]) -> int:
-        return await self.inner.delete(keys)
-
-    async def close(self) -> None:
-        return None
 
 
 async def test_an_async_backend_is_awaited_once_per_request() -> None:

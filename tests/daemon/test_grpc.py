@@ -19,6 +19,7 @@ import grpc.aio
 import pytest
 import uvloop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.core import StoreDouble
 from support.grpc_rls import (
     CHANNEL_OPTIONS,
     CONFIG,
@@ -32,7 +33,7 @@ from support.grpc_rls import (
 )
 
 from ratelimitd._proto import base_pb2, ratelimit_pb2, ratelimit_unit_pb2, rls_pb2
-from ratelimitd.backends.base import BackendError, Capabilities
+from ratelimitd.backends.base import BackendError
 from ratelimitd.config import ConfigFile, Rule
 from ratelimitd.core import build_core
 from ratelimitd.health import Health
@@ -353,23 +354,15 @@ async def test_no_config_loaded(harness: Callable[..., Any], serve: Any) -> None
 
 
 async def test_backend_error_is_unknown_and_counted(serve: Any) -> None:
-    class Unreachable:
+    class Unreachable(StoreDouble):
         """A backend whose store is down (an async one: the limiter awaits `increment`)."""
 
         name = "unreachable"
-        capabilities = Capabilities()
-
-        async def connect(self) -> None:
-            return None
 
         async def increment(self, ops: object) -> list[int]:
             raise BackendError("connection refused to redis at 127.0.0.1:6379")
 
-        async def get(self, ops: object) -> list[int]:
-            raise BackendError("connection refused to redis at 127.0.0.1:6379")
-
-        async def close(self) -> None:
-            return None
+        get = increment
 
     core = build_core(backend=Unreachable())
     core.load([ConfigFile("config.yaml", CONFIG)])

@@ -29,6 +29,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 from ratelimitd._h2 import percent_encode  # type: ignore[import-not-found]
+from support.core import single_rule
 from support.daemon import write_config
 
 from ratelimitd.health import Health
@@ -38,12 +39,7 @@ from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.native import NativeGrpcTransport
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
-CONFIG = """\
-domain: test
-descriptors:
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 1000000}
-"""
+CONFIG = single_rule("test", "minute", 1_000_000)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 TIMEOUT = 5.0
 # RFC 9113 error codes.

@@ -514,10 +514,7 @@ def ssl_context_from(settings: MemcacheSettings) -> ssl.SSLContext | None:
 
 
 def create_memcache_backend(
-    settings: Settings,
-    health: Health | None = None,
-    stats: StatsStore | None = None,
-    clock: Callable[[], float] | None = None,
+    settings: Settings, health: Health | None = None, stats: StatsStore | None = None, *_: object
 ) -> MemcacheBackend:
     """The registry factory: a MemcacheBackend from Settings (await `connect()` before serving)."""
     memcache = settings.memcache

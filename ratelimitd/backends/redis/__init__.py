@@ -230,10 +230,7 @@ def instance(
 
 
 def create_redis_backend(
-    settings: Settings,
-    health: Health | None = None,
-    stats: StatsStore | None = None,
-    clock: Callable[[], float] | None = None,
+    settings: Settings, health: Health | None = None, stats: StatsStore | None = None, *_: object
 ) -> RedisBackend:
     """The registry factory: a RedisBackend from Settings (await `connect()` before serving).
 

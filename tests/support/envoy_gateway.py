@@ -37,6 +37,14 @@ CONFIG = rl_config(
     DOMAIN,
     rl_descriptor(KEY, KEY, unit=Unit.MINUTE, requests_per_unit=LIMIT),
 )
+# EG's container securityContext as podman flags: user and group 65534, non-root, no
+# privilege escalation, every capability dropped, the default seccomp profile; and a
+# read-only root with no tmpfs added (podman mounts /tmp, /run as tmpfs unless told not to;
+# Kubernetes mounts nothing unless the pod asks).
+SECURITY = (
+    "--user", "65534:65534", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+    "--read-only", "--read-only-tmpfs=false",
+)  # fmt: skip
 # The stats key of that descriptor (`<key>_<value>`), the `key1` label in Prometheus.
 KEY1 = f"{KEY}_{KEY}"
 

@@ -8,6 +8,7 @@ at /certs; the statsd mapping's optional ConfigMap does not exist (an empty moun
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import ssl
@@ -15,6 +16,7 @@ import struct
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from hpack import Decoder, Encoder
@@ -226,6 +228,15 @@ def written(podman: Podman, c: Container, *mounts: str) -> list[str]:
     return [line for line in podman("diff", c.name).splitlines() if line.split()[1] not in made]
 
 
+@contextlib.contextmanager
+def logs_on_failure(c: Container) -> Iterator[None]:
+    """An AssertionError in the block carries the container's last log lines."""
+    try:
+        yield
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n--- {c.name}:\n{c.logs()[-4000:]}") from None
+
+
 def _status(url: str) -> int | None:
     try:
         return http_get(url, timeout=2)[0]
@@ -239,6 +250,7 @@ def test_sidecars_image_runs_both_apis(
     redis = redis_servers()
     transit_port, usage_port = free_port(), free_port()
     net = ["--network", NETWORK, f"--add-host=redis:{HOST_LOOPBACK}"]
+    volume = f"ratelimitd-test-usage-{usage_port}"
     transit = Container(podman, f"transit-{transit_port}", [
         *SECURITY, *net, "-p", f"127.0.0.1:{transit_port}:8080",
         "--env=TRANSIT_DEMO=true", "--env=TRANSIT_NOW=2014-06-10T08:00:00+10:00",
@@ -246,22 +258,23 @@ def test_sidecars_image_runs_both_apis(
     ])  # fmt: skip
     usage = Container(podman, f"usage-{usage_port}", [
         *SECURITY, *net, "-p", f"127.0.0.1:{usage_port}:8090",
-        # The account database: the one writable place, a volume.
-        "--mount", "type=tmpfs,destination=/var/lib/usage,tmpfs-mode=1777",
+        # The accounts database: the one writable place, a new volume (which starts as the
+        # image's /var/lib/usage, owned by the API's user).
+        "-v", f"{volume}:/var/lib/usage",
         f"--env=USAGE_REDIS_URL=redis:{redis.port}",
-        "--env=USAGE_SQLITE_PATH=/var/lib/usage/usage.sqlite3",
         "--env=USAGE_RATELIMIT_ADDRESS=",  # no ratelimitd here: the compose test has one
         images.sidecars, "python", "-m", "sidecars.usage", "serve",
     ])  # fmt: skip
     try:
-        # Each gunicorn worker loads the feed: both answer once neither says 503.
+        # Each gunicorn worker loads the feed: both answer once three calls in a row do.
         lines = f"http://127.0.0.1:{transit_port}/v2/lines"
-        for _ in range(4):
-            wait_for(lambda: _status(lines) == 200, 120, what="transit /v2/lines")
-        status, body = http_get(lines)
-        assert status == 200 and json.loads(body)
-        wait_for(lambda: _status(f"http://127.0.0.1:{usage_port}/health") == 200, 120,
-                 what="usage /health")  # fmt: skip
+        with logs_on_failure(transit):
+            wait_for(lambda: all(_status(lines) == 200 for _ in range(3)), 180,
+                     what="transit /v2/lines")  # fmt: skip
+            assert json.loads(http_get(lines)[1])
+        with logs_on_failure(usage):
+            wait_for(lambda: _status(f"http://127.0.0.1:{usage_port}/health") == 200, 180,
+                     what="usage /health")  # fmt: skip
         cli = ["exec", usage.name, "python", "-m", "sidecars.usage"]
         podman(*cli, "accounts", "create", "acme", "--plan", "startup")
         token = json.loads(podman(*cli, "tokens", "issue", "acme"))["token"]
@@ -276,3 +289,4 @@ def test_sidecars_image_runs_both_apis(
     finally:
         transit.remove()
         usage.remove()
+        podman("volume", "rm", "-f", volume, check=False)

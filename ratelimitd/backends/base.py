@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ..tlsfiles import unreadable
+
 if TYPE_CHECKING:
     from ..settings import MemcacheSettings, RedisSettings
 
@@ -50,12 +52,10 @@ def client_ssl_context(s: RedisSettings | MemcacheSettings, prefix: str) -> ssl.
         raise BackendError(
             f"{prefix}TLS_CLIENT_CERT and {prefix}TLS_CLIENT_KEY must be set together"
         )
-    for name, path in (("TLS_CACERT", ca), ("TLS_CLIENT_CERT", cert), ("TLS_CLIENT_KEY", key)):
-        try:
-            if path:
-                open(path, "rb").close()
-        except OSError as err:
-            raise BackendError(f"{prefix}{name}: cannot read {path}: {err.strerror}") from None
+    files = (("TLS_CACERT", ca), ("TLS_CLIENT_CERT", cert), ("TLS_CLIENT_KEY", key))
+    problem = unreadable((prefix + name, path) for name, path in files)
+    if problem:
+        raise BackendError(problem)
     try:
         ctx = ssl.create_default_context(cafile=ca or None)
     except ssl.SSLError as err:

@@ -35,6 +35,7 @@ import grpc
 from .. import __version__
 from .._proto import base_pb2, discovery_pb2, discovery_pb2_grpc
 from ..settings import XdsSettings
+from ..tlsfiles import unreadable
 from . import xds
 from .ruleset import ConfigSource
 
@@ -117,11 +118,11 @@ def channel_credentials(s: XdsSettings) -> grpc.ChannelCredentials | None:
 
 
 def _read(setting: str, path: str) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise XdsSettingsError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+    problem = unreadable([(setting, path)])
+    if problem:
+        raise XdsSettingsError(problem)
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def _parse(setting: str, load: Callable[[ssl.SSLContext], None]) -> None:

@@ -29,6 +29,7 @@ from ratelimitd.health import Health
 from ratelimitd.service import RateLimitService
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore, Timer
+from ratelimitd.tlsfiles import unreadable
 
 from .protocodec import METHOD_NAME, SERVICE_NAME
 from .protocodec import METHOD_PATH as METHOD_PATH  # re-exported for existing importers
@@ -176,17 +177,15 @@ def certificate_files(settings: Settings, kind: type[_Files]) -> _Files | None:
         raise GrpcConfigError(
             "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
         )
-    files = (
-        ("GRPC_SERVER_TLS_CERT", s.server_tls_cert),
-        ("GRPC_SERVER_TLS_KEY", s.server_tls_key),
-        ("GRPC_CLIENT_TLS_CACERT", s.client_tls_cacert),
+    problem = unreadable(
+        (
+            ("GRPC_SERVER_TLS_CERT", s.server_tls_cert),
+            ("GRPC_SERVER_TLS_KEY", s.server_tls_key),
+            ("GRPC_CLIENT_TLS_CACERT", s.client_tls_cacert),
+        )
     )
-    for name, path in files:
-        try:
-            if path:
-                open(path, "rb").close()
-        except OSError as err:
-            raise GrpcConfigError(f"{name}: cannot read {path}: {err.strerror}") from None
+    if problem:
+        raise GrpcConfigError(problem)
     try:
         return kind(s.server_tls_cert, s.server_tls_key, s.client_tls_cacert)
     except ValueError as err:

@@ -5,8 +5,8 @@ A missing podman (or runc, slirp4netns, mmdebstrap) fails these tests: scripts/b
 stay cached, so the next build redoes only what changed.
 
 Building is mostly downloads and one compile, so it starts in the background as soon as the
-session's tests are collected, and these tests run last: the build overlaps the rest of the
-suite instead of adding to it.
+session's tests are collected, and the tests that run containers run last: the build
+overlaps the rest of the suite instead of adding to it.
 """
 
 from __future__ import annotations
@@ -122,12 +122,17 @@ _builder: Builder | None = None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """These tests last; their images building from now on."""
+    """The tests that run containers last; their images building from now on."""
     global _builder
-    deploy = [item for item in items if HERE in item.path.parents]
-    if not deploy:
+    containers = [
+        item
+        for item in items
+        if HERE in item.path.parents
+        and {"podman", "images"} & set(getattr(item, "fixturenames", ()))
+    ]
+    if not containers:
         return
-    items[:] = [item for item in items if item not in deploy] + deploy
+    items[:] = [item for item in items if item not in containers] + containers
     _builder = Builder()
     _builder.start()
 

@@ -22,8 +22,12 @@ def fuzz(
     headers: dict[str, str] | None = None,
     excluded: Sequence[Callable[..., Any]] = (),
     max_examples: int = MAX_EXAMPLES,
+    prepare: Callable[[schemathesis.Case], None] | None = None,
 ) -> None:
-    """Generate, send and check the cases (`excluded`: checks left out for this operation)."""
+    """Generate, send and check the cases (`excluded`: checks left out for this operation;
+    `prepare`: makes a positive case valid as a whole where the API has rules a schema
+    cannot state)."""
+    positive = mode == schemathesis.GenerationMode.POSITIVE
 
     @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
     @hypothesis.settings(
@@ -34,6 +38,8 @@ def fuzz(
         database=None,
     )
     def run(case: schemathesis.Case) -> None:
+        if positive and prepare is not None:
+            prepare(case)
         response = case.call_and_validate(headers=headers, excluded_checks=list(excluded))
         seen[(case.operation.label, response.status_code)] += 1
 

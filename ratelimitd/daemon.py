@@ -41,7 +41,7 @@ from .transport.limits import ConnectionBudget
 
 try:
     from .transport.native import NativeGrpcTransport
-except ImportError:  # the HTTP/2 core was not built (no libnghttp2 headers at install)
+except ImportError:  # the HTTP/2 core was not built (no libnghttp2.so.14 at install)
     NativeGrpcTransport = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger("ratelimitd")
@@ -255,11 +255,11 @@ def grpc_transport(
     if choice == "native":
         raise GrpcConfigError(
             "GRPC_TRANSPORT=native: the native transport was not built "
-            "(install libnghttp2-dev and reinstall ratelimitd)"
+            "(install libnghttp2-14, the runtime library, and reinstall ratelimitd)"
         )
     if choice == "":
         log.warning(
-            "the native gRPC transport was not built (no libnghttp2 headers at install): "
+            "the native gRPC transport was not built (no libnghttp2.so.14 at install): "
             "serving gRPC with grpc.aio"
         )
     return GrpcTransport(

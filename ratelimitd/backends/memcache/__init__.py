@@ -501,7 +501,7 @@ class MemcacheBackend:
 
 def ssl_context_from(settings: MemcacheSettings) -> ssl.SSLContext | None:
     """MEMCACHE_TLS with its CA, client certificate and hostname-verification settings."""
-    return client_ssl_context(settings) if settings.tls else None
+    return client_ssl_context(settings, "MEMCACHE_") if settings.tls else None
 
 
 def create_memcache_backend(

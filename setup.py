@@ -2,9 +2,10 @@
 HTTP/2) with Cython.
 
 `pip install .` runs this in an isolated build env with Cython present; the generated
-C files are build output and never committed. The HTTP/2 core links the system libnghttp2
-(Debian: libnghttp2-dev) and is optional: without the headers the build skips it and the
-daemon serves gRPC with grpc.aio instead.
+C files are build output and never committed. The HTTP/2 core links the system libnghttp2 by
+its soname, libnghttp2.so.14 (Debian: libnghttp2-14, the runtime library alone: the
+declarations it needs are in ratelimitd/_nghttp2.h, so no libnghttp2-dev). It is optional:
+without the library the build skips it and the daemon serves gRPC with grpc.aio instead.
 """
 
 import glob
@@ -45,8 +46,9 @@ extensions = [
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
     # The synchronous ShouldRateLimit call (twin: transport/rls.py's RlsHandler._call_now).
     Extension("ratelimitd._rls", ["ratelimitd/_rls.pyx"]),
-    # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above.
-    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=["nghttp2"]),
+    # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names
+    # the runtime library's file: there is no libnghttp2.so link without the -dev package.
+    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=[":libnghttp2.so.14"]),
 ]
 OPTIONAL = {"ratelimitd._h2"}
 

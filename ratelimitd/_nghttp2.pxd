@@ -1,9 +1,10 @@
-# The part of libnghttp2's API (nghttp2/nghttp2.h, 1.52 with Debian's backports) that _h2 uses.
+# The part of libnghttp2's API (nghttp2/nghttp2.h, 1.52 with Debian's backports) that _h2 uses,
+# declared in _nghttp2.h so the build needs the runtime library only (see that file).
 
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
 
-cdef extern from "nghttp2/nghttp2.h":
+cdef extern from "_nghttp2.h":
     ctypedef struct nghttp2_session:
         pass
     ctypedef struct nghttp2_session_callbacks:

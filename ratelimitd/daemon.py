@@ -42,7 +42,7 @@ from .transport.spans import server_interceptor
 
 try:
     from .transport.native import NativeGrpcTransport
-except ImportError:  # the HTTP/2 core was not built (no libnghttp2 headers at install)
+except ImportError:  # the HTTP/2 core was not built (no libnghttp2.so.14 at install)
     NativeGrpcTransport = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger("ratelimitd")
@@ -246,7 +246,7 @@ def grpc_transport(
     if choice == "native":
         raise GrpcConfigError(
             "GRPC_TRANSPORT=native: the native transport was not built "
-            "(install libnghttp2-dev and reinstall ratelimitd)"
+            "(install libnghttp2-14, the runtime library, and reinstall ratelimitd)"
         )
     if choice == "":
         # GRPC_TRANSPORT=grpcio's settings checks, now that grpc.aio will serve.
@@ -255,7 +255,7 @@ def grpc_transport(
         except SettingsError as exc:
             raise GrpcConfigError(str(exc)) from None
         log.warning(
-            "the native gRPC transport was not built (no libnghttp2 headers at install): "
+            "the native gRPC transport was not built (no libnghttp2.so.14 at install): "
             "serving gRPC with grpc.aio"
         )
     return GrpcTransport(

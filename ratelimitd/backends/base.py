@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ..tlsfiles import unreadable
+
 if TYPE_CHECKING:
     from ..settings import MemcacheSettings, RedisSettings
 
@@ -61,11 +63,38 @@ class Capabilities:
     span: str = "Pipeline Execution"
 
 
-def client_ssl_context(s: RedisSettings | MemcacheSettings) -> ssl.SSLContext:
-    """A store's client TLS: its CA (else the system's), client certificate, name check."""
-    ctx = ssl.create_default_context(cafile=s.tls_cacert or None)
-    if s.tls_client_cert:
-        ctx.load_cert_chain(s.tls_client_cert, s.tls_client_key or None)
+def client_ssl_context(s: RedisSettings | MemcacheSettings, prefix: str) -> ssl.SSLContext:
+    """A store's client TLS from its `<prefix>TLS_*` files: its CA (else the system's),
+    client certificate, name check.
+
+    A file that cannot be used stops start-up with one line naming the variable and the
+    file, as in the reference (its TlsConfigFromFiles panics). A certificate without its
+    key (or the reverse) is refused too, where the reference silently connects without a
+    client certificate.
+    """
+    cert, key, ca = s.tls_client_cert, s.tls_client_key, s.tls_cacert
+    if bool(cert) != bool(key):
+        raise BackendError(
+            f"{prefix}TLS_CLIENT_CERT and {prefix}TLS_CLIENT_KEY must be set together"
+        )
+    files = (("TLS_CACERT", ca), ("TLS_CLIENT_CERT", cert), ("TLS_CLIENT_KEY", key))
+    problem = unreadable((prefix + name, path) for name, path in files)
+    if problem:
+        raise BackendError(problem)
+    try:
+        ctx = ssl.create_default_context(cafile=ca or None)
+    except ssl.SSLError as err:
+        raise BackendError(
+            f"{prefix}TLS_CACERT: no CA certificate in {ca}: {err.reason or err}"
+        ) from None
+    try:
+        if cert:
+            ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as err:
+        raise BackendError(
+            f"{prefix}TLS_CLIENT_CERT, {prefix}TLS_CLIENT_KEY: cannot load the key pair "
+            f"({cert}, {key}): {err.reason or err}"
+        ) from None
     if s.tls_skip_hostname_verification:
         # As the reference: the chain is still verified, only the name is not.
         ctx.check_hostname = False

@@ -69,13 +69,8 @@ class SslCertificates(CertificateFiles):
     the connection the newest context."""
 
     def _load(self) -> ssl.SSLContext:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx = self._ssl_context()
         ctx.set_alpn_protocols(["h2"])
-        ctx.load_cert_chain(self._cert, self._key)
-        if self._ca:
-            ctx.verify_mode = ssl.CERT_REQUIRED
-            ctx.load_verify_locations(self._ca)
         ctx.sni_callback = self._select
         return ctx
 

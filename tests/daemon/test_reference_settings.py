@@ -426,7 +426,7 @@ def readme_classification() -> tuple[list[str], list[str], list[str], str]:
     xDS subsection's table (the reference's xDS settings), and the section's text.
     `REDIS_[PERSECOND_]X` names both instances, `<NAME>` a mogrifier."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Configuration") : readme.index("## Deployment")]
+    section = readme[readme.index("## Configuration") : readme.index("## Deploy\n")]
     section = re.sub(r"REDIS_\[PERSECOND_\](\w+)", r"REDIS_\1`, `REDIS_PERSECOND_\1", section)
     section = section.replace("_<NAME>_", "_A_")
     same_start = section.index("**Same as the reference**")

@@ -195,7 +195,7 @@ mappings:
     name: "rt_seconds"
     scale: 0.001
     labels:
-      m: "$1"
+      method: "$1"
 """
     )
     h = harness(CONFIG)
@@ -206,8 +206,8 @@ mappings:
         got = await scrape(sink)
         assert got[("hits_total", (("rule", "obs/user"),))] == 1
         assert not any(name.startswith(RULE) for name, _ in got)  # dropped
-        assert got[("rt_seconds_bucket", (("le", "0.001"), ("m", "ShouldRateLimit")))] == 0
-        assert got[("rt_seconds_bucket", (("le", "0.1"), ("m", "ShouldRateLimit")))] == 1
+        assert got[("rt_seconds_bucket", (("le", "0.001"), ("method", "ShouldRateLimit")))] == 0
+        assert got[("rt_seconds_bucket", (("le", "0.1"), ("method", "ShouldRateLimit")))] == 1
 
 
 async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ packages only ratelimitd and sidecars.
   grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)
   http_transport the HTTP transport tests' client side (a raw HTTP/1.1 client, servers)
   settings_env   Settings.from_env as the settings tests call it (load, error)
+  otlp           OtlpReceiver: an OTLP/HTTP trace receiver
+  envoy_gateway  Envoy Gateway's environment, certificates and xDS server for ratelimitd
 """
 
 from .clock import Clock

@@ -510,7 +510,7 @@ def _as_decided(values: Sequence[int], ops: Sequence[Op]) -> list[int]:
 
 def ssl_context_from(settings: MemcacheSettings) -> ssl.SSLContext | None:
     """MEMCACHE_TLS with its CA, client certificate and hostname-verification settings."""
-    return client_ssl_context(settings) if settings.tls else None
+    return client_ssl_context(settings, "MEMCACHE_") if settings.tls else None
 
 
 def create_memcache_backend(

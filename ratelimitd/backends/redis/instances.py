@@ -87,7 +87,7 @@ class RedisInstance:
         self.jitter = jitter_max_seconds
         self.max_in_flight = max_in_flight
         self.counters = Counters(on_change)
-        self.dialer = Dialer(s, client_ssl_context(s) if s.tls else None)
+        self.dialer = Dialer(s, client_ssl_context(s, "REDIS_") if s.tls else None)
         self._configure(s)
 
     def _configure(self, s: RedisSettings) -> None:
@@ -322,7 +322,7 @@ class SingleInstance(RedisInstance):
         if scheme == "unix":
             return parts.path
         if scheme == "rediss" and self.dialer.ssl_context is None:
-            self.dialer.ssl_context = client_ssl_context(self.s)
+            self.dialer.ssl_context = client_ssl_context(self.s, "REDIS_")
         if scheme not in ("redis", "rediss"):
             raise BackendError(f"unsupported redis URL scheme {scheme!r}")
         return (parts.hostname or "localhost", parts.port or 6379)

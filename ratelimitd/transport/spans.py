@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 import grpc.aio
@@ -17,6 +17,11 @@ from .protocodec import METHOD_PATH, request_domain
 
 # The span name's RPC (kept under this name for the tracing tests and benchmarks).
 SHOULD_RATE_LIMIT = METHOD_PATH
+
+# What a grpc.aio ServerInterceptor is handed and returns.
+Details: TypeAlias = grpc.HandlerCallDetails
+Handler: TypeAlias = grpc.RpcMethodHandler
+Continuation: TypeAlias = Callable[[Details], Awaitable[Handler]]
 
 
 class ServerSpans:
@@ -97,15 +102,11 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped: Any = None
         self._spans = ServerSpans(tracing, method)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
+    async def intercept_service(self, continuation: Continuation, details: Details) -> Handler:
+        handler = await continuation(details)
         if (
             handler is None
-            or handler_call_details.method != self.method  # type: ignore[attr-defined]
+            or details.method != self.method  # type: ignore[attr-defined]
             or handler.unary_unary is None
         ):
             return handler

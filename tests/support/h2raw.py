@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hpack import Decoder, Encoder
-from hyperframe.frame import DataFrame, HeadersFrame, SettingsFrame
+from hyperframe.frame import DataFrame, HeadersFrame, SettingsFrame, WindowUpdateFrame
 
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import encode_request
@@ -23,6 +23,7 @@ TIMEOUT = 5.0
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED = 0x0, 0x1, 0x3, 0x5
 FRAME_SIZE_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = 0x6, 0x7, 0xB
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x6, 0x7
+WINDOW_UPDATE = 0x8
 
 
 def grpc_message(payload: bytes) -> bytes:
@@ -49,6 +50,12 @@ class Frame:
     flags: int
     stream: int
     payload: bytes
+    # A HEADERS frame's header list, decoded when it arrived (HPACK state is per connection).
+    headers: list[tuple[str, str]] | None = None
+
+    def __repr__(self) -> str:
+        payload = self.payload if len(self.payload) <= 24 else self.payload[:24] + b"..."
+        return f"Frame(type={self.type}, flags={self.flags}, stream={self.stream}, {payload!r})"
 
     def error_code(self) -> int:
         """RST_STREAM's code, or GOAWAY's."""
@@ -67,6 +74,13 @@ class Raw:
         self.decoder = Decoder()
         self.frames: list[Frame] = []
         self.closed = False
+        # What the server lets us send (RFC 9113 flow control), for `upload`.
+        self.connection_window = 65535
+        self.initial_window = 65535
+        self.windows: dict[int, int] = {}
+        # Whether DATA received is acknowledged with WINDOW_UPDATEs (a zero-window attacker
+        # never does).
+        self.acknowledge = True
 
     @classmethod
     async def open(
@@ -84,7 +98,8 @@ class Raw:
         if not self.writer.is_closing():  # a flooding test keeps sending after a GOAWAY
             self.writer.write(data)
 
-    def headers(self, **overrides: Any) -> list[tuple[str, str]]:
+    @staticmethod
+    def headers(**overrides: Any) -> list[tuple[str, str]]:
         """A gRPC request head; keyword overrides replace values (None drops the header)."""
         base = {
             ":method": "POST",
@@ -112,6 +127,37 @@ class Raw:
         head = HeadersFrame(stream, self.block(self.headers(**headers)), flags=["END_HEADERS"])
         self.send(head.serialize() + DataFrame(stream, body, flags=["END_STREAM"]).serialize())
 
+    async def upload(self, stream: int, body: bytes, end: bool = True, **headers: Any) -> None:
+        """HEADERS, then `body` in DATA frames as the server's flow-control windows allow
+        (END_STREAM on the last one with `end`), reading frames while they are closed; it
+        stops early if the server ends the stream (answers or resets it) meanwhile."""
+        head = HeadersFrame(stream, self.block(self.headers(**headers)), flags=["END_HEADERS"])
+        self.send(head.serialize())
+        self.windows.setdefault(stream, self.initial_window)
+        view = memoryview(body)
+        seen = len(self.frames)
+        while view or end:
+            room = min(self.connection_window, self.windows[stream], 16384)
+            if room <= 0 and view:
+                await self.read_until(
+                    lambda f: f.type == WINDOW_UPDATE or (f.stream == stream and f.type != DATA)
+                )
+                if any(
+                    f.stream == stream
+                    and (f.type == RST_STREAM or (f.flags & 1 and f.type == HEADERS))
+                    for f in self.frames[seen:]
+                ):
+                    return
+                continue
+            chunk, view = bytes(view[:room]), view[room:]
+            last = end and not view
+            self.send(DataFrame(stream, chunk, flags=["END_STREAM"] if last else []).serialize())
+            self.connection_window -= len(chunk)
+            self.windows[stream] -= len(chunk)
+            if last:
+                break
+            await self.writer.drain()
+
     async def read_until(
         self, done: Callable[[Frame], bool], timeout: float = TIMEOUT
     ) -> list[Frame]:
@@ -136,11 +182,31 @@ class Raw:
                 self.closed = True
                 continue
             except TimeoutError:
-                raise AssertionError(f"no such frame; got {self.frames}") from None
+                got = len(self.frames)
+                raise AssertionError(f"no such frame; got {got}, last {self.frames[-8:]}") from None
             frame = Frame(head[3], head[4], int.from_bytes(head[5:9], "big") & 0x7FFFFFFF, payload)
             if frame.type == SETTINGS and not frame.flags & 1:
                 self.send(SettingsFrame(0, flags=["ACK"]).serialize())
+                self._settings(payload)
+            elif frame.type == HEADERS:
+                frame.headers = list(self.decoder.decode(header_block(frame)))
+            elif frame.type == DATA and payload and self.acknowledge:
+                update = WindowUpdateFrame(0, len(payload)).serialize()
+                self.send(update + WindowUpdateFrame(frame.stream, len(payload)).serialize())
+            elif frame.type == WINDOW_UPDATE:
+                increment = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF
+                if frame.stream:
+                    self.windows[frame.stream] = self.windows.get(frame.stream, 0) + increment
+                else:
+                    self.connection_window += increment
             self.frames.append(frame)
+
+    def _settings(self, payload: bytes) -> None:
+        for ident, value in struct.iter_unpack(">HI", payload):
+            if ident == 0x4:  # INITIAL_WINDOW_SIZE: every open stream's window moves too
+                for stream in self.windows:
+                    self.windows[stream] += value - self.initial_window
+                self.initial_window = value
 
     async def stream_end(self, stream: int) -> dict[str, str]:
         """The headers and trailers of a stream, once it ends (or is reset)."""
@@ -153,9 +219,8 @@ class Raw:
         )
         out: dict[str, str] = {}
         for frame in self.frames:
-            if frame.stream == stream and frame.type == HEADERS:
-                for name, value in self.decoder.decode(header_block(frame)):
-                    out[name] = value
+            if frame.stream == stream and frame.headers is not None:
+                out.update(frame.headers)
             if frame.stream == stream and frame.type == RST_STREAM:
                 out["rst"] = str(frame.error_code())
         del frames

@@ -13,9 +13,15 @@ and `stream.message`. Replies go back with `respond` (message + OK trailers),
 `send_message` / `finish` (server streaming, errors), from the callback or later.
 
 Memory stays bounded per connection: request bytes are acknowledged to the peer's
-connection window only once the message has been handed over (or discarded), so one
-connection holds at most `connection_window` bytes of unanswered request bodies, and a
-message whose prefix announces more than `max_message` bytes is refused before it is read.
+connection window only once the call is answered (or its bytes discarded), so one connection
+holds at most `connection_window` bytes of request bodies, buffered or being decided; a
+message whose prefix announces more than `max_message` bytes is refused before it is read;
+an answered call drops its request at once, and a reply the peer does not let out is visible
+(`Stream.sending_since`) so the transport can reset it (`reset`). Across connections,
+requests that are still incomplete when a read has been processed (a head waiting for its
+body, a partial body) are charged to the process's `buffers` (`take`/`give`); one that does
+not fit is refused RESOURCE_EXHAUSTED. Requests read whole in one read, the usual case, are
+never charged, so the hot path makes no call for it.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -37,6 +43,9 @@ cdef enum:
 
 DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024  # grpc-go's default receive limit
 DEFAULT_MAX_HEADER_LIST = 64 * 1024
+# What an incomplete request costs besides its header and body bytes (its Stream, nghttp2's
+# stream state), as charged to the process's request buffers.
+STREAM_COST = 1024
 
 # The PING payload that times the second GOAWAY of a graceful shutdown.
 cdef bytes _SHUTDOWN_PING = b"rlsdrain"
@@ -100,18 +109,25 @@ cdef class Stream:
     cdef readonly bint dispatched
     # Whatever the transport attaches (a pending task, a health watcher).
     cdef public object work
+    # The transport's deadline entry for this call, dropped when it is answered.
+    cdef public object deadline
+    # CLOCK_MONOTONIC seconds since reply bytes wait for the peer's flow-control window
+    # (0.0: nothing waiting).
+    cdef readonly double sending_since
 
     cdef bytes method
     cdef bytes content_type
     cdef bytes encoding
     cdef str timeout_error
-    cdef bint too_large
     cdef Py_ssize_t header_bytes
     cdef bytearray body
     cdef Py_ssize_t held
     cdef Py_ssize_t expected
     cdef bint discard
     cdef bint answered
+    # Bytes charged to the connection's request buffers; queued for a charge check.
+    cdef Py_ssize_t charged
+    cdef bint pending
 
     cdef bytes out
     cdef Py_ssize_t out_pos
@@ -184,6 +200,15 @@ cdef class Connection:
     cdef bint draining
     cdef uint8_t* out_buf
     cdef size_t out_cap
+    # The process's buffers for incomplete requests (take/give/refusal), or None.
+    cdef object buffers
+    # Streams that may still be incomplete once the current read is processed.
+    cdef list pending
+    # True once the client's preface and first SETTINGS arrived.
+    cdef readonly bint established
+    # CLOCK_MONOTONIC seconds since the connection has had no open stream (its creation,
+    # or its last stream's close); meaningful only while `streams` is empty.
+    cdef readonly double idle_since
 
     def __cinit__(self):
         self.session = NULL
@@ -200,9 +225,13 @@ cdef class Connection:
         Py_ssize_t max_header_list=DEFAULT_MAX_HEADER_LIST,
         int connection_window=0,
         metadata=(),
+        buffers=None,
     ):
         cdef nghttp2_settings_entry iv[2]
         self.streams = {}
+        self.buffers = buffers
+        self.pending = []
+        self.idle_since = _monotonic()
         self.on_request = on_request
         self.on_close = on_close
         self.metadata_names = frozenset(m.encode("ascii") for m in metadata) or None
@@ -242,6 +271,8 @@ cdef class Connection:
         self._raise_stored()
         if rv < 0:
             self._fatal(rv)
+        elif self.pending:
+            self._charge_pending()
         return self.flush()
 
     def flush(self):
@@ -318,6 +349,7 @@ cdef class Connection:
         stream.status = OK
         stream.out = _frame(message)
         stream.out_pos = 0
+        self._answered(stream)
         if stream.headers_sent:
             self._resume(stream)
         else:
@@ -334,6 +366,8 @@ cdef class Connection:
         else:
             stream.out = stream.out[stream.out_pos:] + framed
         stream.out_pos = 0
+        if stream.sending_since == 0.0:
+            stream.sending_since = _monotonic()
         if stream.headers_sent:
             self._resume(stream)
         else:
@@ -351,8 +385,30 @@ cdef class Connection:
         stream.finishing = True
         stream.status = code
         stream.status_message = percent_encode(message) if message else None
+        self._answered(stream)
         self._resume(stream)
         return True
+
+    def reset(self, Stream stream, uint32_t error_code=NGHTTP2_CANCEL):
+        """RST_STREAM a call (a reply the peer never let out); its bytes are freed."""
+        if stream.closed or self.session == NULL:
+            return False
+        stream.answered = True
+        stream.out = None
+        stream.sending_since = 0.0
+        nghttp2_submit_rst_stream(self.session, NGHTTP2_FLAG_NONE, stream.id, error_code)
+        self._release(stream)
+        return True
+
+    cdef void _answered(self, Stream stream):
+        """The reply is queued: the request is no longer needed, and its bytes go back to
+        the connection window; the reply now waits for the peer's window."""
+        stream.message = None
+        if stream.held:
+            nghttp2_session_consume_connection(self.session, stream.held)
+            stream.held = 0
+        if stream.sending_since == 0.0:
+            stream.sending_since = _monotonic()
 
     cdef void _submit_headers(self, Stream stream):
         cdef nghttp2_nv nva[2]
@@ -390,13 +446,46 @@ cdef class Connection:
         nghttp2_submit_response(self.session, stream.id, nva, n, NULL)
         self._release(stream)
 
-    cdef void _release(self, Stream stream):
-        """Give the stream's buffered request bytes back to the connection window."""
+    cdef void _release(self, Stream stream) except *:
+        """Give the stream's request bytes back to the connection window and the buffers."""
         stream.body = None
+        stream.message = None
         stream.discard = True
         if stream.held:
             nghttp2_session_consume_connection(self.session, stream.held)
             stream.held = 0
+        if stream.charged:
+            self._uncharge(stream)
+
+    cdef void _uncharge(self, Stream stream) except *:
+        self.buffers.give(stream.charged)
+        stream.charged = 0
+
+    cdef void _charge_pending(self) except *:
+        """Charge the process's buffers for the requests this read left incomplete: their
+        head, and their body as announced by its prefix (or as read so far)."""
+        cdef Stream stream
+        cdef Py_ssize_t need
+        cdef list pending = self.pending
+        self.pending = []
+        for stream in pending:
+            stream.pending = False
+            if stream.dispatched or stream.answered or stream.closed or self.buffers is None:
+                continue
+            need = STREAM_COST + stream.header_bytes
+            need += stream.expected + 5 if stream.expected >= 0 else stream.held
+            if need <= stream.charged:
+                continue
+            if self.buffers.take(need - stream.charged):
+                stream.charged = need
+            else:
+                self._trailers_only(stream, _STATUS_200, RESOURCE_EXHAUSTED,
+                                    self.buffers.refusal)
+
+    cdef inline void _watch(self, Stream stream):
+        if not stream.pending:
+            stream.pending = True
+            self.pending.append(stream)
 
     # -- GOAWAY ----------------------------------------------------------------------------
 
@@ -435,10 +524,19 @@ cdef class Connection:
 
     cdef int _header(self, Stream stream, const uint8_t* name, size_t namelen,
                      const uint8_t* value, size_t valuelen) except -1:
+        """Keep what the call needs of one header; 1 once the header list is over its limit.
+
+        Then the stream is reset with FRAME_SIZE_ERROR, as grpc-go resets a truncated
+        header list, and nghttp2 is told to stop delivering the rest of the block: an HPACK
+        bomb of 143,000 references to one 4,000-byte header once cost ~100 ms of loop time
+        per block, every reference checked and delivered after the limit was passed.
+        """
         stream.header_bytes += namelen + valuelen + 32
         if stream.header_bytes > self.max_header_list:
-            stream.too_large = True
-            return 0
+            if not stream.answered:
+                # Ours goes first: nghttp2 adds no RST_STREAM of its own to a closing stream.
+                self.reset(stream, NGHTTP2_FRAME_SIZE_ERROR)
+            return 1
         if namelen == 5 and memcmp(name, b":path", 5) == 0:
             stream.path = PyBytes_FromStringAndSize(<const char*>value, valuelen)
         elif namelen == 7 and memcmp(name, b":method", 7) == 0:
@@ -464,10 +562,9 @@ cdef class Connection:
     cdef int _headers_done(self, Stream stream) except -1:
         """The request head is complete: refuse a call grpc-go would refuse."""
         cdef bytes ct = stream.content_type
-        if stream.too_large:
-            self._trailers_only(stream, b"431", RESOURCE_EXHAUSTED,
-                                f"header list size exceeds the limit of {self.max_header_list} bytes")
-        elif stream.method is not None:
+        if stream.answered:
+            return 0
+        if stream.method is not None:
             self._trailers_only(
                 stream, b"405", INTERNAL,
                 'Received a HEADERS frame with :method "%s" which should be POST'
@@ -492,6 +589,8 @@ cdef class Connection:
                 % stream.encoding.decode("latin-1"),
                 b"grpc-accept-encoding", b"identity",
             )
+        else:
+            self._watch(stream)  # usually read whole before this read ends: no charge
         return 0
 
     cdef int _data(self, Stream stream, const uint8_t* data, size_t n) except -1:
@@ -506,7 +605,7 @@ cdef class Connection:
         stream.held += n
         if stream.body is None and stream.message is None and n >= 5 and stream.expected < 0:
             # The usual case: the whole message in one chunk, no copy into a buffer.
-            length = (data[1] << 24) | (data[2] << 16) | (data[3] << 8) | data[4]
+            length = _prefix_length(data)
             if not self._check_prefix(stream, data[0], length):
                 return 0
             if <size_t>length + 5 == n:
@@ -515,17 +614,20 @@ cdef class Connection:
         if stream.message is not None:
             self._unary_violation(stream)
             return 0
+        self._watch(stream)
         if stream.body is None:
             stream.body = bytearray()
         stream.body += (<bytes>data[:n]) if n else b""
         have = len(stream.body)
         if stream.expected < 0 and have >= 5:
             head = <const uint8_t*><char*>stream.body
-            length = (head[1] << 24) | (head[2] << 16) | (head[3] << 8) | head[4]
+            length = _prefix_length(head)
             if not self._check_prefix(stream, head[0], length):
                 return 0
         if stream.expected >= 0 and have > stream.expected + 5:
             self._unary_violation(stream)
+        else:
+            self._watch(stream)
         return 0
 
     cdef bint _check_prefix(self, Stream stream, uint8_t flag, Py_ssize_t length) except -1:
@@ -566,9 +668,10 @@ cdef class Connection:
             stream.message = bytes(body[5:])
         stream.dispatched = True
         stream.body = None
-        if stream.held:
-            nghttp2_session_consume_connection(self.session, stream.held)
-            stream.held = 0
+        if stream.charged:
+            self._uncharge(stream)
+        # The connection window reopens when the call is answered (`_answered`), so one
+        # connection holds at most one window of requests, buffered or being decided.
         self.on_request(stream)
         return 0
 
@@ -577,14 +680,24 @@ cdef class Connection:
         if stream is None:
             return 0
         stream.closed = True
-        if stream.held:
-            nghttp2_session_consume_connection(self.session, stream.held)
-            stream.held = 0
         stream.out = None
+        stream.sending_since = 0.0
+        self._release(stream)
+        if not self.streams:
+            self.idle_since = _monotonic()
         if stream.dispatched and not stream.answered and self.on_close is not None:
             self.on_close(stream)
         stream.work = None
         return 0
+
+
+cdef inline Py_ssize_t _prefix_length(const uint8_t* head) noexcept:
+    """The big-endian uint32 length of a gRPC message prefix (bytes 1-4), unsigned: a length
+    of 2^31 or more is a message too large, not a negative one."""
+    return <Py_ssize_t>(
+        (<uint32_t>head[1] << 24) | (<uint32_t>head[2] << 16) | (<uint32_t>head[3] << 8)
+        | <uint32_t>head[4]
+    )
 
 
 cdef inline bytes _frame(bytes message):

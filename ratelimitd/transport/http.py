@@ -10,10 +10,20 @@ closes unless it asks for keep-alive; pipelined requests are answered in order a
 connection's requests are handled one after another; bodies by Content-Length or chunked,
 capped (413, then the connection closes); a request head over 1 MiB gets 431; unknown
 paths 404; a malformed request 400 and close; a handler that raises gives 500 (logged)
-and the server carries on. Unlike the reference's `http.Server` (no timeouts, no cap), a
-request must arrive whole within `read_timeout` of its first byte or of the connection (a
-slowloris client is closed), a keep-alive connection idle for `idle_timeout` is closed, and
-clients past `max_connections` (or the process's ConnectionBudget) are closed at once.
+and the server carries on. Unlike the reference's `http.Server` (no timeouts, no cap):
+
+- a request must arrive whole within `read_timeout` of its first byte or of the connection
+  (a slowloris client is closed), and a keep-alive connection idle for `idle_timeout` is
+  closed;
+- answers that cannot be written for `write_timeout` (the client does not read them) close
+  the connection, and at most MAX_PIPELINE requests, or `max_body` bytes of them, wait on a
+  connection before it stops being read: a client that pipelined 1 MiB requests and never
+  read once kept 64 of them;
+- a request not read whole when a read has been processed is charged to the process's
+  `RequestBuffers` (503 and close when it does not fit);
+- past `max_connections` (or the process's ConnectionBudget), the longest-idle connection
+  with no request in progress is closed to let the new one in (`limits.Eviction`), so that
+  idle clients cannot keep health probes out; only when none is idle is the new one closed.
 
 A handler is `async def handler(request: HttpRequest) -> (status, headers, body)`, where
 `headers` is a tuple of `(name, value)` pairs; return a module-level constant tuple when
@@ -37,11 +47,11 @@ import httptools
 
 from ..backends.base import BackendError
 from ..health import Health
-from ..messages import OVER_LIMIT, UNKNOWN
+from ..messages import OVER_LIMIT, UNKNOWN, TooLarge
 from ..service import Overloaded, RateLimitService, ServiceError
 from ..settings import ListenerSettings
 from .jsoncodec import decode_request, encode_response
-from .limits import ConnectionBudget
+from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
 
 __all__ = [
     "ERROR_HEADERS",
@@ -103,8 +113,9 @@ Handler = Callable[[HttpRequest], Awaitable[Reply]]
 MAX_BODY = 1 << 20
 # Request line + headers, as Go's http.DefaultMaxHeaderBytes.
 MAX_HEAD = 1 << 20
-# Pipelined requests queued on one connection before it stops reading.
-MAX_PIPELINE = 64
+# Pipelined requests queued on one connection before it stops reading (and their bodies:
+# at most `max_body` bytes of them).
+MAX_PIPELINE = 16
 
 TEXT_PLAIN: Headers = (("Content-Type", "text/plain; charset=utf-8"),)
 JSON: Headers = (("Content-Type", "application/json"),)
@@ -151,7 +162,17 @@ class _HttpProtocol(asyncio.Protocol):
         self._in_head = True
         self._head_size = 0
         self._queue: deque[HttpRequest | Reply] = deque()
+        self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
+        # A request is being read (its first byte seen, not yet whole); the length its
+        # Content-Length announced; what it is charged in the server's RequestBuffers.
+        self._in_request = False
+        self._announced = 0
+        self._charged = 0
+        self._buffers = server.budget.buffers
+        # Requests answered, and loop.time() since the connection has been idle.
+        self._served = 0
+        self._idle_since = server.loop.time()
         # No further requests are read; close once the queue is answered.
         self._closing = False
         self._read_paused = False
@@ -177,12 +198,12 @@ class _HttpProtocol(asyncio.Protocol):
         server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._admitted:
-            self._admitted = False
-            self._server.release()
-        self._server.connections.discard(self)
+        self._gone()
         self._closing = True
         self._queue.clear()
+        if self._charged:
+            self._buffers.give(self._charged)
+            self._charged = 0
         if not self.closed.done():
             self.closed.set_result(None)
         waiter = self._write_waiter
@@ -211,6 +232,23 @@ class _HttpProtocol(asyncio.Protocol):
             self.shutdown()
         except httptools.HttpParserError:
             self._fail(BAD_REQUEST)
+        if self._in_request or self._charged:
+            self._charge()
+
+    def _charge(self) -> None:
+        """Charge the request this read left incomplete (its head so far, its announced or
+        read body) to the process's buffers; refused (503, close) when it does not fit."""
+        need = 0
+        if self._in_request and not self._closing:
+            need = self._head_size + max(self._announced, self._body_size)
+        delta = need - self._charged
+        if delta > 0 and not self._buffers.take(delta):
+            self._fail(OVERLOADED)
+            need = 0
+            delta = -self._charged
+        self._charged += delta
+        if delta < 0:
+            self._buffers.give(-delta)
 
     def eof_received(self) -> bool | None:
         # A half-closed client still gets the answers to what it sent.
@@ -234,6 +272,8 @@ class _HttpProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.deadline is None or self._worker is None:
             self.deadline = self._server.loop.time() + self._server.read_timeout
+        self._in_request = True
+        self._announced = 0
         self._url = b""
         self._headers = []
         self._body = []
@@ -252,10 +292,10 @@ class _HttpProtocol(asyncio.Protocol):
             lname = name.lower()
             if lname == b"content-length":
                 try:
-                    too_large = int(value) > self._max_body
+                    self._announced = int(value)
                 except ValueError:
-                    too_large = False  # the parser rejects it
-                if too_large:
+                    self._announced = 0  # the parser rejects it
+                if self._announced > self._max_body:
                     raise _TooLarge
             elif lname == b"expect" and value.lower() == b"100-continue":
                 expect = True
@@ -270,6 +310,7 @@ class _HttpProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._in_head = True
+        self._in_request = False
         self._head_size = 0
         self.deadline = None  # read whole: no deadline while it is handled
         if self._closing:
@@ -300,9 +341,13 @@ class _HttpProtocol(asyncio.Protocol):
 
     def _enqueue(self, item: HttpRequest | Reply) -> None:
         self._queue.append(item)
+        if type(item) is HttpRequest:
+            self._queued_bytes += len(item.body)
         if self._worker is None:
             self._worker = self._server.loop.create_task(self._run())
-        elif len(self._queue) >= MAX_PIPELINE and not self._read_paused:
+        elif (
+            len(self._queue) >= MAX_PIPELINE or self._queued_bytes >= self._max_body
+        ) and not self._read_paused:
             self._read_paused = True
             self._transport.pause_reading()  # type: ignore[union-attr]
 
@@ -325,6 +370,7 @@ class _HttpProtocol(asyncio.Protocol):
                     head_only = False
                 else:
                     request: HttpRequest = item  # type: ignore[assignment]
+                    self._queued_bytes -= len(request.body)
                     handler = self._routes.get(request.path, self._fallback)
                     if handler is None:
                         status, headers, body = NOT_FOUND
@@ -341,7 +387,11 @@ class _HttpProtocol(asyncio.Protocol):
                     else:
                         tail = b"\r\n" if request.http11 else _KEEP_ALIVE_10
                     head_only = request.method == b"HEAD"
-                    if self._read_paused and len(queue) < MAX_PIPELINE // 2:
+                    if (
+                        self._read_paused
+                        and len(queue) < MAX_PIPELINE // 2
+                        and self._queued_bytes < self._max_body // 2
+                    ):
                         self._read_paused = False
                         transport.resume_reading()
                 if transport.is_closing():
@@ -357,12 +407,17 @@ class _HttpProtocol(asyncio.Protocol):
                     else:
                         transport.close()
                     return
+                self._served += 1
                 if self._write_waiter is not None:
+                    # The client does not read: closed by the sweep after write_timeout.
+                    self.deadline = server.loop.time() + server.write_timeout
                     await self._write_waiter
+                    self.deadline = None
             if self._closing and not transport.is_closing():
                 transport.close()
             elif self.deadline is None:  # answered everything: idle until the next request
                 self.deadline = server.loop.time() + server.idle_timeout
+                self._idle_since = server.loop.time()
         finally:
             self._worker = None
 
@@ -375,6 +430,26 @@ class _HttpProtocol(asyncio.Protocol):
         """
         transport.write_eof()
         self._server.loop.call_later(LINGER_SECONDS, transport.close)
+
+    def _gone(self) -> None:
+        """Give back the connection's slot (once)."""
+        if self._admitted:
+            self._admitted = False
+            self._server.connections.discard(self)
+            self._server.release()
+
+    def idle_key(self) -> IdleKey | None:
+        """None while a request is read, queued or handled; the connections that never sent
+        a whole request come first, then the longest idle (`limits.Eviction`)."""
+        if self._worker is not None or self._queue or self._in_request:
+            return None
+        used = USED if self._served and not self._closing else NEVER_USED
+        return used, self._idle_since
+
+    def evict(self) -> None:
+        """Close now to make room for a new connection."""
+        self._gone()
+        self.abort()
 
     def shutdown(self) -> None:
         """Read no more requests; close once the queued ones are answered."""
@@ -401,6 +476,7 @@ class HttpServer:
         max_connections: int = 4096,
         read_timeout: float = 10.0,
         idle_timeout: float = 120.0,
+        write_timeout: float = 10.0,
         budget: ConnectionBudget | None = None,
     ) -> None:
         self.routes: dict[bytes, Handler] = {p.encode(): h for p, h in routes.items()}
@@ -410,8 +486,10 @@ class HttpServer:
         self.max_connections = max_connections
         self.read_timeout = read_timeout
         self.idle_timeout = idle_timeout
+        self.write_timeout = write_timeout
         # Shared with the process's other listeners (None: this server's own, of its cap).
         self.budget = budget if budget is not None else ConnectionBudget(max_connections)
+        self.eviction = Eviction()
         self._sweeper: asyncio.TimerHandle | None = None
         self.connections: set[_HttpProtocol] = set()
         self.port = 0
@@ -437,7 +515,7 @@ class HttpServer:
 
     def admit(self) -> bool:
         """Whether a new client may stay (this listener's cap, the process's budget)."""
-        return self.budget.admit(self.name, len(self.connections), self.max_connections)
+        return self.budget.admit(self.name, self.connections, self.max_connections, self.eviction)
 
     def release(self) -> None:
         """A client admitted by `admit` is gone."""
@@ -536,7 +614,10 @@ def main_routes(
 
     async def json_endpoint(request: HttpRequest) -> Reply:
         try:
-            decoded = decode_request(request.body)
+            decoded = decode_request(request.body, service.snapshot.options)
+        except TooLarge:
+            service.stats.service.service_error += 1  # as the service counts it
+            return BAD_REQUEST
         except ValueError:
             return BAD_REQUEST
         if domains and decoded.domain not in domains:

@@ -208,6 +208,8 @@ class NativeGrpcTransport:
             san_matches=dns_name_matches,
             max_connections=settings.connections.grpc_max_connections,
             read_timeout=settings.connections.grpc_read_timeout,
+            write_timeout=settings.connections.grpc_write_timeout,
+            connection_timeout=settings.connections.grpc_connection_timeout,
             budget=budget,
         )
         self.certificates: SslCertificates | None = None

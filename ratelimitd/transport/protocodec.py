@@ -20,7 +20,15 @@ from google.protobuf.message import DecodeError
 from google.protobuf.struct_pb2 import Struct
 
 from ratelimitd._proto.rls_pb2 import RateLimitRequest, RateLimitResponse
-from ratelimitd.messages import Descriptor, Request, Response, Status
+from ratelimitd.messages import (
+    Descriptor,
+    Request,
+    Response,
+    Status,
+    TooLarge,
+    check_count,
+    check_entries,
+)
 from ratelimitd.settings import extensions_disabled
 
 # The RPC every gRPC transport serves and every client calls: RLS v3 ShouldRateLimit.
@@ -34,6 +42,7 @@ __all__ = [
     "SERVICE_NAME",
     "DecodeError",
     "Limit",
+    "TooLarge",
     "decode_request",
     "decode_response",
     "encode_request",
@@ -49,17 +58,22 @@ GO_CORRUPT = "proto: cannot parse invalid wire-format data"
 GO_INVALID_UTF8 = "string field contains invalid UTF-8"
 
 
-def decode_request_upb(data: bytes) -> Request:
-    """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
+def decode_request_upb(data: bytes, bounds: Any = None) -> Request:
+    """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes, and
+    `TooLarge` past `bounds` (checked on upb's message, before any Python object is made)."""
     try:
         msg = RateLimitRequest.FromString(data)
     except DecodeError as exc:
         # upb says "Error parsing message with type '...': Wire format was corrupt" (or
         # "String field had bad UTF-8"); grpc-go's words are the ones on the wire.
         raise DecodeError(GO_INVALID_UTF8 if "UTF-8" in str(exc) else GO_CORRUPT) from None
+    if bounds is not None:
+        check_count(bounds, len(msg.descriptors))
     descriptors = []
     for d in msg.descriptors:
         entries = tuple([(e.key, e.value) for e in d.entries])
+        if bounds is not None:
+            check_entries(bounds, entries)
         limit = None
         if d.HasField("limit"):
             override = d.limit
@@ -125,10 +139,13 @@ _codec = _compiled_codec()
 if _codec is not None:
     _decode, _encode = _codec
 
-    def decode_request(data: bytes) -> Request:
-        """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
+    def decode_request(data: bytes, bounds: Any = None) -> Request:
+        """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes, and
+        `TooLarge` past `bounds` (a `messages.Bounds` or the ReloadOptions in force)."""
         try:
-            return _decode(data)  # type: ignore[no-any-return]
+            return _decode(data, bounds)  # type: ignore[no-any-return]
+        except TooLarge:
+            raise
         except ValueError as exc:  # WireError, with grpc-go's message
             raise DecodeError(str(exc)) from None
 

@@ -8,16 +8,14 @@ kept forever, and a gRPC stream whose body never completed was never answered.
 from __future__ import annotations
 
 import asyncio
-import resource
 import socket
-import subprocess
 import time
 from typing import Any
 
 import grpc
 import pytest
 from support import wait_until
-from support.daemon import DaemonProcess, write_config
+from support.daemon import DaemonProcess, LowNofileDaemon, write_config
 from support.process import Proc
 
 from ratelimitd.messages import OK
@@ -151,31 +149,13 @@ async def test_an_incomplete_grpc_request_is_answered(daemon: DaemonProcess) -> 
     writer.close()
 
 
-class _LowNofile(DaemonProcess):
-    """The daemon under a small open-file limit (soft = hard = LIMIT)."""
-
-    LIMIT = 600
-
-    def _spawn(self) -> None:
-        limit = self.LIMIT
-        self.proc = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
-        )
-        self.pid = self.proc.pid
-
-
 async def test_fds_are_kept_for_the_rest_when_clients_flood(
     daemon_env: dict[str, str], tmp_path: Any
 ) -> None:
     """600 descriptors: 600 - 256 in reserve = 344 for clients, at most 172 per listener."""
     env = dict(daemon_env, BACKEND_TYPE="memory", RUNTIME_WATCH_ROOT="false")
     write_config(env, "d.yaml", CONFIG)
-    d = _LowNofile(env, tmp_path / "low.log").wait_ready()
+    d = LowNofileDaemon(env, tmp_path / "low.log", 600).wait_ready()
     flood: list[socket.socket] = []
     try:
         for _ in range(400):

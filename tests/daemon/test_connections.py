@@ -67,7 +67,6 @@ def daemon(daemon_env: dict[str, str], start_daemon: Any) -> DaemonProcess:
         HTTP_READ_TIMEOUT="1s",
         HTTP_IDLE_TIMEOUT="1s",
         GRPC_READ_TIMEOUT="1s",
-        HTTP_MAX_CONNECTIONS="8",
     )
     write_config(env, "d.yaml", CONFIG)
     return start_daemon(env)
@@ -96,22 +95,6 @@ def test_an_idle_keep_alive_connection_is_closed(daemon: DaemonProcess) -> None:
         s.sendall(REQUEST % len(BODY) + BODY)
         assert s.recv(65536).startswith(b"HTTP/1.1 200")
         assert closed_by_server(s, 4)
-
-
-async def test_a_listener_at_its_cap_refuses_but_the_others_serve(daemon: DaemonProcess) -> None:
-    held = [connect(daemon.http_port) for _ in range(8)]
-    try:
-        for s in held:  # each keeps itself alive: one request at a time, below the timeouts
-            s.sendall(REQUEST % len(BODY) + BODY)
-            assert s.recv(65536).startswith(b"HTTP/1.1 200")
-        extra = connect(daemon.http_port)
-        assert closed_by_server(extra, 2)  # the ninth is closed at once
-        extra.close()
-        assert await grpc_ok(daemon.grpc_target)
-        assert daemon.debug("/rlconfig")[0] == 200
-    finally:
-        for s in held:
-            s.close()
 
 
 async def test_an_incomplete_grpc_request_is_answered(daemon: DaemonProcess) -> None:

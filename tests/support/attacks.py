@@ -10,6 +10,7 @@ connections, to close when the measurement is taken) or has done its damage.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import struct
 import time
@@ -50,17 +51,21 @@ class Held:
         self.sockets.clear()
 
     def open_sockets(self) -> int:
-        """How many of the sockets the server has not closed (a non-blocking peek)."""
-        alive = 0
-        for sock in self.sockets:
-            try:
-                sock.setblocking(False)
-                alive += sock.recv(1, socket.MSG_PEEK) != b""
-            except BlockingIOError:
-                alive += 1
-            except OSError:
-                pass
-        return alive
+        """How many of the sockets the server has not closed (what they were sent is read
+        and dropped, without blocking)."""
+        return sum(_open(sock) for sock in self.sockets)
+
+
+def _open(sock: socket.socket) -> bool:
+    try:
+        sock.setblocking(False)
+        while sock.recv(65536):
+            pass
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 def padded_request(domain: str, descriptors: int, size: int) -> bytes:
@@ -170,10 +175,12 @@ def silent_sockets(port: int, n: int, payload: bytes = b"") -> Held:
 
 
 def slow_json_reader(port: int, requests: int, size: int, seconds: float = 2.0) -> Held:
-    """Pipelines up to `requests` POST /json of `size` bytes, never reading an answer, for
-    at most `seconds` (until the server stops reading)."""
-    body = b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}'
-    body += b" " * max(0, size - len(body))
+    """Pipelines up to `requests` POST /json of about `size` bytes, 1,000 descriptors k=<1 KB>
+    each (so that their answers are large enough to fill the socket), never reading an
+    answer, for at most `seconds` (until the server stops reading)."""
+    value = "v" * max(1, size // 1000 - 60)
+    entries = [{"entries": [{"key": "k", "value": value}]}] * 1000
+    body = json.dumps({"domain": "d", "descriptors": entries}).encode()
     one = b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -89,10 +89,11 @@ def too_long(field: str, n: int, limit: int) -> TooLarge:
     return TooLarge(f"a descriptor {field} of {n} bytes (MAX_DESCRIPTOR_VALUE_LENGTH={limit})")
 
 
-def check_count(bounds: Any, n: int) -> None:
-    """Raise TooLarge for `n` descriptors past `bounds` (the pure decoders' check)."""
-    if n > bounds.max_descriptors:
-        raise too_many_descriptors(n, bounds.max_descriptors)
+def check_descriptor(bounds: Any, i: int, count: int) -> None:
+    """Raise TooLarge when descriptor number `i` (from 0) of `count` is one past `bounds`:
+    the pure decoders check in the compiled codec's order, descriptor by descriptor."""
+    if i == bounds.max_descriptors:
+        raise too_many_descriptors(count, bounds.max_descriptors)
 
 
 def check_entries(bounds: Any, entries: tuple[tuple[str, str], ...]) -> None:

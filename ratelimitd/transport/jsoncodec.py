@@ -22,7 +22,7 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from ..config.ruleset import UNIT_BY_NAME, UNIT_NAMES
-from ..messages import Descriptor, Request, Response, check_count, check_entries
+from ..messages import Descriptor, Request, Response, check_descriptor, check_entries
 
 __all__ = ["decode_request", "encode_response"]
 
@@ -176,8 +176,7 @@ def decode_request(body: bytes, bounds: Any = None) -> Request:
     """A RateLimitRequest from its proto3 JSON; ValueError when malformed, its subclass
     `messages.TooLarge` past `bounds` (checked before a descriptor is built)."""
     r = _decoder.decode(body)
-    if bounds is not None and r.descriptors:
-        check_count(bounds, len(r.descriptors))
+
     hits = 0
     if r.hitsAddend is not UNSET or r.hits_addend is not UNSET:
         raw = _either(r.hitsAddend, r.hits_addend, "hits_addend")
@@ -185,7 +184,10 @@ def decode_request(body: bytes, bounds: Any = None) -> Request:
             hits = _integer(raw, 0, _MAX_UINT32, "hits_addend")
     out = []
     if r.descriptors:
-        for d in r.descriptors:
+        count = len(r.descriptors)
+        for i, d in enumerate(r.descriptors):
+            if bounds is not None:
+                check_descriptor(bounds, i, count)
             # Inline the common shape (entries only): this is the `/json` hot path.
             if (
                 d.limit is None

@@ -26,7 +26,7 @@ from ratelimitd.messages import (
     Response,
     Status,
     TooLarge,
-    check_count,
+    check_descriptor,
     check_entries,
 )
 from ratelimitd.settings import extensions_disabled
@@ -67,12 +67,11 @@ def decode_request_upb(data: bytes, bounds: Any = None) -> Request:
         # upb says "Error parsing message with type '...': Wire format was corrupt" (or
         # "String field had bad UTF-8"); grpc-go's words are the ones on the wire.
         raise DecodeError(GO_INVALID_UTF8 if "UTF-8" in str(exc) else GO_CORRUPT) from None
-    if bounds is not None:
-        check_count(bounds, len(msg.descriptors))
     descriptors = []
-    for d in msg.descriptors:
+    for i, d in enumerate(msg.descriptors):
         entries = tuple([(e.key, e.value) for e in d.entries])
         if bounds is not None:
+            check_descriptor(bounds, i, len(msg.descriptors))
             check_entries(bounds, entries)
         limit = None
         if d.HasField("limit"):

@@ -77,8 +77,9 @@ def padded_request(domain: str, descriptors: int, size: int) -> bytes:
 
 
 def many_descriptors(domain: str, n: int) -> bytes:
-    """A RateLimitRequest of `n` one-entry descriptors (k=v), built without protobuf."""
-    entry = b"\x0a\x01k\x12\x01v"
+    """A RateLimitRequest of `n` one-entry descriptors (key k, empty value: 7 bytes each),
+    built without protobuf."""
+    entry = b"\x0a\x01k"
     descriptor = b"\x12" + _varint(len(entry) + 2) + b"\x0a" + _varint(len(entry)) + entry
     head = b"\x0a" + _varint(len(domain)) + domain.encode()
     return head + descriptor * n

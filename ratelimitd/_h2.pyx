@@ -17,11 +17,15 @@ connection window only once the call is answered (or its bytes discarded), so on
 holds at most `connection_window` bytes of request bodies, buffered or being decided; a
 message whose prefix announces more than `max_message` bytes is refused before it is read;
 an answered call drops its request at once, and a reply the peer does not let out is visible
-(`Stream.sending_since`) so the transport can reset it (`reset`). Across connections,
-requests that are still incomplete when a read has been processed (a head waiting for its
-body, a partial body) are charged to the process's `buffers` (`take`/`give`); one that does
-not fit is refused RESOURCE_EXHAUSTED. Requests read whole in one read, the usual case, are
-never charged, so the hot path makes no call for it.
+(`Stream.sending_since`) so the transport can reset it (`reset`).
+
+Across connections, the bytes held for clients are charged to the process's `buffers`
+(`take`/`give`, `refusal`): requests still incomplete when a read has been processed (a head
+waiting for its body, a partial body: refused RESOURCE_EXHAUSTED when they do not fit),
+requests the transport `hold`s while an asynchronous decision runs, and replies still
+waiting for the peer's flow-control window once written out (reset with CANCEL when they do
+not fit). A request read whole and answered within the read, and a reply that leaves at
+once, the usual cases, are never charged: the hot path makes no call for them.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -125,9 +129,11 @@ cdef class Stream:
     cdef Py_ssize_t expected
     cdef bint discard
     cdef bint answered
-    # Bytes charged to the connection's request buffers; queued for a charge check.
+    # Bytes charged to the connection's buffers (its request, then its reply); queued for
+    # a charge check of its request, or of its reply.
     cdef Py_ssize_t charged
     cdef bint pending
+    cdef bint unsent
 
     cdef bytes out
     cdef Py_ssize_t out_pos
@@ -202,8 +208,10 @@ cdef class Connection:
     cdef size_t out_cap
     # The process's buffers for incomplete requests (take/give/refusal), or None.
     cdef object buffers
-    # Streams that may still be incomplete once the current read is processed.
+    # Streams that may still be incomplete once the current read is processed, and streams
+    # whose reply may still be waiting for the peer's window once flushed.
     cdef list pending
+    cdef list unsent
     # True once the client's preface and first SETTINGS arrived.
     cdef readonly bint established
     # CLOCK_MONOTONIC seconds since the connection has had no open stream (its creation,
@@ -231,6 +239,7 @@ cdef class Connection:
         self.streams = {}
         self.buffers = buffers
         self.pending = []
+        self.unsent = []
         self.idle_since = _monotonic()
         self.on_request = on_request
         self.on_close = on_close
@@ -277,12 +286,21 @@ cdef class Connection:
 
     def flush(self):
         """The frames nghttp2 has queued (replies, acks, GOAWAY), as one bytes object."""
-        cdef const uint8_t* chunk
-        cdef ssize_t n
-        cdef size_t used = 0
-        cdef uint8_t* grown
+        cdef size_t used
         if self.session == NULL:
             return b""
+        used = self._send(0)
+        if self.unsent and self.buffers is not None and self._charge_unsent():
+            used = self._send(used)  # the resets of replies the buffers had no room for
+        if used == 0:
+            return b""
+        return PyBytes_FromStringAndSize(<char*>self.out_buf, used)
+
+    cdef size_t _send(self, size_t used) except? 0:
+        """Append what nghttp2 has queued to the output buffer after `used` bytes."""
+        cdef const uint8_t* chunk
+        cdef ssize_t n
+        cdef uint8_t* grown
         while True:
             n = nghttp2_session_mem_send(self.session, &chunk)
             if n <= 0:
@@ -298,9 +316,7 @@ cdef class Connection:
             memcpy(self.out_buf + used, chunk, n)
             used += n
         self._raise_stored()
-        if used == 0:
-            return b""
-        return PyBytes_FromStringAndSize(<char*>self.out_buf, used)
+        return used
 
     @property
     def wants_close(self):
@@ -368,6 +384,7 @@ cdef class Connection:
         stream.out_pos = 0
         if stream.sending_since == 0.0:
             stream.sending_since = _monotonic()
+        self._unsent(stream)
         if stream.headers_sent:
             self._resume(stream)
         else:
@@ -407,8 +424,65 @@ cdef class Connection:
         if stream.held:
             nghttp2_session_consume_connection(self.session, stream.held)
             stream.held = 0
+        if stream.charged:
+            self._uncharge(stream)
         if stream.sending_since == 0.0:
             stream.sending_since = _monotonic()
+        self._unsent(stream)
+
+    def hold(self, Stream stream, Py_ssize_t extra=0):
+        """Charge a dispatched call's request (and `extra` bytes: its decoded form) to the
+        buffers while its decision runs (given back when it is answered); False, and
+        nothing charged, when it does not fit."""
+        cdef Py_ssize_t need = STREAM_COST + stream.header_bytes + extra
+        if self.buffers is None:
+            return True
+        if stream.message is not None:
+            need += PyBytes_GET_SIZE(stream.message)
+        if not self.buffers.take(need):
+            return False
+        stream.charged += need
+        return True
+
+    @property
+    def refusal(self):
+        """What a call the buffers have no room for is answered (RESOURCE_EXHAUSTED)."""
+        return self.buffers.refusal
+
+    cdef bint _charge_unsent(self) except -1:
+        """Charge the replies that did not leave with this flush (the peer's window is
+        closed); reset those that do not fit (True if any), give back for those that have
+        left."""
+        cdef Stream stream
+        cdef Py_ssize_t need
+        cdef list unsent = self.unsent
+        cdef bint reset = False
+        self.unsent = []
+        for stream in unsent:
+            if stream.closed:
+                stream.unsent = False
+                continue
+            need = 0
+            if stream.out is not None:
+                need = PyBytes_GET_SIZE(stream.out) - stream.out_pos
+            if need == 0 and not stream.sending_since:
+                stream.unsent = False  # gone out
+                if stream.charged:
+                    self._uncharge(stream)
+                continue
+            self.unsent.append(stream)  # checked again at the next flush
+            if need > stream.charged:
+                if self.buffers.take(need - stream.charged):
+                    stream.charged = need
+                else:
+                    self.reset(stream, NGHTTP2_CANCEL)
+                    reset = True
+        return reset
+
+    cdef inline void _unsent(self, Stream stream):
+        if not stream.unsent:
+            stream.unsent = True
+            self.unsent.append(stream)
 
     cdef void _submit_headers(self, Stream stream):
         cdef nghttp2_nv nva[2]

@@ -24,6 +24,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from ratelimitd.messages import (
+    DESCRIPTOR_BYTES,
+    ENTRY_BYTES,
     Descriptor,
     Request,
     too_long,
@@ -226,6 +228,42 @@ def decode_request(bytes data, object bounds=None):
         else:
             _skip(buf, end, &pos, tag & 7)
     return Request(domain, descriptors, hits_addend)
+
+
+cdef Py_ssize_t _DESCRIPTOR_BYTES = DESCRIPTOR_BYTES
+cdef Py_ssize_t _ENTRY_BYTES = ENTRY_BYTES
+
+
+def decoded_size(bytes data):
+    """About how many bytes `decode_request(data)` takes once decoded (for the transports'
+    accounting of requests waiting for their decision): read as tags and lengths only, and
+    0 for what is not a well-formed request (it will be refused, not kept)."""
+    cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos = 0, sub, n, m
+    cdef Py_ssize_t size = end
+    cdef unsigned long long tag
+    try:
+        while pos < end:
+            tag = _tag(buf, end, &pos)
+            if tag != 18:
+                _skip(buf, end, &pos, tag & 7)
+                continue
+            n = _length(buf, end, &pos)
+            size += _DESCRIPTOR_BYTES
+            sub = 0
+            while sub < n:
+                tag = _tag(buf + pos, n, &sub)
+                if tag == 10:
+                    m = _length(buf + pos, n, &sub)
+                    size += _ENTRY_BYTES
+                    sub += m
+                else:
+                    _skip(buf + pos, n, &sub, tag & 7)
+            pos += n
+    except WireError:
+        return 0
+    return size
 
 
 cdef inline void _put_varint(bytearray out, unsigned long long v):

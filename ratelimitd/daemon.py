@@ -190,9 +190,9 @@ def build(settings: Settings) -> Daemon:
         track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
     )
     # Every listener's clients together leave FD_RESERVE descriptors to the rest, and hold
-    # at most MAX_BUFFERED_REQUEST_BYTES of incomplete requests.
+    # at most MAX_BUFFERED_BYTES of requests and replies.
     limits = settings.connections
-    budget = ConnectionBudget.for_process(limits.max_buffered_request_bytes)
+    budget = ConnectionBudget.for_process(limits.max_buffered_bytes)
     return Daemon(
         settings=settings,
         stats=stats,

@@ -225,8 +225,8 @@ def _connections(env: Env) -> ConnectionLimits:
             "GRPC_CONNECTION_TIMEOUT", d.grpc_connection_timeout, positive=True
         ),
         # Room for two maximal gRPC messages (4 MiB each) with their heads at least.
-        max_buffered_request_bytes=env.get_int(
-            "MAX_BUFFERED_REQUEST_BYTES", d.max_buffered_request_bytes, 8 * 1024 * 1024, most
+        max_buffered_bytes=env.get_int(
+            "MAX_BUFFERED_BYTES", d.max_buffered_bytes, 8 * 1024 * 1024, most
         ),
     )
 

@@ -95,8 +95,9 @@ class ConnectionLimits:
     one whose answers cannot be written for `http_write_timeout`. A gRPC connection must
     finish its TLS handshake and HTTP/2 preface within `grpc_connection_timeout`, a gRPC
     request whose body is not complete within `grpc_read_timeout` is answered
-    DEADLINE_EXCEEDED, and a reply not sent within `grpc_write_timeout` is reset. Requests
-    not yet read whole hold at most `max_buffered_request_bytes` in the whole process.
+    DEADLINE_EXCEEDED, and a reply not sent within `grpc_write_timeout` is reset. What is
+    held for clients past the read that brought it (incomplete, queued and undecided
+    requests, replies held back) is at most `max_buffered_bytes` in the whole process.
     """
 
     http_max_connections: int = 4096  # HTTP_MAX_CONNECTIONS (the /json listener)
@@ -108,7 +109,7 @@ class ConnectionLimits:
     grpc_read_timeout: float = 10.0  # GRPC_READ_TIMEOUT
     grpc_write_timeout: float = 10.0  # GRPC_WRITE_TIMEOUT
     grpc_connection_timeout: float = 20.0  # GRPC_CONNECTION_TIMEOUT
-    max_buffered_request_bytes: int = 64 * 1024 * 1024  # MAX_BUFFERED_REQUEST_BYTES
+    max_buffered_bytes: int = 64 * 1024 * 1024  # MAX_BUFFERED_BYTES
 
 
 @dataclass(frozen=True, slots=True)

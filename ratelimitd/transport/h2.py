@@ -14,7 +14,8 @@ What a client may hold, and for how long:
   grpc-go's ConnectionTimeout; a full listener closes its idlest connection to let a new one
   in (`limits.Eviction`);
 - a request whose body is not complete `read_timeout` after its HEADERS is answered
-  DEADLINE_EXCEEDED; incomplete requests are charged to the process's `RequestBuffers`;
+  DEADLINE_EXCEEDED; incomplete requests, requests waiting for an asynchronous decision
+  and replies held back by the peer are charged to the process's `ClientBuffers`;
 - an answered call drops its request and its deadline at once (calls answered with a
   grpc-timeout of 99999999H once stayed in memory for their whole timeout);
 - a reply the peer does not let out (a flow-control window left at zero, a socket not read)

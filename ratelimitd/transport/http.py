@@ -19,8 +19,9 @@ and the server carries on. Unlike the reference's `http.Server` (no timeouts, no
   the connection, and at most MAX_PIPELINE requests, or `max_body` bytes of them, wait on a
   connection before it stops being read: a client that pipelined 1 MiB requests and never
   read once kept 64 of them;
-- a request not read whole when a read has been processed is charged to the process's
-  `RequestBuffers` (503 and close when it does not fit);
+- what a connection holds past the read that brought it (a request not read whole, the
+  bodies of requests queued or being answered) is charged to the process's `ClientBuffers`
+  (503 and close when it does not fit);
 - past `max_connections` (or the process's ConnectionBudget), the longest-idle connection
   with no request in progress is closed to let the new one in (`limits.Eviction`), so that
   idle clients cannot keep health probes out; only when none is idle is the new one closed.
@@ -165,7 +166,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
         # A request is being read (its first byte seen, not yet whole); the length its
-        # Content-Length announced; what it is charged in the server's RequestBuffers.
+        # Content-Length announced; what it is charged in the server's ClientBuffers.
         self._in_request = False
         self._announced = 0
         self._charged = 0
@@ -232,20 +233,21 @@ class _HttpProtocol(asyncio.Protocol):
             self.shutdown()
         except httptools.HttpParserError:
             self._fail(BAD_REQUEST)
-        if self._in_request or self._charged:
+        if self._in_request or self._charged or self._queued_bytes:
             self._charge()
 
     def _charge(self) -> None:
-        """Charge the request this read left incomplete (its head so far, its announced or
-        read body) to the process's buffers; refused (503, close) when it does not fit."""
-        need = 0
+        """Charge the process's buffers for what this connection holds once a read is
+        processed: the request left incomplete (its head so far, its announced or read
+        body) and the bodies of the requests queued or being answered. One that does not
+        fit is answered 503 (after the ones before it) and the connection closed."""
+        need = self._queued_bytes
         if self._in_request and not self._closing:
-            need = self._head_size + max(self._announced, self._body_size)
+            need += self._head_size + max(self._announced, self._body_size)
         delta = need - self._charged
         if delta > 0 and not self._buffers.take(delta):
             self._fail(OVERLOADED)
-            need = 0
-            delta = -self._charged
+            return
         self._charged += delta
         if delta < 0:
             self._buffers.give(-delta)
@@ -370,7 +372,6 @@ class _HttpProtocol(asyncio.Protocol):
                     head_only = False
                 else:
                     request: HttpRequest = item  # type: ignore[assignment]
-                    self._queued_bytes -= len(request.body)
                     handler = self._routes.get(request.path, self._fallback)
                     if handler is None:
                         status, headers, body = NOT_FOUND
@@ -382,6 +383,9 @@ class _HttpProtocol(asyncio.Protocol):
                         except Exception:
                             logger.exception("HTTP handler for %r failed", request.path)
                             status, headers, body = INTERNAL_ERROR
+                    self._queued_bytes -= len(request.body)
+                    if self._charged:
+                        self._charge()
                     if not request.keep_alive or (self._closing and not queue):
                         tail = _CLOSE
                     else:

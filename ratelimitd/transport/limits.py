@@ -1,5 +1,5 @@
-"""What the clients of one process may hold together: descriptors, connections, the bytes of
-incomplete requests; and which connection a full listener closes to let a new one in.
+"""What the clients of one process may hold together: descriptors, connections, the bytes
+held for them; and which connection a full listener closes to let a new one in.
 
 21,000 idle TCP connections once used up the process's open-file limit: `/healthcheck`
 failed, new gRPC connections hung and the debug port died. So at start the soft
@@ -16,9 +16,9 @@ HTTP connection that never sent a byte), then the keep-alive connection idle the
 Only when every connection has a request in progress is the newcomer closed at once (the
 kernel has already completed its handshake), which costs one descriptor for a moment.
 
-Request bodies that are still incomplete are bounded per process by `RequestBuffers`: each
-connection's own bound (an HTTP/2 connection window, an HTTP body limit) times thousands of
-connections was no bound at all (100 connections held 570 MB).
+The bytes held for clients are bounded per process by `ClientBuffers`: each connection's
+own bound (an HTTP/2 connection window, an HTTP body limit, a pipelining queue) times
+thousands of connections was no bound at all (100 connections held 570 MB of partial bodies).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ log = logging.getLogger("ratelimitd")
 FD_RESERVE = 256
 # At most one "refused" log line per this many seconds (a flood must not flood the log).
 _LOG_EVERY = 10.0
-# MAX_BUFFERED_REQUEST_BYTES' default: 16 maximal gRPC messages on their way in.
+# MAX_BUFFERED_BYTES' default: room for 15 maximal gRPC messages at once.
 DEFAULT_BUFFERED_BYTES = 64 * 1024 * 1024
 
 
@@ -56,13 +56,15 @@ def raise_nofile() -> int:
     return soft
 
 
-class RequestBuffers:
-    """Bytes held, across every connection of the process, for requests not yet read whole.
+class ClientBuffers:
+    """Bytes held for clients across every connection of the process (MAX_BUFFERED_BYTES).
 
-    A transport `take`s what a request it must wait for will hold (its head, its announced
-    body) and `give`s it back once the request is complete or dropped; a request that does
-    not fit is refused (gRPC RESOURCE_EXHAUSTED, HTTP 503) with `refusal`, its bytes freed.
-    Requests read whole at once are never charged.
+    A transport `take`s what it must keep past the read that brought it: a request not read
+    whole (its head, its announced body), requests queued or waiting for an asynchronous
+    decision, replies the peer's flow control holds back; and `give`s it back once that is
+    over. What does not fit is refused (gRPC RESOURCE_EXHAUSTED or RST_STREAM CANCEL, HTTP
+    503) with `refusal`, and its bytes freed. What is read, decided and answered within one
+    read is never charged.
     """
 
     def __init__(self, limit: int = DEFAULT_BUFFERED_BYTES, trimmer: Trimmer | None = None):
@@ -71,8 +73,8 @@ class RequestBuffers:
         self.refused = 0
         self.trimmer = trimmer
         self.refusal = (
-            f"request refused: incomplete requests already hold MAX_BUFFERED_REQUEST_BYTES "
-            f"({limit} bytes) in this process"
+            f"request refused: clients already hold MAX_BUFFERED_BYTES ({limit} bytes) of "
+            "this process's buffers"
         )
 
     def take(self, n: int) -> bool:
@@ -92,21 +94,21 @@ class RequestBuffers:
 
 class ConnectionBudget:
     """What the clients of every listener of this process hold together: connections
-    (descriptors) and, in `buffers`, incomplete requests."""
+    (descriptors) and, in `buffers`, the bytes held for them."""
 
-    def __init__(self, total: int, buffers: RequestBuffers | None = None) -> None:
+    def __init__(self, total: int, buffers: ClientBuffers | None = None) -> None:
         self.total = total
         self.open = 0
         self.refused = 0
         self.evicted = 0
         self._logged = 0.0
-        self.buffers = buffers if buffers is not None else RequestBuffers()
+        self.buffers = buffers if buffers is not None else ClientBuffers()
         self.trimmer = self.buffers.trimmer
 
     @classmethod
     def for_process(cls, buffered_bytes: int = DEFAULT_BUFFERED_BYTES) -> ConnectionBudget:
         """The budget of a process whose soft RLIMIT_NOFILE was just raised."""
-        buffers = RequestBuffers(buffered_bytes, Trimmer())
+        buffers = ClientBuffers(buffered_bytes, Trimmer())
         return cls(max(16, raise_nofile() - FD_RESERVE), buffers)
 
     def has_room(self, held: int, cap: int) -> bool:

@@ -21,6 +21,8 @@ from google.protobuf.struct_pb2 import Struct
 
 from ratelimitd._proto.rls_pb2 import RateLimitRequest, RateLimitResponse
 from ratelimitd.messages import (
+    DESCRIPTOR_BYTES,
+    ENTRY_BYTES,
     Descriptor,
     Request,
     Response,
@@ -123,7 +125,7 @@ def _struct_bytes(metadata: dict[str, Any]) -> bytes:
     return struct.SerializeToString()
 
 
-def _compiled_codec() -> tuple[Any, Any] | None:
+def _compiled_codec() -> Any:
     # Same switch as keys.py / match.py: RATELIMITD_NO_EXTENSIONS=1 forces the twin.
     if extensions_disabled():
         return None
@@ -131,12 +133,12 @@ def _compiled_codec() -> tuple[Any, Any] | None:
         from ratelimitd import _wire  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return _wire.decode_request, _wire.encode_response
+    return _wire
 
 
-_codec = _compiled_codec()
-if _codec is not None:
-    _decode, _encode = _codec
+_wire = _compiled_codec()
+if _wire is not None:
+    _decode, _encode = _wire.decode_request, _wire.encode_response
 
     def decode_request(data: bytes, bounds: Any = None) -> Request:
         """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes, and
@@ -154,11 +156,22 @@ if _codec is not None:
             return _encode(resp)  # type: ignore[no-any-return]
         return _encode(resp, _struct_bytes(resp.dynamic_metadata))  # type: ignore[no-any-return]
 
+    decoded_size = _wire.decoded_size
     IMPLEMENTATION = "compiled"
 else:
     decode_request = decode_request_upb
     encode_response = encode_response_upb
     IMPLEMENTATION = "pure"
+
+    def decoded_size(data: bytes) -> int:
+        """About how many bytes `decode_request(data)` takes once decoded (the compiled
+        codec's estimate, from the decoded message itself)."""
+        try:
+            msg = RateLimitRequest.FromString(data)
+        except DecodeError:
+            return 0
+        size = len(data) + DESCRIPTOR_BYTES * len(msg.descriptors)
+        return size + ENTRY_BYTES * sum(len(d.entries) for d in msg.descriptors)
 
 
 def encode_request(

@@ -77,6 +77,38 @@ async def test_a_zero_window_cannot_hold_answered_calls(serve: Any) -> None:
         held.close()
 
 
+async def test_replies_held_back_are_bounded_per_process(serve: Any) -> None:
+    """Small requests with large replies (256 descriptors, decided at once: ~5 KB each),
+    2,500 of them on zero-window connections: the replies that do not fit in
+    MAX_BUFFERED_BYTES are reset at once instead of waiting for GRPC_WRITE_TIMEOUT."""
+    d = serve(MAX_BUFFERED_BYTES=str(8 * MIB), GRPC_WRITE_TIMEOUT="60s")
+    base = await settle(d)
+    held = attacks.Held()
+    try:
+        for _ in range(10):
+            attacker = await attacks.zero_window(d.grpc_port, 250, 0, descriptors=256)
+            held.clients += attacker.clients
+        await asyncio.sleep(0.5)
+        grown = d.rss_kib() - base
+        print(f"RSS +{grown} KiB with 2,500 replies of ~5 KB held back or reset")
+        assert grown < 8 * 1024 + 8 * 1024
+        waiting = reset = 0
+        for raw in held.clients:
+            with contextlib.suppress(AssertionError):  # read what has arrived
+                await raw.read_until(lambda f: False, timeout=0.3)
+            for stream in range(1, 500, 2):
+                frames = [f for f in raw.frames if f.stream == stream]
+                if any(f.type == RST_STREAM and f.error_code() == CANCEL for f in frames):
+                    reset += 1  # its reply did not fit
+                elif frames:
+                    waiting += 1  # its reply is held back by the zero window
+        print(f"{waiting} replies held back, {reset} reset")
+        assert waiting + reset == 2500
+        assert reset > 0 and waiting * 5000 <= 8 * MIB  # each reply is over 5,000 bytes
+    finally:
+        held.close()
+
+
 async def test_an_hpack_bomb_is_stopped_at_the_header_list_limit(serve: Any) -> None:
     """Ten 147 KB header blocks each referring ~143,000 times to one 4,000-byte header: each
     stream is reset (FRAME_SIZE_ERROR, as grpc-go) as soon as 64 KiB of header list are
@@ -102,9 +134,9 @@ async def test_an_hpack_bomb_is_stopped_at_the_header_list_limit(serve: Any) -> 
 
 async def test_partial_bodies_are_bounded_per_process(serve: Any) -> None:
     """16 connections each send 3 MiB of a 4 MiB message and stop (before: +48 MiB held):
-    MAX_BUFFERED_REQUEST_BYTES (here its least, 8 MiB) admits one, refuses the others with
+    MAX_BUFFERED_BYTES (here its least, 8 MiB) admits one, refuses the others with
     RESOURCE_EXHAUSTED at once and frees their bytes."""
-    d = serve(MAX_BUFFERED_REQUEST_BYTES=str(8 * MIB))
+    d = serve(MAX_BUFFERED_BYTES=str(8 * MIB))
     base = await settle(d)
     held = await attacks.partial_bodies(d.grpc_port, 16, 4 * MIB, 3 * MIB)
     try:
@@ -116,7 +148,7 @@ async def test_partial_bodies_are_bounded_per_process(serve: Any) -> None:
             with contextlib.suppress(AssertionError):
                 end = await raw.stream_end(1)
                 assert end["grpc-status"] == "8"
-                assert "MAX_BUFFERED_REQUEST_BYTES" in end["grpc-message"]
+                assert "MAX_BUFFERED_BYTES" in end["grpc-message"]
                 refused += 1
         assert refused >= 14
     finally:

@@ -59,9 +59,9 @@ async def test_a_client_that_never_reads_is_bounded_and_closed(
 async def test_partial_bodies_are_bounded_per_process(
     daemon_env: dict[str, str], start_daemon: Any
 ) -> None:
-    """32 connections each announce a 1 MiB body and send 900 KB of it: MAX_BUFFERED_REQUEST_BYTES
+    """32 connections each announce a 1 MiB body and send 900 KB of it: MAX_BUFFERED_BYTES
     (8 MiB here) takes 7 of them; the others are answered 503 and closed (before: +28 MB)."""
-    d = start(daemon_env, start_daemon, MAX_BUFFERED_REQUEST_BYTES=str(8 * MIB))
+    d = start(daemon_env, start_daemon, MAX_BUFFERED_BYTES=str(8 * MIB))
     base = d.rss_kib()
     head = b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % MIB
     held = await asyncio.to_thread(attacks.silent_sockets, d.http_port, 32, head + b" " * 900_000)

@@ -109,12 +109,14 @@ async def answered_deadline_calls(port: int, calls: int, size: int, domain: str 
         raw.writer.close()
 
 
-async def zero_window(port: int, calls: int, size: int, domain: str = "test") -> Held:
+async def zero_window(
+    port: int, calls: int, size: int, domain: str = "test", descriptors: int = 1
+) -> Held:
     """One connection announcing INITIAL_WINDOW_SIZE=0, so no reply body can leave, sending
-    `calls` valid calls of `size` bytes; kept open."""
+    `calls` valid calls of `descriptors` descriptors padded to `size` bytes; kept open."""
     raw = await Raw.open(port, settings={INITIAL_WINDOW_SIZE: 0})
     raw.acknowledge = False
-    body = grpc_message(padded_request(domain, 1, size))
+    body = grpc_message(padded_request(domain, descriptors, size))
     for i in range(calls):
         await raw.upload(1 + 2 * i, body)
     return Held(clients=[raw])

@@ -51,12 +51,6 @@ from ratelimitd.transport.grpc import METHOD_PATH  # noqa: E402
 from ratelimitd.transport.protocodec import decode_response, encode_request  # noqa: E402
 
 MIB = 1024 * 1024
-JSON_CONFIG = """\
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-"""
 
 
 @dataclass
@@ -237,10 +231,10 @@ async def memory_keys(run: Run) -> dict[str, Any]:
     return {"rss_mib_before": rss, "rss_mib_after": run.mib()}
 
 
-@scenario("partial_bodies", "9. 100 connections, each 4 MiB of a 4 MiB + 1 message")
+@scenario("partial_bodies", "9. 100 connections, each all but 1 KiB of a 4 MiB message")
 async def partial_bodies(run: Run) -> dict[str, Any]:
     rss = run.mib()
-    held = await attacks.partial_bodies(run.daemon.grpc_port, 100, 4 * MIB + 1, 4 * MIB)
+    held = await attacks.partial_bodies(run.daemon.grpc_port, 100, 4 * MIB - 16, 4 * MIB - 1024)
     await asyncio.sleep(1)
     out = {"rss_mib_before": rss, "rss_mib_held": run.mib()}
     refused = 0
@@ -315,19 +309,13 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     extra = dict(extra)
     env = daemon_environment(work / "runtime", LOG_LEVEL="error", PYTHONPATH=str(code))
     env.update(BACKEND_TYPE="memory", PYTHONDONTWRITEBYTECODE="1")
-    config = JSON_CONFIG if name.startswith("memory_values") or name == "slow_reader" else ""
     write_config(env, "test.yaml", GRPC_CONFIG)
-    if config:
-        write_config(env, "d.yaml", config)
+    write_config(env, "d.yaml", attacks.JSON_CONFIG)
     context: dict[str, Any] = {}
     if name == "tls_handshakes":
         (work / "pki").mkdir()
         pki = Pki(work / "pki")
-        env.update(
-            GRPC_SERVER_USE_TLS="true",
-            GRPC_SERVER_TLS_CERT=str(pki.server[0]),
-            GRPC_SERVER_TLS_KEY=str(pki.server[1]),
-        )
+        env.update(pki.server_env())
         context["_pki"] = pki
     memcached = None
     if extra.pop("_MEMCACHE", None):

@@ -417,15 +417,10 @@ cdef class Connection:
         self._release(stream)
         return True
 
-    cdef void _answered(self, Stream stream):
-        """The reply is queued: the request is no longer needed, and its bytes go back to
-        the connection window; the reply now waits for the peer's window."""
-        stream.message = None
-        if stream.held:
-            nghttp2_session_consume_connection(self.session, stream.held)
-            stream.held = 0
-        if stream.charged:
-            self._uncharge(stream)
+    cdef void _answered(self, Stream stream) except *:
+        """The reply is queued: the request is dropped; the reply now waits for the peer's
+        window."""
+        self._drop_request(stream)
         if stream.sending_since == 0.0:
             stream.sending_since = _monotonic()
         self._unsent(stream)
@@ -521,10 +516,15 @@ cdef class Connection:
         self._release(stream)
 
     cdef void _release(self, Stream stream) except *:
-        """Give the stream's request bytes back to the connection window and the buffers."""
+        """Drop the stream's request, and whatever more of it arrives."""
         stream.body = None
-        stream.message = None
         stream.discard = True
+        self._drop_request(stream)
+
+    cdef void _drop_request(self, Stream stream) except *:
+        """The request is no longer needed: its bytes go back to the connection window and
+        to the buffers."""
+        stream.message = None
         if stream.held:
             nghttp2_session_consume_connection(self.session, stream.held)
             stream.held = 0

@@ -77,9 +77,7 @@ async def test_tls_handshakes_count_and_time_out(
         start_daemon,
         GRPC_MAX_CONNECTIONS="40",
         GRPC_CONNECTION_TIMEOUT="2s",
-        GRPC_SERVER_USE_TLS="true",
-        GRPC_SERVER_TLS_CERT=str(certs.server[0]),
-        GRPC_SERVER_TLS_KEY=str(certs.server[1]),
+        **certs.server_env(),
     )
     fds = d.open_fds()
     held = await asyncio.to_thread(attacks.silent_sockets, d.grpc_port, 150, attacks.CLIENT_HELLO)

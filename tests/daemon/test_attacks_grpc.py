@@ -169,21 +169,10 @@ async def test_a_length_prefix_past_2_31_is_refused_at_once(
     assert "(2147483648 vs. 4194304)" in (await c.stream_end(3))["grpc-message"]
 
 
-async def test_memory_goes_back_after_a_tls_flood(
-    daemon_env: dict[str, str], start_daemon: Any, certs: Pki
-) -> None:
+async def test_memory_goes_back_after_a_tls_flood(serve: Any, certs: Pki) -> None:
     """1,500 TLS connections that never finish their handshake, then gone: the daemon gives
     back most of what they took (before: 3,000 took +158 MB and 150 MB stayed)."""
-    env = dict(
-        daemon_env,
-        BACKEND_TYPE="memory",
-        LOG_LEVEL="warning",
-        GRPC_SERVER_USE_TLS="true",
-        GRPC_SERVER_TLS_CERT=str(certs.server[0]),
-        GRPC_SERVER_TLS_KEY=str(certs.server[1]),
-    )
-    write_config(env, "test.yaml", CONFIG)
-    d = start_daemon(env)
+    d = serve(**certs.server_env())
     base = d.rss_kib()
     held = await asyncio.to_thread(attacks.silent_sockets, d.grpc_port, 1500, attacks.CLIENT_HELLO)
     await asyncio.sleep(1)

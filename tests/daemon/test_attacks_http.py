@@ -16,17 +16,11 @@ from support import attacks
 from support.daemon import DaemonProcess, write_config
 
 MIB = 1024 * 1024
-CONFIG = """\
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-"""
 
 
 def start(daemon_env: dict[str, str], start_daemon: Any, **env: str) -> DaemonProcess:
     full = dict(daemon_env, BACKEND_TYPE="memory", LOG_LEVEL="error", **env)
-    write_config(full, "d.yaml", CONFIG)
+    write_config(full, "d.yaml", attacks.JSON_CONFIG)
     d = start_daemon(full)
     for _ in range(3):  # the allocator's first arenas
         assert d.decide_json("d", {"k": "warm"})[0] == 200

@@ -18,12 +18,6 @@ from ratelimitd.transport.protocodec import encode_request
 
 KIB = 1024
 MIB = 1024 * KIB
-JSON_CONFIG = """\
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-"""
 LIMITS = {
     "GRPC_MAX_CONNECTIONS": 100,
     "HTTP_MAX_CONNECTIONS": 100,
@@ -71,7 +65,7 @@ async def test_every_attacker_at_once_stays_within_the_budget(
         **{name: str(value) for name, value in LIMITS.items()},
     )
     write_config(env, "test.yaml", CONFIG)
-    write_config(env, "d.yaml", JSON_CONFIG)
+    write_config(env, "d.yaml", attacks.JSON_CONFIG)
     d = start_daemon(env)
     await attacks.answered_deadline_calls(d.grpc_port, 3, MIB)  # the allocator's first arenas
     base = d.rss_kib() * KIB

@@ -28,6 +28,13 @@ FOREVER = "99999999H"
 # The first bytes of a TLS ClientHello: the server starts a handshake and waits for the rest.
 CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
 INITIAL_WINDOW_SIZE = 0x4
+# The rules the /json attackers' requests (domain d, key k) are decided on.
+JSON_CONFIG = """\
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+"""
 # Above this many descriptors the service slices a request, so even the memory backend
 # answers it from a task, with its deadline watched.
 SLICED = 257
@@ -128,7 +135,9 @@ def hpack_bomb_blocks(blocks: int, value: int = 4000) -> list[bytes]:
     the HPACK table, every block refers to it ~143,000 times (one byte each)."""
     # Never indexed: the bomb header stays the newest entry of the table (index 62).
     head = Encoder().encode([NeverIndexedHeaderTuple(k, v) for k, v in Raw.headers()])
-    literal = b"\x40\x06x-bomb" + b"\x7f" + _hpack_int(value - 127) + b"v" * value
+    # A literal with incremental indexing, new name; the value's length as an HPACK integer
+    # (7-bit prefix full, then the rest as a varint).
+    literal = b"\x40\x06x-bomb" + b"\x7f" + _varint(value - 127) + b"v" * value
     out = []
     for i in range(blocks):
         block = head + (literal if i == 0 else b"")
@@ -141,16 +150,6 @@ def hpack_bomb_blocks(blocks: int, value: int = 4000) -> list[bytes]:
             data += ContinuationFrame(stream, chunk, flags=flags).serialize()
         out.append(data)
     return out
-
-
-def _hpack_int(n: int) -> bytes:
-    """The continuation bytes of an HPACK integer past its prefix."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 async def hpack_bomb(port: int, blocks: int) -> Raw:

@@ -202,6 +202,11 @@ class _HttpProtocol(asyncio.Protocol):
         self._gone()
         self._closing = True
         self._queue.clear()
+        # The parser calls back into this protocol: a reference cycle that would keep the
+        # connection and its last request (up to 2 MiB) until the next cyclic collection,
+        # which the daemon makes rare (gc.freeze, high thresholds). No data comes now.
+        self._parser = None  # type: ignore[assignment]
+        self._body = []
         if self._charged:
             self._buffers.give(self._charged)
             self._charged = 0
@@ -335,6 +340,9 @@ class _HttpProtocol(asyncio.Protocol):
             parser.get_http_version() == "1.1",
             self,
         )
+        # The request owns them now: an idle keep-alive connection keeps no body.
+        self._body = []
+        self._headers = []
         if not keep_alive:
             self._closing = True
         self._enqueue(request)

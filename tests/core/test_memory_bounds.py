@@ -7,9 +7,12 @@ tests/core/test_request_bounds_decoding.py).
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from support.settings_env import error, load
 
+from ratelimitd import allocator
 from ratelimitd.allocator import Trimmer
 from ratelimitd.backends.base import SLIDING_WINDOW
 from ratelimitd.backends.memory import KEY_UNIT, MemoryBackend
@@ -102,3 +105,32 @@ def test_the_value_length_setting(name: str) -> None:
     assert load().reload.max_value_length == 4096
     assert load(**{name: "64"}).reload.max_value_length == 64
     assert error(**{name: "x"}).startswith(f"{name}: invalid value 'x'")
+
+
+async def test_the_trimmer_trims_after_enough_is_freed_and_when_freeing_stops() -> None:
+    now = [100.0]
+    trims: list[float] = []
+    t = Trimmer(
+        after=800,
+        interval=1.0,
+        quiet=0.05,
+        clock=lambda: now[0],
+        release=lambda: trims.append(now[0]) or True,
+    )
+    t.freed(50)  # under an eighth: nothing
+    t.freed(850)  # past `after`: at once
+    assert trims == [100.0]
+    t.freed(900)  # again, but within the interval: at its end
+    assert trims == [100.0]
+    now[0] = 101.5
+    t.freed(1)
+    assert trims == [100.0, 101.5]
+    t.freed(200)  # an eighth or more: once the freeing has stopped
+    assert len(trims) == 2
+    await asyncio.sleep(0.1)
+    assert len(trims) == 3 and t.pending == 0
+
+
+def test_tune_fixes_the_mmap_threshold_under_glibc() -> None:
+    assert allocator.tune() is True  # Debian: glibc
+    assert allocator.trim() in (True, False)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.settings_env import Recorder
 
 from ratelimitd.settings import (
     DogStatsdMogrifier,
@@ -335,18 +336,6 @@ def test_each_variable_is_implemented_or_refused(name: str) -> None:
         assert "\n" not in message
         for value in ("", *row.accepted):
             load({**row.env, name: value})  # the default, or what we do anyway
-
-
-class Recorder(dict[str, str]):
-    """An environment that remembers which names were asked for."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__(env)
-        self.asked: set[str] = set()
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        self.asked.add(key)
-        return super().get(key, default)
 
 
 def test_the_table_names_every_variable_settings_reads() -> None:

@@ -115,7 +115,8 @@ class H2Protocol(asyncio.Protocol):
                 ssl_handshake_timeout=server.connection_timeout,
             )
         except (OSError, ssl.SSLError, asyncio.CancelledError):
-            # Failed, timed out or evicted: uvloop calls no connection_lost for it.
+            # Failed, timed out or evicted: the slot goes back here, whether or not the
+            # loop also calls connection_lost (it does only for some failures).
             transport.abort()  # type: ignore[attr-defined]
             self._gone()
             return
@@ -160,8 +161,10 @@ class H2Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         conn = self.conn
         if conn is None or self._lingering:
+            # Read before TLS took the socket over: a ClientHello, a few reads at most
+            # (the client waits for our answer); past that it is not TLS anyway.
             if self._handshake is not None and len(self._early) < 16:
-                self._early.append(data)  # read before TLS took the socket over
+                self._early.append(data)
             return
         self._receiving = True
         try:

@@ -59,18 +59,18 @@ async def test_answered_calls_leave_nothing_behind(serve: Any) -> None:
 
 async def test_a_zero_window_cannot_hold_answered_calls(serve: Any) -> None:
     """INITIAL_WINDOW_SIZE=0: no reply can leave. The requests are dropped as soon as they are
-    answered (before: 32 x 4 MiB held), and the replies reset after GRPC_WRITE_TIMEOUT."""
+    answered (before: 16 x 4 MiB held), and the replies reset after GRPC_WRITE_TIMEOUT."""
     d = serve(GRPC_WRITE_TIMEOUT="1s")
     base = await settle(d)
-    held = await attacks.zero_window(d.grpc_port, 32, 4 * MIB)
+    held = await attacks.zero_window(d.grpc_port, 16, 4 * MIB)
     try:
         grown = d.rss_kib() - base
-        print(f"RSS +{grown} KiB holding 32 answered 4 MiB calls")
+        print(f"RSS +{grown} KiB holding 16 answered 4 MiB calls")
         # One connection holds at most its window (4 MiB + 5 + 1 MiB) of requests.
         assert grown < 24 * 1024
         raw = held.clients[0]
         await raw.read_until(
-            lambda f: sum(1 for g in raw.frames if g.type == RST_STREAM) == 32, timeout=10
+            lambda f: sum(1 for g in raw.frames if g.type == RST_STREAM) == 16, timeout=10
         )
         assert {f.error_code() for f in raw.frames if f.type == RST_STREAM} == {CANCEL}
     finally:
@@ -79,18 +79,18 @@ async def test_a_zero_window_cannot_hold_answered_calls(serve: Any) -> None:
 
 async def test_replies_held_back_are_bounded_per_process(serve: Any) -> None:
     """Small requests with large replies (256 descriptors, decided at once: ~5 KB each),
-    2,500 of them on zero-window connections: the replies that do not fit in
+    1,750 of them on zero-window connections: the replies that do not fit in
     MAX_BUFFERED_BYTES are reset at once instead of waiting for GRPC_WRITE_TIMEOUT."""
     d = serve(MAX_BUFFERED_BYTES=str(8 * MIB), GRPC_WRITE_TIMEOUT="60s")
     base = await settle(d)
     held = attacks.Held()
     try:
-        for _ in range(10):
+        for _ in range(7):
             attacker = await attacks.zero_window(d.grpc_port, 250, 0, descriptors=256)
             held.clients += attacker.clients
         await asyncio.sleep(0.5)
         grown = d.rss_kib() - base
-        print(f"RSS +{grown} KiB with 2,500 replies of ~5 KB held back or reset")
+        print(f"RSS +{grown} KiB with 1,750 replies of ~5 KB held back or reset")
         assert grown < 8 * 1024 + 8 * 1024
         waiting = reset = 0
         for raw in held.clients:
@@ -103,7 +103,7 @@ async def test_replies_held_back_are_bounded_per_process(serve: Any) -> None:
                 elif frames:
                     waiting += 1  # its reply is held back by the zero window
         print(f"{waiting} replies held back, {reset} reset")
-        assert waiting + reset == 2500
+        assert waiting + reset == 1750
         assert reset > 0 and waiting * 5000 <= 8 * MIB  # each reply is over 5,000 bytes
     finally:
         held.close()
@@ -133,24 +133,26 @@ async def test_an_hpack_bomb_is_stopped_at_the_header_list_limit(serve: Any) -> 
 
 
 async def test_partial_bodies_are_bounded_per_process(serve: Any) -> None:
-    """16 connections each send 3 MiB of a 4 MiB message and stop (before: +48 MiB held):
+    """12 connections each send 3 MiB of a 4 MiB message and stop (before: +36 MiB held):
     MAX_BUFFERED_BYTES (here its least, 8 MiB) admits one, refuses the others with
     RESOURCE_EXHAUSTED at once and frees their bytes."""
     d = serve(MAX_BUFFERED_BYTES=str(8 * MIB))
     base = await settle(d)
-    held = await attacks.partial_bodies(d.grpc_port, 16, 4 * MIB, 3 * MIB)
+    held = await attacks.partial_bodies(d.grpc_port, 12, 4 * MIB, 3 * MIB)
     try:
         grown = d.rss_kib() - base
-        print(f"RSS +{grown} KiB with 16 partial 4 MiB bodies")
-        assert grown < 8 * 1024 + 16 * 512 + 4 * 1024
+        print(f"RSS +{grown} KiB with 12 partial 4 MiB bodies")
+        assert grown < 8 * 1024 + 12 * 512 + 4 * 1024
         refused = 0
         for raw in held.clients:
-            with contextlib.suppress(AssertionError):
-                end = await raw.stream_end(1)
-                assert end["grpc-status"] == "8"
-                assert "MAX_BUFFERED_BYTES" in end["grpc-message"]
+            with contextlib.suppress(AssertionError):  # read what has arrived
+                await raw.read_until(lambda f: False, timeout=0.1)
+            heads = [dict(f.headers) for f in raw.frames if f.headers and f.stream == 1]
+            if heads:
+                assert heads[-1]["grpc-status"] == "8"
+                assert "MAX_BUFFERED_BYTES" in heads[-1]["grpc-message"]
                 refused += 1
-        assert refused >= 14
+        assert refused >= 10
     finally:
         held.close()
 

@@ -33,9 +33,9 @@ async def test_a_client_that_never_reads_is_bounded_and_closed(
     """64 pipelined 1 MiB requests whose ~90 KB answers are never read: at most MAX_PIPELINE
     requests or 1 MiB of bodies wait (before: 64, held forever), and the connection is closed
     HTTP_WRITE_TIMEOUT after its answers stopped leaving."""
-    d = start(daemon_env, start_daemon, HTTP_WRITE_TIMEOUT="3s")
+    d = start(daemon_env, start_daemon, HTTP_WRITE_TIMEOUT="2s")
     base = d.rss_kib()
-    held = await asyncio.to_thread(attacks.slow_json_reader, d.http_port, 64, MIB, 1.5)
+    held = await asyncio.to_thread(attacks.slow_json_reader, d.http_port, 64, MIB, 1.0)
     try:
         grown = d.rss_kib() - base
         print(f"RSS +{grown} KiB with a client pipelining 1 MiB requests, never reading")

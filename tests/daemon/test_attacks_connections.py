@@ -17,13 +17,17 @@ import time
 from typing import Any
 
 import grpc
+import pytest
 from support import attacks
 from support.daemon import DaemonProcess, write_config
 from support.h2raw import CONFIG
 from support.pki import Pki
+from support.settings_env import error
 
+from ratelimitd import daemon
 from ratelimitd.messages import OK
-from ratelimitd.transport.grpc import METHOD_PATH
+from ratelimitd.settings import Settings
+from ratelimitd.transport.grpc import METHOD_PATH, GrpcConfigError
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
 REQUEST = b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -148,3 +152,45 @@ async def test_a_full_listener_of_requests_in_progress_refuses(
         assert d.debug("/rlconfig")[0] == 200
     finally:
         busy.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"MAX_BUFFERED_BYTES": "1048576"},
+            "MAX_BUFFERED_BYTES: invalid value '1048576' (expected an integer 8388608-2147483647)",
+        ),
+        (
+            {"GRPC_WRITE_TIMEOUT": "0"},
+            "GRPC_WRITE_TIMEOUT: invalid value '0' "
+            "(expected a Go duration > 0 such as 10s, 150us, 1h30m or 0)",
+        ),
+        (
+            {"GRPC_CONNECTION_TIMEOUT": "soon"},
+            "GRPC_CONNECTION_TIMEOUT: invalid value 'soon' "
+            "(expected a Go duration > 0 such as 10s, 150us, 1h30m or 0)",
+        ),
+        (
+            {"HTTP_WRITE_TIMEOUT": "-1s"},
+            "HTTP_WRITE_TIMEOUT: invalid value '-1s' "
+            "(expected a Go duration > 0 such as 10s, 150us, 1h30m or 0)",
+        ),
+        (
+            {"MAX_DESCRIPTOR_VALUE_LENGTH": "0"},
+            "MAX_DESCRIPTOR_VALUE_LENGTH: invalid value '0' (expected an integer 1-2147483647)",
+        ),
+    ],
+)
+def test_the_settings_refuse_invalid_values(env: dict[str, str], message: str) -> None:
+    assert error(**env) == message
+
+
+@pytest.mark.parametrize(
+    "name", ["GRPC_MAX_CONNECTIONS", "GRPC_WRITE_TIMEOUT", "GRPC_CONNECTION_TIMEOUT"]
+)
+def test_the_native_settings_refuse_grpc_aio(name: str) -> None:
+    value = "7" if name == "GRPC_MAX_CONNECTIONS" else "3s"
+    env = {"BACKEND_TYPE": "memory", "GRPC_TRANSPORT": "grpcio", name: value}
+    with pytest.raises(GrpcConfigError, match=f"{name}.* need the native gRPC transport"):
+        daemon.build(Settings.from_env(env))

@@ -58,133 +58,8 @@ cdef bytes _STATUS_200 = b"200"
 cdef bytes _CONTENT_TYPE_GRPC = b"application/grpc"
 
 
-class H2Error(Exception):
-    """A connection the core could not set up (out of memory)."""
-
-
-cdef inline double _monotonic() noexcept:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
-cdef inline void _nv(nghttp2_nv* nv, bytes name, bytes value) noexcept:
-    # nghttp2 copies submitted header blocks, so the bytes only need to outlive the call.
-    nv.name = <uint8_t*>PyBytes_AS_STRING(name)
-    nv.namelen = PyBytes_GET_SIZE(name)
-    nv.value = <uint8_t*>PyBytes_AS_STRING(value)
-    nv.valuelen = PyBytes_GET_SIZE(value)
-    nv.flags = NGHTTP2_NV_FLAG_NONE
-
-
-def percent_encode(str message):
-    """grpc-message encoding: UTF-8, then %XX for bytes outside 0x20-0x7E and for '%'."""
-    cdef bytes raw = message.encode("utf-8", "replace")
-    cdef bytearray out
-    cdef unsigned char b
-    for b in raw:
-        if b < 0x20 or b > 0x7E or b == 0x25:
-            break
-    else:
-        return raw
-    out = bytearray()
-    for b in raw:
-        if b < 0x20 or b > 0x7E or b == 0x25:
-            out += b"%%%02X" % b
-        else:
-            out.append(b)
-    return bytes(out)
-
-
-cdef class Stream:
-    """One call: what the request carried, and the state of its reply."""
-
-    cdef readonly int32_t id
-    cdef readonly bytes path
-    # Seconds from grpc-timeout, -1.0 when the client set no deadline.
-    cdef readonly double timeout
-    # (name, value) pairs of the headers named in the connection's `metadata`, or None.
-    cdef readonly object metadata
-    cdef readonly bytes message
-    cdef readonly bint closed
-    # CLOCK_MONOTONIC seconds (time.monotonic()'s clock) when its HEADERS arrived.
-    cdef readonly double started
-    # True once the whole request was read and handed to the transport.
-    cdef readonly bint dispatched
-    # Whatever the transport attaches (a pending task, a health watcher).
-    cdef public object work
-    # The transport's deadline entry for this call, dropped when it is answered.
-    cdef public object deadline
-    # CLOCK_MONOTONIC seconds since reply bytes wait for the peer's flow-control window
-    # (0.0: nothing waiting).
-    cdef readonly double sending_since
-
-    cdef bytes method
-    cdef bytes content_type
-    cdef bytes encoding
-    cdef str timeout_error
-    cdef Py_ssize_t header_bytes
-    cdef bytearray body
-    cdef Py_ssize_t held
-    cdef Py_ssize_t expected
-    cdef bint discard
-    cdef bint answered
-    # Bytes charged to the connection's buffers (its request, then its reply); queued for
-    # a charge check of its request, or of its reply.
-    cdef Py_ssize_t charged
-    cdef bint pending
-    cdef bint unsent
-
-    cdef bytes out
-    cdef Py_ssize_t out_pos
-    cdef bint headers_sent
-    cdef bint finishing
-    cdef bint deferred
-    cdef int status
-    cdef bytes status_message
-
-    def __cinit__(self):
-        self.timeout = -1.0
-        self.expected = -1
-        self.content_type = None
-
-    @property
-    def answered(self):
-        """True once the final status was submitted."""
-        return self.answered
-
-
-cdef double _parse_timeout(const uint8_t* value, size_t n, Stream stream) except? -2.0:
-    """grpc-timeout ("1-8 digits" + H/M/S/m/u/n) in seconds; sets `timeout_error` if malformed."""
-    cdef size_t i
-    cdef uint8_t unit
-    cdef double amount = 0
-    if n < 2:
-        stream.timeout_error = "timeout string is too short: %r" % (<bytes>value[:n]).decode("latin-1")
-        return -1.0
-    if n > 9:
-        stream.timeout_error = "timeout string is too long: %r" % (<bytes>value[:n]).decode("latin-1")
-        return -1.0
-    for i in range(n - 1):
-        if value[i] < 48 or value[i] > 57:
-            stream.timeout_error = "invalid timeout value: %r" % (<bytes>value[:n]).decode("latin-1")
-            return -1.0
-        amount = amount * 10 + (value[i] - 48)
-    unit = value[n - 1]
-    if unit == 72:  # H
-        return amount * 3600.0
-    if unit == 77:  # M
-        return amount * 60.0
-    if unit == 83:  # S
-        return amount
-    if unit == 109:  # m
-        return amount / 1e3
-    if unit == 117:  # u
-        return amount / 1e6
-    if unit == 110:  # n
-        return amount / 1e9
-    stream.timeout_error = "timeout unit is not recognized: %r" % (<bytes>value[:n]).decode("latin-1")
-    return -1.0
+# The Stream, and the helpers of the framing (a textual include, as uvloop splits loop.pyx).
+include "_h2_stream.pxi"
 
 
 cdef nghttp2_session_callbacks* _CALLBACKS = NULL
@@ -281,7 +156,7 @@ cdef class Connection:
         if rv < 0:
             self._fatal(rv)
         elif self.pending:
-            self._charge_pending()
+            _charge_pending(self)
         return self.flush()
 
     def flush(self):
@@ -290,7 +165,7 @@ cdef class Connection:
         if self.session == NULL:
             return b""
         used = self._send(0)
-        if self.unsent and self.buffers is not None and self._charge_unsent():
+        if self.unsent and self.buffers is not None and _charge_unsent(self):
             used = self._send(used)  # the resets of replies the buffers had no room for
         if used == 0:
             return b""
@@ -384,7 +259,7 @@ cdef class Connection:
         stream.out_pos = 0
         if stream.sending_since == 0.0:
             stream.sending_since = _monotonic()
-        self._unsent(stream)
+        _unsent(self, stream)
         if stream.headers_sent:
             self._resume(stream)
         else:
@@ -423,61 +298,18 @@ cdef class Connection:
         self._drop_request(stream)
         if stream.sending_since == 0.0:
             stream.sending_since = _monotonic()
-        self._unsent(stream)
+        _unsent(self, stream)
 
     def hold(self, Stream stream, Py_ssize_t extra=0):
         """Charge a dispatched call's request (and `extra` bytes: its decoded form) to the
         buffers while its decision runs (given back when it is answered); False, and
         nothing charged, when it does not fit."""
-        cdef Py_ssize_t need = STREAM_COST + stream.header_bytes + extra
-        if self.buffers is None:
-            return True
-        if stream.message is not None:
-            need += PyBytes_GET_SIZE(stream.message)
-        if not self.buffers.take(need):
-            return False
-        stream.charged += need
-        return True
+        return _hold(self, stream, extra)
 
     @property
     def refusal(self):
         """What a call the buffers have no room for is answered (RESOURCE_EXHAUSTED)."""
         return self.buffers.refusal
-
-    cdef bint _charge_unsent(self) except -1:
-        """Charge the replies that did not leave with this flush (the peer's window is
-        closed); reset those that do not fit (True if any), give back for those that have
-        left."""
-        cdef Stream stream
-        cdef Py_ssize_t need
-        cdef list unsent = self.unsent
-        cdef bint reset = False
-        self.unsent = []
-        for stream in unsent:
-            if stream.closed:
-                stream.unsent = False
-                continue
-            need = 0
-            if stream.out is not None:
-                need = PyBytes_GET_SIZE(stream.out) - stream.out_pos
-            if need == 0 and not stream.sending_since:
-                stream.unsent = False  # gone out
-                if stream.charged:
-                    self._uncharge(stream)
-                continue
-            self.unsent.append(stream)  # checked again at the next flush
-            if need > stream.charged:
-                if self.buffers.take(need - stream.charged):
-                    stream.charged = need
-                else:
-                    self.reset(stream, NGHTTP2_CANCEL)
-                    reset = True
-        return reset
-
-    cdef inline void _unsent(self, Stream stream):
-        if not stream.unsent:
-            stream.unsent = True
-            self.unsent.append(stream)
 
     cdef void _submit_headers(self, Stream stream):
         cdef nghttp2_nv nva[2]
@@ -529,37 +361,7 @@ cdef class Connection:
             nghttp2_session_consume_connection(self.session, stream.held)
             stream.held = 0
         if stream.charged:
-            self._uncharge(stream)
-
-    cdef void _uncharge(self, Stream stream) except *:
-        self.buffers.give(stream.charged)
-        stream.charged = 0
-
-    cdef void _charge_pending(self) except *:
-        """Charge the process's buffers for the requests this read left incomplete: their
-        head, and their body as announced by its prefix (or as read so far)."""
-        cdef Stream stream
-        cdef Py_ssize_t need
-        cdef list pending = self.pending
-        self.pending = []
-        for stream in pending:
-            stream.pending = False
-            if stream.dispatched or stream.answered or stream.closed or self.buffers is None:
-                continue
-            need = STREAM_COST + stream.header_bytes
-            need += stream.expected + 5 if stream.expected >= 0 else stream.held
-            if need <= stream.charged:
-                continue
-            if self.buffers.take(need - stream.charged):
-                stream.charged = need
-            else:
-                self._trailers_only(stream, _STATUS_200, RESOURCE_EXHAUSTED,
-                                    self.buffers.refusal)
-
-    cdef inline void _watch(self, Stream stream):
-        if not stream.pending:
-            stream.pending = True
-            self.pending.append(stream)
+            _uncharge(self, stream)
 
     # -- GOAWAY ----------------------------------------------------------------------------
 
@@ -664,7 +466,7 @@ cdef class Connection:
                 b"grpc-accept-encoding", b"identity",
             )
         else:
-            self._watch(stream)  # usually read whole before this read ends: no charge
+            _watch(self, stream)  # usually read whole before this read ends: no charge
         return 0
 
     cdef int _data(self, Stream stream, const uint8_t* data, size_t n) except -1:
@@ -688,7 +490,7 @@ cdef class Connection:
         if stream.message is not None:
             self._unary_violation(stream)
             return 0
-        self._watch(stream)
+        _watch(self, stream)
         if stream.body is None:
             stream.body = bytearray()
         stream.body += (<bytes>data[:n]) if n else b""
@@ -701,7 +503,7 @@ cdef class Connection:
         if stream.expected >= 0 and have > stream.expected + 5:
             self._unary_violation(stream)
         else:
-            self._watch(stream)
+            _watch(self, stream)
         return 0
 
     cdef bint _check_prefix(self, Stream stream, uint8_t flag, Py_ssize_t length) except -1:
@@ -743,7 +545,7 @@ cdef class Connection:
         stream.dispatched = True
         stream.body = None
         if stream.charged:
-            self._uncharge(stream)
+            _uncharge(self, stream)
         # The connection window reopens when the call is answered (`_answered`), so one
         # connection holds at most one window of requests, buffered or being decided.
         self.on_request(stream)
@@ -765,27 +567,8 @@ cdef class Connection:
         return 0
 
 
-cdef inline Py_ssize_t _prefix_length(const uint8_t* head) noexcept:
-    """The big-endian uint32 length of a gRPC message prefix (bytes 1-4), unsigned: a length
-    of 2^31 or more is a message too large, not a negative one."""
-    return <Py_ssize_t>(
-        (<uint32_t>head[1] << 24) | (<uint32_t>head[2] << 16) | (<uint32_t>head[3] << 8)
-        | <uint32_t>head[4]
-    )
-
-
-cdef inline bytes _frame(bytes message):
-    """The 5-byte gRPC prefix (uncompressed, big-endian length) and the message."""
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(message)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 5)
-    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    p[0] = 0
-    p[1] = (n >> 24) & 0xFF
-    p[2] = (n >> 16) & 0xFF
-    p[3] = (n >> 8) & 0xFF
-    p[4] = n & 0xFF
-    memcpy(p + 5, PyBytes_AS_STRING(message), n)
-    return out
+# What a connection charges to the process's buffers.
+include "_h2_buffers.pxi"
 
 
 # The nghttp2 callbacks and the library set-up (a textual include, as uvloop splits loop.pyx).

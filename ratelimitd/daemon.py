@@ -37,8 +37,9 @@ from .stats.sinks import create_sink
 from .tracing import Tracing, create_tracing, server_interceptor
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
-from .transport.http import HttpServer, main_routes
+from .transport.http import HttpServer
 from .transport.limits import ConnectionBudget
+from .transport.routes import main_routes
 
 try:
     from .transport.native import NativeGrpcTransport

@@ -1,4 +1,5 @@
-"""A small HTTP/1.1 server (asyncio.Protocol + httptools) and the `/json`, `/healthcheck` routes.
+"""A small HTTP/1.1 server (asyncio.Protocol + httptools) for the `/json` and debug listeners
+(their routes: `routes.py`, `debug.py`).
 
 Why not a framework: `/json` must answer at least twice as many decisions per second as
 gRPC from the same event loop, so the request path is one parser callback chain, one task
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 from collections import deque
@@ -46,12 +46,6 @@ from typing import Any
 
 import httptools
 
-from ..backends.base import BackendError
-from ..health import Health
-from ..messages import OVER_LIMIT, UNKNOWN, TooLarge
-from ..service import Overloaded, RateLimitService, ServiceError
-from ..settings import ListenerSettings
-from .jsoncodec import decode_request, encode_response
 from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
 
 __all__ = [
@@ -64,7 +58,6 @@ __all__ = [
     "HttpRequest",
     "HttpServer",
     "Reply",
-    "main_routes",
     "start_http_server",
 ]
 
@@ -125,7 +118,6 @@ ERROR_HEADERS: Headers = (*TEXT_PLAIN, ("X-Content-Type-Options", "nosniff"))
 
 NOT_FOUND: Reply = (404, ERROR_HEADERS, b"404 page not found\n")
 BAD_REQUEST: Reply = (400, ERROR_HEADERS, b"Bad Request\n")
-FORBIDDEN: Reply = (403, ERROR_HEADERS, b"domain not served on /json\n")
 OVERLOADED: Reply = (503, (*ERROR_HEADERS, ("Retry-After", "1")), b"Service Unavailable\n")
 INTERNAL_ERROR: Reply = (500, ERROR_HEADERS, b"Internal Server Error\n")
 TOO_LARGE: Reply = (413, ERROR_HEADERS, b"Request Entity Too Large\n")
@@ -597,51 +589,3 @@ async def start_http_server(
     server = HttpServer(routes, fallback=fallback, max_body=max_body)
     await server.start(host, port, reuse_port=reuse_port, sock=sock, ssl=ssl)
     return server
-
-
-_HEALTHY: Reply = (200, TEXT_PLAIN, b"OK")
-_UNHEALTHY: Reply = (500, (), b"")
-
-
-def main_routes(
-    service: RateLimitService, health: Health, listeners: ListenerSettings | None = None
-) -> dict[str, Handler]:
-    """The main listener's routes: `/json` and `/healthcheck` (any method), as the reference.
-
-    Extension: HTTP_JSON_ENABLED=false leaves `/json` out (404 as any unknown path), and
-    HTTP_JSON_DOMAINS answers 403 for a domain not listed, before anything is counted.
-    """
-    decide = service.should_rate_limit
-    listeners = listeners or ListenerSettings()
-    domains = frozenset(listeners.json_domains)
-
-    async def healthcheck(request: HttpRequest) -> Reply:
-        if b"detail" in request.query:  # extension: the components and breakers, as JSON
-            status = 200 if health.healthy() else 500
-            return status, JSON, json.dumps(health.detail()).encode()
-        return _HEALTHY if health.healthy() else _UNHEALTHY
-
-    if not listeners.json_enabled:
-        return {"/healthcheck": healthcheck}
-
-    async def json_endpoint(request: HttpRequest) -> Reply:
-        try:
-            decoded = decode_request(request.body, service.snapshot.options)
-        except TooLarge:
-            service.stats.service.service_error += 1  # as the service counts it
-            return BAD_REQUEST
-        except ValueError:
-            return BAD_REQUEST
-        if domains and decoded.domain not in domains:
-            return FORBIDDEN
-        try:
-            response = await decide(decoded)
-        except Overloaded:
-            return OVERLOADED
-        except (ServiceError, BackendError):
-            return BAD_REQUEST
-        code = response.overall_code
-        status = 429 if code == OVER_LIMIT else 500 if code == UNKNOWN else 200
-        return status, JSON, encode_response(response)
-
-    return {"/json": json_endpoint, "/healthcheck": healthcheck}

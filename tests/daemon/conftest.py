@@ -25,8 +25,9 @@ from ratelimitd.service import RateLimitService
 from ratelimitd.settings import DebugSettings, GrpcSettings, ListenerSettings, Settings
 from ratelimitd.transport.debug import debug_routes
 from ratelimitd.transport.grpc import GrpcTransport
-from ratelimitd.transport.http import main_routes, start_http_server
+from ratelimitd.transport.http import start_http_server
 from ratelimitd.transport.native import NativeGrpcTransport
+from ratelimitd.transport.routes import main_routes
 
 Exited = subprocess.CompletedProcess[str]
 

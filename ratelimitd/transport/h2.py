@@ -114,7 +114,7 @@ class H2Protocol(asyncio.Protocol):
                 server_side=True,
                 ssl_handshake_timeout=server.connection_timeout,
             )
-        except (OSError, ssl.SSLError, asyncio.CancelledError):
+        except (Exception, asyncio.CancelledError):
             # Failed, timed out or evicted: the slot goes back here, whether or not the
             # loop also calls connection_lost (it does only for some failures).
             transport.abort()  # type: ignore[attr-defined]

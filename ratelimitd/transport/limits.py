@@ -27,7 +27,7 @@ import heapq
 import logging
 import resource
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from ..allocator import Trimmer
@@ -161,6 +161,9 @@ class ConnectionBudget:
 
 
 IdleKey = tuple[int, float]
+# After a scan that found no idle connection, how long a full listener refuses newcomers
+# without scanning again.
+NOTHING_IDLE_SECONDS = 0.1
 # First in line: connections that never got as far as a request (key (NEVER_USED, accepted)).
 NEVER_USED, USED = 0, 1
 
@@ -181,14 +184,19 @@ class Eviction:
 
     Scanning every connection at each admission would cost a full listener O(connections)
     per new client, which a reconnecting flood turns into a busy loop; so one scan keeps the
-    idlest sixteenth in order and the next admissions take from it, each checked again.
+    idlest sixteenth in order and the next admissions take from it, each checked again, and
+    a scan that found nothing idle is not repeated for NOTHING_IDLE_SECONDS.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._candidates: list[tuple[IdleKey, int, Evictable]] = []
+        self._clock = clock
+        self._nothing_idle_until = 0.0
 
     def evict(self, connections: Collection[Evictable]) -> bool:
         """Close the idlest of `connections`; False when every one has a request going."""
+        if self._nothing_idle_until and self._clock() < self._nothing_idle_until:
+            return False
         for attempt in range(2):
             candidates = self._candidates
             while candidates:
@@ -206,4 +214,5 @@ class Eviction:
             kept = heapq.nsmallest(max(16, len(connections) // 16), idle)
             kept.reverse()  # pop() takes from the end: the idlest last
             self._candidates = kept
+        self._nothing_idle_until = self._clock() + NOTHING_IDLE_SECONDS
         return False

@@ -28,6 +28,7 @@ from ratelimitd import daemon
 from ratelimitd.messages import OK
 from ratelimitd.settings import Settings
 from ratelimitd.transport.grpc import METHOD_PATH, GrpcConfigError
+from ratelimitd.transport.limits import NEVER_USED, USED, Eviction, IdleKey
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
 REQUEST = b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n"
@@ -194,3 +195,34 @@ def test_the_native_settings_refuse_grpc_aio(name: str) -> None:
     env = {"BACKEND_TYPE": "memory", "GRPC_TRANSPORT": "grpcio", name: value}
     with pytest.raises(GrpcConfigError, match=f"{name}.* need the native gRPC transport"):
         daemon.build(Settings.from_env(env))
+
+
+class Fake:
+    """A connection as limits.Eviction sees it."""
+
+    def __init__(self, key: IdleKey | None, live: set[Fake]) -> None:
+        self.key, self.live = key, live
+        live.add(self)
+
+    def idle_key(self) -> IdleKey | None:
+        return self.key
+
+    def evict(self) -> None:
+        self.live.discard(self)
+
+
+def test_eviction_order_and_its_cost_under_a_flood() -> None:
+    now = [0.0]
+    live: set[Fake] = set()
+    busy = [Fake(None, live) for _ in range(40)]
+    old_idle, new_idle = Fake((USED, 5.0), live), Fake((USED, 9.0), live)
+    never = Fake((NEVER_USED, 7.0), live)
+    eviction = Eviction(clock=lambda: now[0])
+    assert eviction.evict(live) and never not in live  # never used: first, whatever its age
+    assert eviction.evict(live) and old_idle not in live  # then the longest idle
+    assert eviction.evict(live) and new_idle not in live
+    assert not eviction.evict(live)  # only requests in progress: refuse
+    busy[0].key = (USED, 1.0)  # idle now, but the last scan found nothing idle ...
+    assert not eviction.evict(live)  # ... so no scan for a moment, whatever the flood
+    now[0] += 0.2
+    assert eviction.evict(live) and busy[0] not in live

@@ -320,13 +320,15 @@ def git(tree: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def heading(title: str, results: dict[str, Any]) -> list[str]:
+    """The first lines of a results file: its title and the command that made it."""
+    return [f"# {title}", "", f"Generated {results['generated']} by `{results['command']}`.", ""]
+
+
 def render(results: dict[str, Any]) -> str:
     """The Markdown results file."""
     lines = [
-        "# Transit API: scale check and worst request (bench/transit/scale.py)",
-        "",
-        f"Generated {results['generated']} by `{results['command']}`.",
-        "",
+        *heading("Transit API: scale check and worst request (bench/transit/scale.py)", results),
         "**Measured on a shared machine** (other engineers' builds and tests ran at the same",
         "time; load average in the table below): the figures are rough. Compare before and",
         "after within this run only; wrk and the servers share the same 2 cores.",

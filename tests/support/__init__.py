@@ -8,7 +8,7 @@ packages only ratelimitd and sidecars.
   ready          free_port, port_open, http_get, wait_for, wait_until
   clock          Clock
   loops          the pytest-asyncio hook: async tests on uvloop
-  process        Proc (a server subprocess), start_bound, process_tree, cpu_seconds
+  process        Proc (a server subprocess), start_bound, scratch, process_tree, cpu_seconds
   redis_server   RedisServer (single, sentinel, cluster node, TLS), RedisServers
   postgres_server PostgresServer (initdb + postgres from the Debian package), pg_binary
   memcached      Memcached
@@ -16,10 +16,12 @@ packages only ratelimitd and sidecars.
   envoy_server   envoy_config, Envoy, start_envoy
   pki            Pki: two CAs, server and client certificates
   ads_server     AdsServer: an xDS (ADS, State of the World) management server, in-process
-  machine        machine_info, implementations (compiled or pure, per compiled module)
+  machine        machine_info, load_average, implementations (compiled or pure, per module)
   core           Decider, memory_decider, suite_config (tests/configs/suites), drive
-  sidecar        a usage or transit sidecar under real gunicorn
+  sidecar        a usage or transit sidecar under real gunicorn; usage_database
+  webhook_receiver  a signature-checking webhook receiver (the usage API's threshold events)
   wrk            wrk runs summarised as JSON (the HTTP load benchmarks)
+  fuzz           schemathesis cases of one operation of an app's OpenAPI document, checked
   grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)
   http_transport the HTTP transport tests' client side (a raw HTTP/1.1 client, servers)
   settings_env   Settings.from_env as the settings tests call it (load, error)

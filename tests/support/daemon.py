@@ -24,6 +24,7 @@ from ratelimitd.messages import Response
 
 from .process import REPO, Proc, start_bound
 from .ready import free_port, http_request
+from .redis_server import RedisServer
 
 
 def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
@@ -225,3 +226,15 @@ def start_redis_daemon(
     )
     write_config(env, "api.yaml", config)
     return start_daemon(env, root)
+
+
+def redis_and_daemon(
+    root: Path, procs: list[Proc], config: str
+) -> tuple[RedisServer, DaemonProcess]:
+    """A redis-server and a daemon on it serving `config`, both added to `procs` (to be
+    stopped with them, as `process.scratch` does)."""
+    redis = start_bound(lambda: RedisServer(root / "redis"))
+    procs.append(redis)
+    daemon = start_redis_daemon(root, redis.address, config)
+    procs.append(daemon)
+    return redis, daemon

@@ -10,7 +10,9 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Self, TypeVar
 
@@ -155,6 +157,20 @@ def start_bound(factory: Callable[[], P], attempts: int = 3, timeout: float = 20
             if not lost_race or attempt == attempts - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+@contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, list[Proc]]]:
+    """A temporary directory and a list to put started servers in; on the way out the
+    servers are stopped, last started first, and the directory removed (a benchmark's run)."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    procs: list[Proc] = []
+    try:
+        yield directory, procs
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _children() -> dict[int, list[int]]:

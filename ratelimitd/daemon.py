@@ -16,6 +16,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
+from . import allocator
 from .backends.base import Backend, BackendError
 from .config.provider import FileLayout
 from .config.xds_client import XdsSettingsError
@@ -36,8 +37,9 @@ from .stats.sinks import create_sink
 from .tracing import Tracing, create_tracing, server_interceptor
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
-from .transport.http import HttpServer, main_routes
+from .transport.http import HttpServer
 from .transport.limits import ConnectionBudget
+from .transport.routes import main_routes
 
 try:
     from .transport.native import NativeGrpcTransport
@@ -188,9 +190,10 @@ def build(settings: Settings) -> Daemon:
         reload_options,
         track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
     )
-    # Every listener's clients together leave FD_RESERVE descriptors to the rest.
-    budget = ConnectionBudget.for_process()
+    # Every listener's clients together leave FD_RESERVE descriptors to the rest, and hold
+    # at most MAX_BUFFERED_BYTES of requests and replies.
     limits = settings.connections
+    budget = ConnectionBudget.for_process(limits.max_buffered_bytes)
     return Daemon(
         settings=settings,
         stats=stats,
@@ -205,6 +208,7 @@ def build(settings: Settings) -> Daemon:
             max_connections=limits.http_max_connections,
             read_timeout=limits.http_read_timeout,
             idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
             budget=budget,
         ),
         debug=HttpServer(
@@ -213,6 +217,7 @@ def build(settings: Settings) -> Daemon:
             max_connections=limits.debug_max_connections,
             read_timeout=limits.http_read_timeout,
             idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
             budget=budget,
         ),
         sink=sink,
@@ -243,13 +248,17 @@ def grpc_transport(
         )
     limits = settings.connections
     defaults = ConnectionLimits()
-    if (limits.grpc_max_connections, limits.grpc_read_timeout) != (
-        defaults.grpc_max_connections,
-        defaults.grpc_read_timeout,
-    ):
-        # grpc.aio bounds neither: refuse rather than accept a setting that does nothing.
+    native_only = [
+        "grpc_max_connections",
+        "grpc_read_timeout",
+        "grpc_write_timeout",
+        "grpc_connection_timeout",
+    ]
+    if any(getattr(limits, name) != getattr(defaults, name) for name in native_only):
+        # grpc.aio bounds none of them: refuse rather than accept a setting that does nothing.
         raise GrpcConfigError(
-            "GRPC_MAX_CONNECTIONS and GRPC_READ_TIMEOUT need the native gRPC transport "
+            "GRPC_MAX_CONNECTIONS, GRPC_READ_TIMEOUT, GRPC_WRITE_TIMEOUT and "
+            "GRPC_CONNECTION_TIMEOUT need the native gRPC transport "
             "(unset GRPC_TRANSPORT=grpcio, or unset them)"
         )
     if choice == "native":
@@ -282,6 +291,8 @@ def serve(settings: Settings) -> int:
             "no REDIS_* or MEMCACHE_* setting found: using the embedded in-memory backend "
             "(BACKEND_TYPE=memory); counters are local to this process"
         )
+    # Large buffers are unmapped when freed, so a flood's peak is not kept (glibc).
+    allocator.tune()
     try:
         daemon = build(settings)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

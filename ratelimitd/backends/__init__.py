@@ -27,7 +27,10 @@ def create_backend(
     """The backend BACKEND_TYPE names (memory, redis, memcache); `clock` is the memory one's."""
     kind = settings.cache.backend
     if kind == "memory":
-        return MemoryBackend(settings.cache.expiration_jitter_max_seconds, clock=clock)
+        cache = settings.cache
+        return MemoryBackend(
+            cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
+        )
     if kind == "redis":
         from .redis import create_redis_backend
 

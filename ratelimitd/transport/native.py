@@ -36,12 +36,13 @@ from .grpc import (
 )
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
-from .protocodec import METHOD_PATH, SERVICE_NAME
+from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size
 from .rls import INTERNAL, RlsHandler
 
 log = logging.getLogger("ratelimitd.transport.native")
 
 NOT_FOUND = 5
+RESOURCE_EXHAUSTED = 8
 UNIMPLEMENTED = 12
 DEADLINE_EXCEEDED = 4
 # HealthCheckResponse.ServingStatus
@@ -203,6 +204,8 @@ class NativeGrpcTransport:
             san_matches=dns_name_matches,
             max_connections=settings.connections.grpc_max_connections,
             read_timeout=settings.connections.grpc_read_timeout,
+            write_timeout=settings.connections.grpc_write_timeout,
+            connection_timeout=settings.connections.grpc_connection_timeout,
             budget=budget,
         )
         self.certificates: SslCertificates | None = None
@@ -226,6 +229,11 @@ class NativeGrpcTransport:
             if outcome is not None:
                 proto.answer(stream, *outcome)
                 return
+        # Its request, decoded, stays in memory while the decision waits: counted in the
+        # process's buffers until it is answered (refused at once when they are full).
+        if not proto.conn.hold(stream, decoded_size(stream.message)):
+            proto.finish(stream, RESOURCE_EXHAUSTED, proto.conn.refusal)
+            return
         carrier = dict(stream.metadata) if stream.metadata else None
         stream.work = self._loop.create_task(self._decide(stream, proto, carrier))  # type: ignore[union-attr]
         if stream.timeout >= 0:

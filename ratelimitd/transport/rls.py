@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..backends.base import BackendError
+from ..messages import Request, TooLarge
 from ..service import RateLimitService, ServiceError
 from ..stats import StatsStore, Timer
 from .protocodec import DecodeError, decode_request, encode_response
@@ -33,6 +34,7 @@ OK = 0
 CANCELLED = 1
 UNKNOWN = 2
 DEADLINE_EXCEEDED = 4
+RESOURCE_EXHAUSTED = 8
 UNIMPLEMENTED = 12
 INTERNAL = 13
 
@@ -60,10 +62,10 @@ class RlsHandler:
         """`decide` without a task, for a synchronous limiter (see `synchronous`); None for
         a request too large to decide without letting other requests run (use `decide`)."""
         started = self.clock()
-        try:
-            request = decode_request(data)
-        except DecodeError as err:
-            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        request = self._decode(data, started)
+        if type(request) is tuple:
+            return request
+        assert isinstance(request, Request)
         if self.service.may_suspend(request):
             return None
         # The service is a coroutine function that, with a synchronous limiter, finishes
@@ -88,10 +90,10 @@ class RlsHandler:
 
     async def _decide(self, data: bytes) -> Outcome:
         started = self.clock()
-        try:
-            request = decode_request(data)
-        except DecodeError as err:
-            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        request = self._decode(data, started)
+        if type(request) is tuple:
+            return request
+        assert isinstance(request, Request)
         try:
             response = await self.service.should_rate_limit(request)
         except asyncio.CancelledError:
@@ -100,6 +102,18 @@ class RlsHandler:
         except Exception as err:
             return self._done(started, _code(err), _failure(err))
         return self._done(started, OK, encode_response(response))
+
+    def _decode(self, data: bytes, started: float) -> Request | Outcome:
+        """The request, or the outcome of one that is not decided: undecodable, or past the
+        request bounds in force (refused while it is decoded, counted as the service counts
+        a request too large)."""
+        try:
+            return decode_request(data, self.service.snapshot.options)
+        except DecodeError as err:
+            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        except TooLarge as err:
+            self.stats.service.service_error += 1
+            return self._done(started, RESOURCE_EXHAUSTED, str(err))
 
     def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
         elapsed_ms = (self.clock() - started) * 1000.0

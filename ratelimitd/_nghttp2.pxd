@@ -89,6 +89,7 @@ cdef extern from "_nghttp2.h":
         NGHTTP2_NO_ERROR = 0
         NGHTTP2_PROTOCOL_ERROR = 1
         NGHTTP2_INTERNAL_ERROR = 2
+        NGHTTP2_FRAME_SIZE_ERROR = 6
         NGHTTP2_REFUSED_STREAM = 7
         NGHTTP2_CANCEL = 8
         NGHTTP2_ENHANCE_YOUR_CALM = 0x0B

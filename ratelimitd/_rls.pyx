@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError
 
 import time
 
+from ratelimitd.messages import TooLarge
 from ratelimitd.stats.store import ServiceStats
 from ratelimitd.transport.grpcstatus import INTERNAL, OK
 
@@ -23,19 +24,21 @@ cdef object SERVICE = ServiceStats
 cdef Py_ssize_t TOTAL = offset_of(ServiceStats, "total_requests")
 cdef Py_ssize_t COUNT = offset_of(ServiceStats, "response_time_count")
 cdef Py_ssize_t SUM = offset_of(ServiceStats, "response_time_sum_ms")
+cdef Py_ssize_t ERRORS = offset_of(ServiceStats, "service_error")
 
 
 cdef class SyncCall:
     """`RlsHandler._call_now`, compiled (see the module docstring)."""
 
-    cdef object decode, decide, encode, clock, stats, timer, failure
+    cdef object decode, service, decide, encode, clock, stats, timer, failure
     cdef bint monotonic
 
-    def __init__(self, decode, decide, encode, clock, stats, timer, failure):
+    def __init__(self, decode, service, encode, clock, stats, timer, failure):
         # time.perf_counter is CLOCK_MONOTONIC: read in C (a test may hand another clock)
         self.monotonic = clock is PERF_COUNTER
-        self.decode = decode  # bytes -> Request (raises DecodeError)
-        self.decide = decide  # the service's decide_now: Request -> Response | None
+        self.decode = decode  # (bytes, bounds) -> Request (raises DecodeError, TooLarge)
+        self.service = service  # its snapshot's options are the decoder's bounds
+        self.decide = service.decide_now  # Request -> Response | None
         self.encode = encode  # Response -> bytes
         self.clock = clock
         self.stats = stats  # ServiceStats
@@ -52,7 +55,7 @@ cdef class SyncCall:
         cdef double started = self._now()
         cdef double elapsed
         try:
-            response = self.decide(self.decode(data))
+            response = self.decide(self.decode(data, self.service.snapshot.options))
             if response is None:
                 return None
             code = OK
@@ -60,6 +63,10 @@ cdef class SyncCall:
         except DecodeError as err:
             code = INTERNAL
             reply = f"grpc: error unmarshalling request: {err}"
+        except TooLarge as err:  # refused by the decoder: counted as the service counts it
+            s = self.stats
+            put(s, SERVICE, ERRORS, "service_error", get(s, SERVICE, ERRORS, "service_error") + 1)
+            code, reply = self.failure(err)
         except Exception as err:
             code, reply = self.failure(err)
         elapsed = (self._now() - started) * 1000.0

@@ -12,17 +12,33 @@ with its messages, so that the transports' INTERNAL `grpc: error unmarshalling r
 ...` reads as the Go service's: field number 0 or above 2^29-1, truncation and unknown
 wire types are "cannot parse invalid wire-format data"; a string field that is not UTF-8
 is "string field contains invalid UTF-8". upb refuses the same inputs.
+
+With `bounds` (`messages.Bounds`, or the ReloadOptions in force), a request past them raises
+`messages.TooLarge` as soon as the offending descriptor, entry or string is reached: past
+the descriptor bound, the rest is only counted (field tags and lengths, nothing decoded) so
+the refusal names the request's real size, as the service would.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.string cimport memcpy
 
 from ratelimitd._slots cimport get, offsets
 
 from google.protobuf.message import DecodeError
 
-from ratelimitd.messages import Descriptor, Request, Response, Status
+from ratelimitd.messages import (
+    DESCRIPTOR_BYTES,
+    ENTRY_BYTES,
+    Descriptor,
+    Request,
+    Response,
+    Status,
+    too_long,
+    too_many_descriptors,
+    too_many_entries,
+)
 
 # The slots the encoder reads (see _slots.pxd).
 cdef object RESPONSE = Response
@@ -107,32 +123,59 @@ cdef inline str _string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* po
     return s
 
 
-cdef tuple _entry(const unsigned char* buf, Py_ssize_t end):
+cdef inline str _bounded_string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos,
+                                Py_ssize_t most, str field):
+    cdef Py_ssize_t start = pos[0]
+    cdef Py_ssize_t n = _length(buf, end, pos)
+    if n > most:
+        raise too_long(field, n, most)
+    pos[0] = start
+    return _string(buf, end, pos)
+
+
+cdef tuple _entry(const unsigned char* buf, Py_ssize_t end, Py_ssize_t most):
     cdef Py_ssize_t pos = 0
     cdef unsigned long long tag
     cdef str key = "", value = ""
     while pos < end:
         tag = _tag(buf, end, &pos)
         if tag == 10:
-            key = _string(buf, end, &pos)
+            key = _bounded_string(buf, end, &pos, most, "key")
         elif tag == 18:
-            value = _string(buf, end, &pos)
+            value = _bounded_string(buf, end, &pos, most, "value")
         else:
             _skip(buf, end, &pos, tag & 7)
     return (key, value)
 
 
-cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
-    cdef Py_ssize_t pos = 0, n, sub
+cdef Py_ssize_t _count(const unsigned char* buf, Py_ssize_t end, Py_ssize_t pos,
+                       unsigned long long wanted) except -1:
+    """How many fields with tag `wanted` from `pos` on, read as tags and lengths only."""
+    cdef Py_ssize_t found = 0
+    cdef unsigned long long tag
+    while pos < end:
+        tag = _tag(buf, end, &pos)
+        if tag == wanted:
+            found += 1
+        _skip(buf, end, &pos, tag & 7)
+    return found
+
+
+cdef object _descriptor(const unsigned char* buf, Py_ssize_t end, Py_ssize_t max_entries,
+                        Py_ssize_t max_value):
+    cdef Py_ssize_t pos = 0, n, sub, start
     cdef unsigned long long tag, rpu, unit, hits
     cdef list entries = []
     cdef object limit = None, hits_addend = None
     cdef bint negative = False
     while pos < end:
+        start = pos
         tag = _tag(buf, end, &pos)
         if tag == 10:  # entries
+            if len(entries) == max_entries:
+                raise too_many_entries(max_entries + _count(buf, end, start, 10), max_entries)
             n = _length(buf, end, &pos)
-            entries.append(_entry(buf + pos, n))
+            entries.append(_entry(buf + pos, n, max_value))
             pos += n
         elif tag == 18:  # limit: RateLimitOverride
             n = _length(buf, end, &pos)
@@ -169,28 +212,77 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
     return Descriptor(tuple(entries), limit, hits_addend)
 
 
-def decode_request(bytes data):
-    """Parse a serialized RateLimitRequest into a `messages.Request`."""
+def decode_request(bytes data, object bounds=None):
+    """Parse a serialized RateLimitRequest into a `messages.Request`; with `bounds`, raise
+    `messages.TooLarge` for a request past them (see the module docstring)."""
     cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
     cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
-    cdef Py_ssize_t pos = 0, n
+    cdef Py_ssize_t pos = 0, n, start
     cdef unsigned long long tag
     cdef str domain = ""
     cdef list descriptors = []
     cdef unsigned long long hits_addend = 0
+    cdef Py_ssize_t max_descriptors = PY_SSIZE_T_MAX
+    cdef Py_ssize_t max_entries = PY_SSIZE_T_MAX
+    cdef Py_ssize_t max_value = PY_SSIZE_T_MAX
+    if bounds is not None:
+        max_descriptors = bounds.max_descriptors
+        max_entries = bounds.max_entries
+        max_value = bounds.max_value_length
     while pos < end:
+        start = pos
         tag = _tag(buf, end, &pos)
         if tag == 10:
             domain = _string(buf, end, &pos)
         elif tag == 18:
+            if len(descriptors) == max_descriptors:
+                raise too_many_descriptors(
+                    max_descriptors + _count(buf, end, start, 18), max_descriptors
+                )
             n = _length(buf, end, &pos)
-            descriptors.append(_descriptor(buf + pos, n))
+            descriptors.append(_descriptor(buf + pos, n, max_entries, max_value))
             pos += n
         elif tag == 24:
             hits_addend = _varint(buf, end, &pos) & 0xFFFFFFFF
         else:
             _skip(buf, end, &pos, tag & 7)
     return Request(domain, descriptors, hits_addend)
+
+
+cdef Py_ssize_t _DESCRIPTOR_BYTES = DESCRIPTOR_BYTES
+cdef Py_ssize_t _ENTRY_BYTES = ENTRY_BYTES
+
+
+def decoded_size(bytes data):
+    """About how many bytes `decode_request(data)` takes once decoded (for the transports'
+    accounting of requests waiting for their decision): read as tags and lengths only, and
+    0 for what is not a well-formed request (it will be refused, not kept)."""
+    cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos = 0, sub, n, m
+    cdef Py_ssize_t size = end
+    cdef unsigned long long tag
+    try:
+        while pos < end:
+            tag = _tag(buf, end, &pos)
+            if tag != 18:
+                _skip(buf, end, &pos, tag & 7)
+                continue
+            n = _length(buf, end, &pos)
+            size += _DESCRIPTOR_BYTES
+            sub = 0
+            while sub < n:
+                tag = _tag(buf + pos, n, &sub)
+                if tag == 10:
+                    m = _length(buf + pos, n, &sub)
+                    size += _ENTRY_BYTES
+                    sub += m
+                else:
+                    _skip(buf + pos, n, &sub, tag & 7)
+            pos += n
+    except WireError:
+        return 0
+    return size
 
 
 cdef inline void _put_varint(bytearray out, unsigned long long v):

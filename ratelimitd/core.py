@@ -111,7 +111,9 @@ def build_core(
     if cache.failure_policy == "local":
         # The same rules counted in this process while the store fails (per instance).
         fallback = Limiter(
-            MemoryBackend(cache.expiration_jitter_max_seconds, clock=clock),
+            MemoryBackend(
+                cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
+            ),
             near_limit_ratio=cache.near_limit_ratio,
             cache_key_prefix=cache.cache_key_prefix,
             clock=clock,

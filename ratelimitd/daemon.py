@@ -16,6 +16,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
+from . import allocator
 from .backends.base import Backend, BackendError
 from .config.provider import FileLayout
 from .config.xds_client import XdsSettingsError
@@ -36,8 +37,9 @@ from .stats.sinks import create_sink
 from .tracing import Tracing, create_tracing
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
-from .transport.http import HttpServer, main_routes
+from .transport.http import HttpServer
 from .transport.limits import ConnectionBudget
+from .transport.routes import main_routes
 from .transport.spans import server_interceptor
 
 try:
@@ -190,9 +192,10 @@ def build(settings: Settings) -> Daemon:
         reload_options,
         track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
     )
-    # Every listener's clients together leave FD_RESERVE descriptors to the rest.
-    budget = ConnectionBudget.for_process()
+    # Every listener's clients together leave FD_RESERVE descriptors to the rest, and hold
+    # at most MAX_BUFFERED_BYTES of requests and replies.
     limits = settings.connections
+    budget = ConnectionBudget.for_process(limits.max_buffered_bytes)
     return Daemon(
         settings=settings,
         stats=stats,
@@ -207,6 +210,7 @@ def build(settings: Settings) -> Daemon:
             max_connections=limits.http_max_connections,
             read_timeout=limits.http_read_timeout,
             idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
             budget=budget,
         ),
         debug=HttpServer(
@@ -215,6 +219,7 @@ def build(settings: Settings) -> Daemon:
             max_connections=limits.debug_max_connections,
             read_timeout=limits.http_read_timeout,
             idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
             budget=budget,
         ),
         sink=sink,
@@ -278,6 +283,8 @@ def serve(settings: Settings) -> int:
             "no REDIS_* or MEMCACHE_* setting found: using the embedded in-memory backend "
             "(BACKEND_TYPE=memory); counters are local to this process"
         )
+    # Large buffers are unmapped when freed, so a flood's peak is not kept (glibc).
+    allocator.tune()
     try:
         daemon = build(settings)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

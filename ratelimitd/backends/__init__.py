@@ -53,6 +53,7 @@ MEMORY = Capabilities(
     no_failures="the in-process store never fails or waits",
     waits=False,
     shared=False,
+    sections=("memory",),
     span="Memory Pipeline Execution",
 )
 REDIS = Capabilities(

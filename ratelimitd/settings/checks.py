@@ -52,12 +52,16 @@ def refuse_native_only(settings: Settings) -> None:
     (grpc.aio bounds neither the connections nor the time a request takes to arrive)."""
     limits = settings.connections
     defaults = ConnectionLimits()
-    if (limits.grpc_max_connections, limits.grpc_read_timeout) != (
-        defaults.grpc_max_connections,
-        defaults.grpc_read_timeout,
-    ):
+    native_only = (
+        "grpc_max_connections",
+        "grpc_read_timeout",
+        "grpc_write_timeout",
+        "grpc_connection_timeout",
+    )
+    if any(getattr(limits, name) != getattr(defaults, name) for name in native_only):
         raise SettingsError(
-            "GRPC_MAX_CONNECTIONS and GRPC_READ_TIMEOUT need the native gRPC transport "
+            "GRPC_MAX_CONNECTIONS, GRPC_READ_TIMEOUT, GRPC_WRITE_TIMEOUT and "
+            "GRPC_CONNECTION_TIMEOUT need the native gRPC transport "
             "(unset GRPC_TRANSPORT=grpcio, or unset them)"
         )
 
@@ -74,6 +78,15 @@ def _check_backend(settings: Settings, env: Env) -> None:
         if on and not applies:
             why = can.no_failures or "it has no circuit breakers"
             raise SettingsError(f"{name}: has no effect with BACKEND_TYPE={cache.backend} ({why})")
+    if (
+        env.typed("MEMORY_MAX_KEYS") is not None
+        and "memory" not in can.sections
+        and cache.failure_policy != "local"
+    ):
+        raise SettingsError(
+            f"MEMORY_MAX_KEYS: has no effect with BACKEND_TYPE={cache.backend} (it bounds the "
+            "memory backend, and the store of BACKEND_FAILURE_POLICY=local)"
+        )
     if env.get("BACKEND_BREAKER_PROBE_INTERVAL") is not None and not cache.breaker_failures:
         raise SettingsError(
             "BACKEND_BREAKER_PROBE_INTERVAL: has no effect without BACKEND_BREAKER_FAILURES "

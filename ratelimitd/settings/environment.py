@@ -238,7 +238,20 @@ def _connections(env: Env) -> ConnectionLimits:
         grpc_max_connections=env.get_int("GRPC_MAX_CONNECTIONS", d.grpc_max_connections, 1, most),
         http_read_timeout=env.get_duration("HTTP_READ_TIMEOUT", d.http_read_timeout, positive=True),
         http_idle_timeout=env.get_duration("HTTP_IDLE_TIMEOUT", d.http_idle_timeout, positive=True),
+        http_write_timeout=env.get_duration(
+            "HTTP_WRITE_TIMEOUT", d.http_write_timeout, positive=True
+        ),
         grpc_read_timeout=env.get_duration("GRPC_READ_TIMEOUT", d.grpc_read_timeout, positive=True),
+        grpc_write_timeout=env.get_duration(
+            "GRPC_WRITE_TIMEOUT", d.grpc_write_timeout, positive=True
+        ),
+        grpc_connection_timeout=env.get_duration(
+            "GRPC_CONNECTION_TIMEOUT", d.grpc_connection_timeout, positive=True
+        ),
+        # Room for two maximal gRPC messages (4 MiB each) with their heads at least.
+        max_buffered_bytes=env.get_int(
+            "MAX_BUFFERED_BYTES", d.max_buffered_bytes, 8 * 1024 * 1024, most
+        ),
     )
 
 
@@ -377,6 +390,7 @@ def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
             "BACKEND_BREAKER_PROBE_INTERVAL", d.breaker_probe_interval, positive=True
         ),
         max_in_flight=env.get_int("MAX_INFLIGHT_DECISIONS", d.max_in_flight, lo=0),
+        memory_max_keys=env.get_int("MEMORY_MAX_KEYS", d.memory_max_keys, 1, 2**31 - 1),
     )
 
 
@@ -494,6 +508,9 @@ def _reload(env: Env) -> ReloadOptions:
         merge_domain_config=env.get_bool("MERGE_DOMAIN_CONFIG", False),
         max_descriptors=env.get_int("MAX_DESCRIPTORS_PER_REQUEST", d.max_descriptors, 1, 2**31 - 1),
         max_entries=env.get_int("MAX_ENTRIES_PER_DESCRIPTOR", d.max_entries, 1, 2**31 - 1),
+        max_value_length=env.get_int(
+            "MAX_DESCRIPTOR_VALUE_LENGTH", d.max_value_length, 1, 2**31 - 1
+        ),
     )
 
 

@@ -86,10 +86,16 @@ class ConnectionLimits:
 
     Each listener takes at most its `*_max_connections` clients, and all of them together at
     most the open-file limit (raised to its hard limit at start) less FD_RESERVE, so health,
-    config reloads and backend connections always have descriptors left. An HTTP request must
-    arrive whole within `http_read_timeout` of its first byte (or of the connection), a
-    keep-alive connection idle for `http_idle_timeout` is closed, and a gRPC request whose
-    body is not complete within `grpc_read_timeout` is answered DEADLINE_EXCEEDED.
+    config reloads and backend connections always have descriptors left; a full listener
+    closes its longest-idle connection with no request in progress to admit a new one. An
+    HTTP request must arrive whole within `http_read_timeout` of its first byte (or of the
+    connection), a keep-alive connection idle for `http_idle_timeout` is closed, and so is
+    one whose answers cannot be written for `http_write_timeout`. A gRPC connection must
+    finish its TLS handshake and HTTP/2 preface within `grpc_connection_timeout`, a gRPC
+    request whose body is not complete within `grpc_read_timeout` is answered
+    DEADLINE_EXCEEDED, and a reply not sent within `grpc_write_timeout` is reset. What is
+    held for clients past the read that brought it (incomplete, queued and undecided
+    requests, replies held back) is at most `max_buffered_bytes` in the whole process.
     """
 
     http_max_connections: int = 4096  # HTTP_MAX_CONNECTIONS (the /json listener)
@@ -97,7 +103,11 @@ class ConnectionLimits:
     grpc_max_connections: int = 4096  # GRPC_MAX_CONNECTIONS
     http_read_timeout: float = 10.0  # HTTP_READ_TIMEOUT
     http_idle_timeout: float = 120.0  # HTTP_IDLE_TIMEOUT
+    http_write_timeout: float = 10.0  # HTTP_WRITE_TIMEOUT
     grpc_read_timeout: float = 10.0  # GRPC_READ_TIMEOUT
+    grpc_write_timeout: float = 10.0  # GRPC_WRITE_TIMEOUT
+    grpc_connection_timeout: float = 20.0  # GRPC_CONNECTION_TIMEOUT
+    max_buffered_bytes: int = 64 * 1024 * 1024  # MAX_BUFFERED_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +270,9 @@ class CacheSettings:
     breaker_failures: int = 0  # BACKEND_BREAKER_FAILURES
     breaker_probe_interval: float = 1.0  # BACKEND_BREAKER_PROBE_INTERVAL
     max_in_flight: int = 0  # MAX_INFLIGHT_DECISIONS
+    # Extension: the memory store's bound (BACKEND_TYPE=memory, and the `local` failure
+    # policy's store); a key longer than 256 bytes counts once per 256 bytes.
+    memory_max_keys: int = 1_000_000  # MEMORY_MAX_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +383,9 @@ class ReloadOptions:
     # refused before any work (gRPC RESOURCE_EXHAUSTED, /json 400).
     max_descriptors: int = 1024  # MAX_DESCRIPTORS_PER_REQUEST
     max_entries: int = 64  # MAX_ENTRIES_PER_DESCRIPTOR
+    # Extension: an entry's key or value longer than this many bytes (UTF-8) is refused
+    # the same way, on every backend (one 1 MB value made a 1 MB counter key).
+    max_value_length: int = 4096  # MAX_DESCRIPTOR_VALUE_LENGTH
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,10 +34,10 @@ from .grpc import (
     dns_name_matches,
     listen_address,
 )
-from .grpcstatus import INTERNAL, NOT_FOUND, UNIMPLEMENTED
+from .grpcstatus import INTERNAL, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
-from .protocodec import METHOD_PATH, SERVICE_NAME
+from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size
 from .rls import RlsHandler
 from .spans import ServerSpans
 
@@ -202,6 +202,8 @@ class NativeGrpcTransport:
             san_matches=dns_name_matches,
             max_connections=settings.connections.grpc_max_connections,
             read_timeout=settings.connections.grpc_read_timeout,
+            write_timeout=settings.connections.grpc_write_timeout,
+            connection_timeout=settings.connections.grpc_connection_timeout,
             budget=budget,
         )
         self.certificates: SslCertificates | None = None
@@ -228,6 +230,11 @@ class NativeGrpcTransport:
         self._in_task(stream, proto)
 
     def _in_task(self, stream: Any, proto: H2Protocol) -> None:
+        # Its request, decoded, stays in memory while the decision waits: counted in the
+        # process's buffers until it is answered (refused at once when they are full).
+        if not proto.conn.hold(stream, decoded_size(stream.message)):
+            proto.finish(stream, RESOURCE_EXHAUSTED, proto.conn.refusal)
+            return
         carrier = dict(stream.metadata) if stream.metadata else None
         stream.work = self._loop.create_task(self._decide(stream, proto, carrier))  # type: ignore[union-attr]
         if stream.timeout >= 0:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import BackendError
-from ..messages import Overloaded, RequestTooLarge, ServiceError
+from ..messages import Overloaded, Request, RequestTooLarge, ServiceError, TooLarge
 from ..service import RateLimitService
 from ..settings import extensions_disabled
 from ..stats import StatsStore, Timer
@@ -79,7 +79,7 @@ class RlsHandler:
         if _compiled is not None and self.synchronous:
             self.decide_now = _compiled.SyncCall(
                 decode_request,
-                self.service.decide_now,
+                self.service,
                 encode_response,
                 self.clock,
                 self.stats.service,
@@ -100,14 +100,18 @@ class RlsHandler:
     def _call_now(self, data: bytes) -> Outcome | None:
         """`decide_now`, the pure twin of `_rls.SyncCall`."""
         started = self.clock()
+        service = self.service
         try:
-            response = self.service.decide_now(decode_request(data))
+            response = service.decide_now(decode_request(data, service.snapshot.options))
             if response is None:
                 return None
             reply: bytes | str = encode_response(response)
             code = OK
         except DecodeError as err:
             code, reply = INTERNAL, f"grpc: error unmarshalling request: {err}"
+        except TooLarge as err:  # refused by the decoder: counted as the service counts it
+            self.stats.service.service_error += 1
+            code, reply = _outcome_of(err)
         except Exception as err:
             code, reply = _outcome_of(err)
         return self._done(started, code, reply)
@@ -120,18 +124,30 @@ class RlsHandler:
 
     async def _decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
         started = self.clock()
-        try:
-            request = decode_request(data)
-        except DecodeError as err:
-            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        request = self._decode(data, started)
+        if type(request) is tuple:
+            return request
+        assert isinstance(request, Request)
         try:
             response = await self.service.should_rate_limit(request)
         except asyncio.CancelledError:
             self._done(started, CANCELLED, "")
             raise
         except Exception as err:
-            return self._done(started, _code(err), _failure(err))
+            return self._done(started, *_outcome_of(err))
         return self._done(started, OK, encode_response(response))
+
+    def _decode(self, data: bytes, started: float) -> Request | Outcome:
+        """The request, or the outcome of one that is not decided: undecodable, or past the
+        request bounds in force (refused while it is decoded, counted as the service counts
+        a request too large)."""
+        try:
+            return decode_request(data, self.service.snapshot.options)  # type: ignore[no-any-return]
+        except DecodeError as err:
+            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        except TooLarge as err:
+            self.stats.service.service_error += 1
+            return self._done(started, *_outcome_of(err))
 
     def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
         elapsed_ms = (self.clock() - started) * 1000.0
@@ -145,19 +161,21 @@ class RlsHandler:
 
 
 def _outcome_of(err: Exception) -> Outcome:
-    """The gRPC status and message of an error out of the service."""
+    """The gRPC status and message of an error out of the service (or of its decoder)."""
     return _code(err), _failure(err)
 
 
 def _code(err: Exception) -> int:
     """The gRPC status of an error out of the service: UNKNOWN, as the reference answers,
     but RESOURCE_EXHAUSTED for a request refused for its size or for the load."""
-    return RESOURCE_EXHAUSTED if isinstance(err, RequestTooLarge | Overloaded) else UNKNOWN
+    return (
+        RESOURCE_EXHAUSTED if isinstance(err, RequestTooLarge | TooLarge | Overloaded) else UNKNOWN
+    )
 
 
 def _failure(err: Exception) -> str:
     """The UNKNOWN message for an error out of the service."""
-    if isinstance(err, ServiceError | BackendError):
+    if isinstance(err, ServiceError | BackendError | TooLarge):
         return str(err)
     # The reference would crash here; a server answers and stays up.
     log.error("ShouldRateLimit failed unexpectedly", exc_info=err)

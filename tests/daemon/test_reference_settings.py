@@ -294,6 +294,12 @@ EXTENSIONS: dict[str, Row] = {
     "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": Read(
         "true", "reload.dynamic_metadata_limit_name", True, {"RESPONSE_DYNAMIC_METADATA": "true"}
     ),
+    "HTTP_WRITE_TIMEOUT": Read("3s", "connections.http_write_timeout", 3.0),
+    "GRPC_WRITE_TIMEOUT": Read("4s", "connections.grpc_write_timeout", 4.0),
+    "GRPC_CONNECTION_TIMEOUT": Read("5s", "connections.grpc_connection_timeout", 5.0),
+    "MAX_BUFFERED_BYTES": Read("16777216", "connections.max_buffered_bytes", 16777216),
+    "MAX_DESCRIPTOR_VALUE_LENGTH": Read("512", "reload.max_value_length", 512),
+    "MEMORY_MAX_KEYS": Read("5000", "cache.memory_max_keys", 5000, {"BACKEND_TYPE": "memory"}),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}

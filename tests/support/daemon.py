@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -178,6 +179,26 @@ class DaemonProcess(Proc):
             self._channel.close()
             self._channel = None
         super()._release()
+
+
+class LowNofileDaemon(DaemonProcess):
+    """The daemon under a small open-file limit (soft = hard = `nofile`)."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, nofile: int) -> None:
+        self.nofile = nofile
+        super().__init__(env, log_path)
+
+    def _spawn(self) -> None:
+        limit = self.nofile
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
+        )
+        self.pid = self.proc.pid
 
 
 def start_daemon(

@@ -66,6 +66,14 @@ class Pki:
         )  # fmt: skip
         return self.root / f"{name}.pem", self.root / f"{name}.key"
 
+    def server_env(self) -> dict[str, str]:
+        """The daemon's environment for a TLS gRPC listener with the `server` certificate."""
+        return {
+            "GRPC_SERVER_USE_TLS": "true",
+            "GRPC_SERVER_TLS_CERT": str(self.server[0]),
+            "GRPC_SERVER_TLS_KEY": str(self.server[1]),
+        }
+
     def creds(self, ca: Path, client: tuple[Path, Path] | None = None) -> grpc.ChannelCredentials:
         """gRPC client credentials trusting `ca`, presenting `client` when given."""
         if client is None:

@@ -139,7 +139,13 @@ def parse_counter(raw: bytes) -> int | None:
     """A stored counter as the decision sees it: Go's ParseInt(s, 10, 32) into a uint32, as
     the reference reads it, except that a number past the int32 range saturates at 2^32-1
     where the reference reads 0 (a key made unlimited by one huge hits_addend). None when it
-    is not a number at all (the reference's logged error)."""
+    is not a number at all (the reference's logged error).
+
+    Trailing spaces are not part of the number: a `decr` that shortens a counter may leave
+    it space-padded in place ("10" less 3 is stored as "7 ", as memcached's protocol.txt
+    allows), which ParseInt refuses, so the reference reads a refunded counter as 0.
+    """
+    raw = raw.rstrip(b" ")
     value = parse_int32(raw)
     if value is not None:
         return value & 0xFFFFFFFF

@@ -4,10 +4,13 @@ HTTP/2) with Cython.
 `pip install .` runs this in an isolated build env with Cython present; the generated
 C files are build output and never committed. The HTTP/2 core links the system libnghttp2 by
 its soname, libnghttp2.so.14 (Debian: libnghttp2-14, the runtime library alone: the
-declarations it needs are in ratelimitd/_nghttp2.h, so no libnghttp2-dev). It is optional:
-without the library the build skips it and the daemon serves gRPC with grpc.aio instead.
+declarations it needs are in ratelimitd/_nghttp2.h, so no libnghttp2-dev). It is optional
+only where that library is missing: the build then skips it and the daemon serves gRPC with
+grpc.aio instead. Where the library is there, a compile error fails the build, so a broken
+HTTP/2 core can never install silently as "not built".
 """
 
+import ctypes.util
 import glob
 import sys
 from importlib import resources
@@ -50,7 +53,7 @@ extensions = [
     # the runtime library's file: there is no libnghttp2.so link without the -dev package.
     Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=[":libnghttp2.so.14"]),
 ]
-OPTIONAL = {"ratelimitd._h2"}
+OPTIONAL = set() if ctypes.util.find_library("nghttp2") else {"ratelimitd._h2"}
 
 modules = cythonize(
     extensions,

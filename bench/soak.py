@@ -41,8 +41,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
 
 import grpc  # noqa: E402
 from support import attacks  # noqa: E402

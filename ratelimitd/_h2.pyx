@@ -36,14 +36,15 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from ratelimitd._nghttp2 cimport *
 
-# gRPC status codes the core itself answers with.
-cdef enum:
-    OK = 0
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    RESOURCE_EXHAUSTED = 8
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
+from ratelimitd.transport import grpcstatus
+
+# The gRPC status codes the core itself answers with (declared once, in grpcstatus.py).
+cdef int OK = grpcstatus.OK
+cdef int UNKNOWN = grpcstatus.UNKNOWN
+cdef int INVALID_ARGUMENT = grpcstatus.INVALID_ARGUMENT
+cdef int RESOURCE_EXHAUSTED = grpcstatus.RESOURCE_EXHAUSTED
+cdef int UNIMPLEMENTED = grpcstatus.UNIMPLEMENTED
+cdef int INTERNAL = grpcstatus.INTERNAL
 
 DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024  # grpc-go's default receive limit
 DEFAULT_MAX_HEADER_LIST = 64 * 1024

@@ -25,21 +25,22 @@ from .health import Health
 from .reloader import ConfigReloader
 from .service import RateLimitService
 from .settings import (
-    ConnectionLimits,
     ReloadOptions,
     Settings,
     SettingsError,
     reload_options_from_env,
 )
+from .settings.checks import refuse_native_only
 from .stats import StatsStore
 from .stats.base import Sink, SinkError
 from .stats.sinks import create_sink
-from .tracing import Tracing, create_tracing, server_interceptor
+from .tracing import Tracing, create_tracing
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
 from .transport.http import HttpServer
 from .transport.limits import ConnectionBudget
 from .transport.routes import main_routes
+from .transport.spans import server_interceptor
 
 try:
     from .transport.native import NativeGrpcTransport
@@ -157,6 +158,7 @@ def build(settings: Settings) -> Daemon:
         stats,
         worker_index=settings.workers.index,
         share_dir=settings.workers.stats_dir or None,
+        serve=HttpServer,
     )
     tracing = create_tracing(settings)
     core = build_core(settings, stats=stats, health=health, tracing=tracing)
@@ -246,27 +248,17 @@ def grpc_transport(
             tracing=tracing,
             budget=budget,
         )
-    limits = settings.connections
-    defaults = ConnectionLimits()
-    native_only = [
-        "grpc_max_connections",
-        "grpc_read_timeout",
-        "grpc_write_timeout",
-        "grpc_connection_timeout",
-    ]
-    if any(getattr(limits, name) != getattr(defaults, name) for name in native_only):
-        # grpc.aio bounds none of them: refuse rather than accept a setting that does nothing.
-        raise GrpcConfigError(
-            "GRPC_MAX_CONNECTIONS, GRPC_READ_TIMEOUT, GRPC_WRITE_TIMEOUT and "
-            "GRPC_CONNECTION_TIMEOUT need the native gRPC transport "
-            "(unset GRPC_TRANSPORT=grpcio, or unset them)"
-        )
     if choice == "native":
         raise GrpcConfigError(
             "GRPC_TRANSPORT=native: the native transport was not built "
             "(install libnghttp2-14, the runtime library, and reinstall ratelimitd)"
         )
     if choice == "":
+        # GRPC_TRANSPORT=grpcio's settings checks, now that grpc.aio will serve.
+        try:
+            refuse_native_only(settings)
+        except SettingsError as exc:
+            raise GrpcConfigError(str(exc)) from None
         log.warning(
             "the native gRPC transport was not built (no libnghttp2.so.14 at install): "
             "serving gRPC with grpc.aio"

@@ -1,7 +1,10 @@
-"""The decision request and response, independent of any transport.
+"""The decision request and response, and the errors of a decision, independent of any
+transport.
 
 Transports (gRPC, `/json`) decode into `Request` and encode `Response`; the service never
-sees protobuf or JSON. Codes and unit numbers are the RLS v3 enum values.
+sees protobuf or JSON. Codes and unit numbers are the RLS v3 enum values (a response's
+`overall_code`, not a gRPC status). Each transport maps the errors to its own statuses
+(`transport/rls.py` to gRPC ones, `transport/http.py` to HTTP ones).
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from typing import Any
 
 import msgspec
 
-# envoy.service.ratelimit.v3.RateLimitResponse.Code
+# envoy.service.ratelimit.v3.RateLimitResponse.Code (UNKNOWN: a response code, not the
+# gRPC status of that name)
 UNKNOWN, OK, OVER_LIMIT = 0, 1, 2
 CODE_NAMES = ("UNKNOWN", "OK", "OVER_LIMIT")
 
@@ -20,6 +24,20 @@ MAX_UINT32 = 0xFFFFFFFF
 # 3.11, rounded up; the codecs' `decoded_size` estimates with them.
 DESCRIPTOR_BYTES = 160
 ENTRY_BYTES = 176
+
+
+class ServiceError(Exception):
+    """A request the service refuses, as the reference refuses it (gRPC UNKNOWN, `/json` 400)."""
+
+
+class RequestTooLarge(ServiceError):
+    """More descriptors or entries than MAX_DESCRIPTORS_PER_REQUEST / MAX_ENTRIES_PER_DESCRIPTOR
+    allow, refused before any work (gRPC RESOURCE_EXHAUSTED, `/json` 400)."""
+
+
+class Overloaded(ServiceError):
+    """MAX_INFLIGHT_DECISIONS decisions already wait on the store: refused at once rather
+    than queued without bound (gRPC RESOURCE_EXHAUSTED, `/json` 503)."""
 
 
 class Descriptor(msgspec.Struct, gc=False):

@@ -82,11 +82,12 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install -q --upgrade pip
 fi
-# Editable install: setuptools compiles the Cython extensions in place.
+# Editable install: setuptools compiles the Cython extensions in place. The test and bench
+# helpers (tests/support) are a package of their own, imported as `support` by both.
 if [[ "$mode" == "--run" ]]; then
     "$VENV/bin/pip" install -q -e .
 else
-    "$VENV/bin/pip" install -q -e ".[test]"
+    "$VENV/bin/pip" install -q -e ".[test]" -e ./tests
 fi
 
 if [[ "$mode" == "--system" ]]; then

@@ -43,7 +43,6 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
 
 from support.machine import SIDECAR_PACKAGES, describe, machine_info  # noqa: E402
 from support.process import process_tree  # noqa: E402

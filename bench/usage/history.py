@@ -33,8 +33,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.machine import SIDECAR_PACKAGES, load_average, machine_info
 from support.postgres_server import PostgresServer
 from support.process import REPO, Proc, cpu_seconds, process_tree, scratch, start_bound

@@ -26,8 +26,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.core import suite_config
 from support.daemon import redis_and_daemon
 from support.machine import SIDECAR_PACKAGES, load_average, machine_info

@@ -23,15 +23,11 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.core import suite_config
 from support.daemon import redis_and_daemon
 from support.machine import SIDECAR_PACKAGES, load_average, machine_info

@@ -19,18 +19,26 @@ memory handed back (`allocator.Trimmer`): a dict never shrinks by itself.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..allocator import Trimmer
-from ..keys import COUNTER_MAX
+from ..config.windows import SLIDING_WINDOW
+from ..keys import COUNTER_MAX, bump
 from ..keys import sliding_window as _sliding_window
 from ..keys import token_bucket as _token_bucket
-from .base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
+from . import MEMORY
+from .base import Op
+
+if TYPE_CHECKING:
+    from ..health import Health
+    from ..settings import Settings
+    from ..stats import StatsStore
 
 log = logging.getLogger("ratelimitd.backends.memory")
 
@@ -52,7 +60,7 @@ class MemoryBackend:
     """Process-local counters (and sliding-window / token-bucket states): a `SyncBackend`."""
 
     name = "memory"
-    algorithms = frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET})
+    capabilities = MEMORY
 
     def __init__(
         self,
@@ -68,6 +76,9 @@ class MemoryBackend:
         self._jitter = jitter_max_seconds
         self._clock = clock
         self._next_sweep = 0
+        # `increment_now` of one fixed-window op given as its fields (no Op built): the
+        # limiter's per-window fast path, compiled with the counter maths (`keys.bump`).
+        self.increment_one: Callable[[str, int, int, int], int] = functools.partial(bump, self)
         self.max_keys = max_keys
         # Units of max_keys in use (a key of n bytes uses 1 + n // KEY_UNIT), the dict's
         # peak size since it was last rebuilt, and the keys evicted so far.
@@ -120,27 +131,6 @@ class MemoryBackend:
                 entry[1] = expires
             out.append(entry[0])
         return out
-
-    def increment_one(self, key: str, hits: int, seconds: int, now: int) -> int:
-        """`increment_now` for a single op (the limiter's per-descriptor fast path)."""
-        if now >= self._next_sweep:
-            self._sweep(now)
-        expires = now + seconds
-        if self._jitter > 0:
-            # int(random() * n) is uniform on [0, n) like randrange, at a tenth of its cost.
-            expires += int(random.random() * self._jitter)
-        entry = self._counters.get(key)
-        if entry is None:
-            self._counters[key] = [hits, expires]
-            self._created(key, expires, now)
-            return hits
-        if entry[1] <= now:  # expired, not swept yet: a fresh counter
-            entry[0] = hits
-        else:
-            count = entry[0] + hits
-            entry[0] = count if count <= COUNTER_MAX else COUNTER_MAX  # saturates
-        entry[1] = expires
-        return entry[0]
 
     def _decide(self, op: Op, now: int, *, peek: bool = False) -> tuple[int, int]:
         """A sliding-window or token-bucket op: (level after, ticks until reset)."""
@@ -202,6 +192,15 @@ class MemoryBackend:
     async def increment(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY + EXPIRE for each op; the counters after."""
         return self.increment_now(ops, int(self._clock()))
+
+    async def peek(self, ops: Sequence[Op]) -> list[Any]:
+        """`increment` on a copy of the ops' entries: what it would return, nothing written."""
+        now = int(self._clock())
+        states = []
+        for op in ops:
+            entry = self._counters.get(op.key)
+            states.append(entry[0] if entry is not None and entry[1] > now else None)
+        return simulate(ops, states, now)
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent or expired); a decided op's level, uncounted."""
@@ -311,3 +310,30 @@ class MemoryBackend:
             self._counters = dict(counters)
             self._peak = size
             self._trimmer.freed(freed)
+
+
+def create_memory_backend(
+    settings: Settings,
+    health: Health | None = None,
+    stats: StatsStore | None = None,
+    clock: Callable[[], float] = time.time,
+) -> MemoryBackend:
+    """The registry factory: counters in this process (EXPIRATION_JITTER_MAX_SECONDS)."""
+    cache = settings.cache
+    return MemoryBackend(
+        cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
+    )
+
+
+def simulate(ops: Sequence[Op], states: Sequence[Any], now: int) -> list[Any]:
+    """What `increment(ops)` returns on a store holding `states` (one per op: a counter, a
+    sliding-window or token-bucket state tuple, or None when absent): a dry run of any store
+    that keeps its states as this one does, with the same maths."""
+    scratch = MemoryBackend()
+    for op, state in zip(ops, states, strict=True):
+        if state is not None:
+            scratch._counters[op.key] = [state, _NEVER]
+    return scratch.increment_now(ops, now)
+
+
+_NEVER = 2**62  # a scratch entry's expiry

@@ -11,7 +11,6 @@ on every config load, which is also the type the service decides with.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -33,7 +32,6 @@ __all__ = [
     "RedisSettings",
     "ReloadOptions",
     "RuntimeSettings",
-    "Settings",
     "StatsSettings",
     "StatsSink",
     "TracingSettings",
@@ -399,33 +397,3 @@ class WorkerSettings:
     stats_dir: str = ""  # RATELIMITD_STATS_DIR: where workers publish Prometheus totals
     # RATELIMITD_SUPERVISOR_PID: a worker exits when this process is no longer its parent.
     supervisor_pid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """How the process runs: every setting of the reference plus a few extensions."""
-
-    listeners: ListenerSettings = ListenerSettings()
-    connections: ConnectionLimits = ConnectionLimits()
-    debug: DebugSettings = DebugSettings()
-    grpc: GrpcSettings = GrpcSettings()
-    log: LogSettings = LogSettings()
-    config: ConfigSettings = ConfigSettings()
-    xds: XdsSettings = XdsSettings()
-    runtime: RuntimeSettings = RuntimeSettings()
-    stats: StatsSettings = StatsSettings()
-    cache: CacheSettings = CacheSettings()
-    redis: RedisSettings = RedisSettings()
-    # None unless REDIS_PERSECOND: SECOND-unit keys then go to this instance.
-    redis_persecond: RedisSettings | None = None
-    memcache: MemcacheSettings = MemcacheSettings()
-    tracing: TracingSettings = TracingSettings()
-    reload: ReloadOptions = ReloadOptions()
-    workers: WorkerSettings = WorkerSettings()
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build Settings from the environment (default os.environ); raise SettingsError."""
-        from .environment import settings_from_env  # environment.py builds on these types
-
-        return settings_from_env(environ)

@@ -17,7 +17,7 @@ import inspect
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -34,6 +34,7 @@ from ratelimitd.tlsfiles import unreadable
 from .protocodec import METHOD_NAME, SERVICE_NAME
 from .protocodec import METHOD_PATH as METHOD_PATH  # re-exported for existing importers
 from .rls import RlsHandler
+from .spans import Continuation, Details, Handler
 
 log = logging.getLogger(__name__)
 
@@ -236,12 +237,8 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
         names = context.auth_context().get("x509_subject_alternative_name", ())
         return any(dns_name_matches(n.decode("utf-8", "replace"), self._san) for n in names)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
+    async def intercept_service(self, continuation: Continuation, details: Details) -> Handler:
+        handler = await continuation(details)
         if handler is None:
             return handler
         message = f"client certificate does not match the required SAN {self._san!r}"

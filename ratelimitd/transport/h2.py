@@ -39,14 +39,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._h2 import Connection, Stream  # type: ignore[import-not-found]
+from .grpcstatus import DEADLINE_EXCEEDED, INTERNAL
 from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
 
 log = logging.getLogger("ratelimitd.transport.h2")
 
-DEADLINE_EXCEEDED = 4
 # How often the server looks for requests past GRPC_READ_TIMEOUT.
 _SWEEP_SECONDS = 1.0
-INTERNAL = 13
 # How long the graceful GOAWAY waits for the peer's PING acknowledgement before the final one.
 GOAWAY_PING_TIMEOUT = 1.0
 # How long a connection that got its final GOAWAY may keep sending before it is closed anyway.

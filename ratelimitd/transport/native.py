@@ -25,7 +25,7 @@ from ..health import Health
 from ..service import RateLimitService
 from ..settings import Settings
 from ..stats import StatsStore, Timer
-from ..tracing import ServerSpans, Tracing
+from ..tracing import Tracing
 from .grpc import (
     HEALTH_SERVICE,
     CertificateFiles,
@@ -34,17 +34,15 @@ from .grpc import (
     dns_name_matches,
     listen_address,
 )
+from .grpcstatus import INTERNAL, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
 from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size
-from .rls import INTERNAL, RlsHandler
+from .rls import RlsHandler
+from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.native")
 
-NOT_FOUND = 5
-RESOURCE_EXHAUSTED = 8
-UNIMPLEMENTED = 12
-DEADLINE_EXCEEDED = 4
 # HealthCheckResponse.ServingStatus
 SERVING, NOT_SERVING, SERVICE_UNKNOWN = 1, 2, 3
 HEALTH_CHECK = b"/grpc.health.v1.Health/Check"
@@ -188,7 +186,7 @@ class NativeGrpcTransport:
         self.handler = RlsHandler(service, stats, response_timer, spans)
         self.health_statuses = NativeHealth()
         self.routes = {
-            METHOD_PATH.encode(): self._should_rate_limit,
+            METHOD_PATH.encode(): self.handler.route(self._should_rate_limit, self._in_task),
             HEALTH_CHECK: self.health_statuses.check,
             HEALTH_WATCH: self.health_statuses.watch,
         }
@@ -229,6 +227,9 @@ class NativeGrpcTransport:
             if outcome is not None:
                 proto.answer(stream, *outcome)
                 return
+        self._in_task(stream, proto)
+
+    def _in_task(self, stream: Any, proto: H2Protocol) -> None:
         # Its request, decoded, stays in memory while the decision waits: counted in the
         # process's buffers until it is answered (refused at once when they are full).
         if not proto.conn.hold(stream, decoded_size(stream.message)):

@@ -11,7 +11,7 @@ oracle of the property tests) and serve the client-side functions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -138,23 +138,13 @@ def _compiled_codec() -> Any:
 
 _wire = _compiled_codec()
 if _wire is not None:
-    _decode, _encode = _wire.decode_request, _wire.encode_response
+    # Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes (the
+    # compiled codec's WireError is one, with grpc-go's message), and `TooLarge` past
+    # `bounds` (a `messages.Bounds` or the ReloadOptions in force).
+    decode_request = _wire.decode_request
 
-    def decode_request(data: bytes, bounds: Any = None) -> Request:
-        """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes, and
-        `TooLarge` past `bounds` (a `messages.Bounds` or the ReloadOptions in force)."""
-        try:
-            return _decode(data, bounds)  # type: ignore[no-any-return]
-        except TooLarge:
-            raise
-        except ValueError as exc:  # WireError, with grpc-go's message
-            raise DecodeError(str(exc)) from None
-
-    def encode_response(resp: Response) -> bytes:
-        """Serialize a decision as a RateLimitResponse."""
-        if not resp.dynamic_metadata:  # an empty Struct is absent, as upb writes it
-            return _encode(resp)  # type: ignore[no-any-return]
-        return _encode(resp, _struct_bytes(resp.dynamic_metadata))  # type: ignore[no-any-return]
+    # Serialize a decision as a RateLimitResponse: one call into the compiled codec.
+    encode_response: Callable[[Response], bytes] = _wire.Encoder(_struct_bytes)
 
     decoded_size = _wire.decoded_size
     IMPLEMENTATION = "compiled"

@@ -14,8 +14,8 @@ from support.settings_env import error, load
 
 from ratelimitd import allocator
 from ratelimitd.allocator import Trimmer
-from ratelimitd.backends.base import SLIDING_WINDOW
 from ratelimitd.backends.memory import KEY_UNIT, MemoryBackend
+from ratelimitd.config.windows import SLIDING_WINDOW
 
 NOW = 1_000_000
 

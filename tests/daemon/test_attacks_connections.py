@@ -24,10 +24,9 @@ from support.h2raw import CONFIG
 from support.pki import Pki
 from support.settings_env import error
 
-from ratelimitd import daemon
 from ratelimitd.messages import OK
-from ratelimitd.settings import Settings
-from ratelimitd.transport.grpc import METHOD_PATH, GrpcConfigError
+from ratelimitd.settings import Settings, SettingsError
+from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.limits import NEVER_USED, USED, Eviction, IdleKey
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
@@ -191,10 +190,11 @@ def test_the_settings_refuse_invalid_values(env: dict[str, str], message: str) -
     "name", ["GRPC_MAX_CONNECTIONS", "GRPC_WRITE_TIMEOUT", "GRPC_CONNECTION_TIMEOUT"]
 )
 def test_the_native_settings_refuse_grpc_aio(name: str) -> None:
+    # Refused with the other settings checks (settings/checks.py), before anything is built.
     value = "7" if name == "GRPC_MAX_CONNECTIONS" else "3s"
     env = {"BACKEND_TYPE": "memory", "GRPC_TRANSPORT": "grpcio", name: value}
-    with pytest.raises(GrpcConfigError, match=f"{name}.* need the native gRPC transport"):
-        daemon.build(Settings.from_env(env))
+    with pytest.raises(SettingsError, match=f"{name}.* need the native gRPC transport"):
+        Settings.from_env(env)
 
 
 class Fake:

@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 from support import wait_until
+from support.core import single_rule
 from support.daemon import DaemonProcess, LowNofileDaemon, write_config
 from support.process import Proc
 
@@ -22,12 +23,7 @@ from ratelimitd.messages import OK
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
-CONFIG = """\
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-"""
+CONFIG = single_rule("d", "hour", 1000)
 REQUEST = b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
 BODY = b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}'
 

@@ -1,9 +1,10 @@
 """Test and bench helpers, written once: free ports and readiness polling, a controllable
 clock, real server processes, the uvloop hook, the test PKI, and what a benchmark ran on.
 
-On sys.path through pytest's `pythonpath = ["tests"]`; bench scripts add tests/ themselves.
-It lives under tests/ because tests are its main user and nothing in it ships: the wheel
-packages only ratelimitd and sidecars.
+A package of its own (tests/pyproject.toml), installed editable by scripts/bootstrap.sh, so
+the tests and the bench/ scripts import it as `support` with no sys.path insertion. It lives
+under tests/ because tests are its main user and nothing in it ships: the wheel packages
+only ratelimitd and sidecars.
 
   ready          free_port, port_open, http_get, wait_for, wait_until
   clock          Clock
@@ -17,7 +18,8 @@ packages only ratelimitd and sidecars.
   pki            Pki: two CAs, server and client certificates
   ads_server     AdsServer: an xDS (ADS, State of the World) management server, in-process
   machine        machine_info, load_average, implementations (compiled or pure, per module)
-  core           Decider, memory_decider, suite_config (tests/configs/suites), drive
+  core           Decider, memory_decider, suite_config (tests/configs/suites)
+  decisions      random configs and requests; /explain predicts the decision (property)
   sidecar        a usage or transit sidecar under real gunicorn; usage_database
   webhook_receiver  a signature-checking webhook receiver (the usage API's threshold events)
   wrk            wrk runs summarised as JSON (the HTTP load benchmarks)

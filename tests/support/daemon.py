@@ -13,7 +13,7 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +90,15 @@ class DaemonProcess(Proc):
 
     name = "ratelimitd"
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, wrap: Sequence[str] = ()) -> None:
         self.http_port = int(env["PORT"])
         self.grpc_port = int(env["GRPC_PORT"])
         self.debug_port = int(env["DEBUG_PORT"])
         self._channel: grpc.Channel | None = None
         self._client: tuple[asyncio.AbstractEventLoop, RateLimitClient] | None = None
-        super().__init__([sys.executable, "-m", "ratelimitd", "serve"], log_path, env)
+        # `wrap`: a command the daemon runs under (a profiler's, as bench/load/instructions.py).
+        argv = [*wrap, sys.executable, "-m", "ratelimitd", "serve"]
+        super().__init__(argv, log_path, env)
 
     @property
     def grpc_target(self) -> str:
@@ -199,16 +201,23 @@ class LowNofileDaemon(DaemonProcess):
         self.pid = self.proc.pid
 
 
-def start_daemon(env: dict[str, str], log_dir: Path, name: str = "ratelimitd") -> DaemonProcess:
-    """A ready daemon with `env` on fresh free ports (retried if another process took one)."""
+def start_daemon(
+    env: dict[str, str],
+    log_dir: Path,
+    name: str = "ratelimitd",
+    wrap: Sequence[str] = (),
+    timeout: float = 20.0,
+) -> DaemonProcess:
+    """A ready daemon with `env` on fresh free ports (retried if another process took one),
+    run under the command `wrap` if any."""
 
     def spawn() -> DaemonProcess:
         fresh = with_fresh_ports(env)
-        daemon = DaemonProcess(fresh, log_dir / f"daemon-{fresh['GRPC_PORT']}.log")
+        daemon = DaemonProcess(fresh, log_dir / f"daemon-{fresh['GRPC_PORT']}.log", wrap)
         daemon.name = name
         return daemon
 
-    return start_bound(spawn)
+    return start_bound(spawn, timeout=timeout)
 
 
 def start_redis_daemon(

@@ -15,7 +15,9 @@ from .process import REPO
 # Compiled module -> the selector that picks it or its pure twin (IMPLEMENTATION says which).
 SELECTORS = {
     "_keys": "ratelimitd.keys",
+    "_decision": "ratelimitd.decision",
     "_match": "ratelimitd.match",
+    "_rls": "ratelimitd.transport.rls",
     "_wire": "ratelimitd.transport.protocodec",
 }
 # What an HTTP sidecar benchmark also names (machine_info(SIDECAR_PACKAGES)).

@@ -60,7 +60,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
 from ...aio import cancel
-from ..base import ONLY_FIXED_WINDOW, BackendError, Op, client_ssl_context
+from .. import MEMCACHE
+from ..base import BackendError, Op, client_ssl_context
 from .protocol import GET, LINES, Node
 from .srv import lookup_srv, parse_srv_response, servers_from_srv
 
@@ -192,9 +193,9 @@ class MemcacheBackend:
 
     name = "memcache"
     # Its counters are read, decided on, then incremented asynchronously (the reference's
-    # design): a sliding window or token bucket could not be exact, so configs using them
-    # are refused at load.
-    algorithms = ONLY_FIXED_WINDOW
+    # design): a sliding window or token bucket could not be exact, so it declares the fixed
+    # window only and configs using them are refused at load.
+    capabilities = MEMCACHE
 
     def __init__(
         self,
@@ -347,11 +348,11 @@ class MemcacheBackend:
         if not self._queued:
             asyncio.get_running_loop().call_soon(self._start_batch)
         self._queued.extend(ops)
-        # A refund decides on the value it will leave (floored at 0, as memcached's decr).
-        return [
-            max(0, v - op.hits) if op.refund else v + op.hits
-            for v, op in zip(values, ops, strict=True)
-        ]
+        return _as_decided(values, ops)
+
+    async def peek(self, ops: Sequence[Op]) -> list[int]:
+        """What `increment` returns (it decides on the values read): nothing queued."""
+        return _as_decided(await self._values([op.key for op in ops]), ops) if ops else []
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent; fails open like `increment`)."""
@@ -505,13 +506,21 @@ class MemcacheBackend:
         return out
 
 
+def _as_decided(values: Sequence[int], ops: Sequence[Op]) -> list[int]:
+    """The counters a decision sees: value + hits; a refund decides on the value it will
+    leave (floored at 0, as memcached's decr)."""
+    return [
+        max(0, v - op.hits) if op.refund else v + op.hits for v, op in zip(values, ops, strict=True)
+    ]
+
+
 def ssl_context_from(settings: MemcacheSettings) -> ssl.SSLContext | None:
     """MEMCACHE_TLS with its CA, client certificate and hostname-verification settings."""
     return client_ssl_context(settings, "MEMCACHE_") if settings.tls else None
 
 
 def create_memcache_backend(
-    settings: Settings, health: Health | None = None, stats: StatsStore | None = None
+    settings: Settings, health: Health | None = None, stats: StatsStore | None = None, *_: object
 ) -> MemcacheBackend:
     """The registry factory: a MemcacheBackend from Settings (await `connect()` before serving)."""
     memcache = settings.memcache

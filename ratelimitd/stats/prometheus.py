@@ -17,6 +17,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
+from . import process
 from .base import RESPONSE_TIME, Sink, SinkError, number, tag_pairs
 from .mapper import DEFAULT_BUCKETS, Mapped, MetricMapper, escape_metric_name
 from .store import StatsStore, Timer
@@ -232,6 +233,7 @@ class PrometheusSink(Sink):
                         out.append(f"{fname}_bucket{labels} {running}\n")
                 out.append(f"{fname}_sum{_labels_text(key)} {number(total)}\n")
                 out.append(f"{fname}_count{_labels_text(key)} {count}\n")
+        out += process.render(totals.process)
         return "".join(out).encode()
 
     async def _scrape(self, request: Request) -> Reply:

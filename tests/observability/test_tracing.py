@@ -96,9 +96,9 @@ def traced(h: Any, settings: Settings) -> Tracing:
     h.limiter = Limiter(
         tracing.traced_backend(h.backend),
         near_limit_ratio=old.near_limit_ratio,
-        cache_key_prefix=old.prefix,
+        prefix=old.prefix,
         local_cache=old.local_cache,
-        stop_increment_when_over_limit=old.stop_increment,
+        stop_increment=old.stop_increment,
         clock=old.clock,
     )
     h.service.limiter = h.limiter

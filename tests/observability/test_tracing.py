@@ -9,6 +9,7 @@ import grpc
 import grpc.aio
 import pytest
 from support.ready import wait_until
+from support.settings_env import on_memory
 
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends.base import Backend, Op, SyncBackend
@@ -28,14 +29,11 @@ PARENT_SPAN = "b7ad6b7169203331"
 
 
 def tracing_settings(**env: str) -> Settings:
-    return Settings.from_env(
-        {
-            "BACKEND_TYPE": "memory",
-            "TRACING_ENABLED": "true",
-            "TRACING_SERVICE_NAME": "rl-test",
-            "TRACING_SERVICE_NAMESPACE": "edge",
-            **env,
-        }
+    return on_memory(
+        TRACING_ENABLED="true",
+        TRACING_SERVICE_NAME="rl-test",
+        TRACING_SERVICE_NAMESPACE="edge",
+        **env,
     )
 
 
@@ -229,7 +227,7 @@ async def test_the_handler_times_every_call_without_tracing(harness: Any, serve:
 
 
 def test_tracing_disabled_is_none_and_costs_nothing() -> None:
-    assert create_tracing(Settings.from_env({"BACKEND_TYPE": "memory"})) is None
+    assert create_tracing(on_memory()) is None
     assert server_interceptor(None) is None
 
 

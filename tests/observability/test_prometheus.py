@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.settings_env import on_memory
 
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore, process
@@ -25,14 +26,8 @@ RULE = "ratelimit_service_rate_limit_"
 
 
 def prom_settings(**env: str) -> Settings:
-    return Settings.from_env(
-        {
-            "BACKEND_TYPE": "memory",
-            "USE_STATSD": "false",
-            "USE_PROMETHEUS": "true",
-            "PROMETHEUS_ADDR": "127.0.0.1:0",
-            **env,
-        }
+    return on_memory(
+        USE_STATSD="false", USE_PROMETHEUS="true", PROMETHEUS_ADDR="127.0.0.1:0", **env
     )
 
 

@@ -94,7 +94,7 @@ class Decider:
 def rule_counts(
     total: int = 0, over: int = 0, near: int = 0, within: int = 0, olwlc: int = 0, shadow: int = 0
 ) -> dict[str, float]:
-    """What `Harness.rule_stats` is expected to return: the six per-rule counters, zero
+    """What `Decider.rule_stats` is expected to return: the six per-rule counters, zero
     unless given."""
     return {
         "total_hits": total,

@@ -15,19 +15,9 @@ from support.budget import redis_budgets
 from support.redis_server import RedisServer, RedisServers
 
 from ratelimitd.backends.redis.instances import key_slot
+from ratelimitd.budget import model
 from ratelimitd.budget.memory import MemoryBudgets
-from ratelimitd.budget.model import (
-    ADMITTED,
-    COUNT,
-    PEEK,
-    RELEASE,
-    RESERVE,
-    SETTLE,
-    Call,
-    budget_keys,
-    fixed,
-    sliding,
-)
+from ratelimitd.budget.model import Call, budget_keys, fixed, sliding
 
 T0 = 1_699_999_200_000 + 590_000  # 10 s before a minute ends
 TTL = 90_000
@@ -41,7 +31,9 @@ SHAPES = [
 
 step = st.tuples(
     st.sampled_from([0, 0, 1, 250, 999, 5_000, 30_000, 40_000, 61_000, 61_000, 95_000]),
-    st.sampled_from([RESERVE, RESERVE, SETTLE, RELEASE, COUNT, PEEK]),
+    st.sampled_from(
+        [model.RESERVE, model.RESERVE, model.SETTLE, model.RELEASE, model.COUNT, model.PEEK]
+    ),
     st.integers(0, 1),  # which budget
     st.integers(0, 5),  # which transaction
     st.sampled_from([0, 1, 3, 10, 25, 49, 60]),  # amount
@@ -93,7 +85,9 @@ async def test_cluster_runs_each_call_on_its_budgets_slot(redis_servers: RedisSe
         calls = []
         for i in range(300):
             now += rng.choice([0, 10, 1000])
-            kind = rng.choice([RESERVE, RESERVE, SETTLE, RELEASE, COUNT])
+            kind = rng.choice(
+                [model.RESERVE, model.RESERVE, model.SETTLE, model.RELEASE, model.COUNT]
+            )
             key = rng.choice(keys)
             calls.append(Call(kind, key, windows, now, f"t{i % 37}", rng.randrange(30), TTL))
         # Several budgets (several slots, several masters) in one round, in order per budget.
@@ -119,7 +113,7 @@ def reserve_from_threads(address: str, key: str, threads: int, each: int) -> lis
             rng = random.Random(seed)
             try:
                 calls = [
-                    Call(RESERVE, key, windows, T0, f"w{seed}-{i}", rng.randrange(1, 60), TTL)
+                    Call(model.RESERVE, key, windows, T0, f"w{seed}-{i}", rng.randrange(1, 60), TTL)
                     for i in range(each)
                 ]
                 # Every call its own round trip, all in flight together.
@@ -149,7 +143,7 @@ async def test_concurrent_reserves_never_admit_past_the_limit(redis_server: Redi
     assert len(admitted) < 400
     backend, budgets = await redis_budgets(redis_server.address)
     try:
-        (peek,) = await budgets.run([Call(PEEK, key, (fixed(3600, 1000),), T0, "p", 0, TTL)])
+        (peek,) = await budgets.run([Call(model.PEEK, key, (fixed(3600, 1000),), T0, "p", 0, TTL)])
         assert peek.levels[0][0] == sum(admitted)
         assert sum(admitted) > 1000 - 60  # and a refusal meant no room for its estimate
     finally:
@@ -171,18 +165,20 @@ async def test_streams_that_settle_under_their_estimates_never_overshoot(
             now += 100
             estimates = [rng.randrange(50, 400) for _ in range(40)]
             reserves = [
-                Call(RESERVE, key, windows, now, f"s{wave}-{i}", e, TTL)
+                Call(model.RESERVE, key, windows, now, f"s{wave}-{i}", e, TTL)
                 for i, e in enumerate(estimates)
             ]
             results = await asyncio.gather(*(budgets.run([c]) for c in reserves))
             settles = [
-                Call(SETTLE, key, windows, now + 50, c.txn, rng.randrange(0, c.amount + 1), TTL)
+                Call(
+                    model.SETTLE, key, windows, now + 50, c.txn, rng.randrange(0, c.amount + 1), TTL
+                )
                 for c, (r,) in zip(reserves, results, strict=True)
-                if r.outcome == ADMITTED
+                if r.outcome == model.ADMITTED
             ]
             done = await asyncio.gather(*(budgets.run([c]) for c in settles))
             charged += sum(r.charged for (r,) in done)
-        (peek,) = await budgets.run([Call(PEEK, key, windows, now + 60, "p", 0, TTL)])
+        (peek,) = await budgets.run([Call(model.PEEK, key, windows, now + 60, "p", 0, TTL)])
         assert peek.levels[0][0] == charged <= 5000
     finally:
         await backend.close()

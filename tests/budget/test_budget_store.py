@@ -8,20 +8,13 @@ from typing import Any
 import pytest
 
 from ratelimitd.backends.redis.instances import key_slot
+from ratelimitd.budget import model as outcome
 from ratelimitd.budget.model import (
-    ADMITTED,
-    CONTESTED,
     COUNT,
-    DUPLICATE,
-    FINISHED,
-    ORPHAN,
     PEEK,
-    REFUSED,
     RELEASE,
     RESERVE,
     SETTLE,
-    SETTLED,
-    UNKNOWN,
     Call,
     Result,
     Window,
@@ -80,21 +73,21 @@ class Budget:
 async def test_reserve_admits_while_used_plus_reserved_plus_estimate_fits(store: Any) -> None:
     b = Budget(store)
     assert (await b.reserve("t1", 40)).levels == ((40, 3000),)
-    assert (await b.reserve("t2", 60)).outcome == ADMITTED  # exactly the limit
+    assert (await b.reserve("t2", 60)).outcome == outcome.ADMITTED  # exactly the limit
     refused = await b.reserve("t3", 1)
-    assert (refused.outcome, refused.levels) == (REFUSED, ((101, 3000),))
+    assert (refused.outcome, refused.levels) == (outcome.REFUSED, ((101, 3000),))
     assert await b.level() == 100  # the refused reserve holds nothing
 
 
 async def test_settle_charges_the_actual_usage_and_frees_the_estimate(store: Any) -> None:
     b = Budget(store)
     await b.reserve("t1", 80)
-    assert (await b.reserve("t2", 30)).outcome == REFUSED
+    assert (await b.reserve("t2", 30)).outcome == outcome.REFUSED
     b.now += 5_000
     settled = await b.settle("t1", 12)
-    assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 80, 12)
+    assert (settled.outcome, settled.estimate, settled.charged) == (outcome.SETTLED, 80, 12)
     assert settled.levels == ((12, 2995),)
-    assert (await b.reserve("t2", 88)).outcome == ADMITTED
+    assert (await b.reserve("t2", 88)).outcome == outcome.ADMITTED
 
 
 async def test_a_second_settle_changes_nothing(store: Any) -> None:
@@ -102,8 +95,8 @@ async def test_a_second_settle_changes_nothing(store: Any) -> None:
     await b.reserve("t1", 50)
     await b.settle("t1", 20)
     again = await b.settle("t1", 20)
-    assert (again.outcome, again.estimate, again.charged) == (FINISHED, 0, 0)
-    assert (await b.release("t1")).outcome == FINISHED  # the close after it, too
+    assert (again.outcome, again.estimate, again.charged) == (outcome.FINISHED, 0, 0)
+    assert (await b.release("t1")).outcome == outcome.FINISHED  # the close after it, too
     assert await b.level() == 20
 
 
@@ -112,8 +105,8 @@ async def test_a_settle_without_reservation_charges_its_usage_once(store: Any) -
     # usage still happened, so it is charged, and only once.
     b = Budget(store)
     orphan = await b.settle("lost", 30)
-    assert (orphan.outcome, orphan.charged) == (ORPHAN, 30)
-    assert (await b.settle("lost", 30)).outcome == FINISHED
+    assert (orphan.outcome, orphan.charged) == (outcome.ORPHAN, 30)
+    assert (await b.settle("lost", 30)).outcome == outcome.FINISHED
     assert await b.level() == 30
 
 
@@ -121,47 +114,47 @@ async def test_release_frees_or_charges_the_estimate_by_policy(store: Any) -> No
     b = Budget(store)
     await b.reserve("t1", 40)
     released = await b.release("t1")
-    assert (released.outcome, released.estimate, released.charged) == (SETTLED, 40, 0)
+    assert (released.outcome, released.estimate, released.charged) == (outcome.SETTLED, 40, 0)
     assert await b.level() == 0
 
     await b.reserve("t2", 40)
     charged = await b.release("t2", charge=True)
-    assert (charged.outcome, charged.charged) == (SETTLED, 40)
+    assert (charged.outcome, charged.charged) == (outcome.SETTLED, 40)
     assert await b.level() == 40
-    assert (await b.release("never")).outcome == UNKNOWN  # e.g. the close after a 429
+    assert (await b.release("never")).outcome == outcome.UNKNOWN  # e.g. the close after a 429
 
 
 async def test_a_reused_transaction_id_is_refused_and_cannot_end_the_first(store: Any) -> None:
     b = Budget(store)
     await b.reserve("t1", 40)
     dup = await b.reserve("t1", 10)
-    assert (dup.outcome, dup.levels) == (DUPLICATE, ((50, 3000),))
+    assert (dup.outcome, dup.levels) == (outcome.DUPLICATE, ((50, 3000),))
     assert await b.level() == 40  # nothing more reserved
     # The refused request's close must not free the first one's reservation...
-    assert (await b.release("t1")).outcome == CONTESTED
+    assert (await b.release("t1")).outcome == outcome.CONTESTED
     assert await b.level() == 40
     # ...while the first one's settle still ends it.
-    assert (await b.settle("t1", 25)).outcome == SETTLED
+    assert (await b.settle("t1", 25)).outcome == outcome.SETTLED
     assert await b.level() == 25
-    assert (await b.reserve("t1", 5)).outcome == DUPLICATE  # finished ids too, for a TTL
+    assert (await b.reserve("t1", 5)).outcome == outcome.DUPLICATE  # finished ids too, for a TTL
 
 
 async def test_peek_answers_as_reserve_and_writes_nothing(store: Any) -> None:
     b = Budget(store)
     await b.reserve("t1", 70)
     peek = await b.call(PEEK, "t2", 40)
-    assert (peek.outcome, peek.levels) == (REFUSED, ((110, 3000),))
-    assert (await b.call(PEEK, "t2", 30)).outcome == ADMITTED
-    assert (await b.reserve("t2", 30)).outcome == ADMITTED  # the peek reserved nothing
+    assert (peek.outcome, peek.levels) == (outcome.REFUSED, ((110, 3000),))
+    assert (await b.call(PEEK, "t2", 30)).outcome == outcome.ADMITTED
+    assert (await b.reserve("t2", 30)).outcome == outcome.ADMITTED  # the peek reserved nothing
 
 
 async def test_count_is_a_plain_call_against_usage_plus_reservations(store: Any) -> None:
     b = Budget(store)
     await b.reserve("t1", 90)
     assert (await b.count(0)).levels == ((90, 3000),)  # hits 0: a check
-    assert (await b.count(10)).outcome == ADMITTED
+    assert (await b.count(10)).outcome == outcome.ADMITTED
     over = await b.count(5)  # a fixed window counts every hit, as the reference does
-    assert (over.outcome, over.levels) == (REFUSED, ((105, 3000),))
+    assert (over.outcome, over.levels) == (outcome.REFUSED, ((105, 3000),))
     assert await b.level() == 105
 
 
@@ -175,7 +168,7 @@ async def test_expired_reservations_end_by_policy_and_late_settles_change_nothin
     swept = await b.reserve("t3", 1)
     assert (swept.expired, swept.expired_estimate, swept.expired_charged) == (2, 50, 0)
     assert swept.levels == ((1, 2400),)
-    assert (await b.settle("t1", 30)).outcome == FINISHED  # expired is final
+    assert (await b.settle("t1", 30)).outcome == outcome.FINISHED  # expired is final
 
     c = Budget(store, charge=True, user="bob")
     await c.reserve("t1", 30)
@@ -184,7 +177,7 @@ async def test_expired_reservations_end_by_policy_and_late_settles_change_nothin
     assert await c.level() == 30
     # A tombstone lives one more TTL; then the id is free again.
     c.now += TTL + 1
-    assert (await c.reserve("t1", 5)).outcome == ADMITTED
+    assert (await c.reserve("t1", 5)).outcome == outcome.ADMITTED
 
 
 async def test_settle_goes_to_the_fixed_window_the_reservation_was_made_in(store: Any) -> None:
@@ -194,7 +187,7 @@ async def test_settle_goes_to_the_fixed_window_the_reservation_was_made_in(store
     b.now += 200_000  # the next hour: its budget is fresh
     assert await b.level() == 0
     settled = await b.settle("t1", 50)  # charged to the hour before, not to this one
-    assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 60, 50)
+    assert (settled.outcome, settled.estimate, settled.charged) == (outcome.SETTLED, 60, 50)
     assert await b.level() == 0
 
 
@@ -208,10 +201,10 @@ async def test_sliding_window_weighs_the_window_before_with_its_reservations(
     # p + q = 60 weighs ceil(60 x 50/60) = 50.
     assert await b.level() == 50
     refused = await b.reserve("t2", 51)
-    assert (refused.outcome, refused.levels[0][0]) == (REFUSED, 101)
+    assert (refused.outcome, refused.levels[0][0]) == (outcome.REFUSED, 101)
     settled = await b.settle("t1", 12)  # into the window before: p = 12
     assert settled.levels[0][0] == 10
-    assert (await b.reserve("t2", 90)).outcome == ADMITTED
+    assert (await b.reserve("t2", 90)).outcome == outcome.ADMITTED
 
 
 async def test_sliding_reset_says_when_room_is_certain(store: Any) -> None:
@@ -229,7 +222,7 @@ async def test_every_window_must_have_room_and_a_refusal_reserves_in_none(store:
     b = Budget(store, windows=(fixed(60, 50), fixed(3600, 1000)))
     await b.reserve("t1", 40)
     refused = await b.reserve("t2", 20)
-    assert refused.outcome == REFUSED
+    assert refused.outcome == outcome.REFUSED
     assert refused.levels == ((60, 60), (60, 3000))
     assert [after for after, _ in (await b.count(0)).levels] == [40, 40]
     await b.settle("t1", 10)
@@ -240,7 +233,7 @@ async def test_force_reserves_past_the_limit(store: Any) -> None:
     # Shadow mode: the answer is OK anyway, so the reservation must be held to stay exact.
     b = Budget(store)
     forced = await b.reserve("t1", 150, force=True)
-    assert forced.outcome == REFUSED
+    assert forced.outcome == outcome.REFUSED
     assert await b.level() == 150
     await b.settle("t1", 120)
     assert await b.level() == 120
@@ -252,7 +245,7 @@ async def test_a_budget_is_forgotten_when_nothing_in_it_can_matter(store: Any) -
     await b.settle("t1", 10)
     b.now += 3 * HOUR
     assert await b.level() == 0
-    assert (await b.settle("t1", 10)).outcome == ORPHAN  # the tombstone went with it
+    assert (await b.settle("t1", 10)).outcome == outcome.ORPHAN  # the tombstone went with it
 
 
 async def test_redis_keys_share_a_slot_and_expire(store: Any) -> None:

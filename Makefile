@@ -9,7 +9,7 @@ venv:
 # The editable install compiles the Cython extensions in place (Cython lives in its isolated
 # build environment, not in .venv).
 compile: venv
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test]" -e ./tests
 
 test:
 	scripts/test.sh

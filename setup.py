@@ -1,11 +1,16 @@
-"""Build the compiled cores (descriptor trie, cache-key maths, wire codec, HTTP/2) with Cython.
+"""Build the compiled cores (descriptor trie, cache-key maths, decision model, wire codec,
+HTTP/2) with Cython.
 
 `pip install .` runs this in an isolated build env with Cython present; the generated
-C files are build output and never committed. The HTTP/2 core links the system libnghttp2
-(Debian: libnghttp2-dev) and is optional: without the headers the build skips it and the
-daemon serves gRPC with grpc.aio instead.
+C files are build output and never committed. The HTTP/2 core links the system libnghttp2 by
+its soname, libnghttp2.so.14 (Debian: libnghttp2-14, the runtime library alone: the
+declarations it needs are in ratelimitd/_nghttp2.h, so no libnghttp2-dev). It is optional
+only where that library is missing: the build then skips it and the daemon serves gRPC with
+grpc.aio instead. Where the library is there, a compile error fails the build, so a broken
+HTTP/2 core can never install silently as "not built".
 """
 
+import ctypes.util
 import glob
 import sys
 from importlib import resources
@@ -38,12 +43,17 @@ generate_protos()
 extensions = [
     Extension("ratelimitd._match", ["ratelimitd/_match.pyx"]),
     Extension("ratelimitd._keys", ["ratelimitd/_keys.pyx"]),
+    # Plan, count, verdict: the decision of every request (twin: _decision_py.py).
+    Extension("ratelimitd._decision", ["ratelimitd/_decision.pyx"]),
     # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
-    # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above.
-    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=["nghttp2"]),
+    # The synchronous ShouldRateLimit call (twin: transport/rls.py's RlsHandler._call_now).
+    Extension("ratelimitd._rls", ["ratelimitd/_rls.pyx"]),
+    # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names
+    # the runtime library's file: there is no libnghttp2.so link without the -dev package.
+    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=[":libnghttp2.so.14"]),
 ]
-OPTIONAL = {"ratelimitd._h2"}
+OPTIONAL = set() if ctypes.util.find_library("nghttp2") else {"ratelimitd._h2"}
 
 modules = cythonize(
     extensions,

@@ -24,18 +24,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import uvloop
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
-
-from support.core import drive
 from support.machine import machine_info
 from support.redis_server import RedisServers
 
@@ -76,7 +70,7 @@ def decision_cpu_us(service: Any, req: Request, n: int, repeat: int) -> float:
     for _ in range(repeat):
         start = time.process_time()
         for _ in range(n):
-            drive(service.should_rate_limit(req))
+            service.decide_now(req)
         runs.append((time.process_time() - start) / n * 1e6)
     return round(statistics.median(runs), 3)
 
@@ -88,7 +82,7 @@ def memory_cpu(n: int, repeat: int) -> dict[str, float]:
     out = {}
     for name in NAMES:
         req = request(name)
-        assert drive(svc.should_rate_limit(req)).overall_code == OK
+        assert svc.decide_now(req).overall_code == OK
         out[name] = decision_cpu_us(svc, req, n, repeat)
     return out
 
@@ -109,7 +103,7 @@ def rules_cpu(n: int, repeat: int) -> dict[int, float]:
         ruleset = build_ruleset([ConfigSource("bench", RootDoc("bench", docs))], stats=core.stats)
         core.service.set_ruleset(ruleset)
         req = Request("bench", [Descriptor((("user", f"u{size // 2}"),))])
-        assert drive(core.service.should_rate_limit(req)).statuses[0].rule is not None
+        assert core.service.decide_now(req).statuses[0].rule is not None
         out[size] = decision_cpu_us(core.service, req, n, repeat)
     return out
 

@@ -21,18 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from support.core import single_rule
+from support.daemon import daemon_environment, start_daemon, write_config
+from support.machine import describe, machine_info
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
 
-from support.daemon import daemon_environment, start_daemon, write_config  # noqa: E402
-from support.machine import describe, machine_info  # noqa: E402
 
-SMALL = """\
-domain: probe
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000000000}
-"""
+SMALL = single_rule("probe", "hour", 1_000_000_000)
 BODY = b'{"domain":"probe","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}'
 STAT = "ratelimit.service.config_load_success"
 

@@ -28,15 +28,10 @@ import asyncio
 import contextlib
 import json
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
 
 import grpc
 import grpc.aio
@@ -52,12 +47,10 @@ from ratelimitd.core import build_core
 from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
-from ratelimitd.tracing import (
-    ServerInterceptor,
-    create_tracing,
-    server_interceptor,
-)
+from ratelimitd.tracing import create_tracing
 from ratelimitd.transport.grpc import GrpcTransport
+from ratelimitd.transport.http import HttpServer
+from ratelimitd.transport.spans import ServerInterceptor, server_interceptor
 
 CONFIG = """\
 domain: bench
@@ -162,7 +155,7 @@ async def run_mode(
     if "trace" in mode:
         env.update(TRACING_ENABLED="true", TRACING_SAMPLING_RATE=mode[-1])
     settings = Settings.from_env(env)
-    sink = create_sink(settings, stats)
+    sink = create_sink(settings, stats, serve=HttpServer)
     exporter = DropExporter()
     tracing = create_tracing(settings, exporter=exporter)
 

@@ -1,5 +1,5 @@
-"""Soak: N minutes of mixed valid, malformed and oversized traffic, reloads and Redis deaths
-(the hardening's closing benchmark).
+"""Soak: N minutes of mixed valid, malformed and oversized traffic, hostile clients, reloads
+and Redis deaths (the hardening's closing benchmark).
 
     .venv/bin/python bench/soak.py                 # 30 minutes
     .venv/bin/python bench/soak.py --minutes 1     # a smoke run
@@ -12,6 +12,13 @@ valid one-descriptor requests on a limited key (some over their limit), random b
 and Redis is killed (SIGKILL) and restarted on its port twice, at a third and two thirds of
 the run, down for 5 s each.
 
+With `--attackers` (the default), every 10 s one round of the hostile clients of
+tests/support/attacks.py joins in, each held until the next round: a zero-window connection
+with 50 answered calls, 5 connections with partial 4 MiB bodies, an HPACK bomb, 100 gRPC and
+100 HTTP connections that never send anything, a /json client that pipelines 1 MiB requests
+and never reads, 5 answered 1 MiB calls with a grpc-timeout of 99999999H, a 466,000-descriptor
+request and a length prefix of 2^32-1. Each is counted per minute as `attack <kind>`.
+
 Reported per minute: answers by kind, p99 of the valid calls per transport, the daemon's RSS
 and open descriptors; and the one figure that must be 0: valid answers on the limited key
 that came back OK *without* a limit (a config that turned a limit off). Writes
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -33,10 +41,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
 
 import grpc  # noqa: E402
+from support import attacks  # noqa: E402
 from support.daemon import daemon_environment, start_daemon, write_config  # noqa: E402
 from support.machine import describe, machine_info  # noqa: E402
 from support.process import start_bound  # noqa: E402
@@ -77,8 +84,16 @@ class Minute:
 
 
 class Soak:
-    def __init__(self, daemon: Any, redis: RedisServer, env: dict[str, str], minutes: float):
+    def __init__(
+        self,
+        daemon: Any,
+        redis: RedisServer,
+        env: dict[str, str],
+        minutes: float,
+        attackers: bool = True,
+    ):
         self.daemon = daemon
+        self.attackers = attackers
         self.redis = redis
         self.env = env
         self.seconds = minutes * 60
@@ -199,6 +214,52 @@ class Soak:
             await asyncio.to_thread(self.redis.start)
             self.events.append(f"{time.monotonic() - self.start:.0f} s: Redis back")
 
+    async def attack_rounds(self) -> None:
+        """One round of every hostile client each 10 s, held until the next round."""
+        held: list[attacks.Held] = []
+        d = self.daemon
+        huge = attacks.many_descriptors("soak", 466_000)
+        while time.monotonic() - self.start < self.seconds - 10:
+            tick = time.monotonic()
+            for h in held:
+                h.close()
+            held = []
+            rounds: list[tuple[str, Any]] = [
+                ("zero window", attacks.zero_window(d.grpc_port, 50, 64 * 1024, "soak")),
+                ("partial bodies", attacks.partial_bodies(d.grpc_port, 5, 4 << 20, 3 << 20)),
+                ("hpack bomb", self._bomb()),
+                ("silent grpc", asyncio.to_thread(attacks.silent_sockets, d.grpc_port, 100)),
+                ("silent http", asyncio.to_thread(attacks.silent_sockets, d.http_port, 100)),
+                (
+                    "slow reader",
+                    asyncio.to_thread(attacks.slow_json_reader, d.http_port, 64, 1 << 20, 1.0),
+                ),
+                ("deadlines", attacks.answered_deadline_calls(d.grpc_port, 5, 1 << 20, "soak")),
+                ("huge request", self._huge(huge)),
+                ("negative prefix", attacks.negative_prefix(d.grpc_port)),
+            ]
+            for kind, coro in rounds:
+                try:
+                    result = await coro
+                except (OSError, AssertionError, asyncio.IncompleteReadError) as exc:
+                    self.now_minute().kinds[f"attack {kind}: {type(exc).__name__}"] += 1
+                    continue
+                if isinstance(result, attacks.Held):
+                    held.append(result)
+                self.now_minute().kinds[f"attack {kind}"] += 1
+            await asyncio.sleep(max(0.0, 10.0 - (time.monotonic() - tick)))
+        for h in held:
+            h.close()
+
+    async def _bomb(self) -> attacks.Held:
+        raw = await attacks.hpack_bomb(self.daemon.grpc_port, 2)
+        return attacks.Held(clients=[raw])
+
+    async def _huge(self, body: bytes) -> None:
+        async with grpc.aio.insecure_channel(self.daemon.grpc_target) as channel:
+            with contextlib.suppress(grpc.aio.AioRpcError):  # RESOURCE_EXHAUSTED
+                await channel.unary_unary(METHOD_PATH)(body, timeout=10)
+
     async def probe(self) -> None:
         pid = self.daemon.pid
         while time.monotonic() - self.start < self.seconds:
@@ -212,7 +273,10 @@ class Soak:
 
     async def run(self) -> None:
         self.start = time.monotonic()
-        await asyncio.gather(self.traffic(), self.reloads(), self.redis_deaths(), self.probe())
+        tasks = [self.traffic(), self.reloads(), self.redis_deaths(), self.probe()]
+        if self.attackers:
+            tasks.append(self.attack_rounds())
+        await asyncio.gather(*tasks)
 
 
 def report(soak: Soak, machine: dict[str, object], command: str) -> tuple[str, dict[str, Any]]:
@@ -233,8 +297,14 @@ def report(soak: Soak, machine: dict[str, object], command: str) -> tuple[str, d
         "# Soak",
         "",
         f"Command: `{command}`. {soak.seconds / 60:g} minutes; a config reload every 10 s;",
-        "Redis killed (SIGKILL) and restarted twice, down 5 s each. The load generator, the",
-        "daemon and Redis share the machine's 2 cores.",
+        "Redis killed (SIGKILL) and restarted twice, down 5 s each"
+        + (
+            "; every 10 s a round of every hostile client (`attack ...` below), held until "
+            "the next."
+            if soak.attackers
+            else "."
+        ),
+        "The load generator, the daemon and Redis share the machine's 2 cores.",
         "",
         f"**Valid answers on the limited key that came back OK without a limit: {unlimited}.**",
         "",
@@ -278,6 +348,9 @@ def report(soak: Soak, machine: dict[str, object], command: str) -> tuple[str, d
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument(
+        "--no-attackers", dest="attackers", action="store_false", help="valid traffic only"
+    )
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "soak.md")
     args = parser.parse_args()
     machine = machine_info()
@@ -296,7 +369,7 @@ def main() -> int:
         write_config(env, "soak.yaml", CONFIG.format(limit=20))
         daemon = start_daemon(env, work)
         try:
-            soak = Soak(daemon, redis, env, args.minutes)
+            soak = Soak(daemon, redis, env, args.minutes, args.attackers)
             asyncio.run(soak.run())
         finally:
             daemon.close()

@@ -13,9 +13,19 @@ and `stream.message`. Replies go back with `respond` (message + OK trailers),
 `send_message` / `finish` (server streaming, errors), from the callback or later.
 
 Memory stays bounded per connection: request bytes are acknowledged to the peer's
-connection window only once the message has been handed over (or discarded), so one
-connection holds at most `connection_window` bytes of unanswered request bodies, and a
-message whose prefix announces more than `max_message` bytes is refused before it is read.
+connection window only once the call is answered (or its bytes discarded), so one connection
+holds at most `connection_window` bytes of request bodies, buffered or being decided; a
+message whose prefix announces more than `max_message` bytes is refused before it is read;
+an answered call drops its request at once, and a reply the peer does not let out is visible
+(`Stream.sending_since`) so the transport can reset it (`reset`).
+
+Across connections, the bytes held for clients are charged to the process's `buffers`
+(`take`/`give`, `refusal`): requests still incomplete when a read has been processed (a head
+waiting for its body, a partial body: refused RESOURCE_EXHAUSTED when they do not fit),
+requests the transport `hold`s while an asynchronous decision runs, and replies still
+waiting for the peer's flow-control window once written out (reset with CANCEL when they do
+not fit). A request read whole and answered within the read, and a reply that leaves at
+once, the usual cases, are never charged: the hot path makes no call for them.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -26,17 +36,21 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from ratelimitd._nghttp2 cimport *
 
-# gRPC status codes the core itself answers with.
-cdef enum:
-    OK = 0
-    UNKNOWN = 2
-    INVALID_ARGUMENT = 3
-    RESOURCE_EXHAUSTED = 8
-    UNIMPLEMENTED = 12
-    INTERNAL = 13
+from ratelimitd.transport import grpcstatus
+
+# The gRPC status codes the core itself answers with (declared once, in grpcstatus.py).
+cdef int OK = grpcstatus.OK
+cdef int UNKNOWN = grpcstatus.UNKNOWN
+cdef int INVALID_ARGUMENT = grpcstatus.INVALID_ARGUMENT
+cdef int RESOURCE_EXHAUSTED = grpcstatus.RESOURCE_EXHAUSTED
+cdef int UNIMPLEMENTED = grpcstatus.UNIMPLEMENTED
+cdef int INTERNAL = grpcstatus.INTERNAL
 
 DEFAULT_MAX_MESSAGE = 4 * 1024 * 1024  # grpc-go's default receive limit
 DEFAULT_MAX_HEADER_LIST = 64 * 1024
+# What an incomplete request costs besides its header and body bytes (its Stream, nghttp2's
+# stream state), as charged to the process's request buffers.
+STREAM_COST = 1024
 
 # The PING payload that times the second GOAWAY of a graceful shutdown.
 cdef bytes _SHUTDOWN_PING = b"rlsdrain"
@@ -45,124 +59,8 @@ cdef bytes _STATUS_200 = b"200"
 cdef bytes _CONTENT_TYPE_GRPC = b"application/grpc"
 
 
-class H2Error(Exception):
-    """A connection the core could not set up (out of memory)."""
-
-
-cdef inline double _monotonic() noexcept:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
-cdef inline void _nv(nghttp2_nv* nv, bytes name, bytes value) noexcept:
-    # nghttp2 copies submitted header blocks, so the bytes only need to outlive the call.
-    nv.name = <uint8_t*>PyBytes_AS_STRING(name)
-    nv.namelen = PyBytes_GET_SIZE(name)
-    nv.value = <uint8_t*>PyBytes_AS_STRING(value)
-    nv.valuelen = PyBytes_GET_SIZE(value)
-    nv.flags = NGHTTP2_NV_FLAG_NONE
-
-
-def percent_encode(str message):
-    """grpc-message encoding: UTF-8, then %XX for bytes outside 0x20-0x7E and for '%'."""
-    cdef bytes raw = message.encode("utf-8", "replace")
-    cdef bytearray out
-    cdef unsigned char b
-    for b in raw:
-        if b < 0x20 or b > 0x7E or b == 0x25:
-            break
-    else:
-        return raw
-    out = bytearray()
-    for b in raw:
-        if b < 0x20 or b > 0x7E or b == 0x25:
-            out += b"%%%02X" % b
-        else:
-            out.append(b)
-    return bytes(out)
-
-
-cdef class Stream:
-    """One call: what the request carried, and the state of its reply."""
-
-    cdef readonly int32_t id
-    cdef readonly bytes path
-    # Seconds from grpc-timeout, -1.0 when the client set no deadline.
-    cdef readonly double timeout
-    # (name, value) pairs of the headers named in the connection's `metadata`, or None.
-    cdef readonly object metadata
-    cdef readonly bytes message
-    cdef readonly bint closed
-    # CLOCK_MONOTONIC seconds (time.monotonic()'s clock) when its HEADERS arrived.
-    cdef readonly double started
-    # True once the whole request was read and handed to the transport.
-    cdef readonly bint dispatched
-    # Whatever the transport attaches (a pending task, a health watcher).
-    cdef public object work
-
-    cdef bytes method
-    cdef bytes content_type
-    cdef bytes encoding
-    cdef str timeout_error
-    cdef bint too_large
-    cdef Py_ssize_t header_bytes
-    cdef bytearray body
-    cdef Py_ssize_t held
-    cdef Py_ssize_t expected
-    cdef bint discard
-    cdef bint answered
-
-    cdef bytes out
-    cdef Py_ssize_t out_pos
-    cdef bint headers_sent
-    cdef bint finishing
-    cdef bint deferred
-    cdef int status
-    cdef bytes status_message
-
-    def __cinit__(self):
-        self.timeout = -1.0
-        self.expected = -1
-        self.content_type = None
-
-    @property
-    def answered(self):
-        """True once the final status was submitted."""
-        return self.answered
-
-
-cdef double _parse_timeout(const uint8_t* value, size_t n, Stream stream) except? -2.0:
-    """grpc-timeout ("1-8 digits" + H/M/S/m/u/n) in seconds; sets `timeout_error` if malformed."""
-    cdef size_t i
-    cdef uint8_t unit
-    cdef double amount = 0
-    if n < 2:
-        stream.timeout_error = "timeout string is too short: %r" % (<bytes>value[:n]).decode("latin-1")
-        return -1.0
-    if n > 9:
-        stream.timeout_error = "timeout string is too long: %r" % (<bytes>value[:n]).decode("latin-1")
-        return -1.0
-    for i in range(n - 1):
-        if value[i] < 48 or value[i] > 57:
-            stream.timeout_error = "invalid timeout value: %r" % (<bytes>value[:n]).decode("latin-1")
-            return -1.0
-        amount = amount * 10 + (value[i] - 48)
-    unit = value[n - 1]
-    if unit == 72:  # H
-        return amount * 3600.0
-    if unit == 77:  # M
-        return amount * 60.0
-    if unit == 83:  # S
-        return amount
-    if unit == 109:  # m
-        return amount / 1e3
-    if unit == 117:  # u
-        return amount / 1e6
-    if unit == 110:  # n
-        return amount / 1e9
-    stream.timeout_error = "timeout unit is not recognized: %r" % (<bytes>value[:n]).decode("latin-1")
-    return -1.0
+# The Stream, and the helpers of the framing (a textual include, as uvloop splits loop.pyx).
+include "_h2_stream.pxi"
 
 
 cdef nghttp2_session_callbacks* _CALLBACKS = NULL
@@ -184,6 +82,17 @@ cdef class Connection:
     cdef bint draining
     cdef uint8_t* out_buf
     cdef size_t out_cap
+    # The process's buffers for incomplete requests (take/give/refusal), or None.
+    cdef object buffers
+    # Streams that may still be incomplete once the current read is processed, and streams
+    # whose reply may still be waiting for the peer's window once flushed.
+    cdef list pending
+    cdef list unsent
+    # True once the client's preface and first SETTINGS arrived.
+    cdef readonly bint established
+    # CLOCK_MONOTONIC seconds since the connection has had no open stream (its creation,
+    # or its last stream's close); meaningful only while `streams` is empty.
+    cdef readonly double idle_since
 
     def __cinit__(self):
         self.session = NULL
@@ -200,9 +109,14 @@ cdef class Connection:
         Py_ssize_t max_header_list=DEFAULT_MAX_HEADER_LIST,
         int connection_window=0,
         metadata=(),
+        buffers=None,
     ):
         cdef nghttp2_settings_entry iv[2]
         self.streams = {}
+        self.buffers = buffers
+        self.pending = []
+        self.unsent = []
+        self.idle_since = _monotonic()
         self.on_request = on_request
         self.on_close = on_close
         self.metadata_names = frozenset(m.encode("ascii") for m in metadata) or None
@@ -242,16 +156,27 @@ cdef class Connection:
         self._raise_stored()
         if rv < 0:
             self._fatal(rv)
+        elif self.pending:
+            _charge_pending(self)
         return self.flush()
 
     def flush(self):
         """The frames nghttp2 has queued (replies, acks, GOAWAY), as one bytes object."""
-        cdef const uint8_t* chunk
-        cdef ssize_t n
-        cdef size_t used = 0
-        cdef uint8_t* grown
+        cdef size_t used
         if self.session == NULL:
             return b""
+        used = self._send(0)
+        if self.unsent and self.buffers is not None and _charge_unsent(self):
+            used = self._send(used)  # the resets of replies the buffers had no room for
+        if used == 0:
+            return b""
+        return PyBytes_FromStringAndSize(<char*>self.out_buf, used)
+
+    cdef size_t _send(self, size_t used) except? 0:
+        """Append what nghttp2 has queued to the output buffer after `used` bytes."""
+        cdef const uint8_t* chunk
+        cdef ssize_t n
+        cdef uint8_t* grown
         while True:
             n = nghttp2_session_mem_send(self.session, &chunk)
             if n <= 0:
@@ -267,9 +192,7 @@ cdef class Connection:
             memcpy(self.out_buf + used, chunk, n)
             used += n
         self._raise_stored()
-        if used == 0:
-            return b""
-        return PyBytes_FromStringAndSize(<char*>self.out_buf, used)
+        return used
 
     @property
     def wants_close(self):
@@ -318,6 +241,7 @@ cdef class Connection:
         stream.status = OK
         stream.out = _frame(message)
         stream.out_pos = 0
+        self._answered(stream)
         if stream.headers_sent:
             self._resume(stream)
         else:
@@ -334,6 +258,9 @@ cdef class Connection:
         else:
             stream.out = stream.out[stream.out_pos:] + framed
         stream.out_pos = 0
+        if stream.sending_since == 0.0:
+            stream.sending_since = _monotonic()
+        _unsent(self, stream)
         if stream.headers_sent:
             self._resume(stream)
         else:
@@ -351,8 +278,39 @@ cdef class Connection:
         stream.finishing = True
         stream.status = code
         stream.status_message = percent_encode(message) if message else None
+        self._answered(stream)
         self._resume(stream)
         return True
+
+    def reset(self, Stream stream, uint32_t error_code=NGHTTP2_CANCEL):
+        """RST_STREAM a call (a reply the peer never let out); its bytes are freed."""
+        if stream.closed or self.session == NULL:
+            return False
+        stream.answered = True
+        stream.out = None
+        stream.sending_since = 0.0
+        nghttp2_submit_rst_stream(self.session, NGHTTP2_FLAG_NONE, stream.id, error_code)
+        self._release(stream)
+        return True
+
+    cdef void _answered(self, Stream stream) except *:
+        """The reply is queued: the request is dropped; the reply now waits for the peer's
+        window."""
+        self._drop_request(stream)
+        if stream.sending_since == 0.0:
+            stream.sending_since = _monotonic()
+        _unsent(self, stream)
+
+    def hold(self, Stream stream, Py_ssize_t extra=0):
+        """Charge a dispatched call's request (and `extra` bytes: its decoded form) to the
+        buffers while its decision runs (given back when it is answered); False, and
+        nothing charged, when it does not fit."""
+        return _hold(self, stream, extra)
+
+    @property
+    def refusal(self):
+        """What a call the buffers have no room for is answered (RESOURCE_EXHAUSTED)."""
+        return self.buffers.refusal
 
     cdef void _submit_headers(self, Stream stream):
         cdef nghttp2_nv nva[2]
@@ -390,13 +348,21 @@ cdef class Connection:
         nghttp2_submit_response(self.session, stream.id, nva, n, NULL)
         self._release(stream)
 
-    cdef void _release(self, Stream stream):
-        """Give the stream's buffered request bytes back to the connection window."""
+    cdef void _release(self, Stream stream) except *:
+        """Drop the stream's request, and whatever more of it arrives."""
         stream.body = None
         stream.discard = True
+        self._drop_request(stream)
+
+    cdef void _drop_request(self, Stream stream) except *:
+        """The request is no longer needed: its bytes go back to the connection window and
+        to the buffers."""
+        stream.message = None
         if stream.held:
             nghttp2_session_consume_connection(self.session, stream.held)
             stream.held = 0
+        if stream.charged:
+            _uncharge(self, stream)
 
     # -- GOAWAY ----------------------------------------------------------------------------
 
@@ -435,10 +401,19 @@ cdef class Connection:
 
     cdef int _header(self, Stream stream, const uint8_t* name, size_t namelen,
                      const uint8_t* value, size_t valuelen) except -1:
+        """Keep what the call needs of one header; 1 once the header list is over its limit.
+
+        Then the stream is reset with FRAME_SIZE_ERROR, as grpc-go resets a truncated
+        header list, and nghttp2 is told to stop delivering the rest of the block: an HPACK
+        bomb of 143,000 references to one 4,000-byte header once cost ~100 ms of loop time
+        per block, every reference checked and delivered after the limit was passed.
+        """
         stream.header_bytes += namelen + valuelen + 32
         if stream.header_bytes > self.max_header_list:
-            stream.too_large = True
-            return 0
+            if not stream.answered:
+                # Ours goes first: nghttp2 adds no RST_STREAM of its own to a closing stream.
+                self.reset(stream, NGHTTP2_FRAME_SIZE_ERROR)
+            return 1
         if namelen == 5 and memcmp(name, b":path", 5) == 0:
             stream.path = PyBytes_FromStringAndSize(<const char*>value, valuelen)
         elif namelen == 7 and memcmp(name, b":method", 7) == 0:
@@ -464,10 +439,9 @@ cdef class Connection:
     cdef int _headers_done(self, Stream stream) except -1:
         """The request head is complete: refuse a call grpc-go would refuse."""
         cdef bytes ct = stream.content_type
-        if stream.too_large:
-            self._trailers_only(stream, b"431", RESOURCE_EXHAUSTED,
-                                f"header list size exceeds the limit of {self.max_header_list} bytes")
-        elif stream.method is not None:
+        if stream.answered:
+            return 0
+        if stream.method is not None:
             self._trailers_only(
                 stream, b"405", INTERNAL,
                 'Received a HEADERS frame with :method "%s" which should be POST'
@@ -492,6 +466,8 @@ cdef class Connection:
                 % stream.encoding.decode("latin-1"),
                 b"grpc-accept-encoding", b"identity",
             )
+        else:
+            _watch(self, stream)  # usually read whole before this read ends: no charge
         return 0
 
     cdef int _data(self, Stream stream, const uint8_t* data, size_t n) except -1:
@@ -506,7 +482,7 @@ cdef class Connection:
         stream.held += n
         if stream.body is None and stream.message is None and n >= 5 and stream.expected < 0:
             # The usual case: the whole message in one chunk, no copy into a buffer.
-            length = (data[1] << 24) | (data[2] << 16) | (data[3] << 8) | data[4]
+            length = _prefix_length(data)
             if not self._check_prefix(stream, data[0], length):
                 return 0
             if <size_t>length + 5 == n:
@@ -515,17 +491,20 @@ cdef class Connection:
         if stream.message is not None:
             self._unary_violation(stream)
             return 0
+        _watch(self, stream)
         if stream.body is None:
             stream.body = bytearray()
         stream.body += (<bytes>data[:n]) if n else b""
         have = len(stream.body)
         if stream.expected < 0 and have >= 5:
             head = <const uint8_t*><char*>stream.body
-            length = (head[1] << 24) | (head[2] << 16) | (head[3] << 8) | head[4]
+            length = _prefix_length(head)
             if not self._check_prefix(stream, head[0], length):
                 return 0
         if stream.expected >= 0 and have > stream.expected + 5:
             self._unary_violation(stream)
+        else:
+            _watch(self, stream)
         return 0
 
     cdef bint _check_prefix(self, Stream stream, uint8_t flag, Py_ssize_t length) except -1:
@@ -566,9 +545,10 @@ cdef class Connection:
             stream.message = bytes(body[5:])
         stream.dispatched = True
         stream.body = None
-        if stream.held:
-            nghttp2_session_consume_connection(self.session, stream.held)
-            stream.held = 0
+        if stream.charged:
+            _uncharge(self, stream)
+        # The connection window reopens when the call is answered (`_answered`), so one
+        # connection holds at most one window of requests, buffered or being decided.
         self.on_request(stream)
         return 0
 
@@ -577,28 +557,19 @@ cdef class Connection:
         if stream is None:
             return 0
         stream.closed = True
-        if stream.held:
-            nghttp2_session_consume_connection(self.session, stream.held)
-            stream.held = 0
         stream.out = None
+        stream.sending_since = 0.0
+        self._release(stream)
+        if not self.streams:
+            self.idle_since = _monotonic()
         if stream.dispatched and not stream.answered and self.on_close is not None:
             self.on_close(stream)
         stream.work = None
         return 0
 
 
-cdef inline bytes _frame(bytes message):
-    """The 5-byte gRPC prefix (uncompressed, big-endian length) and the message."""
-    cdef Py_ssize_t n = PyBytes_GET_SIZE(message)
-    cdef bytes out = PyBytes_FromStringAndSize(NULL, n + 5)
-    cdef uint8_t* p = <uint8_t*>PyBytes_AS_STRING(out)
-    p[0] = 0
-    p[1] = (n >> 24) & 0xFF
-    p[2] = (n >> 16) & 0xFF
-    p[3] = (n >> 8) & 0xFF
-    p[4] = n & 0xFF
-    memcpy(p + 5, PyBytes_AS_STRING(message), n)
-    return out
+# What a connection charges to the process's buffers.
+include "_h2_buffers.pxi"
 
 
 # The nghttp2 callbacks and the library set-up (a textual include, as uvloop splits loop.pyx).

@@ -25,7 +25,10 @@ cdef int _on_header(nghttp2_session* session, const nghttp2_frame* frame, const 
     if ptr == NULL:
         return 0
     try:
-        conn._header(<Stream>ptr, name, namelen, value, valuelen)
+        if conn._header(<Stream>ptr, name, namelen, value, valuelen):
+            # Over the header list limit (the call is answered): nghttp2 resets the stream
+            # and only decompresses the rest of the block, with no callback and no checks.
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE
     except BaseException as exc:
         conn.error = exc
         return NGHTTP2_ERR_CALLBACK_FAILURE
@@ -61,6 +64,8 @@ cdef int _on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame,
                 conn._headers_done(<Stream>ptr)
             if frame.hd.flags & NGHTTP2_FLAG_END_STREAM:
                 conn._end_of_request(<Stream>ptr)
+        elif kind == NGHTTP2_SETTINGS and not frame.hd.flags & NGHTTP2_FLAG_ACK:
+            conn.established = True  # the client preface ends with its SETTINGS
         elif kind == NGHTTP2_PING and frame.hd.flags & NGHTTP2_FLAG_ACK:
             if memcmp(frame.ping.opaque_data, PyBytes_AS_STRING(_SHUTDOWN_PING), 8) == 0:
                 conn.goaway()
@@ -113,6 +118,7 @@ cdef ssize_t _read_callback(nghttp2_session* session, int32_t stream_id, uint8_t
             return k
         stream.out = None
         stream.out_pos = 0
+    stream.sending_since = 0.0  # all out (or nothing to send): nothing waits for the window
     if stream.finishing:
         # Trailers must be submitted from here, after DATA's EOF without END_STREAM.
         data_flags[0] |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM

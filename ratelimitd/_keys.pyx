@@ -6,7 +6,40 @@ Same public names and results as `_keys_py.py` (the oracle); `keys.py` selects o
 
 from libc.math cimport floorf
 
+from ratelimitd._slots cimport get, offset_of, put
+
+from random import random
+
 from ratelimitd.messages import OK, OVER_LIMIT, Status
+from ratelimitd.stats.store import RuleStats
+
+# The slots `verdict` reads and counts in (see _slots.pxd); a rule is any object with
+# requests_per_unit and shadow_mode (config.Rule's slots are read directly).
+cdef object STATS = RuleStats
+cdef Py_ssize_t S_OVER = offset_of(RuleStats, "over_limit")
+cdef Py_ssize_t S_NEAR = offset_of(RuleStats, "near_limit")
+cdef Py_ssize_t S_WITHIN = offset_of(RuleStats, "within_limit")
+cdef Py_ssize_t S_SHADOW = offset_of(RuleStats, "shadow_mode")
+cdef object RULE = None
+cdef Py_ssize_t R_LIMIT = 0, R_SHADOW = 0
+
+
+cdef inline void _count(object st, Py_ssize_t offset, str name, unsigned long long n) except *:
+    put(st, STATS, offset, name, get(st, STATS, offset, name) + n)
+
+
+cdef inline object _rule_field(object rule, Py_ssize_t offset, str name):
+    global RULE, R_LIMIT, R_SHADOW
+    if RULE is None:  # config imports this module: its Rule is known once it is loaded
+        from ratelimitd.config.ruleset import Rule
+
+        R_LIMIT = offset_of(Rule, "requests_per_unit")
+        R_SHADOW = offset_of(Rule, "shadow_mode")
+        RULE = Rule
+        offset = R_LIMIT if name == "requests_per_unit" else R_SHADOW
+    return get(rule, RULE, offset, name)
+
+cdef long long COUNTER_MAX = 0x7FFFFFFFFFFFFFFF
 
 UNIT_SECONDS = (0, 1, 60, 3600, 86400, 2592000, 31536000, 604800)
 cdef long long _SECONDS[8]
@@ -174,11 +207,39 @@ cpdef tuple token_bucket(long long t, long long f, long long now, long long wind
     return after, t, f, _ceil_div(debt, limit)
 
 
+def bump(store, str key, long long hits, long long seconds, long long now):
+    """INCRBY + EXPIRE in a memory store's map (see `_keys_py.bump`)."""
+    cdef long long expires, jitter, value
+    cdef list entry
+    cdef dict counters
+    if now >= <long long>store._next_sweep:
+        store._sweep(now)
+    expires = now + seconds
+    jitter = store._jitter
+    if jitter > 0:
+        expires += <long long>(random() * jitter)
+    counters = store._counters
+    found = counters.get(key)
+    if found is None:
+        counters[key] = [hits, expires]
+        store._created(key, expires, now)
+        return hits
+    entry = <list>found
+    if <long long>entry[1] <= now:  # expired, not swept yet: a fresh counter
+        value = hits
+    else:
+        value = entry[0]
+        value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX  # saturates
+    entry[0] = value
+    entry[1] = expires
+    return value
+
+
 cpdef object refuse(object rule, object st, unsigned long long over_add, long long reset):
     """`over` with the reset given: OVER_LIMIT (OK in shadow mode) and its stats."""
-    st.over_limit += over_add
-    if rule.shadow_mode:
-        st.shadow_mode += over_add
+    _count(st, S_OVER, "over_limit", over_add)
+    if _rule_field(rule, R_SHADOW, "shadow_mode"):
+        _count(st, S_SHADOW, "shadow_mode", over_add)
         return Status(OK, rule, 0, reset)
     return Status(OVER_LIMIT, rule, 0, reset)
 
@@ -186,16 +247,16 @@ cpdef object refuse(object rule, object st, unsigned long long over_add, long lo
 cpdef object verdict(object rule, object st, unsigned long long hits,
                      unsigned long long after, double ratio, long long reset):
     """`settle` with the reset given (any algorithm): the Status and its stats split."""
-    cdef unsigned long long limit = rule.requests_per_unit
+    cdef unsigned long long limit = _rule_field(rule, R_LIMIT, "requests_per_unit")
     cdef long long near = near_threshold(limit, ratio)
     cdef unsigned long long over_add, near_add
     if near < 0:
         raise OverflowError("can't convert negative value to unsigned int")
     if _split(limit, hits, after, <unsigned long long>near, &over_add, &near_add):
         if near_add:
-            st.near_limit += near_add
+            _count(st, S_NEAR, "near_limit", near_add)
         return refuse(rule, st, over_add, reset)
     if near_add:
-        st.near_limit += near_add
-    st.within_limit += hits
+        _count(st, S_NEAR, "near_limit", near_add)
+    _count(st, S_WITHIN, "within_limit", hits)
     return Status(OK, rule, limit - after, reset)

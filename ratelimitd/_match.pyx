@@ -5,6 +5,9 @@ Same public names and behaviour as `_match_py.py` (the oracle the property tests
 against); `match.py` selects one. See `_match_py.py` for the algorithm's notes.
 """
 
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.ref cimport PyObject
+
 DEF EXACT = 0
 DEF WILDCARD = 1
 DEF KEY_ONLY = 2
@@ -92,32 +95,53 @@ cdef inline str _k_or_kv(str k, str v):
     return k
 
 
-def lookup(Level root, str domain, entries):
+def lookup(Level root, str domain, entries, list walked=None):
     """Find the limit for one request descriptor.
 
-    Returns None, or (rule, stats_key, share, keep_metadata); see `_match_py.lookup`.
+    Returns None, or (rule, stats_key, share, keep_metadata); `walked` receives the walk.
+    See `_match_py.lookup`.
     """
     cdef Py_ssize_t n = len(entries)
+    # The walk, level by level (borrowed: the trie holds its nodes for the whole call).
+    cdef PyObject* path_on_stack[16]
+    cdef int hows_on_stack[16]
+    cdef PyObject** path = path_on_stack
+    cdef int* hows = hows_on_stack
+    if n == 0:
+        return None
+    if n > 16:
+        path = <PyObject**>PyMem_Malloc(n * sizeof(PyObject*))
+        hows = <int*>PyMem_Malloc(n * sizeof(int))
+        if path == NULL or hows == NULL:
+            PyMem_Free(path)
+            PyMem_Free(hows)
+            raise MemoryError()
+    try:
+        return _lookup(root, domain, entries, walked, n, path, hows)
+    finally:
+        if n > 16:
+            PyMem_Free(path)
+            PyMem_Free(hows)
+
+
+cdef object _lookup(Level root, str domain, entries, list walked, Py_ssize_t n,
+                    PyObject** path, int* hows):
     cdef Py_ssize_t i
     cdef Level level = root
     cdef Node node = None, w
     cdef object rule = None
     cdef bint leaf = False, dynamic = False
     cdef list share = None
-    cdef list path = []
-    cdef list hows = []
     cdef int how
     cdef str k, v, probe
     cdef tuple entry, share_t
     cdef list parts
     cdef object found
-    if n == 0:
-        return None
     for i in range(n):
         entry = <tuple>entries[i]
         k = <str>entry[0]
         v = <str>entry[1]
-        probe = k + "_" + v
+        probe = f"{k}_{v}"
         found = level.children.get(probe)
         how = EXACT
         if found is None:
@@ -130,10 +154,14 @@ def lookup(Level root, str domain, entries):
                 found = level.children.get(k)
                 how = KEY_ONLY
                 if found is None:
+                    if walked is not None:
+                        walked.append((-1, None))
                     break
         node = <Node>found
-        path.append(node)
-        hows.append(how)
+        path[i] = <PyObject*>node
+        hows[i] = how
+        if walked is not None:
+            walked.append((how, node))
         if how == WILDCARD:
             if node.share:
                 if share is None:
@@ -179,7 +207,7 @@ def lookup(Level root, str domain, entries):
         k = <str>entry[0]
         v = <str>entry[1]
         pnode = <Node>path[i]
-        how = <int>hows[i]
+        how = hows[i]
         if how == WILDCARD:
             if share_t is not None and share_t[i]:
                 parts.append(k + "_" + <str>share_t[i])

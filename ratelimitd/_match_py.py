@@ -92,13 +92,20 @@ def _trim_prefix(s: str, prefix: str) -> str:
 
 
 def lookup(
-    root: Level, domain: str, entries: Sequence[tuple[str, str]]
+    root: Level,
+    domain: str,
+    entries: Sequence[tuple[str, str]],
+    walked: list[tuple[int, Node | None]] | None = None,
 ) -> tuple[Any, str, tuple[str, ...] | None, bool] | None:
     """Find the limit for one request descriptor.
 
     Returns None, or (rule, stats_key, share, keep_metadata): `share` is None or one
     pattern per entry ("" where the value is used) for the cache key; `keep_metadata` is
     False where the reference re-creates the limit and so loses its metadata.
+
+    `walked`, when given, receives the walk itself, one `(how, node)` per level reached
+    (EXACT, WILDCARD or KEY_ONLY), and `(-1, None)` for an entry that no node matched
+    (where the walk stopped): what `/explain` tells.
     """
     n = len(entries)
     if n == 0:
@@ -124,8 +131,12 @@ def lookup(
                 node = level.children.get(k)
                 how = KEY_ONLY
                 if node is None:
+                    if walked is not None:
+                        walked.append((-1, None))
                     break
         path.append((node, how))
+        if walked is not None:
+            walked.append((how, node))
         if how == WILDCARD:
             if node.share:
                 if share is None:

@@ -1,9 +1,10 @@
-# The part of libnghttp2's API (nghttp2/nghttp2.h, 1.52 with Debian's backports) that _h2 uses.
+# The part of libnghttp2's API (nghttp2/nghttp2.h, 1.52 with Debian's backports) that _h2 uses,
+# declared in _nghttp2.h so the build needs the runtime library only (see that file).
 
 from libc.stdint cimport int32_t, uint8_t, uint32_t, uint64_t
 
 
-cdef extern from "nghttp2/nghttp2.h":
+cdef extern from "_nghttp2.h":
     ctypedef struct nghttp2_session:
         pass
     ctypedef struct nghttp2_session_callbacks:
@@ -88,6 +89,7 @@ cdef extern from "nghttp2/nghttp2.h":
         NGHTTP2_NO_ERROR = 0
         NGHTTP2_PROTOCOL_ERROR = 1
         NGHTTP2_INTERNAL_ERROR = 2
+        NGHTTP2_FRAME_SIZE_ERROR = 6
         NGHTTP2_REFUSED_STREAM = 7
         NGHTTP2_CANCEL = 8
         NGHTTP2_ENHANCE_YOUR_CALM = 0x0B

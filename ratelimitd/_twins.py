@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
 from typing import TypeVar
 
@@ -28,6 +29,24 @@ def select(compiled: str, pure: Pure) -> tuple[Pure, str]:
         if all(hasattr(module, name) for name in pure.__all__):
             return module, "compiled"  # type: ignore[return-value]
     return pure, "pure"
+
+
+def install(namespace: dict[str, object], compiled: str, pure: ModuleType) -> str:
+    """`select` the twin for a selector module and put the names of `pure.__all__`, as
+    that twin has them, in its `namespace`; which twin ("compiled" or "pure")."""
+    module, which = select(compiled, pure)
+    namespace.update({name: getattr(module, name) for name in pure.__all__})
+    return which
+
+
+def chooser(compiled: str, pure: str, selected: str) -> Callable[[str | None], ModuleType]:
+    """A selector's `implementation(name)`: the module behind the twin names, "compiled" or
+    "pure" as `name` says (None: the one selected at import)."""
+
+    def implementation(name: str | None = None) -> ModuleType:
+        return twin(compiled, pure, name, selected)
+
+    return implementation
 
 
 def twin(compiled: str, pure: str, name: str | None, selected: str) -> ModuleType:

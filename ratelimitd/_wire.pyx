@@ -12,16 +12,49 @@ with its messages, so that the transports' INTERNAL `grpc: error unmarshalling r
 ...` reads as the Go service's: field number 0 or above 2^29-1, truncation and unknown
 wire types are "cannot parse invalid wire-format data"; a string field that is not UTF-8
 is "string field contains invalid UTF-8". upb refuses the same inputs.
+
+With `bounds` (`messages.Bounds`, or the ReloadOptions in force), a request past them raises
+`messages.TooLarge` as soon as the offending descriptor, entry or string is reached: past
+the descriptor bound, the rest is only counted (field tags and lengths, nothing decoded) so
+the refusal names the request's real size, as the service would.
 """
 
-from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from libc.string cimport memcpy
 
-from ratelimitd.messages import Descriptor, Request
+from ratelimitd._slots cimport get, offsets
+
+from google.protobuf.message import DecodeError
+
+from ratelimitd.messages import (
+    DESCRIPTOR_BYTES,
+    ENTRY_BYTES,
+    Descriptor,
+    Request,
+    Response,
+    Status,
+    too_long,
+    too_many_descriptors,
+    too_many_entries,
+)
+
+# The slots the encoder reads (see _slots.pxd).
+cdef object RESPONSE = Response
+cdef object STATUS = Status
+cdef Py_ssize_t P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA
+cdef Py_ssize_t T_CODE, T_RULE, T_REMAINING, T_RESET
+P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA = offsets(
+    Response, ("overall_code", "statuses", "headers", "request_headers", "dynamic_metadata")
+)
+T_CODE, T_RULE, T_REMAINING, T_RESET = offsets(
+    Status, ("code", "rule", "limit_remaining", "duration_until_reset")
+)
 
 
-class WireError(ValueError):
-    """Malformed protobuf bytes."""
+class WireError(DecodeError, ValueError):
+    """Malformed protobuf bytes (a protobuf DecodeError, as the upb twin raises)."""
 
 
 CORRUPT = "proto: cannot parse invalid wire-format data"
@@ -90,32 +123,59 @@ cdef inline str _string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* po
     return s
 
 
-cdef tuple _entry(const unsigned char* buf, Py_ssize_t end):
+cdef inline str _bounded_string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos,
+                                Py_ssize_t most, str field):
+    cdef Py_ssize_t start = pos[0]
+    cdef Py_ssize_t n = _length(buf, end, pos)
+    if n > most:
+        raise too_long(field, n, most)
+    pos[0] = start
+    return _string(buf, end, pos)
+
+
+cdef tuple _entry(const unsigned char* buf, Py_ssize_t end, Py_ssize_t most):
     cdef Py_ssize_t pos = 0
     cdef unsigned long long tag
     cdef str key = "", value = ""
     while pos < end:
         tag = _tag(buf, end, &pos)
         if tag == 10:
-            key = _string(buf, end, &pos)
+            key = _bounded_string(buf, end, &pos, most, "key")
         elif tag == 18:
-            value = _string(buf, end, &pos)
+            value = _bounded_string(buf, end, &pos, most, "value")
         else:
             _skip(buf, end, &pos, tag & 7)
     return (key, value)
 
 
-cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
-    cdef Py_ssize_t pos = 0, n, sub
+cdef Py_ssize_t _count(const unsigned char* buf, Py_ssize_t end, Py_ssize_t pos,
+                       unsigned long long wanted) except -1:
+    """How many fields with tag `wanted` from `pos` on, read as tags and lengths only."""
+    cdef Py_ssize_t found = 0
+    cdef unsigned long long tag
+    while pos < end:
+        tag = _tag(buf, end, &pos)
+        if tag == wanted:
+            found += 1
+        _skip(buf, end, &pos, tag & 7)
+    return found
+
+
+cdef object _descriptor(const unsigned char* buf, Py_ssize_t end, Py_ssize_t max_entries,
+                        Py_ssize_t max_value):
+    cdef Py_ssize_t pos = 0, n, sub, start
     cdef unsigned long long tag, rpu, unit, hits
     cdef list entries = []
     cdef object limit = None, hits_addend = None
     cdef bint negative = False
     while pos < end:
+        start = pos
         tag = _tag(buf, end, &pos)
         if tag == 10:  # entries
+            if len(entries) == max_entries:
+                raise too_many_entries(max_entries + _count(buf, end, start, 10), max_entries)
             n = _length(buf, end, &pos)
-            entries.append(_entry(buf + pos, n))
+            entries.append(_entry(buf + pos, n, max_value))
             pos += n
         elif tag == 18:  # limit: RateLimitOverride
             n = _length(buf, end, &pos)
@@ -152,28 +212,77 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end):
     return Descriptor(tuple(entries), limit, hits_addend)
 
 
-def decode_request(bytes data):
-    """Parse a serialized RateLimitRequest into a `messages.Request`."""
+def decode_request(bytes data, object bounds=None):
+    """Parse a serialized RateLimitRequest into a `messages.Request`; with `bounds`, raise
+    `messages.TooLarge` for a request past them (see the module docstring)."""
     cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
     cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
-    cdef Py_ssize_t pos = 0, n
+    cdef Py_ssize_t pos = 0, n, start
     cdef unsigned long long tag
     cdef str domain = ""
     cdef list descriptors = []
     cdef unsigned long long hits_addend = 0
+    cdef Py_ssize_t max_descriptors = PY_SSIZE_T_MAX
+    cdef Py_ssize_t max_entries = PY_SSIZE_T_MAX
+    cdef Py_ssize_t max_value = PY_SSIZE_T_MAX
+    if bounds is not None:
+        max_descriptors = bounds.max_descriptors
+        max_entries = bounds.max_entries
+        max_value = bounds.max_value_length
     while pos < end:
+        start = pos
         tag = _tag(buf, end, &pos)
         if tag == 10:
             domain = _string(buf, end, &pos)
         elif tag == 18:
+            if len(descriptors) == max_descriptors:
+                raise too_many_descriptors(
+                    max_descriptors + _count(buf, end, start, 18), max_descriptors
+                )
             n = _length(buf, end, &pos)
-            descriptors.append(_descriptor(buf + pos, n))
+            descriptors.append(_descriptor(buf + pos, n, max_entries, max_value))
             pos += n
         elif tag == 24:
             hits_addend = _varint(buf, end, &pos) & 0xFFFFFFFF
         else:
             _skip(buf, end, &pos, tag & 7)
     return Request(domain, descriptors, hits_addend)
+
+
+cdef Py_ssize_t _DESCRIPTOR_BYTES = DESCRIPTOR_BYTES
+cdef Py_ssize_t _ENTRY_BYTES = ENTRY_BYTES
+
+
+def decoded_size(bytes data):
+    """About how many bytes `decode_request(data)` takes once decoded (for the transports'
+    accounting of requests waiting for their decision): read as tags and lengths only, and
+    0 for what is not a well-formed request (it will be refused, not kept)."""
+    cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos = 0, sub, n, m
+    cdef Py_ssize_t size = end
+    cdef unsigned long long tag
+    try:
+        while pos < end:
+            tag = _tag(buf, end, &pos)
+            if tag != 18:
+                _skip(buf, end, &pos, tag & 7)
+                continue
+            n = _length(buf, end, &pos)
+            size += _DESCRIPTOR_BYTES
+            sub = 0
+            while sub < n:
+                tag = _tag(buf + pos, n, &sub)
+                if tag == 10:
+                    m = _length(buf + pos, n, &sub)
+                    size += _ENTRY_BYTES
+                    sub += m
+                else:
+                    _skip(buf + pos, n, &sub, tag & 7)
+            pos += n
+    except WireError:
+        return 0
+    return size
 
 
 cdef inline void _put_varint(bytearray out, unsigned long long v):
@@ -253,8 +362,142 @@ cdef void _headers(bytearray out, int tag, list headers):
         out.extend(header)
 
 
-def encode_response(object resp, bytes dynamic_metadata=None):
-    """Serialize a `messages.Response` (plus an already serialized Struct, if any)."""
+# The statuses the direct encoder takes (more: the bytearray path).
+DEF _DIRECT = 16
+
+
+cdef struct _St:
+    unsigned long long code, remaining, reset, rpu, unit, limit_size, size
+    bint limited
+
+
+cdef inline unsigned char* _field(unsigned char* p, unsigned char tag, unsigned long long v) noexcept:
+    """Write a tag then a varint."""
+    p[0] = tag
+    return _put(p + 1, v)
+
+
+cdef inline unsigned char* _put(unsigned char* p, unsigned long long v) noexcept:
+    while v >= 0x80:
+        p[0] = (v & 0x7F) | 0x80
+        p += 1
+        v >>= 7
+    p[0] = <unsigned char>v
+    return p + 1
+
+
+def encode_response(object resp, struct=None):
+    """Serialize a `messages.Response`; `struct(resp.dynamic_metadata)` serializes its
+    dynamic metadata (a google.protobuf.Struct) when it has any."""
+    return _encode(resp, struct)
+
+
+cdef class Encoder:
+    """`encode_response` with its Struct serializer bound: one C call per response."""
+
+    cdef object struct
+
+    def __init__(self, struct):
+        self.struct = struct
+
+    def __call__(self, resp):
+        return _encode(resp, self.struct)
+
+
+cdef bytes _encode(object resp, struct):
+    cdef list statuses = get(resp, RESPONSE, P_STATUSES, "statuses")
+    cdef bytes metadata = None
+    dynamic = get(resp, RESPONSE, P_METADATA, "dynamic_metadata")
+    if struct is not None and dynamic:  # an empty Struct is absent, as upb writes it
+        metadata = struct(dynamic)
+    if (
+        metadata is not None
+        or get(resp, RESPONSE, P_HEADERS, "headers")
+        or get(resp, RESPONSE, P_REQUEST_HEADERS, "request_headers")
+        or len(statuses) > _DIRECT
+    ):
+        return _encode_general(resp, metadata)
+    overall = get(resp, RESPONSE, P_OVERALL, "overall_code")
+    return _encode_direct(<unsigned long long>overall, statuses)
+
+
+cdef bytes _encode_direct(unsigned long long overall, list statuses):
+    """The common response (statuses, no headers or metadata), measured then written
+    straight into its bytes object: the same bytes as `_encode_general`."""
+    cdef _St sts[_DIRECT]
+    cdef _St* s
+    cdef Py_ssize_t i, n = len(statuses), total = 0
+    cdef list names = []
+    cdef bytes name, out
+    cdef unsigned char* p
+    if overall:
+        total += 1 + _varint_size(overall)
+    for i in range(n):
+        st = statuses[i]
+        s = &sts[i]
+        s.code = get(st, STATUS, T_CODE, "code")
+        s.remaining = get(st, STATUS, T_REMAINING, "limit_remaining")
+        rule = get(st, STATUS, T_RULE, "rule")
+        s.limited = rule is not None
+        s.size = 0
+        name = b""
+        if s.code:
+            s.size += 1 + _varint_size(s.code)
+        if s.limited:
+            s.rpu = rule.requests_per_unit
+            s.unit = rule.unit
+            if rule.name:
+                name = (<str>rule.name).encode("utf-8")
+            s.reset = <unsigned long long><long long>get(st, STATUS, T_RESET, "duration_until_reset")
+            s.limit_size = 0
+            if s.rpu:
+                s.limit_size += 1 + _varint_size(s.rpu)
+            if s.unit:
+                s.limit_size += 1 + _varint_size(s.unit)
+            if name:
+                s.limit_size += 1 + _varint_size(len(name)) + len(name)
+            s.size += 1 + _varint_size(s.limit_size) + s.limit_size
+            # duration_until_reset: a Duration, present (maybe empty) whenever a limit applied
+            s.size += 2 + ((1 + _varint_size(s.reset)) if s.reset else 0)
+        if s.remaining:
+            s.size += 1 + _varint_size(s.remaining)
+        names.append(name)
+        total += 1 + _varint_size(s.size) + s.size
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = <unsigned char*>PyBytes_AS_STRING(out)
+    if overall:
+        p = _field(p, 8, overall)
+    for i in range(n):
+        s = &sts[i]
+        p = _field(p, 18, s.size)
+        if s.code:
+            p = _field(p, 8, s.code)
+        if s.limited:
+            p = _field(p, 18, s.limit_size)
+            if s.rpu:
+                p = _field(p, 8, s.rpu)
+            if s.unit:
+                p = _field(p, 16, s.unit)
+            name = <bytes>names[i]
+            if name:
+                p = _field(p, 26, len(name))
+                memcpy(p, PyBytes_AS_STRING(name), len(name))
+                p += len(name)
+        if s.remaining:
+            p = _field(p, 24, s.remaining)
+        if s.limited:
+            p[0] = 34
+            if s.reset:
+                p[1] = 1 + _varint_size(s.reset)
+                p[2] = 8
+                p = _put(p + 3, s.reset)
+            else:
+                p[1] = 0
+                p += 2
+    return out
+
+
+cdef bytes _encode_general(object resp, bytes dynamic_metadata):
     cdef bytearray out = bytearray()
     cdef bytes body
     cdef unsigned long long overall = resp.overall_code

@@ -38,7 +38,7 @@ DEADLINE_SECONDS = 5.0
 
 def check_config(argv: Sequence[str]) -> int:
     """`ratelimitd check-config [--merge-domain-config] PATH...`: validate config files."""
-    from .backends.base import BACKEND_ALGORITHMS
+    from .backends import BACKENDS
     from .config import ConfigError, load_files, load_ruleset
     from .settings import backend_type_from_env
 
@@ -56,7 +56,7 @@ def check_config(argv: Sequence[str]) -> int:
     )
     parser.add_argument(
         "--backend-type",
-        choices=sorted(BACKEND_ALGORITHMS),
+        choices=sorted(BACKENDS),
         default=None,
         help="check that this backend can count every limit (default: BACKEND_TYPE, or "
         "no backend check when it is unset)",
@@ -64,7 +64,9 @@ def check_config(argv: Sequence[str]) -> int:
     parser.add_argument("paths", nargs="+", metavar="PATH")
     args = parser.parse_args(list(argv))
     backend_type = args.backend_type or backend_type_from_env()
-    backend = (backend_type, BACKEND_ALGORITHMS[backend_type]) if backend_type else None
+    backend = None
+    if backend_type:
+        backend = (backend_type, BACKENDS[backend_type].capabilities.algorithms)
     print("checking rate limit configs...")
     try:
         files = load_files(args.paths)
@@ -95,13 +97,15 @@ def serve(argv: Sequence[str]) -> int:
     configure_logging(settings)
     workers = settings.workers
     if workers.count > 1:
+        from .backends import capabilities
         from .workers import supervise
 
-        if settings.cache.backend == "memory":
+        if not capabilities(settings.cache.backend).shared:
             logging.getLogger("ratelimitd.workers").warning(
-                "BACKEND_TYPE=memory with RATELIMITD_WORKERS=%d: each worker counts in its "
+                "BACKEND_TYPE=%s with RATELIMITD_WORKERS=%d: each worker counts in its "
                 "own memory, so a limit admits up to %dx its requests_per_unit (use Redis "
                 "or memcached to share the counters)",
+                settings.cache.backend,
                 workers.count,
                 workers.count,
             )

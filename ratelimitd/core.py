@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import match
-from .backends import MemoryBackend, create_backend
-from .backends.base import Backend, capabilities
+from .backends import create_backend
+from .backends.base import Backend, counted_by
 from .backends.breaker import WithBreakers
+from .backends.memory import MemoryBackend
 from .config import ConfigFile, RuleSet, load_ruleset
 from .health import Health
 from .limiter import Limiter
@@ -55,7 +56,7 @@ class Core:
             merge_domains=merge_domains,
             stats=self.stats,
             matcher=match.implementation(self.impl),
-            backend=capabilities(self.backend),
+            backend=counted_by(self.backend),
         )
         self.service.set_ruleset(ruleset)
         return ruleset
@@ -99,10 +100,10 @@ def build_core(
         near_limit_ratio=cache.near_limit_ratio,
         cache_key_prefix=cache.cache_key_prefix,
         local_cache=local_cache,
-        # Memcache ignores it, as the reference's memcache cache does: its counters are
-        # read before they are incremented already.
+        # A store that reads its counters before it counts them (memcache) ignores it, as
+        # the reference's memcache cache does.
         stop_increment_when_over_limit=cache.stop_cache_key_increment_when_overlimit
-        and backend.name != "memcache",
+        and not backend.capabilities.reads_before_counting,
         clock=clock,
         impl=impl,
     )
@@ -110,7 +111,9 @@ def build_core(
     if cache.failure_policy == "local":
         # The same rules counted in this process while the store fails (per instance).
         fallback = Limiter(
-            MemoryBackend(cache.expiration_jitter_max_seconds, clock=clock),
+            MemoryBackend(
+                cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
+            ),
             near_limit_ratio=cache.near_limit_ratio,
             cache_key_prefix=cache.cache_key_prefix,
             clock=clock,

@@ -16,6 +16,7 @@ import logging
 import signal
 from dataclasses import dataclass
 
+from . import allocator
 from .backends.base import Backend, BackendError
 from .config.provider import FileLayout
 from .config.xds_client import XdsSettingsError
@@ -24,24 +25,26 @@ from .health import Health
 from .reloader import ConfigReloader
 from .service import RateLimitService
 from .settings import (
-    ConnectionLimits,
     ReloadOptions,
     Settings,
     SettingsError,
     reload_options_from_env,
 )
+from .settings.checks import refuse_native_only
 from .stats import StatsStore
 from .stats.base import Sink, SinkError
 from .stats.sinks import create_sink
-from .tracing import Tracing, create_tracing, server_interceptor
+from .tracing import Tracing, create_tracing
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
-from .transport.http import HttpServer, main_routes
+from .transport.http import HttpServer
 from .transport.limits import ConnectionBudget
+from .transport.routes import main_routes
+from .transport.spans import server_interceptor
 
 try:
     from .transport.native import NativeGrpcTransport
-except ImportError:  # the HTTP/2 core was not built (no libnghttp2 headers at install)
+except ImportError:  # the HTTP/2 core was not built (no libnghttp2.so.14 at install)
     NativeGrpcTransport = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger("ratelimitd")
@@ -155,6 +158,7 @@ def build(settings: Settings) -> Daemon:
         stats,
         worker_index=settings.workers.index,
         share_dir=settings.workers.stats_dir or None,
+        serve=HttpServer,
     )
     tracing = create_tracing(settings)
     core = build_core(settings, stats=stats, health=health, tracing=tracing)
@@ -188,9 +192,10 @@ def build(settings: Settings) -> Daemon:
         reload_options,
         track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
     )
-    # Every listener's clients together leave FD_RESERVE descriptors to the rest.
-    budget = ConnectionBudget.for_process()
+    # Every listener's clients together leave FD_RESERVE descriptors to the rest, and hold
+    # at most MAX_BUFFERED_BYTES of requests and replies.
     limits = settings.connections
+    budget = ConnectionBudget.for_process(limits.max_buffered_bytes)
     return Daemon(
         settings=settings,
         stats=stats,
@@ -205,6 +210,7 @@ def build(settings: Settings) -> Daemon:
             max_connections=limits.http_max_connections,
             read_timeout=limits.http_read_timeout,
             idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
             budget=budget,
         ),
         debug=HttpServer(
@@ -213,6 +219,7 @@ def build(settings: Settings) -> Daemon:
             max_connections=limits.debug_max_connections,
             read_timeout=limits.http_read_timeout,
             idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
             budget=budget,
         ),
         sink=sink,
@@ -241,25 +248,19 @@ def grpc_transport(
             tracing=tracing,
             budget=budget,
         )
-    limits = settings.connections
-    defaults = ConnectionLimits()
-    if (limits.grpc_max_connections, limits.grpc_read_timeout) != (
-        defaults.grpc_max_connections,
-        defaults.grpc_read_timeout,
-    ):
-        # grpc.aio bounds neither: refuse rather than accept a setting that does nothing.
-        raise GrpcConfigError(
-            "GRPC_MAX_CONNECTIONS and GRPC_READ_TIMEOUT need the native gRPC transport "
-            "(unset GRPC_TRANSPORT=grpcio, or unset them)"
-        )
     if choice == "native":
         raise GrpcConfigError(
             "GRPC_TRANSPORT=native: the native transport was not built "
-            "(install libnghttp2-dev and reinstall ratelimitd)"
+            "(install libnghttp2-14, the runtime library, and reinstall ratelimitd)"
         )
     if choice == "":
+        # GRPC_TRANSPORT=grpcio's settings checks, now that grpc.aio will serve.
+        try:
+            refuse_native_only(settings)
+        except SettingsError as exc:
+            raise GrpcConfigError(str(exc)) from None
         log.warning(
-            "the native gRPC transport was not built (no libnghttp2 headers at install): "
+            "the native gRPC transport was not built (no libnghttp2.so.14 at install): "
             "serving gRPC with grpc.aio"
         )
     return GrpcTransport(
@@ -282,6 +283,8 @@ def serve(settings: Settings) -> int:
             "no REDIS_* or MEMCACHE_* setting found: using the embedded in-memory backend "
             "(BACKEND_TYPE=memory); counters are local to this process"
         )
+    # Large buffers are unmapped when freed, so a flood's peak is not kept (glibc).
+    allocator.tune()
     try:
         daemon = build(settings)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -7,27 +7,31 @@ made at import, through the settings package (the only reader of the environment
 """
 
 from collections.abc import Sequence
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 from . import _keys_py
-from ._twins import select, twin
+from ._twins import chooser, install
 
-_impl, IMPLEMENTATION = select("ratelimitd._keys", _keys_py)
-
-UNIT_SECONDS = _impl.UNIT_SECONDS
-cache_key = _impl.cache_key
-evaluate = _impl.evaluate
-near_threshold = _impl.near_threshold
-over = _impl.over
-refuse = _impl.refuse
-reset_seconds = _impl.reset_seconds
-settle = _impl.settle
-sliding_window = _impl.sliding_window
-state_key = _impl.state_key
-token_bucket = _impl.token_bucket
-unit_seconds = _impl.unit_seconds
-verdict = _impl.verdict
-window_start = _impl.window_start
+IMPLEMENTATION = install(globals(), "ratelimitd._keys", _keys_py)
+if TYPE_CHECKING:
+    # The twins' names, typed as the pure one's (the module's own `__all__`).
+    from ._keys_py import (  # noqa: F401
+        UNIT_SECONDS,
+        bump,
+        cache_key,
+        evaluate,
+        near_threshold,
+        over,
+        refuse,
+        reset_seconds,
+        settle,
+        sliding_window,
+        state_key,
+        token_bucket,
+        unit_seconds,
+        verdict,
+        window_start,
+    )
 
 
 # Counters saturate, they never overflow (README, "Counters saturate"). One descriptor's hits
@@ -35,7 +39,7 @@ window_start = _impl.window_start
 # same, and small enough that Lua's doubles and Redis' int64 counters take many of them. A
 # counter stops at COUNTER_MAX, the top of Redis' signed range (INCRBY refuses to pass it).
 MAX_HITS = 2**32
-COUNTER_MAX = 2**63 - 1
+COUNTER_MAX = _keys_py.COUNTER_MAX
 
 # Metered usage (the `meter: true` config extension) is kept per UTC day for 35 days, so
 # a billing cycle or a rolling 30-day window can always be summed from it.
@@ -47,9 +51,9 @@ def meter_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], now:
     return cache_key(prefix + "meter_", domain, entries, None, 86400, now)
 
 
-def implementation(name: str | None = None) -> ModuleType:
-    """The module behind the twin names: "compiled" `_keys`, "pure" `_keys_py`, None as above."""
-    return twin("ratelimitd._keys", "ratelimitd._keys_py", name, IMPLEMENTATION)
+# implementation(name): the module behind the twin names, "compiled" `_keys` or "pure"
+# `_keys_py` (None: the one selected at import).
+implementation = chooser("ratelimitd._keys", "ratelimitd._keys_py", IMPLEMENTATION)
 
 
 __all__ = [

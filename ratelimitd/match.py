@@ -3,31 +3,23 @@
 RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read at import).
 """
 
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 from . import _match_py
-from ._twins import select, twin
+from ._twins import chooser, install
 
-_impl, IMPLEMENTATION = select("ratelimitd._match", _match_py)
-
-Level = _impl.Level
-Node = _impl.Node
-compile_level = _impl.compile_level
-lookup = _impl.lookup
-wildcard_match = _impl.wildcard_match
-
-
-def implementation(name: str | None = None) -> ModuleType:
-    """The module behind the twin names: "compiled" `_match`, "pure" `_match_py`, None as above."""
-    return twin("ratelimitd._match", "ratelimitd._match_py", name, IMPLEMENTATION)
+IMPLEMENTATION = install(globals(), "ratelimitd._match", _match_py)
+if TYPE_CHECKING:
+    # The twins' names, typed as the pure one's (the module's own `__all__`).
+    from ._match_py import (  # noqa: F401
+        Level,
+        Node,
+        compile_level,
+        lookup,
+        wildcard_match,
+    )
 
 
-__all__ = [
-    "IMPLEMENTATION",
-    "Level",
-    "Node",
-    "compile_level",
-    "implementation",
-    "lookup",
-    "wildcard_match",
-]
+# implementation(name): the module behind the twin names, "compiled" `_match` or "pure"
+# `_match_py` (None: the one selected at import).
+implementation = chooser("ratelimitd._match", "ratelimitd._match_py", IMPLEMENTATION)

@@ -19,10 +19,11 @@ import contextlib
 import gc
 import logging
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from .aio import cancel
-from .backends.base import capabilities
+from .backends.base import counted_by
 from .config import ConfigError, ConfigSource, RuleSet, build_ruleset
 from .config.errors import ConfigReadError
 from .config.loader import parse_files
@@ -39,35 +40,31 @@ log = logging.getLogger("ratelimitd.config")
 RETRY_MAX_SECONDS = 10.0
 
 
+@dataclass(eq=False)
 class ConfigReloader:
     """Keeps the service's RuleSet current from config files or an xDS server."""
 
-    def __init__(
-        self,
-        source: FileLayout | XdsSettings,
-        service: RateLimitService,
-        stats: StatsStore,
-        health: Health,
-        reload_options: Callable[[], ReloadOptions],
-        *,
-        track_config_health: bool = False,
-        poll_interval: float = 0.5,
-    ) -> None:
-        self.source = source
-        self.service = service
-        self.stats = stats
-        self.health = health
-        # The options the reference re-reads from the environment on every load.
-        self.reload_options = reload_options
-        self.track_config_health = track_config_health
-        self.poll_interval = poll_interval
-        self.loaded = asyncio.Event()
-        self._signature: Signature | None = None
-        self._retry_delay = 0.0  # > 0 after a read error: retry without a change
-        self._retry_at = 0.0
-        self._task: asyncio.Task[None] | None = None
-        self._reload_requested = asyncio.Event()  # SIGHUP: load now, changed or not
+    source: FileLayout | XdsSettings
+    service: RateLimitService
+    stats: StatsStore
+    health: Health
+    # The options the reference re-reads from the environment on every load.
+    reload_options: Callable[[], ReloadOptions]
+    _: KW_ONLY
+    track_config_health: bool = False
+    poll_interval: float = 0.5
+    loaded: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _signature: Signature | None = field(init=False, default=None)
+    _retry_delay: float = field(init=False, default=0.0)  # > 0 after a read error: retry
+    _retry_at: float = field(init=False, default=0.0)
+    _task: asyncio.Task[None] | None = field(init=False, default=None)
+    # SIGHUP: load now, changed or not.
+    _reload_requested: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    _xds: XdsConfigClient | None = field(init=False)
+
+    def __post_init__(self) -> None:
         # Validates the xDS settings now, so bad ones stop the start with one line.
+        source = self.source
         self._xds = XdsConfigClient(source, self.apply) if isinstance(source, XdsSettings) else None
 
     async def load(self) -> bool:
@@ -135,7 +132,7 @@ class ConfigReloader:
                 read(),
                 merge_domains=merge,
                 stats=self.stats,
-                backend=capabilities(self.service.limiter.backend),
+                backend=counted_by(self.service.limiter.backend),
             )
         finally:
             gc.freeze()

@@ -1,9 +1,12 @@
-"""ShouldRateLimit: request -> response, knowing nothing about transports; of backends, only
-that one may fail (`BackendError`, counted as `redis_error`).
+"""ShouldRateLimit: request -> response. It knows no transport (its errors are
+`messages`' transport-neutral ones) and, of backends, only that one may fail
+(`BackendError`, counted as `redis_error`).
 
-The reference's service layer (`src/service/ratelimit.go`): request checks, limit lookup with
-overrides, `replaces` and unlimited handling, the limiter round, overall code with quota and
-global shadow mode, response headers and dynamic metadata. The RuleSet and the reload-time
+The reference's service layer (`src/service/ratelimit.go`) as plan, count, verdict
+(`decision`): the plan (request checks, limit lookup with overrides, `replaces`, unlimited),
+the limiter's count, then the response: overall code with quota and global shadow mode,
+response headers and dynamic metadata. `dry_run` takes the same three steps with the store
+only read: `/explain` cannot disagree with the service. The RuleSet and the reload-time
 options are swapped together as one `Snapshot`, so a request never mixes two configs.
 """
 
@@ -11,46 +14,30 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import keys
-from .backends.base import FIXED_WINDOW, BackendError
-from .config import Rule, RuleSet
+from . import decision, keys
+from .backends.base import BackendError, Op
+from .config import RuleSet
 from .config.ruleset import UNIT_NAMES
-from .limiter import NO_LIMIT, Check, Limiter, Meter
-from .messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor, Request, Response, Status
+from .decision import NO_LIMIT, SLICE, Plan
+from .limiter import Limiter
+from .messages import (
+    MAX_UINT32,
+    OVER_LIMIT,
+    Overloaded,
+    Request,
+    RequestTooLarge,
+    Response,
+    ServiceError,
+    Status,
+)
 from .settings import ReloadOptions
-from .stats import StatsStore
+from .stats import RuleStats, StatsStore
 
-MAX_HITS = keys.MAX_HITS
-
-
-# A request with more descriptors than this is matched in slices of this many, the loop
-# running other requests between them (`may_suspend`): one huge request must not stall all.
-SLICE = 256
-UNKNOWN, RESOURCE_EXHAUSTED = 2, 8  # gRPC status codes
-
-
-class ServiceError(Exception):
-    """A request the service refuses (gRPC UNKNOWN, `/json` 400), as the reference."""
-
-    code = UNKNOWN
-
-
-class RequestTooLarge(ServiceError):
-    """More descriptors or entries than MAX_DESCRIPTORS_PER_REQUEST / MAX_ENTRIES_PER_DESCRIPTOR
-    allow (gRPC RESOURCE_EXHAUSTED, `/json` 400), refused before any work."""
-
-    code = RESOURCE_EXHAUSTED
-
-
-class Overloaded(ServiceError):
-    """MAX_INFLIGHT_DECISIONS decisions already wait on the store (gRPC RESOURCE_EXHAUSTED,
-    `/json` 503): refused at once rather than queued without bound."""
-
-    code = RESOURCE_EXHAUSTED
+__all__ = ["SLICE", "Overloaded", "RateLimitService", "RequestTooLarge", "ServiceError", "Snapshot"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +48,26 @@ class Snapshot:
     options: ReloadOptions
 
 
+@dataclass(slots=True)
+class DryRun:
+    """`RateLimitService.dry_run`: the plan, its store operations and their results, and the
+    response the request would get."""
+
+    plan: Plan
+    t: float  # the limiter's clock when it counted
+    ops: list[Op]
+    results: list[Any]
+    response: Response
+
+
 class RateLimitService:
-    """Decides RateLimitRequests."""
+    """Decides RateLimitRequests: plan, count, verdict (see `decision`).
+
+    The contract with the transports is explicit: when `synchronous` (the limiter never
+    waits), `decide_now` decides a request without a coroutine, or returns None for one
+    that must go through `should_rate_limit` (more than SLICE descriptors); otherwise
+    every request goes through `should_rate_limit`.
+    """
 
     def __init__(
         self,
@@ -87,15 +92,35 @@ class RateLimitService:
         self.fallback = fallback
         self.max_in_flight = max_in_flight  # MAX_INFLIGHT_DECISIONS; 0: no bound
         self.in_flight = 0  # decisions waiting on the store now
+        self.decision = d = decision.implementation(impl)
         self.snapshot = Snapshot(None, options or ReloadOptions())
+        # Plan, count and verdict in compiled calls: the whole decision for a limiter that
+        # never waits (`decide_now` is its method), its halves around the store's round for
+        # one that does (`prepare`, `finish`); swapped configs reach it with the snapshot.
+        self._engine = d.Engine(stats, limiter, self._extras)
+        # An awaited decision takes the halves unless the limiter's own round is needed
+        # (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT checks before it counts).
+        self._halves = not limiter.synchronous and not limiter.stop_increment
+        # decide_now(request) -> Response | None: decide one request of a `synchronous`
+        # service without a coroutine; None for a request of more than SLICE descriptors
+        # (use `should_rate_limit`). Raises ServiceError. It is the engine's own method: no
+        # Python frame on the hot path.
+        self.decide_now: Callable[[Request], Response | None] = self._waits
+        self._engine.use(None, self.snapshot.options)
+        if limiter.synchronous:
+            self.decide_now = self._engine.decide_now
         # The window arithmetic of the `keys` implementation `impl` names (None: selected).
-        k = keys.implementation(impl)
-        self._unit_seconds: Callable[[int], int] = k.unit_seconds
-        self._reset_seconds: Callable[[int, int], int] = k.reset_seconds
+        self._reset_seconds: Callable[[int, int], int] = keys.implementation(impl).reset_seconds
+
+    @property
+    def synchronous(self) -> bool:
+        """Whether `decide_now` may be used: the limiter never waits for I/O."""
+        return self.limiter.synchronous
 
     def set_ruleset(self, ruleset: RuleSet, options: ReloadOptions | None = None) -> None:
         """Swap in a newly loaded config (and the options re-read with it) atomically."""
-        self.snapshot = Snapshot(ruleset, options or self.snapshot.options)
+        self.snapshot = snap = Snapshot(ruleset, options or self.snapshot.options)
+        self._engine.use(snap.ruleset, snap.options)
         self.stats.set_limits(ruleset.limits())
 
     @property
@@ -103,165 +128,185 @@ class RateLimitService:
         """The config in force."""
         return self.snapshot.ruleset
 
-    def _refuse(self, message: str) -> ServiceError:
-        self.stats.service.service_error += 1
-        return ServiceError(message)
-
-    def _too_large(self, message: str) -> RequestTooLarge:
-        self.stats.service.service_error += 1
-        return RequestTooLarge(message)
-
     @staticmethod
-    def may_suspend(request: Request) -> bool:
-        """Whether deciding `request` may wait even on a synchronous limiter (it is matched
-        in slices): such a request needs a task, not `RlsHandler.decide_now`."""
-        return len(request.descriptors) > SLICE
+    def _waits(request: Request) -> Response | None:
+        raise TypeError("decide_now: this service's limiter waits (use should_rate_limit)")
 
     async def should_rate_limit(self, request: Request) -> Response:
         """Decide one request. Raises ServiceError, or BackendError from the backend."""
-        domain = request.domain
-        if not domain:
-            raise self._refuse("rate limit domain must not be empty")
-        descriptors = request.descriptors
-        if not descriptors:
-            raise self._refuse("rate limit descriptor list must not be empty")
-        snap = self.snapshot
-        if snap.ruleset is None:
-            raise self._refuse("no rate limit configuration loaded")
-        opts = snap.options
-        n = len(descriptors)
-        if n > opts.max_descriptors:
-            limit = opts.max_descriptors
-            raise self._too_large(
-                f"{n} descriptors in one request (MAX_DESCRIPTORS_PER_REQUEST={limit})"
-            )
-        most = opts.max_entries
-        for d in descriptors:
-            if len(d.entries) > most:
-                raise self._too_large(
-                    f"a descriptor with {len(d.entries)} entries"
-                    f" (MAX_ENTRIES_PER_DESCRIPTOR={most})"
-                )
-
-        default_hits = min(request.hits_addend or 1, MAX_HITS)
-        checks: list[Check] = []
-        unlimited: list[int] | None = None
-        meters: list[Meter] | None = None
-        metadata: list[dict[str, Any] | None] | None = None
-        ruleset = snap.ruleset
-        root = ruleset.domains.get(domain)
-        if root is None:
-            for _ in range(n):
-                self.stats.domain_not_found(domain)
-        else:
-            replaced: set[str] | None = None
-            lookup = ruleset.lookup  # the matcher of the implementation that compiled it
-            for i in range(n):
-                if i and i % SLICE == 0:
-                    await asyncio.sleep(0)  # only past SLICE: `may_suspend` said so
-                d = descriptors[i]
-                share = None
-                if d.limit is not None:
-                    rule = self._override(domain, d)
-                    stats = rule.stats
-                else:
-                    found = lookup(root, domain, d.entries)
-                    if found is None:
-                        continue
-                    rule, key, share, keep_metadata = found
-                    stats = (
-                        rule.stats if key == rule.full_key else self.stats.request_rule_stats(key)
-                    )
-                    if keep_metadata and rule.metadata is not None:
-                        if metadata is None:
-                            metadata = [None] * n
-                        metadata[i] = rule.metadata
-                if rule.special:  # replaces, unlimited or metering: rare, so tested once
-                    if rule.meter and not d.is_negative_hits:
-                        if meters is None:
-                            meters = []
-                        meters.append(
-                            Meter(
-                                i, default_hits if d.hits_addend is None else _capped(d.hits_addend)
-                            )
-                        )
-                    if rule.replaces:
-                        if replaced is None:
-                            replaced = set()
-                        replaced.update(rule.replaces)
-                    if rule.unlimited:
-                        if unlimited is None:
-                            unlimited = []
-                        unlimited.append(i)
-                        continue
-                hits = default_hits if d.hits_addend is None else _capped(d.hits_addend)
-                if d.is_negative_hits:
-                    if _decided_by_store(rule):
-                        raise self._refuse(
-                            f"is_negative_hits: refunds apply to fixed-window limits only; "
-                            f"'{rule.full_key}' is counted by another algorithm"
-                        )
-                    checks.append(Check(i, rule, stats, share, hits, True))
-                    continue
-                checks.append(Check(i, rule, stats, share, hits))
-            if replaced:
-                # Replaced limits are dropped whatever the descriptor order, metadata too.
-                kept = []
-                for check in checks:
-                    rule = check.rule
-                    if rule.limits is not None:  # several limits: the named ones are dropped
-                        rule = rule.without(replaced)
-                        check.rule = rule
-                    if rule is None or (rule.name and rule.name in replaced):
-                        if metadata is not None:
-                            metadata[check.index] = None
-                    else:
-                        kept.append(check)
-                checks = kept
-
-        limiter = self.limiter
-        if limiter.synchronous:
-            statuses = limiter.do_limit_now(domain, descriptors, checks, meters or ())
-        else:
+        if self._halves and len(request.descriptors) <= SLICE:
+            engine = self._engine
+            plan = engine.prepare(request)
+            if not plan.ops:
+                return engine.finish(request, plan, ())
             if self.max_in_flight and self.in_flight >= self.max_in_flight:
-                self.stats.service.overloaded += 1
-                raise Overloaded(
-                    f"{self.in_flight} decisions wait on the store "
-                    f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
-                )
+                raise self._overloaded()
             self.in_flight += 1
             try:
-                statuses = await limiter.do_limit(domain, descriptors, checks, meters or ())
+                results = await self.limiter.backend.increment(plan.ops)
             except BackendError:
-                self.stats.service.redis_error += 1
-                if self.failure_policy == "error":
-                    raise
-                statuses = self._on_failure(domain, descriptors, checks, meters or ())
+                statuses = self._failed(plan)
+                return self._respond(request, plan, statuses, self.snapshot.options)
             finally:
                 self.in_flight -= 1
-        if unlimited is not None:
-            for i in unlimited:
-                statuses[i] = Status(OK, None, MAX_UINT32, 0)
+            return engine.finish(request, plan, results)
+        snap = self.snapshot
+        if len(request.descriptors) > SLICE:
+            plan = await self._planned_in_slices(request, snap)
+        else:
+            plan = self._planned(request, snap)
+        if self.limiter.synchronous:
+            statuses = self.limiter.count_now(plan)
+        else:
+            statuses = await self._count(plan)
+        return self._respond(request, plan, statuses, snap.options)
 
-        overall = OK
-        for st in statuses:
-            if st.code == OVER_LIMIT:  # nothing over is OK whatever the quota settings
-                overall = overall_code(statuses, unlimited or (), opts.quota_mode)
-                break
-        if overall == OVER_LIMIT and opts.shadow_mode:
-            overall = OK
-            self.stats.service.global_shadow_mode += 1
+    async def dry_run(self, request: Request, walks: list[Any] | None = None) -> DryRun:
+        """What `should_rate_limit(request)` would answer now, by the same plan, count and
+        verdict, with the store only read and nothing counted (no statistic moves, nothing
+        enters the local cache). `walks` receives each descriptor's walk. Raises
+        ServiceError (uncounted), or BackendError."""
+        snap = self.snapshot
+        d = self.decision
+        plan = d.plan(request, snap.ruleset, snap.options, walks)
+        d.bind(plan, RuleStats, False)
+        t = self.limiter.clock()
+        ops, results, statuses = await self.limiter.peek(plan, t)
+        response = self._respond(request, plan, statuses, snap.options, record=False)
+        return DryRun(plan, t, ops, results, response)
 
-        response = Response(overall, statuses)
+    # -- plan ---------------------------------------------------------------------------
+
+    def _planned(self, request: Request, snap: Snapshot) -> Plan:
+        """The request's plan with its stats bound; refusals counted as service errors."""
+        return self.decision.planned(request, snap.ruleset, snap.options, self.stats)  # type: ignore[no-any-return]
+
+    async def _planned_in_slices(self, request: Request, snap: Snapshot) -> Plan:
+        """`_planned` with the loop running other requests every SLICE descriptors."""
+        d = self.decision
+        try:
+            plan = d.begin(request, snap.ruleset, snap.options)
+            lookup = snap.ruleset.lookup  # type: ignore[union-attr]  # `begin` checked it
+            n = len(request.descriptors)
+            for start in range(0, n, SLICE):
+                if start:
+                    await asyncio.sleep(0)
+                d.extend(plan, lookup, start, min(n, start + SLICE))
+            d.finish(plan)
+        except ServiceError:
+            self.stats.service.service_error += 1
+            raise
+        return d.bound(plan, self.stats)  # type: ignore[no-any-return]
+
+    # -- count --------------------------------------------------------------------------
+
+    async def _count(self, plan: Plan) -> list[Status]:
+        """The limiter's round, within MAX_INFLIGHT_DECISIONS, under BACKEND_FAILURE_POLICY."""
+        if self.max_in_flight and self.in_flight >= self.max_in_flight:
+            raise self._overloaded()
+        self.in_flight += 1
+        try:
+            return await self.limiter.count(plan)
+        except BackendError:
+            return self._failed(plan)
+        finally:
+            self.in_flight -= 1
+
+    def _overloaded(self) -> Overloaded:
+        self.stats.service.overloaded += 1
+        return Overloaded(
+            f"{self.in_flight} decisions wait on the store "
+            f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
+        )
+
+    def _failed(self, plan: Plan) -> list[Status]:
+        """The store failed (a BackendError being handled): counted, then raised again
+        (BACKEND_FAILURE_POLICY=error, the reference) or answered by the policy."""
+        self.stats.service.redis_error += 1
+        if self.failure_policy == "error":
+            raise  # the BackendError being handled: called from its except block only
+        return self._on_failure(plan)
+
+    def _on_failure(self, plan: Plan) -> list[Status]:
+        """The statuses BACKEND_FAILURE_POLICY gives when the store failed (or its breaker
+        is open): `allow` OK without a limit, `deny` OVER_LIMIT of each limit until its
+        window ends, `local` what this process's memory store decides with the same rules
+        (its counters are per instance, and are not merged into the store when it is back).
+        """
+        self.stats.service.failure_policy += 1
+        policy = self.failure_policy
+        statuses: list[Status] = [NO_LIMIT] * len(plan.descriptors)
+        if policy == "allow":
+            return statuses
+        if policy == "deny":
+            now = int(self.clock())
+            for item in plan.items:
+                rule = item.rule
+                reset = self._reset_seconds(now, rule.unit_seconds)
+                statuses[item.index] = Status(OVER_LIMIT, rule, 0, reset)
+            return statuses
+        # local: the failed round already counted total_hits (and refunds): undo that, the
+        # fallback counts them again.
+        for item in plan.items:
+            if item.kind == decision.REFUND:
+                item.stats.total_negative_hits -= item.hits
+            else:
+                item.stats.total_hits -= item.hits
+        fallback = self.fallback
+        assert fallback is not None and fallback.synchronous  # the constructor said so
+        return fallback.count_now(plan)
+
+    # -- verdict ------------------------------------------------------------------------
+
+    def _respond(
+        self,
+        request: Request,
+        plan: Plan,
+        statuses: list[Status],
+        opts: ReloadOptions,
+        *,
+        record: bool = True,
+    ) -> Response:
+        """The response (`decision.respond`: unlimited descriptors, the overall code with
+        quota and global shadow mode, counted when `record`), then headers and dynamic
+        metadata as the options ask."""
+        response: Response = self.decision.respond(plan, statuses, opts, self.stats.service, record)
+        if (
+            opts.response_headers
+            or opts.all_descriptors_headers
+            or opts.request_headers
+            or opts.response_dynamic_metadata
+        ):
+            self._extras(request, plan, response, opts)
+        return response
+
+    def _extras(
+        self, request: Request, plan: Plan, response: Response, opts: ReloadOptions
+    ) -> None:
+        """What the options add to a response: headers, dynamic metadata."""
+        if opts.response_headers or opts.all_descriptors_headers or opts.request_headers:
+            self._headers(response, opts)
+        if opts.response_dynamic_metadata:
+            response.dynamic_metadata = _dynamic_metadata(
+                request,
+                response.statuses,
+                plan.unlimited or [],
+                plan.metadata or [None] * len(response.statuses),
+                opts.dynamic_metadata_limit_name,
+            )
+
+    def _headers(self, response: Response, opts: ReloadOptions) -> None:
+        statuses = response.statuses
+        now = int(self.clock())
         if opts.response_headers:
             if opts.headers_format == "ietf":
                 response.headers = _ietf_headers(
-                    statuses, overall, int(self.clock()), self._reset_seconds
+                    statuses, response.overall_code, now, self._reset_seconds
                 )
             else:
                 names = (opts.limit_header, opts.remaining_header, opts.reset_header)
                 response.headers = _limit_headers(
-                    statuses, names, opts.quota_mode, int(self.clock()), self._reset_seconds
+                    statuses, names, opts.quota_mode, now, self._reset_seconds
                 )
         if opts.all_descriptors_headers:
             response.headers = [*response.headers, *_per_descriptor_headers(statuses)]
@@ -272,90 +317,8 @@ class RateLimitService:
                 opts.request_reset_header,
             )
             response.request_headers = _limit_headers(
-                statuses, names, opts.quota_mode, int(self.clock()), self._reset_seconds
+                statuses, names, opts.quota_mode, now, self._reset_seconds
             )
-        if opts.response_dynamic_metadata:
-            response.dynamic_metadata = _dynamic_metadata(
-                request,
-                statuses,
-                unlimited or [],
-                metadata or [None] * n,
-                opts.dynamic_metadata_limit_name,
-            )
-        return response
-
-    def _on_failure(
-        self,
-        domain: str,
-        descriptors: Sequence[Descriptor],
-        checks: list[Check],
-        meters: Sequence[Meter],
-    ) -> list[Status]:
-        """The statuses BACKEND_FAILURE_POLICY gives when the store failed (or its breaker
-        is open): `allow` OK without a limit, `deny` OVER_LIMIT of each limit until its
-        window ends, `local` what this process's memory store decides with the same rules
-        (its counters are per instance, and are not merged into the store when it is back).
-        """
-        self.stats.service.failure_policy += 1
-        policy = self.failure_policy
-        statuses: list[Status] = [NO_LIMIT] * len(descriptors)
-        if policy == "allow":
-            return statuses
-        if policy == "deny":
-            now = int(self.clock())
-            for check in checks:
-                rule = check.rule
-                reset = self._reset_seconds(now, rule.unit_seconds)
-                statuses[check.index] = Status(OVER_LIMIT, rule, 0, reset)
-            return statuses
-        # local: the failed round already counted total_hits (and refunds): undo that, the
-        # fallback counts them again.
-        for check in checks:
-            if check.refund:
-                check.stats.total_negative_hits -= check.hits
-            else:
-                check.stats.total_hits -= check.hits
-        fallback = self.fallback
-        assert fallback is not None and fallback.synchronous  # the constructor said so
-        return fallback.do_limit_now(domain, descriptors, checks, meters)
-
-    def _override(self, domain: str, d: Descriptor) -> Rule:
-        """A request's own limit (`descriptor.limit`): no shadow, quota, name or metadata."""
-        requests_per_unit, unit = d.limit  # type: ignore[misc]
-        if not self._unit_seconds(unit):
-            raise self._refuse(f"invalid rate limit override unit {unit}")
-        key = domain + "." + ".".join(k + "_" + v if v else k for k, v in d.entries)
-        return Rule(key, requests_per_unit, unit, stats=self.stats.request_rule_stats(key))
-
-
-def _capped(hits: int) -> int:
-    # A descriptor's own hits_addend (uint64 on the wire) counts at most MAX_HITS.
-    return hits if hits <= MAX_HITS else MAX_HITS
-
-
-def _decided_by_store(rule: Rule) -> bool:
-    """Is any limit of `rule` a sliding window or token bucket (no refunds for those)?"""
-    return any(limit.algorithm != FIXED_WINDOW for limit in rule.limits or (rule,))
-
-
-def overall_code(statuses: list[Status], unlimited: Sequence[int], global_quota: bool) -> int:
-    """OVER_LIMIT iff a regular descriptor is over, or every quota descriptor is.
-
-    A descriptor is a quota one with QUOTA_MODE or its rule's quota_mode (with QUOTA_MODE
-    even one without a limit); unlimited descriptors take no part.
-    """
-    regular_over = False
-    quota_count = quota_over = 0
-    for i, st in enumerate(statuses):
-        if st.rule is None and i in unlimited:
-            continue
-        over = st.code == OVER_LIMIT
-        if global_quota or (st.rule is not None and st.rule.quota_mode):
-            quota_count += 1
-            quota_over += over
-        elif over:
-            regular_over = True
-    return OVER_LIMIT if regular_over or (quota_count and quota_over == quota_count) else OK
 
 
 def _limit_headers(

@@ -10,15 +10,9 @@ serialized OK at once, so the difference to ratelimitd is the decision path itse
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
 import uvloop
-
-# Run as a script from a source checkout: make the repository's `ratelimitd` importable.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 from empty_server import OK_RESPONSE, until_stopped
 
 from ratelimitd.transport.h2 import H2Protocol, H2Server

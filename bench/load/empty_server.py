@@ -13,15 +13,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import sys
-from pathlib import Path
 
 import grpc
 import grpc.aio
 import uvloop
-
-# Run as a script from a source checkout: make the repository's `ratelimitd` importable.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ratelimitd.transport.http import JSON, HttpRequest, HttpServer, Reply
 from ratelimitd.transport.protocodec import METHOD_NAME, SERVICE_NAME

@@ -22,17 +22,11 @@ import asyncio
 import contextlib
 import json
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import uvloop
-
-# Run as a script from a source checkout: the repository's `ratelimitd` and the shared helpers.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from ratelimitd.client import RateLimitClient, RateLimitError
 from ratelimitd.transport.protocodec import decode_response, encode_request

@@ -24,6 +24,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,8 +57,10 @@ def run_h2load(
     cpu: Callable[[], float] | None = None,
     probe: Callable[[], float] | None = None,
     host: str = "127.0.0.1",
+    requests: int | None = None,
 ) -> LoadResult:
-    """One timed h2load run; `probe` counts something (Redis round trips) per decision."""
+    """One timed h2load run (or one of exactly `requests` calls, no warm-up); `probe` counts
+    something (Redis round trips) per decision."""
     binary = shutil.which("h2load")
     if binary is None:
         raise FileNotFoundError("h2load (apt-get install nghttp2-client)")
@@ -65,9 +68,13 @@ def run_h2load(
         body = Path(tmp) / "request.bin"
         body.write_bytes(framed(payload))
         log = Path(tmp) / "requests.log"
+        length = (
+            [f"--duration={seconds:g}", f"--warm-up-time={warmup:g}"]
+            if requests is None
+            else ["-n", str(requests)]
+        )
         argv = [
-            "taskset", "-c", str(load_cpu), binary,
-            f"--duration={seconds:g}", f"--warm-up-time={warmup:g}",
+            "taskset", "-c", str(load_cpu), binary, *length,
             "-c", str(clients), "-m", str(streams), "-t", "1",
             f"--data={body}", "--log-file", str(log),
             "-H", "content-type: application/grpc", "-H", "te: trailers",
@@ -77,7 +84,10 @@ def run_h2load(
         argv.append(f"http://{host}:{port}{METHOD_PATH}")
         cpu0 = cpu() if cpu is not None else 0.0
         probe0 = probe() if probe is not None else 0.0
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 120)
+        started = time.monotonic()
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 900)
+        if requests is not None:
+            seconds = time.monotonic() - started
         cpu1 = cpu() if cpu is not None else 0.0
         probe1 = probe() if probe is not None else 0.0
         if out.returncode != 0:

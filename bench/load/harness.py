@@ -9,9 +9,8 @@ process runs in its own session and is stopped by its pid.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
 
 from support.daemon import DaemonProcess, daemon_environment, start_daemon
 from support.envoy_server import Envoy, start_envoy
@@ -74,8 +73,11 @@ def start_redis(workdir: Path) -> RedisServer:
     return start_bound(lambda: RedisServer(workdir / "redis"))
 
 
-def start_bench_daemon(name: str, workdir: Path, **env_overrides: str) -> DaemonProcess:
-    """`python -m ratelimitd serve` on free ports with the one-rule bench config."""
+def start_bench_daemon(
+    name: str, workdir: Path, wrap: Sequence[str] = (), **env_overrides: str
+) -> DaemonProcess:
+    """`python -m ratelimitd serve` on free ports with the one-rule bench config (under the
+    command `wrap`, e.g. callgrind, if any)."""
     root = workdir / f"runtime-{name}"
     env = daemon_environment(
         root,
@@ -87,7 +89,10 @@ def start_bench_daemon(name: str, workdir: Path, **env_overrides: str) -> Daemon
         DEBUG_PROFILE_ENABLED="true",  # run_all.py profiles a server under load
     )
     (root / "config" / "bench.yaml").write_text(RULES)
-    return start_daemon(env | env_overrides, workdir, name=f"ratelimitd ({name})")
+    timeout = 300.0 if wrap else 20.0  # a start under valgrind takes minutes
+    return start_daemon(
+        env | env_overrides, workdir, name=f"ratelimitd ({name})", wrap=wrap, timeout=timeout
+    )
 
 
 def start_bench_envoy(workdir: Path, rls_port: int | None) -> Envoy:
@@ -128,10 +133,10 @@ class EmptyNativeServer(Proc):
 
     name = "empty native server"
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, wrap: Sequence[str] = ()) -> None:
         self.grpc_port = free_port()
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
-        argv = [sys.executable, str(HERE / "empty_native.py"), "--port", str(self.grpc_port)]
+        argv = [*wrap, sys.executable, str(HERE / "empty_native.py"), "--port", str(self.grpc_port)]
         super().__init__(argv, workdir / f"empty-native-{self.grpc_port}.log")
 
     def ready(self) -> bool:

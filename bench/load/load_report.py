@@ -2,8 +2,7 @@
 the tables of every section (saturation, paced, /json, Envoy, the pinned-core native section via
 native_bench.render_native, the profile) and the targets, met or not.
 
-Imported by run_all.py, which puts tests/ on sys.path first (through harness) for
-support.machine.
+Imported by run_all.py.
 """
 
 from __future__ import annotations

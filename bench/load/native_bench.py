@@ -10,12 +10,27 @@ One interleaved set of rounds, each server pinned to CPU 0 while h2load runs pin
 then (b), (c) and (e) paced at half of their own saturation for p99. Reported per scenario:
 decisions/s, server CPU per decision (/proc, the whole process tree) and, for Redis, round
 trips per decision from the daemon's `ratelimit.redis_pool.pipeline_writes` gauge.
+
+run_all.py runs it as one section of bench/results/load.md. Run alone, it starts (e), (b)
+and (c) only (no Envoy, no grpc.aio), measures them in one interleaved run, and prints the
+table with the load average, the machine and the ratio of each to the empty server:
+
+    .venv/bin/python bench/load/native_bench.py                 # 3 rounds of 10 s
+    .venv/bin/python bench/load/native_bench.py --seconds 5 --rounds 1 --json out.json
+
+Server CPU per decision is read from /proc and is the figure to trust on a busy machine;
+decisions/s need both cores idle but for this run (check `uptime` first).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from grpc_load import LoadResult, combine
@@ -54,6 +69,7 @@ def run_native(
     clients: int = 4,
     streams: int = 32,
     log: Callable[[str], None] = print,
+    paced: bool = True,
 ) -> dict[str, Any]:
     """Saturation rounds and the paced runs; raw results by scenario key."""
     runs: dict[str, list[LoadResult]] = {k: [] for k in ORDER if k in servers}
@@ -89,7 +105,7 @@ def run_native(
         "saturation": {k: r.summary() for k, r in saturation.items()},
         "paced": {},
     }
-    for key in ("e", "b", "c"):
+    for key in ("e", "b", "c") if paced else ():
         if key in saturation:
             rate = saturation[key].rps / 2
             log(f"h2load paced at {rate:.0f}/s: {NAMES[key]}")
@@ -174,3 +190,68 @@ def native_targets(n: dict[str, Any], envoy: dict[str, Any] | None) -> list[tupl
         x = envoy["ratelimited"]["rps"] / envoy["plain"]["rps"]
         row("Envoy → ratelimitd → Redis ≥ 70% of Envoy alone", f"{x:.0%}", x >= 0.70)
     return rows
+
+
+def main() -> int:
+    """Run (e), (b) and (c) alone and print the table (see the module docstring)."""
+    from grpc_load import request_bytes
+    from harness import DESCRIPTOR, DOMAIN, EmptyNativeServer, start_bench_daemon, start_redis
+    from support.machine import load_average, machine_info
+    from support.process import Proc, start_bound
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="each timed h2load run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved saturation rounds")
+    parser.add_argument("--paced", action="store_true", help="also the paced p99 runs")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    args = parser.parse_args()
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    results: dict[str, Any] = {"machine": machine_info(), "load average at start": load_average()}
+    procs: list[Proc] = []
+    with tempfile.TemporaryDirectory(prefix="native-bench-") as tmp:
+        workdir = Path(tmp)
+        try:
+            servers: dict[str, Any] = {"e": start_bound(lambda: EmptyNativeServer(workdir))}
+            procs.append(servers["e"])
+            servers["b"] = start_bench_daemon("memory", workdir)
+            procs.append(servers["b"])
+            redis = start_redis(workdir)
+            procs.append(redis)
+            results["machine"]["redis-server"] = redis.version()
+            redis_env = {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp"}
+            servers["c"] = start_bench_daemon(
+                "redis", workdir, REDIS_URL=redis.address, **redis_env
+            )
+            procs.append(servers["c"])
+            native = run_native(
+                servers,
+                request_bytes(DOMAIN, DESCRIPTOR),
+                seconds=args.seconds,
+                rounds=args.rounds,
+                paced_seconds=args.seconds,
+                log=log,
+                paced=args.paced,
+            )
+        finally:
+            for p in reversed(procs):
+                p.terminate(15)
+    results["load average at end"] = load_average()
+    results["native"] = native
+    sat = native["saturation"]
+    empty = sat["e"]["rps"]
+    print(f"load average: {results['load average at start']} (start), "
+          f"{results['load average at end']} (end)")  # fmt: skip
+    print(f"{'scenario':34} {'calls/s':>10} {'CPU us/call':>12} {'x (e) calls/s':>14}")
+    for key, r in sat.items():
+        us = "n/a" if r["cpu_per_10k"] is None else f"{r['cpu_per_10k'] * 100:.2f}"
+        print(f"{NAMES[key]:34} {r['rps']:>10,.0f} {us:>12} {r['rps'] / empty:>14.2f}")
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -29,16 +29,11 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import uvloop
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.core import suite_config
 from support.daemon import daemon_environment, start_daemon, write_config
 from support.machine import machine_info

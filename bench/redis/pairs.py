@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -31,10 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.machine import machine_info
 from support.process import cpu_seconds, start_bound
 from support.redis_server import RedisServer

@@ -24,16 +24,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import uvloop
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.core import Decider, suite_config
 from support.machine import machine_info
 from support.redis_server import RedisServers

@@ -43,7 +43,6 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
 
 from support.machine import SIDECAR_PACKAGES, describe, machine_info  # noqa: E402
 from support.process import process_tree  # noqa: E402
@@ -320,13 +319,15 @@ def git(tree: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+def heading(title: str, results: dict[str, Any]) -> list[str]:
+    """The first lines of a results file: its title and the command that made it."""
+    return [f"# {title}", "", f"Generated {results['generated']} by `{results['command']}`.", ""]
+
+
 def render(results: dict[str, Any]) -> str:
     """The Markdown results file."""
     lines = [
-        "# Transit API: scale check and worst request (bench/transit/scale.py)",
-        "",
-        f"Generated {results['generated']} by `{results['command']}`.",
-        "",
+        *heading("Transit API: scale check and worst request (bench/transit/scale.py)", results),
         "**Measured on a shared machine** (other engineers' builds and tests ran at the same",
         "time; load average in the table below): the figures are rough. Compare before and",
         "after within this run only; wrk and the servers share the same 2 cores.",

@@ -20,21 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # tests/support
-
 from support.core import suite_config
-from support.daemon import start_redis_daemon
-from support.machine import SIDECAR_PACKAGES, machine_info
-from support.process import REPO, Proc, start_bound
-from support.redis_server import RedisServer
+from support.daemon import redis_and_daemon
+from support.machine import SIDECAR_PACKAGES, load_average, machine_info
+from support.process import REPO, scratch
 from support.sidecar import usage_sidecar
 from support.wrk import run_wrk
 
@@ -58,13 +53,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage.json"))
     args = ap.parse_args()
     machine = machine_info(SIDECAR_PACKAGES)
-    tmp = Path(tempfile.mkdtemp(prefix="usage-bench-"))
-    procs: list[Proc] = []
-    try:
-        redis = start_bound(lambda: RedisServer(tmp / "redis"))
-        procs.append(redis)
-        daemon = start_redis_daemon(tmp, redis.address, CONFIG)
-        procs.append(daemon)
+    with scratch("usage-bench-") as (tmp, procs):
+        redis, daemon = redis_and_daemon(tmp, procs, CONFIG)
 
         database = {"USAGE_SQLITE_PATH": str(tmp / "usage.sqlite3")}
         cenv = {**os.environ, "PYTHONPATH": str(REPO), "USAGE_REDIS_URL": redis.url, **database}
@@ -129,15 +119,11 @@ def main() -> None:
             "gunicorn_workers": 2,
             "duration_s": args.duration,
             "repeats": args.repeats,
-            "load average at end": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+            "load average at end": load_average(),
         }
-        text = json.dumps(results, indent=2)
-        print(text)
-        Path(args.out).write_text(text + "\n")
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-        shutil.rmtree(tmp, ignore_errors=True)
+    text = json.dumps(results, indent=2)
+    print(text)
+    Path(args.out).write_text(text + "\n")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,83 @@
-"""Counter backends behind one declared contract (base.Backend, base.SyncBackend), and their
-registry: one module (memory) or package (redis, memcache) per backend, one entry in
-`create_backend`."""
+"""Counter backends behind one declared contract (`base.Backend`, `base.SyncBackend`,
+`base.Capabilities`), and their registry.
+
+A backend is one module (memory) or package (redis, memcache) and one line of `BACKENDS`:
+its BACKEND_TYPE name, its declared capabilities, and its factory, imported only when that
+backend is built. The settings (which BACKEND_TYPE names exist, which settings apply), the
+config load (which algorithms), the core and the CLI read the registry, never a backend's
+name. Importing this package imports no store (the settings import it).
+"""
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from .base import Backend, BackendError, Op, SyncBackend
-from .memory import MemoryBackend
+from .base import Backend, BackendError, Capabilities, Op, SyncBackend
 
 if TYPE_CHECKING:
     from ..health import Health
     from ..settings import Settings
     from ..stats import StatsStore
+
+    # `factory(settings, health, stats, clock)`: the clock is the memory store's.
+    Factory = Callable[[Settings, Health, StatsStore, Callable[[], float]], Backend]
+
+# Config algorithm ids (config/windows.py), spelled out so that importing the registry
+# imports nothing of the config.
+_ALL = frozenset({0, 1, 2})
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """One backend: its declaration, and its factory as `module:function` (imported when
+    it is built) or as the function itself."""
+
+    capabilities: Capabilities
+    factory: str | Callable[..., Backend]
+
+    def create(self) -> Callable[..., Backend]:
+        """The factory function."""
+        if callable(self.factory):
+            return self.factory
+        module, _, name = self.factory.partition(":")
+        return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+
+
+MEMORY = Capabilities(
+    algorithms=_ALL,
+    raises=False,
+    no_failures="the in-process store never fails or waits",
+    waits=False,
+    shared=False,
+    sections=("memory",),
+    span="Memory Pipeline Execution",
+)
+REDIS = Capabilities(
+    algorithms=_ALL, breakers=True, sections=("redis",), span="Redis Pipeline Execution"
+)
+MEMCACHE = Capabilities(
+    raises=False,
+    no_failures="it fails open as the reference's: a memcached failure answers OK, never an error",
+    reads_before_counting=True,
+    sections=("memcache",),
+    span="Memcache Pipeline Execution",
+)
+
+# BACKEND_TYPE -> the backend. Adding one is a module and a line here.
+BACKENDS: dict[str, Registered] = {
+    "redis": Registered(REDIS, "ratelimitd.backends.redis:create_redis_backend"),
+    "memcache": Registered(MEMCACHE, "ratelimitd.backends.memcache:create_memcache_backend"),
+    "memory": Registered(MEMORY, "ratelimitd.backends.memory:create_memory_backend"),
+}
+
+
+def capabilities(name: str) -> Capabilities:
+    """What the backend BACKEND_TYPE names can do (KeyError for an unknown name)."""
+    return BACKENDS[name].capabilities
 
 
 def create_backend(
@@ -24,19 +87,36 @@ def create_backend(
     *,
     clock: Callable[[], float] = time.time,
 ) -> Backend:
-    """The backend BACKEND_TYPE names (memory, redis, memcache); `clock` is the memory one's."""
+    """The backend BACKEND_TYPE names, from its registry line; `clock` is the memory one's."""
     kind = settings.cache.backend
-    if kind == "memory":
-        return MemoryBackend(settings.cache.expiration_jitter_max_seconds, clock=clock)
-    if kind == "redis":
-        from .redis import create_redis_backend
-
-        return create_redis_backend(settings, health, stats)
-    if kind == "memcache":
-        from .memcache import create_memcache_backend
-
-        return create_memcache_backend(settings, health, stats)
-    raise ValueError(f"BACKEND_TYPE: unknown backend {kind!r}")
+    registered = BACKENDS.get(kind)
+    if registered is None:
+        raise ValueError(f"BACKEND_TYPE: unknown backend {kind!r}")
+    return registered.create()(settings, health, stats, clock)
 
 
-__all__ = ["Backend", "BackendError", "MemoryBackend", "Op", "SyncBackend", "create_backend"]
+def __getattr__(name: str) -> Any:
+    # The memory store on demand: `from ratelimitd.backends import MemoryBackend` works
+    # without this package importing a store when the settings import it.
+    if name == "MemoryBackend":
+        from .memory import MemoryBackend
+
+        return MemoryBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "BACKENDS",
+    "MEMCACHE",
+    "MEMORY",
+    "REDIS",
+    "Backend",
+    "BackendError",
+    "Capabilities",
+    "MemoryBackend",
+    "Op",
+    "Registered",
+    "SyncBackend",
+    "capabilities",
+    "create_backend",
+]

@@ -1,19 +1,28 @@
-"""The backend contract: what the daemon and the limiter call on a counter store.
+"""The backend contract: what the daemon and the limiter call on a counter store, and what
+a store declares it can do.
 
 `Backend` is what every store implements (memory, redis, memcache, and wrappers such as
-tracing's): `connect` before serving, `increment` and `get` per request, `delete` for an
-admin's reset, `close` at shutdown. `SyncBackend` adds the synchronous fast path of a store
-that needs no I/O (the memory backend); the limiter is given one or the other when it is
-built and never looks for methods at request time.
+tracing's): `connect` before serving, `increment` and `get` per request, `peek` for a dry
+run, `delete` for an admin's reset, `close` at shutdown; and `capabilities`, its
+declaration (`Capabilities`), which the config load, the settings checks and the core read
+instead of the store's name. `SyncBackend` adds the synchronous fast path of a store that
+needs no I/O (the memory backend); the limiter is given one or the other when it is built
+and never looks for methods at request time.
+
+This module imports nothing of ratelimitd at run time: the settings read the declarations
+(through the registry, `backends/__init__.py`) without importing any store.
 """
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
+
+from ..tlsfiles import unreadable
 
 if TYPE_CHECKING:
     from ..settings import MemcacheSettings, RedisSettings
@@ -23,24 +32,69 @@ class BackendError(Exception):
     """Any failure of the counter store; the service fails the request with it."""
 
 
-# How a limit counts (the config's `algorithm:`; README, "Algorithms"). The reference has
-# only the fixed window.
-FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET = 0, 1, 2
-ALGORITHM_NAMES = ("fixed_window", "sliding_window", "token_bucket")
-ONLY_FIXED_WINDOW = frozenset({FIXED_WINDOW})
-# What each BACKEND_TYPE counts exactly, for `check-config` (which opens no backend).
-BACKEND_ALGORITHMS = {
-    "memory": frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET}),
-    "redis": frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET}),
-    "memcache": ONLY_FIXED_WINDOW,
-}
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a counter store can do, declared once by each backend (its registry entry).
+
+    The config refuses a limit whose `algorithm` is not in `algorithms` (at load, never at
+    request time); the settings refuse what would be accepted and do nothing with it
+    (BACKEND_FAILURE_POLICY and BACKEND_BREAKER_* need a store that `raises`, breakers one
+    with `breakers`, MAX_INFLIGHT_DECISIONS one that `waits`), and check the sections of
+    settings it reads (`sections`); the core and the CLI read the rest.
+    """
+
+    # The config's algorithm ids it counts exactly (config/windows.py; 0 is fixed_window).
+    algorithms: frozenset[int] = frozenset({0})
+    # A failure reaches the service as BackendError (else it never fails, or fails open).
+    raises: bool = True
+    # Why the failure settings do not apply to it, when it does not raise (their message).
+    no_failures: str = ""
+    breakers: bool = False  # a circuit breaker per instance (BACKEND_BREAKER_*)
+    waits: bool = True  # a decision waits for I/O (MAX_INFLIGHT_DECISIONS bounds them)
+    shared: bool = True  # processes share its counters (RATELIMITD_WORKERS)
+    refunds: bool = True  # takes hits back (is_negative_hits)
+    delete: bool = True  # deletes counters (the admin's reset)
+    # Reads the counters before it counts (so STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, as
+    # the reference's memcache, changes nothing).
+    reads_before_counting: bool = False
+    # The sections of Settings it reads: their cross-checks run when it is selected.
+    sections: tuple[str, ...] = ()
+    # The name of a traced round trip's span (TRACING_ENABLED).
+    span: str = "Pipeline Execution"
 
 
-def client_ssl_context(s: RedisSettings | MemcacheSettings) -> ssl.SSLContext:
-    """A store's client TLS: its CA (else the system's), client certificate, name check."""
-    ctx = ssl.create_default_context(cafile=s.tls_cacert or None)
-    if s.tls_client_cert:
-        ctx.load_cert_chain(s.tls_client_cert, s.tls_client_key or None)
+def client_ssl_context(s: RedisSettings | MemcacheSettings, prefix: str) -> ssl.SSLContext:
+    """A store's client TLS from its `<prefix>TLS_*` files: its CA (else the system's),
+    client certificate, name check.
+
+    A file that cannot be used stops start-up with one line naming the variable and the
+    file, as in the reference (its TlsConfigFromFiles panics). A certificate without its
+    key (or the reverse) is refused too, where the reference silently connects without a
+    client certificate.
+    """
+    cert, key, ca = s.tls_client_cert, s.tls_client_key, s.tls_cacert
+    if bool(cert) != bool(key):
+        raise BackendError(
+            f"{prefix}TLS_CLIENT_CERT and {prefix}TLS_CLIENT_KEY must be set together"
+        )
+    files = (("TLS_CACERT", ca), ("TLS_CLIENT_CERT", cert), ("TLS_CLIENT_KEY", key))
+    problem = unreadable((prefix + name, path) for name, path in files)
+    if problem:
+        raise BackendError(problem)
+    try:
+        ctx = ssl.create_default_context(cafile=ca or None)
+    except ssl.SSLError as err:
+        raise BackendError(
+            f"{prefix}TLS_CACERT: no CA certificate in {ca}: {err.reason or err}"
+        ) from None
+    try:
+        if cert:
+            ctx.load_cert_chain(cert, key)
+    except ssl.SSLError as err:
+        raise BackendError(
+            f"{prefix}TLS_CLIENT_CERT, {prefix}TLS_CLIENT_KEY: cannot load the key pair "
+            f"({cert}, {key}): {err.reason or err}"
+        ) from None
     if s.tls_skip_hostname_verification:
         # As the reference: the chain is still verified, only the name is not.
         ctx.check_hostname = False
@@ -53,7 +107,9 @@ class Op(msgspec.Struct, gc=False):
     `get` reads the same ops without adding their hits, so a caller that checks before it
     increments (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) hands the same list to both.
 
-    The fields after `seconds` are the extension's (README, "Algorithms"). `per_second`
+    The fields after `seconds` are the extension's (README, "Algorithms"). `limit` is the
+    window's requests_per_unit (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT's check reads it);
+    `algorithm` the config's id (config/windows.py; 0 the fixed window). `per_second`
     routes the op to REDIS_PERSECOND's instance (a SECOND-unit limit, of any multiplier;
     a bare `Op(key, hits, 1)` is routed there too). With `algorithm` SLIDING_WINDOW or
     TOKEN_BUCKET the store decides atomically, with the maths of `keys.sliding_window` /
@@ -71,7 +127,7 @@ class Op(msgspec.Struct, gc=False):
     hits: int
     seconds: int
     per_second: bool = False
-    algorithm: int = FIXED_WINDOW
+    algorithm: int = 0
     limit: int = 0
     tick: int = 1
     now: int = 0
@@ -86,7 +142,8 @@ class Backend(Protocol):
     SECOND-unit keys where it must.
     """
 
-    name: str
+    name: str  # BACKEND_TYPE's name for it (logs)
+    capabilities: Capabilities
 
     async def connect(self) -> None:
         """Start-up: reach the store (with the backend's own retries) before any port opens."""
@@ -101,6 +158,10 @@ class Backend(Protocol):
         """Current counter values (0 when absent) of the ops' keys; their hits are ignored."""
         ...
 
+    async def peek(self, ops: Sequence[Op]) -> list[Any]:
+        """What `increment(ops)` would return now, writing nothing (a dry run: `/explain`)."""
+        ...
+
     async def delete(self, keys: Sequence[str]) -> int:
         """Remove counters (an admin's reset, never a decision); how many existed."""
         ...
@@ -110,10 +171,10 @@ class Backend(Protocol):
         ...
 
 
-def capabilities(backend: Backend) -> tuple[str, frozenset[int]]:
-    """A backend's name and the algorithms it counts exactly (its `algorithms` attribute;
-    the fixed window only for a store that declares none). A config load refuses others."""
-    return backend.name, getattr(backend, "algorithms", ONLY_FIXED_WINDOW)
+def counted_by(backend: Backend) -> tuple[str, frozenset[int]]:
+    """What the config load checks limits against: the store's name (for the message) and
+    the algorithms it declares it counts exactly."""
+    return backend.name, backend.capabilities.algorithms
 
 
 @runtime_checkable

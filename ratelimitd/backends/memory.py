@@ -8,35 +8,85 @@ Memory stays bounded by the live keys: each key sits in exactly one expiry bucke
 second it was due to expire when last bucketed). Once per second the due buckets are
 swept; a key whose TTL was refreshed since is moved to its new bucket, an expired one is
 deleted. The hot path pays a bucket append only when it creates a key.
+
+And the live keys are bounded (MEMORY_MAX_KEYS): 10,000 new keys a second once added 146 MB
+a minute. A key counts once per started KEY_UNIT bytes of its name, so long descriptor values
+cannot make the bound meaningless. A store that is full drops its expired keys, then evicts
+the keys closest to their expiry (they would vanish soonest; an evicted counter restarts
+from 0). The dict is rebuilt once it has shrunk to a quarter of its peak, and the freed
+memory handed back (`allocator.Trimmer`): a dict never shrinks by itself.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..keys import COUNTER_MAX
+from ..allocator import Trimmer
+from ..config.windows import SLIDING_WINDOW
+from ..keys import COUNTER_MAX, bump
 from ..keys import sliding_window as _sliding_window
 from ..keys import token_bucket as _token_bucket
-from .base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
+from . import MEMORY
+from .base import Op
+
+if TYPE_CHECKING:
+    from ..health import Health
+    from ..settings import Settings
+    from ..stats import StatsStore
+
+log = logging.getLogger("ratelimitd.backends.memory")
+
+# MEMORY_MAX_KEYS' default, and the bytes of key name one unit of it allows.
+DEFAULT_MAX_KEYS = 1_000_000
+KEY_UNIT = 256
+# What one key costs besides its name (dict slot, entry list, expiry bucket slot), for the
+# trimmer's estimate of what a rebuild frees.
+_KEY_BYTES = 200
+# A full store evicts this fraction of its bound more, so that eviction is not paid per key.
+_EVICT_SLACK = 1 / 64
+# The dict is rebuilt once it holds a quarter of its peak, from this size on.
+_COMPACT_FROM = 65_536
+# At most one "store full" warning per this many seconds.
+_LOG_EVERY = 60.0
 
 
 class MemoryBackend:
     """Process-local counters (and sliding-window / token-bucket states): a `SyncBackend`."""
 
     name = "memory"
-    algorithms = frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET})
+    capabilities = MEMORY
 
-    def __init__(self, jitter_max_seconds: int = 0, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        jitter_max_seconds: int = 0,
+        clock: Callable[[], float] = time.time,
+        *,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        trimmer: Trimmer | None = None,
+    ) -> None:
         self._counters: dict[str, list[Any]] = {}  # key -> [value (or state), expires_at]
         self._buckets: dict[int, list[str]] = {}  # expiry second -> keys
         self._due: list[int] = []  # heap of bucket seconds
         self._jitter = jitter_max_seconds
         self._clock = clock
         self._next_sweep = 0
+        # `increment_now` of one fixed-window op given as its fields (no Op built): the
+        # limiter's per-window fast path, compiled with the counter maths (`keys.bump`).
+        self.increment_one: Callable[[str, int, int, int], int] = functools.partial(bump, self)
+        self.max_keys = max_keys
+        # Units of max_keys in use (a key of n bytes uses 1 + n // KEY_UNIT), the dict's
+        # peak size since it was last rebuilt, and the keys evicted so far.
+        self.used = 0
+        self._peak = 0
+        self.evicted = 0
+        self._logged = -_LOG_EVERY
+        self._trimmer = trimmer if trimmer is not None else Trimmer()
 
     def __len__(self) -> int:
         return len(self._counters)
@@ -71,7 +121,7 @@ class MemoryBackend:
                 continue
             if entry is None:
                 entry = counters[key] = [hits, expires]
-                self._bucket(key, expires)
+                self._created(key, expires, now)
             elif entry[1] <= now:  # expired, not swept yet: a fresh counter
                 entry[0] = hits
                 entry[1] = expires
@@ -81,27 +131,6 @@ class MemoryBackend:
                 entry[1] = expires
             out.append(entry[0])
         return out
-
-    def increment_one(self, key: str, hits: int, seconds: int, now: int) -> int:
-        """`increment_now` for a single op (the limiter's per-descriptor fast path)."""
-        if now >= self._next_sweep:
-            self._sweep(now)
-        expires = now + seconds
-        if self._jitter > 0:
-            # int(random() * n) is uniform on [0, n) like randrange, at a tenth of its cost.
-            expires += int(random.random() * self._jitter)
-        entry = self._counters.get(key)
-        if entry is None:
-            self._counters[key] = [hits, expires]
-            self._bucket(key, expires)
-            return hits
-        if entry[1] <= now:  # expired, not swept yet: a fresh counter
-            entry[0] = hits
-        else:
-            count = entry[0] + hits
-            entry[0] = count if count <= COUNTER_MAX else COUNTER_MAX  # saturates
-        entry[1] = expires
-        return entry[0]
 
     def _decide(self, op: Op, now: int, *, peek: bool = False) -> tuple[int, int]:
         """A sliding-window or token-bucket op: (level after, ticks until reset)."""
@@ -154,7 +183,7 @@ class MemoryBackend:
             new = (t, f)
         if entry is None:
             self._counters[key] = [new, expires]
-            self._bucket(key, expires)
+            self._created(key, expires, now)
         else:
             entry[0] = new
             entry[1] = expires
@@ -163,6 +192,15 @@ class MemoryBackend:
     async def increment(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY + EXPIRE for each op; the counters after."""
         return self.increment_now(ops, int(self._clock()))
+
+    async def peek(self, ops: Sequence[Op]) -> list[Any]:
+        """`increment` on a copy of the ops' entries: what it would return, nothing written."""
+        now = int(self._clock())
+        states = []
+        for op in ops:
+            entry = self._counters.get(op.key)
+            states.append(entry[0] if entry is not None and entry[1] > now else None)
+        return simulate(ops, states, now)
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent or expired); a decided op's level, uncounted."""
@@ -182,7 +220,9 @@ class MemoryBackend:
         found = 0
         for key in keys:
             entry = self._counters.pop(key, None)
-            found += entry is not None and entry[1] > now
+            if entry is not None:
+                self.used -= 1 + len(key) // KEY_UNIT
+                found += entry[1] > now
         return found
 
     def ttl(self, key: str) -> int:
@@ -198,6 +238,48 @@ class MemoryBackend:
         self._counters.clear()
         self._buckets.clear()
         self._due.clear()
+        self.used = 0
+
+    def _created(self, key: str, expires: int, now: int) -> None:
+        """Account for a new key (already in the dict), evicting others if it overflows."""
+        self._bucket(key, expires)
+        self.used += 1 + len(key) // KEY_UNIT
+        size = len(self._counters)
+        if size > self._peak:
+            self._peak = size
+        if self.used > self.max_keys:
+            self._make_room(now)
+
+    def _make_room(self, now: int) -> None:
+        """Expired keys first, then the ones closest to expiry, down to the bound less a
+        little slack."""
+        self._sweep(now, compact=False)  # the caller holds the dict: no rebuild now
+        goal = self.max_keys - int(self.max_keys * _EVICT_SLACK)
+        counters = self._counters
+        due = self._due
+        evicted = 0
+        while self.used > goal and due:
+            second = heapq.heappop(due)
+            for key in self._buckets.pop(second, ()):
+                entry = counters.get(key)
+                if entry is None:
+                    continue
+                if entry[1] > second:  # refreshed since: it belongs to a later bucket
+                    self._bucket(key, entry[1])
+                    continue
+                del counters[key]
+                self.used -= 1 + len(key) // KEY_UNIT
+                evicted += 1
+        self.evicted += evicted
+        if evicted and now - self._logged >= _LOG_EVERY:
+            self._logged = now
+            log.warning(
+                "memory backend full (MEMORY_MAX_KEYS=%d): evicted %d counters closest to "
+                "their expiry (%d so far)",
+                self.max_keys,
+                evicted,
+                self.evicted,
+            )
 
     def _bucket(self, key: str, expires: int) -> None:
         bucket = self._buckets.get(expires)
@@ -206,7 +288,7 @@ class MemoryBackend:
             heapq.heappush(self._due, expires)
         bucket.append(key)
 
-    def _sweep(self, now: int) -> None:
+    def _sweep(self, now: int, *, compact: bool = True) -> None:
         self._next_sweep = now + 1
         counters = self._counters
         due = self._due
@@ -218,5 +300,40 @@ class MemoryBackend:
                     continue
                 if entry[1] <= now:
                     del counters[key]
+                    self.used -= 1 + len(key) // KEY_UNIT
                 else:
                     self._bucket(key, entry[1])
+        size = len(counters)
+        if compact and self._peak >= _COMPACT_FROM and size < self._peak // 4:
+            # A dict keeps its largest table until rebuilt: give the rest back.
+            freed = (self._peak - size) * _KEY_BYTES
+            self._counters = dict(counters)
+            self._peak = size
+            self._trimmer.freed(freed)
+
+
+def create_memory_backend(
+    settings: Settings,
+    health: Health | None = None,
+    stats: StatsStore | None = None,
+    clock: Callable[[], float] = time.time,
+) -> MemoryBackend:
+    """The registry factory: counters in this process (EXPIRATION_JITTER_MAX_SECONDS)."""
+    cache = settings.cache
+    return MemoryBackend(
+        cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
+    )
+
+
+def simulate(ops: Sequence[Op], states: Sequence[Any], now: int) -> list[Any]:
+    """What `increment(ops)` returns on a store holding `states` (one per op: a counter, a
+    sliding-window or token-bucket state tuple, or None when absent): a dry run of any store
+    that keeps its states as this one does, with the same maths."""
+    scratch = MemoryBackend()
+    for op, state in zip(ops, states, strict=True):
+        if state is not None:
+            scratch._counters[op.key] = [state, _NEVER]
+    return scratch.increment_now(ops, now)
+
+
+_NEVER = 2**62  # a scratch entry's expiry

@@ -6,10 +6,10 @@ import os
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from .. import match
 from .errors import ConfigError, ConfigReadError
-from .ruleset import ConfigSource, Matcher, RuleSet, StatsSource, build_ruleset
+from .ruleset import ConfigSource, RuleSet, StatsSource, build_ruleset
 from .yamlfile import parse
 
 
@@ -26,25 +26,10 @@ def parse_files(files: Iterable[ConfigFile]) -> list[ConfigSource]:
     return [ConfigSource(f.name, parse(f.name, f.text)) for f in files]
 
 
-def load_ruleset(
-    files: Iterable[ConfigFile],
-    *,
-    merge_domains: bool = False,
-    stats: StatsSource | None = None,
-    matcher: Matcher = match,
-    backend: tuple[str, frozenset[int]] | None = None,
-) -> RuleSet:
-    """Parse every file, then validate and compile them together (first error wins).
-
-    `backend`: the store's name and the algorithms it counts (see `build_ruleset`).
-    """
-    return build_ruleset(
-        parse_files(files),
-        merge_domains=merge_domains,
-        stats=stats,
-        matcher=matcher,
-        backend=backend,
-    )
+def load_ruleset(files: Iterable[ConfigFile], **options: Any) -> RuleSet:
+    """Parse every file, then validate and compile them together (first error wins);
+    `options` are `build_ruleset`'s (merge_domains, stats, matcher, backend)."""
+    return build_ruleset(parse_files(files), **options)
 
 
 def load_files(paths: Sequence[str]) -> list[ConfigFile]:

@@ -14,8 +14,14 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from .. import keys, match
-from ..backends.base import ALGORITHM_NAMES, FIXED_WINDOW
 from .errors import ConfigError
+from .windows import (
+    ALGORITHM_BY_NAME,
+    ALGORITHM_NAMES,
+    FIXED_WINDOW,
+    Window,
+    key_suffix,
+)
 from .yamlfile import DescriptorDoc, RateLimitDoc, RootDoc
 
 # RLS v3 `RateLimitResponse.RateLimit.Unit` enum, by name (the config's unit, upper-cased).
@@ -30,8 +36,6 @@ UNIT_BY_NAME = {
     "WEEK": 7,
 }
 UNIT_NAMES = {number: name for name, number in UNIT_BY_NAME.items()}
-ALGORITHM_BY_NAME = {name: number for number, name in enumerate(ALGORITHM_NAMES)}
-ALL_ALGORITHMS = frozenset(ALGORITHM_BY_NAME.values())
 
 # Sliding windows and token buckets count in integer "ticks" (1 ms, or 1 s for very long,
 # very large limits) so that every product of their maths stays below 2**53: exact in
@@ -53,7 +57,6 @@ class Rule:
         "detailed_metric",
         "extended",
         "full_key",
-        "key_suffix",
         "limits",
         "metadata",
         "meter",
@@ -70,6 +73,7 @@ class Rule:
         "unit_seconds",
         "unlimited",
         "window_ticks",
+        "windows",
     )
 
     def __init__(
@@ -105,16 +109,7 @@ class Rule:
         # Sliding window and token bucket maths run in ticks of `tick` ms.
         self.tick = tick
         self.window_ticks = self.unit_seconds * 1000 // tick
-        # Where this limit's state lives, after the reference's key without its window
-        # start: only the reference's own case (one fixed window of one unit) keeps the
-        # reference key; any other carries its window (and algorithm) so that two limits
-        # of one descriptor, or windows of different lengths, never share a counter.
-        self.key_suffix = (
-            f"_{self.unit_seconds}s"
-            if algorithm == FIXED_WINDOW
-            else f"{self.unit_seconds}s_{ALGORITHM_NAMES[algorithm]}"
-        )
-        # One test on the limiter's hot path: anything but the reference's fixed window.
+        # Anything but the reference's fixed window: its keys carry their window.
         self.extended = limits is not None or algorithm != FIXED_WINDOW or unit_multiplier != 1
         self.name = name
         self.replaces = tuple(replaces)
@@ -127,6 +122,13 @@ class Rule:
         self.meter = meter  # extension: count matching hits in per-day usage buckets
         # One test on the hot path instead of three for the rare cases.
         self.special = bool(self.replaces) or unlimited or meter
+        # What the count step counts: one window per limit (none when unlimited). The limits
+        # of a list are counted through their descriptor's Rule, which compiles them here.
+        self.windows: tuple[Window, ...] = (
+            ()
+            if unlimited
+            else tuple(_window(limit, not self.extended) for limit in self.limits or (self,))
+        )
 
     @property
     def unit_name(self) -> str:
@@ -165,6 +167,20 @@ class Rule:
         return f"Rule({self.full_key!r}, {self.requests_per_unit}/{window}{self.unit_name})"
 
 
+def _window(limit: Rule, reference: bool) -> Window:
+    seconds = limit.unit_seconds
+    return Window(
+        limit,
+        limit.algorithm,
+        seconds,
+        limit.requests_per_unit,
+        key_suffix(limit.algorithm, seconds, reference),
+        limit.tick,
+        limit.window_ticks,
+        limit.unit == 1,
+    )
+
+
 @dataclass(slots=True)
 class NodeSpec:
     """A validated config entry, the input of `match.compile_level`."""
@@ -192,7 +208,7 @@ class Matcher(Protocol):
 
     def compile_level(self, specs: Sequence[Any]) -> Any: ...
 
-    def lookup(self, root: Any, domain: str, entries: Any) -> Any: ...
+    def lookup(self, root: Any, domain: str, entries: Any, walked: Any = None) -> Any: ...
 
 
 class RuleSet:
@@ -411,7 +427,7 @@ def _checked_window(
             _at(
                 r.line,
                 f"algorithm {ALGORITHM_NAMES[algorithm]} of '{full_key}' cannot be counted "
-                f"exactly by the {backend[0]} backend (it counts fixed_window only)",
+                f"exactly by the {backend[0]} backend (it counts {_names(backend[1])})",
             ),
         )
     tick = 1
@@ -436,6 +452,11 @@ def _checked_window(
             name, _at(r.line, f"window of '{full_key}' is too long ({window}s; at most 2^50s)")
         )
     return algorithm, multiplier, tick
+
+
+def _names(algorithms: frozenset[int]) -> str:
+    names = [ALGORITHM_NAMES[a] for a in sorted(algorithms)]
+    return f"{names[0]} only" if len(names) == 1 else ", ".join(names)
 
 
 def _multi_limit(

@@ -35,6 +35,7 @@ import grpc
 from .. import __version__
 from .._proto import base_pb2, discovery_pb2, discovery_pb2_grpc
 from ..settings import XdsSettings
+from ..tlsfiles import unreadable
 from . import xds
 from .ruleset import ConfigSource
 
@@ -98,21 +99,39 @@ def channel_credentials(s: XdsSettings) -> grpc.ChannelCredentials | None:
         # Go adds the CA to the system pool; grpc's root_certificates replaces its
         # defaults, so the system bundle is added back.
         roots = _read("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", s.server_tls_cacert) + _system_roots()
+        _parse(
+            f"CONFIG_GRPC_XDS_SERVER_TLS_CACERT ({s.server_tls_cacert})",
+            lambda c: c.load_verify_locations(s.server_tls_cacert),
+        )
     key = chain = None
     if s.client_tls_cert:
         chain = _read("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", s.client_tls_cert)
         key = _read("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", s.client_tls_key)
+        _parse(
+            "CONFIG_GRPC_XDS_CLIENT_TLS_CERT, CONFIG_GRPC_XDS_CLIENT_TLS_KEY "
+            f"({s.client_tls_cert}, {s.client_tls_key})",
+            lambda c: c.load_cert_chain(s.client_tls_cert, s.client_tls_key),
+        )
     return grpc.ssl_channel_credentials(
         root_certificates=roots, private_key=key, certificate_chain=chain
     )
 
 
 def _read(setting: str, path: str) -> bytes:
+    problem = unreadable([(setting, path)])
+    if problem:
+        raise XdsSettingsError(problem)
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _parse(setting: str, load: Callable[[ssl.SSLContext], None]) -> None:
+    """Parse the PEM files now, as the reference does at start-up: grpc would only fail
+    each connection attempt, and the client would retry forever."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise XdsSettingsError(f"{setting}: cannot read {path}: {exc.strerror}") from None
+        load(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+    except ssl.SSLError as err:
+        raise XdsSettingsError(f"{setting}: not usable PEM: {err.reason or err}") from None
 
 
 def _system_roots() -> bytes:

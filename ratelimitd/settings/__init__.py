@@ -2,7 +2,10 @@
 
 * ``sections.py``: the types (listeners, gRPC, Redis for each instance, memcache, stats,
   tracing, runtime layout, reload options, ...) with the reference's defaults;
-* ``environment.py``: the package's only reader of ``os.environ``, one builder per section;
+* ``environment.py``: the package's only reader of ``os.environ``, one builder per section,
+  and :class:`Settings` itself (``Settings.from_env``);
+* ``checks.py``: the cross-field checks, those of a backend as its declaration says
+  (``backends.Capabilities``);
 * ``goparse.py``: Go's value syntax (envconfig) and the typed reader with one-line errors;
 * ``unsupported.py``: the reference's variables refused at start-up instead of ignored.
 
@@ -11,6 +14,7 @@ Importing this package reads nothing and imports nothing heavy.
 
 from . import sections
 from .environment import (
+    Settings,
     backend_type_from_env,
     extensions_disabled,
     reload_options_from_env,
@@ -22,6 +26,7 @@ from .sections import *  # noqa: F403 (the section types: sections.__all__)
 
 __all__ = [
     *sections.__all__,
+    "Settings",
     "SettingsError",
     "backend_type_from_env",
     "extensions_disabled",

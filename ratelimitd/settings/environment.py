@@ -45,9 +45,12 @@ import dataclasses
 import os
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from .goparse import Env, Pairs, SettingsError, invalid
+from ..backends import BACKENDS
+from .checks import check
+from .goparse import Env, Pairs, invalid
 from .sections import (
     PERSECOND_URL,
     CacheSettings,
@@ -62,12 +65,10 @@ from .sections import (
     RedisSettings,
     ReloadOptions,
     RuntimeSettings,
-    Settings,
     StatsSettings,
     TracingSettings,
     WorkerSettings,
     XdsSettings,
-    mask_url,
 )
 from .unsupported import refuse_unsupported
 
@@ -82,20 +83,43 @@ _LOG_LEVELS = {
     "fatal": "fatal",
     "panic": "panic",
 }
-_BACKENDS = {
-    "redis": "redis",
-    "kvcache": "redis",
-    "memcache": "memcache",
-    "altcache": "memcache",
-    "memory": "memory",
-}
+# BACKEND_TYPE's aliases (the service specification's spellings), besides the registry's
+# own names (`backends.BACKENDS`).
+_BACKEND_ALIASES = {"kvcache": "redis", "altcache": "memcache"}
 _SOCKET_TYPES = {"tcp": "tcp", "unix": "unix"}
 _REDIS_TYPES = {"single": "single", "sentinel": "sentinel", "cluster": "cluster"}
 _HEADER_FORMATS = {"reference": "reference", "ietf": "ietf"}
 FAILURE_POLICIES = {p: p for p in ("error", "allow", "deny", "local")}
 _BACKEND_PREFIXES = ("REDIS_", "MEMCACHE_")
-_MEMCACHE_SRV = re.compile(r"^_(.+?)\._(.+?)\.(.+)$")
-_SINK_VARIABLES = ("USE_DOG_STATSD", "USE_STATSD", "USE_PROMETHEUS")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the process runs: every setting of the reference plus a few extensions, one
+    section per concern (`sections.py`); built by `from_env` (here, beside its builders)."""
+
+    listeners: ListenerSettings = ListenerSettings()
+    connections: ConnectionLimits = ConnectionLimits()
+    debug: DebugSettings = DebugSettings()
+    grpc: GrpcSettings = GrpcSettings()
+    log: LogSettings = LogSettings()
+    config: ConfigSettings = ConfigSettings()
+    xds: XdsSettings = XdsSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    stats: StatsSettings = StatsSettings()
+    cache: CacheSettings = CacheSettings()
+    redis: RedisSettings = RedisSettings()
+    # None unless REDIS_PERSECOND: SECOND-unit keys then go to this instance.
+    redis_persecond: RedisSettings | None = None
+    memcache: MemcacheSettings = MemcacheSettings()
+    tracing: TracingSettings = TracingSettings()
+    reload: ReloadOptions = ReloadOptions()
+    workers: WorkerSettings = WorkerSettings()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build Settings from the environment (default os.environ); raise SettingsError."""
+        return settings_from_env(environ)
 
 
 def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
@@ -147,7 +171,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
             ),
         ),
     )
-    _check(settings, env)
+    check(settings, env)
     refuse_unsupported(env)
     if stats.sink == "dogstatsd" and stats.dog_statsd_mogrifier_names:
         # As the reference, mogrifiers are read only when the DogStatsD sink is built.
@@ -214,7 +238,20 @@ def _connections(env: Env) -> ConnectionLimits:
         grpc_max_connections=env.get_int("GRPC_MAX_CONNECTIONS", d.grpc_max_connections, 1, most),
         http_read_timeout=env.get_duration("HTTP_READ_TIMEOUT", d.http_read_timeout, positive=True),
         http_idle_timeout=env.get_duration("HTTP_IDLE_TIMEOUT", d.http_idle_timeout, positive=True),
+        http_write_timeout=env.get_duration(
+            "HTTP_WRITE_TIMEOUT", d.http_write_timeout, positive=True
+        ),
         grpc_read_timeout=env.get_duration("GRPC_READ_TIMEOUT", d.grpc_read_timeout, positive=True),
+        grpc_write_timeout=env.get_duration(
+            "GRPC_WRITE_TIMEOUT", d.grpc_write_timeout, positive=True
+        ),
+        grpc_connection_timeout=env.get_duration(
+            "GRPC_CONNECTION_TIMEOUT", d.grpc_connection_timeout, positive=True
+        ),
+        # Room for two maximal gRPC messages (4 MiB each) with their heads at least.
+        max_buffered_bytes=env.get_int(
+            "MAX_BUFFERED_BYTES", d.max_buffered_bytes, 8 * 1024 * 1024, most
+        ),
     )
 
 
@@ -353,6 +390,7 @@ def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
             "BACKEND_BREAKER_PROBE_INTERVAL", d.breaker_probe_interval, positive=True
         ),
         max_in_flight=env.get_int("MAX_INFLIGHT_DECISIONS", d.max_in_flight, lo=0),
+        memory_max_keys=env.get_int("MEMORY_MAX_KEYS", d.memory_max_keys, 1, 2**31 - 1),
     )
 
 
@@ -360,9 +398,8 @@ def _backend(env: Env) -> tuple[str, bool]:
     """The backend name and whether it was chosen because nothing was configured."""
     if env.typed("BACKEND_TYPE") is not None:
         # The aliases are accepted but not advertised: the spec spells them, users rarely do.
-        return env.get_choice(
-            "BACKEND_TYPE", "redis", _BACKENDS, accepted="redis, memcache, memory"
-        ), False
+        names = {name: name for name in BACKENDS} | _BACKEND_ALIASES
+        return env.get_choice("BACKEND_TYPE", "redis", names, accepted=", ".join(BACKENDS)), False
     configured = any(value and key.startswith(_BACKEND_PREFIXES) for key, value in env.items())
     return ("redis", False) if configured else ("memory", True)
 
@@ -471,6 +508,9 @@ def _reload(env: Env) -> ReloadOptions:
         merge_domain_config=env.get_bool("MERGE_DOMAIN_CONFIG", False),
         max_descriptors=env.get_int("MAX_DESCRIPTORS_PER_REQUEST", d.max_descriptors, 1, 2**31 - 1),
         max_entries=env.get_int("MAX_ENTRIES_PER_DESCRIPTOR", d.max_entries, 1, 2**31 - 1),
+        max_value_length=env.get_int(
+            "MAX_DESCRIPTOR_VALUE_LENGTH", d.max_value_length, 1, 2**31 - 1
+        ),
     )
 
 
@@ -498,94 +538,3 @@ def _mogrifiers(env: Env, names: Iterable[str]) -> tuple[DogStatsdMogrifier, ...
                 raise invalid(prefix + "TAGS", raw, "expected non-empty tag:$N pairs")
         result.append(DogStatsdMogrifier(name, pattern, metric_name, tags))
     return tuple(result)
-
-
-def _check(settings: Settings, env: Env) -> None:
-    """Cross-field checks that the reference makes when it builds the sinks and clients."""
-    reload = settings.reload
-    if reload.headers_format != "reference" and not reload.response_headers:
-        raise SettingsError(
-            f"LIMIT_RESPONSE_HEADERS_FORMAT: {reload.headers_format!r} formats the response "
-            "headers, which are off: set LIMIT_RESPONSE_HEADERS_ENABLED=true too"
-        )
-    cache = settings.cache
-    if cache.backend == "memory":
-        # The in-process store never fails: these would be accepted and do nothing.
-        for name, on in (
-            ("BACKEND_FAILURE_POLICY", cache.failure_policy != "error"),
-            ("BACKEND_BREAKER_FAILURES", bool(cache.breaker_failures)),
-            ("MAX_INFLIGHT_DECISIONS", bool(cache.max_in_flight)),
-        ):
-            if on:
-                raise SettingsError(
-                    f"{name}: has no effect with BACKEND_TYPE=memory (the in-process store "
-                    "never fails or waits)"
-                )
-    if cache.backend == "memcache":
-        for name, on in (
-            ("BACKEND_FAILURE_POLICY", cache.failure_policy != "error"),
-            ("BACKEND_BREAKER_FAILURES", bool(cache.breaker_failures)),
-        ):
-            if on:
-                raise SettingsError(
-                    f"{name}: has no effect with BACKEND_TYPE=memcache (it fails open as the "
-                    "reference's: a memcached failure answers OK, never an error)"
-                )
-    if env.get("BACKEND_BREAKER_PROBE_INTERVAL") is not None and not cache.breaker_failures:
-        raise SettingsError(
-            "BACKEND_BREAKER_PROBE_INTERVAL: has no effect without BACKEND_BREAKER_FAILURES "
-            "(the breaker is off)"
-        )
-    if reload.dynamic_metadata_limit_name and not reload.response_dynamic_metadata:
-        raise SettingsError(
-            "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME: has no effect without "
-            "RESPONSE_DYNAMIC_METADATA=true (no dynamic metadata is sent)"
-        )
-    if settings.listeners.json_domains and not settings.listeners.json_enabled:
-        raise SettingsError(
-            "HTTP_JSON_DOMAINS: has no effect with HTTP_JSON_ENABLED=false (/json is off): "
-            "unset one of them"
-        )
-    stats = settings.stats
-    if not stats.disable:
-        enabled = [
-            name
-            for name, on in zip(
-                _SINK_VARIABLES,
-                (stats.use_dog_statsd, stats.use_statsd, stats.use_prometheus),
-                strict=True,
-            )
-            if on
-        ]
-        if len(enabled) > 1:
-            both = ", ".join(enabled)
-            values = ", ".join(f"{name}={env.get_str(name, 'true')}" for name in enabled)
-            raise SettingsError(
-                f"{both}: invalid combination {values!r} (accepted: at most one of "
-                "USE_DOG_STATSD, USE_STATSD, USE_PROMETHEUS true; USE_STATSD defaults to "
-                "true, so set USE_STATSD=false to use another sink)"
-            )
-    if settings.cache.backend == "redis":
-        if settings.redis.type == "sentinel":
-            _check_sentinel_url("REDIS_URL", settings.redis.url)
-        per_second = settings.redis_persecond
-        if per_second is not None and per_second.type == "sentinel":
-            _check_sentinel_url("REDIS_PERSECOND_URL", per_second.url)
-    elif settings.cache.backend == "memcache":
-        memcache = settings.memcache
-        if memcache.host_port and memcache.srv:
-            values = (
-                f"MEMCACHE_HOST_PORT={env.get_str('MEMCACHE_HOST_PORT')}, "
-                f"MEMCACHE_SRV={memcache.srv}"
-            )
-            raise SettingsError(
-                f"MEMCACHE_HOST_PORT, MEMCACHE_SRV: invalid combination {values!r} "
-                "(accepted: only one of MEMCACHE_HOST_PORT, MEMCACHE_SRV)"
-            )
-        if memcache.srv and not _MEMCACHE_SRV.match(memcache.srv):
-            raise invalid("MEMCACHE_SRV", memcache.srv, "expected _service._proto.name")
-
-
-def _check_sentinel_url(name: str, url: str) -> None:
-    if len(url.split(",")) < 2:
-        raise invalid(name, mask_url(url), "a sentinel URL is 'master,host:port[,host:port...]'")

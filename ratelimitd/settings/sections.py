@@ -11,7 +11,6 @@ on every config load, which is also the type the service decides with.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -33,7 +32,6 @@ __all__ = [
     "RedisSettings",
     "ReloadOptions",
     "RuntimeSettings",
-    "Settings",
     "StatsSettings",
     "StatsSink",
     "TracingSettings",
@@ -88,10 +86,16 @@ class ConnectionLimits:
 
     Each listener takes at most its `*_max_connections` clients, and all of them together at
     most the open-file limit (raised to its hard limit at start) less FD_RESERVE, so health,
-    config reloads and backend connections always have descriptors left. An HTTP request must
-    arrive whole within `http_read_timeout` of its first byte (or of the connection), a
-    keep-alive connection idle for `http_idle_timeout` is closed, and a gRPC request whose
-    body is not complete within `grpc_read_timeout` is answered DEADLINE_EXCEEDED.
+    config reloads and backend connections always have descriptors left; a full listener
+    closes its longest-idle connection with no request in progress to admit a new one. An
+    HTTP request must arrive whole within `http_read_timeout` of its first byte (or of the
+    connection), a keep-alive connection idle for `http_idle_timeout` is closed, and so is
+    one whose answers cannot be written for `http_write_timeout`. A gRPC connection must
+    finish its TLS handshake and HTTP/2 preface within `grpc_connection_timeout`, a gRPC
+    request whose body is not complete within `grpc_read_timeout` is answered
+    DEADLINE_EXCEEDED, and a reply not sent within `grpc_write_timeout` is reset. What is
+    held for clients past the read that brought it (incomplete, queued and undecided
+    requests, replies held back) is at most `max_buffered_bytes` in the whole process.
     """
 
     http_max_connections: int = 4096  # HTTP_MAX_CONNECTIONS (the /json listener)
@@ -99,7 +103,11 @@ class ConnectionLimits:
     grpc_max_connections: int = 4096  # GRPC_MAX_CONNECTIONS
     http_read_timeout: float = 10.0  # HTTP_READ_TIMEOUT
     http_idle_timeout: float = 120.0  # HTTP_IDLE_TIMEOUT
+    http_write_timeout: float = 10.0  # HTTP_WRITE_TIMEOUT
     grpc_read_timeout: float = 10.0  # GRPC_READ_TIMEOUT
+    grpc_write_timeout: float = 10.0  # GRPC_WRITE_TIMEOUT
+    grpc_connection_timeout: float = 20.0  # GRPC_CONNECTION_TIMEOUT
+    max_buffered_bytes: int = 64 * 1024 * 1024  # MAX_BUFFERED_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +270,9 @@ class CacheSettings:
     breaker_failures: int = 0  # BACKEND_BREAKER_FAILURES
     breaker_probe_interval: float = 1.0  # BACKEND_BREAKER_PROBE_INTERVAL
     max_in_flight: int = 0  # MAX_INFLIGHT_DECISIONS
+    # Extension: the memory store's bound (BACKEND_TYPE=memory, and the `local` failure
+    # policy's store); a key longer than 256 bytes counts once per 256 bytes.
+    memory_max_keys: int = 1_000_000  # MEMORY_MAX_KEYS
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +383,9 @@ class ReloadOptions:
     # refused before any work (gRPC RESOURCE_EXHAUSTED, /json 400).
     max_descriptors: int = 1024  # MAX_DESCRIPTORS_PER_REQUEST
     max_entries: int = 64  # MAX_ENTRIES_PER_DESCRIPTOR
+    # Extension: an entry's key or value longer than this many bytes (UTF-8) is refused
+    # the same way, on every backend (one 1 MB value made a 1 MB counter key).
+    max_value_length: int = 4096  # MAX_DESCRIPTOR_VALUE_LENGTH
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,33 +397,3 @@ class WorkerSettings:
     stats_dir: str = ""  # RATELIMITD_STATS_DIR: where workers publish Prometheus totals
     # RATELIMITD_SUPERVISOR_PID: a worker exits when this process is no longer its parent.
     supervisor_pid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """How the process runs: every setting of the reference plus a few extensions."""
-
-    listeners: ListenerSettings = ListenerSettings()
-    connections: ConnectionLimits = ConnectionLimits()
-    debug: DebugSettings = DebugSettings()
-    grpc: GrpcSettings = GrpcSettings()
-    log: LogSettings = LogSettings()
-    config: ConfigSettings = ConfigSettings()
-    xds: XdsSettings = XdsSettings()
-    runtime: RuntimeSettings = RuntimeSettings()
-    stats: StatsSettings = StatsSettings()
-    cache: CacheSettings = CacheSettings()
-    redis: RedisSettings = RedisSettings()
-    # None unless REDIS_PERSECOND: SECOND-unit keys then go to this instance.
-    redis_persecond: RedisSettings | None = None
-    memcache: MemcacheSettings = MemcacheSettings()
-    tracing: TracingSettings = TracingSettings()
-    reload: ReloadOptions = ReloadOptions()
-    workers: WorkerSettings = WorkerSettings()
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build Settings from the environment (default os.environ); raise SettingsError."""
-        from .environment import settings_from_env  # environment.py builds on these types
-
-        return settings_from_env(environ)

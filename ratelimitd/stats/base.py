@@ -186,12 +186,13 @@ class PeriodicSink(Sink):
         raise NotImplementedError
 
 
-_GROUP_REF = re.compile(r"\$(\d+)")
+# `$1` and `${1}`, as Go's Regexp.Expand and statsd_exporter's templates write them.
+_GROUP_REF = re.compile(r"\$\{(\d+)\}|\$(\d+)")
 
 
 def expand(template: str, groups: Sequence[str | None]) -> str:
     def one(m: re.Match[str]) -> str:
-        i = int(m.group(1))
+        i = int(m.group(1) or m.group(2))
         return (groups[i] or "") if i < len(groups) else ""
 
     return _GROUP_REF.sub(one, template)

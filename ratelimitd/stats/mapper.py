@@ -6,6 +6,7 @@ subset of it the reference's default mapping and user mappings (PROMETHEUS_MAPPE
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ import yaml
 
 from ..settings import StatsSettings
 from .base import SinkError, expand
+
+log = logging.getLogger("ratelimitd.stats")
 
 # prometheus client_golang's DefBuckets (seconds), statsd_exporter's default histogram.
 DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -92,6 +95,32 @@ def default_mapping_config(response_time_as_milliseconds: bool = False) -> dict[
 
 _NOT_NAME_CHAR = re.compile(r"[^a-zA-Z0-9_]")
 
+# statsd_exporter reads a mapping file with yaml.UnmarshalStrict into these fields (its
+# MapperConfigDefaults and MetricMapping): any other key makes the whole file invalid.
+_DEFAULTS_KEYS = frozenset(
+    {
+        "observer_type", "timer_type", "buckets", "quantiles", "match_type",
+        "glob_disable_ordering", "ttl", "summary_options", "histogram_options",
+    }
+)  # fmt: skip
+_MAPPING_KEYS = frozenset(
+    {
+        "match", "name", "labels", "honor_labels", "observer_type", "timer_type", "buckets",
+        "quantiles", "match_type", "help", "action", "match_metric_type", "ttl",
+        "summary_options", "histogram_options", "scale",
+    }
+)  # fmt: skip
+# statsd_exporter's labelNameRE and metricNameRE (a name may hold ${N} / $N templates).
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]+$")
+_TEMPLATE = r"\$\{?\d+\}?"
+_METRIC_NAME = re.compile(rf"^([a-zA-Z_]|{_TEMPLATE})([a-zA-Z0-9_]|{_TEMPLATE})*$")
+
+
+def _unknown(keys: Any, known: frozenset[str], where: str) -> None:
+    extra = sorted(str(k) for k in keys if k not in known)
+    if extra:
+        raise SinkError(f"prometheus mapper: unknown field {extra[0]!r} in {where}")
+
 
 def escape_metric_name(name: str) -> str:
     """statsd_exporter's name for an unmapped statistic: non-[a-zA-Z0-9_] -> `_`."""
@@ -142,11 +171,14 @@ class MetricMapper:
         """Build from a parsed mapping YAML."""
         if not isinstance(config, dict):
             raise SinkError("prometheus mapper: expected a mapping with a 'mappings' list")
+        _unknown(config, frozenset(("defaults", "mappings")), "the file")
         defaults = config.get("defaults") or {}
+        _unknown(defaults, _DEFAULTS_KEYS, "defaults")
         mappings = []
         for raw in config.get("mappings") or []:
             if not isinstance(raw, dict) or "match" not in raw:
                 raise SinkError(f"prometheus mapper: a mapping needs 'match': {raw!r}")
+            _unknown(raw, _MAPPING_KEYS, f"mapping {raw['match']!r}")
             match = str(raw["match"])
             match_type = raw.get("match_type", defaults.get("match_type", "glob"))
             try:
@@ -160,6 +192,11 @@ class MetricMapper:
             name = str(raw.get("name", ""))
             if action != "drop" and not name:
                 raise SinkError(f"prometheus mapper: mapping {match!r} has no name")
+            if name and not _METRIC_NAME.match(name):
+                raise SinkError(f"prometheus mapper: bad metric name {name!r}")
+            for label in raw.get("labels") or {}:
+                if not _LABEL_NAME.match(str(label)):
+                    raise SinkError(f"prometheus mapper: invalid label key: {label}")
             options = raw.get("histogram_options") or {}
             buckets = (
                 raw.get("buckets")
@@ -180,24 +217,39 @@ class MetricMapper:
                     drop=action == "drop",
                     observer="summary" if observer == "summary" else "histogram",
                     buckets=tuple(sorted(float(b) for b in buckets)),
-                    scale=float(raw.get("scale", defaults.get("scale", 1.0))),
+                    scale=float(raw.get("scale", 1.0)),
                 )
             )
         return cls(mappings)
 
     @classmethod
     def from_settings(cls, settings: StatsSettings) -> MetricMapper:
-        """PROMETHEUS_MAPPER_YAML when set, else the reference's default mapping."""
-        if settings.prometheus_mapper_yaml:
-            try:
-                with open(settings.prometheus_mapper_yaml, encoding="utf-8") as f:
-                    config = yaml.safe_load(f)
-            except (OSError, yaml.YAMLError) as err:
-                raise SinkError(f"PROMETHEUS_MAPPER_YAML: {err}") from None
-            return cls.from_config(config)
-        return cls.from_config(
-            default_mapping_config(settings.prometheus_response_time_as_milliseconds)
+        """PROMETHEUS_MAPPER_YAML when set and usable, else the reference's default mapping.
+
+        The file is read once, at start-up, as the reference reads it. A file that cannot
+        be read or is not a valid mapping never stops the daemon: the reference ignores
+        the error (`_ = sink.mapper.InitFromFile(...)`) and serves, and Envoy Gateway mounts
+        this file from an optional ConfigMap. Where the reference then maps nothing
+        (every name escaped, no labels), ratelimitd logs why and serves the default
+        mapping, which is the content Envoy Gateway's ConfigMap holds.
+        """
+        default = default_mapping_config(settings.prometheus_response_time_as_milliseconds)
+        path = settings.prometheus_mapper_yaml
+        if not path:
+            return cls.from_config(default)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return cls.from_config(yaml.safe_load(f))
+        except OSError as err:
+            problem = f"cannot read {path}: {err.strerror or err}"
+        except (UnicodeDecodeError, yaml.YAMLError, SinkError, ValueError, TypeError) as err:
+            problem = f"{path} is not a valid mapping: {' '.join(str(err).split())}"
+        log.warning(
+            "PROMETHEUS_MAPPER_YAML: %s; serving the default mapping (the file is read "
+            "only at start-up)",
+            problem,
         )
+        return cls.from_config(default)
 
     def map(self, name: str, kind: str) -> Mapped | None:
         """The exposition name and labels of a statistic (kind: counter | gauge |

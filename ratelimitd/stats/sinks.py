@@ -19,7 +19,7 @@ from ..settings import Settings
 from .base import NullSink, Sink, SinkError
 from .dogstatsd import DogStatsdSink
 from .mapper import MetricMapper
-from .prometheus import PrometheusSink
+from .prometheus import PrometheusSink, Serve
 from .statsd import StatsdSink
 from .stdout import LoggingSink
 from .store import StatsStore
@@ -33,11 +33,14 @@ def create_sink(
     worker_index: int | None = None,
     share_dir: str | None = None,
     stream: TextIO | None = None,
+    serve: Serve | None = None,
 ) -> Sink:
     """The sink the reference's runner would build from these settings (not started).
 
     `worker_index` and `share_dir` are given to every worker process when the daemon runs
     RATELIMITD_WORKERS > 1: the Prometheus sink then serves the sum over the workers.
+    `serve` makes the HTTP listener the Prometheus sink serves on (the daemon's
+    `transport.http.HttpServer`).
     """
     cfg = settings.stats
     if not cfg.disable:
@@ -87,6 +90,7 @@ def create_sink(
             extra_tags=cfg.extra_tags,
             flush_interval=interval,
             share=share,
+            serve=serve,
         )
     if kind == "stdout":
         return LoggingSink(stats, extra_tags=cfg.extra_tags, flush_interval=interval, stream=stream)

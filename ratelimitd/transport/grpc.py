@@ -16,7 +16,8 @@ import asyncio
 import inspect
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+import ssl
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -28,10 +29,12 @@ from ratelimitd.health import Health
 from ratelimitd.service import RateLimitService
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore, Timer
+from ratelimitd.tlsfiles import unreadable
 
 from .protocodec import METHOD_NAME, SERVICE_NAME
 from .protocodec import METHOD_PATH as METHOD_PATH  # re-exported for existing importers
 from .rls import RlsHandler
+from .spans import Continuation, Details, Handler
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +114,30 @@ class CertificateFiles:
             out.append((st.st_mtime_ns, st.st_size, st.st_ino))
         return tuple(out)
 
+    def _ssl_context(self) -> ssl.SSLContext:
+        """The files as a server SSLContext; a file that does not parse raises ValueError
+        naming its variable (the reference refuses such files at start-up)."""
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(self._cert, self._key)
+        except ssl.SSLError as err:
+            raise ValueError(
+                "GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY: cannot load the key pair "
+                f"({self._cert}, {self._key}): {err.reason or err}"
+            ) from None
+        if self._ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            try:
+                ctx.load_verify_locations(self._ca)
+            except ssl.SSLError as err:
+                raise ValueError(
+                    f"GRPC_CLIENT_TLS_CACERT: no CA certificate in {self._ca}: {err.reason or err}"
+                ) from None
+        return ctx
+
     def _load(self) -> Any:
+        self._ssl_context()  # grpc would only fail at bind or handshake time, and less clearly
         with open(self._cert, "rb") as f:
             cert = f.read()
         with open(self._key, "rb") as f:
@@ -152,8 +178,19 @@ def certificate_files(settings: Settings, kind: type[_Files]) -> _Files | None:
         raise GrpcConfigError(
             "GRPC_SERVER_USE_TLS needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY"
         )
+    problem = unreadable(
+        (
+            ("GRPC_SERVER_TLS_CERT", s.server_tls_cert),
+            ("GRPC_SERVER_TLS_KEY", s.server_tls_key),
+            ("GRPC_CLIENT_TLS_CACERT", s.client_tls_cacert),
+        )
+    )
+    if problem:
+        raise GrpcConfigError(problem)
     try:
         return kind(s.server_tls_cert, s.server_tls_key, s.client_tls_cacert)
+    except ValueError as err:
+        raise GrpcConfigError(str(err)) from err
     except OSError as err:
         raise GrpcConfigError(f"cannot read the gRPC TLS files: {err}") from err
 
@@ -200,12 +237,8 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
         names = context.auth_context().get("x509_subject_alternative_name", ())
         return any(dns_name_matches(n.decode("utf-8", "replace"), self._san) for n in names)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
+    async def intercept_service(self, continuation: Continuation, details: Details) -> Handler:
+        handler = await continuation(details)
         if handler is None:
             return handler
         message = f"client certificate does not match the required SAN {self._san!r}"

@@ -7,9 +7,21 @@ iteration per connection. It also owns what needs a clock or a socket option: de
 (grpc-timeout), max connection age with its grace, graceful GOAWAY on shutdown, TLS with
 ALPN `h2` and the client SAN check at the handshake, unix sockets and SO_REUSEPORT.
 
-Flow control of memory: a connection whose peer does not read its replies stops being read
-(pause_reading on the transport's high-water mark), and nghttp2 closes a connection that
-queues more than 1000 PING/SETTINGS acknowledgements, so neither replies nor acks pile up.
+What a client may hold, and for how long:
+
+- a connection is counted from the moment it is accepted, its TLS handshake included, and
+  must finish the handshake and send the HTTP/2 preface within `connection_timeout`, as
+  grpc-go's ConnectionTimeout; a full listener closes its idlest connection to let a new one
+  in (`limits.Eviction`);
+- a request whose body is not complete `read_timeout` after its HEADERS is answered
+  DEADLINE_EXCEEDED; incomplete requests, requests waiting for an asynchronous decision
+  and replies held back by the peer are charged to the process's `ClientBuffers`;
+- an answered call drops its request and its deadline at once (calls answered with a
+  grpc-timeout of 99999999H once stayed in memory for their whole timeout);
+- a reply the peer does not let out (a flow-control window left at zero, a socket not read)
+  is reset after `write_timeout`, and a connection whose socket stays unwritable that long
+  is closed; nghttp2 closes a connection that queues more than 1000 PING/SETTINGS
+  acknowledgements, so neither replies nor acks pile up.
 """
 
 from __future__ import annotations
@@ -27,18 +39,23 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._h2 import Connection, Stream  # type: ignore[import-not-found]
-from .limits import ConnectionBudget
+from .grpcstatus import DEADLINE_EXCEEDED, INTERNAL
+from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
 
 log = logging.getLogger("ratelimitd.transport.h2")
 
-DEADLINE_EXCEEDED = 4
 # How often the server looks for requests past GRPC_READ_TIMEOUT.
 _SWEEP_SECONDS = 1.0
-INTERNAL = 13
 # How long the graceful GOAWAY waits for the peer's PING acknowledgement before the final one.
 GOAWAY_PING_TIMEOUT = 1.0
 # How long a connection that got its final GOAWAY may keep sending before it is closed anyway.
 LINGER_SECONDS = 2.0
+# What a closed connection is taken to free (nghttp2's session, the protocol, the transport's
+# buffers), for the allocator's trimmer.
+CONNECTION_BYTES = 64 * 1024
+# The deadline heap is compacted when more than this many of its entries (and more than
+# half) belong to calls already answered.
+_DEAD_DEADLINES = 64
 
 Dispatch = Callable[[Stream, "H2Protocol"], None]
 
@@ -56,22 +73,84 @@ class H2Protocol(asyncio.Protocol):
         self._timers: list[asyncio.TimerHandle] = []
         self._lingering = False
         self._admitted = False
+        # time.monotonic() when accepted, and since when the socket is unwritable (0: it is).
+        self.accepted = 0.0
+        self.paused_since = 0.0
+        self._handshake: asyncio.Task[None] | None = None
+        self._early: list[bytes] = []
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.accepted = time.monotonic()
         server = self.server
-        if server.require_san and not server.san_allowed(transport):
-            # GRPC_CLIENT_TLS_SAN: refused right after the handshake, before any HTTP/2.
-            transport.abort()  # type: ignore[attr-defined]
-            return
-        if not server.budget.admit("gRPC", len(server.connections), server.max_connections):
+        # Counted from the accept, TLS handshake included: 24,000 handshakes never finished
+        # once used every descriptor while the gRPC cap saw none of them.
+        if not server.budget.admit(
+            "gRPC", server.connections, server.max_connections, server.eviction
+        ):
             transport.abort()  # type: ignore[attr-defined]
             return
         self._admitted = True
-        self.conn = Connection(self._on_request, self._on_close, **server.core_options)
         server.connections.add(self)
+        if server.ssl_context is not None:
+            self._handshake = server.loop.create_task(self._start_tls(transport))
+        else:
+            self._start()
+
+    async def _start_tls(self, transport: asyncio.BaseTransport) -> None:
+        server = self.server
+        # The loop starts reading right after connection_made, so the ClientHello may reach
+        # this protocol before start_tls hands the socket to its TLS protocol: give it what
+        # came early, through the BufferedProtocol interface, once it is in place.
+        server.loop.call_soon(self._replay_early, transport)
+        try:
+            tls = await server.loop.start_tls(
+                transport,  # type: ignore[arg-type]
+                self,
+                server.ssl_context,  # type: ignore[arg-type]
+                server_side=True,
+                ssl_handshake_timeout=server.connection_timeout,
+            )
+        except (Exception, asyncio.CancelledError):
+            # Failed, timed out or evicted: the slot goes back here, whether or not the
+            # loop also calls connection_lost (it does only for some failures).
+            transport.abort()  # type: ignore[attr-defined]
+            self._gone()
+            return
+        finally:
+            self._handshake = None
+        if tls is None or not self._admitted:  # evicted as the handshake completed
+            if tls is not None:
+                tls.abort()
+            return
+        self.transport = tls  # type: ignore[assignment]
+        self._start()
+
+    def _replay_early(self, transport: asyncio.BaseTransport) -> None:
+        early, self._early = self._early, []
+        tls: Any = transport.get_protocol()
+        for data in early:
+            view = memoryview(data)
+            while view:
+                buffer = tls.get_buffer(len(view))
+                n = min(len(buffer), len(view))
+                buffer[:n] = view[:n]
+                tls.buffer_updated(n)
+                view = view[n:]
+
+    def _start(self) -> None:
+        """The connection is ours (its TLS handshake done): HTTP/2 begins."""
+        server = self.server
+        transport = self.transport
+        assert transport is not None
+        if server.require_san and not server.san_allowed(transport):
+            # GRPC_CLIENT_TLS_SAN: refused right after the handshake, before any HTTP/2.
+            transport.abort()
+            return
+        options = server.core_options
+        self.conn = Connection(self._on_request, self._on_close, **options)
         age = server.max_connection_age
         if age > 0:
             # +/-10% jitter, as grpc-go: connections opened together do not all leave together.
@@ -81,6 +160,10 @@ class H2Protocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         conn = self.conn
         if conn is None or self._lingering:
+            # Read before TLS took the socket over: a ClientHello, a few reads at most
+            # (the client waits for our answer); past that it is not TLS anyway.
+            if self._handshake is not None and len(self._early) < 16:
+                self._early.append(data)
             return
         self._receiving = True
         try:
@@ -100,26 +183,59 @@ class H2Protocol(asyncio.Protocol):
         return False  # the peer is gone: close
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._admitted:
-            self._admitted = False
-            self.server.budget.release()
-        self.server.connections.discard(self)
+        self._gone()
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
         conn, self.conn = self.conn, None
         if conn is not None:
+            server = self.server
             for stream in list(conn.streams.values()):
+                server.forget_deadline(stream)
                 if stream.work is not None:
                     stream.work.cancel()
                     stream.work = None
 
+    def _gone(self) -> None:
+        """Give back the connection's slot (once)."""
+        if self._admitted:
+            self._admitted = False
+            server = self.server
+            server.budget.release()
+            server.connections.discard(self)
+            trimmer = server.budget.trimmer
+            if trimmer is not None:
+                trimmer.freed(CONNECTION_BYTES)
+
     def pause_writing(self) -> None:
-        # The peer is not reading what we send: stop reading what it sends.
+        # The peer is not reading what we send: stop reading what it sends, and close the
+        # connection if that lasts `write_timeout` (the server's sweep).
+        self.paused_since = time.monotonic()
         self.transport.pause_reading()  # type: ignore[union-attr]
 
     def resume_writing(self) -> None:
+        self.paused_since = 0.0
         self.transport.resume_reading()  # type: ignore[union-attr]
+
+    # -- limits.Evictable ------------------------------------------------------------------
+
+    def idle_key(self) -> IdleKey | None:
+        """None while a call is open; the connections that never finished their TLS
+        handshake or preface come first, then the longest without a call."""
+        conn = self.conn
+        if conn is None or self._lingering or not conn.established:
+            return NEVER_USED, self.accepted
+        if conn.streams:
+            return None
+        return USED, conn.idle_since
+
+    def evict(self) -> None:
+        """Close now to make room for a new connection."""
+        self._gone()
+        if self._handshake is not None:
+            self._handshake.cancel()
+        if self.transport is not None:
+            self.transport.abort()
 
     # -- the core's callbacks --------------------------------------------------------------
 
@@ -136,6 +252,7 @@ class H2Protocol(asyncio.Protocol):
 
     def _on_close(self, stream: Stream) -> None:
         # Reset by the client (or its deadline passed) before we answered: stop the work.
+        self.server.forget_deadline(stream)
         work = stream.work
         if work is not None:
             stream.work = None
@@ -153,6 +270,7 @@ class H2Protocol(asyncio.Protocol):
         else:
             conn.respond(stream, reply)
         stream.work = None
+        self.server.forget_deadline(stream)
         self.schedule_flush()
 
     def send_message(self, stream: Stream, message: bytes) -> None:
@@ -166,6 +284,14 @@ class H2Protocol(asyncio.Protocol):
         if self.conn is not None:
             self.conn.finish(stream, code, message)
             stream.work = None
+            self.server.forget_deadline(stream)
+            self.schedule_flush()
+
+    def reset(self, stream: Stream) -> None:
+        """RST_STREAM CANCEL: a reply the peer did not let out within `write_timeout`."""
+        if self.conn is not None:
+            self.conn.reset(stream)
+            self.server.forget_deadline(stream)
             self.schedule_flush()
 
     def schedule_flush(self) -> None:
@@ -251,6 +377,8 @@ class H2Server:
         san_matches: Callable[[str, str], bool] | None = None,
         max_connections: int = 4096,
         read_timeout: float = 10.0,
+        write_timeout: float = 10.0,
+        connection_timeout: float = 20.0,
         budget: ConnectionBudget | None = None,
     ) -> None:
         self.dispatch = dispatch
@@ -258,12 +386,20 @@ class H2Server:
         # A request whose body has not arrived whole this long after its HEADERS is answered
         # DEADLINE_EXCEEDED (its buffered bytes freed): 20,000 such streams once held 75 MB.
         self.read_timeout = read_timeout
+        # A reply not sent whole this long after it was ready is reset (one connection whose
+        # peer announced a zero window once held 1 GB of answered calls).
+        self.write_timeout = write_timeout
+        # From accept to the client's HTTP/2 preface and SETTINGS, TLS handshake included.
+        self.connection_timeout = connection_timeout
         self.budget = budget if budget is not None else ConnectionBudget(max_connections)
+        self.eviction = Eviction()
+        self.ssl_context: ssl.SSLContext | None = None
         self._sweeper: asyncio.TimerHandle | None = None
         self.core_options = {
             "max_concurrent_streams": max_concurrent_streams,
             "max_message": max_message,
             "metadata": tuple(metadata),
+            "buffers": self.budget.buffers,
         }
         self.max_connection_age = max_connection_age
         self.max_connection_age_grace = max_connection_age_grace
@@ -273,9 +409,12 @@ class H2Server:
         self.connections: set[H2Protocol] = set()
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
         self._servers: list[asyncio.Server] = []
-        # Deadlines of calls still waiting: (when, sequence, stream, protocol) in a heap,
+        # Deadlines of calls still waiting: [when, sequence, stream, protocol] in a heap,
         # with one timer for the earliest, so a call costs a heappush, not a TimerHandle.
-        self._deadlines: list[tuple[float, int, Stream, H2Protocol]] = []
+        # An answered call's entry is emptied at once (its stream and connection freed) and
+        # the heap compacted once most of it is such entries.
+        self._deadlines: list[list[Any]] = []
+        self._dead = 0
         self._deadline_timer: asyncio.Handle | None = None
         self._deadline_at = 0.0
         self._seq = 0
@@ -294,17 +433,17 @@ class H2Server:
         self.loop = asyncio.get_running_loop()
         if self._sweeper is None:
             self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
+        # TLS is started per connection once it is counted (`H2Protocol._start_tls`).
+        self.ssl_context = ssl_context
         factory = lambda: H2Protocol(self)  # noqa: E731
         if uds:
             if not uds.startswith("\0"):
                 _remove_stale_socket(uds)
-            server = await self.loop.create_unix_server(
-                factory, uds, ssl=ssl_context, backlog=backlog
-            )
+            server = await self.loop.create_unix_server(factory, uds, backlog=backlog)
             self._servers.append(server)
             return 0
         server = await self.loop.create_server(
-            factory, host, port, ssl=ssl_context, reuse_port=reuse_port, backlog=backlog
+            factory, host, port, reuse_port=reuse_port, backlog=backlog
         )
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
@@ -313,12 +452,28 @@ class H2Server:
         """Answer `stream` DEADLINE_EXCEEDED (and cancel its work) once its timeout passes."""
         when = self.loop.time() + stream.timeout
         self._seq += 1
-        heapq.heappush(self._deadlines, (when, self._seq, stream, proto))
+        entry = [when, self._seq, stream, proto]
+        stream.deadline = entry
+        heapq.heappush(self._deadlines, entry)
         timer = self._deadline_timer
         if timer is None or when < self._deadline_at:
             if timer is not None:
                 timer.cancel()
             self._arm_deadline(when)
+
+    def forget_deadline(self, stream: Stream) -> None:
+        """The call is answered (or gone): drop what its deadline entry holds."""
+        entry = stream.deadline
+        if entry is None:
+            return
+        stream.deadline = None
+        entry[2] = entry[3] = None
+        self._dead += 1
+        heap = self._deadlines
+        if self._dead > _DEAD_DEADLINES and 2 * self._dead > len(heap):
+            heap[:] = [e for e in heap if e[2] is not None]
+            heapq.heapify(heap)
+            self._dead = 0
 
     def _arm_deadline(self, when: float) -> None:
         # Remember `when` here: for a time under a millisecond away uvloop's call_at returns
@@ -332,6 +487,10 @@ class H2Server:
         now = self.loop.time()
         while heap and heap[0][0] <= now:
             _, _, stream, proto = heapq.heappop(heap)
+            if stream is None:  # answered already
+                self._dead -= 1
+                continue
+            stream.deadline = None
             if stream.answered or stream.closed:
                 continue
             work = stream.work
@@ -359,19 +518,27 @@ class H2Server:
         return False
 
     def _sweep(self) -> None:
-        """Answer the requests not read whole within `read_timeout`; runs every second."""
-        oldest = time.monotonic() - self.read_timeout
+        """Enforce the timeouts (see the module docstring); runs every second."""
+        now = time.monotonic()
+        unread = now - self.read_timeout
+        unsent = now - self.write_timeout
+        unestablished = now - self.connection_timeout
         for proto in list(self.connections):
             conn = proto.conn
-            if conn is None:
+            if conn is None or not conn.established:
+                if proto.accepted < unestablished:
+                    proto.evict()  # no preface (or TLS handshake) in time
                 continue
-            late = [
-                st
-                for st in conn.streams.values()
-                if not st.dispatched and not st.closed and st.started < oldest
-            ]
-            for stream in late:
-                proto.finish(stream, DEADLINE_EXCEEDED, "request not received in time")
+            if 0.0 < proto.paused_since < unsent:
+                proto.evict()  # its socket has not been writable for write_timeout
+                continue
+            for stream in list(conn.streams.values()):
+                if stream.closed:
+                    continue
+                if not stream.dispatched and stream.started < unread:
+                    proto.finish(stream, DEADLINE_EXCEEDED, "request not received in time")
+                elif 0.0 < stream.sending_since < unsent:
+                    proto.reset(stream)
         self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
 
     async def stop(self, grace: float | None = None) -> None:

@@ -1,4 +1,5 @@
-"""A small HTTP/1.1 server (asyncio.Protocol + httptools) and the `/json`, `/healthcheck` routes.
+"""A small HTTP/1.1 server (asyncio.Protocol + httptools) for the `/json` and debug listeners
+(their routes: `routes.py`, `debug.py`).
 
 Why not a framework: `/json` must answer at least twice as many decisions per second as
 gRPC from the same event loop, so the request path is one parser callback chain, one task
@@ -10,10 +11,21 @@ closes unless it asks for keep-alive; pipelined requests are answered in order a
 connection's requests are handled one after another; bodies by Content-Length or chunked,
 capped (413, then the connection closes); a request head over 1 MiB gets 431; unknown
 paths 404; a malformed request 400 and close; a handler that raises gives 500 (logged)
-and the server carries on. Unlike the reference's `http.Server` (no timeouts, no cap), a
-request must arrive whole within `read_timeout` of its first byte or of the connection (a
-slowloris client is closed), a keep-alive connection idle for `idle_timeout` is closed, and
-clients past `max_connections` (or the process's ConnectionBudget) are closed at once.
+and the server carries on. Unlike the reference's `http.Server` (no timeouts, no cap):
+
+- a request must arrive whole within `read_timeout` of its first byte or of the connection
+  (a slowloris client is closed), and a keep-alive connection idle for `idle_timeout` is
+  closed;
+- answers that cannot be written for `write_timeout` (the client does not read them) close
+  the connection, and at most MAX_PIPELINE requests, or `max_body` bytes of them, wait on a
+  connection before it stops being read: a client that pipelined 1 MiB requests and never
+  read once kept 64 of them;
+- what a connection holds past the read that brought it (a request not read whole, the
+  bodies of requests queued or being answered) is charged to the process's `ClientBuffers`
+  (503 and close when it does not fit);
+- past `max_connections` (or the process's ConnectionBudget), the longest-idle connection
+  with no request in progress is closed to let the new one in (`limits.Eviction`), so that
+  idle clients cannot keep health probes out; only when none is idle is the new one closed.
 
 A handler is `async def handler(request: HttpRequest) -> (status, headers, body)`, where
 `headers` is a tuple of `(name, value)` pairs; return a module-level constant tuple when
@@ -24,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 from collections import deque
@@ -35,13 +46,7 @@ from typing import Any
 
 import httptools
 
-from ..backends.base import BackendError
-from ..health import Health
-from ..messages import OVER_LIMIT, UNKNOWN
-from ..service import Overloaded, RateLimitService, ServiceError
-from ..settings import ListenerSettings
-from .jsoncodec import decode_request, encode_response
-from .limits import ConnectionBudget
+from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
 
 __all__ = [
     "ERROR_HEADERS",
@@ -53,7 +58,6 @@ __all__ = [
     "HttpRequest",
     "HttpServer",
     "Reply",
-    "main_routes",
     "start_http_server",
 ]
 
@@ -103,8 +107,9 @@ Handler = Callable[[HttpRequest], Awaitable[Reply]]
 MAX_BODY = 1 << 20
 # Request line + headers, as Go's http.DefaultMaxHeaderBytes.
 MAX_HEAD = 1 << 20
-# Pipelined requests queued on one connection before it stops reading.
-MAX_PIPELINE = 64
+# Pipelined requests queued on one connection before it stops reading (and their bodies:
+# at most `max_body` bytes of them).
+MAX_PIPELINE = 16
 
 TEXT_PLAIN: Headers = (("Content-Type", "text/plain; charset=utf-8"),)
 JSON: Headers = (("Content-Type", "application/json"),)
@@ -113,7 +118,6 @@ ERROR_HEADERS: Headers = (*TEXT_PLAIN, ("X-Content-Type-Options", "nosniff"))
 
 NOT_FOUND: Reply = (404, ERROR_HEADERS, b"404 page not found\n")
 BAD_REQUEST: Reply = (400, ERROR_HEADERS, b"Bad Request\n")
-FORBIDDEN: Reply = (403, ERROR_HEADERS, b"domain not served on /json\n")
 OVERLOADED: Reply = (503, (*ERROR_HEADERS, ("Retry-After", "1")), b"Service Unavailable\n")
 INTERNAL_ERROR: Reply = (500, ERROR_HEADERS, b"Internal Server Error\n")
 TOO_LARGE: Reply = (413, ERROR_HEADERS, b"Request Entity Too Large\n")
@@ -151,7 +155,17 @@ class _HttpProtocol(asyncio.Protocol):
         self._in_head = True
         self._head_size = 0
         self._queue: deque[HttpRequest | Reply] = deque()
+        self._queued_bytes = 0
         self._worker: asyncio.Task[None] | None = None
+        # A request is being read (its first byte seen, not yet whole); the length its
+        # Content-Length announced; what it is charged in the server's ClientBuffers.
+        self._in_request = False
+        self._announced = 0
+        self._charged = 0
+        self._buffers = server.budget.buffers
+        # Requests answered, and loop.time() since the connection has been idle.
+        self._served = 0
+        self._idle_since = server.loop.time()
         # No further requests are read; close once the queue is answered.
         self._closing = False
         self._read_paused = False
@@ -177,12 +191,17 @@ class _HttpProtocol(asyncio.Protocol):
         server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._admitted:
-            self._admitted = False
-            self._server.release()
-        self._server.connections.discard(self)
+        self._gone()
         self._closing = True
         self._queue.clear()
+        # The parser calls back into this protocol: a reference cycle that would keep the
+        # connection and its last request (up to 2 MiB) until the next cyclic collection,
+        # which the daemon makes rare (gc.freeze, high thresholds). No data comes now.
+        self._parser = None  # type: ignore[assignment]
+        self._body = []
+        if self._charged:
+            self._buffers.give(self._charged)
+            self._charged = 0
         if not self.closed.done():
             self.closed.set_result(None)
         waiter = self._write_waiter
@@ -211,6 +230,24 @@ class _HttpProtocol(asyncio.Protocol):
             self.shutdown()
         except httptools.HttpParserError:
             self._fail(BAD_REQUEST)
+        if self._in_request or self._charged or self._queued_bytes:
+            self._charge()
+
+    def _charge(self) -> None:
+        """Charge the process's buffers for what this connection holds once a read is
+        processed: the request left incomplete (its head so far, its announced or read
+        body) and the bodies of the requests queued or being answered. One that does not
+        fit is answered 503 (after the ones before it) and the connection closed."""
+        need = self._queued_bytes
+        if self._in_request and not self._closing:
+            need += self._head_size + max(self._announced, self._body_size)
+        delta = need - self._charged
+        if delta > 0 and not self._buffers.take(delta):
+            self._fail(OVERLOADED)
+            return
+        self._charged += delta
+        if delta < 0:
+            self._buffers.give(-delta)
 
     def eof_received(self) -> bool | None:
         # A half-closed client still gets the answers to what it sent.
@@ -234,6 +271,8 @@ class _HttpProtocol(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self.deadline is None or self._worker is None:
             self.deadline = self._server.loop.time() + self._server.read_timeout
+        self._in_request = True
+        self._announced = 0
         self._url = b""
         self._headers = []
         self._body = []
@@ -252,10 +291,10 @@ class _HttpProtocol(asyncio.Protocol):
             lname = name.lower()
             if lname == b"content-length":
                 try:
-                    too_large = int(value) > self._max_body
+                    self._announced = int(value)
                 except ValueError:
-                    too_large = False  # the parser rejects it
-                if too_large:
+                    self._announced = 0  # the parser rejects it
+                if self._announced > self._max_body:
                     raise _TooLarge
             elif lname == b"expect" and value.lower() == b"100-continue":
                 expect = True
@@ -270,6 +309,7 @@ class _HttpProtocol(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._in_head = True
+        self._in_request = False
         self._head_size = 0
         self.deadline = None  # read whole: no deadline while it is handled
         if self._closing:
@@ -292,6 +332,9 @@ class _HttpProtocol(asyncio.Protocol):
             parser.get_http_version() == "1.1",
             self,
         )
+        # The request owns them now: an idle keep-alive connection keeps no body.
+        self._body = []
+        self._headers = []
         if not keep_alive:
             self._closing = True
         self._enqueue(request)
@@ -300,9 +343,13 @@ class _HttpProtocol(asyncio.Protocol):
 
     def _enqueue(self, item: HttpRequest | Reply) -> None:
         self._queue.append(item)
+        if type(item) is HttpRequest:
+            self._queued_bytes += len(item.body)
         if self._worker is None:
             self._worker = self._server.loop.create_task(self._run())
-        elif len(self._queue) >= MAX_PIPELINE and not self._read_paused:
+        elif (
+            len(self._queue) >= MAX_PIPELINE or self._queued_bytes >= self._max_body
+        ) and not self._read_paused:
             self._read_paused = True
             self._transport.pause_reading()  # type: ignore[union-attr]
 
@@ -336,12 +383,19 @@ class _HttpProtocol(asyncio.Protocol):
                         except Exception:
                             logger.exception("HTTP handler for %r failed", request.path)
                             status, headers, body = INTERNAL_ERROR
+                    self._queued_bytes -= len(request.body)
+                    if self._charged:
+                        self._charge()
                     if not request.keep_alive or (self._closing and not queue):
                         tail = _CLOSE
                     else:
                         tail = b"\r\n" if request.http11 else _KEEP_ALIVE_10
                     head_only = request.method == b"HEAD"
-                    if self._read_paused and len(queue) < MAX_PIPELINE // 2:
+                    if (
+                        self._read_paused
+                        and len(queue) < MAX_PIPELINE // 2
+                        and self._queued_bytes < self._max_body // 2
+                    ):
                         self._read_paused = False
                         transport.resume_reading()
                 if transport.is_closing():
@@ -357,12 +411,17 @@ class _HttpProtocol(asyncio.Protocol):
                     else:
                         transport.close()
                     return
+                self._served += 1
                 if self._write_waiter is not None:
+                    # The client does not read: closed by the sweep after write_timeout.
+                    self.deadline = server.loop.time() + server.write_timeout
                     await self._write_waiter
+                    self.deadline = None
             if self._closing and not transport.is_closing():
                 transport.close()
             elif self.deadline is None:  # answered everything: idle until the next request
                 self.deadline = server.loop.time() + server.idle_timeout
+                self._idle_since = server.loop.time()
         finally:
             self._worker = None
 
@@ -375,6 +434,26 @@ class _HttpProtocol(asyncio.Protocol):
         """
         transport.write_eof()
         self._server.loop.call_later(LINGER_SECONDS, transport.close)
+
+    def _gone(self) -> None:
+        """Give back the connection's slot (once)."""
+        if self._admitted:
+            self._admitted = False
+            self._server.connections.discard(self)
+            self._server.release()
+
+    def idle_key(self) -> IdleKey | None:
+        """None while a request is read, queued or handled; the connections that never sent
+        a whole request come first, then the longest idle (`limits.Eviction`)."""
+        if self._worker is not None or self._queue or self._in_request:
+            return None
+        used = USED if self._served and not self._closing else NEVER_USED
+        return used, self._idle_since
+
+    def evict(self) -> None:
+        """Close now to make room for a new connection."""
+        self._gone()
+        self.abort()
 
     def shutdown(self) -> None:
         """Read no more requests; close once the queued ones are answered."""
@@ -401,6 +480,7 @@ class HttpServer:
         max_connections: int = 4096,
         read_timeout: float = 10.0,
         idle_timeout: float = 120.0,
+        write_timeout: float = 10.0,
         budget: ConnectionBudget | None = None,
     ) -> None:
         self.routes: dict[bytes, Handler] = {p.encode(): h for p, h in routes.items()}
@@ -410,8 +490,10 @@ class HttpServer:
         self.max_connections = max_connections
         self.read_timeout = read_timeout
         self.idle_timeout = idle_timeout
+        self.write_timeout = write_timeout
         # Shared with the process's other listeners (None: this server's own, of its cap).
         self.budget = budget if budget is not None else ConnectionBudget(max_connections)
+        self.eviction = Eviction()
         self._sweeper: asyncio.TimerHandle | None = None
         self.connections: set[_HttpProtocol] = set()
         self.port = 0
@@ -437,7 +519,7 @@ class HttpServer:
 
     def admit(self) -> bool:
         """Whether a new client may stay (this listener's cap, the process's budget)."""
-        return self.budget.admit(self.name, len(self.connections), self.max_connections)
+        return self.budget.admit(self.name, self.connections, self.max_connections, self.eviction)
 
     def release(self) -> None:
         """A client admitted by `admit` is gone."""
@@ -507,48 +589,3 @@ async def start_http_server(
     server = HttpServer(routes, fallback=fallback, max_body=max_body)
     await server.start(host, port, reuse_port=reuse_port, sock=sock, ssl=ssl)
     return server
-
-
-_HEALTHY: Reply = (200, TEXT_PLAIN, b"OK")
-_UNHEALTHY: Reply = (500, (), b"")
-
-
-def main_routes(
-    service: RateLimitService, health: Health, listeners: ListenerSettings | None = None
-) -> dict[str, Handler]:
-    """The main listener's routes: `/json` and `/healthcheck` (any method), as the reference.
-
-    Extension: HTTP_JSON_ENABLED=false leaves `/json` out (404 as any unknown path), and
-    HTTP_JSON_DOMAINS answers 403 for a domain not listed, before anything is counted.
-    """
-    decide = service.should_rate_limit
-    listeners = listeners or ListenerSettings()
-    domains = frozenset(listeners.json_domains)
-
-    async def healthcheck(request: HttpRequest) -> Reply:
-        if b"detail" in request.query:  # extension: the components and breakers, as JSON
-            status = 200 if health.healthy() else 500
-            return status, JSON, json.dumps(health.detail()).encode()
-        return _HEALTHY if health.healthy() else _UNHEALTHY
-
-    if not listeners.json_enabled:
-        return {"/healthcheck": healthcheck}
-
-    async def json_endpoint(request: HttpRequest) -> Reply:
-        try:
-            decoded = decode_request(request.body)
-        except ValueError:
-            return BAD_REQUEST
-        if domains and decoded.domain not in domains:
-            return FORBIDDEN
-        try:
-            response = await decide(decoded)
-        except Overloaded:
-            return OVERLOADED
-        except (ServiceError, BackendError):
-            return BAD_REQUEST
-        code = response.overall_code
-        status = 429 if code == OVER_LIMIT else 500 if code == UNKNOWN else 200
-        return status, JSON, encode_response(response)
-
-    return {"/json": json_endpoint, "/healthcheck": healthcheck}

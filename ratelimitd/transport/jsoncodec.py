@@ -22,7 +22,7 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from ..config.ruleset import UNIT_BY_NAME, UNIT_NAMES
-from ..messages import Descriptor, Request, Response
+from ..messages import Descriptor, Request, Response, check_descriptor, check_entries
 
 __all__ = ["decode_request", "encode_response"]
 
@@ -172,9 +172,11 @@ def _descriptor(d: _Descriptor) -> Descriptor:
     return Descriptor(pairs, limit, hits, negative is True)
 
 
-def decode_request(body: bytes) -> Request:
-    """A RateLimitRequest from its proto3 JSON; ValueError when malformed."""
+def decode_request(body: bytes, bounds: Any = None) -> Request:
+    """A RateLimitRequest from its proto3 JSON; ValueError when malformed, its subclass
+    `messages.TooLarge` past `bounds` (checked before a descriptor is built)."""
     r = _decoder.decode(body)
+
     hits = 0
     if r.hitsAddend is not UNSET or r.hits_addend is not UNSET:
         raw = _either(r.hitsAddend, r.hits_addend, "hits_addend")
@@ -182,7 +184,10 @@ def decode_request(body: bytes) -> Request:
             hits = _integer(raw, 0, _MAX_UINT32, "hits_addend")
     out = []
     if r.descriptors:
-        for d in r.descriptors:
+        count = len(r.descriptors)
+        for i, d in enumerate(r.descriptors):
+            if bounds is not None:
+                check_descriptor(bounds, i, count)
             # Inline the common shape (entries only): this is the `/json` hot path.
             if (
                 d.limit is None
@@ -192,13 +197,15 @@ def decode_request(body: bytes) -> Request:
                 and d.is_negative_hits is UNSET
             ):
                 entries = d.entries
-                out.append(
-                    Descriptor(tuple([(e.key or "", e.value or "") for e in entries]))
-                    if entries
-                    else Descriptor(())
-                )
+                pairs = tuple([(e.key or "", e.value or "") for e in entries]) if entries else ()
+                if bounds is not None:
+                    check_entries(bounds, pairs)
+                out.append(Descriptor(pairs))
             else:
-                out.append(_descriptor(d))
+                desc = _descriptor(d)
+                if bounds is not None:
+                    check_entries(bounds, desc.entries)
+                out.append(desc)
     return Request(r.domain or "", out, hits)
 
 

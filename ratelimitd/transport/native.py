@@ -25,7 +25,7 @@ from ..health import Health
 from ..service import RateLimitService
 from ..settings import Settings
 from ..stats import StatsStore, Timer
-from ..tracing import ServerSpans, Tracing
+from ..tracing import Tracing
 from .grpc import (
     HEALTH_SERVICE,
     CertificateFiles,
@@ -34,16 +34,15 @@ from .grpc import (
     dns_name_matches,
     listen_address,
 )
+from .grpcstatus import INTERNAL, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
-from .protocodec import METHOD_PATH, SERVICE_NAME
-from .rls import INTERNAL, RlsHandler
+from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size
+from .rls import RlsHandler
+from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.native")
 
-NOT_FOUND = 5
-UNIMPLEMENTED = 12
-DEADLINE_EXCEEDED = 4
 # HealthCheckResponse.ServingStatus
 SERVING, NOT_SERVING, SERVICE_UNKNOWN = 1, 2, 3
 HEALTH_CHECK = b"/grpc.health.v1.Health/Check"
@@ -70,13 +69,8 @@ class SslCertificates(CertificateFiles):
     the connection the newest context."""
 
     def _load(self) -> ssl.SSLContext:
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx = self._ssl_context()
         ctx.set_alpn_protocols(["h2"])
-        ctx.load_cert_chain(self._cert, self._key)
-        if self._ca:
-            ctx.verify_mode = ssl.CERT_REQUIRED
-            ctx.load_verify_locations(self._ca)
         ctx.sni_callback = self._select
         return ctx
 
@@ -192,7 +186,7 @@ class NativeGrpcTransport:
         self.handler = RlsHandler(service, stats, response_timer, spans)
         self.health_statuses = NativeHealth()
         self.routes = {
-            METHOD_PATH.encode(): self._should_rate_limit,
+            METHOD_PATH.encode(): self.handler.route(self._should_rate_limit, self._in_task),
             HEALTH_CHECK: self.health_statuses.check,
             HEALTH_WATCH: self.health_statuses.watch,
         }
@@ -208,6 +202,8 @@ class NativeGrpcTransport:
             san_matches=dns_name_matches,
             max_connections=settings.connections.grpc_max_connections,
             read_timeout=settings.connections.grpc_read_timeout,
+            write_timeout=settings.connections.grpc_write_timeout,
+            connection_timeout=settings.connections.grpc_connection_timeout,
             budget=budget,
         )
         self.certificates: SslCertificates | None = None
@@ -231,6 +227,14 @@ class NativeGrpcTransport:
             if outcome is not None:
                 proto.answer(stream, *outcome)
                 return
+        self._in_task(stream, proto)
+
+    def _in_task(self, stream: Any, proto: H2Protocol) -> None:
+        # Its request, decoded, stays in memory while the decision waits: counted in the
+        # process's buffers until it is answered (refused at once when they are full).
+        if not proto.conn.hold(stream, decoded_size(stream.message)):
+            proto.finish(stream, RESOURCE_EXHAUSTED, proto.conn.refusal)
+            return
         carrier = dict(stream.metadata) if stream.metadata else None
         stream.work = self._loop.create_task(self._decide(stream, proto, carrier))  # type: ignore[union-attr]
         if stream.timeout >= 0:

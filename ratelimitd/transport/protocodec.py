@@ -11,7 +11,7 @@ oracle of the property tests) and serve the client-side functions.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -20,7 +20,17 @@ from google.protobuf.message import DecodeError
 from google.protobuf.struct_pb2 import Struct
 
 from ratelimitd._proto.rls_pb2 import RateLimitRequest, RateLimitResponse
-from ratelimitd.messages import Descriptor, Request, Response, Status
+from ratelimitd.messages import (
+    DESCRIPTOR_BYTES,
+    ENTRY_BYTES,
+    Descriptor,
+    Request,
+    Response,
+    Status,
+    TooLarge,
+    check_descriptor,
+    check_entries,
+)
 from ratelimitd.settings import extensions_disabled
 
 # The RPC every gRPC transport serves and every client calls: RLS v3 ShouldRateLimit.
@@ -34,6 +44,7 @@ __all__ = [
     "SERVICE_NAME",
     "DecodeError",
     "Limit",
+    "TooLarge",
     "decode_request",
     "decode_response",
     "encode_request",
@@ -49,8 +60,9 @@ GO_CORRUPT = "proto: cannot parse invalid wire-format data"
 GO_INVALID_UTF8 = "string field contains invalid UTF-8"
 
 
-def decode_request_upb(data: bytes) -> Request:
-    """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
+def decode_request_upb(data: bytes, bounds: Any = None) -> Request:
+    """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes, and
+    `TooLarge` past `bounds` (checked on upb's message, before any Python object is made)."""
     try:
         msg = RateLimitRequest.FromString(data)
     except DecodeError as exc:
@@ -58,8 +70,11 @@ def decode_request_upb(data: bytes) -> Request:
         # "String field had bad UTF-8"); grpc-go's words are the ones on the wire.
         raise DecodeError(GO_INVALID_UTF8 if "UTF-8" in str(exc) else GO_CORRUPT) from None
     descriptors = []
-    for d in msg.descriptors:
+    for i, d in enumerate(msg.descriptors):
         entries = tuple([(e.key, e.value) for e in d.entries])
+        if bounds is not None:
+            check_descriptor(bounds, i, len(msg.descriptors))
+            check_entries(bounds, entries)
         limit = None
         if d.HasField("limit"):
             override = d.limit
@@ -110,7 +125,7 @@ def _struct_bytes(metadata: dict[str, Any]) -> bytes:
     return struct.SerializeToString()
 
 
-def _compiled_codec() -> tuple[Any, Any] | None:
+def _compiled_codec() -> Any:
     # Same switch as keys.py / match.py: RATELIMITD_NO_EXTENSIONS=1 forces the twin.
     if extensions_disabled():
         return None
@@ -118,31 +133,35 @@ def _compiled_codec() -> tuple[Any, Any] | None:
         from ratelimitd import _wire  # type: ignore[attr-defined]
     except ImportError:
         return None
-    return _wire.decode_request, _wire.encode_response
+    return _wire
 
 
-_codec = _compiled_codec()
-if _codec is not None:
-    _decode, _encode = _codec
+_wire = _compiled_codec()
+if _wire is not None:
+    # Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes (the
+    # compiled codec's WireError is one, with grpc-go's message), and `TooLarge` past
+    # `bounds` (a `messages.Bounds` or the ReloadOptions in force).
+    decode_request = _wire.decode_request
 
-    def decode_request(data: bytes) -> Request:
-        """Parse a serialized RateLimitRequest. Raises `DecodeError` on malformed bytes."""
-        try:
-            return _decode(data)  # type: ignore[no-any-return]
-        except ValueError as exc:  # WireError, with grpc-go's message
-            raise DecodeError(str(exc)) from None
+    # Serialize a decision as a RateLimitResponse: one call into the compiled codec.
+    encode_response: Callable[[Response], bytes] = _wire.Encoder(_struct_bytes)
 
-    def encode_response(resp: Response) -> bytes:
-        """Serialize a decision as a RateLimitResponse."""
-        if not resp.dynamic_metadata:  # an empty Struct is absent, as upb writes it
-            return _encode(resp)  # type: ignore[no-any-return]
-        return _encode(resp, _struct_bytes(resp.dynamic_metadata))  # type: ignore[no-any-return]
-
+    decoded_size = _wire.decoded_size
     IMPLEMENTATION = "compiled"
 else:
     decode_request = decode_request_upb
     encode_response = encode_response_upb
     IMPLEMENTATION = "pure"
+
+    def decoded_size(data: bytes) -> int:
+        """About how many bytes `decode_request(data)` takes once decoded (the compiled
+        codec's estimate, from the decoded message itself)."""
+        try:
+            msg = RateLimitRequest.FromString(data)
+        except DecodeError:
+            return 0
+        size = len(data) + DESCRIPTOR_BYTES * len(msg.descriptors)
+        return size + ENTRY_BYTES * sum(len(d.entries) for d in msg.descriptors)
 
 
 def encode_request(

@@ -14,27 +14,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import BackendError
-from ..service import RateLimitService, ServiceError
+from ..messages import Overloaded, Request, RequestTooLarge, ServiceError, TooLarge
+from ..service import RateLimitService
+from ..settings import extensions_disabled
 from ..stats import StatsStore, Timer
+from .grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from .protocodec import DecodeError, decode_request, encode_response
 
 if TYPE_CHECKING:
-    from ..tracing import ServerSpans
+    from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.grpc")
 
-# gRPC status codes (google.rpc.Code) the handler answers with.
-OK = 0
-CANCELLED = 1
-UNKNOWN = 2
-DEADLINE_EXCEEDED = 4
-UNIMPLEMENTED = 12
-INTERNAL = 13
+
+def _compiled_call() -> Any:
+    # Same switch as the other compiled modules: RATELIMITD_NO_EXTENSIONS=1 forces the twin.
+    if extensions_disabled():
+        return None
+    try:
+        from .. import _rls  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _rls
+
+
+_compiled = _compiled_call()
+IMPLEMENTATION = "compiled" if _compiled is not None else "pure"
+
 
 Outcome = tuple[int, bytes | str]
 
@@ -50,56 +61,93 @@ class RlsHandler:
     # OpenTelemetry SERVER spans (None: tracing off, nothing imported).
     spans: ServerSpans | None = None
     clock: Callable[[], float] = time.perf_counter
+    # Whether `decide_now` may be used: the decision never waits for I/O (and no span needs
+    # a task). Decided once: the service's limiter is fixed when it is built.
+    synchronous: bool = field(init=False)
+    # decide(data, metadata=None) -> Outcome: decide one serialized RateLimitRequest;
+    # `metadata` is the tracing carrier (only a traced call takes the extra frame).
+    decide: Callable[..., Awaitable[Outcome]] = field(init=False)
+    # decide_now(data) -> Outcome | None: `decide` without a task, for a synchronous service;
+    # None for a request the service decides only asynchronously (use `decide`). Compiled
+    # when built (`_rls.SyncCall`).
+    decide_now: Callable[[bytes], Outcome | None] = field(init=False)
 
-    @property
-    def synchronous(self) -> bool:
-        """True when `decide_now` may be used: the decision never waits for I/O."""
-        return self.spans is None and self.service.limiter.synchronous
-
-    def decide_now(self, data: bytes) -> Outcome | None:
-        """`decide` without a task, for a synchronous limiter (see `synchronous`); None for
-        a request too large to decide without letting other requests run (use `decide`)."""
-        started = self.clock()
-        try:
-            request = decode_request(data)
-        except DecodeError as err:
-            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
-        if self.service.may_suspend(request):
-            return None
-        # The service is a coroutine function that, with a synchronous limiter, finishes
-        # without suspending: one send() runs it to the end with no task or loop round.
-        coro = self.service.should_rate_limit(request)
-        try:
-            coro.send(None)
-        except StopIteration as stop:
-            return self._done(started, OK, encode_response(stop.value))
-        except Exception as err:
-            return self._done(started, _code(err), _failure(err))
-        coro.close()
-        return self._done(started, UNKNOWN, "internal error: a synchronous decision waited")
-
-    async def decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
-        """Decide one serialized RateLimitRequest; `metadata` is the tracing carrier."""
-        if self.spans is not None:
-            return await self.spans.run(
-                metadata or {}, data, lambda: self._decide(data), code_of=_code_of
+    def __post_init__(self) -> None:
+        self.synchronous = self.spans is None and self.service.synchronous
+        self.decide = self._decide if self.spans is None else self._traced
+        self.decide_now = self._call_now
+        if _compiled is not None and self.synchronous:
+            self.decide_now = _compiled.SyncCall(
+                decode_request,
+                self.service,
+                encode_response,
+                self.clock,
+                self.stats.service,
+                self.timer,
+                _outcome_of,
             )
-        return await self._decide(data)
 
-    async def _decide(self, data: bytes) -> Outcome:
+    def route(
+        self, route: Callable[[Any, Any], None], in_task: Callable[[Any, Any], None]
+    ) -> Callable[[Any, Any], None]:
+        """A native transport's ShouldRateLimit route (stream, proto): with the compiled
+        synchronous call, one C call that answers the stream or hands it to `in_task` (a
+        request it does not decide at once); otherwise the transport's own `route`."""
+        if isinstance(self.decide_now, _compiled.SyncCall if _compiled else ()):
+            return _compiled.SyncRoute(self.decide_now, in_task)  # type: ignore[no-any-return]
+        return route
+
+    def _call_now(self, data: bytes) -> Outcome | None:
+        """`decide_now`, the pure twin of `_rls.SyncCall`."""
         started = self.clock()
+        service = self.service
         try:
-            request = decode_request(data)
+            response = service.decide_now(decode_request(data, service.snapshot.options))
+            if response is None:
+                return None
+            reply: bytes | str = encode_response(response)
+            code = OK
         except DecodeError as err:
-            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+            code, reply = INTERNAL, f"grpc: error unmarshalling request: {err}"
+        except TooLarge as err:  # refused by the decoder: counted as the service counts it
+            self.stats.service.service_error += 1
+            code, reply = _outcome_of(err)
+        except Exception as err:
+            code, reply = _outcome_of(err)
+        return self._done(started, code, reply)
+
+    async def _traced(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
+        assert self.spans is not None
+        return await self.spans.run(
+            metadata or {}, data, lambda: self._decide(data), code_of=_code_of
+        )
+
+    async def _decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
+        started = self.clock()
+        request = self._decode(data, started)
+        if type(request) is tuple:
+            return request
+        assert isinstance(request, Request)
         try:
             response = await self.service.should_rate_limit(request)
         except asyncio.CancelledError:
             self._done(started, CANCELLED, "")
             raise
         except Exception as err:
-            return self._done(started, _code(err), _failure(err))
+            return self._done(started, *_outcome_of(err))
         return self._done(started, OK, encode_response(response))
+
+    def _decode(self, data: bytes, started: float) -> Request | Outcome:
+        """The request, or the outcome of one that is not decided: undecodable, or past the
+        request bounds in force (refused while it is decoded, counted as the service counts
+        a request too large)."""
+        try:
+            return decode_request(data, self.service.snapshot.options)  # type: ignore[no-any-return]
+        except DecodeError as err:
+            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+        except TooLarge as err:
+            self.stats.service.service_error += 1
+            return self._done(started, *_outcome_of(err))
 
     def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
         elapsed_ms = (self.clock() - started) * 1000.0
@@ -112,14 +160,22 @@ class RlsHandler:
         return code, reply
 
 
+def _outcome_of(err: Exception) -> Outcome:
+    """The gRPC status and message of an error out of the service (or of its decoder)."""
+    return _code(err), _failure(err)
+
+
 def _code(err: Exception) -> int:
-    """The gRPC status of an error out of the service: UNKNOWN but for RESOURCE_EXHAUSTED."""
-    return err.code if isinstance(err, ServiceError) else UNKNOWN
+    """The gRPC status of an error out of the service: UNKNOWN, as the reference answers,
+    but RESOURCE_EXHAUSTED for a request refused for its size or for the load."""
+    return (
+        RESOURCE_EXHAUSTED if isinstance(err, RequestTooLarge | TooLarge | Overloaded) else UNKNOWN
+    )
 
 
 def _failure(err: Exception) -> str:
     """The UNKNOWN message for an error out of the service."""
-    if isinstance(err, ServiceError | BackendError):
+    if isinstance(err, ServiceError | BackendError | TooLarge):
         return str(err)
     # The reference would crash here; a server answers and stays up.
     log.error("ShouldRateLimit failed unexpectedly", exc_info=err)

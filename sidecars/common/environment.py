@@ -9,6 +9,7 @@ naming the variable, its value and what it accepts.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -109,6 +110,25 @@ class Environment:
                     f"{self.prefix}{name}={value!r} is not a regex: {exc}"
                 ) from None
         return value
+
+    def headers(self, name: str) -> dict[str, str]:
+        """A JSON object of HTTP request headers (`{"x-api-key": "..."}`); unset or empty:
+        none. Values are credentials, so an error names the variable, never its value."""
+        raw = self.environ.get(self.prefix + name, "").strip()
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and k.strip() for k, v in value.items()
+        ):
+            raise SettingsError(
+                f"{self.prefix}{name} must be a JSON object of header names to string values, "
+                'e.g. {"x-api-key": "..."} (value not shown)'
+            )
+        return {k.strip(): v for k, v in value.items()}
 
     def day(self, name: str, default: date) -> date:
         """An ISO 8601 date; unset or empty: the default."""

@@ -21,6 +21,8 @@ transit API installs the same when TRANSIT_RATE_LIMIT=true. Per request, in
 3. Quota: for an account, the `admit` callable (the usage sidecar's atomic check-and-count in
    Redis) counts the request against its plan, or refuses it with 429 `quota_exceeded` and
    the Retry-After it computed. Paths in `quota_exempt_paths` are served even at the limit.
+   An `Idempotency-Key` header is handed to `admit` with the request it names (method, path,
+   query): a retry it recognises is served uncounted and answered `Idempotent-Replayed: true`.
 4. After the app answered (`process_response`): an admitted request answered with a status
    of 400 or more is refunded (`refund`), unless `count_error_responses`: only requests the
    app served count as usage. Requests the middleware refused were never counted.
@@ -77,9 +79,21 @@ class Admission(Protocol):
     @property
     def retry_after(self) -> int: ...
 
+    @property
+    def replayed(self) -> bool: ...
 
-# (principal, quota-exempt path) -> the admission; raises AccessDenied or a store error.
-Admit = Callable[[Any, bool], Awaitable[Admission]]
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyKey:
+    """A request's `Idempotency-Key` header and the request it names (method, path, query)."""
+
+    key: str
+    request: str
+
+
+# (principal, quota-exempt path, Idempotency-Key or None) -> the admission; raises
+# AccessDenied or a store error.
+Admit = Callable[[Any, bool, IdempotencyKey | None], Awaitable[Admission]]
 # Takes back what an admission counted.
 Refund = Callable[[Any], Awaitable[None]]
 
@@ -100,18 +114,20 @@ class RateLimitConfig:
 
 
 class AccessDenied(Exception):
-    """Raised by `authenticate` for a valid token whose holder may not be served now (e.g. a
-    suspended account): answered 403 with `error`."""
+    """Raised by `authenticate` or `admit` for a request its store refuses: a valid token
+    whose holder may not be served now (403, e.g. a suspended account), or another client
+    error of the account's request (`status`, e.g. a malformed Idempotency-Key)."""
 
-    def __init__(self, error: str, message: str) -> None:
+    def __init__(self, error: str, message: str, status: int = 403) -> None:
         super().__init__(message)
         self.error = error
         self.message = message
+        self.status = status
 
 
-def forbidden(resp: falcon.asgi.Response, denied: AccessDenied) -> None:
-    """Answer 403 with the refusal's code."""
-    answer(resp, ApiError(403, denied.error, denied.message))
+def refused(resp: falcon.asgi.Response, denied: AccessDenied) -> None:
+    """Answer the refusal's status with its code."""
+    answer(resp, ApiError(denied.status, denied.error, denied.message))
 
 
 class AuthFailure(Exception):
@@ -225,7 +241,7 @@ class RateLimitMiddleware:
                 await self._invalid_token(resp, failure, client)
                 return
             except AccessDenied as denied:
-                forbidden(resp, denied)
+                refused(resp, denied)
                 return
             except self.unavailable:
                 self._store_unavailable(resp)
@@ -290,10 +306,14 @@ class RateLimitMiddleware:
         """Count the request against the quota, or refuse it (429 quota_exceeded)."""
         assert self.admit is not None
         exempt = req.path in self.config.quota_exempt_paths
+        key = req.get_header("Idempotency-Key")
+        retry = None
+        if key is not None:
+            retry = IdempotencyKey(key, f"{req.method} {req.path}?{req.query_string}")
         try:
-            admission = await self.admit(principal, exempt)
+            admission = await self.admit(principal, exempt, retry)
         except AccessDenied as denied:
-            forbidden(resp, denied)
+            refused(resp, denied)
             return
         except self.unavailable:
             self._store_unavailable(resp)
@@ -303,6 +323,8 @@ class RateLimitMiddleware:
             message = f"The plan's quota of {limit} requests in this window is used up."
             answer(resp, ApiError(429, "quota_exceeded", message), admission.retry_after)
             return
+        if admission.replayed:
+            resp.set_header("Idempotent-Replayed", "true")
         req.context.admission = admission
 
     async def process_response(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
@@ -53,9 +53,13 @@ def gunicorn_argv(
     return [*argv, *extra, app]
 
 
-def exec_gunicorn(argv: list[str]) -> None:
-    """Replace this process with gunicorn (so signals reach the arbiter directly)."""
-    os.execv(argv[0], argv)
+def exec_gunicorn(argv: list[str], env: Mapping[str, str] | None = None) -> None:
+    """Replace this process with gunicorn (so signals reach the arbiter directly), with the
+    environment `env` when given (the one its workers build their settings from)."""
+    if env is None:
+        os.execv(argv[0], argv)
+    else:
+        os.execve(argv[0], argv, env)
 
 
 def configure_logging(level: str) -> None:

@@ -19,9 +19,11 @@ import falcon.asgi
 from sidecars.common.lifecycle import Lifecycle
 
 from . import resources as r
+from . import status
 from .metrics import resources as metrics_resources
 from .metrics.service import MetricsService
-from .middleware import ServiceHeaders
+from .middleware import KnownParams, ServiceHeaders
+from .openapi import openapi_document
 from .places import resources as places_resources
 from .places.locations import Locations
 from .places.service import Places
@@ -109,6 +111,7 @@ def create_app(
     stack: list[Any] = [
         ServiceHeaders(),
         *policies,
+        KnownParams(),
         Lifecycle(startup=services.start, shutdown=services.stop),
     ]
     app = falcon.asgi.App(middleware=stack)
@@ -121,7 +124,8 @@ def create_app(
     for name, cache in (("alerts", r.CACHE_REALTIME), ("vehicles", r.CACHE_VEHICLES)):
         app.add_route(f"/v2/{name}", r.RealtimeFeed(store, name, cache, protobuf=False))
         app.add_route(f"/v2/{name}.pb", r.RealtimeFeed(store, name, cache, protobuf=True))
-    app.add_route("/v2/stops", r.StaticList(store, "stops_body"))
+    app.add_route("/v2/vehicles/{item_id}", r.VehicleItem(store))
+    app.add_route("/v2/stops", r.Stops(store))
     app.add_route("/v2/lines", r.StaticList(store, "lines_body"))
     app.add_route("/v2/routes", r.StaticList(store, "routes_body"))
     app.add_route("/v2/patterns/{item_id}", r.StaticItem(store, "pattern_body"))
@@ -130,8 +134,14 @@ def create_app(
     app.add_route("/v2/arrivals/by_pattern/{item_id}", r.ArrivalsByPattern(store))
     app.add_route("/v2/pips/estimates", r.PipEstimates(store))
     app.add_route("/v2/pips/{item_id}/message", r.PipMessageItem())
+    for kind in ("dates", "periods", "plans"):
+        app.add_route(f"/v2/{kind}", status.PlanList(store, kind))
+    app.add_route("/v2/status/time", status.TimeNow(store))
+    app.add_route("/v2/status/message", status.Message(store))
     app.add_route("/health", r.Health(store))
     app.add_route("/status/feed", r.FeedStatusResource(store))
+    app.add_route("/status/feed/refresh", status.FeedRefresh(store))
+    app.add_route("/v2/openapi.json", r.Document(openapi_document(settings)))
     metrics_routes = metrics_resources.routes(services.metrics, settings.metrics.line_id_pattern)
     for path, resource in (*metrics_routes, *places_resources.routes(services.places)):
         app.add_route(path, resource)

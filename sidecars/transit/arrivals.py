@@ -12,6 +12,7 @@ from .network import Network
 from .realtime import Realtime
 from .schemas import Arrival, PatternArrival, PipEstimate
 from .times import clock_string, service_time_unix
+from .tripupdates import ADDED, CANCELED, SCHEDULED, SKIPPED
 
 PIP_MAX_ROWS = 8
 # How late a trip may run and still be looked at for a panel (TripUpdates), and how early.
@@ -60,7 +61,9 @@ def _headsign(net: Network, trip: int) -> str:
 
 
 class Scheduled(NamedTuple):
-    """One scheduled arrival with everything the response needs that realtime cannot change."""
+    """One scheduled arrival with everything the response needs that realtime cannot change.
+    An added trip's arrival (from a TripUpdate) has `trip` -1 and `position` -1 - its index
+    in `Realtime.added`."""
 
     unix: int
     trip_id: str
@@ -70,7 +73,7 @@ class Scheduled(NamedTuple):
     stop_sequence: int
     headsign: str
     line_id: str
-    pattern_id: str
+    pattern_id: str | None
     route_id: str
     stop_id: str
 
@@ -119,6 +122,45 @@ def stop_schedule(net: Network, stop: int, day: date) -> list[Scheduled]:
     )
 
 
+def added_rows(
+    net: Network, rt: Realtime, day: date, stop: int | None = None, pattern_id: str | None = None
+) -> list[Scheduled]:
+    """Arrivals of the ADDED / NEW trips of the TripUpdates on a day, at a stop or of a
+    pattern."""
+    rows = []
+    raw = net.raw
+    for k, added in enumerate(rt.added):
+        if added.day != day or (pattern_id is not None and added.pattern_id != pattern_id):
+            continue
+        route = added.route
+        route_id = raw.routes[route].route_id if route is not None else ""
+        line_id = net.route_line(route) if route is not None else ""
+        for a in added.stops:
+            if stop is not None and a.stop != stop:
+                continue
+            rows.append(
+                Scheduled(
+                    a.unix,
+                    added.trip_id,
+                    -1 - k,
+                    -1,
+                    clock_string(a.unix, day, net.tz),
+                    a.stop_sequence,
+                    added.headsign,
+                    line_id,
+                    added.pattern_id,
+                    route_id,
+                    raw.stop_ids[a.stop],
+                )
+            )
+    return rows
+
+
+def with_added(rows: list[Scheduled], added: list[Scheduled]) -> list[Scheduled]:
+    """The scheduled rows and the added trips' in one time order."""
+    return sorted([*rows, *added]) if added else rows
+
+
 def build_arrivals(
     net: Network,
     rt: Realtime,
@@ -126,24 +168,46 @@ def build_arrivals(
     day: date,
     now: float,
     with_stop: bool,
+    limit: int | None = None,
 ) -> list[Arrival] | list[PatternArrival]:
-    """The response rows: scheduled arrivals with TripUpdate estimates and observed times."""
+    """The response rows: scheduled arrivals with what the TripUpdates say of them (estimate,
+    cancelled, skipped; deleted trips left out), added trips, and observed times. With
+    `limit`, only the next `limit` arrivals from `now` (by estimate, else schedule)."""
     tz = net.tz
-    realtime = bool(rt.updates or rt.positions)
+    realtime = rt.has_trips
     first = net.raw.trip_first
     out: list[Any] = []
+    if limit is not None:
+        # A bus may run late by hours: start well before now, then keep what is still to come.
+        rows = rows[bisect.bisect_left(rows, now - PIP_LATE_SECONDS, key=lambda r: r.unix) :]
     for r in rows:
         estimate = observed = None
         vehicle = None
-        if realtime:
-            estimates = rt.estimates(net, r.trip, day) if rt.updates else None
-            if estimates is not None:
-                estimate = estimates[r.position - first[r.trip]]
+        relationship = SCHEDULED
+        if r.trip < 0:
+            added = rt.added[-1 - r.position]
+            relationship, estimate, vehicle = ADDED, r.unix, added.vehicle
+            observed = estimate if estimate <= now else None
+        elif realtime:
+            if rt.deleted(r.trip_id, day):
+                continue
+            trip = rt.estimates(net, r.trip, day) if rt.updates else None
+            if trip is not None:
+                k = r.position - first[r.trip]
+                relationship = (
+                    CANCELED if trip.canceled else SKIPPED if not trip.served[k] else SCHEDULED
+                )
+                estimate = trip.times[k]
                 if estimate is not None:
                     passed = rt.passed_sequence(r.trip_id)
                     if estimate <= now or (passed is not None and r.stop_sequence < passed):
                         observed = estimate
             vehicle = rt.trip_vehicle(r.trip_id)
+        if limit is not None:
+            if (estimate if estimate is not None else r.unix) < now or observed is not None:
+                continue
+            if len(out) == limit:
+                break
         estimated_text = clock_string(estimate, day, tz) if estimate is not None else None
         observed_text = clock_string(observed, day, tz) if observed is not None else None
         fields: dict[str, Any] = {
@@ -155,6 +219,7 @@ def build_arrivals(
             "observed_arrival_unix": observed,
             "pattern_id": r.pattern_id,
             "route_id": r.route_id,
+            "schedule_relationship": relationship,
             "scheduled_arrival": r.time,
             "scheduled_arrival_unix": r.unix,
             "stop_sequence": r.stop_sequence,
@@ -180,7 +245,7 @@ def pip_estimates(
         stop = net.stop_index.get(stop_id)
         if stop is None:
             continue
-        schedule = stop_schedule(net, stop, day)
+        schedule = with_added(stop_schedule(net, stop, day), added_rows(net, rt, day, stop))
         start = bisect.bisect_left(schedule, since, key=lambda r: r.unix)
         # The panel shows the 8 soonest: once this stop has 8 rows, a trip scheduled later
         # than the 8th by more than PIP_EARLY_SECONDS cannot be among them (a bus runs early
@@ -190,17 +255,30 @@ def pip_estimates(
             if len(soonest) == PIP_MAX_ROWS and r.unix > -soonest[0] + PIP_EARLY_SECONDS:
                 break
             ti = r.trip
-            first = raw.trip_first[ti]
-            if r.position == first + raw.trip_count[ti] - 1:
-                continue
             timetabled = r.time
             scheduled = r.unix
-            estimates = rt.estimates(net, ti, day) if rt.updates else None
-            estimate = estimates[r.position - first] if estimates is not None else None
             trip_id = r.trip_id
+            if ti < 0:
+                # An added trip: its time is the estimate; its last stop is not shown.
+                added = rt.added[-1 - r.position]
+                if any(a.last and a.stop == stop for a in added.stops):
+                    continue
+                estimate: int | None = r.unix
+            else:
+                first = raw.trip_first[ti]
+                if r.position == first + raw.trip_count[ti] - 1:
+                    continue
+                if rt.deleted(trip_id, day):
+                    continue
+                trip = rt.estimates(net, ti, day) if rt.updates else None
+                k = r.position - first
+                # A cancelled trip or a skipped stop is not coming: not on the panel.
+                if trip is not None and (trip.canceled or not trip.served[k]):
+                    continue
+                estimate = trip.times[k] if trip is not None else None
             common = dict(
                 lineId=r.line_id,
-                patternId=r.pattern_id,
+                patternId=r.pattern_id or "",
                 stopHeadsign=r.headsign,
                 timetabledArrivalTime=timetabled,
                 timetabledDepartureTime=timetabled,

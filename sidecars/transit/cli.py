@@ -1,11 +1,14 @@
 """`python -m sidecars.transit validate`: the validation report of a feed before deploying it.
 
-    python -m sidecars.transit validate [FEED] [--against SERVED_FEED] [--json]
+    python -m sidecars.transit validate [FEED] [--against SERVED_FEED]
+        [--format text|json|mobilitydata] [--output FILE]
 
 FEED defaults to TRANSIT_GTFS_SOURCE; the other TRANSIT_* settings (skipped and dropped
 shares, distance unit, locations) apply as in the server. `--against` compares with the feed
 being served, as a refresh does. The report is the one `/status/feed` serves: counts per notice
-code and the first examples with file:line. Exit status 0 when the server would serve the feed
+code and the first examples with file:line; `--format mobilitydata` writes it in the shape of
+MobilityData's validator's `report.json` (`summary`, `notices[{code, severity, totalNotices,
+sampleNotices}]`) for tools that read that. Exit status 0 when the server would serve the feed
 (rows may have been skipped: see the report), 1 when it would reject it.
 """
 
@@ -14,15 +17,21 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .gtfs import FeedError, Report
 from .places.locations import Locations, LocationsError
 from .schemas import ValidationReport, json_encoder
 from .settings import SettingsError, TransitSettings
-from .source import FeedFiles, SourceError
+from .source import FeedFiles, SourceError, redact
 from .store import build_network
+
+# MobilityData has three severities; a fatal notice is one of its errors that rejects the feed.
+MD_SEVERITY = {"fatal": "ERROR", "error": "ERROR", "warning": "WARNING", "info": "INFO"}
+MD_COUNTS = {"Agencies": "agency.txt", "Stops": "stops.txt", "Routes": "routes.txt",
+             "Trips": "trips.txt"}  # fmt: skip
 
 
 def validate(
@@ -34,17 +43,51 @@ def validate(
     digest: str | None = None
     locations_dir = settings.places.locations_dir
     locations = Locations(Path(locations_dir)) if locations_dir else None
+    shown = redact(source) or source
     try:
         served = build_network(FeedFiles.load(against, timeout), feed) if against else None
-        files = FeedFiles.load(source, timeout)
+        files = FeedFiles.load(source, timeout, feed.headers)
         digest = files.digest
-        report = build_network(files, feed, served, locations).raw.report
+        report = build_network(files, feed, served, locations, time.time()).raw.report
     except FeedError as exc:
         report = exc.report
     except SourceError as exc:
         report = Report()
-        report.add("unreadable_file", source, None, str(exc))
-    return report.summary(source, digest, int(time.time()))
+        report.add("unreadable_file", shown, None, str(exc))
+    return report.summary(shown, digest, int(time.time()))
+
+
+def mobilitydata(report: ValidationReport) -> dict[str, Any]:
+    """The report in the shape of MobilityData's `report.json`."""
+    rows = {f.file: f.rows - f.skipped for f in report.files}
+    summary = {
+        "validatorVersion": "ratelimitd transit sidecar",
+        "validatedAt": datetime.fromtimestamp(report.validated_at, UTC).isoformat(),
+        "gtfsInput": report.source,
+        "feedVersion": report.version,
+        "accepted": report.accepted,
+        "files": [f.file for f in report.files],
+        "counts": {name: rows.get(file, 0) for name, file in MD_COUNTS.items()},
+    }
+    notices = []
+    for n in report.notices:
+        samples = []
+        for p in n.examples:
+            sample: dict[str, Any] = {"filename": p.file, "message": p.message}
+            if p.line is not None:
+                sample["csvRowNumber"] = p.line
+            if p.dropped:
+                sample["droppedRows"] = p.dropped
+            samples.append(sample)
+        notices.append(
+            {
+                "code": n.code,
+                "severity": MD_SEVERITY[n.severity],
+                "totalNotices": n.count,
+                "sampleNotices": samples,
+            }
+        )
+    return {"summary": summary, "notices": notices}
 
 
 def render(report: ValidationReport, out: TextIO) -> None:
@@ -58,9 +101,19 @@ def render(report: ValidationReport, out: TextIO) -> None:
         out.write(f"  {f.file}: {f.rows:,} rows, {f.skipped:,} skipped\n")
     for n in report.notices:
         out.write(f"{n.severity:<8}{n.code} x{n.count}: {n.description}\n")
+        if n.dropped:
+            with_it = ", ".join(f"{rows:,} of {file}" for file, rows in n.dropped.items())
+            out.write(f"    (rows dropped with them: {with_it})\n")
         for p in n.examples:
             where = f"{p.file}:{p.line}" if p.line else p.file
-            out.write(f"    {where}: {p.message}\n")
+            dropped = ""
+            if p.dropped:
+                dropped = (
+                    " [with it: "
+                    + ", ".join(f"{rows:,} of {file}" for file, rows in p.dropped.items())
+                    + "]"
+                )
+            out.write(f"    {where}: {p.message}{dropped}\n")
 
 
 def main(argv: list[str]) -> int:
@@ -68,7 +121,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m sidecars.transit validate")
     parser.add_argument("feed", nargs="?", help="URL, zip or directory (TRANSIT_GTFS_SOURCE)")
     parser.add_argument("--against", help="the feed being served, to check what a refresh drops")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--format",
+        choices=("text", "json", "mobilitydata"),
+        default="text",
+        help="text for people, json as /status/feed serves it, mobilitydata as report.json",
+    )
+    parser.add_argument("--json", action="store_true", help="the same as --format json")
+    parser.add_argument("--output", type=Path, help="write the report here, not to stdout")
     args = parser.parse_args(argv)
     try:
         settings = TransitSettings.from_env(feed_required=args.feed is None)
@@ -76,8 +136,16 @@ def main(argv: list[str]) -> int:
     except (SettingsError, LocationsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.json:
-        sys.stdout.write(json_encoder.encode(report).decode() + "\n")
-    else:
-        render(report, sys.stdout)
+    fmt = "json" if args.json else args.format
+    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        if fmt == "json":
+            out.write(json_encoder.encode(report).decode() + "\n")
+        elif fmt == "mobilitydata":
+            out.write(json_encoder.encode(mobilitydata(report)).decode() + "\n")
+        else:
+            render(report, out)
+    finally:
+        if args.output:
+            out.close()
     return 0 if report.accepted else 1

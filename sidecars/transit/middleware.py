@@ -56,3 +56,27 @@ class ServiceHeaders:
         if received is not None:
             resp.set_header("CMET-Receive-Timestamp", str(received))
         resp.set_header("CMET-Send-Timestamp", str(int(time.time() * 1000)))
+
+
+class KnownParams:
+    """Answers 400 to a query parameter the resource does not read, naming the ones it does
+    (a misspelt `?line=` would otherwise return every vehicle as if filtered). A resource
+    lists what it reads in `params`; one without reads none."""
+
+    async def process_resource(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        resource: object,
+        params: dict,
+    ) -> None:
+        if not req.params or resource is None:
+            return
+        known = getattr(resource, "params", ())
+        unknown = sorted(set(req.params) - set(known))
+        if unknown:
+            accepted = ", ".join(known) if known else "none"
+            raise falcon.HTTPBadRequest(
+                description=f"unknown query parameter(s): {', '.join(unknown)} "
+                f"(accepted here: {accepted})"
+            )

@@ -22,6 +22,8 @@ from .geometry import cumulative_m, stop_distances
 from .gtfs import NO_DROP_OFF, NO_PICKUP, RawFeed
 from .gtfs.tables import StopRow
 from .patterns import Patterns, Version, prepend, route_colors, route_line
+from .places.geo import GridIndex
+from .places.names import locality_id
 from .schemas import (
     GeoFeature,
     Line,
@@ -93,8 +95,11 @@ class Network:
         self.pattern_trips = derived.pattern_trips
         self.trip_pattern = derived.trip_pattern
         self.trip_line = derived.trip_line
-        # pattern id -> the API route it belongs to
+        # pattern id -> the API route it belongs to (the GTFS route's id), and back
         self.pattern_route = derived.pattern_route
+        self.route_patterns: dict[str, list[str]] = {
+            route.id: route.pattern_ids for route in derived.routes
+        }
         self._routes = derived.routes
         self._stop_sets = derived.stop_sets
         self._stop_places = self._resolve_places(locations)
@@ -111,8 +116,17 @@ class Network:
         """Per stop: district, municipality and locality ids that join `/v2/locations/*`."""
         raw = self.raw
         if locations is None:
-            # No location lists: the feed's ids as they are (a locality name is not an id).
-            return [(r.district_id, r.municipality_id, r.locality_id) for r in raw.stops]
+            # No location lists: the feed's ids as they are, and a locality known by name the
+            # id of the lists derived from the stops (places/locations.py, derived_lists).
+            return [
+                (
+                    r.district_id,
+                    r.municipality_id,
+                    r.locality_id
+                    or (locality_id(r.municipality_id, r.locality) if r.locality else ""),
+                )
+                for r in raw.stops
+            ]
         out = []
         for i, row in enumerate(raw.stops):
             district, municipality, locality, complete = locations.resolve_stop(row)
@@ -183,7 +197,11 @@ class Network:
             stop.operational_status = srow.operational_status or "active"
             stops.append(stop)
         stops.sort(key=lambda s: natural_key(s.id))
-        self.stops_body = Body(json_encoder.encode(stops))
+        # Each stop encoded once: the whole list, and any subset a query asks for, is these
+        # bytes joined (msgspec writes a list as its items joined by commas).
+        self.stop_json = [json_encoder.encode(s) for s in stops]
+        self.stops_body = Body(b"[" + b",".join(self.stop_json) + b"]")
+        self.stop_grid = GridIndex([(s.lat, s.lon) for s in stops], cell_meters=500.0)
 
         pattern_stops: dict[str, set[int]] = {}
         for pattern_id, versions in self.patterns.items():
@@ -276,6 +294,11 @@ class Network:
             _ordered(p[1] for p in places),
             _ordered(r.region_id for r in rows),
         )
+
+    def stops_near(self, lat: float, lon: float, meters: float) -> bytes:
+        """`/v2/stops?lat&lon&radius`: the stops within `meters`, nearest first."""
+        hits = self.stop_grid.within(lat, lon, meters)
+        return b"[" + b",".join(self.stop_json[i] for _, i in hits) + b"]"
 
     # -- calendars --------------------------------------------------------------------------
 

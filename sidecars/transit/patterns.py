@@ -5,10 +5,9 @@
 - pattern: `trips.pattern_id` when present, else one pattern per distinct (GTFS route,
   direction, shape, stop sequence), id `<route_id>_<direction_id>_<8 hex of the stop list>`, the
   same across feed versions while the stops do not change;
-- route: with `trips.pattern_id` the GTFS route. A plain GTFS route often runs several stop
-  sequences per direction, and the API's routes have at most two patterns (one per
-  direction), so the derived patterns of a GTFS route are paired: its busiest pattern of each
-  direction form the route `<route_id>`, the next ones `<route_id>_1`, and so on;
+- route: the GTFS route, under its own id, with every pattern of its trips (Carris
+  Metropolitana's routes have at most two; a plain GTFS route may have more, but an id the
+  operator does not publish would not join its feed, GTFS-RT or alerts);
 - pattern version: the trips of a pattern sharing headsign, shape and colours (the real
   service's key), `version_id` being the sha256 of the same JSON the real service hashes;
 - trip group: the trips of a version with identical times at every stop.
@@ -179,40 +178,19 @@ class Patterns:
                 version.stops.update(stops)
 
     def _pair_routes(self) -> list[ApiRoute]:
-        """The API routes: a GTFS route keeps its id for the patterns the feed names and for
-        its busiest derived pattern of each direction; further derived patterns are paired
-        by rank into `<route_id>_1`, `<route_id>_2`, ..."""
+        """The API routes: one per GTFS route, with the GTFS route's id (so every route id the
+        API names joins `/v2/gtfs` and GTFS-RT) and all its patterns, newest first."""
         raw = self.raw
-        taken = {row.route_id for row in raw.routes}
         order = {p: i for i, p in enumerate(self._found)}
         by_route: dict[int, list[str]] = {}
         for pattern_id, (route, *_rest) in self._found.items():
             by_route.setdefault(route, []).append(pattern_id)
         out: list[ApiRoute] = []
         for route, pattern_ids in by_route.items():
-            route_id = raw.routes[route].route_id
-            line_id = route_line(raw, route)
-            named = [p for p in pattern_ids if self._found[p][3]]
-            ranked: dict[int, list[str]] = {0: [], 1: []}
-            for p in pattern_ids:
-                if not self._found[p][3]:
-                    ranked[self._found[p][1]].append(p)
-            for direction in ranked.values():
-                direction.sort(key=lambda p: (-self._found[p][2], order[p]))
-            variants: list[list[str]] = [named] if named else []
-            for k in range(max(len(ranked[0]), len(ranked[1]))):
-                variants.append([d[k] for d in ranked.values() if k < len(d)])
-            for k, patterns in enumerate(variants):
-                api_id = route_id
-                if k:
-                    api_id = f"{route_id}_{k}"
-                    while api_id in taken:
-                        api_id += "_"
-                    taken.add(api_id)
-                api = ApiRoute(api_id, route, line_id)
-                for p in sorted(patterns, key=order.__getitem__):
-                    prepend(api.pattern_ids, p)
-                out.append(api)
+            api = ApiRoute(raw.routes[route].route_id, route, route_line(raw, route))
+            for p in sorted(pattern_ids, key=order.__getitem__):
+                prepend(api.pattern_ids, p)
+            out.append(api)
         return out
 
     def _version_id(self, v: Version) -> str:

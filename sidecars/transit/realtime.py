@@ -1,7 +1,10 @@
 """GTFS-Realtime: vehicles, trip updates and alerts, joined to the static network.
 
 A `Realtime` is an immutable snapshot built by the poller from the last good message of each
-source; requests read the snapshot the store holds at that moment.
+source; requests read the snapshot the store holds at that moment. Only what is current is in
+it: a vehicle position, a trip update or a whole message older than the age limit, and an
+alert outside its active periods, are left out (and `problems` says so, for `/health`). The
+snapshot knows when that set next changes (`expires_at`); the store builds a new one then.
 """
 
 from __future__ import annotations
@@ -9,8 +12,8 @@ from __future__ import annotations
 import csv
 import io
 import struct
-from dataclasses import dataclass
-from datetime import date
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any
 
 import msgspec
@@ -21,11 +24,18 @@ from google.transit import gtfs_realtime_pb2 as rt
 from .bodies import Body
 from .network import Network, natural_key
 from .schemas import Alert, Vehicle, json_encoder
-from .times import BadTime, format_time, parse_time, service_time_unix
+from .tripupdates import (
+    AddedTrip,
+    TripEstimate,
+    TripUpdate,
+    added_trip,
+    estimate_trip,
+    start_time_trip,
+    update_day,
+)
 
 _VP = rt.VehiclePosition
 _TD = rt.TripDescriptor
-_STU = rt.TripUpdate.StopTimeUpdate
 _WHEELCHAIR = {
     rt.VehicleDescriptor.WHEELCHAIR_ACCESSIBLE: True,
     rt.VehicleDescriptor.WHEELCHAIR_INACCESSIBLE: False,
@@ -88,12 +98,8 @@ def parse_vehicle_metadata(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-@dataclass(slots=True)
-class _TripUpdate:
-    vehicle: str | None
-    delay: int | None
-    by_seq: dict[int, rt.TripUpdate.StopTimeUpdate]
-    by_stop: dict[str, rt.TripUpdate.StopTimeUpdate]
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(slots=True)
@@ -103,7 +109,7 @@ class _Position:
 
 
 class Realtime:
-    """One consistent view of every realtime source."""
+    """One consistent view of every realtime source, as current at `now`."""
 
     def __init__(
         self,
@@ -114,36 +120,76 @@ class Realtime:
         metadata: dict[str, dict[str, Any]] | None,
         now: float,
         pb_max_age: float,
+        max_age: float = 0.0,
+        start_hour: int = 4,
     ) -> None:
         self.network = network
         self.metadata = metadata or {}
+        self.now = now
+        self.max_age = max_age
+        self.start_hour = start_hour
+        # Why some of a source is not served as current, by source kind (for /health).
+        self.problems: dict[str, str] = {}
+        # The first moment something served here stops (or starts) being current.
+        self.expires_at = float("inf")
         self.positions: dict[str, _Position] = {}
-        self.updates: dict[str, _TripUpdate] = {}
-        self._estimates: dict[tuple[int, date], list[int | None]] = {}
+        self.updates: dict[str, TripUpdate] = {}
+        self.added: list[AddedTrip] = []
+        self._estimates: dict[tuple[int, date], TripEstimate] = {}
         self._pb_extras: list[tuple[int | None, int | None]] = []
+        self.inactive_alerts = 0
         self.vehicles = self._vehicles(vehicles) if vehicles is not None else []
-        self.vehicles_body = Body(json_encoder.encode(self.vehicles))
+        self.vehicle_index = {v.id: v for v in self.vehicles}
+        # Each vehicle encoded once: the list, and any filter of it, joins these bytes.
+        self.vehicle_json = [json_encoder.encode(v) for v in self.vehicles]
+        self.vehicles_body = Body(b"[" + b",".join(self.vehicle_json) + b"]")
         self.vehicles_pb = Body(self._vehicles_pb(now, pb_max_age))
-        if trip_updates is not None:
+        if trip_updates is not None and self._current(trip_updates, "trip_updates"):
             self._trip_updates(trip_updates)
         alert_list, alert_pb = self._alerts(alerts)
+        self.alerts = alert_list
         self.alerts_body = Body(json_encoder.encode(alert_list))
         self.alerts_pb = Body(alert_pb)
         self.alert_count = len(alert_list)
 
+    @property
+    def has_trips(self) -> bool:
+        """Whether any trip has realtime data (else arrivals are the schedule alone)."""
+        return bool(self.updates or self.positions or self.added)
+
+    def vehicles_where(self, wanted: dict[str, str | None]) -> bytes:
+        """The encoded vehicles whose fields equal the given values (None: any)."""
+        parts = [
+            self.vehicle_json[i]
+            for i, v in enumerate(self.vehicles)
+            if all(value is None or getattr(v, k) == value for k, value in wanted.items())
+        ]
+        return b"[" + b",".join(parts) + b"]"
+
+    def _too_old(self, ts: float | None) -> bool:
+        """Whether a timestamp is past the age limit (no timestamp: not known to be)."""
+        if not self.max_age or not ts:
+            return False
+        if ts < self.now - self.max_age:
+            return True
+        self.expires_at = min(self.expires_at, ts + self.max_age)
+        return False
+
+    def _current(self, feed: rt.FeedMessage, kind: str) -> bool:
+        """Whether a whole message is recent enough to be used (its header timestamp)."""
+        ts = feed.header.timestamp
+        if self._too_old(ts):
+            self.problems[kind] = (
+                f"the message is from {_iso(ts)}, {int(self.now - ts)} s ago, older than "
+                f"{self.max_age:g} s (TRANSIT_REALTIME_MAX_AGE_SECONDS): not served"
+            )
+            return False
+        return True
+
     def _trip_id(self, trip: rt.TripDescriptor) -> str:
-        """The static trip a descriptor names; a frequency-based trip is its template id plus
-        start_time, which the parser expanded to `<trip_id>@<HH:MM:SS>`."""
-        trip_id = trip.trip_id
+        """The static trip a descriptor names (frequency-based: with its start_time)."""
         net = self.network
-        if trip_id and trip.start_time and net is not None:
-            try:
-                expanded = f"{trip_id}@{format_time(parse_time(trip.start_time))}"
-            except BadTime:
-                return trip_id
-            if expanded in net.trip_index:
-                return expanded
-        return trip_id
+        return start_time_trip(net, trip) if net is not None else trip.trip_id
 
     # -- vehicles ---------------------------------------------------------------------------
 
@@ -151,7 +197,10 @@ class Realtime:
         self, number: str, route_id: str | None, trip: int | None = None
     ) -> tuple[str, str]:
         """(agency_id, `agency|number`) of a vehicle: the agency of its trip's route, else of
-        the GTFS route it names, else the feed's (first) agency."""
+        the GTFS route it names, else the feed's (first) agency. An id that already has its
+        agency (Carris Metropolitana's GTFS-RT sends `41|1160`) is served as it is."""
+        if "|" in number:
+            return number.split("|", 1)[0], number
         net = self.network
         assert net is not None
         raw = net.raw
@@ -166,10 +215,18 @@ class Realtime:
             # Without the feed a vehicle's agency is unknown: nothing until it is loaded.
             return []
         out: list[tuple[Vehicle, int | None, int | None]] = []
+        stale, newest = 0, 0
+        if not self._current(feed, "vehicles"):
+            return []
         for entity in feed.entity:
             if not entity.HasField("vehicle"):
                 continue
             vp = entity.vehicle
+            timestamp = vp.timestamp or feed.header.timestamp or None
+            if self._too_old(timestamp):
+                stale += 1
+                newest = max(newest, timestamp or 0)
+                continue
             trip = vp.trip
             number = vp.vehicle.id or vp.vehicle.label or entity.id
             trip_id = self._trip_id(trip) or None
@@ -231,7 +288,7 @@ class Realtime:
                 shift_id=None,
                 speed=_f32(pos.speed) if pos is not None and pos.HasField("speed") else None,
                 stop_id=vp.stop_id or None,
-                timestamp=vp.timestamp or feed.header.timestamp or None,
+                timestamp=timestamp,
                 trip_id=trip_id,
                 wheelchair_accessible=wheelchair,
             )
@@ -239,6 +296,11 @@ class Realtime:
             if trip_id:
                 seq = vp.current_stop_sequence if vp.HasField("current_stop_sequence") else None
                 self.positions[trip_id] = _Position(vid, seq)
+        if stale:
+            self.problems["vehicles"] = (
+                f"{stale} of {stale + len(out)} vehicle positions older than {self.max_age:g} s "
+                f"(TRANSIT_REALTIME_MAX_AGE_SECONDS; newest of them {_iso(newest)}): not served"
+            )
         out.sort(key=lambda item: natural_key(item[0].id))
         # What vehicles.pb carries beyond the JSON fields, in the same order.
         self._pb_extras = [(direction, occupancy) for _, direction, occupancy in out]
@@ -296,11 +358,29 @@ class Realtime:
     # -- trip updates -----------------------------------------------------------------------
 
     def _trip_updates(self, feed: rt.FeedMessage) -> None:
+        net = self.network
+        if net is None:
+            return
+        stale = 0
         for entity in feed.entity:
             if not entity.HasField("trip_update"):
                 continue
             tu = entity.trip_update
-            if not tu.trip.trip_id:
+            if tu.HasField("timestamp") and self._too_old(tu.timestamp):
+                stale += 1
+                continue
+            relationship = tu.trip.schedule_relationship
+            trip_id = self._trip_id(tu.trip)
+            ti = net.trip_index.get(trip_id)
+            vehicle = None
+            if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label):
+                number = tu.vehicle.id or tu.vehicle.label
+                vehicle = self.vehicle_id(number, tu.trip.route_id, ti)[1]
+            if ti is None:
+                if relationship in (_TD.ADDED, _TD.NEW) and trip_id:
+                    added = added_trip(net, tu, vehicle, self.start_hour)
+                    if added is not None:
+                        self.added.append(added)
                 continue
             by_seq: dict[int, Any] = {}
             by_stop: dict[str, Any] = {}
@@ -309,14 +389,15 @@ class Realtime:
                     by_seq[stu.stop_sequence] = stu
                 elif stu.stop_id:
                     by_stop[stu.stop_id] = stu
-            trip_id = self._trip_id(tu.trip)
-            vehicle = None
-            if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label) and self.network:
-                ti = self.network.trip_index.get(trip_id)
-                number = tu.vehicle.id or tu.vehicle.label
-                vehicle = self.vehicle_id(number, tu.trip.route_id, ti)[1]
             delay = tu.delay if tu.HasField("delay") else None
-            self.updates[trip_id] = _TripUpdate(vehicle, delay, by_seq, by_stop)
+            self.updates[trip_id] = TripUpdate(
+                vehicle, delay, by_seq, by_stop, relationship, update_day(tu.trip)
+            )
+        if stale:
+            self.problems["trip_updates"] = (
+                f"{stale} trip update(s) older than {self.max_age:g} s "
+                "(TRANSIT_REALTIME_MAX_AGE_SECONDS): not used"
+            )
 
     def trip_vehicle(self, trip_id: str) -> str | None:
         """Id of the vehicle serving a trip, from TripUpdates or VehiclePositions."""
@@ -331,66 +412,136 @@ class Realtime:
         position = self.positions.get(trip_id)
         return position.stop_sequence if position is not None else None
 
-    def estimates(self, net: Network, trip: int, day: date) -> list[int | None] | None:
-        """Estimated Unix arrival per stop of a trip on a service day (None where unknown), or
-        None without a TripUpdate. A delay carries on to later stops without an update, as
-        GTFS-RT specifies; a skipped or NO_DATA stop has no estimate and stops the carry."""
-        raw = net.raw
-        update = self.updates.get(raw.trip_ids[trip])
-        if update is None:
+    def estimates(self, net: Network, trip: int, day: date) -> TripEstimate | None:
+        """What the trip's TripUpdate says of each of its stops on a service day, or None
+        without one (or with one about another day)."""
+        update = self.updates.get(net.raw.trip_ids[trip])
+        if update is None or (update.start_date is not None and update.start_date != day):
             return None
         key = (trip, day)
-        cached = self._estimates.get(key)
-        if cached is not None:
-            return cached
-        first, count = raw.trip_first[trip], raw.trip_count[trip]
-        delay = update.delay
-        out: list[int | None] = []
-        for pos in range(first, first + count):
-            scheduled = service_time_unix(day, raw.time_seconds[raw.st_time[pos]], net.tz)
-            stu = update.by_seq.get(raw.st_seq[pos]) or update.by_stop.get(
-                raw.stop_ids[raw.st_stop[pos]]
-            )
-            estimate = None
-            if stu is not None:
-                if stu.schedule_relationship in (_STU.SKIPPED, _STU.NO_DATA):
-                    delay = None
-                else:
-                    event = stu.arrival if stu.HasField("arrival") else stu.departure
-                    if event.HasField("time") and event.time:
-                        estimate = event.time
-                        delay = estimate - scheduled
-                    elif event.HasField("delay"):
-                        delay = event.delay
-            if (
-                estimate is None
-                and delay is not None
-                and (stu is None or stu.schedule_relationship == _STU.SCHEDULED)
-            ):
-                estimate = scheduled + delay
-            out.append(estimate)
-        if len(self._estimates) > 20_000:
-            self._estimates.clear()
-        self._estimates[key] = out
-        return out
+        if key not in self._estimates:
+            if len(self._estimates) > 20_000:
+                self._estimates.clear()
+            self._estimates[key] = estimate_trip(net, trip, update, day)
+        return self._estimates[key]
+
+    def deleted(self, trip_id: str, day: date) -> bool:
+        """Whether a trip is DELETED on a day: not shown at all."""
+        update = self.updates.get(trip_id)
+        return (
+            update is not None
+            and update.relationship == _TD.DELETED
+            and (update.start_date is None or update.start_date == day)
+        )
 
     # -- alerts -----------------------------------------------------------------------------
 
+    def _active(self, periods: Any) -> bool:
+        """Whether an alert is active now: no period means always; else now in one of them."""
+        if not periods:
+            return True
+        active = False
+        for period in periods:
+            start = period.start if period.HasField("start") else 0
+            end = period.end if period.HasField("end") else float("inf")
+            if start <= self.now < end:
+                active = True
+                self.expires_at = min(self.expires_at, end)
+            elif start > self.now:
+                self.expires_at = min(self.expires_at, start)
+        return active
+
+    def _targets(self, alert: rt.Alert) -> AlertTargets:
+        """The routes, lines and stops an alert is about (the informed entities, with a trip's
+        route, a route's line and stops), or everything for an agency-wide entity."""
+        net = self.network
+        targets = AlertTargets()
+        for entity in alert.informed_entity:
+            route_id = entity.route_id
+            if not route_id and entity.HasField("trip") and net is not None:
+                ti = net.trip_index.get(self._trip_id(entity.trip))
+                if ti is not None:
+                    route_id = net.raw.routes[net.raw.trip_route[ti]].route_id
+            if route_id:
+                targets.routes.add(route_id)
+                if net is not None and route_id in net.raw.route_index:
+                    targets.lines.add(net.route_line(net.raw.route_index[route_id]))
+            if entity.stop_id:
+                targets.stops.add(entity.stop_id)
+            elif route_id:
+                targets.route_wide.add(route_id)
+            if not (route_id or entity.stop_id) and (entity.agency_id or entity.route_type):
+                targets.everything = True
+        return targets
+
     def _alerts(self, feed: rt.FeedMessage | None) -> tuple[list[Alert], bytes]:
+        """The alerts active now, as JSON (each informed entity naming a route gets its
+        `line_id`) and as GTFS-RT."""
         out_feed = rt.FeedMessage()
         out_feed.header.gtfs_realtime_version = "2.0"
         alerts: list[Alert] = []
-        if feed is None:
+        self.alert_targets: list[AlertTargets] = []
+        if feed is None or not self._current(feed, "alerts"):
             return alerts, out_feed.SerializeToString()
         out_feed.header.CopyFrom(feed.header)
+        net = self.network
+        inactive = 0
         for entity in feed.entity:
             if not entity.HasField("alert"):
+                continue
+            if not self._active(entity.alert.active_period):
+                inactive += 1
                 continue
             out_feed.entity.add().CopyFrom(entity)
             data = json_format.MessageToDict(entity.alert, preserving_proto_field_name=True)
             data["alert_id"] = entity.id
+            informed_entities = data.get("informed_entity", [])
+            for informed in informed_entities:
+                route_id = informed.get("route_id")
+                if net is not None and route_id in net.raw.route_index:
+                    informed["line_id"] = net.route_line(net.raw.route_index[route_id])
+            # Keys in alphabetical order, as every body of the API.
+            data["informed_entity"] = [dict(sorted(e.items())) for e in informed_entities]
             try:
                 alerts.append(msgspec.convert(data, Alert, strict=False))
             except msgspec.ValidationError as exc:
                 raise RealtimeError(f"alert {entity.id!r}: {exc}") from exc
+            self.alert_targets.append(self._targets(entity.alert))
+        if inactive:
+            # Not a fault of the source: alerts announced ahead or ended.
+            self.inactive_alerts = inactive
         return alerts, out_feed.SerializeToString()
+
+    def alerts_for(
+        self, route_id: str | None, line_id: str | None, stop_id: str | None
+    ) -> list[Alert]:
+        """The alerts about a route, a line and/or a stop (an alert about a whole route is
+        about each of its stops; an agency-wide one about everything)."""
+        net = self.network
+        out = []
+        for alert, t in zip(self.alerts, self.alert_targets, strict=True):
+            if t.everything:
+                out.append(alert)
+                continue
+            if route_id is not None and route_id not in t.routes:
+                continue
+            if line_id is not None and line_id not in t.lines:
+                continue
+            if stop_id is not None and stop_id not in t.stops:
+                stop = net.stop_index.get(stop_id) if net is not None else None
+                if stop is None or not (t.route_wide & net.stop_routes[stop]):  # type: ignore[union-attr]
+                    continue
+            out.append(alert)
+        return out
+
+
+@dataclass(slots=True)
+class AlertTargets:
+    """What one alert is about, for the `?route_id`, `?line_id` and `?stop_id` filters."""
+
+    routes: set[str] = field(default_factory=set)
+    lines: set[str] = field(default_factory=set)
+    stops: set[str] = field(default_factory=set)
+    # Routes named without a stop: the alert is about every stop of the route.
+    route_wide: set[str] = field(default_factory=set)
+    everything: bool = False

@@ -14,13 +14,16 @@ import msgspec
 from .arrivals import (
     PIP_SPECIAL,
     Scheduled,
+    added_rows,
     build_arrivals,
     pip_estimates,
     scheduled_rows,
     stop_schedule,
+    with_added,
 )
 from .bodies import Body, accepts_gzip
 from .network import Network
+from .realtime import Realtime
 from .schemas import PipMessage, RouteNotFound, ServerError, json_encoder, pip_request_decoder
 from .settings import id_matcher
 from .store import TransitStore
@@ -94,8 +97,35 @@ class EnvelopeError(falcon.HTTPError):
         self.body = body
 
 
+def number_param(req: falcon.asgi.Request, name: str, lo: float, hi: float) -> float | None:
+    """A numeric query parameter within [lo, hi], or None when absent; 400 otherwise."""
+    text = text_param(req, name)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not lo <= value <= hi:  # also false for NaN
+        raise falcon.HTTPBadRequest(
+            description=f"{name}={text!r}: a number from {lo:g} to {hi:g} is expected"
+        )
+    return value
+
+
+def text_param(req: falcon.asgi.Request, name: str) -> str | None:
+    """A query parameter given once (a repeated one is 400: which would win is not said)."""
+    values = req.get_param_as_list(name)
+    if values is not None and len(values) > 1:
+        raise falcon.HTTPBadRequest(description=f"{name} is given {len(values)} times")
+    return values[0] if values else None
+
+
 class _Base:
-    """Resources that read the store; static data needs a loaded feed."""
+    """Resources that read the store; static data needs a loaded feed. `params` are the query
+    parameters a resource reads (any other is answered 400, see middleware.KnownParams)."""
+
+    params: tuple[str, ...] = ()
 
     def __init__(self, store: TransitStore) -> None:
         self.store = store
@@ -131,6 +161,33 @@ class StaticList(_Base):
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         send_body(req, resp, getattr(self.network(), self.attribute), CACHE_STATIC)
+
+    on_head = on_get
+
+
+class Stops(StaticList):
+    """`/v2/stops`, or with `lat`, `lon` and `radius` (metres) the stops within that distance,
+    nearest first."""
+
+    params = ("lat", "lon", "radius")
+
+    def __init__(self, store: TransitStore) -> None:
+        super().__init__(store, "stops_body")
+        self.max_radius = store.settings.limits.max_radius_meters
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        lat = number_param(req, "lat", -90, 90)
+        lon = number_param(req, "lon", -180, 180)
+        radius = number_param(req, "radius", 0, self.max_radius)
+        given = [v is not None for v in (lat, lon, radius)]
+        if not any(given):
+            await super().on_get(req, resp)
+            return
+        if not all(given):
+            raise falcon.HTTPBadRequest(description="lat, lon and radius go together")
+        assert lat is not None and lon is not None and radius is not None
+        body = Body(self.network().stops_near(lat, lon, radius))
+        send_body(req, resp, body, CACHE_STATIC)
 
     on_head = on_get
 
@@ -172,23 +229,66 @@ class RealtimeFeed(_Base):
 
     def __init__(self, store: TransitStore, name: str, cache_control: str, protobuf: bool) -> None:
         super().__init__(store)
+        self.name = name
         self.attribute = f"{name}_pb" if protobuf else f"{name}_body"
         self.cache_control = cache_control
         self.protobuf = protobuf
+        if not protobuf:
+            self.params = FILTERS[name]
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        body = getattr(self.store.realtime, self.attribute)
+        rt = self.store.current_realtime()
         if self.protobuf:
-            send_body(req, resp, body, self.cache_control, PROTOBUF, compress=False)
+            send_body(req, resp, getattr(rt, self.attribute), self.cache_control, PROTOBUF, False)
+            return
+        wanted = {name: text_param(req, name) for name in self.params}
+        if not any(v is not None for v in wanted.values()):
+            send_body(req, resp, getattr(rt, self.attribute), self.cache_control)
+            return
+        if self.name == "vehicles":
+            data = rt.vehicles_where(wanted)
         else:
-            send_body(req, resp, body, self.cache_control)
+            alerts = rt.alerts_for(wanted["route_id"], wanted["line_id"], wanted["stop_id"])
+            data = json_encoder.encode(alerts)
+        send_body(req, resp, Body(data), self.cache_control)
 
     on_head = on_get
 
 
+# The filters of the realtime lists (`?line_id=` ...): equal to the vehicle's field; for alerts
+# about that route, line or stop (Realtime.alerts_for).
+FILTERS = {"vehicles": ("line_id", "route_id"), "alerts": ("line_id", "route_id", "stop_id")}
+
+
+class VehicleItem(_Base):
+    """`/v2/vehicles/:id`: one vehicle (`41|1160`, as in the list); 404 `{}` when it is not
+    current."""
+
+    async def on_get(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
+    ) -> None:
+        vehicle = self.store.current_realtime().vehicle_index.get(item_id)
+        if vehicle is None:
+            send_raw(resp, falcon.HTTP_404, EMPTY_OBJECT)
+            return
+        send_raw(resp, falcon.HTTP_200, json_encoder.encode(vehicle), CACHE_VEHICLES)
+
+    on_head = on_get
+
+
+def limit_param(req: falcon.asgi.Request) -> int | None:
+    """`?limit=N` of the arrival endpoints: the next N arrivals (1..1000)."""
+    value = number_param(req, "limit", 1, 1000)
+    if value is not None and value != int(value):
+        raise falcon.HTTPBadRequest(description="limit must be a whole number")
+    return int(value) if value is not None else None
+
+
 class ArrivalsByStop(_Base):
     """`/v2/arrivals/by_stop/:id`: the stop's arrivals on one operational day (`?date=`,
-    default today)."""
+    default today); `?limit=N`: the next N from now."""
+
+    params = ("date", "limit")
 
     def __init__(self, store: TransitStore) -> None:
         super().__init__(store)
@@ -211,8 +311,10 @@ class ArrivalsByStop(_Base):
         except BadDay:
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
             return
-        rows = stop_schedule(net, stop, day)
-        body = _arrivals_body(net, self.store, rows, day, now, ("stop", stop))
+        limit = limit_param(req)
+        rt = self.store.current_realtime()
+        rows = with_added(stop_schedule(net, stop, day), added_rows(net, rt, day, stop))
+        body = _arrivals_body(net, rt, rows, day, now, ("stop", stop), limit)
         send_body(req, resp, body, CACHE_REALTIME)
 
     on_head = on_get
@@ -220,6 +322,8 @@ class ArrivalsByStop(_Base):
 
 class ArrivalsByPattern(_Base):
     """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips on one day."""
+
+    params = ("date", "limit")
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
@@ -234,25 +338,35 @@ class ArrivalsByPattern(_Base):
         except BadDay:
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
             return
+        limit = limit_param(req)
+        rt = self.store.current_realtime()
         rows = net.day_memo(
             ("pattern", item_id, day),
             lambda: scheduled_rows(net, net.pattern_arrivals(item_id, day) or [], day),
         )
-        body = _arrivals_body(net, self.store, rows, day, now, ("pattern", item_id))
+        rows = with_added(rows, added_rows(net, rt, day, pattern_id=item_id))
+        body = _arrivals_body(net, rt, rows, day, now, ("pattern", item_id), limit)
         send_body(req, resp, body, CACHE_REALTIME)
 
     on_head = on_get
 
 
 def _arrivals_body(
-    net: Network, store: TransitStore, rows: list[Scheduled], day: date, now: float, key: tuple
+    net: Network,
+    rt: Realtime,
+    rows: list[Scheduled],
+    day: date,
+    now: float,
+    key: tuple,
+    limit: int | None,
 ) -> Body:
-    """Encoded arrivals; without realtime trip data the bytes only depend on the day, so they
-    are encoded (and gzipped) once per (stop or pattern, day) and feed version."""
-    rt = store.realtime
+    """Encoded arrivals; without realtime trip data (and a limit, which depends on now) the
+    bytes only depend on the day, so they are encoded (and gzipped) once per (stop or
+    pattern, day) and feed version."""
     with_stop = key[0] == "pattern"
-    if rt.updates or rt.positions:
-        return Body(json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop)))
+    if rt.has_trips or limit is not None:
+        arrivals = build_arrivals(net, rt, rows, day, now, with_stop, limit)
+        return Body(json_encoder.encode(arrivals))
     return net.day_memo(
         (*key, day, "body"),
         lambda: Body(json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop))),
@@ -286,8 +400,9 @@ class PipEstimates(_Base):
         try:
             body = pip_request_decoder.decode(raw) if raw else None
         except msgspec.DecodeError as exc:
-            # The real service answers a body it cannot parse with its 500 envelope.
-            raise server_error(str(exc)) from exc
+            # The real service answers a body it cannot parse with its 500 envelope (Fastify's
+            # error handler); the client's mistake is a 400 here, in the same envelope.
+            raise falcon.HTTPBadRequest(description=f"the body is not JSON: {exc}") from exc
         stops = body.get("stops") if isinstance(body, dict) else None
         if not isinstance(stops, list) or not stops:
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
@@ -311,7 +426,7 @@ class PipEstimates(_Base):
         net = self.network()
         now = self.store.now()
         day = self.service_day(net, now)
-        rows = pip_estimates(net, self.store.realtime, stops, day, now)
+        rows = pip_estimates(net, self.store.current_realtime(), stops, day, now)
         send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_NO_CACHE)
 
 
@@ -354,6 +469,18 @@ class FeedStatusResource(_Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         send_raw(resp, falcon.HTTP_200, json_encoder.encode(self.store.feed_status()), "no-store")
         resp.set_header("Transit-Worker", str(os.getpid()))
+
+    on_head = on_get
+
+
+class Document:
+    """`/v2/openapi.json`: the OpenAPI document, encoded once."""
+
+    def __init__(self, document: dict) -> None:
+        self.body = Body(json_encoder.encode(document))
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        send_body(req, resp, self.body, CACHE_STATIC)
 
     on_head = on_get
 

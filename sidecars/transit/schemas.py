@@ -197,8 +197,12 @@ class Arrival(Struct):
     line_id: str
     observed_arrival: str | None
     observed_arrival_unix: int | None
-    pattern_id: str
+    # null for an added trip that matches no pattern
+    pattern_id: str | None
     route_id: str
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
+    # does not have), from the TripUpdates
+    schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int
     stop_sequence: int
@@ -215,8 +219,12 @@ class PatternArrival(Struct):
     line_id: str
     observed_arrival: str | None
     observed_arrival_unix: int | None
-    pattern_id: str
+    # null for an added trip that matches no pattern
+    pattern_id: str | None
     route_id: str
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
+    # does not have), from the TripUpdates
+    schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int
     stop_id: str
@@ -334,12 +342,14 @@ class PipMessage(Struct):
 # -- health -----------------------------------------------------------------------------------
 
 
-class FeedProblem(Struct):
-    """One reason a static feed was rejected."""
+class FeedProblem(Struct, omit_defaults=True):
+    """One notice of a validation report: where, what, and the rows of other files that were
+    left out with this one (a route's trips and their stop times), per file."""
 
     file: str
     line: int | None
     message: str
+    dropped: dict[str, int] | None = None
 
 
 class FileRows(Struct):
@@ -358,6 +368,8 @@ class NoticeSummary(Struct):
     count: int
     description: str
     examples: list[FeedProblem]
+    # Rows of other files left out with this code's rows (not counted as notices of their own).
+    dropped: dict[str, int] = {}
 
 
 class ValidationReport(Struct):
@@ -370,6 +382,7 @@ class ValidationReport(Struct):
     fatal: int
     errors: int
     warnings: int
+    infos: int
     files: list[FileRows]
     notices: list[NoticeSummary]
 
@@ -396,6 +409,8 @@ class FeedHealth(Struct):
     problems: list[FeedProblem]
     problem_count: int
     skipped_rows: int
+    # Whether any service of the served feed runs on today's operational day.
+    service_today: bool
 
 
 class RealtimeHealth(Struct):
@@ -406,6 +421,8 @@ class RealtimeHealth(Struct):
     fetched_at: int | None
     entities: int
     last_error: str | None
+    # Why some of the last good message is not served as current (too old).
+    reason: str | None
 
 
 class TransitHealth(Struct):
@@ -414,6 +431,8 @@ class TransitHealth(Struct):
 
     status: str
     demo: bool
+    # Why the status is not ok, one line per cause.
+    reasons: list[str]
     sources: dict[str, str | None]
     feed: FeedHealth
     vehicles: RealtimeHealth

@@ -8,6 +8,7 @@ sidecars/transit/README.md, metrics/README.md and places/README.md.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from sidecars.common.environment import Environment, SettingsError
 from sidecars.usage.settings import Settings as UsageSettings
+
+from .source import redact
 
 # The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -36,6 +39,7 @@ PROFILES: dict[str, dict[str, str | None]] = {
     "cm": {"stop_id_pattern": r"\d{6}", "line_id_pattern": r"\d{4}"},
 }
 DIST_UNITS = ("auto", "m", "km", "mi", "ft")
+STATUS_STYLES = ("info", "warning", "error", "ok")
 
 
 def id_matcher(pattern: str | None) -> Callable[[str], bool]:
@@ -69,6 +73,8 @@ class FeedSettings:
     shape_dist_unit: str = "auto"
     # Examples kept per notice code in the validation report.
     report_examples: int = 10
+    # HTTP headers sent when the source is a URL (credentials: never shown).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,11 @@ class RealtimeSettings:
     vehicle_metadata_source: str | None = None
     refresh_seconds: float = 10.0
     vehicles_pb_max_age_seconds: float = 90.0
+    # A vehicle position, a trip update or a whole message older than this is not current:
+    # not served as such, and `/health` says degraded (0: no limit).
+    max_age_seconds: float = 300.0
+    # HTTP headers per source kind (vehicles, trip_updates, alerts, vehicle_metadata).
+    headers: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +139,8 @@ class LimitSettings:
     max_body_bytes: int = 16384
     # Stop ids per `POST /v2/pips/estimates` (more: 400 naming the cap).
     pip_max_stops: int = 50
+    # The largest `radius` of `/v2/stops?lat&lon&radius`.
+    max_radius_meters: float = 5000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +151,11 @@ class ServerSettings:
     port: int = 8080
     workers: int = 2
     log_level: str = "info"
+    # Bearer token of `POST /status/feed/refresh`; None: only local callers may refresh.
+    refresh_token: str | None = None
+    # A JSON object {title, body, style, more_info} served by `/v2/status/message`; None:
+    # the message follows `/health`.
+    status_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,13 +180,14 @@ class TransitSettings:
     rate_limit: UsageSettings | None = None
 
     def sources(self) -> dict[str, str | None]:
-        """Where each data family comes from (None: not configured, served empty)."""
+        """Where each data family comes from (None: not configured, served empty), as it may
+        be shown: URLs without their credentials."""
         return {
-            "gtfs": self.feed.source or None,
-            "vehicles": self.realtime.vehicles_source,
-            "trip_updates": self.realtime.trip_updates_source,
-            "alerts": self.realtime.alerts_source,
-            "vehicle_metadata": self.realtime.vehicle_metadata_source,
+            "gtfs": redact(self.feed.source or None),
+            "vehicles": redact(self.realtime.vehicles_source),
+            "trip_updates": redact(self.realtime.trip_updates_source),
+            "alerts": redact(self.realtime.alerts_source),
+            "vehicle_metadata": redact(self.realtime.vehicle_metadata_source),
             "facilities": self.places.facilities_dir,
             "locations": self.places.locations_dir,
             "metrics": str(self.metrics.db_path) if self.metrics.db_path else None,
@@ -214,6 +233,7 @@ class TransitSettings:
             max_drop_share=env.share("FEED_MAX_DROP_SHARE", 0.25),
             shape_dist_unit=unit,
             report_examples=int(env.number("FEED_REPORT_EXAMPLES", 10)),
+            headers=env.headers("GTFS_SOURCE_HEADERS"),
         )
         realtime = RealtimeSettings(
             vehicles_source=env.optional("VEHICLES_SOURCE", DEFAULT_VEHICLES if demo else None),
@@ -222,6 +242,12 @@ class TransitSettings:
             vehicle_metadata_source=env.optional("VEHICLE_METADATA_SOURCE", None),
             refresh_seconds=env.number("REALTIME_REFRESH_SECONDS", 10.0),
             vehicles_pb_max_age_seconds=env.number("VEHICLES_PB_MAX_AGE_SECONDS", 90.0),
+            max_age_seconds=env.number("REALTIME_MAX_AGE_SECONDS", 300.0),
+            headers={
+                kind: headers
+                for kind in ("vehicles", "trip_updates", "alerts", "vehicle_metadata")
+                if (headers := env.headers(f"{kind.upper()}_SOURCE_HEADERS"))
+            },
         )
         metrics = MetricsSettings(
             records_dir=env.optional("RECORDS_DIR", None),
@@ -242,12 +268,15 @@ class TransitSettings:
         limits = LimitSettings(
             max_body_bytes=max(1, int(env.number("MAX_BODY_BYTES", 16384))),
             pip_max_stops=max(1, int(env.number("PIP_MAX_STOPS", 50))),
+            max_radius_meters=env.number("MAX_RADIUS_METERS", 5000.0, lo=1.0),
         )
         server = ServerSettings(
             host=env.text("HOST", "127.0.0.1"),
             port=int(env.number("PORT", 8080)),
             workers=max(1, int(env.number("WORKERS", 2))),
             log_level=env.text("LOG_LEVEL", "info").lower(),
+            refresh_token=env.optional("REFRESH_TOKEN", None),
+            status_message=_status_message(env.optional("STATUS_MESSAGE", None)),
         )
         rate_limit = env.flag("RATE_LIMIT", False)
         return cls(
@@ -262,3 +291,25 @@ class TransitSettings:
             now=now,
             rate_limit=UsageSettings.from_env(env.environ) if rate_limit else None,
         )
+
+
+def _status_message(raw: str | None) -> str | None:
+    """TRANSIT_STATUS_MESSAGE: a JSON object with a `title` and a `style` of info, warning,
+    error or ok (`body`, `more_info` optional)."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("title"), str)
+        or value.get("style") not in STATUS_STYLES
+        or not all(isinstance(value.get(k, ""), str) for k in ("body", "more_info"))
+    ):
+        raise SettingsError(
+            "TRANSIT_STATUS_MESSAGE must be a JSON object with a string `title`, a `style` of "
+            f"{', '.join(STATUS_STYLES)}, and optional string `body` and `more_info`"
+        )
+    return raw

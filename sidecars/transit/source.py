@@ -1,5 +1,11 @@
 """Where bytes come from: an http(s) URL, a local file (a realtime message, a zip), or a local
-directory of GTFS files."""
+directory of GTFS files; and how a source is shown without its credentials.
+
+Operators put API keys in source URLs (`?api_key=`, `https://user:pass@host`) and in request
+headers. Those never leave the process: `redact` is the form every body, log line and report
+shows, and `scrub` removes the secrets from texts made by libraries (an httpx error repeats
+the URL it fetched).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 import httpx
+
+REDACTED = "***"
+# Shorter values are not scrubbed out of texts: "1" or "pb" would garble every message and
+# are not credentials.
+MIN_SECRET_LENGTH = 4
 
 
 class SourceError(Exception):
@@ -24,14 +36,59 @@ def is_url(source: str) -> bool:
     return source.startswith(("http://", "https://"))
 
 
-def read_bytes(source: str, timeout: float) -> bytes:
-    """The bytes behind a URL or a local file."""
+def redact(source: str | None) -> str | None:
+    """A source as it may be shown: the userinfo of a URL and the value of every query
+    parameter replaced by `***` (which parameter holds a key is not known), fragment dropped."""
+    if source is None or not is_url(source):
+        return source
+    parts = urlsplit(source)
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+    query = "&".join(
+        f"{name}={REDACTED}" for name, _ in parse_qsl(parts.query, keep_blank_values=True)
+    )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def secrets_of(source: str, headers: dict[str, str] | None = None) -> list[str]:
+    """The credential-like strings of a source: its userinfo (and parts), query values and
+    header values, raw and percent-decoded, longest first."""
+    found: set[str] = set((headers or {}).values())
+    if is_url(source):
+        parts = urlsplit(source)
+        if "@" in parts.netloc:
+            userinfo = parts.netloc.rsplit("@", 1)[0]
+            found.update((userinfo, *userinfo.split(":", 1)))
+        for raw in parts.query.split("&"):
+            found.add(raw.partition("=")[2])
+        found.update(value for _, value in parse_qsl(parts.query, keep_blank_values=True))
+    found |= {unquote(s) for s in found}
+    return sorted((s for s in found if len(s) >= MIN_SECRET_LENGTH), key=len, reverse=True)
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """A text with every secret replaced by `***`."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
+def read_bytes(source: str, timeout: float, headers: dict[str, str] | None = None) -> bytes:
+    """The bytes behind a URL (sent with `headers`) or a local file. The error never holds a
+    credential: it names the redacted source."""
     if is_url(source):
         try:
-            response = httpx.get(source, timeout=timeout, follow_redirects=True)
-            response.raise_for_status()
+            response = httpx.get(
+                source, timeout=timeout, follow_redirects=True, headers=headers or None
+            )
         except httpx.HTTPError as exc:
-            raise SourceError(f"{source}: {exc}") from exc
+            reason = scrub(str(exc), secrets_of(source, headers))
+            raise SourceError(f"{redact(source)}: {type(exc).__name__}: {reason}") from None
+        if response.status_code >= 400:
+            raise SourceError(
+                f"{redact(source)}: HTTP {response.status_code} {response.reason_phrase}"
+            )
         return response.content
     try:
         return Path(source).read_bytes()
@@ -53,7 +110,7 @@ class FeedFiles:
     _members: dict[str, str]
 
     @classmethod
-    def load(cls, source: str, timeout: float) -> FeedFiles:
+    def load(cls, source: str, timeout: float, headers: dict[str, str] | None = None) -> FeedFiles:
         """Fetch a feed (URL, zip path or directory) without parsing it."""
         if not is_url(source) and Path(source).is_dir():
             directory = Path(source)
@@ -66,8 +123,8 @@ class FeedFiles:
                     while chunk := fh.read(1 << 20):
                         digest.update(chunk)
             return cls(source, digest.hexdigest()[:16], None, directory, members)
-        blob = read_bytes(source, timeout)
-        return cls.from_zip(blob, source)
+        blob = read_bytes(source, timeout, headers)
+        return cls.from_zip(blob, redact(source) or source)
 
     @classmethod
     def from_zip(cls, blob: bytes, origin: str = "<memory>") -> FeedFiles:

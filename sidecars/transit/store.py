@@ -8,9 +8,12 @@ swap (a plain attribute assignment, atomic under the GIL) never shows a half-bui
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .gtfs import FeedError, Report, read_feed
@@ -25,7 +28,8 @@ from .schemas import (
     ValidationReport,
 )
 from .settings import FeedSettings, TransitSettings
-from .source import FeedFiles, SourceError, read_bytes
+from .source import FeedFiles, SourceError, read_bytes, redact
+from .times import operational_day, yyyymmdd
 
 log = logging.getLogger("sidecars.transit")
 
@@ -35,28 +39,33 @@ RT_KINDS = ("vehicles", "trip_updates", "alerts", "vehicle_metadata")
 class _SourceState:
     """Last good payload of one realtime source and how the last fetch went."""
 
-    __slots__ = ("entities", "error", "fetched_at", "payload", "source")
+    __slots__ = ("entities", "error", "fetched_at", "headers", "payload", "source")
 
-    def __init__(self, source: str | None) -> None:
+    def __init__(self, source: str | None, headers: dict[str, str] | None = None) -> None:
         self.source = source
+        self.headers = headers or {}
         self.payload: Any = None
         self.fetched_at: float | None = None
         self.entities = 0
         self.error: str | None = None
 
-    def health(self) -> RealtimeHealth:
+    def health(self, reason: str | None) -> RealtimeHealth:
+        """`reason`: why some of the last good payload is not served as current."""
         if self.source is None:
             status = "disabled"
         elif self.error is not None:
             status = "stale" if self.payload is not None else "error"
+        elif self.payload is None:
+            status = "pending"
         else:
-            status = "ok" if self.payload is not None else "pending"
+            status = "stale" if reason else "ok"
         return RealtimeHealth(
             status=status,
-            source=self.source,
+            source=redact(self.source),
             fetched_at=int(self.fetched_at) if self.fetched_at else None,
             entities=self.entities,
             last_error=self.error,
+            reason=reason,
         )
 
 
@@ -88,11 +97,13 @@ class TransitStore:
         self._last_error: str | None = None
         self._last_attempt: float | None = None
         self._load_seconds: float | None = None
+        # The version last rejected: the same bytes are not parsed again.
+        self._rejected_version: str | None = None
+        self._refresh = threading.Event()
+        headers = settings.realtime.headers
         self._sources = {
-            "vehicles": _SourceState(settings.realtime.vehicles_source),
-            "trip_updates": _SourceState(settings.realtime.trip_updates_source),
-            "alerts": _SourceState(settings.realtime.alerts_source),
-            "vehicle_metadata": _SourceState(settings.realtime.vehicle_metadata_source),
+            kind: _SourceState(getattr(settings.realtime, f"{kind}_source"), headers.get(kind))
+            for kind in RT_KINDS
         }
 
     # -- static feed ------------------------------------------------------------------------
@@ -100,22 +111,28 @@ class TransitStore:
     def load_static(self, source: str | None = None) -> bool:
         """Fetch, validate and index the static feed, then swap it in. Returns whether a new
         version is now served; on a fatal problem the previous version keeps serving."""
-        source = source or self.settings.feed.source
+        raw_source = source or self.settings.feed.source
         feed = self.settings.feed
-        if not source:
+        if not raw_source:
             raise ValueError("no static GTFS source configured (TRANSIT_GTFS_SOURCE)")
+        # What is shown and logged: no credentials.
+        source = redact(raw_source) or raw_source
         with self._load_lock:
             self._last_attempt = self.now()
             started = time.monotonic()
             current = self.network
             digest: str | None = None
             try:
-                files = FeedFiles.load(source, self.settings.http_timeout_seconds)
+                files = FeedFiles.load(raw_source, self.settings.http_timeout_seconds, feed.headers)
                 digest = files.digest
                 if current is not None and current.version == files.digest:
                     log.debug("static feed %s unchanged (version %s)", source, files.digest)
                     return False
-                network = build_network(files, feed, current, self.locations)
+                if digest == self._rejected_version:
+                    # Rejected already: its report stands until the source changes.
+                    log.debug("static feed %s still the rejected version %s", source, digest)
+                    return False
+                network = build_network(files, feed, current, self.locations, self.now())
                 raw = network.raw
             except FeedError as exc:
                 self._reject(source, digest, exc.report)
@@ -136,6 +153,7 @@ class TransitStore:
             self.network = network
             self._serving_report = self._attempt_report = summary
             self._last_error = None
+            self._rejected_version = None
             log.info(
                 "static feed %s loaded: version %s, %d stops, %d lines, %d routes, %d patterns, "
                 "%d trips, %d stop_times in %.2fs; %d row(s) skipped, %d warning(s)",
@@ -163,6 +181,7 @@ class TransitStore:
         return True
 
     def _reject(self, source: str, version: str | None, report: Report) -> None:
+        self._rejected_version = version
         summary = report.summary(source, version, int(self.now()))
         self._attempt_report = summary
         first = report.first_fatal()
@@ -190,7 +209,7 @@ class TransitStore:
             if state.source is None:
                 continue
             try:
-                data = read_bytes(state.source, timeout)
+                data = read_bytes(state.source, timeout, state.headers)
                 if kind == "vehicle_metadata":
                     payload: Any = parse_vehicle_metadata(data.decode("utf-8"))
                     entities = len(payload)
@@ -200,7 +219,10 @@ class TransitStore:
             except (SourceError, RealtimeError, UnicodeDecodeError) as exc:
                 state.error = str(exc)
                 log.warning(
-                    "realtime %s from %s: %s (keeping the last good one)", kind, state.source, exc
+                    "realtime %s from %s: %s (keeping the last good one)",
+                    kind,
+                    redact(state.source),
+                    exc,
                 )
                 continue
             state.payload, state.entities, state.error = payload, entities, None
@@ -220,10 +242,22 @@ class TransitStore:
                     s["vehicle_metadata"].payload,
                     self.now(),
                     self.settings.realtime.vehicles_pb_max_age_seconds,
+                    self.settings.realtime.max_age_seconds,
+                    self.settings.feed.operational_day_start_hour,
                 )
             except RealtimeError as exc:
                 log.error("realtime snapshot not rebuilt: %s", exc)
                 s["alerts"].error = str(exc)
+
+    def current_realtime(self) -> Realtime:
+        """The realtime snapshot, built again first when something in it has stopped (or
+        started) being current since it was built (a position past the age limit, an alert's
+        period ending), even if no new message came."""
+        snapshot = self.realtime
+        if self.now() >= snapshot.expires_at:
+            self.rebuild_realtime()
+            snapshot = self.realtime
+        return snapshot
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -249,27 +283,74 @@ class TransitStore:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the refresh threads (a feed being parsed is left to finish as a daemon)."""
         self._stop.set()
+        self._refresh.set()  # wakes the static loop at once
         for t in self._threads:
             t.join(timeout)
         self._threads = []
 
     def _repeat(self, work: Callable[[], object], interval: float) -> None:
-        """Run `work` now, then every `interval` seconds (0: once) until `stop`."""
+        """Run `work` now, then every `interval` seconds (0: once) until `stop`; the static
+        feed also when a refresh is requested (`request_refresh`, in any worker)."""
+        static = work == self.load_static
         while not self._stop.is_set():
+            # Taken before the work: a refresh requested while a feed loads loads it again.
+            seen = refresh_marker_mtime()
             work()
-            if not interval or self._stop.wait(interval):
+            if static:
+                if not self._wait_static(interval, seen):
+                    return
+            elif not interval or self._stop.wait(interval):
                 return
+
+    def _wait_static(self, interval: float, seen: float | None) -> bool:
+        """Wait for the next static load: the interval, or a refresh request (this worker's
+        event, or the marker changed since `seen`). False: stop."""
+        deadline = time.monotonic() + interval if interval else float("inf")
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            if self._refresh.wait(min(left, 1.0)):
+                self._refresh.clear()
+                return not self._stop.is_set()
+            marker = refresh_marker_mtime()
+            if marker != seen:
+                return True
+        return False
+
+    def request_refresh(self) -> None:
+        """Fetch the static feed again now, in every worker of this server: this one is
+        woken, the others see the marker file (workers share no memory)."""
+        path = refresh_marker()
+        path.touch()
+        os.utime(path)
+        self._refresh.set()
 
     # -- health -----------------------------------------------------------------------------
 
+    def service_today(self, net: Network) -> str | None:
+        """Why the served feed has nothing to run today (None: it has)."""
+        day = operational_day(self.now(), net.tz, self.settings.feed.operational_day_start_hour)
+        if any(net.active_services(day)):
+            return None
+        dates = [d for s in net.raw.service_dates for d in s]
+        span = f"; its calendars cover {min(dates)}..{max(dates)}" if dates else ""
+        return f"the served feed has no service on {yyyymmdd(day)}{span}"
+
     def health(self) -> TransitHealth:
-        """Component map: the static feed and each realtime source, and which sources are
-        configured."""
+        """Component map: the static feed and each realtime source, which sources are
+        configured, and every reason the service is degraded."""
         net = self.network
+        reasons: list[str] = []
+        no_service = self.service_today(net) if net is not None else None
         if net is None:
             status = "error" if self._last_error else "starting"
         else:
-            status = "degraded" if self._last_error else "ok"
+            status = "degraded" if self._last_error or no_service else "ok"
+        if self._last_error:
+            reasons.append(f"feed: the last version was rejected: {self._last_error}")
+        if no_service:
+            reasons.append(f"feed: {no_service}")
         attempt = self._attempt_report
         rejected = attempt is not None and not attempt.accepted
         problems = (
@@ -280,7 +361,7 @@ class TransitStore:
         serving = self._serving_report
         feed = FeedHealth(
             status=status,
-            source=self.settings.feed.source,
+            source=redact(self.settings.feed.source) or "",
             version=net.version if net is not None else None,
             loaded_at=int(net.loaded_at) if net is not None else None,
             load_seconds=round(self._load_seconds, 3) if self._load_seconds is not None else None,
@@ -289,16 +370,20 @@ class TransitStore:
             problems=problems,
             problem_count=attempt.fatal if rejected and attempt is not None else 0,
             skipped_rows=sum(f.skipped for f in serving.files) if serving is not None else 0,
+            service_today=net is not None and no_service is None,
         )
-        parts = {kind: self._sources[kind].health() for kind in RT_KINDS}
+        rt = self.current_realtime()
+        parts = {kind: self._sources[kind].health(rt.problems.get(kind)) for kind in RT_KINDS}
+        for kind, part in parts.items():
+            if part.status in ("error", "stale"):
+                reasons.append(f"{kind}: {part.reason or part.last_error}")
         overall = "ok" if net is not None else "unavailable"
-        if net is not None and (
-            self._last_error or any(p.status in ("error", "stale") for p in parts.values())
-        ):
+        if net is not None and reasons:
             overall = "degraded"
         return TransitHealth(
             status=overall,
             demo=self.settings.demo,
+            reasons=reasons,
             sources=self.settings.sources(),
             feed=feed,
             **parts,
@@ -310,14 +395,17 @@ def build_network(
     feed: FeedSettings,
     served: Network | None = None,
     locations: StopLocations | None = None,
+    now: float | None = None,
 ) -> Network:
-    """Validate a feed (against the served one, if any) and derive its network; FeedError
-    when it must not be served. The network's `raw.report` lists what was skipped."""
+    """Validate a feed (against the served one, if any; its dates against `now`) and derive
+    its network; FeedError when it must not be served. The network's `raw.report` lists what
+    was skipped."""
     raw = read_feed(
         files,
         max_skipped_share=feed.max_skipped_share,
         examples=feed.report_examples,
         dist_unit=feed.shape_dist_unit,
+        now=now,
     )
     if served is not None:
         raw.report.check_shrink(served.raw.report, feed.max_drop_share)
@@ -328,3 +416,16 @@ def build_network(
 def _where(p: FeedProblem) -> str:
     """`file:line: message` (no line when the problem is about the whole file)."""
     return f"{p.file}{':' + str(p.line) if p.line else ''}: {p.message}"
+
+
+def refresh_marker() -> Path:
+    """The file whose change asks every worker of this server to fetch the static feed
+    again: named after the parent process, which gunicorn's workers share (the arbiter)."""
+    return Path(tempfile.gettempdir()) / f"ratelimitd-transit-refresh-{os.getppid()}"
+
+
+def refresh_marker_mtime() -> float | None:
+    try:
+        return refresh_marker().stat().st_mtime
+    except OSError:
+        return None

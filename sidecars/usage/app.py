@@ -18,10 +18,13 @@ from sidecars.common.lifecycle import Lifecycle
 from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware
 
 from . import resources as r
+from .db.daily import DailyTable
 from .openapi import openapi_document
 from .plans import Plan, load_plans
+from .rollup import Rollup
 from .settings import Settings
 from .store import StoreUnavailable, UsageStore
+from .webhooks import Notifier
 
 REALM = "api"
 
@@ -52,9 +55,41 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
 
 def rate_limiter(settings: Settings) -> list[object]:
     """The usage API's rate limiter for another Falcon app: the middleware over its own
-    account store, and the lifecycle that closes that store's pool on shutdown."""
+    account store, and the lifecycle of the store's background work (rollup passes, and the
+    threshold notifier when USAGE_WEBHOOK_URL is set: requests counted there cross
+    thresholds too), which closes the store on shutdown."""
     store = UsageStore(settings, load_plans(settings.plans_file))
-    return [rate_limit_middleware(settings, store), Lifecycle(shutdown=store.close)]
+    background = Background(store)
+    lifecycle = Lifecycle(startup=background.start, shutdown=background.stop)
+    return [rate_limit_middleware(settings, store), lifecycle]
+
+
+class Background:
+    """A worker's background work, started and stopped with the ASGI lifespan: the rollup
+    passes and, when USAGE_WEBHOOK_URL is set, the threshold notifier (which the store tells
+    about counted requests). Stopped before the store closes, so the Redis connections and
+    the database go last, before the worker's loop."""
+
+    def __init__(self, store: UsageStore) -> None:
+        self.store = store
+        self.rollup = Rollup(store)
+        self.notifier = None
+        if store.settings.webhook_url:
+            self.notifier = Notifier(store.settings, store.db, store.clock)
+            store.crossings = self.notifier
+
+    def start(self) -> None:
+        """Start the rollup passes and the notifier in the worker's loop."""
+        self.rollup.start()
+        if self.notifier is not None:
+            self.notifier.start()
+
+    async def stop(self) -> None:
+        """Stop them, then close the store."""
+        await self.rollup.stop()
+        if self.notifier is not None:
+            await self.notifier.close()
+        await self.store.close()
 
 
 def create_app(
@@ -74,25 +109,29 @@ def create_app(
     """
     if store is None:
         store = UsageStore(settings, plans or load_plans(settings.plans_file), clock=clock)
+    background = Background(store)
     limiter: RateLimitMiddleware | None = None
     if middleware is None:
         limiter = rate_limit_middleware(settings, store) if settings.rate_limit else None
         middleware = [limiter] if limiter is not None else []
     else:
         limiter = next((m for m in middleware if isinstance(m, RateLimitMiddleware)), None)
-    # Redis connections are closed before the worker's loop goes.
     limits = RequestLimits(
         parse_networks(settings.trusted_proxies),
         max_header_bytes=settings.max_header_bytes,
         max_headers=settings.max_headers,
     )
-    stack: list[Any] = [limits, *middleware, Lifecycle(shutdown=store.close)]
+    lifecycle = Lifecycle(startup=background.start, shutdown=background.stop)
+    stack: list[Any] = [limits, *middleware, lifecycle]
     app = falcon.asgi.App(middleware=stack)
     # `format=` must reach the resource (and be refused), not vanish as a blank value.
     app.req_options.keep_blank_qs_values = True
     app.req_options.strip_url_path_trailing_slash = True
 
-    app.add_route(settings.usage_path, r.Usage(store, REALM, settings.retry_after_seconds))
+    retry_after = settings.retry_after_seconds
+    app.add_route(settings.usage_path, r.Usage(store, REALM, retry_after))
+    history = r.History(store, DailyTable(store.db), REALM, retry_after)
+    app.add_route(settings.history_path, history)
     app.add_route(
         "/health",
         r.Health(

@@ -1,9 +1,10 @@
-"""`python -m sidecars.usage`: serve the API, administer accounts and tokens.
+"""`python -m sidecars.usage`: serve the API, administer accounts and tokens, report usage.
 
     [--redis-url U] [--sqlite-path P | --postgres-dsn D] [--plans-file F] COMMAND ...
     serve [gunicorn args...]                       gunicorn + uvicorn workers (USAGE_* settings)
     accounts create ID --plan P [--window W] [--start DATE] [--end DATE]
     accounts update ID [--plan P] [--window W|default] [--start DATE] [--end DATE|none]
+                       [--thresholds 80,100|plan|none]
     accounts show ID                               the record, its window and current usage
     accounts list [--format json|table]
     accounts suspend ID | resume ID                refuse (403) / serve the account's tokens again
@@ -11,20 +12,26 @@
     tokens issue ID [--label TEXT] [--expires DATE|DURATION]   prints the raw token once
     tokens list ID [--format json|table]           ids, created, last used, expiry, revoked
     tokens revoke ID TOKEN_ID
+    usage rollup                                   copy the day buckets into SQL now
+    usage show ID [--from DATE] [--to DATE] [--format chart|json]
+    usage export --from DATE --to DATE [--account ID] [--format csv|jsonl] [--output FILE]
+    webhooks list [--account ID] [--status S] [--limit N] [--format json|table]
+    webhooks show EVENT_ID | webhooks resend EVENT_ID
 
-The options before the command are the server's USAGE_* settings of the same name (they
-override the environment), so the CLI always reaches the server's database and Redis. Output
-is JSON on stdout (or a table); errors go to stderr with exit status 1 (2 for usage errors).
+The options before the command are the server's USAGE_* settings of the same name: they are
+overrides applied by `settings` (`Settings.from_env(overrides=...)`, and for `serve` the
+environment gunicorn's workers get), so the CLI always reaches the server's database and
+Redis. Output is JSON on stdout (or a table, a chart, the export); errors go to stderr with
+exit status 1 (2 for usage errors).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -32,10 +39,12 @@ import msgspec
 
 from sidecars.common.server import exec_gunicorn, gunicorn_argv
 
-from .plans import PLAN_NAMES, WINDOW_KINDS, PlanError, load_plans
-from .settings import Settings, SettingsError
+from . import admin, reports
+from .admin import Table
+from .db.events import STATUSES
+from .plans import PLAN_NAMES, WINDOW_KINDS, PlanError, load_plans, parse_thresholds
+from .settings import Settings, SettingsError, environment
 from .store import KEEP, AccountError, StoreUnavailable, UsageStore
-from .windows import utc_datetime
 
 _encode = msgspec.json.encode
 # Global options and the USAGE_* variable each one sets.
@@ -54,6 +63,19 @@ def _date(text: str) -> date:
         return date.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a YYYY-MM-DD date") from None
+
+
+def _thresholds(text: str) -> str:
+    """`80,100`, `plan` (the plan's) or `none`, as `update_account` takes it."""
+    if text == "plan":
+        return text
+    if text == "none":
+        return ""
+    try:
+        parse_thresholds(text)
+    except PlanError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def _end(text: str) -> date | None:
@@ -100,7 +122,8 @@ def parser() -> argparse.ArgumentParser:
     """The command line."""
     p = argparse.ArgumentParser(
         prog="python -m sidecars.usage",
-        description="Serve the account usage API; administer its accounts and tokens.",
+        description="Serve the account usage API; administer its accounts and tokens; report "
+        "daily usage and threshold webhook events.",
         epilog="Settings not given as options come from the USAGE_* environment, as for the "
         "server (see sidecars/usage/README.md).",
     )
@@ -136,6 +159,12 @@ def parser() -> argparse.ArgumentParser:
     update.add_argument("--start", type=_date, help="subscription start (YYYY-MM-DD)")
     # A non-string default: argparse would run a string default through `type`.
     update.add_argument("--end", type=_end, default=KEEP, help="YYYY-MM-DD, or none (open)")
+    update.add_argument(
+        "--thresholds",
+        type=_thresholds,
+        help="percentages of the quota notified when crossed, e.g. 80,100; `plan` for the "
+        "plan's, `none` for none",
+    )
     show = acc.add_parser("show", help="an account, its window and usage")
     show.add_argument("account")
     lst = acc.add_parser("list", help="every account", description="List every account.")
@@ -180,145 +209,106 @@ def parser() -> argparse.ArgumentParser:
     revoke = tok.add_parser("revoke", help="revoke a token (refused at the next request)")
     revoke.add_argument("account")
     revoke.add_argument("token_id")
+    _usage_parsers(sub)
+    _webhook_parsers(sub)
     return p
 
 
-def _account_view(store: UsageStore, account: Any, used: int | None) -> dict[str, Any]:
-    window = store.window(account)
-    view = {
-        "id": account.id,
-        "plan": account.plan,
-        "planLimit": store.plans[account.plan].limit,
-        "window": account.window,
-        "windowIsPlanDefault": not account.window_override,
-        "subscriptionPeriod": {"start": account.start, "end": account.end},
-        "usagePeriod": {"start": utc_datetime(window.start), "end": utc_datetime(window.end)},
-        "suspended": _instant(account.suspended),
-    }
-    if used is not None:
-        view["currentUsage"] = used
-    return view
+def _usage_parsers(sub: Any) -> None:
+    usage = sub.add_parser("usage", help="daily usage: roll up, chart, export")
+    act = usage.add_subparsers(dest="action", required=True, metavar="ACTION")
+    act.add_parser(
+        "rollup",
+        help="copy the day buckets from Redis into SQL now, then apply retention",
+        description="One rollup pass (the server's workers run one every "
+        "USAGE_ROLLUP_INTERVAL_SECONDS); safe beside running workers and after any gap.",
+    )
+    show = act.add_parser(
+        "show",
+        help="an account's daily usage as a terminal chart",
+        description="An account's daily usage from the system of record, as the history "
+        "endpoint serves it, drawn as a bar chart (or JSON).",
+    )
+    show.add_argument("account")
+    export = act.add_parser(
+        "export",
+        help="every account's daily usage as CSV or JSON lines",
+        description="Per account and UTC day: account, date, plan, limit, usage (the figures "
+        "of the history endpoint), streamed page by page; a progress bar on stderr when it "
+        "is a terminal and the output is not piped.",
+    )
+    for action, required in ((show, False), (export, True)):
+        default = "" if required else "; default: 30 days ending at --to"
+        action.add_argument(
+            "--from", dest="from_", type=_date, required=required, help=f"first day{default}"
+        )
+        action.add_argument(
+            "--to",
+            type=_date,
+            required=required,
+            help="last day" + ("" if required else "; default: today"),
+        )
+    show.add_argument("--format", choices=("chart", "json"), default="chart")
+    show.add_argument("--width", type=int, default=80, help="chart width in columns")
+    export.add_argument("--account", help="only this account")
+    export.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    export.add_argument("--output", help="write to this file instead of stdout")
+    export.add_argument("--no-progress", action="store_true", help="never draw the bar")
 
 
-def _instant(ts: int | None) -> str | None:
-    return utc_datetime(ts).isoformat().replace("+00:00", "Z") if ts is not None else None
-
-
-def _token_view(info: Any) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "label": info.label,
-        "sha256": info.sha256,
-        "created": _instant(info.created),
-        "lastUsed": _instant(info.lastUsed),
-        "expires": _instant(info.expires),
-        "revoked": _instant(info.revoked),
-    }
-
-
-def table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
-    """Rows as an aligned text table (`-` for null)."""
-
-    def cell(value: Any) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, dict):
-            return "..".join(cell(v) for v in value.values())
-        return str(value)
-
-    cells = [[cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
-    return "\n".join(lines) + "\n"
-
-
-class Table(str):
-    """Output already formatted as a table."""
+def _webhook_parsers(sub: Any) -> None:
+    hooks = sub.add_parser("webhooks", help="threshold events: list, inspect, resend")
+    act = hooks.add_subparsers(dest="action", required=True, metavar="ACTION")
+    lst = act.add_parser(
+        "list", help="events, newest first", description="Threshold events, newest first."
+    )
+    lst.add_argument("--account")
+    lst.add_argument("--status", choices=STATUSES)
+    lst.add_argument("--limit", type=int, default=100)
+    lst.add_argument("--format", choices=("json", "table"), default="json")
+    show = act.add_parser(
+        "show", help="an event, its body and delivery attempts", description="One event."
+    )
+    show.add_argument("event_id")
+    resend = act.add_parser(
+        "resend",
+        help="deliver an event again now",
+        description="Deliver an event again now (delivered ones too; same id and body, a new "
+        "signature). If this attempt fails the server's workers retry it for another day.",
+    )
+    resend.add_argument("event_id")
 
 
 async def _run(args: argparse.Namespace, settings: Settings) -> Any:
     store = UsageStore(settings, load_plans(settings.plans_file))
     try:
         if args.command == "accounts":
-            return await _accounts(args, store)
-        if args.action == "issue":
-            expires = args.expires.resolve(store.clock()) if args.expires else None
-            token, info = await store.issue_token(args.account, args.label, expires)
-            return {"token": token, **_token_view(info), "account": args.account}
-        if args.action == "list":
-            views = [_token_view(t) for t in await store.list_tokens(args.account)]
-            if args.format == "table":
-                columns = ("id", "label", "created", "lastUsed", "expires", "revoked")
-                return Table(table(views, columns))
-            return views
-        return _token_view(await store.revoke_token(args.account, args.token_id))
+            return await admin.accounts(args, store)
+        if args.command == "tokens":
+            return await admin.tokens(args, store)
+        if args.command == "usage":
+            return await reports.usage(args, store)
+        return await reports.webhooks(args, store)
     finally:
         await store.close()
 
 
-async def _accounts(args: argparse.Namespace, store: UsageStore) -> Any:
-    action = args.action
-    if action == "list":
-        views = [_account_view(store, a, None) for a in await store.list_accounts()]
-        if args.format == "table":
-            columns = ("id", "plan", "planLimit", "window", "subscriptionPeriod", "suspended")
-            return Table(table(views, columns))
-        return views
-    if action == "delete":
-        await store.delete_account(args.account)
-        return {"id": args.account, "deleted": True}
-    if action == "create":
-        account = await store.create_account(
-            args.account, args.plan, window=args.window, start=args.start, end=args.end
-        )
-    elif action == "update":
-        window = "" if args.window == "default" else args.window
-        account = await store.update_account(
-            args.account, plan=args.plan, window=window, start=args.start, end=args.end
-        )
-    elif action in ("suspend", "resume"):
-        account = await store.suspend(args.account, action == "suspend")
-    else:
-        found = await store.account(args.account)
-        if found is None:
-            raise AccountError(f"no account {args.account!r}")
-        account = found
-    _, used = await store.usage(account)
-    return _account_view(store, account, used)
-
-
-def serve(settings: Settings, extra: Sequence[str]) -> None:
-    """Exec gunicorn with uvicorn workers, the bind address and worker count from settings."""
+def serve(settings: Settings, overrides: dict[str, str], extra: Sequence[str]) -> None:
+    """Exec gunicorn with uvicorn workers, the bind address and worker count from settings;
+    the workers build the same settings from the environment `settings` hands them."""
     argv = gunicorn_argv(
         "sidecars.usage.asgi:app()",
         settings,
         extra,
         worker_class="sidecars.usage.worker.UsageWorker",
     )
-    exec_gunicorn(argv)
+    exec_gunicorn(argv, environment(overrides))
 
 
-def environment(args: argparse.Namespace, base: Mapping[str, str]) -> dict[str, str]:
-    """The USAGE_* settings: the environment, overridden by the global options given."""
-    env = dict(base)
-    for name, variable in OPTIONS.items():
-        value = getattr(args, name, None)
-        if value is not None:
-            env[variable] = value
-    # An option naming one database replaces the environment's other one (both options given
-    # stay both, and are refused as the server refuses them).
-    if (
-        getattr(args, "postgres_dsn", None) is not None
-        and getattr(args, "sqlite_path", None) is None
-    ):
-        env.pop("USAGE_SQLITE_PATH", None)
-    if (
-        getattr(args, "sqlite_path", None) is not None
-        and getattr(args, "postgres_dsn", None) is None
-    ):
-        env.pop("USAGE_POSTGRES_DSN", None)
-    return env
+def overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The USAGE_* variables the global options given override."""
+    given = {name: getattr(args, name, None) for name in OPTIONS}
+    return {OPTIONS[name]: value for name, value in given.items() if value is not None}
 
 
 def _command_index(argv: Sequence[str]) -> int:
@@ -345,16 +335,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if serving and {"-h", "--help"} & set(argv[cut + 1 :]):
         p.parse_args([*argv[: cut + 1], "--help"])  # exits: this help, not gunicorn's
     args = p.parse_args(argv[: cut + 1] if serving else argv)
+    given = overrides(args)
     try:
-        settings = Settings.from_env(environment(args, os.environ))
+        settings = Settings.from_env(overrides=given)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        if any(getattr(args, name) is not None for name in OPTIONS):
-            # The workers read the environment: pass the options on through it.
-            os.environ.update(environment(args, {}))
-        serve(settings, argv[cut + 1 :])
+        serve(settings, given, argv[cut + 1 :])
     try:
         result = asyncio.run(_run(args, settings))
     except (AccountError, PlanError) as exc:
@@ -363,6 +351,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreUnavailable as exc:
         print(f"error: unavailable: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # `usage export | head`: the reader has what it wanted.
+        sys.stderr.close()
+        return 0
+    if result is None:
+        return 0  # the command wrote its own output (the export)
     if isinstance(result, Table):
         sys.stdout.write(result)
     else:

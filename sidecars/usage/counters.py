@@ -9,6 +9,14 @@ bucket it was counted in, never below zero.
 
 Buckets are ratelimitd's `meter_key` layout (`C meter_<domain>_<key>_<id>_<UTC day>`, 35-day
 TTL), so the usage read by the endpoint and the CLI is the same sum.
+
+Idempotent metering: a request carrying an `Idempotency-Key` the account used within the key
+window is served and not counted. The key is remembered by the same script that counts, so a
+retry racing its original on another worker is either the one counted or a replay, never
+both. Keys are stored as a 128-bit hash with a fingerprint of the request they were first
+used with (method, path, query): reusing a key for a different request is refused (422, as
+the IETF Idempotency-Key draft says), otherwise one key would make any number of different
+requests free. The oldest keys of an account are dropped past USAGE_IDEMPOTENCY_MAX_KEYS.
 """
 
 from __future__ import annotations
@@ -21,31 +29,73 @@ from ratelimitd.keys import METER_TTL_SECONDS
 
 from .windows import DAY, Window
 
-# KEYS: the window's day buckets, oldest first, today's last. ARGV: limit, ttl.
-# Returns {admitted (0/1), used after the call, bucket values...} (values only when refused).
+# KEYS: the window's day buckets, oldest first, today's last; with an Idempotency-Key, then
+#       the account's key set (ZSET member -> expiry, ms) and fingerprints (HASH member -> fp).
+# ARGV: limit, ttl[, member, fingerprint, now ms, key window ms, most keys per account].
+# Returns {outcome, used after the call, bucket values...}: outcome COUNTED, REFUSED (the
+# bucket values follow, for Retry-After), REPLAYED (the key was seen: served, not counted)
+# or REUSED (the key was seen with another request: refused, not counted).
 ADMIT = """
+-- unpack() has a stack limit: forget members in chunks.
+local function forget(prints, members)
+  for i = 1, #members, 1000 do
+    redis.call('HDEL', prints, unpack(members, i, math.min(i + 999, #members)))
+  end
+end
 local limit = tonumber(ARGV[1])
-local values = redis.call('MGET', unpack(KEYS))
+local n = #KEYS
+local member = ARGV[3]
+local seen, keyset, prints, now
+if member then
+  n = n - 2
+  keyset, prints, now = KEYS[n + 1], KEYS[n + 2], tonumber(ARGV[5])
+  local stale = redis.call('ZRANGEBYSCORE', keyset, '-inf', now)
+  forget(prints, stale)
+  if #stale > 0 then redis.call('ZREMRANGEBYSCORE', keyset, '-inf', now) end
+  seen = redis.call('HGET', prints, member)
+  if seen and seen ~= ARGV[4] then return {3, 0} end
+end
+local values = redis.call('MGET', unpack(KEYS, 1, n))
 local used = 0
 local counts = {}
 for i, v in ipairs(values) do
-  local n = tonumber(v) or 0
-  counts[i] = n
-  used = used + n
+  local c = tonumber(v) or 0
+  counts[i] = c
+  used = used + c
 end
+if seen then return {2, used} end
 if used >= limit then
   local reply = {0, used}
-  for i, n in ipairs(counts) do reply[i + 2] = n end
+  for i, c in ipairs(counts) do reply[i + 2] = c end
   return reply
 end
-local today = KEYS[#KEYS]
+local today = KEYS[n]
 if redis.call('INCRBY', today, 1) == 1 then
   redis.call('EXPIRE', today, tonumber(ARGV[2]))
 end
+if member then
+  local window = tonumber(ARGV[6])
+  redis.call('ZADD', keyset, now + window, member)
+  redis.call('HSET', prints, member, ARGV[4])
+  local extra = redis.call('ZCARD', keyset) - tonumber(ARGV[7])
+  if extra > 0 then
+    forget(prints, redis.call('ZRANGE', keyset, 0, extra - 1))
+    redis.call('ZREMRANGEBYRANK', keyset, 0, extra - 1)
+  end
+  redis.call('PEXPIRE', keyset, window)
+  redis.call('PEXPIRE', prints, window)
+end
 return {1, used + 1}
 """
+REFUSED, COUNTED, REPLAYED, REUSED = 0, 1, 2, 3
 
+# KEYS: the bucket counted in[, the key set, the fingerprints]; ARGV: [member]. The key of a
+# refunded request is forgotten too: its retry has not been paid for.
 REFUND = """
+if ARGV[1] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
+end
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n > 0 then return redis.call('DECRBY', KEYS[1], 1) end
 return 0
@@ -63,6 +113,9 @@ class Admission(msgspec.Struct, frozen=True):
     retry_after: int = 0  # seconds, when refused
     counted_key: str = ""  # the bucket counted in ("" when nothing was counted)
     buffered: bool = False  # counted in this worker's buffer (Redis was unavailable)
+    replayed: bool = False  # an Idempotency-Key seen before: served, not counted
+    # The key set, fingerprints and member of the request's Idempotency-Key (refunds drop it).
+    idempotency: tuple[str, str, str] | None = None
 
 
 def retry_after(window: Window, counts: Sequence[int], limit: int, now: float) -> int:

@@ -2,7 +2,8 @@
 
 Every error response is a reusable `components.responses` entry with the ApiError body and
 exactly the headers that answer carries (required when always sent, optional when only
-sometimes: RateLimit-* exist only when ratelimitd decided the request).
+sometimes: RateLimit-* exist only when ratelimitd decided the request). The threshold
+webhook the API sends is described under `webhooks` (OpenAPI 3.1), with its signature.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import msgspec
 
 from sidecars.common.errors import ApiError
 
-from .schemas import UsageHealth, UsageResponse
+from .resources import MAX_HISTORY_DAYS
+from .schemas import ThresholdEvent, UsageHealth, UsageHistory, UsageResponse
 from .settings import Settings
+from .webhooks import SIGNATURE_HEADER
 
 _REF = "#/components/schemas/{name}"
 LIMIT_HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
@@ -47,16 +50,63 @@ def _header(description: str, schema: dict[str, Any], required: bool = False) ->
     return {"description": description, "required": required, "schema": schema}
 
 
+def _head(
+    get: dict[str, Any],
+    name: str,
+    ok_headers: dict[str, Any],
+    errors: dict[str, dict[str, str]],
+    responses: dict[str, Any],
+) -> dict[str, Any]:
+    """HEAD of a GET operation: its status and headers, no bodies."""
+    return {
+        "summary": "The headers GET would answer, without the body",
+        "operationId": "head" + name,
+        "security": get["security"],
+        "parameters": get["parameters"],
+        "responses": {
+            "200": {"description": "As GET, without a body.", "headers": ok_headers},
+            **{
+                code: {
+                    "description": responses[ref["$ref"].rsplit("/", 1)[1]]["description"],
+                    "headers": responses[ref["$ref"].rsplit("/", 1)[1]]["headers"],
+                }
+                for code, ref in errors.items()
+            },
+        },
+    }
+
+
+def _options(name: str) -> dict[str, Any]:
+    return {
+        "summary": "Allowed methods",
+        "operationId": "options" + name,
+        "responses": {
+            "204": {
+                "description": "No content; `Allow` lists the methods.",
+                "headers": {"Allow": {"$ref": "#/components/headers/Allow-required"}},
+            },
+            "431": _ref("HeadersTooLarge"),
+        },
+    }
+
+
 def openapi_document(settings: Settings) -> dict[str, Any]:
     """The document served at /openapi.json."""
-    (usage_schema, _error_schema, health_schema), components = msgspec.json.schema_components(
-        [UsageResponse, ApiError, UsageHealth], ref_template=_REF
+    schemas, components = msgspec.json.schema_components(
+        [UsageResponse, ApiError, UsageHealth, UsageHistory, ThresholdEvent], ref_template=_REF
     )
+    usage_schema, _, health_schema, history_schema, event_schema = schemas
     responses = {
         "BadRequest": _error(
             "`format` has a value other than `json` (`invalid_format`; `supportedValues` lists "
-            "the supported values), an unknown query parameter, or a trusted proxy's malformed "
-            "X-Forwarded-For (`invalid_request`). RateLimit-* when ratelimitd decided first.",
+            "the supported values), an unknown query parameter, a bad date range, a malformed "
+            "Idempotency-Key, or a trusted proxy's malformed X-Forwarded-For "
+            "(`invalid_request`). RateLimit-* when ratelimitd decided first.",
+            optional=LIMIT_HEADERS,
+        ),
+        "UnprocessableContent": _error(
+            "The Idempotency-Key was used before with a different request "
+            "(`idempotency_key_reused`): a key names one request, its retries repeat it.",
             optional=LIMIT_HEADERS,
         ),
         "Unauthorized": _error(
@@ -101,6 +151,7 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "400": _ref("BadRequest"),
         "401": _ref("Unauthorized"),
         "403": _ref("Forbidden"),
+        "422": _ref("UnprocessableContent"),
         "429": _ref("TooManyRequests"),
         "431": _ref("HeadersTooLarge"),
         "503": _ref("ServiceUnavailable"),
@@ -112,7 +163,22 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "description": "Response format; `json` (the default) is the only one.",
         "schema": {"type": "string", "enum": ["json"]},
     }
-    ok_headers = _headers(optional=LIMIT_HEADERS)
+    idempotency_param = {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": "Names this request: a retry with the same key (same account, method, "
+        "path and query) within the key window is served and not counted again; the same key "
+        "with another request is 422. 1-255 printable ASCII characters (HTTP drops leading "
+        "and trailing spaces).",
+        "schema": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 255,
+            "pattern": "^[!-~]([ -~]*[!-~])?$",
+        },
+    }
+    ok_headers = _headers(optional=(*LIMIT_HEADERS, "Idempotent-Replayed"))
     usage_ok = {
         "description": "The account's plan and usage in its current window.",
         "headers": ok_headers,
@@ -129,35 +195,62 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         ),
         "operationId": "getUsage",
         "security": [{"bearerAuth": []}],
-        "parameters": [format_param],
+        "parameters": [format_param, idempotency_param],
         "responses": {"200": usage_ok, **errors},
     }
-    head_usage = {
-        "summary": "The headers GET would answer, without the body",
-        "operationId": "headUsage",
+    day = {"type": "string", "format": "date"}
+    history_params = [
+        {
+            "name": "from",
+            "in": "query",
+            "required": False,
+            "description": "First UTC day (YYYY-MM-DD, inclusive); default: 29 days before `to`.",
+            "schema": day,
+            "example": "2026-01-01",
+        },
+        {
+            "name": "to",
+            "in": "query",
+            "required": False,
+            "description": "Last UTC day (YYYY-MM-DD, inclusive); default: today.",
+            "schema": day,
+            "example": "2026-01-31",
+        },
+        format_param,
+        idempotency_param,
+    ]
+    get_history = {
+        "summary": "Daily usage of the token's account",
+        "description": (
+            "One point per UTC day of [from, to] that the system of record holds: the day's "
+            "usage with the plan and quota the account had that day. Days are rolled up from "
+            "the counters every USAGE_ROLLUP_INTERVAL_SECONDS (today's point trails the "
+            f"current figure by at most that) and kept USAGE_RETENTION_DAYS. At most "
+            f"{MAX_HISTORY_DAYS} days per call; `from` after `to` or a longer range is 400."
+        ),
+        "operationId": "getUsageHistory",
         "security": [{"bearerAuth": []}],
-        "parameters": [format_param],
+        "parameters": history_params,
         "responses": {
-            "200": {"description": "As GET, without a body.", "headers": ok_headers},
-            **{
-                code: {
-                    "description": responses[ref["$ref"].rsplit("/", 1)[1]]["description"],
-                    "headers": responses[ref["$ref"].rsplit("/", 1)[1]]["headers"],
-                }
-                for code, ref in errors.items()
+            "200": {
+                "description": "The account's daily usage in the range.",
+                "headers": ok_headers,
+                "content": {"application/json": {"schema": history_schema}},
             },
+            **errors,
         },
     }
-    options = {
-        "summary": "Allowed methods",
-        "operationId": "optionsUsage",
-        "responses": {
-            "204": {
-                "description": "No content; `Allow` lists the methods.",
-                "headers": {"Allow": {"$ref": "#/components/headers/Allow-required"}},
-            },
-            "431": _ref("HeadersTooLarge"),
-        },
+    path_item = {
+        settings.usage_path: (get_usage, "Usage"),
+        settings.history_path: (get_history, "UsageHistory"),
+    }
+    paths: dict[str, Any] = {
+        path: {
+            "get": get,
+            "head": _head(get, name, ok_headers, errors, responses),
+            "options": _options(name),
+        }
+        for path, (get, name) in path_item.items()
     }
     integer = {"type": "integer", "minimum": 0}
     return {
@@ -179,7 +272,7 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             }
         ],
         "paths": {
-            settings.usage_path: {"get": get_usage, "head": head_usage, "options": options},
+            **paths,
             "/health": {
                 "get": {
                     "summary": "Each dependency and the overall status",
@@ -214,6 +307,40 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
                 }
             },
         },
+        "webhooks": {
+            "usageThresholdCrossed": {
+                "post": {
+                    "summary": "An account's usage reached a threshold of its quota",
+                    "description": (
+                        "Sent to USAGE_WEBHOOK_URL once per account, threshold and window. "
+                        f"`{SIGNATURE_HEADER}: t=<unix time>,v1=<hex HMAC-SHA256 of "
+                        '"<t>.<body>" with USAGE_WEBHOOK_SECRET>`: verify it and reject '
+                        "old timestamps. Answer 2xx; anything else is retried with "
+                        "exponential backoff for up to a day. Deduplicate by `id`."
+                    ),
+                    "operationId": "usageThresholdCrossed",
+                    "parameters": [
+                        {
+                            "name": SIGNATURE_HEADER,
+                            "in": "header",
+                            "required": True,
+                            "schema": {"type": "string", "pattern": "^t=[0-9]+,v1=[0-9a-f]{64}"},
+                        },
+                        {
+                            "name": "Usage-Event-Id",
+                            "in": "header",
+                            "required": True,
+                            "schema": {"type": "string"},
+                        },
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": event_schema}},
+                    },
+                    "responses": {"2XX": {"description": "Received; not sent again."}},
+                }
+            }
+        },
         "components": {
             "schemas": components,
             "responses": responses,
@@ -247,6 +374,11 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
                 ),
                 "RateLimit-Remaining": _header("Requests left in that unit.", integer),
                 "RateLimit-Reset": _header("Seconds until that unit resets.", integer),
+                "Idempotent-Replayed": _header(
+                    "`true`: the request's Idempotency-Key was seen before; served, not "
+                    "counted again.",
+                    {"type": "string", "enum": ["true"]},
+                ),
             },
         },
     }

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
+from datetime import date, timedelta
 from typing import Any
 
 import falcon
@@ -15,25 +17,48 @@ from sidecars.common.ratelimit import (
     AccessDenied,
     AuthFailure,
     authenticate_request,
-    forbidden,
+    refused,
     unauthorized,
 )
 
-from .schemas import SubscriptionPeriod, UsageHealth, UsagePeriod, UsageResponse
+from .db.daily import DailyTable
+from .schemas import (
+    DailyPoint,
+    SubscriptionPeriod,
+    UsageHealth,
+    UsageHistory,
+    UsagePeriod,
+    UsageResponse,
+)
 from .store import Account, StoreUnavailable, UsageStore
-from .windows import utc_datetime
+from .windows import utc_date, utc_datetime
 
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
 FORMATS = ["json"]
-PARAMETERS = frozenset({"format"})
 ALLOW = "GET, HEAD, OPTIONS"
+# Per call: a year and a month of daily points, the retention's default.
+MAX_HISTORY_DAYS = 400
+DEFAULT_HISTORY_DAYS = 30
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _encode = msgspec.json.encode
 
 
-class Usage:
-    """`GET|HEAD|OPTIONS {base}/api/v2/user/usage`."""
+class BadRequest(Exception):
+    """A query the resource refuses (400) with `error`."""
+
+    def __init__(self, message: str, error: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.message = message
+        self.error = error
+
+
+class AccountResource:
+    """A resource answering for the token's account: strict query parameters (a typo such as
+    `fromat=json` is reported, not ignored), authentication, and the shared error answers."""
+
+    parameters: frozenset[str] = frozenset({"format"})
 
     def __init__(self, store: UsageStore, realm: str, retry_after: int) -> None:
         self.store = store
@@ -41,47 +66,48 @@ class Usage:
         self.retry_after = retry_after
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        """The token's account: plan, limit, usage in the current window, periods."""
-        unknown = sorted(set(req.params) - PARAMETERS)
-        if unknown:
-            # Strict, like `format`: a typo (`fromat=json`) is reported, not silently ignored.
-            message = f"Unknown query parameter {unknown[0]!r}; supported: format."
-            answer(resp, ApiError(400, "invalid_request", message))
-            return
-        # Every value but exactly `json` is refused, including an empty or repeated one.
-        formats = req.get_param_as_list("format")
-        if formats is not None and formats != FORMATS:
-            message = f"Unsupported format {','.join(formats)!r}; supported values: json."
-            answer(resp, ApiError(400, "invalid_format", message, FORMATS))
-            return
+        """Check the query, authenticate, answer (`answer`) or the error."""
         try:
+            self.check_query(req)
             account: Account = await authenticate_request(req, self.store.authenticate)
-            window, used = await self.store.usage(account)
+            body = await self.answer(req, account)
+        except BadRequest as bad:
+            supported = FORMATS if bad.error == "invalid_format" else None
+            answer(resp, ApiError(400, bad.error, bad.message, supported))
+            return
         except AuthFailure as failure:
             unauthorized(resp, failure, self.realm)
             return
         except AccessDenied as denied:
-            forbidden(resp, denied)
+            refused(resp, denied)
             return
         except StoreUnavailable as exc:
             log.warning("account store unavailable: %s", exc)
             message = "The account store is unavailable; retry shortly."
             answer(resp, ApiError(503, "store_unavailable", message), self.retry_after)
             return
-        limit = self.store.plans[account.plan].limit
-        body = UsageResponse(
-            planName=account.plan,  # type: ignore[arg-type]  # checked against the plans
-            planLimit=limit,
-            currentUsage=used,
-            remainingUsage=max(limit - used, 0),
-            usageWindow=account.window,  # type: ignore[arg-type]
-            subscriptionPeriod=SubscriptionPeriod(account.start, account.end),
-            usagePeriod=UsagePeriod(utc_datetime(window.start), utc_datetime(window.end)),
-        )
         resp.content_type = JSON
         resp.data = _encode(body)
         # Per-account figures behind a bearer token: no shared cache may keep them.
         resp.cache_control = ["no-store"]
+
+    def check_query(self, req: falcon.asgi.Request) -> None:
+        """Refuse unknown parameters and any `format` but exactly `json`."""
+        unknown = sorted(set(req.params) - self.parameters)
+        if unknown:
+            supported = ", ".join(sorted(self.parameters))
+            raise BadRequest(f"Unknown query parameter {unknown[0]!r}; supported: {supported}.")
+        # Every value but exactly `json` is refused, including an empty or repeated one.
+        formats = req.get_param_as_list("format")
+        if formats is not None and formats != FORMATS:
+            raise BadRequest(
+                f"Unsupported format {','.join(formats)!r}; supported values: json.",
+                "invalid_format",
+            )
+
+    async def answer(self, req: falcon.asgi.Request, account: Account) -> msgspec.Struct:
+        """The body for an authenticated request."""
+        raise NotImplementedError
 
     async def on_head(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         """GET's status and headers; Falcon sends no body for HEAD."""
@@ -91,6 +117,74 @@ class Usage:
         """No content; the allowed methods."""
         resp.status = falcon.HTTP_204
         resp.set_header("Allow", ALLOW)
+
+
+class Usage(AccountResource):
+    """`GET|HEAD|OPTIONS {base}/api/v2/user/usage`: the token's account's plan, limit, usage
+    in the current window (from Redis) and periods."""
+
+    async def answer(self, req: falcon.asgi.Request, account: Account) -> msgspec.Struct:
+        """The current window's figures."""
+        window, used = await self.store.usage(account)
+        limit = self.store.plans[account.plan].limit
+        return UsageResponse(
+            planName=account.plan,  # type: ignore[arg-type]  # checked against the plans
+            planLimit=limit,
+            currentUsage=used,
+            remainingUsage=max(limit - used, 0),
+            usageWindow=account.window,  # type: ignore[arg-type]
+            subscriptionPeriod=SubscriptionPeriod(account.start, account.end),
+            usagePeriod=UsagePeriod(utc_datetime(window.start), utc_datetime(window.end)),
+        )
+
+
+def _day(req: falcon.asgi.Request, name: str) -> date | None:
+    values = req.get_param_as_list(name)
+    if values is None:
+        return None
+    if len(values) != 1 or _DATE.fullmatch(values[0]) is None:
+        raise BadRequest(f"{name!r} must be one date, YYYY-MM-DD.")
+    try:
+        return date.fromisoformat(values[0])
+    except ValueError:
+        raise BadRequest(f"{name}={values[0]!r} is not a calendar date.") from None
+
+
+class History(AccountResource):
+    """`GET|HEAD|OPTIONS {base}/api/v2/user/usage/history?from=&to=`: the token's account's
+    daily usage from the system of record (rolled up from the counters)."""
+
+    parameters = frozenset({"format", "from", "to"})
+
+    def __init__(self, store: UsageStore, daily: DailyTable, realm: str, retry_after: int) -> None:
+        super().__init__(store, realm, retry_after)
+        self.daily = daily
+
+    def check_query(self, req: falcon.asgi.Request) -> None:
+        """Also the range: valid dates, `from` <= `to`, at most MAX_HISTORY_DAYS days."""
+        super().check_query(req)
+        first, last = self.range(req)
+        if first > last:
+            raise BadRequest(f"'from' ({first}) is after 'to' ({last}).")
+        days = (last - first).days + 1
+        if days > MAX_HISTORY_DAYS:
+            raise BadRequest(f"The range has {days} days; at most {MAX_HISTORY_DAYS} per call.")
+
+    def range(self, req: falcon.asgi.Request) -> tuple[date, date]:
+        """[from, to]: `to` defaults to today (UTC), `from` to the 30 days ending at `to`."""
+        last = _day(req, "to") or utc_date(self.store.clock())
+        first = _day(req, "from") or last - timedelta(days=DEFAULT_HISTORY_DAYS - 1)
+        return first, last
+
+    async def answer(self, req: falcon.asgi.Request, account: Account) -> msgspec.Struct:
+        """The account's days in the range."""
+        first, last = self.range(req)
+        rows = await self.daily.series(account.id, first, last)
+        points = [
+            DailyPoint(r.day, r.usage, r.plan, r.limit)  # type: ignore[arg-type]
+            for r in rows
+        ]
+        return UsageHistory(first, last, points)
 
 
 class Health:

@@ -86,3 +86,56 @@ class UsageHealth(Struct):
     bufferedHits: Annotated[
         int, msgspec.Meta(ge=0, description="Usage hits this worker holds until Redis is back.")
     ]
+
+
+class DailyPoint(Struct):
+    """One UTC day of an account's usage, with the plan it had that day."""
+
+    date: Annotated[_dt.date, msgspec.Meta(description="The UTC calendar day (ISO 8601).")]
+    usage: Annotated[_Count, msgspec.Meta(description="Requests counted that day.")]
+    planName: Annotated[PlanName, msgspec.Meta(description="The account's plan that day.")]
+    planLimit: Annotated[
+        _Count, msgspec.Meta(description="The plan's quota per window, as it was that day.")
+    ]
+
+
+class UsageHistory(Struct):
+    """Body of `GET /api/v2/user/usage/history`."""
+
+    from_: Annotated[
+        _dt.date, msgspec.Meta(description="First day asked for (UTC, inclusive).")
+    ] = msgspec.field(name="from")
+    to: Annotated[_dt.date, msgspec.Meta(description="Last day asked for (UTC, inclusive).")]
+    points: Annotated[
+        list[DailyPoint],
+        msgspec.Meta(
+            description="One point per day of the range that the system of record holds, "
+            "oldest first: days before the account existed, beyond retention, or not yet "
+            "rolled up from the counters have none."
+        ),
+    ]
+
+
+class EventWindow(Struct):
+    """The counting window a threshold was crossed in, half-open [start, end), UTC."""
+
+    kind: UsageWindowKind
+    start: _dt.datetime
+    end: _dt.datetime
+
+
+class ThresholdEvent(Struct):
+    """Body of a threshold webhook: an account's usage reached `threshold` percent of its
+    plan's quota in `window`. One event per account, threshold and window."""
+
+    id: Annotated[
+        str, msgspec.Meta(description="Unique event id (`evt_...`); the same on resends.")
+    ]
+    type: Literal["usage.threshold.crossed"]
+    created: Annotated[_dt.datetime, msgspec.Meta(description="When the crossing was seen.")]
+    account: str
+    plan: PlanName
+    threshold: Annotated[int, msgspec.Meta(ge=1, le=100, description="Percent of the quota.")]
+    usage: Annotated[_Count, msgspec.Meta(description="Usage in the window at the crossing.")]
+    limit: Annotated[_Count, msgspec.Meta(description="The plan's quota per window.")]
+    window: EventWindow

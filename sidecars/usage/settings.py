@@ -1,19 +1,54 @@
 """Settings of the usage sidecar: one frozen value built from `USAGE_*` variables.
 
 This is the only module of the sidecar that reads its environment (through the sidecars' one
-reader, `sidecars.common.environment`).
+reader, `sidecars.common.environment`). The command line's global options are overrides of
+the variables of the same name: `Settings.from_env(overrides=...)` reads the environment with
+them applied, and `environment(overrides)` is the environment `serve` hands to gunicorn's
+workers, so the CLI never reads or writes `os.environ` itself.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sidecars.common.clients import parse_networks
 from sidecars.common.environment import Environment, SettingsError
 
 USAGE_PATH = "/api/v2/user/usage"
+HISTORY_PATH = USAGE_PATH + "/history"
 MODES = ("allow", "deny")
+# The two databases: naming one on the command line replaces the environment's other one.
+_DATABASES = ("USAGE_SQLITE_PATH", "USAGE_POSTGRES_DSN")
+# Tuning of deliveries: meaningless without a receiver, so refused without USAGE_WEBHOOK_URL.
+_WEBHOOK_TUNING = ("SECRET", "TIMEOUT_SECONDS", "RETRY_SECONDS", "RETRY_FOR_SECONDS")
+
+
+def environment(
+    overrides: Mapping[str, str], base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """`base` (the process environment by default) with the command line's `USAGE_*`
+    overrides applied: what the CLI's settings are built from and what `serve` hands to
+    gunicorn's workers.
+
+    An override naming one database drops the other one from the environment; both given as
+    overrides stay both, and are refused as the server refuses them.
+    """
+    env = dict(os.environ if base is None else base)
+    named = [name for name in _DATABASES if name in overrides]
+    if len(named) == 1:
+        for other in _DATABASES:
+            env.pop(other, None)
+    env.update(overrides)
+    return env
+
+
+def _check_webhook_url(url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"USAGE_WEBHOOK_URL={url!r} must be an http:// or https:// URL")
 
 
 def _check_dsn(dsn: str) -> None:
@@ -62,17 +97,38 @@ class Settings:
     max_header_bytes: int = 8192
     max_headers: int = 64
     counter_buffer_hits: int = 10_000
-    quota_exempt_paths: tuple[str, ...] = (USAGE_PATH,)
+    quota_exempt_paths: tuple[str, ...] = (USAGE_PATH, HISTORY_PATH)
     exempt_paths: tuple[str, ...] = ("/health", "/openapi.json")
+    rollup_interval_seconds: float = 60.0
+    retention_days: int = 400
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    webhook_timeout_seconds: float = 5.0
+    webhook_retry_seconds: float = 10.0
+    webhook_retry_for_seconds: float = 86400.0
+    idempotency_window_seconds: int = 86400
+    idempotency_max_keys: int = 10_000
 
     @property
     def usage_path(self) -> str:
         """Where the usage endpoint is served."""
         return self.base_path + USAGE_PATH
 
+    @property
+    def history_path(self) -> str:
+        """Where the daily usage history is served."""
+        return self.base_path + HISTORY_PATH
+
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build the settings from `USAGE_*` variables (unset or empty: the default)."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Build the settings from `USAGE_*` variables (unset or empty: the default), with
+        the command line's `overrides` (variable name -> value) applied over them."""
+        if overrides:
+            environ = environment(overrides, environ)
         env = Environment(environ, "USAGE_")
         d = cls()
         base_path = env.text("BASE_PATH", "").rstrip("/")
@@ -105,6 +161,26 @@ class Settings:
             _check_dsn(postgres_dsn)
         # The ratelimitd address may be empty: the app then authenticates but asks no one.
         ratelimit_address = env.raw("RATELIMIT_ADDRESS", d.ratelimit_address).strip()
+        webhook_url = env.text("WEBHOOK_URL", "")
+        webhook_secret = env.raw("WEBHOOK_SECRET", "")
+        if webhook_url:
+            _check_webhook_url(webhook_url)
+            # The receiver's only proof that an event is ours: a guessable key proves nothing.
+            # Two secrets (separated by spaces) sign with both while receivers move over.
+            secrets = webhook_secret.split()
+            if not secrets or len(secrets) > 2 or min(map(len, secrets)) < 16:
+                raise SettingsError(
+                    "USAGE_WEBHOOK_SECRET must be set to a secret of at least 16 characters "
+                    "(or two separated by a space, during a rotation) when USAGE_WEBHOOK_URL "
+                    "is (it signs every event)"
+                )
+        else:
+            unused = [n for n in _WEBHOOK_TUNING if env.is_set("WEBHOOK_" + n)]
+            if unused:
+                raise SettingsError(
+                    f"USAGE_WEBHOOK_{unused[0]} is set but USAGE_WEBHOOK_URL is not: "
+                    "threshold webhooks are off; set the URL or unset it"
+                )
         return cls(
             host=env.text("HOST", d.host),
             port=env.integer("PORT", d.port),
@@ -145,6 +221,27 @@ class Settings:
                 "RATELIMIT_TIMEOUT_SECONDS", d.ratelimit_timeout_seconds, 0.001
             ),
             ratelimit_failure_mode=failure_mode,
-            quota_exempt_paths=env.names("QUOTA_EXEMPT_PATHS", (base_path + USAGE_PATH,)),
+            quota_exempt_paths=env.names(
+                "QUOTA_EXEMPT_PATHS", (base_path + USAGE_PATH, base_path + HISTORY_PATH)
+            ),
             exempt_paths=env.names("EXEMPT_PATHS", d.exempt_paths),
+            rollup_interval_seconds=env.number(
+                "ROLLUP_INTERVAL_SECONDS", d.rollup_interval_seconds
+            ),
+            retention_days=env.integer("RETENTION_DAYS", d.retention_days, lo=1),
+            webhook_url=webhook_url,
+            webhook_secret=webhook_secret,
+            webhook_timeout_seconds=env.number(
+                "WEBHOOK_TIMEOUT_SECONDS", d.webhook_timeout_seconds, 0.001
+            ),
+            webhook_retry_seconds=env.number(
+                "WEBHOOK_RETRY_SECONDS", d.webhook_retry_seconds, 0.001
+            ),
+            webhook_retry_for_seconds=env.number(
+                "WEBHOOK_RETRY_FOR_SECONDS", d.webhook_retry_for_seconds
+            ),
+            idempotency_window_seconds=env.integer(
+                "IDEMPOTENCY_WINDOW_SECONDS", d.idempotency_window_seconds
+            ),
+            idempotency_max_keys=env.integer("IDEMPOTENCY_MAX_KEYS", d.idempotency_max_keys, 1),
         )

@@ -9,6 +9,10 @@ mint a token. Redis holds only the usage counters, one per account and UTC day:
 
 Raw tokens are never stored, only their SHA-256. Every request looks the token up afresh
 (no token cache), so revocation takes effect on the next request.
+
+This module is the request path (authenticate, check-and-count with idempotency keys,
+refunds, the outage buffer); resolving and administering accounts and tokens is
+`accounts.AccountAdmin`, which `UsageStore` extends.
 """
 
 from __future__ import annotations
@@ -17,13 +21,10 @@ import asyncio
 import hashlib
 import logging
 import re
-import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from datetime import date
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Protocol, TypeVar
 
-import msgspec
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -32,59 +33,42 @@ from redis.exceptions import RedisError
 
 from ratelimitd.keys import meter_key
 from sidecars.common.outage import Outage
-from sidecars.common.ratelimit import AccessDenied
+from sidecars.common.ratelimit import AccessDenied, IdempotencyKey
 
-from .counters import ADMIT, REFUND, TTL, Admission, UsageBuffer, retry_after
-from .db import AccountError, AccountRecord, Database, StoreUnavailable, TokenRecord, open_database
-from .db.base import ACCOUNT_ID_RE
-from .plans import WINDOW_KINDS, Plan
+from .accounts import KEEP, TOKEN_RE, Account, AccountAdmin, TokenInfo, token_hash
+from .counters import (
+    ADMIT,
+    REFUND,
+    REPLAYED,
+    REUSED,
+    TTL,
+    Admission,
+    UsageBuffer,
+    retry_after,
+)
+from .db import AccountError, Database, StoreUnavailable, open_database
+from .plans import Plan
 from .settings import Settings
 from .windows import Window, usage_window, utc_date
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-__all__ = ["Account", "AccountError", "StoreUnavailable", "TokenInfo", "UsageStore"]
+__all__ = [
+    "KEEP",
+    "Account",
+    "AccountError",
+    "StoreUnavailable",
+    "TokenInfo",
+    "UsageStore",
+    "token_hash",
+]
 
 
-class Keep:
-    """The `end` of `update_account` when it is left as it is."""
+class Crossings(Protocol):
+    """Who hears about counted requests (the threshold notifier), from the request path: it
+    must only look and queue, never wait."""
 
-
-KEEP = Keep()
-
-TOKEN_PREFIX = "usk_"
-# usk_ + 32 random bytes in unpadded base64url: anything else is rejected before any lookup.
-TOKEN_RE = re.compile(r"usk_[A-Za-z0-9_-]{43}")
-
-
-class Account(msgspec.Struct, frozen=True):
-    """An account as stored, with its plan resolved."""
-
-    id: str
-    plan: str
-    window: str  # the effective window kind (the plan's default when the record has none)
-    start: date
-    end: date | None
-    window_override: bool = False
-    created: int = 0
-    updated: int = 0
-    suspended: int | None = None
-
-
-class TokenInfo(msgspec.Struct, omit_defaults=True):
-    """What `tokens list` shows of a token (never the token)."""
-
-    id: str
-    sha256: str
-    created: int
-    label: str = ""
-    revoked: int | None = None
-    expires: int | None = None
-    lastUsed: int | None = None
-
-
-def _info(t: TokenRecord) -> TokenInfo:
-    return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked, t.expires, t.last_used)
+    def observe(self, account: Account, window: Window, used: int, limit: int) -> None: ...
 
 
 # How often a worker tries to write buffered hits back while Redis is unavailable.
@@ -93,15 +77,15 @@ FLUSH_INTERVAL = 0.2
 # A token's `last_used` is written at most this often per worker (not once per request).
 LAST_USED_PRECISION = 60
 
+# Idempotency-Key: printable ASCII, at most this long (Stripe's bound); stored as a hash. A
+# key is compared as sent: `"abc"` (the IETF draft's quoted form) and `abc` are two keys, as
+# a client retrying sends the same bytes again.
+IDEMPOTENCY_KEY_MAX = 255
+_KEY_RE = re.compile(rf"[\x20-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}")
 
-def token_hash(token: str) -> str:
-    """The hex SHA-256 a token is stored under."""
-    return hashlib.sha256(token.encode()).hexdigest()
 
-
-def new_token() -> str:
-    """A fresh random bearer token."""
-    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+def _digest(text: str, size: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[: size * 2]
 
 
 def connect(settings: Settings) -> aioredis.Redis:
@@ -120,7 +104,7 @@ def connect(settings: Settings) -> aioredis.Redis:
     return aioredis.Redis.from_pool(pool)
 
 
-class UsageStore:
+class UsageStore(AccountAdmin):
     """Accounts and tokens (the database) and usage sums (Redis); every call bounded in time."""
 
     def __init__(
@@ -149,6 +133,7 @@ class UsageStore:
             else "answering 503 (USAGE_COUNTER_FAILURE_MODE=deny)"
         )
         self.counters_outage = Outage("Redis (usage counters)", consequence)
+        self.crossings: Crossings | None = None  # set by the app when webhooks are on
         # Connect plus one read, with slack: the outer bound if a socket option is not honoured.
         self._deadline = settings.redis_timeout_seconds * 2 + 0.05
 
@@ -214,37 +199,33 @@ class UsageStore:
                 log.info("token last-use not recorded: %s", exc)
         return account
 
-    async def account(self, account_id: str) -> Account | None:
-        """The account record, or None."""
-        record = await self.db.account(account_id)
-        return self._account(record) if record is not None else None
-
-    def _account(self, record: AccountRecord) -> Account | None:
-        plan = self.plans.get(record.plan)
-        # An account whose plan was removed from the plans file is no account.
-        if plan is None:
-            return None
-        return Account(
-            id=record.id,
-            plan=plan.name,
-            window=record.window or plan.window,
-            start=record.start,
-            end=record.end,
-            window_override=bool(record.window),
-            created=record.created,
-            updated=record.updated,
-            suspended=record.suspended,
-        )
-
     def window(self, account: Account, now: float | None = None) -> Window:
         """The account's current counting window."""
         return usage_window(account.window, account.start, self.clock() if now is None else now)
 
     def bucket_keys(self, account_id: str, window: Window) -> list[str]:
         """The meter keys of the window's days (ratelimitd's `meter_key` layout)."""
+        return self.bucket_keys_for_days(account_id, window.days)
+
+    def bucket_keys_for_days(self, account_id: str, days: Iterable[int]) -> list[str]:
+        """The meter keys of an account's days (day starts, epoch seconds)."""
         prefix, domain = self.settings.cache_key_prefix, self.settings.meter_domain
         entries = ((self.settings.meter_key, account_id),)
-        return [meter_key(prefix, domain, entries, day) for day in window.days]
+        return [meter_key(prefix, domain, entries, day) for day in days]
+
+    async def read_buckets(self, keys: list[str]) -> list[bytes | None]:
+        """The values of many buckets: MGETs of at most 5,000 keys, in one pipeline."""
+        pipe = self.redis.pipeline(transaction=False)
+        for i in range(0, len(keys), 5000):
+            pipe.mget(keys[i : i + 5000])
+        chunks = await self._bounded(pipe.execute)
+        return [v for chunk in chunks for v in chunk]
+
+    async def lease(self, name: str, holder: str, seconds: float) -> bool:
+        """Take the fleet-wide lease `name` for `seconds` unless another holder has it."""
+        key = f"{self.settings.key_prefix}lease:{name}"
+        ms = max(1, int(seconds * 1000))
+        return bool(await self._bounded(lambda: self.redis.set(key, holder, nx=True, px=ms)))
 
     async def usage(self, account: Account, now: float | None = None) -> tuple[Window, int]:
         """The current window and the hits metered in it (one MGET)."""
@@ -255,11 +236,27 @@ class UsageStore:
         values = await self._bounded(lambda: self.redis.mget(keys))
         return window, sum(int(v) for v in values if v is not None)
 
-    async def admit(self, account: Account, exempt: bool = False) -> Admission:
+    def _idempotency(self, account_id: str, retry: IdempotencyKey) -> tuple[str, str, str]:
+        """(key set, fingerprints, member) of a request's Idempotency-Key; a malformed key is
+        refused (400): silently counting it would make the client's retries count twice."""
+        key = retry.key
+        if _KEY_RE.fullmatch(key) is None:
+            raise AccessDenied(
+                "invalid_request",
+                f"Idempotency-Key must be 1-{IDEMPOTENCY_KEY_MAX} printable ASCII characters.",
+                400,
+            )
+        prefix = f"{self.settings.key_prefix}idempotency:{account_id}"
+        return prefix + ":keys", prefix + ":requests", _digest(key, 16)
+
+    async def admit(
+        self, account: Account, exempt: bool = False, retry: IdempotencyKey | None = None
+    ) -> Admission:
         """Check-and-count one request of the account against its plan, atomically (one
         round trip). `exempt` (a quota-exempt path): served even at the limit, and then not
         counted. A subscription that has not started yet raises AccessDenied (403), except
-        on exempt paths, where the request is served and not counted."""
+        on exempt paths, where the request is served and not counted. `retry`: the request's
+        Idempotency-Key; a key seen within the key window is served, not counted."""
         now = self.clock()
         limit = self.plans[account.plan].limit
         window = self.window(account, now)
@@ -270,26 +267,49 @@ class UsageStore:
                 "subscription_not_started",
                 f"The subscription starts on {account.start.isoformat()}.",
             )
-        keys = self.bucket_keys(account.id, window)
+        buckets = self.bucket_keys(account.id, window)
+        keys: list[str] = buckets
+        args: list[int | str] = [limit, TTL]
+        idempotency = None
+        if retry is not None and self.settings.idempotency_window_seconds > 0:
+            idempotency = self._idempotency(account.id, retry)
+            keys = [*buckets, idempotency[0], idempotency[1]]
+            args += [
+                idempotency[2],
+                _digest(retry.request, 8),
+                int(now * 1000),
+                self.settings.idempotency_window_seconds * 1000,
+                self.settings.idempotency_max_keys,
+            ]
         if self._admit is None or self._admit_client is not self.redis:
             self._admit_client = self.redis
             self._admit = self.redis.register_script(ADMIT)
             self._refund = self.redis.register_script(REFUND)
         script = self._admit
         try:
-            reply = await self._bounded(lambda: script(keys=keys, args=[limit, TTL]))
+            reply = await self._bounded(lambda: script(keys=keys, args=args))
         except StoreUnavailable as exc:
             self.counters_outage.failed(str(exc))
-            if self.settings.counter_failure_mode == "deny" or not self.buffer.add(keys[-1]):
+            if self.settings.counter_failure_mode == "deny" or not self.buffer.add(buckets[-1]):
                 raise
             self._start_flush()
             # Served unchecked and counted here: billing gets the hit when Redis is back.
-            return Admission(True, -1, limit, counted_key=keys[-1], buffered=True)
+            return Admission(True, -1, limit, counted_key=buckets[-1], buffered=True)
         if self.buffer.total == 0:
             self.counters_outage.answered()
-        admitted, used = bool(reply[0]), int(reply[1])
-        if admitted:
-            return Admission(True, used, limit, counted_key=keys[-1])
+        outcome, used = int(reply[0]), int(reply[1])
+        if outcome == REUSED:
+            raise AccessDenied(
+                "idempotency_key_reused",
+                "This Idempotency-Key was used with a different request.",
+                422,
+            )
+        if outcome == REPLAYED:
+            return Admission(True, used, limit, replayed=True)
+        if outcome:
+            if self.crossings is not None:
+                self.crossings.observe(account, window, used, limit)
+            return Admission(True, used, limit, counted_key=buckets[-1], idempotency=idempotency)
         if exempt:
             return Admission(True, used, limit)
         wait = retry_after(window, [int(v) for v in reply[2:]], limit, now)
@@ -301,7 +321,11 @@ class UsageStore:
             return
         if admission.counted_key and self._refund is not None:
             script = self._refund
-            await self._bounded(lambda: script(keys=[admission.counted_key]))
+            keys, args = [admission.counted_key], []
+            if admission.idempotency is not None:
+                keys += admission.idempotency[:2]
+                args.append(admission.idempotency[2])
+            await self._bounded(lambda: script(keys=keys, args=args))
 
     def _start_flush(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -352,122 +376,3 @@ class UsageStore:
         pipe.ttl(key)
         count, _, ttl = await self._bounded(pipe.execute)
         return int(count), max(1, int(ttl))
-
-    # ---------------------------------------------------------------- administration (CLI)
-
-    def _check_id(self, account_id: str) -> None:
-        if ACCOUNT_ID_RE.fullmatch(account_id) is None:
-            raise AccountError(
-                f"account id {account_id!r}: 1-64 of A-Z a-z 0-9 _ . - (starting alphanumeric)"
-            )
-
-    def _check(self, plan: str | None, window: str | None) -> None:
-        if plan is not None and plan not in self.plans:
-            raise AccountError(f"unknown plan {plan!r} (plans: {', '.join(self.plans)})")
-        if window and window not in WINDOW_KINDS:
-            raise AccountError(f"window must be one of {', '.join(WINDOW_KINDS)}")
-
-    async def create_account(
-        self,
-        account_id: str,
-        plan: str,
-        *,
-        window: str = "",
-        start: date | None = None,
-        end: date | None = None,
-    ) -> Account:
-        """Create an account; AccountError if it exists."""
-        self._check_id(account_id)
-        self._check(plan, window)
-        start = start or utc_date(self.clock())
-        if end is not None and end <= start:
-            raise AccountError("end must be after start")
-        record = await self.db.create_account(account_id, plan, window, start, end)
-        return self._required(record)
-
-    async def update_account(
-        self,
-        account_id: str,
-        *,
-        plan: str | None = None,
-        window: str | None = None,
-        start: date | None = None,
-        end: date | Keep | None = KEEP,
-    ) -> Account:
-        """Change an account's plan, window kind ("" = plan default) or period
-        (`end=None` makes it open; leaving `end` out keeps it)."""
-        self._check(plan, window)
-        current = await self._require(account_id)
-        changes: dict[str, Any] = {}
-        if plan is not None:
-            changes["plan"] = plan
-        if window is not None:
-            changes["window_kind"] = window
-        if start is not None:
-            changes["start_date"] = start.isoformat()
-        if not isinstance(end, Keep):
-            changes["end_date"] = end.isoformat() if end is not None else None
-        new_start = start or current.start
-        new_end = current.end if isinstance(end, Keep) else end
-        if new_end is not None and new_end <= new_start:
-            raise AccountError("end must be after start")
-        return self._required(await self.db.update_account(account_id, changes))
-
-    def _required(self, record: AccountRecord) -> Account:
-        account = self._account(record)
-        if account is None:
-            raise AccountError(f"account {record.id!r} has plan {record.plan!r}, not in the plans")
-        return account
-
-    async def _require(self, account_id: str) -> Account:
-        self._check_id(account_id)
-        account = await self.account(account_id)
-        if account is None:
-            raise AccountError(f"no account {account_id!r}")
-        return account
-
-    async def issue_token(
-        self, account_id: str, label: str = "", expires: int | None = None
-    ) -> tuple[str, TokenInfo]:
-        """A new token for the account: (raw token, shown once; its listing entry). `expires`:
-        epoch seconds from which the token is refused (401), None for never."""
-        await self._require(account_id)
-        now = int(self.clock())
-        if expires is not None and expires <= now:
-            raise AccountError("the expiry must be in the future")
-        token = new_token()
-        record = TokenRecord(
-            "tok_" + secrets.token_hex(6),
-            account_id,
-            token_hash(token),
-            now,
-            label,
-            expires=expires,
-        )
-        await self.db.insert_token(record)
-        return token, _info(record)
-
-    async def list_tokens(self, account_id: str) -> list[TokenInfo]:
-        """The account's tokens, oldest first."""
-        await self._require(account_id)
-        return [_info(t) for t in await self.db.tokens(account_id)]
-
-    async def list_accounts(self) -> list[Account]:
-        """Every account (whose plan is known), by id."""
-        return [a for a in map(self._account, await self.db.accounts()) if a is not None]
-
-    async def suspend(self, account_id: str, suspended: bool) -> Account:
-        """Suspend an account (its tokens are refused with 403) or resume it."""
-        await self._require(account_id)
-        value = int(self.clock()) if suspended else None
-        return self._required(await self.db.update_account(account_id, {"suspended": value}))
-
-    async def delete_account(self, account_id: str) -> None:
-        """Delete an account and its tokens (its usage counters expire in Redis by themselves)."""
-        self._check_id(account_id)
-        await self.db.delete_account(account_id)
-
-    async def revoke_token(self, account_id: str, token_id: str) -> TokenInfo:
-        """Revoke one token by id: the next request with it gets 401."""
-        await self._require(account_id)
-        return _info(await self.db.revoke_token(account_id, token_id))

@@ -21,8 +21,8 @@ from support.core import suite_config
 from support.daemon import run_check_config
 
 from ratelimitd import _keys_py
-from ratelimitd.backends.base import FIXED_WINDOW, ONLY_FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
 from ratelimitd.config import ConfigError, ConfigFile, load_ruleset
+from ratelimitd.config.windows import FIXED_WINDOW, ONLY_FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 from ratelimitd.stats import RULE_STATS, RuleStats
 

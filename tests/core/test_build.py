@@ -5,7 +5,8 @@ import os
 
 import pytest
 
-from ratelimitd import keys, match
+from ratelimitd import decision, keys, match
+from ratelimitd.transport import rls
 
 
 @pytest.mark.skipif(
@@ -14,7 +15,14 @@ from ratelimitd import keys, match
 def test_compiled_extensions_are_in_use() -> None:
     assert keys.IMPLEMENTATION == "compiled"
     assert match.IMPLEMENTATION == "compiled"
-    for name in ("ratelimitd._keys", "ratelimitd._match"):
+    assert decision.IMPLEMENTATION == "compiled"
+    assert rls.IMPLEMENTATION == "compiled"
+    for name in (
+        "ratelimitd._keys",
+        "ratelimitd._match",
+        "ratelimitd._decision",
+        "ratelimitd._rls",
+    ):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")
     assert keys.cache_key.__module__ == "ratelimitd._keys" or type(keys.cache_key).__name__ in (
@@ -29,5 +37,7 @@ def test_compiled_extensions_are_in_use() -> None:
 def test_no_extensions_forces_the_twins() -> None:
     assert keys.IMPLEMENTATION == "pure"
     assert match.IMPLEMENTATION == "pure"
+    assert decision.IMPLEMENTATION == "pure"
+    assert rls.IMPLEMENTATION == "pure"
     assert keys.cache_key.__module__ == "ratelimitd._keys_py"
     assert match.lookup.__module__ == "ratelimitd._match_py"

@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 
 import pytest
+from support.core import StoreDouble
 
 from ratelimitd.backends import Backend, MemoryBackend, Op, SyncBackend
 from ratelimitd.config import ConfigFile, load_ruleset
@@ -37,9 +38,10 @@ async def test_impl_selects_every_twin_without_patching(impl: str) -> None:
     suffix = "" if impl == "compiled" else "_py"
     match_module = importlib.import_module(f"ratelimitd._match{suffix}")
     keys_module = importlib.import_module(f"ratelimitd._keys{suffix}")
+    decision_module = importlib.import_module(f"ratelimitd._decision{suffix}")
     assert ruleset.lookup is match_module.lookup
-    assert core.limiter._cache_key is keys_module.cache_key
-    assert core.limiter._settle is keys_module.settle
+    assert core.limiter.keys is keys_module
+    assert core.limiter.decision is core.service.decision is decision_module
     codes = [(await core.service.should_rate_limit(request())).overall_code for _ in range(3)]
     assert codes == [OK, OK, OVER_LIMIT]
     snapshot = core.stats.snapshot()
@@ -83,30 +85,18 @@ def test_the_synchronous_path_is_chosen_once_from_the_declared_protocol() -> Non
         build_core(backend=memory).limiter.backend = MemoryBackend()  # type: ignore[misc]
 
 
-class AsyncOnly:
+class AsyncOnly(StoreDouble):
     """A Backend that is not a SyncBackend: the limiter awaits it."""
 
     name = "async-only"
 
     def __init__(self) -> None:
-        self.inner = MemoryBackend(clock=lambda: 1_000_000.0)
+        super().__init__()
         self.rounds = 0
-
-    async def connect(self) -> None:
-        return None
 
     async def increment(self, ops: Sequence[Op]) -> list[int]:
         self.rounds += 1
         return await self.inner.increment(ops)
-
-    async def get(self, ops: Sequence[Op]) -> list[int]:
-        return await self.inner.get(ops)
-
-    async def delete(self, keys: Sequence[str]) -> int:
-        return await self.inner.delete(keys)
-
-    async def close(self) -> None:
-        return None
 
 
 async def test_an_async_backend_is_awaited_once_per_request() -> None:

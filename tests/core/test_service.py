@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from support.core import CONFIGS, MINUTE, SECOND, brief, exhaust, suite_config
+from support.core import CONFIGS, MINUTE, SECOND, StoreDouble, brief, exhaust, suite_config
 from support.core import SERVICE_CONFIG as CONFIG
 from support.core import SERVICE_METADATA as METADATA
 from support.core import SERVICE_NOW as NOW
@@ -105,23 +105,16 @@ async def test_empty_domain_is_checked_before_the_config(harness: Any) -> None:
         await service.should_rate_limit(Request("", []))
 
 
-class FailingBackend:
+class FailingBackend(StoreDouble):
     name = "failing"
-
-    async def connect(self) -> None:
-        return None
 
     async def increment(self, ops: Sequence[Op]) -> list[int]:
         raise BackendError("cache error")
 
-    async def get(self, ops: Sequence[Op]) -> list[int]:
-        raise BackendError("cache error")
+    get = increment
 
     async def delete(self, keys: Sequence[str]) -> int:
         raise BackendError("cache error")
-
-    async def close(self) -> None:
-        return None
 
 
 def failing_core() -> Core:

@@ -5,6 +5,7 @@ in the test's event loop."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -13,17 +14,20 @@ from typing import Any
 
 import pytest
 from support.grpc_rls import CONFIG, Served, plain_settings, tls_settings
+from support.h2raw import CONFIG as H2_CONFIG
+from support.h2raw import Raw
 from support.http_transport import CONFIG as HTTP_CONFIG
 from support.http_transport import Servers
 from support.pki import Pki
 
 from ratelimitd.health import Health
 from ratelimitd.service import RateLimitService
-from ratelimitd.settings import DebugSettings, Settings
+from ratelimitd.settings import DebugSettings, GrpcSettings, ListenerSettings, Settings
 from ratelimitd.transport.debug import debug_routes
 from ratelimitd.transport.grpc import GrpcTransport
-from ratelimitd.transport.http import main_routes, start_http_server
+from ratelimitd.transport.http import start_http_server
 from ratelimitd.transport.native import NativeGrpcTransport
+from ratelimitd.transport.routes import main_routes
 
 Exited = subprocess.CompletedProcess[str]
 
@@ -92,6 +96,51 @@ def serve_tls(
         return await serve(h.service, h.stats, settings=tls_settings(certs, tmp_path, **overrides))
 
     return start
+
+
+# -- the native transport under raw HTTP/2 frames (test_h2_*.py) --------------------------
+
+
+@pytest.fixture
+async def native_server(harness: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
+    """Start the native transport deciding on support.h2raw.CONFIG, in the test's loop:
+    `t = await native_server(**grpc_settings)`, or with `settings=` a whole Settings."""
+    started: list[NativeGrpcTransport] = []
+
+    async def start(settings: Settings | None = None, **grpc_settings: Any) -> NativeGrpcTransport:
+        h = harness(H2_CONFIG)
+        settings = settings or Settings(
+            listeners=ListenerSettings(grpc_host="127.0.0.1", grpc_port=0),
+            grpc=GrpcSettings(**grpc_settings),
+        )
+        health = Health()
+        health.register("backend", True)
+        transport = NativeGrpcTransport(settings, h.service, health, h.stats)
+        await transport.start()
+        started.append(transport)
+        return transport
+
+    yield start
+    for transport in started:
+        await transport.stop(0)
+
+
+@pytest.fixture
+async def raw_client() -> AsyncIterator[Callable[..., Any]]:
+    """`c = await raw_client(port, preface=True, settings=None)`: a support.h2raw.Raw client,
+    closed at teardown."""
+    clients: list[Raw] = []
+
+    async def open_raw(port: int, preface: bool = True, **kw: Any) -> Raw:
+        raw = await Raw.open(port, preface, **kw)
+        clients.append(raw)
+        return raw
+
+    yield open_raw
+    for raw in clients:
+        raw.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await raw.writer.wait_closed()
 
 
 # -- HTTP servers (test_http*.py) --------------------------------------------------------

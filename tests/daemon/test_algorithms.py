@@ -75,6 +75,9 @@ def daemon(
             REDIS_SOCKET_TYPE="tcp",
             REDIS_URL=redis_server.address,
             RATELIMITD_WORKERS="2",
+            # These tests count exactly; a reply may take longer than the 50 ms default on a
+            # loaded 2-core machine, and a timed-out call would be an error, not a decision.
+            REDIS_REQUEST_TIMEOUT="2s",
         )
     write_config(env, "algorithms.yaml", CONFIG)
     d = start_daemon(env)

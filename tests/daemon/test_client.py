@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
+from support.core import StoreDouble
 from support.daemon import DaemonProcess, write_config
 from support.pki import Pki
 from support.ready import free_port
@@ -96,23 +97,16 @@ async def test_errors_carry_the_status_code_and_the_servers_text(serve: Any) -> 
     assert exc.value.code == grpc.StatusCode.UNAVAILABLE
 
 
-class Stuck:
+class Stuck(StoreDouble):
     """An async backend whose store never answers."""
 
     name = "stuck"
-
-    async def connect(self) -> None:
-        return None
 
     async def increment(self, ops: Sequence[Op]) -> list[int]:
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
-    async def get(self, ops: Sequence[Op]) -> list[int]:
-        return await self.increment(ops)
-
-    async def close(self) -> None:
-        return None
+    get = increment
 
 
 async def test_every_call_has_a_deadline(serve: Any) -> None:

@@ -8,28 +8,22 @@ kept forever, and a gRPC stream whose body never completed was never answered.
 from __future__ import annotations
 
 import asyncio
-import resource
 import socket
-import subprocess
 import time
 from typing import Any
 
 import grpc
 import pytest
 from support import wait_until
-from support.daemon import DaemonProcess, write_config
+from support.core import single_rule
+from support.daemon import DaemonProcess, LowNofileDaemon, write_config
 from support.process import Proc
 
 from ratelimitd.messages import OK
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
-CONFIG = """\
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-"""
+CONFIG = single_rule("d", "hour", 1000)
 REQUEST = b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
 BODY = b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}'
 
@@ -69,7 +63,6 @@ def daemon(daemon_env: dict[str, str], start_daemon: Any) -> DaemonProcess:
         HTTP_READ_TIMEOUT="1s",
         HTTP_IDLE_TIMEOUT="1s",
         GRPC_READ_TIMEOUT="1s",
-        HTTP_MAX_CONNECTIONS="8",
     )
     write_config(env, "d.yaml", CONFIG)
     return start_daemon(env)
@@ -98,22 +91,6 @@ def test_an_idle_keep_alive_connection_is_closed(daemon: DaemonProcess) -> None:
         s.sendall(REQUEST % len(BODY) + BODY)
         assert s.recv(65536).startswith(b"HTTP/1.1 200")
         assert closed_by_server(s, 4)
-
-
-async def test_a_listener_at_its_cap_refuses_but_the_others_serve(daemon: DaemonProcess) -> None:
-    held = [connect(daemon.http_port) for _ in range(8)]
-    try:
-        for s in held:  # each keeps itself alive: one request at a time, below the timeouts
-            s.sendall(REQUEST % len(BODY) + BODY)
-            assert s.recv(65536).startswith(b"HTTP/1.1 200")
-        extra = connect(daemon.http_port)
-        assert closed_by_server(extra, 2)  # the ninth is closed at once
-        extra.close()
-        assert await grpc_ok(daemon.grpc_target)
-        assert daemon.debug("/rlconfig")[0] == 200
-    finally:
-        for s in held:
-            s.close()
 
 
 async def test_an_incomplete_grpc_request_is_answered(daemon: DaemonProcess) -> None:
@@ -151,31 +128,13 @@ async def test_an_incomplete_grpc_request_is_answered(daemon: DaemonProcess) -> 
     writer.close()
 
 
-class _LowNofile(DaemonProcess):
-    """The daemon under a small open-file limit (soft = hard = LIMIT)."""
-
-    LIMIT = 600
-
-    def _spawn(self) -> None:
-        limit = self.LIMIT
-        self.proc = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
-        )
-        self.pid = self.proc.pid
-
-
 async def test_fds_are_kept_for_the_rest_when_clients_flood(
     daemon_env: dict[str, str], tmp_path: Any
 ) -> None:
     """600 descriptors: 600 - 256 in reserve = 344 for clients, at most 172 per listener."""
     env = dict(daemon_env, BACKEND_TYPE="memory", RUNTIME_WATCH_ROOT="false")
     write_config(env, "d.yaml", CONFIG)
-    d = _LowNofile(env, tmp_path / "low.log").wait_ready()
+    d = LowNofileDaemon(env, tmp_path / "low.log", 600).wait_ready()
     flood: list[socket.socket] = []
     try:
         for _ in range(400):

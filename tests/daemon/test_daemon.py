@@ -357,7 +357,7 @@ def test_native_transport_is_live_by_default(daemon_env, start_daemon) -> None:
 def test_without_the_native_extension_grpc_aio_serves(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A build without libnghttp2's headers: grpc.aio with one warning; asking for the native
+    """A build without libnghttp2.so.14: grpc.aio with one warning; asking for the native
     transport explicitly then stops start-up."""
     from ratelimitd import daemon
     from ratelimitd.settings import Settings
@@ -368,7 +368,7 @@ def test_without_the_native_extension_grpc_aio_serves(
     assert isinstance(built.grpc, GrpcTransport)
     warnings = [r.getMessage() for r in caplog.records if "native gRPC transport" in r.getMessage()]
     assert warnings == [
-        "the native gRPC transport was not built (no libnghttp2 headers at install): "
+        "the native gRPC transport was not built (no libnghttp2.so.14 at install): "
         "serving gRPC with grpc.aio"
     ]
     with pytest.raises(GrpcConfigError, match="GRPC_TRANSPORT=native"):

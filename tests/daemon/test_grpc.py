@@ -19,6 +19,7 @@ import grpc.aio
 import pytest
 import uvloop
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.core import StoreDouble
 from support.grpc_rls import (
     CHANNEL_OPTIONS,
     CONFIG,
@@ -353,22 +354,15 @@ async def test_no_config_loaded(harness: Callable[..., Any], serve: Any) -> None
 
 
 async def test_backend_error_is_unknown_and_counted(serve: Any) -> None:
-    class Unreachable:
+    class Unreachable(StoreDouble):
         """A backend whose store is down (an async one: the limiter awaits `increment`)."""
 
         name = "unreachable"
 
-        async def connect(self) -> None:
-            return None
-
         async def increment(self, ops: object) -> list[int]:
             raise BackendError("connection refused to redis at 127.0.0.1:6379")
 
-        async def get(self, ops: object) -> list[int]:
-            raise BackendError("connection refused to redis at 127.0.0.1:6379")
-
-        async def close(self) -> None:
-            return None
+        get = increment
 
     core = build_core(backend=Unreachable())
     core.load([ConfigFile("config.yaml", CONFIG)])
@@ -386,19 +380,25 @@ async def test_unexpected_error_is_unknown_and_logged(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    h = harness(CONFIG)
-    served = await serve(h.service, h.stats)
-    real = h.service.should_rate_limit
+    broken = harness(CONFIG)
 
     async def boom(req: Request) -> Response:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(h.service, "should_rate_limit", boom)
-    async with served.channel() as channel:
+    def boom_now(req: Request) -> Response:
+        raise RuntimeError("boom")
+
+    # Both entries of the service (the native transport decides a synchronous one at once),
+    # broken before the transport takes them.
+    monkeypatch.setattr(broken.service, "should_rate_limit", boom)
+    monkeypatch.setattr(broken.service, "decide_now", boom_now)
+    async with (await serve(broken.service, broken.stats)).channel() as channel:
         err = await rpc_error(call(channel, request("test", KV)))
         assert (err.code(), err.details()) == (grpc.StatusCode.UNKNOWN, "boom")
         assert "ShouldRateLimit failed unexpectedly" in caplog.text
-        monkeypatch.setattr(h.service, "should_rate_limit", real)
+    h = harness(CONFIG)
+    served = await serve(h.service, h.stats)
+    async with served.channel() as channel:
         assert (await call(channel, request("test", KV))).overall_code == OK
         # Bytes that are not a RateLimitRequest: grpc-go's INTERNAL, never a crash.
         raw = channel.unary_unary(METHOD_PATH)

@@ -40,8 +40,9 @@ from ratelimitd.messages import (
 )
 from ratelimitd.service import ServiceError
 from ratelimitd.settings import ReloadOptions
-from ratelimitd.transport.http import HttpServer, main_routes, start_http_server
+from ratelimitd.transport.http import HttpServer, start_http_server
 from ratelimitd.transport.jsoncodec import decode_request, encode_response
+from ratelimitd.transport.routes import main_routes
 
 BAD = (400, b"Bad Request\n")
 

@@ -22,7 +22,8 @@ from support.http_transport import (
 )
 
 from ratelimitd.health import Health
-from ratelimitd.transport.http import HttpRequest, HttpServer, main_routes, start_http_server
+from ratelimitd.transport.http import HttpRequest, HttpServer, start_http_server
+from ratelimitd.transport.routes import main_routes
 
 # HTTP/1.1 mechanics
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.settings_env import Recorder
 
 from ratelimitd.settings import (
     DogStatsdMogrifier,
@@ -293,6 +294,12 @@ EXTENSIONS: dict[str, Row] = {
     "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": Read(
         "true", "reload.dynamic_metadata_limit_name", True, {"RESPONSE_DYNAMIC_METADATA": "true"}
     ),
+    "HTTP_WRITE_TIMEOUT": Read("3s", "connections.http_write_timeout", 3.0),
+    "GRPC_WRITE_TIMEOUT": Read("4s", "connections.grpc_write_timeout", 4.0),
+    "GRPC_CONNECTION_TIMEOUT": Read("5s", "connections.grpc_connection_timeout", 5.0),
+    "MAX_BUFFERED_BYTES": Read("16777216", "connections.max_buffered_bytes", 16777216),
+    "MAX_DESCRIPTOR_VALUE_LENGTH": Read("512", "reload.max_value_length", 512),
+    "MEMORY_MAX_KEYS": Read("5000", "cache.memory_max_keys", 5000, {"BACKEND_TYPE": "memory"}),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}
@@ -329,18 +336,6 @@ def test_each_variable_is_implemented_or_refused(name: str) -> None:
         assert "\n" not in message
         for value in ("", *row.accepted):
             load({**row.env, name: value})  # the default, or what we do anyway
-
-
-class Recorder(dict[str, str]):
-    """An environment that remembers which names were asked for."""
-
-    def __init__(self, env: Mapping[str, str]) -> None:
-        super().__init__(env)
-        self.asked: set[str] = set()
-
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
-        self.asked.add(key)
-        return super().get(key, default)
 
 
 def test_the_table_names_every_variable_settings_reads() -> None:
@@ -437,7 +432,7 @@ def readme_classification() -> tuple[list[str], list[str], list[str], str]:
     xDS subsection's table (the reference's xDS settings), and the section's text.
     `REDIS_[PERSECOND_]X` names both instances, `<NAME>` a mogrifier."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Configuration") : readme.index("## Deployment")]
+    section = readme[readme.index("## Configuration") : readme.index("## Deploy\n")]
     section = re.sub(r"REDIS_\[PERSECOND_\](\w+)", r"REDIS_\1`, `REDIS_PERSECOND_\1", section)
     section = section.replace("_<NAME>_", "_A_")
     same_start = section.index("**Same as the reference**")

@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+from support.attacks import many_descriptors
 from support.core import memory_decider
 from support.daemon import write_config
 
@@ -32,8 +33,8 @@ descriptors:
 """
 
 
-def descriptors(n: int, entries: int = 1) -> list[list[tuple[str, str]]]:
-    return [[("k", f"v{i}")] + [("e", str(j)) for j in range(entries - 1)] for i in range(n)]
+def descriptors(n: int, entries: int = 1, tag: object = "") -> list[list[tuple[str, str]]]:
+    return [[("k", f"v{tag}{i}")] + [("e", str(j)) for j in range(entries - 1)] for i in range(n)]
 
 
 async def call(target: str, request: bytes) -> Any:
@@ -65,6 +66,54 @@ async def test_limits_refuse_before_any_work(grpc_env: dict[str, str], start_dae
     # Nothing was counted: the first request of the limit at 100 descriptors is still OK.
     reply = decode_response(await call(d.grpc_target, encode_request("d", descriptors(100))))
     assert reply.overall_code == OK
+
+
+async def test_requests_past_the_bounds_are_refused_while_decoded(
+    grpc_env: dict[str, str], start_daemon: Any
+) -> None:
+    """A 466,000-descriptor request and a 4,097-byte descriptor value: RESOURCE_EXHAUSTED
+    naming the bound (gRPC, both transports), 400 (/json), counted as service errors."""
+    env = dict(grpc_env, BACKEND_TYPE="memory")
+    write_config(env, "d.yaml", CONFIG)
+    d = start_daemon(env)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call(d.grpc_target, many_descriptors("d", 466_000))
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert info.value.details() == (
+        "466000 descriptors in one request (MAX_DESCRIPTORS_PER_REQUEST=1024)"
+    )
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call(d.grpc_target, encode_request("d", [[("k", "v" * 4097)]]))
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert info.value.details() == (
+        "a descriptor value of 4097 bytes (MAX_DESCRIPTOR_VALUE_LENGTH=4096)"
+    )
+    body = {"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v" * 4097}]}]}
+    assert d.http("/json", json.dumps(body).encode())[0] == 400
+    assert d.stats()["ratelimit.service.call.should_rate_limit.service_error"] == 3
+    at_limit = encode_request("d", [[("k", "v" * 4096)]])
+    assert decode_response(await call(d.grpc_target, at_limit)).overall_code == OK
+
+
+async def test_the_memory_store_keeps_at_most_memory_max_keys(
+    daemon_env: dict[str, str], start_daemon: Any
+) -> None:
+    """30,000 new keys into a store of 20,000: the oldest counters (the first to expire)
+    make room; before, every key stayed until its window ended."""
+    env = dict(
+        daemon_env,
+        BACKEND_TYPE="memory",
+        MEMORY_MAX_KEYS="20000",
+        EXPIRATION_JITTER_MAX_SECONDS="0",
+    )
+    write_config(env, "d.yaml", CONFIG.replace("requests_per_unit: 1", "requests_per_unit: 9"))
+    d = start_daemon(env)
+    first = encode_request("d", [[("k", "first")]])
+    assert decode_response(await call(d.grpc_target, first)).statuses[0].limit_remaining == 8
+    for batch in range(30):
+        await call(d.grpc_target, encode_request("d", descriptors(1000, entries=1, tag=batch)))
+    again = decode_response(await call(d.grpc_target, first))
+    assert again.statuses[0].limit_remaining == 8  # counted from 0 again: it was evicted
 
 
 async def test_a_large_request_is_sliced_on_the_native_memory_path(

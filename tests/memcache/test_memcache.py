@@ -293,6 +293,33 @@ async def test_refund_is_a_decr_floored_at_zero_that_never_adds(memcached, decid
     assert snap["ratelimit.service.rate_limit.d.k.total_negative_hits"] == 12
 
 
+async def test_a_refunded_counter_left_space_padded_is_read_as_its_number(
+    memcached, decider
+) -> None:
+    # memcached may leave a decr's shorter result space-padded in place ("10" - 3 = "7 ",
+    # protocol.txt); Go's ParseInt refuses it, so the reference reads the counter as 0 and
+    # the limit starts over. The padding is not part of the number.
+    mc = memcached()
+    d = await decider(
+        [mc.address],
+        "domain: d\ndescriptors:\n  - key: k\n    "
+        "rate_limit: {unit: minute, requests_per_unit: 12}\n",
+    )
+
+    async def decide(hits: int, refund: bool = False) -> tuple[int, int]:
+        ds = [Descriptor((("k", "v"),), hits_addend=hits, is_negative_hits=refund)]
+        r = await d.service.should_rate_limit(Request("d", ds))
+        await d.backend.flush()
+        return r.statuses[0].code, r.statuses[0].limit_remaining
+
+    assert await decide(10) == (OK, 2)
+    assert await decide(3, refund=True) == (OK, 5)
+    assert mc.command(b"get d_k_v_999960").split(b"\r\n")[1] == b"7 "
+    assert await decide(0) == (OK, 5)  # before: (OK, 12), the counter read as 0
+    assert await decide(5) == (OK, 0)
+    assert await decide(1) == (OVER_LIMIT, 0)
+
+
 async def test_a_node_closed_while_dialling_leaves_no_connection_open(memcached) -> None:
     """A node dropped (SRV refresh, backend close) while a dial is in flight: the dial's
     connection is closed too, not left open on the loop (uvloop's close() waits for every

@@ -17,6 +17,7 @@ from ratelimitd.stats.mapper import MetricMapper, default_mapping_config, escape
 from ratelimitd.stats.prometheus import PrometheusSink
 from ratelimitd.stats.sinks import create_sink
 from ratelimitd.stats.workershare import WorkerShare
+from ratelimitd.transport.http import HttpServer
 
 from .conftest import CONFIG, running
 
@@ -68,7 +69,7 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 async def test_scrape_matches_the_store(harness: Any) -> None:
     h = harness(CONFIG)
-    sink = create_sink(prom_settings(PROMETHEUS_PATH="/prom"), h.stats)
+    sink = create_sink(prom_settings(PROMETHEUS_PATH="/prom"), h.stats, serve=HttpServer)
     assert isinstance(sink, PrometheusSink)
     async with running(sink):
         for _ in range(3):
@@ -136,7 +137,7 @@ async def test_scrape_matches_the_store(harness: Any) -> None:
 async def test_response_time_as_milliseconds_and_extra_tags(harness: Any) -> None:
     h = harness(CONFIG)
     env = prom_settings(PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS="true", EXTRA_TAGS="zone:eu")
-    sink = create_sink(env, h.stats)
+    sink = create_sink(env, h.stats, serve=HttpServer)
     async with running(sink):
         await h.decide("obs", [("user", "alice")])
         sink.timer.observe(1000.0)  # type: ignore[union-attr]
@@ -194,19 +195,19 @@ mappings:
     name: "rt_seconds"
     scale: 0.001
     labels:
-      m: "$1"
+      method: "$1"
 """
     )
     h = harness(CONFIG)
-    sink = create_sink(prom_settings(PROMETHEUS_MAPPER_YAML=str(mapper)), h.stats)
+    sink = create_sink(prom_settings(PROMETHEUS_MAPPER_YAML=str(mapper)), h.stats, serve=HttpServer)
     async with running(sink):
         await h.decide("obs", [("user", "alice")])
         sink.timer.observe(50.0)  # type: ignore[union-attr]
         got = await scrape(sink)
         assert got[("hits_total", (("rule", "obs/user"),))] == 1
         assert not any(name.startswith(RULE) for name, _ in got)  # dropped
-        assert got[("rt_seconds_bucket", (("le", "0.001"), ("m", "ShouldRateLimit")))] == 0
-        assert got[("rt_seconds_bucket", (("le", "0.1"), ("m", "ShouldRateLimit")))] == 1
+        assert got[("rt_seconds_bucket", (("le", "0.001"), ("method", "ShouldRateLimit")))] == 0
+        assert got[("rt_seconds_bucket", (("le", "0.1"), ("method", "ShouldRateLimit")))] == 1
 
 
 async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
@@ -215,7 +216,9 @@ async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
     share_dir = str(tmp_path)
     stores = [StatsStore(), StatsStore()]
     sinks = [
-        create_sink(prom_settings(), stores[i], worker_index=i, share_dir=share_dir)
+        create_sink(
+            prom_settings(), stores[i], worker_index=i, share_dir=share_dir, serve=HttpServer
+        )
         for i in range(2)
     ]
     for sink in sinks:
@@ -241,7 +244,9 @@ async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
         # Worker 0 dies and is restarted: its counters continue from the file.
         await sinks[0].stop()
         stores[0] = StatsStore()
-        sinks[0] = create_sink(prom_settings(), stores[0], worker_index=0, share_dir=share_dir)
+        sinks[0] = create_sink(
+            prom_settings(), stores[0], worker_index=0, share_dir=share_dir, serve=HttpServer
+        )
         await sinks[0].start()
         stores[0].rule_stats("d.k").total_hits += 1
         assert (await scrape(sinks[0]))[

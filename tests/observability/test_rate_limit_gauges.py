@@ -12,6 +12,7 @@ from ratelimitd.core import build_core
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
+from ratelimitd.transport.http import HttpServer
 
 from .conftest import CONFIG
 from .test_prometheus import RULE, http_get, prom_settings, samples
@@ -68,7 +69,9 @@ def test_off_by_default() -> None:
 async def test_prometheus_gauge_is_not_summed_over_workers(tmp_path: Path) -> None:
     cores = [core_with_gauges(), core_with_gauges()]
     sinks = [
-        create_sink(prom_settings(), c.stats, worker_index=i, share_dir=str(tmp_path))
+        create_sink(
+            prom_settings(), c.stats, worker_index=i, share_dir=str(tmp_path), serve=HttpServer
+        )
         for i, c in enumerate(cores)
     ]
     for c in cores:

@@ -16,15 +16,10 @@ from ratelimitd.health import Health
 from ratelimitd.limiter import Limiter
 from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.stats.base import RESPONSE_TIME
-from ratelimitd.tracing import (
-    SHOULD_RATE_LIMIT,
-    TracedBackend,
-    Tracing,
-    create_tracing,
-    request_domain,
-    server_interceptor,
-)
+from ratelimitd.tracing import TracedBackend, Tracing, create_tracing
 from ratelimitd.transport.grpc import GrpcTransport
+from ratelimitd.transport.protocodec import request_domain
+from ratelimitd.transport.spans import SHOULD_RATE_LIMIT, server_interceptor
 
 from .conftest import CONFIG, OtlpReceiver
 

@@ -19,7 +19,8 @@ from support import Clock
 from support.core import suite_config
 
 from ratelimitd import _keys_py
-from ratelimitd.backends.base import SLIDING_WINDOW, TOKEN_BUCKET, Op
+from ratelimitd.backends.base import Op
+from ratelimitd.config.windows import SLIDING_WINDOW, TOKEN_BUCKET
 from ratelimitd.messages import OK, OVER_LIMIT
 
 T0 = 1_000_000.0

@@ -11,16 +11,12 @@ import contextlib
 
 import pytest
 from support import wait_for
+from support.core import single_rule
 
 from ratelimitd.backends.base import BackendError
 from ratelimitd.messages import OK
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: hour, requests_per_unit: 1000}
-"""
+CONFIG = single_rule("d", "hour", 1000)
 
 
 class Repointable:

@@ -1,6 +1,5 @@
 """The decision core as the tests drive it: `ratelimitd.core.build_core` (the daemon's own
-factory) with shorthand for loading configs, deciding and reading a statistic; `drive`, a
-decision on the memory backend without an event loop (the benchmarks').
+factory) with shorthand for loading configs, deciding and reading a statistic.
 
 Also what the tests/core modules split by subject share: the matcher twins
 (test_match*.py), the ShouldRateLimit configs, clock and shorthand (test_service*.py) and
@@ -8,13 +7,15 @@ config loading from YAML texts (test_config_*.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from ratelimitd.backends.base import Capabilities, Op
+from ratelimitd.backends.memory import MemoryBackend
 from ratelimitd.config import ConfigError, ConfigFile, RuleSet, load_ruleset
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import Descriptor, Request, Response
@@ -45,6 +46,12 @@ def config_files(configs: Iterable[Config]) -> list[ConfigFile]:
     return files
 
 
+def single_rule(domain: str, unit: str, requests_per_unit: int, key: str = "k") -> str:
+    """The YAML of a config of one rule: `key` (any value) limited per `unit`."""
+    limit = f"{{unit: {unit}, requests_per_unit: {requests_per_unit}}}"
+    return f"domain: {domain}\ndescriptors:\n  - key: {key}\n    rate_limit: {limit}\n"
+
+
 def suite_config(name: str) -> str:
     """The YAML text of tests/configs/suites/<name>.yaml."""
     return (SUITE_CONFIGS / f"{name}.yaml").read_text()
@@ -56,14 +63,12 @@ class Decider:
     def __init__(self, core: Core, clock: Callable[[], float]) -> None:
         self.core = core
         self.clock = clock
-        self.settings = core.settings
-        self.stats = core.stats
-        self.health = core.health
-        self.backend = core.backend
-        self.local_cache = core.local_cache
-        self.limiter = core.limiter
-        self.service = core.service
         self.ruleset: RuleSet | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        # The core's parts (settings, stats, health, backend, local_cache, limiter,
+        # service), until a test sets its own.
+        return getattr(self.core, name)
 
     def load(self, *configs: Config, merge_domains: bool = False) -> RuleSet:
         """Put configs in force (see `config_files`); the RuleSet. Raises ConfigError."""
@@ -84,6 +89,35 @@ class Decider:
         (`domain.key_value`): {name: value}."""
         snapshot = self.stats.snapshot()
         return {n: snapshot.get(f"ratelimit.service.rate_limit.{key}.{n}", 0) for n in RULE_STATS}
+
+
+class StoreDouble:
+    """A counter store a test writes: the awaited Backend contract (not a SyncBackend), every
+    call going to a memory store at a fixed clock unless the test overrides it."""
+
+    name = "double"
+    capabilities = Capabilities()  # the defaults: fixed windows, raises, waits
+
+    def __init__(self) -> None:
+        self.inner = MemoryBackend(clock=lambda: 1_000_000.0)
+
+    async def connect(self) -> None:
+        return None
+
+    async def increment(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.inner.increment(ops)
+
+    async def get(self, ops: Sequence[Op]) -> list[int]:
+        return await self.inner.get(ops)
+
+    async def peek(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.inner.peek(ops)
+
+    async def delete(self, keys: Sequence[str]) -> int:
+        return await self.inner.delete(keys)
+
+    async def close(self) -> None:
+        return None
 
 
 def preset(decider: Decider, key: str, value: int, ttl: int = 3600) -> None:
@@ -125,15 +159,6 @@ def memory_decider(
     decider = Decider(build_core(settings, clock=clock, impl=impl), clock)
     decider.load(*configs, merge_domains=merge_domains)
     return decider
-
-
-def drive(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never suspends (memory backend) without an event loop."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value
-    raise RuntimeError("the decision suspended")
 
 
 # RateLimitUnit numbers.

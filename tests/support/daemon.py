@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from ratelimitd.messages import Response
 
 from .process import REPO, Proc, start_bound
 from .ready import free_port, http_request
+from .redis_server import RedisServer
 
 
 def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
@@ -88,13 +90,15 @@ class DaemonProcess(Proc):
 
     name = "ratelimitd"
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, wrap: Sequence[str] = ()) -> None:
         self.http_port = int(env["PORT"])
         self.grpc_port = int(env["GRPC_PORT"])
         self.debug_port = int(env["DEBUG_PORT"])
         self._channel: grpc.Channel | None = None
         self._client: tuple[asyncio.AbstractEventLoop, RateLimitClient] | None = None
-        super().__init__([sys.executable, "-m", "ratelimitd", "serve"], log_path, env)
+        # `wrap`: a command the daemon runs under (a profiler's, as bench/load/instructions.py).
+        argv = [*wrap, sys.executable, "-m", "ratelimitd", "serve"]
+        super().__init__(argv, log_path, env)
 
     @property
     def grpc_target(self) -> str:
@@ -177,16 +181,43 @@ class DaemonProcess(Proc):
         super()._release()
 
 
-def start_daemon(env: dict[str, str], log_dir: Path, name: str = "ratelimitd") -> DaemonProcess:
-    """A ready daemon with `env` on fresh free ports (retried if another process took one)."""
+class LowNofileDaemon(DaemonProcess):
+    """The daemon under a small open-file limit (soft = hard = `nofile`)."""
+
+    def __init__(self, env: dict[str, str], log_path: Path, nofile: int) -> None:
+        self.nofile = nofile
+        super().__init__(env, log_path)
+
+    def _spawn(self) -> None:
+        limit = self.nofile
+        self.proc = subprocess.Popen(
+            self.argv,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
+        )
+        self.pid = self.proc.pid
+
+
+def start_daemon(
+    env: dict[str, str],
+    log_dir: Path,
+    name: str = "ratelimitd",
+    wrap: Sequence[str] = (),
+    timeout: float = 20.0,
+) -> DaemonProcess:
+    """A ready daemon with `env` on fresh free ports (retried if another process took one),
+    run under the command `wrap` if any."""
 
     def spawn() -> DaemonProcess:
         fresh = with_fresh_ports(env)
-        daemon = DaemonProcess(fresh, log_dir / f"daemon-{fresh['GRPC_PORT']}.log")
+        daemon = DaemonProcess(fresh, log_dir / f"daemon-{fresh['GRPC_PORT']}.log", wrap)
         daemon.name = name
         return daemon
 
-    return start_bound(spawn)
+    return start_bound(spawn, timeout=timeout)
 
 
 def start_redis_daemon(
@@ -204,3 +235,15 @@ def start_redis_daemon(
     )
     write_config(env, "api.yaml", config)
     return start_daemon(env, root)
+
+
+def redis_and_daemon(
+    root: Path, procs: list[Proc], config: str
+) -> tuple[RedisServer, DaemonProcess]:
+    """A redis-server and a daemon on it serving `config`, both added to `procs` (to be
+    stopped with them, as `process.scratch` does)."""
+    redis = start_bound(lambda: RedisServer(root / "redis"))
+    procs.append(redis)
+    daemon = start_redis_daemon(root, redis.address, config)
+    procs.append(daemon)
+    return redis, daemon

@@ -14,6 +14,8 @@ from typing import Any
 
 from ratelimitd.health import Health
 from ratelimitd.messages import Response
+from ratelimitd.service import Snapshot
+from ratelimitd.settings import ReloadOptions
 from ratelimitd.transport.http import HttpServer
 
 # Harness clock: 1_000_000 s, so a MINUTE window resets in 20 s and a SECOND one in 1 s.
@@ -142,6 +144,7 @@ class StubService:
     def __init__(self, outcome: Response | Exception) -> None:
         self.outcome = outcome
         self.ruleset = None
+        self.snapshot = Snapshot(None, ReloadOptions())  # the request bounds /json applies
 
     async def should_rate_limit(self, request: Any) -> Response:
         if isinstance(self.outcome, Exception):

@@ -15,7 +15,9 @@ from .process import REPO
 # Compiled module -> the selector that picks it or its pure twin (IMPLEMENTATION says which).
 SELECTORS = {
     "_keys": "ratelimitd.keys",
+    "_decision": "ratelimitd.decision",
     "_match": "ratelimitd.match",
+    "_rls": "ratelimitd.transport.rls",
     "_wire": "ratelimitd.transport.protocodec",
 }
 # What an HTTP sidecar benchmark also names (machine_info(SIDECAR_PACKAGES)).
@@ -72,6 +74,11 @@ def git_revision() -> str:
     return head.stdout.strip() + (f" + uncommitted changes to {', '.join(dirty)}" if dirty else "")
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages (the machine is shared: say how busy it was)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def machine_info(packages: tuple[str, ...] = ()) -> dict[str, object]:
     """The machine, the versions that matter (and of `packages`), the live implementations."""
     with open("/proc/meminfo") as f:
@@ -87,7 +94,7 @@ def machine_info(packages: tuple[str, ...] = ()) -> dict[str, object]:
         "redis-server": version(["redis-server", "--version"]),
         "implementations": implementations(),
         "git": git_revision(),
-        "load average at start": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
+        "load average at start": load_average(),
     }
     for name in packages:
         info[name] = metadata.version(name)

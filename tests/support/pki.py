@@ -6,6 +6,9 @@ Two CAs and their leaves, each a (certificate, key) pair of PEM files:
   elsewhere  DNS elsewhere.test only, signed by `ca`       (a hostname mismatch)
   client     DNS client.example.com, signed by `ca`        (clientAuth)
   other      DNS other.example.com, signed by `ca`         (clientAuth, a SAN mismatch)
+  gateway    envoy-gateway (Envoy Gateway's xDS server) and 127.0.0.1 / localhost, by `ca`
+  ratelimit  *.envoy-gateway-system and 127.0.0.1 / localhost, by `ca` (serverAuth and
+             clientAuth: Envoy Gateway gives its rate-limit pod one certificate for both)
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ class Pki:
         self.elsewhere = self._leaf("elsewhere", self.ca, "DNS:elsewhere.test", "serverAuth")
         self.client = self._leaf("client", self.ca, "DNS:client.example.com", "clientAuth")
         self.other = self._leaf("other", self.ca, "DNS:other.example.com", "clientAuth")
+        self.gateway = self._leaf("gateway", self.ca, f"DNS:envoy-gateway,{LOCAL}", "serverAuth")
+        self.ratelimit = self._leaf(
+            "ratelimit", self.ca, f"DNS:*.envoy-gateway-system,{LOCAL}", "serverAuth,clientAuth"
+        )
 
     def _run(self, *args: str) -> None:
         subprocess.run(["openssl", *args], cwd=self.root, check=True, capture_output=True)
@@ -58,6 +65,14 @@ class Pki:
             "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", ext.name,
         )  # fmt: skip
         return self.root / f"{name}.pem", self.root / f"{name}.key"
+
+    def server_env(self) -> dict[str, str]:
+        """The daemon's environment for a TLS gRPC listener with the `server` certificate."""
+        return {
+            "GRPC_SERVER_USE_TLS": "true",
+            "GRPC_SERVER_TLS_CERT": str(self.server[0]),
+            "GRPC_SERVER_TLS_KEY": str(self.server[1]),
+        }
 
     def creds(self, ca: Path, client: tuple[Path, Path] | None = None) -> grpc.ChannelCredentials:
         """gRPC client credentials trusting `ca`, presenting `client` when given."""

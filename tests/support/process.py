@@ -10,7 +10,9 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Self, TypeVar
 
@@ -93,6 +95,14 @@ class Proc:
         """CPU seconds used by this process and its descendants alive now."""
         return cpu_seconds(process_tree(self.pid))
 
+    def rss_kib(self) -> int:
+        """This process's resident set, KiB."""
+        return rss_kib(self.pid)
+
+    def open_fds(self) -> int:
+        """How many descriptors this process has open."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
     def pause(self) -> None:
         """SIGSTOP: the server hangs with its sockets open."""
         os.kill(self.pid, signal.SIGSTOP)
@@ -149,6 +159,20 @@ def start_bound(factory: Callable[[], P], attempts: int = 3, timeout: float = 20
     raise AssertionError("unreachable")
 
 
+@contextmanager
+def scratch(prefix: str) -> Iterator[tuple[Path, list[Proc]]]:
+    """A temporary directory and a list to put started servers in; on the way out the
+    servers are stopped, last started first, and the directory removed (a benchmark's run)."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    procs: list[Proc] = []
+    try:
+        yield directory, procs
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _children() -> dict[int, list[int]]:
     tree: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -186,6 +210,18 @@ def cpu_seconds(pids: list[int]) -> float:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     return total / _TICK
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of `pid`, KiB (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def binary(name: str, install: str) -> str:

@@ -1,8 +1,12 @@
 """Settings.from_env as the settings tests (tests/daemon/test_settings*.py) call it: `load`
-the settings of an environment given as keywords, or the one-line `error` it is refused with.
+the settings of an environment given as keywords, or the one-line `error` it is refused with;
+`Recorder`, an environment that remembers which names the settings asked for.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -19,3 +23,15 @@ def error(**env: str) -> str:
     message = str(info.value)
     assert "\n" not in message
     return message
+
+
+class Recorder(dict[str, str]):
+    """An environment that remembers which names were asked for."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        super().__init__(env)
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.asked.add(key)
+        return super().get(key, default)

@@ -12,11 +12,13 @@ import os
 import re
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 
+from .postgres_server import PostgresServer
 from .process import REPO, Proc
 
 LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
@@ -103,6 +105,15 @@ def usage_sidecar(env: dict[str, str], log_path: Path, workers: int = 2) -> Guni
     }
     argv = [sys.executable, "-m", "sidecars.usage", "serve"]
     return Gunicorn(argv, defaults | env, log_path, workers)
+
+
+def usage_database(kind: str, directory: Path, postgres: PostgresServer | None) -> dict[str, str]:
+    """The USAGE_* variable naming a fresh database of `kind` ("sqlite": a file in
+    `directory`; "postgres": a new database on `postgres`)."""
+    if kind == "sqlite":
+        return {"USAGE_SQLITE_PATH": str(directory / f"usage-{uuid.uuid4().hex[:8]}.sqlite3")}
+    assert postgres is not None, "a PostgreSQL server is needed"
+    return {"USAGE_POSTGRES_DSN": postgres.create_database("u" + uuid.uuid4().hex[:12])}
 
 
 def transit_sidecar(env: dict[str, str], log_path: Path, workers: int = 2, *extra: str) -> Gunicorn:

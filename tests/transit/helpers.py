@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from zoneinfo import ZoneInfo
+
+import httpx
+from support.sidecar import Gunicorn, transit_sidecar
 
 from sidecars.transit.settings import DATA_DIR
 
@@ -99,15 +103,21 @@ def write_feed(
 
 
 @contextmanager
-def http_files(files: dict[str, bytes]) -> Iterator[str]:
+def http_files(
+    files: dict[str, bytes], authorize: Callable[[str, Message], bool] | None = None
+) -> Iterator[str]:
     """A local HTTP server (in a thread) answering GET `path` with `files[path]` and 404 for any
-    other path; yields its base URL, `http://127.0.0.1:<port>`."""
+    other path; yields its base URL, `http://127.0.0.1:<port>`. With `authorize(path, headers)`
+    (the path with its query string), a request it refuses is answered 401."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            payload = files.get(self.path)
+            payload = files.get(self.path.partition("?")[0] if authorize else self.path)
             if payload is None:
                 self.send_error(404)
+                return
+            if authorize is not None and not authorize(self.path, self.headers):
+                self.send_error(401)
                 return
             self.send_response(200)
             self.send_header("Content-Length", str(len(payload)))
@@ -126,3 +136,19 @@ def http_files(files: dict[str, bytes]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@contextmanager
+def serving(
+    env: dict[str, str], log: Path, ready: Callable[[httpx.Response], bool]
+) -> Iterator[Gunicorn]:
+    """`python -m sidecars.transit` (2 workers, port 0) with `env`, yielded once each worker's
+    `/health` is `ready` (a worker loads its feed in the background and answers 503 until then;
+    the workers are told apart by the Transit-Worker header)."""
+    gunicorn = transit_sidecar(env, log)
+    try:
+        gunicorn.wait_ready(60)
+        gunicorn.wait_each_worker("/health", ready, header="transit-worker")
+        yield gunicorn
+    finally:
+        gunicorn.terminate(30)

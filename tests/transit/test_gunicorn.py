@@ -7,26 +7,19 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from support.sidecar import transit_sidecar
+
+from .helpers import serving
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`python -m sidecars.transit` on port 0, 2 workers (gunicorn reports the port it bound)."""
     env = {"TRANSIT_NOW": "2014-06-10T08:00:00+10:00", "TRANSIT_DEMO": "true"}
-    gunicorn = transit_sidecar(env, tmp_path_factory.mktemp("transit") / "gunicorn.log")
-    try:
-        gunicorn.wait_ready(60)
-        # Each worker loads its feed in the background and answers 503 until then: wait until
-        # both workers (told apart by the Transit-Worker header) have answered 200.
-        gunicorn.wait_each_worker(
-            "/health",
-            lambda r: r.status_code == 200 and r.json()["vehicles"]["status"] == "ok",
-            header="transit-worker",
-        )
+    log = tmp_path_factory.mktemp("transit") / "gunicorn.log"
+    with serving(
+        env, log, lambda r: r.status_code == 200 and r.json()["vehicles"]["status"] == "ok"
+    ) as gunicorn:
         yield gunicorn.base
-    finally:
-        gunicorn.terminate(30)
 
 
 def test_serves_real_data_over_http(server: str) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,9 +15,11 @@ from support.daemon import DaemonProcess, start_redis_daemon
 from support.postgres_server import PostgresServer
 from support.process import REPO, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import Gunicorn, usage_sidecar
+from support.sidecar import Gunicorn, usage_database, usage_sidecar
 
-from .usage_helpers import OPEN_STORES, session_sqlite_path
+from sidecars.usage.settings import Settings
+
+from .usage_helpers import OPEN_STORES, session_sqlite_path, settings_for
 
 RATELIMIT_CONFIG = REPO / "sidecars" / "usage" / "ratelimit-config.yaml"
 
@@ -62,6 +65,28 @@ def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Postgr
     server = start_bound(lambda: PostgresServer(tmp_path_factory.mktemp("postgres")))
     yield server
     server.close()
+
+
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.fixture(params=BACKENDS)
+def db_settings(
+    request: pytest.FixtureRequest, tmp_path: Path, redis_server: RedisServer
+) -> Settings:
+    """Settings naming a fresh, empty database of each kind (and the session's Redis)."""
+    base = settings_for(redis_server.url)
+    db = usage_database(request.param, tmp_path, postgres_for(request))
+    return dataclasses.replace(
+        base,
+        sqlite_path=db.get("USAGE_SQLITE_PATH", base.sqlite_path),
+        postgres_dsn=db.get("USAGE_POSTGRES_DSN", ""),
+    )
+
+
+def postgres_for(request: pytest.FixtureRequest) -> PostgresServer | None:
+    """The session's PostgreSQL server when the test is parametrised for it (started then)."""
+    return request.getfixturevalue("postgres_server") if request.param == "postgres" else None
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from support import REPO, free_port
 from support.redis_server import RedisServer
+from support.sidecar import Gunicorn
 
 from sidecars.usage.cli import main
+from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.store import token_hash
 
 from .usage_helpers import session_sqlite_path, unique
@@ -196,6 +198,10 @@ def test_tokens_expiry_and_table(cli, capsys) -> None:  # type: ignore[no-untype
         ["accounts", "delete"],
         ["tokens"],
         *(["tokens", a] for a in ("issue", "list", "revoke")),
+        ["usage"],
+        *(["usage", a] for a in ("rollup", "show", "export")),
+        ["webhooks"],
+        *(["webhooks", a] for a in ("list", "show", "resend")),
     ],
 )
 def test_help_on_every_command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -218,3 +224,30 @@ def test_cli_options_are_the_server_settings(
     assert main([*common, "accounts", "show", "serve"]) == 0
     assert main(["--sqlite-path", str(db), "--postgres-dsn", "x", "accounts", "list"]) == 2
     assert main(["--postgres-dsn", "x", "accounts", "list"]) == 2  # not a DSN
+
+
+def test_serve_hands_the_options_to_the_workers(
+    redis_server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Only the command line names the database and Redis: the workers get them from the
+    # environment that settings builds for gunicorn.
+    for name in ("USAGE_REDIS_URL", "USAGE_SQLITE_PATH", "USAGE_POSTGRES_DSN"):
+        monkeypatch.delenv(name, raising=False)
+    options = ["--redis-url", redis_server.address, "--sqlite-path", str(tmp_path / "o.db")]
+    assert main([*options, "accounts", "create", "opt", "--plan", "pro"]) == 0
+    capsys.readouterr()
+    assert main([*options, "tokens", "issue", "opt"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    argv = [sys.executable, "-m", "sidecars.usage", *options, "serve"]
+    env = {"USAGE_PORT": "0", "USAGE_WORKERS": "1", "USAGE_RATELIMIT_ADDRESS": ""}
+    server = Gunicorn(argv, env, tmp_path / "gunicorn.log", workers=1)
+    try:
+        server.wait_ready(60)
+        server.wait_steady(lambda: server.get("/health").status_code == 200, "health", times=1)
+        answer = server.get(USAGE_PATH, headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200 and answer.json()["planName"] == "pro"
+    finally:
+        server.terminate()

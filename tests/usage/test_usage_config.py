@@ -11,7 +11,7 @@ from ratelimitd.backends import Op
 from ratelimitd.keys import meter_key
 from ratelimitd.messages import OK, Descriptor
 from sidecars.usage.plans import DEFAULTS, PlanError, load_plans, parse_plans
-from sidecars.usage.settings import USAGE_PATH, Settings, SettingsError
+from sidecars.usage.settings import HISTORY_PATH, USAGE_PATH, Settings, SettingsError, environment
 
 
 def test_shipped_plans_are_the_defaults() -> None:
@@ -24,6 +24,9 @@ def test_a_plans_file_overrides_what_it_names() -> None:
     assert plans["free"].limit == 5 and plans["free"].window == "rolling_30_days"
     assert plans["pro"].limit == DEFAULTS["pro"].limit and plans["pro"].window == "rolling_30_days"
     assert plans["startup"] == DEFAULTS["startup"]
+    assert plans["free"].thresholds == (80, 100)  # the default
+    custom = parse_plans("plans:\n  pro: {thresholds: [100, 50, 50]}\n  free: {thresholds: []}\n")
+    assert custom["pro"].thresholds == (50, 100) and custom["free"].thresholds == ()
 
 
 @pytest.mark.parametrize(
@@ -36,6 +39,10 @@ def test_a_plans_file_overrides_what_it_names() -> None:
         ("plans:\n  free: {limit: 1, price: 3}\n", "takes only"),
         ("plans: [free]\n", "expected a mapping"),
         ("plans: {free: [\n", "not YAML"),
+        # Above 100 % would never be crossed: the quota stops counting there.
+        ("plans:\n  free: {thresholds: [80, 120]}\n", "from 1 to 100"),
+        ("plans:\n  free: {thresholds: 80}\n", "list of percentages"),
+        ("plans:\n  free: {thresholds: [1,2,3,4,5,6,7,8,9,10,11]}\n", "at most 10"),
     ],
 )
 def test_bad_plans_files_are_refused(text: str, message: str) -> None:
@@ -61,7 +68,8 @@ def test_settings_defaults_and_parsing() -> None:
     )
     assert s.redis_url == "redis://10.0.0.1:6380"
     assert s.usage_path == "/usage" + USAGE_PATH
-    assert s.quota_exempt_paths == ("/usage" + USAGE_PATH,)
+    # Reading one's own usage or history never uses the quota up.
+    assert s.quota_exempt_paths == ("/usage" + USAGE_PATH, "/usage" + HISTORY_PATH)
     assert s.ratelimit_failure_mode == "deny"
     assert s.exempt_paths == ("/health", "/x")
     assert s.ratelimit_address == ""
@@ -78,11 +86,65 @@ def test_settings_defaults_and_parsing() -> None:
         {"USAGE_BASE_PATH": "usage"},
         {"USAGE_REDIS_TIMEOUT_SECONDS": "0"},
         {"USAGE_RATE_LIMIT": "sometimes"},
+        {"USAGE_RETENTION_DAYS": "0"},
+        {"USAGE_ROLLUP_INTERVAL_SECONDS": "-1"},
+        {"USAGE_IDEMPOTENCY_MAX_KEYS": "0"},
     ],
 )
 def test_bad_settings(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"USAGE_WEBHOOK_URL": "ftp://x/y", "USAGE_WEBHOOK_SECRET": "s" * 16}, "http"),
+        ({"USAGE_WEBHOOK_URL": "http://x/hook"}, "USAGE_WEBHOOK_SECRET must be set"),
+        ({"USAGE_WEBHOOK_URL": "http://x/hook", "USAGE_WEBHOOK_SECRET": "short"}, "16"),
+        ({"USAGE_WEBHOOK_URL": "http://x/hook", "USAGE_WEBHOOK_SECRET": "s" * 16 + " x"}, "16"),
+        # Delivery settings without a receiver would do nothing: refused, not ignored.
+        ({"USAGE_WEBHOOK_SECRET": "s" * 16}, "USAGE_WEBHOOK_URL is not"),
+        ({"USAGE_WEBHOOK_RETRY_SECONDS": "1"}, "USAGE_WEBHOOK_RETRY_SECONDS is set"),
+    ],
+)
+def test_webhook_settings_are_checked_at_start(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env(env)
+
+
+def test_history_webhook_and_idempotency_settings() -> None:
+    d = Settings.from_env({})
+    assert (d.retention_days, d.rollup_interval_seconds) == (400, 60.0)
+    assert (d.idempotency_window_seconds, d.idempotency_max_keys) == (86400, 10_000)
+    assert d.webhook_url == "" and d.webhook_retry_for_seconds == 86400
+    s = Settings.from_env(
+        {
+            "USAGE_RETENTION_DAYS": "30",
+            "USAGE_ROLLUP_INTERVAL_SECONDS": "0",
+            "USAGE_WEBHOOK_URL": "https://hooks.example/usage",
+            "USAGE_WEBHOOK_SECRET": "whsec_0123456789abcdef",
+            "USAGE_WEBHOOK_RETRY_SECONDS": "0.5",
+            "USAGE_IDEMPOTENCY_WINDOW_SECONDS": "3600",
+        }
+    )
+    assert (s.retention_days, s.rollup_interval_seconds) == (30, 0.0)
+    assert s.webhook_url == "https://hooks.example/usage" and s.webhook_retry_seconds == 0.5
+    assert s.idempotency_window_seconds == 3600
+
+
+def test_cli_overrides_are_applied_in_settings_only() -> None:
+    base = {"USAGE_SQLITE_PATH": "/tmp/a.sqlite3", "USAGE_REDIS_URL": "h:1", "OTHER": "kept"}
+    # A database named on the command line replaces the environment's other one ...
+    env = environment({"USAGE_POSTGRES_DSN": "postgresql://u@h/db"}, base)
+    assert "USAGE_SQLITE_PATH" not in env and env["OTHER"] == "kept"
+    assert Settings.from_env(base, {"USAGE_POSTGRES_DSN": "postgresql://u@h/db"}).postgres_dsn
+    # ... both named at once are refused, as the server refuses them.
+    with pytest.raises(SettingsError, match="exclusive"):
+        Settings.from_env(
+            base, {"USAGE_SQLITE_PATH": "/x", "USAGE_POSTGRES_DSN": "postgresql://u@h/db"}
+        )
+    assert Settings.from_env(base, {"USAGE_REDIS_URL": "h:2"}).redis_url == "redis://h:2"
 
 
 async def test_shipped_ratelimit_config_limits_rates_and_does_not_meter() -> None:

@@ -1,5 +1,5 @@
 """The OpenAPI document against what the API really sends: every error status (400, 401, 403,
-404, 405, 429, 431, 503) documented with the ApiError body and its headers, and every
+404, 405, 422, 429, 431, 503) documented with the ApiError body and its headers, and every
 header an answer carries declared (RateLimit-*, Retry-After, WWW-Authenticate, Allow)."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ NAMES = {
     "403": "Forbidden",
     "404": "NotFound",
     "405": "MethodNotAllowed",
+    "422": "UnprocessableContent",
     "429": "TooManyRequests",
     "431": "HeadersTooLarge",
     "503": "ServiceUnavailable",
@@ -67,6 +68,9 @@ async def test_every_error_answer_matches_its_documented_headers(
             await client.post(USAGE_PATH, headers=auth),  # 405
             await client.get(USAGE_PATH, headers={"X-Big": "x" * 5000}),  # 431
         ]
+        once = {**auth, "Idempotency-Key": "k"}
+        await client.get(USAGE_PATH, headers=once)
+        answers.append(await client.get(USAGE_PATH + "?format=json", headers=once))  # 422
         for _ in range(6):
             last = await client.get(USAGE_PATH, headers=auth)
         answers.append(last)  # 429 quota_exceeded
@@ -81,4 +85,4 @@ async def test_every_error_answer_matches_its_documented_headers(
         assert sent <= names, (resp.status_code, sent - names)
         assert required <= sent, (resp.status_code, required - sent)
         seen.add(resp.status_code)
-    assert seen == {400, 401, 403, 404, 405, 429, 431, 503}
+    assert seen == {400, 401, 403, 404, 405, 422, 429, 431, 503}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import date
 from pathlib import Path
@@ -15,35 +14,20 @@ from pathlib import Path
 import httpx
 import pytest
 from support import Clock, free_port
-from support.postgres_server import PostgresServer
 from support.process import start_bound
 from support.redis_server import RedisServer
+from support.sidecar import usage_database
 
 from sidecars.usage.db import AccountError, Database, StoreUnavailable, open_database
 from sidecars.usage.db.schema import LATEST
 from sidecars.usage.settings import USAGE_PATH, Settings
 from sidecars.usage.store import UsageStore
 
-from .conftest import start_sidecar
+from .conftest import BACKENDS, postgres_for, start_sidecar
 from .test_usage_gunicorn import cli
 from .usage_helpers import TEST_PLANS, bearer, serving, settings_for, unique
 
 NOW = 1_800_000_000.0
-
-BACKENDS = ["sqlite", "postgres"]
-
-
-@pytest.fixture(params=BACKENDS)
-def db_settings(
-    request: pytest.FixtureRequest, tmp_path: Path, redis_server: RedisServer
-) -> Settings:
-    """Settings naming a fresh, empty database of each kind (and the session's Redis)."""
-    base = settings_for(redis_server.url)
-    if request.param == "sqlite":
-        return dataclasses.replace(base, sqlite_path=str(tmp_path / "usage.sqlite3"))
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    dsn = server.create_database("t" + uuid.uuid4().hex[:12])
-    return dataclasses.replace(base, postgres_dsn=dsn)
 
 
 @pytest.fixture
@@ -170,12 +154,8 @@ def own_redis_env(
         "USAGE_REDIS_URL": redis.url,
         "USAGE_RATELIMIT_ADDRESS": "",
         "USAGE_REDIS_TIMEOUT_SECONDS": "2",
+        **usage_database(request.param, tmp_path, postgres_for(request)),
     }
-    if request.param == "sqlite":
-        env["USAGE_SQLITE_PATH"] = str(tmp_path / "usage.sqlite3")
-    else:
-        server: PostgresServer = request.getfixturevalue("postgres_server")
-        env["USAGE_POSTGRES_DSN"] = server.create_database("t" + uuid.uuid4().hex[:12])
     yield env, redis
     redis.close()
 

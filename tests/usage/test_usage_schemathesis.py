@@ -3,42 +3,45 @@ no status, header, content-type or schema violations, for valid and invalid inpu
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
-from typing import Any
+from datetime import UTC, date, datetime, timedelta
 
 import hypothesis
 import schemathesis
-from hypothesis import HealthCheck, Phase
+from support.fuzz import fuzz
 from support.redis_server import RedisServer
 from support.sidecar import Gunicorn
+
+from sidecars.usage.resources import MAX_HISTORY_DAYS
 
 from .test_usage_gunicorn import account
 from .usage_helpers import bearer
 
-MAX_EXAMPLES = 20
+
+def valid_as_a_whole(case: schemathesis.Case) -> None:
+    """Make a schema-valid case valid as a whole, where the API has rules a schema cannot
+    state (positive cases must be accepted; refusals are checked in negative mode and by
+    their own tests): a history range has `from` <= `to` and at most 400 days, and an
+    Idempotency-Key names one request (generated keys repeat across cases, so each case's
+    key gets a unique suffix)."""
+    headers = case.headers or {}
+    if "Idempotency-Key" in headers:
+        headers["Idempotency-Key"] = headers["Idempotency-Key"][:200] + "-" + uuid.uuid4().hex
+    if case.operation.path.endswith("/history") and case.query is not None:
+        last = _date(case.query.get("to")) or datetime.now(UTC).date()
+        first = _date(case.query.get("from")) or last - timedelta(days=29)
+        if first > last:
+            first, last = last, first
+        first = max(first, last - timedelta(days=MAX_HISTORY_DAYS - 1))
+        case.query.update({"from": first.isoformat(), "to": last.isoformat()})
 
 
-def fuzz(
-    operation: Any,
-    mode: schemathesis.GenerationMode,
-    headers: dict[str, str] | None,
-    seen: Counter[tuple[str, int]],
-) -> None:
-    """Generate and check up to MAX_EXAMPLES cases of one operation in one mode."""
-
-    @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
-    @hypothesis.settings(
-        max_examples=MAX_EXAMPLES,
-        deadline=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-        database=None,
-    )
-    def run(case: schemathesis.Case) -> None:
-        response = case.call_and_validate(headers=headers)
-        seen[(case.operation.label, response.status_code)] += 1
-
-    run()
+def _date(value: object) -> date | None:
+    try:
+        return date.fromisoformat(str(value)) if value is not None else None
+    except ValueError:
+        return None
 
 
 def test_schemathesis_finds_no_violations(sidecar: Gunicorn, redis_server: RedisServer) -> None:
@@ -49,15 +52,24 @@ def test_schemathesis_finds_no_violations(sidecar: Gunicorn, redis_server: Redis
         "GET /api/v2/user/usage",
         "HEAD /api/v2/user/usage",
         "OPTIONS /api/v2/user/usage",
+        "GET /api/v2/user/usage/history",
+        "HEAD /api/v2/user/usage/history",
+        "OPTIONS /api/v2/user/usage/history",
         "GET /health",
     }
     seen: Counter[tuple[str, int]] = Counter()
     for operation in operations:
         # Valid inputs carry the valid token; invalid ones are sent as generated (their
         # Authorization header may be missing or mangled on purpose).
-        fuzz(operation, schemathesis.GenerationMode.POSITIVE, bearer(token), seen)
+        fuzz(
+            operation,
+            schemathesis.GenerationMode.POSITIVE,
+            seen,
+            bearer(token),
+            prepare=valid_as_a_whole,
+        )
         try:
-            fuzz(operation, schemathesis.GenerationMode.NEGATIVE, None, seen)
+            fuzz(operation, schemathesis.GenerationMode.NEGATIVE, seen)
         except hypothesis.errors.Unsatisfiable:
             # Nothing to make invalid (no parameters, no security): no negative cases.
             assert not operation.definition.raw.get("parameters")
@@ -65,3 +77,5 @@ def test_schemathesis_finds_no_violations(sidecar: Gunicorn, redis_server: Redis
     assert seen[("GET /api/v2/user/usage", 200)] > 0
     assert seen[("GET /api/v2/user/usage", 400)] > 0, seen
     assert seen[("GET /api/v2/user/usage", 401)] > 0, seen
+    assert seen[("GET /api/v2/user/usage/history", 200)] > 0, seen
+    assert seen[("GET /api/v2/user/usage/history", 400)] > 0, seen

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import dataclasses
 import shutil
@@ -17,10 +18,13 @@ from typing import Any
 import httpx
 from support.daemon import DaemonProcess
 from support.redis_server import RedisServer
+from support.sidecar import Gunicorn
 
 from sidecars.usage.app import create_app
-from sidecars.usage.plans import DEFAULTS, Plan
-from sidecars.usage.settings import Settings
+from sidecars.usage.db import open_database
+from sidecars.usage.db.events import EventRecord, EventTable
+from sidecars.usage.plans import DEFAULTS, Plan, load_plans
+from sidecars.usage.settings import USAGE_PATH, Settings
 from sidecars.usage.store import UsageStore
 
 # Small quotas so tests can reach them; windows as the shipped defaults.
@@ -114,3 +118,68 @@ async def serving(
     async with client:
         yield client, store
     await store.close()
+
+
+def hammer(
+    sidecar: Gunicorn,
+    requests: list[tuple[str, dict[str, str]]],
+    path: str = USAGE_PATH,
+    concurrency: int = 16,
+) -> list[httpx.Response]:
+    """Send `(token, extra headers)` requests to `path` with `concurrency` in flight, each on
+    a fresh connection (so both workers answer); the responses, in order."""
+
+    async def run() -> list[httpx.Response]:
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
+        gate = asyncio.Semaphore(concurrency)
+        async with httpx.AsyncClient(base_url=sidecar.base, timeout=60, limits=limits) as client:
+
+            async def one(token: str, extra: dict[str, str]) -> httpx.Response:
+                async with gate:
+                    return await client.get(path, headers={**bearer(token), **extra})
+
+            return list(await asyncio.gather(*(one(t, h) for t, h in requests)))
+
+    return asyncio.run(run())
+
+
+def provision(env: dict[str, str], *plans: str) -> list[tuple[str, str]]:
+    """One new account per plan, each with a token, in the database of the USAGE_* settings
+    `env` (in process: quicker than the CLI); [(account id, token)]."""
+
+    async def run() -> list[tuple[str, str]]:
+        store = UsageStore(Settings.from_env(env), load_plans(env.get("USAGE_PLANS_FILE")))
+        try:
+            return [await account_with_token(store, plan) for plan in plans]
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def current_usage(env: dict[str, str], account_id: str) -> int:
+    """The account's usage in its current window, as the usage endpoint sums it."""
+
+    async def run() -> int:
+        store = UsageStore(Settings.from_env(env), load_plans(env.get("USAGE_PLANS_FILE")))
+        try:
+            account = await store.account(account_id)
+            assert account is not None
+            return (await store.usage(account))[1]
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def events_of(env: dict[str, str], account_id: str) -> list[EventRecord]:
+    """The account's webhook events in the database of the USAGE_* settings `env`."""
+
+    async def run() -> list[EventRecord]:
+        db = open_database(Settings.from_env(env))
+        try:
+            return await EventTable(db).recent(account_id)
+        finally:
+            await db.close()
+
+    return asyncio.run(run())

@@ -33,8 +33,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from sidecars.transit.geometry import haversine_m  # noqa: E402
 from sidecars.transit.gtfs import read_feed  # noqa: E402

@@ -23,8 +23,6 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from sidecars.transit.gtfs import feed_timezone  # noqa: E402
 from sidecars.transit.metrics.db import MetricsDB, input_files  # noqa: E402

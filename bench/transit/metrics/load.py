@@ -19,8 +19,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))  # tests/support
-
 from support.machine import SIDECAR_PACKAGES, machine_info
 from support.sidecar import transit_sidecar
 from support.wrk import run_wrk

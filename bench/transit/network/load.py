@@ -15,7 +15,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
 sys.path.insert(0, str(REPO / "bench" / "transit"))
 
 from scale import serve  # noqa: E402

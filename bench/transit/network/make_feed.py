@@ -2,23 +2,38 @@
 
 Defaults: 12,000 stops, 800 lines x 2 directions, ~100,000 trips of 40 stops, i.e. about four
 million stop_times, with calendar_dates-only services like CM's feed. Output is a zip (fast
-deflate) or, with --dir, a directory.
+deflate) or, with --dir, a directory. `--stops-file` takes the stops from a real stops.txt
+instead (Carris Metropolitana's, 12,580 stops with every CM column), and `--vehicles N OUT`
+writes a GTFS-RT VehiclePositions message of N vehicles on trips of the feed, with CM's
+`<area>|<number>` ids.
 
     .venv/bin/python bench/transit/network/make_feed.py /tmp/cm_synth.zip
+    .venv/bin/python bench/transit/network/make_feed.py /tmp/cm.zip \
+        --stops-file ../shared/data/gtfs/carrismetropolitana_partial/stops.txt \
+        --lines 760 --trips-per-route 15 --stops-per-trip 38 --vehicles 1024 /tmp/cm_vp.pb
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import io
 import random
 import time
 import zipfile
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 
-def generate(stops: int, lines: int, trips_per_route: int, stops_per_trip: int, seed: int) -> dict:
+def generate(
+    stops: int,
+    lines: int,
+    trips_per_route: int,
+    stops_per_trip: int,
+    seed: int,
+    stops_file: Path | None = None,
+) -> dict:
     """Build the feed's files as {name: text}."""
     rnd = random.Random(seed)
     files: dict[str, list[str]] = {}
@@ -26,19 +41,24 @@ def generate(stops: int, lines: int, trips_per_route: int, stops_per_trip: int, 
         "agency_id,agency_name,agency_url,agency_timezone,agency_lang",
         "CM,Carris Metropolitana,https://www.carrismetropolitana.pt,Europe/Lisbon,pt",
     ]
-    stop_rows = [
-        "stop_id,stop_name,stop_lat,stop_lon,stop_short_name,tts_stop_name,region_id,district_id,"
-        "municipality_id,locality,wheelchair_boarding,near_school,train"
-    ]
-    stop_ids = [f"{100000 + i:06d}" for i in range(stops)]
-    for i, sid in enumerate(stop_ids):
-        lat = 38.5 + rnd.random() * 0.5
-        lon = -9.4 + rnd.random() * 0.6
-        stop_rows.append(
-            f"{sid},Paragem {i},{lat:.6f},{lon:.6f},,Paragem {i},PT170,11,{1101 + i % 20},"
-            f"Local {i % 400},{i % 2},{int(i % 7 == 0)},{int(i % 50 == 0)}"
-        )
-    files["stops.txt"] = stop_rows
+    if stops_file is not None:
+        text = stops_file.read_text(encoding="utf-8-sig")
+        files["stops.txt"] = text.rstrip("\n").split("\n")
+        stop_ids = [row["stop_id"] for row in csv.DictReader(io.StringIO(text))]
+    else:
+        stop_rows = [
+            "stop_id,stop_name,stop_lat,stop_lon,stop_short_name,tts_stop_name,region_id,"
+            "district_id,municipality_id,locality,wheelchair_boarding,near_school,train"
+        ]
+        stop_ids = [f"{100000 + i:06d}" for i in range(stops)]
+        for i, sid in enumerate(stop_ids):
+            lat = 38.5 + rnd.random() * 0.5
+            lon = -9.4 + rnd.random() * 0.6
+            stop_rows.append(
+                f"{sid},Paragem {i},{lat:.6f},{lon:.6f},,Paragem {i},PT170,11,{1101 + i % 20},"
+                f"Local {i % 400},{i % 2},{int(i % 7 == 0)},{int(i % 50 == 0)}"
+            )
+        files["stops.txt"] = stop_rows
     # Services: weekday / saturday / sunday for a year, calendar_dates only (like CM).
     start = date(2026, 1, 1)
     cal = ["service_id,date,exception_type"]
@@ -93,6 +113,36 @@ def generate(stops: int, lines: int, trips_per_route: int, stops_per_trip: int, 
     return files
 
 
+def vehicles(files: dict, count: int, now: str, seed: int) -> bytes:
+    """A GTFS-RT VehiclePositions message: `count` vehicles on trips of the feed running at
+    `now` (an ISO time), heard from in the last 30 s, ids `<41..44>|<number>` as CM's."""
+    from google.transit import gtfs_realtime_pb2 as rt
+
+    rnd = random.Random(seed)
+    at = datetime.fromisoformat(now)
+    local = at.astimezone(ZoneInfo("Europe/Lisbon"))
+    service = "DU" if local.weekday() < 5 else "SAB" if local.weekday() == 5 else "DOM"
+    trips = [line.split(",") for line in files["trips.txt"][1:]]
+    trips = [t for t in trips if t[1] == service]
+    message = rt.FeedMessage()
+    message.header.gtfs_realtime_version = "2.0"
+    message.header.timestamp = int(at.timestamp())
+    for k, trip in enumerate(rnd.sample(trips, min(count, len(trips)))):
+        entity = message.entity.add()
+        vid = f"{41 + k % 4}|{1000 + k}"
+        entity.id = f"{vid}-{trip[2]}"
+        vp = entity.vehicle
+        vp.trip.trip_id, vp.trip.route_id = trip[2], trip[0]
+        vp.vehicle.id = vid
+        vp.position.latitude = 38.5 + rnd.random() * 0.5
+        vp.position.longitude = -9.4 + rnd.random() * 0.6
+        vp.position.bearing = rnd.randrange(360)
+        vp.position.speed = rnd.random() * 15
+        vp.current_stop_sequence = rnd.randrange(1, 20)
+        vp.timestamp = int(at.timestamp()) - rnd.randrange(30)
+    return message.SerializeToString()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -102,9 +152,24 @@ def main() -> None:
     parser.add_argument("--stops-per-trip", type=int, default=40)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", action="store_true", help="write a directory, not a zip")
+    parser.add_argument("--stops-file", type=Path, help="a real stops.txt to use")
+    parser.add_argument(
+        "--vehicles", nargs=2, metavar=("N", "OUT"), help="also write N vehicle positions"
+    )
+    parser.add_argument("--now", default="2026-03-24T08:00:00+00:00", help="the vehicles' time")
     args = parser.parse_args()
     t0 = time.perf_counter()
-    files = generate(args.stops, args.lines, args.trips_per_route, args.stops_per_trip, args.seed)
+    files = generate(
+        args.stops,
+        args.lines,
+        args.trips_per_route,
+        args.stops_per_trip,
+        args.seed,
+        args.stops_file,
+    )
+    if args.vehicles:
+        count, out = args.vehicles
+        Path(out).write_bytes(vehicles(files, int(count), args.now, args.seed))
     if args.dir:
         args.out.mkdir(parents=True, exist_ok=True)
         for name, rows in files.items():

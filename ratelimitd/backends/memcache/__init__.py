@@ -60,7 +60,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
 from ...aio import cancel
-from ..base import ONLY_FIXED_WINDOW, BackendError, Op, client_ssl_context
+from .. import MEMCACHE
+from ..base import BackendError, Op, client_ssl_context
 from .protocol import GET, LINES, Node
 from .srv import lookup_srv, parse_srv_response, servers_from_srv
 
@@ -138,7 +139,13 @@ def parse_counter(raw: bytes) -> int | None:
     """A stored counter as the decision sees it: Go's ParseInt(s, 10, 32) into a uint32, as
     the reference reads it, except that a number past the int32 range saturates at 2^32-1
     where the reference reads 0 (a key made unlimited by one huge hits_addend). None when it
-    is not a number at all (the reference's logged error)."""
+    is not a number at all (the reference's logged error).
+
+    Trailing spaces are not part of the number: a `decr` that shortens a counter may leave
+    it space-padded in place ("10" less 3 is stored as "7 ", as memcached's protocol.txt
+    allows), which ParseInt refuses, so the reference reads a refunded counter as 0.
+    """
+    raw = raw.rstrip(b" ")
     value = parse_int32(raw)
     if value is not None:
         return value & 0xFFFFFFFF
@@ -186,9 +193,9 @@ class MemcacheBackend:
 
     name = "memcache"
     # Its counters are read, decided on, then incremented asynchronously (the reference's
-    # design): a sliding window or token bucket could not be exact, so configs using them
-    # are refused at load.
-    algorithms = ONLY_FIXED_WINDOW
+    # design): a sliding window or token bucket could not be exact, so it declares the fixed
+    # window only and configs using them are refused at load.
+    capabilities = MEMCACHE
 
     def __init__(
         self,
@@ -341,11 +348,11 @@ class MemcacheBackend:
         if not self._queued:
             asyncio.get_running_loop().call_soon(self._start_batch)
         self._queued.extend(ops)
-        # A refund decides on the value it will leave (floored at 0, as memcached's decr).
-        return [
-            max(0, v - op.hits) if op.refund else v + op.hits
-            for v, op in zip(values, ops, strict=True)
-        ]
+        return _as_decided(values, ops)
+
+    async def peek(self, ops: Sequence[Op]) -> list[int]:
+        """What `increment` returns (it decides on the values read): nothing queued."""
+        return _as_decided(await self._values([op.key for op in ops]), ops) if ops else []
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent; fails open like `increment`)."""
@@ -499,13 +506,21 @@ class MemcacheBackend:
         return out
 
 
+def _as_decided(values: Sequence[int], ops: Sequence[Op]) -> list[int]:
+    """The counters a decision sees: value + hits; a refund decides on the value it will
+    leave (floored at 0, as memcached's decr)."""
+    return [
+        max(0, v - op.hits) if op.refund else v + op.hits for v, op in zip(values, ops, strict=True)
+    ]
+
+
 def ssl_context_from(settings: MemcacheSettings) -> ssl.SSLContext | None:
     """MEMCACHE_TLS with its CA, client certificate and hostname-verification settings."""
-    return client_ssl_context(settings) if settings.tls else None
+    return client_ssl_context(settings, "MEMCACHE_") if settings.tls else None
 
 
 def create_memcache_backend(
-    settings: Settings, health: Health | None = None, stats: StatsStore | None = None
+    settings: Settings, health: Health | None = None, stats: StatsStore | None = None, *_: object
 ) -> MemcacheBackend:
     """The registry factory: a MemcacheBackend from Settings (await `connect()` before serving)."""
     memcache = settings.memcache

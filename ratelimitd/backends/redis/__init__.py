@@ -46,12 +46,15 @@ Passwords never reach a log line or an error message: addresses are shown throug
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...settings import RedisSettings
-from ..base import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET, Op
+from .. import REDIS
+from ..base import Op
 from ..breaker import Breaker, add_breaker_stats, breaker_args
+from ..memory import simulate
 from .cluster import ClusterInstance
 from .instances import RedisInstance, SingleInstance, go_duration, key_slot
 from .pool import MAX_IN_FLIGHT
@@ -68,7 +71,7 @@ class RedisBackend:
     """The Backend protocol over a main and an optional per-second Redis instance."""
 
     name = "redis"
-    algorithms = frozenset({FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET})
+    capabilities = REDIS
 
     def __init__(
         self,
@@ -154,44 +157,34 @@ class RedisBackend:
     async def increment(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY key hits + EXPIRE key unit+jitter per op (a script call for a sliding
         window or token bucket); main first, then per-second (SECOND-unit limits)."""
-        per_second = self._second
-        if per_second is None:
+        if self._second is None:
             return await self._main.incr_expire(ops)
-        main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
-        second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
-        out: list[Any] = [0] * len(ops)
-        if main_idx:
-            for j, value in zip(
-                main_idx, await self._main.incr_expire([ops[j] for j in main_idx]), strict=True
-            ):
-                out[j] = value
-        if second_idx:
-            for j, value in zip(
-                second_idx,
-                await per_second.incr_expire([ops[j] for j in second_idx]),
-                strict=True,
-            ):
-                out[j] = value
-        return out
+        return await self._routed(ops, "incr_expire")
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """GET per key (0 when absent), routed as `increment` routes; the level of a
         sliding window or token bucket, counting nothing."""
-        per_second = self._second
-        decided = any(op.algorithm for op in ops)
-        if per_second is None:
-            if decided:
-                return await self._main.decide(ops, peek=True)
-            return await self._main.get([op.key for op in ops])
-        out = [0] * len(ops)
+        return await self._routed(ops, "levels")
+
+    async def peek(self, ops: Sequence[Op]) -> list[Any]:
+        """What `increment` would return: the keys' states read (one round per instance,
+        routed as `increment` routes) and counted on a scratch memory store, whose maths
+        are the scripts' (`keys.sliding_window`, `keys.token_bucket`)."""
+        states = await self._routed(ops, "states")
+        return simulate(ops, states, int(time.time()))
+
+    async def _routed(self, ops: Sequence[Op], call: str) -> list[Any]:
+        """`call` of each instance on its ops (SECOND-unit ones on REDIS_PERSECOND's), main
+        first; the results in op order."""
+        second = self._second
+        if second is None:
+            return await getattr(self._main, call)(ops)  # type: ignore[no-any-return]
+        out: list[Any] = [0] * len(ops)
         main_idx = [j for j, op in enumerate(ops) if not (op.per_second or op.seconds == 1)]
         second_idx = [j for j, op in enumerate(ops) if op.per_second or op.seconds == 1]
-        for inst, idx in ((self._main, main_idx), (per_second, second_idx)):
+        for inst, idx in ((self._main, main_idx), (second, second_idx)):
             if idx:
-                if decided:
-                    values = await inst.decide([ops[j] for j in idx], peek=True)
-                else:
-                    values = await inst.get([ops[j].key for j in idx])
+                values = await getattr(inst, call)([ops[j] for j in idx])
                 for j, value in zip(idx, values, strict=True):
                     out[j] = value
         return out
@@ -211,7 +204,7 @@ class RedisBackend:
 
 
 class _Guarded:
-    """An instance's three entry points through its breaker (the routing's view of it)."""
+    """An instance's entry points through its breaker (the routing's view of it)."""
 
     def __init__(self, inst: RedisInstance, name: str, breaker: tuple[int, float]) -> None:
         self.inst = inst
@@ -220,11 +213,11 @@ class _Guarded:
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         return await self.breaker.call(self.inst.incr_expire, ops)  # type: ignore[no-any-return]
 
-    async def get(self, keys: Sequence[str]) -> list[int]:
-        return await self.breaker.call(self.inst.get, keys)  # type: ignore[no-any-return]
+    async def levels(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.breaker.call(self.inst.levels, ops)  # type: ignore[no-any-return]
 
-    async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
-        return await self.breaker.call(self.inst.decide, ops, peek=peek)  # type: ignore[no-any-return]
+    async def states(self, ops: Sequence[Op]) -> list[Any]:
+        return await self.breaker.call(self.inst.states, ops)  # type: ignore[no-any-return]
 
 
 def instance(
@@ -237,7 +230,7 @@ def instance(
 
 
 def create_redis_backend(
-    settings: Settings, health: Health | None = None, stats: StatsStore | None = None
+    settings: Settings, health: Health | None = None, stats: StatsStore | None = None, *_: object
 ) -> RedisBackend:
     """The registry factory: a RedisBackend from Settings (await `connect()` before serving).
 

@@ -17,6 +17,7 @@ from typing import Any
 import hiredis
 
 from ...aio import cancel
+from ...config.windows import SLIDING_WINDOW, TOKEN_BUCKET
 from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, client_ssl_context
@@ -65,6 +66,10 @@ def key_slot(key: bytes) -> int:
     return binascii.crc_hqx(key, 0) & (_SLOTS - 1)
 
 
+# The hash fields the scripts keep a decided limit's state in (see `scripts`).
+_STATE_FIELDS = {SLIDING_WINDOW: (b"w", b"c", b"p"), TOKEN_BUCKET: (b"t", b"f")}
+
+
 class RedisInstance:
     """One Redis deployment (single, sentinel or cluster) with its pool(s)."""
 
@@ -82,7 +87,7 @@ class RedisInstance:
         self.jitter = jitter_max_seconds
         self.max_in_flight = max_in_flight
         self.counters = Counters(on_change)
-        self.dialer = Dialer(s, client_ssl_context(s) if s.tls else None)
+        self.dialer = Dialer(s, client_ssl_context(s, "REDIS_") if s.tls else None)
         self._configure(s)
 
     def _configure(self, s: RedisSettings) -> None:
@@ -114,6 +119,13 @@ class RedisInstance:
     async def get(self, keys: Sequence[str]) -> list[int]:
         """GET per key (0 when absent)."""
         raise NotImplementedError
+
+    async def levels(self, ops: Sequence[Op]) -> list[int]:
+        """The current level of each op's limit, counting nothing: a counter (GET), or a
+        sliding window's or token bucket's level (its script with no hits)."""
+        if any(op.algorithm for op in ops):
+            return await self.decide(ops, peek=True)
+        return await self.get([op.key for op in ops])
 
     async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
         """One reply per (slot, command), all sent in one round (per node)."""
@@ -195,6 +207,27 @@ class RedisInstance:
                     self._fail(replies[i + 1])
                 out.append(reply)
                 i += 2
+        return out
+
+    async def states(self, ops: Sequence[Op]) -> list[Any]:
+        """Each op's stored state, as the memory store keeps it (`memory.simulate`): a
+        counter (GET), a sliding window's (w, c, p) or a token bucket's (t, f) (HMGET of the
+        script's fields); None when absent. One round, nothing written."""
+        cluster = self.routed
+        cmds = []
+        for op in ops:
+            k = op.key.encode()
+            fields = _STATE_FIELDS.get(op.algorithm) if not op.refund else None
+            cmd = resp.command("HMGET", k, *fields) if fields else resp.get(k)
+            cmds.append((key_slot(k) if cluster else 0, cmd))
+        out: list[Any] = []
+        for op, reply in zip(ops, await self._run(cmds), strict=True):
+            if op.algorithm and not op.refund:
+                if reply.__class__ is not list:
+                    self._fail(reply)
+                out.append(None if reply[0] is None else tuple(int(v or 0) for v in reply))
+            else:
+                out.append(None if reply is None else self._value(reply))
         return out
 
     def _fail(self, reply: Any) -> None:
@@ -289,7 +322,7 @@ class SingleInstance(RedisInstance):
         if scheme == "unix":
             return parts.path
         if scheme == "rediss" and self.dialer.ssl_context is None:
-            self.dialer.ssl_context = client_ssl_context(self.s)
+            self.dialer.ssl_context = client_ssl_context(self.s, "REDIS_")
         if scheme not in ("redis", "rediss"):
             raise BackendError(f"unsupported redis URL scheme {scheme!r}")
         return (parts.hostname or "localhost", parts.port or 6379)

@@ -13,6 +13,7 @@ import logging
 import random
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...aio import cancel
@@ -95,39 +96,36 @@ class Dialer:
         return reply
 
 
+@dataclass(slots=True, eq=False)
 class Pool:
     """REDIS_POOL_SIZE connections to one server, fed by per-iteration flushes."""
 
-    def __init__(
-        self,
-        s: RedisSettings,
-        dialer: Dialer,
-        resolve: Callable[[], Awaitable[Address]],
-        counters: Counters,
-        describe: str,
-        max_in_flight: int,
-    ) -> None:
-        self.s = s
-        self.max_in_flight = max_in_flight
-        self.dialer = dialer
-        self.resolve = resolve
-        self.counters = counters
-        self.describe = describe
-        self.loop: asyncio.AbstractEventLoop | None = None  # bound when first opened
-        self.conns: list[RespConnection] = []
-        self.writes = 0  # flushes: one transport.write each
-        self.closed = False
-        self._buf: list[bytes] = []
-        self._fut: SharedFuture | None = None  # the replies of the flush being built
-        self._cmds = 0
-        self._scheduled = False
-        self._rr = 0
-        self._maintainer: asyncio.Task[None] | None = None
-        self._probe_dial: asyncio.Task[None] | None = None
-        self._window = s.pipeline_window
+    s: RedisSettings
+    dialer: Dialer
+    resolve: Callable[[], Awaitable[Address]]
+    counters: Counters
+    describe: str
+    max_in_flight: int
+    loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)  # set when opened
+    conns: list[RespConnection] = field(init=False, default_factory=list)
+    writes: int = field(init=False, default=0)  # flushes: one transport.write each
+    closed: bool = field(init=False, default=False)
+    _buf: list[bytes] = field(init=False, default_factory=list)
+    _fut: SharedFuture | None = field(init=False, default=None)  # the flush being built
+    _cmds: int = field(init=False, default=0)
+    _scheduled: bool = field(init=False, default=False)
+    _rr: int = field(init=False, default=0)
+    _maintainer: asyncio.Task[None] | None = field(init=False, default=None)
+    _probe_dial: asyncio.Task[None] | None = field(init=False, default=None)
+    _window: float = field(init=False)
+    _limit: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._window = self.s.pipeline_window
         # Commands per flush: REDIS_PIPELINE_LIMIT, and never more than one connection
         # may have in flight, so a burst is split over connections instead of refused.
-        self._limit = min(s.pipeline_limit or max_in_flight, max_in_flight)
+        most = self.max_in_flight
+        self._limit = min(self.s.pipeline_limit or most, most)
 
     # hot path ---------------------------------------------------------------------
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ..base import SLIDING_WINDOW, TOKEN_BUCKET, Op
+from ...config.windows import SLIDING_WINDOW, TOKEN_BUCKET
+from ..base import Op
 from .resp import bulk_int
 
 # ARGV: now, window (ticks), limit, hits, tick (ms). Returns {level after, ticks until reset};

@@ -4,7 +4,8 @@ agency timezone of a local feed without parsing it (`feed_timezone`).
 - notices.py: the validation report (`Report`, the notice codes and their severities) and
   `FeedError`, raised with it when a feed is rejected;
 - tables.py: the validated feed (`RawFeed`), CSV tables and the field checks;
-- reader.py: `read_feed` and the small files;
+- reader.py: `read_feed` and the small files; calendars.py: the service days (calendar,
+  calendar_dates, feed_info) and their checks against today;
 - stop_times.py: the four-million-row stop_times as `array` columns, and frequencies.
 """
 

@@ -1,18 +1,20 @@
 """The validation report of a static feed, in the canonical GTFS validator's notice model.
 
-Every problem found is a *notice*: a code (the canonical validator's name where it has one),
-the file and line it is about, and a message. Each code has one severity, which decides what
-happens to the feed:
+Every problem found is a *notice*: a code (MobilityData's validator's name where it has one),
+the file and line it is about, and a message. A code has one severity, MobilityData's, except
+where this API does something else with the row (then the notice says so); the severity says
+what happens:
 
 - FATAL: the feed is rejected; the previous one keeps serving (`/health` and `/status/feed`
-  say why, with file:line);
+  say why, with file:line). MobilityData calls these errors too;
 - ERROR: the row is skipped and counted; everything else is served;
-- WARNING: the row is served (the message says what was ignored).
+- WARNING: the row is served (the message says what was ignored or defaulted);
+- INFO: nothing is wrong for this API (an extra file).
 
 `Report` collects notices while the files are read: counts per code, the first few examples of
-each, and rows read / skipped per file. A row skipped for one reason can make rows of other
-files dangle (a skipped trip's stop_times): those are skipped too and counted as
-`foreign_key_violation`.
+each, and rows read / skipped per file. The root cause is the notice: a skipped row whose
+dependants go with it (a route's trips, a trip's stop times) lists them under `dropped`
+instead of one foreign key violation per dependant.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from ..schemas import FeedProblem, FileRows, NoticeSummary, ValidationReport
 FATAL = "fatal"
 ERROR = "error"
 WARNING = "warning"
-SEVERITY_ORDER = {FATAL: 0, ERROR: 1, WARNING: 2}
+INFO = "info"
+SEVERITY_ORDER = {FATAL: 0, ERROR: 1, WARNING: 2, INFO: 3}
 
 # code -> (severity, what it means)
 NOTICES: dict[str, tuple[str, str]] = {
@@ -53,10 +56,19 @@ NOTICES: dict[str, tuple[str, str]] = {
     "invalid_float": (ERROR, "A field is not a number."),
     "invalid_time": (ERROR, "A field is not a GTFS time (H:MM:SS)."),
     "invalid_date": (ERROR, "A field is not a date (YYYYMMDD)."),
-    "invalid_color": (ERROR, "A field is not a colour (six hexadecimal digits)."),
+    "invalid_color": (
+        WARNING,
+        "A colour is not six hexadecimal digits; the default colour is served (MobilityData: "
+        "error; the route itself is fine).",
+    ),
     "invalid_timezone": (ERROR, "A field is not an IANA timezone."),
     "number_out_of_range": (ERROR, "A number is outside the range the field allows."),
-    "unexpected_enum_value": (ERROR, "A field has a value the GTFS reference does not define."),
+    "unexpected_enum_value": (
+        WARNING,
+        "A field has a value the GTFS reference does not define. On a field the API serves "
+        "or uses (direction_id, location_type, pickup/drop-off types, calendar flags) the row "
+        "is skipped and the notice is an error; otherwise (route_type) the row is served.",
+    ),
     "duplicate_key": (ERROR, "A row repeats the key of an earlier row."),
     "foreign_key_violation": (ERROR, "A row refers to an id that no (usable) row defines."),
     "route_both_short_and_long_name_missing": (
@@ -74,6 +86,30 @@ NOTICES: dict[str, tuple[str, str]] = {
         "The first or last stop of a trip has no time; the trip's stop times are skipped.",
     ),
     # Served as read.
+    "missing_recommended_file": (WARNING, "A file the GTFS best practices ask for is missing."),
+    "missing_feed_info_date": (
+        WARNING,
+        "feed_info.txt gives one of feed_start_date and feed_end_date without the other.",
+    ),
+    "feed_expiration_date7_days": (
+        WARNING,
+        "feed_info.txt's feed_end_date is within the next 7 days (or past): publish the next "
+        "version.",
+    ),
+    "feed_expiration_date30_days": (
+        WARNING,
+        "feed_info.txt's feed_end_date is within the next 30 days: publish the next version.",
+    ),
+    "expired_calendar": (
+        WARNING,
+        "A service has no date from today on; its trips are served for past dates only.",
+    ),
+    "no_service_today": (
+        WARNING,
+        "No service runs on today's operational day: every stop's arrivals are empty "
+        "(`/health` says degraded while this feed is served).",
+    ),
+    "unknown_file": (INFO, "A file that is not part of the GTFS reference; it is not read."),
     "unused_trip": (WARNING, "A trip has no stop times; it is not served."),
     "trip_shape_not_found": (
         WARNING,
@@ -120,37 +156,75 @@ class FeedError(Exception):
         return self.report.fatal_count
 
 
+class Cause:
+    """A recorded notice that rows of other files can depend on."""
+
+    __slots__ = ("key", "problem")
+
+    def __init__(self, key: tuple[str, str], problem: FeedProblem) -> None:
+        self.key = key
+        self.problem = problem
+
+
 class Report:
-    """Notices of one feed: counts per code, the first `examples` of each, rows per file."""
+    """Notices of one feed: counts per (code, severity), the first `examples` of each, rows
+    per file, and the rows each root cause took with it."""
 
     def __init__(self, examples: int = 10) -> None:
         self.examples_per_code = examples
-        self.counts: dict[str, int] = {}
-        self.examples: dict[str, list[FeedProblem]] = {}
+        self.counts: dict[tuple[str, str], int] = {}
+        self.examples: dict[tuple[str, str], list[FeedProblem]] = {}
+        self.dropped: dict[tuple[str, str], dict[str, int]] = {}
         self.rows: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
 
-    def add(self, code: str, file: str, line: int | None, message: str) -> None:
-        """Record one notice."""
-        self.counts[code] = self.counts.get(code, 0) + 1
-        examples = self.examples.setdefault(code, [])
+    def add(
+        self, code: str, file: str, line: int | None, message: str, severity: str | None = None
+    ) -> Cause:
+        """Record one notice (with its code's severity unless another is given); the cause
+        recorded, to hang dependants on."""
+        key = (code, severity or NOTICES[code][0])
+        self.counts[key] = self.counts.get(key, 0) + 1
+        problem = FeedProblem(file=file, line=line, message=message)
+        examples = self.examples.setdefault(key, [])
         if len(examples) < self.examples_per_code:
-            examples.append(FeedProblem(file=file, line=line, message=message))
+            examples.append(problem)
+        return Cause(key, problem)
 
-    def skip(self, code: str, file: str, line: int | None, message: str, rows: int = 1) -> None:
+    def skip(
+        self,
+        code: str,
+        file: str,
+        line: int | None,
+        message: str,
+        rows: int = 1,
+        severity: str | None = None,
+    ) -> Cause:
         """Record a notice whose row (or `rows` rows) is left out."""
-        self.add(code, file, line, message)
+        problem = self.add(code, file, line, message, severity or ERROR)
         self.skipped[file] = self.skipped.get(file, 0) + rows
+        return problem
+
+    def dependant(self, cause: Cause, file: str, rows: int = 1) -> None:
+        """Rows of `file` left out because the row of `cause` was: counted under it, not as
+        notices of their own."""
+        self.skipped[file] = self.skipped.get(file, 0) + rows
+        problem = cause.problem
+        dropped = problem.dropped if problem.dropped is not None else {}
+        dropped[file] = dropped.get(file, 0) + rows
+        problem.dropped = dropped
+        totals = self.dropped.setdefault(cause.key, {})
+        totals[file] = totals.get(file, 0) + rows
 
     def fatal(self, code: str, file: str, line: int | None, message: str) -> FeedError:
         """Record a fatal notice and return the error to raise."""
-        self.add(code, file, line, message)
+        self.add(code, file, line, message, FATAL)
         return FeedError(self)
 
     @property
     def fatal_count(self) -> int:
         """Number of fatal notices."""
-        return sum(n for code, n in self.counts.items() if NOTICES[code][0] == FATAL)
+        return sum(n for (_, severity), n in self.counts.items() if severity == FATAL)
 
     def raise_if_fatal(self) -> None:
         """Reject the feed when a fatal notice was recorded."""
@@ -161,9 +235,26 @@ class Report:
         """Rows of a file that are served."""
         return self.rows.get(file, 0) - self.skipped.get(file, 0)
 
-    def check_skipped_share(self, max_share: float) -> None:
-        """Fatal when more than `max_share` of any file's rows were skipped."""
+    def _largest_cause(self, file: str) -> str:
+        """The notice that took the most rows of `file` with it, as `; most with ...`."""
+        best: tuple[int, FeedProblem] | None = None
+        for examples in self.examples.values():
+            for p in examples:
+                n = (p.dropped or {}).get(file, 0)
+                if n and (best is None or n > best[0]):
+                    best = (n, p)
+        if best is None:
+            return ""
+        n, p = best
+        where = f"{p.file}:{p.line}" if p.line else p.file
+        return f"; {n:,} of them dropped with {where} ({p.message})"
+
+    def check_skipped_share(self, max_share: float, unserved: frozenset[str]) -> None:
+        """Fatal when more than `max_share` of any file's rows were skipped (files the API
+        does not serve from, like feed_info.txt, cost only their rows)."""
         for file, rows in self.rows.items():
+            if file in unserved:
+                continue
             skipped = self.skipped.get(file, 0)
             if rows and skipped / rows > max_share:
                 self.add(
@@ -171,7 +262,8 @@ class Report:
                     file,
                     None,
                     f"{skipped:,} of {rows:,} rows skipped ({skipped / rows:.1%}), more than "
-                    f"the {max_share:.0%} allowed (TRANSIT_FEED_MAX_SKIPPED_SHARE)",
+                    f"the {max_share:.0%} allowed (TRANSIT_FEED_MAX_SKIPPED_SHARE)"
+                    + self._largest_cause(file),
                 )
 
     def check_shrink(self, served: Report, max_share: float) -> None:
@@ -196,24 +288,26 @@ class Report:
 
     def fatal_examples(self) -> list[FeedProblem]:
         """Examples of every fatal notice, in the order they were found."""
-        return [
-            p for code, items in self.examples.items() if NOTICES[code][0] == FATAL for p in items
-        ]
+        return [p for key, items in self.examples.items() if key[1] == FATAL for p in items]
 
     def summary(self, source: str, version: str | None, at: int) -> ValidationReport:
         """The report as served by `/status/feed` and printed by the validate command."""
         notices = [
             NoticeSummary(
                 code=code,
-                severity=NOTICES[code][0],
+                severity=severity,
                 count=count,
                 description=NOTICES[code][1],
-                examples=self.examples.get(code, []),
+                examples=self.examples.get((code, severity), []),
+                dropped=self.dropped.get((code, severity), {}),
             )
-            for code, count in self.counts.items()
+            for (code, severity), count in self.counts.items()
         ]
-        notices.sort(key=lambda n: (SEVERITY_ORDER[n.severity], -n.count, n.code))
-        totals = {FATAL: 0, ERROR: 0, WARNING: 0}
+        # Root causes first: what rejected the feed, then what took the most rows with it.
+        notices.sort(
+            key=lambda n: (SEVERITY_ORDER[n.severity], -sum(n.dropped.values()), -n.count, n.code)
+        )
+        totals = {FATAL: 0, ERROR: 0, WARNING: 0, INFO: 0}
         for n in notices:
             totals[n.severity] += n.count
         return ValidationReport(
@@ -224,6 +318,7 @@ class Report:
             fatal=totals[FATAL],
             errors=totals[ERROR],
             warnings=totals[WARNING],
+            infos=totals[INFO],
             files=[
                 FileRows(file=f, rows=n, skipped=self.skipped.get(f, 0))
                 for f, n in self.rows.items()

@@ -12,20 +12,20 @@ import zipfile
 import zlib
 from array import array
 from collections.abc import Callable
-from datetime import date, timedelta
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
 from ..geometry import MIN_SAMPLE_M, UNITS, cumulative_m, detect_unit
 from ..source import FeedFiles
-from ..times import yyyymmdd
-from .notices import Report
+from .calendars import ServiceDays
+from .notices import Cause, Report
 from .stop_times import StopTimes
 from .tables import (
     FACILITY_COLUMNS,
+    GTFS_FILES,
     OPERATIONAL_STATUSES,
-    REQUIRED_COLUMNS,
     REQUIRED_FILES,
-    WEEKDAYS,
+    UNSERVED_FILES,
     RawFeed,
     RouteRow,
     RowError,
@@ -37,16 +37,17 @@ from .tables import (
     enum,
     get,
     integer,
+    new_key,
     number,
     required,
 )
 
 LOCATION_TYPES = frozenset(("", "0", "1", "2", "3", "4"))
 DIRECTIONS = frozenset(("", "0", "1"))
-FLAGS = frozenset(("0", "1"))
-EXCEPTION_TYPES = frozenset(("1", "2"))
 # The single agency of a feed without agency_id is named this in the API (vehicle ids, metrics).
 DEFAULT_AGENCY_ID = "1"
+# Carris Metropolitana's own files, served by `/v2/dates` and `/v2/periods` as they are.
+CM_FILES = ("dates.txt", "periods.txt")
 
 
 def read_feed(
@@ -55,9 +56,12 @@ def read_feed(
     max_skipped_share: float = 0.1,
     examples: int = 10,
     dist_unit: str = "auto",
+    now: float | None = None,
 ) -> RawFeed:
     """Parse and validate every file the API needs; FeedError carries the report when the
-    feed cannot be served. The served feed's report (row-level notices) is `RawFeed.report`."""
+    feed cannot be served. The served feed's report (row-level notices) is `RawFeed.report`.
+    With `now` (Unix time), dates are checked against it too: expired calendars, no service
+    today, feed_info's end date."""
     report = Report(examples)
     names = files.names()
     for name in REQUIRED_FILES:
@@ -72,24 +76,33 @@ def read_feed(
         )
     report.raise_if_fatal()
     try:
-        raw = _Reader(files, report, dist_unit).read()
+        raw = _Reader(files, report, dist_unit, now).read()
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
         # A truncated or corrupt member only shows up when it is read.
         raise report.fatal(
             "unreadable_file", files.origin, None, f"cannot read archive member: {exc}"
         ) from exc
-    report.check_skipped_share(max_skipped_share)
+    report.check_skipped_share(max_skipped_share, UNSERVED_FILES)
     report.raise_if_fatal()
     return raw
 
 
-class _Reader:
+class _Reader(ServiceDays):
     """Reads the files in dependency order; each table method fills its columns."""
 
-    def __init__(self, files: FeedFiles, report: Report, dist_unit: str) -> None:
+    def __init__(self, files: FeedFiles, report: Report, dist_unit: str, now: float | None) -> None:
         self.files = files
         self.report = report
         self.dist_unit = dist_unit
+        self.now = now
+        self.today: date | None = None
+        self.extras: dict[str, list[dict[str, str]]] = {}
+        # Rows skipped for a problem of their own, by key: what refers to them is dropped
+        # with them and counted under that notice.
+        self.dropped_stops: dict[str, Cause] = {}
+        self.dropped_routes: dict[str, Cause] = {}
+        self.dropped_services: dict[str, Cause] = {}
+        self.dropped_trips: dict[str, Cause] = {}
 
     def table(self, name: str, fn: Callable[[Table], None], needed: bool = False) -> None:
         with self.files.open_text(name) as fh:
@@ -105,7 +118,24 @@ class _Reader:
 
     def read(self) -> RawFeed:
         names = self.files.names()
+        for name in sorted(names - GTFS_FILES):
+            served = " (served by /v2/dates and /v2/periods)" if name in CM_FILES else ""
+            self.report.add("unknown_file", name, None, f"not a GTFS file{served}")
         self.table("agency.txt", self._agency, needed=True)
+        if self.now is not None and not self.report.fatal_count:
+            self.today = datetime.fromtimestamp(self.now, ZoneInfo(self.timezone)).date()
+        if "feed_info.txt" in names:
+            self.table("feed_info.txt", self._feed_info)
+        else:
+            self.report.add(
+                "missing_recommended_file",
+                "feed_info.txt",
+                None,
+                "feed_info.txt is missing (the feed's version, validity dates and contact)",
+            )
+        for name in CM_FILES:
+            if name in names:
+                self.extras[name] = self._plain(name)
         self.table("stops.txt", self._stops, needed=True)
         self.table("routes.txt", self._routes, needed=True)
         self.service_ids: list[str] = []
@@ -118,6 +148,7 @@ class _Reader:
         if not self.service_ids and not self.report.fatal_count:
             # Both calendars read, neither gave a usable service.
             self.report.add("no_usable_rows", "calendar.txt", None, "no usable service")
+        self._check_service_dates(names)
         self.shapes: dict[str, ShapeColumns] = {}
         if "shapes.txt" in names:
             self.table("shapes.txt", self._shapes)
@@ -135,7 +166,7 @@ class _Reader:
             self.trip_block,
             self.trip_pattern,
         )
-        st = StopTimes(trips, self.stop_index, self.report)
+        st = StopTimes(trips, self.stop_index, self.report, self.dropped_trips, self.dropped_stops)
         self.table("stop_times.txt", st.read, needed=True)
         self.report.raise_if_fatal()
         st.group()
@@ -174,6 +205,7 @@ class _Reader:
             time_seconds=st.time_seconds,
             report=self.report,
             shapes=self.shapes,
+            extras=self.extras,
         )
         raw.dist_factor = self._dist_factor(raw)
         return raw
@@ -241,6 +273,10 @@ class _Reader:
                 "region_id",
                 "wheelchair_boarding",
                 "operational_status",
+                "district_name",
+                "region_name",
+                "parish_id",
+                "parish_name",
             )
         }
         facility_idx = [(t.index(col), name) for col, name in FACILITY_COLUMNS if t.index(col) >= 0]
@@ -249,10 +285,9 @@ class _Reader:
         self.stops: list[StopRow] = []
         seen: set[str] = set()
         for row in t.rows():
+            stop_id = get(row, idx["stop_id"])
             try:
-                stop_id = required(row, idx["stop_id"], "stop_id")
-                if stop_id in seen:
-                    raise RowError("duplicate_key", f"stop_id {stop_id!r} repeated")
+                new_key(row, idx["stop_id"], "stop_id", seen)
                 kind = enum(get(row, idx["location_type"]), "location_type", LOCATION_TYPES)
                 if kind in ("2", "3", "4"):
                     required(row, idx["parent_station"], "parent_station")
@@ -266,7 +301,7 @@ class _Reader:
                 if abs(lat) <= 1 and abs(lon) <= 1:
                     raise RowError("point_near_origin", f"stop {stop_id!r} is at {lat}, {lon}")
             except RowError as exc:
-                t.skip(exc)
+                t.drop(exc, stop_id, self.dropped_stops, seen)
                 continue
             seen.add(stop_id)
             status = OPERATIONAL_STATUSES.get(get(row, idx["operational_status"]).upper())
@@ -288,6 +323,10 @@ class _Reader:
                     facilities=tuple(name for i, name in facility_idx if row[i].strip() == "1"),
                     wheelchair_boarding=get(row, idx["wheelchair_boarding"]) == "1",
                     operational_status=status,
+                    district_name=get(row, idx["district_name"]),
+                    region_name=get(row, idx["region_name"]),
+                    parish_id=get(row, idx["parish_id"]),
+                    parish_name=get(row, idx["parish_name"]),
                 )
             )
 
@@ -312,10 +351,9 @@ class _Reader:
         single = self.agency_ids[0] if len(self.agency_ids) == 1 else None
         for row in t.rows():
             values = [get(row, i) for i in idx]
+            route_id = values[0]
             try:
-                route_id = required(row, idx[0], "route_id")
-                if route_id in self.route_index:
-                    raise RowError("duplicate_key", f"route_id {route_id!r} repeated")
+                new_key(row, idx[0], "route_id", self.route_index)
                 agency = values[1]
                 if not agency:
                     if single is None:
@@ -334,81 +372,24 @@ class _Reader:
                         f"route {route_id!r} has neither route_short_name nor route_long_name",
                     )
                 kind = integer(required(row, i_type, "route_type"), "route_type")
-                if not (kind <= 7 or kind in (11, 12) or 100 <= kind <= 1702):
-                    raise RowError("unexpected_enum_value", f"route_type {kind} is not defined")
             except RowError as exc:
-                t.skip(exc)
+                t.drop(exc, route_id, self.dropped_routes, self.route_index)
                 continue
+            if not (kind <= 7 or kind in (11, 12) or 100 <= kind <= 1702):
+                # The API serves no route_type: the route is served.
+                t.warn(
+                    "unexpected_enum_value",
+                    f"route {route_id!r}: route_type {kind} is not defined; served anyway "
+                    "(the API does not serve route_type)",
+                )
             for k, field in ((4, "route_color"), (5, "route_text_color")):
                 try:
                     color(values[k], field)
                 except RowError as exc:
-                    t.warn(exc.code, f"{exc}; the default colour is served")
+                    t.warn(exc.code, f"route {route_id!r}: {exc}; the default colour is served")
                     values[k] = ""
             self.route_index[route_id] = len(self.routes)
             self.routes.append(RouteRow(*values))
-
-    def _service(self, service_id: str) -> int:
-        index = self.service_index.get(service_id)
-        if index is None:
-            index = self.service_index[service_id] = len(self.service_ids)
-            self.service_ids.append(service_id)
-            self.service_sets.append(set())
-        return index
-
-    def _calendar(self, t: Table) -> None:
-        idx = {c: t.index(c) for c in REQUIRED_COLUMNS["calendar.txt"]}
-        seen: set[str] = set()
-        for row in t.rows():
-            try:
-                service_id = required(row, idx["service_id"], "service_id")
-                if service_id in seen:
-                    raise RowError("duplicate_key", f"service_id {service_id!r} repeated")
-                flags = [enum(get(row, idx[d]), d, FLAGS) == "1" for d in WEEKDAYS]
-                start = _date(required(row, idx["start_date"], "start_date"), "start_date")
-                end = _date(required(row, idx["end_date"], "end_date"), "end_date")
-                if end < start:
-                    raise RowError(
-                        "start_and_end_range_out_of_order",
-                        f"service {service_id!r}: end_date before start_date",
-                    )
-                if (end - start).days > 3660:
-                    raise RowError(
-                        "number_out_of_range", f"service {service_id!r} spans over ten years"
-                    )
-            except RowError as exc:
-                t.skip(exc)
-                continue
-            seen.add(service_id)
-            dates = self.service_sets[self._service(service_id)]
-            day = start
-            one = timedelta(days=1)
-            while day <= end:
-                if flags[day.weekday()]:
-                    dates.add(yyyymmdd(day))
-                day += one
-
-    def _calendar_dates(self, t: Table) -> None:
-        i_sid, i_date, i_type = t.index("service_id"), t.index("date"), t.index("exception_type")
-        seen: set[tuple[str, str]] = set()
-        for row in t.rows():
-            try:
-                service_id = required(row, i_sid, "service_id")
-                text = required(row, i_date, "date")
-                _date(text, "date")
-                kind = enum(required(row, i_type, "exception_type"), "exception_type",
-                            EXCEPTION_TYPES)  # fmt: skip
-                if (service_id, text) in seen:
-                    raise RowError("duplicate_key", f"service {service_id!r} on {text} is repeated")
-            except RowError as exc:
-                t.skip(exc)
-                continue
-            seen.add((service_id, text))
-            dates = self.service_sets[self._service(service_id)]
-            if kind == "1":
-                dates.add(text)
-            else:
-                dates.discard(text)
 
     def _shapes(self, t: Table) -> None:
         i_id = t.index("shape_id")
@@ -466,19 +447,26 @@ class _Reader:
         interned: dict[str, str] = {}
         intern = interned.setdefault
         for row in t.rows():
+            trip_id = get(row, i_trip)
             try:
-                trip_id = required(row, i_trip, "trip_id")
-                if trip_id in self.trip_index:
-                    raise RowError("duplicate_key", f"trip_id {trip_id!r} repeated")
+                new_key(row, i_trip, "trip_id", self.trip_index)
                 route_text = required(row, i_route, "route_id")
                 route = self.route_index.get(route_text)
+                service_text = required(row, i_service, "service_id")
+                service = self.service_index.get(service_text)
+                parent = self.dropped_routes.get(route_text) if route is None else None
+                if parent is None and service is None:
+                    parent = self.dropped_services.get(service_text)
+                if parent is not None:
+                    # Its route or service was skipped: counted under that notice.
+                    self.report.dependant(parent, t.name)
+                    self.dropped_trips.setdefault(trip_id, parent)
+                    continue
                 if route is None:
                     raise RowError(
                         "foreign_key_violation",
                         f"trip {trip_id!r}: route_id {route_text!r} is not a usable route",
                     )
-                service_text = required(row, i_service, "service_id")
-                service = self.service_index.get(service_text)
                 if service is None:
                     raise RowError(
                         "foreign_key_violation",
@@ -487,7 +475,7 @@ class _Reader:
                     )
                 direction = enum(get(row, i_dir), "direction_id", DIRECTIONS)
             except RowError as exc:
-                t.skip(exc)
+                t.drop(exc, trip_id, self.dropped_trips, self.trip_index)
                 continue
             shape = get(row, i_shape)
             if shape and shape not in self.shapes:
@@ -542,12 +530,3 @@ class _Reader:
                 "(set TRANSIT_SHAPE_DIST_UNIT if it is one of them)",
             )
         return factor
-
-
-def _date(text: str, field: str) -> date:
-    if len(text) != 8 or not text.isdigit() or not text.isascii():
-        raise RowError("invalid_date", f"{field} {text!r} is not YYYYMMDD")
-    try:
-        return date(int(text[:4]), int(text[4:6]), int(text[6:]))
-    except ValueError:
-        raise RowError("invalid_date", f"{field} {text!r} is not a date") from None

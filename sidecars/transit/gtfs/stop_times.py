@@ -13,7 +13,7 @@ import bisect
 from array import array
 
 from ..times import BadTime, format_time, parse_time
-from .notices import Report
+from .notices import Cause, Report
 from .tables import NO_DROP_OFF, NO_PICKUP, RowError, Table, Trips, integer
 
 NAME = "stop_times.txt"
@@ -25,10 +25,20 @@ NAN = float("nan")
 class StopTimes:
     """The stop_times columns of one feed, grouped by trip and ordered by stop_sequence."""
 
-    def __init__(self, trips: Trips, stop_index: dict[str, int], report: Report) -> None:
+    def __init__(
+        self,
+        trips: Trips,
+        stop_index: dict[str, int],
+        report: Report,
+        dropped_trips: dict[str, Cause] | None = None,
+        dropped_stops: dict[str, Cause] | None = None,
+    ) -> None:
+        """`dropped_*`: trips and stops skipped for a problem of their own; their stop times
+        are counted under that notice."""
         self.trips = trips
         self.stop_index = stop_index
         self.report = report
+        self._dropped = {"trip_id": dropped_trips or {}, "stop_id": dropped_stops or {}}
         self._templates: set[int] = set()
 
     def read(self, t: Table) -> None:
@@ -170,7 +180,10 @@ class StopTimes:
 
     def _dangling(self, field: str, value: str, line: int) -> None:
         """Skip a row whose trip_id or stop_id is empty or names no usable row."""
-        if value.strip():
+        cause = self._dropped[field].get(value.strip())
+        if cause is not None:
+            self.report.dependant(cause, NAME)
+        elif value.strip():
             kind = field.removesuffix("_id")
             message = f"{field} {value!r} is not a usable {kind}"
             self.report.skip("foreign_key_violation", NAME, line, message)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import csv
 from array import array
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import IO, NamedTuple
 
 from ..source import FeedFiles
-from .notices import Report
+from .notices import ERROR, Cause, Report
 
 REQUIRED_FILES = ("agency.txt", "stops.txt", "routes.txt", "trips.txt", "stop_times.txt")
 # Columns whose absence rejects the feed. The GTFS reference makes some of them conditional
@@ -37,7 +37,48 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "calendar_dates.txt": ("service_id", "date", "exception_type"),
     "shapes.txt": ("shape_id", "shape_pt_lat", "shape_pt_lon", "shape_pt_sequence"),
     "frequencies.txt": ("trip_id", "start_time", "end_time", "headway_secs"),
+    "feed_info.txt": ("feed_publisher_name", "feed_publisher_url", "feed_lang"),
 }
+# Files the API does not serve from: a missing column there costs their rows only (an error,
+# as MobilityData's), not the feed.
+UNSERVED_FILES = frozenset(("feed_info.txt",))
+# Every file of the GTFS reference (anything else is `unknown_file`, for information).
+GTFS_FILES = frozenset(
+    f"{name}.txt"
+    for name in (
+        "agency",
+        "stops",
+        "routes",
+        "trips",
+        "stop_times",
+        "calendar",
+        "calendar_dates",
+        "fare_attributes",
+        "fare_rules",
+        "timeframes",
+        "rider_categories",
+        "fare_media",
+        "fare_products",
+        "fare_leg_rules",
+        "fare_leg_join_rules",
+        "fare_transfer_rules",
+        "areas",
+        "stop_areas",
+        "networks",
+        "route_networks",
+        "shapes",
+        "frequencies",
+        "transfers",
+        "pathways",
+        "levels",
+        "location_groups",
+        "location_group_stops",
+        "booking_rules",
+        "translations",
+        "feed_info",
+        "attributions",
+    )
+)
 # Of each group, at least one column.
 REQUIRED_ONE_OF: dict[str, tuple[tuple[str, ...], ...]] = {
     "routes.txt": (("route_short_name", "route_long_name"),),
@@ -85,6 +126,12 @@ class StopRow(NamedTuple):
     facilities: tuple[str, ...]
     wheelchair_boarding: bool
     operational_status: str | None
+    # Names that come with the ids (Carris Metropolitana's columns): the location lists are
+    # derived from them when none is configured.
+    district_name: str = ""
+    region_name: str = ""
+    parish_id: str = ""
+    parish_name: str = ""
 
 
 class RouteRow(NamedTuple):
@@ -169,6 +216,9 @@ class RawFeed(Trips):
     time_seconds: array
     report: Report
     shapes: dict[str, ShapeColumns] = field(default_factory=dict)
+    # Small files served as read (CM's dates.txt and periods.txt, feed_info.txt): their rows
+    # as {column: value}.
+    extras: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     # Metres per unit of shape_dist_traveled (shapes and stop_times), None when unknown.
     dist_factor: float | None = None
 
@@ -176,9 +226,10 @@ class RawFeed(Trips):
 class RowError(ValueError):
     """A row is skipped: `code` is its notice, the message says which field and why."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, severity: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.severity = severity
 
 
 class Table:
@@ -212,7 +263,8 @@ class Table:
                 missing.append(" or ".join(choices))
         if missing:
             message = f"missing required column(s): {', '.join(missing)}"
-            report.add("missing_required_column", name, 1, message)
+            severity = ERROR if name in UNSERVED_FILES else None
+            report.add("missing_required_column", name, 1, message, severity)
             self.width = 0
 
     def index(self, column: str) -> int:
@@ -262,13 +314,22 @@ class Table:
         """The line number of the row being read."""
         return self.reader.line_num
 
-    def skip(self, exc: RowError) -> None:
-        """Record a skipped row."""
-        self.report.skip(exc.code, self.name, self.reader.line_num, str(exc))
+    def skip(self, exc: RowError) -> Cause:
+        """Record a skipped row; its rows in other files can depend on the cause returned."""
+        return self.report.skip(exc.code, self.name, self.reader.line_num, str(exc))
 
-    def warn(self, code: str, message: str) -> None:
+    def drop(
+        self, exc: RowError, key: str, dropped: dict[str, Cause], kept: Container[str]
+    ) -> None:
+        """Record a skipped row whose key (unless a kept row has it) is then the cause of the
+        rows of other files that refer to it."""
+        cause = self.skip(exc)
+        if key and key not in kept:
+            dropped.setdefault(key, cause)
+
+    def warn(self, code: str, message: str, severity: str | None = None) -> None:
         """Record a notice about a row that is served."""
-        self.report.add(code, self.name, self.reader.line_num, message)
+        self.report.add(code, self.name, self.reader.line_num, message, severity)
 
     def require(self) -> None:
         """A required file without a usable row is fatal (unless the feed is rejected
@@ -287,6 +348,14 @@ def required(row: list[str], index: int, field: str) -> str:
     value = row[index].strip() if index >= 0 else ""
     if not value:
         raise RowError("missing_required_field", f"{field} is empty")
+    return value
+
+
+def new_key(row: list[str], index: int, field: str, seen: Container[str]) -> str:
+    """A required key that no earlier row had (`duplicate_key` otherwise)."""
+    value = required(row, index, field)
+    if value in seen:
+        raise RowError("duplicate_key", f"{field} {value!r} repeated")
     return value
 
 

@@ -337,9 +337,18 @@ def complaints(conn: sqlite3.Connection, since: date) -> list[ComplaintCounts]:
     return out
 
 
+def is_network(agency: str) -> bool:
+    """Whether an agency id spells the network key in another case (Carris Metropolitana's
+    feed names its single agency `CM`): its figures are the network's, under `_cm_` only, so
+    no key exists twice in two spellings."""
+    return agency != NETWORK and agency.lower() == NETWORK
+
+
 def _keyed(per_agency: dict[str, dict[str, float | int]]) -> dict[str, float | int]:
     data: dict[str, float | int] = {}
     for agency in sorted(per_agency, key=lambda a: (a == NETWORK, natural_key(a))):
+        if is_network(agency):
+            continue
         for measure, value in per_agency[agency].items():
             data[f"_{agency}_{measure}"] = value
     return data

@@ -13,26 +13,20 @@ from __future__ import annotations
 
 import csv
 import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..gtfs.tables import StopRow
 from ..network import natural_key
 from .geo import GridIndex
-from .schemas import District, Locality, Municipality, Parish
+from .names import fold, locality_id
+from .schemas import District, Locality, Municipality, Parish, Region
 
 _UNION = re.compile(r"^uniao d[ae]s? freguesias d[aeo]s? ")
 
 
 class LocationsError(ValueError):
     """A locations file is malformed (bad header, dangling parent id)."""
-
-
-def fold(name: str) -> str:
-    """Name key for matching: accents, case, punctuation and spacing do not matter."""
-    text = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode().lower()
-    return re.sub(r"[^a-z0-9]+", " ", text).strip()
 
 
 def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
@@ -133,6 +127,14 @@ class Locations:
                 d / "municipality_regions.csv", ("municipality_id", "region_id", "region_name")
             )
         }
+        self.region_list = sorted(
+            {Region(id=i, name=n) for i, n in self.regions.values()}
+            if not (d / "regions.csv").is_file()
+            else {
+                Region(id=r["id"], name=r["name"]) for r in _read(d / "regions.csv", ("id", "name"))
+            },
+            key=lambda x: natural_key(x.id),
+        )
         # Names are not unique ("Lagoa" is in Faro and in the Azores): keep every candidate.
         self._municipality_names: dict[str, list[Municipality]] = {}
         for m in self.municipalities:
@@ -247,3 +249,61 @@ class Locations:
             region_name=record.get("region_name", "") or region_name,
             locality=locality,
         )
+
+
+def derived_lists(stops: list[StopRow]) -> dict[str, list]:
+    """The location lists an operator's stops imply, when no lists are configured: each
+    district, region, municipality, parish and locality a stop names with its id (a locality
+    by name gets `locality_id`'s id), so every id a stop serves is in a list."""
+    districts: dict[str, District] = {}
+    regions: dict[str, Region] = {}
+    municipalities: dict[str, Municipality] = {}
+    parishes: dict[str, Parish] = {}
+    localities: dict[str, Locality] = {}
+    for s in stops:
+        if s.district_id:
+            districts.setdefault(s.district_id, District(id=s.district_id, name=s.district_name))
+        if s.region_id:
+            regions.setdefault(s.region_id, Region(id=s.region_id, name=s.region_name))
+        if s.municipality_id:
+            municipalities.setdefault(
+                s.municipality_id,
+                Municipality(
+                    district_id=s.district_id, id=s.municipality_id, name=s.municipality_name
+                ),
+            )
+        if s.parish_id:
+            parishes.setdefault(
+                s.parish_id,
+                Parish(
+                    district_id=s.district_id,
+                    id=s.parish_id,
+                    municipality_id=s.municipality_id,
+                    name=s.parish_name,
+                ),
+            )
+        lid = s.locality_id or (
+            locality_id(s.municipality_id, s.locality) if s.locality and s.municipality_id else ""
+        )
+        if lid:
+            localities.setdefault(
+                lid,
+                Locality(
+                    display="",
+                    district_id=s.district_id,
+                    id=lid,
+                    municipality_id=s.municipality_id,
+                    name=s.locality or lid,
+                    parish_id=s.parish_id,
+                ),
+            )
+    return {
+        kind: sorted(items.values(), key=lambda x: natural_key(x.id))
+        for kind, items in (
+            ("districts", districts),
+            ("municipalities", municipalities),
+            ("parishes", parishes),
+            ("localities", localities),
+            ("regions", regions),
+        )
+    }

@@ -17,6 +17,13 @@ class District(Struct):
     name: str
 
 
+class Region(Struct, frozen=True):
+    """A region (NUTS III) of `/v2/locations/regions`."""
+
+    id: str
+    name: str
+
+
 class Municipality(Struct):
     """A municipality of `/v2/locations/municipalities`."""
 

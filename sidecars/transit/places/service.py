@@ -1,7 +1,9 @@
 """`Places`: the encoded locations and facilities bodies of one worker.
 
-Locations never change while the process runs and are encoded once. Facilities depend on the
-feed (their `stop_ids`), so they are rebuilt when the store swaps in a new feed version.
+Configured location lists never change while the process runs and are encoded once; without
+them the lists are derived from the served feed's stops (every district, municipality,
+parish, locality and region a stop names, so the stops' ids join), like the facilities
+(their `stop_ids`) rebuilt when the store swaps in a new feed version.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from ..bodies import Body
 from ..network import Network
 from ..schemas import json_encoder
 from . import facilities as fac
-from .locations import Locations
+from .locations import Locations, derived_lists
 from .schemas import AvailableFacilities, LocationEnvelope
 
-LOCATION_KINDS = ("districts", "municipalities", "parishes", "localities")
+LOCATION_KINDS = ("districts", "municipalities", "parishes", "localities", "regions")
 
 
 class Places:
@@ -45,23 +47,25 @@ class Places:
         self.available = Body(json_encoder.encode(AvailableFacilities(available_facilities=listed)))
         # The real service stamps the envelope at request time; here it is the time the lists
         # were loaded, so each list (parishes: 200 kB) is encoded and gzipped once.
-        loaded = int(time.time() * 1000)
-        self._location_bodies = {
-            kind: Body(
-                json_encoder.encode(
-                    LocationEnvelope(
-                        data=getattr(self.locations, kind), status="success", timestamp=loaded
-                    )
-                )
-            )
-            for kind in LOCATION_KINDS
-        }
+        self.derived = locations.directory is None
+        lists = {kind: getattr(self.locations, kind) for kind in LOCATION_KINDS[:-1]}
+        self._location_bodies = _envelopes({**lists, "regions": self.locations.region_list})
         self._lock = threading.Lock()
         self._built: tuple[str | None, dict[str, Body]] | None = None
+        self._derived: tuple[str | None, dict[str, Body]] | None = None
 
     def location_body(self, kind: str) -> Body:
-        """The envelope of one list."""
-        return self._location_bodies[kind]
+        """The envelope of one list (derived from the served feed's stops when no lists are
+        configured)."""
+        if not self.derived:
+            return self._location_bodies[kind]
+        net = self.network()
+        version = net.version if net is not None else None
+        built = self._derived
+        if built is None or built[0] != version:
+            lists = derived_lists(net.raw.stops) if net is not None else {}
+            built = self._derived = (version, _envelopes(lists))
+        return built[1].get(kind) or self._location_bodies[kind]
 
     def facility_body(self, kind: str) -> Body | None:
         """Encoded list of one kind, or None when the kind has no input file."""
@@ -82,3 +86,16 @@ class Places:
             kind: Body(json_encoder.encode(fac.build(kind, rows, grid, ids, self.walk_meters)))
             for kind, rows in self.facilities.rows.items()
         }
+
+
+def _envelopes(lists: dict[str, list]) -> dict[str, Body]:
+    """Each list in the envelope, encoded once."""
+    stamp = int(time.time() * 1000)
+    return {
+        kind: Body(
+            json_encoder.encode(
+                LocationEnvelope(data=lists.get(kind, []), status="success", timestamp=stamp)
+            )
+        )
+        for kind in LOCATION_KINDS
+    }

@@ -1,9 +1,11 @@
 """The account database behind one interface: the queries, written once, and the migrations.
 
-`Database` holds every query of the system of record (accounts with their plan and
-subscription period, tokens); a backend (`sqlite.SqliteDatabase`, `postgres.PostgresDatabase`)
-only runs SQL: `_fetch` and `_transaction`. Queries use `?` placeholders; a backend whose
-driver wants another style translates them once (`placeholder`).
+`Database` holds the queries of accounts (plan, subscription period, thresholds) and tokens;
+the daily usage (`daily.py`) and the webhook events (`events.py`) are tables of their own
+over the same public primitives (`query`, `execute`, `execute_many`, `transaction`). A
+backend (`sqlite.SqliteDatabase`, `postgres.PostgresDatabase`) only runs SQL: `_fetch` and
+`_transaction`. Queries use `?` placeholders; a backend whose driver wants another style
+translates them once (`placeholder`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class AccountRecord(msgspec.Struct, frozen=True):
     created: int
     updated: int
     suspended: int | None = None
+    thresholds: str | None = None  # None: the plan's; "": none; "80,100": these percentages
 
 
 class TokenRecord(msgspec.Struct, omit_defaults=True):
@@ -59,7 +62,9 @@ class TokenRecord(msgspec.Struct, omit_defaults=True):
     last_used: int | None = None
 
 
-_ACCOUNT_COLUMNS = "id, plan, window_kind, start_date, end_date, created, updated, suspended"
+_ACCOUNT_COLUMNS = (
+    "id, plan, window_kind, start_date, end_date, created, updated, suspended, thresholds"
+)
 _TOKEN_COLUMNS = "id, account_id, sha256, created, label, revoked, expires, last_used"
 _N_TOKEN = len(_TOKEN_COLUMNS.split(", "))
 
@@ -74,6 +79,7 @@ def _account(row: Row) -> AccountRecord:
         created=int(row[5]),
         updated=int(row[6]),
         suspended=_int(row[7]),
+        thresholds=row[8],
     )
 
 
@@ -105,11 +111,20 @@ class Transaction:
         """Run one query; its rows."""
         raise NotImplementedError
 
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """Run one statement once per row of parameters (one driver call); rows changed."""
+        raise NotImplementedError
+
 
 class Database:
     """Accounts and tokens in SQL; every call bounded by `timeout` seconds."""
 
     kind = "sql"
+
+    @property
+    def identity(self) -> str:
+        """Which database this is (the same for every process that opens it)."""
+        raise NotImplementedError
 
     def __init__(self, timeout: float, clock: Callable[[], float] = time.time) -> None:
         self.timeout = timeout
@@ -134,6 +149,35 @@ class Database:
                 return await tx.execute(sql, params)
 
         return await self._bounded(run)
+
+    # ------------------------------------------------------------ public primitives
+
+    async def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """One query, bounded in time: its rows."""
+        return await self._bounded(lambda: self._fetch(sql, params))
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """One statement in its own transaction, bounded in time: the rows it changed."""
+        return await self._write(sql, params)
+
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        """One statement per row of parameters, all in one transaction, bounded in time."""
+
+        async def run() -> int:
+            async with self._transaction() as tx:
+                return await tx.execute_many(sql, rows)
+
+        return await self._bounded(run)
+
+    def transaction(self) -> Any:
+        """An async context manager yielding a `Transaction` (committed on exit); the caller
+        bounds it (`bounded`)."""
+        return self._transaction()
+
+    async def bounded(self, make: Callable[[], Awaitable[T]]) -> T:
+        """`make()` after the migrations, within the database's timeout (StoreUnavailable
+        when over it or unreachable)."""
+        return await self._bounded(make)
 
     async def _lock_for_migration(self, tx: Transaction) -> None:
         """Serialise concurrent migrators (several workers start at once)."""
@@ -180,12 +224,12 @@ class Database:
 
     async def version(self) -> int:
         """The schema version applied (after migrating)."""
-        rows = await self._bounded(lambda: self._fetch("SELECT version FROM schema_version"))
+        rows = await self.query("SELECT version FROM schema_version")
         return int(rows[0][0])
 
     async def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
-        await self._bounded(lambda: self._fetch("SELECT 1"))
+        await self.query("SELECT 1")
 
     # ------------------------------------------------------------ request path
 
@@ -197,7 +241,7 @@ class Database:
             "FROM tokens t JOIN accounts a ON a.id = t.account_id "
             "WHERE t.sha256 = ? AND t.revoked IS NULL"
         )
-        rows = await self._bounded(lambda: self._fetch(sql, (sha256,)))
+        rows = await self.query(sql, (sha256,))
         if not rows:
             return None
         return _token(rows[0][:_N_TOKEN]), _account(rows[0][_N_TOKEN:])
@@ -211,7 +255,7 @@ class Database:
     async def account(self, account_id: str) -> AccountRecord | None:
         """The account row, or None."""
         sql = f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE id = ?"
-        rows = await self._bounded(lambda: self._fetch(sql, (account_id,)))
+        rows = await self.query(sql, (account_id,))
         return _account(rows[0]) if rows else None
 
     # ------------------------------------------------------------ administration
@@ -222,18 +266,19 @@ class Database:
         """Insert an account; AccountError when the id is taken."""
         now = int(self.clock())
         sql = (
-            f"INSERT INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT (id) DO NOTHING"
         )
-        params = (account_id, plan, window, start.isoformat(), _iso(end), now, now, None)
+        params = (account_id, plan, window, start.isoformat(), _iso(end), now, now, None, None)
 
         if not await self._write(sql, params):
             raise AccountError(f"account {account_id!r} exists")
         return await self._require(account_id)
 
     async def update_account(self, account_id: str, changes: dict[str, Any]) -> AccountRecord:
-        """Set columns of an account (`plan`, `window_kind`, `start_date`, `end_date`)."""
-        allowed = {"plan", "window_kind", "start_date", "end_date", "suspended"}
+        """Set columns of an account (`plan`, `window_kind`, `start_date`, `end_date`,
+        `suspended`, `thresholds`)."""
+        allowed = {"plan", "window_kind", "start_date", "end_date", "suspended", "thresholds"}
         assert set(changes) <= allowed, changes
         columns = [*changes, "updated"]
         values = [*changes.values(), int(self.clock()), account_id]
@@ -246,7 +291,7 @@ class Database:
     async def accounts(self) -> list[AccountRecord]:
         """Every account, by id."""
         sql = f"SELECT {_ACCOUNT_COLUMNS} FROM accounts ORDER BY id"
-        return [_account(r) for r in await self._bounded(lambda: self._fetch(sql))]
+        return [_account(r) for r in await self.query(sql)]
 
     async def delete_account(self, account_id: str) -> None:
         """Delete an account and (cascade) its tokens; AccountError when there is none."""
@@ -285,7 +330,7 @@ class Database:
     async def tokens(self, account_id: str) -> list[TokenRecord]:
         """The account's tokens, oldest first (revoked ones too)."""
         sql = f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE account_id = ? ORDER BY created, id"
-        return [_token(r) for r in await self._bounded(lambda: self._fetch(sql, (account_id,)))]
+        return [_token(r) for r in await self.query(sql, (account_id,))]
 
     async def revoke_token(self, account_id: str, token_id: str) -> TokenRecord:
         """Mark a token revoked (kept for the listing); the next request with it is refused."""

@@ -34,6 +34,12 @@ class _PgTransaction(Transaction):
         cur = await self.conn.execute(placeholder(sql, "%s"), params)  # type: ignore[arg-type]
         return await cur.fetchall()
 
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        # psycopg pipelines executemany: one round trip for the batch, not one per row.
+        async with self.conn.cursor() as cur:
+            await cur.executemany(placeholder(sql, "%s"), rows)  # type: ignore[arg-type]
+            return cur.rowcount
+
 
 class PostgresDatabase(Database):
     """Accounts and tokens in the PostgreSQL database of `dsn`."""
@@ -45,6 +51,11 @@ class PostgresDatabase(Database):
         self.dsn = dsn
         self.pool_size = pool_size
         self._pool: AsyncConnectionPool[Any] | None = None
+
+    @property
+    def identity(self) -> str:
+        """The DSN."""
+        return "postgresql:" + self.dsn
 
     async def _get_pool(self) -> AsyncConnectionPool[Any]:
         if self._pool is None:

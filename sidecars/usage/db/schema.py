@@ -41,6 +41,55 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE tokens ADD COLUMN expires BIGINT",
         "ALTER TABLE tokens ADD COLUMN last_used BIGINT",
     ),
+    # 3: durable daily usage rolled up from Redis, threshold notifications and their delivery
+    # attempts, per-account thresholds (NULL = the plan's, '' = none, else "80,100").
+    (
+        "ALTER TABLE accounts ADD COLUMN thresholds TEXT",
+        # One row per account and UTC day, usage as counted in Redis, plan and quota that day.
+        # No foreign key: a deleted account's history stays until retention drops it.
+        """CREATE TABLE daily_usage (
+            account_id TEXT NOT NULL,
+            day TEXT NOT NULL,
+            usage BIGINT NOT NULL,
+            plan TEXT NOT NULL,
+            plan_limit BIGINT NOT NULL,
+            updated BIGINT NOT NULL,
+            PRIMARY KEY (account_id, day)
+        )""",
+        "CREATE INDEX daily_usage_day ON daily_usage (day, account_id)",
+        # Named watermarks: `closed_through` = the last UTC day rolled up after it ended.
+        """CREATE TABLE rollup_state (
+            name TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+        # One row per threshold crossed per window: the unique key is what makes the event
+        # exactly one across workers and processes. Scheduling instants are epoch ms.
+        """CREATE TABLE webhook_events (
+            id TEXT PRIMARY KEY,
+            account_id TEXT NOT NULL,
+            threshold INTEGER NOT NULL,
+            window_start BIGINT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_ms BIGINT NOT NULL,
+            lease_until_ms BIGINT NOT NULL DEFAULT 0,
+            give_up_ms BIGINT NOT NULL,
+            delivered_ms BIGINT,
+            UNIQUE (account_id, threshold, window_start)
+        )""",
+        "CREATE INDEX webhook_events_due ON webhook_events (status, next_attempt_ms)",
+        """CREATE TABLE webhook_attempts (
+            event_id TEXT NOT NULL REFERENCES webhook_events (id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL,
+            at_ms BIGINT NOT NULL,
+            duration_ms BIGINT NOT NULL,
+            status_code INTEGER,
+            error TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (event_id, attempt)
+        )""",
+    ),
 )
 
 LATEST = len(MIGRATIONS)

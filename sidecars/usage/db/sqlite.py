@@ -46,6 +46,9 @@ class _SqliteTransaction(Transaction):
     async def fetch(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return await self.db._call(lambda c: c.execute(sql, params).fetchall())
 
+    async def execute_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+        return await self.db._call(lambda c: c.executemany(sql, rows).rowcount)
+
 
 class SqliteDatabase(Database):
     """Accounts and tokens in the SQLite file `path`."""
@@ -58,6 +61,11 @@ class SqliteDatabase(Database):
         self._conn: sqlite3.Connection | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._lock: asyncio.Lock | None = None
+
+    @property
+    def identity(self) -> str:
+        """The file's absolute path."""
+        return "sqlite:" + str(Path(self.path).resolve())
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:

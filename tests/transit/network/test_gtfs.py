@@ -7,13 +7,12 @@ from pathlib import Path
 import pytest
 
 from sidecars.transit.gtfs import FeedError, RawFeed, Report, feed_timezone, read_feed
-from sidecars.transit.gtfs.notices import FATAL, NOTICES
+from sidecars.transit.gtfs.notices import FATAL
 from sidecars.transit.source import FeedFiles, SourceError
 
 from ..helpers import BULLRUNNER_ZIP, CAIRNS_ZIP, SMALL_FEED, write_feed
 
 DATA = Path(__file__).resolve().parent / "data"
-FATAL_CODES = {code for code, (severity, _) in NOTICES.items() if severity == FATAL}
 
 
 def load(path: Path | str, **options: float) -> RawFeed:
@@ -22,14 +21,19 @@ def load(path: Path | str, **options: float) -> RawFeed:
 
 def notices(report: Report) -> list[str]:
     """Every example of the report as `code file:line: message`, in the order found."""
-    found = [(p, code) for code, items in report.examples.items() for p in items]
+    found = [(p, code) for (code, _), items in report.examples.items() for p in items]
     return [f"{code} {p.file}:{p.line}: {p.message}" for p, code in found]
 
 
 def fatal_of(path: Path) -> list[str]:
     with pytest.raises(FeedError) as info:
         load(path)
-    return [n for n in notices(info.value.report) if n.split()[0] in FATAL_CODES]
+    return [
+        f"{code} {p.file}:{p.line}: {p.message}"
+        for (code, severity), items in info.value.report.examples.items()
+        if severity == FATAL
+        for p in items
+    ]
 
 
 def test_cairns_loads_with_every_row() -> None:
@@ -162,6 +166,8 @@ def test_bad_rows_are_skipped_and_each_reported(tmp_path: Path) -> None:
         "invalid_integer stop_times.txt:19: stop_sequence 'five' is not an integer",
         "unexpected_enum_value stop_times.txt:20: pickup_type '4'",
         "unused_trip trips.txt:None: trip 'TX3' has no stop times",
+        "missing_recommended_file feed_info.txt:None: feed_info.txt is missing (the feed's "
+        "version, validity dates and contact)",
     ])  # fmt: skip
     # Everything else is served: TX3 (only its shape was wrong) is kept.
     assert "TX3" in raw.trip_index and "TX1" not in raw.trip_index
@@ -180,8 +186,11 @@ def test_report_keeps_the_first_examples_and_counts_all(tmp_path: Path) -> None:
         f"GHOST{i},10:00:00,10:00:00,100001,1,,,\n" for i in range(80)
     )
     raw = load(write_feed(tmp_path / "f.zip", {"stop_times.txt": stop_times}), max_skipped_share=1)
-    assert raw.report.counts == {"foreign_key_violation": 80}
-    assert len(raw.report.examples["foreign_key_violation"]) == 10
+    assert raw.report.counts == {
+        ("foreign_key_violation", "error"): 80,
+        ("missing_recommended_file", "warning"): 1,
+    }
+    assert len(raw.report.examples[("foreign_key_violation", "error")]) == 10
     # Past the share of skipped rows allowed, the same feed is rejected.
     with pytest.raises(FeedError) as info:
         load(write_feed(tmp_path / "g.zip", {"stop_times.txt": stop_times}))

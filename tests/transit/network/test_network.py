@@ -49,8 +49,8 @@ def test_cairns_lines_are_route_short_names(cairns_net: Network) -> None:
     ids = [line["id"] for line in lines]
     assert ids == sorted(ids, key=natural_key)
     line = next(x for x in lines if x["id"] == "110")
-    # Route 110-423 runs two stop sequences each way: its busiest pair keeps the GTFS id.
-    assert line["route_ids"] == ["110-423_1", "110-423"]
+    # Route 110-423 runs two stop sequences each way: all four patterns are its own.
+    assert line["route_ids"] == ["110-423"]
     assert line["color"] == "#7BC142" and line["text_color"] == "#000000"
     assert line["short_name"] == "110" and line["long_name"] == "City - Palm Cove"
     assert line["stop_ids"] == []
@@ -260,8 +260,10 @@ def test_cm_stop_columns(cm_net: Network) -> None:
     oriente = stops["060001"]
     assert oriente["facilities"] == ["school", "subway", "train"]
     assert oriente["municipality_id"] == "1106" and oriente["district_id"] == "11"
-    # Without location lists a locality name is not an id: served empty.
-    assert oriente["region_id"] == "PT170" and oriente["locality_id"] == ""
+    # Without location lists the locality named by the stop gets the id of the lists derived
+    # from the stops (`/v2/locations/localities`), as the shipped lists name it.
+    assert oriente["region_id"] == "PT170"
+    assert oriente["locality_id"] == "1106-parque-das-nacoes"
     assert oriente["tts_name"].startswith("Gare Do Oriente")
     assert oriente["line_ids"] == ["1001"] and oriente["pattern_ids"] == ["1001_1_1"]
     assert stops["010001"]["route_ids"] == ["1001_0", "1001_1"]

@@ -92,7 +92,13 @@ def rt_files(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def rt_store(small_feed: Path, rt_files: dict[str, Path], make_store: Callable) -> TransitStore:  # type: ignore[type-arg]
-    store = make_store(small_feed, clock=Clock(NOW), **{k: str(v) for k, v in rt_files.items()})
+    # Positions and messages up to ten minutes old are current (OLD, 1000 s old, is not).
+    store = make_store(
+        small_feed,
+        clock=Clock(NOW),
+        max_age_seconds=600,
+        **{k: str(v) for k, v in rt_files.items()},
+    )
     assert store.load_static()
     store.poll_realtime()
     return store
@@ -105,7 +111,8 @@ def client(rt_store: TransitStore, client_for) -> falcon.testing.TestClient:  # 
 
 def test_vehicle_joined_to_its_trip_and_metadata(client: falcon.testing.TestClient) -> None:
     vehicles = {v["id"]: v for v in client.simulate_get("/v2/vehicles").json}
-    assert set(vehicles) == {"A|V1", "A|OLD", "A|PARKED"}
+    # OLD was last heard from 1000 s ago: not a current position, so not listed.
+    assert set(vehicles) == {"A|V1", "A|PARKED"}
     v1 = vehicles["A|V1"]
     assert v1["agency_id"] == "A" and v1["trip_id"] == "T2" and v1["route_id"] == "R1"
     assert v1["line_id"] == "1" and v1["pattern_id"].startswith("R1_0_")
@@ -117,16 +124,14 @@ def test_vehicle_joined_to_its_trip_and_metadata(client: falcon.testing.TestClie
     assert v1["license_plate"] == "AA-00-00" and v1["registration_date"] == "20230101"
     assert v1["wheelchair_accessible"] is True and v1["bikes_allowed"] is False
     assert v1["door_status"] == "CLOSED" and v1["propulsion"] == "diesel"
-    old = vehicles["A|OLD"]
-    assert old["route_id"] == "R1" and old["make"] is None  # route from the static trip
-    assert vehicles["A|PARKED"]["trip_id"] is None
+    assert vehicles["A|PARKED"]["trip_id"] is None and vehicles["A|PARKED"]["make"] is None
 
 
 def test_vehicles_pb_keeps_recent_vehicles_on_a_trip(client: falcon.testing.TestClient) -> None:
     message = rt.FeedMessage()
     message.ParseFromString(client.simulate_get("/v2/vehicles.pb").content)
     assert message.header.incrementality == rt.FeedHeader.FULL_DATASET
-    [entity] = message.entity  # OLD is 1000 s old, PARKED has no trip
+    [entity] = message.entity  # PARKED has no trip
     assert entity.vehicle.vehicle.id == "A|V1" and entity.vehicle.vehicle.label == "V1"
     assert entity.vehicle.trip.trip_id == "T2"
     assert entity.vehicle.vehicle.license_plate == "AA-00-00"
@@ -154,7 +159,7 @@ def test_arrival_estimates_observed_and_delay_propagation(
     assert t2["vehicle_id"] == "A|V1"
     # T1's update starts at stop 2: nothing known for stop 1.
     assert first["T1"]["estimated_arrival"] is None and first["T1"]["vehicle_id"] == "A|V9"
-    assert first["TLATE"]["vehicle_id"] == "A|OLD"  # from its position only
+    assert first["TLATE"]["vehicle_id"] is None  # its only position is too old
     assert first["TBACK"]["estimated_arrival"] is None
     second = by_trip(client.simulate_get("/v2/arrivals/by_stop/100002").json)
     # The +60 s of stop 1 carries on to stop 2, which has no update of its own.
@@ -204,9 +209,16 @@ def test_pip_estimates_use_realtime_then_schedule(client: falcon.testing.TestCli
     assert late["estimatedTimeUnixSeconds"] == int(local_ts("2026-03-25T00:05"))
 
 
-def test_pip_skips_trips_ending_at_the_stop(client: falcon.testing.TestClient) -> None:
+def test_pip_skips_trips_ending_at_the_stop_and_skipped_stops(
+    client: falcon.testing.TestClient, rt_store: TransitStore, rt_files: dict[str, Path]
+) -> None:
+    # T1, T2 and TLATE end at 100003; TBACK starts there, but its update SKIPS that stop.
     rows = client.simulate_post("/v2/pips/estimates", json={"stops": ["100003"]}).json
-    assert [r["stopHeadsign"] for r in rows] == ["First"]  # only TBACK starts there
+    assert [r["lineId"] for r in rows] == ["INFO", "INFO"]
+    rt_files["trip_updates_source"].write_bytes(feed(TRIP_UPDATES[:2]))
+    rt_store.poll_realtime()
+    rows = client.simulate_post("/v2/pips/estimates", json={"stops": ["100003"]}).json
+    assert [r["stopHeadsign"] for r in rows] == ["First"]
 
 
 def test_pip_a_chegar_under_one_minute(client: falcon.testing.TestClient, rt_store) -> None:  # type: ignore[no-untyped-def]
@@ -224,7 +236,8 @@ def test_alerts_json_and_pb(client: falcon.testing.TestClient) -> None:
         "description_text": {"translation": [{"text": "Desvio na paragem Second"}]},
         "effect": "DETOUR",
         "header_text": {"translation": [{"text": "Obras", "language": "pt"}]},
-        "informed_entity": [{"route_id": "R1"}, {"stop_id": "100002"}],
+        # The route's line, as the real service means to add it.
+        "informed_entity": [{"line_id": "1", "route_id": "R1"}, {"stop_id": "100002"}],
     }
     message = rt.FeedMessage()
     message.ParseFromString(client.simulate_get("/v2/alerts.pb").content)
@@ -238,7 +251,7 @@ def test_broken_realtime_keeps_the_last_good_snapshot(
     rt_files["vehicles_source"].write_bytes(b"\x00garbage, not protobuf")
     rt_files["alerts_source"].unlink()
     rt_store.poll_realtime()
-    assert len(client.simulate_get("/v2/vehicles").json) == 3
+    assert len(client.simulate_get("/v2/vehicles").json) == 2
     assert len(client.simulate_get("/v2/alerts").json) == 1
     health = client.simulate_get("/health").json
     assert health["status"] == "degraded"
@@ -257,7 +270,7 @@ def test_realtime_from_http_urls(small_feed: Path, make_store, client_for) -> No
         store = make_store(small_feed, clock=Clock(NOW), vehicles_source=base + "/vp.pb")
         store.load_static()
         store.poll_realtime()
-        assert len(client_for(store).simulate_get("/v2/vehicles").json) == 3
+        assert len(client_for(store).simulate_get("/v2/vehicles").json) == 2  # OLD is too old
 
 
 def test_bull_runner_vehicles_and_a_frequency_trip_update(

@@ -1,0 +1,127 @@
+"""Giving freed memory back to the operating system (glibc's malloc), so that the peak of a
+flood does not stay resident once the flood is over (978 MB did, after a TLS flood).
+
+Two things keep freed memory resident under glibc:
+
+- its dynamic mmap threshold: a block of at least M_MMAP_THRESHOLD (128 KiB) is mmapped and
+  unmapped when freed, but the first such block freed raises the threshold to its own size
+  (up to 32 MiB), so from then on request buffers of 1-4 MiB come from the heap, where a
+  freed block is a hole that stays resident. `tune()` fixes the threshold at 128 KiB, which
+  also turns the adjustment off: large buffers always go back at once.
+- fragmentation: a heap page is returned only when nothing on it is in use and it is at the
+  top of the heap, unless malloc_trim(0) releases the free pages inside it (madvise). A
+  `Trimmer` is told how many bytes were freed and calls it once 32 MiB were, at most once
+  per second (a trim of a large heap costs a few milliseconds), and 5 s after the last
+  4 MiB freed otherwise (the tail of a flood).
+
+With another C library (musl) both are no-ops. CPython's small-object allocator returns its
+1 MiB arenas by itself once they are empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("ratelimitd")
+
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+MMAP_THRESHOLD = 128 * 1024
+# Bytes freed before a trim is worth its cost, and the least time between two trims; fewer
+# (but at least a eighth as many) are trimmed once nothing more was freed for TRIM_QUIET.
+TRIM_AFTER = 32 * 1024 * 1024
+TRIM_INTERVAL = 1.0
+TRIM_QUIET = 5.0
+
+
+def _libc() -> Any:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None)
+    except OSError:  # pragma: no cover - no C library to load
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def tune() -> bool:
+    """Fix glibc's mmap threshold (see the module docstring); False when not glibc."""
+    libc = _libc()
+    if libc is None:
+        return False
+    ok = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    # The heap's own top is given back past 128 KiB free too (glibc raises this threshold
+    # with the mmap one when it adjusts, which it no longer does).
+    libc.mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)
+    return ok
+
+
+def trim() -> bool:
+    """malloc_trim(0): release the free pages of every heap; True if memory was released."""
+    libc = _libc()
+    return bool(libc.malloc_trim(0)) if libc is not None else False
+
+
+class Trimmer:
+    """Calls `trim` once enough memory was freed, at most once per `interval` (a trim due
+    inside the interval runs at its end), or `quiet` seconds after a smaller amount was
+    freed (on the running loop)."""
+
+    def __init__(
+        self,
+        after: int = TRIM_AFTER,
+        interval: float = TRIM_INTERVAL,
+        quiet: float = TRIM_QUIET,
+        clock: Callable[[], float] = time.monotonic,
+        release: Callable[[], bool] = trim,
+    ) -> None:
+        self.after = after
+        self.interval = interval
+        self.quiet = quiet
+        self._clock = clock
+        self._release = release
+        self.pending = 0
+        self.trims = 0
+        self._last = -interval
+        self._scheduled: asyncio.TimerHandle | None = None
+        self._due = 0.0
+
+    def freed(self, n: int) -> None:
+        """`n` bytes were freed."""
+        self.pending += n
+        if self.pending < self.after // 8:
+            return
+        if self.pending >= self.after:
+            wait = self._last + self.interval - self._clock()
+            if wait <= 0:
+                self._cancel()
+                self._trim()
+                return
+        else:
+            wait = self.quiet  # a trim once the freeing has stopped
+        due = self._clock() + wait
+        if self._scheduled is not None and self._due <= due:
+            return  # an earlier trim is already due
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a test's synchronous use): the next call trims
+        self._cancel()
+        self._due = due
+        self._scheduled = loop.call_later(wait, self._trim)
+
+    def _cancel(self) -> None:
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
+
+    def _trim(self) -> None:
+        self._scheduled = None
+        self.pending = 0
+        self._last = self._clock()
+        self.trims += 1
+        self._release()

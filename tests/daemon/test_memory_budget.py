@@ -1,0 +1,110 @@
+"""The memory budget of README "Memory budget", driven to its limits by every kind of hostile
+client at once, against one daemon with small limits: its RSS stays within the budget those
+limits allow, and falls back once the clients are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import grpc
+from support import attacks
+from support.daemon import write_config
+from support.h2raw import CONFIG
+
+from ratelimitd.transport.grpc import METHOD_PATH
+from ratelimitd.transport.protocodec import encode_request
+
+KIB = 1024
+MIB = 1024 * KIB
+LIMITS = {
+    "GRPC_MAX_CONNECTIONS": 100,
+    "HTTP_MAX_CONNECTIONS": 100,
+    "DEBUG_MAX_CONNECTIONS": 8,
+    "MAX_BUFFERED_BYTES": 16 * MIB,
+    "MEMORY_MAX_KEYS": 50_000,
+}
+# The README's per-connection figures (measured: 20, 2.5 KiB), rounded up.
+GRPC_CONNECTION, HTTP_CONNECTION = 24 * KIB, 4 * KIB
+MEMORY_KEY = 500  # bytes per unit of MEMORY_MAX_KEYS, at most
+# Not in any budget, by design: the request being decided at this moment (at most a 4 MiB
+# message and its decoded form), one read per connection being processed, and what the
+# allocator keeps between frees and reuses.
+TRANSIENT = 24 * MIB
+
+
+def budget() -> int:
+    """What the limits above allow besides the daemon's resting RSS (bytes)."""
+    return (
+        LIMITS["GRPC_MAX_CONNECTIONS"] * GRPC_CONNECTION
+        + (LIMITS["HTTP_MAX_CONNECTIONS"] + LIMITS["DEBUG_MAX_CONNECTIONS"]) * HTTP_CONNECTION
+        + LIMITS["MAX_BUFFERED_BYTES"]
+        + LIMITS["MEMORY_MAX_KEYS"] * MEMORY_KEY
+        + TRANSIENT
+    )
+
+
+async def new_keys(target: str, n: int) -> None:
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        for batch in range(n // 250):
+            await call(encode_request("test", [[("k", f"{batch}.{i}")] for i in range(250)]))
+
+
+async def test_every_attacker_at_once_stays_within_the_budget(
+    daemon_env: dict[str, str], start_daemon: Any
+) -> None:
+    env = dict(
+        daemon_env,
+        BACKEND_TYPE="memory",
+        LOG_LEVEL="error",
+        EXPIRATION_JITTER_MAX_SECONDS="0",
+        GRPC_WRITE_TIMEOUT="60s",
+        HTTP_WRITE_TIMEOUT="60s",
+        **{name: str(value) for name, value in LIMITS.items()},
+    )
+    write_config(env, "test.yaml", CONFIG)
+    write_config(env, "d.yaml", attacks.JSON_CONFIG)
+    d = start_daemon(env)
+    await attacks.answered_deadline_calls(d.grpc_port, 3, MIB)  # the allocator's first arenas
+    base = d.rss_kib() * KIB
+    held: list[attacks.Held] = []
+    try:
+        # The memory store past its bound, and answered calls with endless deadlines.
+        await new_keys(d.grpc_target, 100_000)
+        await attacks.answered_deadline_calls(d.grpc_port, 20, MIB)
+        # Both HTTP listeners full of idle connections and of partial bodies, and clients
+        # that pipeline requests and never read the answers.
+        head = b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % MIB
+        for port, n, payload in (
+            (d.http_port, 60, b""),
+            (d.http_port, 30, head + b" " * 900_000),
+            (d.debug_port, 8, b""),
+        ):
+            held.append(await asyncio.to_thread(attacks.silent_sockets, port, n, payload))
+        for _ in range(4):
+            held.append(await asyncio.to_thread(attacks.slow_json_reader, d.http_port, 64, MIB))
+        # gRPC: connections that never send a preface, partial 4 MiB bodies, zero-window
+        # clients with every stream answered, an HPACK bomb.
+        held.append(await asyncio.to_thread(attacks.silent_sockets, d.grpc_port, 60))
+        held.append(await attacks.partial_bodies(d.grpc_port, 10, 4 * MIB, 3 * MIB))
+        for _ in range(4):
+            held.append(await attacks.zero_window(d.grpc_port, 250, 0, descriptors=256))
+        held.append(attacks.Held(clients=[await attacks.hpack_bomb(d.grpc_port, 5)]))
+        await asyncio.sleep(1)
+        peak = d.rss_kib() * KIB
+        print(f"RSS {base // KIB} KiB at rest, {peak // KIB} KiB under attack")
+        print(f"budget: {budget() // KIB} KiB over the RSS at rest")
+        assert peak - base <= budget()
+    finally:
+        for h in held:
+            h.close()
+    left = peak
+    for _ in range(30):
+        await asyncio.sleep(0.2)
+        left = d.rss_kib() * KIB
+        if left - base <= LIMITS["MEMORY_MAX_KEYS"] * MEMORY_KEY + TRANSIENT:
+            break
+    print(f"RSS {left // KIB} KiB once they are gone")
+    assert left - base <= LIMITS["MEMORY_MAX_KEYS"] * MEMORY_KEY + TRANSIENT

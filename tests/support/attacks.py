@@ -1,0 +1,221 @@
+"""Hostile clients of the daemon's listeners, each driven as far as the daemon lets it go: the
+hardening tests (tests/daemon/test_attacks*.py) assert what they can hold, the attack bench
+(bench/attacks.py) measures them before and after, and the soak (bench/soak.py) mixes them
+into valid traffic.
+
+Every attacker is a coroutine that returns once it holds what it can (a `Held` of its
+connections, to close when the measurement is taken) or has done its damage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+from hpack import Encoder, NeverIndexedHeaderTuple
+from hyperframe.frame import ContinuationFrame, HeadersFrame
+
+from ratelimitd.transport.protocodec import encode_request
+
+from .h2raw import Raw, grpc_message
+
+# A gRPC request with a grpc-timeout nobody would wait for (grpc-go's largest).
+FOREVER = "99999999H"
+# The first bytes of a TLS ClientHello: the server starts a handshake and waits for the rest.
+CLIENT_HELLO = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03"
+INITIAL_WINDOW_SIZE = 0x4
+# The rules the /json attackers' requests (domain d, key k) are decided on.
+JSON_CONFIG = """\
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+"""
+# Above this many descriptors the service slices a request, so even the memory backend
+# answers it from a task, with its deadline watched.
+SLICED = 257
+
+
+@dataclass
+class Held:
+    """What an attacker keeps open: raw HTTP/2 clients and plain sockets."""
+
+    clients: list[Raw] = field(default_factory=list)
+    sockets: list[socket.socket] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Close everything (the attack ends)."""
+        for raw in self.clients:
+            raw.writer.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+        self.clients.clear()
+        self.sockets.clear()
+
+    def open_sockets(self) -> int:
+        """How many of the sockets the server has not closed (what they were sent is read
+        and dropped, without blocking)."""
+        return sum(_open(sock) for sock in self.sockets)
+
+
+def _open(sock: socket.socket) -> bool:
+    try:
+        sock.setblocking(False)
+        while sock.recv(65536):
+            pass
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+def padded_request(domain: str, descriptors: int, size: int) -> bytes:
+    """A valid RateLimitRequest (`descriptors` descriptors k=v<i>) padded to about `size`
+    bytes with an unknown field, which the decoders skip."""
+    body = encode_request(domain, [[("k", f"v{i}")] for i in range(descriptors)])
+    pad = max(0, size - len(body) - 8)
+    return body + b"\x7a" + _varint(pad) + b"\x00" * pad  # field 15, length-delimited
+
+
+def many_descriptors(domain: str, n: int) -> bytes:
+    """A RateLimitRequest of `n` one-entry descriptors (key k, empty value: 7 bytes each),
+    built without protobuf."""
+    entry = b"\x0a\x01k"
+    descriptor = b"\x12" + _varint(len(entry) + 2) + b"\x0a" + _varint(len(entry)) + entry
+    head = b"\x0a" + _varint(len(domain)) + domain.encode()
+    return head + descriptor * n
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+async def answered_deadline_calls(port: int, calls: int, size: int, domain: str = "test") -> None:
+    """`calls` answered calls of `size` bytes, each with a grpc-timeout of 99999999H,
+    decided from a task (sliced), then the connection closed."""
+    raw = await Raw.open(port)
+    body = grpc_message(padded_request(domain, SLICED, size))
+    try:
+        for i in range(calls):
+            stream = 1 + 2 * i
+            await raw.upload(stream, body, grpc_timeout=FOREVER)
+            end = await raw.stream_end(stream)
+            assert end.get("grpc-status") == "0", end
+    finally:
+        raw.writer.close()
+
+
+async def zero_window(
+    port: int, calls: int, size: int, domain: str = "test", descriptors: int = 1
+) -> Held:
+    """One connection announcing INITIAL_WINDOW_SIZE=0, so no reply body can leave, sending
+    `calls` valid calls of `descriptors` descriptors padded to `size` bytes; kept open."""
+    raw = await Raw.open(port, settings={INITIAL_WINDOW_SIZE: 0})
+    raw.acknowledge = False
+    body = grpc_message(padded_request(domain, descriptors, size))
+    for i in range(calls):
+        await raw.upload(1 + 2 * i, body)
+    return Held(clients=[raw])
+
+
+def hpack_bomb_blocks(blocks: int, value: int = 4000) -> list[bytes]:
+    """HEADERS blocks of nine frames (HEADERS + 8 CONTINUATION, nghttp2's most), each a
+    request head then references to one `value`-byte header: the first block adds it to
+    the HPACK table, every block refers to it ~143,000 times (one byte each)."""
+    # Never indexed: the bomb header stays the newest entry of the table (index 62).
+    head = Encoder().encode([NeverIndexedHeaderTuple(k, v) for k, v in Raw.headers()])
+    # A literal with incremental indexing, new name; the value's length as an HPACK integer
+    # (7-bit prefix full, then the rest as a varint).
+    literal = b"\x40\x06x-bomb" + b"\x7f" + _varint(value - 127) + b"v" * value
+    out = []
+    for i in range(blocks):
+        block = head + (literal if i == 0 else b"")
+        block += b"\xbe" * (9 * 16384 - len(block))
+        frames = [block[j : j + 16384] for j in range(0, len(block), 16384)]
+        stream = 1 + 2 * i
+        data = HeadersFrame(stream, frames[0]).serialize()
+        for k, chunk in enumerate(frames[1:], 1):
+            flags = ["END_HEADERS"] if k == len(frames) - 1 else []
+            data += ContinuationFrame(stream, chunk, flags=flags).serialize()
+        out.append(data)
+    return out
+
+
+async def hpack_bomb(port: int, blocks: int) -> Raw:
+    """`blocks` bomb header blocks on one connection; returns it once all are sent."""
+    raw = await Raw.open(port)
+    for data in hpack_bomb_blocks(blocks):
+        raw.send(data)
+        await raw.writer.drain()
+    return raw
+
+
+def silent_sockets(port: int, n: int, payload: bytes = b"") -> Held:
+    """`n` TCP connections that send `payload` (default nothing) and then nothing more."""
+    held = Held()
+    for _ in range(n):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            continue  # the backlog is full: the server is refusing already
+        if payload:
+            with contextlib.suppress(OSError):
+                sock.sendall(payload)
+        held.sockets.append(sock)
+    return held
+
+
+def slow_json_reader(port: int, requests: int, size: int, seconds: float = 2.0) -> Held:
+    """Pipelines up to `requests` POST /json of about `size` bytes, 1,000 descriptors k=<1 KB>
+    each (so that their answers are large enough to fill the socket), never reading an
+    answer, for at most `seconds` (until the server stops reading)."""
+    value = "v" * max(1, size // 1000 - 60)
+    entries = [{"entries": [{"key": "k", "value": value}]}] * 1000
+    body = json.dumps({"domain": "d", "descriptors": entries}).encode()
+    one = b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + seconds
+    data = memoryview(one * requests)
+    while data and time.monotonic() < deadline:
+        try:
+            data = data[sock.send(data) :]
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+    return Held(sockets=[sock])
+
+
+async def partial_bodies(port: int, conns: int, size: int, sent: int) -> Held:
+    """`conns` connections, each with one call announcing a `size`-byte message of which
+    only `sent` bytes arrive; kept open."""
+    held = Held()
+    prefix = b"\x00" + struct.pack(">I", size)
+    for _ in range(conns):
+        raw = await Raw.open(port)
+        await raw.upload(1, prefix + b"\x00" * sent, end=False)
+        held.clients.append(raw)
+    return held
+
+
+async def negative_prefix(port: int) -> dict[str, str]:
+    """A message prefix announcing 2^32-1 bytes: the end of its stream, as answered."""
+    raw = await Raw.open(port)
+    try:
+        await raw.upload(1, b"\x00\xff\xff\xff\xff" + b"x" * 100, end=False)
+        return await raw.stream_end(1)
+    finally:
+        raw.writer.close()

@@ -1,0 +1,123 @@
+"""What is not current is not served as current: the real Bull Runner positions (2017)
+against a later clock, messages past the age limit, alerts outside their active periods; and
+/health says degraded with the reason. The snapshot is rebuilt when something in it expires,
+without waiting for a new message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from google.transit import gtfs_realtime_pb2 as rt
+from support import Clock
+
+from sidecars.transit.store import TransitStore
+
+from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, write_feed
+from .test_realtime import NOW, TRIP_UPDATES, feed
+
+HEARD = 1505314375  # the Bull Runner message's header time, 2017-09-13
+
+
+def test_positions_from_2017_are_not_current(
+    make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock(HEARD + 60)
+    store = make_store(BULLRUNNER_ZIP, clock=clock, vehicles_source=str(BULLRUNNER_VP))
+    assert store.load_static()
+    store.poll_realtime()
+    client = client_for(store)
+    assert len(client.simulate_get("/v2/vehicles").json) == 10
+    assert client.simulate_get("/health").json["vehicles"]["status"] == "ok"
+    # Five minutes later nothing new came: the same snapshot is no longer current.
+    clock.now = HEARD + 301
+    assert client.simulate_get("/v2/vehicles").json == []
+    message = rt.FeedMessage()
+    message.ParseFromString(client.simulate_get("/v2/vehicles.pb").content)
+    assert len(message.entity) == 0
+    assert client.simulate_get("/v2/vehicles/1|1536").status_code == 404
+    health = client.simulate_get("/health").json
+    assert health["status"] == "degraded"
+    assert health["vehicles"]["status"] == "stale"
+    assert "older than 300 s" in health["vehicles"]["reason"]
+    # Years later (the real clock against the demo data): the same, with the time named.
+    clock.now = 1795838555
+    health = client.simulate_get("/health").json
+    assert "2017-09-13T14:52:55Z" in health["vehicles"]["reason"]
+    assert any(r.startswith("vehicles: ") for r in health["reasons"])
+    # and the feed itself has no service on that day
+    assert health["feed"]["service_today"] is False
+    assert any("no service on 2026" in r for r in health["reasons"])
+
+
+def test_alerts_outside_their_active_period(
+    tmp_path: Path, small_feed: Path, make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    now = int(NOW)
+    alerts = tmp_path / "alerts.pb"
+    alerts.write_bytes(
+        feed(
+            [
+                {"id": "past", "alert": {
+                    "active_period": [{"start": now - 7200, "end": now - 3600}],
+                    "informed_entity": [{"route_id": "R1"}]}},
+                {"id": "now", "alert": {"active_period": [{"start": now - 60, "end": now + 60}],
+                                        "informed_entity": [{"stop_id": "100002"}]}},
+                {"id": "later", "alert": {"active_period": [{"start": now + 600}],
+                                          "informed_entity": [{"route_id": "R1"}]}},
+                {"id": "always", "alert": {"informed_entity": [{"agency_id": "A"}]}},
+            ]
+        )
+    )  # fmt: skip
+    clock = Clock(now)
+    # The message itself stays current for the hour this test moves through.
+    store = make_store(small_feed, clock=clock, alerts_source=str(alerts), max_age_seconds=3600)
+    assert store.load_static()
+    store.poll_realtime()
+    client = client_for(store)
+
+    def served() -> list[str]:
+        return [a["alert_id"] for a in client.simulate_get("/v2/alerts").json]
+
+    assert served() == ["now", "always"]
+    pb = rt.FeedMessage()
+    pb.ParseFromString(client.simulate_get("/v2/alerts.pb").content)
+    assert [e.id for e in pb.entity] == ["now", "always"]
+    # Not the source's fault: health stays ok.
+    assert client.simulate_get("/health").json["status"] == "ok"
+    clock.now = now + 601
+    assert served() == ["later", "always"]
+
+
+def test_a_message_past_the_age_limit_is_not_used(
+    tmp_path: Path, small_feed: Path, make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    tu = tmp_path / "tu.pb"
+    tu.write_bytes(feed(TRIP_UPDATES, NOW - 3600))  # an hour old
+    store = make_store(small_feed, clock=Clock(NOW), trip_updates_source=str(tu))
+    assert store.load_static()
+    store.poll_realtime()
+    client = client_for(store)
+    arrivals = client.simulate_get("/v2/arrivals/by_stop/100001").json
+    assert all(a["estimated_arrival"] is None for a in arrivals)
+    health = client.simulate_get("/health").json
+    assert health["trip_updates"]["status"] == "stale"
+    assert "older than 300 s" in health["trip_updates"]["reason"]
+
+
+def test_no_service_today_is_degraded(
+    tmp_path: Path, make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    # The small feed runs March and April 2026; in May nothing runs.
+    path = write_feed(tmp_path / "f.zip", {})
+    store = make_store(path, clock=Clock(NOW + 60 * 86400))
+    assert store.load_static()
+    health = client_for(store).simulate_get("/health").json
+    assert health["status"] == "degraded" and health["feed"]["service_today"] is False
+    assert health["reasons"] == [
+        "feed: the served feed has no service on 20260523; its calendars cover 20260302..20260430"
+    ]
+    notices = {
+        n["code"] for n in client_for(store).simulate_get("/status/feed").json["serving"]["notices"]
+    }
+    assert {"expired_calendar", "no_service_today"} <= notices

@@ -24,7 +24,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from ..backends.base import FIXED_WINDOW
+from ..config.windows import FIXED_WINDOW
 from .model import (
     ADMITTED,
     CONTESTED,

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..backends.base import FIXED_WINDOW, SLIDING_WINDOW
+from ..config.windows import FIXED_WINDOW, SLIDING_WINDOW
 
 __all__ = [
     "ADMITTED",

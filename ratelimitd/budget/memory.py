@@ -53,7 +53,7 @@ W, U, R, P, Q = range(5)
 
 
 class _Txn:
-    """One transaction: `o`pen, `c`ontested, or a tombstone (`s`, `x`) until `deadline`."""
+    """One transaction: `o`pen, `c`ontested, or a tombstone (`s`, `x`, `r`) until `deadline`."""
 
     __slots__ = ("deadline", "estimate", "starts", "state")
 
@@ -195,7 +195,7 @@ class MemoryBudgets:
         if now >= self._next_forget:
             self._drop_forgotten(now)
         kind = call.kind
-        peek = kind == PEEK
+        peek = kind == PEEK or call.dry  # nothing is written (the budget is copied)
         b = self._budgets.get(call.key)
         if b is not None and b.e and b.e <= now:
             if not peek:
@@ -237,9 +237,13 @@ class MemoryBudgets:
             else:
                 del b.txns[t]
         result = Result(0, (), 0, 0, ended, est_total, charged_total)
+        if peek:
+            result.held = tuple((s[U], s[R]) for s in states)
         asked = call.amount if kind in (RESERVE, PEEK, COUNT) else 0
         txn = b.txns.get(call.txn) if kind != COUNT else None
         if kind in (RESERVE, PEEK):
+            if txn is not None and txn.state == "r":
+                txn = None  # a remembered refusal, asked again: decided afresh
             levels = self._levels(windows, states, ts, asked)
             if txn is not None:
                 result.outcome = DUPLICATE
@@ -256,6 +260,11 @@ class MemoryBudgets:
                         s[R] += asked
                     starts = {win.name: s[W] for win, s in zip(windows, states, strict=True)}
                     x = _Txn("o", asked, starts, 0)
+                    b.txns[call.txn] = x
+                    self._schedule(b, call.txn, x, now + call.ttl)
+                    written = True
+                elif call.remember and not peek:
+                    x = _Txn("r", 0, {}, 0)
                     b.txns[call.txn] = x
                     self._schedule(b, call.txn, x, now + call.ttl)
                     written = True

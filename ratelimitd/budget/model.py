@@ -19,7 +19,8 @@ that limit), `u` the usage charged to it, `r` the estimates reserved in it and s
 a sliding window also keeps `p` and `q`, the same two of the window before. A transaction
 is `o <estimate> <name>=<start> ...` while open (`c` once another reserve reused its id),
 then a tombstone `s` (settled, released or closed) or `x` (expired), each until its deadline
-in the sorted set. `e` is when the whole budget can be forgotten (ms): the stores treat the
+in the sorted set; `r` marks a refused reserve that asked to be remembered (a quota-mode
+budget: the request went elsewhere, so its stream end must charge nothing here). `e` is when the whole budget can be forgotten (ms): the stores treat the
 state as absent from then on, whatever the real key TTL says, so the memory twin and Redis
 agree under a test's clock.
 
@@ -70,7 +71,7 @@ __all__ = [
 # RELEASE: free it without usage (a stream end without usage, "close"): the estimate is
 # charged instead when `charge` is set (the rule's policy). COUNT: a plain call on a budget
 # rule (no transaction): its hits are counted as the limit's algorithm counts them, against
-# usage + reservations. PEEK: what RESERVE would answer, writing nothing (`/explain`).
+# usage + reservations. PEEK: what RESERVE would answer, writing nothing (a dry RESERVE).
 RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
 KIND_NAMES = {
     RESERVE: "reserve",
@@ -140,7 +141,10 @@ class Call(msgspec.Struct, gc=False):
     transaction's tombstone is kept (so a repeated settle changes nothing). `charge` is the
     rule's policy for a reservation that ends without usage (a RELEASE, or its TTL passing):
     charge the estimate, else release it. `force` reserves even without room (shadow mode:
-    the answer is OK either way, and the accounting stays exact).
+    the answer is OK either way, and the accounting stays exact). `remember` keeps a refused
+    reserve as an `r` tombstone for `ttl` (quota mode: the request is served elsewhere, and
+    its settle must not be charged here as an unknown transaction). `dry` runs the call and
+    writes nothing (`/explain`); its Result also says what the budget holds (`held`).
     """
 
     kind: int
@@ -152,6 +156,8 @@ class Call(msgspec.Struct, gc=False):
     ttl: int = 0
     charge: bool = False
     force: bool = False
+    remember: bool = False
+    dry: bool = False
 
 
 class Result(msgspec.Struct, gc=False):
@@ -163,7 +169,9 @@ class Result(msgspec.Struct, gc=False):
     window refused". The reset is when the window frees room if every open reservation is
     charged in full (the worst case; it may come sooner). `estimate` and `charged` are what
     the call's own settle or release took from the reservations and added to usage;
-    `expired*` the same for the reservations whose TTL ended during the call.
+    `expired*` the same for the reservations whose TTL ended during the call. A dry call
+    (and a PEEK) also gives `held`: per window `(used, reserved)` of its current window once
+    expired reservations are applied, before the call's own operation.
     """
 
     outcome: int
@@ -173,6 +181,7 @@ class Result(msgspec.Struct, gc=False):
     expired: int = 0
     expired_estimate: int = 0
     expired_charged: int = 0
+    held: tuple[tuple[int, int], ...] = ()
 
 
 def budget_keys(

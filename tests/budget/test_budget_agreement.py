@@ -39,6 +39,8 @@ step = st.tuples(
     st.sampled_from([0, 1, 3, 10, 25, 49, 60]),  # amount
     st.booleans(),  # charge the estimate of what ends without usage
     st.sampled_from([False, False, False, True]),  # force
+    st.booleans(),  # remember a refusal
+    st.sampled_from([False, False, False, True]),  # dry
 )
 
 
@@ -58,9 +60,11 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
             memory = MemoryBudgets()
             keys = [budget_keys(f"ex{next(examples)}:", "llm", [("user", u)])[0] for u in "ab"]
             now = T0
-            for dt, kind, who, txn, amount, charge, force in steps:
+            for dt, kind, who, txn, amount, charge, force, remember, dry in steps:
                 now += dt
-                call = Call(kind, keys[who], windows, now, f"t{txn}", amount, TTL, charge, force)
+                call = Call(
+                    kind, keys[who], windows, now, f"t{txn}", amount, TTL, charge, force, remember, dry
+                )
                 expected = memory.run_now([call])
                 got = loop.run_until_complete(budgets.run([call]))
                 assert got == expected, call

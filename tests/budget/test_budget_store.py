@@ -296,3 +296,33 @@ def test_long_transaction_ids_are_stored_as_a_digest() -> None:
     assert long.startswith("#") and len(long) == 33
     assert transaction_id("#abc") != "#abc"  # a digest's shape cannot be claimed
     assert transaction_id("x" * 65) == long
+
+
+async def test_a_dry_call_runs_as_asked_writes_nothing_and_tells_what_is_held(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 70)
+    await b.count(5)
+    dry = await b.call(SETTLE, "t1", 30, dry=True)
+    assert (dry.outcome, dry.levels, dry.held) == (outcome.SETTLED, ((35, 3000),), ((5, 70),))
+    assert (await b.call(RESERVE, "t2", 25, dry=True)).outcome == outcome.ADMITTED
+    assert await b.level() == 75  # nothing written
+    assert (await b.settle("t1", 30)).outcome == outcome.SETTLED
+    assert (await b.reserve("t2", 25)).held == ()  # only a dry call tells
+
+
+async def test_a_remembered_refusal_makes_its_stream_end_charge_nothing(store: Any) -> None:
+    # Quota mode: the refused request is served elsewhere; its settle is not this budget's.
+    b = Budget(store)
+    await b.reserve("t1", 90)
+    assert (await b.reserve("t2", 20, remember=True)).outcome == outcome.REFUSED
+    assert (await b.settle("t2", 15)).outcome == outcome.FINISHED
+    assert await b.level() == 90
+    # Without it, a refused reserve leaves nothing: its settle is an unknown transaction.
+    assert (await b.reserve("t3", 20)).outcome == outcome.REFUSED
+    assert (await b.settle("t3", 15)).outcome == outcome.ORPHAN
+    assert await b.level() == 105
+    # A remembered refusal asked again is decided afresh.
+    await b.reserve("t4", 20, remember=True)
+    assert (await b.release("t4")).outcome == outcome.FINISHED
+    await b.settle("t1", 0)
+    assert (await b.reserve("t4", 20, remember=True)).outcome == outcome.ADMITTED

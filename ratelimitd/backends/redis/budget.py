@@ -12,10 +12,12 @@ Sent as EVALSHA in the request's pipeline; NOSCRIPT (a restarted, flushed or fai
 server) is answered by the same call once more as EVAL, which loads the script.
 
 ARGV: kind, now (ms), txn ("" for none), amount, ttl (ms), flags (1: charge the estimate of a
-reservation that ends without usage, 2: reserve even without room), the number of windows,
-then per window: name, algorithm (0 fixed, 1 sliding), length (ticks), tick (ms), limit.
+reservation that ends without usage, 2: reserve even without room, 4: remember a refusal,
+8: dry, write nothing), the number of windows, then per window: name, algorithm (0 fixed,
+1 sliding), length (ticks), tick (ms), limit.
 Reply: {outcome, estimate, charged, expired, expired estimate, expired charged,
-after 1, reset 1, after 2, reset 2, ...} (`model.Result`).
+after 1, reset 1, after 2, reset 2, ...}, then for a dry call (or a PEEK) {used 1,
+reserved 1, used 2, reserved 2, ...} (`model.Result`).
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ local amount = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local flags = tonumber(ARGV[6])
 local charge_policy = flags % 2 == 1
-local force = flags >= 2
+local force = math.floor(flags / 2) % 2 == 1
+local remember = math.floor(flags / 4) % 2 == 1
+local dry = flags >= 8
 local n = tonumber(ARGV[7])
 local RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
 local MAX = USED_MAX
-local peek = kind == PEEK
+local peek = kind == PEEK or dry
 local fields = {'e'}
 local wins = {}
 for i = 1, n do
@@ -110,7 +114,7 @@ end
 local latest = 0
 local function schedule(t, rec, deadline)
   records[t] = rec
-  redis.call('ZADD', Z, deadline, t)
+  if not peek then redis.call('ZADD', Z, deadline, t) end
   if deadline > latest then latest = deadline end
 end
 local written = false
@@ -130,7 +134,7 @@ if not fresh then
       ended = ended + 1
       ended_est = ended_est + x.est
       ended_charged = ended_charged + charge
-      if not peek then schedule(t, 'x', now + ttl) else records[t] = 'x' end
+      schedule(t, 'x', now + ttl)
     else
       records[t] = false
       if not peek then redis.call('ZREM', Z, t) end
@@ -143,6 +147,14 @@ if kind ~= COUNT and records[txn] ~= nil then
 end
 local x = nil
 if own then x = parse(own) end
+if x and x.state == 'r' and (kind == RESERVE or kind == PEEK) then x = nil end
+local held = {}
+if peek then
+  for _, win in ipairs(wins) do
+    held[#held + 1] = win.u
+    held[#held + 1] = win.r
+  end
+end
 local function level(win)
   if win.alg == 0 then return win.u + win.r end
   local left = win.w + win.ticks - win.t
@@ -206,6 +218,9 @@ if kind == RESERVE or kind == PEEK then
         rec[#rec + 1] = win.name .. '=' .. string.format('%.0f', win.w)
       end
       schedule(txn, table.concat(rec, ' '), now + ttl)
+      written = true
+    elseif remember and not peek then
+      schedule(txn, 'r', now + ttl)
       written = true
     end
   end
@@ -279,6 +294,7 @@ if written and not peek then
 end
 local reply = {outcome, est, charged, ended, ended_est, ended_charged}
 for _, v in ipairs(lv) do reply[#reply + 1] = v end
+for _, v in ipairs(held) do reply[#reply + 1] = v end
 return reply
 """
     # The shared constants, written into the source (a script cannot import them).
@@ -299,7 +315,7 @@ def encode(call: Call, *, load: bool = False) -> bytes:
         _bulk(call.txn.encode()),
         bulk_int(call.amount),
         bulk_int(call.ttl),
-        bulk_int(call.charge + 2 * call.force),
+        bulk_int(call.charge + 2 * call.force + 4 * call.remember + 8 * call.dry),
         bulk_int(len(call.windows)),
     ]
     for win in call.windows:
@@ -322,14 +338,16 @@ def _bulk(data: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
-def decode(reply: Any) -> Result:
-    """A script reply as a Result; anything else raises BackendError."""
+def decode(reply: Any, call: Call) -> Result:
+    """The script's reply to `call` as a Result; anything else raises BackendError."""
     if reply.__class__ is not list or len(reply) < 6:
         if isinstance(reply, ReplyError):
             raise BackendError(str(reply))
         raise BackendError(f"unexpected redis reply {reply!r}")
-    levels = tuple((reply[i], reply[i + 1]) for i in range(6, len(reply), 2))
-    return Result(reply[0], levels, reply[1], reply[2], reply[3], reply[4], reply[5])
+    end = 6 + 2 * len(call.windows)
+    levels = tuple((reply[i], reply[i + 1]) for i in range(6, end, 2))
+    held = tuple((reply[i], reply[i + 1]) for i in range(end, len(reply), 2))
+    return Result(reply[0], levels, reply[1], reply[2], reply[3], reply[4], reply[5], held)
 
 
 class RedisBudgets:
@@ -354,4 +372,4 @@ class RedisBudgets:
             again = [(slots[i], encode(calls[i], load=True)) for i in missing]
             for i, reply in zip(missing, await inst._run(again), strict=True):
                 replies[i] = reply
-        return [decode(reply) for reply in replies]
+        return [decode(reply, call) for reply, call in zip(replies, calls, strict=True)]

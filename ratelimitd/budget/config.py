@@ -15,23 +15,26 @@ descriptors:
 Every field is optional (`budget: {}` takes the defaults above). The phase and
 transaction entries are taken out of the descriptor before it is matched, so neither is
 ever part of a counter key, a stats key or a metric label; one domain recognises budget
-calls by one pair of keys.
+calls by one pair of keys. A budget holds reservations in fixed and sliding windows (a
+token bucket has no window to hold them in), on a store that declares it keeps budgets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config.errors import ConfigError
+from ..config.windows import ALGORITHM_NAMES, FIXED_WINDOW, SLIDING_WINDOW
 from ..settings.goparse import parse_go_duration
-from .model import RELEASE, RESERVE, SETTLE
+from .model import RELEASE, RESERVE, SETTLE, Window
 
 __all__ = [
     "DEFAULT_TTL_MS",
     "PHASES",
     "BudgetSpec",
+    "budget_of",
     "budget_spec",
     "domain_keys",
     "recognise",
@@ -48,12 +51,66 @@ _FIELDS = ("phase_key", "transaction_key", "unsettled", "reservation_ttl")
 
 @dataclass(frozen=True, slots=True)
 class BudgetSpec:
-    """A rule's budget: how its calls are recognised and how reservations end."""
+    """A rule's budget: how its calls are recognised and how reservations end, and the
+    store's view of its limits (`windows`, one per limit of the rule, in its order)."""
 
     phase_key: str = "phase"
     transaction_key: str = "txn"
     charge_unsettled: bool = False  # `unsettled: charge`
     ttl_ms: int = DEFAULT_TTL_MS
+    windows: tuple[Window, ...] = ()
+
+    def with_windows(self, windows: Iterable[Any]) -> BudgetSpec:
+        """This budget over a rule's windows (`config.windows.Window`s, fixed or sliding)."""
+        return replace(self, windows=tuple(_window(w) for w in windows))
+
+
+def _window(w: Any) -> Window:
+    # The field prefix names the window as the counter keys' suffixes do.
+    if w.algorithm == FIXED_WINDOW:
+        return Window(f"{w.seconds}s", FIXED_WINDOW, w.seconds, 1000, w.requests)
+    return Window(f"{w.seconds}s_sliding", SLIDING_WINDOW, w.ticks, w.tick, w.requests)
+
+
+def _fail(name: str, full_key: str, line: int, message: str) -> ConfigError:
+    where = f"line {line}: " if line else ""
+    return ConfigError(name, f"{where}budget of '{full_key}': {message}")
+
+
+def budget_of(
+    name: str,
+    full_key: str,
+    block: Any,
+    line: int,
+    windows: Sequence[Any],
+    kept_by: tuple[str, frozenset[int]] | None = None,
+) -> BudgetSpec:
+    """The budget of a rule with `windows` (its `config.windows.Window`s): `budget_spec`,
+    and a ConfigError unless every window is a fixed or sliding one that the store
+    `kept_by` names (its name and the algorithms it keeps budgets for; None: no store check)
+    can keep."""
+    spec = budget_spec(name, full_key, block, line)
+    if not windows:
+        raise _fail(name, full_key, line, "needs a rate_limit or rate_limits with a limit")
+    for w in windows:
+        algorithm = ALGORITHM_NAMES[w.algorithm]
+        if w.algorithm not in (FIXED_WINDOW, SLIDING_WINDOW):
+            raise _fail(
+                name,
+                full_key,
+                line,
+                f"a {algorithm} limit cannot hold reservations (a budget's limits are "
+                "fixed_window or sliding_window)",
+            )
+        if kept_by is not None and w.algorithm not in kept_by[1]:
+            raise _fail(
+                name,
+                full_key,
+                line,
+                f"the {kept_by[0]} backend keeps no budgets"
+                + (f" of {algorithm} limits" if kept_by[1] else ""),
+            )
+    return spec.with_windows(windows)
 
 
 def budget_spec(name: str, full_key: str, block: Any, line: int = 0) -> BudgetSpec:
@@ -61,8 +118,7 @@ def budget_spec(name: str, full_key: str, block: Any, line: int = 0) -> BudgetSp
     the defaults); ConfigError naming the field otherwise."""
 
     def fail(message: str) -> ConfigError:
-        where = f"line {line}: " if line else ""
-        return ConfigError(name, f"{where}budget of '{full_key}': {message}")
+        return _fail(name, full_key, line, message)
 
     if block is None:
         return BudgetSpec()

@@ -176,6 +176,15 @@ class MemoryBudgets:
         """Apply each call in turn; one Result each."""
         return [self._run(call) for call in calls]
 
+    def apply(self, call: Call) -> Result:
+        """Apply one call."""
+        return self._run(call)
+
+    def delete(self, key: str, now: int) -> bool:
+        """Forget a budget (an admin's reset); whether it held anything at `now` (ms)."""
+        b = self._budgets.pop(key, None)
+        return b is not None and b.e > now
+
     def state(self, key: str, now: int) -> dict[str, Any] | None:
         """The budget's state as the store holds it at `now` (None when forgotten): for
         tests and the admin view."""

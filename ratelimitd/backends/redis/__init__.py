@@ -169,7 +169,16 @@ class RedisBackend:
     async def peek(self, ops: Sequence[Op]) -> list[Any]:
         """What `increment` would return: the keys' states read (one round per instance,
         routed as `increment` routes) and counted on a scratch memory store, whose maths
-        are the scripts' (`keys.sliding_window`, `keys.token_bucket`)."""
+        are the scripts' (`keys.sliding_window`, `keys.token_bucket`); a budget call (dry:
+        it writes nothing) by its own script, in one more round."""
+        calls = [j for j, op in enumerate(ops) if op.budget is not None]
+        if calls:
+            plain = [op for op in ops if op.budget is None]
+            out = await self.peek(plain) if plain else []
+            results = await self._main.incr_expire([ops[j] for j in calls])
+            for j, result in zip(calls, results, strict=True):
+                out.insert(j, result)
+            return out
         states = await self._routed(ops, "states")
         return simulate(ops, states, int(time.time()))
 

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...budget.model import SWEEP_BATCH, USED_MAX, Call, Result
 from ..base import BackendError
-from .instances import RedisInstance, key_slot
+from . import instances
 from .resp import ReplyError, bulk_int
+
+if TYPE_CHECKING:
+    from .instances import RedisInstance
 
 BUDGET_LUA = (
     """
@@ -360,7 +363,7 @@ class RedisBudgets:
     async def run(self, calls: Sequence[Call]) -> list[Result]:
         """Apply the calls (in order on one budget); one Result each."""
         inst = self.instance
-        slots = [key_slot(c.key.encode()) for c in calls]
+        slots = [instances.key_slot(c.key.encode()) for c in calls]
         cmds = [(slot, encode(c)) for slot, c in zip(slots, calls, strict=True)]
         replies = await inst._run(cmds)  # the instance's one round, routed per slot
         missing = [

@@ -164,7 +164,7 @@ class ClusterInstance(RedisInstance):
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY + EXPIRE per op, grouped per node (`decide` for an algorithm or a refund)."""
         for op in ops:
-            if op.algorithm or op.refund:
+            if op.algorithm or op.refund or op.budget is not None:
                 return await self.decide(ops)
         cmds: list[tuple[int, bytes]] = []
         for op in ops:

@@ -1,6 +1,6 @@
 """Token budgets through the real Envoy (examples/llm-budget), the fake OpenAI backend and
 ratelimitd: what Envoy sends for each way a stream can end, the check-then-report baseline
-(measured), and the reserve/settle behaviour, pending until the daemon decides budgets."""
+(measured), the reserve/settle behaviour on both gRPC transports, and quota routing."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from support.llm_stack import (
 )
 from support.ready import wait_for
 
-PENDING = pytest.mark.xfail(strict=True, reason="reserve/settle not wired yet")
 # A config that limits nothing Envoy sends: only what reaches the service is looked at.
 NO_LIMIT = """\
 domain: llm-tokens
@@ -119,12 +118,12 @@ def test_check_then_report_overshoots_by_what_is_in_flight(tmp_path: Path) -> No
     assert overshoot == STREAMS * USAGE - LIMIT == 22_000
 
 
-# -- reserve / settle: the final behaviour, pending until the daemon decides budgets -----
+# -- reserve / settle ---------------------------------------------------------------------
 
 
 @functools.cache
 def budget_config_error() -> str:
-    """Why the daemon refuses the reserve example's config ("" once it loads it)."""
+    """Why the daemon refuses the reserve example's config ("" when it loads it)."""
     done = run_check_config(str(EXAMPLES / "reserve" / "config"))
     return "" if done.returncode == 0 else done.stdout + done.stderr
 
@@ -134,7 +133,7 @@ def budget_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Llm
     """The reserve example at LIMIT tokens per user and hour, IETF headers on, straight to
     the daemon on each gRPC transport (no tap: the transport is what is under test)."""
     error = budget_config_error()
-    assert not error, error  # fails at once while the daemon refuses `budget:`
+    assert not error, error
     with llm_stack(
         tmp_path,
         "reserve",
@@ -147,7 +146,6 @@ def budget_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Llm
         yield stack
 
 
-@PENDING
 def test_concurrent_streams_never_overshoot_the_budget(budget_stack: LlmStack) -> None:
     s = budget_stack
     answers = concurrent_streams(s, STREAMS, max_tokens=MAX_TOKENS, usage=USAGE)
@@ -159,7 +157,6 @@ def test_concurrent_streams_never_overshoot_the_budget(budget_stack: LlmStack) -
     assert s.counter("crowd")["value"] == 10 * USAGE <= LIMIT  # overshoot 0
 
 
-@PENDING
 def test_budgets_come_out_exact_however_a_stream_ends(budget_stack: LlmStack) -> None:
     s = budget_stack
     assert s.chat("ann", max_tokens=200, headers={"x-fake-usage": "120"}).status == 200
@@ -174,7 +171,6 @@ def test_budgets_come_out_exact_however_a_stream_ends(budget_stack: LlmStack) ->
     assert s.counter("ann")["value"] == 420
 
 
-@PENDING
 def test_a_429_reaches_the_client_when_the_budget_is_reserved_away(
     budget_stack: LlmStack,
 ) -> None:
@@ -202,7 +198,6 @@ def test_a_429_reaches_the_client_when_the_budget_is_reserved_away(
     assert s.chat("bea", max_tokens=3000).status == 200
 
 
-@PENDING
 def test_ietf_headers_reflect_reservations(budget_stack: LlmStack) -> None:
     s = budget_stack
     ok = s.chat("cat", max_tokens=2500, headers={"x-fake-usage": "100"})
@@ -215,17 +210,36 @@ def test_ietf_headers_reflect_reservations(budget_stack: LlmStack) -> None:
     assert re.fullmatch(r'"llm-tokens\.user";r=9800;t=\d+', again.headers["ratelimit"])
 
 
-@PENDING
-def test_quota_mode_metadata_routes_to_a_backend_with_budget_left(
-    budget_stack: LlmStack,
-) -> None:
-    # Quota-based routing: the budget rule in quota_mode answers OK with its descriptor
-    # metadata when exhausted, and Envoy routes on that metadata to a fallback backend.
-    # The route config for it is written with the wiring (the route has to be re-picked
-    # after the rate-limit filter; to be verified against the binary).
-    s = budget_stack
-    for _ in range(4):
-        s.chat("dan", max_tokens=3000, headers={"x-fake-usage": "3000"})
-    routed = s.chat("dan", max_tokens=3000)
-    assert routed.status == 200
-    assert routed.headers["x-served-by"] == "fallback"
+@pytest.fixture(params=["native", "grpcio"])
+def quota_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LlmStack]:
+    """The quota-routing example at LIMIT tokens per user and hour: a primary backend while
+    the budget has room, a fallback once it has not (on each gRPC transport)."""
+    with llm_stack(
+        tmp_path,
+        "quota-routing",
+        example_config("quota-routing", LIMIT),
+        record=False,
+        GRPC_TRANSPORT=request.param,
+        RESPONSE_DYNAMIC_METADATA="true",
+    ) as stack:
+        yield stack
+
+
+def test_quota_mode_metadata_routes_to_a_backend_with_budget_left(quota_stack: LlmStack) -> None:
+    # The budget rule is in quota_mode with metadata naming its backend; once a request's
+    # max_tokens no longer fit, the fallback rule's metadata wins and Envoy routes there.
+    s = quota_stack
+    served = [s.chat("dan", max_tokens=3000, headers={"x-fake-usage": "3000"}) for _ in range(3)]
+    assert [(a.status, a.headers["x-served-by"]) for a in served] == [(200, "primary")] * 3
+    wait_for(lambda: s.counter("dan")["value"] == 9000, 30, "the settles")
+    routed = s.chat("dan", max_tokens=3000, headers={"x-fake-usage": "2500"})
+    assert (routed.status, routed.headers["x-served-by"]) == (200, "fallback")
+    streamed = s.chat("dan", max_tokens=3000, stream=True, headers={"x-fake-usage": "2500"})
+    assert (streamed.status, streamed.headers["x-served-by"]) == (200, "fallback")
+    # What the fallback served is not the user's budget's: a request that fits still goes
+    # to the primary, and only its own usage is charged.
+    fits = s.chat("dan", max_tokens=1000, headers={"x-fake-usage": "400"})
+    assert (fits.status, fits.headers["x-served-by"]) == (200, "primary")
+    wait_for(lambda: s.counter("dan")["value"] == 9400, 30, "the last settle")
+    assert s.counter("dan")["reserved"] == 0
+    assert s.fallback is not None and len(s.fallback.requests) == 2

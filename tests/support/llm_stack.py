@@ -4,7 +4,8 @@ backend, and optionally a tap recording what the rate-limit service received.
 
 `LlmStack.chat(...)` is one client request through Envoy (JSON or SSE, or cut off mid-
 stream); `concurrent_streams(...)` is the concurrency workload: N streams in flight at once,
-held at the backend until every one of them has been let through or refused.
+held at the backend until every one of them has been let through or refused. An example
+that routes between two backends (quota-routing) gets a second fake one, `fallback`.
 """
 
 from __future__ import annotations
@@ -35,14 +36,21 @@ PATH = "/v1/chat/completions"
 
 
 def envoy_config(
-    example: str, *, listen_port: int, admin_port: int, backend_port: int, rls_port: int
+    example: str,
+    *,
+    listen_port: int,
+    admin_port: int,
+    backend_port: int,
+    rls_port: int,
+    fallback_port: int = 0,
 ) -> str:
-    """The Envoy config of example `example` (reserve, check-then-report) on these ports."""
+    """The Envoy config of example `example` (reserve, check-then-report, quota-routing) on
+    these ports."""
     doc = yaml.safe_load((EXAMPLES / example / "envoy.yaml").read_text())
     doc["admin"]["address"]["socket_address"]["port_value"] = admin_port
     resources = doc["static_resources"]
     resources["listeners"][0]["address"]["socket_address"]["port_value"] = listen_port
-    ports = {"llm_backend": backend_port, "ratelimit": rls_port}
+    ports = {"llm_backend": backend_port, "llm_fallback": fallback_port, "ratelimit": rls_port}
     for cluster in resources["clusters"]:
         endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
         endpoint["address"]["socket_address"]["port_value"] = ports[cluster["name"]]
@@ -68,6 +76,7 @@ class LlmStack:
     daemon: DaemonProcess
     backend: FakeOpenAI
     recorder: RlsRecorder | None
+    fallback: FakeOpenAI | None = None
 
     def chat(
         self,
@@ -124,6 +133,8 @@ class LlmStack:
             self.recorder.close()
         self.daemon.close()
         self.backend.close()
+        if self.fallback is not None:
+            self.fallback.close()
 
 
 @contextmanager
@@ -139,6 +150,10 @@ def llm_stack(
     `daemon_config`, Envoy on `envoy_example`, the fake backend; `env` more variables."""
     backend = FakeOpenAI()
     started: list[Any] = [backend]
+    routes = "llm_fallback" in (EXAMPLES / envoy_example / "envoy.yaml").read_text()
+    fallback = FakeOpenAI("fallback") if routes else None
+    if fallback is not None:
+        started.append(fallback)
     try:
         environ = daemon_environment(
             workdir / "runtime", BACKEND_TYPE="memory", LOG_LEVEL="warn", ADMIN_TOKEN=ADMIN_TOKEN
@@ -159,12 +174,13 @@ def llm_stack(
                 admin_port=admin,
                 backend_port=backend.port,
                 rls_port=rls_port,
+                fallback_port=fallback.port if fallback is not None else 0,
             )
             return Envoy(text, workdir, port, admin)
 
         envoy = start_bound(spawn)
         started.append(envoy)
-        stack = LlmStack(envoy, daemon, backend, recorder)
+        stack = LlmStack(envoy, daemon, backend, recorder, fallback)
         started.clear()
         try:
             yield stack

@@ -14,7 +14,8 @@ steered per request by headers, so one backend serves every case of a test:
   x-fake-no-usage: 1     stream without the usage chunk
 
 Every request is recorded (`requests`): its headers and JSON body, and how it ended
-(`completed`, `aborted`, `client_gone`). HTTP/1.1 as Envoy speaks it to an upstream:
+(`completed`, `aborted`, `client_gone`). Every response says which backend served it
+(`x-served-by: <name>`: a stack may route between two). HTTP/1.1 as Envoy speaks it to an upstream:
 keep-alive, Content-Length requests, chunked streamed responses.
 """
 
@@ -46,7 +47,8 @@ class Recorded:
 class FakeOpenAI:
     """The backend on a free port of 127.0.0.1, served by its own thread and event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "primary") -> None:
+        self.name = name
         self.port = free_port()
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
@@ -158,8 +160,8 @@ class FakeOpenAI:
             await writer.drain()
             return True
         writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-            b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-served-by: %b\r\n"
+            b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n" % self.name.encode()
         )
         chunks = int(h.get("x-fake-chunks", "3"))
         delay = int(h.get("x-fake-delay-ms", "0")) / 1000
@@ -188,10 +190,10 @@ class FakeOpenAI:
         payload = f"data: {data}\n\n".encode()
         writer.write(b"%x\r\n%b\r\n" % (len(payload), payload))
 
-    @staticmethod
-    def _write(writer: asyncio.StreamWriter, status: int, ctype: str, body: bytes) -> None:
+    def _write(self, writer: asyncio.StreamWriter, status: int, ctype: str, body: bytes) -> None:
         reason = {200: "OK", 500: "Internal Server Error"}.get(status, "Error")
         writer.write(
-            b"HTTP/1.1 %d %b\r\ncontent-type: %b\r\ncontent-length: %d\r\n\r\n%b"
-            % (status, reason.encode(), ctype.encode(), len(body), body)
+            b"HTTP/1.1 %d %b\r\ncontent-type: %b\r\nx-served-by: %b\r\ncontent-length: %d"
+            b"\r\n\r\n%b"
+            % (status, reason.encode(), ctype.encode(), self.name.encode(), len(body), body)
         )

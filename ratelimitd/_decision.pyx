@@ -449,10 +449,10 @@ def window_op(int kind, w, str key, long long hits, long long now_ms):
 
 def collect(Plan plan, double t, str prefix, local, bint record=True):
     """The store operations of the plan's items at `t` (see `_decision_py.collect`)."""
-    return _ops(plan, _collect(plan, t, prefix, local, record), t, not record)
+    return _ops(plan, _collect(plan, t, prefix, local, record), t)
 
 
-cdef list _ops(Plan plan, list names, double t, bint dry=False):
+cdef list _ops(Plan plan, list names, double t):
     """The store operation of each window `_collect` keyed (`names`)."""
     cdef list ops = []
     cdef long long now_ms = <long long>(t * 1000)
@@ -463,7 +463,7 @@ cdef list _ops(Plan plan, list names, double t, bint dry=False):
         j = item.first
         if j >= 0:
             if item.kind == BUDGET:
-                ops.append(budget_op(item, names[j], now_ms, dry))
+                ops.append(budget_op(item, names[j], now_ms))
                 continue
             windows = item.windows
             for k in range(len(windows)):
@@ -613,7 +613,7 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                     )
             continue
         if item.kind == BUDGET:
-            results[j] = store.increment_now([budget_op(item, names[j], now_ms, False)], now)[0]
+            results[j] = store.increment_now([budget_op(item, names[j], now_ms)], now)[0]
             continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
         results[j : j + n] = store.increment_now(ops, now)

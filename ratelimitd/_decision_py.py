@@ -341,14 +341,14 @@ def collect(plan: Plan, t: float, prefix: str, local: Any, record: bool = True) 
     An item one of whose windows the local over-limit cache knows to be over is answered now
     (`item.status`, its hits in `over_limit_with_local_cache`) and sends nothing; a refund
     drops its keys from that cache (the reference keeps them, its open issue #1230), unless
-    `record` is false (a dry run changes nothing, and its budget calls are dry). A budget
-    item is one operation for all its windows, never answered from the local cache (a
-    settle frees room before the window ends).
+    `record` is false (a dry run changes nothing). A budget item is one operation for all
+    its windows, never answered from the local cache (a settle frees room before the
+    window ends).
     """
-    return _ops(plan, _collect(plan, t, prefix, local, record), t, not record)
+    return _ops(plan, _collect(plan, t, prefix, local, record), t)
 
 
-def _ops(plan: Plan, names: list[str], t: float, dry: bool = False) -> list[Op]:
+def _ops(plan: Plan, names: list[str], t: float) -> list[Op]:
     """The store operation of each window `_collect` keyed (`names`)."""
     now_ms = int(t * 1000)
     ops = []
@@ -356,7 +356,7 @@ def _ops(plan: Plan, names: list[str], t: float, dry: bool = False) -> list[Op]:
         j = item.first
         if j >= 0:
             if item.kind == BUDGET:
-                ops.append(budget_op(item, names[j], now_ms, dry))
+                ops.append(budget_op(item, names[j], now_ms))
                 continue
             for k, w in enumerate(item.rule.windows):
                 ops.append(window_op(item.kind, w, names[j + k], item.hits, now_ms))
@@ -485,7 +485,7 @@ def count_now(
                     )  # fmt: skip
             continue
         if item.kind == BUDGET:
-            results[j] = store.increment_now([budget_op(item, names[j], now_ms, False)], now)[0]
+            results[j] = store.increment_now([budget_op(item, names[j], now_ms)], now)[0]
             continue
         ops = [
             window_op(item.kind, w, names[j + k], item.hits, now_ms) for k, w in enumerate(windows)

@@ -128,7 +128,7 @@ class Op(msgspec.Struct, gc=False):
     `budget` (a `budget.model.Call`; a store whose capabilities name `budgets`) makes the op
     one token-budget call on the budget's keys (`key` is its state key), applied atomically;
     its result is the call's `budget.model.Result`. It is never handed to `get`; `peek`
-    runs it too (the decision makes a dry run's calls `dry`: they write nothing).
+    runs it on a copy of the budget (`MemoryBudgets.dry_run`), its Result with `held`.
     """
 
     key: str

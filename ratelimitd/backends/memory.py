@@ -208,9 +208,11 @@ class MemoryBackend:
             entry = self._counters.get(op.key)
             states.append(entry[0] if entry is not None and entry[1] > now else None)
         out = simulate(ops, states, now)
-        for j, op in enumerate(ops):
-            if op.budget is not None:  # a dry call: the budgets' own maths, nothing written
-                out[j] = self.budgets.apply(op.budget)
+        calls = [j for j, op in enumerate(ops) if op.budget is not None]
+        if calls:  # on copies of the budgets, in order: nothing written
+            results = self.budgets.dry_run([ops[j].budget for j in calls])
+            for j, result in zip(calls, results, strict=True):
+                out[j] = result
         return out
 
     async def get(self, ops: Sequence[Op]) -> list[int]:

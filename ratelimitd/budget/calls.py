@@ -86,8 +86,8 @@ def budget_key(
     return budget_keys(prefix, domain, entries, share)[0]
 
 
-def budget_op(item: Any, key: str, now_ms: int, dry: bool) -> Op:
-    """The store operation of a budget item at `now_ms`: one call (dry: writing nothing).
+def budget_op(item: Any, key: str, now_ms: int) -> Op:
+    """The store operation of a budget item at `now_ms`: one call.
 
     A close's hits are the response code: 429 (the request was refused, by this service or
     the upstream) always releases, whatever the rule's `unsettled` policy, since nothing
@@ -99,9 +99,7 @@ def budget_op(item: Any, key: str, now_ms: int, dry: bool) -> Op:
     if kind == RELEASE:
         charge = charge and amount != TOO_MANY_REQUESTS
         amount = 0
-    call = Call(
-        kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember, dry
-    )
+    call = Call(kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember)
     return Op(key, amount, 0, budget=call)
 
 

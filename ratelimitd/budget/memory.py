@@ -180,6 +180,38 @@ class MemoryBudgets:
         """Apply one call."""
         return self._run(call)
 
+    def dry_run(self, calls: Sequence[Call]) -> list[Result]:
+        """What `run_now(calls)` would answer, writing nothing: the calls applied in order to
+        copies of the budgets they touch, each Result with `held` (`/explain`)."""
+        scratch = MemoryBudgets()
+        for call in calls:
+            b = self._budgets.get(call.key)
+            if b is not None and call.key not in scratch._budgets:
+                scratch._budgets[call.key] = b.copy()
+        return [scratch._run(call, held=True) for call in calls]
+
+    def load(self, key: str, fields: dict[bytes, bytes], due: Sequence[bytes]) -> None:
+        """Hold a budget as the Redis script stores it (its hash's fields and its deadline
+        set as ZRANGE WITHSCORES lists it): a dry run of Redis' state with these maths."""
+        b = _Budget()
+        deadlines = {due[i].decode(): int(float(due[i + 1])) for i in range(0, len(due), 2)}
+        for raw, value in fields.items():
+            name = raw.decode()
+            if name == "e":
+                b.e = int(value)
+            elif name.startswith("t:"):
+                txn = name[2:]
+                record = value.decode().split()
+                starts = dict((p.split("=")[0], int(p.split("=")[1])) for p in record[2:])
+                estimate = int(record[1]) if len(record) > 1 else 0
+                x = _Txn(record[0], estimate, starts, deadlines.get(txn, 0))
+                b.txns[txn] = x
+                heapq.heappush(b.due, (x.deadline, txn))
+            else:
+                window, _, part = name.rpartition(".")
+                b.windows.setdefault(window, [0, 0, 0, 0, 0])["wurpq".index(part)] = int(value)
+        self._budgets[key] = b
+
     def delete(self, key: str, now: int) -> bool:
         """Forget a budget (an admin's reset); whether it held anything at `now` (ms)."""
         b = self._budgets.pop(key, None)
@@ -199,12 +231,12 @@ class MemoryBudgets:
             },
         }
 
-    def _run(self, call: Call) -> Result:
+    def _run(self, call: Call, held: bool = False) -> Result:
         now = call.now
         if now >= self._next_forget:
             self._drop_forgotten(now)
         kind = call.kind
-        peek = kind == PEEK or call.dry  # nothing is written (the budget is copied)
+        peek = kind == PEEK
         b = self._budgets.get(call.key)
         if b is not None and b.e and b.e <= now:
             if not peek:
@@ -246,7 +278,7 @@ class MemoryBudgets:
             else:
                 del b.txns[t]
         result = Result(0, (), 0, 0, ended, est_total, charged_total)
-        if peek:
+        if held:
             result.held = tuple((s[U], s[R]) for s in states)
         asked = call.amount if kind in (RESERVE, PEEK, COUNT) else 0
         txn = b.txns.get(call.txn) if kind != COUNT else None

@@ -143,8 +143,7 @@ class Call(msgspec.Struct, gc=False):
     charge the estimate, else release it. `force` reserves even without room (shadow mode:
     the answer is OK either way, and the accounting stays exact). `remember` keeps a refused
     reserve as an `r` tombstone for `ttl` (quota mode: the request is served elsewhere, and
-    its settle must not be charged here as an unknown transaction). `dry` runs the call and
-    writes nothing (`/explain`); its Result also says what the budget holds (`held`).
+    its settle must not be charged here as an unknown transaction).
     """
 
     kind: int
@@ -157,7 +156,6 @@ class Call(msgspec.Struct, gc=False):
     charge: bool = False
     force: bool = False
     remember: bool = False
-    dry: bool = False
 
 
 class Result(msgspec.Struct, gc=False):
@@ -169,9 +167,10 @@ class Result(msgspec.Struct, gc=False):
     window refused". The reset is when the window frees room if every open reservation is
     charged in full (the worst case; it may come sooner). `estimate` and `charged` are what
     the call's own settle or release took from the reservations and added to usage;
-    `expired*` the same for the reservations whose TTL ended during the call. A dry call
-    (and a PEEK) also gives `held`: per window `(used, reserved)` of its current window once
-    expired reservations are applied, before the call's own operation.
+    `expired*` the same for the reservations whose TTL ended during the call. A dry run
+    (`MemoryBudgets.dry_run`, `/explain`) also gives `held`: per window `(used, reserved)`
+    of its current window once expired reservations are applied, before the call's own
+    operation.
     """
 
     outcome: int

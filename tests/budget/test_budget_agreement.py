@@ -40,7 +40,6 @@ step = st.tuples(
     st.booleans(),  # charge the estimate of what ends without usage
     st.sampled_from([False, False, False, True]),  # force
     st.booleans(),  # remember a refusal
-    st.sampled_from([False, False, False, True]),  # dry
 )
 
 
@@ -60,11 +59,15 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
             memory = MemoryBudgets()
             keys = [budget_keys(f"ex{next(examples)}:", "llm", [("user", u)])[0] for u in "ab"]
             now = T0
-            for dt, kind, who, txn, amount, charge, force, remember, dry in steps:
+            for dt, kind, who, txn, amount, charge, force, remember in steps:
                 now += dt
                 call = Call(
-                    kind, keys[who], windows, now, f"t{txn}", amount, TTL, charge, force, remember, dry
+                    kind, keys[who], windows, now, f"t{txn}", amount, TTL, charge, force, remember
                 )
+                if dt == 1:  # now and then, a dry run of Redis' state, then of the twin's
+                    dry = [call, Call(model.SETTLE, keys[who], windows, now, "t0", 5, TTL)]
+                    got = loop.run_until_complete(budgets.dry_run(dry))
+                    assert got == memory.dry_run(dry), dry
                 expected = memory.run_now([call])
                 got = loop.run_until_complete(budgets.run([call]))
                 assert got == expected, call

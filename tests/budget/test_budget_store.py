@@ -298,16 +298,24 @@ def test_long_transaction_ids_are_stored_as_a_digest() -> None:
     assert transaction_id("x" * 65) == long
 
 
-async def test_a_dry_call_runs_as_asked_writes_nothing_and_tells_what_is_held(store: Any) -> None:
+async def test_a_dry_run_applies_calls_in_order_writes_nothing_and_tells_what_is_held(
+    store: Any,
+) -> None:
     b = Budget(store)
     await b.reserve("t1", 70)
     await b.count(5)
-    dry = await b.call(SETTLE, "t1", 30, dry=True)
-    assert (dry.outcome, dry.levels, dry.held) == (outcome.SETTLED, ((35, 3000),), ((5, 70),))
-    assert (await b.call(RESERVE, "t2", 25, dry=True)).outcome == outcome.ADMITTED
+    settle = Call(SETTLE, b.key, b.windows, b.now, "t1", 30, TTL)
+    again = Call(SETTLE, b.key, b.windows, b.now, "t1", 30, TTL)
+    dry = store.dry_run([settle, again])  # the twin's is synchronous, Redis' awaited
+    if not isinstance(dry, list):
+        dry = await dry
+    assert [(r.outcome, r.levels, r.held) for r in dry] == [
+        (outcome.SETTLED, ((35, 3000),), ((5, 70),)),
+        (outcome.FINISHED, ((35, 3000),), ((35, 0),)),  # the second sees the first
+    ]
     assert await b.level() == 75  # nothing written
     assert (await b.settle("t1", 30)).outcome == outcome.SETTLED
-    assert (await b.reserve("t2", 25)).held == ()  # only a dry call tells
+    assert (await b.reserve("t2", 25)).held == ()  # only a dry run tells
 
 
 async def test_a_remembered_refusal_makes_its_stream_end_charge_nothing(store: Any) -> None:

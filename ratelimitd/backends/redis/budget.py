@@ -12,12 +12,15 @@ Sent as EVALSHA in the request's pipeline; NOSCRIPT (a restarted, flushed or fai
 server) is answered by the same call once more as EVAL, which loads the script.
 
 ARGV: kind, now (ms), txn ("" for none), amount, ttl (ms), flags (1: charge the estimate of a
-reservation that ends without usage, 2: reserve even without room, 4: remember a refusal,
-8: dry, write nothing), the number of windows, then per window: name, algorithm (0 fixed,
-1 sliding), length (ticks), tick (ms), limit.
+reservation that ends without usage, 2: reserve even without room, 4: remember a refusal),
+the number of windows, then per window: name, algorithm (0 fixed, 1 sliding), length
+(ticks), tick (ms), limit.
 Reply: {outcome, estimate, charged, expired, expired estimate, expired charged,
-after 1, reset 1, after 2, reset 2, ...}, then for a dry call (or a PEEK) {used 1,
-reserved 1, used 2, reserved 2, ...} (`model.Result`).
+after 1, reset 1, after 2, reset 2, ...} (`model.Result`).
+
+A dry run (`/explain`) never runs the script: `dry_run` reads the budgets' keys (one round)
+and applies the calls to copies of them with the twin's maths (`MemoryBudgets.load`), in
+order, so that a request's calls on one budget see one another as the script would.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...budget.memory import MemoryBudgets
 from ...budget.model import SWEEP_BATCH, USED_MAX, Call, Result
 from ..base import BackendError
 from . import instances
-from .resp import ReplyError, bulk_int
+from .resp import ReplyError, bulk_int, command
 
 if TYPE_CHECKING:
     from .instances import RedisInstance
@@ -45,12 +49,11 @@ local ttl = tonumber(ARGV[5])
 local flags = tonumber(ARGV[6])
 local charge_policy = flags % 2 == 1
 local force = math.floor(flags / 2) % 2 == 1
-local remember = math.floor(flags / 4) % 2 == 1
-local dry = flags >= 8
+local remember = flags >= 4
 local n = tonumber(ARGV[7])
 local RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
 local MAX = USED_MAX
-local peek = kind == PEEK or dry
+local peek = kind == PEEK
 local fields = {'e'}
 local wins = {}
 for i = 1, n do
@@ -151,13 +154,6 @@ end
 local x = nil
 if own then x = parse(own) end
 if x and x.state == 'r' and (kind == RESERVE or kind == PEEK) then x = nil end
-local held = {}
-if peek then
-  for _, win in ipairs(wins) do
-    held[#held + 1] = win.u
-    held[#held + 1] = win.r
-  end
-end
 local function level(win)
   if win.alg == 0 then return win.u + win.r end
   local left = win.w + win.ticks - win.t
@@ -297,7 +293,6 @@ if written and not peek then
 end
 local reply = {outcome, est, charged, ended, ended_est, ended_charged}
 for _, v in ipairs(lv) do reply[#reply + 1] = v end
-for _, v in ipairs(held) do reply[#reply + 1] = v end
 return reply
 """
     # The shared constants, written into the source (a script cannot import them).
@@ -318,7 +313,7 @@ def encode(call: Call, *, load: bool = False) -> bytes:
         _bulk(call.txn.encode()),
         bulk_int(call.amount),
         bulk_int(call.ttl),
-        bulk_int(call.charge + 2 * call.force + 4 * call.remember + 8 * call.dry),
+        bulk_int(call.charge + 2 * call.force + 4 * call.remember),
         bulk_int(len(call.windows)),
     ]
     for win in call.windows:
@@ -341,16 +336,14 @@ def _bulk(data: bytes) -> bytes:
     return b"$%d\r\n%b\r\n" % (len(data), data)
 
 
-def decode(reply: Any, call: Call) -> Result:
-    """The script's reply to `call` as a Result; anything else raises BackendError."""
+def decode(reply: Any) -> Result:
+    """A script reply as a Result; anything else raises BackendError."""
     if reply.__class__ is not list or len(reply) < 6:
         if isinstance(reply, ReplyError):
             raise BackendError(str(reply))
         raise BackendError(f"unexpected redis reply {reply!r}")
-    end = 6 + 2 * len(call.windows)
-    levels = tuple((reply[i], reply[i + 1]) for i in range(6, end, 2))
-    held = tuple((reply[i], reply[i + 1]) for i in range(end, len(reply), 2))
-    return Result(reply[0], levels, reply[1], reply[2], reply[3], reply[4], reply[5], held)
+    levels = tuple((reply[i], reply[i + 1]) for i in range(6, len(reply), 2))
+    return Result(reply[0], levels, reply[1], reply[2], reply[3], reply[4], reply[5])
 
 
 class RedisBudgets:
@@ -375,4 +368,29 @@ class RedisBudgets:
             again = [(slots[i], encode(calls[i], load=True)) for i in missing]
             for i, reply in zip(missing, await inst._run(again), strict=True):
                 replies[i] = reply
-        return [decode(reply, call) for reply, call in zip(replies, calls, strict=True)]
+        return [decode(reply) for reply in replies]
+
+    async def dry_run(self, calls: Sequence[Call]) -> list[Result]:
+        """What `run(calls)` would answer now, writing nothing (module docstring)."""
+        return await dry_run(self.instance, calls)
+
+
+async def dry_run(inst: RedisInstance, calls: Sequence[Call]) -> list[Result]:
+    """`calls` applied in order to copies of their budgets as `inst` holds them (one round
+    of HGETALL and ZRANGE per budget), with the twin's maths; each Result with `held`."""
+    keys = list(dict.fromkeys(call.key for call in calls))
+    cmds = []
+    for key in keys:
+        state = key.encode()
+        slot = instances.key_slot(state) if inst.routed else 0
+        cmds.append((slot, command("HGETALL", state)))
+        cmds.append((slot, command("ZRANGE", state + b"_due", "0", "-1", "WITHSCORES")))
+    replies = await inst._run(cmds)
+    scratch = MemoryBudgets()
+    for i, key in enumerate(keys):
+        fields, due = replies[2 * i], replies[2 * i + 1]
+        for reply in (fields, due):
+            if reply.__class__ is not list:
+                raise BackendError(str(reply) if isinstance(reply, ReplyError) else repr(reply))
+        scratch.load(key, dict(zip(fields[::2], fields[1::2], strict=True)), due)
+    return scratch.dry_run(calls)

@@ -198,7 +198,7 @@ class RedisInstance:
                 out.append(reply)
                 i += 1
             elif op.budget is not None:
-                out.append(budget.decode(reply, op.budget))
+                out.append(budget.decode(reply))
                 i += 1
             elif op.algorithm:
                 if reply.__class__ is not list:

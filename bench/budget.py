@@ -1,18 +1,22 @@
 """Token budgets: CPU per reserve and per settle against a plain decision, Redis round trips
-per call, and the overshoot of the concurrency workload through the real Envoy.
+per call, and the overshoot of one concurrency workload through the real Envoy, reserve /
+settle against check-then-report.
 
     .venv/bin/python bench/budget.py [--calls 20000] [--repeat 5] [--no-envoy]
 
-1. Store level (what exists before the budget calls are wired into the decision path):
-   CPU (time.process_time) per call of the memory twin's reserve, settle and a reserve +
-   settle pair, against the memory backend's fixed-window increment of one op; on Redis
-   (a redis-server started on a free port) the client CPU per call, the server's
-   microseconds per EVALSHA against per INCRBY (INFO commandstats), and round trips per call
-   (the backend's pipelined writes / calls). Median of --repeat runs, one run for the ratios.
+1. Decisions, through the service (build_core: plan, count, verdict, as a gRPC call is
+   decided once parsed), on one rule shape: `user` with an hourly limit never reached, in
+   a domain without `budget:` (the plain decision, hits 700) and in one with it. A reserve
+   (phase, user, txn; hits 700), a settle (hits 500) of a reservation, the stream end as
+   Envoy sends it (settle then close in one call), and a whole transaction (reserve, then
+   its stream end: two calls). Memory: CPU (time.process_time) per call. Redis (a
+   redis-server started on a free port, one caller): the client's CPU per call, the
+   server's µs per call (INFO commandstats) and round trips per call (the backend's
+   pipelined writes / calls). Median of --repeat runs; ratios to the plain decision of the
+   same run.
 2. The workload (tests/support/llm_stack): N concurrent streams, each asking max_tokens and
-   using less, through Envoy on the check-then-report example; the tokens charged against
-   the limit, and so the overshoot. The reserve example's figure joins it once the daemon
-   decides budgets (the same workload is its end-to-end test).
+   using less, through Envoy on the check-then-report example and on the reserve example,
+   one after the other in this run: tokens charged against the limit, the overshoot.
 
 Writes bench/results/budget.json and budget.md. The machine may be shared: quote ratios
 of one run, not absolute times.
@@ -21,177 +25,250 @@ of one run, not absolute times.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
-import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import uvloop
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # tests/support
-
-from support.budget import redis_budgets
 from support.llm_stack import EXAMPLES, concurrent_streams, llm_stack
 from support.machine import machine_info
 from support.ready import wait_for
 from support.redis_server import RedisServers
 
 from ratelimitd.backends import MemoryBackend
-from ratelimitd.backends.base import Op
-from ratelimitd.budget.memory import MemoryBudgets
-from ratelimitd.budget.model import RESERVE, SETTLE, Call, budget_keys, fixed
+from ratelimitd.backends.redis import RedisBackend
+from ratelimitd.config import ConfigFile
+from ratelimitd.core import build_core
+from ratelimitd.messages import OK, Descriptor, Request
+from ratelimitd.settings import RedisSettings
 
-ROOT = Path(__file__).resolve().parents[1]
-T0 = 1_700_000_000_000
-WINDOWS = (fixed(3600, 2**31),)  # never over: every call takes the same path
-TTL = 600_000
+BIG = 2**31  # never over: every call takes the same path
+RULE = f"  - key: user\n    rate_limit: {{unit: hour, requests_per_unit: {BIG}}}\n"
+CONFIGS = [
+    ConfigFile("plain.yaml", "domain: plain\ndescriptors:\n" + RULE),
+    ConfigFile("llm.yaml", "domain: llm\ndescriptors:\n" + RULE + "    budget: {}\n"),
+]
+ESTIMATE, USAGE = 700, 500
+CALLS = ("plain", "reserve", "settle", "stream_end", "transaction")
+SERVER_COMMANDS = ("cmdstat_incrby:", "cmdstat_expire:", "cmdstat_evalsha:", "cmdstat_eval:")
 
-
-def calls(n: int, kind: int, tag: str) -> list[Call]:
-    """`n` calls of `kind` on 64 budgets, one transaction each (what a reserve made)."""
-    keys = [budget_keys("", "bench", [("user", f"u{i}")])[0] for i in range(64)]
-    return [Call(kind, keys[i % 64], WINDOWS, T0, f"{tag}{i}", 700, TTL) for i in range(n)]
-
-
-def cpu_per_call(run: Callable[[], None], n: int) -> float:
-    start = time.process_time()
-    run()
-    return (time.process_time() - start) / n * 1e6
+# The concurrency workload: as tests/envoy/test_budget_envoy.py.
+STREAMS, MAX_TOKENS, WORKLOAD_USAGE, LIMIT = 40, 1000, 800, 10_000
 
 
-def memory_figures(n: int) -> dict[str, float]:
-    """µs of CPU per call on the memory stores."""
-    backend = MemoryBackend()
-    ops = [Op(f"bench_user_u{i % 64}_1699999200", 1, 3600) for i in range(n)]
-    now = T0 // 1000
+def one(phase: str, user: str, txn: str, hits: int) -> Descriptor:
+    return Descriptor((("phase", phase), ("user", user), ("txn", txn)), hits_addend=hits)
 
-    def plain() -> None:
-        for op in ops:
-            backend.increment_one(op.key, op.hits, op.seconds, now)
 
-    budgets = MemoryBudgets()
-    reserves, settles = calls(n, RESERVE, "t"), calls(n, SETTLE, "t")
-    return {
-        "plain": cpu_per_call(plain, n),
-        "reserve": cpu_per_call(lambda: [budgets.run_now([c]) for c in reserves] and None, n),
-        "settle": cpu_per_call(lambda: [budgets.run_now([c]) for c in settles] and None, n),
+class Calls:
+    """The requests of one measured batch of `n` calls, on 64 users, transactions named
+    with `tag` (fresh per batch: a reserve of a finished id is refused)."""
+
+    def __init__(self, n: int, tag: str) -> None:
+        users = [f"u{i % 64}" for i in range(n)]
+        txns = [f"{tag}{i}" for i in range(n)]
+        self.plain = [
+            Request("plain", [Descriptor((("user", u),), hits_addend=ESTIMATE)]) for u in users
+        ]
+        self.reserve = [
+            Request("llm", [one("reserve", u, t, ESTIMATE)])
+            for u, t in zip(users, txns, strict=True)
+        ]
+        self.settle = [
+            Request("llm", [one("settle", u, t, USAGE)]) for u, t in zip(users, txns, strict=True)
+        ]
+        self.stream_end = [
+            Request("llm", [one("settle", u, t, USAGE), one("close", u, t, 200)])
+            for u, t in zip(users, txns, strict=True)
+        ]
+
+    def batches(self, name: str) -> tuple[list[Request], list[Request], int]:
+        """(untimed set-up calls, timed calls, calls a figure is per) of call `name`."""
+        if name == "plain":
+            return [], self.plain, len(self.plain)
+        if name == "reserve":
+            return [], self.reserve, len(self.reserve)
+        if name == "settle":
+            return self.reserve, self.settle, len(self.settle)
+        if name == "stream_end":
+            return self.reserve, self.stream_end, len(self.stream_end)
+        # A transaction: its reserve then its stream end, figures per transaction.
+        return [], interleave(self.reserve, self.stream_end), len(self.reserve)
+
+
+def interleave(a: list[Request], b: list[Request]) -> list[Request]:
+    return [r for pair in zip(a, b, strict=True) for r in pair]
+
+
+def batches(n: int, repeat: int) -> Iterator[tuple[str, list[Request], list[Request], int]]:
+    """Every call's batch, `repeat` times, in one order (fresh transactions each)."""
+    for run in range(repeat):
+        calls = Calls(n, f"r{run}-")
+        for name in CALLS:
+            yield name, *calls.batches(name)
+
+
+def memory_figures(n: int, repeat: int) -> dict[str, float]:
+    """µs of CPU per call on the memory backend (driven without an event loop)."""
+    core = build_core(backend=MemoryBackend())
+    core.load(CONFIGS)
+    decide: Callable[[Request], Any] = core.service.decide_now
+    decide(Request("llm", [one("reserve", "w", "warm", 1)]))
+    runs: dict[str, list[float]] = {name: [] for name in CALLS}
+    for name, setup, timed, per in batches(n, repeat):
+        for request in setup:
+            decide(request)
+        start = time.process_time()
+        for request in timed:
+            answer = decide(request)
+        runs[name].append((time.process_time() - start) / per * 1e6)
+        assert answer.overall_code == OK, (name, answer)
+    return {name: round(statistics.median(r), 3) for name, r in runs.items()}
+
+
+def server_usec(server: Any) -> float:
+    """Redis server µs spent on the commands a decision sends, since CONFIG RESETSTAT."""
+    usec = 0.0
+    for line in server.command("INFO", "commandstats").decode().splitlines():
+        if line.startswith(SERVER_COMMANDS):
+            fields = dict(f.split("=") for f in line.partition(":")[2].split(","))
+            usec += float(fields["usec"])
+    return usec
+
+
+async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[str, Any]:
+    """Per call, one caller: client µs of CPU, server µs, round trips."""
+    backend = RedisBackend(RedisSettings(url=address, socket_type="tcp", pool_size=4))
+    await backend.connect()
+    core = build_core(backend=backend)
+    core.load(CONFIGS)
+    svc = core.service
+    runs: dict[str, dict[str, list[float]]] = {
+        name: {"client_us": [], "server_us": [], "round_trips": []} for name in CALLS
     }
-
-
-async def redis_figures(address: str, server: Any, n: int) -> dict[str, float]:
-    """Client µs of CPU per call, server µs per command, round trips per call (one caller)."""
-    backend, budgets = await redis_budgets(address)
     try:
-        ops = [Op(f"bench_user_u{i % 64}_1699999200", 1, 3600) for i in range(n)]
-        out: dict[str, float] = {}
-        for name, items in (
-            ("plain", ops),
-            ("reserve", calls(n, RESERVE, "r")),
-            ("settle", calls(n, SETTLE, "r")),
-        ):
+        await svc.should_rate_limit(Request("llm", [one("reserve", "w", "warm", 1)]))  # scripts
+        for name, setup, timed, per in batches(n, repeat):
+            for request in setup:
+                await svc.should_rate_limit(request)
             server.command("CONFIG", "RESETSTAT")
             writes = backend.writes
             start = time.process_time()
-            for item in items:
-                if name == "plain":
-                    await backend.increment([item])
-                else:
-                    await budgets.run([item])
-            out[name] = (time.process_time() - start) / n * 1e6
-            out[f"{name}_round_trips"] = (backend.writes - writes) / n
-            # Server CPU per call: the commands one call sends (INCRBY + EXPIRE, or EVALSHA).
-            info = server.command("INFO", "commandstats").decode()
-            usec = 0.0
-            for line in info.splitlines():
-                if line.startswith(("cmdstat_incrby:", "cmdstat_expire:", "cmdstat_evalsha:")):
-                    fields = dict(f.split("=") for f in line.partition(":")[2].split(","))
-                    usec += float(fields["usec"])
-            out[f"{name}_server_us"] = usec / n
-        return out
+            for request in timed:
+                answer = await svc.should_rate_limit(request)
+            figures = runs[name]
+            figures["client_us"].append((time.process_time() - start) / per * 1e6)
+            figures["round_trips"].append((backend.writes - writes) / per)
+            figures["server_us"].append(server_usec(server) / per)
+            assert answer.overall_code == OK, (name, answer)
     finally:
         await backend.close()
+    return {
+        name: {k: round(statistics.median(v), 3) for k, v in figures.items()}
+        for name, figures in runs.items()
+    }
 
 
-def workload(streams: int, max_tokens: int, usage: int, limit: int) -> dict[str, int]:
-    """The concurrency workload through Envoy on the check-then-report example."""
-    config = (EXAMPLES / "check-then-report" / "config" / "llm.yaml").read_text()
-    config = config.replace("requests_per_unit: 100000", f"requests_per_unit: {limit}")
+def workload(example: str) -> dict[str, int]:
+    """The concurrency workload through Envoy on `example`: admitted, charged, overshoot."""
+    config = (EXAMPLES / example / "config" / "llm.yaml").read_text()
+    config = config.replace("requests_per_unit: 100000", f"requests_per_unit: {LIMIT}")
     with (
         tempfile.TemporaryDirectory() as tmp,
-        llm_stack(Path(tmp), "check-then-report", config, record=False) as s,
+        llm_stack(Path(tmp), example, config, record=False) as s,
     ):
-        answers = concurrent_streams(s, streams, max_tokens=max_tokens, usage=usage)
+        answers = concurrent_streams(s, STREAMS, max_tokens=MAX_TOKENS, usage=WORKLOAD_USAGE)
         admitted = sum(a.status == 200 for a in answers)
-        wait_for(lambda: s.counter("crowd")["value"] == admitted * usage, 60, "the reports")
+        expected = admitted * WORKLOAD_USAGE
+        wait_for(lambda: s.counter("crowd")["value"] == expected, 60, "every stream end")
+        if example == "reserve":
+            wait_for(lambda: s.counter("crowd")["reserved"] == 0, 60, "every settle")
         used = int(s.counter("crowd")["value"])
-    return {"admitted": admitted, "charged": used, "overshoot": max(0, used - limit)}
+    return {"admitted": admitted, "charged": used, "overshoot": max(0, used - LIMIT)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--redis-calls", type=int, default=4_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-envoy", action="store_true", help="skip the Envoy workload")
     args = parser.parse_args()
-    runs = [memory_figures(args.calls) for _ in range(args.repeat)]
-    memory = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    memory = memory_figures(args.calls, args.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         servers = RedisServers(Path(tmp))
         try:
             server = servers()
-            redis_runs = [
-                uvloop.run(redis_figures(server.address, server, args.calls // 4))
-                for _ in range(args.repeat)
-            ]
+            redis = uvloop.run(redis_figures(server.address, server, args.redis_calls, args.repeat))
         finally:
             servers.stop_all()
-    redis = {k: statistics.median(r[k] for r in redis_runs) for k in redis_runs[0]}
-    result: dict[str, Any] = {"machine": machine_info(), "memory": memory, "redis": redis}
+    result: dict[str, Any] = {
+        "machine": machine_info(),
+        "args": vars(args),
+        "memory_us": memory,
+        "redis": redis,
+    }
     if not args.no_envoy:
-        result["check_then_report"] = {
-            "streams": 40,
-            "max_tokens": 1000,
-            "usage": 800,
-            "limit": 10_000,
-            **workload(40, 1000, 800, 10_000),
+        result["workload"] = {
+            "streams": STREAMS,
+            "max_tokens": MAX_TOKENS,
+            "usage": WORKLOAD_USAGE,
+            "limit": LIMIT,
+            "check_then_report": workload("check-then-report"),
+            "reserve": workload("reserve"),
         }
-    out = ROOT / "bench" / "results"
+    out = Path(__file__).parent / "results"
     (out / "budget.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "budget.md").write_text(render(result))
+    print(render(result))
+
+
+def render(result: dict[str, Any]) -> str:
+    memory, redis, m = result["memory_us"], result["redis"], result["machine"]
     lines = [
         "# Token budgets (bench/budget.py)",
         "",
-        "Store level, before the budget calls are wired into the decision path. CPU µs per call",
-        "(client side for Redis), ratio to a plain fixed-window increment of one counter.",
+        "Command: `.venv/bin/python bench/budget.py` (one run; CPU = time.process_time of the",
+        "deciding process, per call through the service; ratios to the plain decision of",
+        "this run). Plain: one descriptor `user` (hits 700) on an hourly fixed window; the",
+        "budget calls on the same rule with `budget:`. Stream end: settle + close in one call,",
+        "as Envoy sends it; transaction: a reserve and its stream end (two calls).",
+        "",
+        f"Machine: {m.get('cpu')}, Python {m.get('python')}, {m.get('redis-server')}.",
         "",
         "| call | memory µs | x plain | Redis client µs | x plain | Redis server µs | "
         "round trips |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name in ("plain", "reserve", "settle"):
+    for name in CALLS:
+        r = redis[name]
         lines.append(
             f"| {name} | {memory[name]:.2f} | {memory[name] / memory['plain']:.2f} | "
-            f"{redis[name]:.1f} | {redis[name] / redis['plain']:.2f} | "
-            f"{redis[name + '_server_us']:.2f} | {redis[name + '_round_trips']:.2f} |"
+            f"{r['client_us']:.1f} | {r['client_us'] / redis['plain']['client_us']:.2f} | "
+            f"{r['server_us']:.2f} | {r['round_trips']:.2f} |"
         )
-    if "check_then_report" in result:
-        w = result["check_then_report"]
+    w = result.get("workload")
+    if w:
         lines += [
             "",
-            f"Workload: {w['streams']} concurrent streams, max_tokens {w['max_tokens']}, usage "
-            f"{w['usage']}, limit {w['limit']} tokens. Check-then-report: {w['admitted']} "
-            f"admitted, {w['charged']} charged, overshoot {w['overshoot']} "
-            f"({100 * w['overshoot'] / w['limit']:.0f}% of the limit).",
+            f"Workload through Envoy: {w['streams']} concurrent streams, max_tokens "
+            f"{w['max_tokens']}, usage {w['usage']}, limit {w['limit']} tokens per hour.",
+            "",
+            "| example | admitted | charged | overshoot |",
+            "|---|---:|---:|---:|",
         ]
-    (out / "budget.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        for name in ("check_then_report", "reserve"):
+            x = w[name]
+            lines.append(
+                f"| {name.replace('_', '-')} | {x['admitted']} | {x['charged']} | "
+                f"{x['overshoot']} ({100 * x['overshoot'] / w['limit']:.0f}% of the limit) |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
-    asyncio.set_event_loop_policy(None)
     main()

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support.budget import Budget, call
 from support.core import Decider
 
-from ratelimitd.admin import Admin
-from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request, Response
+from ratelimitd.messages import OK, OVER_LIMIT, Request
 
 CONFIG = """\
 domain: llm
@@ -20,44 +20,16 @@ descriptors:
     rate_limit: {{unit: hour, requests_per_unit: 10000}}
     budget: {{unsettled: {unsettled}, reservation_ttl: 30s}}
 """
-SERIES = "ratelimit.service.rate_limit.llm.user."
+SERIES = Budget.SERIES
 
 
-def call(phase: str, txn: str, hits: int, user: str = "ann") -> Descriptor:
-    return Descriptor((("phase", phase), ("user", user), ("txn", txn)), hits_addend=hits)
-
-
-class Budget:
-    """One user's budget through a memory core: reserve, stream end, and what it holds."""
-
-    def __init__(self, harness: Callable[..., Decider], unsettled: str = "release") -> None:
-        self.d = harness(CONFIG.format(unsettled=unsettled))
-        self.admin = Admin(self.d.service)
-
-    async def reserve(self, txn: str, estimate: int) -> Response:
-        return await self.d.decide("llm", call("reserve", txn, estimate))
-
-    async def end(self, txn: str, usage: int | None, status: int = 200) -> Response:
-        """The stream end as Envoy sends it: settle then close, or the close alone."""
-        close = call("close", txn, status)
-        if usage is None:
-            return await self.d.decide("llm", close)
-        return await self.d.decide("llm", call("settle", txn, usage), close)
-
-    async def held(self) -> tuple[int, int]:
-        """(used, reserved) of the hour, as /counters shows them."""
-        shown = await self.admin.counter("llm", [("user", "ann")])
-        (window,) = shown["windows"]
-        return window["value"], window["reserved"]
-
-    def series(self) -> dict[str, float]:
-        snapshot = self.d.stats.snapshot()
-        return {k[len(SERIES) :]: v for k, v in snapshot.items() if k.startswith(SERIES)}
+def memory_budget(harness: Callable[..., Decider], unsettled: str = "release") -> Budget:
+    return Budget(harness(CONFIG.format(unsettled=unsettled)))
 
 
 @pytest.fixture
 def budget(harness: Callable[..., Decider]) -> Budget:
-    return Budget(harness)
+    return memory_budget(harness)
 
 
 async def test_reserve_then_settle_answers_and_counts(budget: Budget) -> None:
@@ -131,7 +103,7 @@ async def test_a_reused_transaction_id_is_refused(budget: Budget) -> None:
 async def test_a_stream_end_without_usage_ends_by_the_policy(
     harness: Callable[..., Decider], unsettled: str, charged: int
 ) -> None:
-    budget = Budget(harness, unsettled)
+    budget = memory_budget(harness, unsettled)
     await budget.reserve("t1", 700)
     await budget.end("t1", None, status=500)
     assert await budget.held() == (charged, 0)
@@ -147,7 +119,7 @@ async def test_a_stream_end_without_usage_ends_by_the_policy(
 async def test_reservations_expire_after_their_ttl_by_the_policy(
     harness: Callable[..., Decider], unsettled: str, charged: int
 ) -> None:
-    budget = Budget(harness, unsettled)
+    budget = memory_budget(harness, unsettled)
     await budget.reserve("t1", 700)
     budget.d.clock.advance(29)
     assert await budget.held() == (0, 700)

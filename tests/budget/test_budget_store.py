@@ -334,3 +334,19 @@ async def test_a_remembered_refusal_makes_its_stream_end_charge_nothing(store: A
     assert (await b.release("t4")).outcome == outcome.FINISHED
     await b.settle("t1", 0)
     assert (await b.reserve("t4", 20, remember=True)).outcome == outcome.ADMITTED
+
+
+async def test_clock_skew_between_daemons_never_frees_room(store: Any) -> None:
+    # Daemon `ahead` is 2 minutes ahead of `behind`, across the hour's end: `ahead`
+    # reserves in the next hour; `behind` still in the hour before reads that window at its
+    # start (not as a fresh one), and its settle goes to the window of the reservation.
+    behind = Budget(store)
+    behind.now += 3_000_000 - 60_000  # a minute before the hour ends
+    ahead = Budget(store)
+    ahead.now = behind.now + 120_000
+    assert (await ahead.reserve("t1", 60)).outcome == outcome.ADMITTED
+    assert await behind.level() == 60
+    assert (await behind.reserve("t2", 50)).outcome == outcome.REFUSED
+    settled = await behind.settle("t1", 30)
+    assert (settled.outcome, settled.charged) == (outcome.SETTLED, 30)
+    assert await ahead.level() == await behind.level() == 30

@@ -10,10 +10,10 @@ settle against check-then-report.
    (phase, user, txn; hits 700), a settle (hits 500) of a reservation, the stream end as
    Envoy sends it (settle then close in one call), and a whole transaction (reserve, then
    its stream end: two calls). Memory: CPU (time.process_time) per call. Redis (a
-   redis-server started on a free port, one caller): the client's CPU per call, the
-   server's µs per call (INFO commandstats) and round trips per call (the backend's
-   pipelined writes / calls). Median of --repeat runs; ratios to the plain decision of the
-   same run.
+   redis-server started on a free port; one caller, then 64 concurrent ones, which the
+   backend pipelines): the client's CPU per call, the server's µs per call (INFO
+   commandstats) and round trips per call (the backend's pipelined writes / calls).
+   Median of --repeat runs; ratios to the plain decision of the same run.
 2. The workload (tests/support/llm_stack): N concurrent streams, each asking max_tokens and
    using less, through Envoy on the check-then-report example and on the reserve example,
    one after the other in this run: tokens charged against the limit, the overshoot.
@@ -25,6 +25,7 @@ of one run, not absolute times.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import statistics
 import tempfile
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
+from support.budget import call
 from support.llm_stack import EXAMPLES, concurrent_streams, llm_stack
 from support.machine import machine_info
 from support.ready import wait_for
@@ -54,19 +56,18 @@ CONFIGS = [
 ]
 ESTIMATE, USAGE = 700, 500
 CALLS = ("plain", "reserve", "settle", "stream_end", "transaction")
+SETTLED = "ratelimit.service.rate_limit.llm.user.budget_settled"
+CALLERS = 64  # concurrent callers of the second Redis run
 SERVER_COMMANDS = ("cmdstat_incrby:", "cmdstat_expire:", "cmdstat_evalsha:", "cmdstat_eval:")
 
 # The concurrency workload: as tests/envoy/test_budget_envoy.py.
 STREAMS, MAX_TOKENS, WORKLOAD_USAGE, LIMIT = 40, 1000, 800, 10_000
 
 
-def one(phase: str, user: str, txn: str, hits: int) -> Descriptor:
-    return Descriptor((("phase", phase), ("user", user), ("txn", txn)), hits_addend=hits)
-
-
 class Calls:
     """The requests of one measured batch of `n` calls, on 64 users, transactions named
-    with `tag` (fresh per batch: a reserve of a finished id is refused)."""
+    with `tag` (fresh per batch: a reserve of a known id is refused, and a stream end of a
+    finished one changes nothing)."""
 
     def __init__(self, n: int, tag: str) -> None:
         users = [f"u{i % 64}" for i in range(n)]
@@ -75,14 +76,14 @@ class Calls:
             Request("plain", [Descriptor((("user", u),), hits_addend=ESTIMATE)]) for u in users
         ]
         self.reserve = [
-            Request("llm", [one("reserve", u, t, ESTIMATE)])
+            Request("llm", [call("reserve", t, ESTIMATE, u)])
             for u, t in zip(users, txns, strict=True)
         ]
         self.settle = [
-            Request("llm", [one("settle", u, t, USAGE)]) for u, t in zip(users, txns, strict=True)
+            Request("llm", [call("settle", t, USAGE, u)]) for u, t in zip(users, txns, strict=True)
         ]
         self.stream_end = [
-            Request("llm", [one("settle", u, t, USAGE), one("close", u, t, 200)])
+            Request("llm", [call("settle", t, USAGE, u), call("close", t, 200, u)])
             for u, t in zip(users, txns, strict=True)
         ]
 
@@ -104,12 +105,13 @@ def interleave(a: list[Request], b: list[Request]) -> list[Request]:
     return [r for pair in zip(a, b, strict=True) for r in pair]
 
 
-def batches(n: int, repeat: int) -> Iterator[tuple[str, list[Request], list[Request], int]]:
+def batches(
+    n: int, repeat: int, tag: str = ""
+) -> Iterator[tuple[str, list[Request], list[Request], int]]:
     """Every call's batch, `repeat` times, in one order (fresh transactions each)."""
     for run in range(repeat):
-        calls = Calls(n, f"r{run}-")
         for name in CALLS:
-            yield name, *calls.batches(name)
+            yield name, *Calls(n, f"{tag}{name}{run}-").batches(name)
 
 
 def memory_figures(n: int, repeat: int) -> dict[str, float]:
@@ -117,17 +119,28 @@ def memory_figures(n: int, repeat: int) -> dict[str, float]:
     core = build_core(backend=MemoryBackend())
     core.load(CONFIGS)
     decide: Callable[[Request], Any] = core.service.decide_now
-    decide(Request("llm", [one("reserve", "w", "warm", 1)]))
+    decide(Request("llm", [call("reserve", "warm", 1, "w")]))
     runs: dict[str, list[float]] = {name: [] for name in CALLS}
     for name, setup, timed, per in batches(n, repeat):
         for request in setup:
             decide(request)
+        before = settled(core)
         start = time.process_time()
         for request in timed:
-            answer = decide(request)
+            decide(request)
         runs[name].append((time.process_time() - start) / per * 1e6)
-        assert answer.overall_code == OK, (name, answer)
+        check(name, core, before, per)
     return {name: round(statistics.median(r), 3) for name, r in runs.items()}
+
+
+def settled(core: Any) -> float:
+    return core.stats.snapshot().get(SETTLED, 0)  # type: ignore[no-any-return]
+
+
+def check(name: str, core: Any, before: float, per: int) -> None:
+    """Each settle of the batch settled a reservation (not a duplicate or an orphan)."""
+    expected = 0 if name in ("plain", "reserve") else per
+    assert settled(core) - before == expected, (name, settled(core) - before, expected)
 
 
 def server_usec(server: Any) -> float:
@@ -141,30 +154,44 @@ def server_usec(server: Any) -> float:
 
 
 async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[str, Any]:
-    """Per call, one caller: client µs of CPU, server µs, round trips."""
+    """Per call: client µs of CPU, server µs and round trips, with one caller (`1`) and with
+    CALLERS concurrent ones (`many`: the backend pipelines what they send at once)."""
     backend = RedisBackend(RedisSettings(url=address, socket_type="tcp", pool_size=4))
     await backend.connect()
     core = build_core(backend=backend)
     core.load(CONFIGS)
-    svc = core.service
+    decide = core.service.should_rate_limit
     runs: dict[str, dict[str, list[float]]] = {
-        name: {"client_us": [], "server_us": [], "round_trips": []} for name in CALLS
+        f"{name}.{callers}": {"client_us": [], "server_us": [], "round_trips": []}
+        for name in CALLS
+        for callers in ("1", "many")
     }
+
+    async def caller(requests: list[Request]) -> None:
+        for request in requests:
+            answer = await decide(request)
+            assert answer.overall_code == OK, (request, answer)
+
     try:
-        await svc.should_rate_limit(Request("llm", [one("reserve", "w", "warm", 1)]))  # scripts
-        for name, setup, timed, per in batches(n, repeat):
-            for request in setup:
-                await svc.should_rate_limit(request)
-            server.command("CONFIG", "RESETSTAT")
-            writes = backend.writes
-            start = time.process_time()
-            for request in timed:
-                answer = await svc.should_rate_limit(request)
-            figures = runs[name]
-            figures["client_us"].append((time.process_time() - start) / per * 1e6)
-            figures["round_trips"].append((backend.writes - writes) / per)
-            figures["server_us"].append(server_usec(server) / per)
-            assert answer.overall_code == OK, (name, answer)
+        await decide(Request("llm", [call("reserve", "warm", 1, "w")]))  # loads the script
+        for callers in (1, CALLERS):
+            for name, setup, timed, per in batches(n, repeat, f"c{callers}-"):
+                for request in setup:
+                    await decide(request)
+                # Contiguous even slices: a transaction's two calls stay in order.
+                size = -(-len(timed) // callers // 2) * 2
+                server.command("CONFIG", "RESETSTAT")
+                before = settled(core)
+                writes = backend.writes
+                start = time.process_time()
+                await asyncio.gather(
+                    *(caller(timed[i : i + size]) for i in range(0, len(timed), size))
+                )
+                figures = runs[f"{name}.{'1' if callers == 1 else 'many'}"]
+                figures["client_us"].append((time.process_time() - start) / per * 1e6)
+                figures["round_trips"].append((backend.writes - writes) / per)
+                figures["server_us"].append(server_usec(server) / per)
+                check(name, core, before, per)
     finally:
         await backend.close()
     return {
@@ -240,16 +267,23 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"Machine: {m.get('cpu')}, Python {m.get('python')}, {m.get('redis-server')}.",
         "",
-        "| call | memory µs | x plain | Redis client µs | x plain | Redis server µs | "
-        "round trips |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "Memory: CPU µs per call. Redis, one caller and 64 concurrent ones (auto-pipelined):",
+        "client CPU µs per call, Redis server µs per call (INFO commandstats) and round trips",
+        "per call (the backend's pipelined writes / calls).",
+        "",
+        "| call | memory µs | x plain | Redis µs (1) | x plain | server µs | round trips "
+        "| Redis µs (64) | x plain | round trips (64) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    one, many = redis["plain.1"], redis["plain.many"]
     for name in CALLS:
-        r = redis[name]
+        r, c = redis[f"{name}.1"], redis[f"{name}.many"]
         lines.append(
             f"| {name} | {memory[name]:.2f} | {memory[name] / memory['plain']:.2f} | "
-            f"{r['client_us']:.1f} | {r['client_us'] / redis['plain']['client_us']:.2f} | "
-            f"{r['server_us']:.2f} | {r['round_trips']:.2f} |"
+            f"{r['client_us']:.1f} | {r['client_us'] / one['client_us']:.2f} | "
+            f"{r['server_us']:.2f} | {r['round_trips']:.2f} | "
+            f"{c['client_us']:.1f} | {c['client_us'] / many['client_us']:.2f} | "
+            f"{c['round_trips']:.3f} |"
         )
     w = result.get("workload")
     if w:

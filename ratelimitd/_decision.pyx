@@ -14,9 +14,8 @@ from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
 import time
 
 from ratelimitd.backends.base import Op
-from ratelimitd.budget.calls import budget_key, budget_op, budget_status, item_call
+from ratelimitd.budget.calls import add_item, budget_key, budget_op, budget_status
 from ratelimitd.budget.calls import lookup as budget_lookup
-from ratelimitd.budget.model import RELEASE as _RELEASE
 from ratelimitd.config.ruleset import Rule
 from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
@@ -282,13 +281,7 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
                 continue
             if rule.budget is not None:
                 item = _item(Item.__new__(Item), i, rule, key, share, hits, BUDGET)
-                item.budget = item_call(call, rule, _entries(d), negative, budget)
-                if item.budget[0] == _RELEASE:
-                    if plan.closes is None:
-                        plan.closes = []
-                    plan.closes.append(item)
-                else:
-                    plan.items.append(item)
+                add_item(plan, item, call, _entries(d), negative, budget)
                 continue
         if negative:
             for window in rule.windows:

@@ -29,9 +29,8 @@ from typing import Any
 
 from ._keys_py import cache_key, refuse, state_key, unit_seconds, verdict
 from .backends.base import Op
-from .budget.calls import budget_key, budget_op, budget_status, item_call
+from .budget.calls import add_item, budget_key, budget_op, budget_status
 from .budget.calls import lookup as budget_lookup
-from .budget.model import RELEASE
 from .config.ruleset import Rule
 from .config.windows import FIXED_WINDOW
 from .keys import MAX_HITS, METER_TTL_SECONDS
@@ -232,13 +231,7 @@ def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
                 continue
             if rule.budget is not None:
                 item = Item(i, rule, key, share, hits, BUDGET)
-                item.budget = item_call(call, rule, d.entries, d.is_negative_hits, budget)
-                if item.budget[0] == RELEASE:
-                    if plan.closes is None:
-                        plan.closes = []
-                    plan.closes.append(item)
-                else:
-                    plan.items.append(item)
+                add_item(plan, item, call, d.entries, d.is_negative_hits, budget)
                 continue
         if d.is_negative_hits:
             for window in rule.windows:

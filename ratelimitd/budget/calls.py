@@ -5,7 +5,8 @@ The decision model (`_decision.pyx` and its twin `_decision_py.py`) calls these 
 `BUDGET` items and for nothing else, so an ordinary decision never pays for them:
 
 * plan: `lookup` finds a budget call's rule by the descriptor without its phase and
-  transaction entries; `item_call` says what the item asks of its budget;
+  transaction entries; `add_item` puts the item in the plan with what it asks of its
+  budget (`item_call`);
 * count: `budget_key` is the budget's store key, `budget_op` the one store operation of the
   item (an `Op` carrying a `model.Call`);
 * verdict: `budget_status` reads the call's `model.Result` as the item's Status, with the
@@ -21,10 +22,22 @@ from ..backends.base import Op
 from ..keys import refuse, verdict
 from ..messages import OK, ServiceError, Status
 from .config import recognise
-from .model import ADMITTED, COUNT, DUPLICATE, ORPHAN, RELEASE, RESERVE, SETTLE, SETTLED
-from .model import Call, Result, budget_keys, transaction_id
+from .model import (
+    ADMITTED,
+    COUNT,
+    DUPLICATE,
+    ORPHAN,
+    RELEASE,
+    RESERVE,
+    SETTLE,
+    SETTLED,
+    Call,
+    Result,
+    budget_keys,
+    transaction_id,
+)
 
-__all__ = ["budget_key", "budget_op", "budget_status", "item_call", "lookup"]
+__all__ = ["add_item", "budget_key", "budget_op", "budget_status", "item_call", "lookup"]
 
 TOO_MANY_REQUESTS = 429
 
@@ -79,9 +92,26 @@ def item_call(
     return kind, transaction_id(txn), rest, force, remember
 
 
-def budget_key(
-    prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Any
-) -> str:
+def add_item(
+    plan: Any,
+    item: Any,
+    call: tuple[int, str, tuple[tuple[str, str], ...]] | None,
+    entries: Sequence[tuple[str, str]],
+    negative: bool,
+    keys: tuple[str, str, bool, bool] | None,
+) -> None:
+    """Give budget item `item` what it asks (`item_call`) and put it in `plan`: a close
+    apart, to be counted after every other item (`_decision_py.finish`)."""
+    item.budget = asked = item_call(call, item.rule, entries, negative, keys)
+    if asked[0] == RELEASE:
+        if plan.closes is None:
+            plan.closes = []
+        plan.closes.append(item)
+    else:
+        plan.items.append(item)
+
+
+def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Any) -> str:
     """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`)."""
     return budget_keys(prefix, domain, entries, share)[0]
 
@@ -107,27 +137,22 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     """A budget item's Status from its call's result, and its statistics.
 
     The deciding window is chosen as for any limit (over first, the longest wait among
-    those; else the least remaining). A reserve or a plain count is then any limit's verdict
-    (a reused transaction id refused); a settle or close answers OK with what remains.
+    those; else the least remaining; the first listed on a tie). A reserve or a plain count
+    is then any limit's verdict (a reused transaction id refused); a settle or close
+    answers OK with what remains.
     """
     rule = item.rule
     st = item.stats
     st.budget = True
-    best: Any = None
-    best_after = best_reset = best_left = 0
-    best_over = False
-    for w, win, (after, ticks) in zip(rule.windows, rule.budget.windows, result.levels, strict=True):
-        reset = -(-ticks * win.tick // 1000)  # never past the true wait
-        left = w.requests - after
-        over = left < 0
-        if best is None:
-            take = True
-        elif over:
-            take = not best_over or reset > best_reset
-        else:
-            take = not best_over and left < best_left
-        if take:
-            best, best_after, best_reset, best_left, best_over = w, after, reset, left, over
+    rows = [
+        (w, after, -(-ticks * win.tick // 1000), w.requests - after)  # never past the wait
+        for w, win, (after, ticks) in zip(
+            rule.windows, rule.budget.windows, result.levels, strict=True
+        )
+    ]
+    best, best_after, best_reset, best_left = min(
+        rows, key=lambda row: (0, -row[2]) if row[3] < 0 else (1, row[3])
+    )
     if result.expired:
         st.budget_expired += result.expired
         st.budget_reserved -= result.expired_estimate

@@ -20,9 +20,10 @@ a sliding window also keeps `p` and `q`, the same two of the window before. A tr
 is `o <estimate> <name>=<start> ...` while open (`c` once another reserve reused its id),
 then a tombstone `s` (settled, released or closed) or `x` (expired), each until its deadline
 in the sorted set; `r` marks a refused reserve that asked to be remembered (a quota-mode
-budget: the request went elsewhere, so its stream end must charge nothing here). `e` is when the whole budget can be forgotten (ms): the stores treat the
-state as absent from then on, whatever the real key TTL says, so the memory twin and Redis
-agree under a test's clock.
+budget: the request went elsewhere, so its stream end must charge nothing here). `e` is
+when the whole budget can be forgotten (ms): the stores treat the state as absent from then
+on, whatever the real key TTL says, so the memory twin and Redis agree under a test's
+clock.
 
 The maths of one call is `ratelimitd.budget.memory` (the twin) and the Lua script of
 `ratelimitd.backends.redis.budget`, line for line; a property test holds them equal.

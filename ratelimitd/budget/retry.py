@@ -99,10 +99,7 @@ class StreamEnds:
         wait = RETRY_FIRST
         while self._calls:
             await self._sleep(wait)
-            if await self.flush():
-                wait = RETRY_FIRST
-            else:
-                wait = min(wait * 2, RETRY_LONGEST)
+            wait = RETRY_FIRST if await self.flush() else min(wait * 2, RETRY_LONGEST)
 
     async def close(self) -> None:
         """Shutdown: one last round for what waits, then stop retrying (what is left is

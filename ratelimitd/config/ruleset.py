@@ -417,9 +417,7 @@ def _budget(
     kept_by = None
     if backend is not None:
         kept_by = (backend[0], backend[2] if len(backend) == 3 else frozenset())
-    spec = budget_of(
-        name, full_key, d.budget, d.budget_line, rule.windows if rule else (), kept_by
-    )
+    spec = budget_of(name, full_key, d.budget, d.budget_line, rule.windows if rule else (), kept_by)
     assert rule is not None  # budget_of refuses a descriptor without limits
     rule.budgeted(spec)
     if rule.stats is not None:

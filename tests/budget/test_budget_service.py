@@ -21,6 +21,8 @@ descriptors:
     budget: {{unsettled: {unsettled}, reservation_ttl: 30s}}
 """
 SERIES = Budget.SERIES
+# The `unsettled` policies, and what they charge of a 700-token reservation ending unsettled.
+POLICIES = [("release", 0), ("charge", 700)]
 
 
 def memory_budget(harness: Callable[..., Decider], unsettled: str = "release") -> Budget:
@@ -99,7 +101,7 @@ async def test_a_reused_transaction_id_is_refused(budget: Budget) -> None:
     assert await budget.held() == (60, 0)
 
 
-@pytest.mark.parametrize(("unsettled", "charged"), [("release", 0), ("charge", 700)])
+@pytest.mark.parametrize(("unsettled", "charged"), POLICIES)
 async def test_a_stream_end_without_usage_ends_by_the_policy(
     harness: Callable[..., Decider], unsettled: str, charged: int
 ) -> None:
@@ -115,7 +117,7 @@ async def test_a_stream_end_without_usage_ends_by_the_policy(
     assert await budget.held() == (charged, 0)
 
 
-@pytest.mark.parametrize(("unsettled", "charged"), [("release", 0), ("charge", 700)])
+@pytest.mark.parametrize(("unsettled", "charged"), POLICIES)
 async def test_reservations_expire_after_their_ttl_by_the_policy(
     harness: Callable[..., Decider], unsettled: str, charged: int
 ) -> None:

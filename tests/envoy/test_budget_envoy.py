@@ -40,6 +40,14 @@ def example_config(example: str, limit: int) -> str:
     return text.replace("requests_per_unit: 100000", f"requests_per_unit: {limit}")
 
 
+def example_stack(tmp_path: Path, example: str, transport: str, **env: str) -> Iterator[LlmStack]:
+    """Example `example` at LIMIT tokens per user and hour, straight to the daemon on gRPC
+    transport `transport` (no tap: the transport is what is under test)."""
+    config = example_config(example, LIMIT)
+    with llm_stack(tmp_path, example, config, record=False, GRPC_TRANSPORT=transport, **env) as s:
+        yield s
+
+
 @pytest.fixture
 def recorded(tmp_path: Path) -> Iterator[LlmStack]:
     """The reserve example in front of a daemon that limits none of its descriptors."""
@@ -134,16 +142,13 @@ def budget_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Llm
     the daemon on each gRPC transport (no tap: the transport is what is under test)."""
     error = budget_config_error()
     assert not error, error
-    with llm_stack(
+    yield from example_stack(
         tmp_path,
         "reserve",
-        example_config("reserve", LIMIT),
-        record=False,
-        GRPC_TRANSPORT=request.param,
+        request.param,
         LIMIT_RESPONSE_HEADERS_ENABLED="true",
         LIMIT_RESPONSE_HEADERS_FORMAT="ietf",
-    ) as stack:
-        yield stack
+    )
 
 
 def test_concurrent_streams_never_overshoot_the_budget(budget_stack: LlmStack) -> None:
@@ -214,15 +219,9 @@ def test_ietf_headers_reflect_reservations(budget_stack: LlmStack) -> None:
 def quota_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LlmStack]:
     """The quota-routing example at LIMIT tokens per user and hour: a primary backend while
     the budget has room, a fallback once it has not (on each gRPC transport)."""
-    with llm_stack(
-        tmp_path,
-        "quota-routing",
-        example_config("quota-routing", LIMIT),
-        record=False,
-        GRPC_TRANSPORT=request.param,
-        RESPONSE_DYNAMIC_METADATA="true",
-    ) as stack:
-        yield stack
+    yield from example_stack(
+        tmp_path, "quota-routing", request.param, RESPONSE_DYNAMIC_METADATA="true"
+    )
 
 
 def test_quota_mode_metadata_routes_to_a_backend_with_budget_left(quota_stack: LlmStack) -> None:

@@ -112,7 +112,7 @@ def test_no_budget_entry_means_no_call_at_all(recorded: LlmStack) -> None:
     assert users == {"bob"}
 
 
-def test_check_then_report_overshoots_by_what_is_in_flight(tmp_path: Path) -> None:
+def test_check_then_report_overshoots_by_what_is_in_flight_reserve_never(tmp_path: Path) -> None:
     # The baseline (Envoy Gateway's cost.request 0 / cost.response): every stream that
     # starts while the others are in flight passes the check, and all of them report.
     config = example_config("check-then-report", LIMIT)
@@ -124,6 +124,15 @@ def test_check_then_report_overshoots_by_what_is_in_flight(tmp_path: Path) -> No
     overshoot = used - LIMIT
     # 40 x 800 = 32,000 tokens charged against 10,000: overshot by 22,000 (220%).
     assert overshoot == STREAMS * USAGE - LIMIT == 22_000
+    # The same workload in the same run, reserved at request time: never overshot.
+    with llm_stack(tmp_path / "reserve", "reserve", example_config("reserve", LIMIT)) as s:
+        answers = concurrent_streams(s, STREAMS, max_tokens=MAX_TOKENS, usage=USAGE)
+        admitted = sum(a.status == 200 for a in answers)
+        wait_for(lambda: s.counter("crowd")["reserved"] == 0, 30, "every settle")
+        used = s.counter("crowd")["value"]
+    assert (admitted, used) == (LIMIT // MAX_TOKENS, admitted * USAGE)
+    print(f"overshoot: check-then-report {overshoot}, reserve {max(0, used - LIMIT)}")
+    assert used <= LIMIT
 
 
 # -- reserve / settle ---------------------------------------------------------------------

@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ...budget.memory import MemoryBudgets
 from ...budget.model import SWEEP_BATCH, USED_MAX, Call, Result
 from ..base import BackendError
-from . import instances
-from .resp import ReplyError, bulk_int, command
+from .resp import ReplyError, bulk_int, command, key_slot
 
 if TYPE_CHECKING:
     from .instances import RedisInstance
@@ -356,7 +355,7 @@ class RedisBudgets:
     async def run(self, calls: Sequence[Call]) -> list[Result]:
         """Apply the calls (in order on one budget); one Result each."""
         inst = self.instance
-        slots = [instances.key_slot(c.key.encode()) for c in calls]
+        slots = [key_slot(c.key.encode()) for c in calls]
         cmds = [(slot, encode(c)) for slot, c in zip(slots, calls, strict=True)]
         replies = await inst._run(cmds)  # the instance's one round, routed per slot
         missing = [
@@ -382,7 +381,7 @@ async def dry_run(inst: RedisInstance, calls: Sequence[Call]) -> list[Result]:
     cmds = []
     for key in keys:
         state = key.encode()
-        slot = instances.key_slot(state) if inst.routed else 0
+        slot = key_slot(state) if inst.routed else 0
         cmds.append((slot, command("HGETALL", state)))
         cmds.append((slot, command("ZRANGE", state + b"_due", "0", "-1", "WITHSCORES")))
     replies = await inst._run(cmds)

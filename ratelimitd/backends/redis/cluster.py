@@ -12,9 +12,9 @@ from ...aio import cancel
 from ...settings import RedisSettings
 from ..base import BackendError, Op
 from . import resp
-from .instances import _SLOTS, RedisInstance, key_slot, log
+from .instances import RedisInstance, log
 from .pool import Address, Pool, await_replies, host_port
-from .resp import ReplyError
+from .resp import _SLOTS, ReplyError, key_slot
 
 _MAX_REDIRECTS = 5
 

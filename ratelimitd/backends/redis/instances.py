@@ -5,7 +5,6 @@ and a single server or a sentinel-named master (`SingleInstance`). A cluster
 from __future__ import annotations
 
 import asyncio
-import binascii
 import logging
 import random
 import ssl
@@ -31,12 +30,11 @@ from .pool import (
     await_replies,
     host_port,
 )
-from .resp import ReplyError
+from .resp import ReplyError, key_slot
 
 log = logging.getLogger("ratelimitd.backends.redis")
 
 _WATCH_RETRY = 1.0  # seconds between rounds over the sentinels when none keeps a subscription
-_SLOTS = 16384
 
 
 def go_duration(seconds: float) -> str:
@@ -54,16 +52,6 @@ def go_duration(seconds: float) -> str:
     if minutes:
         return f"{int(minutes)}m{text}"
     return text
-
-
-def key_slot(key: bytes) -> int:
-    """The Redis Cluster hash slot of a key: CRC16/XMODEM of the key or its {hashtag}."""
-    start = key.find(b"{")
-    if start >= 0:
-        end = key.find(b"}", start + 1)
-        if end > start + 1:
-            key = key[start + 1 : end]
-    return binascii.crc_hqx(key, 0) & (_SLOTS - 1)
 
 
 # The hash fields the scripts keep a decided limit's state in (see `scripts`).

@@ -1,7 +1,7 @@
 """Token budgets while Redis hangs: BACKEND_FAILURE_POLICY decides a reserve; a stream end
 the store could not take is kept in a bounded buffer and sent again once it is back, and
-never charged twice (a call that reached the store before its reply was lost finds its
-transaction finished)."""
+charged once either way: the call never reached the store (its retry settles), or it did
+and only its reply was lost (its retry finds the transaction finished)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,11 @@ descriptors:
 STALLED = {"REDIS_REQUEST_TIMEOUT": "50ms", "REDIS_TIMEOUT": "300ms"}
 RETRIED = "ratelimit.service.budget.retried"
 DROPPED = "ratelimit.service.budget.retry_dropped"
+
+
+def held_scripts(server) -> int:
+    """How many of the server's clients wait with a script call (CLIENT PAUSE holds it)."""
+    return server.command("CLIENT", "LIST").count(b"cmd=evalsha")
 
 
 async def reachable(b: Budget) -> bool:
@@ -99,3 +104,24 @@ async def test_the_retry_buffer_is_bounded(one_server) -> None:
         server.resume()
     await wait_until(lambda: len(d.service.stream_ends) == 0, timeout=15)
     assert d.stat(RETRIED) == 3
+
+
+async def test_a_stream_end_that_never_reached_the_store_is_settled_by_its_retry(
+    one_server,
+) -> None:
+    server, d = await one_server(CONFIG, **STALLED)
+    b = Budget(d)
+    assert (await b.reserve("t1", 700)).overall_code == OK
+    # Writes held by the server until the client gives the connection up: the held call is
+    # dropped with it, so only the retry reaches the store.
+    server.command("CLIENT", "PAUSE", "60000", "WRITE")
+    try:
+        with pytest.raises(BackendError):
+            await b.end("t1", 500)
+        await wait_until(lambda: not held_scripts(server), timeout=20)
+    finally:
+        server.command("CLIENT", "UNPAUSE")
+    await wait_until(lambda: len(d.service.stream_ends) == 0, timeout=20)
+    assert await b.held() == (500, 0)
+    s = b.series()  # the retry's own answer counted: exact
+    assert (s["budget_reserved"], s["budget_charged"], s["budget_settled"]) == (0, 500, 1)

@@ -2,7 +2,7 @@
 per call, and the overshoot of one concurrency workload through the real Envoy, reserve /
 settle against check-then-report.
 
-    .venv/bin/python bench/budget.py [--calls 20000] [--repeat 5] [--no-envoy]
+    .venv/bin/python bench/budget.py [--calls 20000] [--redis-calls 4000] [--repeat 5] [--no-envoy]
 
 1. Decisions, through the service (build_core: plan, count, verdict, as a gRPC call is
    decided once parsed), on one rule shape: `user` with an hourly limit never reached, in

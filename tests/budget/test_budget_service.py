@@ -12,6 +12,8 @@ from support.budget import Budget, call
 from support.core import Decider
 
 from ratelimitd.messages import OK, OVER_LIMIT, Request
+from ratelimitd.stats.mapper import MetricMapper, default_mapping_config
+from ratelimitd.stats.prometheus import PrometheusSink
 
 CONFIG = """\
 domain: llm
@@ -50,6 +52,19 @@ async def test_reserve_then_settle_answers_and_counts(budget: Budget) -> None:
     # The reserved amount is a gauge, the rest counters.
     assert SERIES + "budget_reserved" in budget.d.stats.gauge_names()
     assert SERIES + "budget_settled" not in budget.d.stats.gauge_names()
+
+
+async def test_prometheus_shows_the_reserved_gauge_and_the_counters(budget: Budget) -> None:
+    await budget.reserve("t1", 700)
+    await budget.end("t1", 500)
+    await budget.reserve("t2", 300)
+    mapper = MetricMapper.from_config(default_mapping_config())
+    text = PrometheusSink(budget.d.stats, mapper, addr=":0").render().decode()  # first scrape
+    family = "ratelimit_service_rate_limit_budget_"
+    assert f"# TYPE {family}reserved gauge" in text
+    assert f'{family}reserved{{domain="llm",key1="user"}} 300' in text
+    assert f"# TYPE {family}charged counter" in text
+    assert f'{family}settled{{domain="llm",key1="user"}} 1' in text
 
 
 async def test_the_transaction_id_is_in_no_key_and_no_series(budget: Budget) -> None:

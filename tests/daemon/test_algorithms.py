@@ -38,30 +38,36 @@ descriptors:
 """
 
 
-async def hammer(target: str, key: str, value: str) -> tuple[int, float, float]:
+async def hammer(target: str, key: str, value: str) -> tuple[int, int, float, float]:
     """200 callers from just after a second boundary to 3/4 into the third window.
 
-    Returns (admitted, first send, last reply) in wall-clock seconds.
+    Returns (admitted, admitted with the reply back before the third window ended, first
+    send, last reply) in wall-clock seconds. On a loaded machine a call sent before `stop`
+    may be decided after the third window ended: it counts in the first figure only.
     """
     now = time.time()
     start = math.floor(now) + 1 + 0.02
     await asyncio.sleep(start - now)
-    stop = math.floor(start) + WINDOWS - 0.25
+    end = math.floor(start) + WINDOWS
+    stop = end - 0.25
     request = encode_request("api", [[(key, value)]], 0)
-    admitted = 0
+    admitted = admitted_by_end = 0
     last = start
     async with grpc.aio.insecure_channel(target) as channel:
         call = channel.unary_unary(METHOD_PATH)
 
         async def caller() -> None:
-            nonlocal admitted, last
+            nonlocal admitted, admitted_by_end, last
             while time.time() < stop:
                 response = decode_response(await call(request, timeout=10))
-                admitted += response.statuses[0].code == OK
-                last = max(last, time.time())
+                ok = response.statuses[0].code == OK
+                now = time.time()
+                admitted += ok
+                admitted_by_end += ok and now < end
+                last = max(last, now)
 
         await asyncio.gather(*(caller() for _ in range(CALLERS)))
-    return admitted, start, last
+    return admitted, admitted_by_end, start, last
 
 
 @pytest.fixture(params=["memory", "redis-2-workers"])
@@ -88,14 +94,15 @@ def daemon(
 
 @pytest.mark.parametrize("key", ["fixed", "sliding", "bucket"])
 async def test_200_callers_on_the_daemon(daemon: Any, key: str, tmp_path: Path) -> None:
-    admitted, start, last = await hammer(daemon.grpc_target, key, tmp_path.name)
+    admitted, admitted_by_end, start, last = await hammer(daemon.grpc_target, key, tmp_path.name)
     if key == "fixed":  # the limit in each of the three windows, whole or not
-        assert admitted == WINDOWS * LIMIT
+        assert admitted_by_end <= WINDOWS * LIMIT <= admitted
     elif key == "sliding":
         # At most the limit per window; under continuous demand the first (fresh) window
         # admits 20, the second 19 (the last slot opens at the boundary), the third by
         # 0.75 s 20 - ceil(19 x 0.25) = 15: 54, give or take where the test's clock reads.
-        assert WINDOWS * LIMIT - 9 <= admitted <= WINDOWS * LIMIT
+        assert admitted >= WINDOWS * LIMIT - 9
+        assert admitted_by_end <= WINDOWS * LIMIT
     else:  # the burst, then one token per 50 ms while the callers ran
         elapsed = last - start
         assert LIMIT + math.floor((elapsed - 0.1) * LIMIT) - 1 <= admitted

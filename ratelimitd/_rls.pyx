@@ -1,9 +1,13 @@
 # cython: language_level=3
-"""The synchronous ShouldRateLimit call, compiled: request bytes -> (gRPC status, reply).
+"""The ShouldRateLimit call, compiled: request bytes -> (gRPC status, reply), and the native
+transport's routes around it.
 
-`transport/rls.py`'s `RlsHandler` uses it for a synchronous service (its own `_call_now`
-is the pure twin, and holds the notes): decode, the service's `decide_now`, encode, and the
-call's statistics, in one C call per request on the native transport's hot path.
+`transport/rls.py`'s `RlsHandler` uses it (its own `_call_now` is the pure twin of
+`SyncCall`, and holds the notes; `transport/native.py`'s `_should_rate_limit` and `_send`
+are the twins of the routes): decode, the service's decision, encode, and the call's
+statistics, in C on the native transport's hot path. `SyncRoute` answers a synchronous
+service's call at once; `SendRoute` starts an awaited decision without a task
+(`RateLimitService.send`) and answers it when the store's round is over (`Pending`).
 """
 
 from posix.time cimport CLOCK_MONOTONIC
@@ -14,11 +18,15 @@ from google.protobuf.message import DecodeError
 
 import time
 
-from ratelimitd.messages import TooLarge
+from ratelimitd.messages import Response, TooLarge
 from ratelimitd.stats.store import ServiceStats
-from ratelimitd.transport.grpcstatus import INTERNAL, OK
+from ratelimitd.transport.grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED
 
 cdef object PERF_COUNTER = time.perf_counter
+cdef object RESPONSE = Response
+
+cdef class SendRoute
+
 
 cdef object SERVICE = ServiceStats
 cdef Py_ssize_t TOTAL = offset_of(ServiceStats, "total_requests")
@@ -53,23 +61,28 @@ cdef class SyncCall:
 
     cdef object call(self, bytes data):
         cdef double started = self._now()
-        cdef double elapsed
         try:
             response = self.decide(self.decode(data, self.service.snapshot.options))
             if response is None:
                 return None
             code = OK
             reply = self.encode(response)
-        except DecodeError as err:
-            code = INTERNAL
-            reply = f"grpc: error unmarshalling request: {err}"
-        except TooLarge as err:  # refused by the decoder: counted as the service counts it
+        except Exception as err:
+            code, reply = self._failed(err)
+        return self._done(started, code, reply)
+
+    cdef tuple _failed(self, err):
+        """The outcome of an error out of the decoder or the service."""
+        if isinstance(err, DecodeError):
+            return INTERNAL, f"grpc: error unmarshalling request: {err}"
+        if isinstance(err, TooLarge):  # refused by the decoder: counted as the service counts it
             s = self.stats
             put(s, SERVICE, ERRORS, "service_error", get(s, SERVICE, ERRORS, "service_error") + 1)
-            code, reply = self.failure(err)
-        except Exception as err:
-            code, reply = self.failure(err)
-        elapsed = (self._now() - started) * 1000.0
+        return self.failure(err)
+
+    cdef tuple _done(self, double started, code, reply):
+        """The call's statistics, counted; its outcome."""
+        cdef double elapsed = (self._now() - started) * 1000.0
         s = self.stats
         put(s, SERVICE, TOTAL, "total_requests", get(s, SERVICE, TOTAL, "total_requests") + 1)
         put(s, SERVICE, COUNT, "response_time_count", get(s, SERVICE, COUNT, "response_time_count") + 1)
@@ -98,3 +111,93 @@ cdef class SyncRoute:
         else:
             code, reply = outcome
             proto.answer(stream, code, reply)
+
+
+cdef class Pending:
+    """One call whose store round is under way: the `Waiter` of `RateLimitService.send`,
+    and the stream's `work` (cancelled by its deadline or its client)."""
+
+    cdef SendRoute route
+    cdef object stream, proto, request, plan
+    cdef double started
+    cdef public bint cancelled
+    cdef public object task  # set by the service when the round runs in a task
+
+    def __call__(self, results):
+        self.route.received(self, results)
+
+    def cancel(self):
+        """The client left or the deadline passed: no answer (the round still ends)."""
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+cdef class SendRoute:
+    """The native transport's ShouldRateLimit route for a service that `sends`: the
+    request is held in the connection's buffers and its decision started (no task, no
+    coroutine); answered at once when it needed no store round, else by its `Pending`
+    once the round is over. A request the service does not start (planned in slices)
+    goes to `fallback(stream, proto)`, the transport's task, already held."""
+
+    cdef SyncCall call
+    cdef object send, received_by, dropped, fallback, size
+
+    def __init__(self, SyncCall call, size, fallback):
+        service = call.service
+        self.call = call
+        self.send = service.send  # (Request, Waiter) -> Response | Plan | None
+        self.received_by = service.received  # (Request, Plan, results) -> Response
+        self.dropped = service.dropped
+        self.size = size  # bytes -> the decoded request's estimated size
+        self.fallback = fallback
+
+    def __call__(self, stream, proto):
+        cdef SyncCall c = self.call
+        cdef double started = c._now()
+        cdef Pending p
+        data = stream.message
+        conn = proto.conn
+        # Its request, decoded, stays in memory while the decision waits: counted in the
+        # process's buffers until it is answered (refused at once when they are full).
+        if not conn.hold(stream, self.size(data)):
+            proto.finish(stream, RESOURCE_EXHAUSTED, conn.refusal)
+            return
+        try:
+            request = c.decode(data, c.service.snapshot.options)
+            p = Pending.__new__(Pending)
+            p.route = self
+            p.stream = stream
+            p.proto = proto
+            p.request = request
+            p.started = started
+            out = self.send(request, p)
+            if out is None:
+                self.fallback(stream, proto)
+                return
+            if type(out) is not RESPONSE:  # the plan whose round is under way
+                p.plan = out
+                stream.work = p
+                if stream.timeout >= 0:
+                    proto.server.watch_deadline(stream, proto)
+                return
+            code = OK
+            reply = c.encode(out)
+        except Exception as err:
+            code, reply = c._failed(err)
+        c._done(started, code, reply)
+        proto.answer(stream, code, reply)
+
+    cdef received(self, Pending p, results):
+        cdef SyncCall c = self.call
+        if p.cancelled:
+            self.dropped()
+            c._done(p.started, CANCELLED, "")
+            return
+        try:
+            code = OK
+            reply = c.encode(self.received_by(p.request, p.plan, results))
+        except Exception as err:
+            code, reply = c._failed(err)
+        c._done(p.started, code, reply)
+        p.proto.answer(p.stream, code, reply)

@@ -119,6 +119,11 @@ class Pool:
     _probe_dial: asyncio.Task[None] | None = field(init=False, default=None)
     _window: float = field(init=False)
     _limit: int = field(init=False)
+    # receiver(replies, entries): resolves the waiters `send` queued on one flush, with its
+    # replies (or its BackendError) and their (waiter, offset, commands); set by the owner.
+    receiver: Callable[[Any, list[tuple[Any, int, int]]], None] | None = field(
+        init=False, default=None
+    )
 
     def __post_init__(self) -> None:
         self._window = self.s.pipeline_window
@@ -158,6 +163,21 @@ class Pool:
             else:
                 loop.call_soon(self._scheduled_flush)
         return fut, offset
+
+    def send(self, payload: bytes, n: int, waiter: Any) -> None:
+        """`submit` for a caller that does not await: the `receiver` gets `waiter` with the
+        flush's replies, together with every other waiter of that flush (one callback per
+        flush, none per request)."""
+        fut, offset = self.submit(payload, n)
+        entries = fut.entries
+        if entries is None:
+            entries = fut.entries = []
+            fut.add_done_callback(self._resolve)
+        entries.append((waiter, offset, n))
+
+    def _resolve(self, fut: SharedFuture) -> None:
+        assert self.receiver is not None and fut.entries is not None
+        self.receiver(fut.result(), fut.entries)
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False

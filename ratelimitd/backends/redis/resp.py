@@ -18,14 +18,15 @@ costs the requests caught in it, not the connections and the requests after them
 from __future__ import annotations
 
 import asyncio
+import random
 import ssl
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 
-from ..base import BackendError
+from ..base import BackendError, Op
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 _INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b"
@@ -65,6 +66,24 @@ def incrby_expire(key: bytes, hits: int, expire: int) -> bytes:
     )
 
 
+def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes:
+    """`incrby_expire` of every op, each expiring after its seconds plus a random jitter
+    below `jitter` (EXPIRATION_JITTER_MAX_SECONDS), in one payload."""
+    if len(ops) == 1:
+        op = ops[0]
+        seconds = op.seconds
+        if jitter > 0:
+            seconds += int(random.random() * jitter)
+        return incrby_expire(op.key.encode(), op.hits, seconds)
+    parts = []
+    for op in ops:
+        seconds = op.seconds
+        if jitter > 0:
+            seconds += int(random.random() * jitter)
+        parts.append(incrby_expire(op.key.encode(), op.hits, seconds))
+    return b"".join(parts)
+
+
 def incrby(key: bytes, hits: int) -> bytes:
     """`INCRBY key hits`, RESP-encoded."""
     return _INCRBY % (len(key), key, bulk_int(hits))
@@ -99,6 +118,9 @@ class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
     others: `cancel` refuses, so the waiting task is cancelled as soon as the flush
     completes (within the request timeout) instead of at once.
     """
+
+    # The waiters of `Pool.send` on this flush: (waiter, offset, commands), in order.
+    entries: list[tuple[Any, int, int]] | None = None
 
     def cancel(self, msg: Any = None) -> bool:
         """Refuse (see the class docstring)."""

@@ -175,12 +175,14 @@ cdef Plan _begin(request, ruleset, Py_ssize_t max_descriptors, Py_ssize_t most, 
             raise RequestTooLarge(
                 f"a descriptor with {n} entries (MAX_ENTRIES_PER_DESCRIPTOR={most})"
             )
+    # A read-only mapping: subscripted, not asked for a bound `get` (a sixth of the plan).
+    domains = ruleset.domains
     return _init(
         Plan.__new__(Plan),
         domain,
         descriptors,
         get(request, REQUEST, Q_HITS, "hits_addend"),
-        ruleset.domains.get(domain),
+        domains[domain] if domain in domains else None,
         walks,
     )
 

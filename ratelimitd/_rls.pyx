@@ -92,6 +92,35 @@ cdef class SyncCall:
         return code, reply
 
 
+cdef class Router:
+    """The native transport's dispatch (`NativeGrpcTransport._dispatch`'s twin): the route
+    of the call's path, or `unknown(stream, proto)`."""
+
+    cdef dict routes
+    cdef object unknown
+    cdef bytes last_path  # the path last routed, and its route: compared before hashing
+    cdef object last_route
+
+    def __init__(self, dict routes, unknown):
+        self.routes = routes  # path (bytes) -> route(stream, proto)
+        self.unknown = unknown
+        self.last_path = None
+        self.last_route = None
+
+    def __call__(self, stream, proto):
+        cdef bytes path = stream.path
+        if path is not None and path == self.last_path:  # the usual case: one method
+            route = self.last_route
+        else:
+            route = self.routes.get(path)
+            if route is None:
+                self.unknown(stream, proto)
+                return
+            self.last_path = path
+            self.last_route = route
+        route(stream, proto)
+
+
 cdef class SyncRoute:
     """The native transport's ShouldRateLimit route for a synchronous service: the call
     answered at once, or handed to `fallback(stream, proto)` (the transport's own route,
@@ -110,7 +139,17 @@ cdef class SyncRoute:
             self.fallback(stream, proto)
         else:
             code, reply = outcome
-            proto.answer(stream, code, reply)
+            _answer_now(proto, stream, code, reply)
+
+
+cdef inline void _answer_now(proto, stream, code, reply) except *:
+    """`H2Protocol.answer` for a call answered within the read that completed it (a
+    route's only caller is the connection's `receive`): the reply leaves with that read's
+    write, and the call has no task and no deadline to drop."""
+    if code:
+        proto.conn.finish(stream, code, reply)
+    else:
+        proto.conn.respond(stream, reply)
 
 
 cdef class Pending:
@@ -186,7 +225,7 @@ cdef class SendRoute:
         except Exception as err:
             code, reply = c._failed(err)
         c._done(started, code, reply)
-        proto.answer(stream, code, reply)
+        _answer_now(proto, stream, code, reply)
 
     cdef received(self, Pending p, results):
         cdef SyncCall c = self.call

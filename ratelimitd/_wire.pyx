@@ -212,6 +212,12 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end, Py_ssize_t max
     return Descriptor(tuple(entries), limit, hits_addend)
 
 
+# The bounds `decode_request` was last given (the ReloadOptions in force: frozen, replaced on
+# reload), and their values.
+cdef object _bounds = None
+cdef Py_ssize_t _max_descriptors, _max_entries, _max_value
+
+
 def decode_request(bytes data, object bounds=None):
     """Parse a serialized RateLimitRequest into a `messages.Request`; with `bounds`, raise
     `messages.TooLarge` for a request past them (see the module docstring)."""
@@ -225,10 +231,16 @@ def decode_request(bytes data, object bounds=None):
     cdef Py_ssize_t max_descriptors = PY_SSIZE_T_MAX
     cdef Py_ssize_t max_entries = PY_SSIZE_T_MAX
     cdef Py_ssize_t max_value = PY_SSIZE_T_MAX
+    global _bounds, _max_descriptors, _max_entries, _max_value
     if bounds is not None:
-        max_descriptors = bounds.max_descriptors
-        max_entries = bounds.max_entries
-        max_value = bounds.max_value_length
+        if bounds is not _bounds:  # read once per (immutable) bounds object
+            _max_descriptors = bounds.max_descriptors
+            _max_entries = bounds.max_entries
+            _max_value = bounds.max_value_length
+            _bounds = bounds
+        max_descriptors = _max_descriptors
+        max_entries = _max_entries
+        max_value = _max_value
     while pos < end:
         start = pos
         tag = _tag(buf, end, &pos)

@@ -61,6 +61,10 @@ class MemoryBackend:
 
     name = "memory"
     capabilities = MEMORY
+    # What `keys.bump` reads on every counted window, as slots (a member descriptor is a
+    # few instructions where an instance dict lookup is a hashed probe); the rest of the
+    # store's state lives in its `__dict__`.
+    __slots__ = ("__dict__", "_counters", "_jitter", "_next_sweep")
 
     def __init__(
         self,

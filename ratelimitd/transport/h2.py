@@ -261,7 +261,10 @@ class H2Protocol(asyncio.Protocol):
     # -- replies ---------------------------------------------------------------------------
 
     def answer(self, stream: Stream, code: int, reply: bytes | str) -> None:
-        """Finish a unary call: the reply bytes when `code` is 0, else that status."""
+        """Finish a unary call: the reply bytes when `code` is 0, else that status.
+
+        (The compiled routes answer a call decided within the read that completed it on
+        the connection itself: there is nothing else to do for it then.)"""
         conn = self.conn
         if conn is None:
             return
@@ -270,8 +273,11 @@ class H2Protocol(asyncio.Protocol):
         else:
             conn.respond(stream, reply)
         stream.work = None
-        self.server.forget_deadline(stream)
-        self.schedule_flush()
+        # Every call is answered here: the two checks inline, not a call each.
+        if stream.deadline is not None:
+            self.server.forget_deadline(stream)
+        if not self._receiving and self._flush_handle is None:
+            self.schedule_flush()
 
     def send_message(self, stream: Stream, message: bytes) -> None:
         """One message of a server-streaming reply."""

@@ -39,7 +39,7 @@ from .grpcstatus import CANCELLED, INTERNAL, NOT_FOUND, OK, RESOURCE_EXHAUSTED, 
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
 from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size, encode_response
-from .rls import RlsHandler, outcome_of
+from .rls import RlsHandler, outcome_of, router
 from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.native")
@@ -233,7 +233,7 @@ class NativeGrpcTransport:
         g = settings.grpc
         mtls = g.server_use_tls and bool(g.client_tls_cacert)
         self.server = H2Server(
-            self._dispatch,
+            router(self.routes, self._unknown) or self._dispatch,
             max_concurrent_streams=g.max_concurrent_streams,
             max_connection_age=g.max_connection_age,
             max_connection_age_grace=g.max_connection_age_grace,
@@ -254,11 +254,16 @@ class NativeGrpcTransport:
     # -- calls -----------------------------------------------------------------------------
 
     def _dispatch(self, stream: Any, proto: H2Protocol) -> None:
+        # The pure twin of `_rls.Router`.
         route = self.routes.get(stream.path)
         if route is None:
-            proto.finish(stream, UNIMPLEMENTED, unknown_method(stream.path or b""))
+            self._unknown(stream, proto)
         else:
             route(stream, proto)
+
+    @staticmethod
+    def _unknown(stream: Any, proto: H2Protocol) -> None:
+        proto.finish(stream, UNIMPLEMENTED, unknown_method(stream.path or b""))
 
     def _should_rate_limit(self, stream: Any, proto: H2Protocol) -> None:
         handler = self.handler

@@ -48,6 +48,13 @@ IMPLEMENTATION = "compiled" if _compiled is not None else "pure"
 
 
 Outcome = tuple[int, bytes | str]
+Route = Callable[[Any, Any], None]  # a native transport's route: (stream, protocol)
+
+
+def router(routes: dict[bytes, Route], unknown: Route) -> Route | None:
+    """The native transport's dispatch over `routes` (by path), compiled (`_rls.Router`);
+    None without the compiled module (the transport's own `_dispatch` is the twin)."""
+    return _compiled.Router(routes, unknown) if _compiled is not None else None  # type: ignore[no-any-return]
 
 
 @dataclass(slots=True, eq=False)

@@ -448,21 +448,20 @@ class SingleInstance(RedisInstance):
 
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         """One pipeline: INCRBY + EXPIRE per op (`decide` for an algorithm or a refund)."""
-        for op in ops:
-            if op.refund:
-                return await self.decide(ops)
-            if op.algorithm:
-                if len(ops) == 1:  # the common case, without `decide`'s bookkeeping
-                    fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
-                    replies = await fut
-                    if replies.__class__ is not list:
-                        raise BackendError(*replies.args)
-                    reply = replies[offset]
-                    if reply.__class__ is list:
-                        return [(reply[0], reply[1])]
-                return await self.decide(ops)
+        payload = resp.incrby_expire_ops(ops, self.jitter)
+        if payload is None:  # a script's op
+            op = ops[0]
+            if len(ops) == 1 and op.algorithm:  # the common case, without `decide`'s bookkeeping
+                fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
+                replies = await fut
+                if replies.__class__ is not list:
+                    raise BackendError(*replies.args)
+                reply = replies[offset]
+                if reply.__class__ is list:
+                    return [(reply[0], reply[1])]
+            return await self.decide(ops)
         n = 2 * len(ops)
-        fut, offset = self.pool.submit(resp.incrby_expire_ops(ops, self.jitter), n)
+        fut, offset = self.pool.submit(payload, n)
         replies = await fut
         if replies.__class__ is not list:
             raise BackendError(*replies.args)  # a fresh instance per request
@@ -471,33 +470,16 @@ class SingleInstance(RedisInstance):
     def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
         """`incr_expire` without a coroutine (`PipelinedBackend`): fixed-window ops only
         (False for an algorithm or a refund: their scripts may need a second round)."""
-        for op in ops:
-            if op.refund or op.algorithm:
-                return False
-        self.pool.send(resp.incrby_expire_ops(ops, self.jitter), 2 * len(ops), waiter)
+        payload = resp.incrby_expire_ops(ops, self.jitter)
+        if payload is None:
+            return False
+        self.pool.submit(payload, 2 * len(ops), waiter)
         return True
 
     def _received(self, replies: Any, entries: list[tuple[Waiter, int, int]]) -> None:
         """The waiters of one flush (`Pool.receiver`): each gets its counters, or the
-        BackendError `incr_expire` would raise; the breaker counts each call that is still
-        wanted, as `Breaker.call` counts an awaited one."""
-        breaker = self.breaker
-        failed = replies.__class__ is not list
-        for waiter, offset, n in entries:
-            result: Any
-            if failed:
-                result = BackendError(*replies.args)  # a fresh instance per request
-            else:
-                try:
-                    result = self._counts(replies, offset, n)
-                except BackendError as exc:
-                    result = exc
-            if breaker is not None and not waiter.cancelled:
-                if result.__class__ is list:
-                    breaker.failures = 0
-                else:
-                    breaker.failed()
-            waiter(result)
+        BackendError `incr_expire` would raise (`resp.resolve`)."""
+        resp.resolve(replies, entries, self.breaker, self._counts)
 
     def _counts(self, replies: list[Any], offset: int, n: int) -> list[Any]:
         """The counters of one request's INCRBY + EXPIRE replies (from `offset`, `n` of

@@ -1,9 +1,11 @@
 """RESP2 on asyncio: pre-encoded counter commands and a pipelined connection protocol.
 
 The counter hot path does not go through a general Redis client: a request's commands
-are encoded here straight into one bytes object (INCRBY + EXPIRE per key), written by
-the pool together with the other requests of the same event-loop iteration, and the
-replies are parsed by `hiredis.Reader` and handed back to each request in order.
+are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_expire_ops`),
+written by the pool together with the other requests of the same event-loop iteration, and
+the replies are parsed by `hiredis.Reader` and handed back to each request in order. That
+hot codec is compiled (`_resp.pyx`; its pure twin `_resp_py.py`, selected here as the other
+compiled modules are, RATELIMITD_NO_EXTENSIONS=1 forcing the twin).
 
 A connection keeps a FIFO of pending batches (one per request and round). Each batch
 carries a deadline; one timer per connection watches them. A batch past its deadline
@@ -18,17 +20,28 @@ costs the requests caught in it, not the connections and the requests after them
 from __future__ import annotations
 
 import asyncio
-import random
 import ssl
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import hiredis
 
-from ..base import BackendError, Op
+from ..._twins import chooser, install
+from ..base import BackendError
+from . import _resp_py
+from ._resp_py import bulk_int
 
-_INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
+IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
+if TYPE_CHECKING:
+    # The twins' names, typed as the pure one's (the module's own `__all__`).
+    from ._resp_py import incrby_expire_ops, read_replies, resolve  # noqa: F401
+
+# implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
+implementation = chooser(
+    "ratelimitd.backends.redis._resp", "ratelimitd.backends.redis._resp_py", IMPLEMENTATION
+)
+
 _INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b"
 _EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 _GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"
@@ -38,50 +51,7 @@ STALL_FACTOR = 20
 ASKING = b"*1\r\n$6\r\nASKING\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
 
-# Bulk-string encodings of the small integers (hits, and unit + jitter up to an hour +
-# jitter), so the hot path formats only the key.
-_SMALL_INTS = tuple(b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(4096))
-
 ReplyError = hiredis.ReplyError
-
-
-def bulk_int(n: int) -> bytes:
-    """An integer as a RESP bulk string."""
-    if 0 <= n < 4096:
-        return _SMALL_INTS[n]
-    s = b"%d" % n
-    return b"$%d\r\n%b\r\n" % (len(s), s)
-
-
-def incrby_expire(key: bytes, hits: int, expire: int) -> bytes:
-    """`INCRBY key hits` followed by `EXPIRE key expire`, RESP-encoded."""
-    n = len(key)
-    return _INCRBY_EXPIRE % (
-        n,
-        key,
-        _SMALL_INTS[hits] if 0 <= hits < 4096 else bulk_int(hits),
-        n,
-        key,
-        _SMALL_INTS[expire] if 0 <= expire < 4096 else bulk_int(expire),
-    )
-
-
-def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes:
-    """`incrby_expire` of every op, each expiring after its seconds plus a random jitter
-    below `jitter` (EXPIRATION_JITTER_MAX_SECONDS), in one payload."""
-    if len(ops) == 1:
-        op = ops[0]
-        seconds = op.seconds
-        if jitter > 0:
-            seconds += int(random.random() * jitter)
-        return incrby_expire(op.key.encode(), op.hits, seconds)
-    parts = []
-    for op in ops:
-        seconds = op.seconds
-        if jitter > 0:
-            seconds += int(random.random() * jitter)
-        parts.append(incrby_expire(op.key.encode(), op.hits, seconds))
-    return b"".join(parts)
 
 
 def incrby(key: bytes, hits: int) -> bytes:
@@ -182,11 +152,8 @@ class RespConnection(asyncio.Protocol):
             while pending:
                 batch = pending[0]
                 replies = batch.replies
-                for _ in range(batch.n - len(replies)):
-                    reply = gets()
-                    if reply is False:
-                        return
-                    replies.append(reply)
+                if not read_replies(gets, replies, batch.n):
+                    return
                 pending.popleft()
                 self.in_flight -= batch.n
                 if not batch.future.done():

@@ -26,6 +26,7 @@ import ctypes.util
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("ratelimitd")
@@ -66,29 +67,24 @@ def trim() -> bool:
     return bool(libc.malloc_trim(0)) if libc is not None else False
 
 
+@dataclass(eq=False)
 class Trimmer:
-    """Calls `trim` once enough memory was freed, at most once per `interval` (a trim due
-    inside the interval runs at its end), or `quiet` seconds after a smaller amount was
-    freed (on the running loop)."""
+    """Calls `release` (`trim`) once enough memory was freed, at most once per `interval` (a
+    trim due inside the interval runs at its end), or `quiet` seconds after a smaller amount
+    was freed (on the running loop)."""
 
-    def __init__(
-        self,
-        after: int = TRIM_AFTER,
-        interval: float = TRIM_INTERVAL,
-        quiet: float = TRIM_QUIET,
-        clock: Callable[[], float] = time.monotonic,
-        release: Callable[[], bool] = trim,
-    ) -> None:
-        self.after = after
-        self.interval = interval
-        self.quiet = quiet
-        self._clock = clock
-        self._release = release
-        self.pending = 0
-        self.trims = 0
-        self._last = -interval
-        self._scheduled: asyncio.TimerHandle | None = None
-        self._due = 0.0
+    after: int = TRIM_AFTER
+    interval: float = TRIM_INTERVAL
+    quiet: float = TRIM_QUIET
+    clock: Callable[[], float] = time.monotonic
+    release: Callable[[], bool] = trim
+    pending: int = field(default=0, init=False)
+    trims: int = field(default=0, init=False)
+    _scheduled: asyncio.TimerHandle | None = field(default=None, init=False)
+    _due: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self._last = -self.interval  # the first trim is never held back
 
     def freed(self, n: int) -> None:
         """`n` bytes were freed."""
@@ -96,14 +92,14 @@ class Trimmer:
         if self.pending < self.after // 8:
             return
         if self.pending >= self.after:
-            wait = self._last + self.interval - self._clock()
+            wait = self._last + self.interval - self.clock()
             if wait <= 0:
                 self._cancel()
                 self._trim()
                 return
         else:
             wait = self.quiet  # a trim once the freeing has stopped
-        due = self._clock() + wait
+        due = self.clock() + wait
         if self._scheduled is not None and self._due <= due:
             return  # an earlier trim is already due
         try:
@@ -122,6 +118,6 @@ class Trimmer:
     def _trim(self) -> None:
         self._scheduled = None
         self.pending = 0
-        self._last = self._clock()
+        self._last = self.clock()
         self.trims += 1
-        self._release()
+        self.release()

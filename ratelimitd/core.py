@@ -98,11 +98,11 @@ def build_core(
     limiter = Limiter(
         backend,
         near_limit_ratio=cache.near_limit_ratio,
-        cache_key_prefix=cache.cache_key_prefix,
+        prefix=cache.cache_key_prefix,
         local_cache=local_cache,
         # A store that reads its counters before it counts them (memcache) ignores it, as
         # the reference's memcache cache does.
-        stop_increment_when_over_limit=cache.stop_cache_key_increment_when_overlimit
+        stop_increment=cache.stop_cache_key_increment_when_overlimit
         and not backend.capabilities.reads_before_counting,
         clock=clock,
         impl=impl,
@@ -115,7 +115,7 @@ def build_core(
                 cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
             ),
             near_limit_ratio=cache.near_limit_ratio,
-            cache_key_prefix=cache.cache_key_prefix,
+            prefix=cache.cache_key_prefix,
             clock=clock,
             impl=impl,
         )

@@ -14,6 +14,7 @@ import contextlib
 import gc
 import logging
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import allocator
@@ -37,7 +38,7 @@ from .stats.sinks import create_sink
 from .tracing import Tracing, create_tracing
 from .transport.debug import debug_routes
 from .transport.grpc import GrpcConfigError, GrpcTransport
-from .transport.http import HttpServer
+from .transport.http import Handler, HttpServer
 from .transport.limits import ConnectionBudget
 from .transport.routes import main_routes
 from .transport.spans import server_interceptor
@@ -196,6 +197,19 @@ def build(settings: Settings) -> Daemon:
     # at most MAX_BUFFERED_BYTES of requests and replies.
     limits = settings.connections
     budget = ConnectionBudget.for_process(limits.max_buffered_bytes)
+
+    def http_server(routes: Mapping[str, Handler], name: str, max_connections: int) -> HttpServer:
+        # Both HTTP listeners share the HTTP timeouts and the process's budget.
+        return HttpServer(
+            routes,
+            name=name,
+            max_connections=max_connections,
+            read_timeout=limits.http_read_timeout,
+            idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
+            budget=budget,
+        )
+
     return Daemon(
         settings=settings,
         stats=stats,
@@ -204,23 +218,13 @@ def build(settings: Settings) -> Daemon:
         service=service,
         reloader=reloader,
         grpc=grpc_transport(settings, service, health, stats, sink, tracing, budget),
-        http=HttpServer(
-            main_routes(service, health, settings.listeners),
-            name="HTTP",
-            max_connections=limits.http_max_connections,
-            read_timeout=limits.http_read_timeout,
-            idle_timeout=limits.http_idle_timeout,
-            write_timeout=limits.http_write_timeout,
-            budget=budget,
+        http=http_server(
+            main_routes(service, health, settings.listeners), "HTTP", limits.http_max_connections
         ),
-        debug=HttpServer(
+        debug=http_server(
             debug_routes(service, stats, settings=settings.debug),
-            name="debug",
-            max_connections=limits.debug_max_connections,
-            read_timeout=limits.http_read_timeout,
-            idle_timeout=limits.http_idle_timeout,
-            write_timeout=limits.http_write_timeout,
-            budget=budget,
+            "debug",
+            limits.debug_max_connections,
         ),
         sink=sink,
         tracing=tracing,

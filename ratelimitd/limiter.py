@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import KW_ONLY, InitVar, dataclass
 from typing import Any
 
 from . import decision, keys
@@ -26,37 +27,31 @@ from .messages import Status
 __all__ = ["Limiter"]
 
 
+@dataclass(eq=False)
 class Limiter:
-    """Counts plans against a backend fixed at construction.
+    """Counts plans against a backend fixed at construction (the fast path is chosen for it).
 
     `impl` names the implementation of the compiled modules (`keys`, `decision`):
     "compiled", "pure", or None for the selected one.
     """
 
-    def __init__(
-        self,
-        backend: Backend,
-        *,
-        near_limit_ratio: float = 0.8,
-        cache_key_prefix: str = "",
-        local_cache: LocalCache | None = None,
-        stop_increment_when_over_limit: bool = False,
-        clock: Callable[[], float] = time.time,
-        impl: str | None = None,
-    ) -> None:
-        self._backend = backend
-        self.stop_increment = stop_increment_when_over_limit
-        self.near_limit_ratio = near_limit_ratio
-        self.prefix = cache_key_prefix
-        self.local_cache = local_cache
-        self.clock = clock
+    _backend: Backend
+    _: KW_ONLY
+    near_limit_ratio: float = 0.8
+    prefix: str = ""  # CACHE_KEY_PREFIX
+    local_cache: LocalCache | None = None
+    stop_increment: bool = False  # STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT
+    clock: Callable[[], float] = time.time
+    impl: InitVar[str | None] = None
+
+    def __post_init__(self, impl: str | None) -> None:
         self.keys = keys.implementation(impl)
         self.decision = decision.implementation(impl)
         # Chosen once: checking before incrementing needs the async GET round. The
         # synchronous store's method, bound once for the hot path (None: await `count`).
         self.increment_now: Callable[[list[Op], int], list[Any]] | None = None
-        if isinstance(backend, SyncBackend) and not self.stop_increment:
-            self.increment_now = backend.increment_now
+        if isinstance(self._backend, SyncBackend) and not self.stop_increment:
+            self.increment_now = self._backend.increment_now
         self.synchronous = self.increment_now is not None
 
     @property

@@ -94,24 +94,34 @@ def request_bytes(domain: str, descriptor: tuple[tuple[str, str], ...]) -> bytes
     return encode_request(domain, [list(descriptor)])
 
 
+@dataclass(frozen=True)
+class Load:
+    """What one run sends: `requests` calls of `payload` to `target`, `concurrency` of them
+    in flight over `channels` clients, paced at `rate` calls/s (None: closed loop)."""
+
+    target: str
+    payload: bytes
+    requests: int
+    concurrency: int = 64
+    channels: int = 4
+    rate: float | None = None
+
+
 async def drive(
-    target: str,
-    payload: bytes,
+    load: Load,
     *,
-    requests: int,
-    concurrency: int = 64,
-    channels: int = 4,
-    rate: float | None = None,
     warmup: int = 500,
     on_start: Callable[[], None] | None = None,
     on_end: Callable[[], None] | None = None,
 ) -> tuple[list[float], dict[str, int], float]:
-    """Send `requests` calls; (latencies in seconds, failures by status, elapsed seconds).
+    """Send the load's calls; (latencies in seconds, failures by status, elapsed seconds).
 
     `on_start` runs after the warm-up, just before the clock starts; `on_end` right after
     the last reply: the server-side snapshots go there so they cover only measured calls.
     """
-    clients = [RateLimitClient(target, timeout=30) for _ in range(channels)]
+    # Locals: read on every call of the loops below.
+    payload, requests, channels, rate = load.payload, load.requests, load.channels, load.rate
+    clients = [RateLimitClient(load.target, timeout=30) for _ in range(channels)]
     for client in clients:
         # A local subchannel pool per client: otherwise grpc shares one connection among
         # them and SO_REUSEPORT workers would only ever see a single client connection.
@@ -122,7 +132,7 @@ async def drive(
             first = decode_response(await call(payload, timeout=15))
             if first.overall_code != OK:
                 raise RuntimeError(f"the benchmark request is not allowed: {first}")
-        sem = asyncio.Semaphore(concurrency)
+        sem = asyncio.Semaphore(load.concurrency)
 
         async def one(i: int) -> None:
             # A warm-up failure is not measured; failures in the measured calls are counted.
@@ -160,7 +170,7 @@ async def drive(
                     continue
                 record(clock() - t)
 
-        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+        await asyncio.gather(*(worker(w) for w in range(load.concurrency)))
         elapsed = clock() - start
         if on_end is not None:
             on_end()
@@ -171,13 +181,8 @@ async def drive(
 
 
 def measure(
-    target: str,
-    payload: bytes,
+    load: Load,
     *,
-    requests: int,
-    concurrency: int = 64,
-    channels: int = 4,
-    rate: float | None = None,
     cpu: Callable[[], float] | None = None,
     redis_stats: Callable[[], tuple[int, int]] | None = None,
 ) -> LoadResult:
@@ -193,21 +198,10 @@ def measure(
             marks["commands"].append(commands)
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        latencies, codes, elapsed = runner.run(
-            drive(
-                target,
-                payload,
-                requests=requests,
-                concurrency=concurrency,
-                channels=channels,
-                rate=rate,
-                on_start=snapshot,
-                on_end=snapshot,
-            )
-        )
+        latencies, codes, elapsed = runner.run(drive(load, on_start=snapshot, on_end=snapshot))
     latencies.sort()
     errors = sum(codes.values())
-    result = LoadResult.of_latencies(latencies, errors, elapsed, rate)
+    result = LoadResult.of_latencies(latencies, errors, elapsed, load.rate)
     result.error_codes = codes
     decisions = result.requests + errors
     if cpu is not None and decisions:
@@ -284,16 +278,8 @@ def main() -> None:
         def redis_stats() -> tuple[int, int]:
             return redis_delta({}, redis_commandstats(host, int(port)))
 
-    result = measure(
-        args.target,
-        payload,
-        requests=args.requests,
-        concurrency=args.concurrency,
-        channels=args.channels,
-        rate=args.rate,
-        cpu=cpu,
-        redis_stats=redis_stats,
-    )
+    load = Load(args.target, payload, args.requests, args.concurrency, args.channels, args.rate)
+    result = measure(load, cpu=cpu, redis_stats=redis_stats)
     print(json.dumps(result.summary()))
 
 

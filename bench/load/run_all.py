@@ -38,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grpc_load import LoadResult, combine, measure, request_bytes
+from grpc_load import Load, LoadResult, combine, measure, request_bytes
 from harness import (
     DESCRIPTOR,
     DOMAIN,
@@ -241,11 +241,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 log(f"gRPC round {rnd + 1}/{plan.rounds}: {NAMES[key]}")
                 runs[key].append(
                     measure(
-                        server.grpc_target,
-                        payload,
-                        requests=plan.requests,
-                        concurrency=plan.concurrency,
-                        channels=plan.channels,
+                        Load(
+                            server.grpc_target,
+                            payload,
+                            plan.requests,
+                            plan.concurrency,
+                            plan.channels,
+                        ),
                         cpu=cpu_of(server),
                         redis_stats=redis_probe(redis_for[key]),
                     )
@@ -258,13 +260,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for key, server in servers.items():
             rate = grpc_results[key].rps / 2
             log(f"gRPC paced at {rate:.0f}/s: {NAMES[key]}")
+            requests = max(500, int(rate * plan.paced_seconds))
             r = measure(
-                server.grpc_target,
-                payload,
-                requests=max(500, int(rate * plan.paced_seconds)),
-                concurrency=plan.concurrency,
-                channels=plan.channels,
-                rate=rate,
+                Load(server.grpc_target, payload, requests, plan.concurrency, plan.channels, rate),
                 cpu=cpu_of(server),
                 redis_stats=redis_probe(redis_for[key]),
             )
@@ -324,12 +322,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             t = threading.Thread(target=take)
             t.start()
             rate = grpc_results[key].rps
+            requests = int(rate * (seconds + 2))
             measure(
-                servers[key].grpc_target,
-                payload,
-                requests=int(rate * (seconds + 2)),
-                concurrency=plan.concurrency,
-                channels=plan.channels,
+                Load(servers[key].grpc_target, payload, requests, plan.concurrency, plan.channels)
             )
             t.join(120)
             results["profile"] = {

@@ -17,6 +17,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
+from . import process
 from .base import RESPONSE_TIME, Sink, SinkError, number, tag_pairs
 from .mapper import DEFAULT_BUCKETS, Mapped, MetricMapper, escape_metric_name
 from .store import StatsStore, Timer
@@ -176,21 +177,16 @@ class PrometheusSink(Sink):
             merged.update(own)
             return tuple(sorted(merged.items()))
 
-        for name, value in totals.counters.items():
-            mapped = self.mapper.map(name, "counter")
-            if mapped is None:
-                continue
-            values = series(mapped, "counter")
-            if values is not None:
-                key = labels_of(mapped)
-                values[key] = values.get(key, 0) + value
-        for name, value in totals.gauges.items():
-            mapped = self.mapper.map(name, "gauge")
-            if mapped is None:
-                continue
-            values = series(mapped, "gauge")
-            if values is not None:
-                values[labels_of(mapped)] = value
+        for kind, readings in (("counter", totals.counters), ("gauge", totals.gauges)):
+            for name, value in readings.items():
+                mapped = self.mapper.map(name, kind)
+                if mapped is None:
+                    continue
+                values = series(mapped, kind)
+                if values is not None:
+                    key = labels_of(mapped)
+                    # Counters mapped to one series add up; a gauge is its last reading.
+                    values[key] = values.get(key, 0) + value if kind == "counter" else value
         for name, (bounds, buckets, count, total) in totals.timers.items():
             if count == 0:
                 continue
@@ -232,6 +228,7 @@ class PrometheusSink(Sink):
                         out.append(f"{fname}_bucket{labels} {running}\n")
                 out.append(f"{fname}_sum{_labels_text(key)} {number(total)}\n")
                 out.append(f"{fname}_count{_labels_text(key)} {count}\n")
+        out += process.render(totals.process)
         return "".join(out).encode()
 
     async def _scrape(self, request: Request) -> Reply:

@@ -13,6 +13,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from . import process
 from .base import CUMULATIVE_GAUGE_SUFFIXES
 from .store import CONFIG_GAUGE_SUFFIX, StatsStore
 
@@ -25,6 +26,8 @@ class Totals:
     gauges: dict[str, float] = field(default_factory=dict)
     # name -> (bounds ms, bucket counts, count, sum ms)
     timers: dict[str, tuple[list[float], list[int], int, float]] = field(default_factory=dict)
+    # process_* metrics (stats.process): of the living processes only, like gauges.
+    process: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, stats: StatsStore, snapshot: dict[str, float] | None = None) -> Totals:
@@ -40,6 +43,7 @@ class Totals:
                 totals.counters[name] = value
         for t in stats.timers():
             totals.timers[t.name] = (list(t.bounds), list(t.buckets), t.count, t.sum)
+        totals.process = process.read()
         return totals
 
     def add(self, other: Totals, gauges: bool = True) -> None:
@@ -52,6 +56,7 @@ class Totals:
                     self.gauges[name] = max(self.gauges.get(name, 0), value)
                 else:
                     self.gauges[name] = self.gauges.get(name, 0) + value
+            process.combine(self.process, other.process)
         for name, (bounds, buckets, count, total) in other.timers.items():
             mine = self.timers.get(name)
             if mine is None or mine[0] != bounds:
@@ -65,7 +70,12 @@ class Totals:
     def to_json(self) -> bytes:
         """The file format of the worker share."""
         return json.dumps(
-            {"counters": self.counters, "gauges": self.gauges, "timers": self.timers}
+            {
+                "counters": self.counters,
+                "gauges": self.gauges,
+                "timers": self.timers,
+                "process": self.process,
+            }
         ).encode()
 
     @classmethod
@@ -75,7 +85,7 @@ class Totals:
         timers = {
             k: (list(v[0]), list(v[1]), int(v[2]), float(v[3])) for k, v in raw["timers"].items()
         }
-        return cls(dict(raw["counters"]), dict(raw["gauges"]), timers)
+        return cls(dict(raw["counters"]), dict(raw["gauges"]), timers, dict(raw.get("process", {})))
 
 
 class WorkerShare:

@@ -18,6 +18,7 @@ import logging
 import os
 import ssl
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -269,6 +270,7 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
         return handler
 
 
+@dataclass(eq=False)
 class GrpcTransport:
     """ShouldRateLimit and health on one grpc.aio server bound as the settings say.
 
@@ -276,27 +278,20 @@ class GrpcTransport:
     `register(server)` alone adds the two services to a server built elsewhere.
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        service: RateLimitService,
-        health: Health,
-        stats: StatsStore,
-        *,
-        response_timer: Timer | None = None,
-        extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
-    ) -> None:
-        self.settings = settings
-        # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
-        self.response_timer = response_timer
-        self.extra_interceptors = list(extra_interceptors)
-        self.service = service
-        self.health = health
-        self.stats = stats
-        # Tracing stays the interceptor's (extra_interceptors) on grpc.aio.
-        self.handler = RlsHandler(service, stats, response_timer)
+    settings: Settings
+    service: RateLimitService
+    health: Health
+    stats: StatsStore
+    _: KW_ONLY
+    # The stats sink's `ratelimit_server.ShouldRateLimit.response_time` (None: no sink).
+    response_timer: Timer | None = None
+    # Tracing stays the interceptor's (extra_interceptors) on grpc.aio.
+    extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+
+    def __post_init__(self) -> None:
+        self.handler = RlsHandler(self.service, self.stats, self.response_timer)
         self.server: grpc.aio.Server | None = None
-        self.address = listen_address(settings)
+        self.address = listen_address(self.settings)
         self.port = 0
         self.certificates: CertificateFiles | None = None
         self.health_servicer = health_aio.HealthServicer()
@@ -350,7 +345,7 @@ class GrpcTransport:
         out: list[grpc.aio.ServerInterceptor] = []
         if s.server_use_tls and s.client_tls_cacert and s.client_tls_san:
             out.append(_RequireClientSan(s.client_tls_san))
-        return out + self.extra_interceptors
+        return [*out, *self.extra_interceptors]
 
     def bind(self, server: grpc.aio.Server) -> int:
         """Listen on the configured address; the bound TCP port (0 for a unix socket)."""

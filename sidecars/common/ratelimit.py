@@ -37,8 +37,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Protocol, TypeVar
 
 import falcon
 import falcon.asgi
@@ -50,6 +50,7 @@ from .errors import ApiError, answer
 from .outage import Outage
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 RECONNECT_BACKOFF = 0.5  # seconds, the most the gRPC channel waits between reconnects
 
 
@@ -180,30 +181,24 @@ def unauthorized(resp: falcon.asgi.Response, failure: AuthFailure, realm: str = 
     answer(resp, body)
 
 
+@dataclass(eq=False)
 class RateLimitMiddleware:
     """Authenticate, enforce the quota, ask ratelimitd; see the module docstring."""
 
-    def __init__(
-        self,
-        config: RateLimitConfig,
-        *,
-        authenticate: Authenticate,
-        admit: Admit | None = None,
-        refund: Refund | None = None,
-        count_invalid_token: Callable[[str], Awaitable[tuple[int, int]]] | None = None,
-        unavailable: tuple[type[Exception], ...] = (),
-        realm: str = "api",
-    ) -> None:
-        self.config = config
-        self.authenticate = authenticate
-        self.admit = admit
-        self.refund = refund
-        self.count_invalid_token = count_invalid_token
+    config: RateLimitConfig
+    _: KW_ONLY
+    authenticate: Authenticate
+    admit: Admit | None = None
+    refund: Refund | None = None
+    count_invalid_token: Callable[[str], Awaitable[tuple[int, int]]] | None = None
+    # What `authenticate` / `quota` raise when their store cannot answer: 503, not 500.
+    unavailable: tuple[type[Exception], ...] = ()
+    realm: str = "api"
+
+    def __post_init__(self) -> None:
+        config = self.config
         # client address -> monotonic time its invalid-token block ends (this worker's view)
         self._blocked: dict[str, float] = {}
-        # What `authenticate` / `quota` raise when their store cannot answer: 503, not 500.
-        self.unavailable = unavailable
-        self.realm = realm
         # Reconnect backoff capped at RECONNECT_BACKOFF: a restarted ratelimitd is used again
         # within a second (gRPC's jitter adds up to 20 %).
         self.client = (
@@ -236,15 +231,11 @@ class RateLimitMiddleware:
                 self._too_many_invalid(resp, blocked_for)
                 return
             try:
-                principal = await authenticate_request(req, self.authenticate)
+                principal = await self._ask(resp, authenticate_request(req, self.authenticate))
             except AuthFailure as failure:
                 await self._invalid_token(resp, failure, client)
                 return
-            except AccessDenied as denied:
-                refused(resp, denied)
-                return
-            except self.unavailable:
-                self._store_unavailable(resp)
+            if principal is None:
                 return
         if principal is not None:
             descriptors: tuple[tuple[tuple[str, str], ...], ...] = (
@@ -310,13 +301,8 @@ class RateLimitMiddleware:
         retry = None
         if key is not None:
             retry = IdempotencyKey(key, f"{req.method} {req.path}?{req.query_string}")
-        try:
-            admission = await self.admit(principal, exempt, retry)
-        except AccessDenied as denied:
-            refused(resp, denied)
-            return
-        except self.unavailable:
-            self._store_unavailable(resp)
+        admission = await self._ask(resp, self.admit(principal, exempt, retry))
+        if admission is None:
             return
         if not admission.admitted:
             limit = admission.limit
@@ -390,6 +376,17 @@ class RateLimitMiddleware:
             resp.set_header("RateLimit-Remaining", str(tightest.limit_remaining))
             resp.set_header("RateLimit-Reset", str(tightest.duration_until_reset))
         return wait
+
+    async def _ask(self, resp: falcon.asgi.Response, question: Awaitable[T]) -> T | None:
+        """The account store's answer, or None once `resp` is answered: the status of its
+        refusal (AccessDenied), or 503 when it cannot answer."""
+        try:
+            return await question
+        except AccessDenied as denied:
+            refused(resp, denied)
+        except self.unavailable:
+            self._store_unavailable(resp)
+        return None
 
     def _store_unavailable(self, resp: falcon.asgi.Response) -> None:
         message = "The account store is unavailable; retry shortly."

@@ -6,22 +6,20 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from dataclasses import dataclass
 
 LOG_FORMAT = "%(asctime)s [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
 
-class Server(Protocol):
-    """Where and how a sidecar serves: what its settings say about gunicorn."""
+@dataclass(frozen=True, slots=True)
+class Server:
+    """Where and how a sidecar serves: what its settings say about gunicorn (each sidecar's
+    settings extend it; the usage sidecar's with its own default port)."""
 
-    @property
-    def host(self) -> str: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def workers(self) -> int: ...
-    @property
-    def log_level(self) -> str: ...
+    host: str = "127.0.0.1"
+    port: int = 8080
+    workers: int = 2
+    log_level: str = "info"
 
 
 def gunicorn_argv(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from datetime import date
 
 import falcon
@@ -284,11 +285,37 @@ def limit_param(req: falcon.asgi.Request) -> int | None:
     return int(value) if value is not None else None
 
 
-class ArrivalsByStop(_Base):
-    """`/v2/arrivals/by_stop/:id`: the stop's arrivals on one operational day (`?date=`,
-    default today); `?limit=N`: the next N from now."""
+class _Arrivals(_Base):
+    """The arrival endpoints: one operational day (`?date=`, default today) of a stop's or a
+    pattern's arrivals; `?limit=N`: the next N from now."""
 
     params = ("date", "limit")
+
+    def send_arrivals(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        net: Network,
+        key: tuple,
+        scheduled: Callable[[date, Realtime], list[Scheduled]],
+    ) -> None:
+        """Answer the arrivals of `key` (("stop", stop) or ("pattern", id)): `scheduled`
+        gives its rows on the day asked for, added trips included."""
+        now = self.store.now()
+        try:
+            day = self.service_day(net, now, req)
+        except BadDay:
+            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+            return
+        limit = limit_param(req)
+        rt = self.store.current_realtime()
+        body = _arrivals_body(net, rt, scheduled(day, rt), day, now, key, limit)
+        send_body(req, resp, body, CACHE_REALTIME)
+
+
+class ArrivalsByStop(_Arrivals):
+    """`/v2/arrivals/by_stop/:id`: the stop's arrivals; 400 `[]` for an id the profile's
+    stop id pattern rejects."""
 
     def __init__(self, store: TransitStore) -> None:
         super().__init__(store)
@@ -305,48 +332,38 @@ class ArrivalsByStop(_Base):
         if stop is None:
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
-        now = self.store.now()
-        try:
-            day = self.service_day(net, now, req)
-        except BadDay:
-            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
-            return
-        limit = limit_param(req)
-        rt = self.store.current_realtime()
-        rows = with_added(stop_schedule(net, stop, day), added_rows(net, rt, day, stop))
-        body = _arrivals_body(net, rt, rows, day, now, ("stop", stop), limit)
-        send_body(req, resp, body, CACHE_REALTIME)
+        self.send_arrivals(
+            req,
+            resp,
+            net,
+            ("stop", stop),
+            lambda day, rt: with_added(
+                stop_schedule(net, stop, day), added_rows(net, rt, day, stop)
+            ),
+        )
 
     on_head = on_get
 
 
-class ArrivalsByPattern(_Base):
+class ArrivalsByPattern(_Arrivals):
     """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips on one day."""
-
-    params = ("date", "limit")
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
     ) -> None:
         net = self.network()
-        now = self.store.now()
         if item_id not in net.pattern_trips:
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
-        try:
-            day = self.service_day(net, now, req)
-        except BadDay:
-            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
-            return
-        limit = limit_param(req)
-        rt = self.store.current_realtime()
-        rows = net.day_memo(
-            ("pattern", item_id, day),
-            lambda: scheduled_rows(net, net.pattern_arrivals(item_id, day) or [], day),
-        )
-        rows = with_added(rows, added_rows(net, rt, day, pattern_id=item_id))
-        body = _arrivals_body(net, rt, rows, day, now, ("pattern", item_id), limit)
-        send_body(req, resp, body, CACHE_REALTIME)
+
+        def scheduled(day: date, rt: Realtime) -> list[Scheduled]:
+            rows = net.day_memo(
+                ("pattern", item_id, day),
+                lambda: scheduled_rows(net, net.pattern_arrivals(item_id, day) or [], day),
+            )
+            return with_added(rows, added_rows(net, rt, day, pattern_id=item_id))
+
+        self.send_arrivals(req, resp, net, ("pattern", item_id), scheduled)
 
     on_head = on_get
 

@@ -16,6 +16,7 @@ from datetime import date, datetime
 from pathlib import Path
 
 from sidecars.common.environment import Environment, SettingsError
+from sidecars.common.server import Server
 from sidecars.usage.settings import Settings as UsageSettings
 
 from .source import redact
@@ -144,13 +145,9 @@ class LimitSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class ServerSettings:
-    """How `python -m sidecars.transit` runs gunicorn."""
+class ServerSettings(Server):
+    """How `python -m sidecars.transit` runs gunicorn, and its own endpoints."""
 
-    host: str = "127.0.0.1"
-    port: int = 8080
-    workers: int = 2
-    log_level: str = "info"
     # Bearer token of `POST /status/feed/refresh`; None: only local callers may refresh.
     refresh_token: str | None = None
     # A JSON object {title, body, style, more_info} served by `/v2/status/message`; None:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from sidecars.common.clients import parse_networks
 from sidecars.common.environment import Environment, SettingsError
+from sidecars.common.server import Server
 
 USAGE_PATH = "/api/v2/user/usage"
 HISTORY_PATH = USAGE_PATH + "/history"
@@ -63,13 +64,10 @@ def _check_dsn(dsn: str) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(Server):
     """How the usage sidecar runs; see the settings table in sidecars/usage/README.md."""
 
-    host: str = "127.0.0.1"
     port: int = 8090
-    workers: int = 2
-    log_level: str = "info"
     base_path: str = ""
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_seconds: float = 0.5

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.settings_env import on_memory
 
 from ratelimitd.settings import Settings
-from ratelimitd.stats import StatsStore
+from ratelimitd.stats import StatsStore, process
 from ratelimitd.stats.base import RESPONSE_TIME
 from ratelimitd.stats.mapper import MetricMapper, default_mapping_config, escape_metric_name
 from ratelimitd.stats.prometheus import PrometheusSink
@@ -25,14 +26,8 @@ RULE = "ratelimit_service_rate_limit_"
 
 
 def prom_settings(**env: str) -> Settings:
-    return Settings.from_env(
-        {
-            "BACKEND_TYPE": "memory",
-            "USE_STATSD": "false",
-            "USE_PROMETHEUS": "true",
-            "PROMETHEUS_ADDR": "127.0.0.1:0",
-            **env,
-        }
+    return on_memory(
+        USE_STATSD="false", USE_PROMETHEUS="true", PROMETHEUS_ADDR="127.0.0.1:0", **env
     )
 
 
@@ -239,6 +234,11 @@ async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
             assert got[("ratelimit_localcache_entryCount", ())] == 7
             method = (("grpc_method", "ShouldRateLimit"),)
             assert got[("ratelimit_service_response_time_seconds_count", method)] == 2
+            # Both "workers" are this process: sizes add up, the start time is the oldest.
+            own = process.read()
+            rss = got[("process_resident_memory_bytes", ())]
+            assert 1.5 * own["process_resident_memory_bytes"] < rss
+            assert got[("process_start_time_seconds", ())] == own["process_start_time_seconds"]
         assert sorted(os.listdir(share_dir)) == ["worker-0.json", "worker-1.json"]
 
         # Worker 0 dies and is restarted: its counters continue from the file.
@@ -256,6 +256,28 @@ async def test_workers_scrape_serves_the_sum(tmp_path: Path) -> None:
         for sink in sinks:
             await sink.stop()
     assert isinstance(WorkerShare(share_dir, 5).read_all().counters, dict)
+
+
+async def test_process_metrics_as_client_golang_exports_them() -> None:
+    """process_* as the Go service's endpoint serves them (client_golang's process
+    collector): dashboards built for it chart memory with process_resident_memory_bytes."""
+    sink = create_sink(prom_settings(), StatsStore(), serve=HttpServer)
+    async with running(sink):
+        _, _, text = await http_get(sink.port, "/metrics")
+    kinds = {f.name: f.type for f in text_string_to_metric_families(text)}
+    got = samples(text)
+    own = process.read()
+    assert kinds["process_cpu_seconds"] == "counter"
+    for name in process.METRICS:
+        if name != "process_cpu_seconds_total":
+            assert kinds[name] == "gauge", name
+    assert (
+        0.5 < got[("process_resident_memory_bytes", ())] / own["process_resident_memory_bytes"] < 2
+    )
+    assert got[("process_virtual_memory_bytes", ())] >= got[("process_resident_memory_bytes", ())]
+    assert 0 < got[("process_open_fds", ())] <= got[("process_max_fds", ())]
+    assert got[("process_start_time_seconds", ())] == own["process_start_time_seconds"]
+    assert 0 < got[("process_cpu_seconds_total", ())] <= own["process_cpu_seconds_total"]
 
 
 def test_render_without_a_server_has_every_family_once() -> None:

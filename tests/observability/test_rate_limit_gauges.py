@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from support.daemon import write_config
+from support.settings_env import on_memory
 
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
-from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
 from ratelimitd.transport.http import HttpServer
@@ -31,9 +31,7 @@ PREFIX = "ratelimit.service.rate_limit."
 
 
 def core_with_gauges(enabled: bool = True):
-    settings = Settings.from_env(
-        {"BACKEND_TYPE": "memory", "STATS_RATE_LIMIT_GAUGES": "true" if enabled else "false"}
-    )
+    settings = on_memory(STATS_RATE_LIMIT_GAUGES="true" if enabled else "false")
     stats = StatsStore(rate_limit_gauges=settings.stats.rate_limit_gauges)
     return build_core(settings, stats=stats)
 
@@ -60,7 +58,7 @@ def test_each_rule_with_a_limit_has_a_gauge_replaced_at_each_load() -> None:
 
 
 def test_off_by_default() -> None:
-    assert Settings.from_env({"BACKEND_TYPE": "memory"}).stats.rate_limit_gauges is False
+    assert on_memory().stats.rate_limit_gauges is False
     core = core_with_gauges(enabled=False)
     core.load([ConfigFile("obs.yaml", CONFIG)])
     assert not [k for k in core.stats.snapshot() if k.endswith(".rate_limit")]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from support import wait_until
+from support.settings_env import on_memory
 
 from ratelimitd.settings import Settings
 from ratelimitd.stats.base import RESPONSE_TIME, statsd_tag_suffix
@@ -26,7 +27,7 @@ USER = "ratelimit.service.rate_limit.obs.user"
 
 
 def settings(**env: str) -> Settings:
-    return Settings.from_env({"BACKEND_TYPE": "memory", "STATSD_HOST": "127.0.0.1", **env})
+    return on_memory(STATSD_HOST="127.0.0.1", **env)
 
 
 async def decide_sequence(h: Any) -> None:

@@ -9,6 +9,7 @@ import grpc
 import grpc.aio
 import pytest
 from support.ready import wait_until
+from support.settings_env import on_memory
 
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends.base import Backend, Op, SyncBackend
@@ -28,14 +29,11 @@ PARENT_SPAN = "b7ad6b7169203331"
 
 
 def tracing_settings(**env: str) -> Settings:
-    return Settings.from_env(
-        {
-            "BACKEND_TYPE": "memory",
-            "TRACING_ENABLED": "true",
-            "TRACING_SERVICE_NAME": "rl-test",
-            "TRACING_SERVICE_NAMESPACE": "edge",
-            **env,
-        }
+    return on_memory(
+        TRACING_ENABLED="true",
+        TRACING_SERVICE_NAME="rl-test",
+        TRACING_SERVICE_NAMESPACE="edge",
+        **env,
     )
 
 
@@ -96,9 +94,9 @@ def traced(h: Any, settings: Settings) -> Tracing:
     h.limiter = Limiter(
         tracing.traced_backend(h.backend),
         near_limit_ratio=old.near_limit_ratio,
-        cache_key_prefix=old.prefix,
+        prefix=old.prefix,
         local_cache=old.local_cache,
-        stop_increment_when_over_limit=old.stop_increment,
+        stop_increment=old.stop_increment,
         clock=old.clock,
     )
     h.service.limiter = h.limiter
@@ -229,7 +227,7 @@ async def test_the_handler_times_every_call_without_tracing(harness: Any, serve:
 
 
 def test_tracing_disabled_is_none_and_costs_nothing() -> None:
-    assert create_tracing(Settings.from_env({"BACKEND_TYPE": "memory"})) is None
+    assert create_tracing(on_memory()) is None
     assert server_interceptor(None) is None
 
 

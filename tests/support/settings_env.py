@@ -1,5 +1,6 @@
 """Settings.from_env as the settings tests (tests/daemon/test_settings*.py) call it: `load`
-the settings of an environment given as keywords, or the one-line `error` it is refused with;
+the settings of an environment given as keywords (`on_memory`: on the memory backend), or the
+one-line `error` it is refused with;
 `Recorder`, an environment that remembers which names the settings asked for.
 """
 
@@ -15,6 +16,11 @@ from ratelimitd.settings import Settings, SettingsError
 
 def load(**env: str) -> Settings:
     return Settings.from_env(env)
+
+
+def on_memory(**env: str) -> Settings:
+    """`load` with BACKEND_TYPE=memory: settings that need no store running."""
+    return Settings.from_env({"BACKEND_TYPE": "memory", **env})
 
 
 def error(**env: str) -> str:

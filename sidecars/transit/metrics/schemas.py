@@ -5,7 +5,11 @@ Fields are alphabetical like the rest of the transit structs (the real API sends
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from msgspec import Struct
+
+Entry = TypeVar("Entry")  # a day or a month of a record
 
 
 class DemandDay(Struct):
@@ -24,26 +28,23 @@ class DemandMonth(Struct):
     qty: int
 
 
-class DemandRecord(Struct):
+class _Record(Struct, Generic[Entry]):
+    """A demand record: one agency's, line's or stop's counts by day or by month."""
+
+    _id: str
+    data: dict[str, Entry]
+    description: str
+    generated_at: str
+    metric: str
+    properties: dict[str, str]
+
+
+class DemandRecord(_Record[DemandDay]):
     """`/v2/metrics/demand/*` by day: valid validations per day of one agency, line or stop."""
 
-    _id: str
-    data: dict[str, DemandDay]
-    description: str
-    generated_at: str
-    metric: str
-    properties: dict[str, str]
 
-
-class DemandMonthRecord(Struct):
+class DemandMonthRecord(_Record[DemandMonth]):
     """`/v2/metrics/demand/by_agency/month`: valid validations per month of one agency."""
-
-    _id: str
-    data: dict[str, DemandMonth]
-    description: str
-    generated_at: str
-    metric: str
-    properties: dict[str, str]
 
 
 class DatedQty(Struct):

@@ -15,6 +15,7 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ..gtfs.tables import StopRow
 from ..network import natural_key
@@ -45,6 +46,15 @@ def _read(path: Path, columns: tuple[str, ...]) -> list[dict[str, str]]:
         return rows
 
 
+Listed = TypeVar("Listed", District, Municipality, Parish, Locality)
+
+
+def _listed(path: Path, kind: type[Listed], columns: tuple[str, ...]) -> list[Listed]:
+    """A list file's rows as `kind` (its fields are the file's `columns`), by id in numeric
+    collation."""
+    return sorted((kind(**row) for row in _read(path, columns)), key=lambda x: natural_key(x.id))
+
+
 @dataclass(frozen=True, slots=True)
 class Place:
     """Location fields resolved for one facility."""
@@ -67,48 +77,17 @@ class Locations:
         """Read the lists of a directory; None: no lists (every list empty)."""
         self.directory = directory
         d = directory if directory is not None else Path("/nonexistent-locations")
-        self.districts = sorted(
-            (
-                District(id=r["id"], name=r["name"])
-                for r in _read(d / "districts.csv", ("id", "name"))
-            ),
-            key=lambda x: natural_key(x.id),
+        self.districts = _listed(d / "districts.csv", District, ("id", "name"))
+        self.municipalities = _listed(
+            d / "municipalities.csv", Municipality, ("id", "name", "district_id")
         )
-        self.municipalities = sorted(
-            (
-                Municipality(district_id=r["district_id"], id=r["id"], name=r["name"])
-                for r in _read(d / "municipalities.csv", ("id", "name", "district_id"))
-            ),
-            key=lambda x: natural_key(x.id),
+        self.parishes = _listed(
+            d / "parishes.csv", Parish, ("id", "name", "municipality_id", "district_id")
         )
-        self.parishes = sorted(
-            (
-                Parish(
-                    district_id=r["district_id"],
-                    id=r["id"],
-                    municipality_id=r["municipality_id"],
-                    name=r["name"],
-                )
-                for r in _read(d / "parishes.csv", ("id", "name", "municipality_id", "district_id"))
-            ),
-            key=lambda x: natural_key(x.id),
-        )
-        self.localities = sorted(
-            (
-                Locality(
-                    display=r["display"],
-                    district_id=r["district_id"],
-                    id=r["id"],
-                    municipality_id=r["municipality_id"],
-                    name=r["name"],
-                    parish_id=r["parish_id"],
-                )
-                for r in _read(
-                    d / "localities.csv",
-                    ("id", "name", "display", "district_id", "municipality_id", "parish_id"),
-                )
-            ),
-            key=lambda x: natural_key(x.id),
+        self.localities = _listed(
+            d / "localities.csv",
+            Locality,
+            ("id", "name", "display", "district_id", "municipality_id", "parish_id"),
         )
         self.locality_by_id = {x.id: x for x in self.localities}
         self._locality_names = {(x.municipality_id, fold(x.name)): x for x in self.localities}

@@ -8,13 +8,15 @@ windows are `config.windows.Window` tuples, read here by position.
 
 from posix.time cimport CLOCK_REALTIME
 
-from ratelimitd._keys cimport cache_key, refuse, state_key, unit_seconds, verdict
+from ratelimitd._match cimport lookup_c
+from ratelimitd._keys cimport Bump, cache_key, refuse, state_key, unit_seconds, verdict
 from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
 
 import time
 
 from ratelimitd.backends.base import Op
-from ratelimitd.config.ruleset import Rule
+from ratelimitd import _match
+from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
     MAX_UINT32,
@@ -49,6 +51,9 @@ DEF W_PER_SECOND = 7
 cdef object REQUEST = Request
 cdef object DESCRIPTOR = Descriptor
 cdef object RULE = Rule
+cdef object LOOKUP = _match.lookup
+cdef object RULESET = RuleSet
+cdef Py_ssize_t O_TRIES = offset_of(RuleSet, "_tries")
 cdef object STATS = RuleStats
 cdef object STATUS = Status
 cdef Py_ssize_t T_CODE = offset_of(Status, "code")
@@ -175,14 +180,17 @@ cdef Plan _begin(request, ruleset, Py_ssize_t max_descriptors, Py_ssize_t most, 
             raise RequestTooLarge(
                 f"a descriptor with {n} entries (MAX_ENTRIES_PER_DESCRIPTOR={most})"
             )
-    # A read-only mapping: subscripted, not asked for a bound `get` (a sixth of the plan).
-    domains = ruleset.domains
+    if type(ruleset) is RULESET:  # the dict behind its read-only `domains`, in C
+        root = (<dict>get(ruleset, RULESET, O_TRIES, "_tries")).get(domain)
+    else:
+        domains = ruleset.domains
+        root = domains[domain] if domain in domains else None
     return _init(
         Plan.__new__(Plan),
         domain,
         descriptors,
         get(request, REQUEST, Q_HITS, "hits_addend"),
-        domains[domain] if domain in domains else None,
+        root,
         walks,
     )
 
@@ -215,7 +223,10 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
                 walks.append((None, rule, key))
         else:
             walked = [] if walks is not None else None
-            found = lookup(root, domain, _entries(d), walked)
+            if lookup is LOOKUP:  # the compiled trie's: called in C
+                found = lookup_c(root, domain, _entries(d), walked)
+            else:
+                found = lookup(root, domain, _entries(d), walked)
             if walks is not None:
                 if found is None:
                     walks.append((walked, None, None))
@@ -548,7 +559,12 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
             for k in range(n):
                 w = <tuple>windows[k]
                 if <long long>w[W_ALGORITHM] == 0:
-                    results[j + k] = increment_one(names[j + k], item.hits, w[W_SECONDS], now)
+                    if type(increment_one) is Bump:  # the memory store's: no Python call
+                        results[j + k] = (<Bump>increment_one).bump(
+                            <str>names[j + k], item.hits, w[W_SECONDS], now
+                        )
+                    else:
+                        results[j + k] = increment_one(names[j + k], item.hits, w[W_SECONDS], now)
                 else:
                     tick = w[W_TICK]
                     results[j + k] = store.decide_now(

@@ -101,6 +101,11 @@ def lookup(Level root, str domain, entries, list walked=None):
     Returns None, or (rule, stats_key, share, keep_metadata); `walked` receives the walk.
     See `_match_py.lookup`.
     """
+    return lookup_c(root, domain, entries, walked)
+
+
+cdef object lookup_c(object root, str domain, object entries, list walked):
+    """`lookup`, called in C by the compiled decision (`_decision`)."""
     cdef Py_ssize_t n = len(entries)
     # The walk, level by level (borrowed: the trie holds its nodes for the whole call).
     cdef PyObject* path_on_stack[16]
@@ -117,7 +122,7 @@ def lookup(Level root, str domain, entries, list walked=None):
             PyMem_Free(hows)
             raise MemoryError()
     try:
-        return _lookup(root, domain, entries, walked, n, path, hows)
+        return _lookup(<Level?>root, domain, entries, walked, n, path, hows)
     finally:
         if n > 16:
             PyMem_Free(path)

@@ -25,6 +25,7 @@ from ratelimitd.transport.grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EX
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response
 
+cdef class SyncRoute
 cdef class SendRoute
 
 
@@ -108,6 +109,18 @@ cdef class Router:
         self.last_route = None
 
     def __call__(self, stream, proto):
+        self.route(stream, proto)
+
+    def bind(self, proto, failed):
+        """The connection `proto`'s `on_request(stream)`: the call routed, or, when that
+        raises, `failed(stream)` (`H2Protocol._on_request` is the twin)."""
+        cdef Bound bound = Bound.__new__(Bound)
+        bound.router = self
+        bound.proto = proto
+        bound.failed = failed
+        return bound
+
+    cdef route(self, stream, proto):
         cdef bytes path = stream.path
         if path is not None and path == self.last_path:  # the usual case: one method
             route = self.last_route
@@ -118,7 +131,26 @@ cdef class Router:
                 return
             self.last_path = path
             self.last_route = route
-        route(stream, proto)
+        # The compiled routes are called in C, the others through Python.
+        if type(route) is SyncRoute:
+            (<SyncRoute>route).handle(stream, proto)
+        elif type(route) is SendRoute:
+            (<SendRoute>route).handle(stream, proto)
+        else:
+            route(stream, proto)
+
+
+cdef class Bound:
+    """`Router.bind`'s result: one connection's requests, routed."""
+
+    cdef Router router
+    cdef object proto, failed
+
+    def __call__(self, stream):
+        try:
+            self.router.route(stream, self.proto)
+        except Exception:
+            self.failed(stream)
 
 
 cdef class SyncRoute:
@@ -134,6 +166,9 @@ cdef class SyncRoute:
         self.fallback = fallback
 
     def __call__(self, stream, proto):
+        self.handle(stream, proto)
+
+    cdef handle(self, stream, proto):
         outcome = self.call.call(stream.message)
         if outcome is None:
             self.fallback(stream, proto)
@@ -192,6 +227,9 @@ cdef class SendRoute:
         self.fallback = fallback
 
     def __call__(self, stream, proto):
+        self.handle(stream, proto)
+
+    cdef handle(self, stream, proto):
         cdef SyncCall c = self.call
         cdef double started = c._now()
         cdef Pending p

@@ -219,11 +219,12 @@ class RuleSet:
     code that built it, whichever of the compiled module and its twin that was.
     """
 
-    __slots__ = ("_specs", "domains", "lookup")
+    __slots__ = ("_specs", "_tries", "domains", "lookup")
 
     domains: MappingProxyType[str, Any]
     lookup: Callable[[Any, str, Any], Any]
     _specs: MappingProxyType[str, list[NodeSpec]]
+    _tries: dict[str, Any]  # behind `domains`: the compiled decision reads it in C
 
     def __init__(
         self,
@@ -231,7 +232,8 @@ class RuleSet:
         specs: dict[str, list[NodeSpec]],
         lookup: Callable[[Any, str, Any], Any] = match.lookup,
     ) -> None:
-        object.__setattr__(self, "domains", MappingProxyType(dict(domains)))
+        object.__setattr__(self, "_tries", dict(domains))
+        object.__setattr__(self, "domains", MappingProxyType(self._tries))
         object.__setattr__(self, "_specs", MappingProxyType(dict(specs)))
         object.__setattr__(self, "lookup", lookup)
 

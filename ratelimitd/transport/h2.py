@@ -150,7 +150,11 @@ class H2Protocol(asyncio.Protocol):
             transport.abort()
             return
         options = server.core_options
-        self.conn = Connection(self._on_request, self._on_close, **options)
+        # A compiled dispatch (`rls.router`) binds itself to the connection: the core then
+        # calls the route in C, without `_on_request`'s Python frame per call.
+        bind = getattr(self._dispatch, "bind", None)
+        on_request = self._on_request if bind is None else bind(self, self._call_failed)
+        self.conn = Connection(on_request, self._on_close, **options)
         age = server.max_connection_age
         if age > 0:
             # +/-10% jitter, as grpc-go: connections opened together do not all leave together.
@@ -243,12 +247,15 @@ class H2Protocol(asyncio.Protocol):
         try:
             self._dispatch(stream, self)
         except Exception:
-            # A bug in one call's handling answers that call, not every call on the
-            # connection (raising here would tear the whole connection down).
-            log.exception("gRPC call failed")
-            self._on_close(stream)
-            if not stream.answered:
-                self.finish(stream, INTERNAL, "internal error")
+            self._call_failed(stream)
+
+    def _call_failed(self, stream: Stream) -> None:
+        # A bug in one call's handling answers that call, not every call on the
+        # connection (raising here would tear the whole connection down).
+        log.exception("gRPC call failed")
+        self._on_close(stream)
+        if not stream.answered:
+            self.finish(stream, INTERNAL, "internal error")
 
     def _on_close(self, stream: Stream) -> None:
         # Reset by the client (or its deadline passed) before we answered: stop the work.

@@ -187,6 +187,24 @@ cdef inline void _answer_now(proto, stream, code, reply) except *:
         proto.conn.respond(stream, reply)
 
 
+cdef inline void _answer_later(proto, stream, code, reply) except *:
+    """`H2Protocol.answer` (its twin) for a call answered after the read that brought it:
+    the connection may be gone, the call may have a deadline to drop, and the connection
+    writes at the end of this loop iteration (one scheduled flush for all its replies)."""
+    conn = proto.conn
+    if conn is None:
+        return
+    if code:
+        conn.finish(stream, code, reply)
+    else:
+        conn.respond(stream, reply)
+    stream.work = None
+    if stream.deadline is not None:
+        proto.server.forget_deadline(stream)
+    if proto._flush_handle is None:  # else already scheduled: no call
+        proto.schedule_flush()
+
+
 cdef class Pending:
     """One call whose store round is under way: the `Waiter` of `RateLimitService.send`,
     and the stream's `work` (cancelled by its deadline or its client)."""
@@ -277,4 +295,4 @@ cdef class SendRoute:
         except Exception as err:
             code, reply = c._failed(err)
         c._done(p.started, code, reply)
-        p.proto.answer(p.stream, code, reply)
+        _answer_later(p.proto, p.stream, code, reply)

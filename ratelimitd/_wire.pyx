@@ -43,6 +43,19 @@ from ratelimitd.messages import (
 # The slots the encoder reads (see _slots.pxd).
 cdef object RESPONSE = Response
 cdef object STATUS = Status
+# A limit's fields, read from their slots: config imports this module's users, so its Rule is
+# looked up once a rule is first encoded.
+cdef object RULE = None
+cdef Py_ssize_t R_RPU = 0, R_UNIT = 0, R_NAME = 0
+
+
+cdef int _rule_offsets() except -1:
+    global RULE, R_RPU, R_UNIT, R_NAME
+    from ratelimitd.config.ruleset import Rule
+
+    R_RPU, R_UNIT, R_NAME = offsets(Rule, ("requests_per_unit", "unit", "name"))
+    RULE = Rule
+    return 0
 cdef Py_ssize_t P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA
 cdef Py_ssize_t T_CODE, T_RULE, T_REMAINING, T_RESET
 P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA = offsets(
@@ -456,10 +469,13 @@ cdef bytes _encode_direct(unsigned long long overall, list statuses):
         if s.code:
             s.size += 1 + _varint_size(s.code)
         if s.limited:
-            s.rpu = rule.requests_per_unit
-            s.unit = rule.unit
-            if rule.name:
-                name = (<str>rule.name).encode("utf-8")
+            if RULE is None:
+                _rule_offsets()
+            s.rpu = get(rule, RULE, R_RPU, "requests_per_unit")
+            s.unit = get(rule, RULE, R_UNIT, "unit")
+            rule_name = get(rule, RULE, R_NAME, "name")
+            if rule_name:
+                name = (<str>rule_name).encode("utf-8")
             s.reset = <unsigned long long><long long>get(st, STATUS, T_RESET, "duration_until_reset")
             s.limit_size = 0
             if s.rpu:

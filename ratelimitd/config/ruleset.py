@@ -57,6 +57,7 @@ class Rule:
         "detailed_metric",
         "extended",
         "full_key",
+        "key_memo",
         "limits",
         "metadata",
         "meter",
@@ -124,6 +125,9 @@ class Rule:
         self.special = bool(self.replaces) or unlimited or meter
         # What the count step counts: one window per limit (none when unlimited). The limits
         # of a list are counted through their descriptor's Rule, which compiles them here.
+        # The compiled decision's last cache key for this rule's window (start, prefix,
+        # domain, key, value, cache key): a request of the same window reuses the key object.
+        self.key_memo: tuple[Any, ...] | None = None
         self.windows: tuple[Window, ...] = (
             ()
             if unlimited

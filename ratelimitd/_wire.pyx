@@ -20,9 +20,9 @@ the refusal names the request's real size, as the service would.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from cpython.pyport cimport PY_SSIZE_T_MAX
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from ratelimitd._slots cimport get, offsets
 
@@ -125,13 +125,35 @@ cdef inline unsigned long long _tag(const unsigned char* buf, Py_ssize_t end, Py
     return tag
 
 
+# The short strings decoded last (domains, descriptor keys and values repeat from request to
+# request), in a table indexed by length and end bytes: a string found here is the same object
+# again, its UTF-8 not decoded and its hash (cached in the str) not recomputed by the dict
+# lookups that follow. A miss costs one comparison and replaces the slot.
+DEF MEMO_SLOTS = 128  # a power of two
+DEF MEMO_LONGEST = 64
+cdef list _memo = [None] * MEMO_SLOTS
+
+
 cdef inline str _string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos):
-    cdef Py_ssize_t n = _length(buf, end, pos)
+    cdef Py_ssize_t n = _length(buf, end, pos), have
+    cdef const unsigned char* data = buf + pos[0]
+    cdef const char* known
+    cdef Py_ssize_t slot = -1
     cdef str s
+    if 0 < n <= MEMO_LONGEST:
+        slot = (n * 31 + data[0] * 7 + data[n - 1]) & (MEMO_SLOTS - 1)
+        cached = _memo[slot]
+        if cached is not None:
+            known = PyUnicode_AsUTF8AndSize(cached, &have)
+            if have == n and memcmp(known, data, n) == 0:
+                pos[0] += n
+                return <str>cached
     try:
-        s = PyUnicode_DecodeUTF8(<const char*>buf + pos[0], n, NULL)
+        s = PyUnicode_DecodeUTF8(<const char*>data, n, NULL)
     except UnicodeDecodeError:
         raise WireError(INVALID_UTF8) from None
+    if slot >= 0:
+        _memo[slot] = s
     pos[0] += n
     return s
 

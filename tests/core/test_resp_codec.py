@@ -71,19 +71,6 @@ def test_a_scripts_op_is_not_encoded(twin: Any, script: Op) -> None:
     assert twin.incrby_expire_ops([Op("k", 1, 60), script], 0) is None
 
 
-@pytest.mark.parametrize("twin", TWINS)
-def test_read_replies_stops_where_the_data_does(twin: Any) -> None:
-    reader = hiredis.Reader()
-    reader.feed(b":1\r\n:2\r\n:3")
-    replies: list[Any] = []
-    assert twin.read_replies(reader.gets, replies, 4) is False
-    assert replies == [1, 2]
-    reader.feed(b"\r\n+OK\r\n:9\r\n")
-    assert twin.read_replies(reader.gets, replies, 4) is True
-    assert replies == [1, 2, 3, b"OK"]
-    assert reader.gets() == 9  # the next batch's
-
-
 class Waiter:
     def __init__(self, cancelled: bool = False) -> None:
         self.cancelled = cancelled

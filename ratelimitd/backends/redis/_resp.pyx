@@ -3,7 +3,7 @@
 (the pure twin, and the notes); `resp.py` selects one.
 
 The payload is written straight into one bytes object (no per-command formatting), and the
-replies of a flush are read and handed to its waiters in C: per request, no Python frame.
+replies of a flush are handed to its waiters in C: per request, no Python frame.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
@@ -123,16 +123,6 @@ def incrby_expire_ops(ops, long long jitter):
     finally:
         if numbers != small:
             PyMem_Free(numbers)
-
-
-def read_replies(gets, list replies, Py_ssize_t n):
-    """Read replies until `replies` holds `n` (see `_resp_py.read_replies`)."""
-    while len(replies) < n:
-        reply = gets()
-        if reply is False:
-            return False
-        replies.append(reply)
-    return True
 
 
 def resolve(replies, list entries, breaker, counts):

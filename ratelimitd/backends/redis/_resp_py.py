@@ -2,9 +2,9 @@
 `resp.py` selects).
 
 Per request, the INCRBY + EXPIRE commands of its ops in one payload
-(`incrby_expire_ops`); per pipelined flush, the replies read off the hiredis reader as they
-arrive (`read_replies`) and every waiter of the flush given its counters (`resolve`). The
-rest of RESP (control commands, scripts, GET) is rare enough to stay in `resp.py`.
+(`incrby_expire_ops`); per pipelined flush, every waiter of the flush given its counters
+(`resolve`). The rest of RESP (control commands, scripts, GET, reading the replies) runs
+once per flush or rarely, and stays in `resp.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from ..base import BackendError, Op
 
-__all__ = ["incrby_expire_ops", "read_replies", "resolve"]
+__all__ = ["incrby_expire_ops", "resolve"]
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 
@@ -48,17 +48,6 @@ def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes | None:
         n = len(key)
         parts.append(_INCRBY_EXPIRE % (n, key, bulk_int(op.hits), n, key, bulk_int(seconds)))
     return b"".join(parts)
-
-
-def read_replies(gets: Callable[[], Any], replies: list[Any], n: int) -> bool:
-    """Append replies from the reader (`gets`, hiredis.Reader's) until `replies` holds `n`;
-    whether it does (False: the rest has not arrived yet)."""
-    while len(replies) < n:
-        reply = gets()
-        if reply is False:
-            return False
-        replies.append(reply)
-    return True
 
 
 def resolve(

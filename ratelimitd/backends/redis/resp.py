@@ -35,7 +35,7 @@ from ._resp_py import bulk_int
 IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._resp_py import incrby_expire_ops, read_replies, resolve  # noqa: F401
+    from ._resp_py import incrby_expire_ops, resolve  # noqa: F401
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
 implementation = chooser(
@@ -152,8 +152,11 @@ class RespConnection(asyncio.Protocol):
             while pending:
                 batch = pending[0]
                 replies = batch.replies
-                if not read_replies(gets, replies, batch.n):
-                    return
+                for _ in range(batch.n - len(replies)):
+                    reply = gets()
+                    if reply is False:
+                        return  # the rest of this batch has not arrived yet
+                    replies.append(reply)
                 pending.popleft()
                 self.in_flight -= batch.n
                 if not batch.future.done():

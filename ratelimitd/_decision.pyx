@@ -16,6 +16,8 @@ import time
 
 from ratelimitd.backends.base import Op
 from ratelimitd import _match
+from ratelimitd.budget.calls import add_item, budget_key, budget_op, budget_status
+from ratelimitd.budget.calls import lookup as budget_lookup
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
@@ -33,6 +35,7 @@ from ratelimitd.stats.store import RuleStats
 
 CONSUME = 0
 REFUND = 1
+BUDGET = 2
 SLICE = 256
 NO_LIMIT = Status(_OK)
 UNLIMITED = Status(_OK, None, MAX_UINT32, 0)
@@ -54,6 +57,7 @@ cdef object RULE = Rule
 cdef object LOOKUP = _match.lookup
 cdef object RULESET = RuleSet
 cdef Py_ssize_t O_TRIES = offset_of(RuleSet, "_tries")
+cdef Py_ssize_t O_BUDGETS = offset_of(RuleSet, "budgets")
 cdef object STATS = RuleStats
 cdef object STATUS = Status
 cdef Py_ssize_t T_CODE = offset_of(Status, "code")
@@ -92,6 +96,7 @@ cdef class Item:
     cdef public object stats
     cdef public Py_ssize_t first
     cdef public object status
+    cdef public object budget  # a BUDGET item's call (see `_decision_py.Item`)
     cdef readonly tuple windows  # the rule's (read once)
 
     def __init__(self, Py_ssize_t index, rule, str key, share, long long hits, int kind=0):
@@ -109,6 +114,7 @@ cdef Item _item(Item self, Py_ssize_t index, rule, str key, share, long long hit
         self.stats = None
         self.first = -1
         self.status = None
+        self.budget = None
         return self
 
 
@@ -127,6 +133,9 @@ cdef class Plan:
     cdef public dict replaced
     cdef public list walks
     cdef public bint cached
+    # The domain's budget calls (see `_decision_py.Plan`), and the closes counted last.
+    cdef public object budget
+    cdef public list closes
     # Set by `Engine.prepare`: the instant of the count, its store keys and operations.
     cdef public double t
     cdef public list names
@@ -150,15 +159,24 @@ cdef Plan _init(Plan self, str domain, list descriptors, object hits_addend, roo
         self.replaced = None
         self.walks = walks
         self.cached = False
+        self.budget = None
+        self.closes = None
         return self
 
 
 def begin(request, ruleset, options, list walks=None):
     """A plan with no descriptor looked up yet (see `_decision_py.begin`)."""
-    return _begin(request, ruleset, options.max_descriptors, options.max_entries, walks)
+    return _begin(
+        request, ruleset, options.max_descriptors, options.max_entries, walks,
+        options.shadow_mode, options.quota_mode,
+    )
 
 
-cdef Plan _begin(request, ruleset, Py_ssize_t max_descriptors, Py_ssize_t most, list walks):
+cdef Plan _begin(
+    request, ruleset, Py_ssize_t max_descriptors, Py_ssize_t most, list walks, bint shadow,
+    bint quota,
+):
+    cdef Plan p
     cdef list descriptors
     cdef Py_ssize_t n
     cdef str domain = get(request, REQUEST, Q_DOMAIN, "domain")
@@ -182,10 +200,12 @@ cdef Plan _begin(request, ruleset, Py_ssize_t max_descriptors, Py_ssize_t most, 
             )
     if type(ruleset) is RULESET:  # the dict behind its read-only `domains`, in C
         root = (<dict>get(ruleset, RULESET, O_TRIES, "_tries")).get(domain)
+        budgets = get(ruleset, RULESET, O_BUDGETS, "budgets")
     else:
         domains = ruleset.domains
         root = domains[domain] if domain in domains else None
-    return _init(
+        budgets = ruleset.budgets
+    p = _init(
         Plan.__new__(Plan),
         domain,
         descriptors,
@@ -193,6 +213,11 @@ cdef Plan _begin(request, ruleset, Py_ssize_t max_descriptors, Py_ssize_t most, 
         root,
         walks,
     )
+    if budgets:
+        keys = budgets.get(domain)
+        if keys is not None:
+            p.budget = (keys[0], keys[1], shadow, quota)
+    return p
 
 
 def extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop):
@@ -205,16 +230,19 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
     cdef str domain = plan.domain
     cdef list descriptors = plan.descriptors
     cdef list walks = plan.walks
+    cdef object budget = plan.budget
     cdef list walked
     cdef Py_ssize_t i
     cdef long long hits
-    cdef object d, rule, share, found, raw
+    cdef object d, rule, share, found, raw, call, recognised
+    cdef Item item
     cdef str key
     if root is None:
         return 0
     for i in range(start, stop):
         d = descriptors[i]
         share = None
+        call = None
         limit = get(d, DESCRIPTOR, D_LIMIT, "limit")
         if limit is not None:
             rule = _override(domain, _entries(d), limit)
@@ -223,10 +251,16 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
                 walks.append((None, rule, key))
         else:
             walked = [] if walks is not None else None
-            if lookup is LOOKUP:  # the compiled trie's: called in C
-                found = lookup_c(root, domain, _entries(d), walked)
-            else:
-                found = lookup(root, domain, _entries(d), walked)
+            found = None
+            if budget is not None:  # a budget call is matched without its phase and txn
+                recognised = budget_lookup(lookup, root, domain, _entries(d), budget, walked)
+                if recognised is not None:
+                    found, call = recognised
+            if found is None:
+                if lookup is LOOKUP:  # the compiled trie's: called in C
+                    found = lookup_c(root, domain, _entries(d), walked)
+                else:
+                    found = lookup(root, domain, _entries(d), walked)
             if walks is not None:
                 if found is None:
                     walks.append((walked, None, None))
@@ -261,6 +295,10 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
                     plan.unlimited = []
                 plan.unlimited.append(i)
                 continue
+            if rule.budget is not None:
+                item = _item(Item.__new__(Item), i, rule, key, share, hits, BUDGET)
+                add_item(plan, item, call, _entries(d), negative, budget)
+                continue
         if negative:
             for window in rule.windows:
                 if (<tuple>window)[W_ALGORITHM] != 0:
@@ -283,6 +321,9 @@ cdef Plan _finish(Plan plan):
     cdef dict replaced = plan.replaced
     cdef list kept
     cdef Item item
+    if plan.closes is not None:  # closes after settles (see `_decision_py.finish`)
+        plan.items += plan.closes
+        plan.closes = None
     if replaced:
         kept = []
         for item in plan.items:
@@ -303,7 +344,10 @@ cdef Plan _finish(Plan plan):
 
 def plan(request, ruleset, options, list walks=None):
     """The whole plan of a request at once (see `_decision_py.plan`)."""
-    cdef Plan p = _begin(request, ruleset, options.max_descriptors, options.max_entries, walks)
+    cdef Plan p = _begin(
+        request, ruleset, options.max_descriptors, options.max_entries, walks,
+        options.shadow_mode, options.quota_mode,
+    )
     _extend(p, ruleset.lookup, 0, len(p.descriptors))
     return _finish(p)
 
@@ -313,7 +357,10 @@ def planned(request, ruleset, options, stats):
     `_decision_py.planned`)."""
     cdef Plan p
     try:
-        p = _begin(request, ruleset, options.max_descriptors, options.max_entries, None)
+        p = _begin(
+            request, ruleset, options.max_descriptors, options.max_entries, None,
+            options.shadow_mode, options.quota_mode,
+        )
         _extend(p, ruleset.lookup, 0, len(p.descriptors))
         _finish(p)
     except ServiceError:
@@ -456,6 +503,9 @@ cdef list _ops(Plan plan, list names, double t):
     for item in plan.items:
         j = item.first
         if j >= 0:
+            if item.kind == BUDGET:
+                ops.append(budget_op(item, names[j], now_ms))
+                continue
             windows = item.windows
             for k in range(len(windows)):
                 ops.append(_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms))
@@ -479,10 +529,14 @@ cdef list _collect(Plan plan, double t, str prefix, local, bint record):
         h = item.hits
         st = item.stats
         kind = item.kind
-        if kind == REFUND:
-            st.total_negative_hits += h
-        else:
+        if kind == CONSUME:
             put(st, STATS, S_TOTAL_HITS, "total_hits", get(st, STATS, S_TOTAL_HITS, "total_hits") + h)
+        elif kind == REFUND:
+            st.total_negative_hits += h
+        else:  # BUDGET: one key, its hits counted by its verdict
+            item.first = len(out)
+            out.append(budget_key(prefix, plan.domain, item.budget[2], item.share))
+            continue
         windows = item.windows
         if local is None:  # the keys straight into the list
             item.first = len(out)
@@ -604,6 +658,9 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                         tick, now_ms // tick, now,
                     )
             continue
+        if item.kind == BUDGET:
+            results[j] = store.increment_now([budget_op(item, names[j], now_ms)], now)[0]
+            continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
         results[j : j + n] = store.increment_now(ops, now)
     if plan.meters is not None:
@@ -629,6 +686,9 @@ cdef list _settle(Plan plan, list names, results, double t, double ratio, local)
         windows = item.windows
         if item.kind == REFUND:
             statuses[item.index] = _refunded(windows, results, j, now)
+            continue
+        if item.kind == BUDGET:
+            statuses[item.index] = budget_status(item, results[j], ratio)
             continue
         # The deciding window: over the limit first, the longest wait among those (the
         # first on a tie); otherwise the least remaining.
@@ -735,7 +795,10 @@ cdef class Engine:
         """`planned`, with the engine's cached options."""
         cdef Plan p
         try:
-            p = _begin(request, self.ruleset, self.max_descriptors, self.max_entries, None)
+            p = _begin(
+                request, self.ruleset, self.max_descriptors, self.max_entries, None,
+                self.shadow, self.quota,
+            )
             _extend(p, self.lookup, 0, len(p.descriptors))
             _finish(p)
         except ServiceError:

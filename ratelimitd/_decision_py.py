@@ -18,7 +18,8 @@ A decision is three steps, and the service and `/explain` both take all three:
 
 A new kind of count (a refund is one: `REFUND`) is a new `kind`: `plan` sets it on the
 item, `window_op` builds its store operation, `reading` reads its result, and the backends
-execute it; the verdict is shared.
+execute it; the verdict is shared. A token budget (`BUDGET`, `budget.calls`) is the one
+kind counted whole: one store call for all its windows, whose result gives its status.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any
 
 from ._keys_py import cache_key, refuse, state_key, unit_seconds, verdict
 from .backends.base import Op
+from .budget.calls import add_item, budget_key, budget_op, budget_status
+from .budget.calls import lookup as budget_lookup
 from .config.ruleset import Rule
 from .config.windows import FIXED_WINDOW
 from .keys import MAX_HITS, METER_TTL_SECONDS
@@ -42,8 +45,8 @@ from .messages import (
     Status,
 )
 
-# What an item's hits do to its windows.
-CONSUME, REFUND = 0, 1
+# What an item's hits do to its windows; a budget item's do what its call says (`budget`).
+CONSUME, REFUND, BUDGET = 0, 1, 2
 
 # A request with more descriptors than this is planned in slices of this many, the loop
 # running other requests between them: one huge request must not stall all. Such a request
@@ -58,7 +61,18 @@ UNLIMITED = Status(OK, None, MAX_UINT32, 0)
 class Item:
     """One descriptor of a plan that counts: its rule and windows, stats key, hits, kind."""
 
-    __slots__ = ("first", "hits", "index", "key", "kind", "rule", "share", "stats", "status")
+    __slots__ = (
+        "budget",
+        "first",
+        "hits",
+        "index",
+        "key",
+        "kind",
+        "rule",
+        "share",
+        "stats",
+        "status",
+    )
 
     def __init__(
         self,
@@ -78,13 +92,18 @@ class Item:
         self.stats: Any = None  # stats.RuleStats, resolved by the caller before the count
         self.first = -1  # the item's first op in `collect`'s list (-1: none)
         self.status: Status | None = None  # decided without the store (local cache)
+        # A BUDGET item's call: (kind, transaction id, the budget's entries, force,
+        # remember), `budget.calls.item_call`.
+        self.budget: tuple[int, str, Sequence[tuple[str, str]], bool, bool] | None = None
 
 
 class Plan:
     """What one request asks: its items, and the descriptors decided without counting."""
 
     __slots__ = (
+        "budget",
         "cached",
+        "closes",
         "default_hits",
         "descriptors",
         "domain",
@@ -116,6 +135,10 @@ class Plan:
         # rule found or None, its stats key); None unless asked.
         self.walks = walks
         self.cached = False  # set by `collect`: an item was answered from the local cache
+        # The domain's budget calls: (phase key, transaction key, SHADOW_MODE, QUOTA_MODE);
+        # None for a domain without budget rules. Closes are counted after the settles.
+        self.budget: tuple[str, str, bool, bool] | None = None
+        self.closes: list[Item] | None = None
         # Set by `Engine.prepare`: the instant of the count, its store keys and operations.
         self.t = 0.0
         self.names: list[str] = []
@@ -144,7 +167,12 @@ def begin(request: Request, ruleset: Any, options: Any, walks: list[Any] | None 
             raise RequestTooLarge(
                 f"a descriptor with {len(d.entries)} entries (MAX_ENTRIES_PER_DESCRIPTOR={most})"
             )
-    return Plan(request, ruleset.domains.get(request.domain), walks)
+    p = Plan(request, ruleset.domains.get(request.domain), walks)
+    if ruleset.budgets:
+        keys = ruleset.budgets.get(request.domain)
+        if keys is not None:
+            p.budget = (keys[0], keys[1], options.shadow_mode, options.quota_mode)
+    return p
 
 
 def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
@@ -155,9 +183,11 @@ def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
     domain = plan.domain
     descriptors = plan.descriptors
     walks = plan.walks
+    budget = plan.budget
     for i in range(start, stop):
         d = descriptors[i]
         share = None
+        call = None
         if d.limit is not None:
             rule = _override(domain, d.entries, d.limit)
             key = rule.full_key
@@ -167,7 +197,13 @@ def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
             walked: list[Any] | None = None
             if walks is not None:
                 walked = []
-            found = lookup(root, domain, d.entries, walked)
+            found = None
+            if budget is not None:  # a budget call is matched without its phase and txn
+                recognised = budget_lookup(lookup, root, domain, d.entries, budget, walked)
+                if recognised is not None:
+                    found, call = recognised
+            if found is None:
+                found = lookup(root, domain, d.entries, walked)
             if walks is not None:
                 walks.append((walked, *(found[:2] if found is not None else (None, None))))
             if found is None:
@@ -193,6 +229,10 @@ def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
                     plan.unlimited = []
                 plan.unlimited.append(i)
                 continue
+            if rule.budget is not None:
+                item = Item(i, rule, key, share, hits, BUDGET)
+                add_item(plan, item, call, d.entries, d.is_negative_hits, budget)
+                continue
         if d.is_negative_hits:
             for window in rule.windows:
                 if window.algorithm != FIXED_WINDOW:
@@ -207,7 +247,12 @@ def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
 
 def finish(plan: Plan) -> Plan:
     """Apply `replaces` once every descriptor is looked up: the limits it names are dropped
-    (their metadata too), whatever the descriptor order; a list keeps its other limits."""
+    (their metadata too), whatever the descriptor order; a list keeps its other limits.
+    Budget closes go last: a close after its stream's settle changes nothing, before it
+    would free the reservation the settle then finds finished."""
+    if plan.closes is not None:
+        plan.items += plan.closes
+        plan.closes = None
     replaced = plan.replaced
     if replaced:
         kept = []
@@ -289,7 +334,9 @@ def collect(plan: Plan, t: float, prefix: str, local: Any, record: bool = True) 
     An item one of whose windows the local over-limit cache knows to be over is answered now
     (`item.status`, its hits in `over_limit_with_local_cache`) and sends nothing; a refund
     drops its keys from that cache (the reference keeps them, its open issue #1230), unless
-    `record` is false (a dry run changes nothing).
+    `record` is false (a dry run changes nothing). A budget item is one operation for all
+    its windows, never answered from the local cache (a settle frees room before the
+    window ends).
     """
     return _ops(plan, _collect(plan, t, prefix, local, record), t)
 
@@ -301,6 +348,9 @@ def _ops(plan: Plan, names: list[str], t: float) -> list[Op]:
     for item in plan.items:
         j = item.first
         if j >= 0:
+            if item.kind == BUDGET:
+                ops.append(budget_op(item, names[j], now_ms))
+                continue
             for k, w in enumerate(item.rule.windows):
                 ops.append(window_op(item.kind, w, names[j + k], item.hits, now_ms))
     return ops
@@ -316,10 +366,14 @@ def _collect(plan: Plan, t: float, prefix: str, local: Any, record: bool) -> lis
         h = item.hits
         st = item.stats
         kind = item.kind
-        if kind == REFUND:
-            st.total_negative_hits += h
-        else:
+        if kind == CONSUME:
             st.total_hits += h
+        elif kind == REFUND:
+            st.total_negative_hits += h
+        else:  # BUDGET: one key, its hits counted by its verdict (a close's are a status)
+            item.first = len(out)
+            out.append(budget_key(prefix, plan.domain, item.budget[2], item.share))  # type: ignore[index]
+            continue
         names = window_keys(plan, item, now, prefix)
         if local is not None:
             if kind == REFUND:
@@ -423,6 +477,9 @@ def count_now(
                         now_ms // tick, now,
                     )  # fmt: skip
             continue
+        if item.kind == BUDGET:
+            results[j] = store.increment_now([budget_op(item, names[j], now_ms)], now)[0]
+            continue
         ops = [
             window_op(item.kind, w, names[j + k], item.hits, now_ms) for k, w in enumerate(windows)
         ]
@@ -462,6 +519,9 @@ def _settled(
         windows = item.rule.windows
         if item.kind == REFUND:
             statuses[item.index] = _refunded(windows, results, j, now)
+            continue
+        if item.kind == BUDGET:
+            statuses[item.index] = budget_status(item, results[j], ratio)
             continue
         # The deciding window (the one place it is chosen): over the limit first, the longest
         # wait among those (the first listed on a tie: the one the client must wait for);
@@ -623,6 +683,7 @@ def overall_code(statuses: list[Status], unlimited: Sequence[int], global_quota:
 
 # What the compiled module provides too (`_twins.select` checks a build against it).
 __all__ = [
+    "BUDGET",
     "CONSUME",
     "NO_LIMIT",
     "REFUND",

@@ -8,7 +8,9 @@ counting anything:
   exact, wildcard or key-only, as the reference's GetLimit takes them), whether a request
   override or a `replaces` decided instead, the stats key, the cache key(s), the current
   value of each window and the status the request would get — a dry run: the store is read,
-  never written, and no statistic moves.
+  never written, and no statistic moves. A token budget's descriptor shows its call
+  (reserve, settle, close or a plain count), what the call would do (`outcome`: admitted,
+  refused, duplicate, settled, ...), and per window the usage and reservations.
 - `counter(domain, entries)`: the same for one descriptor with no hits.
 - `reset(domain, entries)`: deletes every window's key of that descriptor (all its limits)
   in the store and in this process's local over-limit cache; audited in the log.
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._match_py import EXACT, KEY_ONLY, WILDCARD
+from .budget.model import COUNT, DUPLICATE, KIND_NAMES, OUTCOME_NAMES, RELEASE, RESERVE, Result
 from .config import Rule
 from .decision import CONSUME
 from .limiter import Limiter
@@ -61,26 +64,32 @@ class Admin:
             raise AdminError(str(exc)) from None
         plan = run.plan
         items = {item.index: item for item in plan.items}
-        windows = await self._windows(run)
+        windows, budgets = await self._windows(run)
         out: list[dict[str, Any]] = []
         for i, d in enumerate(request.descriptors):
             entry: dict[str, Any] = {"entries": [{"key": k, "value": v} for k, v in d.entries]}
             out.append(entry)
             walk, rule, stats_key = walks[i] if i < len(walks) else ([], None, None)
+            item = items.get(i)
+            looked_up = d  # a budget call is matched without its phase and transaction
+            if item is not None and item.budget is not None:
+                looked_up = Descriptor(tuple(item.budget[2]))
             if walk is None:
                 entry["matched"] = "override"
                 entry["why"] = "the request's own limit (descriptor.limit) replaces any rule"
             else:
-                entry["path"] = _path(d, walk)
+                entry["path"] = _path(looked_up, walk)
                 entry["matched"] = None if rule is None else "rule"
-                entry["why"] = _why(plan.found, rule is not None, entry["path"], len(d.entries))
+                depth = len(looked_up.entries)
+                entry["why"] = _why(plan.found, rule is not None, entry["path"], depth)
             if rule is not None:
                 entry["rule"] = _describe(rule)
                 entry["stats_key"] = stats_key
-                item = items.get(i)
                 if item is not None:
                     entry["windows"] = windows[i]
                     entry["hits"] = item.hits
+                    if i in budgets:
+                        entry["budget"] = budgets[i]
                 elif rule.unlimited:
                     entry["windows"] = []
                 elif plan.replaced and rule.name in plan.replaced:
@@ -97,9 +106,11 @@ class Admin:
             "descriptors": out,
         }
 
-    async def _windows(self, run: DryRun) -> dict[int, list[dict[str, Any]]]:
+    async def _windows(
+        self, run: DryRun
+    ) -> tuple[dict[int, list[dict[str, Any]]], dict[int, dict[str, Any]]]:
         """Per descriptor that counts, each window: its key, current value (read now), and
-        what the dry run found for it."""
+        what the dry run found for it; and per budget descriptor, its call."""
         limiter = self.limiter
         d = limiter.decision
         plan = run.plan
@@ -108,8 +119,14 @@ class Admin:
         now_ms = int(t * 1000)
         local = limiter.local_cache
         shown: dict[int, list[dict[str, Any]]] = {}
+        budgets: dict[int, dict[str, Any]] = {}
         reads = []
         for item in plan.items:
+            if item.budget is not None:  # the dry call's own answer: nothing to read
+                key, result = run.ops[item.first].key, run.results[item.first]
+                budgets[item.index] = _budget_call(item, key, result)
+                shown[item.index] = _budget_windows(item, key, result)
+                continue
             names = d.window_keys(plan, item, now, limiter.prefix)
             rows = shown[item.index] = []
             for k, (w, name) in enumerate(zip(item.rule.windows, names, strict=True)):
@@ -135,11 +152,13 @@ class Admin:
                     }
                 )
         values = iter(await limiter.backend.get(reads) if reads else ())
-        for rows in shown.values():
+        for index, rows in shown.items():
+            if index in budgets:
+                continue
             for row in rows:
                 row["value"] = value = next(values)
                 row["remaining"] = max(0, row["limit"] - value)
-        return shown
+        return shown, budgets
 
     async def counter(self, domain: str, entries: Sequence[tuple[str, str]]) -> dict[str, Any]:
         """One descriptor's rule, cache keys and current windows (no hits)."""
@@ -154,7 +173,9 @@ class Admin:
     ) -> dict[str, Any]:
         """Delete every window of one descriptor's counters; audited."""
         shown = await self.counter(domain, entries)
-        names = [w["cache_key"] for w in shown.get("windows", [])]
+        names = list(dict.fromkeys(w["cache_key"] for w in shown.get("windows", [])))
+        if "budget" in shown:  # its deadlines too
+            names.append(shown["budget"]["due_key"])
         deleted = await self.limiter.backend.delete(names) if names else 0
         local = self.limiter.local_cache
         if local is not None:
@@ -187,7 +208,64 @@ def _describe(rule: Rule) -> dict[str, Any]:
         out["replaces"] = list(rule.replaces)
     if rule.limits is not None:
         out["limits"] = [_describe(limit) for limit in rule.limits]
+    spec = rule.budget
+    if spec is not None:
+        out["budget"] = {
+            "phase_key": spec.phase_key,
+            "transaction_key": spec.transaction_key,
+            "unsettled": "charge" if spec.charge_unsettled else "release",
+            "reservation_ttl_seconds": spec.ttl_ms / 1000,
+        }
     return out
+
+
+def _budget_call(item: Any, key: str, result: Result) -> dict[str, Any]:
+    """What a budget descriptor asks (its call) and what the call would do now."""
+    kind, txn, _, force, remember = item.budget
+    call: dict[str, Any] = {
+        "call": "close" if kind == RELEASE else KIND_NAMES[kind],
+        "outcome": OUTCOME_NAMES.get(result.outcome, str(result.outcome)),
+        "key": key,
+        "due_key": key + "_due",
+    }
+    if txn:
+        call["transaction"] = txn
+    if force:
+        call["force"] = True  # shadow mode: a reserve is held even past the limit
+    if remember:
+        call["remember_refusal"] = True  # quota mode
+    if result.expired:
+        call["expires_first"] = result.expired  # reservations past their TTL it would end
+    return call
+
+
+def _budget_windows(item: Any, key: str, result: Result) -> list[dict[str, Any]]:
+    """A budget's windows: used and reserved now, and the level after the call."""
+    asks = item.budget[0] in (RESERVE, COUNT)  # a settle or close never refuses
+    duplicate = result.outcome == DUPLICATE
+    rows = []
+    for w, win, (after, ticks), (used, reserved) in zip(
+        item.rule.windows, item.rule.budget.windows, result.levels, result.held, strict=True
+    ):
+        limit = w.limit
+        over = asks and (after > w.requests or duplicate)
+        rows.append(
+            {
+                "cache_key": key,
+                "limit": w.requests,
+                "unit": limit.unit_name,
+                "window_seconds": w.seconds,
+                "algorithm": limit.algorithm_name,
+                "value": used,
+                "reserved": reserved,
+                "remaining": max(0, w.requests - used - reserved),
+                "after": after,
+                "reset_seconds": -(-ticks * win.tick // 1000),
+                "in_local_cache": False,
+                "would_be": "OVER_LIMIT" if over and not limit.shadow_mode else "OK",
+            }
+        )
+    return rows
 
 
 def _path(d: Descriptor, walk: list[tuple[int, Any]]) -> list[dict[str, Any]]:

@@ -66,7 +66,8 @@ def check_config(argv: Sequence[str]) -> int:
     backend_type = args.backend_type or backend_type_from_env()
     backend = None
     if backend_type:
-        backend = (backend_type, BACKENDS[backend_type].capabilities.algorithms)
+        caps = BACKENDS[backend_type].capabilities
+        backend = (backend_type, caps.algorithms, caps.budgets)
     print("checking rate limit configs...")
     try:
         files = load_files(args.paths)

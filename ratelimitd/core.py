@@ -58,6 +58,7 @@ class Core:
             matcher=match.implementation(self.impl),
             backend=counted_by(self.backend),
         )
+        self.limiter.check(ruleset)
         self.service.set_ruleset(ruleset)
         return ruleset
 

@@ -137,6 +137,7 @@ class Daemon:
         await self.sink.stop()  # the final flush
         if self.tracing is not None:
             await self.tracing.shutdown()
+        await self.service.close()
         await self.backend.close()
         log.info("ratelimitd stopped")
         return 0

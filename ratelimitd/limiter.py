@@ -21,6 +21,8 @@ from typing import Any
 
 from . import decision, keys
 from .backends.base import Backend, Op, SyncBackend
+from .budget.model import budget_keys
+from .config import ConfigError, RuleSet
 from .localcache import LocalCache
 from .messages import Status
 
@@ -54,6 +56,16 @@ class Limiter:
             self.increment_now = self._backend.increment_now
         self.synchronous = self.increment_now is not None
 
+    def check(self, ruleset: RuleSet) -> None:
+        """Refuse (ConfigError) a config this limiter cannot count: token budgets under a
+        CACHE_KEY_PREFIX that opens an empty Redis hash tag (a budget's two keys could then
+        land in different Cluster slots)."""
+        if ruleset.budgets:
+            try:
+                budget_keys(self.prefix, "", ())
+            except ValueError as exc:
+                raise ConfigError("CACHE_KEY_PREFIX", str(exc)) from None
+
     @property
     def backend(self) -> Backend:
         """The counter store (fixed at construction: the fast path was chosen for it)."""
@@ -70,6 +82,7 @@ class Limiter:
         d = self.decision
         t = self.clock()
         ops = d.collect(plan, t, self.prefix, self.local_cache)
+        plan.t, plan.ops = t, ops  # what failed, should the store fail (budget settles)
         n = len(ops)
         if ops and self.stop_increment:
             ops = await self._selective(ops, plan.cached)
@@ -102,18 +115,24 @@ class Limiter:
         Otherwise one GET round decides: if some key would exceed (GET + hits > limit)
         only those keys get their hits, else everything is incremented as usual.
         Non-incremented keys still get INCRBY 0 so their TTL is refreshed. Refunds are
-        neither checked nor held back, as the reference's negative hits.
+        neither checked nor held back, as the reference's negative hits, nor are budget
+        calls (a budget checks before it counts, atomically).
         """
         if any_cached:
-            return [op if op.refund else _without_hits(op) for op in ops]
-        asked = [op for op in ops if not op.refund]
+            return [op if _kept(op) else _without_hits(op) for op in ops]
+        asked = [op for op in ops if not _kept(op)]
         if not asked:
             return ops
         values = iter(await self._backend.get(asked))
-        exceed = [not op.refund and next(values) + op.hits > op.limit for op in ops]
+        exceed = [not _kept(op) and next(values) + op.hits > op.limit for op in ops]
         if not any(exceed):
             return ops
-        return [op if exceed[j] or op.refund else _without_hits(op) for j, op in enumerate(ops)]
+        return [op if exceed[j] or _kept(op) else _without_hits(op) for j, op in enumerate(ops)]
+
+
+def _kept(op: Op) -> bool:
+    """An op STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT leaves as it is."""
+    return op.refund or op.budget is not None
 
 
 def _without_hits(op: Op) -> Op:

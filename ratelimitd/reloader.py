@@ -128,12 +128,14 @@ class ConfigReloader:
         # frees a replaced one).
         gc.disable()
         try:
-            return build_ruleset(
+            ruleset = build_ruleset(
                 read(),
                 merge_domains=merge,
                 stats=self.stats,
                 backend=counted_by(self.service.limiter.backend),
             )
+            self.service.limiter.check(ruleset)
+            return ruleset
         finally:
             gc.freeze()
             gc.enable()

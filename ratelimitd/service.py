@@ -20,6 +20,7 @@ from typing import Any
 
 from . import decision, keys
 from .backends.base import BackendError, Op, PipelinedBackend, Waiter
+from .budget.retry import StreamEnds
 from .config import RuleSet
 from .config.ruleset import UNIT_NAMES
 from .decision import NO_LIMIT, SLICE, Plan
@@ -92,6 +93,9 @@ class RateLimitService:
         self.fallback = fallback
         self.max_in_flight = max_in_flight  # MAX_INFLIGHT_DECISIONS; 0: no bound
         self.in_flight = 0  # decisions waiting on the store now
+        # Token budgets' stream-end calls (settle, close) a failed store round could not
+        # take: sent again until it takes them (never charged twice).
+        self.stream_ends = StreamEnds(limiter.backend, limiter.near_limit_ratio, stats.service)
         self.decision = d = decision.implementation(impl)
         self.snapshot = Snapshot(None, options or ReloadOptions())
         # Plan, count and verdict in compiled calls: the whole decision for a limiter that
@@ -133,6 +137,11 @@ class RateLimitService:
     def ruleset(self) -> RuleSet | None:
         """The config in force."""
         return self.snapshot.ruleset
+
+    async def close(self) -> None:
+        """Shutdown, before the backend closes: the budget calls still waiting for the
+        store get one last round."""
+        await self.stream_ends.close()
 
     @staticmethod
     def _waits(request: Request) -> Response | None:
@@ -206,12 +215,10 @@ class RateLimitService:
         self.in_flight -= 1
         if results.__class__ is list:
             return self._engine.finish(request, plan, results)  # type: ignore[no-any-return]
-        if not isinstance(results, BackendError):
-            raise results
-        self.stats.service.redis_error += 1
-        if self.failure_policy == "error":
-            raise results
-        return self._respond(request, plan, self._on_failure(plan), self.snapshot.options)
+        try:
+            raise results  # `_failed` answers a BackendError being handled, as awaited
+        except BackendError:
+            return self._respond(request, plan, self._failed(plan), self.snapshot.options)
 
     def dropped(self) -> None:
         """A round `send` started is over, and its waiter no longer wants the response
@@ -291,8 +298,12 @@ class RateLimitService:
 
     def _failed(self, plan: Plan) -> list[Status]:
         """The store failed (a BackendError being handled): counted, then raised again
-        (BACKEND_FAILURE_POLICY=error, the reference) or answered by the policy."""
+        (BACKEND_FAILURE_POLICY=error, the reference) or answered by the policy. A budget's
+        settles and closes are kept to be sent again: their answer does not matter (Envoy
+        discards it), their usage does; its reserves are decided by the policy."""
         self.stats.service.redis_error += 1
+        if plan.budget is not None:
+            self.stream_ends.keep(plan)
         if self.failure_policy == "error":
             raise  # the BackendError being handled: called from its except block only
         return self._on_failure(plan)
@@ -316,11 +327,11 @@ class RateLimitService:
                 statuses[item.index] = Status(OVER_LIMIT, rule, 0, reset)
             return statuses
         # local: the failed round already counted total_hits (and refunds): undo that, the
-        # fallback counts them again.
+        # fallback counts them again (a budget's hits are counted by its verdict only).
         for item in plan.items:
             if item.kind == decision.REFUND:
                 item.stats.total_negative_hits -= item.hits
-            else:
+            elif item.kind == decision.CONSUME:
                 item.stats.total_hits -= item.hits
         fallback = self.fallback
         assert fallback is not None and fallback.synchronous  # the constructor said so

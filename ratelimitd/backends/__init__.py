@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 # Config algorithm ids (config/windows.py), spelled out so that importing the registry
 # imports nothing of the config.
 _ALL = frozenset({0, 1, 2})
+_WINDOWS = frozenset({0, 1})  # fixed and sliding: the windows a budget holds reservations in
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ class Registered:
 
 MEMORY = Capabilities(
     algorithms=_ALL,
+    budgets=_WINDOWS,
     raises=False,
     no_failures="the in-process store never fails or waits",
     waits=False,
@@ -57,7 +59,11 @@ MEMORY = Capabilities(
     span="Memory Pipeline Execution",
 )
 REDIS = Capabilities(
-    algorithms=_ALL, breakers=True, sections=("redis",), span="Redis Pipeline Execution"
+    algorithms=_ALL,
+    budgets=_WINDOWS,
+    breakers=True,
+    sections=("redis",),
+    span="Redis Pipeline Execution",
 )
 MEMCACHE = Capabilities(
     raises=False,

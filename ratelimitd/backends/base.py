@@ -47,6 +47,9 @@ class Capabilities:
 
     # The config's algorithm ids it counts exactly (config/windows.py; 0 is fixed_window).
     algorithms: frozenset[int] = frozenset({0})
+    # The algorithm ids whose limits it keeps token budgets for (`budget:`, its Op.budget
+    # calls): reserve, settle, release, each one atomic call on the budget's keys.
+    budgets: frozenset[int] = frozenset()
     # A failure reaches the service as BackendError (else it never fails, or fails open).
     raises: bool = True
     # Why the failure settings do not apply to it, when it does not raise (their message).
@@ -123,6 +126,11 @@ class Op(msgspec.Struct, gc=False):
     counter is decremented, floored at 0, atomically, and its TTL set again to `seconds`
     (+ jitter) as an increment sets it; an absent counter is not created (the result is 0).
     The result is the counter after. A refund op is never handed to `get`.
+
+    `budget` (a `budget.model.Call`; a store whose capabilities name `budgets`) makes the op
+    one token-budget call on the budget's keys (`key` is its state key), applied atomically;
+    its result is the call's `budget.model.Result`. It is never handed to `get`; `peek`
+    runs it on a copy of the budget (`MemoryBudgets.dry_run`), its Result with `held`.
     """
 
     key: str
@@ -134,6 +142,7 @@ class Op(msgspec.Struct, gc=False):
     tick: int = 1
     now: int = 0
     refund: bool = False
+    budget: Any = None
 
 
 @runtime_checkable
@@ -173,10 +182,11 @@ class Backend(Protocol):
         ...
 
 
-def counted_by(backend: Backend) -> tuple[str, frozenset[int]]:
-    """What the config load checks limits against: the store's name (for the message) and
-    the algorithms it declares it counts exactly."""
-    return backend.name, backend.capabilities.algorithms
+def counted_by(backend: Backend) -> tuple[str, frozenset[int], frozenset[int]]:
+    """What the config load checks limits against: the store's name (for the message), the
+    algorithms it declares it counts exactly and those it keeps budgets for."""
+    caps = backend.capabilities
+    return backend.name, caps.algorithms, caps.budgets
 
 
 @runtime_checkable

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..allocator import Trimmer
+from ..budget.memory import MemoryBudgets
 from ..config.windows import SLIDING_WINDOW
 from ..keys import COUNTER_MAX, Bump
 from ..keys import sliding_window as _sliding_window
@@ -91,6 +92,9 @@ class MemoryBackend:
         self.evicted = 0
         self._logged = -_LOG_EVERY
         self._trimmer = trimmer if trimmer is not None else Trimmer()
+        # Token budgets (`Op.budget` calls): their own keys, forgotten when they can no
+        # longer matter.
+        self.budgets = MemoryBudgets()
 
     def __len__(self) -> int:
         return len(self._counters)
@@ -108,6 +112,9 @@ class MemoryBackend:
         for op in ops:
             if op.algorithm:
                 out.append(self._decide(op, now))
+                continue
+            if op.budget is not None:
+                out.append(self.budgets.apply(op.budget))
                 continue
             key = op.key
             hits = op.hits
@@ -204,7 +211,13 @@ class MemoryBackend:
         for op in ops:
             entry = self._counters.get(op.key)
             states.append(entry[0] if entry is not None and entry[1] > now else None)
-        return simulate(ops, states, now)
+        out = simulate(ops, states, now)
+        calls = [j for j, op in enumerate(ops) if op.budget is not None]
+        if calls:  # on copies of the budgets, in order: nothing written
+            results = self.budgets.dry_run([ops[j].budget for j in calls])
+            for j, result in zip(calls, results, strict=True):
+                out[j] = result
+        return out
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """Current values (0 when absent or expired); a decided op's level, uncounted."""
@@ -227,6 +240,8 @@ class MemoryBackend:
             if entry is not None:
                 self.used -= 1 + len(key) // KEY_UNIT
                 found += entry[1] > now
+            else:
+                found += self.budgets.delete(key, now * 1000)
         return found
 
     def ttl(self, key: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .. import keys, match
 from .errors import ConfigError
@@ -23,6 +23,9 @@ from .windows import (
     key_suffix,
 )
 from .yamlfile import DescriptorDoc, RateLimitDoc, RootDoc
+
+if TYPE_CHECKING:
+    from ..budget.config import BudgetSpec
 
 # RLS v3 `RateLimitResponse.RateLimit.Unit` enum, by name (the config's unit, upper-cased).
 UNIT_BY_NAME = {
@@ -36,6 +39,10 @@ UNIT_BY_NAME = {
     "WEEK": 7,
 }
 UNIT_NAMES = {number: name for name, number in UNIT_BY_NAME.items()}
+
+# What the load checks limits against (`backends.base.counted_by`): the store's name, the
+# algorithms it counts exactly and, when given, those it keeps budgets for (none if absent).
+Store = tuple[str, frozenset[int]] | tuple[str, frozenset[int], frozenset[int]]
 
 # Sliding windows and token buckets count in integer "ticks" (1 ms, or 1 s for very long,
 # very large limits) so that every product of their maths stays below 2**53: exact in
@@ -54,6 +61,7 @@ class Rule:
 
     __slots__ = (
         "algorithm",
+        "budget",
         "detailed_metric",
         "extended",
         "full_key",
@@ -121,8 +129,10 @@ class Rule:
         self.metadata = metadata
         self.stats = stats
         self.meter = meter  # extension: count matching hits in per-day usage buckets
-        # One test on the hot path instead of three for the rare cases.
+        # One test on the hot path instead of four for the rare cases.
         self.special = bool(self.replaces) or unlimited or meter
+        # Extension: a token budget (`budget:`, set by `budgeted`), its windows the store's.
+        self.budget: BudgetSpec | None = None
         # What the count step counts: one window per limit (none when unlimited). The limits
         # of a list are counted through their descriptor's Rule, which compiles them here.
         # The compiled decision's last cache key for this rule's window (start, prefix,
@@ -133,6 +143,11 @@ class Rule:
             if unlimited
             else tuple(_window(limit, not self.extended) for limit in self.limits or (self,))
         )
+
+    def budgeted(self, spec: BudgetSpec) -> None:
+        """Make this rule a token budget (the descriptor's `budget:`, checked)."""
+        self.budget = spec.with_windows(self.windows)
+        self.special = True
 
     @property
     def unit_name(self) -> str:
@@ -147,7 +162,7 @@ class Rule:
             return self
         if not kept:
             return None
-        return Rule(
+        rule = Rule(
             self.full_key,
             kept[0].requests_per_unit,
             kept[0].unit,
@@ -160,6 +175,9 @@ class Rule:
             meter=self.meter,
             limits=kept,
         )
+        if self.budget is not None:
+            rule.budgeted(self.budget)
+        return rule
 
     @property
     def algorithm_name(self) -> str:
@@ -220,13 +238,16 @@ class RuleSet:
 
     `domains` maps a domain to its compiled trie (read-only), and `lookup` is the matcher
     function of the implementation that compiled it: a RuleSet is only ever searched by the
-    code that built it, whichever of the compiled module and its twin that was.
+    code that built it, whichever of the compiled module and its twin that was. `budgets`
+    maps a domain with budget rules to the (phase key, transaction key) its budget calls
+    carry.
     """
 
-    __slots__ = ("_specs", "_tries", "domains", "lookup")
+    __slots__ = ("_specs", "_tries", "budgets", "domains", "lookup")
 
     domains: MappingProxyType[str, Any]
     lookup: Callable[[Any, str, Any], Any]
+    budgets: MappingProxyType[str, tuple[str, str]]
     _specs: MappingProxyType[str, list[NodeSpec]]
     _tries: dict[str, Any]  # behind `domains`: the compiled decision reads it in C
 
@@ -235,11 +256,13 @@ class RuleSet:
         domains: dict[str, Any],
         specs: dict[str, list[NodeSpec]],
         lookup: Callable[[Any, str, Any], Any] = match.lookup,
+        budgets: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         object.__setattr__(self, "_tries", dict(domains))
         object.__setattr__(self, "domains", MappingProxyType(self._tries))
         object.__setattr__(self, "_specs", MappingProxyType(dict(specs)))
         object.__setattr__(self, "lookup", lookup)
+        object.__setattr__(self, "budgets", MappingProxyType(dict(budgets or {})))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"RuleSet is immutable (cannot set {name!r})")
@@ -301,16 +324,21 @@ def build_ruleset(
     merge_domains: bool = False,
     stats: StatsSource | None = None,
     matcher: Matcher = match,
-    backend: tuple[str, frozenset[int]] | None = None,
+    backend: Store | None = None,
 ) -> RuleSet:
     """Validate and compile configs in order; raise ConfigError on the first problem.
 
     `matcher` compiles the tries (the selected `ratelimitd.match` unless a caller, such as a
     benchmark of the pure twin, names another implementation). `backend` is the name of
-    the counter store and the algorithms it can count exactly (None: every algorithm);
-    a limit it cannot count is refused here, at load, never at request time.
+    the counter store, the algorithms it can count exactly and those it keeps budgets for
+    (None: every algorithm, and budgets of fixed and sliding windows); a limit it cannot
+    count is refused here, at load, never at request time.
     """
+    # Imported here: the budget modules read the config's algorithm ids (config.windows).
+    from ..budget.config import domain_keys
+
     roots: dict[str, NodeSpec] = {}
+    budgeted: dict[str, dict[str, BudgetSpec]] = {}
     for source in sources:
         doc = source.doc
         if doc.domain == "":
@@ -320,10 +348,19 @@ def build_ruleset(
             root = roots[doc.domain] = NodeSpec(doc.domain, "", doc.domain, None, False, False)
         elif not merge_domains:
             raise ConfigError(source.name, f"duplicate domain '{doc.domain}' in config file")
-        _load_descriptors(source.name, root, doc.domain + ".", doc.descriptors, stats, backend)
+        mine = budgeted.setdefault(doc.domain, {})
+        _load_descriptors(
+            source.name, root, doc.domain + ".", doc.descriptors, stats, backend, mine
+        )
+        domain_keys(source.name, mine)
     specs = {domain: root.children for domain, root in roots.items()}
     domains = {domain: matcher.compile_level(children) for domain, children in specs.items()}
-    return RuleSet(domains, specs, matcher.lookup)
+    keys_by_domain = {
+        domain: pair
+        for domain, rules in budgeted.items()
+        if (pair := domain_keys("", rules)) is not None
+    }
+    return RuleSet(domains, specs, matcher.lookup, keys_by_domain)
 
 
 def _load_descriptors(
@@ -332,7 +369,8 @@ def _load_descriptors(
     parent_key: str,
     docs: list[DescriptorDoc],
     stats: StatsSource | None,
-    backend: tuple[str, frozenset[int]] | None = None,
+    backend: Store | None,
+    budgeted: dict[str, BudgetSpec],
 ) -> None:
     for d in docs:
         if d.key == "":
@@ -354,6 +392,8 @@ def _load_descriptors(
             raise ConfigError(
                 name, f"meter needs a rate_limit (unlimited: true to only meter) on '{full_key}'"
             )
+        if d.budget_line:
+            budgeted[full_key] = _budget(name, full_key, d, rule, backend)
         if d.share_threshold and "*" not in final_key:
             raise ConfigError(
                 name,
@@ -362,9 +402,33 @@ def _load_descriptors(
             )
 
         spec = NodeSpec(d.key, d.value, final_key, rule, d.value_to_metric, d.share_threshold)
-        _load_descriptors(name, spec, full_key + ".", d.descriptors, stats, backend)
+        _load_descriptors(name, spec, full_key + ".", d.descriptors, stats, backend, budgeted)
         parent.index[final_key] = spec
         parent.children.append(spec)
+
+
+def _budget(
+    name: str, full_key: str, d: DescriptorDoc, rule: Rule | None, backend: Store | None
+) -> BudgetSpec:
+    """The descriptor's `budget:`, checked against its rule and the store; the rule made a
+    budget."""
+    if rule is not None and rule.meter:
+        raise ConfigError(
+            name,
+            _at(d.budget_line, f"budget of '{full_key}': a budget rule cannot meter "
+                "(its calls carry estimates, usage and response codes as hits)"),
+        )  # fmt: skip
+    from ..budget.config import budget_of
+
+    kept_by = None
+    if backend is not None:
+        kept_by = (backend[0], backend[2] if len(backend) == 3 else frozenset())
+    spec = budget_of(name, full_key, d.budget, d.budget_line, rule.windows if rule else (), kept_by)
+    assert rule is not None  # budget_of refuses a descriptor without limits
+    rule.budgeted(spec)
+    if rule.stats is not None:
+        rule.stats.budget = True  # its budget series are shown from the start
+    return spec
 
 
 def _at(line: int, message: str) -> str:
@@ -396,7 +460,7 @@ def _checked_window(
     full_key: str,
     r: RateLimitDoc,
     unit: int,
-    backend: tuple[str, frozenset[int]] | None,
+    backend: Store | None,
 ) -> tuple[int, int, int]:
     """The extensions of one limit: (algorithm, unit_multiplier, tick in ms), checked."""
     if r.unlimited:
@@ -470,7 +534,7 @@ def _multi_limit(
     full_key: str,
     d: DescriptorDoc,
     stats: StatsSource | None,
-    backend: tuple[str, frozenset[int]] | None,
+    backend: Store | None,
 ) -> Rule:
     """`rate_limits:`: one Rule carrying the descriptor's fields and its limits."""
     docs = d.rate_limits or []
@@ -524,7 +588,7 @@ def _limit(
     r: RateLimitDoc,
     own: set[str],
     stats: StatsSource | None,
-    backend: tuple[str, frozenset[int]] | None,
+    backend: Store | None,
     *,
     meter: bool = False,
 ) -> Rule:

@@ -46,6 +46,8 @@ VALID_KEYS = frozenset(
         "algorithm",
         "unit_multiplier",
         "rate_limits",
+        # Extension: token budgets (README, "Token budgets for AI gateways").
+        "budget",
     }
 )
 
@@ -87,6 +89,10 @@ class DescriptorDoc:
     meter: bool = False
     # Extension: several limits on one descriptor (exclusive with rate_limit).
     rate_limits: list[RateLimitDoc] | None = None
+    # Extension: the `budget:` block as written (checked by the rule set's load), and its
+    # line (0: no budget).
+    budget: Any = None
+    budget_line: int = 0
     line: int = 0
 
 
@@ -252,8 +258,10 @@ def _check_keys(name: str, mapping: MappingNode) -> None:
         key = knode.value
         if key not in VALID_KEYS:
             raise ConfigError(name, f"config error, unknown key '{quoted(key)}'")
-        if key == "metadata":
-            continue  # free-form: converted to a protobuf Struct, never key-checked
+        if key in ("metadata", "budget"):
+            # metadata is free-form (a protobuf Struct); a budget's fields are checked by
+            # the rule set's load, with messages of its own.
+            continue
         if isinstance(vnode, SequenceNode):
             for element in vnode.value:
                 if not isinstance(element, MappingNode):
@@ -429,6 +437,9 @@ class _Decoder:
                 d.descriptors = self.descriptor_list(value)
             elif key == "metadata":
                 d.metadata = self.metadata(value)
+            elif key == "budget":
+                d.budget = _construct(value)
+                d.budget_line = value.start_mark.line + 1
             elif key in ("algorithm", "unit_multiplier"):
                 self._misplaced(key, value, "in a descriptor")
         return d
@@ -450,7 +461,7 @@ class _Decoder:
                 r.unlimited = self.boolean(value)
             elif key == "replaces":
                 r.replaces = self.replaces(value)
-            elif key == "rate_limits":
+            elif key in ("rate_limits", "budget"):
                 self._misplaced(key, value, "in a rate limit")
         return r
 
@@ -486,6 +497,7 @@ _EXTENSION_KEYS = {
     "algorithm": "a rate_limit or a rate_limits entry",
     "unit_multiplier": "a rate_limit or a rate_limits entry",
     "rate_limits": "a descriptor",
+    "budget": "a descriptor",
 }
 
 _DESCRIPTOR_FLAGS = frozenset(

@@ -16,6 +16,7 @@ import yaml
 
 from ..settings import StatsSettings
 from .base import SinkError, expand
+from .store import BUDGET_STATS
 
 log = logging.getLogger("ratelimitd.stats")
 
@@ -24,7 +25,8 @@ DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 
 # The reference's src/stats/prom/default_mapper.yaml, with the response time scaled from
 # milliseconds to seconds unless PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS.
-# `rate_limit` is the STATS_RATE_LIMIT_GAUGES extension's gauge, absent from the reference's.
+# `rate_limit` is the STATS_RATE_LIMIT_GAUGES extension's gauge, absent from the reference's,
+# and the budget_* series the token budgets' (stats/store.py BUDGET_STATS).
 _RULE_STATS = (
     "near_limit",
     "over_limit",
@@ -32,6 +34,7 @@ _RULE_STATS = (
     "within_limit",
     "shadow_mode",
     "rate_limit",
+    *BUDGET_STATS,
 )
 
 

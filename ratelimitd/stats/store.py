@@ -38,6 +38,21 @@ RULE_STATS = (
     "shadow_mode",
 )
 
+# A token budget's series (README, "Token budgets for AI gateways"), per stats key of a
+# budget rule: the tokens reserved now (a gauge: what this process reserved less what it saw
+# end, so the sum over processes is the store's), the tokens charged to usage by settles,
+# closes and expiry, and how reservations ended.
+BUDGET_STATS = (
+    "budget_reserved",
+    "budget_charged",
+    "budget_settled",
+    "budget_released",
+    "budget_expired",
+    "budget_orphaned",
+    "budget_duplicate",
+)
+BUDGET_GAUGE = "budget_reserved"
+
 # The series every folded request-made series is counted in.
 OVERFLOW_KEY = "_overflow"
 # Rules formatted between two yields of `snapshot_sliced` (6 series each).
@@ -59,7 +74,8 @@ CONFIG_GAUGE_SUFFIX = ".rate_limit"
 @dataclass(slots=True, eq=False)
 class RuleStats:
     """The counters of one stats key (`ratelimit.service.rate_limit.<key>.*`): the six of
-    RULE_STATS, and `total_negative_hits` (refunds, upstream #1140), shown once non-zero."""
+    RULE_STATS, `total_negative_hits` (refunds, upstream #1140), shown once non-zero, and a
+    budget rule's BUDGET_STATS (shown once `budget` is set)."""
 
     key: str
     total_hits: int = 0
@@ -69,6 +85,14 @@ class RuleStats:
     over_limit_with_local_cache: int = 0
     shadow_mode: int = 0
     total_negative_hits: int = 0
+    budget: bool = False
+    budget_reserved: int = 0
+    budget_charged: int = 0
+    budget_settled: int = 0
+    budget_released: int = 0
+    budget_expired: int = 0
+    budget_orphaned: int = 0
+    budget_duplicate: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -84,6 +108,10 @@ class ServiceStats:
     # local) instead of UNKNOWN, and refused past MAX_INFLIGHT_DECISIONS.
     failure_policy: int = 0
     overloaded: int = 0
+    # Token budgets' stream-end calls sent again once the store took them, and dropped
+    # from a full retry buffer.
+    budget_retried: int = 0
+    budget_retry_dropped: int = 0
     total_requests: int = 0
     response_time_count: int = 0
     response_time_sum_ms: float = 0.0
@@ -108,6 +136,8 @@ class StatsStore:
         # Grown by requests only, so only on the loop, where snapshots are taken too.
         self._domain_not_found: dict[str, int] = {}
         self._gauges: dict[str, Callable[[], float]] = {}
+        # The budget rules' reserved gauges met by a snapshot so far.
+        self._budget_gauges: set[str] = set()
         # Created by the sinks when they are built, before anything is served.
         self._timers: dict[str, Timer] = {}
 
@@ -147,7 +177,7 @@ class StatsStore:
     def add_gauge(self, name: str, read: Callable[[], float]) -> None:
         """Register a gauge read at snapshot time (local cache, connection pools, ...)."""
         self._gauges[name] = read
-        self._gauge_names = frozenset(self._gauges) | frozenset(self._limits)
+        self._gauge_names = self._gauge_set()
 
     def set_limits(self, limits: Iterable[tuple[str, int]]) -> None:
         """The configured limit of each stats key, from the config now in force."""
@@ -156,7 +186,10 @@ class StatsStore:
         prefix = "ratelimit.service.rate_limit."
         suffix = CONFIG_GAUGE_SUFFIX
         self._limits = {f"{prefix}{sanitize_stat_name(k)}{suffix}": n for k, n in limits}
-        self._gauge_names = frozenset(self._gauges) | frozenset(self._limits)
+        self._gauge_names = self._gauge_set()
+
+    def _gauge_set(self) -> frozenset[str]:
+        return frozenset(self._gauges) | frozenset(self._limits) | self._budget_gauges
 
     def snapshot(self) -> dict[str, float]:
         """Every counter and gauge by full name (counters are totals since start)."""
@@ -180,8 +213,7 @@ class StatsStore:
         with self._lock:  # a reload may be adding rules from its thread
             return list(self._rules.values())
 
-    @staticmethod
-    def _rule_series(rules: list[RuleStats], out: dict[str, float]) -> None:
+    def _rule_series(self, rules: list[RuleStats], out: dict[str, float]) -> None:
         prefix = "ratelimit.service.rate_limit."
         for stats in rules:
             base = prefix + stats.key + "."
@@ -191,6 +223,13 @@ class StatsStore:
                 # Only once a refund happened: the reference's statsd sink sends a counter
                 # when it changes, so its Prometheus exporter has no such series before.
                 out[base + "total_negative_hits"] = stats.total_negative_hits
+            if stats.budget:
+                for name in BUDGET_STATS:
+                    out[base + name] = getattr(stats, name)
+                gauge = base + BUDGET_GAUGE
+                if gauge not in self._budget_gauges:
+                    self._budget_gauges.add(gauge)
+                    self._gauge_names = self._gauge_names | {gauge}
 
     def _other_series(self, out: dict[str, float]) -> None:
         prefix = "ratelimit.service.rate_limit."
@@ -208,6 +247,9 @@ class StatsStore:
             out[call + "failure_policy"] = s.failure_policy
         if s.overloaded:
             out[call + "overloaded"] = s.overloaded
+        if s.budget_retried or s.budget_retry_dropped:
+            out["ratelimit.service.budget.retried"] = s.budget_retried
+            out["ratelimit.service.budget.retry_dropped"] = s.budget_retry_dropped
         if self.folded:  # an extension's counter: absent until something is folded
             out["ratelimit.service.stats_series_folded"] = self.folded
         out.update(self._limits)

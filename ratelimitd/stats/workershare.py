@@ -32,10 +32,11 @@ class Totals:
     @classmethod
     def of(cls, stats: StatsStore, snapshot: dict[str, float] | None = None) -> Totals:
         """The current totals of a store (from `snapshot` when one was just taken)."""
-        gauge_names = stats.gauge_names()
-        totals = cls()
         if snapshot is None:
             snapshot = stats.snapshot()
+        # After the snapshot: taking one is what names a budget rule's reserved gauge.
+        gauge_names = stats.gauge_names()
+        totals = cls()
         for name, value in snapshot.items():
             if name in gauge_names and not name.endswith(CUMULATIVE_GAUGE_SUFFIXES):
                 totals.gauges[name] = value

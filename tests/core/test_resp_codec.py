@@ -65,7 +65,12 @@ def test_jitter_stays_below_its_bound(twin: Any) -> None:
 
 @pytest.mark.parametrize("twin", TWINS)
 @pytest.mark.parametrize(
-    "script", [Op("s", 1, 60, algorithm=1, tick=1000), Op("r", 2, 60, refund=True)]
+    "script",
+    [
+        Op("s", 1, 60, algorithm=1, tick=1000),
+        Op("r", 2, 60, refund=True),
+        Op("b", 5, 0, budget=object()),  # a token-budget call (its script)
+    ],
 )
 def test_a_scripts_op_is_not_encoded(twin: Any, script: Op) -> None:
     assert twin.incrby_expire_ops([Op("k", 1, 60), script], 0) is None

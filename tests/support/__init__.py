@@ -27,6 +27,10 @@ only ratelimitd and sidecars.
   grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)
   http_transport the HTTP transport tests' client side (a raw HTTP/1.1 client, servers)
   settings_env   Settings.from_env as the settings tests call it (load, error)
+  budget         budget stores on a real redis-server (single or cluster)
+  openai_backend FakeOpenAI: an OpenAI-style backend (JSON and SSE, usage, errors, aborts)
+  rls_recorder   RlsRecorder: a tap recording what Envoy sends the rate-limit service
+  llm_stack      Envoy on examples/llm-budget + daemon + fake backend; the stream workload
   otlp           OtlpReceiver: an OTLP/HTTP trace receiver
   envoy_gateway  Envoy Gateway's environment, certificates and xDS server for ratelimitd
 """

@@ -40,10 +40,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def http_request(url: str, body: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
-    """(status, body) of one POST of `body`, or GET without one; an HTTP error status is an
-    answer, not an exception."""
-    req = urllib.request.Request(url, data=body, method="POST" if body is not None else "GET")
+def http_request(
+    url: str,
+    body: bytes | None = None,
+    timeout: float = 5.0,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, bytes]:
+    """(status, body) of one POST of `body`, or GET without one (with `headers`); an HTTP
+    error status is an answer, not an exception."""
+    req = urllib.request.Request(
+        url, data=body, method="POST" if body is not None else "GET", headers=headers or {}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, resp.read()

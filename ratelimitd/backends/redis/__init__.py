@@ -55,6 +55,7 @@ from .. import REDIS
 from ..base import BackendError, Op, Waiter
 from ..breaker import CLOSED, Breaker, add_breaker_stats, breaker_args
 from ..memory import simulate
+from . import budget
 from .cluster import ClusterInstance
 from .instances import RedisInstance, SingleInstance, go_duration, key_slot
 from .pool import MAX_IN_FLIGHT
@@ -176,7 +177,16 @@ class RedisBackend:
     async def peek(self, ops: Sequence[Op]) -> list[Any]:
         """What `increment` would return: the keys' states read (one round per instance,
         routed as `increment` routes) and counted on a scratch memory store, whose maths
-        are the scripts' (`keys.sliding_window`, `keys.token_bucket`)."""
+        are the scripts' (`keys.sliding_window`, `keys.token_bucket`); budget calls alike,
+        on their budgets read in one more round (`budget.dry_run`)."""
+        calls = [j for j, op in enumerate(ops) if op.budget is not None]
+        if calls:
+            plain = [op for op in ops if op.budget is None]
+            out = await self.peek(plain) if plain else []
+            results = await budget.dry_run(self.main, [ops[j].budget for j in calls])
+            for j, result in zip(calls, results, strict=True):
+                out.insert(j, result)
+            return out
         states = await self._routed(ops, "states")
         return simulate(ops, states, int(time.time()))
 

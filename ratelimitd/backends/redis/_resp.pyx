@@ -23,6 +23,7 @@ cdef Py_ssize_t O_HITS = offset_of(Op, "hits")
 cdef Py_ssize_t O_SECONDS = offset_of(Op, "seconds")
 cdef Py_ssize_t O_ALGORITHM = offset_of(Op, "algorithm")
 cdef Py_ssize_t O_REFUND = offset_of(Op, "refund")
+cdef Py_ssize_t O_BUDGET = offset_of(Op, "budget")
 
 # The fixed parts of `*3 $6 INCRBY $<n> <key> $<n> <hits>` and `*3 $6 EXPIRE ...`.
 cdef bytes INCRBY = b"*3\r\n$6\r\nINCRBY\r\n"
@@ -100,7 +101,11 @@ def incrby_expire_ops(ops, long long jitter):
     try:
         for i in range(count):  # check and measure
             op = ops[i]
-            if get(op, OP, O_ALGORITHM, "algorithm") or get(op, OP, O_REFUND, "refund"):
+            if (
+                get(op, OP, O_ALGORITHM, "algorithm")
+                or get(op, OP, O_REFUND, "refund")
+                or get(op, OP, O_BUDGET, "budget") is not None
+            ):
                 return None
             hits = get(op, OP, O_HITS, "hits")
             seconds = get(op, OP, O_SECONDS, "seconds")

@@ -35,11 +35,11 @@ def bulk_int(n: int) -> bytes:
 def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes | None:
     """`INCRBY key hits` + `EXPIRE key seconds` for every op, RESP-encoded in one payload,
     each op expiring after its seconds plus a random jitter below `jitter`
-    (EXPIRATION_JITTER_MAX_SECONDS); None when an op is a script's (an algorithm's or a
-    refund)."""
+    (EXPIRATION_JITTER_MAX_SECONDS); None when an op is a script's (an algorithm's, a
+    refund or a budget call)."""
     parts = []
     for op in ops:
-        if op.algorithm or op.refund:
+        if op.algorithm or op.refund or op.budget is not None:
             return None
         seconds = op.seconds
         if jitter > 0:

@@ -12,9 +12,9 @@ from ...aio import cancel
 from ...settings import RedisSettings
 from ..base import BackendError, Op
 from . import resp
-from .instances import _SLOTS, RedisInstance, key_slot, log
+from .instances import RedisInstance, log
 from .pool import Address, Pool, await_replies, host_port
-from .resp import ReplyError
+from .resp import _SLOTS, ReplyError, key_slot
 
 _MAX_REDIRECTS = 5
 
@@ -164,7 +164,7 @@ class ClusterInstance(RedisInstance):
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY + EXPIRE per op, grouped per node (`decide` for an algorithm or a refund)."""
         for op in ops:
-            if op.algorithm or op.refund:
+            if op.algorithm or op.refund or op.budget is not None:
                 return await self.decide(ops)
         cmds: list[tuple[int, bytes]] = []
         for op in ops:

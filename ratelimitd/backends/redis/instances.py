@@ -5,7 +5,6 @@ and a single server or a sentinel-named master (`SingleInstance`). A cluster
 from __future__ import annotations
 
 import asyncio
-import binascii
 import logging
 import random
 import ssl
@@ -22,7 +21,7 @@ from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, Waiter, client_ssl_context
 from ..breaker import Breaker
-from . import resp, scripts
+from . import budget, resp, scripts
 from .pool import (
     MAX_IN_FLIGHT,
     Address,
@@ -32,12 +31,11 @@ from .pool import (
     await_replies,
     host_port,
 )
-from .resp import ReplyError
+from .resp import ReplyError, key_slot
 
 log = logging.getLogger("ratelimitd.backends.redis")
 
 _WATCH_RETRY = 1.0  # seconds between rounds over the sentinels when none keeps a subscription
-_SLOTS = 16384
 
 
 def go_duration(seconds: float) -> str:
@@ -55,16 +53,6 @@ def go_duration(seconds: float) -> str:
     if minutes:
         return f"{int(minutes)}m{text}"
     return text
-
-
-def key_slot(key: bytes) -> int:
-    """The Redis Cluster hash slot of a key: CRC16/XMODEM of the key or its {hashtag}."""
-    start = key.find(b"{")
-    if start >= 0:
-        end = key.find(b"}", start + 1)
-        if end > start + 1:
-            key = key[start + 1 : end]
-    return binascii.crc_hqx(key, 0) & (_SLOTS - 1)
 
 
 # The hash fields the scripts keep a decided limit's state in (see `scripts`).
@@ -169,6 +157,9 @@ class RedisInstance:
                 ttl[j] = self._jittered(op.seconds)
                 cmds.append((slot, scripts.refund(k, op.hits, ttl[j])))
                 owner.append(j)
+            elif op.budget is not None:
+                cmds.append((slot, budget.encode(op.budget)))
+                owner.append(j)
             elif op.algorithm:
                 cmds.append((slot, scripts.call(op, k, peek=peek)))
                 owner.append(j)
@@ -188,6 +179,8 @@ class RedisInstance:
                 op, k = ops[j], ops[j].key.encode()
                 if op.refund:
                     again.append((cmds[i][0], scripts.refund(k, op.hits, ttl[j], load=True)))
+                elif op.budget is not None:
+                    again.append((cmds[i][0], budget.encode(op.budget, load=True)))
                 else:
                     again.append((cmds[i][0], scripts.call(op, k, peek=peek, load=True)))
             for i, reply in zip(missing, await self._run(again), strict=True):
@@ -200,6 +193,9 @@ class RedisInstance:
                 if reply.__class__ is not int:
                     self._fail(reply)
                 out.append(reply)
+                i += 1
+            elif op.budget is not None:
+                out.append(budget.decode(reply))
                 i += 1
             elif op.algorithm:
                 if reply.__class__ is not list:
@@ -447,11 +443,13 @@ class SingleInstance(RedisInstance):
         self._failed(reply)
 
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
-        """One pipeline: INCRBY + EXPIRE per op (`decide` for an algorithm or a refund)."""
+        """One pipeline: INCRBY + EXPIRE per op (`decide` for an algorithm, a refund or a
+        budget call)."""
         payload = resp.incrby_expire_ops(ops, self.jitter)
         if payload is None:  # a script's op
             op = ops[0]
-            if len(ops) == 1 and op.algorithm:  # the common case, without `decide`'s bookkeeping
+            if len(ops) == 1 and op.algorithm and not op.refund and op.budget is None:
+                # the common case, without `decide`'s bookkeeping
                 fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
                 replies = await fut
                 if replies.__class__ is not list:
@@ -469,7 +467,8 @@ class SingleInstance(RedisInstance):
 
     def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
         """`incr_expire` without a coroutine (`PipelinedBackend`): fixed-window ops only
-        (False for an algorithm or a refund: their scripts may need a second round)."""
+        (False for an algorithm, a refund or a budget call: their scripts may need a second
+        round)."""
         payload = resp.incrby_expire_ops(ops, self.jitter)
         if payload is None:
             return False

@@ -20,6 +20,7 @@ costs the requests caught in it, not the connections and the requests after them
 from __future__ import annotations
 
 import asyncio
+import binascii
 import ssl
 from collections import deque
 from collections.abc import Callable
@@ -41,6 +42,20 @@ if TYPE_CHECKING:
 implementation = chooser(
     "ratelimitd.backends.redis._resp", "ratelimitd.backends.redis._resp_py", IMPLEMENTATION
 )
+
+_SLOTS = 16384  # Redis Cluster hash slots
+
+
+def key_slot(key: bytes) -> int:
+    """The Redis Cluster hash slot of a key: CRC16/XMODEM of the key or its {hashtag} (here,
+    below the instances, so that the scripts' modules route without importing them)."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return binascii.crc_hqx(key, 0) & (_SLOTS - 1)
+
 
 _INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b"
 _EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"

@@ -1,0 +1,308 @@
+"""Token budgets: CPU per reserve and per settle against a plain decision, Redis round trips
+per call, and the overshoot of one concurrency workload through the real Envoy, reserve /
+settle against check-then-report.
+
+    .venv/bin/python bench/budget.py [--calls 20000] [--redis-calls 4000] [--repeat 5] [--no-envoy]
+
+1. Decisions, through the service (build_core: plan, count, verdict, as a gRPC call is
+   decided once parsed), on one rule shape: `user` with an hourly limit never reached, in
+   a domain without `budget:` (the plain decision, hits 700) and in one with it. A reserve
+   (phase, user, txn; hits 700), a settle (hits 500) of a reservation, the stream end as
+   Envoy sends it (settle then close in one call), and a whole transaction (reserve, then
+   its stream end: two calls). Memory: CPU (time.process_time) per call. Redis (a
+   redis-server started on a free port; one caller, then 64 concurrent ones, which the
+   backend pipelines): the client's CPU per call, the server's µs per call (INFO
+   commandstats) and round trips per call (the backend's pipelined writes / calls).
+   Median of --repeat runs; ratios to the plain decision of the same run.
+2. The workload (tests/support/llm_stack): N concurrent streams, each asking max_tokens and
+   using less, through Envoy on the check-then-report example and on the reserve example,
+   one after the other in this run: tokens charged against the limit, the overshoot.
+
+Writes bench/results/budget.json and budget.md. The machine may be shared: quote ratios
+of one run, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import uvloop
+from support.budget import call
+from support.llm_stack import EXAMPLES, concurrent_streams, llm_stack
+from support.machine import machine_info
+from support.ready import wait_for
+from support.redis_server import RedisServers
+
+from ratelimitd.backends import MemoryBackend
+from ratelimitd.backends.redis import RedisBackend
+from ratelimitd.config import ConfigFile
+from ratelimitd.core import build_core
+from ratelimitd.messages import OK, Descriptor, Request
+from ratelimitd.settings import RedisSettings
+
+BIG = 2**31  # never over: every call takes the same path
+RULE = f"  - key: user\n    rate_limit: {{unit: hour, requests_per_unit: {BIG}}}\n"
+CONFIGS = [
+    ConfigFile("plain.yaml", "domain: plain\ndescriptors:\n" + RULE),
+    ConfigFile("llm.yaml", "domain: llm\ndescriptors:\n" + RULE + "    budget: {}\n"),
+]
+ESTIMATE, USAGE = 700, 500
+CALLS = ("plain", "reserve", "settle", "stream_end", "transaction")
+SETTLED = "ratelimit.service.rate_limit.llm.user.budget_settled"
+CALLERS = 64  # concurrent callers of the second Redis run
+SERVER_COMMANDS = ("cmdstat_incrby:", "cmdstat_expire:", "cmdstat_evalsha:", "cmdstat_eval:")
+
+# The concurrency workload: as tests/envoy/test_budget_envoy.py.
+STREAMS, MAX_TOKENS, WORKLOAD_USAGE, LIMIT = 40, 1000, 800, 10_000
+
+
+class Calls:
+    """The requests of one measured batch of `n` calls, on 64 users, transactions named
+    with `tag` (fresh per batch: a reserve of a known id is refused, and a stream end of a
+    finished one changes nothing)."""
+
+    def __init__(self, n: int, tag: str) -> None:
+        users = [f"u{i % 64}" for i in range(n)]
+        txns = [f"{tag}{i}" for i in range(n)]
+        self.plain = [
+            Request("plain", [Descriptor((("user", u),), hits_addend=ESTIMATE)]) for u in users
+        ]
+        self.reserve = [
+            Request("llm", [call("reserve", t, ESTIMATE, u)])
+            for u, t in zip(users, txns, strict=True)
+        ]
+        self.settle = [
+            Request("llm", [call("settle", t, USAGE, u)]) for u, t in zip(users, txns, strict=True)
+        ]
+        self.stream_end = [
+            Request("llm", [call("settle", t, USAGE, u), call("close", t, 200, u)])
+            for u, t in zip(users, txns, strict=True)
+        ]
+
+    def batches(self, name: str) -> tuple[list[Request], list[Request], int]:
+        """(untimed set-up calls, timed calls, calls a figure is per) of call `name`."""
+        if name == "plain":
+            return [], self.plain, len(self.plain)
+        if name == "reserve":
+            return [], self.reserve, len(self.reserve)
+        if name == "settle":
+            return self.reserve, self.settle, len(self.settle)
+        if name == "stream_end":
+            return self.reserve, self.stream_end, len(self.stream_end)
+        # A transaction: its reserve then its stream end, figures per transaction.
+        return [], interleave(self.reserve, self.stream_end), len(self.reserve)
+
+
+def interleave(a: list[Request], b: list[Request]) -> list[Request]:
+    return [r for pair in zip(a, b, strict=True) for r in pair]
+
+
+def batches(
+    n: int, repeat: int, tag: str = ""
+) -> Iterator[tuple[str, list[Request], list[Request], int]]:
+    """Every call's batch, `repeat` times, in one order (fresh transactions each)."""
+    for run in range(repeat):
+        for name in CALLS:
+            yield name, *Calls(n, f"{tag}{name}{run}-").batches(name)
+
+
+def memory_figures(n: int, repeat: int) -> dict[str, float]:
+    """µs of CPU per call on the memory backend (driven without an event loop)."""
+    core = build_core(backend=MemoryBackend())
+    core.load(CONFIGS)
+    decide: Callable[[Request], Any] = core.service.decide_now
+    decide(Request("llm", [call("reserve", "warm", 1, "w")]))
+    runs: dict[str, list[float]] = {name: [] for name in CALLS}
+    for name, setup, timed, per in batches(n, repeat):
+        for request in setup:
+            decide(request)
+        before = settled(core)
+        start = time.process_time()
+        for request in timed:
+            decide(request)
+        runs[name].append((time.process_time() - start) / per * 1e6)
+        check(name, core, before, per)
+    return {name: round(statistics.median(r), 3) for name, r in runs.items()}
+
+
+def settled(core: Any) -> float:
+    return core.stats.snapshot().get(SETTLED, 0)  # type: ignore[no-any-return]
+
+
+def check(name: str, core: Any, before: float, per: int) -> None:
+    """Each settle of the batch settled a reservation (not a duplicate or an orphan)."""
+    expected = 0 if name in ("plain", "reserve") else per
+    assert settled(core) - before == expected, (name, settled(core) - before, expected)
+
+
+def server_usec(server: Any) -> float:
+    """Redis server µs spent on the commands a decision sends, since CONFIG RESETSTAT."""
+    usec = 0.0
+    for line in server.command("INFO", "commandstats").decode().splitlines():
+        if line.startswith(SERVER_COMMANDS):
+            fields = dict(f.split("=") for f in line.partition(":")[2].split(","))
+            usec += float(fields["usec"])
+    return usec
+
+
+async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[str, Any]:
+    """Per call: client µs of CPU, server µs and round trips, with one caller (`1`) and with
+    CALLERS concurrent ones (`many`: the backend pipelines what they send at once)."""
+    backend = RedisBackend(RedisSettings(url=address, socket_type="tcp", pool_size=4))
+    await backend.connect()
+    core = build_core(backend=backend)
+    core.load(CONFIGS)
+    decide = core.service.should_rate_limit
+    runs: dict[str, dict[str, list[float]]] = {
+        f"{name}.{callers}": {"client_us": [], "server_us": [], "round_trips": []}
+        for name in CALLS
+        for callers in ("1", "many")
+    }
+
+    async def caller(requests: list[Request]) -> None:
+        for request in requests:
+            answer = await decide(request)
+            assert answer.overall_code == OK, (request, answer)
+
+    try:
+        await decide(Request("llm", [call("reserve", "warm", 1, "w")]))  # loads the script
+        for callers in (1, CALLERS):
+            for name, setup, timed, per in batches(n, repeat, f"c{callers}-"):
+                for request in setup:
+                    await decide(request)
+                # Contiguous even slices: a transaction's two calls stay in order.
+                size = -(-len(timed) // callers // 2) * 2
+                server.command("CONFIG", "RESETSTAT")
+                before = settled(core)
+                writes = backend.writes
+                start = time.process_time()
+                await asyncio.gather(
+                    *(caller(timed[i : i + size]) for i in range(0, len(timed), size))
+                )
+                figures = runs[f"{name}.{'1' if callers == 1 else 'many'}"]
+                figures["client_us"].append((time.process_time() - start) / per * 1e6)
+                figures["round_trips"].append((backend.writes - writes) / per)
+                figures["server_us"].append(server_usec(server) / per)
+                check(name, core, before, per)
+    finally:
+        await backend.close()
+    return {
+        name: {k: round(statistics.median(v), 3) for k, v in figures.items()}
+        for name, figures in runs.items()
+    }
+
+
+def workload(example: str) -> dict[str, int]:
+    """The concurrency workload through Envoy on `example`: admitted, charged, overshoot."""
+    config = (EXAMPLES / example / "config" / "llm.yaml").read_text()
+    config = config.replace("requests_per_unit: 100000", f"requests_per_unit: {LIMIT}")
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        llm_stack(Path(tmp), example, config, record=False) as s,
+    ):
+        answers = concurrent_streams(s, STREAMS, max_tokens=MAX_TOKENS, usage=WORKLOAD_USAGE)
+        admitted = sum(a.status == 200 for a in answers)
+        expected = admitted * WORKLOAD_USAGE
+        wait_for(lambda: s.counter("crowd")["value"] == expected, 60, "every stream end")
+        if example == "reserve":
+            wait_for(lambda: s.counter("crowd")["reserved"] == 0, 60, "every settle")
+        used = int(s.counter("crowd")["value"])
+    return {"admitted": admitted, "charged": used, "overshoot": max(0, used - LIMIT)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--redis-calls", type=int, default=4_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-envoy", action="store_true", help="skip the Envoy workload")
+    args = parser.parse_args()
+    memory = memory_figures(args.calls, args.repeat)
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = RedisServers(Path(tmp))
+        try:
+            server = servers()
+            redis = uvloop.run(redis_figures(server.address, server, args.redis_calls, args.repeat))
+        finally:
+            servers.stop_all()
+    result: dict[str, Any] = {
+        "machine": machine_info(),
+        "args": vars(args),
+        "memory_us": memory,
+        "redis": redis,
+    }
+    if not args.no_envoy:
+        result["workload"] = {
+            "streams": STREAMS,
+            "max_tokens": MAX_TOKENS,
+            "usage": WORKLOAD_USAGE,
+            "limit": LIMIT,
+            "check_then_report": workload("check-then-report"),
+            "reserve": workload("reserve"),
+        }
+    out = Path(__file__).parent / "results"
+    (out / "budget.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "budget.md").write_text(render(result))
+    print(render(result))
+
+
+def render(result: dict[str, Any]) -> str:
+    memory, redis, m = result["memory_us"], result["redis"], result["machine"]
+    lines = [
+        "# Token budgets (bench/budget.py)",
+        "",
+        "Command: `.venv/bin/python bench/budget.py` (one run; CPU = time.process_time of the",
+        "deciding process, per call through the service; ratios to the plain decision of",
+        "this run). Plain: one descriptor `user` (hits 700) on an hourly fixed window; the",
+        "budget calls on the same rule with `budget:`. Stream end: settle + close in one call,",
+        "as Envoy sends it; transaction: a reserve and its stream end (two calls).",
+        "",
+        f"Machine: {m.get('cpu')}, Python {m.get('python')}, {m.get('redis-server')}.",
+        "",
+        "Memory: CPU µs per call. Redis, one caller and 64 concurrent ones (auto-pipelined):",
+        "client CPU µs per call, Redis server µs per call (INFO commandstats) and round trips",
+        "per call (the backend's pipelined writes / calls).",
+        "",
+        "| call | memory µs | x plain | Redis µs (1) | x plain | server µs | round trips "
+        "| Redis µs (64) | x plain | round trips (64) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    one, many = redis["plain.1"], redis["plain.many"]
+    for name in CALLS:
+        r, c = redis[f"{name}.1"], redis[f"{name}.many"]
+        lines.append(
+            f"| {name} | {memory[name]:.2f} | {memory[name] / memory['plain']:.2f} | "
+            f"{r['client_us']:.1f} | {r['client_us'] / one['client_us']:.2f} | "
+            f"{r['server_us']:.2f} | {r['round_trips']:.2f} | "
+            f"{c['client_us']:.1f} | {c['client_us'] / many['client_us']:.2f} | "
+            f"{c['round_trips']:.3f} |"
+        )
+    w = result.get("workload")
+    if w:
+        lines += [
+            "",
+            f"Workload through Envoy: {w['streams']} concurrent streams, max_tokens "
+            f"{w['max_tokens']}, usage {w['usage']}, limit {w['limit']} tokens per hour.",
+            "",
+            "| example | admitted | charged | overshoot |",
+            "|---|---:|---:|---:|",
+        ]
+        for name in ("check_then_report", "reserve"):
+            x = w[name]
+            lines.append(
+                f"| {name.replace('_', '-')} | {x['admitted']} | {x['charged']} | "
+                f"{x['overshoot']} ({100 * x['overshoot'] / w['limit']:.0f}% of the limit) |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

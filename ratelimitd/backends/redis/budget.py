@@ -1,0 +1,395 @@
+"""Budgets on Redis: one Lua script per call, atomic, on the budget's two keys.
+
+The script is `ratelimitd.budget.memory` (the twin; the state is described in
+`ratelimitd.budget.model`) line for line. KEYS are the budget's state hash and its deadline
+set, which share a hash tag, so the call is one atomic script on one Cluster slot and every
+key it touches is declared. The time is the caller's (ARGV), as for the other scripts: one
+clock decides, and a test can drive it. Real key TTLs (PEXPIRE) only collect garbage; the
+state's own `e` decides when a budget is forgotten, so Redis and the twin agree under any
+clock.
+
+Sent as EVALSHA in the request's pipeline; NOSCRIPT (a restarted, flushed or failed-over
+server) is answered by the same call once more as EVAL, which loads the script.
+
+ARGV: kind, now (ms), txn ("" for none), amount, ttl (ms), flags (1: charge the estimate of a
+reservation that ends without usage, 2: reserve even without room, 4: remember a refusal),
+the number of windows, then per window: name, algorithm (0 fixed, 1 sliding), length
+(ticks), tick (ms), limit.
+Reply: {outcome, estimate, charged, expired, expired estimate, expired charged,
+after 1, reset 1, after 2, reset 2, ...} (`model.Result`).
+
+A dry run (`/explain`) never runs the script: `dry_run` reads the budgets' keys (one round)
+and applies the calls to copies of them with the twin's maths (`MemoryBudgets.load`), in
+order, so that a request's calls on one budget see one another as the script would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...budget.memory import MemoryBudgets
+from ...budget.model import SWEEP_BATCH, USED_MAX, Call, Result
+from ..base import BackendError
+from .resp import ReplyError, bulk_int, command, key_slot
+
+if TYPE_CHECKING:
+    from .instances import RedisInstance
+
+BUDGET_LUA = (
+    """
+local H, Z = KEYS[1], KEYS[2]
+local kind = tonumber(ARGV[1])
+local now = tonumber(ARGV[2])
+local txn = ARGV[3]
+local amount = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+local flags = tonumber(ARGV[6])
+local charge_policy = flags % 2 == 1
+local force = math.floor(flags / 2) % 2 == 1
+local remember = flags >= 4
+local n = tonumber(ARGV[7])
+local RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
+local MAX = USED_MAX
+local peek = kind == PEEK
+local fields = {'e'}
+local wins = {}
+for i = 1, n do
+  local a = 7 + (i - 1) * 5
+  local win = {name = ARGV[a + 1], alg = tonumber(ARGV[a + 2]), ticks = tonumber(ARGV[a + 3]),
+    tick = tonumber(ARGV[a + 4]), limit = tonumber(ARGV[a + 5])}
+  wins[i] = win
+  local f = win.name .. '.'
+  for _, k in ipairs({'w', 'u', 'r', 'p', 'q'}) do fields[#fields + 1] = f .. k end
+end
+if kind ~= COUNT then fields[#fields + 1] = 't:' .. txn end
+local got = redis.call('HMGET', H, unpack(fields))
+local e = tonumber(got[1]) or 0
+local fresh = false
+if e > 0 and e <= now then
+  if not peek then redis.call('DEL', H, Z) end
+  fresh = true
+  e = 0
+end
+local function num(i) if fresh then return 0 end return tonumber(got[i]) or 0 end
+for i, win in ipairs(wins) do
+  local b = 1 + (i - 1) * 5
+  win.w, win.u, win.r, win.p, win.q = num(b + 1), num(b + 2), num(b + 3), num(b + 4), num(b + 5)
+  local t = math.floor(now / win.tick)
+  local start = t - t % win.ticks
+  if win.w < start then
+    if win.alg ~= 0 and win.w == start - win.ticks then
+      win.p, win.q = win.u, win.r
+    else
+      win.p, win.q = 0, 0
+    end
+    win.u, win.r = 0, 0
+    win.w = start
+  elseif win.w > start then
+    t = win.w
+  end
+  win.t = t
+end
+local records = {}
+local own = nil
+if kind ~= COUNT and not fresh then own = got[#fields] end
+if own == false then own = nil end
+local function parse(rec)
+  local x = {state = string.sub(rec, 1, 1), est = 0, starts = {}}
+  local est = string.match(rec, '^%a (%d+)')
+  if est then x.est = tonumber(est) end
+  for name, w in string.gmatch(rec, '(%S+)=(%d+)') do x.starts[name] = tonumber(w) end
+  return x
+end
+local function finish(x, charge)
+  for _, win in ipairs(wins) do
+    local start = x.starts[win.name]
+    if start ~= nil then
+      if start == win.w then
+        win.r = math.max(0, win.r - x.est)
+        win.u = math.min(win.u + charge, MAX)
+      elseif win.alg ~= 0 and start == win.w - win.ticks then
+        win.q = math.max(0, win.q - x.est)
+        win.p = math.min(win.p + charge, MAX)
+      end
+    end
+  end
+end
+local latest = 0
+local function schedule(t, rec, deadline)
+  records[t] = rec
+  if not peek then redis.call('ZADD', Z, deadline, t) end
+  if deadline > latest then latest = deadline end
+end
+local written = false
+local ended, ended_est, ended_charged = 0, 0, 0
+local ops = {}
+if not fresh then
+  local due = redis.call('ZRANGEBYSCORE', Z, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)
+  for _, t in ipairs(due) do
+    written = true
+    local rec = redis.call('HGET', H, 't:' .. t)
+    local x = nil
+    if rec then x = parse(rec) end
+    if x and (x.state == 'o' or x.state == 'c') then
+      local charge = 0
+      if charge_policy then charge = x.est end
+      finish(x, charge)
+      ended = ended + 1
+      ended_est = ended_est + x.est
+      ended_charged = ended_charged + charge
+      schedule(t, 'x', now + ttl)
+    else
+      records[t] = false
+      if not peek then redis.call('ZREM', Z, t) end
+    end
+  end
+end
+if kind ~= COUNT and records[txn] ~= nil then
+  own = records[txn]
+  if own == false then own = nil end
+end
+local x = nil
+if own then x = parse(own) end
+if x and x.state == 'r' and (kind == RESERVE or kind == PEEK) then x = nil end
+local function level(win)
+  if win.alg == 0 then return win.u + win.r end
+  local left = win.w + win.ticks - win.t
+  local pe = win.p + win.q
+  if pe > win.limit then pe = win.limit end
+  return math.floor((pe * left + win.ticks - 1) / win.ticks) + win.u + win.r
+end
+local function reset(win, asked, after)
+  local fin = win.w + win.ticks - win.t
+  if win.alg == 0 then return fin end
+  local c = win.u + win.r
+  if after <= win.limit then
+    if c + asked > 0 then return fin + win.ticks end
+    return fin
+  end
+  local pe = win.p + win.q
+  if pe > win.limit then pe = win.limit end
+  local room = win.limit - c - asked
+  if room >= 0 then return fin - math.floor(room * win.ticks / pe) end
+  if asked > win.limit then return fin + win.ticks end
+  local ce = c
+  if ce > win.limit then ce = win.limit end
+  if ce == 0 then return fin end
+  return fin + win.ticks - math.floor((win.limit - asked) * win.ticks / ce)
+end
+local function levels(asked)
+  local out = {}
+  for _, win in ipairs(wins) do
+    local after = level(win) + asked
+    out[#out + 1] = after
+    out[#out + 1] = reset(win, asked, after)
+  end
+  return out
+end
+local outcome, est, charged = 0, 0, 0
+local lv
+local function settle(charge)
+  finish(x, charge)
+  outcome, est, charged = 4, x.est, charge
+  schedule(txn, 's', now + ttl)
+  written = true
+end
+if kind == RESERVE or kind == PEEK then
+  lv = levels(amount)
+  if x then
+    outcome = 3
+    if x.state == 'o' and not peek then
+      records[txn] = 'c' .. string.sub(own, 2)
+      written = true
+    end
+  else
+    local fits = true
+    for i, win in ipairs(wins) do
+      if lv[2 * i - 1] > win.limit then fits = false end
+    end
+    if fits then outcome = 1 else outcome = 2 end
+    if (fits or force) and not peek then
+      local rec = {'o', string.format('%.0f', amount)}
+      for _, win in ipairs(wins) do
+        win.r = win.r + amount
+        rec[#rec + 1] = win.name .. '=' .. string.format('%.0f', win.w)
+      end
+      schedule(txn, table.concat(rec, ' '), now + ttl)
+      written = true
+    elseif remember and not peek then
+      schedule(txn, 'r', now + ttl)
+      written = true
+    end
+  end
+elseif kind == COUNT then
+  lv = levels(amount)
+  local fits = true
+  for i, win in ipairs(wins) do
+    local after = lv[2 * i - 1]
+    if after > win.limit then fits = false end
+    if amount > 0 and (win.alg == 0 or after <= win.limit) then
+      win.u = math.min(win.u + amount, MAX)
+      written = true
+    end
+  end
+  if fits then outcome = 1 else outcome = 2 end
+else
+  if kind == SETTLE then
+    if not x then
+      outcome, charged = 6, amount
+      for _, win in ipairs(wins) do win.u = math.min(win.u + amount, MAX) end
+      schedule(txn, 's', now + ttl)
+      written = true
+    elseif x.state == 'o' or x.state == 'c' then
+      settle(amount)
+    else
+      outcome = 5
+    end
+  elseif kind == RELEASE then
+    if not x then
+      outcome = 7
+    elseif x.state == 'c' then
+      outcome = 8
+    elseif x.state == 'o' then
+      if charge_policy then settle(x.est) else settle(0) end
+    else
+      outcome = 5
+    end
+  else
+    return redis.error_reply('unknown budget call kind ' .. tostring(kind))
+  end
+  lv = levels(0)
+end
+if written and not peek then
+  local set = {'e', 0}
+  for _, win in ipairs(wins) do
+    local f = win.name .. '.'
+    local span = win.ticks
+    if win.alg ~= 0 then span = 2 * win.ticks end
+    local fin = (win.w + span) * win.tick
+    if fin > e then e = fin end
+    for _, k in ipairs({'w', 'u', 'r', 'p', 'q'}) do
+      set[#set + 1] = f .. k
+      set[#set + 1] = string.format('%.0f', win[k])
+    end
+  end
+  if latest > e then e = latest end
+  set[2] = string.format('%.0f', e)
+  local gone = {}
+  for t, rec in pairs(records) do
+    if rec then
+      set[#set + 1] = 't:' .. t
+      set[#set + 1] = rec
+    else
+      gone[#gone + 1] = 't:' .. t
+    end
+  end
+  redis.call('HSET', H, unpack(set))
+  if #gone > 0 then redis.call('HDEL', H, unpack(gone)) end
+  redis.call('PEXPIRE', H, string.format('%.0f', e - now))
+  redis.call('PEXPIRE', Z, string.format('%.0f', e - now))
+end
+local reply = {outcome, est, charged, ended, ended_est, ended_charged}
+for _, v in ipairs(lv) do reply[#reply + 1] = v end
+return reply
+"""
+    # The shared constants, written into the source (a script cannot import them).
+    .replace("USED_MAX", str(USED_MAX)).replace("SWEEP_BATCH", str(SWEEP_BATCH))
+)
+
+_SHA = hashlib.sha1(BUDGET_LUA.encode()).hexdigest().encode()
+_BODY = BUDGET_LUA.encode()
+
+
+def encode(call: Call, *, load: bool = False) -> bytes:
+    """The RESP call of `call` (EVALSHA; EVAL with `load`)."""
+    state = call.key.encode()
+    due = state + b"_due"
+    args = [
+        bulk_int(call.kind),
+        bulk_int(call.now),
+        _bulk(call.txn.encode()),
+        bulk_int(call.amount),
+        bulk_int(call.ttl),
+        bulk_int(call.charge + 2 * call.force + 4 * call.remember),
+        bulk_int(len(call.windows)),
+    ]
+    for win in call.windows:
+        args += (
+            _bulk(win.name.encode()),
+            bulk_int(win.algorithm),
+            bulk_int(win.ticks),
+            bulk_int(win.tick),
+            bulk_int(win.limit),
+        )
+    n = 5 + len(args)
+    if load:
+        head = b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n%b\r\n$1\r\n2\r\n" % (n, len(_BODY), _BODY)
+    else:
+        head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n$1\r\n2\r\n" % (n, _SHA)
+    return b"".join((head, _bulk(state), _bulk(due), *args))
+
+
+def _bulk(data: bytes) -> bytes:
+    return b"$%d\r\n%b\r\n" % (len(data), data)
+
+
+def decode(reply: Any) -> Result:
+    """A script reply as a Result; anything else raises BackendError."""
+    if reply.__class__ is not list or len(reply) < 6:
+        if isinstance(reply, ReplyError):
+            raise BackendError(str(reply))
+        raise BackendError(f"unexpected redis reply {reply!r}")
+    levels = tuple((reply[i], reply[i + 1]) for i in range(6, len(reply), 2))
+    return Result(reply[0], levels, reply[1], reply[2], reply[3], reply[4], reply[5])
+
+
+class RedisBudgets:
+    """Budget calls on one Redis deployment (single, sentinel or cluster): each call one
+    script, all the calls of one `run` in one pipelined round (per node on a cluster)."""
+
+    def __init__(self, instance: RedisInstance) -> None:
+        self.instance = instance
+
+    async def run(self, calls: Sequence[Call]) -> list[Result]:
+        """Apply the calls (in order on one budget); one Result each."""
+        inst = self.instance
+        slots = [key_slot(c.key.encode()) for c in calls]
+        cmds = [(slot, encode(c)) for slot, c in zip(slots, calls, strict=True)]
+        replies = await inst._run(cmds)  # the instance's one round, routed per slot
+        missing = [
+            i
+            for i, reply in enumerate(replies)
+            if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT")
+        ]
+        if missing:  # the server lost its scripts: EVAL loads them again
+            again = [(slots[i], encode(calls[i], load=True)) for i in missing]
+            for i, reply in zip(missing, await inst._run(again), strict=True):
+                replies[i] = reply
+        return [decode(reply) for reply in replies]
+
+    async def dry_run(self, calls: Sequence[Call]) -> list[Result]:
+        """What `run(calls)` would answer now, writing nothing (module docstring)."""
+        return await dry_run(self.instance, calls)
+
+
+async def dry_run(inst: RedisInstance, calls: Sequence[Call]) -> list[Result]:
+    """`calls` applied in order to copies of their budgets as `inst` holds them (one round
+    of HGETALL and ZRANGE per budget), with the twin's maths; each Result with `held`."""
+    keys = list(dict.fromkeys(call.key for call in calls))
+    cmds = []
+    for key in keys:
+        state = key.encode()
+        slot = key_slot(state) if inst.routed else 0
+        cmds.append((slot, command("HGETALL", state)))
+        cmds.append((slot, command("ZRANGE", state + b"_due", "0", "-1", "WITHSCORES")))
+    replies = await inst._run(cmds)
+    scratch = MemoryBudgets()
+    for i, key in enumerate(keys):
+        fields, due = replies[2 * i], replies[2 * i + 1]
+        for reply in (fields, due):
+            if reply.__class__ is not list:
+                raise BackendError(str(reply) if isinstance(reply, ReplyError) else repr(reply))
+        scratch.load(key, dict(zip(fields[::2], fields[1::2], strict=True)), due)
+    return scratch.dry_run(calls)

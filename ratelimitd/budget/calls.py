@@ -1,0 +1,180 @@
+"""A budget call in a decision: how the plan finds it, the store operation it becomes, and the
+status its result gives (README, "Token budgets for AI gateways").
+
+The decision model (`_decision.pyx` and its twin `_decision_py.py`) calls these for its
+`BUDGET` items and for nothing else, so an ordinary decision never pays for them:
+
+* plan: `lookup` finds a budget call's rule by the descriptor without its phase and
+  transaction entries; `add_item` puts the item in the plan with what it asks of its
+  budget (`item_call`);
+* count: `budget_key` is the budget's store key, `budget_op` the one store operation of the
+  item (an `Op` carrying a `model.Call`);
+* verdict: `budget_status` reads the call's `model.Result` as the item's Status, with the
+  rule's statistics (the reserve's hits split as any limit's, and the budget's own series).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..backends.base import Op
+from ..keys import refuse, verdict
+from ..messages import OK, ServiceError, Status
+from .config import recognise
+from .model import (
+    ADMITTED,
+    COUNT,
+    DUPLICATE,
+    ORPHAN,
+    RELEASE,
+    RESERVE,
+    SETTLE,
+    SETTLED,
+    Call,
+    Result,
+    budget_keys,
+    transaction_id,
+)
+
+__all__ = ["add_item", "budget_key", "budget_op", "budget_status", "item_call", "lookup"]
+
+TOO_MANY_REQUESTS = 429
+
+
+def lookup(
+    find: Any,
+    root: Any,
+    domain: str,
+    entries: Sequence[tuple[str, str]],
+    keys: tuple[str, str, bool, bool],
+    walked: list[Any] | None,
+) -> tuple[Any, tuple[int, str, tuple[tuple[str, str], ...]]] | None:
+    """(what `find` found, the recognised call) when `entries` are a budget call (one phase
+    entry, one transaction entry, `keys`' first two) whose other entries match a budget
+    rule; None otherwise (the descriptor is then looked up as sent, `walked` emptied)."""
+    call = recognise(entries, keys[0], keys[1])
+    if call is None:
+        return None
+    found = find(root, domain, call[2], walked)
+    if found is not None and found[0].budget is not None:
+        return found, call
+    if walked is not None:
+        walked.clear()
+    return None
+
+
+def item_call(
+    call: tuple[int, str, tuple[tuple[str, str], ...]] | None,
+    rule: Any,
+    entries: Sequence[tuple[str, str]],
+    negative: bool,
+    keys: tuple[str, str, bool, bool] | None,
+) -> tuple[int, str, Sequence[tuple[str, str]], bool, bool]:
+    """What a descriptor matching budget rule `rule` asks of its budget: (the call's kind,
+    its transaction id as stored, the budget's entries, force, remember). Without a
+    recognised `call` it is a plain COUNT of the descriptor's `entries`. Shadow mode (the
+    rule's or SHADOW_MODE, `keys`' third) forces a reserve; quota mode (the rule's or
+    QUOTA_MODE, its fourth) remembers a refused one. Raises ServiceError for a refund."""
+    if negative:
+        raise ServiceError(
+            f"is_negative_hits: '{rule.full_key}' is a token budget (its usage is settled, "
+            "not refunded)"
+        )
+    shadow = quota = False
+    if keys is not None:
+        shadow, quota = keys[2], keys[3]
+    force = shadow or rule.shadow_mode
+    remember = quota or rule.quota_mode
+    if call is None:
+        return COUNT, "", entries, force, remember
+    kind, txn, rest = call
+    return kind, transaction_id(txn), rest, force, remember
+
+
+def add_item(
+    plan: Any,
+    item: Any,
+    call: tuple[int, str, tuple[tuple[str, str], ...]] | None,
+    entries: Sequence[tuple[str, str]],
+    negative: bool,
+    keys: tuple[str, str, bool, bool] | None,
+) -> None:
+    """Give budget item `item` what it asks (`item_call`) and put it in `plan`: a close
+    apart, to be counted after every other item (`_decision_py.finish`)."""
+    item.budget = asked = item_call(call, item.rule, entries, negative, keys)
+    if asked[0] == RELEASE:
+        if plan.closes is None:
+            plan.closes = []
+        plan.closes.append(item)
+    else:
+        plan.items.append(item)
+
+
+def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Any) -> str:
+    """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`)."""
+    return budget_keys(prefix, domain, entries, share)[0]
+
+
+def budget_op(item: Any, key: str, now_ms: int) -> Op:
+    """The store operation of a budget item at `now_ms`: one call.
+
+    A close's hits are the response code: 429 (the request was refused, by this service or
+    the upstream) always releases, whatever the rule's `unsettled` policy, since nothing
+    was served."""
+    kind, txn, _, force, remember = item.budget
+    spec = item.rule.budget
+    charge = spec.charge_unsettled
+    amount = item.hits
+    if kind == RELEASE:
+        charge = charge and amount != TOO_MANY_REQUESTS
+        amount = 0
+    call = Call(kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember)
+    return Op(key, amount, 0, budget=call)
+
+
+def budget_status(item: Any, result: Result, ratio: float) -> Status:
+    """A budget item's Status from its call's result, and its statistics.
+
+    The deciding window is chosen as for any limit (over first, the longest wait among
+    those; else the least remaining; the first listed on a tie). A reserve or a plain count
+    is then any limit's verdict (a reused transaction id refused); a settle or close
+    answers OK with what remains.
+    """
+    rule = item.rule
+    st = item.stats
+    st.budget = True
+    rows = [
+        (w, after, -(-ticks * win.tick // 1000), w.requests - after)  # never past the wait
+        for w, win, (after, ticks) in zip(
+            rule.windows, rule.budget.windows, result.levels, strict=True
+        )
+    ]
+    best, best_after, best_reset, best_left = min(
+        rows, key=lambda row: (0, -row[2]) if row[3] < 0 else (1, row[3])
+    )
+    if result.expired:
+        st.budget_expired += result.expired
+        st.budget_reserved -= result.expired_estimate
+        st.budget_charged += result.expired_charged
+    kind = item.budget[0]
+    outcome = result.outcome
+    if kind in (RESERVE, COUNT):
+        hits = item.hits
+        st.total_hits += hits
+        if outcome == DUPLICATE:
+            st.budget_duplicate += 1
+            return refuse(best.limit, st, hits, best_reset)
+        if kind == RESERVE and (outcome == ADMITTED or item.budget[3]):
+            st.budget_reserved += hits  # held (forced past the limit in shadow mode)
+        return verdict(best.limit, st, hits, best_after, ratio, best_reset)
+    if outcome == SETTLED:
+        st.budget_reserved -= result.estimate
+        if kind == SETTLE:
+            st.budget_settled += 1
+        else:
+            st.budget_released += 1
+    elif outcome == ORPHAN:
+        st.budget_orphaned += 1
+    st.budget_charged += result.charged
+    return Status(OK, best.limit, max(0, best_left), best_reset)

@@ -1,0 +1,405 @@
+"""Budgets in process memory: the twin of the Redis script (`backends.redis.budget`).
+
+Every call is applied whole before the next (the event loop runs one at a time), which is
+what makes it atomic; the Redis script gets the same from Redis' single thread. The maths
+is written once more here, independently of the Lua, on purpose: the property test that
+holds the two equal then checks both.
+
+One call on one budget (see `model` for the state):
+
+1. A budget whose `e` has passed is forgotten (as if its keys had expired).
+2. Each window is rolled to `now`: a later window starts empty (a sliding window keeps the
+   one before as `p`, `q`); a window written by a clock ahead of ours is read as if we were
+   at its start (the most conservative reading, as the sliding window does).
+3. Up to SWEEP_BATCH transactions whose deadline has passed are applied, oldest first: an
+   open reservation ends by the call's policy (its estimate charged, or released) into the
+   window it was made in and becomes an `x` tombstone for one more TTL; a tombstone whose
+   time is up is dropped.
+4. The operation (`model.RESERVE` ...), then `e` is raised to cover what was written.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Any
+
+from ..config.windows import FIXED_WINDOW
+from .model import (
+    ADMITTED,
+    CONTESTED,
+    COUNT,
+    DUPLICATE,
+    FINISHED,
+    ORPHAN,
+    PEEK,
+    REFUSED,
+    RELEASE,
+    RESERVE,
+    SETTLE,
+    SETTLED,
+    SWEEP_BATCH,
+    UNKNOWN,
+    USED_MAX,
+    Call,
+    Result,
+    Window,
+)
+
+__all__ = ["MemoryBudgets", "level", "reset"]
+
+# A window's state: [w, u, r, p, q] (model docstring).
+W, U, R, P, Q = range(5)
+
+
+class _Txn:
+    """One transaction: `o`pen, `c`ontested, or a tombstone (`s`, `x`, `r`) until `deadline`."""
+
+    __slots__ = ("deadline", "estimate", "starts", "state")
+
+    def __init__(self, state: str, estimate: int, starts: dict[str, int], deadline: int) -> None:
+        self.state = state
+        self.estimate = estimate
+        self.starts = starts
+        self.deadline = deadline
+
+
+class _Budget:
+    """The two keys of one budget: windows and transactions, and their deadlines."""
+
+    __slots__ = ("due", "e", "latest", "txns", "windows")
+
+    def __init__(self) -> None:
+        self.e = 0
+        self.latest = 0  # the latest deadline ever set (deadlines only move forward)
+        self.windows: dict[str, list[int]] = {}
+        self.txns: dict[str, _Txn] = {}
+        self.due: list[tuple[int, str]] = []  # heap; an entry is live iff its txn has that deadline
+
+    def copy(self) -> _Budget:
+        other = _Budget()
+        other.e = self.e
+        other.latest = self.latest
+        other.windows = {name: list(s) for name, s in self.windows.items()}
+        other.txns = {
+            t: _Txn(x.state, x.estimate, dict(x.starts), x.deadline) for t, x in self.txns.items()
+        }
+        other.due = list(self.due)
+        return other
+
+
+def level(win: Window, s: list[int], t: int) -> int:
+    """Usage + reservations of a rolled window at tick `t` (a sliding window weighs the one
+    before by the part of it still inside the rolling window)."""
+    if win.algorithm == FIXED_WINDOW:
+        return s[U] + s[R]
+    left = s[W] + win.ticks - t
+    pe = s[P] + s[Q]
+    if pe > win.limit:
+        pe = win.limit
+    return -(-pe * left // win.ticks) + s[U] + s[R]
+
+
+def reset(win: Window, s: list[int], t: int, asked: int, after: int) -> int:
+    """Ticks until the window has room for `asked` if every reservation is charged in full
+    (OK: until it holds nothing any more), the sliding window's formulas with usage +
+    reservations for its counts."""
+    end = s[W] + win.ticks - t
+    if win.algorithm == FIXED_WINDOW:
+        return end
+    c = s[U] + s[R]
+    if after <= win.limit:
+        return end + win.ticks if c + asked > 0 else end
+    pe = s[P] + s[Q]
+    if pe > win.limit:
+        pe = win.limit
+    room = win.limit - c - asked
+    if room >= 0:
+        return end - room * win.ticks // pe
+    if asked > win.limit:
+        return end + win.ticks
+    ce = c if c < win.limit else win.limit
+    return end + win.ticks - (win.limit - asked) * win.ticks // ce if ce else end
+
+
+def _roll(win: Window, s: list[int], now: int) -> int:
+    """Roll `s` to the window of `now` (ms); the tick the window is read at."""
+    t = now // win.tick
+    start = t - t % win.ticks
+    w = s[W]
+    if w < start:
+        if win.algorithm != FIXED_WINDOW and w == start - win.ticks:
+            s[P], s[Q] = s[U], s[R]
+        else:
+            s[P] = s[Q] = 0
+        s[U] = s[R] = 0
+        s[W] = start
+    elif w > start:  # written by a clock ahead of ours
+        t = w
+    return t
+
+
+def _end(
+    call: Call, states: list[list[int]], txn: _Txn, charge: int, windows: tuple[Window, ...]
+) -> None:
+    """Free `txn`'s estimate from the windows it was made in and charge `charge` there (a
+    window that has rolled out of view takes neither)."""
+    est = txn.estimate
+    for win, s in zip(windows, states, strict=True):
+        start = txn.starts.get(win.name)
+        if start is None:
+            continue
+        if start == s[W]:
+            s[R] = max(0, s[R] - est)
+            s[U] = min(s[U] + charge, USED_MAX)
+        elif win.algorithm != FIXED_WINDOW and start == s[W] - win.ticks:
+            s[Q] = max(0, s[Q] - est)
+            s[P] = min(s[P] + charge, USED_MAX)
+
+
+class MemoryBudgets:
+    """Budgets of one process (module docstring); `run_now` applies calls in order."""
+
+    def __init__(self) -> None:
+        self._budgets: dict[str, _Budget] = {}
+        self._forget: list[tuple[int, str]] = []  # heap of (e, key): memory stays bounded
+        self._next_forget = 0
+
+    def __len__(self) -> int:
+        return len(self._budgets)
+
+    async def run(self, calls: Sequence[Call]) -> list[Result]:
+        """`run_now` (the Redis store's signature)."""
+        return self.run_now(calls)
+
+    def run_now(self, calls: Sequence[Call]) -> list[Result]:
+        """Apply each call in turn; one Result each."""
+        return [self._run(call) for call in calls]
+
+    def apply(self, call: Call) -> Result:
+        """Apply one call."""
+        return self._run(call)
+
+    def dry_run(self, calls: Sequence[Call]) -> list[Result]:
+        """What `run_now(calls)` would answer, writing nothing: the calls applied in order to
+        copies of the budgets they touch, each Result with `held` (`/explain`)."""
+        scratch = MemoryBudgets()
+        for call in calls:
+            b = self._budgets.get(call.key)
+            if b is not None and call.key not in scratch._budgets:
+                scratch._budgets[call.key] = b.copy()
+        return [scratch._run(call, held=True) for call in calls]
+
+    def load(self, key: str, fields: dict[bytes, bytes], due: Sequence[bytes]) -> None:
+        """Hold a budget as the Redis script stores it (its hash's fields and its deadline
+        set as ZRANGE WITHSCORES lists it): a dry run of Redis' state with these maths."""
+        b = _Budget()
+        deadlines = {due[i].decode(): int(float(due[i + 1])) for i in range(0, len(due), 2)}
+        for raw, value in fields.items():
+            name = raw.decode()
+            if name == "e":
+                b.e = int(value)
+            elif name.startswith("t:"):
+                txn = name[2:]
+                record = value.decode().split()
+                starts = dict((p.split("=")[0], int(p.split("=")[1])) for p in record[2:])
+                estimate = int(record[1]) if len(record) > 1 else 0
+                x = _Txn(record[0], estimate, starts, deadlines.get(txn, 0))
+                b.txns[txn] = x
+                heapq.heappush(b.due, (x.deadline, txn))
+            else:
+                window, _, part = name.rpartition(".")
+                b.windows.setdefault(window, [0, 0, 0, 0, 0])["wurpq".index(part)] = int(value)
+        self._budgets[key] = b
+
+    def delete(self, key: str, now: int) -> bool:
+        """Forget a budget (an admin's reset); whether it held anything at `now` (ms)."""
+        b = self._budgets.pop(key, None)
+        return b is not None and b.e > now
+
+    def state(self, key: str, now: int) -> dict[str, Any] | None:
+        """The budget's state as the store holds it at `now` (None when forgotten): for
+        tests and the admin view."""
+        b = self._budgets.get(key)
+        if b is None or b.e <= now:
+            return None
+        return {
+            "e": b.e,
+            "windows": {name: list(s) for name, s in b.windows.items()},
+            "txns": {
+                t: (x.state, x.estimate, dict(x.starts), x.deadline) for t, x in b.txns.items()
+            },
+        }
+
+    def _run(self, call: Call, held: bool = False) -> Result:
+        now = call.now
+        if now >= self._next_forget:
+            self._drop_forgotten(now)
+        kind = call.kind
+        peek = kind == PEEK
+        b = self._budgets.get(call.key)
+        if b is not None and b.e and b.e <= now:
+            if not peek:
+                del self._budgets[call.key]
+            b = None
+        stored = b is not None
+        if b is None:
+            b = _Budget()
+        elif peek:
+            b = b.copy()
+        windows = call.windows
+        states = []
+        ts = []
+        for win in windows:
+            s = b.windows.get(win.name)
+            if s is None:
+                s = b.windows[win.name] = [0, 0, 0, 0, 0]
+            ts.append(_roll(win, s, now))
+            states.append(s)
+        written = False
+        ended = charged_total = est_total = 0
+        due = b.due
+        swept = 0
+        while due and due[0][0] <= now and swept < SWEEP_BATCH:
+            deadline, t = heapq.heappop(due)
+            x = b.txns.get(t)
+            if x is None or x.deadline != deadline:
+                continue  # a stale heap entry
+            swept += 1
+            written = True
+            if x.state in "oc":
+                charge = x.estimate if call.charge else 0
+                _end(call, states, x, charge, windows)
+                ended += 1
+                est_total += x.estimate
+                charged_total += charge
+                x.state, x.starts = "x", {}
+                self._schedule(b, t, x, now + call.ttl)
+            else:
+                del b.txns[t]
+        result = Result(0, (), 0, 0, ended, est_total, charged_total)
+        if held:
+            result.held = tuple((s[U], s[R]) for s in states)
+        asked = call.amount if kind in (RESERVE, PEEK, COUNT) else 0
+        txn = b.txns.get(call.txn) if kind != COUNT else None
+        if kind in (RESERVE, PEEK):
+            if txn is not None and txn.state == "r":
+                txn = None  # a remembered refusal, asked again: decided afresh
+            levels = self._levels(windows, states, ts, asked)
+            if txn is not None:
+                result.outcome = DUPLICATE
+                if txn.state == "o" and not peek:
+                    txn.state = "c"
+                    written = True
+            else:
+                fits = all(
+                    after <= win.limit for (after, _), win in zip(levels, windows, strict=True)
+                )
+                result.outcome = ADMITTED if fits else REFUSED
+                if (fits or call.force) and not peek:
+                    for s in states:
+                        s[R] += asked
+                    starts = {win.name: s[W] for win, s in zip(windows, states, strict=True)}
+                    x = _Txn("o", asked, starts, 0)
+                    b.txns[call.txn] = x
+                    self._schedule(b, call.txn, x, now + call.ttl)
+                    written = True
+                elif call.remember and not peek:
+                    x = _Txn("r", 0, {}, 0)
+                    b.txns[call.txn] = x
+                    self._schedule(b, call.txn, x, now + call.ttl)
+                    written = True
+            result.levels = levels
+        elif kind == COUNT:
+            levels = self._levels(windows, states, ts, asked)
+            fits = True
+            for (after, _), win, s in zip(levels, windows, states, strict=True):
+                if after > win.limit:
+                    fits = False
+                if asked and (win.algorithm == FIXED_WINDOW or after <= win.limit):
+                    s[U] = min(s[U] + asked, USED_MAX)
+                    written = True
+            result.outcome = ADMITTED if fits else REFUSED
+            result.levels = levels
+        else:
+            if kind == SETTLE:
+                if txn is None:
+                    result.outcome = ORPHAN
+                    for s in states:
+                        s[U] = min(s[U] + call.amount, USED_MAX)
+                    x = _Txn("s", 0, {}, 0)
+                    b.txns[call.txn] = x
+                    self._schedule(b, call.txn, x, now + call.ttl)
+                    result.charged = call.amount
+                    written = True
+                elif txn.state in "oc":
+                    self._settle(b, call, states, txn, call.amount, result)
+                    written = True
+                else:
+                    result.outcome = FINISHED
+            elif kind == RELEASE:
+                if txn is None:
+                    result.outcome = UNKNOWN
+                elif txn.state == "c":
+                    result.outcome = CONTESTED
+                elif txn.state == "o":
+                    charge = txn.estimate if call.charge else 0
+                    self._settle(b, call, states, txn, charge, result)
+                    written = True
+                else:
+                    result.outcome = FINISHED
+            else:
+                raise ValueError(f"unknown budget call kind {kind}")
+            result.levels = self._levels(windows, states, ts, 0)
+        if written and not peek:
+            e = b.e
+            for win, s in zip(windows, states, strict=True):
+                span = win.ticks if win.algorithm == FIXED_WINDOW else 2 * win.ticks
+                end = (s[W] + span) * win.tick
+                if end > e:
+                    e = end
+            if b.latest > e:
+                e = b.latest
+            if e != b.e:
+                b.e = e
+                heapq.heappush(self._forget, (e, call.key))
+            if not stored:
+                self._budgets[call.key] = b
+        return result
+
+    def _settle(
+        self, b: _Budget, call: Call, states: list[list[int]], txn: _Txn, charge: int, out: Result
+    ) -> None:
+        _end(call, states, txn, charge, call.windows)
+        out.outcome = SETTLED
+        out.estimate = txn.estimate
+        out.charged = charge
+        txn.state, txn.estimate, txn.starts = "s", 0, {}
+        self._schedule(b, call.txn, txn, call.now + call.ttl)
+
+    @staticmethod
+    def _schedule(b: _Budget, t: str, x: _Txn, deadline: int) -> None:
+        x.deadline = deadline
+        if deadline > b.latest:
+            b.latest = deadline
+        heapq.heappush(b.due, (deadline, t))
+
+    @staticmethod
+    def _levels(
+        windows: tuple[Window, ...], states: list[list[int]], ts: list[int], asked: int
+    ) -> tuple[tuple[int, int], ...]:
+        out = []
+        for win, s, t in zip(windows, states, ts, strict=True):
+            after = level(win, s, t) + asked
+            out.append((after, reset(win, s, t, asked, after)))
+        return tuple(out)
+
+    def _drop_forgotten(self, now: int) -> None:
+        """Drop budgets whose `e` has passed (each is pushed again when `e` moves)."""
+        self._next_forget = now + 1000
+        heap = self._forget
+        while heap and heap[0][0] <= now:
+            e, key = heapq.heappop(heap)
+            b = self._budgets.get(key)
+            if b is not None and b.e == e:
+                del self._budgets[key]

@@ -1,0 +1,223 @@
+"""What a budget call is, what it answers, and where a budget lives (README, "Token budgets
+for AI gateways").
+
+A budget is one descriptor of a `budget:` rule (after its phase and transaction entries are
+taken out) with the rule's limits. Its whole state is two store keys that share one Redis
+Cluster hash slot:
+
+  `<prefix>{<tag>}<domain>_<k>_<v>[_<k>_<v>..]_budget`        a hash: per limit its window
+                                                              (`<name>.w/.u/.r/.p/.q`), per
+                                                              transaction `t:<id>`, and `e`
+  the same key + `_due`                                       a sorted set: transaction ->
+                                                              deadline (ms)
+
+`<tag>` is the CRC-32 of the readable part, in hex. Only the slot depends on it (two
+budgets whose tags collide share a slot, nothing else), and it is the first `{...}` of the
+key whatever the descriptor values contain, so a value with braces cannot split a budget
+over two slots. Per limit `name` (`3600s`, `60s_sliding`): `w` the window start (ticks of
+that limit), `u` the usage charged to it, `r` the estimates reserved in it and still open;
+a sliding window also keeps `p` and `q`, the same two of the window before. A transaction
+is `o <estimate> <name>=<start> ...` while open (`c` once another reserve reused its id),
+then a tombstone `s` (settled, released or closed) or `x` (expired), each until its deadline
+in the sorted set; `r` marks a refused reserve that asked to be remembered (a quota-mode
+budget: the request went elsewhere, so its stream end must charge nothing here). `e` is
+when the whole budget can be forgotten (ms): the stores treat the state as absent from then
+on, whatever the real key TTL says, so the memory twin and Redis agree under a test's
+clock.
+
+The maths of one call is `ratelimitd.budget.memory` (the twin) and the Lua script of
+`ratelimitd.backends.redis.budget`, line for line; a property test holds them equal.
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+from collections.abc import Sequence
+
+import msgspec
+
+from ..config.windows import FIXED_WINDOW, SLIDING_WINDOW
+
+__all__ = [
+    "ADMITTED",
+    "CONTESTED",
+    "COUNT",
+    "DUPLICATE",
+    "FINISHED",
+    "KIND_NAMES",
+    "MAX_TXN_BYTES",
+    "ORPHAN",
+    "OUTCOME_NAMES",
+    "PEEK",
+    "REFUSED",
+    "RELEASE",
+    "RESERVE",
+    "SETTLE",
+    "SETTLED",
+    "SWEEP_BATCH",
+    "UNKNOWN",
+    "USED_MAX",
+    "Call",
+    "Result",
+    "Window",
+    "budget_keys",
+    "fixed",
+    "sliding",
+    "transaction_id",
+]
+
+# What a call does. RESERVE: hold `amount` (the estimate) for `txn` if every window has room.
+# SETTLE: charge `amount` (the actual usage) to the reservation's windows and free it.
+# RELEASE: free it without usage (a stream end without usage, "close"): the estimate is
+# charged instead when `charge` is set (the rule's policy). COUNT: a plain call on a budget
+# rule (no transaction): its hits are counted as the limit's algorithm counts them, against
+# usage + reservations. PEEK: what RESERVE would answer, writing nothing (a dry RESERVE).
+RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
+KIND_NAMES = {
+    RESERVE: "reserve",
+    SETTLE: "settle",
+    RELEASE: "release",
+    COUNT: "count",
+    PEEK: "peek",
+}
+
+# What came of it.
+ADMITTED = 1  # reserve / count / peek: every window had room
+REFUSED = 2  # reserve / count / peek: a window had none; nothing reserved
+DUPLICATE = 3  # reserve of an id that is open or finished: refused, the open one contested
+SETTLED = 4  # settle / release of an open reservation: done
+FINISHED = 5  # settle / release of a settled, released or expired one: nothing changes
+ORPHAN = 6  # settle of an unknown id (never reserved here): the usage charged to now
+UNKNOWN = 7  # release of an unknown id: nothing to do
+CONTESTED = 8  # release of a contested reservation: ignored, only a settle or the TTL end it
+OUTCOME_NAMES = {
+    ADMITTED: "admitted",
+    REFUSED: "refused",
+    DUPLICATE: "duplicate",
+    SETTLED: "settled",
+    FINISHED: "finished",
+    ORPHAN: "orphan",
+    UNKNOWN: "unknown",
+    CONTESTED: "contested",
+}
+
+# Expired transactions one call applies at most, oldest first (the rest on later calls:
+# until then they still hold their estimates, so a backlog can refuse, never overshoot).
+SWEEP_BATCH = 64
+# Usage saturates here: far past any uint32 limit, exact in Lua's doubles.
+USED_MAX = 2**52
+# A longer transaction id is stored as its digest (an x-request-id is a client's header).
+MAX_TXN_BYTES = 64
+
+
+class Window(msgspec.Struct, frozen=True, gc=False):
+    """One limit of a budget: its state's field prefix, algorithm, length and limit.
+
+    Lengths and times are in ticks of `tick` ms: 1000 for a fixed window (its starts are
+    the reference's Unix-second window starts), the rule's own tick for a sliding window.
+    """
+
+    name: str
+    algorithm: int
+    ticks: int
+    tick: int
+    limit: int
+
+
+def fixed(seconds: int, limit: int) -> Window:
+    """A fixed window of `seconds` (field prefix `<seconds>s`)."""
+    return Window(f"{seconds}s", FIXED_WINDOW, seconds, 1000, limit)
+
+
+def sliding(seconds: int, limit: int, tick: int = 1) -> Window:
+    """A sliding window of `seconds` counted in ticks of `tick` ms (`<seconds>s_sliding`)."""
+    return Window(f"{seconds}s_sliding", SLIDING_WINDOW, seconds * 1000 // tick, tick, limit)
+
+
+class Call(msgspec.Struct, gc=False):
+    """One budget operation on one budget (module docstring), at `now` (Unix ms).
+
+    `ttl` (ms) is how long a reservation may stay open, and how long a finished
+    transaction's tombstone is kept (so a repeated settle changes nothing). `charge` is the
+    rule's policy for a reservation that ends without usage (a RELEASE, or its TTL passing):
+    charge the estimate, else release it. `force` reserves even without room (shadow mode:
+    the answer is OK either way, and the accounting stays exact). `remember` keeps a refused
+    reserve as an `r` tombstone for `ttl` (quota mode: the request is served elsewhere, and
+    its settle must not be charged here as an unknown transaction).
+    """
+
+    kind: int
+    key: str
+    windows: tuple[Window, ...]
+    now: int
+    txn: str = ""
+    amount: int = 0
+    ttl: int = 0
+    charge: bool = False
+    force: bool = False
+    remember: bool = False
+
+
+class Result(msgspec.Struct, gc=False):
+    """What a call did.
+
+    `levels` holds per window `(after, ticks until reset)`: `after` is usage + reservations
+    (weighted as the algorithm weighs them) after the call, plus the amount asked for by a
+    reserve, count or peek whether admitted or not, so `after > limit` is exactly "this
+    window refused". The reset is when the window frees room if every open reservation is
+    charged in full (the worst case; it may come sooner). `estimate` and `charged` are what
+    the call's own settle or release took from the reservations and added to usage;
+    `expired*` the same for the reservations whose TTL ended during the call. A dry run
+    (`MemoryBudgets.dry_run`, `/explain`) also gives `held`: per window `(used, reserved)`
+    of its current window once expired reservations are applied, before the call's own
+    operation.
+    """
+
+    outcome: int
+    levels: tuple[tuple[int, int], ...]
+    estimate: int = 0
+    charged: int = 0
+    expired: int = 0
+    expired_estimate: int = 0
+    expired_charged: int = 0
+    held: tuple[tuple[int, int], ...] = ()
+
+
+def budget_keys(
+    prefix: str,
+    domain: str,
+    entries: Sequence[tuple[str, str]],
+    share: Sequence[str] | None = None,
+) -> tuple[str, str]:
+    """The budget's state hash and deadline set keys (module docstring).
+
+    `share` replaces values by their share_threshold patterns, as the counter keys do.
+    Raises ValueError for a `prefix` that would stop the tag from choosing the slot (its
+    first `{` directly followed by `}`: Redis then hashes whole keys).
+    """
+    start = prefix.find("{")
+    if start >= 0 and prefix[start + 1 : start + 2] == "}":
+        raise ValueError(
+            f"CACHE_KEY_PREFIX {prefix!r} starts an empty Redis hash tag '{{}}': "
+            "a budget's two keys could land in different Cluster slots"
+        )
+    parts = [domain, "_"]
+    for i, (k, v) in enumerate(entries):
+        pattern = share[i] if share is not None and i < len(share) else ""
+        parts += (k, "_", pattern or v, "_")
+    parts.append("budget")
+    readable = "".join(parts)
+    tag = f"{binascii.crc32(readable.encode()):08x}"
+    state = f"{prefix}{{{tag}}}{readable}"
+    return state, state + "_due"
+
+
+def transaction_id(value: str) -> str:
+    """The id a transaction is stored under: the value itself, or `#<digest>` for one of
+    more than MAX_TXN_BYTES bytes (a client may send any x-request-id; the store keeps a
+    bounded field per transaction)."""
+    raw = value.encode()
+    if len(raw) <= MAX_TXN_BYTES and not value.startswith("#"):
+        return value
+    return "#" + hashlib.blake2b(raw, digest_size=16).hexdigest()

@@ -1,0 +1,171 @@
+"""Token budgets through the service (plan, count, verdict), as a gRPC call is decided: the
+answers, the statistics (the reserved gauge; the settle, release, expire counters), the
+admin /counters and /explain, idempotent stream ends and expiry by the rule's policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from support.budget import Budget, call
+from support.core import Decider
+
+from ratelimitd.messages import OK, OVER_LIMIT, Request
+from ratelimitd.stats.mapper import MetricMapper, default_mapping_config
+from ratelimitd.stats.prometheus import PrometheusSink
+
+CONFIG = """\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {{unit: hour, requests_per_unit: 10000}}
+    budget: {{unsettled: {unsettled}, reservation_ttl: 30s}}
+"""
+SERIES = Budget.SERIES
+# The `unsettled` policies, and what they charge of a 700-token reservation ending unsettled.
+POLICIES = [("release", 0), ("charge", 700)]
+
+
+def memory_budget(harness: Callable[..., Decider], unsettled: str = "release") -> Budget:
+    return Budget(harness(CONFIG.format(unsettled=unsettled)))
+
+
+@pytest.fixture
+def budget(harness: Callable[..., Decider]) -> Budget:
+    return memory_budget(harness)
+
+
+async def test_reserve_then_settle_answers_and_counts(budget: Budget) -> None:
+    reserved = await budget.reserve("t1", 700)
+    assert (reserved.overall_code, reserved.statuses[0].limit_remaining) == (OK, 9300)
+    assert await budget.held() == (0, 700)
+    s = budget.series()
+    assert (s["budget_reserved"], s["total_hits"], s["within_limit"]) == (700, 700, 700)
+    ended = await budget.end("t1", 500)
+    assert [st.code for st in ended.statuses] == [OK, OK]
+    assert ended.statuses[0].limit_remaining == 9500
+    assert await budget.held() == (500, 0)
+    s = budget.series()
+    assert (s["budget_reserved"], s["budget_charged"], s["budget_settled"]) == (0, 500, 1)
+    assert s["budget_released"] == 0  # the close after a settle changes nothing
+    # The reserved amount is a gauge, the rest counters.
+    assert SERIES + "budget_reserved" in budget.d.stats.gauge_names()
+    assert SERIES + "budget_settled" not in budget.d.stats.gauge_names()
+
+
+async def test_prometheus_shows_the_reserved_gauge_and_the_counters(budget: Budget) -> None:
+    await budget.reserve("t1", 700)
+    await budget.end("t1", 500)
+    await budget.reserve("t2", 300)
+    mapper = MetricMapper.from_config(default_mapping_config())
+    text = PrometheusSink(budget.d.stats, mapper, addr=":0").render().decode()  # first scrape
+    family = "ratelimit_service_rate_limit_budget_"
+    assert f"# TYPE {family}reserved gauge" in text
+    assert f'{family}reserved{{domain="llm",key1="user"}} 300' in text
+    assert f"# TYPE {family}charged counter" in text
+    assert f'{family}settled{{domain="llm",key1="user"}} 1' in text
+
+
+async def test_the_transaction_id_is_in_no_key_and_no_series(budget: Budget) -> None:
+    await budget.reserve("secret-txn", 10)
+    assert not [k for k in budget.d.stats.snapshot() if "secret" in k]
+    stored = [*budget.d.backend.budgets._budgets, *budget.d.backend._counters]
+    assert stored and not [k for k in stored if "secret" in k]
+
+
+async def test_reserved_away_refuses_with_what_remains_after_reservations(budget: Budget) -> None:
+    assert (await budget.reserve("big", 8000)).overall_code == OK
+    refused = await budget.reserve("next", 3000)
+    status = refused.statuses[0]
+    assert (refused.overall_code, status.limit_remaining) == (OVER_LIMIT, 0)
+    assert 0 < status.duration_until_reset <= 3600
+    # Its hits split as any limit's (the reference's): 1,000 over, 2,000 near it.
+    assert (budget.series()["over_limit"], budget.series()["near_limit"]) == (1000, 2000)
+    assert await budget.held() == (0, 8000)  # the refusal reserved nothing
+    assert (await budget.reserve("fits", 2000)).statuses[0].limit_remaining == 0
+
+
+async def test_a_duplicated_stream_end_changes_nothing(budget: Budget) -> None:
+    await budget.reserve("t1", 700)
+    await budget.end("t1", 500)
+    before = budget.series()
+    again = await budget.end("t1", 500)
+    assert again.overall_code == OK
+    assert await budget.held() == (500, 0)
+    assert budget.series() == before
+
+
+async def test_an_unknown_settle_charges_its_usage_once(budget: Budget) -> None:
+    # Its reserve never reached the store (fail-open): the usage happened all the same.
+    await budget.end("lost", 300)
+    await budget.end("lost", 300)
+    assert await budget.held() == (300, 0)
+    s = budget.series()
+    assert (s["budget_orphaned"], s["budget_charged"], s["budget_settled"]) == (1, 300, 0)
+
+
+async def test_a_reused_transaction_id_is_refused(budget: Budget) -> None:
+    await budget.reserve("t1", 100)
+    again = await budget.reserve("t1", 100)
+    assert again.overall_code == OVER_LIMIT
+    assert budget.series()["budget_duplicate"] == 1
+    await budget.end("t1", None)  # a close cannot end a contested reservation
+    assert await budget.held() == (0, 100)
+    await budget.end("t1", 60)  # its settle can
+    assert await budget.held() == (60, 0)
+
+
+@pytest.mark.parametrize(("unsettled", "charged"), POLICIES)
+async def test_a_stream_end_without_usage_ends_by_the_policy(
+    harness: Callable[..., Decider], unsettled: str, charged: int
+) -> None:
+    budget = memory_budget(harness, unsettled)
+    await budget.reserve("t1", 700)
+    await budget.end("t1", None, status=500)
+    assert await budget.held() == (charged, 0)
+    s = budget.series()
+    assert (s["budget_released"], s["budget_charged"], s["budget_reserved"]) == (1, charged, 0)
+    # A 429 (refused here or upstream) served nothing: released whatever the policy.
+    await budget.reserve("t2", 400)
+    await budget.end("t2", None, status=429)
+    assert await budget.held() == (charged, 0)
+
+
+@pytest.mark.parametrize(("unsettled", "charged"), POLICIES)
+async def test_reservations_expire_after_their_ttl_by_the_policy(
+    harness: Callable[..., Decider], unsettled: str, charged: int
+) -> None:
+    budget = memory_budget(harness, unsettled)
+    await budget.reserve("t1", 700)
+    budget.d.clock.advance(29)
+    assert await budget.held() == (0, 700)
+    budget.d.clock.advance(2)  # past reservation_ttl: the next call on the budget ends it
+    assert (await budget.reserve("t2", 10)).overall_code == OK
+    assert await budget.held() == (charged, 10)
+    s = budget.series()
+    assert (s["budget_expired"], s["budget_charged"], s["budget_reserved"]) == (1, charged, 10)
+    await budget.end("t1", 650)  # a late settle changes nothing
+    assert await budget.held() == (charged, 10)
+
+
+async def test_explain_shows_what_a_reserve_would_do_and_writes_nothing(budget: Budget) -> None:
+    await budget.reserve("t1", 6000)
+    explained = await budget.admin.explain(Request("llm", [call("reserve", "t2", 5000)]))
+    (entry,) = explained["descriptors"]
+    assert explained["overall_code"] == entry["decision"] == "OVER_LIMIT"
+    assert entry["rule"]["budget"] == {
+        "phase_key": "phase",
+        "transaction_key": "txn",
+        "unsettled": "release",
+        "reservation_ttl_seconds": 30.0,
+    }
+    shown: dict[str, Any] = entry["budget"]
+    assert (shown["call"], shown["outcome"], shown["transaction"]) == ("reserve", "refused", "t2")
+    (window,) = entry["windows"]
+    assert (window["value"], window["reserved"], window["after"]) == (0, 6000, 11000)
+    assert window["would_be"] == "OVER_LIMIT"
+    fits = await budget.admin.explain(Request("llm", [call("reserve", "t2", 4000)]))
+    assert fits["descriptors"][0]["budget"]["outcome"] == "admitted"
+    assert await budget.held() == (0, 6000)  # neither dry run reserved
+    assert budget.series()["budget_reserved"] == 6000

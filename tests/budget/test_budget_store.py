@@ -1,0 +1,352 @@
+"""The budget primitives, on the memory twin and on Redis alike: reserve, settle, release
+(close), count, peek, expiry, idempotency, and the keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ratelimitd.backends.redis.instances import key_slot
+from ratelimitd.budget import model as outcome
+from ratelimitd.budget.model import (
+    COUNT,
+    PEEK,
+    RELEASE,
+    RESERVE,
+    SETTLE,
+    Call,
+    Result,
+    Window,
+    budget_keys,
+    fixed,
+    sliding,
+    transaction_id,
+)
+
+HOUR = 3_600_000
+# 10 minutes into an hour, at the start of a minute: an hour window resets in 3000 s.
+T0 = 1_699_999_200_000 + 600_000
+TTL = 600_000
+
+
+class Budget:
+    """One budget on a store, with its own clock (ms): the calls as methods."""
+
+    def __init__(
+        self,
+        store: Any,
+        windows: tuple[Window, ...] = (fixed(3600, 100),),
+        ttl: int = TTL,
+        charge: bool = False,
+        user: str = "alice",
+    ) -> None:
+        self.store = store
+        self.windows = windows
+        self.ttl = ttl
+        self.charge = charge
+        self.key, self.due = budget_keys("", "llm", [("user", user)])
+        self.now = T0
+
+    async def call(self, kind: int, txn: str = "", amount: int = 0, **kw: Any) -> Result:
+        options = {"ttl": self.ttl, "charge": self.charge, **kw}
+        call = Call(kind, self.key, self.windows, self.now, txn, amount, **options)
+        return (await self.store.run([call]))[0]  # type: ignore[no-any-return]
+
+    async def reserve(self, txn: str, estimate: int, **kw: Any) -> Result:
+        return await self.call(RESERVE, txn, estimate, **kw)
+
+    async def settle(self, txn: str, actual: int) -> Result:
+        return await self.call(SETTLE, txn, actual)
+
+    async def release(self, txn: str, **kw: Any) -> Result:
+        return await self.call(RELEASE, txn, **kw)
+
+    async def count(self, hits: int) -> Result:
+        return await self.call(COUNT, "", hits)
+
+    async def level(self) -> int:
+        """Usage + reservations of the first window now (a peek of 0)."""
+        return (await self.call(PEEK, "peek", 0)).levels[0][0]
+
+
+async def test_reserve_admits_while_used_plus_reserved_plus_estimate_fits(store: Any) -> None:
+    b = Budget(store)
+    assert (await b.reserve("t1", 40)).levels == ((40, 3000),)
+    assert (await b.reserve("t2", 60)).outcome == outcome.ADMITTED  # exactly the limit
+    refused = await b.reserve("t3", 1)
+    assert (refused.outcome, refused.levels) == (outcome.REFUSED, ((101, 3000),))
+    assert await b.level() == 100  # the refused reserve holds nothing
+
+
+async def test_settle_charges_the_actual_usage_and_frees_the_estimate(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 80)
+    assert (await b.reserve("t2", 30)).outcome == outcome.REFUSED
+    b.now += 5_000
+    settled = await b.settle("t1", 12)
+    assert (settled.outcome, settled.estimate, settled.charged) == (outcome.SETTLED, 80, 12)
+    assert settled.levels == ((12, 2995),)
+    assert (await b.reserve("t2", 88)).outcome == outcome.ADMITTED
+
+
+async def test_a_second_settle_changes_nothing(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 50)
+    await b.settle("t1", 20)
+    again = await b.settle("t1", 20)
+    assert (again.outcome, again.estimate, again.charged) == (outcome.FINISHED, 0, 0)
+    assert (await b.release("t1")).outcome == outcome.FINISHED  # the close after it, too
+    assert await b.level() == 20
+
+
+async def test_a_settle_without_reservation_charges_its_usage_once(store: Any) -> None:
+    # The reserve never reached the store (fail-open, or Envoy dropped its descriptor): the
+    # usage still happened, so it is charged, and only once.
+    b = Budget(store)
+    orphan = await b.settle("lost", 30)
+    assert (orphan.outcome, orphan.charged) == (outcome.ORPHAN, 30)
+    assert (await b.settle("lost", 30)).outcome == outcome.FINISHED
+    assert await b.level() == 30
+
+
+async def test_release_frees_or_charges_the_estimate_by_policy(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 40)
+    released = await b.release("t1")
+    assert (released.outcome, released.estimate, released.charged) == (outcome.SETTLED, 40, 0)
+    assert await b.level() == 0
+
+    await b.reserve("t2", 40)
+    charged = await b.release("t2", charge=True)
+    assert (charged.outcome, charged.charged) == (outcome.SETTLED, 40)
+    assert await b.level() == 40
+    assert (await b.release("never")).outcome == outcome.UNKNOWN  # e.g. the close after a 429
+
+
+async def test_a_reused_transaction_id_is_refused_and_cannot_end_the_first(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 40)
+    dup = await b.reserve("t1", 10)
+    assert (dup.outcome, dup.levels) == (outcome.DUPLICATE, ((50, 3000),))
+    assert await b.level() == 40  # nothing more reserved
+    # The refused request's close must not free the first one's reservation...
+    assert (await b.release("t1")).outcome == outcome.CONTESTED
+    assert await b.level() == 40
+    # ...while the first one's settle still ends it.
+    assert (await b.settle("t1", 25)).outcome == outcome.SETTLED
+    assert await b.level() == 25
+    assert (await b.reserve("t1", 5)).outcome == outcome.DUPLICATE  # finished ids too, for a TTL
+
+
+async def test_peek_answers_as_reserve_and_writes_nothing(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 70)
+    peek = await b.call(PEEK, "t2", 40)
+    assert (peek.outcome, peek.levels) == (outcome.REFUSED, ((110, 3000),))
+    assert (await b.call(PEEK, "t2", 30)).outcome == outcome.ADMITTED
+    assert (await b.reserve("t2", 30)).outcome == outcome.ADMITTED  # the peek reserved nothing
+
+
+async def test_count_is_a_plain_call_against_usage_plus_reservations(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 90)
+    assert (await b.count(0)).levels == ((90, 3000),)  # hits 0: a check
+    assert (await b.count(10)).outcome == outcome.ADMITTED
+    over = await b.count(5)  # a fixed window counts every hit, as the reference does
+    assert (over.outcome, over.levels) == (outcome.REFUSED, ((105, 3000),))
+    assert await b.level() == 105
+
+
+async def test_expired_reservations_end_by_policy_and_late_settles_change_nothing(
+    store: Any,
+) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 30)
+    await b.reserve("t2", 20)
+    b.now += TTL  # the deadline is inclusive
+    swept = await b.reserve("t3", 1)
+    assert (swept.expired, swept.expired_estimate, swept.expired_charged) == (2, 50, 0)
+    assert swept.levels == ((1, 2400),)
+    assert (await b.settle("t1", 30)).outcome == outcome.FINISHED  # expired is final
+
+    c = Budget(store, charge=True, user="bob")
+    await c.reserve("t1", 30)
+    c.now += TTL + 1
+    assert (await c.count(0)).expired_charged == 30
+    assert await c.level() == 30
+    # A tombstone lives one more TTL; then the id is free again.
+    c.now += TTL + 1
+    assert (await c.reserve("t1", 5)).outcome == outcome.ADMITTED
+
+
+async def test_settle_goes_to_the_fixed_window_the_reservation_was_made_in(store: Any) -> None:
+    b = Budget(store)
+    b.now += 2_900_000  # 100 s before the hour ends
+    await b.reserve("t1", 60)
+    b.now += 200_000  # the next hour: its budget is fresh
+    assert await b.level() == 0
+    settled = await b.settle("t1", 50)  # charged to the hour before, not to this one
+    assert (settled.outcome, settled.estimate, settled.charged) == (outcome.SETTLED, 60, 50)
+    assert await b.level() == 0
+
+
+async def test_sliding_window_weighs_the_window_before_with_its_reservations(
+    store: Any,
+) -> None:
+    b = Budget(store, windows=(sliding(60, 100),))
+    b.now += 10_000  # 10 s into a minute
+    await b.reserve("t1", 60)
+    b.now += 60_000  # the next minute, 10 s in: 50 s of its 60 left
+    # p + q = 60 weighs ceil(60 x 50/60) = 50.
+    assert await b.level() == 50
+    refused = await b.reserve("t2", 51)
+    assert (refused.outcome, refused.levels[0][0]) == (outcome.REFUSED, 101)
+    settled = await b.settle("t1", 12)  # into the window before: p = 12
+    assert settled.levels[0][0] == 10
+    assert (await b.reserve("t2", 90)).outcome == outcome.ADMITTED
+
+
+async def test_sliding_reset_says_when_room_is_certain(store: Any) -> None:
+    b = Budget(store, windows=(sliding(60, 100),))
+    b.now += 10_000  # 50 s of the minute left
+    await b.reserve("t1", 100)
+    # Room for 1 when this window's 100 weigh 99 in the next: 60 s - 59.4 s after it ends.
+    refused = await b.reserve("t2", 1)
+    assert refused.levels == ((101, 50_000 + 600),)
+    ok = await b.reserve("t3", 0)
+    assert ok.levels == ((100, 110_000),)  # holds something until the end of the next
+
+
+async def test_every_window_must_have_room_and_a_refusal_reserves_in_none(store: Any) -> None:
+    b = Budget(store, windows=(fixed(60, 50), fixed(3600, 1000)))
+    await b.reserve("t1", 40)
+    refused = await b.reserve("t2", 20)
+    assert refused.outcome == outcome.REFUSED
+    assert refused.levels == ((60, 60), (60, 3000))
+    assert [after for after, _ in (await b.count(0)).levels] == [40, 40]
+    await b.settle("t1", 10)
+    assert [after for after, _ in (await b.count(0)).levels] == [10, 10]
+
+
+async def test_force_reserves_past_the_limit(store: Any) -> None:
+    # Shadow mode: the answer is OK anyway, so the reservation must be held to stay exact.
+    b = Budget(store)
+    forced = await b.reserve("t1", 150, force=True)
+    assert forced.outcome == outcome.REFUSED
+    assert await b.level() == 150
+    await b.settle("t1", 120)
+    assert await b.level() == 120
+
+
+async def test_a_budget_is_forgotten_when_nothing_in_it_can_matter(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 10)
+    await b.settle("t1", 10)
+    b.now += 3 * HOUR
+    assert await b.level() == 0
+    assert (await b.settle("t1", 10)).outcome == outcome.ORPHAN  # the tombstone went with it
+
+
+async def test_redis_keys_share_a_slot_and_expire(store: Any) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 10)
+    server = getattr(store, "server", None)
+    if server is None:
+        assert store.state(b.key, b.now)["txns"]["t1"][0] == "o"
+        return
+    client = server.client()
+    assert sorted(client.keys()) == [b.key.encode(), b.due.encode()]
+    fields = client.hgetall(b.key)
+    assert fields[b"t:t1"] == b"o 10 3600s=1699999200"
+    assert (fields[b"3600s.r"], fields[b"3600s.u"]) == (b"10", b"0")
+    # Until the hour ends (3000 s) or the deadline, whichever is later.
+    assert 2_990_000 < client.pttl(b.key) <= 3_000_000
+    assert client.zscore(b.due, "t1") == T0 + TTL
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["alice", "a{b}c", "}{", "{", "}", "x{}y", "{{tag}}"],
+)
+def test_budget_keys_share_one_slot_whatever_the_values(value: str) -> None:
+    for prefix in ("", "rl:", "{rl}", "rl{", "a}b"):
+        state, due = budget_keys(prefix, "llm", [("user", value), ("model", "gpt")])
+        assert due == state + "_due"
+        assert key_slot(state.encode()) == key_slot(due.encode())
+        assert state.startswith(prefix)
+        assert state.endswith(f"llm_user_{value}_model_gpt_budget")
+
+
+def test_budget_keys_refuse_a_prefix_with_an_empty_tag() -> None:
+    with pytest.raises(ValueError, match="empty Redis hash tag"):
+        budget_keys("rl{}", "llm", [("user", "a")])
+
+
+def test_share_threshold_patterns_replace_values() -> None:
+    state, _ = budget_keys("", "llm", [("user", "alice")], share=["a*"])
+    assert state.endswith("llm_user_a*_budget")
+
+
+def test_long_transaction_ids_are_stored_as_a_digest() -> None:
+    assert transaction_id("0f8e3c3a-7c7b-4f3e-9d8e-1f2a3b4c5d6e") == (
+        "0f8e3c3a-7c7b-4f3e-9d8e-1f2a3b4c5d6e"
+    )
+    long = transaction_id("x" * 65)
+    assert long.startswith("#") and len(long) == 33
+    assert transaction_id("#abc") != "#abc"  # a digest's shape cannot be claimed
+    assert transaction_id("x" * 65) == long
+
+
+async def test_a_dry_run_applies_calls_in_order_writes_nothing_and_tells_what_is_held(
+    store: Any,
+) -> None:
+    b = Budget(store)
+    await b.reserve("t1", 70)
+    await b.count(5)
+    settle = Call(SETTLE, b.key, b.windows, b.now, "t1", 30, TTL)
+    again = Call(SETTLE, b.key, b.windows, b.now, "t1", 30, TTL)
+    dry = store.dry_run([settle, again])  # the twin's is synchronous, Redis' awaited
+    if not isinstance(dry, list):
+        dry = await dry
+    assert [(r.outcome, r.levels, r.held) for r in dry] == [
+        (outcome.SETTLED, ((35, 3000),), ((5, 70),)),
+        (outcome.FINISHED, ((35, 3000),), ((35, 0),)),  # the second sees the first
+    ]
+    assert await b.level() == 75  # nothing written
+    assert (await b.settle("t1", 30)).outcome == outcome.SETTLED
+    assert (await b.reserve("t2", 25)).held == ()  # only a dry run tells
+
+
+async def test_a_remembered_refusal_makes_its_stream_end_charge_nothing(store: Any) -> None:
+    # Quota mode: the refused request is served elsewhere; its settle is not this budget's.
+    b = Budget(store)
+    await b.reserve("t1", 90)
+    assert (await b.reserve("t2", 20, remember=True)).outcome == outcome.REFUSED
+    assert (await b.settle("t2", 15)).outcome == outcome.FINISHED
+    assert await b.level() == 90
+    # Without it, a refused reserve leaves nothing: its settle is an unknown transaction.
+    assert (await b.reserve("t3", 20)).outcome == outcome.REFUSED
+    assert (await b.settle("t3", 15)).outcome == outcome.ORPHAN
+    assert await b.level() == 105
+    # A remembered refusal asked again is decided afresh.
+    await b.reserve("t4", 20, remember=True)
+    assert (await b.release("t4")).outcome == outcome.FINISHED
+    await b.settle("t1", 0)
+    assert (await b.reserve("t4", 20, remember=True)).outcome == outcome.ADMITTED
+
+
+async def test_clock_skew_between_daemons_never_frees_room(store: Any) -> None:
+    # Daemon `ahead` is 2 minutes ahead of `behind`, across the hour's end: `ahead`
+    # reserves in the next hour; `behind` still in the hour before reads that window at its
+    # start (not as a fresh one), and its settle goes to the window of the reservation.
+    behind = Budget(store)
+    behind.now += 3_000_000 - 60_000  # a minute before the hour ends
+    ahead = Budget(store)
+    ahead.now = behind.now + 120_000
+    assert (await ahead.reserve("t1", 60)).outcome == outcome.ADMITTED
+    assert await behind.level() == 60
+    assert (await behind.reserve("t2", 50)).outcome == outcome.REFUSED
+    settled = await behind.settle("t1", 30)
+    assert (settled.outcome, settled.charged) == (outcome.SETTLED, 30)
+    assert await ahead.level() == await behind.level() == 30

@@ -37,6 +37,7 @@ import grpc
 import grpc.aio
 import uvloop
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from support.core import suite_config
 from support.machine import machine_info
 
 from ratelimitd._proto import rls_pb2
@@ -52,17 +53,7 @@ from ratelimitd.transport.grpc import GrpcTransport
 from ratelimitd.transport.http import HttpServer
 from ratelimitd.transport.spans import ServerInterceptor, server_interceptor
 
-CONFIG = """\
-domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: second, requests_per_unit: 1000000}
-  - key: path
-    value: /a
-    descriptors:
-      - key: method
-        rate_limit: {unit: minute, requests_per_unit: 1000000000}
-"""
+CONFIG = suite_config("bench_observability")
 
 MODES = ("off", "statsd", "prometheus", "statsd+trace0", "statsd+trace1")
 

@@ -82,6 +82,15 @@ def send_raw(
     resp.data = data
 
 
+def refused_id(resp: falcon.asgi.Response, valid: Callable[[str], bool], item_id: str) -> bool:
+    """Answer 400 `[]`, as the real service does, to an id the profile's pattern rejects
+    (`valid`, an `id_matcher`); whether it did."""
+    if valid(item_id):
+        return False
+    send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+    return True
+
+
 def server_error(message: str, status: str = falcon.HTTP_500) -> falcon.HTTPError:
     """An HTTPError carrying the real service's error envelope."""
     body = json_encoder.encode(
@@ -324,8 +333,7 @@ class ArrivalsByStop(_Arrivals):
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
     ) -> None:
-        if not self.valid_id(item_id):
-            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+        if refused_id(resp, self.valid_id, item_id):
             return
         net = self.network()
         stop = net.stop_index.get(item_id)

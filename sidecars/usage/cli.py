@@ -137,10 +137,7 @@ def parser() -> argparse.ArgumentParser:
         "(`python -m gunicorn --help` lists them).",
     )
 
-    accounts = sub.add_parser(
-        "accounts", help="create, update, show, list, suspend, resume, delete accounts"
-    )
-    acc = accounts.add_subparsers(dest="action", required=True, metavar="ACTION")
+    acc = _actions(sub, "accounts", "create, update, show, list, suspend, resume, delete accounts")
     create = acc.add_parser("create", help="create an account", description="Create an account.")
     create.add_argument("account", help="account id: 1-64 of A-Z a-z 0-9 _ . -")
     create.add_argument("--plan", required=True, choices=PLAN_NAMES)
@@ -183,8 +180,7 @@ def parser() -> argparse.ArgumentParser:
     delete.add_argument("account")
     delete.add_argument("--yes", action="store_true", required=True, help="confirm")
 
-    tokens = sub.add_parser("tokens", help="issue, list, revoke bearer tokens")
-    tok = tokens.add_subparsers(dest="action", required=True, metavar="ACTION")
+    tok = _actions(sub, "tokens", "issue, list, revoke bearer tokens")
     issue = tok.add_parser(
         "issue",
         help="issue a token (printed once)",
@@ -214,9 +210,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _actions(sub: Any, command: str, text: str) -> Any:
+    """The subparsers of a COMMAND's ACTIONs (`accounts create`, `usage export`, ...)."""
+    group = sub.add_parser(command, help=text)
+    return group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+
 def _usage_parsers(sub: Any) -> None:
-    usage = sub.add_parser("usage", help="daily usage: roll up, chart, export")
-    act = usage.add_subparsers(dest="action", required=True, metavar="ACTION")
+    act = _actions(sub, "usage", "daily usage: roll up, chart, export")
     act.add_parser(
         "rollup",
         help="copy the day buckets from Redis into SQL now, then apply retention",
@@ -257,8 +258,7 @@ def _usage_parsers(sub: Any) -> None:
 
 
 def _webhook_parsers(sub: Any) -> None:
-    hooks = sub.add_parser("webhooks", help="threshold events: list, inspect, resend")
-    act = hooks.add_subparsers(dest="action", required=True, metavar="ACTION")
+    act = _actions(sub, "webhooks", "threshold events: list, inspect, resend")
     lst = act.add_parser(
         "list", help="events, newest first", description="Threshold events, newest first."
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import counter, preset, suite_config
+from support.core import counter, preset, rule_counts, suite_config
 
 from ratelimitd.backends import MemoryBackend, Op
 from ratelimitd.localcache import ENTRY_OVERHEAD, LocalCache
@@ -27,19 +27,6 @@ CONFIG = suite_config("core_limiter")
 def stats(h: Any, key: str) -> dict[str, float]:
     """The six per-rule counters of stats key `domain.<key>`."""
     return h.rule_stats(f"domain.{key}")
-
-
-def expect(
-    total: int = 0, over: int = 0, near: int = 0, within: int = 0, olwlc: int = 0, shadow: int = 0
-) -> dict:
-    return {
-        "total_hits": total,
-        "over_limit": over,
-        "near_limit": near,
-        "within_limit": within,
-        "over_limit_with_local_cache": olwlc,
-        "shadow_mode": shadow,
-    }
 
 
 def d(
@@ -66,7 +53,7 @@ async def test_single_second_limit_within(harness: Any) -> None:
     preset(h, "domain_key_value_1234", 4)
     r = await h.decide("domain", [("key", "value")], hits_addend=1)
     assert [brief(s) for s in r.statuses] == [(OK, 10, 5, 1)]
-    assert stats(h, "key_value") == expect(total=1, within=1)
+    assert stats(h, "key_value") == rule_counts(total=1, within=1)
     assert h.backend.ttl("domain_key_value_1234") == 1
 
 
@@ -79,7 +66,7 @@ async def test_no_limit_descriptor_is_ok_and_not_sent_to_the_backend(harness: An
         d(("key2", "value2"), ("subkey2", "subvalue2"), hits=1),
     )
     assert [brief(s) for s in r.statuses] == [(OK, None, 0, 0), (OVER_LIMIT, 10, 0, 60 - 1234 % 60)]
-    assert stats(h, "key2_value2.subkey2_subvalue2") == expect(total=1, over=1)
+    assert stats(h, "key2_value2.subkey2_subvalue2") == rule_counts(total=1, over=1)
     assert set(h.backend._counters) == {"domain_key2_value2_subkey2_subvalue2_1200"}
     assert h.backend.ttl("domain_key2_value2_subkey2_subvalue2_1200") == 60
 
@@ -94,8 +81,8 @@ async def test_per_descriptor_hits_zero_checks_without_counting(harness: Any) ->
         d(("key3", "value3"), ("subkey3", "subvalue3"), hits=1),
     )
     assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 10, 0, 800), (OVER_LIMIT, 10, 0, 36_800)]
-    assert stats(h, "key3_value3") == expect()
-    assert stats(h, "key3_value3.subkey3_subvalue3") == expect(total=1, over=1)
+    assert stats(h, "key3_value3") == rule_counts()
+    assert stats(h, "key3_value3.subkey3_subvalue3") == rule_counts(total=1, over=1)
     # INCRBY 0 still happened: the counter is unchanged and its TTL refreshed to the unit.
     assert counter(h, "domain_key3_value3_997200") == 11
     assert h.backend.ttl("domain_key3_value3_997200") == 3600
@@ -107,14 +94,14 @@ async def test_hits_zero_on_an_absent_key_creates_it_at_zero(harness: Any) -> No
     assert [brief(s) for s in r.statuses] == [(OK, 15, 15, 800)]
     assert counter(h, "domain_key4_value4_997200") == 0
     assert h.backend.ttl("domain_key4_value4_997200") == 3600
-    assert stats(h, "key4_value4") == expect()
+    assert stats(h, "key4_value4") == rule_counts()
 
 
 async def test_request_hits_addend_zero_means_one(harness: Any) -> None:
     h = harness(CONFIG)
     await h.decide("domain", [("key4", "value4")], hits_addend=0)
     assert counter(h, "domain_key4_value4_997200") == 1
-    assert stats(h, "key4_value4") == expect(total=1, within=1)
+    assert stats(h, "key4_value4") == rule_counts(total=1, within=1)
 
 
 async def test_per_descriptor_hits_beat_request_hits(harness: Any) -> None:
@@ -135,30 +122,36 @@ async def test_near_limit_sequence(harness: Any) -> None:
     preset(h, key, 10)
     r = await h.decide("domain", [("key4", "value4")])
     assert [brief(s) for s in r.statuses] == [(OK, 15, 4, 800)]
-    assert stats(h, "key4_value4") == expect(total=1, within=1)
+    assert stats(h, "key4_value4") == rule_counts(total=1, within=1)
 
     preset(h, key, 12)
     r = await h.decide("domain", [("key4", "value4")])
     assert [brief(s) for s in r.statuses] == [(OK, 15, 2, 800)]
-    assert stats(h, "key4_value4") == expect(total=2, near=1, within=2)
+    assert stats(h, "key4_value4") == rule_counts(total=2, near=1, within=2)
 
     # Going over counts over_limit; near_limit does not grow past the limit.
     preset(h, key, 15)
     r = await h.decide("domain", [("key4", "value4")])
     assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 15, 0, 800)]
-    assert stats(h, "key4_value4") == expect(total=3, over=1, near=1, within=2)
+    assert stats(h, "key4_value4") == rule_counts(total=3, over=1, near=1, within=2)
 
 
 @pytest.mark.parametrize(
     ("key", "hits", "before", "status", "counts"),
     [
-        ("s20", 3, 2, (OK, 20, 15, 1), expect(total=3, within=3)),  # all under near
-        ("s8", 2, 5, (OK, 8, 1, 1), expect(total=2, near=1, within=2)),  # some over near
-        ("s20", 3, 16, (OK, 20, 1, 1), expect(total=3, near=3, within=3)),  # all over near
-        ("s20", 3, 19, (OVER_LIMIT, 20, 0, 1), expect(total=3, over=2, near=1)),  # some over limit
-        ("s20", 7, 15, (OVER_LIMIT, 20, 0, 1), expect(total=7, over=2, near=4)),  # all three
-        ("s10", 3, 27, (OVER_LIMIT, 10, 0, 1), expect(total=3, over=3)),  # all over limit
-        ("s10", 3, 7, (OK, 10, 0, 1), expect(total=3, near=2, within=3)),  # lands on the limit
+        ("s20", 3, 2, (OK, 20, 15, 1), rule_counts(total=3, within=3)),  # all under near
+        ("s8", 2, 5, (OK, 8, 1, 1), rule_counts(total=2, near=1, within=2)),  # some over near
+        ("s20", 3, 16, (OK, 20, 1, 1), rule_counts(total=3, near=3, within=3)),  # all over near
+        (
+            "s20",
+            3,
+            19,
+            (OVER_LIMIT, 20, 0, 1),
+            rule_counts(total=3, over=2, near=1),
+        ),  # some over limit
+        ("s20", 7, 15, (OVER_LIMIT, 20, 0, 1), rule_counts(total=7, over=2, near=4)),  # all three
+        ("s10", 3, 27, (OVER_LIMIT, 10, 0, 1), rule_counts(total=3, over=3)),  # all over limit
+        ("s10", 3, 7, (OK, 10, 0, 1), rule_counts(total=3, near=2, within=3)),  # lands on the limit
     ],
 )
 async def test_multi_hit_split(
@@ -182,7 +175,7 @@ async def test_counter_equal_to_limit_is_ok_with_zero_remaining(harness: Any) ->
     assert codes[10] == (OVER_LIMIT, 0)
     assert [c[1] for c in codes[:10]] == list(range(9, -1, -1))
     # near threshold 8: hits 9 and 10 are near; hit 11 is over.
-    assert stats(h, "m10") == expect(total=11, over=1, near=2, within=10)
+    assert stats(h, "m10") == rule_counts(total=11, over=1, near=2, within=10)
 
 
 async def test_requests_per_unit_zero(harness: Any) -> None:
@@ -191,7 +184,7 @@ async def test_requests_per_unit_zero(harness: Any) -> None:
     assert [brief(s) for s in r.statuses] == [(OK, 0, 0, 60)]
     r = await h.decide("domain", [("zero", "a")])
     assert [brief(s) for s in r.statuses] == [(OVER_LIMIT, 0, 0, 60)]
-    assert stats(h, "zero") == expect(total=1, over=1)
+    assert stats(h, "zero") == rule_counts(total=1, over=1)
 
 
 async def test_key_only_rule_counts_each_value_separately_under_one_stats_key(harness: Any) -> None:
@@ -199,7 +192,7 @@ async def test_key_only_rule_counts_each_value_separately_under_one_stats_key(ha
     await h.decide("domain", [("m10", "a")], [("m10", "b")], [("m10", "a")])
     assert counter(h, "domain_m10_a_1200") == 2
     assert counter(h, "domain_m10_b_1200") == 1
-    assert stats(h, "m10") == expect(total=3, within=3)
+    assert stats(h, "m10") == rule_counts(total=3, within=3)
 
 
 # --- windows, TTL, expiry -------------------------------------------------------------
@@ -327,26 +320,28 @@ async def test_over_limit_with_local_cache(harness: Any, shadow: bool) -> None:
     preset(h, key, 10)
     r = await h.decide("domain", [(k, "value4")])
     assert [brief(s) for s in r.statuses] == [(OK, 15, 4, 800)]
-    assert stats(h, f"{k}_value4") == expect(total=1, within=1)
+    assert stats(h, f"{k}_value4") == rule_counts(total=1, within=1)
     assert gauges(h) == (0, 1, 1, 0, 0)
 
     preset(h, key, 12)
     r = await h.decide("domain", [(k, "value4")])
     assert [brief(s) for s in r.statuses] == [(OK, 15, 2, 800)]
-    assert stats(h, f"{k}_value4") == expect(total=2, near=1, within=2)
+    assert stats(h, f"{k}_value4") == rule_counts(total=2, near=1, within=2)
     assert gauges(h) == (0, 2, 2, 0, 0)
 
     preset(h, key, 15)
     r = await h.decide("domain", [(k, "value4")])
     assert [brief(s) for s in r.statuses] == [(over, 15, 0, 800)]
-    assert stats(h, f"{k}_value4") == expect(total=3, over=1, near=1, within=2, shadow=int(shadow))
+    assert stats(h, f"{k}_value4") == rule_counts(
+        total=3, over=1, near=1, within=2, shadow=int(shadow)
+    )
     assert gauges(h) == (0, 3, 3, 0, 1)  # stored even for a shadow rule
 
     # Local-cache hit: no backend call at all (the counter stays at 16).
     r = await h.decide("domain", [(k, "value4")])
     assert [brief(s) for s in r.statuses] == [(over, 15, 0, 800)]
     assert counter(h, key) == 16
-    assert stats(h, f"{k}_value4") == expect(
+    assert stats(h, f"{k}_value4") == rule_counts(
         total=4, over=2, near=1, within=2, olwlc=1, shadow=2 if shadow else 0
     )
     assert gauges(h) == (1, 3, 4, 0, 1)
@@ -359,7 +354,7 @@ async def test_local_cache_hit_counts_all_hits_as_over(harness: Any) -> None:
     r = await h.decide("domain", [("m10", "x")], hits_addend=4)
     assert brief(r.statuses[0]) == (OVER_LIMIT, 10, 0, 60)
     assert counter(h, "domain_m10_x_1200") == 11
-    assert stats(h, "m10") == expect(total=5, over=5, olwlc=4)
+    assert stats(h, "m10") == rule_counts(total=5, over=5, olwlc=4)
 
 
 async def test_local_cache_hit_does_not_stop_other_keys_without_stop_mode(harness: Any) -> None:
@@ -391,7 +386,7 @@ async def test_local_cache_disabled_always_asks_the_backend(harness: Any) -> Non
     for _ in range(3):
         await h.decide("domain", [("m10", "x")])
     assert counter(h, "domain_m10_x_1200") == 13
-    assert stats(h, "m10") == expect(total=3, over=3)
+    assert stats(h, "m10") == rule_counts(total=3, over=3)
 
 
 def test_local_cache_is_bounded_by_bytes() -> None:
@@ -457,22 +452,22 @@ async def test_stop_increment_sequence(harness: Any) -> None:
     # Nothing would exceed: both incremented.
     r = await h.decide("domain", *req(1))
     assert [brief(s) for s in r.statuses] == [(OK, 15, 4, 800), (OK, 14, 3, 800)]
-    assert stats(h, "key4_value4") == expect(total=1, within=1)
-    assert stats(h, "key5_value5") == expect(total=1, within=1)
+    assert stats(h, "key4_value4") == rule_counts(total=1, within=1)
+    assert stats(h, "key5_value5") == rule_counts(total=1, within=1)
     assert gauges(h) == (0, 2, 2, 0, 0)
 
     r = await h.decide("domain", *req(2))
     assert [brief(s) for s in r.statuses] == [(OK, 15, 2, 800), (OK, 14, 1, 800)]
-    assert stats(h, "key4_value4") == expect(total=3, near=1, within=3)
-    assert stats(h, "key5_value5") == expect(total=3, near=2, within=3)
+    assert stats(h, "key4_value4") == rule_counts(total=3, near=1, within=3)
+    assert stats(h, "key5_value5") == rule_counts(total=3, near=2, within=3)
     assert (counter(h, k4), counter(h, k5)) == (13, 13)
 
     # key5 would exceed (13 + 2 > 14): only it is incremented; key4 reports as if counted.
     r = await h.decide("domain", *req(2))
     assert [brief(s) for s in r.statuses] == [(OK, 15, 2, 800), (OVER_LIMIT, 14, 0, 800)]
     assert (counter(h, k4), counter(h, k5)) == (13, 15)
-    assert stats(h, "key4_value4") == expect(total=5, near=2, within=5)
-    assert stats(h, "key5_value5") == expect(total=5, over=1, near=3, within=3)
+    assert stats(h, "key4_value4") == rule_counts(total=5, near=2, within=5)
+    assert stats(h, "key5_value5") == rule_counts(total=5, over=1, near=3, within=3)
     assert gauges(h)[4] == 1  # key5 went into the local cache
 
     # key5 is a local-cache hit: every other key gets INCRBY 0 (TTL still refreshed).
@@ -481,8 +476,8 @@ async def test_stop_increment_sequence(harness: Any) -> None:
     assert [brief(s) for s in r.statuses] == [(OK, 15, 2, 800), (OVER_LIMIT, 14, 0, 800)]
     assert (counter(h, k4), counter(h, k5)) == (13, 15)
     assert h.backend.ttl(k4) == 3600
-    assert stats(h, "key4_value4") == expect(total=6, near=3, within=6)
-    assert stats(h, "key5_value5") == expect(total=6, over=2, near=3, within=3, olwlc=1)
+    assert stats(h, "key4_value4") == rule_counts(total=6, near=3, within=6)
+    assert stats(h, "key5_value5") == rule_counts(total=6, over=2, near=3, within=3, olwlc=1)
 
 
 async def test_stop_increment_single_key_over(harness: Any) -> None:
@@ -491,7 +486,7 @@ async def test_stop_increment_single_key_over(harness: Any) -> None:
     r = await h.decide("domain", [("m10", "x")])
     assert brief(r.statuses[0]) == (OVER_LIMIT, 10, 0, 60)
     assert counter(h, "domain_m10_x_1200") == 11  # a would-exceed key is incremented
-    assert stats(h, "m10") == expect(total=1, over=1)
+    assert stats(h, "m10") == rule_counts(total=1, over=1)
 
 
 async def test_stop_increment_absent_keys_wrap_before(harness: Any) -> None:
@@ -501,7 +496,7 @@ async def test_stop_increment_absent_keys_wrap_before(harness: Any) -> None:
     r = await h.decide("domain", d(("key4", "value4"), hits=3), d(("key5", "value5"), hits=1))
     assert [brief(s) for s in r.statuses] == [(OK, 15, 15, 800), (OVER_LIMIT, 14, 0, 800)]
     assert counter(h, "domain_key4_value4_997200") == 0
-    assert stats(h, "key4_value4") == expect(total=3, within=3)
+    assert stats(h, "key4_value4") == rule_counts(total=3, within=3)
 
 
 async def test_stop_increment_off_increments_everything(harness: Any) -> None:
@@ -520,7 +515,7 @@ async def test_unlimited_is_not_counted(harness: Any) -> None:
     r = await h.decide("domain", [("u", "x")])
     assert [brief(s) for s in r.statuses] == [(OK, None, MAX_UINT32, 0)]
     assert h.backend._counters == {}
-    assert stats(h, "u") == expect()
+    assert stats(h, "u") == rule_counts()
 
 
 # --- cache keys end to end ----------------------------------------------------------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from support.core import HOUR, MINUTE, brief, exhaust
+from support.core import HOUR, MINUTE, brief, exhaust, rule_counts
 from support.core import SERVICE_CONFIG as CONFIG
 from support.core import SERVICE_METADATA as METADATA
 from support.core import SERVICE_NOW as NOW
@@ -38,14 +38,7 @@ async def test_rule_shadow_mode_turns_over_limit_into_ok(harness: Any) -> None:
     r = await h.decide("d", [("shadow", "x")], [("hello", "world")])
     assert r.overall_code == OK
     assert [brief(s) for s in r.statuses] == [(OK, 1, 0), (OK, None, 0)]
-    assert h.rule_stats("d.shadow") == dict(
-        total_hits=1,
-        over_limit=1,
-        near_limit=0,
-        within_limit=0,
-        over_limit_with_local_cache=0,
-        shadow_mode=1,
-    )
+    assert h.rule_stats("d.shadow") == rule_counts(total=1, over=1, shadow=1)
     assert len(h.local_cache) == 1  # still cached
     assert h.stat("ratelimit.service.global_shadow_mode") == 0
 
@@ -220,13 +213,8 @@ async def test_limit_override_applies_to_descriptors_without_a_rule(harness: Any
     for _ in range(2):
         r = await h.decide("d", Descriptor((("hello", "world"),), limit=(1, MINUTE)))
     assert r.overall_code == OVER_LIMIT
-    assert h.rule_stats("d.hello_world") == dict(
-        total_hits=2,
-        over_limit=1,
-        near_limit=1,
-        within_limit=1,
-        over_limit_with_local_cache=0,
-        shadow_mode=0,
+    assert h.rule_stats("d.hello_world") == rule_counts(
+        total=2, over=1, near=1, within=1
     )  # near threshold floor(1 * 0.8) = 0: the first hit is near
 
 

@@ -42,11 +42,13 @@ from support.h2raw import (
     SETTINGS,
     STREAM_CLOSED,
     TIMEOUT,
+    Raw,
     grpc_message,
 )
 
 from ratelimitd.messages import OK
 from ratelimitd.transport.grpc import METHOD_PATH
+from ratelimitd.transport.native import NativeGrpcTransport
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
 
@@ -61,12 +63,23 @@ async def still_serves(port: int) -> None:
     assert decode_response(raw).overall_code == OK
 
 
+# The transport and a raw client connected to it (the `connected` fixture).
+Connected = tuple[NativeGrpcTransport, Raw]
+
+
+@pytest.fixture
+async def connected(native_server: Any, raw_client: Any) -> Connected:
+    """`t, c = connected`: a native transport on the default settings and a raw client on it
+    (its preface and SETTINGS sent), as most cases here start."""
+    t = await native_server()
+    return t, await raw_client(t.port)
+
+
 # -- connection level ---------------------------------------------------------------------
 
 
-async def test_a_unary_call_over_raw_frames(native_server: Any, raw_client: Any) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_a_unary_call_over_raw_frames(connected: Connected) -> None:
+    _, c = connected
     c.call(1)
     end = await c.stream_end(1)
     assert (end[":status"], end["content-type"], end["grpc-status"]) == (
@@ -88,20 +101,16 @@ async def test_bad_connection_preface(native_server: Any, raw_client: Any) -> No
     await still_serves(t.port)
 
 
-async def test_data_on_an_idle_stream_is_a_connection_error(
-    native_server: Any, raw_client: Any
-) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_data_on_an_idle_stream_is_a_connection_error(connected: Connected) -> None:
+    t, c = connected
     c.send(DataFrame(1, b"x", flags=["END_STREAM"]).serialize())
     assert (await c.goaway()).error_code() == PROTOCOL_ERROR
     await still_serves(t.port)
 
 
-async def test_data_on_a_half_closed_stream(native_server: Any, raw_client: Any) -> None:
+async def test_data_on_a_half_closed_stream(connected: Connected) -> None:
     """After the client's END_STREAM, more DATA is a stream error STREAM_CLOSED."""
-    t = await native_server()
-    c = await raw_client(t.port)
+    t, c = connected
     # Health/Watch keeps its stream open (half-closed remote) after the request.
     c.call(1, grpc_message(b""), _path="/grpc.health.v1.Health/Watch")
     await c.read_until(lambda f: f.stream == 1 and f.type == DATA)
@@ -111,10 +120,9 @@ async def test_data_on_a_half_closed_stream(native_server: Any, raw_client: Any)
     await still_serves(t.port)
 
 
-async def test_data_on_a_closed_stream_is_ignored(native_server: Any, raw_client: Any) -> None:
+async def test_data_on_a_closed_stream_is_ignored(connected: Connected) -> None:
     """A frame on a stream closed both ways: RFC 9113 lets the server ignore it."""
-    t = await native_server()
-    c = await raw_client(t.port)
+    _, c = connected
     c.call(1)
     await c.stream_end(1)
     c.send(DataFrame(1, b"late").serialize())
@@ -122,9 +130,8 @@ async def test_data_on_a_closed_stream_is_ignored(native_server: Any, raw_client
     assert (await c.stream_end(3))["grpc-status"] == "0"
 
 
-async def test_oversized_frame(native_server: Any, raw_client: Any) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_oversized_frame(connected: Connected) -> None:
+    t, c = connected
     head = HeadersFrame(1, c.block(c.headers()), flags=["END_HEADERS"]).serialize()
     # A DATA frame one byte over the default SETTINGS_MAX_FRAME_SIZE (16 384).
     big = (16385).to_bytes(3, "big") + bytes([DATA, 0]) + (1).to_bytes(4, "big")
@@ -145,10 +152,9 @@ async def test_oversized_frame(native_server: Any, raw_client: Any) -> None:
     ],
 )
 async def test_malformed_request_heads_are_stream_errors(
-    native_server: Any, raw_client: Any, headers: dict[str, Any]
+    connected: Connected, headers: dict[str, Any]
 ) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+    _, c = connected
     block = c.headers(**{k: v for k, v in headers.items() if k != "Content-Type"})
     if "Content-Type" in headers:
         block = [(k, v) for k, v in block if k != "content-type"]
@@ -162,17 +168,15 @@ async def test_malformed_request_heads_are_stream_errors(
     c.close()
 
 
-async def test_pseudo_header_after_a_regular_one(native_server: Any, raw_client: Any) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_pseudo_header_after_a_regular_one(connected: Connected) -> None:
+    _, c = connected
     block = [(k, v) for k, v in c.headers() if k != ":authority"] + [(":authority", "x")]
     c.send(HeadersFrame(1, c.block(block), flags=["END_HEADERS", "END_STREAM"]).serialize())
     assert (await c.stream_end(1))["rst"] == str(PROTOCOL_ERROR)
 
 
-async def test_header_list_over_the_limit(native_server: Any, raw_client: Any) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_header_list_over_the_limit(connected: Connected) -> None:
+    t, c = connected
     block = c.headers() + [(f"x-filler-{i}", "v" * 4000) for i in range(20)]  # ~80 KiB
     encoded = c.block(block)
     frames = [encoded[i : i + 16000] for i in range(0, len(encoded), 16000)]
@@ -186,9 +190,8 @@ async def test_header_list_over_the_limit(native_server: Any, raw_client: Any) -
     await still_serves(t.port)
 
 
-async def test_rst_stream_in_the_middle_of_a_request(native_server: Any, raw_client: Any) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_rst_stream_in_the_middle_of_a_request(connected: Connected) -> None:
+    _, c = connected
     c.send(HeadersFrame(1, c.block(c.headers()), flags=["END_HEADERS"]).serialize())
     c.send(DataFrame(1, REQUEST[:4]).serialize() + RstStreamFrame(1, 8).serialize())
     c.call(3)
@@ -197,9 +200,8 @@ async def test_rst_stream_in_the_middle_of_a_request(native_server: Any, raw_cli
     c.close()
 
 
-async def test_data_beyond_the_stream_window(native_server: Any, raw_client: Any) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_data_beyond_the_stream_window(connected: Connected) -> None:
+    t, c = connected
     c.send(HeadersFrame(1, c.block(c.headers()), flags=["END_HEADERS"]).serialize())
     c.send(DataFrame(1, b"\x00" + struct.pack(">I", 4 << 20)).serialize())
     # 3 MiB without reading a WINDOW_UPDATE: far past the 65 535-byte initial window.
@@ -244,9 +246,8 @@ def assert_rss_bounded(before: int) -> None:
     assert after - before < 64 * 1024
 
 
-async def test_continuation_flood(native_server: Any, raw_client: Any) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_continuation_flood(connected: Connected) -> None:
+    t, c = connected
     out = HeadersFrame(1, c.block(c.headers())).serialize()  # no END_HEADERS
     out += b"".join(ContinuationFrame(1, b"").serialize() for _ in range(10_000))
     c.send(out)
@@ -334,16 +335,14 @@ async def test_rapid_reset(native_server: Any, raw_client: Any) -> None:
     ],
 )  # fmt: skip
 async def test_grpc_requests_grpc_go_refuses(
-    native_server: Any,
-    raw_client: Any,
+    connected: Connected,
     headers: dict[str, Any],
     body: bytes,
     status: str,
     grpc_status: str,
     message: str,
 ) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+    t, c = connected
     c.call(1, body, **headers)
     end = await c.stream_end(1)
     assert (end[":status"], end["grpc-status"]) == (status, grpc_status)
@@ -351,11 +350,8 @@ async def test_grpc_requests_grpc_go_refuses(
     await still_serves(t.port)
 
 
-async def test_an_oversized_message_is_refused_before_it_is_read(
-    native_server: Any, raw_client: Any
-) -> None:
-    t = await native_server()
-    c = await raw_client(t.port)
+async def test_an_oversized_message_is_refused_before_it_is_read(connected: Connected) -> None:
+    _, c = connected
     c.send(HeadersFrame(1, c.block(c.headers()), flags=["END_HEADERS"]).serialize())
     c.send(DataFrame(1, b"\x00" + struct.pack(">I", 5 << 20) + b"x" * 1000).serialize())
     end = await c.stream_end(1)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import free_port, http_get
+from support import free_port, http_get, port_open, wait_for
 from support.daemon import DaemonProcess
 from support.pki import Pki
 
@@ -242,6 +242,8 @@ def test_a_daemon_without_its_mapper_file_serves_metrics(
         "PROMETHEUS_MAPPER_YAML": str(tmp_path / "absent" / "conf.yaml"),
     }
     d = start_daemon(env)
+    # Ready means the health listener; the metrics listener may bind a moment later.
+    wait_for(lambda: port_open(port), what=f"the metrics listener on {port}")
     status, body = http_get(f"http://127.0.0.1:{port}/metrics")
     assert status == 200 and b"ratelimit_service_config_load_success" in body
     assert d.terminate() == 0

@@ -18,7 +18,7 @@ only ratelimitd and sidecars.
   pki            Pki: two CAs, server and client certificates
   ads_server     AdsServer: an xDS (ADS, State of the World) management server, in-process
   machine        machine_info, load_average, implementations (compiled or pure, per module)
-  core           Decider, memory_decider, suite_config (tests/configs/suites)
+  core           Decider, memory_decider, rule_counts, suite_config (tests/configs/suites)
   decisions      random configs and requests; /explain predicts the decision (property)
   sidecar        a usage or transit sidecar under real gunicorn; usage_database
   webhook_receiver  a signature-checking webhook receiver (the usage API's threshold events)

@@ -91,6 +91,21 @@ class Decider:
         return {n: snapshot.get(f"ratelimit.service.rate_limit.{key}.{n}", 0) for n in RULE_STATS}
 
 
+def rule_counts(
+    total: int = 0, over: int = 0, near: int = 0, within: int = 0, olwlc: int = 0, shadow: int = 0
+) -> dict[str, float]:
+    """What `Decider.rule_stats` is expected to return: the six per-rule counters, zero
+    unless given."""
+    return {
+        "total_hits": total,
+        "over_limit": over,
+        "near_limit": near,
+        "within_limit": within,
+        "over_limit_with_local_cache": olwlc,
+        "shadow_mode": shadow,
+    }
+
+
 class StoreDouble:
     """A counter store a test writes: the awaited Backend contract (not a SyncBackend), every
     call going to a memory store at a fixed clock unless the test overrides it."""

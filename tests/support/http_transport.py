@@ -18,19 +18,10 @@ from ratelimitd.service import Snapshot
 from ratelimitd.settings import ReloadOptions
 from ratelimitd.transport.http import HttpServer
 
+from .core import suite_config
+
 # Harness clock: 1_000_000 s, so a MINUTE window resets in 20 s and a SECOND one in 1 s.
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: s
-    rate_limit: {unit: second, requests_per_unit: 50, name: per-second}
-  - key: meta
-    rate_limit: {unit: hour, requests_per_unit: 10}
-    metadata:
-      svc: {name: one}
-"""
+CONFIG = suite_config("http_transport")
 
 ONE_K = b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}'
 

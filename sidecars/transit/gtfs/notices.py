@@ -27,109 +27,101 @@ WARNING = "warning"
 INFO = "info"
 SEVERITY_ORDER = {FATAL: 0, ERROR: 1, WARNING: 2, INFO: 3}
 
+# What each code means, under its severity (what happens to the row: see the module doc).
+_MEANINGS: dict[str, dict[str, str]] = {
+    FATAL: {
+        "missing_required_file": "A required file is missing.",
+        "missing_calendar_and_calendar_date_files": (
+            "Neither calendar.txt nor calendar_dates.txt is present."
+        ),
+        "missing_required_column": "A required column is missing from a file's header.",
+        "empty_file": "A required file has no header line.",
+        "csv_parsing_failed": "A file is not well-formed CSV or not UTF-8.",
+        "unreadable_file": "The archive or one of its members cannot be read.",
+        "no_usable_rows": "A required file has no row left after skipping bad ones.",
+        "too_many_rows_skipped": (
+            "More rows of a file were skipped than TRANSIT_FEED_MAX_SKIPPED_SHARE allows."
+        ),
+        "feed_shrunk": (
+            "The feed has fewer rows, stops or trips than the served one, by more than "
+            "TRANSIT_FEED_MAX_DROP_SHARE allows."
+        ),
+    },
+    ERROR: {
+        "invalid_row_length": "A row has more fields than the header.",
+        "missing_required_field": "A required field is empty.",
+        "invalid_integer": "A field is not an integer.",
+        "invalid_float": "A field is not a number.",
+        "invalid_time": "A field is not a GTFS time (H:MM:SS).",
+        "invalid_date": "A field is not a date (YYYYMMDD).",
+        "invalid_timezone": "A field is not an IANA timezone.",
+        "number_out_of_range": "A number is outside the range the field allows.",
+        "duplicate_key": "A row repeats the key of an earlier row.",
+        "foreign_key_violation": "A row refers to an id that no (usable) row defines.",
+        "route_both_short_and_long_name_missing": (
+            "A route has neither route_short_name nor route_long_name."
+        ),
+        "point_near_origin": "A stop or shape point is at latitude 0, longitude 0.",
+        "start_and_end_range_out_of_order": "An end date or time is before its start.",
+        "stop_time_with_arrival_before_previous_departure_time": (
+            "A stop time is earlier than the previous stop's in the same trip."
+        ),
+        "missing_trip_edge": (
+            "The first or last stop of a trip has no time; the trip's stop times are skipped."
+        ),
+    },
+    WARNING: {
+        "invalid_color": (
+            "A colour is not six hexadecimal digits; the default colour is served (MobilityData: "
+            "error; the route itself is fine)."
+        ),
+        "unexpected_enum_value": (
+            "A field has a value the GTFS reference does not define. On a field the API serves or "
+            "uses (direction_id, location_type, pickup/drop-off types, calendar flags) the row is "
+            "skipped and the notice is an error; otherwise (route_type) the row is served."
+        ),
+        "missing_recommended_file": "A file the GTFS best practices ask for is missing.",
+        "missing_feed_info_date": (
+            "feed_info.txt gives one of feed_start_date and feed_end_date without the other."
+        ),
+        "feed_expiration_date7_days": (
+            "feed_info.txt's feed_end_date is within the next 7 days (or past): publish the next "
+            "version."
+        ),
+        "feed_expiration_date30_days": (
+            "feed_info.txt's feed_end_date is within the next 30 days: publish the next version."
+        ),
+        "expired_calendar": (
+            "A service has no date from today on; its trips are served for past dates only."
+        ),
+        "no_service_today": (
+            "No service runs on today's operational day: every stop's arrivals are empty "
+            "(`/health` says degraded while this feed is served)."
+        ),
+        "unused_trip": "A trip has no stop times; it is not served.",
+        "trip_shape_not_found": (
+            "A trip's shape_id is not in shapes.txt; it is served without a shape."
+        ),
+        "decreasing_or_equal_stop_time_distance": (
+            "shape_dist_traveled does not increase along a trip; its distances are computed from "
+            "the shape instead."
+        ),
+        "shape_dist_traveled_unit_unknown": (
+            "The unit of shape_dist_traveled could not be told from the geometry; distances are "
+            "computed from the shapes."
+        ),
+        "location_not_found": (
+            "A stop's district, municipality or locality is not in the configured locations; the "
+            "field is served empty."
+        ),
+    },
+    INFO: {
+        "unknown_file": "A file that is not part of the GTFS reference; it is not read.",
+    },
+}
 # code -> (severity, what it means)
 NOTICES: dict[str, tuple[str, str]] = {
-    # The feed cannot be served as a whole.
-    "missing_required_file": (FATAL, "A required file is missing."),
-    "missing_calendar_and_calendar_date_files": (
-        FATAL,
-        "Neither calendar.txt nor calendar_dates.txt is present.",
-    ),
-    "missing_required_column": (FATAL, "A required column is missing from a file's header."),
-    "empty_file": (FATAL, "A required file has no header line."),
-    "csv_parsing_failed": (FATAL, "A file is not well-formed CSV or not UTF-8."),
-    "unreadable_file": (FATAL, "The archive or one of its members cannot be read."),
-    "no_usable_rows": (FATAL, "A required file has no row left after skipping bad ones."),
-    "too_many_rows_skipped": (
-        FATAL,
-        "More rows of a file were skipped than TRANSIT_FEED_MAX_SKIPPED_SHARE allows.",
-    ),
-    "feed_shrunk": (
-        FATAL,
-        "The feed has fewer rows, stops or trips than the served one, by more than "
-        "TRANSIT_FEED_MAX_DROP_SHARE allows.",
-    ),
-    # One row is skipped.
-    "invalid_row_length": (ERROR, "A row has more fields than the header."),
-    "missing_required_field": (ERROR, "A required field is empty."),
-    "invalid_integer": (ERROR, "A field is not an integer."),
-    "invalid_float": (ERROR, "A field is not a number."),
-    "invalid_time": (ERROR, "A field is not a GTFS time (H:MM:SS)."),
-    "invalid_date": (ERROR, "A field is not a date (YYYYMMDD)."),
-    "invalid_color": (
-        WARNING,
-        "A colour is not six hexadecimal digits; the default colour is served (MobilityData: "
-        "error; the route itself is fine).",
-    ),
-    "invalid_timezone": (ERROR, "A field is not an IANA timezone."),
-    "number_out_of_range": (ERROR, "A number is outside the range the field allows."),
-    "unexpected_enum_value": (
-        WARNING,
-        "A field has a value the GTFS reference does not define. On a field the API serves "
-        "or uses (direction_id, location_type, pickup/drop-off types, calendar flags) the row "
-        "is skipped and the notice is an error; otherwise (route_type) the row is served.",
-    ),
-    "duplicate_key": (ERROR, "A row repeats the key of an earlier row."),
-    "foreign_key_violation": (ERROR, "A row refers to an id that no (usable) row defines."),
-    "route_both_short_and_long_name_missing": (
-        ERROR,
-        "A route has neither route_short_name nor route_long_name.",
-    ),
-    "point_near_origin": (ERROR, "A stop or shape point is at latitude 0, longitude 0."),
-    "start_and_end_range_out_of_order": (ERROR, "An end date or time is before its start."),
-    "stop_time_with_arrival_before_previous_departure_time": (
-        ERROR,
-        "A stop time is earlier than the previous stop's in the same trip.",
-    ),
-    "missing_trip_edge": (
-        ERROR,
-        "The first or last stop of a trip has no time; the trip's stop times are skipped.",
-    ),
-    # Served as read.
-    "missing_recommended_file": (WARNING, "A file the GTFS best practices ask for is missing."),
-    "missing_feed_info_date": (
-        WARNING,
-        "feed_info.txt gives one of feed_start_date and feed_end_date without the other.",
-    ),
-    "feed_expiration_date7_days": (
-        WARNING,
-        "feed_info.txt's feed_end_date is within the next 7 days (or past): publish the next "
-        "version.",
-    ),
-    "feed_expiration_date30_days": (
-        WARNING,
-        "feed_info.txt's feed_end_date is within the next 30 days: publish the next version.",
-    ),
-    "expired_calendar": (
-        WARNING,
-        "A service has no date from today on; its trips are served for past dates only.",
-    ),
-    "no_service_today": (
-        WARNING,
-        "No service runs on today's operational day: every stop's arrivals are empty "
-        "(`/health` says degraded while this feed is served).",
-    ),
-    "unknown_file": (INFO, "A file that is not part of the GTFS reference; it is not read."),
-    "unused_trip": (WARNING, "A trip has no stop times; it is not served."),
-    "trip_shape_not_found": (
-        WARNING,
-        "A trip's shape_id is not in shapes.txt; it is served without a shape.",
-    ),
-    "decreasing_or_equal_stop_time_distance": (
-        WARNING,
-        "shape_dist_traveled does not increase along a trip; its distances are computed from "
-        "the shape instead.",
-    ),
-    "shape_dist_traveled_unit_unknown": (
-        WARNING,
-        "The unit of shape_dist_traveled could not be told from the geometry; distances are "
-        "computed from the shapes.",
-    ),
-    "location_not_found": (
-        WARNING,
-        "A stop's district, municipality or locality is not in the configured locations; the "
-        "field is served empty.",
-    ),
+    code: (severity, text) for severity, codes in _MEANINGS.items() for code, text in codes.items()
 }
 
 

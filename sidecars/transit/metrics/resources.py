@@ -5,7 +5,7 @@ from __future__ import annotations
 import falcon
 import falcon.asgi
 
-from ..resources import EMPTY_LIST, send_body, send_raw
+from ..resources import EMPTY_LIST, refused_id, send_body, send_raw
 from ..settings import id_matcher
 from .service import MetricsService
 
@@ -47,8 +47,7 @@ class LineDemand:
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, line_id: str
     ) -> None:
-        if not self.valid(line_id):
-            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+        if refused_id(resp, self.valid, line_id):
             return
         body = self.service.line_body(line_id)
         if body is None:

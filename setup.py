@@ -1,5 +1,5 @@
 """Build the compiled cores (descriptor trie, cache-key maths, decision model, wire codec,
-HTTP/2) with Cython.
+HTTP/2, the Redis counter codec) with Cython.
 
 `pip install .` runs this in an isolated build env with Cython present; the generated
 C files are build output and never committed. The HTTP/2 core links the system libnghttp2 by
@@ -47,8 +47,10 @@ extensions = [
     Extension("ratelimitd._decision", ["ratelimitd/_decision.pyx"]),
     # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
-    # The synchronous ShouldRateLimit call (twin: transport/rls.py's RlsHandler._call_now).
+    # The ShouldRateLimit call and the native routes (twins: transport/rls.py, native.py).
     Extension("ratelimitd._rls", ["ratelimitd/_rls.pyx"]),
+    # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
+    Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names
     # the runtime library's file: there is no libnghttp2.so link without the -dev package.
     Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=[":libnghttp2.so.14"]),

@@ -14,3 +14,10 @@ cpdef tuple token_bucket(long long t, long long f, long long now, long long wind
 cpdef object refuse(object rule, object st, unsigned long long over_add, long long reset)
 cpdef object verdict(object rule, object st, unsigned long long hits,
                      unsigned long long after, double ratio, long long reset)
+
+
+cdef class Bump:
+    cdef object store, cls
+    cdef Py_ssize_t o_next_sweep, o_jitter, o_counters
+
+    cdef long long bump(self, str key, long long hits, long long seconds, long long now) except? -1

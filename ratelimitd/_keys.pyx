@@ -209,30 +209,54 @@ cpdef tuple token_bucket(long long t, long long f, long long now, long long wind
 
 def bump(store, str key, long long hits, long long seconds, long long now):
     """INCRBY + EXPIRE in a memory store's map (see `_keys_py.bump`)."""
-    cdef long long expires, jitter, value
-    cdef list entry
-    cdef dict counters
-    if now >= <long long>store._next_sweep:
-        store._sweep(now)
-    expires = now + seconds
-    jitter = store._jitter
-    if jitter > 0:
-        expires += <long long>(random() * jitter)
-    counters = store._counters
-    found = counters.get(key)
-    if found is None:
-        counters[key] = [hits, expires]
-        store._created(key, expires, now)
-        return hits
-    entry = <list>found
-    if <long long>entry[1] <= now:  # expired, not swept yet: a fresh counter
-        value = hits
-    else:
-        value = entry[0]
-        value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX  # saturates
-    entry[0] = value
-    entry[1] = expires
-    return value
+    return Bump(store).bump(key, hits, seconds, now)
+
+
+cdef class Bump:
+    """`bump` bound to one store (see `_keys_py.Bump`): `_decision` calls its C method, with
+    the store's three hot attributes read from their slots (a member descriptor's offset,
+    taken once for the store's class) instead of by name."""
+
+    def __init__(self, store):
+        self.store = store
+        self.cls = type(store)
+        try:
+            self.o_next_sweep = offset_of(self.cls, "_next_sweep")
+            self.o_jitter = offset_of(self.cls, "_jitter")
+            self.o_counters = offset_of(self.cls, "_counters")
+        except (TypeError, AttributeError):  # not slots: read them by name
+            self.cls = None
+
+    def __call__(self, str key, long long hits, long long seconds, long long now):
+        return self.bump(key, hits, seconds, now)
+
+    cdef long long bump(self, str key, long long hits, long long seconds, long long now) except? -1:
+        cdef long long expires, jitter, value
+        cdef list entry
+        cdef dict counters
+        store = self.store
+        cls = self.cls
+        if now >= <long long>get(store, cls, self.o_next_sweep, "_next_sweep"):
+            store._sweep(now)
+        expires = now + seconds
+        jitter = get(store, cls, self.o_jitter, "_jitter")
+        if jitter > 0:
+            expires += <long long>(random() * jitter)
+        counters = get(store, cls, self.o_counters, "_counters")
+        found = counters.get(key)
+        if found is None:
+            counters[key] = [hits, expires]
+            store._created(key, expires, now)
+            return hits
+        entry = <list>found
+        if <long long>entry[1] <= now:  # expired, not swept yet: a fresh counter
+            value = hits
+        else:
+            value = entry[0]
+            value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX  # saturates
+        entry[0] = value
+        entry[1] = expires
+        return value
 
 
 cpdef object refuse(object rule, object st, unsigned long long over_add, long long reset):

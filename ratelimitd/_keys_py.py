@@ -221,6 +221,19 @@ def bump(store: Any, key: str, hits: int, seconds: int, now: int) -> int:
     return entry[0]  # type: ignore[no-any-return]
 
 
+class Bump:
+    """`bump` bound to one store: the memory backend's `increment_one` (the compiled twin's
+    decision path calls it without a Python call)."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def __call__(self, key: str, hits: int, seconds: int, now: int) -> int:
+        return bump(self.store, key, hits, seconds, now)
+
+
 def refuse(rule: Any, st: Any, over_add: int, reset: int) -> Status:
     """`over` with the reset given: OVER_LIMIT (OK in shadow mode) and its stats."""
     st.over_limit += over_add
@@ -247,6 +260,7 @@ def verdict(rule: Any, st: Any, hits: int, after: int, ratio: float, reset: int)
 # What the compiled module provides too (`_twins.select` checks a build against it).
 __all__ = [
     "UNIT_SECONDS",
+    "Bump",
     "bump",
     "cache_key",
     "evaluate",

@@ -64,6 +64,11 @@ cdef class Level:
 
     cdef readonly dict children
     cdef readonly tuple wildcards
+    # The entry last probed here and its composite key: the decoder hands repeated keys and
+    # values out as the same objects, so the same entry again finds its key (its hash
+    # cached) without building and hashing it again.
+    cdef object last_k, last_v
+    cdef str last_probe
 
     def __init__(self, dict children, tuple wildcards):
         self.children = children
@@ -101,6 +106,11 @@ def lookup(Level root, str domain, entries, list walked=None):
     Returns None, or (rule, stats_key, share, keep_metadata); `walked` receives the walk.
     See `_match_py.lookup`.
     """
+    return lookup_c(root, domain, entries, walked)
+
+
+cdef object lookup_c(object root, str domain, object entries, list walked):
+    """`lookup`, called in C by the compiled decision (`_decision`)."""
     cdef Py_ssize_t n = len(entries)
     # The walk, level by level (borrowed: the trie holds its nodes for the whole call).
     cdef PyObject* path_on_stack[16]
@@ -117,7 +127,7 @@ def lookup(Level root, str domain, entries, list walked=None):
             PyMem_Free(hows)
             raise MemoryError()
     try:
-        return _lookup(root, domain, entries, walked, n, path, hows)
+        return _lookup(<Level?>root, domain, entries, walked, n, path, hows)
     finally:
         if n > 16:
             PyMem_Free(path)
@@ -141,7 +151,13 @@ cdef object _lookup(Level root, str domain, entries, list walked, Py_ssize_t n,
         entry = <tuple>entries[i]
         k = <str>entry[0]
         v = <str>entry[1]
-        probe = f"{k}_{v}"
+        if k is level.last_k and v is level.last_v:
+            probe = level.last_probe
+        else:
+            probe = f"{k}_{v}"
+            level.last_k = k
+            level.last_v = v
+            level.last_probe = probe
         found = level.children.get(probe)
         how = EXACT
         if found is None:

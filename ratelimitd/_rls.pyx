@@ -1,9 +1,13 @@
 # cython: language_level=3
-"""The synchronous ShouldRateLimit call, compiled: request bytes -> (gRPC status, reply).
+"""The ShouldRateLimit call, compiled: request bytes -> (gRPC status, reply), and the native
+transport's routes around it.
 
-`transport/rls.py`'s `RlsHandler` uses it for a synchronous service (its own `_call_now`
-is the pure twin, and holds the notes): decode, the service's `decide_now`, encode, and the
-call's statistics, in one C call per request on the native transport's hot path.
+`transport/rls.py`'s `RlsHandler` uses it (its own `_call_now` is the pure twin of
+`SyncCall`, and holds the notes; `transport/native.py`'s `_should_rate_limit` and `_send`
+are the twins of the routes): decode, the service's decision, encode, and the call's
+statistics, in C on the native transport's hot path. `SyncRoute` answers a synchronous
+service's call at once; `SendRoute` starts an awaited decision without a task
+(`RateLimitService.send`) and answers it when the store's round is over (`Pending`).
 """
 
 from posix.time cimport CLOCK_MONOTONIC
@@ -14,11 +18,16 @@ from google.protobuf.message import DecodeError
 
 import time
 
-from ratelimitd.messages import TooLarge
+from ratelimitd.messages import Response, TooLarge
 from ratelimitd.stats.store import ServiceStats
-from ratelimitd.transport.grpcstatus import INTERNAL, OK
+from ratelimitd.transport.grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED
 
 cdef object PERF_COUNTER = time.perf_counter
+cdef object RESPONSE = Response
+
+cdef class SyncRoute
+cdef class SendRoute
+
 
 cdef object SERVICE = ServiceStats
 cdef Py_ssize_t TOTAL = offset_of(ServiceStats, "total_requests")
@@ -53,23 +62,28 @@ cdef class SyncCall:
 
     cdef object call(self, bytes data):
         cdef double started = self._now()
-        cdef double elapsed
         try:
             response = self.decide(self.decode(data, self.service.snapshot.options))
             if response is None:
                 return None
             code = OK
             reply = self.encode(response)
-        except DecodeError as err:
-            code = INTERNAL
-            reply = f"grpc: error unmarshalling request: {err}"
-        except TooLarge as err:  # refused by the decoder: counted as the service counts it
+        except Exception as err:
+            code, reply = self._failed(err)
+        return self._done(started, code, reply)
+
+    cdef tuple _failed(self, err):
+        """The outcome of an error out of the decoder or the service."""
+        if isinstance(err, DecodeError):
+            return INTERNAL, f"grpc: error unmarshalling request: {err}"
+        if isinstance(err, TooLarge):  # refused by the decoder: counted as the service counts it
             s = self.stats
             put(s, SERVICE, ERRORS, "service_error", get(s, SERVICE, ERRORS, "service_error") + 1)
-            code, reply = self.failure(err)
-        except Exception as err:
-            code, reply = self.failure(err)
-        elapsed = (self._now() - started) * 1000.0
+        return self.failure(err)
+
+    cdef tuple _done(self, double started, code, reply):
+        """The call's statistics, counted; its outcome."""
+        cdef double elapsed = (self._now() - started) * 1000.0
         s = self.stats
         put(s, SERVICE, TOTAL, "total_requests", get(s, SERVICE, TOTAL, "total_requests") + 1)
         put(s, SERVICE, COUNT, "response_time_count", get(s, SERVICE, COUNT, "response_time_count") + 1)
@@ -77,6 +91,66 @@ cdef class SyncCall:
         if self.timer is not None:
             self.timer.observe(elapsed)
         return code, reply
+
+
+cdef class Router:
+    """The native transport's dispatch (`NativeGrpcTransport._dispatch`'s twin): the route
+    of the call's path, or `unknown(stream, proto)`."""
+
+    cdef dict routes
+    cdef object unknown
+    cdef bytes last_path  # the path last routed, and its route: compared before hashing
+    cdef object last_route
+
+    def __init__(self, dict routes, unknown):
+        self.routes = routes  # path (bytes) -> route(stream, proto)
+        self.unknown = unknown
+        self.last_path = None
+        self.last_route = None
+
+    def __call__(self, stream, proto):
+        self.route(stream, proto)
+
+    def bind(self, proto, failed):
+        """The connection `proto`'s `on_request(stream)`: the call routed, or, when that
+        raises, `failed(stream)` (`H2Protocol._on_request` is the twin)."""
+        cdef Bound bound = Bound.__new__(Bound)
+        bound.router = self
+        bound.proto = proto
+        bound.failed = failed
+        return bound
+
+    cdef route(self, stream, proto):
+        cdef bytes path = stream.path
+        if path is not None and path == self.last_path:  # the usual case: one method
+            route = self.last_route
+        else:
+            route = self.routes.get(path)
+            if route is None:
+                self.unknown(stream, proto)
+                return
+            self.last_path = path
+            self.last_route = route
+        # The compiled routes are called in C, the others through Python.
+        if type(route) is SyncRoute:
+            (<SyncRoute>route).handle(stream, proto)
+        elif type(route) is SendRoute:
+            (<SendRoute>route).handle(stream, proto)
+        else:
+            route(stream, proto)
+
+
+cdef class Bound:
+    """`Router.bind`'s result: one connection's requests, routed."""
+
+    cdef Router router
+    cdef object proto, failed
+
+    def __call__(self, stream):
+        try:
+            self.router.route(stream, self.proto)
+        except Exception:
+            self.failed(stream)
 
 
 cdef class SyncRoute:
@@ -92,9 +166,133 @@ cdef class SyncRoute:
         self.fallback = fallback
 
     def __call__(self, stream, proto):
+        self.handle(stream, proto)
+
+    cdef handle(self, stream, proto):
         outcome = self.call.call(stream.message)
         if outcome is None:
             self.fallback(stream, proto)
         else:
             code, reply = outcome
-            proto.answer(stream, code, reply)
+            _answer_now(proto, stream, code, reply)
+
+
+cdef inline void _answer_now(proto, stream, code, reply) except *:
+    """`H2Protocol.answer` for a call answered within the read that completed it (a
+    route's only caller is the connection's `receive`): the reply leaves with that read's
+    write, and the call has no task and no deadline to drop."""
+    if code:
+        proto.conn.finish(stream, code, reply)
+    else:
+        proto.conn.respond(stream, reply)
+
+
+cdef inline void _answer_later(proto, stream, code, reply) except *:
+    """`H2Protocol.answer` (its twin) for a call answered after the read that brought it:
+    the connection may be gone, the call may have a deadline to drop, and the connection
+    writes at the end of this loop iteration (one scheduled flush for all its replies)."""
+    conn = proto.conn
+    if conn is None:
+        return
+    if code:
+        conn.finish(stream, code, reply)
+    else:
+        conn.respond(stream, reply)
+    stream.work = None
+    if stream.deadline is not None:
+        proto.server.forget_deadline(stream)
+    if proto._flush_handle is None:  # else already scheduled: no call
+        proto.schedule_flush()
+
+
+cdef class Pending:
+    """One call whose store round is under way: the `Waiter` of `RateLimitService.send`,
+    and the stream's `work` (cancelled by its deadline or its client)."""
+
+    cdef SendRoute route
+    cdef object stream, proto, request, plan
+    cdef double started
+    cdef public bint cancelled
+    cdef public object task  # set by the service when the round runs in a task
+
+    def __call__(self, results):
+        self.route.received(self, results)
+
+    def cancel(self):
+        """The client left or the deadline passed: no answer (the round still ends)."""
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
+cdef class SendRoute:
+    """The native transport's ShouldRateLimit route for a service that `sends`: the
+    request is held in the connection's buffers and its decision started (no task, no
+    coroutine); answered at once when it needed no store round, else by its `Pending`
+    once the round is over. A request the service does not start (planned in slices)
+    goes to `fallback(stream, proto)`, the transport's task, already held."""
+
+    cdef SyncCall call
+    cdef object send, received_by, dropped, fallback, size
+
+    def __init__(self, SyncCall call, size, fallback):
+        service = call.service
+        self.call = call
+        self.send = service.send  # (Request, Waiter) -> Response | Plan | None
+        self.received_by = service.received  # (Request, Plan, results) -> Response
+        self.dropped = service.dropped
+        self.size = size  # bytes -> the decoded request's estimated size
+        self.fallback = fallback
+
+    def __call__(self, stream, proto):
+        self.handle(stream, proto)
+
+    cdef handle(self, stream, proto):
+        cdef SyncCall c = self.call
+        cdef double started = c._now()
+        cdef Pending p
+        data = stream.message
+        conn = proto.conn
+        # Its request, decoded, stays in memory while the decision waits: counted in the
+        # process's buffers until it is answered (refused at once when they are full).
+        if not conn.hold(stream, self.size(data)):
+            proto.finish(stream, RESOURCE_EXHAUSTED, conn.refusal)
+            return
+        try:
+            request = c.decode(data, c.service.snapshot.options)
+            p = Pending.__new__(Pending)
+            p.route = self
+            p.stream = stream
+            p.proto = proto
+            p.request = request
+            p.started = started
+            out = self.send(request, p)
+            if out is None:
+                self.fallback(stream, proto)
+                return
+            if type(out) is not RESPONSE:  # the plan whose round is under way
+                p.plan = out
+                stream.work = p
+                if stream.timeout >= 0:
+                    proto.server.watch_deadline(stream, proto)
+                return
+            code = OK
+            reply = c.encode(out)
+        except Exception as err:
+            code, reply = c._failed(err)
+        c._done(started, code, reply)
+        _answer_now(proto, stream, code, reply)
+
+    cdef received(self, Pending p, results):
+        cdef SyncCall c = self.call
+        if p.cancelled:
+            self.dropped()
+            c._done(p.started, CANCELLED, "")
+            return
+        try:
+            code = OK
+            reply = c.encode(self.received_by(p.request, p.plan, results))
+        except Exception as err:
+            code, reply = c._failed(err)
+        c._done(p.started, code, reply)
+        _answer_later(p.proto, p.stream, code, reply)

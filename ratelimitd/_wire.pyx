@@ -20,9 +20,9 @@ the refusal names the request's real size, as the service would.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.unicode cimport PyUnicode_DecodeUTF8
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
 from cpython.pyport cimport PY_SSIZE_T_MAX
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 from ratelimitd._slots cimport get, offsets
 
@@ -43,6 +43,19 @@ from ratelimitd.messages import (
 # The slots the encoder reads (see _slots.pxd).
 cdef object RESPONSE = Response
 cdef object STATUS = Status
+# A limit's fields, read from their slots: config imports this module's users, so its Rule is
+# looked up once a rule is first encoded.
+cdef object RULE = None
+cdef Py_ssize_t R_RPU = 0, R_UNIT = 0, R_NAME = 0
+
+
+cdef int _rule_offsets() except -1:
+    global RULE, R_RPU, R_UNIT, R_NAME
+    from ratelimitd.config.ruleset import Rule
+
+    R_RPU, R_UNIT, R_NAME = offsets(Rule, ("requests_per_unit", "unit", "name"))
+    RULE = Rule
+    return 0
 cdef Py_ssize_t P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA
 cdef Py_ssize_t T_CODE, T_RULE, T_REMAINING, T_RESET
 P_OVERALL, P_STATUSES, P_HEADERS, P_REQUEST_HEADERS, P_METADATA = offsets(
@@ -112,13 +125,35 @@ cdef inline unsigned long long _tag(const unsigned char* buf, Py_ssize_t end, Py
     return tag
 
 
+# The short strings decoded last (domains, descriptor keys and values repeat from request to
+# request), in a table indexed by length and end bytes: a string found here is the same object
+# again, its UTF-8 not decoded and its hash (cached in the str) not recomputed by the dict
+# lookups that follow. A miss costs one comparison and replaces the slot.
+DEF MEMO_SLOTS = 128  # a power of two
+DEF MEMO_LONGEST = 64
+cdef list _memo = [None] * MEMO_SLOTS
+
+
 cdef inline str _string(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos):
-    cdef Py_ssize_t n = _length(buf, end, pos)
+    cdef Py_ssize_t n = _length(buf, end, pos), have
+    cdef const unsigned char* data = buf + pos[0]
+    cdef const char* known
+    cdef Py_ssize_t slot = -1
     cdef str s
+    if 0 < n <= MEMO_LONGEST:
+        slot = (n * 31 + data[0] * 7 + data[n - 1]) & (MEMO_SLOTS - 1)
+        cached = _memo[slot]
+        if cached is not None:
+            known = PyUnicode_AsUTF8AndSize(cached, &have)
+            if have == n and memcmp(known, data, n) == 0:
+                pos[0] += n
+                return <str>cached
     try:
-        s = PyUnicode_DecodeUTF8(<const char*>buf + pos[0], n, NULL)
+        s = PyUnicode_DecodeUTF8(<const char*>data, n, NULL)
     except UnicodeDecodeError:
         raise WireError(INVALID_UTF8) from None
+    if slot >= 0:
+        _memo[slot] = s
     pos[0] += n
     return s
 
@@ -212,6 +247,12 @@ cdef object _descriptor(const unsigned char* buf, Py_ssize_t end, Py_ssize_t max
     return Descriptor(tuple(entries), limit, hits_addend)
 
 
+# The bounds `decode_request` was last given (the ReloadOptions in force: frozen, replaced on
+# reload), and their values.
+cdef object _bounds = None
+cdef Py_ssize_t _max_descriptors, _max_entries, _max_value
+
+
 def decode_request(bytes data, object bounds=None):
     """Parse a serialized RateLimitRequest into a `messages.Request`; with `bounds`, raise
     `messages.TooLarge` for a request past them (see the module docstring)."""
@@ -225,10 +266,16 @@ def decode_request(bytes data, object bounds=None):
     cdef Py_ssize_t max_descriptors = PY_SSIZE_T_MAX
     cdef Py_ssize_t max_entries = PY_SSIZE_T_MAX
     cdef Py_ssize_t max_value = PY_SSIZE_T_MAX
+    global _bounds, _max_descriptors, _max_entries, _max_value
     if bounds is not None:
-        max_descriptors = bounds.max_descriptors
-        max_entries = bounds.max_entries
-        max_value = bounds.max_value_length
+        if bounds is not _bounds:  # read once per (immutable) bounds object
+            _max_descriptors = bounds.max_descriptors
+            _max_entries = bounds.max_entries
+            _max_value = bounds.max_value_length
+            _bounds = bounds
+        max_descriptors = _max_descriptors
+        max_entries = _max_entries
+        max_value = _max_value
     while pos < end:
         start = pos
         tag = _tag(buf, end, &pos)
@@ -444,10 +491,13 @@ cdef bytes _encode_direct(unsigned long long overall, list statuses):
         if s.code:
             s.size += 1 + _varint_size(s.code)
         if s.limited:
-            s.rpu = rule.requests_per_unit
-            s.unit = rule.unit
-            if rule.name:
-                name = (<str>rule.name).encode("utf-8")
+            if RULE is None:
+                _rule_offsets()
+            s.rpu = get(rule, RULE, R_RPU, "requests_per_unit")
+            s.unit = get(rule, RULE, R_UNIT, "unit")
+            rule_name = get(rule, RULE, R_NAME, "name")
+            if rule_name:
+                name = (<str>rule_name).encode("utf-8")
             s.reset = <unsigned long long><long long>get(st, STATUS, T_RESET, "duration_until_reset")
             s.limit_size = 0
             if s.rpu:

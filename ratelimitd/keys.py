@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
     from ._keys_py import (  # noqa: F401
         UNIT_SECONDS,
+        Bump,
         bump,
         cache_key,
         evaluate,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import decision, keys
-from .backends.base import BackendError, Op
+from .backends.base import BackendError, Op, PipelinedBackend, Waiter
 from .budget.retry import StreamEnds
 from .config import RuleSet
 from .config.ruleset import UNIT_NAMES
@@ -113,6 +113,12 @@ class RateLimitService:
         self._engine.use(None, self.snapshot.options)
         if limiter.synchronous:
             self.decide_now = self._engine.decide_now
+        # `send` may be used: the store starts a round without a coroutine (Redis), and
+        # the request's round is the plan's one (not STOP_CACHE_KEY_INCREMENT_WHEN_
+        # OVERLIMIT's two). Decided once, as the limiter is fixed.
+        backend = limiter.backend
+        self.sends = self._halves and isinstance(backend, PipelinedBackend)
+        self._increment_later = backend.increment_later if self.sends else None  # type: ignore[attr-defined]
         # The window arithmetic of the `keys` implementation `impl` names (None: selected).
         self._reset_seconds: Callable[[int, int], int] = keys.implementation(impl).reset_seconds
 
@@ -169,6 +175,68 @@ class RateLimitService:
         else:
             statuses = await self._count(plan)
         return self._respond(request, plan, statuses, snap.options)
+
+    # -- the callback path (`sends`) ------------------------------------------------------
+
+    def send(self, request: Request, waiter: Waiter) -> Response | Plan | None:
+        """Start deciding `request` without a coroutine (only when `sends`).
+
+        The response when no store round is needed (or the round could not start and
+        BACKEND_FAILURE_POLICY answered); otherwise the plan whose round is under way:
+        `waiter(results)` is called once it is over (a waiter's `task` is set when the
+        store could not start it without one), and `received(request, plan, results)`
+        then gives the response, or `dropped()` forgets a waiter no longer wanted. None
+        for a request planned in slices (more than SLICE descriptors; nothing was done:
+        use `should_rate_limit`). Raises ServiceError and Overloaded as
+        `should_rate_limit` does.
+        """
+        if len(request.descriptors) > SLICE:
+            return None
+        engine = self._engine
+        plan = engine.prepare(request)
+        if not plan.ops:
+            return engine.finish(request, plan, ())  # type: ignore[no-any-return]
+        if self.max_in_flight and self.in_flight >= self.max_in_flight:
+            raise self._overloaded()
+        self.in_flight += 1
+        try:
+            if not self._increment_later(plan.ops, waiter):  # type: ignore[misc]
+                waiter.task = asyncio.get_running_loop().create_task(  # type: ignore[attr-defined]
+                    self._later(plan.ops, waiter)
+                )
+        except BackendError as exc:
+            return self.received(request, plan, exc)
+        return plan  # type: ignore[no-any-return]
+
+    def received(self, request: Request, plan: Plan, results: Any) -> Response:
+        """The response of a plan `send` started, from its round's results (the store's
+        list, or the exception the round raised, answered as BACKEND_FAILURE_POLICY says).
+        Raises BackendError (policy `error`) as `should_rate_limit` does."""
+        self.in_flight -= 1
+        if results.__class__ is list:
+            return self._engine.finish(request, plan, results)  # type: ignore[no-any-return]
+        try:
+            raise results  # `_failed` answers a BackendError being handled, as awaited
+        except BackendError:
+            return self._respond(request, plan, self._failed(plan), self.snapshot.options)
+
+    def dropped(self) -> None:
+        """A round `send` started is over, and its waiter no longer wants the response
+        (its client left): the decision is forgotten."""
+        self.in_flight -= 1
+
+    async def _later(self, ops: list[Op], waiter: Waiter) -> None:
+        """The round of a plan `send` started, awaited (a store that cannot start it
+        without a coroutine); cancelled with its waiter's task."""
+        try:
+            results: Any = await self.limiter.backend.increment(ops)
+        except asyncio.CancelledError:
+            waiter.cancelled = True
+            waiter(None)
+            raise
+        except Exception as exc:
+            results = exc
+        waiter(results)
 
     async def dry_run(self, request: Request, walks: list[Any] | None = None) -> DryRun:
         """What `should_rate_limit(request)` would answer now, by the same plan, count and

@@ -105,6 +105,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=20_000, help="calls counted per server")
     parser.add_argument("--only", default="ebc", help="scenarios to run, e.g. 'eb'")
     parser.add_argument("--top", type=int, default=15, help="functions listed per scenario")
+    parser.add_argument(
+        "--keep", type=Path, help="copy the callgrind dumps here (for callgrind_annotate)"
+    )
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control", "h2load"):
         if shutil.which(tool) is None:
@@ -134,8 +137,10 @@ def main() -> int:
         finally:
             for p in reversed(procs):
                 p.terminate(30)
-            if "--keep" in sys.argv:
-                shutil.copytree(workdir, Path("/tmp/instructions-kept"), dirs_exist_ok=True)
+            if args.keep is not None:
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for dump in workdir.glob("callgrind.*.out*"):
+                    shutil.copy(dump, args.keep / dump.name)
     base = results["e"][0] / args.requests if "e" in results else None
     print(f"instructions per call, {args.requests:,} calls each (h2load 4 x 32):")
     for key, (total, _) in results.items():

@@ -6,8 +6,10 @@ tracing's): `connect` before serving, `increment` and `get` per request, `peek` 
 run, `delete` for an admin's reset, `close` at shutdown; and `capabilities`, its
 declaration (`Capabilities`), which the config load, the settings checks and the core read
 instead of the store's name. `SyncBackend` adds the synchronous fast path of a store that
-needs no I/O (the memory backend); the limiter is given one or the other when it is built
-and never looks for methods at request time.
+needs no I/O (the memory backend); `PipelinedBackend` the callback path of one that does
+(Redis: a request's round started without a coroutine, its results handed to a `Waiter`).
+The limiter and the service are given one or the other when they are built and never look
+for methods at request time.
 
 This module imports nothing of ratelimitd at run time: the settings read the declarations
 (through the registry, `backends/__init__.py`) without importing any store.
@@ -215,4 +217,33 @@ class SyncBackend(Backend, Protocol):
     ) -> tuple[int, int]:
         """`increment_now` of one sliding-window or token-bucket op given as its fields
         (window and time in ticks): (level after, ticks until reset)."""
+        ...
+
+
+@runtime_checkable
+class Waiter(Protocol):
+    """Who waits for the results of `PipelinedBackend.increment_later`."""
+
+    # The result is no longer wanted (its client left or its deadline passed): it is still
+    # delivered, but the store does not count it for or against its health (a circuit
+    # breaker's verdict), as a cancelled `increment` is counted neither way.
+    cancelled: bool
+
+    def __call__(self, results: Any) -> None:
+        """The list `increment` returns, or the exception it raises."""
+        ...
+
+
+@runtime_checkable
+class PipelinedBackend(Backend, Protocol):
+    """A backend that can start a round without a coroutine: the service's callback path
+    for stores that wait for I/O (no task and no coroutine chain per request; the waiters
+    of one pipelined round are resolved together when its replies arrive)."""
+
+    def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
+        """Start `increment(ops)`: True, and `waiter(results)` is called once, from the
+        event loop and never from within this call, with what `increment` would return
+        (or the BackendError it would raise). False when the store cannot for these ops
+        now (nothing was started: await `increment` instead). Raises BackendError when the
+        round cannot start (nothing was sent), as `increment` would."""
         ...

@@ -90,7 +90,7 @@ class Breaker:
             try:
                 result = await fn(*args, **kw)
             except BackendError:
-                self._failed()
+                self.failed()
                 raise
             self.failures = 0
             return result
@@ -116,7 +116,8 @@ class Breaker:
         log.warning("%s: circuit breaker closed (probe succeeded)", self.name)
         return result
 
-    def _failed(self) -> None:
+    def failed(self) -> None:
+        """A call let through while closed failed (a success just sets `failures` to 0)."""
         if self.state != CLOSED:  # a call from before it opened: the probe decides now
             return
         self.failures += 1

@@ -19,7 +19,6 @@ memory handed back (`allocator.Trimmer`): a dict never shrinks by itself.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import logging
 import random
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..allocator import Trimmer
 from ..budget.memory import MemoryBudgets
 from ..config.windows import SLIDING_WINDOW
-from ..keys import COUNTER_MAX, bump
+from ..keys import COUNTER_MAX, Bump
 from ..keys import sliding_window as _sliding_window
 from ..keys import token_bucket as _token_bucket
 from . import MEMORY
@@ -62,6 +61,10 @@ class MemoryBackend:
 
     name = "memory"
     capabilities = MEMORY
+    # What `keys.Bump` reads on every counted window, as slots (a member descriptor is a
+    # few instructions where an instance dict lookup is a hashed probe); the rest of the
+    # store's state lives in its `__dict__`.
+    __slots__ = ("__dict__", "_counters", "_jitter", "_next_sweep")
 
     def __init__(
         self,
@@ -78,8 +81,9 @@ class MemoryBackend:
         self._clock = clock
         self._next_sweep = 0
         # `increment_now` of one fixed-window op given as its fields (no Op built): the
-        # limiter's per-window fast path, compiled with the counter maths (`keys.bump`).
-        self.increment_one: Callable[[str, int, int, int], int] = functools.partial(bump, self)
+        # limiter's per-window fast path, compiled with the counter maths (`keys.Bump`, which
+        # the compiled decision calls in C).
+        self.increment_one: Callable[[str, int, int, int], int] = Bump(self)
         self.max_keys = max_keys
         # Units of max_keys in use (a key of n bytes uses 1 + n // KEY_UNIT), the dict's
         # peak size since it was last rebuilt, and the keys evicted so far.

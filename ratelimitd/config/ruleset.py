@@ -65,6 +65,7 @@ class Rule:
         "detailed_metric",
         "extended",
         "full_key",
+        "key_memo",
         "limits",
         "metadata",
         "meter",
@@ -134,6 +135,9 @@ class Rule:
         self.budget: BudgetSpec | None = None
         # What the count step counts: one window per limit (none when unlimited). The limits
         # of a list are counted through their descriptor's Rule, which compiles them here.
+        # The compiled decision's last cache key for this rule's window (start, prefix,
+        # domain, key, value, cache key): a request of the same window reuses the key object.
+        self.key_memo: tuple[Any, ...] | None = None
         self.windows: tuple[Window, ...] = (
             ()
             if unlimited
@@ -239,12 +243,13 @@ class RuleSet:
     carry.
     """
 
-    __slots__ = ("_specs", "budgets", "domains", "lookup")
+    __slots__ = ("_specs", "_tries", "budgets", "domains", "lookup")
 
     domains: MappingProxyType[str, Any]
     lookup: Callable[[Any, str, Any], Any]
     budgets: MappingProxyType[str, tuple[str, str]]
     _specs: MappingProxyType[str, list[NodeSpec]]
+    _tries: dict[str, Any]  # behind `domains`: the compiled decision reads it in C
 
     def __init__(
         self,
@@ -253,7 +258,8 @@ class RuleSet:
         lookup: Callable[[Any, str, Any], Any] = match.lookup,
         budgets: dict[str, tuple[str, str]] | None = None,
     ) -> None:
-        object.__setattr__(self, "domains", MappingProxyType(dict(domains)))
+        object.__setattr__(self, "_tries", dict(domains))
+        object.__setattr__(self, "domains", MappingProxyType(self._tries))
         object.__setattr__(self, "_specs", MappingProxyType(dict(specs)))
         object.__setattr__(self, "lookup", lookup)
         object.__setattr__(self, "budgets", MappingProxyType(dict(budgets or {})))

@@ -150,7 +150,11 @@ class H2Protocol(asyncio.Protocol):
             transport.abort()
             return
         options = server.core_options
-        self.conn = Connection(self._on_request, self._on_close, **options)
+        # A compiled dispatch (`rls.router`) binds itself to the connection: the core then
+        # calls the route in C, without `_on_request`'s Python frame per call.
+        bind = getattr(self._dispatch, "bind", None)
+        on_request = self._on_request if bind is None else bind(self, self._call_failed)
+        self.conn = Connection(on_request, self._on_close, **options)
         age = server.max_connection_age
         if age > 0:
             # +/-10% jitter, as grpc-go: connections opened together do not all leave together.
@@ -243,12 +247,15 @@ class H2Protocol(asyncio.Protocol):
         try:
             self._dispatch(stream, self)
         except Exception:
-            # A bug in one call's handling answers that call, not every call on the
-            # connection (raising here would tear the whole connection down).
-            log.exception("gRPC call failed")
-            self._on_close(stream)
-            if not stream.answered:
-                self.finish(stream, INTERNAL, "internal error")
+            self._call_failed(stream)
+
+    def _call_failed(self, stream: Stream) -> None:
+        # A bug in one call's handling answers that call, not every call on the
+        # connection (raising here would tear the whole connection down).
+        log.exception("gRPC call failed")
+        self._on_close(stream)
+        if not stream.answered:
+            self.finish(stream, INTERNAL, "internal error")
 
     def _on_close(self, stream: Stream) -> None:
         # Reset by the client (or its deadline passed) before we answered: stop the work.
@@ -261,7 +268,10 @@ class H2Protocol(asyncio.Protocol):
     # -- replies ---------------------------------------------------------------------------
 
     def answer(self, stream: Stream, code: int, reply: bytes | str) -> None:
-        """Finish a unary call: the reply bytes when `code` is 0, else that status."""
+        """Finish a unary call: the reply bytes when `code` is 0, else that status.
+
+        (The compiled routes answer a call decided within the read that completed it on
+        the connection itself: there is nothing else to do for it then.)"""
         conn = self.conn
         if conn is None:
             return
@@ -270,8 +280,11 @@ class H2Protocol(asyncio.Protocol):
         else:
             conn.respond(stream, reply)
         stream.work = None
-        self.server.forget_deadline(stream)
-        self.schedule_flush()
+        # Every call is answered here: the two checks inline, not a call each.
+        if stream.deadline is not None:
+            self.server.forget_deadline(stream)
+        if not self._receiving and self._flush_handle is None:
+            self.schedule_flush()
 
     def send_message(self, stream: Stream, message: bytes) -> None:
         """One message of a server-streaming reply."""

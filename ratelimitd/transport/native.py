@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
 from ..health import Health
+from ..messages import Request, Response
 from ..service import RateLimitService
 from ..settings import Settings
 from ..stats import StatsStore, Timer
@@ -34,11 +35,11 @@ from .grpc import (
     dns_name_matches,
     listen_address,
 )
-from .grpcstatus import INTERNAL, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED
+from .grpcstatus import CANCELLED, INTERNAL, NOT_FOUND, OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
-from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size
-from .rls import RlsHandler
+from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size, encode_response
+from .rls import RlsHandler, outcome_of, router
 from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.native")
@@ -164,6 +165,40 @@ def _health_service(stream: Any, proto: H2Protocol) -> str | None:
         return None
 
 
+class _Pending:
+    """One call whose store round is under way (`_rls.Pending`'s twin): the `Waiter` of
+    `RateLimitService.send`, and the stream's `work`."""
+
+    __slots__ = ("cancelled", "handler", "plan", "proto", "request", "started", "stream", "task")
+
+    def __init__(
+        self, handler: RlsHandler, stream: Any, proto: H2Protocol, request: Any, started: float
+    ) -> None:
+        self.handler = handler
+        self.stream = stream
+        self.proto = proto
+        self.request = request
+        self.started = started
+        self.plan: Any = None
+        self.cancelled = False
+        self.task: asyncio.Task[None] | None = None
+
+    def __call__(self, results: Any) -> None:
+        handler = self.handler
+        if self.cancelled:
+            handler.service.dropped()
+            handler.done(self.started, CANCELLED, "")
+            return
+        outcome = handler.received(self.started, self.request, self.plan, results)
+        self.proto.answer(self.stream, *outcome)
+
+    def cancel(self) -> None:
+        """The client left or the deadline passed: no answer (the round still ends)."""
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+
 class NativeGrpcTransport:
     """ShouldRateLimit and health on the native HTTP/2 server; `GrpcTransport`'s interface."""
 
@@ -185,15 +220,20 @@ class NativeGrpcTransport:
         spans = ServerSpans(tracing) if tracing is not None else None
         self.handler = RlsHandler(service, stats, response_timer, spans)
         self.health_statuses = NativeHealth()
+        handler = self.handler
+        if handler.sends:
+            decide = handler.send_route(self._send, self._task)
+        else:
+            decide = handler.route(self._should_rate_limit, self._in_task)
         self.routes = {
-            METHOD_PATH.encode(): self.handler.route(self._should_rate_limit, self._in_task),
+            METHOD_PATH.encode(): decide,
             HEALTH_CHECK: self.health_statuses.check,
             HEALTH_WATCH: self.health_statuses.watch,
         }
         g = settings.grpc
         mtls = g.server_use_tls and bool(g.client_tls_cacert)
         self.server = H2Server(
-            self._dispatch,
+            router(self.routes, self._unknown) or self._dispatch,
             max_concurrent_streams=g.max_concurrent_streams,
             max_connection_age=g.max_connection_age,
             max_connection_age_grace=g.max_connection_age_grace,
@@ -214,11 +254,16 @@ class NativeGrpcTransport:
     # -- calls -----------------------------------------------------------------------------
 
     def _dispatch(self, stream: Any, proto: H2Protocol) -> None:
+        # The pure twin of `_rls.Router`.
         route = self.routes.get(stream.path)
         if route is None:
-            proto.finish(stream, UNIMPLEMENTED, unknown_method(stream.path or b""))
+            self._unknown(stream, proto)
         else:
             route(stream, proto)
+
+    @staticmethod
+    def _unknown(stream: Any, proto: H2Protocol) -> None:
+        proto.finish(stream, UNIMPLEMENTED, unknown_method(stream.path or b""))
 
     def _should_rate_limit(self, stream: Any, proto: H2Protocol) -> None:
         handler = self.handler
@@ -230,11 +275,48 @@ class NativeGrpcTransport:
         self._in_task(stream, proto)
 
     def _in_task(self, stream: Any, proto: H2Protocol) -> None:
+        if self._held(stream, proto):
+            self._task(stream, proto)
+
+    @staticmethod
+    def _held(stream: Any, proto: H2Protocol) -> bool:
         # Its request, decoded, stays in memory while the decision waits: counted in the
         # process's buffers until it is answered (refused at once when they are full).
-        if not proto.conn.hold(stream, decoded_size(stream.message)):
-            proto.finish(stream, RESOURCE_EXHAUSTED, proto.conn.refusal)
+        if proto.conn.hold(stream, decoded_size(stream.message)):
+            return True
+        proto.finish(stream, RESOURCE_EXHAUSTED, proto.conn.refusal)
+        return False
+
+    def _send(self, stream: Any, proto: H2Protocol) -> None:
+        """The pure twin of `_rls.SendRoute` (see there): the decision started without a
+        task, answered by its `_Pending` when the store's round is over."""
+        handler = self.handler
+        started = handler.clock()
+        if not self._held(stream, proto):
             return
+        request = handler.decoded(stream.message, started)
+        if not isinstance(request, Request):
+            proto.answer(stream, *request)
+            return
+        pending = _Pending(handler, stream, proto, request, started)
+        try:
+            out = handler.service.send(request, pending)
+            if out is None:
+                self._task(stream, proto)
+                return
+            if type(out) is not Response:  # the plan whose round is under way
+                pending.plan = out
+                stream.work = pending
+                if stream.timeout >= 0:
+                    self.server.watch_deadline(stream, proto)
+                return
+            outcome = handler.done(started, OK, encode_response(out))
+        except Exception as err:
+            outcome = handler.done(started, *outcome_of(err))
+        proto.answer(stream, *outcome)
+
+    def _task(self, stream: Any, proto: H2Protocol) -> None:
+        # A held request decided in a task.
         carrier = dict(stream.metadata) if stream.metadata else None
         stream.work = self._loop.create_task(self._decide(stream, proto, carrier))  # type: ignore[union-attr]
         if stream.timeout >= 0:

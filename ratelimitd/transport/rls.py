@@ -24,7 +24,7 @@ from ..service import RateLimitService
 from ..settings import extensions_disabled
 from ..stats import StatsStore, Timer
 from .grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
-from .protocodec import DecodeError, decode_request, encode_response
+from .protocodec import DecodeError, decode_request, decoded_size, encode_response
 
 if TYPE_CHECKING:
     from .spans import ServerSpans
@@ -48,6 +48,13 @@ IMPLEMENTATION = "compiled" if _compiled is not None else "pure"
 
 
 Outcome = tuple[int, bytes | str]
+Route = Callable[[Any, Any], None]  # a native transport's route: (stream, protocol)
+
+
+def router(routes: dict[bytes, Route], unknown: Route) -> Route | None:
+    """The native transport's dispatch over `routes` (by path), compiled (`_rls.Router`);
+    None without the compiled module (the transport's own `_dispatch` is the twin)."""
+    return _compiled.Router(routes, unknown) if _compiled is not None else None  # type: ignore[no-any-return]
 
 
 @dataclass(slots=True, eq=False)
@@ -64,6 +71,9 @@ class RlsHandler:
     # Whether `decide_now` may be used: the decision never waits for I/O (and no span needs
     # a task). Decided once: the service's limiter is fixed when it is built.
     synchronous: bool = field(init=False)
+    # Whether the service's `send` may be used: a decision that waits for its store is
+    # started without a task (and no span needs one).
+    sends: bool = field(init=False)
     # decide(data, metadata=None) -> Outcome: decide one serialized RateLimitRequest;
     # `metadata` is the tracing carrier (only a traced call takes the extra frame).
     decide: Callable[..., Awaitable[Outcome]] = field(init=False)
@@ -71,31 +81,57 @@ class RlsHandler:
     # None for a request the service decides only asynchronously (use `decide`). Compiled
     # when built (`_rls.SyncCall`).
     decide_now: Callable[[bytes], Outcome | None] = field(init=False)
+    # The compiled call (`_rls.SyncCall`) the routes are built on (None: the pure twins).
+    _compiled_call: Any = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.synchronous = self.spans is None and self.service.synchronous
+        self.sends = self.spans is None and self.service.sends
         self.decide = self._decide if self.spans is None else self._traced
         self.decide_now = self._call_now
-        if _compiled is not None and self.synchronous:
-            self.decide_now = _compiled.SyncCall(
+        if _compiled is not None and (self.synchronous or self.sends):
+            self._compiled_call = _compiled.SyncCall(
                 decode_request,
                 self.service,
                 encode_response,
                 self.clock,
                 self.stats.service,
                 self.timer,
-                _outcome_of,
+                outcome_of,
             )
+            if self.synchronous:
+                self.decide_now = self._compiled_call
 
     def route(
         self, route: Callable[[Any, Any], None], in_task: Callable[[Any, Any], None]
     ) -> Callable[[Any, Any], None]:
-        """A native transport's ShouldRateLimit route (stream, proto): with the compiled
-        synchronous call, one C call that answers the stream or hands it to `in_task` (a
-        request it does not decide at once); otherwise the transport's own `route`."""
-        if isinstance(self.decide_now, _compiled.SyncCall if _compiled else ()):
-            return _compiled.SyncRoute(self.decide_now, in_task)  # type: ignore[no-any-return]
+        """A native transport's ShouldRateLimit route (stream, proto) for a synchronous
+        service: with the compiled call, one C call that answers the stream or hands it to
+        `in_task` (a request it does not decide at once); otherwise the transport's own
+        `route`."""
+        if self.synchronous and self._compiled_call is not None:
+            return _compiled.SyncRoute(self._compiled_call, in_task)  # type: ignore[no-any-return,union-attr]
         return route
+
+    def send_route(
+        self, route: Callable[[Any, Any], None], task: Callable[[Any, Any], None]
+    ) -> Callable[[Any, Any], None]:
+        """A native transport's ShouldRateLimit route (stream, proto) for a service that
+        `sends`: compiled (`_rls.SendRoute`: `task` takes a request held already that the
+        service does not start itself), or the transport's own `route`."""
+        if self.sends and self._compiled_call is not None:
+            return _compiled.SendRoute(self._compiled_call, decoded_size, task)  # type: ignore[no-any-return,union-attr]
+        return route
+
+    def received(self, started: float, request: Request, plan: Any, results: Any) -> Outcome:
+        """The outcome of a call `service.send` started, from its round's results
+        (`_rls.SendRoute.received`'s twin)."""
+        try:
+            reply: bytes | str = encode_response(self.service.received(request, plan, results))
+            code = OK
+        except Exception as err:
+            code, reply = outcome_of(err)
+        return self.done(started, code, reply)
 
     def _call_now(self, data: bytes) -> Outcome | None:
         """`decide_now`, the pure twin of `_rls.SyncCall`."""
@@ -111,10 +147,10 @@ class RlsHandler:
             code, reply = INTERNAL, f"grpc: error unmarshalling request: {err}"
         except TooLarge as err:  # refused by the decoder: counted as the service counts it
             self.stats.service.service_error += 1
-            code, reply = _outcome_of(err)
+            code, reply = outcome_of(err)
         except Exception as err:
-            code, reply = _outcome_of(err)
-        return self._done(started, code, reply)
+            code, reply = outcome_of(err)
+        return self.done(started, code, reply)
 
     async def _traced(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
         assert self.spans is not None
@@ -124,32 +160,33 @@ class RlsHandler:
 
     async def _decide(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
         started = self.clock()
-        request = self._decode(data, started)
+        request = self.decoded(data, started)
         if type(request) is tuple:
             return request
         assert isinstance(request, Request)
         try:
             response = await self.service.should_rate_limit(request)
         except asyncio.CancelledError:
-            self._done(started, CANCELLED, "")
+            self.done(started, CANCELLED, "")
             raise
         except Exception as err:
-            return self._done(started, *_outcome_of(err))
-        return self._done(started, OK, encode_response(response))
+            return self.done(started, *outcome_of(err))
+        return self.done(started, OK, encode_response(response))
 
-    def _decode(self, data: bytes, started: float) -> Request | Outcome:
+    def decoded(self, data: bytes, started: float) -> Request | Outcome:
         """The request, or the outcome of one that is not decided: undecodable, or past the
         request bounds in force (refused while it is decoded, counted as the service counts
         a request too large)."""
         try:
             return decode_request(data, self.service.snapshot.options)  # type: ignore[no-any-return]
         except DecodeError as err:
-            return self._done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
+            return self.done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
         except TooLarge as err:
             self.stats.service.service_error += 1
-            return self._done(started, *_outcome_of(err))
+            return self.done(started, *outcome_of(err))
 
-    def _done(self, started: float, code: int, reply: bytes | str) -> Outcome:
+    def done(self, started: float, code: int, reply: bytes | str) -> Outcome:
+        """Count the call (ratelimit_server.ShouldRateLimit.*); its outcome."""
         elapsed_ms = (self.clock() - started) * 1000.0
         s = self.stats.service
         s.total_requests += 1
@@ -160,7 +197,7 @@ class RlsHandler:
         return code, reply
 
 
-def _outcome_of(err: Exception) -> Outcome:
+def outcome_of(err: Exception) -> Outcome:
     """The gRPC status and message of an error out of the service (or of its decoder)."""
     return _code(err), _failure(err)
 

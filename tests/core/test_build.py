@@ -6,6 +6,7 @@ import os
 import pytest
 
 from ratelimitd import decision, keys, match
+from ratelimitd.backends.redis import resp
 from ratelimitd.transport import rls
 
 
@@ -17,11 +18,13 @@ def test_compiled_extensions_are_in_use() -> None:
     assert match.IMPLEMENTATION == "compiled"
     assert decision.IMPLEMENTATION == "compiled"
     assert rls.IMPLEMENTATION == "compiled"
+    assert resp.IMPLEMENTATION == "compiled"
     for name in (
         "ratelimitd._keys",
         "ratelimitd._match",
         "ratelimitd._decision",
         "ratelimitd._rls",
+        "ratelimitd.backends.redis._resp",
     ):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")
@@ -39,5 +42,7 @@ def test_no_extensions_forces_the_twins() -> None:
     assert match.IMPLEMENTATION == "pure"
     assert decision.IMPLEMENTATION == "pure"
     assert rls.IMPLEMENTATION == "pure"
+    assert resp.IMPLEMENTATION == "pure"
+    assert resp.incrby_expire_ops.__module__ == "ratelimitd.backends.redis._resp_py"
     assert keys.cache_key.__module__ == "ratelimitd._keys_py"
     assert match.lookup.__module__ == "ratelimitd._match_py"

@@ -217,6 +217,20 @@ async def test_window_keys_and_ttl(harness: Any, key: str, window: int, seconds:
     assert r.statuses[0].duration_until_reset == seconds - now % seconds
 
 
+async def test_a_rules_key_follows_its_value_and_window(harness: Any) -> None:
+    # The compiled count remembers a rule's last key: alternating values, and the next
+    # window, each reach their own counter.
+    h = harness(CONFIG, now=1200)
+    for value in ("a", "b", "a", "a", "b"):
+        await h.decide("domain", [("m10", value)])
+    assert counter(h, "domain_m10_a_1200") == 3
+    assert counter(h, "domain_m10_b_1200") == 2
+    h.clock.now = 1260
+    r = await h.decide("domain", [("m10", "a")])
+    assert counter(h, "domain_m10_a_1260") == 1
+    assert brief(r.statuses[0]) == (OK, 10, 9, 60)
+
+
 async def test_window_rollover(harness: Any) -> None:
     h = harness(CONFIG, now=1200)
     for _ in range(10):

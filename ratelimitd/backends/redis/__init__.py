@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...settings import RedisSettings
 from .. import REDIS
-from ..base import Op
-from ..breaker import Breaker, add_breaker_stats, breaker_args
+from ..base import BackendError, Op, Waiter
+from ..breaker import CLOSED, Breaker, add_breaker_stats, breaker_args
 from ..memory import simulate
 from . import budget
 from .cluster import ClusterInstance
@@ -108,8 +108,10 @@ class RedisBackend:
                 self._second = _Guarded(self.per_second, "redis_per_second", breaker)
                 self._breakers.append(self._second.breaker)
         if self.per_second is None:
-            # The hot path without a routing frame: one coroutine per request, not two.
+            # The hot path without a routing frame: one coroutine per request, not two;
+            # and the callback path straight to the instance (or its breaker).
             self.increment = self._main.incr_expire  # type: ignore[method-assign]
+            self.increment_later = self._main.increment_later  # type: ignore[method-assign]
         if health is not None and "backend" not in health.components():
             health.register("backend", False)
         if stats is not None:
@@ -161,6 +163,11 @@ class RedisBackend:
         if self._second is None:
             return await self._main.incr_expire(ops)
         return await self._routed(ops, "incr_expire")
+
+    def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
+        """`increment` without a coroutine (`PipelinedBackend`), on a main instance alone
+        (with REDIS_PERSECOND the per-second round waits for the main one's: False)."""
+        return False
 
     async def get(self, ops: Sequence[Op]) -> list[int]:
         """GET per key (0 when absent), routed as `increment` routes; the level of a
@@ -218,7 +225,19 @@ class _Guarded:
 
     def __init__(self, inst: RedisInstance, name: str, breaker: tuple[int, float]) -> None:
         self.inst = inst
-        self.breaker = Breaker(name, *breaker, before_probe=inst.dial_if_down)
+        self.breaker = inst.breaker = Breaker(name, *breaker, before_probe=inst.dial_if_down)
+
+    def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
+        """The instance's callback path while the breaker is closed (the instance counts
+        its calls); an open or probing breaker takes the awaited path (False)."""
+        breaker = self.breaker
+        if breaker.state != CLOSED:
+            return False
+        try:
+            return self.inst.increment_later(ops, waiter)
+        except BackendError:
+            breaker.failed()
+            raise
 
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         return await self.breaker.call(self.inst.incr_expire, ops)  # type: ignore[no-any-return]

@@ -19,7 +19,8 @@ from ...aio import cancel
 from ...config.windows import SLIDING_WINDOW, TOKEN_BUCKET
 from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
-from ..base import BackendError, Op, client_ssl_context
+from ..base import BackendError, Op, Waiter, client_ssl_context
+from ..breaker import Breaker
 from . import budget, resp, scripts
 from .pool import (
     MAX_IN_FLIGHT,
@@ -63,6 +64,9 @@ class RedisInstance:
 
     # Commands carry their key's hash slot (a cluster routes by it; others ignore it).
     routed = False
+    # The breaker guarding this instance (BACKEND_BREAKER_*), which counts the calls of
+    # `increment_later` itself (`Breaker.call` counts the awaited ones); set by the guard.
+    breaker: Breaker | None = None
 
     def __init__(
         self,
@@ -103,6 +107,11 @@ class RedisInstance:
     async def incr_expire(self, ops: Sequence[Op]) -> list[int]:
         """INCRBY + EXPIRE per op; the counters."""
         raise NotImplementedError
+
+    def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
+        """`incr_expire` without a coroutine where the deployment allows
+        (`PipelinedBackend.increment_later`); False: await `incr_expire`."""
+        return False
 
     async def get(self, keys: Sequence[str]) -> list[int]:
         """GET per key (0 when absent)."""
@@ -302,6 +311,7 @@ class SingleInstance(RedisInstance):
             resolve = self._static
             describe = s.masked_url
         self.pool = Pool(s, self.dialer, resolve, self.counters, describe, self.max_in_flight)
+        self.pool.receiver = self._received
         self._watcher: asyncio.Task[None] | None = None
 
     def _parse_single(self, url: str) -> Address:
@@ -435,40 +445,45 @@ class SingleInstance(RedisInstance):
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         """One pipeline: INCRBY + EXPIRE per op (`decide` for an algorithm, a refund or a
         budget call)."""
-        for op in ops:
-            if op.refund or op.budget is not None:
-                return await self.decide(ops)
-            if op.algorithm:
-                if len(ops) == 1:  # the common case, without `decide`'s bookkeeping
-                    fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
-                    replies = await fut
-                    if replies.__class__ is not list:
-                        raise BackendError(*replies.args)
-                    reply = replies[offset]
-                    if reply.__class__ is list:
-                        return [(reply[0], reply[1])]
-                return await self.decide(ops)
-        jitter = self.jitter
-        encode = resp.incrby_expire
-        if len(ops) == 1:
+        payload = resp.incrby_expire_ops(ops, self.jitter)
+        if payload is None:  # a script's op
             op = ops[0]
-            seconds = op.seconds
-            if jitter > 0:
-                seconds += int(random.random() * jitter)
-            payload = encode(op.key.encode(), op.hits, seconds)
-        else:
-            parts = []
-            for op in ops:
-                seconds = op.seconds
-                if jitter > 0:
-                    seconds += int(random.random() * jitter)
-                parts.append(encode(op.key.encode(), op.hits, seconds))
-            payload = b"".join(parts)
+            if len(ops) == 1 and op.algorithm and not op.refund and op.budget is None:
+                # the common case, without `decide`'s bookkeeping
+                fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
+                replies = await fut
+                if replies.__class__ is not list:
+                    raise BackendError(*replies.args)
+                reply = replies[offset]
+                if reply.__class__ is list:
+                    return [(reply[0], reply[1])]
+            return await self.decide(ops)
         n = 2 * len(ops)
         fut, offset = self.pool.submit(payload, n)
         replies = await fut
         if replies.__class__ is not list:
             raise BackendError(*replies.args)  # a fresh instance per request
+        return self._counts(replies, offset, n)
+
+    def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
+        """`incr_expire` without a coroutine (`PipelinedBackend`): fixed-window ops only
+        (False for an algorithm, a refund or a budget call: their scripts may need a second
+        round)."""
+        payload = resp.incrby_expire_ops(ops, self.jitter)
+        if payload is None:
+            return False
+        self.pool.submit(payload, 2 * len(ops), waiter)
+        return True
+
+    def _received(self, replies: Any, entries: list[tuple[Waiter, int, int]]) -> None:
+        """The waiters of one flush (`Pool.receiver`): each gets its counters, or the
+        BackendError `incr_expire` would raise (`resp.resolve`)."""
+        resp.resolve(replies, entries, self.breaker, self._counts)
+
+    def _counts(self, replies: list[Any], offset: int, n: int) -> list[Any]:
+        """The counters of one request's INCRBY + EXPIRE replies (from `offset`, `n` of
+        them); a reply that is not a number raises BackendError (a saturated INCRBY reads
+        as the largest counter)."""
         if n == 2:
             count = replies[offset]
             if count.__class__ is not int:
@@ -482,7 +497,7 @@ class SingleInstance(RedisInstance):
                 if i % 2:
                     self._failed(reply)
                 mine[i] = self._counted(reply)
-        return mine[::2]  # type: ignore[no-any-return]
+        return mine[::2]
 
     async def get(self, keys: Sequence[str]) -> list[int]:
         """One pipeline of GETs."""

@@ -119,6 +119,11 @@ class Pool:
     _probe_dial: asyncio.Task[None] | None = field(init=False, default=None)
     _window: float = field(init=False)
     _limit: int = field(init=False)
+    # receiver(replies, entries): resolves the waiters `submit` queued on one flush, with its
+    # replies (or its BackendError) and their (waiter, offset, commands); set by the owner.
+    receiver: Callable[[Any, list[tuple[Any, int, int]]], None] | None = field(
+        init=False, default=None
+    )
 
     def __post_init__(self) -> None:
         self._window = self.s.pipeline_window
@@ -129,12 +134,15 @@ class Pool:
 
     # hot path ---------------------------------------------------------------------
 
-    def submit(self, payload: bytes, n: int) -> tuple[SharedFuture, int]:
+    def submit(self, payload: bytes, n: int, waiter: Any = None) -> tuple[SharedFuture, int]:
         """Queue one request's commands for the next flush.
 
         Returns the flush's future (its result: every reply of the flush, or a
         BackendError) and the offset of this request's first reply in it. One future
-        per flush rather than per request keeps dispatch off the per-request path.
+        per flush rather than per request keeps dispatch off the per-request path. A
+        caller that does not await gives a `waiter` instead: the `receiver` gets it
+        with the flush's replies, together with every other waiter of that flush (one
+        callback per flush, none per request).
         """
         if not self.conns:
             raise BackendError(f"no connection to redis at {self.describe}")
@@ -145,6 +153,12 @@ class Pool:
         fut = self._fut
         if fut is None:
             fut = self._fut = SharedFuture(loop=self.loop)
+        if waiter is not None:
+            entries = fut.entries
+            if entries is None:
+                entries = fut.entries = []
+                fut.add_done_callback(self._resolve)
+            entries.append((waiter, offset, n))
         self._buf.append(payload)
         self._cmds = offset + n
         if self._cmds >= self._limit:
@@ -158,6 +172,10 @@ class Pool:
             else:
                 loop.call_soon(self._scheduled_flush)
         return fut, offset
+
+    def _resolve(self, fut: SharedFuture) -> None:
+        assert self.receiver is not None and fut.entries is not None
+        self.receiver(fut.result(), fut.entries)
 
     def _scheduled_flush(self) -> None:
         self._scheduled = False

@@ -1,9 +1,11 @@
 """RESP2 on asyncio: pre-encoded counter commands and a pipelined connection protocol.
 
 The counter hot path does not go through a general Redis client: a request's commands
-are encoded here straight into one bytes object (INCRBY + EXPIRE per key), written by
-the pool together with the other requests of the same event-loop iteration, and the
-replies are parsed by `hiredis.Reader` and handed back to each request in order.
+are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_expire_ops`),
+written by the pool together with the other requests of the same event-loop iteration, and
+the replies are parsed by `hiredis.Reader` and handed back to each request in order. That
+hot codec is compiled (`_resp.pyx`; its pure twin `_resp_py.py`, selected here as the other
+compiled modules are, RATELIMITD_NO_EXTENSIONS=1 forcing the twin).
 
 A connection keeps a FIFO of pending batches (one per request and round). Each batch
 carries a deadline; one timer per connection watches them. A batch past its deadline
@@ -22,11 +24,24 @@ import binascii
 import ssl
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hiredis
 
+from ..._twins import chooser, install
 from ..base import BackendError
+from . import _resp_py
+from ._resp_py import bulk_int
+
+IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
+if TYPE_CHECKING:
+    # The twins' names, typed as the pure one's (the module's own `__all__`).
+    from ._resp_py import incrby_expire_ops, resolve  # noqa: F401
+
+# implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
+implementation = chooser(
+    "ratelimitd.backends.redis._resp", "ratelimitd.backends.redis._resp_py", IMPLEMENTATION
+)
 
 _SLOTS = 16384  # Redis Cluster hash slots
 
@@ -42,7 +57,6 @@ def key_slot(key: bytes) -> int:
     return binascii.crc_hqx(key, 0) & (_SLOTS - 1)
 
 
-_INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 _INCRBY = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b"
 _EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 _GET = b"*2\r\n$3\r\nGET\r\n$%d\r\n%b\r\n"
@@ -52,32 +66,7 @@ STALL_FACTOR = 20
 ASKING = b"*1\r\n$6\r\nASKING\r\n"
 PING = b"*1\r\n$4\r\nPING\r\n"
 
-# Bulk-string encodings of the small integers (hits, and unit + jitter up to an hour +
-# jitter), so the hot path formats only the key.
-_SMALL_INTS = tuple(b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(4096))
-
 ReplyError = hiredis.ReplyError
-
-
-def bulk_int(n: int) -> bytes:
-    """An integer as a RESP bulk string."""
-    if 0 <= n < 4096:
-        return _SMALL_INTS[n]
-    s = b"%d" % n
-    return b"$%d\r\n%b\r\n" % (len(s), s)
-
-
-def incrby_expire(key: bytes, hits: int, expire: int) -> bytes:
-    """`INCRBY key hits` followed by `EXPIRE key expire`, RESP-encoded."""
-    n = len(key)
-    return _INCRBY_EXPIRE % (
-        n,
-        key,
-        _SMALL_INTS[hits] if 0 <= hits < 4096 else bulk_int(hits),
-        n,
-        key,
-        _SMALL_INTS[expire] if 0 <= expire < 4096 else bulk_int(expire),
-    )
 
 
 def incrby(key: bytes, hits: int) -> bytes:
@@ -114,6 +103,9 @@ class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
     others: `cancel` refuses, so the waiting task is cancelled as soon as the flush
     completes (within the request timeout) instead of at once.
     """
+
+    # The waiters of `Pool.send` on this flush: (waiter, offset, commands), in order.
+    entries: list[tuple[Any, int, int]] | None = None
 
     def cancel(self, msg: Any = None) -> bool:
         """Refuse (see the class docstring)."""
@@ -178,7 +170,7 @@ class RespConnection(asyncio.Protocol):
                 for _ in range(batch.n - len(replies)):
                     reply = gets()
                     if reply is False:
-                        return
+                        return  # the rest of this batch has not arrived yet
                     replies.append(reply)
                 pending.popleft()
                 self.in_flight -= batch.n

@@ -1,0 +1,3 @@
+# The compiled trie's lookup, for the compiled decision (`_decision`) to call in C.
+
+cdef object lookup_c(object root, str domain, object entries, list walked)

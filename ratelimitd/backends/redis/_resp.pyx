@@ -1,0 +1,162 @@
+# cython: language_level=3
+"""The Redis counter path's hot codec, compiled: same names and results as `_resp_py.py`
+(the pure twin, and the notes); `resp.py` selects one.
+
+The payload is written straight into one bytes object (no per-command formatting), and the
+replies of a flush are handed to its waiters in C: per request, no Python frame.
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.string cimport memcpy
+
+from ratelimitd._slots cimport get, offset_of
+
+from random import random
+
+from ratelimitd.backends.base import BackendError, Op
+
+cdef object OP = Op
+cdef Py_ssize_t O_KEY = offset_of(Op, "key")
+cdef Py_ssize_t O_HITS = offset_of(Op, "hits")
+cdef Py_ssize_t O_SECONDS = offset_of(Op, "seconds")
+cdef Py_ssize_t O_ALGORITHM = offset_of(Op, "algorithm")
+cdef Py_ssize_t O_REFUND = offset_of(Op, "refund")
+cdef Py_ssize_t O_BUDGET = offset_of(Op, "budget")
+
+# The fixed parts of `*3 $6 INCRBY $<n> <key> $<n> <hits>` and `*3 $6 EXPIRE ...`.
+cdef bytes INCRBY = b"*3\r\n$6\r\nINCRBY\r\n"
+cdef bytes EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n"
+DEF COMMAND = 16  # len(INCRBY) == len(EXPIRE)
+
+
+cdef inline Py_ssize_t _digits(unsigned long long v) noexcept:
+    cdef Py_ssize_t n = 1
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+cdef inline Py_ssize_t _signed_digits(long long v) noexcept:
+    """Characters of `v` in decimal, its sign included."""
+    if v < 0:
+        return 1 + _digits(<unsigned long long>(-(v + 1)) + 1)
+    return _digits(v)
+
+
+cdef inline Py_ssize_t _bulk_size(Py_ssize_t n) noexcept:
+    """Bytes of a bulk string of `n` bytes: `$`, `n` in decimal, CRLF, the bytes, CRLF."""
+    return 1 + _digits(n) + 2 + n + 2
+
+
+cdef inline char* _number(char* p, unsigned long long v, Py_ssize_t n) noexcept:
+    """`v` in decimal (`n` digits) at `p`; past it."""
+    cdef Py_ssize_t i = n
+    while i:
+        i -= 1
+        p[i] = <char>(48 + v % 10)
+        v //= 10
+    return p + n
+
+
+cdef inline char* _crlf(char* p) noexcept:
+    p[0] = 13
+    p[1] = 10
+    return p + 2
+
+
+cdef inline char* _bulk(char* p, const char* data, Py_ssize_t n) noexcept:
+    p[0] = 36  # '$'
+    p = _crlf(_number(p + 1, n, _digits(n)))
+    memcpy(p, data, n)
+    return _crlf(p + n)
+
+
+cdef inline char* _bulk_number(char* p, long long v) noexcept:
+    cdef Py_ssize_t n = _signed_digits(v)
+    p[0] = 36  # '$'
+    p = _crlf(_number(p + 1, n, _digits(n)))
+    if v < 0:
+        p[0] = 45  # '-'
+        p = _number(p + 1, <unsigned long long>(-(v + 1)) + 1, n - 1)
+    else:
+        p = _number(p, v, n)
+    return _crlf(p)
+
+
+def incrby_expire_ops(ops, long long jitter):
+    """INCRBY + EXPIRE per op in one payload, or None (see `_resp_py.incrby_expire_ops`)."""
+    cdef Py_ssize_t count = len(ops), i, size = 0, klen
+    cdef const char* key
+    cdef char* p
+    cdef long long hits, seconds
+    cdef long long small[16]
+    cdef long long* numbers = small  # hits and seconds (the jitter drawn once) per op
+    if count > 8:
+        numbers = <long long*>PyMem_Malloc(2 * count * sizeof(long long))
+        if numbers == NULL:
+            raise MemoryError()
+    try:
+        for i in range(count):  # check and measure
+            op = ops[i]
+            if (
+                get(op, OP, O_ALGORITHM, "algorithm")
+                or get(op, OP, O_REFUND, "refund")
+                or get(op, OP, O_BUDGET, "budget") is not None
+            ):
+                return None
+            hits = get(op, OP, O_HITS, "hits")
+            seconds = get(op, OP, O_SECONDS, "seconds")
+            if jitter > 0:
+                seconds += <long long>(random() * jitter)
+            numbers[2 * i] = hits
+            numbers[2 * i + 1] = seconds
+            PyUnicode_AsUTF8AndSize(get(op, OP, O_KEY, "key"), &klen)
+            size += 2 * (COMMAND + _bulk_size(klen))
+            size += _bulk_size(_signed_digits(hits)) + _bulk_size(_signed_digits(seconds))
+        out = PyBytes_FromStringAndSize(NULL, size)
+        p = PyBytes_AS_STRING(out)
+        for i in range(count):  # write
+            key = PyUnicode_AsUTF8AndSize(get(ops[i], OP, O_KEY, "key"), &klen)
+            memcpy(p, <const char*>INCRBY, COMMAND)
+            p = _bulk_number(_bulk(p + COMMAND, key, klen), numbers[2 * i])
+            memcpy(p, <const char*>EXPIRE, COMMAND)
+            p = _bulk_number(_bulk(p + COMMAND, key, klen), numbers[2 * i + 1])
+        return out
+    finally:
+        if numbers != small:
+            PyMem_Free(numbers)
+
+
+def resolve(replies, list entries, breaker, counts):
+    """Give each waiter of one flush its counters (see `_resp_py.resolve`)."""
+    cdef bint failed = type(replies) is not list
+    cdef Py_ssize_t offset, n, k
+    cdef list mine
+    cdef tuple entry
+    for item in entries:
+        entry = <tuple>item
+        waiter = entry[0]
+        offset = entry[1]
+        n = entry[2]
+        if failed:
+            result = BackendError(*replies.args)
+        else:
+            mine = (<list>replies)[offset : offset + n]
+            for k in range(n):
+                if type(mine[k]) is not int:
+                    try:
+                        result = counts(replies, offset, n)
+                    except BackendError as exc:
+                        result = exc
+                    break
+            else:
+                result = mine[::2]
+        if breaker is not None and not waiter.cancelled:
+            if failed or type(result) is not list:
+                breaker.failed()
+            else:
+                breaker.failures = 0
+        waiter(result)

@@ -1,0 +1,84 @@
+"""The Redis counter path's hot codec, the pure-Python twin (`_resp.pyx` is the compiled one;
+`resp.py` selects).
+
+Per request, the INCRBY + EXPIRE commands of its ops in one payload
+(`incrby_expire_ops`); per pipelined flush, every waiter of the flush given its counters
+(`resolve`). The rest of RESP (control commands, scripts, GET, reading the replies) runs
+once per flush or rarely, and stays in `resp.py`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..base import BackendError, Op
+
+__all__ = ["incrby_expire_ops", "resolve"]
+
+_INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
+
+# Bulk-string encodings of the small integers (hits, and unit + jitter up to an hour +
+# jitter), so the hot path formats only the key.
+_SMALL_INTS = tuple(b"$%d\r\n%d\r\n" % (len(str(i)), i) for i in range(4096))
+
+
+def bulk_int(n: int) -> bytes:
+    """An integer as a RESP bulk string."""
+    if 0 <= n < 4096:
+        return _SMALL_INTS[n]
+    s = b"%d" % n
+    return b"$%d\r\n%b\r\n" % (len(s), s)
+
+
+def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes | None:
+    """`INCRBY key hits` + `EXPIRE key seconds` for every op, RESP-encoded in one payload,
+    each op expiring after its seconds plus a random jitter below `jitter`
+    (EXPIRATION_JITTER_MAX_SECONDS); None when an op is a script's (an algorithm's, a
+    refund or a budget call)."""
+    parts = []
+    for op in ops:
+        if op.algorithm or op.refund or op.budget is not None:
+            return None
+        seconds = op.seconds
+        if jitter > 0:
+            seconds += int(random.random() * jitter)
+        key = op.key.encode()
+        n = len(key)
+        parts.append(_INCRBY_EXPIRE % (n, key, bulk_int(op.hits), n, key, bulk_int(seconds)))
+    return b"".join(parts)
+
+
+def resolve(
+    replies: Any,
+    entries: list[tuple[Any, int, int]],
+    breaker: Any,
+    counts: Callable[[list[Any], int, int], list[Any]],
+) -> None:
+    """Give each waiter of one flush (`entries`: waiter, offset of its first reply, its
+    number of replies) its counters: every other reply (INCRBY's; the EXPIRE after each
+    must be a number too), or what `counts` makes of replies that are not all numbers (a
+    saturated counter, or the BackendError it raises); every waiter gets a fresh copy of
+    the flush's BackendError (`replies` is not a list). The `breaker` (or None) counts each
+    waiter that is still wanted: a success resets its failures, a failure is one more."""
+    failed = replies.__class__ is not list
+    for waiter, offset, n in entries:
+        result: Any
+        if failed:
+            result = BackendError(*replies.args)
+        else:
+            mine = replies[offset : offset + n]
+            if all(reply.__class__ is int for reply in mine):
+                result = mine[::2]
+            else:
+                try:
+                    result = counts(replies, offset, n)
+                except BackendError as exc:
+                    result = exc
+        if breaker is not None and not waiter.cancelled:
+            if failed or result.__class__ is not list:
+                breaker.failed()
+            else:
+                breaker.failures = 0
+        waiter(result)

@@ -1,0 +1,157 @@
+"""The Redis counter path's codec: the compiled `_resp` agrees with its pure twin `_resp_py`
+(the oracle), and both say what Redis reads.
+
+The payload of a request's ops parses, with hiredis, as INCRBY + EXPIRE per op in order;
+`resolve` hands every waiter of a flush the same results and counts the same breaker
+verdicts in both twins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hiredis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ratelimitd.backends.base import BackendError, Op
+from ratelimitd.backends.redis import _resp_py, resp
+
+_resp = pytest.importorskip(
+    "ratelimitd.backends.redis._resp", reason="compiled extension not built"
+)
+
+PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TWINS = [_resp_py, _resp]
+
+KEYS = st.text(min_size=0, max_size=300)
+FIXED = st.builds(
+    Op,
+    KEYS,
+    st.one_of(st.integers(0, 4100), st.integers(0, 2**40), st.integers(-(2**63), 2**63 - 1)),
+    st.one_of(st.integers(1, 4000), st.integers(-(2**62), 2**62)),
+)
+
+
+def commands(payload: bytes) -> list[list[bytes]]:
+    reader = hiredis.Reader()
+    reader.feed(payload)
+    out = []
+    while (command := reader.gets()) is not False:
+        out.append(command)
+    return out
+
+
+@PROPS
+@given(st.lists(FIXED, min_size=1, max_size=12))
+def test_payload_twins_agree_and_redis_reads_each_op(ops: list[Op]) -> None:
+    payload = _resp.incrby_expire_ops(ops, 0)
+    assert payload == _resp_py.incrby_expire_ops(ops, 0)
+    expected = []
+    for op in ops:
+        key = op.key.encode()
+        expected.append([b"INCRBY", key, b"%d" % op.hits])
+        expected.append([b"EXPIRE", key, b"%d" % op.seconds])
+    assert commands(payload) == expected
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_jitter_stays_below_its_bound(twin: Any) -> None:
+    for _ in range(200):
+        (_, expire) = commands(twin.incrby_expire_ops([Op("k", 1, 60)], 5))
+        assert 60 <= int(expire[2]) < 65
+
+
+@pytest.mark.parametrize("twin", TWINS)
+@pytest.mark.parametrize(
+    "script",
+    [
+        Op("s", 1, 60, algorithm=1, tick=1000),
+        Op("r", 2, 60, refund=True),
+        Op("b", 5, 0, budget=object()),  # a token-budget call (its script)
+    ],
+)
+def test_a_scripts_op_is_not_encoded(twin: Any, script: Op) -> None:
+    assert twin.incrby_expire_ops([Op("k", 1, 60), script], 0) is None
+
+
+class Waiter:
+    def __init__(self, cancelled: bool = False) -> None:
+        self.cancelled = cancelled
+        self.results: list[Any] = []
+
+    def __call__(self, results: Any) -> None:
+        self.results.append(results)
+
+
+class Breaker:
+    def __init__(self) -> None:
+        self.failures = 5
+        self.verdicts: list[str] = []
+
+    def failed(self) -> None:
+        self.verdicts.append("failed")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "failures" and hasattr(self, "verdicts"):
+            self.verdicts.append(f"failures={value}")
+        object.__setattr__(self, name, value)
+
+
+def counts(replies: list[Any], offset: int, n: int) -> list[Any]:
+    """The instance's slow path: a saturated INCRBY reads high, anything else fails."""
+    out = []
+    for i in range(offset, offset + n, 2):
+        if replies[i + 1].__class__ is not int or replies[i] == b"boom":
+            raise BackendError(f"bad reply at {i}")
+        out.append(replies[i] if replies[i].__class__ is int else 2**63 - 1)
+    return out
+
+
+def outcome(twin: Any, replies: Any, layout: list[tuple[int, bool]]) -> tuple[list, list]:
+    waiters, entries, offset = [], [], 0
+    for n, cancelled in layout:
+        waiter = Waiter(cancelled)
+        waiters.append(waiter)
+        entries.append((waiter, offset, n))
+        offset += n
+    breaker = Breaker()
+    twin.resolve(replies, entries, breaker, counts)
+    seen = [
+        [r if r.__class__ is not BackendError else ("error", r.args) for r in w.results]
+        for w in waiters
+    ]
+    return seen, breaker.verdicts
+
+
+REPLY = st.one_of(st.integers(0, 2**63 - 1), st.just(b"overflow"), st.just(b"boom"))
+
+
+@PROPS
+@given(st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=6), st.data())
+def test_resolve_twins_agree(layout: list[tuple[int, bool]], data: st.DataObject) -> None:
+    layout = [(2 * n, cancelled) for n, cancelled in layout]
+    total = sum(n for n, _ in layout)
+    replies = data.draw(st.lists(REPLY, min_size=total, max_size=total))
+    assert outcome(_resp, replies, layout) == outcome(_resp_py, replies, layout)
+    failed = BackendError("redis request timed out")
+    compiled, verdicts = outcome(_resp, failed, layout)
+    assert (compiled, verdicts) == outcome(_resp_py, failed, layout)
+    assert compiled == [[("error", ("redis request timed out",))]] * len(layout)
+    assert verdicts == ["failed"] * sum(not cancelled for _, cancelled in layout)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_resolve_gives_each_waiter_its_own_counters(twin: Any) -> None:
+    seen, verdicts = outcome(
+        twin, [7, 1, 3, 1, b"overflow", 1, 5, b"boom"], [(4, False), (4, True)]
+    )
+    assert seen == [[[7, 3]], [("error", ("bad reply at 6",))]]
+    assert verdicts == ["failures=0"]  # the cancelled waiter counts neither way
+
+
+def test_the_selected_twin_is_the_compiled_one_unless_disabled() -> None:
+    assert resp.incrby_expire_ops in (_resp.incrby_expire_ops, _resp_py.incrby_expire_ops)
+    assert resp.implementation("pure") is _resp_py
+    assert resp.implementation("compiled") is _resp

@@ -31,11 +31,13 @@ POD = "envoy-ratelimit-7d9c5f6b8-x2lqm"  # TRACING_SERVICE_INSTANCE_ID: the pod'
 # The names EG gives: domain = the Gateway's listener, key = route/rule/match.
 DOMAIN = "default/eg/http"
 KEY = "httproute/default/backend/rule/0/match/0/www_example_com"
-LIMIT = 2  # per minute
+# Per hour: a test's calls and its expected OVER_LIMIT must fall in one window, and a
+# minute boundary between them (a slow start under load) would reset the count.
+LIMIT = 2  # per hour
 CONFIG = rl_config(
     "default/eg/http",
     DOMAIN,
-    rl_descriptor(KEY, KEY, unit=Unit.MINUTE, requests_per_unit=LIMIT),
+    rl_descriptor(KEY, KEY, unit=Unit.HOUR, requests_per_unit=LIMIT),
 )
 # EG's container securityContext as podman flags: user and group 65534, non-root, no
 # privilege escalation, every capability dropped, the default seccomp profile; and a

@@ -28,28 +28,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # tests/support
-
-import grpc  # noqa: E402
-from support import attacks  # noqa: E402
-from support.daemon import (  # noqa: E402
+import grpc
+from support import attacks
+from support.daemon import (
     DaemonProcess,
     LowNofileDaemon,
     daemon_environment,
     start_daemon,
     write_config,
 )
-from support.h2raw import CONFIG as GRPC_CONFIG  # noqa: E402
-from support.machine import describe, machine_info  # noqa: E402
-from support.memcached import Memcached  # noqa: E402
-from support.pki import Pki  # noqa: E402
-from support.process import start_bound  # noqa: E402
+from support.h2raw import CONFIG as GRPC_CONFIG
+from support.machine import describe, machine_info
+from support.memcached import Memcached
+from support.pki import Pki
+from support.process import start_bound
 
-from ratelimitd.messages import Descriptor  # noqa: E402
-from ratelimitd.transport.grpc import METHOD_PATH  # noqa: E402
-from ratelimitd.transport.protocodec import decode_response, encode_request  # noqa: E402
+from ratelimitd.messages import Descriptor
+from ratelimitd.transport.grpc import METHOD_PATH
+from ratelimitd.transport.protocodec import decode_response, encode_request
 
+REPO = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
 
 

@@ -355,16 +355,26 @@ def plan(request, ruleset, options, list walks=None):
 def planned(request, ruleset, options, stats):
     """`plan` for the service, its statistics counted and bound (see
     `_decision_py.planned`)."""
+    return _counted(
+        request, ruleset, None, options.max_descriptors, options.max_entries,
+        options.shadow_mode, options.quota_mode, stats, stats.service,
+    )
+
+
+cdef inline Plan _counted(
+    request, ruleset, lookup, Py_ssize_t max_descriptors, Py_ssize_t most, bint shadow,
+    bint quota, stats, service,
+):
+    """The whole plan, a refusal counted as a service error, the statistics bound: what
+    `planned` and the engine share. `lookup` None: the ruleset's, read once `_begin` has
+    refused a request with no config."""
     cdef Plan p
     try:
-        p = _begin(
-            request, ruleset, options.max_descriptors, options.max_entries, None,
-            options.shadow_mode, options.quota_mode,
-        )
-        _extend(p, ruleset.lookup, 0, len(p.descriptors))
+        p = _begin(request, ruleset, max_descriptors, most, None, shadow, quota)
+        _extend(p, ruleset.lookup if lookup is None else lookup, 0, len(p.descriptors))
         _finish(p)
     except ServiceError:
-        stats.service.service_error += 1
+        service.service_error += 1
         raise
     return _bound(p, stats)
 
@@ -793,18 +803,10 @@ cdef class Engine:
 
     cdef Plan _planned(self, request):
         """`planned`, with the engine's cached options."""
-        cdef Plan p
-        try:
-            p = _begin(
-                request, self.ruleset, self.max_descriptors, self.max_entries, None,
-                self.shadow, self.quota,
-            )
-            _extend(p, self.lookup, 0, len(p.descriptors))
-            _finish(p)
-        except ServiceError:
-            self.service.service_error += 1
-            raise
-        return _bound(p, self.stats)
+        return _counted(
+            request, self.ruleset, self.lookup, self.max_descriptors, self.max_entries,
+            self.shadow, self.quota, self.stats, self.service,
+        )
 
     def use(self, ruleset, options):
         """The config and reload options in force."""

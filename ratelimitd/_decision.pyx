@@ -16,7 +16,7 @@ import time
 
 from ratelimitd.backends.base import Op
 from ratelimitd import _match
-from ratelimitd.budget.calls import add_item, budget_key, budget_op, budget_status
+from ratelimitd.budget.calls import add_item, arrange, budget_key, budget_op, budget_status
 from ratelimitd.budget.calls import lookup as budget_lookup
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
@@ -321,9 +321,8 @@ cdef Plan _finish(Plan plan):
     cdef dict replaced = plan.replaced
     cdef list kept
     cdef Item item
-    if plan.closes is not None:  # closes after settles (see `_decision_py.finish`)
-        plan.items += plan.closes
-        plan.closes = None
+    if plan.closes is not None:  # budget reserves, guards and closes (`budget.calls.arrange`)
+        arrange(plan)
     if replaced:
         kept = []
         for item in plan.items:

@@ -29,7 +29,7 @@ from typing import Any
 
 from ._keys_py import cache_key, refuse, state_key, unit_seconds, verdict
 from .backends.base import Op
-from .budget.calls import add_item, budget_key, budget_op, budget_status
+from .budget.calls import add_item, arrange, budget_key, budget_op, budget_status
 from .budget.calls import lookup as budget_lookup
 from .config.ruleset import Rule
 from .config.windows import FIXED_WINDOW
@@ -248,11 +248,10 @@ def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
 def finish(plan: Plan) -> Plan:
     """Apply `replaces` once every descriptor is looked up: the limits it names are dropped
     (their metadata too), whatever the descriptor order; a list keeps its other limits.
-    Budget closes go last: a close after its stream's settle changes nothing, before it
-    would free the reservation the settle then finds finished."""
-    if plan.closes is not None:
-        plan.items += plan.closes
-        plan.closes = None
+    The budget items set apart are arranged first (`budget.calls.arrange`): reserves of one
+    transaction merged, guards resolved, closes after settles."""
+    if plan.closes is not None:  # budget reserves, guards and closes (`budget.calls.arrange`)
+        arrange(plan)
     replaced = plan.replaced
     if replaced:
         kept = []

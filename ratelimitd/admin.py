@@ -213,7 +213,7 @@ def _describe(rule: Rule) -> dict[str, Any]:
         out["budget"] = {
             "phase_key": spec.phase_key,
             "transaction_key": spec.transaction_key,
-            "unsettled": "charge" if spec.charge_unsettled else "release",
+            "unsettled": spec.unsettled,
             "reservation_ttl_seconds": spec.ttl_ms / 1000,
         }
     return out

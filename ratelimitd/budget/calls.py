@@ -26,6 +26,8 @@ from .model import (
     ADMITTED,
     COUNT,
     DUPLICATE,
+    EXTRA,
+    GUARD,
     ORPHAN,
     RELEASE,
     RESERVE,
@@ -37,7 +39,15 @@ from .model import (
     transaction_id,
 )
 
-__all__ = ["add_item", "budget_key", "budget_op", "budget_status", "item_call", "lookup"]
+__all__ = [
+    "add_item",
+    "arrange",
+    "budget_key",
+    "budget_op",
+    "budget_status",
+    "item_call",
+    "lookup",
+]
 
 TOO_MANY_REQUESTS = 429
 
@@ -100,15 +110,64 @@ def add_item(
     negative: bool,
     keys: tuple[str, str, bool, bool] | None,
 ) -> None:
-    """Give budget item `item` what it asks (`item_call`) and put it in `plan`: a close
-    apart, to be counted after every other item (`_decision_py.finish`)."""
+    """Give budget item `item` what it asks (`item_call`) and put it in `plan`: a reserve,
+    guard or close apart, for `arrange` once every descriptor is planned."""
     item.budget = asked = item_call(call, item.rule, entries, negative, keys)
-    if asked[0] == RELEASE:
+    if asked[0] in (RESERVE, EXTRA, GUARD, RELEASE):
         if plan.closes is None:
             plan.closes = []
         plan.closes.append(item)
     else:
         plan.items.append(item)
+
+
+def arrange(plan: Any) -> None:
+    """Put the budget items `add_item` set apart into `plan.items`, once the whole request
+    is planned (`_decision_py.finish`). Per transaction on one budget:
+
+    * its `reserve` and `extra` entries become one reservation of their summed hits (an
+      estimate in parts: the completion's `max_tokens` and the prompt's bound);
+    * a `guard` is dropped when a `reserve` of the transaction is in the call, and
+      otherwise reserves its own hits (plus the extras): Envoy dropped the reserve (it
+      could not format its estimate), and the request must not be served unreserved;
+    * closes go last: a close after its stream's settle changes nothing, before it would
+      free the reservation the settle then finds finished.
+
+    A merged or dropped item answers as a descriptor without a limit (OK).
+    """
+    held = plan.closes
+    plan.closes = None
+    # Per (rule, budget entries, txn): [its reserve, its guard, its first other part, the
+    # hits of every other part]; a second guard adds nothing.
+    parts: dict[tuple[str, tuple[tuple[str, str], ...], str], list[Any]] = {}
+    closes = []
+    for item in held:
+        kind = item.budget[0]
+        if kind == RELEASE:
+            closes.append(item)
+            continue
+        key = (item.rule.full_key, tuple(item.budget[2]), item.budget[1])
+        got = parts.get(key)
+        if got is None:
+            got = parts[key] = [None, None, None, 0]
+        if kind == GUARD:
+            if got[1] is None:
+                got[1] = item
+        elif kind == RESERVE and got[0] is None:
+            got[0] = item
+        else:
+            if got[2] is None:
+                got[2] = item
+            got[3] += item.hits
+    items = plan.items
+    for reserve, guard, other, more in parts.values():
+        base = reserve if reserve is not None else guard
+        if base is None:  # other parts alone: their sum is the estimate
+            base, more = other, more - other.hits
+        base.budget = (RESERVE, *base.budget[1:])
+        base.hits += more
+        items.append(base)
+    items += closes
 
 
 def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Any) -> str:
@@ -119,17 +178,27 @@ def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], sha
 def budget_op(item: Any, key: str, now_ms: int) -> Op:
     """The store operation of a budget item at `now_ms`: one call.
 
-    A close's hits are the response code: 429 (the request was refused, by this service or
-    the upstream) always releases, whatever the rule's `unsettled` policy, since nothing
-    was served."""
+    A close's hits are the response code. Under `charge_served` a success (2xx: the
+    response started, so content may have streamed) charges the estimate and anything else
+    (0: the client left before any answer; an error; a refusal) releases it. A 429 (the
+    request was refused, by this service or the upstream) releases under every policy,
+    since nothing was served. Reservations past their TTL are charged unless the policy is
+    `release`."""
     kind, txn, _, force, remember = item.budget
     spec = item.rule.budget
-    charge = spec.charge_unsettled
+    policy = spec.unsettled
+    charge = policy != "release"
     amount = item.hits
+    unserved = False
     if kind == RELEASE:
-        charge = charge and amount != TOO_MANY_REQUESTS
+        if policy == "charge_served":
+            unserved = not 200 <= amount < 300
+        else:
+            unserved = amount == TOO_MANY_REQUESTS
         amount = 0
-    call = Call(kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember)
+    call = Call(
+        kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember, unserved
+    )
     return Op(key, amount, 0, budget=call)
 
 

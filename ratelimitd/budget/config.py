@@ -8,7 +8,10 @@ descriptors:
     budget:
       phase_key: phase          # the entry naming the call: reserve, settle or close
       transaction_key: txn      # the entry carrying the transaction id (x-request-id)
-      unsettled: release        # or charge: a close without usage, a reservation past its TTL
+      unsettled: charge_served  # a stream end without usage: charge the estimate if the
+                                # response was a success (content may have flowed), else
+                                # release it; or release / charge (always); past its TTL a
+                                # reservation is charged unless the policy is release
       reservation_ttl: 10m      # longer than the route timeout + the filter timeout
 ```
 
@@ -28,11 +31,12 @@ from typing import Any
 from ..config.errors import ConfigError
 from ..config.windows import ALGORITHM_NAMES, FIXED_WINDOW, SLIDING_WINDOW
 from ..settings.goparse import parse_go_duration
-from .model import RELEASE, RESERVE, SETTLE, Window
+from .model import EXTRA, GUARD, RELEASE, RESERVE, SETTLE, Window
 
 __all__ = [
     "DEFAULT_TTL_MS",
     "PHASES",
+    "UNSETTLED",
     "BudgetSpec",
     "budget_of",
     "budget_spec",
@@ -44,8 +48,22 @@ DEFAULT_TTL_MS = 600_000
 # A reservation outliving a day is a misconfiguration, not a budget.
 MAX_TTL_MS = 86_400_000
 # The phase values a stock Envoy config sends (generic_key descriptor_value) and the call
-# each one is: `close` is the stream end that carries no usage (hits: the response code).
-PHASES = {"reserve": RESERVE, "settle": SETTLE, "close": RELEASE}
+# each one is: `close` is the stream end that carries no usage (hits: the response code);
+# `guard` the request-time entry that stands in for a reserve Envoy dropped (model.GUARD),
+# `extra` another part of the estimate (model.EXTRA).
+PHASES = {
+    "reserve": RESERVE,
+    "extra": EXTRA,
+    "guard": GUARD,
+    "settle": SETTLE,
+    "close": RELEASE,
+}
+# What a reservation that ends without usage costs: `charge_served` (the default) its
+# estimate when the response was a success (a stream the client or the upstream cut after
+# it started may have streamed up to it: tokens are never free) and nothing otherwise (an
+# error, a refusal, a client gone before any answer); `release` nothing; `charge` always
+# its estimate but after a 429. Past its TTL a reservation is charged unless `release`.
+UNSETTLED = ("charge_served", "release", "charge")
 _FIELDS = ("phase_key", "transaction_key", "unsettled", "reservation_ttl")
 
 
@@ -56,7 +74,7 @@ class BudgetSpec:
 
     phase_key: str = "phase"
     transaction_key: str = "txn"
-    charge_unsettled: bool = False  # `unsettled: charge`
+    unsettled: str = "charge_served"  # one of UNSETTLED
     ttl_ms: int = DEFAULT_TTL_MS
     windows: tuple[Window, ...] = ()
 
@@ -135,9 +153,9 @@ def budget_spec(name: str, full_key: str, block: Any, line: int = 0) -> BudgetSp
         keys.append(value)
     if keys[0] == keys[1]:
         raise fail(f"phase_key and transaction_key are both '{keys[0]}'")
-    unsettled = block.get("unsettled", "release")
-    if unsettled not in ("release", "charge"):
-        raise fail(f"unsettled must be release or charge, got {unsettled!r}")
+    unsettled = block.get("unsettled", UNSETTLED[0])
+    if unsettled not in UNSETTLED:
+        raise fail(f"unsettled must be one of {', '.join(UNSETTLED)}, got {unsettled!r}")
     ttl = block.get("reservation_ttl", "10m")
     try:
         seconds = parse_go_duration(ttl) if isinstance(ttl, str) else None
@@ -148,7 +166,7 @@ def budget_spec(name: str, full_key: str, block: Any, line: int = 0) -> BudgetSp
             f"reservation_ttl must be a duration from 1s to 24h (e.g. 10m), got {ttl!r}; "
             "it must exceed the route timeout plus the rate-limit filter's timeout"
         )
-    return BudgetSpec(keys[0], keys[1], unsettled == "charge", int(seconds * 1000))
+    return BudgetSpec(keys[0], keys[1], unsettled, int(seconds * 1000))
 
 
 def domain_keys(name: str, specs: Mapping[str, BudgetSpec]) -> tuple[str, str] | None:

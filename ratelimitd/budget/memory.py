@@ -343,7 +343,7 @@ class MemoryBudgets:
                 elif txn.state == "c":
                     result.outcome = CONTESTED
                 elif txn.state == "o":
-                    charge = txn.estimate if call.charge else 0
+                    charge = txn.estimate if call.charge and not call.unserved else 0
                     self._settle(b, call, states, txn, charge, result)
                     written = True
                 else:

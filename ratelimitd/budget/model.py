@@ -44,7 +44,9 @@ __all__ = [
     "CONTESTED",
     "COUNT",
     "DUPLICATE",
+    "EXTRA",
     "FINISHED",
+    "GUARD",
     "KIND_NAMES",
     "MAX_TXN_BYTES",
     "ORPHAN",
@@ -74,12 +76,23 @@ __all__ = [
 # rule (no transaction): its hits are counted as the limit's algorithm counts them, against
 # usage + reservations. PEEK: what RESERVE would answer, writing nothing (a dry RESERVE).
 RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
+# GUARD is no store operation: a request-time entry Envoy always sends beside the reserve
+# (its hits a static number), so that a reserve Envoy dropped (an estimate it could not
+# format) is noticed. The plan turns it into a RESERVE of its hits when no reserve of its
+# transaction came in the same call, and drops it otherwise (`budget.calls.arrange`).
+GUARD = 6
+# EXTRA is no store operation either: another part of a transaction's estimate (e.g. the
+# prompt's bound beside the completion's `max_tokens`), added to its reservation. It never
+# stands in for the reserve a guard watches for.
+EXTRA = 7
 KIND_NAMES = {
     RESERVE: "reserve",
     SETTLE: "settle",
     RELEASE: "release",
     COUNT: "count",
     PEEK: "peek",
+    GUARD: "guard",
+    EXTRA: "extra",
 }
 
 # What came of it.
@@ -144,7 +157,10 @@ class Call(msgspec.Struct, gc=False):
     charge the estimate, else release it. `force` reserves even without room (shadow mode:
     the answer is OK either way, and the accounting stays exact). `remember` keeps a refused
     reserve as an `r` tombstone for `ttl` (quota mode: the request is served elsewhere, and
-    its settle must not be charged here as an unknown transaction).
+    its settle must not be charged here as an unknown transaction). `unserved` marks a
+    RELEASE of a response that served nothing (a stream end whose status is not a success):
+    its own reservation is released even when `charge` is set, while reservations ended by
+    their TTL during the call are still charged by `charge`.
     """
 
     kind: int
@@ -157,6 +173,7 @@ class Call(msgspec.Struct, gc=False):
     charge: bool = False
     force: bool = False
     remember: bool = False
+    unserved: bool = False
 
 
 class Result(msgspec.Struct, gc=False):

@@ -40,6 +40,7 @@ step = st.tuples(
     st.booleans(),  # charge the estimate of what ends without usage
     st.sampled_from([False, False, False, True]),  # force
     st.booleans(),  # remember a refusal
+    st.booleans(),  # a release that served nothing (released whatever charge says)
 )
 
 
@@ -59,10 +60,20 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
             memory = MemoryBudgets()
             keys = [budget_keys(f"ex{next(examples)}:", "llm", [("user", u)])[0] for u in "ab"]
             now = T0
-            for dt, kind, who, txn, amount, charge, force, remember in steps:
+            for dt, kind, who, txn, amount, charge, force, remember, unserved in steps:
                 now += dt
                 call = Call(
-                    kind, keys[who], windows, now, f"t{txn}", amount, TTL, charge, force, remember
+                    kind,
+                    keys[who],
+                    windows,
+                    now,
+                    f"t{txn}",
+                    amount,
+                    TTL,
+                    charge,
+                    force,
+                    remember,
+                    unserved,
                 )
                 if dt == 1:  # now and then, a dry run of Redis' state, then of the twin's
                     dry = [call, Call(model.SETTLE, keys[who], windows, now, "t0", 5, TTL)]

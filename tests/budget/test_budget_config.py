@@ -17,12 +17,12 @@ def spec(text: str) -> BudgetSpec:
 
 
 def test_defaults() -> None:
-    assert spec("{}") == spec("null") == BudgetSpec("phase", "txn", False, 600_000)
+    assert spec("{}") == spec("null") == BudgetSpec("phase", "txn", "charge_served", 600_000)
 
 
 def test_every_field() -> None:
     got = spec("{phase_key: stage, transaction_key: id, unsettled: charge, reservation_ttl: 5m30s}")
-    assert got == BudgetSpec("stage", "id", True, 330_000)
+    assert got == BudgetSpec("stage", "id", "charge", 330_000)
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,10 @@ def test_every_field() -> None:
         ("{phase_key: ''}", "phase_key must be a non-empty descriptor key, got ''"),
         ("{transaction_key: 3}", "transaction_key must be a non-empty descriptor key, got 3"),
         ("{phase_key: k, transaction_key: k}", "phase_key and transaction_key are both 'k'"),
-        ("{unsettled: refund}", "unsettled must be release or charge, got 'refund'"),
+        (
+            "{unsettled: refund}",
+            "unsettled must be one of charge_served, release, charge, got 'refund'",
+        ),
         ("{reservation_ttl: 10}", "reservation_ttl must be a duration from 1s to 24h"),
         ("{reservation_ttl: 500ms}", "reservation_ttl must be a duration from 1s to 24h"),
         ("{reservation_ttl: 25h}", "reservation_ttl must be a duration from 1s to 24h"),

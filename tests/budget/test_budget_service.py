@@ -23,8 +23,13 @@ descriptors:
     budget: {{unsettled: {unsettled}, reservation_ttl: 30s}}
 """
 SERIES = Budget.SERIES
-# The `unsettled` policies, and what they charge of a 700-token reservation ending unsettled.
-POLICIES = [("release", 0), ("charge", 700)]
+# The `unsettled` policies, and what they charge of a 700-token reservation ending unsettled:
+# by a stream end with a success status, with an error status, and by its TTL.
+POLICIES = [
+    ("release", 0, 0, 0),
+    ("charge", 700, 700, 700),
+    ("charge_served", 700, 0, 700),
+]
 
 
 def memory_budget(harness: Callable[..., Decider], unsettled: str = "release") -> Budget:
@@ -116,25 +121,33 @@ async def test_a_reused_transaction_id_is_refused(budget: Budget) -> None:
     assert await budget.held() == (60, 0)
 
 
-@pytest.mark.parametrize(("unsettled", "charged"), POLICIES)
+@pytest.mark.parametrize(("unsettled", "served", "failed", "expired"), POLICIES)
 async def test_a_stream_end_without_usage_ends_by_the_policy(
-    harness: Callable[..., Decider], unsettled: str, charged: int
+    harness: Callable[..., Decider], unsettled: str, served: int, failed: int, expired: int
 ) -> None:
     budget = memory_budget(harness, unsettled)
     await budget.reserve("t1", 700)
     await budget.end("t1", None, status=500)
-    assert await budget.held() == (charged, 0)
+    assert await budget.held() == (failed, 0)
     s = budget.series()
-    assert (s["budget_released"], s["budget_charged"], s["budget_reserved"]) == (1, charged, 0)
+    assert (s["budget_released"], s["budget_charged"], s["budget_reserved"]) == (1, failed, 0)
     # A 429 (refused here or upstream) served nothing: released whatever the policy.
     await budget.reserve("t2", 400)
     await budget.end("t2", None, status=429)
-    assert await budget.held() == (charged, 0)
+    assert await budget.held() == (failed, 0)
+    # A success without usage (a stream cut after it started): content may have flowed.
+    await budget.reserve("t3", 700)
+    await budget.end("t3", None, status=200)
+    assert await budget.held() == (failed + served, 0)
+    # A client gone before any answer (status 0) was served nothing.
+    await budget.reserve("t4", 300)
+    await budget.end("t4", None, status=0)
+    assert await budget.held() == (failed + served + (300 if unsettled == "charge" else 0), 0)
 
 
-@pytest.mark.parametrize(("unsettled", "charged"), POLICIES)
+@pytest.mark.parametrize(("unsettled", "served", "failed", "charged"), POLICIES)
 async def test_reservations_expire_after_their_ttl_by_the_policy(
-    harness: Callable[..., Decider], unsettled: str, charged: int
+    harness: Callable[..., Decider], unsettled: str, served: int, failed: int, charged: int
 ) -> None:
     budget = memory_budget(harness, unsettled)
     await budget.reserve("t1", 700)
@@ -169,3 +182,58 @@ async def test_explain_shows_what_a_reserve_would_do_and_writes_nothing(budget: 
     assert fits["descriptors"][0]["budget"]["outcome"] == "admitted"
     assert await budget.held() == (0, 6000)  # neither dry run reserved
     assert budget.series()["budget_reserved"] == 6000
+
+
+async def test_a_guard_reserves_in_place_of_a_reserve_envoy_dropped(budget: Budget) -> None:
+    # With its reserve: the guard changes nothing.
+    both = await budget.d.decide("llm", call("reserve", "t1", 300), call("guard", "t1", 4096))
+    assert [st.code for st in both.statuses] == [OK, OK]
+    assert await budget.held() == (0, 300)
+    # Without it (an estimate Envoy could not format): the guard's hits are reserved.
+    alone = await budget.d.decide("llm", call("guard", "t2", 4096))
+    assert alone.overall_code == OK
+    assert await budget.held() == (0, 4396)
+    await budget.end("t2", 100)
+    assert await budget.held() == (100, 300)
+    # A guard of another transaction, or another user's budget, is no stand-in.
+    other = await budget.d.decide(
+        "llm", call("reserve", "t3", 10), call("guard", "t4", 20), call("guard", "t3", 30, "bo")
+    )
+    assert other.overall_code == OK
+    assert await budget.held() == (100, 330)
+    # And with no room a guard alone is refused: never served unreserved.
+    await budget.reserve("big", 9000)
+    refused = await budget.d.decide("llm", call("guard", "t5", 4096))
+    assert refused.overall_code == OVER_LIMIT
+
+
+async def test_reserves_of_one_transaction_are_one_reservation(budget: Budget) -> None:
+    # The completion's max_tokens and the prompt's bound, sent as two reserve entries.
+    got = await budget.d.decide("llm", call("reserve", "t1", 600), call("reserve", "t1", 250))
+    assert got.overall_code == OK
+    assert await budget.held() == (0, 850)
+    assert budget.series()["budget_duplicate"] == 0
+    await budget.end("t1", 700)
+    assert await budget.held() == (700, 0)
+    # Together they must fit: 700 + 9000 + 400 > 10,000.
+    over = await budget.d.decide("llm", call("reserve", "t2", 9000), call("reserve", "t2", 400))
+    assert over.overall_code == OVER_LIMIT
+    assert await budget.held() == (700, 0)
+
+
+async def test_extra_parts_add_to_the_reservation_and_never_satisfy_a_guard(
+    budget: Budget,
+) -> None:
+    # max_tokens dropped by Envoy, the prompt's bound sent: the guard stands in for the
+    # completion, the extra is added to it.
+    got = await budget.d.decide("llm", call("extra", "t1", 250), call("guard", "t1", 4096))
+    assert got.overall_code == OK
+    assert await budget.held() == (0, 4346)
+    both = await budget.d.decide(
+        "llm", call("reserve", "t2", 600), call("extra", "t2", 250), call("guard", "t2", 4096)
+    )
+    assert both.overall_code == OK
+    assert await budget.held() == (0, 5196)
+    alone = await budget.d.decide("llm", call("extra", "t3", 40), call("extra", "t3", 60))
+    assert alone.overall_code == OK
+    assert await budget.held() == (0, 5296)

@@ -12,7 +12,8 @@ Sent as EVALSHA in the request's pipeline; NOSCRIPT (a restarted, flushed or fai
 server) is answered by the same call once more as EVAL, which loads the script.
 
 ARGV: kind, now (ms), txn ("" for none), amount, ttl (ms), flags (1: charge the estimate of a
-reservation that ends without usage, 2: reserve even without room, 4: remember a refusal),
+reservation that ends without usage, 2: reserve even without room, 4: remember a refusal,
+8: this release served nothing, so its own reservation is released whatever 1 says),
 the number of windows, then per window: name, algorithm (0 fixed, 1 sliding), length
 (ticks), tick (ms), limit.
 Reply: {outcome, estimate, charged, expired, expired estimate, expired charged,
@@ -48,7 +49,8 @@ local ttl = tonumber(ARGV[5])
 local flags = tonumber(ARGV[6])
 local charge_policy = flags % 2 == 1
 local force = math.floor(flags / 2) % 2 == 1
-local remember = flags >= 4
+local remember = math.floor(flags / 4) % 2 == 1
+local unserved = flags >= 8
 local n = tonumber(ARGV[7])
 local RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
 local MAX = USED_MAX
@@ -252,7 +254,7 @@ else
     elseif x.state == 'c' then
       outcome = 8
     elseif x.state == 'o' then
-      if charge_policy then settle(x.est) else settle(0) end
+      if charge_policy and not unserved then settle(x.est) else settle(0) end
     else
       outcome = 5
     end
@@ -312,7 +314,7 @@ def encode(call: Call, *, load: bool = False) -> bytes:
         _bulk(call.txn.encode()),
         bulk_int(call.amount),
         bulk_int(call.ttl),
-        bulk_int(call.charge + 2 * call.force + 4 * call.remember),
+        bulk_int(call.charge + 2 * call.force + 4 * call.remember + 8 * call.unserved),
         bulk_int(len(call.windows)),
     ]
     for win in call.windows:

@@ -68,6 +68,14 @@ def test_the_example_sends_reserve_then_settle_and_close_with_one_transaction(
     closes = recorded.recorder.phase("close")
     # max_tokens from the JSON body (4096 when absent: json_to_metadata's on_missing).
     assert [d.hits_addend for d in reserves] == [50, 4096]
+    # Beside it, in the same call: the prompt's bound (the body's size) and the guard.
+    extras = recorded.recorder.phase("extra")
+    assert [d.hits_addend for d in extras] == [s.body_bytes(0), s.body_bytes(1)]
+    assert [d.hits_addend for d in recorded.recorder.phase("guard")] == [4096, 4096]
+    asked = [c for c in recorded.recorder.snapshot() if c.descriptors[0].get("phase") == "reserve"]
+    assert [[d.get("phase") for d in c.descriptors] for c in asked] == [
+        ["reserve", "extra", "guard"]
+    ] * 2
     # usage.total_tokens from the JSON answer, then from the last SSE event.
     assert [d.hits_addend for d in settles] == [42, 30]
     assert [d.hits_addend for d in closes] == [200, 200]
@@ -130,7 +138,8 @@ def test_check_then_report_overshoots_by_what_is_in_flight_reserve_never(tmp_pat
         admitted = sum(a.status == 200 for a in answers)
         wait_for(lambda: s.counter("crowd")["reserved"] == 0, 30, "every settle")
         used = s.counter("crowd")["value"]
-    assert (admitted, used) == (LIMIT // MAX_TOKENS, admitted * USAGE)
+        estimate = MAX_TOKENS + s.body_bytes()  # max_tokens and the prompt's bound
+    assert (admitted, used) == (LIMIT // estimate, admitted * USAGE)
     print(f"overshoot: check-then-report {overshoot}, reserve {max(0, used - LIMIT)}")
     assert used <= LIMIT
 
@@ -164,11 +173,106 @@ def test_concurrent_streams_never_overshoot_the_budget(budget_stack: LlmStack) -
     s = budget_stack
     answers = concurrent_streams(s, STREAMS, max_tokens=MAX_TOKENS, usage=USAGE)
     admitted = [a for a in answers if a.status == 200]
-    # Exactly LIMIT / MAX_TOKENS reservations fit; every other stream gets its 429 at once.
-    assert len(admitted) == LIMIT // MAX_TOKENS == 10
+    # Exactly LIMIT / estimate reservations fit (max_tokens and the prompt's bound, the
+    # body's size); every other stream gets its 429 at once.
+    assert len(admitted) == LIMIT // (MAX_TOKENS + s.body_bytes()) == 9
     assert sorted({a.status for a in answers}) == [200, 429]
     wait_for(lambda: s.counter("crowd")["reserved"] == 0, 30, "every settle")
-    assert s.counter("crowd")["value"] == 10 * USAGE <= LIMIT  # overshoot 0
+    assert s.counter("crowd")["value"] == 9 * USAGE <= LIMIT  # overshoot 0
+
+
+def test_prompts_are_reserved_too_so_the_budget_is_not_overshot(budget_stack: LlmStack) -> None:
+    # The same workload with 300-token prompts: usage.total_tokens is 1,100 a request.
+    s = budget_stack
+    answers = concurrent_streams(s, STREAMS, max_tokens=MAX_TOKENS, usage=USAGE, prompt_tokens=300)
+    admitted = sum(a.status == 200 for a in answers)
+    estimate = MAX_TOKENS + s.body_bytes()
+    assert estimate >= MAX_TOKENS + 300  # the body bounds the prompt's tokens
+    assert admitted == LIMIT // estimate
+    wait_for(lambda: s.counter("crowd")["reserved"] == 0, 30, "every settle")
+    assert s.counter("crowd")["value"] == admitted * (USAGE + 300) <= LIMIT  # overshoot 0
+
+
+# What a client may send as max_tokens that Envoy cannot send as a count: it drops the
+# reserve entry ("Invalid hits_addend"), and the guard reserves 4096 in its place.
+UNCOUNTABLE = [-5, 4294967296, 1e18]
+# What json_to_metadata itself turns into its default (4096): absent, not a number, null.
+DEFAULTED = [None, "abc", "null"]
+
+
+def test_envoy_drops_a_reserve_it_cannot_count_and_still_sends_the_guard(
+    tmp_path: Path,
+) -> None:
+    with llm_stack(tmp_path, "reserve", NO_LIMIT) as s:
+        for value in UNCOUNTABLE:
+            assert s.chat("bob", max_tokens=None, body={"max_tokens": value}).status == 200
+        assert s.recorder is not None
+        asked = [c for c in s.recorder.snapshot() if c.descriptors[0].get("phase") != "settle"]
+        asked = [c for c in asked if c.descriptors[0].get("phase") != "close"]
+        phases = [[d.get("phase") for d in c.descriptors] for c in asked]
+        assert phases == [["extra", "guard"]] * len(UNCOUNTABLE)
+
+
+def test_no_max_tokens_gets_a_request_past_a_spent_budget(budget_stack: LlmStack) -> None:
+    s = budget_stack
+    # 9,920 of 10,000 used: no estimate fits any more.
+    headers = {"x-fake-usage": "9900", "x-fake-prompt": "20"}
+    assert s.chat("eve", max_tokens=9900, headers=headers).status == 200
+    wait_for(lambda: s.counter("eve")["value"] == 9920, 30, "the budget spent")
+    for value in UNCOUNTABLE + DEFAULTED:
+        body = {} if value is None else {"max_tokens": None if value == "null" else value}
+        got = s.chat("eve", max_tokens=None, body=body, headers={"x-fake-usage": "10"})
+        assert got.status == 429, value
+    assert len(s.backend.requests) == 1
+    left = s.counter("eve")
+    assert (left["value"], left["reserved"]) == (9920, 0)
+
+
+@pytest.mark.parametrize("value", [*UNCOUNTABLE, "abc"])
+def test_a_max_tokens_envoy_drops_still_reserves(budget_stack: LlmStack, value: object) -> None:
+    # With room, the request is served on a reservation: the guard's 4096 and the prompt's
+    # bound, settled at stream end with the real usage.
+    s = budget_stack
+    held = threading.Thread(
+        target=s.chat,
+        args=("fay",),
+        kwargs={
+            "max_tokens": None,
+            "body": {"max_tokens": value},
+            "stream": True,
+            "headers": {"x-fake-gate": "hold", "x-fake-usage": "70"},
+        },
+    )
+    held.start()
+    wait_for(lambda: s.backend.waiting() == 1, 30, "the stream in flight")
+    assert s.counter("fay")["reserved"] == 4096 + s.body_bytes()
+    s.backend.open("hold")
+    held.join(30)
+    wait_for(lambda: s.counter("fay")["reserved"] == 0, 30, "the settle")
+    assert s.counter("fay")["value"] == 70
+
+
+def test_a_client_that_hangs_up_mid_stream_pays_its_reservation(budget_stack: LlmStack) -> None:
+    # 15 streams, each cut by the client after its first content chunk (before the usage
+    # chunk): content flowed, so each is charged what it reserved, and the budget runs out.
+    s = budget_stack
+    answers = [
+        s.chat(
+            "gil",
+            max_tokens=MAX_TOKENS,
+            stream=True,
+            headers={"x-fake-delay-ms": "100", "x-fake-chunks": "20"},
+            cut_after=20,
+        )
+        for _ in range(15)
+    ]
+    served = sum(a.status == 200 for a in answers)
+    estimate = MAX_TOKENS + s.body_bytes()
+    assert served == LIMIT // estimate < 15
+    wait_for(lambda: s.backend.waiting() == 0, 60, "the backend to see every client gone")
+    assert {r.ended for r in s.backend.requests} == {"client_gone"}
+    wait_for(lambda: s.counter("gil")["reserved"] == 0, 30, "every stream end")
+    assert s.counter("gil")["value"] == served * estimate <= LIMIT
 
 
 def test_budgets_come_out_exact_however_a_stream_ends(budget_stack: LlmStack) -> None:
@@ -180,9 +284,12 @@ def test_budgets_come_out_exact_however_a_stream_ends(budget_stack: LlmStack) ->
     s.chat(
         "ann", stream=True, headers={"x-fake-delay-ms": "200", "x-fake-chunks": "10"}, cut_after=9
     )
-    # Settled usage only (120 + 300); what ended without usage was released (the policy).
+    # Settled usage (120 + 300); the upstream error released its reservation; the two
+    # streams cut after they started (by the upstream, by the client) are charged theirs
+    # (the default `unsettled: charge_served`): max_tokens and the prompt's bound each.
     wait_for(lambda: s.counter("ann")["reserved"] == 0, 30, "every stream end")
-    assert s.counter("ann")["value"] == 420
+    cut = 2 * (100 + s.body_bytes())  # chat's max_tokens
+    assert s.counter("ann")["value"] == 420 + cut
 
 
 def test_a_429_reaches_the_client_when_the_budget_is_reserved_away(
@@ -216,12 +323,15 @@ def test_ietf_headers_reflect_reservations(budget_stack: LlmStack) -> None:
     s = budget_stack
     ok = s.chat("cat", max_tokens=2500, headers={"x-fake-usage": "100"})
     assert ok.status == 200
-    # At request time the reservation is the usage so far: 10,000 - 2,500.
-    assert re.fullmatch(r'"llm-tokens\.user";r=7500;t=\d+', ok.headers["ratelimit"])
+    # At request time the reservation is the usage so far: 10,000 - 2,500 - the prompt's
+    # bound.
+    left = 7500 - s.body_bytes()
+    assert re.fullmatch(rf'"llm-tokens\.user";r={left};t=\d+', ok.headers["ratelimit"])
     assert ok.headers["ratelimit-policy"] == '"llm-tokens.user";q=10000;w=3600'
     wait_for(lambda: s.counter("cat")["value"] == 100, 30, "the settle")
     again = s.chat("cat", max_tokens=100)
-    assert re.fullmatch(r'"llm-tokens\.user";r=9800;t=\d+', again.headers["ratelimit"])
+    left = 9800 - s.body_bytes()
+    assert re.fullmatch(rf'"llm-tokens\.user";r={left};t=\d+', again.headers["ratelimit"])
 
 
 @pytest.fixture(params=["native", "grpcio"])

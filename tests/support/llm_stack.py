@@ -87,20 +87,27 @@ class LlmStack:
         headers: dict[str, str] | None = None,
         cut_after: int | None = None,
         timeout: float = 30,
+        prompt: str = "hi",
+        body: dict[str, Any] | None = None,
     ) -> Answer:
         """One chat completion through Envoy. `cut_after` N: the client reads N bytes of
-        the streamed answer and hangs up (a client abort mid-stream)."""
-        body: dict[str, Any] = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
+        the streamed answer and hangs up (a client abort mid-stream). `body` adds to (or
+        replaces fields of) the JSON body, e.g. a `max_tokens` no count can be made of."""
+        sent_body: dict[str, Any] = {
+            "model": "fake",
+            "messages": [{"role": "user", "content": prompt}],
+        }
         if max_tokens is not None:
-            body["max_tokens"] = max_tokens
+            sent_body["max_tokens"] = max_tokens
         if stream:
-            body["stream"] = True
+            sent_body["stream"] = True
+        sent_body.update(body or {})
         sent = {"content-type": "application/json", **(headers or {})}
         if user is not None:
             sent["x-user"] = user
         conn = http.client.HTTPConnection("127.0.0.1", self.envoy.port, timeout=timeout)
         try:
-            conn.request("POST", PATH, json.dumps(body).encode(), sent)
+            conn.request("POST", PATH, json.dumps(sent_body).encode(), sent)
             resp = conn.getresponse()
             got = {k.lower(): v for k, v in resp.getheaders()}
             if cut_after is not None:
@@ -125,6 +132,11 @@ class LlmStack:
         assert status == 200, raw
         window: dict[str, Any] = json.loads(raw)["windows"][0]
         return window
+
+    def body_bytes(self, index: int = -1) -> int:
+        """The size of the body of a request the backend received (the prompt's bound the
+        reserve example adds to max_tokens)."""
+        return int(self.backend.requests[index].headers["content-length"])
 
     def close(self) -> None:
         """Stop everything started for the stack."""
@@ -199,8 +211,10 @@ def concurrent_streams(
     usage: int,
     user: str = "crowd",
     gate: str = "wave",
+    prompt_tokens: int = 0,
 ) -> list[Answer]:
-    """N streaming requests at once, each asking `max_tokens` and using `usage`.
+    """N streaming requests at once, each asking `max_tokens` and using `usage`, plus
+    `prompt_tokens` of prompt (a prompt of four bytes a token, as English text has).
 
     The backend holds every stream it receives at `gate` until each of the N requests has
     either reached it or been answered by Envoy (a 429): so every admitted stream is in
@@ -216,7 +230,12 @@ def concurrent_streams(
                 user,
                 max_tokens=max_tokens,
                 stream=True,
-                headers={"x-fake-usage": str(usage), "x-fake-gate": gate},
+                headers={
+                    "x-fake-usage": str(usage),
+                    "x-fake-gate": gate,
+                    "x-fake-prompt": str(prompt_tokens),
+                },
+                prompt="tok " * prompt_tokens or "hi",
             )
         finally:
             answered.release()

@@ -5,7 +5,8 @@ or with `"stream": true` a Server-Sent Events stream of chunks ending with a usa
 (as OpenAI sends with `stream_options.include_usage`) and `data: [DONE]`. What it does is
 steered per request by headers, so one backend serves every case of a test:
 
-  x-fake-usage: N        usage.total_tokens reported (default: max_tokens // 2)
+  x-fake-usage: N        completion tokens reported (default: max_tokens // 2)
+  x-fake-prompt: N       prompt tokens reported (default 0): usage.total_tokens is both
   x-fake-status: 500     answer that status with an error body and no usage
   x-fake-chunks: N       content chunks before the usage one (default 3)
   x-fake-delay-ms: N     pause before each chunk (default 0)
@@ -135,7 +136,10 @@ class FakeOpenAI:
         """Answer one request; False when the connection must close."""
         h = rec.headers
         max_tokens = rec.body.get("max_tokens")
-        usage = int(h.get("x-fake-usage", (max_tokens or 4096) // 2))
+        if "x-fake-usage" in h:
+            usage = int(h["x-fake-usage"])
+        else:  # a max_tokens no provider would take is answered as one without it
+            usage = (max_tokens if isinstance(max_tokens, int) and max_tokens > 0 else 4096) // 2
         gate = h.get("x-fake-gate")
         if gate:
             await self._gate(gate).wait()
@@ -147,7 +151,12 @@ class FakeOpenAI:
             await writer.drain()
             return True
         rec.status = 200
-        usage_doc = {"prompt_tokens": 0, "completion_tokens": usage, "total_tokens": usage}
+        prompt = int(h.get("x-fake-prompt", "0"))
+        usage_doc = {
+            "prompt_tokens": prompt,
+            "completion_tokens": usage,
+            "total_tokens": prompt + usage,
+        }
         if not rec.body.get("stream"):
             reply = {
                 "id": "chatcmpl-fake",
@@ -156,7 +165,7 @@ class FakeOpenAI:
                 "usage": usage_doc,
             }
             self._write(writer, 200, "application/json", json.dumps(reply).encode())
-            rec.usage, rec.ended = usage, "completed"
+            rec.usage, rec.ended = prompt + usage, "completed"
             await writer.drain()
             return True
         writer.write(
@@ -178,7 +187,7 @@ class FakeOpenAI:
             await writer.drain()
         if not h.get("x-fake-no-usage"):
             self._event(writer, json.dumps({"choices": [], "usage": usage_doc}))
-            rec.usage = usage
+            rec.usage = prompt + usage
         self._event(writer, "[DONE]")
         writer.write(b"0\r\n\r\n")
         await writer.drain()

@@ -84,7 +84,7 @@ class ConfigReloader:
         """Read, validate and compile in a thread; None once in force, else the error text."""
         options = self.reload_options()
         try:
-            ruleset = await asyncio.to_thread(self._build, read, options.merge_domain_config)
+            ruleset = await asyncio.to_thread(self._build, read, options)
         except ConfigError as exc:
             self.stats.service.config_load_error += 1
             log.error("Error loading new configuration: %s", exc)
@@ -119,7 +119,7 @@ class ConfigReloader:
         self._retry_delay = min(RETRY_MAX_SECONDS, max(self.poll_interval, self._retry_delay * 2))
         self._retry_at = asyncio.get_running_loop().time() + self._retry_delay
 
-    def _build(self, read: Callable[[], Sequence[ConfigSource]], merge: bool) -> RuleSet:
+    def _build(self, read: Callable[[], Sequence[ConfigSource]], options: ReloadOptions) -> RuleSet:
         # The collector is off while a config is parsed and compiled: a large one makes
         # millions of YAML nodes, and each full collection that met them held the GIL, so the
         # loop, for 0.4 s at 50,000 rules. The nodes are freed by reference counting (the
@@ -130,7 +130,8 @@ class ConfigReloader:
         try:
             ruleset = build_ruleset(
                 read(),
-                merge_domains=merge,
+                merge_domains=options.merge_domain_config,
+                algorithms=options.domain_algorithms,
                 stats=self.stats,
                 backend=counted_by(self.service.limiter.backend),
             )

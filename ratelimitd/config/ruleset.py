@@ -9,7 +9,7 @@ is built: a reload builds a new one and swaps the reference, so each request see
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -325,6 +325,7 @@ def build_ruleset(
     stats: StatsSource | None = None,
     matcher: Matcher = match,
     backend: Store | None = None,
+    algorithms: Iterable[tuple[str, str]] = (),
 ) -> RuleSet:
     """Validate and compile configs in order; raise ConfigError on the first problem.
 
@@ -332,26 +333,36 @@ def build_ruleset(
     benchmark of the pure twin, names another implementation). `backend` is the name of
     the counter store, the algorithms it can count exactly and those it keeps budgets for
     (None: every algorithm, and budgets of fixed and sliding windows); a limit it cannot
-    count is refused here, at load, never at request time.
+    count is refused here, at load, never at request time. `algorithms` are (domain,
+    algorithm name) pairs: the algorithm of a limit of that domain (`*`: of any other) that
+    names none (DOMAIN_DEFAULT_ALGORITHMS).
     """
     # Imported here: the budget modules read the config's algorithm ids (config.windows).
     from ..budget.config import domain_keys
 
     roots: dict[str, NodeSpec] = {}
     budgeted: dict[str, dict[str, BudgetSpec]] = {}
+    defaults = dict(algorithms)
+    for domain, algorithm in defaults.items():
+        if algorithm not in ALGORITHM_BY_NAME:
+            raise ConfigError(
+                "DOMAIN_DEFAULT_ALGORITHMS",
+                f"invalid rate limit algorithm '{algorithm}' for domain '{domain}' "
+                "(expected fixed_window, sliding_window or token_bucket)",
+            )
     for source in sources:
         doc = source.doc
         if doc.domain == "":
             raise ConfigError(source.name, "config file cannot have empty domain")
+        algorithm = defaults.get(doc.domain, defaults.get("*", ""))
+        docs = _defaulted(doc.descriptors, algorithm) if algorithm else doc.descriptors
         root = roots.get(doc.domain)
         if root is None:
             root = roots[doc.domain] = NodeSpec(doc.domain, "", doc.domain, None, False, False)
         elif not merge_domains:
             raise ConfigError(source.name, f"duplicate domain '{doc.domain}' in config file")
         mine = budgeted.setdefault(doc.domain, {})
-        _load_descriptors(
-            source.name, root, doc.domain + ".", doc.descriptors, stats, backend, mine
-        )
+        _load_descriptors(source.name, root, doc.domain + ".", docs, stats, backend, mine)
         domain_keys(source.name, mine)
     specs = {domain: root.children for domain, root in roots.items()}
     domains = {domain: matcher.compile_level(children) for domain, children in specs.items()}
@@ -361,6 +372,23 @@ def build_ruleset(
         if (pair := domain_keys("", rules)) is not None
     }
     return RuleSet(domains, specs, matcher.lookup, keys_by_domain)
+
+
+def _defaulted(docs: list[DescriptorDoc], algorithm: str) -> list[DescriptorDoc]:
+    """`docs` with `algorithm` for every limit that names none (unlimited ones apart)."""
+
+    def limit(r: RateLimitDoc) -> RateLimitDoc:
+        return r if r.algorithm or r.unlimited else replace(r, algorithm=algorithm)
+
+    return [
+        replace(
+            d,
+            rate_limit=None if d.rate_limit is None else limit(d.rate_limit),
+            rate_limits=None if d.rate_limits is None else [limit(r) for r in d.rate_limits],
+            descriptors=_defaulted(d.descriptors, algorithm),
+        )
+        for d in docs
+    ]
 
 
 def _load_descriptors(

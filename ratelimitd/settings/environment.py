@@ -511,7 +511,24 @@ def _reload(env: Env) -> ReloadOptions:
         max_value_length=env.get_int(
             "MAX_DESCRIPTOR_VALUE_LENGTH", d.max_value_length, 1, 2**31 - 1
         ),
+        domain_algorithms=_domain_algorithms(env.get_str("DOMAIN_DEFAULT_ALGORITHMS")),
     )
+
+
+def _domain_algorithms(raw: str) -> tuple[tuple[str, str], ...]:
+    """DOMAIN_DEFAULT_ALGORITHMS, `domain=algorithm` pairs separated by commas (`*=` for
+    every domain not named). The names are the config's: the rule set's load checks them
+    (settings know no config)."""
+    name = "DOMAIN_DEFAULT_ALGORITHMS"
+    pairs: dict[str, str] = {}
+    for part in raw.split(","):
+        if not part.strip():
+            continue
+        domain, sep, algorithm = (p.strip() for p in part.rpartition("="))
+        if not sep or not domain or not algorithm or domain in pairs:
+            raise invalid(name, raw, "comma-separated domain=algorithm pairs, one per domain")
+        pairs[domain] = algorithm
+    return tuple(pairs.items())
 
 
 def _mogrifiers(env: Env, names: Iterable[str]) -> tuple[DogStatsdMogrifier, ...]:

@@ -386,6 +386,10 @@ class ReloadOptions:
     # Extension: an entry's key or value longer than this many bytes (UTF-8) is refused
     # the same way, on every backend (one 1 MB value made a 1 MB counter key).
     max_value_length: int = 4096  # MAX_DESCRIPTOR_VALUE_LENGTH
+    # Extension: the algorithm of a limit that names none, per domain (`*`: every other
+    # domain), for file and xDS configs alike: an xDS resource has no field for one, and
+    # AI Gateway and Envoy Gateway promise sliding windows (DOMAIN_DEFAULT_ALGORITHMS).
+    domain_algorithms: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -324,3 +324,29 @@ def test_max_msg_size_refuses_a_larger_response(
     xds_env["XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"] = "100000"
     d = start_daemon(xds_env)
     wait_for(lambda: len(dump_lines(d)) == 100, what="the config under a larger limit")
+
+
+def test_a_domain_default_algorithm_applies_to_xds_resources(
+    ads: AdsServer, xds_env: dict[str, str], start_daemon: Callable[..., DaemonProcess]
+) -> None:
+    # An xDS resource has no field for the algorithm: DOMAIN_DEFAULT_ALGORITHMS gives one
+    # per domain (`*`: every other), and a bad name is NACKed with the setting named.
+    ads.set_snapshot("1", [FOO_V1, BAR])
+    ads.start()
+    xds_env["DOMAIN_DEFAULT_ALGORITHMS"] = "foo=sliding_window, *=token_bucket"
+    d = start_daemon(xds_env)
+    assert dump_lines(d) == [
+        "bar.k1_v1: unit=MINUTE requests_per_unit=100 algorithm=token_bucket, "
+        "shadow_mode: false, quota_mode: false",
+        "foo.k1_v1: unit=MINUTE requests_per_unit=3 algorithm=sliding_window, "
+        "shadow_mode: false, quota_mode: false",
+    ]
+    assert d.terminate() == 0
+    xds_env["DOMAIN_DEFAULT_ALGORITHMS"] = "foo=sliding"
+    d = start_daemon(xds_env | {"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"})
+    nack = ads.wait_nack("1").request
+    assert nack.error_detail.message == (
+        "DOMAIN_DEFAULT_ALGORITHMS: invalid rate limit algorithm 'sliding' for domain 'foo' "
+        "(expected fixed_window, sliding_window or token_bucket)"
+    )
+    assert d.terminate() == 0

@@ -18,6 +18,7 @@ from ratelimitd.backends.base import Op
 from ratelimitd import _match
 from ratelimitd.budget.calls import add_item, arrange, budget_key, budget_op, budget_status
 from ratelimitd.budget.calls import lookup as budget_lookup
+from ratelimitd.budget.calls import overridden as budget_overridden
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
@@ -244,14 +245,20 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
         share = None
         call = None
         limit = get(d, DESCRIPTOR, D_LIMIT, "limit")
+        found = None
         if limit is not None:
-            rule = _override(domain, _entries(d), limit)
-            key = rule.full_key
+            if budget is not None:  # a budget rule takes the request's limit
+                recognised = budget_overridden(lookup, root, domain, _entries(d), budget, limit)
+                if recognised is not None:
+                    found, call = recognised
+                    rule, key, share, _ = found
+            if found is None:
+                rule = _override(domain, _entries(d), limit)
+                key = rule.full_key
             if walks is not None:
                 walks.append((None, rule, key))
         else:
             walked = [] if walks is not None else None
-            found = None
             if budget is not None:  # a budget call is matched without its phase and txn
                 recognised = budget_lookup(lookup, root, domain, _entries(d), budget, walked)
                 if recognised is not None:

@@ -31,6 +31,7 @@ from ._keys_py import cache_key, refuse, state_key, unit_seconds, verdict
 from .backends.base import Op
 from .budget.calls import add_item, arrange, budget_key, budget_op, budget_status
 from .budget.calls import lookup as budget_lookup
+from .budget.calls import overridden as budget_overridden
 from .config.ruleset import Rule
 from .config.windows import FIXED_WINDOW
 from .keys import MAX_HITS, METER_TTL_SECONDS
@@ -188,16 +189,22 @@ def extend(plan: Plan, lookup: Any, start: int, stop: int) -> None:
         d = descriptors[i]
         share = None
         call = None
+        found = None
         if d.limit is not None:
-            rule = _override(domain, d.entries, d.limit)
-            key = rule.full_key
+            if budget is not None:  # a budget rule takes the request's limit
+                recognised = budget_overridden(lookup, root, domain, d.entries, budget, d.limit)
+                if recognised is not None:
+                    found, call = recognised
+                    rule, key, share, _ = found
+            if found is None:
+                rule = _override(domain, d.entries, d.limit)
+                key = rule.full_key
             if walks is not None:
                 walks.append((None, rule, key))
         else:
             walked: list[Any] | None = None
             if walks is not None:
                 walked = []
-            found = None
             if budget is not None:  # a budget call is matched without its phase and txn
                 recognised = budget_lookup(lookup, root, domain, d.entries, budget, walked)
                 if recognised is not None:

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..backends.base import Op
-from ..keys import refuse, verdict
+from ..config.ruleset import Rule
+from ..keys import refuse, unit_seconds, verdict
 from ..messages import OK, ServiceError, Status
 from .config import recognise
 from .model import (
@@ -47,6 +48,7 @@ __all__ = [
     "budget_status",
     "item_call",
     "lookup",
+    "overridden",
 ]
 
 TOO_MANY_REQUESTS = 429
@@ -72,6 +74,44 @@ def lookup(
     if walked is not None:
         walked.clear()
     return None
+
+
+def overridden(
+    find: Any,
+    root: Any,
+    domain: str,
+    entries: Sequence[tuple[str, str]],
+    keys: tuple[str, str, bool, bool],
+    limit: tuple[int, int],
+) -> tuple[Any, tuple[int, str, tuple[tuple[str, str], ...]]] | None:
+    """`lookup` for a descriptor with a request's own limit (`descriptor.limit`: Envoy
+    Gateway's `limit.fromMetadata`, one rule for every tenant, each at its own limit): the
+    budget rule it matches, with that limit in place of the rule's; None when it is no
+    budget call (the override then applies as the reference applies it). Send the same
+    limit with every call of a transaction: its windows are named by the limit's unit."""
+    got = lookup(find, root, domain, entries, keys, None)
+    if got is None:
+        return None
+    found, call = got
+    rule = found[0]
+    requests_per_unit, unit = limit
+    if not unit_seconds(unit):
+        raise ServiceError(f"invalid rate limit override unit {unit}")
+    own = Rule(
+        rule.full_key,
+        requests_per_unit,
+        unit,
+        shadow_mode=rule.shadow_mode,
+        quota_mode=rule.quota_mode,
+        detailed_metric=rule.detailed_metric,
+        metadata=rule.metadata,
+        stats=rule.stats,
+        algorithm=rule.algorithm,
+        # The rule's tick when it fits (a sliding window's maths over the new limit).
+        tick=rule.tick if requests_per_unit * unit_seconds(unit) * 1000 <= 2**50 else 1000,
+    )
+    own.budgeted(rule.budget)
+    return (own, *found[1:]), call
 
 
 def item_call(

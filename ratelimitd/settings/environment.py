@@ -87,6 +87,8 @@ _LOG_LEVELS = {
 # own names (`backends.BACKENDS`).
 _BACKEND_ALIASES = {"kvcache": "redis", "altcache": "memcache"}
 _SOCKET_TYPES = {"tcp": "tcp", "unix": "unix"}
+# A sentinel REDIS_URL: a master name (no ':' or '/'), then host:port addresses.
+_SENTINEL_URL = re.compile(r"^[^,:/@]+(,[^,]+:[0-9]+)+$")
 _REDIS_TYPES = {"single": "single", "sentinel": "sentinel", "cluster": "cluster"}
 _HEADER_FORMATS = {"reference": "reference", "ietf": "ietf"}
 FAILURE_POLICIES = {p: p for p in ("error", "allow", "deny", "local")}
@@ -407,10 +409,24 @@ def _backend(env: Env) -> tuple[str, bool]:
 def _redis(env: Env, prefix: str, url: str, shared: RedisSettings | None) -> RedisSettings:
     """One instance from `prefix` variables; the per-second one copies `shared`'s others."""
     d = RedisSettings()
+    url = env.get_str(prefix + "URL", url)
+    kind = env.get_choice(prefix + "TYPE", d.type, _REDIS_TYPES)
+    if _SENTINEL_URL.match(url):
+        # Envoy Gateway has one Redis `url` field and sets no REDIS_TYPE: a sentinel
+        # address written there (`master,host:port`) means a sentinel, not a host to dial.
+        if env.typed(prefix + "TYPE") is None:
+            kind = "sentinel"
+        elif kind != "sentinel":
+            raise invalid(
+                prefix + "URL",
+                url,
+                f"a sentinel address 'master,host:port[,...]' with {prefix}TYPE={kind}: "
+                f"set {prefix}TYPE=sentinel, or leave it unset",
+            )
     own: dict[str, Any] = {
         "socket_type": env.get_choice(prefix + "SOCKET_TYPE", d.socket_type, _SOCKET_TYPES),
-        "type": env.get_choice(prefix + "TYPE", d.type, _REDIS_TYPES),
-        "url": env.get_str(prefix + "URL", url),
+        "type": kind,
+        "url": url,
         "pool_size": env.get_int(prefix + "POOL_SIZE", d.pool_size, lo=1),
         "auth": env.get_str(prefix + "AUTH"),
         "sentinel_auth": env.get_str(prefix + "SENTINEL_AUTH"),

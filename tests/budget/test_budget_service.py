@@ -11,7 +11,8 @@ import pytest
 from support.budget import Budget, call
 from support.core import Decider
 
-from ratelimitd.messages import OK, OVER_LIMIT, Request
+from ratelimitd.config import UNIT_BY_NAME
+from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
 from ratelimitd.stats.mapper import MetricMapper, default_mapping_config
 from ratelimitd.stats.prometheus import PrometheusSink
 
@@ -23,6 +24,7 @@ descriptors:
     budget: {{unsettled: {unsettled}, reservation_ttl: 30s}}
 """
 SERIES = Budget.SERIES
+HOUR = UNIT_BY_NAME["HOUR"]
 # The `unsettled` policies, and what they charge of a 700-token reservation ending unsettled:
 # by a stream end with a success status, with an error status, and by its TTL.
 POLICIES = [
@@ -237,3 +239,29 @@ async def test_extra_parts_add_to_the_reservation_and_never_satisfy_a_guard(
     alone = await budget.d.decide("llm", call("extra", "t3", 40), call("extra", "t3", 60))
     assert alone.overall_code == OK
     assert await budget.held() == (0, 5296)
+
+
+async def test_a_request_limit_overrides_a_budget_rule_per_tenant(budget: Budget) -> None:
+    # One rule, each caller at the limit its request carries (Envoy Gateway's
+    # limit.fromMetadata): ann at 1,000 an hour, bo at 3,000; the budget keys stay apart.
+    def at(phase: str, txn: str, hits: int, user: str, limit: int) -> Descriptor:
+        d = call(phase, txn, hits, user)
+        return Descriptor(d.entries, limit=(limit, HOUR), hits_addend=hits)
+
+    assert (await budget.d.decide("llm", at("reserve", "a1", 800, "ann", 1000))).overall_code == OK
+    over = await budget.d.decide("llm", at("reserve", "a2", 300, "ann", 1000))
+    assert over.overall_code == OVER_LIMIT
+    assert over.statuses[0].rule.requests_per_unit == 1000
+    for i in range(3):
+        got = await budget.d.decide("llm", at("reserve", f"b{i}", 900, "bo", 3000))
+        assert got.overall_code == OK
+    assert (await budget.d.decide("llm", at("reserve", "b3", 900, "bo", 3000))).overall_code == (
+        OVER_LIMIT
+    )
+    # The stream end with the same limit settles into the same windows.
+    ended = await budget.d.decide(
+        "llm", at("settle", "a1", 500, "ann", 1000), at("close", "a1", 200, "ann", 1000)
+    )
+    assert ended.overall_code == OK
+    assert await budget.held() == (500, 0)
+    assert (await budget.d.decide("llm", at("reserve", "a3", 450, "ann", 1000))).overall_code == OK

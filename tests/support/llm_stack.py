@@ -123,10 +123,12 @@ class LlmStack:
         finally:
             conn.close()
 
-    def counter(self, user: str) -> dict[str, Any]:
-        """The admin `/counters` view of `user`'s budget descriptor (first window)."""
+    def counter(self, user: str, key: str = "user") -> dict[str, Any]:
+        """The admin `/counters` view of the budget descriptor `key`=`user` (first window:
+        used and reserved are the store's whatever limit a request carried)."""
         url = (
-            f"http://127.0.0.1:{self.daemon.debug_port}/counters?domain={DOMAIN}&entry=user={user}"
+            f"http://127.0.0.1:{self.daemon.debug_port}/counters?domain={DOMAIN}"
+            f"&entry={key}={user}"
         )
         status, raw = http_request(url, None, 10, {"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert status == 200, raw

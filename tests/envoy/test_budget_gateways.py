@@ -68,3 +68,44 @@ def test_per_tenant_budgets_on_redis_through_a_sentinel_url(
     for s in per_tenant(tmp_path, transport, BACKEND_TYPE="redis", REDIS_URL=url):
         check_each_tenant_at_its_own_limit(s)
         assert any(k.endswith(b"_budget") for k in master.client().keys("*"))
+
+
+EG_DOMAIN = "default/eg/http"
+EG_RULE = "httproute/default/llm/rule/0"
+
+
+def eg_counter(s: LlmStack, tenant: str, model: str) -> int:
+    entries = [(EG_RULE, EG_RULE), ("rule-0-match-0", tenant), ("rule-0-match-1", model)]
+    value: int = s.counter_of(EG_DOMAIN, entries)["value"]
+    return value
+
+
+def test_envoy_gateway_usage_based_limits_count_the_response_cost(
+    tmp_path: Path, transport: str
+) -> None:
+    # cost.request 0 checks, cost.response (usage.total_tokens) is what is counted: per
+    # tenant and model, 1,000 tokens an hour.
+    example = "envoy-gateway-usage"
+    config = (EXAMPLES / example / "config" / "llm.yaml").read_text()
+    with llm_stack(tmp_path, example, config, record=False, GRPC_TRANSPORT=transport) as s:
+
+        def ask(tenant: str, usage: int) -> int:
+            headers = {"x-tenant-id": tenant, "x-ai-eg-model": "gpt", "x-fake-usage": str(usage)}
+            return s.chat(None, headers=headers).status
+
+        assert ask("acme", 300) == 200
+        wait_for(lambda: eg_counter(s, "acme", "gpt") == 300, 30, "the response cost")
+        statuses = [ask("acme", 300)]
+        while statuses[-1] == 200:
+            n = len(statuses) + 1
+            wait_for(lambda n=n: eg_counter(s, "acme", "gpt") == 300 * n, 30, "the cost")
+            statuses.append(ask("acme", 300))
+            assert len(statuses) < 10
+        # Admitted while the count was under the limit (0, 300, 600, 900): the last one
+        # took it to 1,200, over by what was in flight; the request-time calls added 0.
+        assert statuses == [200, 200, 200, 429]
+        assert eg_counter(s, "acme", "gpt") == 1200
+        # Each tenant has its own count.
+        assert ask("globex", 250) == 200
+        wait_for(lambda: eg_counter(s, "globex", "gpt") == 250, 30, "globex's cost")
+        assert eg_counter(s, "acme", "gpt") == 1200

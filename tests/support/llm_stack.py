@@ -14,6 +14,7 @@ import http.client
 import json
 import socket
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -126,10 +127,14 @@ class LlmStack:
     def counter(self, user: str, key: str = "user") -> dict[str, Any]:
         """The admin `/counters` view of the budget descriptor `key`=`user` (first window:
         used and reserved are the store's whatever limit a request carried)."""
-        url = (
-            f"http://127.0.0.1:{self.daemon.debug_port}/counters?domain={DOMAIN}"
-            f"&entry={key}={user}"
+        return self.counter_of(DOMAIN, [(key, user)])
+
+    def counter_of(self, domain: str, entries: list[tuple[str, str]]) -> dict[str, Any]:
+        """The admin `/counters` view of a descriptor of `domain` (its first window)."""
+        query = urllib.parse.urlencode(
+            [("domain", domain), *(("entry", f"{k}={v}") for k, v in entries)]
         )
+        url = f"http://127.0.0.1:{self.daemon.debug_port}/counters?{query}"
         status, raw = http_request(url, None, 10, {"Authorization": f"Bearer {ADMIN_TOKEN}"})
         assert status == 200, raw
         window: dict[str, Any] = json.loads(raw)["windows"][0]

@@ -51,7 +51,12 @@ def envoy_config(
     doc["admin"]["address"]["socket_address"]["port_value"] = admin_port
     resources = doc["static_resources"]
     resources["listeners"][0]["address"]["socket_address"]["port_value"] = listen_port
-    ports = {"llm_backend": backend_port, "llm_fallback": fallback_port, "ratelimit": rls_port}
+    ports = {
+        "llm_backend": backend_port,
+        "llm_fallback": fallback_port,
+        "ratelimit": rls_port,
+        "ai_gateway_ratelimit_cluster": rls_port,
+    }
     for cluster in resources["clusters"]:
         endpoint = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
         endpoint["address"]["socket_address"]["port_value"] = ports[cluster["name"]]

@@ -284,3 +284,29 @@ def test_wrong_values_are_refused(values: tuple[str, ...], message: str) -> None
     done = helm_template_run(*values)
     assert done.returncode != 0
     assert message in done.stderr, done.stderr
+
+
+def test_ai_gateway_values_make_the_service_ai_gateway_dials() -> None:
+    objects = by_kind(
+        helm_template(
+            release="envoy-ai-gateway-ratelimit",
+            namespace="envoy-gateway-system",
+            values_file="values-ai-gateway.yaml",
+        )
+    )
+    (service,) = objects["Service"]
+    assert service["metadata"]["name"] == "envoy-ai-gateway-ratelimit"
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["grpc"] == 8081
+    (deployment,) = objects["Deployment"]
+    settings, unread = settings_of(env_of(deployment))
+    assert not unread
+    assert (settings.config.type, settings.xds.server_url, settings.xds.node_id) == (
+        "GRPC_XDS_SOTW",
+        "ai-gateway-controller.envoy-ai-gateway-system:18002",
+        "envoy-ai-gateway-ratelimit",
+    )
+    assert not settings.xds.server_use_tls and not settings.grpc.server_use_tls
+    assert settings.cache.backend == "redis"
+    for version in KUBERNETES_VERSIONS:
+        for obj in objects["Deployment"] + objects["Service"]:
+            validate(obj, version)

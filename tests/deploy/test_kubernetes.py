@@ -36,7 +36,7 @@ from ratelimitd.daemon import DRAIN_GRACE_SECONDS
 from ratelimitd.messages import OK, OVER_LIMIT
 from ratelimitd.stats.prometheus import SCRAPE_GRACE_SECONDS
 
-OVERLAYS = ("memory", "redis", "xds")
+OVERLAYS = ("memory", "redis", "xds", "ai-gateway")
 # Envoy Gateway's probes of its rate-limit container (resource.go): all GET /healthcheck on
 # 8080 with 1 s timeouts; readiness every 5 s, out at the first failure.
 ENVOY_GATEWAY_PROBES = {
@@ -95,7 +95,7 @@ def test_overlays_scale_as_their_backend_counts(rendered: dict[str, list[dict[st
     assert memory["Deployment"][0]["spec"]["strategy"] == {"type": "Recreate"}
     assert "HorizontalPodAutoscaler" not in memory
     assert "PodDisruptionBudget" not in memory
-    for name in ("redis", "xds"):
+    for name in ("redis", "xds", "ai-gateway"):
         objects = by_kind(rendered[name])
         assert settings_of(env_of(objects["Deployment"][0]))[0].cache.backend == "redis"
         (hpa,) = objects["HorizontalPodAutoscaler"]
@@ -149,6 +149,9 @@ def test_environment_is_what_the_daemon_reads(
         assert {"name": "certs", "mountPath": "/certs", "readOnly": True} in rl["volumeMounts"]
         assert "ConfigMap" not in objects
         assert not [name for name in env_of(objects["Deployment"][0]) if "RUNTIME_" in name]
+    elif overlay == "ai-gateway":  # plaintext xDS (test_ai_gateway_overlay_...)
+        assert settings.config.type == "GRPC_XDS_SOTW"
+        assert "ConfigMap" not in objects
     else:
         assert settings.config.type == "FILE"
 
@@ -341,3 +344,27 @@ def test_redis_overlay_counts_in_redis(
     assert daemon.decide("edge", [("user", "bob")]).overall_code == OVER_LIMIT
     keys = redis_server.client().keys("edge_user_bob_*")
     assert len(keys) == 1, keys
+
+
+def test_ai_gateway_overlay_is_the_service_ai_gateway_dials(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    # AI Gateway's extension server dials envoy-ai-gateway-ratelimit.envoy-gateway-system:8081
+    # in plaintext; its controller serves plaintext ADS on 18002 to this node id.
+    objects = by_kind(rendered["ai-gateway"])
+    (service,) = objects["Service"]
+    assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (
+        "envoy-ai-gateway-ratelimit",
+        "envoy-gateway-system",
+    )
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["grpc"] == 8081
+    deployment = objects["Deployment"][0]
+    settings, _ = settings_of(env_of(deployment))
+    assert (settings.config.type, settings.xds.server_url, settings.xds.node_id) == (
+        "GRPC_XDS_SOTW",
+        "ai-gateway-controller.envoy-ai-gateway-system:18002",
+        "envoy-ai-gateway-ratelimit",
+    )
+    assert not settings.xds.server_use_tls and not settings.grpc.server_use_tls
+    assert settings.cache.backend == "redis"
+    assert "certs" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}

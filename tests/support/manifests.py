@@ -75,18 +75,23 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
     return _objects(done.stdout)
 
 
-def helm_template(*values: str, release: str = "rl", namespace: str = "edge") -> list[dict]:
-    """The chart rendered by `helm template` with `--set` for each of `values`."""
-    done = helm_template_run(*values, release=release, namespace=namespace)
+def helm_template(
+    *values: str, release: str = "rl", namespace: str = "edge", values_file: str = ""
+) -> list[dict]:
+    """The chart rendered by `helm template` with `--set` for each of `values` (after
+    `values_file`, a file of the chart's directory, when given)."""
+    done = helm_template_run(*values, release=release, namespace=namespace, values_file=values_file)
     assert done.returncode == 0, done.stderr
     return _objects(done.stdout)
 
 
 def helm_template_run(
-    *values: str, release: str = "rl", namespace: str = "edge"
+    *values: str, release: str = "rl", namespace: str = "edge", values_file: str = ""
 ) -> subprocess.CompletedProcess[str]:
     """`helm template` of the chart, as run (a refused value fails it)."""
     sets = [arg for value in values for arg in ("--set", value)]
+    if values_file:
+        sets = ["-f", str(CHART / values_file), *sets]
     return run(tool("helm"), "template", release, str(CHART), "--namespace", namespace, *sets)
 
 

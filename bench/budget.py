@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -225,6 +226,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-envoy", action="store_true", help="skip the Envoy workload")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     memory = memory_figures(args.calls, args.repeat)
     with tempfile.TemporaryDirectory() as tmp:
         servers = RedisServers(Path(tmp))
@@ -238,6 +240,8 @@ def main() -> None:
         "args": vars(args),
         "memory_us": memory,
         "redis": redis,
+        # 1, 5, 15-minute load averages before and after the decision figures.
+        "load_average": {"before": load_before, "after": os.getloadavg()},
     }
     if not args.no_envoy:
         result["workload"] = {
@@ -266,6 +270,12 @@ def render(result: dict[str, Any]) -> str:
         "as Envoy sends it; transaction: a reserve and its stream end (two calls).",
         "",
         f"Machine: {m.get('cpu')}, Python {m.get('python')}, {m.get('redis-server')}.",
+        "Load average (1, 5, 15 min) before and after the decision figures: "
+        + ", ".join(
+            " / ".join(f"{x:.2f}" for x in result["load_average"][when])
+            for when in ("before", "after")
+        )
+        + " (a shared machine).",
         "",
         "Memory: CPU µs per call. Redis, one caller and 64 concurrent ones (auto-pipelined):",
         "client CPU µs per call, Redis server µs per call (INFO commandstats) and round trips",

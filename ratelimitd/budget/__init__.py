@@ -1,5 +1,5 @@
 """Exact token budgets: reserve at request time, settle at stream end, never overshoot
-(README, "Token budgets for AI gateways").
+(docs/budgets.md).
 
 `model` says what a budget call is and where a budget lives, `memory` is the in-process
 store (and the twin of the Redis script in `backends.redis.budget`), and `config` the

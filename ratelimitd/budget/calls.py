@@ -1,5 +1,5 @@
 """A budget call in a decision: how the plan finds it, the store operation it becomes, and the
-status its result gives (README, "Token budgets for AI gateways").
+status its result gives (docs/budgets.md).
 
 The decision model (`_decision.pyx` and its twin `_decision_py.py`) calls these for its
 `BUDGET` items and for nothing else, so an ordinary decision never pays for them:

@@ -1,5 +1,5 @@
 """A rule's `budget:` block, checked, and how a budget call is recognised in a descriptor
-(README, "Token budgets for AI gateways").
+(docs/budgets.md).
 
 ```yaml
 descriptors:

@@ -1,5 +1,4 @@
-"""What a budget call is, what it answers, and where a budget lives (README, "Token budgets
-for AI gateways").
+"""What a budget call is, what it answers, and where a budget lives (docs/budgets.md).
 
 A budget is one descriptor of a `budget:` rule (after its phase and transaction entries are
 taken out) with the rule's limits. Its whole state is two store keys that share one Redis

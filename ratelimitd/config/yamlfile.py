@@ -46,7 +46,7 @@ VALID_KEYS = frozenset(
         "algorithm",
         "unit_multiplier",
         "rate_limits",
-        # Extension: token budgets (README, "Token budgets for AI gateways").
+        # Extension: token budgets (docs/budgets.md).
         "budget",
     }
 )

@@ -38,7 +38,7 @@ RULE_STATS = (
     "shadow_mode",
 )
 
-# A token budget's series (README, "Token budgets for AI gateways"), per stats key of a
+# A token budget's series (docs/budgets.md), per stats key of a
 # budget rule: the tokens reserved now (a gauge: what this process reserved less what it saw
 # end, so the sum over processes is the store's), the tokens charged to usage by settles,
 # closes and expiry, and how reservations ended.

@@ -291,6 +291,9 @@ EXTENSIONS: dict[str, Row] = {
         "250ms", "cache.breaker_probe_interval", 0.25, {"BACKEND_BREAKER_FAILURES": "5"}
     ),
     "MAX_INFLIGHT_DECISIONS": Read("100", "cache.max_in_flight", 100),
+    "DOMAIN_DEFAULT_ALGORITHMS": Read(
+        "a=sliding_window", "reload.domain_algorithms", (("a", "sliding_window"),)
+    ),
     "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": Read(
         "true", "reload.dynamic_metadata_limit_name", True, {"RESPONSE_DYNAMIC_METADATA": "true"}
     ),

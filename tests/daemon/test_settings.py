@@ -492,3 +492,24 @@ def test_mask_url(url: str, masked: str) -> None:
 )
 def test_redis_auth(auth: str, parts: tuple[str | None, str | None]) -> None:
     assert redis_auth(auth) == parts
+
+
+def test_a_sentinel_address_in_redis_url_without_redis_type_is_a_sentinel() -> None:
+    # Envoy Gateway's single Redis `url` field, no REDIS_TYPE: a sentinel, not a host.
+    url = "mymaster,sentinel-0:26379,sentinel-1:26379"
+    assert load(REDIS_URL=url).redis.type == "sentinel"
+    assert load(REDIS_URL="redis:6379").redis.type == "single"
+    assert load(REDIS_TYPE="cluster", REDIS_URL="a:6379,b:6379").redis.type == "cluster"
+    assert error(REDIS_TYPE="single", REDIS_URL=url) == (
+        f"REDIS_URL: invalid value {url!r} (a sentinel address 'master,host:port[,...]' with "
+        "REDIS_TYPE=single: set REDIS_TYPE=sentinel, or leave it unset)"
+    )
+
+
+def test_domain_default_algorithms_are_pairs() -> None:
+    got = load(BACKEND_TYPE="memory", DOMAIN_DEFAULT_ALGORITHMS="a=sliding_window, *=token_bucket")
+    assert got.reload.domain_algorithms == (("a", "sliding_window"), ("*", "token_bucket"))
+    for bad in ("sliding_window", "a=", "=x", "a=x,a=y"):
+        assert error(BACKEND_TYPE="memory", DOMAIN_DEFAULT_ALGORITHMS=bad).startswith(
+            "DOMAIN_DEFAULT_ALGORITHMS: invalid value"
+        ), bad

@@ -19,6 +19,7 @@ from support.manifests import (
     KUBERNETES_VERSIONS,
     KUSTOMIZE,
     by_kind,
+    check_ai_gateway_service,
     container,
     env_of,
     helm_template,
@@ -294,19 +295,7 @@ def test_ai_gateway_values_make_the_service_ai_gateway_dials() -> None:
             values_file="values-ai-gateway.yaml",
         )
     )
-    (service,) = objects["Service"]
-    assert service["metadata"]["name"] == "envoy-ai-gateway-ratelimit"
-    assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["grpc"] == 8081
-    (deployment,) = objects["Deployment"]
-    settings, unread = settings_of(env_of(deployment))
-    assert not unread
-    assert (settings.config.type, settings.xds.server_url, settings.xds.node_id) == (
-        "GRPC_XDS_SOTW",
-        "ai-gateway-controller.envoy-ai-gateway-system:18002",
-        "envoy-ai-gateway-ratelimit",
-    )
-    assert not settings.xds.server_use_tls and not settings.grpc.server_use_tls
-    assert settings.cache.backend == "redis"
+    check_ai_gateway_service(objects)
     for version in KUBERNETES_VERSIONS:
         for obj in objects["Deployment"] + objects["Service"]:
             validate(obj, version)

@@ -23,6 +23,7 @@ from support.manifests import (
     KUBERNETES_VERSIONS,
     KUSTOMIZE,
     by_kind,
+    check_ai_gateway_service,
     container,
     env_of,
     kustomize,
@@ -352,19 +353,6 @@ def test_ai_gateway_overlay_is_the_service_ai_gateway_dials(
     # AI Gateway's extension server dials envoy-ai-gateway-ratelimit.envoy-gateway-system:8081
     # in plaintext; its controller serves plaintext ADS on 18002 to this node id.
     objects = by_kind(rendered["ai-gateway"])
-    (service,) = objects["Service"]
-    assert (service["metadata"]["name"], service["metadata"]["namespace"]) == (
-        "envoy-ai-gateway-ratelimit",
-        "envoy-gateway-system",
-    )
-    assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["grpc"] == 8081
-    deployment = objects["Deployment"][0]
-    settings, _ = settings_of(env_of(deployment))
-    assert (settings.config.type, settings.xds.server_url, settings.xds.node_id) == (
-        "GRPC_XDS_SOTW",
-        "ai-gateway-controller.envoy-ai-gateway-system:18002",
-        "envoy-ai-gateway-ratelimit",
-    )
-    assert not settings.xds.server_use_tls and not settings.grpc.server_use_tls
-    assert settings.cache.backend == "redis"
+    deployment = check_ai_gateway_service(objects)
+    assert objects["Service"][0]["metadata"]["namespace"] == "envoy-gateway-system"
     assert "certs" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}

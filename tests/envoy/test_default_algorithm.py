@@ -12,19 +12,13 @@ import time
 from support import wait_for
 
 from .conftest import DOMAIN, Stack
+from .test_envoy import CONFIG as HOURLY
 
 LIMIT = 10  # per second
-CONFIG = f"""
-domain: {DOMAIN}
-descriptors:
-  - key: generic_key
-    value: edge
-    descriptors:
-      - key: user
-        rate_limit: {{unit: second, requests_per_unit: {LIMIT}}}
-  - key: remote_address
-    rate_limit: {{unit: hour, requests_per_unit: 100000}}
-"""
+# test_envoy's config with the user's limit per second.
+CONFIG = HOURLY.replace(
+    "{unit: hour, requests_per_unit: 3}", f"{{unit: second, requests_per_unit: {LIMIT}}}"
+)
 
 
 def burst(s: Stack, user: str) -> int:

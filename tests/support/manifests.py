@@ -210,3 +210,23 @@ def promql_metric_names(expr: str) -> set[str]:
     text = _RANGES.sub(" ", text)
     text = _OFFSETS.sub(" ", text)
     return {name for name in _NAMES.findall(text) if name.lower() not in _KEYWORDS}
+
+
+def check_ai_gateway_service(objects: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Assert that rendered objects (by kind) are the rate-limit service Envoy AI Gateway
+    dials: Service envoy-ai-gateway-ratelimit on 8081, plaintext xDS from the controller's
+    18002 with node id envoy-ai-gateway-ratelimit, plaintext gRPC, Redis; its Deployment."""
+    (service,) = objects["Service"]
+    assert service["metadata"]["name"] == "envoy-ai-gateway-ratelimit"
+    assert {p["name"]: p["port"] for p in service["spec"]["ports"]}["grpc"] == 8081
+    (deployment,) = objects["Deployment"]
+    settings, unread = settings_of(env_of(deployment))
+    assert not unread
+    assert (settings.config.type, settings.xds.server_url, settings.xds.node_id) == (
+        "GRPC_XDS_SOTW",
+        "ai-gateway-controller.envoy-ai-gateway-system:18002",
+        "envoy-ai-gateway-ratelimit",
+    )
+    assert not settings.xds.server_use_tls and not settings.grpc.server_use_tls
+    assert settings.cache.backend == "redis"
+    return deployment

@@ -173,7 +173,8 @@ def arrange(plan: Any) -> None:
     * closes go last: a close after its stream's settle changes nothing, before it would
       free the reservation the settle then finds finished.
 
-    A merged or dropped item answers as a descriptor without a limit (OK).
+    A merged or dropped item answers as a descriptor without a limit (OK), and its rule's
+    metadata is not the response's (the kept item's stands for the transaction).
     """
     held = plan.closes
     plan.closes = None
@@ -200,6 +201,7 @@ def arrange(plan: Any) -> None:
                 got[2] = item
             got[3] += item.hits
     items = plan.items
+    kept = set()
     for reserve, guard, other, more in parts.values():
         base = reserve if reserve is not None else guard
         if base is None:  # other parts alone: their sum is the estimate
@@ -207,7 +209,13 @@ def arrange(plan: Any) -> None:
         base.budget = (RESERVE, *base.budget[1:])
         base.hits += more
         items.append(base)
+        kept.add(base.index)
     items += closes
+    metadata = plan.metadata
+    if metadata is not None:
+        for item in held:
+            if item.budget[0] != RELEASE and item.index not in kept:
+                metadata[item.index] = None
 
 
 def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Any) -> str:

@@ -356,7 +356,7 @@ def test_quota_mode_metadata_routes_to_a_backend_with_budget_left(quota_stack: L
     assert (streamed.status, streamed.headers["x-served-by"]) == (200, "fallback")
     # What the fallback served is not the user's budget's: a request that fits still goes
     # to the primary, and only its own usage is charged.
-    fits = s.chat("dan", max_tokens=1000, headers={"x-fake-usage": "400"})
+    fits = s.chat("dan", max_tokens=800, headers={"x-fake-usage": "400"})  # + its body
     assert (fits.status, fits.headers["x-served-by"]) == (200, "primary")
     wait_for(lambda: s.counter("dan")["value"] == 9400, 30, "the last settle")
     assert s.counter("dan")["reserved"] == 0

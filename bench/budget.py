@@ -154,6 +154,39 @@ def server_usec(server: Any) -> float:
     return usec
 
 
+# The floor of a budget kept in one Lua script per call: Redis server µs per call of a
+# plain decision's two commands, of an empty script, and of a script that only reads six
+# fields of a hash and writes five (a budget call reads and writes more).
+FLOOR_SCRIPTS = {
+    "empty_script": "return 1",
+    "hash_script": "redis.call('HMGET', KEYS[1], 'a', 'b', 'c', 'd', 'e', 'f') "
+    "redis.call('HSET', KEYS[1], 'a', 1, 'b', 2, 'c', 3, 'd', 4, 'e', 5) return 1",
+}
+
+
+def lua_floor(server: Any, n: int) -> dict[str, float]:
+    """Server µs per call (INFO commandstats) of INCRBY + EXPIRE and of FLOOR_SCRIPTS."""
+    client = server.client()
+    out = {}
+    client.config_resetstat()
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.incrby(f"floor{i % 64}", ESTIMATE)
+        pipe.expire(f"floor{i % 64}", 3600)
+    pipe.execute()
+    stats = client.info("commandstats")
+    out["incrby_expire"] = (stats["cmdstat_incrby"]["usec"] + stats["cmdstat_expire"]["usec"]) / n
+    for name, script in FLOOR_SCRIPTS.items():
+        sha = client.script_load(script)
+        client.config_resetstat()
+        pipe = client.pipeline(transaction=False)
+        for i in range(n):
+            pipe.evalsha(sha, 1, f"floor-{name}{i % 64}")
+        pipe.execute()
+        out[name] = client.info("commandstats")["cmdstat_evalsha"]["usec"] / n
+    return {name: round(v, 3) for name, v in out.items()}
+
+
 async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[str, Any]:
     """Per call: client µs of CPU, server µs and round trips, with one caller (`1`) and with
     CALLERS concurrent ones (`many`: the backend pipelines what they send at once)."""
@@ -236,6 +269,7 @@ def main() -> None:
         try:
             server = servers()
             redis = uvloop.run(redis_figures(server.address, server, args.redis_calls, args.repeat))
+            floor = lua_floor(server, args.redis_calls)
         finally:
             servers.stop_all()
     result: dict[str, Any] = {
@@ -243,6 +277,7 @@ def main() -> None:
         "args": vars(args),
         "memory_us": memory,
         "redis": redis,
+        "redis_floor_server_us": floor,
         # 1, 5, 15-minute load averages before and after the decision figures.
         "load_average": {"before": load_before, "after": os.getloadavg()},
     }
@@ -298,6 +333,13 @@ def render(result: dict[str, Any]) -> str:
             f"{c['client_us']:.1f} | {c['client_us'] / many['client_us']:.2f} | "
             f"{c['round_trips']:.3f} |"
         )
+    f = result["redis_floor_server_us"]
+    lines += [
+        "",
+        "The floor of one Lua script per call, Redis server µs per call on the same server: "
+        f"INCRBY + EXPIRE {f['incrby_expire']:.2f}, an empty script {f['empty_script']:.2f}, "
+        f"a script reading six hash fields and writing five {f['hash_script']:.2f}.",
+    ]
     w = result.get("workload")
     if w:
         lines += [

@@ -40,7 +40,7 @@ def check_config(argv: Sequence[str]) -> int:
     """`ratelimitd check-config [--merge-domain-config] PATH...`: validate config files."""
     from .backends import BACKENDS
     from .config import ConfigError, load_files, load_ruleset
-    from .settings import backend_type_from_env
+    from .settings import SettingsError, backend_type_from_env, reload_options_from_env
 
     parser = argparse.ArgumentParser(
         prog="ratelimitd check-config",
@@ -68,12 +68,19 @@ def check_config(argv: Sequence[str]) -> int:
     if backend_type:
         caps = BACKENDS[backend_type].capabilities
         backend = (backend_type, caps.algorithms, caps.budgets)
+    try:  # as the daemon loads them: with its DOMAIN_DEFAULT_ALGORITHMS
+        algorithms = reload_options_from_env().domain_algorithms
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     print("checking rate limit configs...")
     try:
         files = load_files(args.paths)
         for f in files:
             print(f"opening config file: {f.name}")
-        ruleset = load_ruleset(files, merge_domains=args.merge, backend=backend)
+        ruleset = load_ruleset(
+            files, merge_domains=args.merge, backend=backend, algorithms=algorithms
+        )
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1

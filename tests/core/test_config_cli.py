@@ -6,6 +6,7 @@ multi-line yaml.v2 error.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from support.core import CONFIGS, one_rule
@@ -73,3 +74,20 @@ def test_cli_yaml_unmarshal_error_is_multiline(tmp_path: Path) -> None:
         f"{path}: error loading config file: yaml: unmarshal errors:\n"
         "  line 6: cannot unmarshal !!int `-1` into uint32\n"
     )
+
+
+def test_cli_applies_domain_default_algorithms_as_the_daemon_does(tmp_path: Path) -> None:
+    # A budget keeps no token bucket: with the daemon's default algorithm for its domain,
+    # the check refuses what the daemon would refuse.
+    (tmp_path / "llm.yaml").write_text(
+        "domain: llm\ndescriptors:\n  - key: user\n"
+        "    rate_limit: {unit: hour, requests_per_unit: 10}\n    budget: {}\n"
+    )
+    assert run_check_config(str(tmp_path)).returncode == 0
+    env = dict(os.environ, DOMAIN_DEFAULT_ALGORITHMS="llm=token_bucket")
+    refused = run_check_config(str(tmp_path), env=env)
+    assert refused.returncode == 1
+    assert "a token_bucket limit cannot hold reservations" in refused.stderr
+    bad = run_check_config(str(tmp_path), env=dict(os.environ, DOMAIN_DEFAULT_ALGORITHMS="x"))
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("DOMAIN_DEFAULT_ALGORITHMS: invalid value 'x'")

@@ -62,6 +62,8 @@ def quota_stack(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LlmS
             CONFIG_GRPC_XDS_NODE_ID=NODE_ID,
         ) as s:
             ads.wait_ack("1")
+            # The daemon subscribed as the controller expects it to, in plaintext.
+            assert ads.received[0].request.node.id == NODE_ID
             yield s
     finally:
         ads.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 import falcon
@@ -31,7 +31,7 @@ from .schemas import (
     UsageResponse,
 )
 from .store import Account, StoreUnavailable, UsageStore
-from .windows import utc_date, utc_datetime
+from .windows import day_range, utc_date, utc_datetime
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ FORMATS = ["json"]
 ALLOW = "GET, HEAD, OPTIONS"
 # Per call: a year and a month of daily points, the retention's default.
 MAX_HISTORY_DAYS = 400
-DEFAULT_HISTORY_DAYS = 30
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _encode = msgspec.json.encode
 
@@ -164,8 +163,6 @@ class History(AccountResource):
         """Also the range: valid dates, `from` <= `to`, at most MAX_HISTORY_DAYS days."""
         super().check_query(req)
         first, last = self.range(req)
-        if first > last:
-            raise BadRequest(f"'from' ({first}) is after 'to' ({last}).")
         days = (last - first).days + 1
         if days > MAX_HISTORY_DAYS:
             raise BadRequest(f"The range has {days} days; at most {MAX_HISTORY_DAYS} per call.")
@@ -173,8 +170,10 @@ class History(AccountResource):
     def range(self, req: falcon.asgi.Request) -> tuple[date, date]:
         """[from, to]: `to` defaults to today (UTC), `from` to the 30 days ending at `to`."""
         last = _day(req, "to") or utc_date(self.store.clock())
-        first = _day(req, "from") or last - timedelta(days=DEFAULT_HISTORY_DAYS - 1)
-        return first, last
+        try:
+            return day_range(_day(req, "from"), last)
+        except ValueError as exc:
+            raise BadRequest(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
 
     async def answer(self, req: falcon.asgi.Request, account: Account) -> msgspec.Struct:
         """The account's days in the range."""

@@ -251,3 +251,28 @@ def test_serve_hands_the_options_to_the_workers(
         assert answer.status_code == 200 and answer.json()["planName"] == "pro"
     finally:
         server.terminate()
+
+
+def test_report_errors_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    acct = unique()
+    cli("accounts", "create", acct, "--plan", "free")
+    status, out, err = cli("usage", "show", acct, "--to", "0001-01-05")
+    assert (status, out) == (1, None)
+    assert err.startswith("error: ") and "give the first day too" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    missing = tmp_path / "missing-dir" / "x.csv"
+    args = ("--from", "2026-01-01", "--to", "2026-01-02", "--output", str(missing))
+    status, out, err = cli("usage", "export", *args)
+    assert (status, out) == (1, None)
+    assert err == f"error: cannot write {missing}: No such file or directory\n"
+    assert not missing.parent.exists()
+
+
+def test_deleted_account_ids_are_never_reused(cli) -> None:  # type: ignore[no-untyped-def]
+    acct = unique()
+    cli("accounts", "create", acct, "--plan", "free")
+    assert cli("accounts", "delete", acct, "--yes")[0] == 0
+    status, out, err = cli("accounts", "create", acct, "--plan", "pro")
+    assert (status, out) == (1, None)
+    assert "ids are never reused" in err
+    assert cli("accounts", "show", acct)[0] == 1

@@ -236,3 +236,7 @@ async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
         assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 200
         await store.delete_account(acct)
         assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 401
+        # The id stays the deleted account's: its counters and history are never inherited.
+        with pytest.raises(AccountError, match="ids are never reused"):
+            await store.create_account(acct, "free")
+        assert await store.account(acct) is None

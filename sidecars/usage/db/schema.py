@@ -90,6 +90,27 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (event_id, attempt)
         )""",
     ),
+    # 4: metered events (CloudEvents: one row per `source` + `id`, so a replay changes
+    # nothing) and the ids of deleted accounts (never given to a new account: its Redis
+    # counters, history and events would be the old owner's).
+    (
+        """CREATE TABLE usage_events (
+            source TEXT NOT NULL,
+            id TEXT NOT NULL,
+            account_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            time_ms BIGINT NOT NULL,
+            data TEXT NOT NULL,
+            received_ms BIGINT NOT NULL,
+            cancelled_ms BIGINT,
+            PRIMARY KEY (source, id)
+        )""",
+        "CREATE INDEX usage_events_account ON usage_events (account_id, type, time_ms)",
+        """CREATE TABLE deleted_accounts (
+            id TEXT PRIMARY KEY,
+            deleted BIGINT NOT NULL
+        )""",
+    ),
 )
 
 LATEST = len(MIGRATIONS)

@@ -19,6 +19,9 @@ from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware
 
 from . import resources as r
 from .db.daily import DailyTable
+from .meter_api import EventCancel, Events, MeterQuery, Meters
+from .metering import Metering
+from .meters import Meter, load_meters
 from .openapi import openapi_document
 from .plans import Plan, load_plans
 from .rollup import Rollup
@@ -37,7 +40,10 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         timeout_seconds=settings.ratelimit_timeout_seconds,
         failure_mode=settings.ratelimit_failure_mode,
         quota_exempt_paths=frozenset(settings.quota_exempt_paths),
-        exempt_paths=frozenset(settings.exempt_paths),
+        # The operator's ingestion carries its own token, not an account's: never an
+        # account's request to rate-limit or count.
+        exempt_paths=frozenset(settings.exempt_paths)
+        | {settings.events_path, settings.cancel_path},
         retry_after_seconds=settings.retry_after_seconds,
         count_error_responses=settings.count_error_responses,
         invalid_token_limit=settings.invalid_token_limit,
@@ -98,6 +104,7 @@ def create_app(
     middleware: Iterable[object] | None = None,
     store: UsageStore | None = None,
     plans: Mapping[str, Plan] | None = None,
+    meters: Mapping[str, Meter] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> falcon.asgi.App:
     """Build the app.
@@ -132,6 +139,13 @@ def create_app(
     app.add_route(settings.usage_path, r.Usage(store, REALM, retry_after))
     history = r.History(store, DailyTable(store.db), REALM, retry_after)
     app.add_route(settings.history_path, history)
+    metering = Metering(store, meters or load_meters(settings.meters_file))
+    metering.notifier = background.notifier
+    app.add_route(settings.meters_path, Meters(store, metering, REALM, retry_after))
+    app.add_route(settings.meters_path + "/{slug}", MeterQuery(store, metering, REALM, retry_after))
+    if settings.ingest_token:
+        app.add_route(settings.events_path, Events(metering, retry_after))
+        app.add_route(settings.cancel_path, EventCancel(metering, retry_after))
     app.add_route(
         "/health",
         r.Health(

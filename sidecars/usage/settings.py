@@ -20,6 +20,10 @@ from sidecars.common.server import Server
 
 USAGE_PATH = "/api/v2/user/usage"
 HISTORY_PATH = USAGE_PATH + "/history"
+METERS_PATH = USAGE_PATH + "/meters"
+EVENTS_PATH = "/api/v2/usage/events"
+CANCEL_PATH = EVENTS_PATH + "/cancel"
+PAGE_PATH = "/account/usage"
 MODES = ("allow", "deny")
 # The two databases: naming one on the command line replaces the environment's other one.
 _DATABASES = ("USAGE_SQLITE_PATH", "USAGE_POSTGRES_DSN")
@@ -106,6 +110,9 @@ class Settings(Server):
     webhook_retry_for_seconds: float = 86400.0
     idempotency_window_seconds: int = 86400
     idempotency_max_keys: int = 10_000
+    ingest_token: str = ""
+    meters_file: str = ""
+    event_max_age_days: int = 35
 
     @property
     def usage_path(self) -> str:
@@ -116,6 +123,26 @@ class Settings(Server):
     def history_path(self) -> str:
         """Where the daily usage history is served."""
         return self.base_path + HISTORY_PATH
+
+    @property
+    def meters_path(self) -> str:
+        """Where the meters are listed (and each queried, under it)."""
+        return self.base_path + METERS_PATH
+
+    @property
+    def events_path(self) -> str:
+        """Where metered events are ingested (the operator's, not an account's)."""
+        return self.base_path + EVENTS_PATH
+
+    @property
+    def cancel_path(self) -> str:
+        """Where a metered event is cancelled."""
+        return self.base_path + CANCEL_PATH
+
+    @property
+    def page_path(self) -> str:
+        """The account's usage page."""
+        return self.base_path + PAGE_PATH
 
     @classmethod
     def from_env(
@@ -179,6 +206,10 @@ class Settings(Server):
                     f"USAGE_WEBHOOK_{unused[0]} is set but USAGE_WEBHOOK_URL is not: "
                     "threshold webhooks are off; set the URL or unset it"
                 )
+        ingest_token = env.raw("INGEST_TOKEN", "")
+        if ingest_token and len(ingest_token) < 16:
+            # It is the only proof of an ingestion's origin: a guessable one proves nothing.
+            raise SettingsError("USAGE_INGEST_TOKEN must be at least 16 characters")
         return cls(
             host=env.text("HOST", d.host),
             port=env.integer("PORT", d.port),
@@ -242,4 +273,7 @@ class Settings(Server):
                 "IDEMPOTENCY_WINDOW_SECONDS", d.idempotency_window_seconds
             ),
             idempotency_max_keys=env.integer("IDEMPOTENCY_MAX_KEYS", d.idempotency_max_keys, 1),
+            ingest_token=ingest_token,
+            meters_file=env.text("METERS_FILE", d.meters_file),
+            event_max_age_days=env.integer("EVENT_MAX_AGE_DAYS", d.event_max_age_days, lo=0),
         )

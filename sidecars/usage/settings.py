@@ -210,6 +210,18 @@ class Settings(Server):
         if ingest_token and len(ingest_token) < 16:
             # It is the only proof of an ingestion's origin: a guessable one proves nothing.
             raise SettingsError("USAGE_INGEST_TOKEN must be at least 16 characters")
+        retention_days = env.integer("RETENTION_DAYS", d.retention_days, lo=1)
+        # Unset: 35 days (Stripe's), or less when the retention is shorter.
+        max_age = env.integer(
+            "EVENT_MAX_AGE_DAYS", min(d.event_max_age_days, retention_days - 1), lo=0
+        )
+        if max_age >= retention_days:
+            # De-duplication holds as long as the events are kept: an event older than the
+            # retention would be purged, and its replay counted again.
+            raise SettingsError(
+                f"USAGE_EVENT_MAX_AGE_DAYS={max_age} must be less than "
+                f"USAGE_RETENTION_DAYS={retention_days}"
+            )
         return cls(
             host=env.text("HOST", d.host),
             port=env.integer("PORT", d.port),
@@ -257,7 +269,7 @@ class Settings(Server):
             rollup_interval_seconds=env.number(
                 "ROLLUP_INTERVAL_SECONDS", d.rollup_interval_seconds
             ),
-            retention_days=env.integer("RETENTION_DAYS", d.retention_days, lo=1),
+            retention_days=retention_days,
             webhook_url=webhook_url,
             webhook_secret=webhook_secret,
             webhook_timeout_seconds=env.number(
@@ -275,5 +287,5 @@ class Settings(Server):
             idempotency_max_keys=env.integer("IDEMPOTENCY_MAX_KEYS", d.idempotency_max_keys, 1),
             ingest_token=ingest_token,
             meters_file=env.text("METERS_FILE", d.meters_file),
-            event_max_age_days=env.integer("EVENT_MAX_AGE_DAYS", d.event_max_age_days, lo=0),
+            event_max_age_days=max_age,
         )

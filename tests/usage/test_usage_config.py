@@ -106,6 +106,9 @@ def test_bad_settings(env: dict[str, str]) -> None:
         # Delivery settings without a receiver would do nothing: refused, not ignored.
         ({"USAGE_WEBHOOK_SECRET": "s" * 16}, "USAGE_WEBHOOK_URL is not"),
         ({"USAGE_WEBHOOK_RETRY_SECONDS": "1"}, "USAGE_WEBHOOK_RETRY_SECONDS is set"),
+        # Metering: a guessable ingestion token; events kept shorter than they may be late.
+        ({"USAGE_INGEST_TOKEN": "short"}, "USAGE_INGEST_TOKEN must be at least 16"),
+        ({"USAGE_EVENT_MAX_AGE_DAYS": "30", "USAGE_RETENTION_DAYS": "30"}, "less than"),
     ],
 )
 def test_webhook_settings_are_checked_at_start(env: dict[str, str], message: str) -> None:

@@ -212,6 +212,8 @@ async def test_meters_aggregate_in_windows_by_dimension_and_requests_are_one(
         ]:
             resp = await client.get(f"{METERS_PATH}/{slug}", params=params, headers=bearer(token))
             assert resp.status_code == 400 and message in resp.json()["message"], resp.text
+        paths = (await client.get("/openapi.json")).json()["paths"]
+        assert {METERS_PATH, f"{METERS_PATH}/{{slug}}", EVENTS_PATH, CANCEL_PATH} <= set(paths)
         missing = await client.get(f"{METERS_PATH}/nope", headers=bearer(token))
         assert missing.status_code == 404
         assert (await client.get(f"{METERS_PATH}/tokens")).status_code == 401

@@ -23,6 +23,7 @@ from .meter_api import EventCancel, Events, MeterQuery, Meters
 from .metering import Metering
 from .meters import Meter, load_meters
 from .openapi import openapi_document
+from .page import UsagePage
 from .plans import Plan, load_plans
 from .rollup import Rollup
 from .settings import Settings
@@ -143,6 +144,7 @@ def create_app(
     metering.notifier = background.notifier
     app.add_route(settings.meters_path, Meters(store, metering, REALM, retry_after))
     app.add_route(settings.meters_path + "/{slug}", MeterQuery(store, metering, REALM, retry_after))
+    app.add_route(settings.page_path, UsagePage(store, metering, DailyTable(store.db)))
     if settings.ingest_token:
         app.add_route(settings.events_path, Events(metering, retry_after))
         app.add_route(settings.cancel_path, EventCancel(metering, retry_after))

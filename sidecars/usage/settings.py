@@ -99,7 +99,7 @@ class Settings(Server):
     max_header_bytes: int = 8192
     max_headers: int = 64
     counter_buffer_hits: int = 10_000
-    quota_exempt_paths: tuple[str, ...] = (USAGE_PATH, HISTORY_PATH)
+    quota_exempt_paths: tuple[str, ...] = (USAGE_PATH, HISTORY_PATH, PAGE_PATH)
     exempt_paths: tuple[str, ...] = ("/health", "/openapi.json")
     rollup_interval_seconds: float = 60.0
     retention_days: int = 400
@@ -263,7 +263,8 @@ class Settings(Server):
             ),
             ratelimit_failure_mode=failure_mode,
             quota_exempt_paths=env.names(
-                "QUOTA_EXEMPT_PATHS", (base_path + USAGE_PATH, base_path + HISTORY_PATH)
+                "QUOTA_EXEMPT_PATHS",
+                (base_path + USAGE_PATH, base_path + HISTORY_PATH, base_path + PAGE_PATH),
             ),
             exempt_paths=env.names("EXEMPT_PATHS", d.exempt_paths),
             rollup_interval_seconds=env.number(

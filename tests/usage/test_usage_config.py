@@ -11,7 +11,14 @@ from ratelimitd.backends import Op
 from ratelimitd.keys import meter_key
 from ratelimitd.messages import OK, Descriptor
 from sidecars.usage.plans import DEFAULTS, PlanError, load_plans, parse_plans
-from sidecars.usage.settings import HISTORY_PATH, USAGE_PATH, Settings, SettingsError, environment
+from sidecars.usage.settings import (
+    HISTORY_PATH,
+    PAGE_PATH,
+    USAGE_PATH,
+    Settings,
+    SettingsError,
+    environment,
+)
 
 
 def test_shipped_plans_are_the_defaults() -> None:
@@ -69,7 +76,9 @@ def test_settings_defaults_and_parsing() -> None:
     assert s.redis_url == "redis://10.0.0.1:6380"
     assert s.usage_path == "/usage" + USAGE_PATH
     # Reading one's own usage or history never uses the quota up.
-    assert s.quota_exempt_paths == ("/usage" + USAGE_PATH, "/usage" + HISTORY_PATH)
+    assert s.quota_exempt_paths == tuple(
+        "/usage" + p for p in (USAGE_PATH, HISTORY_PATH, PAGE_PATH)
+    )
     assert s.ratelimit_failure_mode == "deny"
     assert s.exempt_paths == ("/health", "/x")
     assert s.ratelimit_address == ""

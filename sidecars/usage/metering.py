@@ -194,18 +194,21 @@ class Metering:
         """Store checked events whose subjects exist (all or none), then recompute the
         thresholds of the accounts and meters they touch."""
         subjects = {e.account for e in events}
-        accounts = {}
-        for subject in sorted(subjects):
-            account = await self.store.account(subject)
-            if account is None:
-                index = next(i for i, e in enumerate(events) if e.account == subject)
-                raise _bad(index, f"subject {subject!r} is not an account", "unknown_subject")
-            accounts[subject] = account
+        known = await self.table.existing_accounts(sorted(subjects))
+        for index, e in enumerate(events):
+            if e.account not in known:
+                raise _bad(index, f"subject {e.account!r} is not an account", "unknown_subject")
         new = await self.table.insert(events)
         if new:
-            touched = {(e.account, e.type) for e in events}
+            # Only meters with a limit have thresholds to recompute.
+            touched = sorted({(e.account, e.type) for e in events})
+            limited = [(a, m) for a, t in touched for m in self.by_type.get(t, ()) if m.limits]
+            accounts: dict[str, Account | None] = {}
+            for account_id, _ in limited:
+                if account_id not in accounts:
+                    accounts[account_id] = await self.store.account(account_id)
             await self.recompute(
-                (accounts[a], m) for a, t in sorted(touched) for m in self.by_type.get(t, ())
+                (account, m) for a, m in limited if (account := accounts[a]) is not None
             )
         return Ingested(new, len(events) - new)
 

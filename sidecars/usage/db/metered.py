@@ -52,6 +52,14 @@ class MeteredTable:
             return 0
         return await self.db.execute_many(sql, [msgspec.structs.astuple(e) for e in events])
 
+    async def existing_accounts(self, ids: Sequence[str]) -> set[str]:
+        """Which of `ids` are accounts (one query)."""
+        if not ids:
+            return set()
+        marks = ", ".join("?" * len(ids))
+        rows = await self.db.query(f"SELECT id FROM accounts WHERE id IN ({marks})", list(ids))
+        return {str(r[0]) for r in rows}
+
     async def get(self, source: str, event_id: str) -> MeteredEvent | None:
         """One event, or None."""
         sql = f"SELECT {_COLUMNS} FROM usage_events WHERE source = ? AND id = ?"

@@ -36,6 +36,7 @@ from .model import (
     budget_keys,
     transaction_id,
 )
+from .outbox import event as outbox_event
 
 __all__ = ["add_item", "budget_key", "budget_op", "budget_status", "item_call", "lookup"]
 
@@ -130,6 +131,8 @@ def budget_op(item: Any, key: str, now_ms: int) -> Op:
         charge = charge and amount != TOO_MANY_REQUESTS
         amount = 0
     call = Call(kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember)
+    if spec.outbox and kind == SETTLE:
+        call.outbox, call.event = spec.outbox, outbox_event(item.budget[2])
     return Op(key, amount, 0, budget=call)
 
 

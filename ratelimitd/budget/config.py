@@ -46,7 +46,7 @@ MAX_TTL_MS = 86_400_000
 # The phase values a stock Envoy config sends (generic_key descriptor_value) and the call
 # each one is: `close` is the stream end that carries no usage (hits: the response code).
 PHASES = {"reserve": RESERVE, "settle": SETTLE, "close": RELEASE}
-_FIELDS = ("phase_key", "transaction_key", "unsettled", "reservation_ttl")
+_FIELDS = ("phase_key", "transaction_key", "unsettled", "reservation_ttl", "outbox")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +59,7 @@ class BudgetSpec:
     charge_unsettled: bool = False  # `unsettled: charge`
     ttl_ms: int = DEFAULT_TTL_MS
     windows: tuple[Window, ...] = ()
+    outbox: str = ""  # the Redis stream each settle is appended to (`budget.outbox`)
 
     def with_windows(self, windows: Iterable[Any]) -> BudgetSpec:
         """This budget over a rule's windows (`config.windows.Window`s, fixed or sliding)."""
@@ -110,6 +111,8 @@ def budget_of(
                 f"the {kept_by[0]} backend keeps no budgets"
                 + (f" of {algorithm} limits" if kept_by[1] else ""),
             )
+    if spec.outbox and kept_by is not None and kept_by[0] != "redis":
+        raise _fail(name, full_key, line, f"outbox needs the redis backend, not {kept_by[0]}")
     return spec.with_windows(windows)
 
 
@@ -148,7 +151,10 @@ def budget_spec(name: str, full_key: str, block: Any, line: int = 0) -> BudgetSp
             f"reservation_ttl must be a duration from 1s to 24h (e.g. 10m), got {ttl!r}; "
             "it must exceed the route timeout plus the rate-limit filter's timeout"
         )
-    return BudgetSpec(keys[0], keys[1], unsettled == "charge", int(seconds * 1000))
+    outbox = block.get("outbox", "")
+    if not isinstance(outbox, str) or outbox != outbox.strip():
+        raise fail(f"outbox must be a Redis stream key, got {outbox!r}")
+    return BudgetSpec(keys[0], keys[1], unsettled == "charge", int(seconds * 1000), outbox=outbox)
 
 
 def domain_keys(name: str, specs: Mapping[str, BudgetSpec]) -> tuple[str, str] | None:

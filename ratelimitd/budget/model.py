@@ -157,6 +157,8 @@ class Call(msgspec.Struct, gc=False):
     charge: bool = False
     force: bool = False
     remember: bool = False
+    outbox: str = ""  # a settle's outbox stream (`budget.outbox`), and its `e` field
+    event: str = ""
 
 
 class Result(msgspec.Struct, gc=False):

@@ -10,6 +10,7 @@ descriptors:
       transaction_key: txn      # the entry carrying the transaction id (x-request-id)
       unsettled: release        # or charge: a close without usage, a reservation past its TTL
       reservation_ttl: 10m      # longer than the route timeout + the filter timeout
+      outbox: ratelimitd:settled  # optional (Redis): a stream each settle is appended to
 ```
 
 Every field is optional (`budget: {}` takes the defaults above). The phase and

@@ -18,6 +18,7 @@ from sidecars.common.lifecycle import Lifecycle
 from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware
 
 from . import resources as r
+from .budgets import BudgetFeed
 from .db.daily import DailyTable
 from .meter_api import EventCancel, Events, MeterQuery, Meters
 from .metering import Metering
@@ -73,13 +74,15 @@ def rate_limiter(settings: Settings) -> list[object]:
 
 class Background:
     """A worker's background work, started and stopped with the ASGI lifespan: the rollup
-    passes and, when USAGE_WEBHOOK_URL is set, the threshold notifier (which the store tells
+    passes, the token budget feed (USAGE_BUDGET_STREAM) and, when USAGE_WEBHOOK_URL is set,
+    the threshold notifier (which the store tells
     about counted requests). Stopped before the store closes, so the Redis connections and
     the database go last, before the worker's loop."""
 
     def __init__(self, store: UsageStore) -> None:
         self.store = store
         self.rollup = Rollup(store)
+        self.feed: BudgetFeed | None = None  # set by create_app with USAGE_BUDGET_STREAM
         self.notifier = None
         if store.settings.webhook_url:
             self.notifier = Notifier(store.settings, store.db, store.clock)
@@ -90,10 +93,14 @@ class Background:
         self.rollup.start()
         if self.notifier is not None:
             self.notifier.start()
+        if self.feed is not None:
+            self.feed.start()
 
     async def stop(self) -> None:
         """Stop them, then close the store."""
         await self.rollup.stop()
+        if self.feed is not None:
+            await self.feed.close()
         if self.notifier is not None:
             await self.notifier.close()
         await self.store.close()
@@ -142,6 +149,8 @@ def create_app(
     app.add_route(settings.history_path, history)
     metering = Metering(store, meters or load_meters(settings.meters_file))
     metering.notifier = background.notifier
+    if settings.budget_stream:
+        background.feed = BudgetFeed(metering)
     app.add_route(settings.meters_path, Meters(store, metering, REALM, retry_after))
     app.add_route(settings.meters_path + "/{slug}", MeterQuery(store, metering, REALM, retry_after))
     app.add_route(settings.page_path, UsagePage(store, metering, DailyTable(store.db)))

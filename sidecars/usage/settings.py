@@ -29,6 +29,8 @@ MODES = ("allow", "deny")
 _DATABASES = ("USAGE_SQLITE_PATH", "USAGE_POSTGRES_DSN")
 # Tuning of deliveries: meaningless without a receiver, so refused without USAGE_WEBHOOK_URL.
 _WEBHOOK_TUNING = ("SECRET", "TIMEOUT_SECONDS", "RETRY_SECONDS", "RETRY_FOR_SECONDS")
+# Reading ratelimitd's settle outbox: meaningless without USAGE_BUDGET_STREAM.
+_BUDGET_TUNING = ("REDIS_URL", "ACCOUNT_KEY", "MODEL_KEY")
 
 
 def environment(
@@ -113,6 +115,10 @@ class Settings(Server):
     ingest_token: str = ""
     meters_file: str = ""
     event_max_age_days: int = 35
+    budget_stream: str = ""
+    budget_redis_url: str = ""
+    budget_account_key: str = "user"
+    budget_model_key: str = "model"
 
     @property
     def usage_path(self) -> str:
@@ -222,6 +228,18 @@ class Settings(Server):
                 f"USAGE_EVENT_MAX_AGE_DAYS={max_age} must be less than "
                 f"USAGE_RETENTION_DAYS={retention_days}"
             )
+        budget_stream = env.text("BUDGET_STREAM", "")
+        if not budget_stream:
+            # Where and how to read the daemon's settles mean nothing without the stream.
+            unused = [n for n in _BUDGET_TUNING if env.is_set("BUDGET_" + n)]
+            if unused:
+                raise SettingsError(
+                    f"USAGE_BUDGET_{unused[0]} is set but USAGE_BUDGET_STREAM is not: the "
+                    "token budget feed is off; set the stream or unset it"
+                )
+        budget_redis_url = env.text("BUDGET_REDIS_URL", "")
+        if budget_redis_url and "://" not in budget_redis_url:
+            budget_redis_url = "redis://" + budget_redis_url
         return cls(
             host=env.text("HOST", d.host),
             port=env.integer("PORT", d.port),
@@ -289,4 +307,8 @@ class Settings(Server):
             ingest_token=ingest_token,
             meters_file=env.text("METERS_FILE", d.meters_file),
             event_max_age_days=max_age,
+            budget_stream=budget_stream,
+            budget_redis_url=budget_redis_url,
+            budget_account_key=env.text("BUDGET_ACCOUNT_KEY", d.budget_account_key),
+            budget_model_key=env.text("BUDGET_MODEL_KEY", d.budget_model_key),
         )

@@ -87,10 +87,11 @@ class LlmStack:
         headers: dict[str, str] | None = None,
         cut_after: int | None = None,
         timeout: float = 30,
+        model: str = "fake",
     ) -> Answer:
         """One chat completion through Envoy. `cut_after` N: the client reads N bytes of
         the streamed answer and hangs up (a client abort mid-stream)."""
-        body: dict[str, Any] = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
+        body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "hi"}]}
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if stream:

@@ -118,6 +118,7 @@ def test_bad_settings(env: dict[str, str]) -> None:
         # Metering: a guessable ingestion token; events kept shorter than they may be late.
         ({"USAGE_INGEST_TOKEN": "short"}, "USAGE_INGEST_TOKEN must be at least 16"),
         ({"USAGE_EVENT_MAX_AGE_DAYS": "30", "USAGE_RETENTION_DAYS": "30"}, "less than"),
+        ({"USAGE_BUDGET_ACCOUNT_KEY": "u"}, "USAGE_BUDGET_STREAM is not"),
     ],
 )
 def test_webhook_settings_are_checked_at_start(env: dict[str, str], message: str) -> None:

@@ -11,8 +11,9 @@ USAGE_BUDGET_ACCOUNT_KEY>, type: llm.tokens, time: <the settle's instant>, data:
 de-duplication (source + id), so an entry delivered twice (a worker that stored it and died
 before its XACK; its pending entries are claimed by another worker after CLAIM_IDLE_MS)
 counts once. A Redis or database outage leaves entries in the stream (or pending) until
-it ends. An entry whose subject is not an account is logged and acknowledged (it can never
-be stored); so is a malformed one.
+it ends. Acknowledged entries are trimmed (XTRIM MINID) once none is pending. An entry
+whose subject is not an account is logged and acknowledged (it can never be stored); so is
+a malformed one.
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ class BudgetFeed:
             return 0
         await self.store(batch)
         await r.xack(self.stream, GROUP, *[entry_id for entry_id, _ in batch])
+        # Trim what every worker has acknowledged: with nothing pending, every entry up to
+        # this batch's last is stored (entries not read yet are newer and stay).
+        if (await r.xpending(self.stream, GROUP))["pending"] == 0:
+            await r.xtrim(self.stream, minid=batch[-1][0], approximate=False)
         return len(batch)
 
     async def store(self, batch: list[tuple[bytes, dict[bytes, bytes]]]) -> None:

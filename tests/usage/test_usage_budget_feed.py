@@ -3,12 +3,11 @@ stock Envoy (examples/llm-budget/usage-feed) with ratelimitd on Redis reserving 
 per user and model, the daemon appending each settle to its outbox stream, the usage API
 under gunicorn consuming it, on SQLite and PostgreSQL. Across a daemon restart and a Redis
 outage, the `tokens` meter reports exactly the streams' summed usage.total_tokens per
-account and model, and the outbox holds exactly one entry per stream."""
+account and model, and the outbox received exactly one entry per stream."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -103,7 +102,11 @@ def test_each_settled_budget_is_one_usage_event(
                 redis.resume()
             stream(9)
             client = redis.client()
-            wait_for(lambda: client.xlen(STREAM) >= 10, 60, "ten settles in the outbox")
+            wait_for(
+                lambda: client.xinfo_stream(STREAM)["entries-added"] >= 10,
+                60,
+                "ten settles in the outbox",
+            )
             # The daemon did meet the outage (its calls failed on the store then).
             stats = stack.daemon.stats()
             assert stats["ratelimit.service.call.should_rate_limit.redis_error"] >= 1
@@ -123,14 +126,13 @@ def test_each_settled_budget_is_one_usage_event(
             return got
 
         wait_for(lambda: reported() == expected, 60, f"the meter at {dict(expected)}")
-        # Everything read is acknowledged, and nothing was appended or counted twice.
+        # Everything read is acknowledged (and trimmed), and nothing was appended (the
+        # stream's count of entries ever added) or counted twice.
         wait_for(lambda: client.xpending(STREAM, "usage")["pending"] == 0, 30, "all acked")
-        assert client.xlen(STREAM) == 10
-        entries = [fields for _, fields in client.xrange(STREAM)]
-        assert len({f[b"t"] for f in entries}) == 10
+        assert client.xinfo_stream(STREAM)["entries-added"] == 10
+        assert client.xlen(STREAM) <= 1  # the last acknowledged entry stays (MINID)
         assert reported() == expected
         assert sum(expected.values()) == sum(100 + 7 * i for i in range(10))
-        assert {json.loads(f[b"e"])[1][1] for f in entries} == set(MODELS)
     finally:
         sidecar.terminate()
         redis.close()
@@ -162,6 +164,7 @@ async def test_a_redelivered_settle_counts_once(
         await first.store(got[0][1])  # stored; the worker dies before XACK
         assert await second.step() == 4  # claimed from the dead worker, stored again
         assert client.xpending(stream, "usage")["pending"] == 0
+        assert client.xlen(stream) == 1  # acknowledged entries trimmed but the last
         account = await store.account(acct)
         assert account is not None
         total = await metering.total(account, METERS["tokens"], 0, at + 1)

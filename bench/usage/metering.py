@@ -34,10 +34,9 @@ from typing import Any
 
 import httpx
 from support.machine import SIDECAR_PACKAGES, load_average, machine_info
-from support.postgres_server import PostgresServer
 from support.process import REPO, scratch, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import usage_database
+from support.sidecar import usage_databases
 
 from sidecars.usage.app import create_app
 from sidecars.usage.db.metered import MeteredEvent, MeteredTable
@@ -200,17 +199,13 @@ def main() -> None:
     with scratch("usage-metering-bench-") as (tmp, procs):
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
         procs.append(redis)
-        for backend in args.backends.split(","):
-            pg = None
-            if backend == "postgres":
-                pg = start_bound(lambda: PostgresServer(tmp / "pg"))
-                procs.append(pg)
+        for backend, _pg, database in usage_databases(args.backends, tmp, procs):
             env = {
                 "USAGE_REDIS_URL": redis.url,
                 "USAGE_INGEST_TOKEN": INGEST,
                 "USAGE_ROLLUP_INTERVAL_SECONDS": "0",
                 "USAGE_DATABASE_TIMEOUT_SECONDS": "60",
-                **usage_database(backend, tmp, pg),
+                **database,
             }
             settings = Settings.from_env(env)
             entry: dict[str, Any] = {

@@ -18,9 +18,9 @@ import msgspec
 
 from sidecars.common.errors import ApiError, answer
 
-from .metering import MAX_WINDOWS, Metering, MeteringError
+from .metering import MAX_BODY, MAX_WINDOWS, Metering, MeteringError
 from .meters import WINDOW_SIZES, Meter
-from .resources import JSON, AccountResource, BadRequest
+from .resources import JSON, AccountResource, BadRequest, store_unavailable
 from .schemas import MeterInfo, MeterList, MeterQueryResult, MeterRow
 from .store import Account, StoreUnavailable, UsageStore
 from .windows import DEFAULT_RANGE_DAYS, utc_date
@@ -53,16 +53,17 @@ class Operator:
                     "unsupported_media_type",
                     f"Content-Type must be one of {', '.join(EVENT_TYPES)}.",
                 )
-            body = await req.stream.read(-1)
+            if (req.content_length or 0) > MAX_BODY:
+                raise MeteringError(413, "payload_too_large", f"At most {MAX_BODY} bytes.")
+            body = await req.stream.read(MAX_BODY + 1)
             result = await self.handle(body, media)
         except MeteringError as err:
             answer(resp, ApiError(err.status, err.error, err.message))
             if err.status == 401:
                 resp.set_header("WWW-Authenticate", 'Bearer realm="ingest"')
             return
-        except StoreUnavailable:
-            message = "The account store is unavailable; retry shortly."
-            answer(resp, ApiError(503, "store_unavailable", message), self.retry_after)
+        except StoreUnavailable as exc:
+            store_unavailable(resp, exc, self.retry_after)
             return
         resp.content_type = JSON
         resp.data = _encode(result)

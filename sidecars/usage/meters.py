@@ -26,7 +26,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from .plans import PLAN_NAMES
+from .plans import PLAN_NAMES, read_file
 
 AGGREGATIONS = ("sum", "count", "max", "unique_count")
 WindowSize = Literal["hour", "day"]
@@ -241,12 +241,7 @@ def parse_meters(text: str, source: str = "<meters>") -> dict[str, Meter]:
 
 def load_meters(path: str | Path | None = None) -> dict[str, Meter]:
     """The meters of `path` (default: the shipped meters.yaml)."""
-    p = Path(path) if path else DEFAULT_METERS_FILE
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise MeterError(f"{p}: cannot read: {exc.strerror}") from None
-    return parse_meters(text, str(p))
+    return parse_meters(*read_file(path, DEFAULT_METERS_FILE, MeterError))
 
 
 def by_event_type(meters: Mapping[str, Meter]) -> dict[str, list[Meter]]:

@@ -27,7 +27,7 @@ from sidecars.common.ratelimit import AccessDenied, bearer_token
 
 from .db.daily import DailyTable, DailyUsage
 from .metering import Metering
-from .resources import MAX_HISTORY_DAYS, BadRequest, _day
+from .resources import MAX_HISTORY_DAYS, BadRequest, day_param
 from .store import Account, StoreUnavailable, UsageStore
 from .webhooks import marks
 from .windows import day_range, utc_date, utc_datetime
@@ -177,9 +177,9 @@ class UsagePage:
         unknown = sorted(set(req.params) - {"from", "to"})
         if unknown:
             raise BadRequest(f"Unknown query parameter {unknown[0]!r}; supported: from, to.")
-        last = _day(req, "to") or utc_date(self.store.clock())
+        last = day_param(req, "to") or utc_date(self.store.clock())
         try:
-            first, last = day_range(_day(req, "from"), last)
+            first, last = day_range(day_param(req, "from"), last)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
         if (last - first).days + 1 > MAX_HISTORY_DAYS:

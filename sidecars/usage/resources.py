@@ -53,6 +53,13 @@ class BadRequest(Exception):
         self.error = error
 
 
+def store_unavailable(resp: falcon.asgi.Response, exc: Exception, retry_after: int) -> None:
+    """Answer 503 `store_unavailable` with Retry-After (the database or Redis is down)."""
+    log.warning("account store unavailable: %s", exc)
+    message = "The account store is unavailable; retry shortly."
+    answer(resp, ApiError(503, "store_unavailable", message), retry_after)
+
+
 class AccountResource:
     """A resource answering for the token's account: strict query parameters (a typo such as
     `fromat=json` is reported, not ignored), authentication, and the shared error answers."""
@@ -81,9 +88,7 @@ class AccountResource:
             refused(resp, denied)
             return
         except StoreUnavailable as exc:
-            log.warning("account store unavailable: %s", exc)
-            message = "The account store is unavailable; retry shortly."
-            answer(resp, ApiError(503, "store_unavailable", message), self.retry_after)
+            store_unavailable(resp, exc, self.retry_after)
             return
         resp.content_type = JSON
         resp.data = _encode(body)
@@ -137,7 +142,8 @@ class Usage(AccountResource):
         )
 
 
-def _day(req: falcon.asgi.Request, name: str) -> date | None:
+def day_param(req: falcon.asgi.Request, name: str) -> date | None:
+    """Query parameter `name` as one YYYY-MM-DD calendar date, or None when absent."""
     values = req.get_param_as_list(name)
     if values is None:
         return None
@@ -169,9 +175,9 @@ class History(AccountResource):
 
     def range(self, req: falcon.asgi.Request) -> tuple[date, date]:
         """[from, to]: `to` defaults to today (UTC), `from` to the 30 days ending at `to`."""
-        last = _day(req, "to") or utc_date(self.store.clock())
+        last = day_param(req, "to") or utc_date(self.store.clock())
         try:
-            return day_range(_day(req, "from"), last)
+            return day_range(day_param(req, "from"), last)
         except ValueError as exc:
             raise BadRequest(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
 

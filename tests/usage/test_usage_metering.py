@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +19,7 @@ from support.redis_server import RedisServer
 from support.webhook_receiver import WebhookReceiver
 
 from sidecars.usage.db.events import EventTable
-from sidecars.usage.meters import MeterError, parse_meters
+from sidecars.usage.meters import MeterError, load_meters, parse_meters
 from sidecars.usage.rollup import Rollup
 from sidecars.usage.settings import CANCEL_PATH, EVENTS_PATH, METERS_PATH, Settings
 from sidecars.usage.windows import DAY
@@ -143,6 +144,9 @@ async def test_ingestion_counts_a_replayed_batch_once_and_late_events_in_their_d
             EVENTS_PATH, content=b"x", headers={**bearer(INGEST), "Content-Type": "text/plain"}
         )
         assert text.status_code == 415
+        huge = await client.post(EVENTS_PATH, content=b"[" + b" " * (5 << 20) + b"]",
+                                 headers=BATCH)  # fmt: skip
+        assert huge.status_code == 413 and huge.json()["error"] == "payload_too_large"
 
 
 async def test_meters_aggregate_in_windows_by_dimension_and_requests_are_one(
@@ -219,7 +223,10 @@ async def test_meters_aggregate_in_windows_by_dimension_and_requests_are_one(
         assert (await client.get(f"{METERS_PATH}/tokens")).status_code == 401
 
 
-def test_meters_file_is_checked() -> None:
+def test_meters_file_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(MeterError, match="cannot read"):
+        load_meters(tmp_path / "missing.yaml")
+    assert list(load_meters()) == ["requests", "tokens"]  # the shipped file
     for text, message in [
         ("meters: [{slug: requests, eventType: x, aggregation: count}]", "built-in"),
         ("meters: [{slug: t, eventType: x, aggregation: avg}]", "aggregation"),

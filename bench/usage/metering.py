@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from support.machine import SIDECAR_PACKAGES, load_average, machine_info
+from support.machine import load_average
 from support.process import REPO, scratch, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import usage_databases
+from support.sidecar import usage_bench_machine, usage_databases
 
 from sidecars.usage.app import create_app
 from sidecars.usage.db.metered import MeteredEvent, MeteredTable
@@ -218,11 +218,7 @@ def main() -> None:
             }
             results[backend] = entry
             print(json.dumps({backend: entry}, indent=2), flush=True)
-        results["machine"] = {
-            **machine_info(SIDECAR_PACKAGES),
-            "redis-server": redis.version(),
-            "load average at end": load_average(),
-        }
+        results["machine"] = usage_bench_machine(redis.version())
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
 

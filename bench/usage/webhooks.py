@@ -30,10 +30,10 @@ from typing import Any
 import httpx
 from support.core import suite_config
 from support.daemon import redis_and_daemon
-from support.machine import SIDECAR_PACKAGES, load_average, machine_info
+from support.machine import load_average
 from support.process import REPO, scratch
 from support.ready import wait_for
-from support.sidecar import usage_databases, usage_sidecar
+from support.sidecar import usage_bench_machine, usage_databases, usage_sidecar
 from support.webhook_receiver import WebhookReceiver
 
 from sidecars.usage.plans import load_plans
@@ -165,12 +165,7 @@ def main() -> None:
                 }
                 print(json.dumps({tag: results[backend][f"concurrency_{concurrency}"]}))
             sidecar.terminate()
-        results["machine"] = {
-            **machine_info(SIDECAR_PACKAGES),
-            "redis-server": redis.version(),
-            "gunicorn_workers": 2,
-            "load average at end": load_average(),
-        }
+        results["machine"] = {**usage_bench_machine(redis.version()), "gunicorn_workers": 2}
     receiver.close()
     text = json.dumps(results, indent=2)
     print(text)

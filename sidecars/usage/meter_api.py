@@ -20,7 +20,7 @@ from sidecars.common.errors import ApiError, answer
 
 from .metering import MAX_BODY, MAX_WINDOWS, Metering, MeteringError
 from .meters import WINDOW_SIZES, Meter
-from .resources import JSON, AccountResource, BadRequest, store_unavailable
+from .resources import AccountResource, BadRequest, respond, store_unavailable
 from .schemas import MeterInfo, MeterList, MeterQueryResult, MeterRow
 from .store import Account, StoreUnavailable, UsageStore
 from .windows import DEFAULT_RANGE_DAYS, utc_date
@@ -32,7 +32,6 @@ EVENT_TYPES = (
     "application/cloudevents-batch+json",
     "application/json",
 )
-_encode = msgspec.json.encode
 
 
 class Operator:
@@ -65,9 +64,7 @@ class Operator:
         except StoreUnavailable as exc:
             store_unavailable(resp, exc, self.retry_after)
             return
-        resp.content_type = JSON
-        resp.data = _encode(result)
-        resp.cache_control = ["no-store"]
+        respond(resp, result)
 
     async def handle(self, body: bytes, media: str) -> msgspec.Struct:
         """The answer to a checked request."""

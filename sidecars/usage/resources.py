@@ -53,6 +53,14 @@ class BadRequest(Exception):
         self.error = error
 
 
+def respond(resp: falcon.asgi.Response, body: msgspec.Struct) -> None:
+    """Answer 200 with a JSON body no shared cache may keep (per-account figures behind a
+    bearer token, or the operator's)."""
+    resp.content_type = JSON
+    resp.data = _encode(body)
+    resp.cache_control = ["no-store"]
+
+
 def store_unavailable(resp: falcon.asgi.Response, exc: Exception, retry_after: int) -> None:
     """Answer 503 `store_unavailable` with Retry-After (the database or Redis is down)."""
     log.warning("account store unavailable: %s", exc)
@@ -90,10 +98,7 @@ class AccountResource:
         except StoreUnavailable as exc:
             store_unavailable(resp, exc, self.retry_after)
             return
-        resp.content_type = JSON
-        resp.data = _encode(body)
-        # Per-account figures behind a bearer token: no shared cache may keep them.
-        resp.cache_control = ["no-store"]
+        respond(resp, body)
 
     def check_query(self, req: falcon.asgi.Request) -> None:
         """Refuse unknown parameters and any `format` but exactly `json`."""

@@ -131,6 +131,17 @@ def usage_databases(
         yield name, server, usage_database(name, directory, server)
 
 
+def usage_bench_machine(redis_version: str) -> dict[str, object]:
+    """The `machine` entry of a usage benchmark's results: what ran, on what, how busy."""
+    from .machine import SIDECAR_PACKAGES, load_average, machine_info
+
+    return {
+        **machine_info(SIDECAR_PACKAGES),
+        "redis-server": redis_version,
+        "load average at end": load_average(),
+    }
+
+
 def transit_sidecar(env: dict[str, str], log_path: Path, workers: int = 2, *extra: str) -> Gunicorn:
     """`python -m sidecars.transit [extra gunicorn options]` on port 0 with `workers` workers
     (TRANSIT_* in `env`)."""

@@ -276,3 +276,18 @@ def test_deleted_account_ids_are_never_reused(cli) -> None:  # type: ignore[no-u
     assert (status, out) == (1, None)
     assert "ids are never reused" in err
     assert cli("accounts", "show", acct)[0] == 1
+
+
+def test_serve_refuses_a_bad_meters_file_in_one_line(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "meters.yaml"
+    bad.write_text("meters: [{slug: t, eventType: x, aggregation: avg}]\n")
+    env = {"USAGE_REDIS_URL": redis_server.url, "USAGE_METERS_FILE": str(bad)}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "aggregation must be one of" in err
+    assert err.count("\n") == 1

@@ -33,7 +33,7 @@ import msgspec
 from .db.base import ACCOUNT_ID_RE
 from .db.daily import DailyTable
 from .db.metered import MeteredEvent, MeteredTable
-from .meters import WINDOW_SIZES, Meter, aggregate, by_event_type, check_event
+from .meters import WINDOW_SIZES, Meter, aggregate, by_event_type, check_event, plain
 from .schemas import Cancelled, Ingested, MeterRow
 from .store import Account, UsageStore
 from .webhooks import Crossing, Notifier, marks
@@ -93,10 +93,6 @@ def _utc(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _number(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else value
-
-
 class Metering:
     """Ingestion, cancellation, queries and meter thresholds over one usage store."""
 
@@ -121,8 +117,10 @@ class Metering:
         """Refuse (401) a request without USAGE_INGEST_TOKEN as its Bearer token."""
         expected = self.store.settings.ingest_token
         scheme, _, token = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            token.strip().encode(), expected.encode()
+        if (
+            not expected
+            or scheme.lower() != "bearer"
+            or not hmac.compare_digest(token.strip().encode(), expected.encode())
         ):
             raise MeteringError(401, "unauthorized", "The ingestion token is required.")
 
@@ -283,7 +281,7 @@ class Metering:
             last = end_ms if window_size is None else first + size
             rows.append(
                 MeterRow(
-                    _utc(first), _utc(last), _number(value), dict(zip(group_by, group, strict=True))
+                    _utc(first), _utc(last), plain(value), dict(zip(group_by, group, strict=True))
                 )
             )
         return rows

@@ -96,6 +96,11 @@ def number(value: Any) -> float | None:
     return None
 
 
+def plain(value: float) -> float | int:
+    """A meter's value as JSON shows it: a whole number without its `.0`."""
+    return int(value) if float(value).is_integer() else value
+
+
 def check_event(meter: Meter, data: Any) -> str | None:
     """Why `meter` could not aggregate an event with `data` (None: it can)."""
     if meter.value_property is None:

@@ -27,6 +27,7 @@ from sidecars.common.ratelimit import AccessDenied, bearer_token
 
 from .db.daily import DailyTable, DailyUsage
 from .metering import Metering
+from .meters import plain
 from .resources import MAX_HISTORY_DAYS, BadRequest, day_param
 from .store import Account, StoreUnavailable, UsageStore
 from .webhooks import marks
@@ -96,14 +97,10 @@ def _thresholds(title: str, slug: str, used: float, limit: int, pcts: tuple[int,
     share = min(used / limit, 1.0) if limit else 1.0
     return (
         f'<h3>{_e(title)}</h3><div class="bar"><div style="width:{share * 100:.1f}%"></div></div>'
-        f'<p><span class="meter-used" data-meter="{_e(slug)}">{_e(_n(used))}</span> of '
+        f'<p><span class="meter-used" data-meter="{_e(slug)}">{_e(plain(used))}</span> of '
         f'<span class="meter-limit">{limit}</span></p>'
         "<table><tr><th>threshold</th><th>at</th><th>state</th></tr>" + "".join(rows) + "</table>"
     )
-
-
-def _n(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
 
 
 def _page(title: str, body: str) -> str:

@@ -115,6 +115,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             id TEXT PRIMARY KEY,
             deleted BIGINT NOT NULL
         )""",
+        # Accounts deleted before this table existed, as far as their history tells.
+        "INSERT INTO deleted_accounts (id, deleted) SELECT DISTINCT account_id, 0 "
+        "FROM daily_usage WHERE account_id NOT IN (SELECT id FROM accounts)",
         # Thresholds of event meters: which marks the meter's value reaches now in a window
         # (`crossed`, recomputed when an event is cancelled) and how often it got there.
         """CREATE TABLE meter_thresholds (

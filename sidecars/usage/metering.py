@@ -17,7 +17,8 @@ compared with each mark. `meter_thresholds` holds which marks are reached now; t
 worker to flip a mark from unreached to reached (a conditional upsert, atomic in both
 databases) queues the one webhook of that crossing. A mark still reached after a
 cancellation stays reached: no second webhook. One that is no longer reached is cleared, and
-reaching it again later is a new crossing, notified again.
+reaching it again later is a new crossing, notified again. In a rolling window the marks
+are one state across its days (a value can also drop as old days leave it).
 """
 
 from __future__ import annotations
@@ -323,9 +324,14 @@ class Metering:
                 continue
             window = self.window(account, now)
             value = await self.total(account, meter, window.start * 1000, window.end * 1000)
+            # A rolling window slides every day: its marks are one state (as the request
+            # quota's: an account that stays above a mark is not notified again each day,
+            # one that dropped below, as old days left, and climbs back is).
+            rolling = window.kind == "rolling_30_days"
+            state = 0 if rolling else window.start
             for pct, mark in marks(account.thresholds, limit):
                 if value >= mark:
-                    n = await self.table.cross(account.id, meter.slug, window.start, pct)
+                    n = await self.table.cross(account.id, meter.slug, state, pct)
                     if n is not None and self.notifier is not None:
                         self.notifier.notify(
                             Crossing(
@@ -340,10 +346,5 @@ class Metering:
                                 crossing=n,
                             )
                         )
-                elif lowered:
-                    await self.table.uncross(account.id, meter.slug, window.start, pct)
-
-    async def reached(self, account: Account, meter: Meter, now: float | None = None) -> list[int]:
-        """The marks (percent) the meter's value reaches in the account's window now."""
-        window = self.window(account, self.clock() if now is None else now)
-        return await self.table.reached(account.id, meter.slug, window.start)
+                elif lowered or rolling:
+                    await self.table.uncross(account.id, meter.slug, state, pct)

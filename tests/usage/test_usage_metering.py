@@ -303,3 +303,49 @@ async def test_cancel_within_a_day_recomputes_thresholds(db_settings: Settings) 
                 await notifier.close()  # type: ignore[attr-defined]
     finally:
         receiver.close()
+
+
+async def test_a_rolling_window_notifies_a_mark_once_while_it_holds(db_settings: Settings) -> None:
+    """As the request quota's: an account that stays above a mark while the window slides
+    is not notified again each day; once old days have left it and it climbs back, it is."""
+    receiver = WebhookReceiver(SECRET)
+    settings = _settings(
+        db_settings, webhook_url=receiver.url, webhook_secret=SECRET, webhook_retry_seconds=0.05
+    )
+    meters = parse_meters(
+        "meters: [{slug: tokens, eventType: llm.tokens, valueProperty: $.tokens,"
+        " aggregation: sum, limits: {free: 100}}]"
+    )
+    clock = Clock(NOW)
+    try:
+        async with serving(settings, middleware=[], clock=clock, meters=meters) as (
+            client,
+            store,
+        ):
+            acct, _ = await account_with_token(store, "free")  # rolling_30_days
+            await store.update_account(acct, thresholds="50")
+            notifier = store.crossings
+            assert notifier is not None
+            notifier.start()  # type: ignore[attr-defined]  # the lifespan's part
+            try:
+
+                async def ingest(n: int, tokens: int) -> None:
+                    resp = await client.post(EVENTS_PATH, json=[event(acct, n, tokens)],
+                                             headers=BATCH)  # fmt: skip
+                    assert resp.json()["accepted"] == 1, resp.text
+
+                await ingest(1, 60)  # 60 of 100: 50 % crossed
+                await wait_until(lambda: len(receiver.of(acct)) >= 1, 30, "a webhook")
+                clock.now = NOW + DAY  # the window slid a day; still above
+                await ingest(2, 1)
+                clock.now = NOW + 32 * DAY  # both days left the window: 1 of 100
+                await ingest(3, 1)
+                await ingest(4, 60)  # 61: climbed back over 50 %
+                await wait_until(lambda: len(receiver.of(acct)) >= 2, 30, "a second webhook")
+                events = await EventTable(store.db).recent(acct)
+                assert sorted(e.crossing for e in events) == [1, 2]
+                assert [d.event["usage"] for d in receiver.of(acct)] == [60, 61]
+            finally:
+                await notifier.close()  # type: ignore[attr-defined]
+    finally:
+        receiver.close()

@@ -124,12 +124,3 @@ class MeteredTable:
             "AND window_start = ? AND threshold = ? AND crossed = 1",
             (account_id, meter, window_start, pct),
         )
-
-    async def reached(self, account_id: str, meter: str, window_start: int) -> list[int]:
-        """The thresholds reached now in a window, ascending."""
-        rows = await self.db.query(
-            "SELECT threshold FROM meter_thresholds WHERE account_id = ? AND meter = ? "
-            "AND window_start = ? AND crossed = 1 ORDER BY threshold",
-            (account_id, meter, window_start),
-        )
-        return [int(r[0]) for r in rows]

@@ -49,6 +49,8 @@ if [[ "$mode" == "--system" ]]; then
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null \
         || need+=(postgresql)
     command -v setpriv >/dev/null || need+=(util-linux)
+    # The usage API's account page is tested in a real headless browser (Debian's Chromium).
+    command -v chromium >/dev/null || need+=(chromium)
     # promtool checks and unit-tests the alert rules; Debian ships it only in `prometheus`
     # (the server's package: 20 MB, without its recommended node exporter).
     command -v promtool >/dev/null || norecommends+=(prometheus)

@@ -33,11 +33,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from support.machine import SIDECAR_PACKAGES, load_average, machine_info
+from support.machine import load_average
 from support.postgres_server import PostgresServer
 from support.process import REPO, Proc, cpu_seconds, process_tree, scratch, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import usage_database, usage_sidecar
+from support.sidecar import usage_bench_machine, usage_databases, usage_sidecar
 from support.wrk import run_wrk
 
 from sidecars.usage.db.daily import DailyTable
@@ -212,12 +212,8 @@ def main() -> None:
     with scratch("usage-history-bench-") as (tmp, procs):
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
         procs.append(redis)
-        for backend in args.backends.split(","):
-            pg = None
-            if backend == "postgres":
-                pg = start_bound(lambda: PostgresServer(tmp / "pg"))
-                procs.append(pg)
-            env = {"USAGE_REDIS_URL": redis.url, **usage_database(backend, tmp, pg)}
+        for backend, pg, database in usage_databases(args.backends, tmp, procs):
+            env = {"USAGE_REDIS_URL": redis.url, **database}
             settings = Settings.from_env(env)
             redis.client().flushall()
             entry: dict[str, Any] = {}
@@ -231,11 +227,7 @@ def main() -> None:
             entry["load average after"] = load_average()
             results[backend] = entry
             print(json.dumps({backend: entry}, indent=2), flush=True)
-        results["machine"] = {
-            **machine_info(SIDECAR_PACKAGES),
-            "redis-server": redis.version(),
-            "load average at end": load_average(),
-        }
+        results["machine"] = usage_bench_machine(redis.version())
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
 

@@ -30,11 +30,10 @@ from typing import Any
 import httpx
 from support.core import suite_config
 from support.daemon import redis_and_daemon
-from support.machine import SIDECAR_PACKAGES, load_average, machine_info
-from support.postgres_server import PostgresServer
-from support.process import REPO, scratch, start_bound
+from support.machine import load_average
+from support.process import REPO, scratch
 from support.ready import wait_for
-from support.sidecar import usage_database, usage_sidecar
+from support.sidecar import usage_bench_machine, usage_databases, usage_sidecar
 from support.webhook_receiver import WebhookReceiver
 
 from sidecars.usage.plans import load_plans
@@ -107,18 +106,14 @@ def main() -> None:
         plans.write_text(
             f"plans:\n  free: {{limit: {LIMIT}, window: billing_cycle, thresholds: [100]}}\n"
         )
-        for backend in args.backends.split(","):
-            pg = None
-            if backend == "postgres":
-                pg = start_bound(lambda: PostgresServer(tmp / "pg"))
-                procs.append(pg)
+        for backend, _pg, database in usage_databases(args.backends, tmp, procs):
             env = {
                 "USAGE_REDIS_URL": redis.url,
                 "USAGE_RATELIMIT_ADDRESS": daemon.grpc_target,
                 "USAGE_PLANS_FILE": str(plans),
                 "USAGE_WEBHOOK_URL": receiver.url,
                 "USAGE_WEBHOOK_SECRET": SECRET,
-                **usage_database(backend, tmp, pg),
+                **database,
             }
             sidecar = usage_sidecar(env, tmp / f"gunicorn-{backend}.log")
             procs.append(sidecar)
@@ -170,12 +165,7 @@ def main() -> None:
                 }
                 print(json.dumps({tag: results[backend][f"concurrency_{concurrency}"]}))
             sidecar.terminate()
-        results["machine"] = {
-            **machine_info(SIDECAR_PACKAGES),
-            "redis-server": redis.version(),
-            "gunicorn_workers": 2,
-            "load average at end": load_average(),
-        }
+        results["machine"] = {**usage_bench_machine(redis.version()), "gunicorn_workers": 2}
     receiver.close()
     text = json.dumps(results, indent=2)
     print(text)

@@ -39,6 +39,7 @@ from .model import (
     budget_keys,
     transaction_id,
 )
+from .outbox import event as outbox_event
 
 __all__ = [
     "add_item",
@@ -247,6 +248,8 @@ def budget_op(item: Any, key: str, now_ms: int) -> Op:
     call = Call(
         kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember, unserved
     )
+    if spec.outbox and (kind == SETTLE or kind == RELEASE):
+        call.outbox, call.event = spec.outbox, outbox_event(item.budget[2])
     return Op(key, amount, 0, budget=call)
 
 

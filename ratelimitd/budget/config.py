@@ -13,6 +13,7 @@ descriptors:
                                 # release it; or release / charge (always); past its TTL a
                                 # reservation is charged unless the policy is release
       reservation_ttl: 10m      # longer than the route timeout + the filter timeout
+      outbox: ratelimitd:settled  # optional (Redis): a stream each settle is appended to
 ```
 
 Every field is optional (`budget: {}` takes the defaults above). The phase and
@@ -64,7 +65,7 @@ PHASES = {
 # error, a refusal, a client gone before any answer); `release` nothing; `charge` always
 # its estimate but after a 429. Past its TTL a reservation is charged unless `release`.
 UNSETTLED = ("charge_served", "release", "charge")
-_FIELDS = ("phase_key", "transaction_key", "unsettled", "reservation_ttl")
+_FIELDS = ("phase_key", "transaction_key", "unsettled", "reservation_ttl", "outbox")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class BudgetSpec:
     unsettled: str = "charge_served"  # one of UNSETTLED
     ttl_ms: int = DEFAULT_TTL_MS
     windows: tuple[Window, ...] = ()
+    outbox: str = ""  # the Redis stream each settle is appended to (`budget.outbox`)
 
     def with_windows(self, windows: Iterable[Any]) -> BudgetSpec:
         """This budget over a rule's windows (`config.windows.Window`s, fixed or sliding)."""
@@ -128,6 +130,8 @@ def budget_of(
                 f"the {kept_by[0]} backend keeps no budgets"
                 + (f" of {algorithm} limits" if kept_by[1] else ""),
             )
+    if spec.outbox and kept_by is not None and kept_by[0] != "redis":
+        raise _fail(name, full_key, line, f"outbox needs the redis backend, not {kept_by[0]}")
     return spec.with_windows(windows)
 
 
@@ -166,7 +170,10 @@ def budget_spec(name: str, full_key: str, block: Any, line: int = 0) -> BudgetSp
             f"reservation_ttl must be a duration from 1s to 24h (e.g. 10m), got {ttl!r}; "
             "it must exceed the route timeout plus the rate-limit filter's timeout"
         )
-    return BudgetSpec(keys[0], keys[1], unsettled, int(seconds * 1000))
+    outbox = block.get("outbox", "")
+    if not isinstance(outbox, str) or outbox != outbox.strip():
+        raise fail(f"outbox must be a Redis stream key, got {outbox!r}")
+    return BudgetSpec(keys[0], keys[1], unsettled, int(seconds * 1000), outbox=outbox)
 
 
 def domain_keys(name: str, specs: Mapping[str, BudgetSpec]) -> tuple[str, str] | None:

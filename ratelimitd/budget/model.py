@@ -173,6 +173,8 @@ class Call(msgspec.Struct, gc=False):
     force: bool = False
     remember: bool = False
     unserved: bool = False
+    outbox: str = ""  # a settle's outbox stream (`budget.outbox`), and its `e` field
+    event: str = ""
 
 
 class Result(msgspec.Struct, gc=False):

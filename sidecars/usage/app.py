@@ -18,8 +18,13 @@ from sidecars.common.lifecycle import Lifecycle
 from sidecars.common.ratelimit import RateLimitConfig, RateLimitMiddleware
 
 from . import resources as r
+from .budgets import BudgetFeed
 from .db.daily import DailyTable
+from .meter_api import EventCancel, Events, MeterQuery, Meters
+from .metering import Metering
+from .meters import Meter, load_meters
 from .openapi import openapi_document
+from .page import UsagePage
 from .plans import Plan, load_plans
 from .rollup import Rollup
 from .settings import Settings
@@ -37,7 +42,10 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         timeout_seconds=settings.ratelimit_timeout_seconds,
         failure_mode=settings.ratelimit_failure_mode,
         quota_exempt_paths=frozenset(settings.quota_exempt_paths),
-        exempt_paths=frozenset(settings.exempt_paths),
+        # The operator's ingestion carries its own token, not an account's: never an
+        # account's request to rate-limit or count.
+        exempt_paths=frozenset(settings.exempt_paths)
+        | {settings.events_path, settings.cancel_path},
         retry_after_seconds=settings.retry_after_seconds,
         count_error_responses=settings.count_error_responses,
         invalid_token_limit=settings.invalid_token_limit,
@@ -66,13 +74,15 @@ def rate_limiter(settings: Settings) -> list[object]:
 
 class Background:
     """A worker's background work, started and stopped with the ASGI lifespan: the rollup
-    passes and, when USAGE_WEBHOOK_URL is set, the threshold notifier (which the store tells
+    passes, the token budget feed (USAGE_BUDGET_STREAM) and, when USAGE_WEBHOOK_URL is set,
+    the threshold notifier (which the store tells
     about counted requests). Stopped before the store closes, so the Redis connections and
     the database go last, before the worker's loop."""
 
     def __init__(self, store: UsageStore) -> None:
         self.store = store
         self.rollup = Rollup(store)
+        self.feed: BudgetFeed | None = None  # set by create_app with USAGE_BUDGET_STREAM
         self.notifier = None
         if store.settings.webhook_url:
             self.notifier = Notifier(store.settings, store.db, store.clock)
@@ -83,10 +93,14 @@ class Background:
         self.rollup.start()
         if self.notifier is not None:
             self.notifier.start()
+        if self.feed is not None:
+            self.feed.start()
 
     async def stop(self) -> None:
         """Stop them, then close the store."""
         await self.rollup.stop()
+        if self.feed is not None:
+            await self.feed.close()
         if self.notifier is not None:
             await self.notifier.close()
         await self.store.close()
@@ -98,6 +112,7 @@ def create_app(
     middleware: Iterable[object] | None = None,
     store: UsageStore | None = None,
     plans: Mapping[str, Plan] | None = None,
+    meters: Mapping[str, Meter] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> falcon.asgi.App:
     """Build the app.
@@ -132,6 +147,16 @@ def create_app(
     app.add_route(settings.usage_path, r.Usage(store, REALM, retry_after))
     history = r.History(store, DailyTable(store.db), REALM, retry_after)
     app.add_route(settings.history_path, history)
+    metering = Metering(store, meters or load_meters(settings.meters_file))
+    metering.notifier = background.notifier
+    if settings.budget_stream:
+        background.feed = BudgetFeed(metering)
+    app.add_route(settings.meters_path, Meters(store, metering, REALM, retry_after))
+    app.add_route(settings.meters_path + "/{slug}", MeterQuery(store, metering, REALM, retry_after))
+    app.add_route(settings.page_path, UsagePage(store, metering, DailyTable(store.db)))
+    if settings.ingest_token:
+        app.add_route(settings.events_path, Events(metering, retry_after))
+        app.add_route(settings.cancel_path, EventCancel(metering, retry_after))
     app.add_route(
         "/health",
         r.Health(

@@ -42,6 +42,7 @@ from sidecars.common.server import exec_gunicorn, gunicorn_argv
 from . import admin, reports
 from .admin import Table
 from .db.events import STATUSES
+from .meters import MeterError, load_meters
 from .plans import PLAN_NAMES, WINDOW_KINDS, PlanError, load_plans, parse_thresholds
 from .settings import Settings, SettingsError, environment
 from .store import KEEP, AccountError, StoreUnavailable, UsageStore
@@ -342,10 +343,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
+        try:
+            # Read now, so a bad file is one line here, not a worker failing to boot.
+            load_plans(settings.plans_file)
+            load_meters(settings.meters_file)
+        except (PlanError, MeterError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         serve(settings, given, argv[cut + 1 :])
     try:
         result = asyncio.run(_run(args, settings))
-    except (AccountError, PlanError) as exc:
+    except (AccountError, PlanError, MeterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except StoreUnavailable as exc:

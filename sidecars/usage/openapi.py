@@ -14,8 +14,19 @@ import msgspec
 
 from sidecars.common.errors import ApiError
 
+from .meter_api import EVENT_TYPES
+from .metering import MAX_BATCH, MAX_WINDOWS, CancelRequest, CloudEvent
 from .resources import MAX_HISTORY_DAYS
-from .schemas import ThresholdEvent, UsageHealth, UsageHistory, UsageResponse
+from .schemas import (
+    Cancelled,
+    Ingested,
+    MeterList,
+    MeterQueryResult,
+    ThresholdEvent,
+    UsageHealth,
+    UsageHistory,
+    UsageResponse,
+)
 from .settings import Settings
 from .webhooks import SIGNATURE_HEADER
 
@@ -76,6 +87,11 @@ def _head(
     }
 
 
+def _errors_of(get: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The error responses (references) of a GET operation."""
+    return {code: ref for code, ref in get["responses"].items() if code != "200"}
+
+
 def _options(name: str) -> dict[str, Any]:
     return {
         "summary": "Allowed methods",
@@ -93,9 +109,16 @@ def _options(name: str) -> dict[str, Any]:
 def openapi_document(settings: Settings) -> dict[str, Any]:
     """The document served at /openapi.json."""
     schemas, components = msgspec.json.schema_components(
-        [UsageResponse, ApiError, UsageHealth, UsageHistory, ThresholdEvent], ref_template=_REF
+        [
+            UsageResponse, ApiError, UsageHealth, UsageHistory, ThresholdEvent, MeterList,
+            MeterQueryResult, Ingested, Cancelled, CloudEvent, CancelRequest,
+        ],
+        ref_template=_REF,
+    )  # fmt: skip
+    usage_schema, _, health_schema, history_schema, event_schema, *meter_schemas = schemas
+    list_schema, query_schema, ingested_schema, cancelled_schema, ce_schema, cancel_schema = (
+        meter_schemas
     )
-    usage_schema, _, health_schema, history_schema, event_schema = schemas
     responses = {
         "BadRequest": _error(
             "`format` has a value other than `json` (`invalid_format`; `supportedValues` lists "
@@ -240,18 +263,102 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             **errors,
         },
     }
+    get_meters = {
+        "summary": "The meters of the token's account",
+        "description": "`requests` (the counted requests, the plan's quota) and the meters "
+        "declared in the meters file, with the account's plan's limit of each.",
+        "operationId": "listMeters",
+        "security": [{"bearerAuth": []}],
+        "parameters": [format_param, idempotency_param],
+        "responses": {
+            "200": {
+                "description": "The meters.",
+                "headers": ok_headers,
+                "content": {"application/json": {"schema": list_schema}},
+            },
+            **errors,
+        },
+    }
+    instant = {
+        "oneOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]
+    }
+    meter_params = [
+        {
+            "name": "slug",
+            "in": "path",
+            "required": True,
+            "description": "The meter (see listMeters); unknown: 404.",
+            "schema": {"type": "string", "pattern": "^[a-z0-9_]{1,64}$"},
+        },
+        {
+            "name": "from",
+            "in": "query",
+            "required": False,
+            "description": "Range start, inclusive: a date (00:00Z) or a date-time with an "
+            "offset; default: 30 days before `to`.",
+            "schema": instant,
+        },
+        {
+            "name": "to",
+            "in": "query",
+            "required": False,
+            "description": "Range end, exclusive; default: the end of today (UTC).",
+            "schema": instant,
+        },
+        {
+            "name": "windowSize",
+            "in": "query",
+            "required": False,
+            "description": "hour or day windows, aligned to UTC (at most "
+            f"{MAX_WINDOWS['hour']} hours or {MAX_WINDOWS['day']} days per call); omitted: "
+            "one total over the range. `requests` has day windows only.",
+            "schema": {"type": "string", "enum": ["hour", "day"]},
+        },
+        {
+            "name": "groupBy",
+            "in": "query",
+            "required": False,
+            "description": "Dimensions of the meter to group by (comma-separated or repeated).",
+            "schema": {"type": "string"},
+        },
+        format_param,
+        idempotency_param,
+    ]
+    get_meter = {
+        "summary": "One meter of the token's account over a range",
+        "description": "The meter's aggregation per window and group, only where there is "
+        "usage. Event meters aggregate the account's metered events that are not cancelled; "
+        "`requests` the rolled-up days (trailing the live figure by one rollup interval).",
+        "operationId": "queryMeter",
+        "security": [{"bearerAuth": []}],
+        "parameters": meter_params,
+        "responses": {
+            "200": {
+                "description": "The meter's rows.",
+                "headers": ok_headers,
+                "content": {"application/json": {"schema": query_schema}},
+            },
+            **errors,
+            "404": _ref("NotFound"),
+        },
+    }
     path_item = {
         settings.usage_path: (get_usage, "Usage"),
         settings.history_path: (get_history, "UsageHistory"),
+        settings.meters_path: (get_meters, "Meters"),
+        settings.meters_path + "/{slug}": (get_meter, "Meter"),
     }
     paths: dict[str, Any] = {
         path: {
             "get": get,
-            "head": _head(get, name, ok_headers, errors, responses),
+            "head": _head(get, name, ok_headers, _errors_of(get), responses),
             "options": _options(name),
         }
         for path, (get, name) in path_item.items()
     }
+    if settings.ingest_token:
+        paths.update(operator_paths(settings, ingested_schema, cancelled_schema, ce_schema,
+                                    cancel_schema))  # fmt: skip
     integer = {"type": "integer", "minimum": 0}
     return {
         "openapi": "3.1.0",
@@ -349,7 +456,12 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "A token issued by `python -m sidecars.usage tokens issue`.",
-                }
+                },
+                "ingestAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "The operator's USAGE_INGEST_TOKEN (not an account's).",
+                },
             },
             "headers": {
                 "Cache-Control": _header(
@@ -380,5 +492,77 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
                     {"type": "string", "enum": ["true"]},
                 ),
             },
+        },
+    }
+
+
+def operator_paths(
+    settings: Settings,
+    ingested: dict[str, Any],
+    cancelled: dict[str, Any],
+    cloud_event: dict[str, Any],
+    cancel: dict[str, Any],
+) -> dict[str, Any]:
+    """The operator's ingestion and cancellation (served when USAGE_INGEST_TOKEN is set)."""
+    events = {"oneOf": [cloud_event, {"type": "array", "items": cloud_event, "minItems": 1,
+                                      "maxItems": MAX_BATCH}]}  # fmt: skip
+    common = {
+        "401": _error("Not the ingestion token (`unauthorized`).", required=("WWW-Authenticate",)),
+        "415": _error("Not a JSON media type (`unsupported_media_type`)."),
+        "503": _error("The database is unavailable (`store_unavailable`).", ("Retry-After",)),
+    }
+    return {
+        settings.events_path: {
+            "post": {
+                "summary": "Ingest metered events (CloudEvents 1.0, one or a batch)",
+                "description": "All or none. De-duplicated by `source` + `id`; `subject` is "
+                "the account's id; `time` defaults to receipt, at most "
+                "USAGE_EVENT_MAX_AGE_DAYS back and 5 minutes ahead; `data` is a JSON object "
+                f"the event type's meters can aggregate. At most {MAX_BATCH} events.",
+                "operationId": "ingestEvents",
+                "security": [{"ingestAuth": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {media: {"schema": events} for media in EVENT_TYPES},
+                },
+                "responses": {
+                    "200": {
+                        "description": "Stored (or stored before).",
+                        "headers": _headers(),
+                        "content": {"application/json": {"schema": ingested}},
+                    },
+                    "400": _error(
+                        "An event that cannot be stored, named by its index: `invalid_event`, "
+                        "`event_too_old`, `event_in_future`, `unknown_subject`."
+                    ),
+                    "413": _error("A body over 4 MiB (`payload_too_large`)."),
+                    **common,
+                },
+            }
+        },
+        settings.cancel_path: {
+            "post": {
+                "summary": "Cancel a metered event within 24 hours of receipt",
+                "description": "The event leaves every meter; the thresholds of its meters are "
+                "recomputed (a crossing that still holds is not notified again). Cancelling "
+                "again answers the same.",
+                "operationId": "cancelEvent",
+                "security": [{"ingestAuth": []}],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": cancel}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "Cancelled.",
+                        "headers": _headers(),
+                        "content": {"application/json": {"schema": cancelled}},
+                    },
+                    "400": _error("Not `{source, id}` (`invalid_event`)."),
+                    "404": _error("No such event (`event_not_found`)."),
+                    "409": _error("Received more than 24 hours ago (`cancel_window_passed`)."),
+                    **common,
+                },
+            }
         },
     }

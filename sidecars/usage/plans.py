@@ -102,11 +102,15 @@ def parse_plans(text: str, source: str = "<plans>") -> dict[str, Plan]:
     return plans
 
 
+def read_file(path: str | Path | None, default: Path, error: type[ValueError]) -> tuple[str, str]:
+    """(text, name) of the file `path` (or `default`); `error` when it cannot be read."""
+    p = Path(path) if path else default
+    try:
+        return p.read_text(), str(p)
+    except OSError as exc:
+        raise error(f"{p}: cannot read: {exc.strerror}") from None
+
+
 def load_plans(path: str | Path | None = None) -> dict[str, Plan]:
     """The plans from `path` (default: the shipped plans.yaml)."""
-    p = Path(path) if path else DEFAULT_PLANS_FILE
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise PlanError(f"{p}: cannot read: {exc.strerror}") from None
-    return parse_plans(text, str(p))
+    return parse_plans(*read_file(path, DEFAULT_PLANS_FILE, PlanError))

@@ -11,7 +11,7 @@ import argparse
 import csv
 import sys
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import IO, Any
 
 import msgspec
@@ -19,13 +19,12 @@ import msgspec
 from .admin import Table, table
 from .db.daily import DailyTable, DailyUsage
 from .db.events import AttemptRecord, EventRecord, EventTable
-from .resources import DEFAULT_HISTORY_DAYS
 from .rollup import Rollup
 from .schemas import DailyPoint, UsageHistory
 from .store import AccountError, UsageStore
 from .terminal import Progress, chart, piped
 from .webhooks import Notifier
-from .windows import utc_date
+from .windows import day_range, utc_date
 
 EXPORT_COLUMNS = ("account", "date", "plan", "limit", "usage")
 
@@ -44,11 +43,10 @@ _export_encoder = msgspec.json.Encoder()
 
 
 def _range(args: argparse.Namespace, today: date) -> tuple[date, date]:
-    last = args.to or today
-    first = args.from_ or last - timedelta(days=DEFAULT_HISTORY_DAYS - 1)
-    if first > last:
-        raise AccountError(f"--from {first} is after --to {last}")
-    return first, last
+    try:
+        return day_range(args.from_, args.to or today)
+    except ValueError as exc:
+        raise AccountError(f"--from/--to: {exc}") from None
 
 
 async def usage(args: argparse.Namespace, store: UsageStore) -> Any:
@@ -74,7 +72,10 @@ async def usage(args: argparse.Namespace, store: UsageStore) -> Any:
             points = [DailyPoint(r.day, r.usage, r.plan, r.limit) for r in rows]  # type: ignore[arg-type]
             return UsageHistory(first, last, points)
         return Table(chart(args.account, rows, args.width))
-    out: IO[str] = open(args.output, "w", newline="") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        out: IO[str] = open(args.output, "w", newline="") if args.output else sys.stdout  # noqa: SIM115
+    except OSError as exc:
+        raise AccountError(f"cannot write {args.output}: {exc.strerror}") from None
     try:
         show = not args.no_progress and sys.stderr.isatty() and (args.output or not piped(out))
         await export(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from datetime import date, timedelta
+from datetime import date
 from typing import Any
 
 import falcon
@@ -31,7 +31,7 @@ from .schemas import (
     UsageResponse,
 )
 from .store import Account, StoreUnavailable, UsageStore
-from .windows import utc_date, utc_datetime
+from .windows import day_range, utc_date, utc_datetime
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,6 @@ FORMATS = ["json"]
 ALLOW = "GET, HEAD, OPTIONS"
 # Per call: a year and a month of daily points, the retention's default.
 MAX_HISTORY_DAYS = 400
-DEFAULT_HISTORY_DAYS = 30
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _encode = msgspec.json.encode
 
@@ -52,6 +51,21 @@ class BadRequest(Exception):
         super().__init__(message)
         self.message = message
         self.error = error
+
+
+def respond(resp: falcon.asgi.Response, body: msgspec.Struct) -> None:
+    """Answer 200 with a JSON body no shared cache may keep (per-account figures behind a
+    bearer token, or the operator's)."""
+    resp.content_type = JSON
+    resp.data = _encode(body)
+    resp.cache_control = ["no-store"]
+
+
+def store_unavailable(resp: falcon.asgi.Response, exc: Exception, retry_after: int) -> None:
+    """Answer 503 `store_unavailable` with Retry-After (the database or Redis is down)."""
+    log.warning("account store unavailable: %s", exc)
+    message = "The account store is unavailable; retry shortly."
+    answer(resp, ApiError(503, "store_unavailable", message), retry_after)
 
 
 class AccountResource:
@@ -82,14 +96,9 @@ class AccountResource:
             refused(resp, denied)
             return
         except StoreUnavailable as exc:
-            log.warning("account store unavailable: %s", exc)
-            message = "The account store is unavailable; retry shortly."
-            answer(resp, ApiError(503, "store_unavailable", message), self.retry_after)
+            store_unavailable(resp, exc, self.retry_after)
             return
-        resp.content_type = JSON
-        resp.data = _encode(body)
-        # Per-account figures behind a bearer token: no shared cache may keep them.
-        resp.cache_control = ["no-store"]
+        respond(resp, body)
 
     def check_query(self, req: falcon.asgi.Request) -> None:
         """Refuse unknown parameters and any `format` but exactly `json`."""
@@ -138,7 +147,8 @@ class Usage(AccountResource):
         )
 
 
-def _day(req: falcon.asgi.Request, name: str) -> date | None:
+def day_param(req: falcon.asgi.Request, name: str) -> date | None:
+    """Query parameter `name` as one YYYY-MM-DD calendar date, or None when absent."""
     values = req.get_param_as_list(name)
     if values is None:
         return None
@@ -164,17 +174,17 @@ class History(AccountResource):
         """Also the range: valid dates, `from` <= `to`, at most MAX_HISTORY_DAYS days."""
         super().check_query(req)
         first, last = self.range(req)
-        if first > last:
-            raise BadRequest(f"'from' ({first}) is after 'to' ({last}).")
         days = (last - first).days + 1
         if days > MAX_HISTORY_DAYS:
             raise BadRequest(f"The range has {days} days; at most {MAX_HISTORY_DAYS} per call.")
 
     def range(self, req: falcon.asgi.Request) -> tuple[date, date]:
         """[from, to]: `to` defaults to today (UTC), `from` to the 30 days ending at `to`."""
-        last = _day(req, "to") or utc_date(self.store.clock())
-        first = _day(req, "from") or last - timedelta(days=DEFAULT_HISTORY_DAYS - 1)
-        return first, last
+        last = day_param(req, "to") or utc_date(self.store.clock())
+        try:
+            return day_range(day_param(req, "from"), last)
+        except ValueError as exc:
+            raise BadRequest(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from None
 
     async def answer(self, req: falcon.asgi.Request, account: Account) -> msgspec.Struct:
         """The account's days in the range."""

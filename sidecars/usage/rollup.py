@@ -37,6 +37,7 @@ from .counters import TTL
 from .db import StoreUnavailable
 from .db.daily import AccountRef, DailyTable
 from .db.events import EventTable
+from .db.metered import MeteredTable
 from .store import UsageStore
 from .windows import DAY, epoch, utc_date
 
@@ -71,6 +72,7 @@ class Rollup:
         self.clock = clock or store.clock
         self.daily = DailyTable(store.db)
         self.events = EventTable(store.db)
+        self.metered = MeteredTable(store.db)
         self.outage = Outage("rollup", "daily usage is not written to SQL meanwhile")
         self._task: asyncio.Task[None] | None = None
         # One lease per database: fleets sharing a Redis but not a database (staging beside
@@ -103,6 +105,9 @@ class Rollup:
         retention = self.store.settings.retention_days
         purged = await self.daily.purge(today - timedelta(days=retention - 1))
         await self.events.purge(int((now - retention * DAY) * 1000))
+        # Metered events go with their days (ingestion refuses any older than the
+        # retention, so a purged event cannot come back as new).
+        await self.metered.purge(epoch(today - timedelta(days=retention - 1)) * 1000)
         return RollupReport(
             first, today, accounts, rows, closed, purged, time.monotonic() - started
         )

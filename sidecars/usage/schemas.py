@@ -139,3 +139,87 @@ class ThresholdEvent(Struct):
     usage: Annotated[_Count, msgspec.Meta(description="Usage in the window at the crossing.")]
     limit: Annotated[_Count, msgspec.Meta(description="The plan's quota per window.")]
     window: EventWindow
+    meter: Annotated[
+        str,
+        msgspec.Meta(
+            description="The meter crossed: `requests` (the plan's request quota) or an "
+            "event meter with limits (`usage` and `limit` are then that meter's)."
+        ),
+    ] = "requests"
+
+
+class Ingested(Struct):
+    """Body of an ingestion: events stored by this request, events stored before (by
+    `source` + `id`: a replay counts once)."""
+
+    accepted: Annotated[_Count, msgspec.Meta(description="Events stored now.")]
+    duplicates: Annotated[_Count, msgspec.Meta(description="Events already stored.")]
+
+
+class Cancelled(Struct):
+    """Body of a cancellation: the event, its account, when it was cancelled."""
+
+    source: str
+    id: str
+    subject: Annotated[str, msgspec.Meta(description="The event's account.")]
+    cancelled: _dt.datetime
+
+
+class MeterInfo(Struct):
+    """A declared meter, as the account sees it."""
+
+    slug: str
+    description: str
+    eventType: Annotated[
+        str | None,
+        msgspec.Meta(description="The CloudEvents type aggregated; null for `requests`."),
+    ]
+    aggregation: Literal["sum", "count", "max", "unique_count"]
+    groupBy: Annotated[list[str], msgspec.Meta(description="Dimensions a query may group by.")]
+    windowSizes: list[Literal["hour", "day"]]
+    limit: Annotated[
+        int | None,
+        msgspec.Meta(
+            description="The account's plan's quota of this meter per usage window (threshold "
+            "webhooks); null: none."
+        ),
+    ]
+
+
+class MeterList(Struct):
+    """Body of `GET /api/v2/user/usage/meters`."""
+
+    meters: list[MeterInfo]
+
+
+class MeterRow(Struct):
+    """One window (and group) of a meter query with events in it."""
+
+    windowStart: _dt.datetime
+    windowEnd: _dt.datetime
+    value: Annotated[float, msgspec.Meta(description="The aggregation over the window.")]
+    groupBy: Annotated[
+        dict[str, str | int | float | None],
+        msgspec.Meta(description="The group's dimension values (null: absent)."),
+    ] = {}
+
+
+class MeterQueryResult(Struct):
+    """Body of `GET /api/v2/user/usage/meters/{slug}`."""
+
+    meter: str
+    from_: Annotated[_dt.datetime, msgspec.Meta(description="Range start, inclusive.")] = (
+        msgspec.field(name="from")
+    )
+    to: Annotated[_dt.datetime, msgspec.Meta(description="Range end, exclusive.")]
+    windowSize: Annotated[
+        Literal["hour", "day"] | None,
+        msgspec.Meta(
+            description="Windows aligned to UTC hours or days; null: one window, the range."
+        ),
+    ]
+    groupBy: list[str]
+    data: Annotated[
+        list[MeterRow],
+        msgspec.Meta(description="Windows and groups with usage, oldest first, then by group."),
+    ]

@@ -20,11 +20,17 @@ from sidecars.common.server import Server
 
 USAGE_PATH = "/api/v2/user/usage"
 HISTORY_PATH = USAGE_PATH + "/history"
+METERS_PATH = USAGE_PATH + "/meters"
+EVENTS_PATH = "/api/v2/usage/events"
+CANCEL_PATH = EVENTS_PATH + "/cancel"
+PAGE_PATH = "/account/usage"
 MODES = ("allow", "deny")
 # The two databases: naming one on the command line replaces the environment's other one.
 _DATABASES = ("USAGE_SQLITE_PATH", "USAGE_POSTGRES_DSN")
 # Tuning of deliveries: meaningless without a receiver, so refused without USAGE_WEBHOOK_URL.
 _WEBHOOK_TUNING = ("SECRET", "TIMEOUT_SECONDS", "RETRY_SECONDS", "RETRY_FOR_SECONDS")
+# Reading ratelimitd's settle outbox: meaningless without USAGE_BUDGET_STREAM.
+_BUDGET_TUNING = ("REDIS_URL", "ACCOUNT_KEY", "MODEL_KEY")
 
 
 def environment(
@@ -95,7 +101,7 @@ class Settings(Server):
     max_header_bytes: int = 8192
     max_headers: int = 64
     counter_buffer_hits: int = 10_000
-    quota_exempt_paths: tuple[str, ...] = (USAGE_PATH, HISTORY_PATH)
+    quota_exempt_paths: tuple[str, ...] = (USAGE_PATH, HISTORY_PATH, PAGE_PATH)
     exempt_paths: tuple[str, ...] = ("/health", "/openapi.json")
     rollup_interval_seconds: float = 60.0
     retention_days: int = 400
@@ -106,6 +112,13 @@ class Settings(Server):
     webhook_retry_for_seconds: float = 86400.0
     idempotency_window_seconds: int = 86400
     idempotency_max_keys: int = 10_000
+    ingest_token: str = ""
+    meters_file: str = ""
+    event_max_age_days: int = 35
+    budget_stream: str = ""
+    budget_redis_url: str = ""
+    budget_account_key: str = "user"
+    budget_model_key: str = "model"
 
     @property
     def usage_path(self) -> str:
@@ -116,6 +129,26 @@ class Settings(Server):
     def history_path(self) -> str:
         """Where the daily usage history is served."""
         return self.base_path + HISTORY_PATH
+
+    @property
+    def meters_path(self) -> str:
+        """Where the meters are listed (and each queried, under it)."""
+        return self.base_path + METERS_PATH
+
+    @property
+    def events_path(self) -> str:
+        """Where metered events are ingested (the operator's, not an account's)."""
+        return self.base_path + EVENTS_PATH
+
+    @property
+    def cancel_path(self) -> str:
+        """Where a metered event is cancelled."""
+        return self.base_path + CANCEL_PATH
+
+    @property
+    def page_path(self) -> str:
+        """The account's usage page."""
+        return self.base_path + PAGE_PATH
 
     @classmethod
     def from_env(
@@ -179,6 +212,34 @@ class Settings(Server):
                     f"USAGE_WEBHOOK_{unused[0]} is set but USAGE_WEBHOOK_URL is not: "
                     "threshold webhooks are off; set the URL or unset it"
                 )
+        ingest_token = env.raw("INGEST_TOKEN", "")
+        if ingest_token and len(ingest_token) < 16:
+            # It is the only proof of an ingestion's origin: a guessable one proves nothing.
+            raise SettingsError("USAGE_INGEST_TOKEN must be at least 16 characters")
+        retention_days = env.integer("RETENTION_DAYS", d.retention_days, lo=1)
+        # Unset: 35 days (Stripe's), or less when the retention is shorter.
+        max_age = env.integer(
+            "EVENT_MAX_AGE_DAYS", min(d.event_max_age_days, retention_days - 1), lo=0
+        )
+        if max_age >= retention_days:
+            # De-duplication holds as long as the events are kept: an event older than the
+            # retention would be purged, and its replay counted again.
+            raise SettingsError(
+                f"USAGE_EVENT_MAX_AGE_DAYS={max_age} must be less than "
+                f"USAGE_RETENTION_DAYS={retention_days}"
+            )
+        budget_stream = env.text("BUDGET_STREAM", "")
+        if not budget_stream:
+            # Where and how to read the daemon's settles mean nothing without the stream.
+            unused = [n for n in _BUDGET_TUNING if env.is_set("BUDGET_" + n)]
+            if unused:
+                raise SettingsError(
+                    f"USAGE_BUDGET_{unused[0]} is set but USAGE_BUDGET_STREAM is not: the "
+                    "token budget feed is off; set the stream or unset it"
+                )
+        budget_redis_url = env.text("BUDGET_REDIS_URL", "")
+        if budget_redis_url and "://" not in budget_redis_url:
+            budget_redis_url = "redis://" + budget_redis_url
         return cls(
             host=env.text("HOST", d.host),
             port=env.integer("PORT", d.port),
@@ -220,13 +281,14 @@ class Settings(Server):
             ),
             ratelimit_failure_mode=failure_mode,
             quota_exempt_paths=env.names(
-                "QUOTA_EXEMPT_PATHS", (base_path + USAGE_PATH, base_path + HISTORY_PATH)
+                "QUOTA_EXEMPT_PATHS",
+                (base_path + USAGE_PATH, base_path + HISTORY_PATH, base_path + PAGE_PATH),
             ),
             exempt_paths=env.names("EXEMPT_PATHS", d.exempt_paths),
             rollup_interval_seconds=env.number(
                 "ROLLUP_INTERVAL_SECONDS", d.rollup_interval_seconds
             ),
-            retention_days=env.integer("RETENTION_DAYS", d.retention_days, lo=1),
+            retention_days=retention_days,
             webhook_url=webhook_url,
             webhook_secret=webhook_secret,
             webhook_timeout_seconds=env.number(
@@ -242,4 +304,11 @@ class Settings(Server):
                 "IDEMPOTENCY_WINDOW_SECONDS", d.idempotency_window_seconds
             ),
             idempotency_max_keys=env.integer("IDEMPOTENCY_MAX_KEYS", d.idempotency_max_keys, 1),
+            ingest_token=ingest_token,
+            meters_file=env.text("METERS_FILE", d.meters_file),
+            event_max_age_days=max_age,
+            budget_stream=budget_stream,
+            budget_redis_url=budget_redis_url,
+            budget_account_key=env.text("BUDGET_ACCOUNT_KEY", d.budget_account_key),
+            budget_model_key=env.text("BUDGET_MODEL_KEY", d.budget_model_key),
         )

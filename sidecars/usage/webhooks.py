@@ -46,6 +46,7 @@ from sidecars.common.outage import Outage
 
 from .db import Database, StoreUnavailable
 from .db.events import DELIVERED, FAILED, PENDING, AttemptRecord, EventRecord, EventTable
+from .meters import REQUESTS
 from .schemas import EventWindow, ThresholdEvent
 from .windows import Window, utc_datetime
 
@@ -111,6 +112,8 @@ class Crossing:
     limit: int
     window: Window
     seen: float
+    meter: str = ""  # '' = the counted requests; else an event meter's slug
+    crossing: int = 1  # the how-many-th time the meter reached the mark in the window
 
 
 class Notifier:
@@ -156,6 +159,17 @@ class Notifier:
             except asyncio.QueueFull:
                 self._seen.discard(key)
                 log.error("threshold event of %s at %d%% dropped: queue full", account.id, pct)
+
+    def notify(self, crossing: Crossing) -> None:
+        """Queue a crossing already decided once for all workers (an event meter's, see
+        `metering.Metering.recompute`). Never waits."""
+        if self._queue is None:
+            return
+        try:
+            self._queue.put_nowait(crossing)
+        except asyncio.QueueFull:
+            log.error("threshold event of %s (%s) dropped: queue full", crossing.account,
+                      crossing.meter)  # fmt: skip
 
     # ------------------------------------------------------------ background
 
@@ -221,6 +235,7 @@ class Notifier:
                 utc_datetime(crossing.window.start),
                 utc_datetime(crossing.window.end),
             ),
+            meter=crossing.meter or REQUESTS,
         )
         return EventRecord(
             id=body.id,
@@ -234,6 +249,8 @@ class Notifier:
             next_attempt_ms=now_ms,
             lease_until_ms=now_ms + self.lease_ms,
             give_up_ms=now_ms + int(self.settings.webhook_retry_for_seconds * 1000),
+            meter=crossing.meter,
+            crossing=crossing.crossing,
         )
 
     def _spawn(self, event: EventRecord) -> None:

@@ -18,12 +18,29 @@ window is the list of day starts whose buckets are summed.
 from __future__ import annotations
 
 import calendar
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 
 import msgspec
 
 DAY = 86400
 ROLLING_DAYS = 30  # whole days before today
+DEFAULT_RANGE_DAYS = 30  # a report's range when only its end (or nothing) is given
+
+
+def day_range(first: date | None, last: date) -> tuple[date, date]:
+    """[first, last] with `first` defaulting to the DEFAULT_RANGE_DAYS days ending at `last`;
+    ValueError (the reason) when that default would start before the calendar does, or
+    `first` is after `last`."""
+    if first is None:
+        if (last - date.min).days < DEFAULT_RANGE_DAYS - 1:
+            raise ValueError(
+                f"the default range (the {DEFAULT_RANGE_DAYS} days ending at {last}) would "
+                f"start before {date.min}; give the first day too"
+            )
+        first = last - timedelta(days=DEFAULT_RANGE_DAYS - 1)
+    if first > last:
+        raise ValueError(f"the first day ({first}) is after the last ({last})")
+    return first, last
 
 
 class Window(msgspec.Struct, frozen=True):

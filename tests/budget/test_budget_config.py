@@ -23,6 +23,7 @@ def test_defaults() -> None:
 def test_every_field() -> None:
     got = spec("{phase_key: stage, transaction_key: id, unsettled: charge, reservation_ttl: 5m30s}")
     assert got == BudgetSpec("stage", "id", "charge", 330_000)
+    assert spec("{outbox: 'settled:tokens'}").outbox == "settled:tokens"
 
 
 @pytest.mark.parametrize(
@@ -31,7 +32,7 @@ def test_every_field() -> None:
         (
             "reserve",
             "expected a mapping of phase_key, transaction_key, unsettled, "
-            "reservation_ttl, got 'reserve'",
+            "reservation_ttl, outbox, got 'reserve'",
         ),
         ("{ttl: 5m}", "unknown field 'ttl'"),
         ("{phase_key: ''}", "phase_key must be a non-empty descriptor key, got ''"),
@@ -45,6 +46,7 @@ def test_every_field() -> None:
         ("{reservation_ttl: 500ms}", "reservation_ttl must be a duration from 1s to 24h"),
         ("{reservation_ttl: 25h}", "reservation_ttl must be a duration from 1s to 24h"),
         ("{reservation_ttl: soon}", "it must exceed the route timeout"),
+        ("{outbox: [a]}", "outbox must be a Redis stream key, got ['a']"),
     ],
 )
 def test_errors_name_the_rule_and_the_field(block: str, message: str) -> None:
@@ -91,3 +93,18 @@ def test_recognise(entries: list[tuple[str, str]], expected: Any) -> None:
         assert got is None
     else:
         assert got == (expected[0], expected[1], tuple(expected[2]))
+
+
+def test_an_outbox_needs_the_redis_backend() -> None:
+    from ratelimitd.config import ConfigFile, load_ruleset
+    from ratelimitd.config.windows import FIXED_WINDOW, SLIDING_WINDOW
+
+    text = (
+        "domain: llm\ndescriptors:\n  - key: user\n"
+        "    rate_limit: {unit: hour, requests_per_unit: 100}\n"
+        "    budget: {outbox: settled}\n"
+    )
+    kept = frozenset({FIXED_WINDOW, SLIDING_WINDOW})
+    with pytest.raises(ConfigError, match="outbox needs the redis backend, not memory"):
+        load_ruleset([ConfigFile("llm.yaml", text)], backend=("memory", kept, kept))
+    load_ruleset([ConfigFile("llm.yaml", text)], backend=("redis", kept, kept))

@@ -350,3 +350,38 @@ async def test_clock_skew_between_daemons_never_frees_room(store: Any) -> None:
     settled = await behind.settle("t1", 30)
     assert (settled.outcome, settled.charged) == (outcome.SETTLED, 30)
     assert await ahead.level() == await behind.level() == 30
+
+
+async def test_settles_append_to_the_outbox_exactly_once(redis_servers: Any) -> None:
+    """A budget with an outbox: each settle that charges usage (a reservation's, or an
+    unknown transaction's) appends one entry in the same script; a repeated settle, a
+    reserve, a release and a refused reserve append nothing."""
+    from support.budget import redis_budgets
+
+    from ratelimitd.budget.outbox import event, parse
+
+    server = redis_servers()
+    backend, store = await redis_budgets(server.address)
+    try:
+        b = Budget(store)
+        entries = [("user", "alice"), ("model", "gpt-4o")]
+
+        async def settle(txn: str, actual: int) -> Result:
+            call = Call(SETTLE, b.key, b.windows, b.now, txn, actual, ttl=TTL,
+                        outbox="settled", event=event(entries))  # fmt: skip
+            return (await store.run([call]))[0]  # type: ignore[no-any-return]
+
+        await b.reserve("t1", 40)
+        assert (await settle("t1", 25)).outcome == outcome.SETTLED
+        assert (await settle("t1", 25)).outcome == outcome.FINISHED  # repeated: nothing
+        assert (await settle("t9", 7)).outcome == outcome.ORPHAN  # charged at once
+        await b.reserve("t2", 30)
+        await b.release("t2")
+        assert (await b.reserve("t3", 1000)).outcome == outcome.REFUSED
+        client = server.client()
+        got = [parse(fields) for _, fields in client.xrange("settled")]
+        assert [(s.txn, s.tokens, s.at_ms) for s in got] == [("t1", 25, T0), ("t9", 7, T0)]
+        assert got[0].entries == tuple(entries) and got[0].value("model") == "gpt-4o"
+        assert await b.level() == 32  # the usage the outbox reports, charged once
+    finally:
+        await backend.close()

@@ -22,6 +22,7 @@ only ratelimitd and sidecars.
   decisions      random configs and requests; /explain predicts the decision (property)
   sidecar        a usage or transit sidecar under real gunicorn; usage_database
   webhook_receiver  a signature-checking webhook receiver (the usage API's threshold events)
+  browser        headless Chromium: a screenshot of a page, its DOM after loading
   wrk            wrk runs summarised as JSON (the HTTP load benchmarks)
   fuzz           schemathesis cases of one operation of an app's OpenAPI document, checked
   grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)

@@ -94,13 +94,14 @@ class LlmStack:
         cut_after: int | None = None,
         timeout: float = 30,
         prompt: str = "hi",
+        model: str = "fake",
         body: dict[str, Any] | None = None,
     ) -> Answer:
         """One chat completion through Envoy. `cut_after` N: the client reads N bytes of
         the streamed answer and hangs up (a client abort mid-stream). `body` adds to (or
         replaces fields of) the JSON body, e.g. a `max_tokens` no count can be made of."""
         sent_body: dict[str, Any] = {
-            "model": "fake",
+            "model": model,
             "messages": [{"role": "user", "content": prompt}],
         }
         if max_tokens is not None:

@@ -13,13 +13,13 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 
 from .postgres_server import PostgresServer
-from .process import REPO, Proc
+from .process import REPO, Proc, start_bound
 
 LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
 # A new connection per request: a kept-alive one would always reach the same worker.
@@ -114,6 +114,32 @@ def usage_database(kind: str, directory: Path, postgres: PostgresServer | None) 
         return {"USAGE_SQLITE_PATH": str(directory / f"usage-{uuid.uuid4().hex[:8]}.sqlite3")}
     assert postgres is not None, "a PostgreSQL server is needed"
     return {"USAGE_POSTGRES_DSN": postgres.create_database("u" + uuid.uuid4().hex[:12])}
+
+
+def usage_databases(
+    names: str, directory: Path, procs: list[Proc]
+) -> Iterator[tuple[str, PostgresServer | None, dict[str, str]]]:
+    """For a benchmark, each of the comma-separated databases `names` (sqlite, postgres): its
+    name, the PostgreSQL server (started in `directory` when first named, and added to
+    `procs` to be stopped) or None, and the USAGE_* variable naming a fresh database."""
+    pg: PostgresServer | None = None
+    for name in names.split(","):
+        if name == "postgres" and pg is None:
+            pg = start_bound(lambda: PostgresServer(directory / "pg"))
+            procs.append(pg)
+        server = pg if name == "postgres" else None
+        yield name, server, usage_database(name, directory, server)
+
+
+def usage_bench_machine(redis_version: str) -> dict[str, object]:
+    """The `machine` entry of a usage benchmark's results: what ran, on what, how busy."""
+    from .machine import SIDECAR_PACKAGES, load_average, machine_info
+
+    return {
+        **machine_info(SIDECAR_PACKAGES),
+        "redis-server": redis_version,
+        "load average at end": load_average(),
+    }
 
 
 def transit_sidecar(env: dict[str, str], log_path: Path, workers: int = 2, *extra: str) -> Gunicorn:

@@ -251,3 +251,43 @@ def test_serve_hands_the_options_to_the_workers(
         assert answer.status_code == 200 and answer.json()["planName"] == "pro"
     finally:
         server.terminate()
+
+
+def test_report_errors_are_one_line(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    acct = unique()
+    cli("accounts", "create", acct, "--plan", "free")
+    status, out, err = cli("usage", "show", acct, "--to", "0001-01-05")
+    assert (status, out) == (1, None)
+    assert err.startswith("error: ") and "give the first day too" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    missing = tmp_path / "missing-dir" / "x.csv"
+    args = ("--from", "2026-01-01", "--to", "2026-01-02", "--output", str(missing))
+    status, out, err = cli("usage", "export", *args)
+    assert (status, out) == (1, None)
+    assert err == f"error: cannot write {missing}: No such file or directory\n"
+    assert not missing.parent.exists()
+
+
+def test_deleted_account_ids_are_never_reused(cli) -> None:  # type: ignore[no-untyped-def]
+    acct = unique()
+    cli("accounts", "create", acct, "--plan", "free")
+    assert cli("accounts", "delete", acct, "--yes")[0] == 0
+    status, out, err = cli("accounts", "create", acct, "--plan", "pro")
+    assert (status, out) == (1, None)
+    assert "ids are never reused" in err
+    assert cli("accounts", "show", acct)[0] == 1
+
+
+def test_serve_refuses_a_bad_meters_file_in_one_line(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "meters.yaml"
+    bad.write_text("meters: [{slug: t, eventType: x, aggregation: avg}]\n")
+    env = {"USAGE_REDIS_URL": redis_server.url, "USAGE_METERS_FILE": str(bad)}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "aggregation must be one of" in err
+    assert err.count("\n") == 1

@@ -11,7 +11,14 @@ from ratelimitd.backends import Op
 from ratelimitd.keys import meter_key
 from ratelimitd.messages import OK, Descriptor
 from sidecars.usage.plans import DEFAULTS, PlanError, load_plans, parse_plans
-from sidecars.usage.settings import HISTORY_PATH, USAGE_PATH, Settings, SettingsError, environment
+from sidecars.usage.settings import (
+    HISTORY_PATH,
+    PAGE_PATH,
+    USAGE_PATH,
+    Settings,
+    SettingsError,
+    environment,
+)
 
 
 def test_shipped_plans_are_the_defaults() -> None:
@@ -69,7 +76,9 @@ def test_settings_defaults_and_parsing() -> None:
     assert s.redis_url == "redis://10.0.0.1:6380"
     assert s.usage_path == "/usage" + USAGE_PATH
     # Reading one's own usage or history never uses the quota up.
-    assert s.quota_exempt_paths == ("/usage" + USAGE_PATH, "/usage" + HISTORY_PATH)
+    assert s.quota_exempt_paths == tuple(
+        "/usage" + p for p in (USAGE_PATH, HISTORY_PATH, PAGE_PATH)
+    )
     assert s.ratelimit_failure_mode == "deny"
     assert s.exempt_paths == ("/health", "/x")
     assert s.ratelimit_address == ""
@@ -106,6 +115,10 @@ def test_bad_settings(env: dict[str, str]) -> None:
         # Delivery settings without a receiver would do nothing: refused, not ignored.
         ({"USAGE_WEBHOOK_SECRET": "s" * 16}, "USAGE_WEBHOOK_URL is not"),
         ({"USAGE_WEBHOOK_RETRY_SECONDS": "1"}, "USAGE_WEBHOOK_RETRY_SECONDS is set"),
+        # Metering: a guessable ingestion token; events kept shorter than they may be late.
+        ({"USAGE_INGEST_TOKEN": "short"}, "USAGE_INGEST_TOKEN must be at least 16"),
+        ({"USAGE_EVENT_MAX_AGE_DAYS": "30", "USAGE_RETENTION_DAYS": "30"}, "less than"),
+        ({"USAGE_BUDGET_ACCOUNT_KEY": "u"}, "USAGE_BUDGET_STREAM is not"),
     ],
 )
 def test_webhook_settings_are_checked_at_start(env: dict[str, str], message: str) -> None:

@@ -77,6 +77,9 @@ async def test_history_refuses_what_it_cannot_answer(redis_server: RedisServer) 
             "since=2026-01-01": "Unknown query parameter",
             "format=xml": "Unsupported format",
         }
+        # The default `from` (30 days before `to`) would be before the first calendar day.
+        cases["to=0001-01-05"] = "give the first day too"
+        cases["to=0001-01-01"] = "give the first day too"
         for query, message in cases.items():
             resp = await client.get(f"{HISTORY_PATH}?{query}", headers=auth)
             assert resp.status_code == 400, query
@@ -84,6 +87,8 @@ async def test_history_refuses_what_it_cannot_answer(redis_server: RedisServer) 
         assert (await client.get(f"{HISTORY_PATH}?format=xml", headers=auth)).json()[
             "supportedValues"
         ] == ["json"]
+        early = await client.get(f"{HISTORY_PATH}?from=0001-01-01&to=0001-01-05", headers=auth)
+        assert early.status_code == 200 and early.json()["points"] == []
         # Exactly 400 days is allowed.
         ok = await client.get(f"{HISTORY_PATH}?from=2025-01-01&to=2026-02-04", headers=auth)
         assert ok.status_code == 200

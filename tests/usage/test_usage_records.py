@@ -236,3 +236,27 @@ async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
         assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 200
         await store.delete_account(acct)
         assert (await client.get(USAGE_PATH, headers=bearer(token2))).status_code == 401
+        # The id stays the deleted account's: its counters and history are never inherited.
+        with pytest.raises(AccountError, match="ids are never reused"):
+            await store.create_account(acct, "free")
+        assert await store.account(acct) is None
+
+
+async def test_upgrade_to_version_4_keeps_deleted_ids_taken(db_settings: Settings) -> None:
+    """An account deleted before version 4 left its days in the history: its id stays
+    taken after the upgrade (a new owner would inherit them and its Redis counters)."""
+    db = open_database(db_settings)
+    try:
+        assert await db.migrate(target=3) == 3
+        async with db._transaction() as tx:
+            await tx.execute(
+                "INSERT INTO daily_usage (account_id, day, usage, plan, plan_limit, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                ("gone", "2026-01-02", 7, "free", 1000, 1),
+            )
+        assert await db.migrate() == LATEST
+        with pytest.raises(AccountError, match="ids are never reused"):
+            await db.create_account("gone", "free", "", date(2026, 1, 1), None)
+        assert (await db.create_account("fresh", "free", "", date(2026, 1, 1), None)).id == "fresh"
+    finally:
+        await db.close()

@@ -263,6 +263,11 @@ else
   end
   lv = levels(0)
 end
+-- A settle, or a close that charged its estimate (`unsettled`), is one event of what was charged.
+if KEYS[3] and (outcome == 6 or (outcome == 4 and (kind == SETTLE or charged > 0))) then
+  redis.call('XADD', KEYS[3], '*', 't', txn, 'n', string.format('%.0f', charged),
+    'at', string.format('%.0f', now), 'e', ARGV[#ARGV])
+end
 if written and not peek then
   local set = {'e', 0}
   for _, win in ipairs(wins) do
@@ -325,12 +330,17 @@ def encode(call: Call, *, load: bool = False) -> bytes:
             bulk_int(win.tick),
             bulk_int(win.limit),
         )
-    n = 5 + len(args)
+    keys = [_bulk(state), _bulk(due)]
+    if call.outbox:  # KEYS[3] and the last ARGV: the settle outbox (`budget.outbox`)
+        keys.append(_bulk(call.outbox.encode()))
+        args.append(_bulk(call.event.encode()))
+    n = 3 + len(keys) + len(args)
     if load:
-        head = b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n%b\r\n$1\r\n2\r\n" % (n, len(_BODY), _BODY)
+        head = b"*%d\r\n$4\r\nEVAL\r\n$%d\r\n%b\r\n$1\r\n%d\r\n" % (
+            n, len(_BODY), _BODY, len(keys))  # fmt: skip
     else:
-        head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n$1\r\n2\r\n" % (n, _SHA)
-    return b"".join((head, _bulk(state), _bulk(due), *args))
+        head = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n%b\r\n$1\r\n%d\r\n" % (n, _SHA, len(keys))
+    return b"".join((head, *keys, *args))
 
 
 def _bulk(data: bytes) -> bytes:

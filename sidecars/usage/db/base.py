@@ -265,13 +265,24 @@ class Database:
     ) -> AccountRecord:
         """Insert an account; AccountError when the id is taken."""
         now = int(self.clock())
+        # A deleted account's id stays taken: Redis counters, history and events are keyed
+        # by it, and a new owner would inherit them (and be refused as over quota).
         sql = (
-            f"INSERT INTO accounts ({_ACCOUNT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            f"INSERT INTO accounts ({_ACCOUNT_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ? "
+            "WHERE NOT EXISTS (SELECT 1 FROM deleted_accounts WHERE id = ?) "
             "ON CONFLICT (id) DO NOTHING"
         )
-        params = (account_id, plan, window, start.isoformat(), _iso(end), now, now, None, None)
+        params = (
+            *(account_id, plan, window, start.isoformat(), _iso(end), now, now, None, None),
+            account_id,
+        )
 
         if not await self._write(sql, params):
+            if await self.query("SELECT 1 FROM deleted_accounts WHERE id = ?", (account_id,)):
+                raise AccountError(
+                    f"account id {account_id!r} belonged to a deleted account; ids are never "
+                    "reused (its usage stays on record), choose another"
+                )
             raise AccountError(f"account {account_id!r} exists")
         return await self._require(account_id)
 
@@ -300,7 +311,13 @@ class Database:
             async with self._transaction() as tx:
                 # Tokens first: the same on a database whose foreign keys do not cascade.
                 await tx.execute("DELETE FROM tokens WHERE account_id = ?", (account_id,))
-                return await tx.execute("DELETE FROM accounts WHERE id = ?", (account_id,))
+                deleted = await tx.execute("DELETE FROM accounts WHERE id = ?", (account_id,))
+                if deleted:
+                    await tx.execute(
+                        "INSERT INTO deleted_accounts (id, deleted) VALUES (?, ?)",
+                        (account_id, int(self.clock())),
+                    )
+                return deleted
 
         if not await self._bounded(delete):
             raise AccountError(f"no account {account_id!r}")

@@ -1,10 +1,11 @@
 """Threshold events and their delivery attempts in SQL.
 
 The event row is the "exactly one per threshold per window" guarantee: its unique key is
-(account, threshold, window start), and only the process whose INSERT created the row
-delivers it. Deliveries are claimed with a lease (a conditional UPDATE, atomic in SQLite and
-PostgreSQL alike), so a retry is sent by one worker, and a worker that died mid-delivery
-leaves an event another one picks up once the lease ends. Instants are epoch milliseconds.
+(account, meter, threshold, window start, crossing), and only the process whose INSERT
+created the row delivers it. Deliveries are claimed with a lease (a conditional UPDATE,
+atomic in SQLite and PostgreSQL alike), so a retry is sent by one worker, and a worker that
+died mid-delivery leaves an event another one picks up once the lease ends.
+Instants are epoch milliseconds.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ STATUSES = (PENDING, DELIVERED, FAILED)
 
 _EVENT = (
     "id, account_id, threshold, window_start, created_ms, payload, status, attempts, "
-    "next_attempt_ms, lease_until_ms, give_up_ms, delivered_ms"
+    "next_attempt_ms, lease_until_ms, give_up_ms, delivered_ms, meter, crossing"
 )
 _ATTEMPT = "event_id, attempt, at_ms, duration_ms, status_code, error"
 
@@ -41,6 +42,8 @@ class EventRecord(msgspec.Struct, frozen=True):
     lease_until_ms: int
     give_up_ms: int
     delivered_ms: int | None = None
+    meter: str = ""  # '' = the counted requests
+    crossing: int = 1  # the how-many-th time the meter's value reached the mark
 
 
 class AttemptRecord(msgspec.Struct, frozen=True):
@@ -57,7 +60,7 @@ class AttemptRecord(msgspec.Struct, frozen=True):
 def _event(r: Sequence[Any]) -> EventRecord:
     return EventRecord(
         r[0], r[1], int(r[2]), int(r[3]), int(r[4]), r[5], r[6], int(r[7]), int(r[8]),
-        int(r[9]), int(r[10]), None if r[11] is None else int(r[11]),
+        int(r[9]), int(r[10]), None if r[11] is None else int(r[11]), r[12], int(r[13]),
     )  # fmt: skip
 
 
@@ -68,11 +71,13 @@ class EventTable:
         self.db = db
 
     async def create(self, event: EventRecord) -> bool:
-        """Insert the event unless its (account, threshold, window) has one; True when this
-        call created it (its caller then owns the first delivery: the row holds its lease)."""
+        """Insert the event unless its (account, meter, threshold, window, crossing) has one;
+        True when this call created it (its caller then owns the first delivery: the row
+        holds its lease)."""
+        marks = ", ".join("?" * len(_EVENT.split(", ")))
         sql = (
-            f"INSERT INTO webhook_events ({_EVENT}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (account_id, threshold, window_start) DO NOTHING"
+            f"INSERT INTO webhook_events ({_EVENT}) VALUES ({marks}) "
+            "ON CONFLICT (account_id, meter, threshold, window_start, crossing) DO NOTHING"
         )
         return bool(await self.db.execute(sql, msgspec.structs.astuple(event)))
 

@@ -12,6 +12,11 @@ days), instants are epoch seconds.
 from __future__ import annotations
 
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
+# The columns of webhook_events as migration 3 made them (copied by migration 4).
+_EVENTS_V3 = (
+    "id, account_id, threshold, window_start, created_ms, payload, status, attempts, "
+    "next_attempt_ms, lease_until_ms, give_up_ms, delivered_ms"
+)
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: accounts (plan assignment and subscription period) and their bearer tokens.
@@ -89,6 +94,78 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             error TEXT NOT NULL DEFAULT '',
             PRIMARY KEY (event_id, attempt)
         )""",
+    ),
+    # 4: metered events (CloudEvents: one row per `source` + `id`, so a replay changes
+    # nothing) and the ids of deleted accounts (never given to a new account: its Redis
+    # counters, history and events would be the old owner's).
+    (
+        """CREATE TABLE usage_events (
+            source TEXT NOT NULL,
+            id TEXT NOT NULL,
+            account_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            time_ms BIGINT NOT NULL,
+            data TEXT NOT NULL,
+            received_ms BIGINT NOT NULL,
+            cancelled_ms BIGINT,
+            PRIMARY KEY (source, id)
+        )""",
+        "CREATE INDEX usage_events_account ON usage_events (account_id, type, time_ms)",
+        """CREATE TABLE deleted_accounts (
+            id TEXT PRIMARY KEY,
+            deleted BIGINT NOT NULL
+        )""",
+        # Accounts deleted before this table existed, as far as their history tells.
+        "INSERT INTO deleted_accounts (id, deleted) SELECT DISTINCT account_id, 0 "
+        "FROM daily_usage WHERE account_id NOT IN (SELECT id FROM accounts)",
+        # Thresholds of event meters: which marks the meter's value reaches now in a window
+        # (`crossed`, recomputed when an event is cancelled) and how often it got there.
+        """CREATE TABLE meter_thresholds (
+            account_id TEXT NOT NULL,
+            meter TEXT NOT NULL,
+            window_start BIGINT NOT NULL,
+            threshold INTEGER NOT NULL,
+            crossed INTEGER NOT NULL,
+            crossings INTEGER NOT NULL,
+            PRIMARY KEY (account_id, meter, window_start, threshold)
+        )""",
+        # Threshold events of any meter: the unique key gains the meter ('' = the counted
+        # requests) and the crossing's number (a meter's value can drop under a mark when an
+        # event is cancelled and reach it again). Rebuilt, as SQLite cannot change a key.
+        """CREATE TABLE webhook_events_v4 (
+            id TEXT PRIMARY KEY,
+            account_id TEXT NOT NULL,
+            threshold INTEGER NOT NULL,
+            window_start BIGINT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_ms BIGINT NOT NULL,
+            lease_until_ms BIGINT NOT NULL DEFAULT 0,
+            give_up_ms BIGINT NOT NULL,
+            delivered_ms BIGINT,
+            meter TEXT NOT NULL DEFAULT '',
+            crossing INTEGER NOT NULL DEFAULT 1,
+            UNIQUE (account_id, meter, threshold, window_start, crossing)
+        )""",
+        f"INSERT INTO webhook_events_v4 ({_EVENTS_V3}) SELECT {_EVENTS_V3} FROM webhook_events",
+        """CREATE TABLE webhook_attempts_v4 (
+            event_id TEXT NOT NULL REFERENCES webhook_events_v4 (id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL,
+            at_ms BIGINT NOT NULL,
+            duration_ms BIGINT NOT NULL,
+            status_code INTEGER,
+            error TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (event_id, attempt)
+        )""",
+        "INSERT INTO webhook_attempts_v4 SELECT * FROM webhook_attempts",
+        "DROP TABLE webhook_attempts",
+        "DROP TABLE webhook_events",
+        # SQLite renames the attempts' reference along with the table; PostgreSQL's is by oid.
+        "ALTER TABLE webhook_events_v4 RENAME TO webhook_events",
+        "ALTER TABLE webhook_attempts_v4 RENAME TO webhook_attempts",
+        "CREATE INDEX webhook_events_due ON webhook_events (status, next_attempt_ms)",
     ),
 )
 

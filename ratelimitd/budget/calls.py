@@ -248,7 +248,7 @@ def budget_op(item: Any, key: str, now_ms: int) -> Op:
     call = Call(
         kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember, unserved
     )
-    if spec.outbox and (kind == SETTLE or kind == RELEASE):
+    if spec.outbox and kind in (SETTLE, RELEASE):
         call.outbox, call.event = spec.outbox, outbox_event(item.budget[2])
     return Op(key, amount, 0, budget=call)
 

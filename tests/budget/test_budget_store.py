@@ -354,8 +354,9 @@ async def test_clock_skew_between_daemons_never_frees_room(store: Any) -> None:
 
 async def test_settles_append_to_the_outbox_exactly_once(redis_servers: Any) -> None:
     """A budget with an outbox: each settle that charges usage (a reservation's, or an
-    unknown transaction's) appends one entry in the same script; a repeated settle, a
-    reserve, a release and a refused reserve append nothing."""
+    unknown transaction's) and each close that charges its estimate appends one entry in
+    the same script; a repeated settle, a reserve, a release and a refused reserve append
+    nothing."""
     from support.budget import redis_budgets
 
     from ratelimitd.budget.outbox import event, parse
@@ -376,12 +377,20 @@ async def test_settles_append_to_the_outbox_exactly_once(redis_servers: Any) -> 
         assert (await settle("t1", 25)).outcome == outcome.FINISHED  # repeated: nothing
         assert (await settle("t9", 7)).outcome == outcome.ORPHAN  # charged at once
         await b.reserve("t2", 30)
-        await b.release("t2")
+        await b.release("t2", outbox="settled", event=event(entries))  # released: nothing
         assert (await b.reserve("t3", 1000)).outcome == outcome.REFUSED
+        # A close that charges its estimate (a stream cut after it started) is billed usage.
+        await b.reserve("t4", 20)
+        charged = await b.release("t4", charge=True, outbox="settled", event=event(entries))
+        assert charged.outcome == outcome.SETTLED
         client = server.client()
         got = [parse(fields) for _, fields in client.xrange("settled")]
-        assert [(s.txn, s.tokens, s.at_ms) for s in got] == [("t1", 25, T0), ("t9", 7, T0)]
+        assert [(s.txn, s.tokens, s.at_ms) for s in got] == [
+            ("t1", 25, T0),
+            ("t9", 7, T0),
+            ("t4", 20, T0),
+        ]
         assert got[0].entries == tuple(entries) and got[0].value("model") == "gpt-4o"
-        assert await b.level() == 32  # the usage the outbox reports, charged once
+        assert await b.level() == 52  # the usage the outbox reports, charged once
     finally:
         await backend.close()

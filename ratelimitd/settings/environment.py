@@ -366,6 +366,10 @@ def _stats(env: Env) -> StatsSettings:
         max_request_series=env.get_int(
             "STATS_MAX_REQUEST_SERIES", d.max_request_series, 0, 2**31 - 1
         ),
+        # At least 64: a cut key keeps more of its text than its 17-byte digest suffix.
+        max_request_key_bytes=env.get_int(
+            "STATS_MAX_REQUEST_KEY_BYTES", d.max_request_key_bytes, 64, 65536
+        ),
         disable=env.get_bool("DISABLE_STATS", d.disable),
     )
 

@@ -232,6 +232,9 @@ class StatsSettings:
     # Extension: series created from request content (limit overrides, detailed_metric
     # values, unknown domains) past this many fold into one overflow series.
     max_request_series: int = 10_000  # STATS_MAX_REQUEST_SERIES
+    # Extension: such a series' stats key longer than this (UTF-8 bytes) is cut and ends
+    # with a digest of the whole key (stats/store.py `bounded_key`).
+    max_request_key_bytes: int = 256  # STATS_MAX_REQUEST_KEY_BYTES
     # Extension: a gauge of each configured rule's limit, `<stats key>.rate_limit`
     # (asked upstream in #1138, #160, #429, #453, #986), for utilisation alerts.
     rate_limit_gauges: bool = False  # STATS_RATE_LIMIT_GAUGES

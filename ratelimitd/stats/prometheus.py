@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from . import process
@@ -49,7 +49,8 @@ def parse_listen_address(addr: str) -> tuple[str | None, int]:
 
 
 Headers = tuple[tuple[str, str], ...]
-Reply = tuple[int, Headers, bytes]
+# The body: bytes, or byte chunks the listener sends as the client reads them.
+Reply = tuple[int, Headers, bytes | AsyncIterator[bytes]]
 
 
 class Request(Protocol):
@@ -76,6 +77,9 @@ _EXPOSITION: Headers = (("Content-Type", CONTENT_TYPE),)
 _METHOD_NOT_ALLOWED: Reply = (405, (("Content-Type", "text/plain"),), b"")
 # How long a scrape in progress may take to finish at shutdown.
 SCRAPE_GRACE_SECONDS = 2.0
+# Exposition lines per chunk of a scrape's answer: a scraper that does not read holds one
+# chunk and the listener's high-water mark, not the whole exposition (a 326 MB one was).
+_CHUNK_LINES = 1_000
 
 
 class PrometheusSink(Sink):
@@ -159,6 +163,10 @@ class PrometheusSink(Sink):
 
     def render(self, snapshot: dict[str, float] | None = None) -> bytes:
         """The text exposition (format 0.0.4) of the current totals."""
+        return "".join(self.render_lines(snapshot)).encode()
+
+    def render_lines(self, snapshot: dict[str, float] | None = None) -> list[str]:
+        """`render` as its lines (a family's HELP and TYPE make one)."""
         totals = self.totals(snapshot)
         # family name -> (type, {labels: value or histogram})
         families: dict[str, tuple[str, dict[tuple[tuple[str, str], ...], Any]]] = {}
@@ -229,7 +237,7 @@ class PrometheusSink(Sink):
                 out.append(f"{fname}_sum{_labels_text(key)} {number(total)}\n")
                 out.append(f"{fname}_count{_labels_text(key)} {count}\n")
         out += process.render(totals.process)
-        return "".join(out).encode()
+        return out
 
     async def _scrape(self, request: Request) -> Reply:
         """PROMETHEUS_PATH: the exposition for GET (and HEAD); 405 for another method."""
@@ -238,4 +246,12 @@ class PrometheusSink(Sink):
         # The store is read on the loop in slices; formatting 600,000 series of a large
         # config runs in a thread, so a scrape never holds the loop for long.
         snapshot = await self.stats.snapshot_sliced()
-        return 200, _EXPOSITION, await asyncio.to_thread(self.render, snapshot)
+        lines = await asyncio.to_thread(self.render_lines, snapshot)
+        return 200, _EXPOSITION, _chunks(lines)
+
+
+async def _chunks(lines: list[str]) -> AsyncIterator[bytes]:
+    """The exposition in chunks of _CHUNK_LINES lines, the loop free between two."""
+    for i in range(0, len(lines), _CHUNK_LINES):
+        yield "".join(lines[i : i + _CHUNK_LINES]).encode()
+        await asyncio.sleep(0)

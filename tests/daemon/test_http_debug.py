@@ -6,10 +6,12 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from support import wait_until
 from support.http_transport import (
     ONE_K,
     Conn,
@@ -20,7 +22,7 @@ from support.http_transport import (
 from ratelimitd.service import ServiceError
 from ratelimitd.settings import DebugSettings
 from ratelimitd.transport.debug import debug_routes
-from ratelimitd.transport.http import start_http_server
+from ratelimitd.transport.http import HttpServer, start_http_server
 
 # debug server
 
@@ -154,3 +156,44 @@ async def test_debug_profile_needs_the_admin_token_when_one_is_set(
     # With the token set, DEBUG_PROFILE_ENABLED does not open the endpoint to everyone.
     both = await make_servers(debug_settings=DebugSettings(True, admin_token="s3cret"))
     assert (await both.debug_call("/debug/pprof/profile?seconds=1")).status == 401
+
+
+async def test_an_unread_stats_page_holds_one_chunk_then_is_closed() -> None:
+    """/stats is streamed: a client that does not read holds the high-water mark and one
+    chunk of the page, not the page (an unread 244 MB /stats once stayed in the transport's
+    buffer), and is closed after the write timeout as any unread answer."""
+    from ratelimitd.stats import StatsStore
+
+    stats = StatsStore()
+    for i in range(5_000):
+        stats.rule_stats(f"d.k_{i:05d}_" + "v" * 200).total_hits = i
+    server = HttpServer(
+        debug_routes(StubService(ServiceError("x")), stats),  # type: ignore[arg-type]
+        write_timeout=1.0,
+    )
+    await server.start("127.0.0.1", 0)
+    page_bytes = 5_000 * 6 * 260  # 7.8 MB of lines
+    try:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(b"GET /stats HTTP/1.1\r\nHost: x\r\n\r\n")
+        await wait_until(lambda: server.connections, what="the connection")
+        conn = next(iter(server.connections))
+        await wait_until(lambda: conn._write_waiter is not None, what="writing paused")
+        held = conn._transport.get_write_buffer_size()  # type: ignore[union-attr]
+        assert held < 600 * 1024 < page_bytes // 10, held
+        await wait_until(lambda: not server.connections, what="closed after write_timeout")
+        sock.close()
+
+        # A client that reads gets the whole page, in order.
+        c = await Conn.open(server.port)
+        reply = await c.call("/stats", method="GET")
+        await c.close()
+        assert reply.headers["transfer-encoding"] == "chunked"
+        lines = reply.body.decode().splitlines()
+        assert len(lines) >= 30_000 and lines == sorted(lines)
+        last = "ratelimit.service.rate_limit.d.k_04999_" + "v" * 200 + ".total_hits: 4999"
+        assert last in lines
+    finally:
+        await server.close(grace=1)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.http_transport import read_reply, request_bytes
 from support.settings_env import on_memory
 
 from ratelimitd.settings import Settings
@@ -32,17 +33,14 @@ def prom_settings(**env: str) -> Settings:
 
 
 async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
-    """One HTTP/1.1 GET over a real socket (the server keeps connections alive unless told)."""
+    """One HTTP/1.1 GET over a real socket; header names in lower case."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-    raw = await reader.read()
+    writer.write(request_bytes(path, method="GET", headers=("Connection: close",)))
+    reply = await read_reply(reader)
     writer.close()
     with contextlib.suppress(Exception):
         await writer.wait_closed()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = dict(line.split(": ", 1) for line in lines[1:])
-    return int(lines[0].split()[1]), headers, body.decode()
+    return reply.status, reply.headers, reply.body.decode()
 
 
 async def scrape(
@@ -80,7 +78,8 @@ async def test_scrape_matches_the_store(harness: Any) -> None:
 
         status, headers, text = await http_get(sink.port, "/prom")
         assert status == 200
-        assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert headers["transfer-encoding"] == "chunked"  # streamed, a chunk as it is read
         got = samples(text)
         snap = h.stats.snapshot()
 

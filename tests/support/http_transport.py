@@ -39,7 +39,8 @@ class Reply:
 
 
 async def read_reply(reader: asyncio.StreamReader, *, head: bool = False) -> Reply:
-    """One response from the stream (Content-Length bodies, as our server sends)."""
+    """One response from the stream: a Content-Length body, or a chunked one (a large
+    answer: /stats, /metrics)."""
     status_line = await reader.readline()
     assert status_line.startswith(b"HTTP/1.1 "), status_line
     status = int(status_line.split()[1])
@@ -50,9 +51,21 @@ async def read_reply(reader: asyncio.StreamReader, *, head: bool = False) -> Rep
             break
         name, _, value = line.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding") == "chunked" and not head:
+        return Reply(status, headers, await read_chunks(reader))
     length = 0 if head else int(headers["content-length"])
     body = await reader.readexactly(length)
     return Reply(status, headers, body)
+
+
+async def read_chunks(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body, up to its last chunk."""
+    parts = []
+    while size := int((await reader.readline()).split(b";")[0], 16):
+        parts.append(await reader.readexactly(size))
+        assert await reader.readexactly(2) == b"\r\n"
+    assert await reader.readline() == b"\r\n"  # no trailers
+    return b"".join(parts)
 
 
 def request_bytes(

@@ -300,6 +300,28 @@ def _memcache_key() -> str:
     return f"test_k_refund_{now - now % 60}"
 
 
+@scenario(
+    "long_series",
+    "15. 11 requests of 1,000 overrides with distinct 4,000-byte values, then 4 /stats never read",
+)
+async def long_series(run: Run) -> dict[str, Any]:
+    out: dict[str, Any] = {"rss_mib_start": run.mib()}
+    answers = await attacks.long_series(run.daemon.grpc_target, 11)
+    out["answers"] = {a: answers.count(a) for a in set(answers)}
+    out["rss_mib_after_requests"] = run.mib()
+    _, page = await asyncio.to_thread(run.daemon.debug, "/stats", 120)
+    out["stats_page_mib"] = round(len(page) / MIB, 1)
+    del page
+    held = await asyncio.to_thread(attacks.unread_pages, run.daemon.debug_port, "/stats", 4)
+    await asyncio.sleep(5)
+    out["rss_mib_4_unread_stats"] = run.mib()
+    await asyncio.sleep(15)  # past HTTP_WRITE_TIMEOUT (10 s)
+    out["unread_open_after_20s"] = held.open_sockets()
+    held.close()
+    out["rss_mib_after"] = run.mib()
+    return out
+
+
 async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     title, extra, fn = SCENARIOS[name]
     extra = dict(extra)

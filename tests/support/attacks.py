@@ -16,9 +16,12 @@ import struct
 import time
 from dataclasses import dataclass, field
 
+import grpc
 from hpack import Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import ContinuationFrame, HeadersFrame
 
+from ratelimitd.messages import Descriptor
+from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import encode_request
 
 from .h2raw import Raw, grpc_message
@@ -219,3 +222,51 @@ async def negative_prefix(port: int) -> dict[str, str]:
         return await raw.stream_end(1)
     finally:
         raw.writer.close()
+
+
+async def long_series(
+    target: str,
+    requests: int,
+    descriptors: int = 1000,
+    value_bytes: int = 4000,
+    domain: str = "d",
+    tag: str = "",
+) -> list[str]:
+    """`requests` gRPC calls (host:port `target`), each of `descriptors` limit overrides
+    with distinct `value_bytes`-byte values: every one names a new statistics series after
+    its value. `tag` makes the values distinct from another run's. The answers' codes."""
+    answers = []
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        for r in range(requests):
+            body = encode_request(
+                domain,
+                [
+                    Descriptor((("o", f"{tag}{r:04d}-{i:04d}".ljust(value_bytes, "x")),), (5, 1))
+                    for i in range(descriptors)
+                ],
+            )
+            try:
+                await call(body, timeout=60)
+                answers.append("OK")
+            except grpc.aio.AioRpcError as err:
+                answers.append(err.code().name)
+    return answers
+
+
+def unread_pages(port: int, path: str, n: int) -> Held:
+    """`n` connections, each asking `GET path` (/stats, /metrics) and never reading the
+    answer (a small receive buffer, so the server holds what it could not send)."""
+    held = Held()
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        except OSError:
+            sock.close()
+            continue
+        held.sockets.append(sock)
+    return held

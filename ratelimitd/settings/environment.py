@@ -395,6 +395,12 @@ def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
         ),
         max_in_flight=env.get_int("MAX_INFLIGHT_DECISIONS", d.max_in_flight, lo=0),
         memory_max_keys=env.get_int("MEMORY_MAX_KEYS", d.memory_max_keys, 1, 2**31 - 1),
+        budget_max_transactions=env.get_int(
+            "BUDGET_MAX_TRANSACTIONS", d.budget_max_transactions, 1, 2**31 - 1
+        ),
+        memory_max_budget_transactions=env.get_int(
+            "MEMORY_MAX_BUDGET_TRANSACTIONS", d.memory_max_budget_transactions, 1, 2**31 - 1
+        ),
     )
 
 

@@ -118,6 +118,9 @@ class RuleStats:
     budget_expired: int = 0
     budget_orphaned: int = 0
     budget_duplicate: int = 0
+    # Reserves refused because the budget (or the process) held its most transactions
+    # (BUDGET_MAX_TRANSACTIONS, MEMORY_MAX_BUDGET_TRANSACTIONS); shown once non-zero.
+    budget_full: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -263,6 +266,8 @@ class StatsStore:
             if stats.budget:
                 for name in BUDGET_STATS:
                     out[base + name] = getattr(stats, name)
+                if stats.budget_full:
+                    out[base + "budget_full"] = stats.budget_full
                 gauge = base + BUDGET_GAUGE
                 if gauge not in self._budget_gauges:
                     self._budget_gauges.add(gauge)

@@ -301,6 +301,10 @@ EXTENSIONS: dict[str, Row] = {
     "MAX_BUFFERED_BYTES": Read("16777216", "connections.max_buffered_bytes", 16777216),
     "MAX_DESCRIPTOR_VALUE_LENGTH": Read("512", "reload.max_value_length", 512),
     "MEMORY_MAX_KEYS": Read("5000", "cache.memory_max_keys", 5000, {"BACKEND_TYPE": "memory"}),
+    "MEMORY_MAX_BUDGET_TRANSACTIONS": Read(
+        "700", "cache.memory_max_budget_transactions", 700, {"BACKEND_TYPE": "memory"}
+    ),
+    "BUDGET_MAX_TRANSACTIONS": Read("70", "cache.budget_max_transactions", 70),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}

@@ -322,6 +322,24 @@ async def long_series(run: Run) -> dict[str, Any]:
     return out
 
 
+@scenario(
+    "budget_transactions",
+    "16. memory backend: 300 requests of 1,000 token-budget reserves with distinct 64-byte "
+    "transaction ids, never settled",
+)
+async def budget_transactions(run: Run) -> dict[str, Any]:
+    rss = run.mib()
+    counts = await attacks.budget_transactions(run.daemon.grpc_target, 300)
+    stats = await asyncio.to_thread(run.daemon.stats)
+    full = stats.get("ratelimit.service.rate_limit.llm.user.budget_full", 0)
+    return {
+        "rss_mib_before": rss,
+        "rss_mib_after": run.mib(),
+        "reserves": counts,
+        "budget_full": int(full),
+    }
+
+
 async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     title, extra, fn = SCENARIOS[name]
     extra = dict(extra)
@@ -329,6 +347,7 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     env.update(BACKEND_TYPE="memory", PYTHONDONTWRITEBYTECODE="1")
     write_config(env, "test.yaml", GRPC_CONFIG)
     write_config(env, "d.yaml", attacks.JSON_CONFIG)
+    write_config(env, "llm.yaml", attacks.BUDGET_CONFIG)
     context: dict[str, Any] = {}
     if name == "tls_handshakes":
         (work / "pki").mkdir()

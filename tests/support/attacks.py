@@ -20,9 +20,9 @@ import grpc
 from hpack import Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import ContinuationFrame, HeadersFrame
 
-from ratelimitd.messages import Descriptor
+from ratelimitd.messages import CODE_NAMES, Descriptor
 from ratelimitd.transport.grpc import METHOD_PATH
-from ratelimitd.transport.protocodec import encode_request
+from ratelimitd.transport.protocodec import decode_response, encode_request
 
 from .h2raw import Raw, grpc_message
 
@@ -37,6 +37,15 @@ domain: d
 descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
+"""
+# A token-budget rule (domain llm, key user) for the budget attackers: reservations of
+# 10 minutes, as the README's example.
+BUDGET_CONFIG = """\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+    budget: {unsettled: release, reservation_ttl: 10m}
 """
 # Above this many descriptors the service slices a request, so even the memory backend
 # answers it from a task, with its deadline watched.
@@ -270,3 +279,36 @@ def unread_pages(port: int, path: str, n: int) -> Held:
             continue
         held.sockets.append(sock)
     return held
+
+
+async def budget_transactions(
+    target: str, requests: int, per_request: int = 1000, user: str = "mallory", tag: str = ""
+) -> dict[str, int]:
+    """`requests` gRPC calls (host:port `target`) on BUDGET_CONFIG's budget of `user`, each
+    of `per_request` reserves with distinct 64-byte transaction ids, never settled: every
+    one is a transaction the store keeps for two TTLs. `tag` makes the ids distinct from
+    another run's. The descriptors' codes by name (OK, OVER_LIMIT) and failed calls."""
+    counts: dict[str, int] = {}
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        for r in range(requests):
+            reserves = [
+                Descriptor(
+                    (
+                        ("phase", "reserve"),
+                        ("user", user),
+                        ("txn", f"{tag}{r:06d}-{i:05d}".ljust(64, "t")),
+                    ),
+                    hits_addend=1,
+                )
+                for i in range(per_request)
+            ]
+            try:
+                reply = decode_response(await call(encode_request("llm", reserves), timeout=60))
+            except grpc.aio.AioRpcError as err:
+                counts[err.code().name] = counts.get(err.code().name, 0) + 1
+                continue
+            for status in reply.statuses:
+                name = CODE_NAMES[status.code]
+                counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -42,10 +42,15 @@ from support.machine import describe, machine_info
 from support.memcached import Memcached
 from support.pki import Pki
 from support.process import start_bound
+from support.redis_server import RedisServer
+from support.sidecar import usage_sidecar
 
 from ratelimitd.messages import Descriptor
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
+from sidecars.usage.plans import load_plans
+from sidecars.usage.settings import Settings as UsageSettings
+from sidecars.usage.store import UsageStore
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -338,6 +343,39 @@ async def budget_transactions(run: Run) -> dict[str, Any]:
         "reserves": counts,
         "budget_full": int(full),
     }
+
+
+@scenario(
+    "idempotency_replays",
+    "17. usage API, its endpoint metered, a plan of 30: the quota used up, then 20 replays "
+    "of the first request's Idempotency-Key",
+)
+async def idempotency_replays(run: Run) -> dict[str, Any]:
+    code = Path(run.env["PYTHONPATH"])
+    redis = start_bound(lambda: RedisServer(run.work / "redis"))
+    plans = run.work / "plans.yaml"
+    plans.write_text("plans:\n  free: {limit: 30, window: rolling_30_days}\n")
+    env = {
+        "USAGE_REDIS_URL": redis.url,
+        "USAGE_SQLITE_PATH": str(run.work / "usage.sqlite3"),
+        "USAGE_PLANS_FILE": str(plans),
+        "USAGE_RATELIMIT_ADDRESS": "",
+        "USAGE_QUOTA_EXEMPT_PATHS": "",
+    }
+    store = UsageStore(UsageSettings.from_env(env), load_plans(str(plans)))
+    try:
+        await store.create_account("attacker", "free")
+        token, _ = await store.issue_token("attacker")
+    finally:
+        await store.close()
+    sidecar = usage_sidecar(env, run.work / "usage.log", workers=1, code=code)
+    try:
+        sidecar.wait_ready(60)
+        sidecar.wait_steady(lambda: sidecar.get("/health").status_code == 200, "usage API", 1)
+        return await asyncio.to_thread(attacks.idempotency_replays, sidecar.base, token)
+    finally:
+        sidecar.terminate()
+        redis.close()
 
 
 async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:

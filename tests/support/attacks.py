@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 import grpc
+import httpx
 from hpack import Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import ContinuationFrame, HeadersFrame
 
@@ -47,6 +48,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
     budget: {unsettled: release, reservation_ttl: 10m}
 """
+# The usage API's metered endpoint (sidecars.usage.settings.USAGE_PATH).
+USAGE = "/api/v2/user/usage"
 # Above this many descriptors the service slices a request, so even the memory backend
 # answers it from a task, with its deadline watched.
 SLICED = 257
@@ -312,3 +315,30 @@ async def budget_transactions(
                 name = CODE_NAMES[status.code]
                 counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def idempotency_replays(base: str, token: str, replays: int = 20, path: str = USAGE) -> dict:
+    """Against a usage API at `base` whose `path` is metered (not quota-exempt): one request
+    with an Idempotency-Key, then requests without one until the quota refuses, then
+    `replays` retries of the first key. What the retries got: statuses, and how many were
+    served afresh (a body other than the first answer's) past the quota."""
+    auth = {"Authorization": f"Bearer {token}"}
+    keyed = {**auth, "Idempotency-Key": "attack-replay-1"}
+    with httpx.Client(base_url=base, timeout=10) as client:
+        first = client.get(path, headers=keyed)
+        served = 1
+        while (refusal := client.get(path, headers=auth)).status_code == 200 and served < 10_000:
+            served += 1
+        answers = [client.get(path, headers=keyed) for _ in range(replays)]
+    statuses: dict[str, int] = {}
+    for a in answers:
+        statuses[str(a.status_code)] = statuses.get(str(a.status_code), 0) + 1
+    return {
+        "served_before_the_quota": served,
+        "quota_refusal": f"{refusal.status_code} {refusal.json().get('error')}",
+        "replays": statuses,
+        "replays_served_afresh": sum(
+            a.status_code == 200 and a.content != first.content for a in answers
+        ),
+        "replays_byte_for_byte": sum(a.content == first.content for a in answers),
+    }

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.http_transport import read_reply, request_bytes
+from support.http_transport import read_reply, request_bytes, unread_answer
 from support.settings_env import on_memory
 
 from ratelimitd.settings import Settings
@@ -289,3 +289,27 @@ def test_render_without_a_server_has_every_family_once() -> None:
     assert len(types) == len(set(types))
     # No observation yet: no response-time series.
     assert "response_time" not in text
+
+
+async def test_an_unread_scrape_holds_one_chunk_then_is_closed() -> None:
+    """The exposition is streamed: a scraper that does not read holds the high-water mark and
+    one chunk, not the exposition (an unread 326 MB scrape once kept the RSS at 954 MB), and
+    is closed after the write timeout."""
+    stats = StatsStore()
+    for i in range(5_000):
+        stats.rule_stats(f"d.k_{i:05d}_" + "v" * 200).total_hits = i
+    servers: list[HttpServer] = []
+
+    def serve(routes: Any) -> HttpServer:
+        servers.append(HttpServer(routes, write_timeout=1.0))
+        return servers[0]
+
+    sink = PrometheusSink(
+        stats, MetricMapper.from_config(default_mapping_config()), addr="127.0.0.1:0", serve=serve
+    )
+    exposition = len(sink.render())
+    assert exposition > 6_000_000
+    async with running(sink):
+        held = await unread_answer(servers[0], "/metrics")
+        assert held < 600 * 1024 < exposition // 10, held
+        assert len(await scrape(sink)) > 30_000  # a scraper that reads gets all of it

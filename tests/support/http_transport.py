@@ -18,7 +18,9 @@ from ratelimitd.service import Snapshot
 from ratelimitd.settings import ReloadOptions
 from ratelimitd.transport.http import HttpServer
 
+from .attacks import unread_pages
 from .core import suite_config
+from .ready import wait_until
 
 # Harness clock: 1_000_000 s, so a MINUTE window resets in 20 s and a SECOND one in 1 s.
 CONFIG = suite_config("http_transport")
@@ -154,3 +156,19 @@ class StubService:
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome
+
+
+async def unread_answer(server: HttpServer, path: str) -> int:
+    """Ask `server` for `path` on a connection that never reads (attacks.unread_pages): the
+    bytes the server holds for it once its writing is paused. Returns once the server has
+    closed it (its write timeout)."""
+    client = await asyncio.to_thread(unread_pages, server.port, path, 1)
+    try:
+        await wait_until(lambda: server.connections, what="the connection")
+        conn = next(iter(server.connections))
+        await wait_until(lambda: conn._write_waiter is not None, what="writing paused")
+        held = conn._transport.get_write_buffer_size()  # type: ignore[union-attr]
+        await wait_until(lambda: not server.connections, what="closed after the write timeout")
+        return held
+    finally:
+        client.close()

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
 import random
 import re
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 RULE_STATS = (
@@ -85,6 +86,24 @@ def bounded_key(key: str, max_bytes: int) -> str:
     digest = hashlib.blake2b(raw, digest_size=_DIGEST_BYTES).hexdigest()
     head = raw[: max_bytes - _CUT_SUFFIX].decode("utf-8", "ignore")
     return f"{head}_{digest}"
+
+
+def rule_series(stats: RuleStats) -> tuple[str, ...]:
+    """The counters of a stats key shown now (the names of its series after the key)."""
+    names: tuple[str, ...] = RULE_STATS
+    if stats.total_negative_hits:
+        # Only once a refund happened: the reference's statsd sink sends a counter when it
+        # changes, so its Prometheus exporter has no such series before.
+        names += ("total_negative_hits",)
+    if stats.budget:
+        names += BUDGET_STATS
+        if stats.budget_full:
+            names += ("budget_full",)
+    return names
+
+
+def _by_key(stats: RuleStats) -> str:
+    return stats.key
 
 
 def sanitize_stat_name(name: str) -> str:
@@ -257,21 +276,31 @@ class StatsStore:
         prefix = "ratelimit.service.rate_limit."
         for stats in rules:
             base = prefix + stats.key + "."
-            for name in RULE_STATS:
+            for name in rule_series(stats):
                 out[base + name] = getattr(stats, name)
-            if stats.total_negative_hits:
-                # Only once a refund happened: the reference's statsd sink sends a counter
-                # when it changes, so its Prometheus exporter has no such series before.
-                out[base + "total_negative_hits"] = stats.total_negative_hits
             if stats.budget:
-                for name in BUDGET_STATS:
-                    out[base + name] = getattr(stats, name)
-                if stats.budget_full:
-                    out[base + "budget_full"] = stats.budget_full
                 gauge = base + BUDGET_GAUGE
                 if gauge not in self._budget_gauges:
                     self._budget_gauges.add(gauge)
                     self._gauge_names = self._gauge_names | {gauge}
+
+    def page(self) -> Iterator[tuple[str, float]]:
+        """Every series as `snapshot()` names it, by name (the `/stats` page), each value read
+        as it is reached: what a reader holds is the list of the rules, not their names.
+        The rules come by stats key, each one's series by name (a key that another key
+        extends with a `.` puts its series after the longer key's)."""
+        rules = sorted(self._rule_list(), key=_by_key)
+        other: dict[str, float] = {}
+        self._other_series(other)
+        prefix = "ratelimit.service.rate_limit."
+
+        def of_rules() -> Iterator[tuple[str, float]]:
+            for stats in rules:
+                base = prefix + stats.key + "."
+                for name in sorted(rule_series(stats)):
+                    yield base + name, getattr(stats, name)
+
+        return heapq.merge(of_rules(), sorted(other.items()))
 
     def _other_series(self, out: dict[str, float]) -> None:
         prefix = "ratelimit.service.rate_limit."

@@ -33,6 +33,7 @@ import io
 import json
 import pstats
 from collections.abc import AsyncIterator, Mapping
+from itertools import islice
 from urllib.parse import parse_qs
 
 from ..admin import Admin, AdminError
@@ -195,13 +196,12 @@ class _Profiler:
         return 200, TEXT_PLAIN, out.getvalue().encode()
 
 
-async def _stats_lines(snapshot: dict[str, float]) -> AsyncIterator[bytes]:
-    """The /stats page (`<name>: <value>` by name), in chunks of _PAGE_SLICE lines."""
-    names = sorted(snapshot)
-    for i in range(0, len(names), _PAGE_SLICE):
-        yield "".join(
-            f"{n}: {_format_value(snapshot[n])}\n" for n in names[i : i + _PAGE_SLICE]
-        ).encode()
+async def _stats_lines(stats: StatsStore) -> AsyncIterator[bytes]:
+    """The /stats page (`<name>: <value>` by name), in chunks of _PAGE_SLICE lines, made as
+    the client reads them (`StatsStore.page`)."""
+    lines = stats.page()
+    while chunk := list(islice(lines, _PAGE_SLICE)):
+        yield "".join(f"{n}: {_format_value(v)}\n" for n, v in chunk).encode()
         await asyncio.sleep(0)
 
 
@@ -230,8 +230,7 @@ def debug_routes(
         return 200, TEXT_PLAIN, (ruleset.dump() if ruleset is not None else "").encode()
 
     async def stats_page(request: HttpRequest) -> Reply:
-        snapshot = await stats.snapshot_sliced()
-        return 200, TEXT_PLAIN, _stats_lines(snapshot)
+        return 200, TEXT_PLAIN, _stats_lines(stats)
 
     endpoints["/debug/pprof/"] = ("root of various pprof endpoints. hit for help.", pprof_index)
     endpoints["/debug/pprof/profile"] = ("CPU profiling endpoint", profiler)

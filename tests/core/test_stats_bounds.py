@@ -145,3 +145,20 @@ async def test_the_bound_is_a_setting() -> None:
     d.stats.max_request_key_bytes = 64
     await d.decide("d", Descriptor((("o", "w" * 100),), (5, 1), None))
     assert cut("d.o_" + "w" * 100, 64) in series(d.stats)
+
+
+def test_the_page_is_the_snapshot_by_name_read_as_it_goes() -> None:
+    """`page()` (/stats) gives what `snapshot()` gives, by name, without naming every series
+    first: its values are read as it reaches them."""
+    stats = StatsStore()
+    for i in range(300):
+        stats.rule_stats(f"d.k_{i}").total_hits = i
+    stats.rule_stats("d.k_7").total_negative_hits = 2
+    budget = stats.rule_stats("llm.user")
+    budget.budget, budget.budget_reserved, budget.budget_full = True, 5, 1
+    stats.domain_not_found("nowhere")
+    stats.add_gauge("ratelimit.test.gauge", lambda: 2.5)
+    page = stats.page()
+    first = next(page)
+    stats.rule_stats("d.k_99").total_hits = 1000  # read when reached, not before
+    assert [first, *page] == sorted(stats.snapshot().items())

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import ssl
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from support import attacks
+from support import attacks, free_port
 from support.daemon import (
     DaemonProcess,
     LowNofileDaemon,
@@ -378,6 +381,42 @@ async def idempotency_replays(run: Run) -> dict[str, Any]:
         redis.close()
 
 
+async def decision_ms(target: str, seconds: float) -> dict[str, float]:
+    """One well-behaved client's decisions, one after another for `seconds`: p50 and p99 (ms,
+    as the client sees them)."""
+    took = []
+    body = encode_request("test", [[("k", "v")]])
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            await call(body, timeout=10)
+            took.append((time.perf_counter() - start) * 1000)
+    cuts = statistics.quantiles(took, n=100)
+    return {"p50": round(cuts[49], 1), "p99": round(cuts[98], 1), "calls": len(took)}
+
+
+@scenario(
+    "scrapers",
+    "18. 10,000 request-named series (200-byte values), 4 scrapers of /metrics at once: a "
+    "valid client's decisions",
+    _PROMETHEUS="1",
+)
+async def scrapers(run: Run) -> dict[str, Any]:
+    await attacks.long_series(run.daemon.grpc_target, 10, value_bytes=200)
+    port = int(run.env["PROMETHEUS_ADDR"].rpartition(":")[2])
+    out: dict[str, Any] = {"alone": await decision_ms(run.daemon.grpc_target, 10)}
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        loops = [pool.submit(attacks.scrape_loop, port, "/metrics", stop) for _ in range(4)]
+        await asyncio.sleep(2)  # the scrapers under way
+        out["with_4_scrapers"] = await decision_ms(run.daemon.grpc_target, 20)
+        stop.set()
+        out["scrapes_answered"] = sum(loop.result() for loop in loops)
+    return out
+
+
 async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     title, extra, fn = SCENARIOS[name]
     extra = dict(extra)
@@ -397,6 +436,9 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
         memcached = start_bound(lambda: Memcached(work / "memcached"))
         env.update(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=memcached.address)
         context["_memcached"] = memcached
+    if extra.pop("_PROMETHEUS", None):
+        env.update(USE_STATSD="false", USE_PROMETHEUS="true")
+        env["PROMETHEUS_ADDR"] = f"127.0.0.1:{free_port()}"
     nofile = extra.pop("_NOFILE", None)
     env.update(extra)
     if nofile:

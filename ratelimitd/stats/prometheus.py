@@ -122,6 +122,11 @@ class PrometheusSink(Sink):
         else:
             self._timer.set_bounds(DEFAULT_BUCKETS)
         self._server: Listener | None = None
+        # One exposition rendered at a time, given to every scrape that arrived before its
+        # rendering started (`_exposition`): scrapers at once cost one render, not one each.
+        self._rendering: asyncio.Lock | None = None
+        self._rendered: tuple[float, list[str]] | None = None
+        self._waiting = 0
 
     @property
     def timer(self) -> Timer | None:
@@ -243,11 +248,36 @@ class PrometheusSink(Sink):
         """PROMETHEUS_PATH: the exposition for GET (and HEAD); 405 for another method."""
         if request.method not in (b"GET", b"HEAD"):
             return _METHOD_NOT_ALLOWED
-        # The store is read on the loop in slices; formatting 600,000 series of a large
-        # config runs in a thread, so a scrape never holds the loop for long.
-        snapshot = await self.stats.snapshot_sliced()
-        lines = await asyncio.to_thread(self.render_lines, snapshot)
-        return 200, _EXPOSITION, _chunks(lines)
+        return 200, _EXPOSITION, _chunks(await self._exposition())
+
+    async def _exposition(self) -> list[str]:
+        """The exposition's lines, rendered after this scrape arrived.
+
+        The store is read on the loop in slices; formatting 600,000 series of a large config
+        runs in a thread, so a scrape never holds the loop for long. Renders do not overlap:
+        4 scrapers of 10,000 series each rendering in its own thread once took the GIL from
+        the loop often enough to raise the decisions' p99 from 2.4 to 153 ms. A scrape that
+        waited for a render started after it arrived takes that one.
+        """
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        if self._rendering is None:
+            self._rendering = asyncio.Lock()
+        self._waiting += 1
+        try:
+            async with self._rendering:
+                done = self._rendered
+                if done is not None and done[0] >= arrived:
+                    return done[1]
+                started = loop.time()
+                snapshot = await self.stats.snapshot_sliced()
+                lines = await asyncio.to_thread(self.render_lines, snapshot)
+                self._rendered = (started, lines)
+                return lines
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._rendered = None  # kept only for scrapes waiting now
 
 
 async def _chunks(lines: list[str]) -> AsyncIterator[bytes]:

@@ -313,3 +313,24 @@ async def test_an_unread_scrape_holds_one_chunk_then_is_closed() -> None:
         held = await unread_answer(servers[0], "/metrics")
         assert held < 600 * 1024 < exposition // 10, held
         assert len(await scrape(sink)) > 30_000  # a scraper that reads gets all of it
+
+
+async def test_scrapes_at_once_share_renders_and_see_what_came_before_them() -> None:
+    """Renders do not overlap (four at once, each in its own thread, once raised the
+    decisions' p99 from 2.4 to 153 ms); a scrape takes a render started after it arrived."""
+    stats = StatsStore()
+    for i in range(2_000):
+        stats.rule_stats(f"d.k_{i}").total_hits = i
+    sink = PrometheusSink(stats, MetricMapper.from_config(default_mapping_config()), addr=":0")
+    render, renders = sink.render_lines, []
+
+    def counted(snapshot: Any = None) -> list[str]:
+        renders.append(snapshot)
+        return render(snapshot)
+
+    sink.render_lines = counted  # type: ignore[method-assign]
+    first = await asyncio.gather(*[sink._exposition() for _ in range(4)])
+    assert len(renders) <= 2 and len({id(lines) for lines in first}) == len(renders)
+    stats.rule_stats("d.k_1").total_hits = 12345
+    later = "".join(await sink._exposition())
+    assert RULE + 'total_hits{domain="d",key1="k_1"} 12345\n' in later

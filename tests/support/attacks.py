@@ -13,6 +13,7 @@ import contextlib
 import json
 import socket
 import struct
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -342,3 +343,17 @@ def idempotency_replays(base: str, token: str, replays: int = 20, path: str = US
         ),
         "replays_byte_for_byte": sum(a.content == first.content for a in answers),
     }
+
+
+def scrape_loop(port: int, path: str, stop: threading.Event) -> int:
+    """GET `path` on 127.0.0.1:`port` again and again, reading each answer whole, until
+    `stop` is set (a scraper at its fastest); the answers read."""
+    done = 0
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+        while not stop.is_set():
+            try:
+                client.get(path).read()
+            except httpx.HTTPError:
+                continue
+            done += 1
+    return done

@@ -15,6 +15,7 @@ from support.http_transport import (
     Conn,
     Servers,
     StubService,
+    request_bytes,
     unread_answer,
 )
 
@@ -187,3 +188,24 @@ async def test_an_unread_stats_page_holds_one_chunk_then_is_closed() -> None:
         assert last in lines
     finally:
         await server.close(grace=1)
+
+
+async def test_a_streamed_page_to_http_10_and_head(srv: Servers) -> None:
+    """HTTP/1.0 has no chunked coding: the page ends with the connection. HEAD: the head
+    only, and the connection stays usable."""
+    full = (await srv.debug_call("/stats")).body
+    reader, writer = await asyncio.open_connection("127.0.0.1", srv.debug.port)
+    writer.write(request_bytes("/stats", method="GET", version="1.0"))
+    raw = await reader.read()  # until the server closes
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding" not in head
+    assert b"Connection: close" in head
+    assert body.splitlines()[:3] == full.splitlines()[:3] and len(body) > 1000
+    c = await srv.conn(debug=True)
+    head_reply = await c.call("/stats", method="HEAD")
+    assert head_reply.status == 200 and head_reply.body == b""
+    assert head_reply.headers["transfer-encoding"] == "chunked"
+    again = await c.call("/stats", method="GET")
+    assert again.status == 200 and again.body.startswith(full.splitlines()[0])
+    await c.close()

@@ -151,7 +151,7 @@ class RateLimitConfig:
     count_error_responses: bool = False  # True: admitted requests count whatever the answer
     invalid_token_limit: int = 20  # invalid-token attempts per client address and window
     # The largest answer body kept for the retries of an Idempotency-Key (larger: 409).
-    idempotent_answer_bytes: int = 65536
+    idempotent_answer_bytes: int = 16384
 
 
 class AccessDenied(Exception):

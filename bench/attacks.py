@@ -399,9 +399,9 @@ async def decision_ms(target: str, seconds: float) -> dict[str, float]:
 
 @scenario(
     "scrapers",
-    "18. 10,000 request-named series (200-byte values), 4 scrapers of /metrics at once: a "
+    "21. 10,000 request-named series (200-byte values), 4 scrapers of /metrics at once: a "
     "valid client's decisions",
-    _PROMETHEUS="1",
+    _METRICS="1",
 )
 async def scrapers(run: Run) -> dict[str, Any]:
     await attacks.long_series(run.daemon.grpc_target, 10, value_bytes=200)
@@ -436,7 +436,7 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
         memcached = start_bound(lambda: Memcached(work / "memcached"))
         env.update(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=memcached.address)
         context["_memcached"] = memcached
-    if extra.pop("_PROMETHEUS", None):
+    if extra.pop("_METRICS", None):
         env.update(USE_STATSD="false", USE_PROMETHEUS="true")
         env["PROMETHEUS_ADDR"] = f"127.0.0.1:{free_port()}"
     nofile = extra.pop("_NOFILE", None)

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
 import ssl
+import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from support import attacks
+from support import attacks, free_port
 from support.daemon import (
     DaemonProcess,
     LowNofileDaemon,
@@ -42,10 +45,15 @@ from support.machine import describe, machine_info
 from support.memcached import Memcached
 from support.pki import Pki
 from support.process import start_bound
+from support.redis_server import RedisServer
+from support.sidecar import usage_sidecar
 
 from ratelimitd.messages import Descriptor
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
+from sidecars.usage.plans import load_plans
+from sidecars.usage.settings import Settings as UsageSettings
+from sidecars.usage.store import UsageStore
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -300,6 +308,115 @@ def _memcache_key() -> str:
     return f"test_k_refund_{now - now % 60}"
 
 
+@scenario(
+    "long_series",
+    "15. 11 requests of 1,000 overrides with distinct 4,000-byte values, then 4 /stats never read",
+)
+async def long_series(run: Run) -> dict[str, Any]:
+    out: dict[str, Any] = {"rss_mib_start": run.mib()}
+    answers = await attacks.long_series(run.daemon.grpc_target, 11)
+    out["answers"] = {a: answers.count(a) for a in set(answers)}
+    out["rss_mib_after_requests"] = run.mib()
+    _, page = await asyncio.to_thread(run.daemon.debug, "/stats", 120)
+    out["stats_page_mib"] = round(len(page) / MIB, 1)
+    del page
+    held = await asyncio.to_thread(attacks.unread_pages, run.daemon.debug_port, "/stats", 4)
+    await asyncio.sleep(5)
+    out["rss_mib_4_unread_stats"] = run.mib()
+    await asyncio.sleep(15)  # past HTTP_WRITE_TIMEOUT (10 s)
+    out["unread_open_after_20s"] = held.open_sockets()
+    held.close()
+    out["rss_mib_after"] = run.mib()
+    return out
+
+
+@scenario(
+    "budget_transactions",
+    "16. memory backend: 300 requests of 1,000 token-budget reserves with distinct 64-byte "
+    "transaction ids, never settled",
+)
+async def budget_transactions(run: Run) -> dict[str, Any]:
+    rss = run.mib()
+    counts = await attacks.budget_transactions(run.daemon.grpc_target, 300)
+    stats = await asyncio.to_thread(run.daemon.stats)
+    full = stats.get("ratelimit.service.rate_limit.llm.user.budget_full", 0)
+    return {
+        "rss_mib_before": rss,
+        "rss_mib_after": run.mib(),
+        "reserves": counts,
+        "budget_full": int(full),
+    }
+
+
+@scenario(
+    "idempotency_replays",
+    "17. usage API, its endpoint metered, a plan of 30: the quota used up, then 20 replays "
+    "of the first request's Idempotency-Key",
+)
+async def idempotency_replays(run: Run) -> dict[str, Any]:
+    code = Path(run.env["PYTHONPATH"])
+    redis = start_bound(lambda: RedisServer(run.work / "redis"))
+    plans = run.work / "plans.yaml"
+    plans.write_text("plans:\n  free: {limit: 30, window: rolling_30_days}\n")
+    env = {
+        "USAGE_REDIS_URL": redis.url,
+        "USAGE_SQLITE_PATH": str(run.work / "usage.sqlite3"),
+        "USAGE_PLANS_FILE": str(plans),
+        "USAGE_RATELIMIT_ADDRESS": "",
+        "USAGE_QUOTA_EXEMPT_PATHS": "",
+    }
+    store = UsageStore(UsageSettings.from_env(env), load_plans(str(plans)))
+    try:
+        await store.create_account("attacker", "free")
+        token, _ = await store.issue_token("attacker")
+    finally:
+        await store.close()
+    sidecar = usage_sidecar(env, run.work / "usage.log", workers=1, code=code)
+    try:
+        sidecar.wait_ready(60)
+        sidecar.wait_steady(lambda: sidecar.get("/health").status_code == 200, "usage API", 1)
+        return await asyncio.to_thread(attacks.idempotency_replays, sidecar.base, token)
+    finally:
+        sidecar.terminate()
+        redis.close()
+
+
+async def decision_ms(target: str, seconds: float) -> dict[str, float]:
+    """One well-behaved client's decisions, one after another for `seconds`: p50 and p99 (ms,
+    as the client sees them)."""
+    took = []
+    body = encode_request("test", [[("k", "v")]])
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            await call(body, timeout=10)
+            took.append((time.perf_counter() - start) * 1000)
+    cuts = statistics.quantiles(took, n=100)
+    return {"p50": round(cuts[49], 1), "p99": round(cuts[98], 1), "calls": len(took)}
+
+
+@scenario(
+    "scrapers",
+    "21. 10,000 request-named series (200-byte values), 4 scrapers of /metrics at once: a "
+    "valid client's decisions",
+    _METRICS="1",
+)
+async def scrapers(run: Run) -> dict[str, Any]:
+    await attacks.long_series(run.daemon.grpc_target, 10, value_bytes=200)
+    port = int(run.env["PROMETHEUS_ADDR"].rpartition(":")[2])
+    out: dict[str, Any] = {"alone": await decision_ms(run.daemon.grpc_target, 10)}
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        loops = [pool.submit(attacks.scrape_loop, port, "/metrics", stop) for _ in range(4)]
+        await asyncio.sleep(2)  # the scrapers under way
+        out["with_4_scrapers"] = await decision_ms(run.daemon.grpc_target, 20)
+        stop.set()
+        out["scrapes_answered"] = sum(loop.result() for loop in loops)
+    return out
+
+
 async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     title, extra, fn = SCENARIOS[name]
     extra = dict(extra)
@@ -307,6 +424,7 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     env.update(BACKEND_TYPE="memory", PYTHONDONTWRITEBYTECODE="1")
     write_config(env, "test.yaml", GRPC_CONFIG)
     write_config(env, "d.yaml", attacks.JSON_CONFIG)
+    write_config(env, "llm.yaml", attacks.BUDGET_CONFIG)
     context: dict[str, Any] = {}
     if name == "tls_handshakes":
         (work / "pki").mkdir()
@@ -318,6 +436,9 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
         memcached = start_bound(lambda: Memcached(work / "memcached"))
         env.update(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=memcached.address)
         context["_memcached"] = memcached
+    if extra.pop("_METRICS", None):
+        env.update(USE_STATSD="false", USE_PROMETHEUS="true")
+        env["PROMETHEUS_ADDR"] = f"127.0.0.1:{free_port()}"
     nofile = extra.pop("_NOFILE", None)
     env.update(extra)
     if nofile:

@@ -119,6 +119,7 @@ class Settings(Server):
     budget_redis_url: str = ""
     budget_account_key: str = "user"
     budget_model_key: str = "model"
+    idempotency_max_answer_bytes: int = 16384
 
     @property
     def usage_path(self) -> str:
@@ -311,4 +312,7 @@ class Settings(Server):
             budget_redis_url=budget_redis_url,
             budget_account_key=env.text("BUDGET_ACCOUNT_KEY", d.budget_account_key),
             budget_model_key=env.text("BUDGET_MODEL_KEY", d.budget_model_key),
+            idempotency_max_answer_bytes=env.integer(
+                "IDEMPOTENCY_MAX_ANSWER_BYTES", d.idempotency_max_answer_bytes, 0
+            ),
         )

@@ -18,7 +18,7 @@ MAX_WORDS = 3_000
 NOT_COUNTED = ("## Deploy\n",)
 # What a reader sees without scrolling: the title, the pitch and the commands block.
 FIRST_SCREEN_LINES = 25
-FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^ *```.*?^ *```", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -99,7 +99,7 @@ def settle(rule: Any, st: Any, hits: int, after: int, ratio: float, now: int) ->
     return verdict(rule, st, hits, after, ratio, reset_seconds(now, rule.unit_seconds))
 
 
-# -- the extension's algorithms (README, "Algorithms") --------------------------------------
+# -- the extension's algorithms (docs/algorithms.md) --------------------------------------
 #
 # Integer maths on "ticks" (ms, or s; see config.ruleset.MAX_TICK_PRODUCT): every product
 # stays below 2**50, so the compiled twin (int64), this one and the Redis scripts (Lua

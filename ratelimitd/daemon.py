@@ -88,7 +88,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
-        # The reference stops on SIGHUP too; here it reloads the config (README).
+        # The reference stops on SIGHUP too; here it reloads the config (docs/compatibility.md).
         loop.add_signal_handler(signal.SIGHUP, self.reloader.request_reload)
 
         await self.backend.connect()

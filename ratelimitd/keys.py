@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     )
 
 
-# Counters saturate, they never overflow (README, "Counters saturate"). One descriptor's hits
+# Counters saturate, they never overflow (docs/compatibility.md). One descriptor's hits
 # count at most MAX_HITS: past any uint32 requests_per_unit by itself, so the decision is the
 # same, and small enough that Lua's doubles and Redis' int64 counters take many of them. A
 # counter stops at COUNTER_MAX, the top of Redis' signed range (INCRBY refuses to pass it).

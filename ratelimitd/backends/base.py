@@ -112,7 +112,7 @@ class Op(msgspec.Struct, gc=False):
     `get` reads the same ops without adding their hits, so a caller that checks before it
     increments (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT) hands the same list to both.
 
-    The fields after `seconds` are the extension's (README, "Algorithms"). `limit` is the
+    The fields after `seconds` are the extension's (docs/algorithms.md). `limit` is the
     window's requests_per_unit (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT's check reads it);
     `algorithm` the config's id (config/windows.py; 0 the fixed window). `per_second`
     routes the op to REDIS_PERSECOND's instance (a SECOND-unit limit, of any multiplier;

@@ -40,9 +40,9 @@ VALID_KEYS = frozenset(
         "value_to_metric",
         "share_threshold",
         "metadata",
-        # Extension: usage metering (see README, "Metering"). Not a reference key.
+        # Extension: usage metering (docs/metering.md). Not a reference key.
         "meter",
-        # Extension: algorithms, N-unit windows, several limits (README, "Algorithms").
+        # Extension: algorithms, N-unit windows, several limits (docs/algorithms.md).
         "algorithm",
         "unit_multiplier",
         "rate_limits",
@@ -66,7 +66,7 @@ class RateLimitDoc:
     unlimited: bool = False
     name: str = ""
     replaces: list[str] = field(default_factory=list)
-    # Extensions (README, "Algorithms"): "" is the reference's fixed window; None: absent.
+    # Extensions (docs/algorithms.md): "" is the reference's fixed window; None: absent.
     algorithm: str = ""
     unit_multiplier: int | None = None
     line: int = 0  # 1-based line of the block in its file (0: not from a file)
@@ -492,7 +492,7 @@ class _Decoder:
         return _construct(mapping) if mapping is not None else None
 
 
-# Where each key of the extension (README, "Algorithms") belongs.
+# Where each key of the extension (docs/algorithms.md) belongs.
 _EXTENSION_KEYS = {
     "algorithm": "a rate_limit or a rate_limits entry",
     "unit_multiplier": "a rate_limit or a rate_limits entry",

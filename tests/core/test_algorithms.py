@@ -1,5 +1,5 @@
 """The algorithm extension on the memory backend: sliding windows, token buckets, N-unit
-windows and several limits per descriptor (README, "Algorithms").
+windows and several limits per descriptor (docs/algorithms.md).
 
 Config parsing and its errors, check-config, the exact semantics on a controlled clock
 (limit_remaining, duration_until_reset, the deciding limit of several), and hypothesis

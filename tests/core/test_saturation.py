@@ -3,8 +3,8 @@ decision maths, compiled and pure.
 
 A per-descriptor hits_addend of 2^64-1 sent twice once made every later call on that key fail
 until the window ended (`Python int too large to convert to C unsigned long`), which Envoy's
-default failure_mode_deny=false turns into no limit at all. The rule (README, "Counters
-saturate"): one descriptor's hits are capped at MAX_HITS (2^32, past any uint32 limit by
+default failure_mode_deny=false turns into no limit at all. The rule (docs/compatibility.md,
+"counters saturate"): one descriptor's hits are capped at MAX_HITS (2^32, past any uint32 limit by
 itself) and a counter never passes COUNTER_MAX (2^63-1, Redis' signed range).
 """
 

@@ -2,7 +2,7 @@
 
 `REFERENCE` is the reference's full settings list: ``src/settings/settings.go`` at f2fb157,
 the DogStatsD mogrifier variables (``src/godogstats``), the settings merged upstream after
-f2fb157 (listed with the PRs that merged them in the README) and the two its
+f2fb157 (listed with the PRs that merged them in docs/configuration.md) and the two its
 README still documents. For each, a value other than its default and what that value must do:
 
 * ``Read(value, path, expected)``: the value lands in ``Settings`` at `path`, where a consumer
@@ -256,7 +256,7 @@ REFERENCE: dict[str, Row] = {
     "REDIS_PERSECOND_POOL_ON_EMPTY_WAIT_DURATION": Refused("1s"),
 }
 
-# ratelimitd's own variables (README "Configuration"); the KVCACHE_/ALTCACHE_ aliases of the
+# ratelimitd's own variables (docs/configuration.md); the KVCACHE_/ALTCACHE_ aliases of the
 # REDIS_/MEMCACHE_ ones are tested in test_settings.py.
 EXTENSIONS: dict[str, Row] = {
     "RATELIMITD_WORKERS": Read("4", "workers.count", 4),
@@ -435,16 +435,15 @@ def test_every_section_field_has_a_consumer() -> None:
 
 
 def readme_classification() -> tuple[list[str], list[str], list[str], str]:
-    """From the README's Configuration section: the variables in the first column of the
-    table of differences and extensions, in the "Same as the reference" list, and in the
-    xDS subsection's table (the reference's xDS settings), and the section's text.
+    """From docs/configuration.md: the variables in the first column of the table of
+    differences and extensions, in the "Same as the reference" list, and in the xDS
+    section's table (the reference's xDS settings), and the whole text.
     `REDIS_[PERSECOND_]X` names both instances, `<NAME>` a mogrifier."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Configuration") : readme.index("## Deploy\n")]
+    section = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
     section = re.sub(r"REDIS_\[PERSECOND_\](\w+)", r"REDIS_\1`, `REDIS_PERSECOND_\1", section)
     section = section.replace("_<NAME>_", "_A_")
     same_start = section.index("**Same as the reference**")
-    xds_start = section.index("### Config from a control plane")
+    xds_start = section.index("## Config from a control plane")
 
     def first_column(text: str) -> list[str]:
         names = []

@@ -6,7 +6,7 @@ utils.TlsConfigFromFiles, which panics on a file it cannot read or parse) and re
 start; so does ratelimitd, with one line naming the variable and the file. The statsd
 mapping (PROMETHEUS_MAPPER_YAML) is the exception: Go ignores any error reading it and
 serves; so does ratelimitd, with the default mapping and one warning. Config directories:
-tests/daemon/test_faults.py and the README ("Where ratelimitd deliberately differs").
+tests/daemon/test_faults.py and docs/compatibility.md ("Where ratelimitd deliberately differs").
 """
 
 from __future__ import annotations

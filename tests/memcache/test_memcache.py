@@ -195,7 +195,8 @@ async def test_malformed_key_fails_the_whole_get_open(memcached, decider) -> Non
 
 
 async def test_values_beyond_int32_saturate(memcached, decider) -> None:
-    """The reference reads them as 0 (a key made unlimited); we differ (README): saturated."""
+    """The reference reads them as 0 (a key made unlimited); we differ: saturated
+    (docs/compatibility.md)."""
     mc = memcached()
     d = await decider([mc.address], CONFIG)
     assert mc.command(b"set d_k_big_999960 0 60 10", b"3000000000") == b"STORED\r\n"

@@ -284,7 +284,7 @@ class RedisInstance:
 
     def _counted(self, reply: Any) -> int:
         """An INCRBY reply that is not a counter: one Redis refused because it would pass
-        2^63-1 is that counter, saturated (README, "Counters saturate"); others raise."""
+        2^63-1 is that counter, saturated (docs/compatibility.md); others raise."""
         if isinstance(reply, ReplyError) and str(reply).endswith("would overflow"):
             return COUNTER_MAX
         self._fail(reply)

@@ -1,4 +1,4 @@
-"""Redis scripts: the extension's algorithms (README, "Algorithms") and the refund of
+"""Redis scripts: the extension's algorithms (docs/algorithms.md) and the refund of
 upstream #1140 (is_negative_hits), and their RESP encoding.
 
 Each script is one atomic decision on one key (declared in KEYS, so Cluster routes it by

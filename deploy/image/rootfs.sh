@@ -48,6 +48,6 @@ install -d -m 1777 "$rootfs/tmp"
 install -d "$rootfs/opt" "$rootfs/etc" "$rootfs/dev" "$rootfs/proc" "$rootfs/sys"
 # The standard library's byte code (Debian compiles it when the package is installed, so
 # the package's file list has none), with hashes: reproducible, never rewritten.
-chroot "$rootfs" /usr/bin/python3.11 -m compileall -q -j 0 \
+chroot "$rootfs" /usr/bin/python3.11 -m compileall -q \
     --invalidation-mode unchecked-hash /usr/lib/python3.11
 chroot "$rootfs" /usr/bin/python3.11 -c 'import ssl, sqlite3, lzma, bz2, ctypes, uuid, zoneinfo, decimal; ssl.create_default_context()'

@@ -109,13 +109,20 @@ class Podman:
         return name
 
     def build(
-        self, tag: str, target: str, build_args: dict[str, str], timestamp: int | None = None
+        self,
+        tag: str,
+        target: str,
+        build_args: dict[str, str],
+        timestamp: int | None = None,
+        cache: bool = True,
     ) -> None:
         """Build `target` of deploy/Containerfile from the repository as `tag`, on the locally
         made base; with `timestamp`, every file and the image's creation time set to it (as
         the release builds: the same commit, the same image)."""
         args = ["build", "--network", "host", "--pull=never", "-f", str(CONTAINERFILE)]
         args += ["--target", target, "-t", tag, "--build-arg", f"BASE={self.base_image()}"]
+        if not cache:
+            args.append("--no-cache")
         if timestamp is not None:
             args += ["--timestamp", str(timestamp), "--build-arg", f"SOURCE_DATE_EPOCH={timestamp}"]
         for key, value in build_args.items():

@@ -47,7 +47,8 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$rootfs/etc/group"
 install -d -m 1777 "$rootfs/tmp"
 install -d "$rootfs/opt" "$rootfs/etc" "$rootfs/dev" "$rootfs/proc" "$rootfs/sys"
 # The standard library's byte code (Debian compiles it when the package is installed, so
-# the package's file list has none), with hashes: reproducible, never rewritten.
-chroot "$rootfs" /usr/bin/python3.11 -m compileall -q \
+# the package's file list has none), with hashes: reproducible, never rewritten. A fixed
+# hash seed: a set literal's constant is marshalled in its iteration order.
+PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 chroot "$rootfs" /usr/bin/python3.11 -m compileall -q -f \
     --invalidation-mode unchecked-hash /usr/lib/python3.11
 chroot "$rootfs" /usr/bin/python3.11 -c 'import ssl, sqlite3, lzma, bz2, ctypes, uuid, zoneinfo, decimal; ssl.create_default_context()'

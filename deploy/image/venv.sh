@@ -13,4 +13,6 @@ site=$(echo /opt/ratelimitd/lib/python3*/site-packages)
 find "$site" -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \
     -o -name '*.c' -o -name '*.h' \) -delete
 find "$site" -name '*.so*' -type f -exec strip --strip-unneeded {} +
-/opt/ratelimitd/bin/python -m compileall -q -j 0 --invalidation-mode unchecked-hash "$site"
+# A fixed hash seed: a set literal's constant is marshalled in its iteration order.
+PYTHONHASHSEED=0 PYTHONDONTWRITEBYTECODE=1 /opt/ratelimitd/bin/python -m compileall -q -f -j 0 \
+    --invalidation-mode unchecked-hash "$site"

@@ -108,6 +108,15 @@ def test_images_are_lean_and_hold_nothing_but_python(podman: Podman, images: Ima
     assert inspect(podman, images.ratelimit)["link"] == "../../opt/ratelimitd/bin/ratelimitd"
 
 
+def test_the_offline_base_is_slim(podman: Podman, images: Images) -> None:
+    """The locally made base (docs/deploy.md's offline recipe): /usr merged as Debian's
+    images have it, without the usrmerge package and the perl it pulls in."""
+    listed = podman("run", "--rm", "--network", "none", podman.base_image(),
+                    "dpkg-query", "-W", "-f", "${Package}\\n")  # fmt: skip
+    packages = set(listed.split())
+    assert "usr-is-merged" in packages and not {"usrmerge", "perl"} & packages, packages
+
+
 def test_two_builds_of_one_commit_are_the_same_image(podman: Podman, images: Images) -> None:
     """The session's build again, from nothing (no cached layer), at the same commit time:
     the same image, digest for digest."""

@@ -7,6 +7,7 @@ where pyproject, the wheel and the images point to them.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.manifests import run
+from support.manifests import ALERTS, CHART, DASHBOARD, by_kind, run, tool
 from support.process import REPO
 
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -190,3 +191,24 @@ def test_licence_files() -> None:
     containerfile = (REPO / "deploy" / "Containerfile").read_text()
     assert containerfile.count('org.opencontainers.image.licenses="Apache-2.0"') == 2
     assert "COPY LICENSE NOTICE /rootfs/usr/share/doc/ratelimitd/" in containerfile
+
+
+def test_packaged_chart_renders_as_the_directory_does(tmp_path: Path) -> None:
+    """What the chart job pushes: `helm package` at a version, then rendered from the
+    archive alone (its dashboard and alerts are links into deploy/, which the archive must
+    carry as files)."""
+    helm = tool("helm")
+    done = run(helm, "package", str(CHART), "--version", "9.9.9", "--app-version", "9.9.9",
+               "-d", str(tmp_path))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (archive,) = tmp_path.glob("ratelimitd-9.9.9.tgz")
+    values = ("metrics.prometheusRule.enabled=true", "metrics.dashboard.enabled=true")
+    sets = [arg for value in values for arg in ("--set", value)]
+    packaged = run(helm, "template", "rl", str(archive), "--namespace", "edge", *sets)
+    assert packaged.returncode == 0, packaged.stderr
+    objects = by_kind(yaml.safe_load_all(packaged.stdout))
+    assert objects["PrometheusRule"][0]["spec"] == yaml.safe_load(ALERTS.read_text())
+    (pod,) = objects["Pod"]
+    assert pod["spec"]["containers"][0]["image"] == "ghcr.io/ratelimitd/ratelimitd:9.9.9"
+    (dashboard,) = [c for c in objects["ConfigMap"] if c["metadata"]["name"].endswith("-dashboard")]
+    assert json.loads(dashboard["data"]["ratelimitd.json"]) == json.loads(DASHBOARD.read_text())

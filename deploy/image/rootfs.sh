@@ -1,3 +1,4 @@
+#!/bin/sh
 # The runtime's files under ROOTFS (deploy/Containerfile): Python and what it and the wheels
 # load, copied out of this stage's Debian packages, as distroless images are made. No shell,
 # apt, dpkg or coreutils: the images run Python and nothing else.

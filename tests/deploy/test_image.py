@@ -18,6 +18,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from hpack import Decoder, Encoder
 from hyperframe.frame import DataFrame, HeadersFrame, PingFrame, SettingsFrame
@@ -51,6 +52,32 @@ REDIS_HOST = "redis.redis-system.svc.cluster.local"
 OTLP_HOST = "otel-collector.monitoring.svc.cluster.local"
 
 
+# What the images may hold besides Python and the venv: no way to run anything else.
+INSPECT = """
+import json, os, shutil, sys
+found = {"tools": [t for t in ("sh", "bash", "dash", "busybox", "apt", "apt-get", "dpkg",
+                               "perl", "pip", "pip3", "gcc", "cc") if shutil.which(t)],
+         "sources": [], "headers": os.path.exists("/usr/include"),
+         "link": os.readlink("/bin/ratelimit") if os.path.lexists("/bin/ratelimit") else None,
+         "packages": sorted(os.listdir("/var/lib/dpkg/status.d")),
+         "licence": sorted(os.listdir("/usr/share/doc/ratelimitd"))}
+for root, dirs, files in os.walk("/"):
+    dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev")]
+    found["sources"] += [f for f in files if f.endswith((".pyx", ".pxd", ".pxi", ".c"))]
+import ratelimitd._h2 as h2
+found["h2"] = h2.__file__
+print(json.dumps(found))
+"""
+MAX_DAEMON_IMAGE_MB = 150
+
+
+def inspect(podman: Podman, image: str) -> dict[str, Any]:
+    """What INSPECT finds in `image`, run as the images run (read-only, unprivileged)."""
+    out = podman("run", "--rm", "--network", "none", *SECURITY, "--entrypoint", "python",
+                 image, "-c", INSPECT)  # fmt: skip
+    return json.loads(out)
+
+
 def test_the_image_is_what_envoy_gateway_expects(podman: Podman, images: Images) -> None:
     [info] = json.loads(podman("image", "inspect", images.ratelimit))
     config = info["Config"]
@@ -59,24 +86,49 @@ def test_the_image_is_what_envoy_gateway_expects(podman: Podman, images: Images)
     labels = config["Labels"]
     assert labels["org.opencontainers.image.revision"] == images.revision
     assert labels["org.opencontainers.image.version"] == images.version
+    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
     assert labels[SOURCE].startswith("https://")
-    print(f"\nimage size: {podman.image_size(images.ratelimit) / 1e6:.0f} MB")
-    # The runtime stage: Python and the runtime libraries only; the compiled HTTP/2 core
-    # loads from libnghttp2.so.14, which is all of libnghttp2 there is.
-    script = (
-        "set -e; ! command -v gcc cc; ! test -e /usr/include/nghttp2; "
-        "! test -e /usr/include/python3.11; test ! -e /opt/ratelimitd/bin/pip; "
-        "readlink /bin/ratelimit; "
-        "python -c 'import ratelimitd._h2 as h; print(h.__file__)'; "
-        "dpkg-query -W -f '${Package}\\n' | grep nghttp2"
-    )
-    out = podman("run", "--rm", "--network", "none", *SECURITY, "--entrypoint", "/bin/sh",
-                 images.ratelimit, "-c", script)  # fmt: skip
-    assert out.split() == [
-        "/opt/ratelimitd/bin/ratelimitd",
-        "/opt/ratelimitd/lib/python3.11/site-packages/ratelimitd/_h2.cpython-311-x86_64-linux-gnu.so",
-        "libnghttp2-14",
-    ]
+
+
+def test_images_are_lean_and_hold_nothing_but_python(podman: Podman, images: Images) -> None:
+    sizes = {image: podman.image_size(image) / 1e6 for image in (images.ratelimit, images.sidecars)}
+    print(f"\nimage sizes (MB): {sizes}")
+    assert sizes[images.ratelimit] <= MAX_DAEMON_IMAGE_MB
+    for image in (images.ratelimit, images.sidecars):
+        [info] = json.loads(podman("image", "inspect", image))
+        # One layer on an empty base: the runtime's files, nothing pulled under them.
+        assert len(info["RootFS"]["Layers"]) == 1, info["RootFS"]
+        found = inspect(podman, image)
+        assert found["tools"] == [] and not found["headers"], found
+        assert found["sources"] == [], found["sources"][:20]
+        # The compiled HTTP/2 core loads from libnghttp2.so.14, the only nghttp2 there is.
+        assert found["h2"].startswith("/opt/ratelimitd/lib/python3.11/site-packages/ratelimitd/")
+        assert [p for p in found["packages"] if "nghttp2" in p] == ["libnghttp2-14"]
+        assert found["licence"] == ["LICENSE", "NOTICE"]
+    assert inspect(podman, images.ratelimit)["link"] == "../../opt/ratelimitd/bin/ratelimitd"
+
+
+def test_the_offline_base_is_slim(podman: Podman, images: Images) -> None:
+    """The locally made base (docs/deploy.md's offline recipe): /usr merged as Debian's
+    images have it, without the usrmerge package and the perl it pulls in."""
+    listed = podman("run", "--rm", "--network", "none", podman.base_image(),
+                    "dpkg-query", "-W", "-f", "${Package}\\n")  # fmt: skip
+    packages = set(listed.split())
+    assert "usr-is-merged" in packages and not {"usrmerge", "perl"} & packages, packages
+
+
+def test_two_builds_of_one_commit_are_the_same_image(podman: Podman, images: Images) -> None:
+    """The session's build again, from nothing (no cached layer), at the same commit time:
+    the same image, digest for digest."""
+    again = images.ratelimit + "-again"
+    args = {"REVISION": images.revision, "VERSION": images.version}
+    try:
+        podman.build(again, "ratelimit", args, images.timestamp, cache=False)
+        ids = [podman("image", "inspect", "--format", "{{.Id}}", i).strip()
+               for i in (images.ratelimit, again)]  # fmt: skip
+        assert ids[0] == ids[1], ids
+    finally:
+        podman("rmi", again, check=False)
 
 
 class InFlightCall:

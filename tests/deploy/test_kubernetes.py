@@ -88,6 +88,8 @@ def test_validation_refuses_unknown_fields(rendered: dict[str, list[dict[str, An
 
 
 def test_overlays_scale_as_their_backend_counts(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """The memory overlay runs one pod; under an autoscaler the Deployment has no
+    `replicas`, so `kubectl apply -k` never scales a busy Deployment back down."""
     memory = by_kind(rendered["memory"])
     env = env_of(memory["Deployment"][0])
     assert env["BACKEND_TYPE"] == "memory"
@@ -101,6 +103,7 @@ def test_overlays_scale_as_their_backend_counts(rendered: dict[str, list[dict[st
         assert settings_of(env_of(objects["Deployment"][0]))[0].cache.backend == "redis"
         (hpa,) = objects["HorizontalPodAutoscaler"]
         assert hpa["spec"]["minReplicas"] >= 2
+        assert "replicas" not in objects["Deployment"][0]["spec"], name
         assert hpa["spec"]["scaleTargetRef"]["name"] == objects["Deployment"][0]["metadata"]["name"]
         (pdb,) = objects["PodDisruptionBudget"]
         assert pdb["spec"]["selector"] == objects["Deployment"][0]["spec"]["selector"]
@@ -118,12 +121,9 @@ def test_environment_is_what_the_daemon_reads(
     ports = {p["name"]: p["containerPort"] for p in rl["ports"]}
     listeners = settings.listeners
     assert settings.stats.prometheus_addr == f":{ports['metrics']}"
-    assert ports == {
-        "http": listeners.port,
-        "grpc": listeners.grpc_port,
-        "debug": listeners.debug_port,
-        "metrics": 19001,
-    }
+    assert ports == {"http": listeners.port, "grpc": listeners.grpc_port, "metrics": 19001}
+    # The debug listener needs no credentials: loopback only, on no port of the Service.
+    assert listeners.debug_host == "127.0.0.1"
     (service,) = objects["Service"]
     assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
         name: (port, name) for name, port in ports.items()
@@ -199,7 +199,7 @@ def test_grace_period_covers_pre_stop_and_drain(
     assert pod["terminationGracePeriodSeconds"] >= pre_stop + drain + 5
 
 
-def test_network_policy_admits_envoy_and_monitoring_only(
+def test_network_policy_admits_envoy_to_grpc_and_monitoring_to_metrics_only(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     (policy,) = by_kind(rendered["redis"])["NetworkPolicy"]
@@ -208,13 +208,13 @@ def test_network_policy_admits_envoy_and_monitoring_only(
     assert spec["policyTypes"] == ["Ingress"]
     rules = {tuple(p["port"] for p in rule["ports"]): rule["from"] for rule in spec["ingress"]}
     assert rules == {
-        ("grpc", "http"): [
+        ("grpc",): [
             {
                 "namespaceSelector": {},
                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "envoy"}},
             }
         ],
-        ("debug", "metrics"): [
+        ("metrics",): [
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
         ],
     }

@@ -34,6 +34,7 @@ only ratelimitd and sidecars.
   llm_stack      Envoy on examples/llm-budget + daemon + fake backend; the stream workload
   otlp           OtlpReceiver: an OTLP/HTTP trace receiver
   envoy_gateway  Envoy Gateway's environment, certificates and xDS server for ratelimitd
+  kubelet        a rendered pod's container run with podman as the kubelet runs it; its probes
 """
 
 from .clock import Clock

@@ -2,8 +2,10 @@
 
 Container registries cannot be reached from here, so `Podman.base_image` makes the image
 the Containerfile's FROM line names from Debian's packages (mmdebstrap, slimmed as Debian's
-official -slim images are) and tags it with that public name: the same Containerfile builds
-here and anywhere else. The base is made once per machine and kept in podman's storage
+official -slim images are, with /usr merged as they are: no usrmerge package, no perl),
+tagged `localhost/ratelimitd-base:<release>-slim`; builds name it with the BASE build
+argument (the Containerfile pins the public image by digest), so the same Containerfile
+builds here and anywhere else. The base is made once per machine and kept in podman's storage
 (a fresh clone on a fresh machine makes it, about 40 s); building reuses podman's layer
 cache and a pip cache mount between runs.
 
@@ -45,10 +47,13 @@ SLIM = [
 
 
 def base_name(containerfile: Path = CONTAINERFILE) -> str:
-    """The image the Containerfile builds FROM (its `ARG BASE=` default)."""
-    found = re.search(r"^ARG BASE=(\S+)$", containerfile.read_text(), re.M)
-    assert found, f"no ARG BASE= in {containerfile}"
-    return found.group(1)
+    """The locally made stand-in for the image the Containerfile builds FROM (its
+    `ARG BASE=` default, a Debian -slim image pinned by digest)."""
+    found = re.search(
+        r"^ARG BASE=\S+/debian:(\S+)@sha256:[0-9a-f]{64}$", containerfile.read_text(), re.M
+    )
+    assert found, f"no ARG BASE=...debian:<tag>@sha256:<digest> in {containerfile}"
+    return f"localhost/ratelimitd-base:{found.group(1)}"
 
 
 class Podman:
@@ -96,17 +101,30 @@ class Podman:
                 release = name.rpartition(":")[2].removesuffix("-slim")
                 subprocess.run(
                     [binary("mmdebstrap", INSTALL), "--quiet", "--variant=minbase", *SLIM,
-                     release, str(rootfs)],
+                     "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr", release, str(rootfs)],
                     check=True, capture_output=True, timeout=900,
                 )  # fmt: skip
                 self("import", "--change", 'CMD ["bash"]', str(rootfs), name, timeout=300)
                 rootfs.unlink()
         return name
 
-    def build(self, tag: str, target: str, build_args: dict[str, str]) -> None:
-        """Build `target` of deploy/Containerfile from the repository as `tag`."""
+    def build(
+        self,
+        tag: str,
+        target: str,
+        build_args: dict[str, str],
+        timestamp: int | None = None,
+        cache: bool = True,
+    ) -> None:
+        """Build `target` of deploy/Containerfile from the repository as `tag`, on the locally
+        made base; with `timestamp`, every file and the image's creation time set to it (as
+        the release builds: the same commit, the same image)."""
         args = ["build", "--network", "host", "--pull=never", "-f", str(CONTAINERFILE)]
-        args += ["--target", target, "-t", tag]
+        args += ["--target", target, "-t", tag, "--build-arg", f"BASE={self.base_image()}"]
+        if not cache:
+            args.append("--no-cache")
+        if timestamp is not None:
+            args += ["--timestamp", str(timestamp), "--build-arg", f"SOURCE_DATE_EPOCH={timestamp}"]
         for key, value in build_args.items():
             args += ["--build-arg", f"{key}={value}"]
         # pip in the build stage trusts what this machine's pip trusts (a TLS-intercepting

@@ -5,6 +5,11 @@
   value: {{ $v.logLevel | quote }}
 - name: USE_STATSD
   value: "false"
+{{- if not $v.debug.exposed }}
+{{- /* The debug listener needs no credentials: the pod's loopback only, for port-forward. */}}
+- name: DEBUG_HOST
+  value: 127.0.0.1
+{{- end }}
 {{- if $v.metrics.enabled }}
 - name: USE_PROMETHEUS
   value: "true"

@@ -1,17 +1,24 @@
 {{/* Names and labels shared by every object of the release. */}}
 
+{{- define "ratelimitd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "ratelimitd.fullname" -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else if contains .Chart.Name .Release.Name -}}
+{{- else -}}
+{{- $name := include "ratelimitd.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "ratelimitd.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "ratelimitd.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
@@ -32,31 +39,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/* repository:tag, or repository@digest when a digest is given. */}}
+{{- define "ratelimitd.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .appVersion .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "ratelimitd.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "ratelimitd.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "ratelimitd.sidecarsImage" -}}
-{{- $image := .Values.sidecars.image -}}
-{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
-{{- end -}}
-
-{{/* The daemon's container and pod security settings (Envoy Gateway's, plus a read-only root). */}}
-{{- define "ratelimitd.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65534
-runAsGroup: 65534
-fsGroup: 65534
-seccompProfile:
-  type: RuntimeDefault
-{{- end -}}
-
-{{- define "ratelimitd.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: ["ALL"]
+{{- include "ratelimitd.imageRef" (dict "image" .Values.sidecars.image "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{/* The gRPC address of this release's daemon, for the sidecars. */}}
@@ -97,6 +94,9 @@ capabilities:
 
 {{- define "ratelimitd.replicas" -}}
 {{- $n := .Values.replicaCount -}}
+{{- if and (include "ratelimitd.autoscaling" .) (not (kindIs "invalid" $n)) -}}
+{{- fail (printf "replicaCount=%v with the autoscaler on: the HorizontalPodAutoscaler owns the replica count; set autoscaling.minReplicas, or autoscaling.enabled=false" $n) -}}
+{{- end -}}
 {{- if include "ratelimitd.memory" . -}}
 {{- if and (not (kindIs "invalid" $n)) (ne (int $n) 1) -}}
 {{- fail (printf "replicaCount=%v: the memory backend counts per process (each replica would see part of the traffic); use 1, or backend.type=redis to scale out" $n) -}}
@@ -119,4 +119,11 @@ capabilities:
   value: {{ .value | toString | quote }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The `helm test` pod's labels (the NetworkPolicy admits it to gRPC). */}}
+{{- define "ratelimitd.testLabels" -}}
+app.kubernetes.io/name: {{ include "ratelimitd.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
 {{- end -}}

@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from .gtfs import FeedError, Report
+from .gtfs import FeedError
 from .places.locations import Locations, LocationsError
 from .schemas import ValidationReport, json_encoder
 from .settings import SettingsError, TransitSettings
 from .source import FeedFiles, SourceError, redact
-from .store import build_network
+from .store import build_network, source_report
 
 # MobilityData has three severities; a fatal notice is one of its errors that rejects the feed.
 MD_SEVERITY = {"fatal": "ERROR", "error": "ERROR", "warning": "WARNING", "info": "INFO"}
@@ -44,17 +44,23 @@ def validate(
     locations_dir = settings.places.locations_dir
     locations = Locations(Path(locations_dir)) if locations_dir else None
     shown = redact(source) or source
+    # The server's clock: a pinned TRANSIT_NOW decides, here as there, whether the feed's
+    # calendars have expired.
+    now = settings.now.timestamp() if settings.now is not None else time.time()
     try:
-        served = build_network(FeedFiles.load(against, timeout), feed) if against else None
-        files = FeedFiles.load(source, timeout, feed.headers)
+        served = (
+            build_network(FeedFiles.load(against, timeout, bounds=feed.bounds), feed)
+            if against
+            else None
+        )
+        files = FeedFiles.load(source, timeout, feed.headers, feed.bounds)
         digest = files.digest
-        report = build_network(files, feed, served, locations, time.time()).raw.report
+        report = build_network(files, feed, served, locations, now).raw.report
     except FeedError as exc:
         report = exc.report
     except SourceError as exc:
-        report = Report()
-        report.add("unreadable_file", shown, None, str(exc))
-    return report.summary(shown, digest, int(time.time()))
+        report = source_report(shown, exc)
+    return report.summary(shown, digest, int(now))
 
 
 def mobilitydata(report: ValidationReport) -> dict[str, Any]:

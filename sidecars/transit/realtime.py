@@ -25,12 +25,16 @@ from .bodies import Body
 from .network import Network, natural_key
 from .schemas import Alert, Vehicle, json_encoder
 from .tripupdates import (
+    UNSCHEDULED,
     AddedTrip,
     TripEstimate,
     TripUpdate,
     added_trip,
+    duplicated_trip,
     estimate_trip,
+    running_day,
     start_time_trip,
+    trip_headsign,
     update_day,
 )
 
@@ -376,11 +380,21 @@ class Realtime:
             if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label):
                 number = tu.vehicle.id or tu.vehicle.label
                 vehicle = self.vehicle_id(number, tu.trip.route_id, ti)[1]
+            if relationship == _TD.UNSCHEDULED or (
+                ti is None and relationship in (_TD.ADDED, _TD.NEW) and trip_id
+            ):
+                added = added_trip(net, tu, vehicle, self.start_hour)
+                if added is not None:
+                    if relationship == _TD.UNSCHEDULED:
+                        added.relationship = UNSCHEDULED
+                        if ti is not None:
+                            # Running without a timetable, on the static trip's route.
+                            added.route = net.raw.trip_route[ti]
+                            added.headsign = trip_headsign(net, ti)
+                            added.pattern_id = net.trip_pattern[ti] or None
+                    self.added.append(added)
+                continue
             if ti is None:
-                if relationship in (_TD.ADDED, _TD.NEW) and trip_id:
-                    added = added_trip(net, tu, vehicle, self.start_hour)
-                    if added is not None:
-                        self.added.append(added)
                 continue
             by_seq: dict[int, Any] = {}
             by_stop: dict[str, Any] = {}
@@ -390,9 +404,16 @@ class Realtime:
                 elif stu.stop_id:
                     by_stop[stu.stop_id] = stu
             delay = tu.delay if tu.HasField("delay") else None
-            self.updates[trip_id] = TripUpdate(
-                vehicle, delay, by_seq, by_stop, relationship, update_day(tu.trip)
-            )
+            # An update without start_date is about the trip's current run (one day only).
+            day = update_day(tu.trip) or running_day(net, ti, self.now, self.start_hour)
+            update = TripUpdate(vehicle, delay, by_seq, by_stop, relationship, day)
+            if relationship == _TD.DUPLICATED:
+                # A copy of the static trip; the static one runs as scheduled.
+                copy = duplicated_trip(net, tu, ti, update, vehicle)
+                if copy is not None:
+                    self.added.append(copy)
+                continue
+            self.updates[trip_id] = update
         if stale:
             self.problems["trip_updates"] = (
                 f"{stale} trip update(s) older than {self.max_age:g} s "

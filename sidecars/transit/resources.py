@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import date
 
 import falcon
@@ -17,9 +18,10 @@ from .arrivals import (
     Scheduled,
     added_rows,
     build_arrivals,
+    in_operational_day,
     pip_estimates,
+    schedule_now,
     scheduled_rows,
-    stop_schedule,
     with_added,
 )
 from .bodies import Body, accepts_gzip
@@ -28,7 +30,7 @@ from .realtime import Realtime
 from .schemas import PipMessage, RouteNotFound, ServerError, json_encoder, pip_request_decoder
 from .settings import id_matcher
 from .store import TransitStore
-from .times import operational_day, parse_yyyymmdd
+from .times import days_around, operational_day, parse_service_day
 
 JSON = "application/json; charset=utf-8"
 PROTOBUF = "application/octet-stream"
@@ -107,18 +109,19 @@ class EnvelopeError(falcon.HTTPError):
         self.body = body
 
 
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
 def number_param(req: falcon.asgi.Request, name: str, lo: float, hi: float) -> float | None:
     """A numeric query parameter within [lo, hi], or None when absent; 400 otherwise."""
     text = text_param(req, name)
     if text is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    # Plain decimals only: float() would also take `1_000`, full-width digits, `1e3`, `inf`.
+    value = float(text) if DECIMAL.fullmatch(text) else float("nan")
     if not lo <= value <= hi:  # also false for NaN
         raise falcon.HTTPBadRequest(
-            description=f"{name}={text!r}: a number from {lo:g} to {hi:g} is expected"
+            description=f"{name}={text!r}: a decimal number from {lo:g} to {hi:g} is expected"
         )
     return value
 
@@ -145,21 +148,6 @@ class _Base:
         if net is None:
             raise server_error("the static GTFS feed is not loaded yet", falcon.HTTP_503)
         return net
-
-    def service_day(self, net: Network, now: float, req: falcon.asgi.Request | None = None) -> date:
-        """The day asked for with `?date=YYYYMMDD`, else the operational day `now` falls in
-        (in the feed's zone). A malformed date is BadDay."""
-        text = req.get_param("date") if req is not None else None
-        if text is not None:
-            try:
-                return parse_yyyymmdd(text)
-            except ValueError:
-                raise BadDay(text) from None
-        return operational_day(now, net.tz, self.store.settings.feed.operational_day_start_hour)
-
-
-class BadDay(ValueError):
-    """`?date=` is not a YYYYMMDD date (answered `400 []`)."""
 
 
 class StaticList(_Base):
@@ -295,8 +283,10 @@ def limit_param(req: falcon.asgi.Request) -> int | None:
 
 
 class _Arrivals(_Base):
-    """The arrival endpoints: one operational day (`?date=`, default today) of a stop's or a
-    pattern's arrivals; `?limit=N`: the next N from now."""
+    """The arrival endpoints: one service day (`?date=`) of a stop's or a pattern's arrivals,
+    or by default what the operational day shows (its own trips and the other service days'
+    running inside it: tomorrow's before 04:00, yesterday's past 28:00); `?limit=N`: the next
+    N from now, from every service day that can still have one."""
 
     params = ("date", "limit")
 
@@ -306,19 +296,35 @@ class _Arrivals(_Base):
         resp: falcon.asgi.Response,
         net: Network,
         key: tuple,
-        scheduled: Callable[[date, Realtime], list[Scheduled]],
+        positions: Callable[[date], list[int]],
+        added: Callable[[Realtime, Collection[date]], list[Scheduled]],
     ) -> None:
-        """Answer the arrivals of `key` (("stop", stop) or ("pattern", id)): `scheduled`
-        gives its rows on the day asked for, added trips included."""
+        """Answer the arrivals of `key` (("stop", stop) or ("pattern", id)): `positions(day)`
+        are its stop_time positions on a service day, `added(rt, days)` the added trips'
+        rows on some service days."""
         now = self.store.now()
-        try:
-            day = self.service_day(net, now, req)
-        except BadDay:
-            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
-            return
         limit = limit_param(req)
         rt = self.store.current_realtime()
-        body = _arrivals_body(net, rt, scheduled(day, rt), day, now, key, limit)
+        text = req.get_param("date")
+        if text is not None:
+            try:
+                day = parse_service_day(text)
+            except ValueError:
+                send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+                return
+            rows = net.day_memo((*key, day), lambda: scheduled_rows(net, positions(day), day))
+            days: Collection[date] = (day,)
+            memo: tuple = (*key, day)
+        else:
+            start_hour = self.store.settings.feed.operational_day_start_hour
+            op_day = operational_day(now, net.tz, start_hour)
+            rows = schedule_now(net, key, positions, op_day)
+            days = days_around(op_day, net.span_days)
+            if limit is None:
+                rows = in_operational_day(net, key, rows, op_day, start_hour)
+            memo = (*key, "now", op_day)
+        rows = with_added(rows, added(rt, days))
+        body = _arrivals_body(net, rt, rows, now, memo, key[0] == "pattern", limit)
         send_body(req, resp, body, CACHE_REALTIME)
 
 
@@ -345,16 +351,15 @@ class ArrivalsByStop(_Arrivals):
             resp,
             net,
             ("stop", stop),
-            lambda day, rt: with_added(
-                stop_schedule(net, stop, day), added_rows(net, rt, day, stop)
-            ),
+            lambda day: net.stop_arrivals(stop, day),
+            lambda rt, days: added_rows(net, rt, days, stop),
         )
 
     on_head = on_get
 
 
 class ArrivalsByPattern(_Arrivals):
-    """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips on one day."""
+    """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips."""
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
@@ -363,15 +368,14 @@ class ArrivalsByPattern(_Arrivals):
         if item_id not in net.pattern_trips:
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
-
-        def scheduled(day: date, rt: Realtime) -> list[Scheduled]:
-            rows = net.day_memo(
-                ("pattern", item_id, day),
-                lambda: scheduled_rows(net, net.pattern_arrivals(item_id, day) or [], day),
-            )
-            return with_added(rows, added_rows(net, rt, day, pattern_id=item_id))
-
-        self.send_arrivals(req, resp, net, ("pattern", item_id), scheduled)
+        self.send_arrivals(
+            req,
+            resp,
+            net,
+            ("pattern", item_id),
+            lambda day: net.pattern_arrivals(item_id, day) or [],
+            lambda rt, days: added_rows(net, rt, days, pattern_id=item_id),
+        )
 
     on_head = on_get
 
@@ -380,21 +384,20 @@ def _arrivals_body(
     net: Network,
     rt: Realtime,
     rows: list[Scheduled],
-    day: date,
     now: float,
-    key: tuple,
+    memo: tuple,
+    with_stop: bool,
     limit: int | None,
 ) -> Body:
     """Encoded arrivals; without realtime trip data (and a limit, which depends on now) the
-    bytes only depend on the day, so they are encoded (and gzipped) once per (stop or
+    bytes only depend on the rows, so they are encoded (and gzipped) once per `memo` (stop or
     pattern, day) and feed version."""
-    with_stop = key[0] == "pattern"
     if rt.has_trips or limit is not None:
-        arrivals = build_arrivals(net, rt, rows, day, now, with_stop, limit)
+        arrivals = build_arrivals(net, rt, rows, now, with_stop, limit)
         return Body(json_encoder.encode(arrivals))
     return net.day_memo(
-        (*key, day, "body"),
-        lambda: Body(json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop))),
+        (*memo, "body"),
+        lambda: Body(json_encoder.encode(build_arrivals(net, rt, rows, now, with_stop))),
     )
 
 
@@ -450,8 +453,8 @@ class PipEstimates(_Base):
             return
         net = self.network()
         now = self.store.now()
-        day = self.service_day(net, now)
-        rows = pip_estimates(net, self.store.current_realtime(), stops, day, now)
+        op_day = operational_day(now, net.tz, self.store.settings.feed.operational_day_start_hour)
+        rows = pip_estimates(net, self.store.current_realtime(), stops, op_day, now)
         send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_NO_CACHE)
 
 

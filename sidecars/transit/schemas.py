@@ -200,8 +200,9 @@ class Arrival(Struct):
     # null for an added trip that matches no pattern
     pattern_id: str | None
     route_id: str
-    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
-    # does not have), from the TripUpdates
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop), ADDED / DUPLICATED / UNSCHEDULED (a
+    # trip the schedule does not list at this time: new, a copy of a scheduled one, or
+    # running without a timetable), as GTFS-RT names them; the real service has no such field.
     schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int
@@ -222,8 +223,9 @@ class PatternArrival(Struct):
     # null for an added trip that matches no pattern
     pattern_id: str | None
     route_id: str
-    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
-    # does not have), from the TripUpdates
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop), ADDED / DUPLICATED / UNSCHEDULED (a
+    # trip the schedule does not list at this time: new, a copy of a scheduled one, or
+    # running without a timetable), as GTFS-RT names them; the real service has no such field.
     schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int

@@ -19,7 +19,7 @@ from sidecars.common.environment import Environment, SettingsError
 from sidecars.common.server import Server
 from sidecars.usage.settings import Settings as UsageSettings
 
-from .source import redact
+from .source import Bounds, redact
 
 # The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -52,6 +52,12 @@ def id_matcher(pattern: str | None) -> Callable[[str], bool]:
     return lambda value: compiled.fullmatch(value) is not None
 
 
+# The default bounds of a static feed (0 in the setting: none).
+FEED_MAX_BYTES = 128 << 20
+FEED_MAX_UNCOMPRESSED_BYTES = 1 << 30
+FEED_MAX_ROWS = 10_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class FeedSettings:
     """The static GTFS feed, how it is validated, and the service day its arrivals and
@@ -76,6 +82,17 @@ class FeedSettings:
     report_examples: int = 10
     # HTTP headers sent when the source is a URL (credentials: never shown).
     headers: dict[str, str] = field(default_factory=dict)
+    # How large a feed may be before it is refused unread: the bytes fetched (the zip),
+    # the bytes of its files uncompressed, and the rows of all its files together. Carris
+    # Metropolitana's feed (4 million stop_times) is well inside each.
+    max_bytes: int = FEED_MAX_BYTES
+    max_uncompressed_bytes: int = FEED_MAX_UNCOMPRESSED_BYTES
+    max_rows: int = FEED_MAX_ROWS
+
+    @property
+    def bounds(self) -> Bounds:
+        """The size bounds of a fetch."""
+        return Bounds(self.max_bytes or None, self.max_uncompressed_bytes or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +248,11 @@ class TransitSettings:
             shape_dist_unit=unit,
             report_examples=int(env.number("FEED_REPORT_EXAMPLES", 10)),
             headers=env.headers("GTFS_SOURCE_HEADERS"),
+            max_bytes=env.integer("FEED_MAX_BYTES", FEED_MAX_BYTES),
+            max_uncompressed_bytes=env.integer(
+                "FEED_MAX_UNCOMPRESSED_BYTES", FEED_MAX_UNCOMPRESSED_BYTES
+            ),
+            max_rows=env.integer("FEED_MAX_ROWS", FEED_MAX_ROWS),
         )
         realtime = RealtimeSettings(
             vehicles_source=env.optional("VEHICLES_SOURCE", DEFAULT_VEHICLES if demo else None),

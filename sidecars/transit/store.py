@@ -123,7 +123,9 @@ class TransitStore:
             current = self.network
             digest: str | None = None
             try:
-                files = FeedFiles.load(raw_source, self.settings.http_timeout_seconds, feed.headers)
+                files = FeedFiles.load(
+                    raw_source, self.settings.http_timeout_seconds, feed.headers, feed.bounds
+                )
                 digest = files.digest
                 if current is not None and current.version == files.digest:
                     log.debug("static feed %s unchanged (version %s)", source, files.digest)
@@ -138,9 +140,7 @@ class TransitStore:
                 self._reject(source, digest, exc.report)
                 return False
             except SourceError as exc:
-                report = Report()
-                report.add("unreadable_file", source, None, str(exc))
-                self._reject(source, digest, report)
+                self._reject(source, digest, source_report(source, exc))
                 return False
             except Exception as exc:  # a bug must not take the serving feed down with it
                 log.exception("static feed %s: unexpected error while loading", source)
@@ -406,11 +406,19 @@ def build_network(
         examples=feed.report_examples,
         dist_unit=feed.shape_dist_unit,
         now=now,
+        max_rows=feed.max_rows or None,
     )
     if served is not None:
         raw.report.check_shrink(served.raw.report, feed.max_drop_share)
         raw.report.raise_if_fatal()
     return Network(raw, files.digest, time.time(), feed.timezone, locations)
+
+
+def source_report(shown: str, exc: SourceError) -> Report:
+    """The report of a feed that could not be fetched or is over a size bound."""
+    report = Report()
+    report.add(exc.code, shown, None, str(exc))
+    return report
 
 
 def _where(p: FeedProblem) -> str:

@@ -40,7 +40,7 @@ def test_stops_near_a_point(cairns: falcon.testing.TestClient) -> None:
     [
         ("lat=-16.7", "lat, lon and radius go together"),
         ("lat=-16.7&lon=145.6", "lat, lon and radius go together"),
-        ("lat=-16.7&lon=145.6&radius=5001", "radius='5001': a number from 0 to 5000"),
+        ("lat=-16.7&lon=145.6&radius=5001", "radius='5001': a decimal number from 0 to 5000"),
         ("lat=91&lon=145.6&radius=10", "lat='91'"),
         ("lat=x&lon=145.6&radius=10", "lat='x'"),
         ("lat=nan&lon=145.6&radius=10", "lat='nan'"),

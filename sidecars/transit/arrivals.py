@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from .network import Network
 from .realtime import Realtime
 from .schemas import Arrival, PatternArrival, PipEstimate
-from .times import clock_string, days_around, service_time_unix, wall_clock_unix
+from .times import clock_string, days_around, next_horizon, service_time_unix, wall_clock_unix
 from .tripupdates import CANCELED, SCHEDULED, SKIPPED, trip_headsign
 
 PIP_MAX_ROWS = 8
@@ -123,15 +123,23 @@ def stop_schedule(net: Network, stop: int, day: date) -> list[Scheduled]:
 
 
 def schedule_now(
-    net: Network, key: tuple, positions: Callable[[date], list[int]], op_day: date
+    net: Network,
+    key: tuple,
+    positions: Callable[[date], list[int]],
+    op_day: date,
+    start_hour: int,
 ) -> list[Scheduled]:
-    """The scheduled rows of every service day that can have a departure during `op_day`
-    (`positions(day)`: a stop's or a pattern's stop_time positions on a day), in one time
-    order; memoised per (stop or pattern, operational day)."""
+    """The scheduled rows of every service day that can have a departure from operational
+    day `op_day` to the end of the next one (`positions(day)`: a stop's or a pattern's
+    stop_time positions on a day), in one time order up to that end (so no later day's row
+    is missing before the last one); memoised per (stop or pattern, operational day)."""
 
     def merged() -> list[Scheduled]:
         days = days_around(op_day, net.span_days)
-        return sorted(r for d in days for r in scheduled_rows(net, positions(d), d))
+        horizon = next_horizon(op_day, start_hour, net.tz)
+        return sorted(
+            r for d in days for r in scheduled_rows(net, positions(d), d) if r.unix < horizon
+        )
 
     return net.day_memo((*key, "now", op_day), merged)
 
@@ -265,7 +273,7 @@ def build_arrivals(
 
 
 def pip_estimates(
-    net: Network, rt: Realtime, stops: list[str], op_day: date, now: float
+    net: Network, rt: Realtime, stops: list[str], op_day: date, now: float, start_hour: int
 ) -> list[PipEstimate]:
     """What a passenger information panel shows for some stops: the next 8 departures
     (realtime when known, else scheduled) of every service day that can still have one,
@@ -281,7 +289,9 @@ def pip_estimates(
         if stop is None:
             continue
         schedule = with_added(
-            schedule_now(net, ("stop", stop), lambda d, s=stop: net.stop_arrivals(s, d), op_day),
+            schedule_now(
+                net, ("stop", stop), lambda d, s=stop: net.stop_arrivals(s, d), op_day, start_hour
+            ),
             added_rows(net, rt, days, stop),
         )
         start = bisect.bisect_left(schedule, since, key=lambda r: r.unix)

@@ -318,7 +318,7 @@ class _Arrivals(_Base):
         else:
             start_hour = self.store.settings.feed.operational_day_start_hour
             op_day = operational_day(now, net.tz, start_hour)
-            rows = schedule_now(net, key, positions, op_day)
+            rows = schedule_now(net, key, positions, op_day, start_hour)
             days = days_around(op_day, net.span_days)
             if limit is None:
                 rows = in_operational_day(net, key, rows, op_day, start_hour)
@@ -453,8 +453,9 @@ class PipEstimates(_Base):
             return
         net = self.network()
         now = self.store.now()
-        op_day = operational_day(now, net.tz, self.store.settings.feed.operational_day_start_hour)
-        rows = pip_estimates(net, self.store.current_realtime(), stops, op_day, now)
+        start_hour = self.store.settings.feed.operational_day_start_hour
+        op_day = operational_day(now, net.tz, start_hour)
+        rows = pip_estimates(net, self.store.current_realtime(), stops, op_day, now, start_hour)
         send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_NO_CACHE)
 
 

@@ -75,11 +75,17 @@ def operational_day(now: float, tz: ZoneInfo, start_hour: int) -> date:
 
 
 def days_around(op_day: date, span_days: int) -> list[date]:
-    """The service days that can have a departure during operational day `op_day`: the days
-    before it whose times run past 24:00 (`span_days` of them: a feed's latest time is under
-    `span_days + 1` days), the day itself, and the next day (its trips before the next
-    operational day starts, 00:30 on the next calendar day)."""
-    return [op_day + timedelta(days=k) for k in range(-max(1, span_days), 2)]
+    """The service days that can have a departure from the start of operational day
+    `op_day` to the end of the next one (`next_horizon`): the days before it whose times run
+    past 24:00 (`span_days` of them: a feed's latest time is under `span_days + 1` days), the
+    day itself, and the two after it (the next day's own trips, and the early trips, 00:30,
+    of the day after, which run before the next operational day ends)."""
+    return [op_day + timedelta(days=k) for k in range(-max(1, span_days), 3)]
+
+
+def next_horizon(op_day: date, start_hour: int, tz: ZoneInfo) -> int:
+    """Unix end of the operational day after `op_day`: how far ahead "the next N" look."""
+    return wall_clock_unix(op_day + timedelta(days=2), start_hour, tz)
 
 
 def wall_clock_unix(day: date, hour: int, tz: ZoneInfo) -> int:

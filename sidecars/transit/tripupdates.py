@@ -156,25 +156,27 @@ def update_day(trip: rt.TripDescriptor | rt.TripUpdate.TripProperties) -> date |
         return None
 
 
+# How long after its scheduled end a run is still the one an update without start_date is
+# about (a late bus finishing).
+RUN_GRACE_SECONDS = 3600
+
+
 def running_day(net: Network, trip: int, now: float, start_hour: int) -> date:
-    """The service day an update without `start_date` is about: of the days around now on
-    which the static trip runs, the one whose run is nearest to now (under way: that one);
-    the operational day when it runs on none of them."""
+    """The service day an update without `start_date` is about (the reference: the current
+    one): of the days around now on which the static trip runs, the first whose run has not
+    ended more than RUN_GRACE_SECONDS ago; the operational day when there is none. At 00:20,
+    a 00:30 trip's update is about today's run, not yesterday's 24 hours ago."""
     raw = net.raw
     op_day = operational_day(now, net.tz, start_hour)
-    first = raw.trip_first[trip]
-    begin = raw.time_seconds[raw.st_time[first]]
-    end = raw.time_seconds[raw.st_time[first + raw.trip_count[trip] - 1]]
+    last = raw.trip_first[trip] + raw.trip_count[trip] - 1
+    end = raw.time_seconds[raw.st_time[last]]
     service = raw.trip_service[trip]
-    best: tuple[float, date] | None = None
     for day in days_around(op_day, net.span_days):
-        if not net.active_services(day)[service]:
-            continue
-        origin = day_origin(day, net.tz)
-        gap = max(origin + begin - now, now - (origin + end), 0)
-        if best is None or gap < best[0]:
-            best = (gap, day)
-    return best[1] if best is not None else op_day
+        if net.active_services(day)[service] and day_origin(day, net.tz) + end >= (
+            now - RUN_GRACE_SECONDS
+        ):
+            return day
+    return op_day
 
 
 def duplicated_trip(

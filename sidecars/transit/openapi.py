@@ -171,11 +171,11 @@ def _network_paths(settings: TransitSettings) -> dict[str, Any]:
         )},
         "/v2/alerts.pb": protobuf("The active alerts as a GTFS-RT FeedMessage"),
         "/v2/vehicles": {"get": operation(
-            "Vehicles heard from within TRANSIT_REALTIME_MAX_AGE_SECONDS",
+            "Vehicles heard from within TRANSIT_VEHICLES_MAX_AGE_SECONDS",
             answer("Vehicles.", array("Vehicle")), params=filtered("vehicles"), feed=False,
         )},
         "/v2/vehicles.pb": protobuf(
-            "Vehicle positions as a GTFS-RT FeedMessage (on a trip, heard from recently)"
+            "The vehicles of /v2/vehicles that are on a trip, as a GTFS-RT FeedMessage"
         ),
         "/v2/vehicles/{item_id}": {"get": operation(
             "One current vehicle, by the id of the list (`41|1160`)",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -123,14 +124,15 @@ class Realtime:
         alerts: rt.FeedMessage | None,
         metadata: dict[str, dict[str, Any]] | None,
         now: float,
-        pb_max_age: float,
-        max_age: float = 0.0,
+        max_ages: Mapping[str, float] | None = None,
         start_hour: int = 4,
     ) -> None:
+        """`max_ages`: the age limit of each kind (`vehicles`, `trip_updates`, `alerts`;
+        0 or absent: none), the one staleness policy every endpoint serves."""
         self.network = network
         self.metadata = metadata or {}
         self.now = now
-        self.max_age = max_age
+        self.max_ages = dict(max_ages or {})
         self.start_hour = start_hour
         # Why some of a source is not served as current, by source kind (for /health).
         self.problems: dict[str, str] = {}
@@ -147,7 +149,7 @@ class Realtime:
         # Each vehicle encoded once: the list, and any filter of it, joins these bytes.
         self.vehicle_json = [json_encoder.encode(v) for v in self.vehicles]
         self.vehicles_body = Body(b"[" + b",".join(self.vehicle_json) + b"]")
-        self.vehicles_pb = Body(self._vehicles_pb(now, pb_max_age))
+        self.vehicles_pb = Body(self._vehicles_pb(now))
         if trip_updates is not None and self._current(trip_updates, "trip_updates"):
             self._trip_updates(trip_updates)
         alert_list, alert_pb = self._alerts(alerts)
@@ -170,22 +172,28 @@ class Realtime:
         ]
         return b"[" + b",".join(parts) + b"]"
 
-    def _too_old(self, ts: float | None) -> bool:
-        """Whether a timestamp is past the age limit (no timestamp: not known to be)."""
-        if not self.max_age or not ts:
+    def _too_old(self, ts: float | None, kind: str) -> bool:
+        """Whether a timestamp is past the age limit of its kind (no timestamp: not known
+        to be)."""
+        max_age = self.max_ages.get(kind, 0.0)
+        if not max_age or not ts:
             return False
-        if ts < self.now - self.max_age:
+        if ts < self.now - max_age:
             return True
-        self.expires_at = min(self.expires_at, ts + self.max_age)
+        self.expires_at = min(self.expires_at, ts + max_age)
         return False
+
+    def _limit(self, kind: str) -> str:
+        """The age limit of a kind as a reason names it."""
+        return f"{self.max_ages.get(kind, 0.0):g} s (TRANSIT_{kind.upper()}_MAX_AGE_SECONDS)"
 
     def _current(self, feed: rt.FeedMessage, kind: str) -> bool:
         """Whether a whole message is recent enough to be used (its header timestamp)."""
         ts = feed.header.timestamp
-        if self._too_old(ts):
+        if self._too_old(ts, kind):
             self.problems[kind] = (
                 f"the message is from {_iso(ts)}, {int(self.now - ts)} s ago, older than "
-                f"{self.max_age:g} s (TRANSIT_REALTIME_MAX_AGE_SECONDS): not served"
+                f"{self._limit(kind)}: not served"
             )
             return False
         return True
@@ -227,7 +235,7 @@ class Realtime:
                 continue
             vp = entity.vehicle
             timestamp = vp.timestamp or feed.header.timestamp or None
-            if self._too_old(timestamp):
+            if self._too_old(timestamp, "vehicles"):
                 stale += 1
                 newest = max(newest, timestamp or 0)
                 continue
@@ -302,24 +310,24 @@ class Realtime:
                 self.positions[trip_id] = _Position(vid, seq)
         if stale:
             self.problems["vehicles"] = (
-                f"{stale} of {stale + len(out)} vehicle positions older than {self.max_age:g} s "
-                f"(TRANSIT_REALTIME_MAX_AGE_SECONDS; newest of them {_iso(newest)}): not served"
+                f"{stale} of {stale + len(out)} vehicle positions older than "
+                f"{self._limit('vehicles')} (newest of them {_iso(newest)}): not served"
             )
         out.sort(key=lambda item: natural_key(item[0].id))
         # What vehicles.pb carries beyond the JSON fields, in the same order.
         self._pb_extras = [(direction, occupancy) for _, direction, occupancy in out]
         return [vehicle for vehicle, _, _ in out]
 
-    def _vehicles_pb(self, now: float, max_age: float) -> bytes:
+    def _vehicles_pb(self, now: float) -> bytes:
         """Vehicle positions as GTFS-RT, rebuilt from the JSON list the way the real service
-        does: only vehicles on a trip and heard from in the last `max_age` seconds (0: all),
-        with their direction and occupancy."""
+        does: the current vehicles (the same age limit as the list) that are on a trip, with
+        their direction and occupancy."""
         feed = rt.FeedMessage()
         feed.header.gtfs_realtime_version = "2.0"
         feed.header.incrementality = rt.FeedHeader.FULL_DATASET
         feed.header.timestamp = int(now)
         for v, (direction, occupancy) in zip(self.vehicles, self._pb_extras, strict=True):
-            if not v.trip_id or (max_age and (v.timestamp or 0) < now - max_age):
+            if not v.trip_id:
                 continue
             entity = feed.entity.add()
             entity.id = v.event_id or v.id
@@ -370,7 +378,7 @@ class Realtime:
             if not entity.HasField("trip_update"):
                 continue
             tu = entity.trip_update
-            if tu.HasField("timestamp") and self._too_old(tu.timestamp):
+            if tu.HasField("timestamp") and self._too_old(tu.timestamp, "trip_updates"):
                 stale += 1
                 continue
             relationship = tu.trip.schedule_relationship
@@ -416,8 +424,7 @@ class Realtime:
             self.updates[trip_id] = update
         if stale:
             self.problems["trip_updates"] = (
-                f"{stale} trip update(s) older than {self.max_age:g} s "
-                "(TRANSIT_REALTIME_MAX_AGE_SECONDS): not used"
+                f"{stale} trip update(s) older than {self._limit('trip_updates')}: not used"
             )
 
     def trip_vehicle(self, trip_id: str) -> str | None:

@@ -40,6 +40,13 @@ PROFILES: dict[str, dict[str, str | None]] = {
     "cm": {"stop_id_pattern": r"\d{6}", "line_id_pattern": r"\d{4}"},
 }
 DIST_UNITS = ("auto", "m", "km", "mi", "ft")
+# Settings that were replaced: set, they stop the start with the line saying what to use.
+RETIRED = {
+    "REALTIME_MAX_AGE_SECONDS": "one age limit per kind now, TRANSIT_VEHICLES_MAX_AGE_SECONDS, "
+    "TRANSIT_TRIP_UPDATES_MAX_AGE_SECONDS and TRANSIT_ALERTS_MAX_AGE_SECONDS",
+    "VEHICLES_PB_MAX_AGE_SECONDS": "/v2/vehicles and /v2/vehicles.pb share "
+    "TRANSIT_VEHICLES_MAX_AGE_SECONDS",
+}
 STATUS_STYLES = ("info", "warning", "error", "ok")
 
 
@@ -104,12 +111,25 @@ class RealtimeSettings:
     alerts_source: str | None = None
     vehicle_metadata_source: str | None = None
     refresh_seconds: float = 10.0
-    vehicles_pb_max_age_seconds: float = 90.0
-    # A vehicle position, a trip update or a whole message older than this is not current:
-    # not served as such, and `/health` says degraded (0: no limit).
-    max_age_seconds: float = 300.0
+    # What is current, per entity kind, for every endpoint alike (JSON, .pb, arrivals,
+    # panels): a vehicle position, a trip update, or a whole message of that kind (its
+    # header timestamp) older than this is not served as current, and `/health` says
+    # degraded (0: no limit). Positions and trip updates go stale in 90 s; alerts are
+    # announced and kept for longer, so their messages may be 10 minutes old.
+    vehicles_max_age_seconds: float = 90.0
+    trip_updates_max_age_seconds: float = 90.0
+    alerts_max_age_seconds: float = 600.0
     # HTTP headers per source kind (vehicles, trip_updates, alerts, vehicle_metadata).
     headers: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def max_ages(self) -> dict[str, float]:
+        """The age limit per entity kind (0: none)."""
+        return {
+            "vehicles": self.vehicles_max_age_seconds,
+            "trip_updates": self.trip_updates_max_age_seconds,
+            "alerts": self.alerts_max_age_seconds,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +238,9 @@ class TransitSettings:
         Tools that do not read the feed (the metrics CLI) pass `feed_required=False`.
         """
         env = Environment(environ, "TRANSIT_")
+        for old, new in RETIRED.items():
+            if env.is_set(old):
+                raise SettingsError(f"TRANSIT_{old} is no longer read: {new}")
         demo = env.flag("DEMO", False)
         gtfs = env.text("GTFS_SOURCE", "")
         if demo and gtfs:
@@ -260,8 +283,9 @@ class TransitSettings:
             alerts_source=env.optional("ALERTS_SOURCE", None),
             vehicle_metadata_source=env.optional("VEHICLE_METADATA_SOURCE", None),
             refresh_seconds=env.number("REALTIME_REFRESH_SECONDS", 10.0),
-            vehicles_pb_max_age_seconds=env.number("VEHICLES_PB_MAX_AGE_SECONDS", 90.0),
-            max_age_seconds=env.number("REALTIME_MAX_AGE_SECONDS", 300.0),
+            vehicles_max_age_seconds=env.number("VEHICLES_MAX_AGE_SECONDS", 90.0),
+            trip_updates_max_age_seconds=env.number("TRIP_UPDATES_MAX_AGE_SECONDS", 90.0),
+            alerts_max_age_seconds=env.number("ALERTS_MAX_AGE_SECONDS", 600.0),
             headers={
                 kind: headers
                 for kind in ("vehicles", "trip_updates", "alerts", "vehicle_metadata")

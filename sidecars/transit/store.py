@@ -87,7 +87,7 @@ class TransitStore:
             clock = (lambda: fixed) if fixed is not None else time.time  # type: ignore[assignment,return-value]
         self.now: Callable[[], float] = clock  # type: ignore[assignment]
         self.network: Network | None = None
-        self.realtime = Realtime(None, None, None, None, None, self.now(), 0)
+        self.realtime = Realtime(None, None, None, None, None, self.now())
         self._load_lock = threading.Lock()
         self._rt_lock = threading.Lock()
         self._stop = threading.Event()
@@ -241,8 +241,7 @@ class TransitStore:
                     s["alerts"].payload,
                     s["vehicle_metadata"].payload,
                     self.now(),
-                    self.settings.realtime.vehicles_pb_max_age_seconds,
-                    self.settings.realtime.max_age_seconds,
+                    self.settings.realtime.max_ages,
                     self.settings.feed.operational_day_start_hour,
                 )
             except RealtimeError as exc:

@@ -53,12 +53,10 @@ def make_store() -> Callable[..., TransitStore]:
 @pytest.fixture(scope="session")
 def cairns_store() -> TransitStore:
     """The real Cairns feed with the real Bull Runner vehicles, at 2014-06-10 08:00 Brisbane
-    (a Tuesday in the feed's validity; vehicles.pb keeps every vehicle)."""
+    (a Tuesday in the feed's validity; the 2017 positions are kept: no vehicle age limit)."""
     settings = TransitSettings(
         feed=FeedSettings(source=str(CAIRNS_ZIP)),
-        realtime=RealtimeSettings(
-            vehicles_source=str(BULLRUNNER_VP), vehicles_pb_max_age_seconds=0
-        ),
+        realtime=RealtimeSettings(vehicles_source=str(BULLRUNNER_VP), vehicles_max_age_seconds=0),
     )
     store = TransitStore(settings, clock=Clock(local_ts("2014-06-10T08:00", BRISBANE)))
     assert store.load_static()

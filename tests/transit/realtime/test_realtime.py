@@ -96,7 +96,8 @@ def rt_store(small_feed: Path, rt_files: dict[str, Path], make_store: Callable) 
     store = make_store(
         small_feed,
         clock=Clock(NOW),
-        max_age_seconds=600,
+        vehicles_max_age_seconds=600,
+        trip_updates_max_age_seconds=600,
         **{k: str(v) for k, v in rt_files.items()},
     )
     assert store.load_static()

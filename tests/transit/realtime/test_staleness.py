@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from google.transit import gtfs_realtime_pb2 as rt
 from support import Clock
 
+from sidecars.common.environment import SettingsError
+from sidecars.transit.settings import TransitSettings
 from sidecars.transit.store import TransitStore
 
 from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, write_feed
@@ -29,8 +32,8 @@ def test_positions_from_2017_are_not_current(
     client = client_for(store)
     assert len(client.simulate_get("/v2/vehicles").json) == 10
     assert client.simulate_get("/health").json["vehicles"]["status"] == "ok"
-    # Five minutes later nothing new came: the same snapshot is no longer current.
-    clock.now = HEARD + 301
+    # A minute and a half later nothing new came: the same snapshot is no longer current.
+    clock.now = HEARD + 91
     assert client.simulate_get("/v2/vehicles").json == []
     message = rt.FeedMessage()
     message.ParseFromString(client.simulate_get("/v2/vehicles.pb").content)
@@ -39,7 +42,7 @@ def test_positions_from_2017_are_not_current(
     health = client.simulate_get("/health").json
     assert health["status"] == "degraded"
     assert health["vehicles"]["status"] == "stale"
-    assert "older than 300 s" in health["vehicles"]["reason"]
+    assert "older than 90 s (TRANSIT_VEHICLES_MAX_AGE_SECONDS)" in health["vehicles"]["reason"]
     # Years later (the real clock against the demo data): the same, with the time named.
     clock.now = 1795838555
     health = client.simulate_get("/health").json
@@ -71,7 +74,9 @@ def test_alerts_outside_their_active_period(
     )  # fmt: skip
     clock = Clock(now)
     # The message itself stays current for the hour this test moves through.
-    store = make_store(small_feed, clock=clock, alerts_source=str(alerts), max_age_seconds=3600)
+    store = make_store(
+        small_feed, clock=clock, alerts_source=str(alerts), alerts_max_age_seconds=3600
+    )
     assert store.load_static()
     store.poll_realtime()
     client = client_for(store)
@@ -102,7 +107,7 @@ def test_a_message_past_the_age_limit_is_not_used(
     assert all(a["estimated_arrival"] is None for a in arrivals)
     health = client.simulate_get("/health").json
     assert health["trip_updates"]["status"] == "stale"
-    assert "older than 300 s" in health["trip_updates"]["reason"]
+    assert "older than 90 s" in health["trip_updates"]["reason"]
 
 
 def test_no_service_today_is_degraded(
@@ -121,3 +126,68 @@ def test_no_service_today_is_degraded(
         n["code"] for n in client_for(store).simulate_get("/status/feed").json["serving"]["notices"]
     }
     assert {"expired_calendar", "no_service_today"} <= notices
+
+
+def test_one_staleness_policy_per_kind_for_json_and_protobuf(
+    tmp_path: Path, small_feed: Path, make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    now = int(NOW)
+    positions = [
+        {"id": f"e{age}", "vehicle": {
+            "trip": {"trip_id": trip}, "vehicle": {"id": f"V{age}"},
+            "position": {"latitude": 38.71, "longitude": -9.11}, "timestamp": now - age}}
+        for age, trip in ((30, "T2"), (120, "T1"), (250, "TLATE"))
+    ]  # fmt: skip
+    updates = [
+        {"id": "fresh", "trip_update": {"trip": {"trip_id": "T2"}, "delay": 60,
+                                        "timestamp": now - 30}},
+        {"id": "stale", "trip_update": {"trip": {"trip_id": "T1"}, "delay": 60,
+                                        "timestamp": now - 100}},
+    ]  # fmt: skip
+    closure = [{"id": "closed", "alert": {"informed_entity": [{"stop_id": "100002"}],
+                                          "effect": "NO_SERVICE"}}]  # fmt: skip
+    files = {
+        "vehicles_source": feed(positions, now),
+        "trip_updates_source": feed(updates, now),
+        # A stop-closure alert published ten minutes ago and not repeated since.
+        "alerts_source": feed(closure, now - 600),
+    }
+    sources = {}
+    for kind, data in files.items():
+        (tmp_path / kind).write_bytes(data)
+        sources[kind] = str(tmp_path / kind)
+    store = make_store(small_feed, clock=Clock(now), **sources)
+    assert store.load_static()
+    store.poll_realtime()
+    client = client_for(store)
+    # Positions: 90 s, in the list, the item, the protobuf and the arrivals alike.
+    assert [v["id"] for v in client.simulate_get("/v2/vehicles").json] == ["A|V30"]
+    pb = rt.FeedMessage()
+    pb.ParseFromString(client.simulate_get("/v2/vehicles.pb").content)
+    assert [e.vehicle.vehicle.id for e in pb.entity] == ["A|V30"]
+    assert client.simulate_get("/v2/vehicles/A|V120").status_code == 404
+    arrivals = {a["trip_id"]: a for a in client.simulate_get("/v2/arrivals/by_stop/100001").json}
+    assert arrivals["T2"]["vehicle_id"] == "A|V30"
+    assert arrivals["T1"]["vehicle_id"] is None and arrivals["TLATE"]["vehicle_id"] is None
+    # Trip updates: 90 s.
+    assert arrivals["T2"]["estimated_arrival"] == "09:01:00"
+    assert arrivals["T1"]["estimated_arrival"] is None
+    # Alerts: a message ten minutes old is still current.
+    assert [a["alert_id"] for a in client.simulate_get("/v2/alerts").json] == ["closed"]
+    health = client.simulate_get("/health").json
+    assert health["alerts"]["status"] == "ok"
+    assert "2 of 3 vehicle positions older than 90 s" in health["vehicles"]["reason"]
+    assert "1 trip update(s) older than 90 s" in health["trip_updates"]["reason"]
+
+
+@pytest.mark.parametrize(
+    "name, replacement",
+    [
+        ("TRANSIT_REALTIME_MAX_AGE_SECONDS", "TRANSIT_TRIP_UPDATES_MAX_AGE_SECONDS"),
+        ("TRANSIT_VEHICLES_PB_MAX_AGE_SECONDS", "TRANSIT_VEHICLES_MAX_AGE_SECONDS"),
+    ],
+)
+def test_the_retired_age_settings_stop_the_start(name: str, replacement: str) -> None:
+    with pytest.raises(SettingsError, match=replacement) as caught:
+        TransitSettings.from_env({"TRANSIT_DEMO": "true", name: "300"})
+    assert str(caught.value).startswith(f"{name} is no longer read")

@@ -25,7 +25,7 @@ from .gtfs import FeedError
 from .places.locations import Locations, LocationsError
 from .schemas import ValidationReport, json_encoder
 from .settings import SettingsError, TransitSettings
-from .source import FeedFiles, SourceError, redact
+from .source import FeedFiles, SourceError, is_url, redact
 from .store import build_network, source_report
 
 # MobilityData has three severities; a fatal notice is one of its errors that rejects the feed.
@@ -43,7 +43,8 @@ def validate(
     digest: str | None = None
     locations_dir = settings.places.locations_dir
     locations = Locations(Path(locations_dir)) if locations_dir else None
-    shown = redact(source) or source
+    # Run by the operator on their machine: a local path is shown whole, a URL redacted.
+    shown = (redact(source) or source) if is_url(source) else source
     # The server's clock: a pinned TRANSIT_NOW decides, here as there, whether the feed's
     # calendars have expired.
     now = settings.now.timestamp() if settings.now is not None else time.time()

@@ -24,7 +24,8 @@ from .source import Bounds, redact
 # The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_GTFS = str(DATA_DIR / "cairns_gtfs.zip")
-DEFAULT_VEHICLES = str(DATA_DIR / "bullrunner_vehicle_positions.pb")
+# Synthetic positions on the Cairns trips under way at the demo's clock (demo.py).
+DEFAULT_VEHICLES = str(DATA_DIR / "cairns_vehicle_positions.pb")
 # The shipped CAOP lists and the facility files (sidecars/transit/places/data/SOURCE.md).
 DEFAULT_LOCATIONS = str(Path(__file__).resolve().parent / "places" / "data")
 DEFAULT_FACILITIES = str(Path(DEFAULT_LOCATIONS) / "facilities")
@@ -215,16 +216,16 @@ class TransitSettings:
 
     def sources(self) -> dict[str, str | None]:
         """Where each data family comes from (None: not configured, served empty), as it may
-        be shown: URLs without their credentials."""
+        be shown: URLs without their credentials, files and directories by name."""
         return {
             "gtfs": redact(self.feed.source or None),
             "vehicles": redact(self.realtime.vehicles_source),
             "trip_updates": redact(self.realtime.trip_updates_source),
             "alerts": redact(self.realtime.alerts_source),
             "vehicle_metadata": redact(self.realtime.vehicle_metadata_source),
-            "facilities": self.places.facilities_dir,
-            "locations": self.places.locations_dir,
-            "metrics": str(self.metrics.db_path) if self.metrics.db_path else None,
+            "facilities": redact(self.places.facilities_dir),
+            "locations": redact(self.places.locations_dir),
+            "metrics": redact(str(self.metrics.db_path)) if self.metrics.db_path else None,
         }
 
     @classmethod

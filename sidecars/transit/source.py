@@ -73,10 +73,14 @@ def is_url(source: str) -> bool:
 
 
 def redact(source: str | None) -> str | None:
-    """A source as it may be shown: the userinfo of a URL and the value of every query
-    parameter replaced by `***` (which parameter holds a key is not known), fragment dropped."""
-    if source is None or not is_url(source):
-        return source
+    """A source as it may be shown: a local file or directory by its name alone (the
+    server's paths are not the public's business), a URL with its userinfo and the value of
+    every query parameter replaced by `***` (which parameter holds a key is not known),
+    fragment dropped."""
+    if source is None:
+        return None
+    if not is_url(source):
+        return Path(source).name or source
     parts = urlsplit(source)
     netloc = parts.netloc
     if "@" in netloc:
@@ -139,7 +143,7 @@ def read_bytes(
                 bounds.check(shown, path.stat().st_size)
             return path.read_bytes()
         except OSError as exc:
-            raise SourceError(f"{source}: {exc.strerror or exc}") from exc
+            raise SourceError(f"{shown}: {exc.strerror or exc}") from exc
     secrets = secrets_of(source, headers)
     try:
         url = httpx.URL(source)
@@ -210,14 +214,15 @@ class FeedFiles:
             digest = hashlib.sha256()
             members: dict[str, str] = {}
             paths = sorted(directory.glob("*.txt"))
-            bounds.check(source, sum(p.stat().st_size for p in paths), uncompressed=True)
+            size = sum(p.stat().st_size for p in paths)
+            bounds.check(redact(source) or source, size, uncompressed=True)
             for path in paths:
                 members[path.name] = path.name
                 digest.update(path.name.encode())
                 with path.open("rb") as fh:
                     while chunk := fh.read(1 << 20):
                         digest.update(chunk)
-            return cls(source, digest.hexdigest()[:16], None, directory, members)
+            return cls(redact(source) or source, digest.hexdigest()[:16], None, directory, members)
         blob = read_bytes(source, timeout, headers, bounds.max_bytes)
         return cls.from_zip(blob, redact(source) or source, bounds)
 

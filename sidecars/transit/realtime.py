@@ -39,6 +39,10 @@ from .tripupdates import (
     update_day,
 )
 
+# The vehicle fields `/v2/vehicles` filters on.
+VEHICLE_FILTERS = ("line_id", "route_id")
+# Filtered vehicle lists kept per snapshot (any more and the memo starts again).
+FILTERED_BODIES = 4096
 _VP = rt.VehiclePosition
 _TD = rt.TripDescriptor
 _WHEELCHAIR = {
@@ -149,6 +153,15 @@ class Realtime:
         # Each vehicle encoded once: the list, and any filter of it, joins these bytes.
         self.vehicle_json = [json_encoder.encode(v) for v in self.vehicles]
         self.vehicles_body = Body(b"[" + b",".join(self.vehicle_json) + b"]")
+        # The filters' index: field -> value -> the vehicles' positions in the list, so
+        # `?line_id=` reads its few vehicles rather than testing every one.
+        self.vehicle_filters: dict[str, dict[str | None, list[int]]] = {
+            name: {} for name in VEHICLE_FILTERS
+        }
+        self._filtered: dict[tuple, Body] = {}
+        for i, v in enumerate(self.vehicles):
+            for name, index in self.vehicle_filters.items():
+                index.setdefault(getattr(v, name), []).append(i)
         self.vehicles_pb = Body(self._vehicles_pb(now))
         if trip_updates is not None and self._current(trip_updates, "trip_updates"):
             self._trip_updates(trip_updates)
@@ -163,14 +176,29 @@ class Realtime:
         """Whether any trip has realtime data (else arrivals are the schedule alone)."""
         return bool(self.updates or self.positions or self.added)
 
+    def vehicles_body_where(self, wanted: dict[str, str | None]) -> Body:
+        """`vehicles_where` as a Body, kept for the life of this snapshot (the same filter
+        asked again costs a dict lookup; its gzip is made once)."""
+        key = tuple(wanted.items())
+        body = self._filtered.get(key)
+        if body is None:
+            if len(self._filtered) >= FILTERED_BODIES:
+                self._filtered.clear()
+            body = self._filtered[key] = Body(self.vehicles_where(wanted))
+        return body
+
     def vehicles_where(self, wanted: dict[str, str | None]) -> bytes:
-        """The encoded vehicles whose fields equal the given values (None: any)."""
-        parts = [
-            self.vehicle_json[i]
-            for i, v in enumerate(self.vehicles)
-            if all(value is None or getattr(v, k) == value for k, value in wanted.items())
-        ]
-        return b"[" + b",".join(parts) + b"]"
+        """The encoded vehicles whose fields equal the given values (None: any), in the
+        list's order."""
+        chosen: list[int] | None = None
+        for name, value in wanted.items():
+            if value is None:
+                continue
+            hits = self.vehicle_filters[name].get(value, [])
+            chosen = hits if chosen is None else sorted(set(chosen) & set(hits))
+        if chosen is None:
+            return self.vehicles_body.data
+        return b"[" + b",".join(self.vehicle_json[i] for i in chosen) + b"]"
 
     def _too_old(self, ts: float | None, kind: str) -> bool:
         """Whether a timestamp is past the age limit of its kind (no timestamp: not known

@@ -26,7 +26,7 @@ from .arrivals import (
 )
 from .bodies import Body, accepts_gzip
 from .network import Network
-from .realtime import Realtime
+from .realtime import VEHICLE_FILTERS, Realtime
 from .schemas import PipMessage, RouteNotFound, ServerError, json_encoder, pip_request_decoder
 from .settings import id_matcher
 from .store import TransitStore
@@ -244,18 +244,18 @@ class RealtimeFeed(_Base):
             send_body(req, resp, getattr(rt, self.attribute), self.cache_control)
             return
         if self.name == "vehicles":
-            data = rt.vehicles_where(wanted)
+            body = rt.vehicles_body_where(wanted)
         else:
             alerts = rt.alerts_for(wanted["route_id"], wanted["line_id"], wanted["stop_id"])
-            data = json_encoder.encode(alerts)
-        send_body(req, resp, Body(data), self.cache_control)
+            body = Body(json_encoder.encode(alerts))
+        send_body(req, resp, body, self.cache_control)
 
     on_head = on_get
 
 
 # The filters of the realtime lists (`?line_id=` ...): equal to the vehicle's field; for alerts
 # about that route, line or stop (Realtime.alerts_for).
-FILTERS = {"vehicles": ("line_id", "route_id"), "alerts": ("line_id", "route_id", "stop_id")}
+FILTERS = {"vehicles": VEHICLE_FILTERS, "alerts": ("line_id", "route_id", "stop_id")}
 
 
 class VehicleItem(_Base):

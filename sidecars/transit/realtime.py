@@ -148,6 +148,13 @@ class Realtime:
         self._estimates: dict[tuple[int, date], TripEstimate] = {}
         self._pb_extras: list[tuple[int | None, int | None]] = []
         self.inactive_alerts = 0
+        # When each served family's data was sent by its source (the message's header
+        # timestamp): the Last-Modified of its JSON list and protobuf.
+        self.modified: dict[str, float] = {
+            kind: feed.header.timestamp
+            for kind, feed in (("vehicles", vehicles), ("alerts", alerts))
+            if feed is not None and feed.header.timestamp
+        }
         self.vehicles = self._vehicles(vehicles) if vehicles is not None else []
         self.vehicle_index = {v.id: v for v in self.vehicles}
         # Each vehicle encoded once: the list, and any filter of it, joins these bytes.

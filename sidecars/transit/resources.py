@@ -7,7 +7,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection
-from datetime import date
+from datetime import UTC, date, datetime
 
 import falcon
 import falcon.asgi
@@ -53,24 +53,45 @@ def send_body(
     cache_control: str,
     content_type: str = JSON,
     compress: bool = True,
+    modified: float | None = None,
 ) -> None:
-    """Send pre-encoded bytes: gzip when accepted, ETag, and 304 on a matching If-None-Match."""
+    """Send pre-encoded bytes: gzip when accepted, ETag, and 304 on a matching If-None-Match;
+    with `modified` (Unix time of the data), Last-Modified and 304 when If-Modified-Since is
+    not older (only without If-None-Match, which takes precedence as RFC 9110 says)."""
     gz = body.gzipped() if compress and accepts_gzip(req.get_header("Accept-Encoding")) else None
-    etag = body.gzip_etag if gz is not None else body.etag
+    etag = body.etag if gz is None else body.gzip_etag
     resp.content_type = content_type
     resp.cache_control = [cache_control]
     resp.set_header("ETag", etag)
     if compress:
         resp.vary = ["Accept-Encoding"]
+    last = None
+    if modified is not None:
+        # HTTP dates have whole seconds.
+        last = resp.last_modified = datetime.fromtimestamp(int(modified), UTC)
     match = req.get_header("If-None-Match")
-    if match and (match.strip() == "*" or body.etag in match or body.gzip_etag in match):
-        resp.status = falcon.HTTP_304
-        return
+    if match:
+        if match.strip() == "*" or body.etag in match or body.gzip_etag in match:
+            resp.status = falcon.HTTP_304
+            return
+    elif last is not None:
+        since = _if_modified_since(req)
+        if since is not None and last <= since:
+            resp.status = falcon.HTTP_304
+            return
     if gz is not None:
         resp.set_header("Content-Encoding", "gzip")
         resp.data = gz
     else:
         resp.data = body.data
+
+
+def _if_modified_since(req: falcon.asgi.Request) -> datetime | None:
+    """The If-Modified-Since date, or None when absent or not an HTTP date (ignored then)."""
+    try:
+        return req.if_modified_since
+    except falcon.HTTPBadRequest:
+        return None
 
 
 def send_raw(
@@ -158,7 +179,8 @@ class StaticList(_Base):
         self.attribute = attribute
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        send_body(req, resp, getattr(self.network(), self.attribute), CACHE_STATIC)
+        net = self.network()
+        send_body(req, resp, getattr(net, self.attribute), CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 
@@ -184,8 +206,9 @@ class Stops(StaticList):
         if not all(given):
             raise falcon.HTTPBadRequest(description="lat, lon and radius go together")
         assert lat is not None and lon is not None and radius is not None
-        body = Body(self.network().stops_near(lat, lon, radius))
-        send_body(req, resp, body, CACHE_STATIC)
+        net = self.network()
+        body = Body(net.stops_near(lat, lon, radius))
+        send_body(req, resp, body, CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 
@@ -201,11 +224,12 @@ class StaticItem(_Base):
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
     ) -> None:
-        body = getattr(self.network(), self.method)(item_id)
+        net = self.network()
+        body = getattr(net, self.method)(item_id)
         if body is None:
             send_raw(resp, falcon.HTTP_404, EMPTY_OBJECT)
             return
-        send_body(req, resp, body, CACHE_STATIC)
+        send_body(req, resp, body, CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 
@@ -215,7 +239,7 @@ class GtfsZip(_Base):
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         net = self.network()
-        send_body(req, resp, net.gtfs_body(), CACHE_STATIC, ZIP, compress=False)
+        send_body(req, resp, net.gtfs_body(), CACHE_STATIC, ZIP, False, net.loaded_at)
         resp.downloadable_as = self.store.settings.feed.filename
 
     on_head = on_get
@@ -236,19 +260,21 @@ class RealtimeFeed(_Base):
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         rt = self.store.current_realtime()
+        modified = rt.modified.get(self.name)
         if self.protobuf:
-            send_body(req, resp, getattr(rt, self.attribute), self.cache_control, PROTOBUF, False)
+            body = getattr(rt, self.attribute)
+            send_body(req, resp, body, self.cache_control, PROTOBUF, False, modified)
             return
         wanted = {name: text_param(req, name) for name in self.params}
         if not any(v is not None for v in wanted.values()):
-            send_body(req, resp, getattr(rt, self.attribute), self.cache_control)
+            send_body(req, resp, getattr(rt, self.attribute), self.cache_control, modified=modified)
             return
         if self.name == "vehicles":
             body = rt.vehicles_body_where(wanted)
         else:
             alerts = rt.alerts_for(wanted["route_id"], wanted["line_id"], wanted["stop_id"])
             body = Body(json_encoder.encode(alerts))
-        send_body(req, resp, body, self.cache_control)
+        send_body(req, resp, body, self.cache_control, modified=modified)
 
     on_head = on_get
 

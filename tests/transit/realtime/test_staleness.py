@@ -6,6 +6,7 @@ without waiting for a new message."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from sidecars.transit.settings import TransitSettings
 from sidecars.transit.store import TransitStore
 
 from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, write_feed
-from .test_realtime import NOW, TRIP_UPDATES, feed
+from .test_realtime import NOW, TRIP_UPDATES, VEHICLES, feed
 
 HEARD = 1505314375  # the Bull Runner message's header time, 2017-09-13
 
@@ -191,3 +192,47 @@ def test_the_retired_age_settings_stop_the_start(name: str, replacement: str) ->
     with pytest.raises(SettingsError, match=replacement) as caught:
         TransitSettings.from_env({"TRANSIT_DEMO": "true", name: "300"})
     assert str(caught.value).startswith(f"{name} is no longer read")
+
+
+def test_conditional_requests_on_the_lists_and_the_protobuf(
+    tmp_path: Path, small_feed: Path, make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    sent = int(NOW) - 20
+    (tmp_path / "vp.pb").write_bytes(feed(VEHICLES, sent))
+    (tmp_path / "alerts.pb").write_bytes(feed([{"id": "a", "alert": {}}], sent))
+    store = make_store(
+        small_feed,
+        clock=Clock(NOW),
+        vehicles_source=str(tmp_path / "vp.pb"),
+        alerts_source=str(tmp_path / "alerts.pb"),
+    )
+    assert store.load_static()
+    store.poll_realtime()
+    client = client_for(store)
+    loaded = formatdate(store.network.loaded_at // 1, usegmt=True)  # type: ignore[union-attr]
+    heard = formatdate(sent, usegmt=True)
+    for path, modified in (
+        ("/v2/vehicles", heard),
+        ("/v2/vehicles.pb", heard),
+        ("/v2/alerts", heard),
+        ("/v2/alerts.pb", heard),
+        ("/v2/vehicles?line_id=1", heard),
+        ("/v2/stops", loaded),
+        ("/v2/lines", loaded),
+        ("/v2/routes", loaded),
+        ("/v2/gtfs", loaded),
+        ("/v2/dates", loaded),
+    ):
+        first = client.simulate_get(path)
+        assert first.status_code == 200 and first.headers["last-modified"] == modified, path
+        etag = first.headers["etag"]
+        assert client.simulate_get(path, headers={"If-None-Match": etag}).status_code == 304
+        same = client.simulate_get(path, headers={"If-Modified-Since": modified})
+        assert same.status_code == 304 and same.content == b"", path
+        earlier = formatdate(parsedate_to_datetime(modified).timestamp() - 1, usegmt=True)
+        assert client.simulate_get(path, headers={"If-Modified-Since": earlier}).status_code == 200
+        # If-None-Match wins over If-Modified-Since (RFC 9110).
+        both = {"If-None-Match": '"other"', "If-Modified-Since": modified}
+        assert client.simulate_get(path, headers=both).status_code == 200, path
+        bad = client.simulate_get(path, headers={"If-Modified-Since": "yesterday"})
+        assert bad.status_code == 200

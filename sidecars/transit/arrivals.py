@@ -75,6 +75,9 @@ class Scheduled(NamedTuple):
     route_id: str
     stop_id: str
     day: date  # the service day whose timetable the row is from
+    # An added trip's estimate (its time as the TripUpdate gives it; `unix` is its
+    # timetable where it has one, a DUPLICATED copy's shifted times).
+    estimate: int | None = None
 
 
 def scheduled_rows(net: Network, positions: list[int], day: date) -> list[Scheduled]:
@@ -181,11 +184,11 @@ def added_rows(
                 continue
             rows.append(
                 Scheduled(
-                    a.unix,
+                    a.scheduled,
                     added.trip_id,
                     -1 - k,
                     -1,
-                    clock_string(a.unix, added.day, net.tz),
+                    clock_string(a.scheduled, added.day, net.tz),
                     a.stop_sequence,
                     added.headsign,
                     line_id,
@@ -193,6 +196,7 @@ def added_rows(
                     route_id,
                     raw.stop_ids[a.stop],
                     added.day,
+                    a.unix,
                 )
             )
     return rows
@@ -227,7 +231,7 @@ def build_arrivals(
         relationship = SCHEDULED
         if r.trip < 0:
             added = rt.added[-1 - r.position]
-            relationship, estimate, vehicle = added.relationship, r.unix, added.vehicle
+            relationship, estimate, vehicle = added.relationship, r.estimate, added.vehicle
             observed = estimate if estimate <= now else None
         elif realtime:
             if rt.deleted(r.trip_id, r.day):
@@ -311,7 +315,7 @@ def pip_estimates(
                 added = rt.added[-1 - r.position]
                 if any(a.last and a.stop == stop for a in added.stops):
                     continue
-                estimate: int | None = r.unix
+                estimate: int | None = r.estimate
             else:
                 first = raw.trip_first[ti]
                 if r.position == first + raw.trip_count[ti] - 1:

@@ -75,13 +75,19 @@ class TripEstimate:
 
 @dataclass(slots=True)
 class AddedStop:
-    """One arrival of an added trip at a stop."""
+    """One arrival of an added trip at a stop: `unix` the time the update gives,
+    `scheduled` its timetable (a DUPLICATED copy's shifted static time; else `unix`)."""
 
     unix: int
     trip_id: str
     stop: int
     stop_sequence: int
     last: bool  # the trip's last stop (a panel does not show it)
+    scheduled: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.scheduled:
+            self.scheduled = self.unix
 
 
 @dataclass(slots=True)
@@ -204,13 +210,15 @@ def duplicated_trip(
         trip_id, day, route, trip_headsign(net, trip), vehicle, relationship=DUPLICATED
     )
     copy.pattern_id = net.trip_pattern[trip] or None
+    origin = day_origin(day, net.tz) + update.shift
     timed = [
-        (unix, raw.st_stop[first + k], raw.st_seq[first + k])
-        for k, unix in enumerate(estimate.times)
-        if unix is not None and estimate.served[k]
+        (unix, raw.st_stop[p], raw.st_seq[p], origin + raw.time_seconds[raw.st_time[p]])
+        for p, unix in enumerate(estimate.times, first)
+        if estimate.served[p - first]
     ]
-    for i, (unix, stop, seq) in enumerate(timed):
-        copy.stops.append(AddedStop(unix, trip_id, stop, seq, i == len(timed) - 1))
+    for i, (unix, stop, seq, scheduled) in enumerate(timed):
+        last = i == len(timed) - 1
+        copy.stops.append(AddedStop(unix or scheduled, trip_id, stop, seq, last, scheduled))
     return copy if copy.stops else None
 
 

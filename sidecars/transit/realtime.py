@@ -39,6 +39,10 @@ from .tripupdates import (
     update_day,
 )
 
+# Relationships of trips the static feed is not expected to have.
+_NEW = (rt.TripDescriptor.ADDED, rt.TripDescriptor.NEW, rt.TripDescriptor.UNSCHEDULED)
+# A realtime message naming more unknown trips than this share is flagged in /health.
+UNKNOWN_TRIPS_SHARE = 0.1
 # The vehicle fields `/v2/vehicles` filters on.
 VEHICLE_FILTERS = ("line_id", "route_id")
 # Filtered vehicle lists kept per snapshot (any more and the memo starts again).
@@ -107,7 +111,8 @@ def parse_vehicle_metadata(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _iso(ts: float) -> str:
+def iso_utc(ts: float) -> str:
+    """A Unix time as `YYYY-MM-DDTHH:MM:SSZ`."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -148,6 +153,14 @@ class Realtime:
         self._estimates: dict[tuple[int, date], TripEstimate] = {}
         self._pb_extras: list[tuple[int | None, int | None]] = []
         self.inactive_alerts = 0
+        # Per agency: current positions, current trip updates, newest time heard.
+        self.agency_vehicles: dict[str, int] = {}
+        self.agency_updates: dict[str, int] = {}
+        self.agency_heard: dict[str, float] = {}
+        # Per kind: trips named that the served feed lacks (added trips aside), and of how
+        # many named; a feed of another schedule version names mostly unknown ones.
+        self.unknown_trips: dict[str, tuple[int, int, str]] = {}
+        self.mismatch: dict[str, str] = {}
         # When each served family's data was sent by its source (the message's header
         # timestamp): the Last-Modified of its JSON list and protobuf.
         self.modified: dict[str, float] = {
@@ -227,7 +240,7 @@ class Realtime:
         ts = feed.header.timestamp
         if self._too_old(ts, kind):
             self.problems[kind] = (
-                f"the message is from {_iso(ts)}, {int(self.now - ts)} s ago, older than "
+                f"the message is from {iso_utc(ts)}, {int(self.now - ts)} s ago, older than "
                 f"{self._limit(kind)}: not served"
             )
             return False
@@ -340,14 +353,20 @@ class Realtime:
                 wheelchair_accessible=wheelchair,
             )
             out.append((vehicle, direction, occupancy))
+            self._heard(agency, timestamp, self.agency_vehicles)
+            if trip.trip_id:
+                self._named(
+                    "vehicles", ti is not None or trip.schedule_relationship in _NEW, trip_id
+                )
             if trip_id:
                 seq = vp.current_stop_sequence if vp.HasField("current_stop_sequence") else None
                 self.positions[trip_id] = _Position(vid, seq)
         if stale:
             self.problems["vehicles"] = (
                 f"{stale} of {stale + len(out)} vehicle positions older than "
-                f"{self._limit('vehicles')} (newest of them {_iso(newest)}): not served"
+                f"{self._limit('vehicles')} (newest of them {iso_utc(newest)}): not served"
             )
+        self._flag_unknown("vehicles")
         out.sort(key=lambda item: natural_key(item[0].id))
         # What vehicles.pb carries beyond the JSON fields, in the same order.
         self._pb_extras = [(direction, occupancy) for _, direction, occupancy in out]
@@ -419,6 +438,16 @@ class Realtime:
             relationship = tu.trip.schedule_relationship
             trip_id = self._trip_id(tu.trip)
             ti = net.trip_index.get(trip_id)
+            if trip_id:
+                self._named("trip_updates", ti is not None or relationship in _NEW, trip_id)
+            route = (
+                net.raw.trip_route[ti]
+                if ti is not None
+                else net.raw.route_index.get(tu.trip.route_id)
+            )
+            agency = (net.raw.routes[route].agency_id if route is not None else "") or net.agency_id
+            heard = tu.timestamp if tu.HasField("timestamp") else feed.header.timestamp
+            self._heard(agency, heard or None, self.agency_updates)
             vehicle = None
             if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label):
                 number = tu.vehicle.id or tu.vehicle.label
@@ -457,9 +486,36 @@ class Realtime:
                     self.added.append(copy)
                 continue
             self.updates[trip_id] = update
+        self._flag_unknown("trip_updates")
         if stale:
             self.problems["trip_updates"] = (
                 f"{stale} trip update(s) older than {self._limit('trip_updates')}: not used"
+            )
+
+    def _heard(self, agency: str, ts: float | None, counts: dict[str, int]) -> None:
+        """Count one current entity of an agency and keep the newest time heard."""
+        counts[agency] = counts.get(agency, 0) + 1
+        if ts:
+            self.agency_heard[agency] = max(self.agency_heard.get(agency, 0.0), ts)
+
+    def _named(self, kind: str, known: bool, trip_id: str) -> None:
+        """Count a trip a message names, and whether the served feed has it."""
+        unknown, named, example = self.unknown_trips.get(kind, (0, 0, ""))
+        if not known:
+            unknown += 1
+            example = example or trip_id
+        self.unknown_trips[kind] = (unknown, named + 1, example)
+
+    def _flag_unknown(self, kind: str) -> None:
+        """Say so when more than UNKNOWN_TRIPS_SHARE of the trips a message names are not in
+        the served feed: it follows another schedule version (or other trip ids), and its
+        data joins nothing."""
+        unknown, named, example = self.unknown_trips.get(kind, (0, 0, ""))
+        if unknown and unknown > UNKNOWN_TRIPS_SHARE * named and self.network is not None:
+            self.mismatch[kind] = (
+                f"{unknown} of the {named} trips it names are not in the served feed "
+                f"(version {self.network.version}; e.g. {example!r}): it may follow another "
+                "schedule version"
             )
 
     def trip_vehicle(self, trip_id: str) -> str | None:

@@ -17,7 +17,7 @@ from sidecars.common.environment import SettingsError
 from sidecars.transit.settings import TransitSettings
 from sidecars.transit.store import TransitStore
 
-from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, write_feed
+from ..helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, SMALL_FEED, write_feed
 from .test_realtime import NOW, TRIP_UPDATES, VEHICLES, feed
 
 HEARD = 1505314375  # the Bull Runner message's header time, 2017-09-13
@@ -236,3 +236,88 @@ def test_conditional_requests_on_the_lists_and_the_protobuf(
         assert client.simulate_get(path, headers=both).status_code == 200, path
         bad = client.simulate_get(path, headers={"If-Modified-Since": "yesterday"})
         assert bad.status_code == 200
+
+
+def two_agencies(tmp_path: Path) -> Path:
+    """The small feed with a second agency, B, whose trip TB runs 09:00-09:20."""
+    files = {
+        "agency.txt": SMALL_FEED["agency.txt"] + "B,Other Buses,http://example.org,Europe/Lisbon\n",
+        "routes.txt": SMALL_FEED["routes.txt"] + "R2,B,2,Two,3,,\n",
+        "trips.txt": SMALL_FEED["trips.txt"] + "R2,WK,TB,Third,0,S1,B9\n",
+        "stop_times.txt": SMALL_FEED["stop_times.txt"]
+        + "TB,09:00:00,09:00:00,100001,1,0,0,0\n"
+        + "TB,09:10:00,09:10:00,100002,2,0,0,1.5\n"
+        + "TB,09:20:00,09:20:00,100003,3,0,0,3.0\n",
+    }
+    return write_feed(tmp_path / "two.zip", files)
+
+
+def test_an_agency_whose_realtime_is_silent_degrades_health(
+    tmp_path: Path, make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    vp = tmp_path / "vp.pb"
+    current = [VEHICLES[0], VEHICLES[2]]
+    vp.write_bytes(feed(current, NOW))  # A's V1 on T2 and a parked bus; nothing of B
+    clock = Clock(NOW)
+    store = make_store(two_agencies(tmp_path), clock=clock, vehicles_source=str(vp))
+    assert store.load_static()
+    store.poll_realtime()
+    client = client_for(store)
+    health = client.simulate_get("/health").json
+    assert health["vehicles"]["status"] == "ok"  # the source itself is fine...
+    agencies = health["agencies"]
+    assert agencies["A"]["status"] == "ok" and agencies["A"]["vehicles"] == 2
+    # ... but B's trip TB runs now and none of its buses is heard: the status says so.
+    assert agencies["B"] == {
+        "status": "silent", "trips_running": 1, "vehicles": 0, "trip_updates": 0,
+        "last_heard": None,
+    }  # fmt: skip
+    assert health["status"] == "degraded"
+    assert (
+        "agency B: 1 trip(s) running and no current position or trip update (last heard never)"
+        in health["reasons"]
+    )
+    message = client.simulate_get("/v2/status/message").json
+    assert message["style"] != "ok"
+    # B's bus reports in: every agency is ok.
+    b_bus = {"id": "b1", "vehicle": {"trip": {"trip_id": "TB"}, "vehicle": {"id": "B1"},
+                                     "position": {"latitude": 38.7, "longitude": -9.1},
+                                     "timestamp": int(NOW) - 5}}  # fmt: skip
+    vp.write_bytes(feed([*current, b_bus], NOW))
+    store.poll_realtime()
+    health = client.simulate_get("/health").json
+    assert health["agencies"]["B"]["status"] == "ok" and health["status"] == "ok"
+    assert health["agencies"]["B"]["last_heard"] == int(NOW) - 5
+    # At 10:00 B runs nothing: idle, and its last sign of life is kept.
+    clock.now = NOW + 3300
+    vp.write_bytes(feed(VEHICLES[:1], NOW + 3300))
+    store.poll_realtime()
+    b = client.simulate_get("/health").json["agencies"]["B"]
+    assert b["status"] == "idle" and b["last_heard"] == int(NOW) - 5
+
+
+def test_a_realtime_feed_of_another_schedule_version_is_flagged(
+    tmp_path: Path, small_feed: Path, make_store: Callable[..., TransitStore], client_for
+) -> None:  # type: ignore[no-untyped-def]
+    other = [
+        {"id": f"e{n}", "vehicle": {"trip": {"trip_id": f"[PLAN2]T{n}"}, "vehicle": {"id": f"V{n}"},
+                                    "position": {"latitude": 38.7, "longitude": -9.1},
+                                    "timestamp": int(NOW)}}
+        for n in range(1, 4)
+    ]  # fmt: skip
+    vp = tmp_path / "vp.pb"
+    vp.write_bytes(feed(other, NOW))
+    store = make_store(small_feed, clock=Clock(NOW), vehicles_source=str(vp))
+    assert store.load_static()
+    store.poll_realtime()
+    health = client_for(store).simulate_get("/health").json
+    vehicles = health["vehicles"]
+    assert vehicles["status"] == "mismatch" and vehicles["unknown_trips"] == 3
+    assert "3 of the 3 trips it names are not in the served feed" in vehicles["reason"]
+    assert "'[PLAN2]T1'" in vehicles["reason"] and health["status"] == "degraded"
+    # One unknown trip in ten named is not a mismatch (an extra the timetable lacks).
+    known = [dict(e, vehicle=dict(e["vehicle"], trip={"trip_id": "T2"})) for e in other * 3]
+    vp.write_bytes(feed([*known, other[0]], NOW))
+    store.poll_realtime()
+    vehicles = client_for(store).simulate_get("/health").json["vehicles"]
+    assert vehicles["status"] == "ok" and vehicles["unknown_trips"] == 1

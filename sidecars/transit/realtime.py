@@ -353,7 +353,10 @@ class Realtime:
                 wheelchair_accessible=wheelchair,
             )
             out.append((vehicle, direction, occupancy))
-            self._heard(agency, timestamp, self.agency_vehicles)
+            # Health is per agency of the served feed: the agency of the vehicle's trip (CM's
+            # `41|1160` names an operator area, not one of the feed's agencies).
+            feed_agency = self._agency(ti, trip.route_id) or agency
+            self._heard(feed_agency, timestamp, self.agency_vehicles)
             if trip.trip_id:
                 self._named(
                     "vehicles", ti is not None or trip.schedule_relationship in _NEW, trip_id
@@ -440,12 +443,7 @@ class Realtime:
             ti = net.trip_index.get(trip_id)
             if trip_id:
                 self._named("trip_updates", ti is not None or relationship in _NEW, trip_id)
-            route = (
-                net.raw.trip_route[ti]
-                if ti is not None
-                else net.raw.route_index.get(tu.trip.route_id)
-            )
-            agency = (net.raw.routes[route].agency_id if route is not None else "") or net.agency_id
+            agency = self._agency(ti, tu.trip.route_id) or net.agency_id
             heard = tu.timestamp if tu.HasField("timestamp") else feed.header.timestamp
             self._heard(agency, heard or None, self.agency_updates)
             vehicle = None
@@ -491,6 +489,16 @@ class Realtime:
             self.problems["trip_updates"] = (
                 f"{stale} trip update(s) older than {self._limit('trip_updates')}: not used"
             )
+
+    def _agency(self, trip: int | None, route_id: str) -> str | None:
+        """The served feed's agency of a trip, else of a route id (None: neither known)."""
+        net = self.network
+        assert net is not None
+        raw = net.raw
+        route = raw.trip_route[trip] if trip is not None else raw.route_index.get(route_id)
+        if route is None:
+            return None
+        return raw.routes[route].agency_id or net.agency_id
 
     def _heard(self, agency: str, ts: float | None, counts: dict[str, int]) -> None:
         """Count one current entity of an agency and keep the newest time heard."""

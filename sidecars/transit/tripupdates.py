@@ -271,7 +271,7 @@ def added_trip(
         stops = [s for _, s, _ in timed]
         for pattern_id in net.route_patterns.get(raw.routes[route].route_id, ()):
             versions = net.patterns.get(pattern_id, [])
-            if versions and _path_stops(net, versions[0].first_trip) == stops:
+            if any(_path_stops(net, v.first_trip) == stops for v in versions):
                 added.pattern_id = pattern_id
                 break
     return added

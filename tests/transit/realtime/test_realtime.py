@@ -116,7 +116,7 @@ def test_vehicle_joined_to_its_trip_and_metadata(client: falcon.testing.TestClie
     assert set(vehicles) == {"A|V1", "A|PARKED"}
     v1 = vehicles["A|V1"]
     assert v1["agency_id"] == "A" and v1["trip_id"] == "T2" and v1["route_id"] == "R1"
-    assert v1["line_id"] == "1" and v1["pattern_id"].startswith("R1_0_")
+    assert v1["line_id"] == "1" and v1["pattern_id"] == "R1_0"
     assert v1["block_id"] == "B1" and v1["stop_id"] == "100002"
     assert v1["current_status"] == "INCOMING_AT" and v1["schedule_relationship"] == "SCHEDULED"
     assert v1["speed"] == 8.5 and v1["bearing"] == 90.0 and v1["timestamp"] == int(NOW) - 10

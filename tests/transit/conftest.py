@@ -119,6 +119,27 @@ def client_for(
 
 
 @pytest.fixture
+def trip_updates_client(
+    tmp_path: Path,
+    make_store: Callable[..., TransitStore],
+    client_for: Callable[[TransitStore], falcon.testing.TestClient],
+) -> Callable[[str | Path, list[dict], float], falcon.testing.TestClient]:
+    """A TestClient over a feed with a TripUpdates message of these entities, both loaded,
+    the clock pinned at `now` (the message's time)."""
+    from .realtime.test_realtime import feed
+
+    def make(source: str | Path, entities: list[dict], now: float) -> falcon.testing.TestClient:
+        tu = tmp_path / "tu.pb"
+        tu.write_bytes(feed(entities, now))
+        store = make_store(source, clock=Clock(now), trip_updates_source=str(tu))
+        assert store.load_static()
+        store.poll_realtime()
+        return client_for(store)
+
+    return make
+
+
+@pytest.fixture
 def cairns(cairns_store: TransitStore, client_for) -> falcon.testing.TestClient:  # type: ignore[no-untyped-def]
     """TestClient on the Cairns store."""
     cairns_store.now.now = local_ts("2014-06-10T08:00", BRISBANE)  # type: ignore[attr-defined]

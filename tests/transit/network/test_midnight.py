@@ -16,7 +16,6 @@ from support import Clock
 from sidecars.transit.store import TransitStore
 
 from ..helpers import local_ts, write_feed
-from ..realtime.test_realtime import feed
 
 # One route, two stops, a service running every day. EARLY runs at 00:30 of its own service
 # day, NIGHT at 25:30 / 26:30 (after midnight, on the previous day's timetable), ONE45 at
@@ -149,19 +148,15 @@ def pattern_of(client: falcon.testing.TestClient) -> str:
 
 
 def test_estimates_read_like_the_timetable_on_a_dst_night(
-    tmp_path: Path, make_store: Callable[..., TransitStore], client_for
+    tmp_path: Path, trip_updates_client
 ) -> None:  # type: ignore[no-untyped-def]
     # 02:10 WEST on 2025-03-30, NIGHT of the 29th on time: its estimates are its timetable's
     # times (26:30 is not shown as 27:30 nor 25:30).
     now = utc("2025-03-30T01:10:00")
-    tu = tmp_path / "tu.pb"
     update = {"trip": {"trip_id": "NIGHT", "start_date": "20250329"}, "delay": 0}
-    tu.write_bytes(feed([{"id": "n", "trip_update": update}], now))
     path = write_feed(tmp_path / "night.zip", {}, base=MIDNIGHT_FEED)
-    store = make_store(path, clock=Clock(now), trip_updates_source=str(tu))
-    assert store.load_static()
-    store.poll_realtime()
-    rows = get(client_for(store), "/v2/arrivals/by_stop/200002?limit=1")
+    client = trip_updates_client(path, [{"id": "n", "trip_update": update}], now)
+    rows = get(client, "/v2/arrivals/by_stop/200002?limit=1")
     assert [(a["trip_id"], a["scheduled_arrival"], a["estimated_arrival"]) for a in rows] == [
         ("NIGHT", "26:30:00", "26:30:00")
     ]
@@ -169,21 +164,16 @@ def test_estimates_read_like_the_timetable_on_a_dst_night(
 
 
 def test_an_update_without_start_date_is_about_todays_run(
-    tmp_path: Path, make_store: Callable[..., TransitStore], client_for
+    tmp_path: Path, trip_updates_client
 ) -> None:  # type: ignore[no-untyped-def]
     now = local_ts("2025-06-12T04:30")  # Thursday's operational day
-    tu = tmp_path / "tu.pb"
     entities = [
         {"id": "c", "trip_update": {"trip": {"trip_id": "MORNING",
                                              "schedule_relationship": "CANCELED"}}},
         {"id": "d", "trip_update": {"trip": {"trip_id": "NIGHT"}, "delay": 120}},
     ]  # fmt: skip
-    tu.write_bytes(feed(entities, now))
     path = write_feed(tmp_path / "night.zip", {}, base=MIDNIGHT_FEED)
-    store = make_store(path, clock=Clock(now), trip_updates_source=str(tu))
-    assert store.load_static()
-    store.poll_realtime()
-    client = client_for(store)
+    client = trip_updates_client(path, entities, now)
     today = {a["trip_id"]: a for a in get(client, "/v2/arrivals/by_stop/200001?date=20250612")}
     assert today["MORNING"]["schedule_relationship"] == "CANCELED"
     assert today["NIGHT"]["estimated_arrival"] == "25:32:00"

@@ -5,17 +5,13 @@ route, a REPLACEMENT (deprecated) update applies to the static trip it names."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import falcon.testing
 import pytest
-from support import Clock
-
-from sidecars.transit.store import TransitStore
 
 from ..helpers import local_ts
-from .test_realtime import NOW, feed
+from .test_realtime import NOW
 
 
 def at(clock: str) -> int:
@@ -44,15 +40,8 @@ UPDATES = [
 
 
 @pytest.fixture
-def client(
-    tmp_path: Path, small_feed: Path, make_store: Callable[..., TransitStore], client_for
-) -> falcon.testing.TestClient:  # type: ignore[no-untyped-def]
-    tu = tmp_path / "tu.pb"
-    tu.write_bytes(feed(UPDATES, NOW))
-    store = make_store(small_feed, clock=Clock(NOW), trip_updates_source=str(tu))
-    assert store.load_static()
-    store.poll_realtime()
-    return client_for(store)  # type: ignore[no-any-return]
+def client(small_feed: Path, trip_updates_client) -> falcon.testing.TestClient:  # type: ignore[no-untyped-def]
+    return trip_updates_client(small_feed, UPDATES, NOW)  # type: ignore[no-any-return]
 
 
 def rows(client: falcon.testing.TestClient, stop: str) -> list[dict]:

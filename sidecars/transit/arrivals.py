@@ -14,6 +14,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Collection
 from datetime import date, datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple
 
 from .network import Network
@@ -231,7 +232,8 @@ def build_arrivals(
         relationship = SCHEDULED
         if r.trip < 0:
             added = rt.added[-1 - r.position]
-            relationship, estimate, vehicle = added.relationship, r.estimate, added.vehicle
+            relationship, vehicle = added.relationship, added.vehicle
+            estimate = r.estimate if r.estimate is not None else r.unix
             observed = estimate if estimate <= now else None
         elif realtime:
             if rt.deleted(r.trip_id, r.day):
@@ -293,9 +295,7 @@ def pip_estimates(
         if stop is None:
             continue
         schedule = with_added(
-            schedule_now(
-                net, ("stop", stop), lambda d, s=stop: net.stop_arrivals(s, d), op_day, start_hour
-            ),
+            schedule_now(net, ("stop", stop), partial(net.stop_arrivals, stop), op_day, start_hour),
             added_rows(net, rt, days, stop),
         )
         start = bisect.bisect_left(schedule, since, key=lambda r: r.unix)

@@ -357,7 +357,7 @@ class Realtime:
             # `41|1160` names an operator area, not one of the feed's agencies).
             feed_agency = self._agency(ti, trip.route_id) or agency
             self._heard(feed_agency, timestamp, self.agency_vehicles)
-            if trip.trip_id:
+            if trip_id:
                 self._named(
                     "vehicles", ti is not None or trip.schedule_relationship in _NEW, trip_id
                 )

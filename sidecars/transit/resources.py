@@ -461,8 +461,9 @@ class PipEstimates(_Base):
         if not isinstance(stops, list) or not stops:
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
             return
+        given: list = stops
         # Repeated ids are asked once.
-        stops = list(dict.fromkeys(s if isinstance(s, str) else repr(s) for s in stops))
+        stops = list(dict.fromkeys(s if isinstance(s, str) else repr(s) for s in given))
         if len(stops) > self.max_stops:
             raise falcon.HTTPBadRequest(
                 description=f'"stops" holds {len(stops)} distinct ids; at most '
@@ -474,7 +475,7 @@ class PipEstimates(_Base):
             if special is not None:
                 send_raw(resp, falcon.HTTP_200, json_encoder.encode(special), CACHE_NO_CACHE)
                 return
-        if not all(isinstance(s, str) and self.valid_id(s) for s in body["stops"]):
+        if not all(isinstance(s, str) and self.valid_id(s) for s in given):
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
             return
         net = self.network()

@@ -394,11 +394,11 @@ class TransitStore:
             if part.status in ("error", "stale", "mismatch"):
                 reasons.append(f"{kind}: {part.reason or part.last_error}")
         agencies = self.agency_health(net, rt) if net is not None else {}
-        for agency, part in agencies.items():
-            if part.status == "silent":
-                heard = iso_utc(part.last_heard) if part.last_heard else "never"
+        for agency, state in agencies.items():
+            if state.status == "silent":
+                heard = iso_utc(state.last_heard) if state.last_heard else "never"
                 reasons.append(
-                    f"agency {agency}: {part.trips_running} trip(s) running and no current "
+                    f"agency {agency}: {state.trips_running} trip(s) running and no current "
                     f"position or trip update (last heard {heard})"
                 )
         overall = "ok" if net is not None else "unavailable"

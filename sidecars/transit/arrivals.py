@@ -149,18 +149,18 @@ def schedule_now(
 
 
 def in_operational_day(
-    net: Network, key: tuple, rows: list[Scheduled], op_day: date, start_hour: int
+    net: Network, rows: list[Scheduled], op_day: date, start_hour: int, key: tuple | None = None
 ) -> list[Scheduled]:
     """The rows an operational day shows: its own service day's, and those of the other
     service days that run inside it (the next day's trips before `start_hour`, the previous
-    days' past `24 + start_hour`)."""
+    days' past `24 + start_hour`); memoised per `key` (stop or pattern) when given."""
 
     def window() -> list[Scheduled]:
         start = wall_clock_unix(op_day, start_hour, net.tz)
         end = wall_clock_unix(op_day + timedelta(days=1), start_hour, net.tz)
         return [r for r in rows if r.day == op_day or start <= r.unix < end]
 
-    return net.day_memo((*key, "window", op_day), window)
+    return window() if key is None else net.day_memo((*key, "window", op_day), window)
 
 
 def added_rows(

@@ -339,17 +339,18 @@ class _Arrivals(_Base):
                 send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
                 return
             rows = net.day_memo((*key, day), lambda: scheduled_rows(net, positions(day), day))
-            days: Collection[date] = (day,)
+            extra = added(rt, (day,))
             memo: tuple = (*key, day)
         else:
             start_hour = self.store.settings.feed.operational_day_start_hour
             op_day = operational_day(now, net.tz, start_hour)
             rows = schedule_now(net, key, positions, op_day, start_hour)
-            days = days_around(op_day, net.span_days)
+            extra = added(rt, days_around(op_day, net.span_days))
             if limit is None:
-                rows = in_operational_day(net, key, rows, op_day, start_hour)
+                rows = in_operational_day(net, rows, op_day, start_hour, key)
+                extra = in_operational_day(net, extra, op_day, start_hour)
             memo = (*key, "now", op_day)
-        rows = with_added(rows, added(rt, days))
+        rows = with_added(rows, extra)
         body = _arrivals_body(net, rt, rows, now, memo, key[0] == "pattern", limit)
         send_body(req, resp, body, CACHE_REALTIME)
 

@@ -183,3 +183,26 @@ def test_an_update_without_start_date_is_about_todays_run(
     # Yesterday's NIGHT ran hours ago (01:30 today): the update is not about it either.
     yesterday = {a["trip_id"]: a for a in get(client, "/v2/arrivals/by_stop/200001?date=20250611")}
     assert yesterday["NIGHT"]["estimated_arrival"] is None
+
+
+def test_an_added_trip_of_tomorrow_is_not_in_todays_list(
+    tmp_path: Path, trip_updates_client
+) -> None:  # type: ignore[no-untyped-def]
+    now = local_ts("2025-06-12T12:00")
+    at = [int(local_ts(f"2025-06-13T{clock}")) for clock in ("10:00", "10:10")]
+    added = {"id": "x", "trip_update": {
+        "trip": {"trip_id": "EXTRA", "route_id": "N1", "start_date": "20250613",
+                 "schedule_relationship": "ADDED"},
+        "stop_time_update": [{"stop_id": "200001", "arrival": {"time": at[0]}},
+                             {"stop_id": "200002", "arrival": {"time": at[1]}}]}}  # fmt: skip
+    path = write_feed(tmp_path / "night.zip", {}, base=MIDNIGHT_FEED)
+    client = trip_updates_client(path, [added], now)
+
+    def trips(query: str) -> list[str]:
+        return [a["trip_id"] for a in get(client, f"/v2/arrivals/by_stop/200001{query}")]
+
+    assert "EXTRA" not in trips("")
+    assert "EXTRA" in trips("?date=20250613") and "EXTRA" not in trips("?date=20250612")
+    # Friday's 00:30, Thursday's 25:30, Friday's 01:45 and 05:00, then the added 10:00.
+    assert trips("?limit=4") == ["EARLY", "NIGHT", "ONE45", "MORNING"]
+    assert "EXTRA" in trips("?limit=5")

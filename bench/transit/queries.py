@@ -102,8 +102,10 @@ def measure(
         runs: dict[str, list[dict[str, Any]]] = {label: [] for label in bases}
         for base in bases.values():
             run_wrk(base + path, 2, connections=16, threads=2, headers=headers)  # warm-up
-        for _ in range(rounds):
-            for label, base in bases.items():
+        for n in range(rounds):
+            # Each round in the other order: neither server always runs right after the other.
+            order = list(bases.items())
+            for label, base in order if n % 2 == 0 else order[::-1]:
                 r = run_wrk(base + path, seconds, connections=16, threads=2, headers=headers)
                 runs[label].append(
                     {k: round(r[k], 2) for k in ("rps", "p50_ms", "p99_ms", "non2xx")}

@@ -62,8 +62,8 @@ def id_matcher(pattern: str | None) -> Callable[[str], bool]:
 
 # The default bounds of a static feed (0 in the setting: none).
 FEED_MAX_BYTES = 128 << 20
-FEED_MAX_UNCOMPRESSED_BYTES = 1 << 30
-FEED_MAX_ROWS = 10_000_000
+FEED_MAX_UNCOMPRESSED_BYTES = 512 << 20
+FEED_MAX_ROWS = 8_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,10 @@ class FeedSettings:
     headers: dict[str, str] = field(default_factory=dict)
     # How large a feed may be before it is refused unread: the bytes fetched (the zip),
     # the bytes of its files uncompressed, and the rows of all its files together. Carris
-    # Metropolitana's feed (4 million stop_times) is well inside each.
+    # Metropolitana's feed (about 4 million stop_times and 300 MB of text) fits each with
+    # room to grow by half again. The bounds are also what a bad feed may cost: reading is
+    # roughly linear in rows (bench/results/transit_scale.md: 4 million stop_times in 15 s
+    # at a 315 MB peak).
     max_bytes: int = FEED_MAX_BYTES
     max_uncompressed_bytes: int = FEED_MAX_UNCOMPRESSED_BYTES
     max_rows: int = FEED_MAX_ROWS

@@ -140,6 +140,6 @@ def test_the_bounds_are_settings() -> None:
     defaults = TransitSettings.from_env({"TRANSIT_GTFS_SOURCE": "feed.zip"}).feed
     assert (defaults.max_bytes, defaults.max_uncompressed_bytes, defaults.max_rows) == (
         128 << 20,
-        1 << 30,
-        10_000_000,
+        512 << 20,
+        8_000_000,
     )

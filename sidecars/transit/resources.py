@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import time
 from collections.abc import Callable, Collection
 from datetime import UTC, date, datetime
+from email.utils import formatdate
 
 import falcon
 import falcon.asgi
@@ -67,8 +69,8 @@ def send_body(
         resp.vary = ["Accept-Encoding"]
     last = None
     if modified is not None:
-        # HTTP dates have whole seconds.
-        last = resp.last_modified = datetime.fromtimestamp(int(modified), UTC)
+        last, text = _http_date(int(modified))
+        resp.set_header("Last-Modified", text)
     match = req.get_header("If-None-Match")
     if match:
         if match.strip() == "*" or body.etag in match or body.gzip_etag in match:
@@ -84,6 +86,13 @@ def send_body(
         resp.data = gz
     else:
         resp.data = body.data
+
+
+@functools.lru_cache(maxsize=64)
+def _http_date(seconds: int) -> tuple[datetime, str]:
+    """A Unix time (HTTP dates have whole seconds) as a datetime and its header text, made
+    once: the feed's and the realtime messages' times repeat on every request."""
+    return datetime.fromtimestamp(seconds, UTC), formatdate(seconds, usegmt=True)
 
 
 def _if_modified_since(req: falcon.asgi.Request) -> datetime | None:

@@ -116,7 +116,7 @@ def measure(
             body = sizes.json()
             out[label][name] = {
                 **{
-                    k: statistics.median(r[k] for r in runs[label])
+                    k: round(statistics.median(r[k] for r in runs[label]), 2)
                     for k in ("rps", "p50_ms", "p99_ms")
                 },
                 "non2xx": sum(r["non2xx"] for r in runs[label]),
@@ -179,8 +179,17 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--only", help="comma-separated words: run the cases naming one")
     parser.add_argument("--before", help="git revision served beside this tree, side by side")
+    parser.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     args = parser.parse_args()
     only = args.only.split(",") if args.only else None
+    if args.render:
+        results = json.loads(args.out.with_suffix(".json").read_text())
+        for load in (results["load"], results.get("before_load", {})):
+            for r in load.values():
+                for k in ("rps", "p50_ms", "p99_ms"):
+                    r[k] = round(r[k], 2)
+        args.out.with_suffix(".md").write_text(render(results))
+        return
     seconds, rounds = (2, 1) if args.quick else (args.seconds, args.rounds)
     machine = machine_info(SIDECAR_PACKAGES)
     results: dict[str, Any] = {

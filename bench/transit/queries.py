@@ -5,11 +5,16 @@ workers, as `python -m sidecars.transit` runs it.
 
     .venv/bin/python bench/transit/queries.py            # ~3 minutes
     .venv/bin/python bench/transit/queries.py --quick    # smoke: 2 s per endpoint
+    .venv/bin/python bench/transit/queries.py --only arrivals,vehicles --out ...  # a subset
+    .venv/bin/python bench/transit/queries.py --before d421260   # and that revision, side by side
 
 wrk -t2 -c16 on each endpoint (after a 2 s warm-up), `--rounds` times: median requests/s, p50
 and p99; the RSS of each worker once loaded and after the load; the load average before and
 after (the machine is shared: other work competes for the same 2 cores, and wrk shares them
-with the server). Results: bench/results/transit_queries.json and .md.
+with the server). With `--before REV`, that revision (a temporary git worktree) is served from
+the same data at the same time, and each endpoint's rounds alternate between the two servers,
+so the ratios compare like with like on a shared machine. Results:
+bench/results/transit_queries.json and .md.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # scale.py beside this file
 
-from scale import REPO, heading, serve, worker_rss_mb
+from scale import REPO, git, heading, serve, worker_rss_mb
 from support.machine import SIDECAR_PACKAGES, describe, machine_info
 from support.wrk import run_wrk
 
@@ -83,24 +88,42 @@ def cases(base: str) -> dict[str, str]:
     return out
 
 
-def measure(base: str, seconds: int, rounds: int) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for name, path in cases(base).items():
-        sizes = httpx.get(base + path, timeout=60)
+def measure(
+    bases: dict[str, str], seconds: int, rounds: int, only: list[str] | None = None
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """wrk on each case (`only`: the cases whose name contains one of these words), per
+    server in `bases` (label -> base URL), the servers' rounds alternating."""
+    out: dict[str, dict[str, dict[str, Any]]] = {label: {} for label in bases}
+    first = next(iter(bases.values()))
+    for name, path in cases(first).items():
+        if only and not any(word in name for word in only):
+            continue
         headers = {"Accept-Encoding": "gzip"} if "gzip" in name else None
-        run_wrk(base + path, 2, connections=16, threads=2, headers=headers)  # warm-up
-        runs = []
-        for _ in range(rounds):
-            r = run_wrk(base + path, seconds, connections=16, threads=2, headers=headers)
-            runs.append({k: round(r[k], 2) for k in ("rps", "p50_ms", "p99_ms", "non2xx")})
-            print(f"    {name}: {runs[-1]}", flush=True)
-        out[name] = {
-            **{k: statistics.median(r[k] for r in runs) for k in ("rps", "p50_ms", "p99_ms")},
-            "non2xx": sum(r["non2xx"] for r in runs),
-            "body_bytes": len(sizes.content),
-            "items": len(sizes.json()) if isinstance(sizes.json(), list) else 1,
-            "rounds": runs,
-        }
+        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in bases}
+        for base in bases.values():
+            run_wrk(base + path, 2, connections=16, threads=2, headers=headers)  # warm-up
+        for n in range(rounds):
+            # Each round in the other order: neither server always runs right after the other.
+            order = list(bases.items())
+            for label, base in order if n % 2 == 0 else order[::-1]:
+                r = run_wrk(base + path, seconds, connections=16, threads=2, headers=headers)
+                runs[label].append(
+                    {k: round(r[k], 2) for k in ("rps", "p50_ms", "p99_ms", "non2xx")}
+                )
+                print(f"    {label} {name}: {runs[label][-1]}", flush=True)
+        for label, base in bases.items():
+            sizes = httpx.get(base + path, timeout=60)
+            body = sizes.json()
+            out[label][name] = {
+                **{
+                    k: round(statistics.median(r[k] for r in runs[label]), 2)
+                    for k in ("rps", "p50_ms", "p99_ms")
+                },
+                "non2xx": sum(r["non2xx"] for r in runs[label]),
+                "body_bytes": len(sizes.content),
+                "items": len(body) if isinstance(body, list) else 1,
+                "rounds": runs[label],
+            }
     return out
 
 
@@ -119,16 +142,29 @@ def render(results: dict[str, Any]) -> str:
         "| endpoint | items | body bytes | req/s | p50 ms | p99 ms |",
         "|---|---|---|---|---|---|",
     ]
+    before = results.get("before")
+    if before:
+        lines[-2:] = [
+            f"| endpoint | items | body bytes | req/s | p50 ms | p99 ms | before ({before}): "
+            "req/s, p50, p99 ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
     for name, r in results["load"].items():
         bad = f" ({r['non2xx']} non-2xx)" if r["non2xx"] else ""
-        lines.append(
+        row = (
             f"| {name} | {r['items']:,} | {r['body_bytes']:,} | {r['rps']:,.0f}{bad} | "
             f"{r['p50_ms']} | {r['p99_ms']} |"
         )
+        if before:
+            b = results["before_load"][name]
+            row += f" {b['rps']:,.0f}, {b['p50_ms']}, {b['p99_ms']} ({b['items']:,} items) |"
+        lines.append(row)
     lines += [
         "",
         f"Worker RSS (MB): loaded {results['rss_loaded']}, after the load "
-        f"{results['rss_after']}. Both workers serving after {results['ready_seconds']} s.",
+        f"{results['rss_after']}. Both workers serving after {results['ready_seconds']} s. "
+        f"First /health of a worker (per-agency trips running): "
+        f"{results.get('first_health_ms', '-')} ms.",
         "",
     ]
     return "\n".join(lines)
@@ -141,7 +177,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--only", help="comma-separated words: run the cases naming one")
+    parser.add_argument("--before", help="git revision served beside this tree, side by side")
+    parser.add_argument("--render", action="store_true", help="only rewrite the .md from the .json")
     args = parser.parse_args()
+    only = args.only.split(",") if args.only else None
+    if args.render:
+        results = json.loads(args.out.with_suffix(".json").read_text())
+        for load in (results["load"], results.get("before_load", {})):
+            for r in load.values():
+                for k in ("rps", "p50_ms", "p99_ms"):
+                    r[k] = round(r[k], 2)
+        args.out.with_suffix(".md").write_text(render(results))
+        return
     seconds, rounds = (2, 1) if args.quick else (args.seconds, args.rounds)
     machine = machine_info(SIDECAR_PACKAGES)
     results: dict[str, Any] = {
@@ -162,6 +210,7 @@ def main() -> None:
         }
         started = datetime.now(UTC)
         server = serve(REPO, env, tmp / "gunicorn.log")
+        old = None
         try:
             results["ready_seconds"] = round((datetime.now(UTC) - started).total_seconds(), 1)
             results["rss_loaded"] = worker_rss_mb(server)
@@ -171,12 +220,29 @@ def main() -> None:
                 f"stops), version {health['feed']['version']}, "
                 f"{health['vehicles']['entities']:,} vehicles"
             )
+            # The first /health of a worker counts the trips running per agency (once per
+            # feed version and operational day): what that costs at this scale.
+            first = httpx.get(server.base + "/health", timeout=60)
+            results["first_health_ms"] = round(first.elapsed.total_seconds() * 1000, 1)
+            bases = {"after": server.base}
+            if args.before:
+                git(REPO, "worktree", "add", "--detach", str(tmp / "before"), args.before)
+                old = serve(tmp / "before", env, tmp / "gunicorn-before.log")
+                bases = {"before": old.base, "after": server.base}
+                results["before"] = args.before
             results["load_before"] = loadavg()
-            results["load"] = measure(server.base, seconds, rounds)
+            load = measure(bases, seconds, rounds, only)
+            results["load"] = load["after"]
+            if args.before:
+                results["before_load"] = load["before"]
             results["load_after"] = loadavg()
             results["rss_after"] = worker_rss_mb(server)
         finally:
             server.terminate(60)
+            if old is not None:
+                old.terminate(60)
+            if args.before:
+                git(REPO, "worktree", "remove", "--force", str(tmp / "before"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
     args.out.with_suffix(".md").write_text(render(results))

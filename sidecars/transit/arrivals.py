@@ -1,18 +1,27 @@
-"""Arrivals for one operational day (by stop, by pattern) and PIP panel estimates."""
+"""Arrivals (by stop, by pattern) and PIP panel estimates.
+
+A service day's trips do not stay inside its calendar day: `25:30:00` runs after midnight,
+while the next service day's `00:30:00` trips run before the operational day that shows them
+starts (04:00). What can still come "now" is therefore taken from every service day that can
+have a departure during the operational day (`times.days_around`), each row keeping its own
+service day (for its times, its TripUpdate and its cancellation).
+"""
 
 from __future__ import annotations
 
 import bisect
 import heapq
 import itertools
-from datetime import date, datetime
+from collections.abc import Callable, Collection
+from datetime import date, datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple
 
 from .network import Network
 from .realtime import Realtime
 from .schemas import Arrival, PatternArrival, PipEstimate
-from .times import clock_string, service_time_unix
-from .tripupdates import ADDED, CANCELED, SCHEDULED, SKIPPED
+from .times import clock_string, days_around, next_horizon, service_time_unix, wall_clock_unix
+from .tripupdates import CANCELED, SCHEDULED, SKIPPED, trip_headsign
 
 PIP_MAX_ROWS = 8
 # How late a trip may run and still be looked at for a panel (TripUpdates), and how early.
@@ -50,16 +59,6 @@ PIP_EMPTY = (
 PIP_SPECIAL = {"000000": PIP_TEST, "000001": PIP_NO_SERVICE_INFO, "no-service": PIP_DEACTIVATED}
 
 
-def _headsign(net: Network, trip: int) -> str:
-    raw = net.raw
-    headsign = raw.trip_headsign[trip]
-    if headsign:
-        return headsign
-    # Feeds without trip_headsign (the Google sample): name the trip's last stop.
-    last = raw.trip_first[trip] + raw.trip_count[trip] - 1
-    return raw.stops[raw.st_stop[last]].name
-
-
 class Scheduled(NamedTuple):
     """One scheduled arrival with everything the response needs that realtime cannot change.
     An added trip's arrival (from a TripUpdate) has `trip` -1 and `position` -1 - its index
@@ -76,6 +75,10 @@ class Scheduled(NamedTuple):
     pattern_id: str | None
     route_id: str
     stop_id: str
+    day: date  # the service day whose timetable the row is from
+    # An added trip's estimate (its time as the TripUpdate gives it; `unix` is its
+    # timetable where it has one, a DUPLICATED copy's shifted times).
+    estimate: int | None = None
 
 
 def scheduled_rows(net: Network, positions: list[int], day: date) -> list[Scheduled]:
@@ -104,11 +107,12 @@ def scheduled_rows(net: Network, positions: list[int], day: date) -> list[Schedu
                 ti,
                 times[tid],
                 st_seq[p],
-                _headsign(net, ti),
+                trip_headsign(net, ti),
                 net.trip_line[ti],
                 net.trip_pattern[ti],
                 net.pattern_route[net.trip_pattern[ti]],
                 raw.stop_ids[st_stop[p]],
+                day,
             )
         )
     rows.sort()
@@ -122,15 +126,56 @@ def stop_schedule(net: Network, stop: int, day: date) -> list[Scheduled]:
     )
 
 
-def added_rows(
-    net: Network, rt: Realtime, day: date, stop: int | None = None, pattern_id: str | None = None
+def schedule_now(
+    net: Network,
+    key: tuple,
+    positions: Callable[[date], list[int]],
+    op_day: date,
+    start_hour: int,
 ) -> list[Scheduled]:
-    """Arrivals of the ADDED / NEW trips of the TripUpdates on a day, at a stop or of a
-    pattern."""
+    """The scheduled rows of every service day that can have a departure from operational
+    day `op_day` to the end of the next one (`positions(day)`: a stop's or a pattern's
+    stop_time positions on a day), in one time order up to that end (so no later day's row
+    is missing before the last one); memoised per (stop or pattern, operational day)."""
+
+    def merged() -> list[Scheduled]:
+        days = days_around(op_day, net.span_days)
+        horizon = next_horizon(op_day, start_hour, net.tz)
+        return sorted(
+            r for d in days for r in scheduled_rows(net, positions(d), d) if r.unix < horizon
+        )
+
+    return net.day_memo((*key, "now", op_day), merged)
+
+
+def in_operational_day(
+    net: Network, rows: list[Scheduled], op_day: date, start_hour: int, key: tuple | None = None
+) -> list[Scheduled]:
+    """The rows an operational day shows: its own service day's, and those of the other
+    service days that run inside it (the next day's trips before `start_hour`, the previous
+    days' past `24 + start_hour`); memoised per `key` (stop or pattern) when given."""
+
+    def window() -> list[Scheduled]:
+        start = wall_clock_unix(op_day, start_hour, net.tz)
+        end = wall_clock_unix(op_day + timedelta(days=1), start_hour, net.tz)
+        return [r for r in rows if r.day == op_day or start <= r.unix < end]
+
+    return window() if key is None else net.day_memo((*key, "window", op_day), window)
+
+
+def added_rows(
+    net: Network,
+    rt: Realtime,
+    days: Collection[date],
+    stop: int | None = None,
+    pattern_id: str | None = None,
+) -> list[Scheduled]:
+    """Arrivals of the ADDED / NEW trips of the TripUpdates on some service days, at a stop
+    or of a pattern."""
     rows = []
     raw = net.raw
     for k, added in enumerate(rt.added):
-        if added.day != day or (pattern_id is not None and added.pattern_id != pattern_id):
+        if added.day not in days or (pattern_id is not None and added.pattern_id != pattern_id):
             continue
         route = added.route
         route_id = raw.routes[route].route_id if route is not None else ""
@@ -140,17 +185,19 @@ def added_rows(
                 continue
             rows.append(
                 Scheduled(
-                    a.unix,
+                    a.scheduled,
                     added.trip_id,
                     -1 - k,
                     -1,
-                    clock_string(a.unix, day, net.tz),
+                    clock_string(a.scheduled, added.day, net.tz),
                     a.stop_sequence,
                     added.headsign,
                     line_id,
                     added.pattern_id,
                     route_id,
                     raw.stop_ids[a.stop],
+                    added.day,
+                    a.unix,
                 )
             )
     return rows
@@ -165,7 +212,6 @@ def build_arrivals(
     net: Network,
     rt: Realtime,
     rows: list[Scheduled],
-    day: date,
     now: float,
     with_stop: bool,
     limit: int | None = None,
@@ -186,12 +232,13 @@ def build_arrivals(
         relationship = SCHEDULED
         if r.trip < 0:
             added = rt.added[-1 - r.position]
-            relationship, estimate, vehicle = ADDED, r.unix, added.vehicle
+            relationship, vehicle = added.relationship, added.vehicle
+            estimate = r.estimate if r.estimate is not None else r.unix
             observed = estimate if estimate <= now else None
         elif realtime:
-            if rt.deleted(r.trip_id, day):
+            if rt.deleted(r.trip_id, r.day):
                 continue
-            trip = rt.estimates(net, r.trip, day) if rt.updates else None
+            trip = rt.estimates(net, r.trip, r.day) if rt.updates else None
             if trip is not None:
                 k = r.position - first[r.trip]
                 relationship = (
@@ -208,8 +255,8 @@ def build_arrivals(
                 continue
             if len(out) == limit:
                 break
-        estimated_text = clock_string(estimate, day, tz) if estimate is not None else None
-        observed_text = clock_string(observed, day, tz) if observed is not None else None
+        estimated_text = clock_string(estimate, r.day, tz) if estimate is not None else None
+        observed_text = clock_string(observed, r.day, tz) if observed is not None else None
         fields: dict[str, Any] = {
             "estimated_arrival": estimated_text,
             "estimated_arrival_unix": estimate,
@@ -232,10 +279,12 @@ def build_arrivals(
 
 
 def pip_estimates(
-    net: Network, rt: Realtime, stops: list[str], day: date, now: float
+    net: Network, rt: Realtime, stops: list[str], op_day: date, now: float, start_hour: int
 ) -> list[PipEstimate]:
     """What a passenger information panel shows for some stops: the next 8 departures
-    (realtime when known, else scheduled), skipping trips that end at the stop."""
+    (realtime when known, else scheduled) of every service day that can still have one,
+    skipping trips that end at the stop."""
+    days = days_around(op_day, net.span_days)
     raw = net.raw
     tz = net.tz
     rows: list[PipEstimate] = []
@@ -245,7 +294,10 @@ def pip_estimates(
         stop = net.stop_index.get(stop_id)
         if stop is None:
             continue
-        schedule = with_added(stop_schedule(net, stop, day), added_rows(net, rt, day, stop))
+        schedule = with_added(
+            schedule_now(net, ("stop", stop), partial(net.stop_arrivals, stop), op_day, start_hour),
+            added_rows(net, rt, days, stop),
+        )
         start = bisect.bisect_left(schedule, since, key=lambda r: r.unix)
         # The panel shows the 8 soonest: once this stop has 8 rows, a trip scheduled later
         # than the 8th by more than PIP_EARLY_SECONDS cannot be among them (a bus runs early
@@ -263,14 +315,14 @@ def pip_estimates(
                 added = rt.added[-1 - r.position]
                 if any(a.last and a.stop == stop for a in added.stops):
                     continue
-                estimate: int | None = r.unix
+                estimate: int | None = r.estimate
             else:
                 first = raw.trip_first[ti]
                 if r.position == first + raw.trip_count[ti] - 1:
                     continue
-                if rt.deleted(trip_id, day):
+                if rt.deleted(trip_id, r.day):
                     continue
-                trip = rt.estimates(net, ti, day) if rt.updates else None
+                trip = rt.estimates(net, ti, r.day) if rt.updates else None
                 k = r.position - first
                 # A cancelled trip or a skipped stop is not coming: not on the panel.
                 if trip is not None and (trip.canceled or not trip.served[k]):

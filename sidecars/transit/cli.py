@@ -15,18 +15,20 @@ sampleNotices}]`) for tools that read that. Exit status 0 when the server would 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 import time
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
-from .gtfs import FeedError, Report
+from .gtfs import FeedError
 from .places.locations import Locations, LocationsError
 from .schemas import ValidationReport, json_encoder
 from .settings import SettingsError, TransitSettings
-from .source import FeedFiles, SourceError, redact
-from .store import build_network
+from .source import FeedFiles, SourceError, is_url, redact
+from .store import build_network, source_report
 
 # MobilityData has three severities; a fatal notice is one of its errors that rejects the feed.
 MD_SEVERITY = {"fatal": "ERROR", "error": "ERROR", "warning": "WARNING", "info": "INFO"}
@@ -34,31 +36,88 @@ MD_COUNTS = {"Agencies": "agency.txt", "Stops": "stops.txt", "Routes": "routes.t
              "Trips": "trips.txt"}  # fmt: skip
 
 
-def validate(
-    settings: TransitSettings, source: str, against: str | None = None
-) -> ValidationReport:
-    """Validate a feed exactly as the server's refresh does; the report either way."""
+# feed_info.txt and agency.txt columns under the names of MobilityData's report.json.
+MD_FEED_INFO = {
+    "publisherName": "feed_publisher_name",
+    "publisherUrl": "feed_publisher_url",
+    "feedLanguage": "feed_lang",
+    "feedStartDate": "feed_start_date",
+    "feedEndDate": "feed_end_date",
+    "feedVersion": "feed_version",
+    "feedEmail": "feed_contact_email",
+    "feedContactUrl": "feed_contact_url",
+}
+MD_AGENCY = {"name": "agency_name", "url": "agency_url", "phone": "agency_phone",
+             "email": "agency_email", "timezone": "agency_timezone"}  # fmt: skip
+
+
+class Described(NamedTuple):
+    """A validation report and what the feed says of itself (feed_info.txt, agency.txt)."""
+
+    report: ValidationReport
+    feed_info: dict[str, str]
+    agencies: list[dict[str, str]]
+
+
+def describe(files: FeedFiles) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """feed_info.txt's first row and agency.txt's rows, in MobilityData's names (a file
+    missing or unreadable: empty; the report says why)."""
+
+    def rows(name: str) -> list[dict[str, str]]:
+        if name not in files.names():
+            return []
+        try:
+            with files.open_text(name) as fh:
+                return [{(k or "").strip(): (v or "").strip() for k, v in r.items()}
+                        for r in csv.DictReader(fh)]  # fmt: skip
+        except (csv.Error, UnicodeDecodeError, OSError, zipfile.BadZipFile):
+            return []
+
+    info = (rows("feed_info.txt") or [{}])[0]
+    feed_info = {key: info.get(column, "") for key, column in MD_FEED_INFO.items()}
+    agencies = [
+        {key: row.get(column, "") for key, column in MD_AGENCY.items()}
+        for row in rows("agency.txt")
+    ]
+    return feed_info, agencies
+
+
+def validate(settings: TransitSettings, source: str, against: str | None = None) -> Described:
+    """Validate a feed exactly as the server's refresh does; the report either way, and what
+    the feed says of itself."""
     feed = settings.feed
     timeout = settings.http_timeout_seconds
     digest: str | None = None
     locations_dir = settings.places.locations_dir
     locations = Locations(Path(locations_dir)) if locations_dir else None
-    shown = redact(source) or source
+    # Run by the operator on their machine: a local path is shown whole, a URL redacted.
+    shown = (redact(source) or source) if is_url(source) else source
+    # The server's clock: a pinned TRANSIT_NOW decides, here as there, whether the feed's
+    # calendars have expired.
+    now = settings.now.timestamp() if settings.now is not None else time.time()
+    feed_info: dict[str, str] = {}
+    agencies: list[dict[str, str]] = []
     try:
-        served = build_network(FeedFiles.load(against, timeout), feed) if against else None
-        files = FeedFiles.load(source, timeout, feed.headers)
+        served = (
+            build_network(FeedFiles.load(against, timeout, bounds=feed.bounds), feed)
+            if against
+            else None
+        )
+        files = FeedFiles.load(source, timeout, feed.headers, feed.bounds)
         digest = files.digest
-        report = build_network(files, feed, served, locations, time.time()).raw.report
+        feed_info, agencies = describe(files)
+        report = build_network(files, feed, served, locations, now).raw.report
     except FeedError as exc:
         report = exc.report
     except SourceError as exc:
-        report = Report()
-        report.add("unreadable_file", shown, None, str(exc))
-    return report.summary(shown, digest, int(time.time()))
+        report = source_report(shown, exc)
+    return Described(report.summary(shown, digest, int(now)), feed_info, agencies)
 
 
-def mobilitydata(report: ValidationReport) -> dict[str, Any]:
-    """The report in the shape of MobilityData's `report.json`."""
+def mobilitydata(described: Described) -> dict[str, Any]:
+    """The report in the shape of MobilityData's `report.json`, with its `feedInfo` and
+    `agencies`."""
+    report = described.report
     rows = {f.file: f.rows - f.skipped for f in report.files}
     summary = {
         "validatorVersion": "ratelimitd transit sidecar",
@@ -68,6 +127,8 @@ def mobilitydata(report: ValidationReport) -> dict[str, Any]:
         "accepted": report.accepted,
         "files": [f.file for f in report.files],
         "counts": {name: rows.get(file, 0) for name, file in MD_COUNTS.items()},
+        "feedInfo": described.feed_info,
+        "agencies": described.agencies,
     }
     notices = []
     for n in report.notices:
@@ -132,17 +193,18 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         settings = TransitSettings.from_env(feed_required=args.feed is None)
-        report = validate(settings, args.feed or settings.feed.source, args.against)
+        described = validate(settings, args.feed or settings.feed.source, args.against)
     except (SettingsError, LocationsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    report = described.report
     fmt = "json" if args.json else args.format
     out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
     try:
         if fmt == "json":
             out.write(json_encoder.encode(report).decode() + "\n")
         elif fmt == "mobilitydata":
-            out.write(json_encoder.encode(mobilitydata(report)).decode() + "\n")
+            out.write(json_encoder.encode(mobilitydata(described)).decode() + "\n")
         else:
             render(report, out)
     finally:

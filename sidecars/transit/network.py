@@ -90,6 +90,9 @@ class Network:
         self._shape_bodies = BodyCache(BODY_CACHE_BYTES // 4)
         self._gtfs_body: Body | None = None
         self._day_memo: dict[tuple, object] = {}
+        # Whole days a trip can run past its service day's start (25:30 -> 1): how many
+        # service days before the operational day can still have departures in it.
+        self.span_days = max(raw.time_seconds, default=0) // 86400
         derived = Patterns(raw)
         self.patterns = derived.patterns
         self.pattern_trips = derived.pattern_trips

@@ -124,10 +124,20 @@ def path_id(description: str, pattern: str | None = None) -> dict[str, Any]:
             "schema": schema}  # fmt: skip
 
 
+# Eight digits with a month 01-12 and a day 01-31 (a day past its month's end, 20250230,
+# still matches and is `400 []`: the description says so).
+DATE_PATTERN = r"^[0-9]{4}(0[1-9]|1[0-2])(0[1-9]|[12][0-9]|3[01])$"
+
+
 def _network_paths(settings: TransitSettings) -> dict[str, Any]:
     stop_pattern = settings.feed.stop_id_pattern
-    date = query("date", "Operational day, `YYYYMMDD` (default: today's).",
-                 {"type": "string", "pattern": r"^\d{8}$"})  # fmt: skip
+    date = query(
+        "date",
+        "Service day, `YYYYMMDD`, a calendar date (`00000000` or `20250230` is `400 []`). "
+        "Default: what the operational day now shows (its own trips and those of the next "
+        "and previous service days running inside it).",
+        {"type": "string", "pattern": DATE_PATTERN},
+    )
     limit = query("limit", "Only the next N arrivals from now (by estimate, else schedule).",
                   {"type": "integer", "minimum": 1, "maximum": 1000})  # fmt: skip
     list_400 = answer(
@@ -146,6 +156,11 @@ def _network_paths(settings: TransitSettings) -> dict[str, Any]:
 
     radius_max = settings.limits.max_radius_meters
     return {
+        "/v2/": {"get": operation(
+            "The root: the real service's greeting (plain text in a JSON content type)",
+            answer("`Jusi was here!`", {"type": "string"}, "application/json; charset=utf-8"),
+            feed=False,
+        )},
         "/v2/gtfs": {"get": operation(
             "The served GTFS feed (zip)",
             answer("The zip.", {"type": "string", "format": "binary"}, "application/zip"),
@@ -156,11 +171,11 @@ def _network_paths(settings: TransitSettings) -> dict[str, Any]:
         )},
         "/v2/alerts.pb": protobuf("The active alerts as a GTFS-RT FeedMessage"),
         "/v2/vehicles": {"get": operation(
-            "Vehicles heard from within TRANSIT_REALTIME_MAX_AGE_SECONDS",
+            "Vehicles heard from within TRANSIT_VEHICLES_MAX_AGE_SECONDS",
             answer("Vehicles.", array("Vehicle")), params=filtered("vehicles"), feed=False,
         )},
         "/v2/vehicles.pb": protobuf(
-            "Vehicle positions as a GTFS-RT FeedMessage (on a trip, heard from recently)"
+            "The vehicles of /v2/vehicles that are on a trip, as a GTFS-RT FeedMessage"
         ),
         "/v2/vehicles/{item_id}": {"get": operation(
             "One current vehicle, by the id of the list (`41|1160`)",

@@ -2,14 +2,17 @@
 
 - line: Carris Metropolitana `routes.line_id` when present, else the GTFS route's short name
   (else its id);
-- pattern: `trips.pattern_id` when present, else one pattern per distinct (GTFS route,
-  direction, shape, stop sequence), id `<route_id>_<direction_id>_<8 hex of the stop list>`, the
-  same across feed versions while the stops do not change;
-- route: the GTFS route, under its own id, with every pattern of its trips (Carris
-  Metropolitana's routes have at most two; a plain GTFS route may have more, but an id the
-  operator does not publish would not join its feed, GTFS-RT or alerts);
+- pattern: `trips.pattern_id` when present, else one pattern per GTFS route and direction,
+  id `<route_id>_<direction_id>`: Carris Metropolitana's API gives a route at most two
+  patterns, one per direction, and clients rely on it, so a plain feed's variants of a
+  direction (other stops, another shape) are versions of that direction's pattern, as CM's
+  versions of a pattern differ by headsign and shape;
+- route: the GTFS route, under its own id, with every pattern of its trips (an id the operator
+  does not publish would not join its feed, GTFS-RT or alerts);
 - pattern version: the trips of a pattern sharing headsign, shape and colours (the real
-  service's key), `version_id` being the sha256 of the same JSON the real service hashes;
+  service's key) and, for a derived pattern, stop sequence (so each variant's `path` is its
+  own), `version_id` being the sha256 of the same JSON the real service hashes (a derived
+  variant's stop list added to it);
 - trip group: the trips of a version with identical times at every stop.
 """
 
@@ -63,6 +66,8 @@ class Version:
     services: set[int] = field(default_factory=set)
     groups: dict[bytes, Group] = field(default_factory=dict)
     stops: set[int] = field(default_factory=set)
+    # A derived pattern's variant: its stop sequence is part of its identity.
+    variant: bytes = b""
 
 
 @dataclass(slots=True)
@@ -121,8 +126,7 @@ class Patterns:
     def _scan(self) -> None:
         raw = self.raw
         st_stop, st_time = raw.st_stop, raw.st_time
-        derived_ids: dict[tuple[int, int, str, bytes], str] = {}
-        versions: dict[tuple[str, int, int, str, str], Version] = {}
+        versions: dict[tuple[str, int, int, str, str, bytes], Version] = {}
         # Patterns in order of discovery, with their GTFS route, direction, trip count and
         # whether the feed named them.
         self._found: dict[str, list] = {}
@@ -138,15 +142,7 @@ class Patterns:
             pattern_id = raw.trip_pattern[ti] if raw.trip_pattern is not None else ""
             named = bool(pattern_id)
             if not named:
-                dkey = (route, direction, shape, stops_key)
-                pattern_id = derived_ids.get(dkey, "")
-                if not pattern_id:
-                    digest = hashlib.sha1(
-                        ("\x1f".join(raw.stop_ids[s] for s in stops) + "\x1e" + shape).encode(),
-                        usedforsecurity=False,
-                    ).hexdigest()[:8]
-                    pattern_id = f"{raw.routes[route].route_id}_{direction}_{digest}"
-                    derived_ids[dkey] = pattern_id
+                pattern_id = f"{raw.routes[route].route_id}_{direction}"
             self.trip_pattern[ti] = pattern_id
             self.pattern_trips.setdefault(pattern_id, []).append(ti)
             found = self._found.get(pattern_id)
@@ -155,11 +151,12 @@ class Patterns:
             else:
                 found[2] += 1
             headsign = raw.trip_headsign[ti]
-            vkey = (pattern_id, route, direction, headsign, shape)
+            variant = b"" if named else stops_key
+            vkey = (pattern_id, route, direction, headsign, shape, variant)
             version = versions.get(vkey)
             if version is None:
                 version = versions[vkey] = Version(
-                    pattern_id, route, direction, headsign, shape, ti
+                    pattern_id, route, direction, headsign, shape, ti, variant=variant
                 )
                 self.patterns.setdefault(pattern_id, []).append(version)
             service = raw.trip_service[ti]
@@ -207,4 +204,10 @@ class Patterns:
             short_name=row.short_name,
             text_color=row.text_color,
         )
-        return hashlib.sha256(_version_encoder.encode(key)).hexdigest()
+        digest = hashlib.sha256(_version_encoder.encode(key))
+        if v.variant:
+            # Variants of a derived pattern may share headsign and shape: their stops
+            # tell them apart.
+            stops = memoryview(v.variant).cast("i")
+            digest.update(("\x1e" + "\x1f".join(raw.stop_ids[s] for s in stops)).encode())
+        return digest.hexdigest()

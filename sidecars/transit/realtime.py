@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any
@@ -25,15 +26,27 @@ from .bodies import Body
 from .network import Network, natural_key
 from .schemas import Alert, Vehicle, json_encoder
 from .tripupdates import (
+    UNSCHEDULED,
     AddedTrip,
     TripEstimate,
     TripUpdate,
     added_trip,
+    duplicated_trip,
     estimate_trip,
+    running_day,
     start_time_trip,
+    trip_headsign,
     update_day,
 )
 
+# Relationships of trips the static feed is not expected to have.
+_NEW = (rt.TripDescriptor.ADDED, rt.TripDescriptor.NEW, rt.TripDescriptor.UNSCHEDULED)
+# A realtime message naming more unknown trips than this share is flagged in /health.
+UNKNOWN_TRIPS_SHARE = 0.1
+# The vehicle fields `/v2/vehicles` filters on.
+VEHICLE_FILTERS = ("line_id", "route_id")
+# Filtered vehicle lists kept per snapshot (any more and the memo starts again).
+FILTERED_BODIES = 4096
 _VP = rt.VehiclePosition
 _TD = rt.TripDescriptor
 _WHEELCHAIR = {
@@ -98,7 +111,8 @@ def parse_vehicle_metadata(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _iso(ts: float) -> str:
+def iso_utc(ts: float) -> str:
+    """A Unix time as `YYYY-MM-DDTHH:MM:SSZ`."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -119,14 +133,15 @@ class Realtime:
         alerts: rt.FeedMessage | None,
         metadata: dict[str, dict[str, Any]] | None,
         now: float,
-        pb_max_age: float,
-        max_age: float = 0.0,
+        max_ages: Mapping[str, float] | None = None,
         start_hour: int = 4,
     ) -> None:
+        """`max_ages`: the age limit of each kind (`vehicles`, `trip_updates`, `alerts`;
+        0 or absent: none), the one staleness policy every endpoint serves."""
         self.network = network
         self.metadata = metadata or {}
         self.now = now
-        self.max_age = max_age
+        self.max_ages = dict(max_ages or {})
         self.start_hour = start_hour
         # Why some of a source is not served as current, by source kind (for /health).
         self.problems: dict[str, str] = {}
@@ -138,12 +153,36 @@ class Realtime:
         self._estimates: dict[tuple[int, date], TripEstimate] = {}
         self._pb_extras: list[tuple[int | None, int | None]] = []
         self.inactive_alerts = 0
+        # Per agency: current positions, current trip updates, newest time heard.
+        self.agency_vehicles: dict[str, int] = {}
+        self.agency_updates: dict[str, int] = {}
+        self.agency_heard: dict[str, float] = {}
+        # Per kind: trips named that the served feed lacks (added trips aside), and of how
+        # many named; a feed of another schedule version names mostly unknown ones.
+        self.unknown_trips: dict[str, tuple[int, int, str]] = {}
+        self.mismatch: dict[str, str] = {}
+        # When each served family's data was sent by its source (the message's header
+        # timestamp): the Last-Modified of its JSON list and protobuf.
+        self.modified: dict[str, float] = {
+            kind: feed.header.timestamp
+            for kind, feed in (("vehicles", vehicles), ("alerts", alerts))
+            if feed is not None and feed.header.timestamp
+        }
         self.vehicles = self._vehicles(vehicles) if vehicles is not None else []
         self.vehicle_index = {v.id: v for v in self.vehicles}
         # Each vehicle encoded once: the list, and any filter of it, joins these bytes.
         self.vehicle_json = [json_encoder.encode(v) for v in self.vehicles]
         self.vehicles_body = Body(b"[" + b",".join(self.vehicle_json) + b"]")
-        self.vehicles_pb = Body(self._vehicles_pb(now, pb_max_age))
+        # The filters' index: field -> value -> the vehicles' positions in the list, so
+        # `?line_id=` reads its few vehicles rather than testing every one.
+        self.vehicle_filters: dict[str, dict[str | None, list[int]]] = {
+            name: {} for name in VEHICLE_FILTERS
+        }
+        self._filtered: dict[tuple, Body] = {}
+        for i, v in enumerate(self.vehicles):
+            for name, index in self.vehicle_filters.items():
+                index.setdefault(getattr(v, name), []).append(i)
+        self.vehicles_pb = Body(self._vehicles_pb(now))
         if trip_updates is not None and self._current(trip_updates, "trip_updates"):
             self._trip_updates(trip_updates)
         alert_list, alert_pb = self._alerts(alerts)
@@ -157,31 +196,52 @@ class Realtime:
         """Whether any trip has realtime data (else arrivals are the schedule alone)."""
         return bool(self.updates or self.positions or self.added)
 
-    def vehicles_where(self, wanted: dict[str, str | None]) -> bytes:
-        """The encoded vehicles whose fields equal the given values (None: any)."""
-        parts = [
-            self.vehicle_json[i]
-            for i, v in enumerate(self.vehicles)
-            if all(value is None or getattr(v, k) == value for k, value in wanted.items())
-        ]
-        return b"[" + b",".join(parts) + b"]"
+    def vehicles_body_where(self, wanted: dict[str, str | None]) -> Body:
+        """`vehicles_where` as a Body, kept for the life of this snapshot (the same filter
+        asked again costs a dict lookup; its gzip is made once)."""
+        key = tuple(wanted.items())
+        body = self._filtered.get(key)
+        if body is None:
+            if len(self._filtered) >= FILTERED_BODIES:
+                self._filtered.clear()
+            body = self._filtered[key] = Body(self.vehicles_where(wanted))
+        return body
 
-    def _too_old(self, ts: float | None) -> bool:
-        """Whether a timestamp is past the age limit (no timestamp: not known to be)."""
-        if not self.max_age or not ts:
+    def vehicles_where(self, wanted: dict[str, str | None]) -> bytes:
+        """The encoded vehicles whose fields equal the given values (None: any), in the
+        list's order."""
+        chosen: list[int] | None = None
+        for name, value in wanted.items():
+            if value is None:
+                continue
+            hits = self.vehicle_filters[name].get(value, [])
+            chosen = hits if chosen is None else sorted(set(chosen) & set(hits))
+        if chosen is None:
+            return self.vehicles_body.data
+        return b"[" + b",".join(self.vehicle_json[i] for i in chosen) + b"]"
+
+    def _too_old(self, ts: float | None, kind: str) -> bool:
+        """Whether a timestamp is past the age limit of its kind (no timestamp: not known
+        to be)."""
+        max_age = self.max_ages.get(kind, 0.0)
+        if not max_age or not ts:
             return False
-        if ts < self.now - self.max_age:
+        if ts < self.now - max_age:
             return True
-        self.expires_at = min(self.expires_at, ts + self.max_age)
+        self.expires_at = min(self.expires_at, ts + max_age)
         return False
+
+    def _limit(self, kind: str) -> str:
+        """The age limit of a kind as a reason names it."""
+        return f"{self.max_ages.get(kind, 0.0):g} s (TRANSIT_{kind.upper()}_MAX_AGE_SECONDS)"
 
     def _current(self, feed: rt.FeedMessage, kind: str) -> bool:
         """Whether a whole message is recent enough to be used (its header timestamp)."""
         ts = feed.header.timestamp
-        if self._too_old(ts):
+        if self._too_old(ts, kind):
             self.problems[kind] = (
-                f"the message is from {_iso(ts)}, {int(self.now - ts)} s ago, older than "
-                f"{self.max_age:g} s (TRANSIT_REALTIME_MAX_AGE_SECONDS): not served"
+                f"the message is from {iso_utc(ts)}, {int(self.now - ts)} s ago, older than "
+                f"{self._limit(kind)}: not served"
             )
             return False
         return True
@@ -223,7 +283,7 @@ class Realtime:
                 continue
             vp = entity.vehicle
             timestamp = vp.timestamp or feed.header.timestamp or None
-            if self._too_old(timestamp):
+            if self._too_old(timestamp, "vehicles"):
                 stale += 1
                 newest = max(newest, timestamp or 0)
                 continue
@@ -293,29 +353,38 @@ class Realtime:
                 wheelchair_accessible=wheelchair,
             )
             out.append((vehicle, direction, occupancy))
+            # Health is per agency of the served feed: the agency of the vehicle's trip (CM's
+            # `41|1160` names an operator area, not one of the feed's agencies).
+            feed_agency = self._agency(ti, trip.route_id) or agency
+            self._heard(feed_agency, timestamp, self.agency_vehicles)
+            if trip_id:
+                self._named(
+                    "vehicles", ti is not None or trip.schedule_relationship in _NEW, trip_id
+                )
             if trip_id:
                 seq = vp.current_stop_sequence if vp.HasField("current_stop_sequence") else None
                 self.positions[trip_id] = _Position(vid, seq)
         if stale:
             self.problems["vehicles"] = (
-                f"{stale} of {stale + len(out)} vehicle positions older than {self.max_age:g} s "
-                f"(TRANSIT_REALTIME_MAX_AGE_SECONDS; newest of them {_iso(newest)}): not served"
+                f"{stale} of {stale + len(out)} vehicle positions older than "
+                f"{self._limit('vehicles')} (newest of them {iso_utc(newest)}): not served"
             )
+        self._flag_unknown("vehicles")
         out.sort(key=lambda item: natural_key(item[0].id))
         # What vehicles.pb carries beyond the JSON fields, in the same order.
         self._pb_extras = [(direction, occupancy) for _, direction, occupancy in out]
         return [vehicle for vehicle, _, _ in out]
 
-    def _vehicles_pb(self, now: float, max_age: float) -> bytes:
+    def _vehicles_pb(self, now: float) -> bytes:
         """Vehicle positions as GTFS-RT, rebuilt from the JSON list the way the real service
-        does: only vehicles on a trip and heard from in the last `max_age` seconds (0: all),
-        with their direction and occupancy."""
+        does: the current vehicles (the same age limit as the list) that are on a trip, with
+        their direction and occupancy."""
         feed = rt.FeedMessage()
         feed.header.gtfs_realtime_version = "2.0"
         feed.header.incrementality = rt.FeedHeader.FULL_DATASET
         feed.header.timestamp = int(now)
         for v, (direction, occupancy) in zip(self.vehicles, self._pb_extras, strict=True):
-            if not v.trip_id or (max_age and (v.timestamp or 0) < now - max_age):
+            if not v.trip_id:
                 continue
             entity = feed.entity.add()
             entity.id = v.event_id or v.id
@@ -366,21 +435,36 @@ class Realtime:
             if not entity.HasField("trip_update"):
                 continue
             tu = entity.trip_update
-            if tu.HasField("timestamp") and self._too_old(tu.timestamp):
+            if tu.HasField("timestamp") and self._too_old(tu.timestamp, "trip_updates"):
                 stale += 1
                 continue
             relationship = tu.trip.schedule_relationship
             trip_id = self._trip_id(tu.trip)
             ti = net.trip_index.get(trip_id)
+            if trip_id:
+                self._named("trip_updates", ti is not None or relationship in _NEW, trip_id)
+            agency = self._agency(ti, tu.trip.route_id) or net.agency_id
+            heard = tu.timestamp if tu.HasField("timestamp") else feed.header.timestamp
+            self._heard(agency, heard or None, self.agency_updates)
             vehicle = None
             if tu.HasField("vehicle") and (tu.vehicle.id or tu.vehicle.label):
                 number = tu.vehicle.id or tu.vehicle.label
                 vehicle = self.vehicle_id(number, tu.trip.route_id, ti)[1]
+            if relationship == _TD.UNSCHEDULED or (
+                ti is None and relationship in (_TD.ADDED, _TD.NEW) and trip_id
+            ):
+                added = added_trip(net, tu, vehicle, self.start_hour)
+                if added is not None:
+                    if relationship == _TD.UNSCHEDULED:
+                        added.relationship = UNSCHEDULED
+                        if ti is not None:
+                            # Running without a timetable, on the static trip's route.
+                            added.route = net.raw.trip_route[ti]
+                            added.headsign = trip_headsign(net, ti)
+                            added.pattern_id = net.trip_pattern[ti] or None
+                    self.added.append(added)
+                continue
             if ti is None:
-                if relationship in (_TD.ADDED, _TD.NEW) and trip_id:
-                    added = added_trip(net, tu, vehicle, self.start_hour)
-                    if added is not None:
-                        self.added.append(added)
                 continue
             by_seq: dict[int, Any] = {}
             by_stop: dict[str, Any] = {}
@@ -390,13 +474,56 @@ class Realtime:
                 elif stu.stop_id:
                     by_stop[stu.stop_id] = stu
             delay = tu.delay if tu.HasField("delay") else None
-            self.updates[trip_id] = TripUpdate(
-                vehicle, delay, by_seq, by_stop, relationship, update_day(tu.trip)
-            )
+            # An update without start_date is about the trip's current run (one day only).
+            day = update_day(tu.trip) or running_day(net, ti, self.now, self.start_hour)
+            update = TripUpdate(vehicle, delay, by_seq, by_stop, relationship, day)
+            if relationship == _TD.DUPLICATED:
+                # A copy of the static trip; the static one runs as scheduled.
+                copy = duplicated_trip(net, tu, ti, update, vehicle)
+                if copy is not None:
+                    self.added.append(copy)
+                continue
+            self.updates[trip_id] = update
+        self._flag_unknown("trip_updates")
         if stale:
             self.problems["trip_updates"] = (
-                f"{stale} trip update(s) older than {self.max_age:g} s "
-                "(TRANSIT_REALTIME_MAX_AGE_SECONDS): not used"
+                f"{stale} trip update(s) older than {self._limit('trip_updates')}: not used"
+            )
+
+    def _agency(self, trip: int | None, route_id: str) -> str | None:
+        """The served feed's agency of a trip, else of a route id (None: neither known)."""
+        net = self.network
+        assert net is not None
+        raw = net.raw
+        route = raw.trip_route[trip] if trip is not None else raw.route_index.get(route_id)
+        if route is None:
+            return None
+        return raw.routes[route].agency_id or net.agency_id
+
+    def _heard(self, agency: str, ts: float | None, counts: dict[str, int]) -> None:
+        """Count one current entity of an agency and keep the newest time heard."""
+        counts[agency] = counts.get(agency, 0) + 1
+        if ts:
+            self.agency_heard[agency] = max(self.agency_heard.get(agency, 0.0), ts)
+
+    def _named(self, kind: str, known: bool, trip_id: str) -> None:
+        """Count a trip a message names, and whether the served feed has it."""
+        unknown, named, example = self.unknown_trips.get(kind, (0, 0, ""))
+        if not known:
+            unknown += 1
+            example = example or trip_id
+        self.unknown_trips[kind] = (unknown, named + 1, example)
+
+    def _flag_unknown(self, kind: str) -> None:
+        """Say so when more than UNKNOWN_TRIPS_SHARE of the trips a message names are not in
+        the served feed: it follows another schedule version (or other trip ids), and its
+        data joins nothing."""
+        unknown, named, example = self.unknown_trips.get(kind, (0, 0, ""))
+        if unknown and unknown > UNKNOWN_TRIPS_SHARE * named and self.network is not None:
+            self.mismatch[kind] = (
+                f"{unknown} of the {named} trips it names are not in the served feed "
+                f"(version {self.network.version}; e.g. {example!r}): it may follow another "
+                "schedule version"
             )
 
     def trip_vehicle(self, trip_id: str) -> str | None:

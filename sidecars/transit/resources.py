@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import time
-from collections.abc import Callable
-from datetime import date
+from collections.abc import Callable, Collection
+from datetime import UTC, date, datetime
+from email.utils import formatdate
 
 import falcon
 import falcon.asgi
@@ -17,18 +20,19 @@ from .arrivals import (
     Scheduled,
     added_rows,
     build_arrivals,
+    in_operational_day,
     pip_estimates,
+    schedule_now,
     scheduled_rows,
-    stop_schedule,
     with_added,
 )
 from .bodies import Body, accepts_gzip
 from .network import Network
-from .realtime import Realtime
+from .realtime import VEHICLE_FILTERS, Realtime
 from .schemas import PipMessage, RouteNotFound, ServerError, json_encoder, pip_request_decoder
 from .settings import id_matcher
 from .store import TransitStore
-from .times import operational_day, parse_yyyymmdd
+from .times import days_around, operational_day, parse_service_day
 
 JSON = "application/json; charset=utf-8"
 PROTOBUF = "application/octet-stream"
@@ -51,24 +55,52 @@ def send_body(
     cache_control: str,
     content_type: str = JSON,
     compress: bool = True,
+    modified: float | None = None,
 ) -> None:
-    """Send pre-encoded bytes: gzip when accepted, ETag, and 304 on a matching If-None-Match."""
+    """Send pre-encoded bytes: gzip when accepted, ETag, and 304 on a matching If-None-Match;
+    with `modified` (Unix time of the data), Last-Modified and 304 when If-Modified-Since is
+    not older (only without If-None-Match, which takes precedence as RFC 9110 says)."""
     gz = body.gzipped() if compress and accepts_gzip(req.get_header("Accept-Encoding")) else None
-    etag = body.gzip_etag if gz is not None else body.etag
+    etag = body.etag if gz is None else body.gzip_etag
     resp.content_type = content_type
     resp.cache_control = [cache_control]
     resp.set_header("ETag", etag)
     if compress:
         resp.vary = ["Accept-Encoding"]
+    last = None
+    if modified is not None:
+        last, text = _http_date(int(modified))
+        resp.set_header("Last-Modified", text)
     match = req.get_header("If-None-Match")
-    if match and (match.strip() == "*" or body.etag in match or body.gzip_etag in match):
-        resp.status = falcon.HTTP_304
-        return
+    if match:
+        if match.strip() == "*" or body.etag in match or body.gzip_etag in match:
+            resp.status = falcon.HTTP_304
+            return
+    elif last is not None:
+        since = _if_modified_since(req)
+        if since is not None and last <= since:
+            resp.status = falcon.HTTP_304
+            return
     if gz is not None:
         resp.set_header("Content-Encoding", "gzip")
         resp.data = gz
     else:
         resp.data = body.data
+
+
+@functools.lru_cache(maxsize=64)
+def _http_date(seconds: int) -> tuple[datetime, str]:
+    """A Unix time (HTTP dates have whole seconds) as a datetime and its header text, made
+    once: the feed's and the realtime messages' times repeat on every request."""
+    return datetime.fromtimestamp(seconds, UTC), formatdate(seconds, usegmt=True)
+
+
+def _if_modified_since(req: falcon.asgi.Request) -> datetime | None:
+    """The If-Modified-Since date, or None when absent or not an HTTP date (ignored then)."""
+    try:
+        return req.if_modified_since
+    except falcon.HTTPBadRequest:
+        return None
 
 
 def send_raw(
@@ -107,18 +139,19 @@ class EnvelopeError(falcon.HTTPError):
         self.body = body
 
 
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
 def number_param(req: falcon.asgi.Request, name: str, lo: float, hi: float) -> float | None:
     """A numeric query parameter within [lo, hi], or None when absent; 400 otherwise."""
     text = text_param(req, name)
     if text is None:
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    # Plain decimals only: float() would also take `1_000`, full-width digits, `1e3`, `inf`.
+    value = float(text) if DECIMAL.fullmatch(text) else float("nan")
     if not lo <= value <= hi:  # also false for NaN
         raise falcon.HTTPBadRequest(
-            description=f"{name}={text!r}: a number from {lo:g} to {hi:g} is expected"
+            description=f"{name}={text!r}: a decimal number from {lo:g} to {hi:g} is expected"
         )
     return value
 
@@ -146,21 +179,6 @@ class _Base:
             raise server_error("the static GTFS feed is not loaded yet", falcon.HTTP_503)
         return net
 
-    def service_day(self, net: Network, now: float, req: falcon.asgi.Request | None = None) -> date:
-        """The day asked for with `?date=YYYYMMDD`, else the operational day `now` falls in
-        (in the feed's zone). A malformed date is BadDay."""
-        text = req.get_param("date") if req is not None else None
-        if text is not None:
-            try:
-                return parse_yyyymmdd(text)
-            except ValueError:
-                raise BadDay(text) from None
-        return operational_day(now, net.tz, self.store.settings.feed.operational_day_start_hour)
-
-
-class BadDay(ValueError):
-    """`?date=` is not a YYYYMMDD date (answered `400 []`)."""
-
 
 class StaticList(_Base):
     """`/v2/stops`, `/v2/lines`, `/v2/routes`: one list encoded per feed version."""
@@ -170,7 +188,8 @@ class StaticList(_Base):
         self.attribute = attribute
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        send_body(req, resp, getattr(self.network(), self.attribute), CACHE_STATIC)
+        net = self.network()
+        send_body(req, resp, getattr(net, self.attribute), CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 
@@ -196,8 +215,9 @@ class Stops(StaticList):
         if not all(given):
             raise falcon.HTTPBadRequest(description="lat, lon and radius go together")
         assert lat is not None and lon is not None and radius is not None
-        body = Body(self.network().stops_near(lat, lon, radius))
-        send_body(req, resp, body, CACHE_STATIC)
+        net = self.network()
+        body = Body(net.stops_near(lat, lon, radius))
+        send_body(req, resp, body, CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 
@@ -213,11 +233,12 @@ class StaticItem(_Base):
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
     ) -> None:
-        body = getattr(self.network(), self.method)(item_id)
+        net = self.network()
+        body = getattr(net, self.method)(item_id)
         if body is None:
             send_raw(resp, falcon.HTTP_404, EMPTY_OBJECT)
             return
-        send_body(req, resp, body, CACHE_STATIC)
+        send_body(req, resp, body, CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 
@@ -227,7 +248,7 @@ class GtfsZip(_Base):
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         net = self.network()
-        send_body(req, resp, net.gtfs_body(), CACHE_STATIC, ZIP, compress=False)
+        send_body(req, resp, net.gtfs_body(), CACHE_STATIC, ZIP, False, net.loaded_at)
         resp.downloadable_as = self.store.settings.feed.filename
 
     on_head = on_get
@@ -248,26 +269,28 @@ class RealtimeFeed(_Base):
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         rt = self.store.current_realtime()
+        modified = rt.modified.get(self.name)
         if self.protobuf:
-            send_body(req, resp, getattr(rt, self.attribute), self.cache_control, PROTOBUF, False)
+            body = getattr(rt, self.attribute)
+            send_body(req, resp, body, self.cache_control, PROTOBUF, False, modified)
             return
         wanted = {name: text_param(req, name) for name in self.params}
         if not any(v is not None for v in wanted.values()):
-            send_body(req, resp, getattr(rt, self.attribute), self.cache_control)
+            send_body(req, resp, getattr(rt, self.attribute), self.cache_control, modified=modified)
             return
         if self.name == "vehicles":
-            data = rt.vehicles_where(wanted)
+            body = rt.vehicles_body_where(wanted)
         else:
             alerts = rt.alerts_for(wanted["route_id"], wanted["line_id"], wanted["stop_id"])
-            data = json_encoder.encode(alerts)
-        send_body(req, resp, Body(data), self.cache_control)
+            body = Body(json_encoder.encode(alerts))
+        send_body(req, resp, body, self.cache_control, modified=modified)
 
     on_head = on_get
 
 
 # The filters of the realtime lists (`?line_id=` ...): equal to the vehicle's field; for alerts
 # about that route, line or stop (Realtime.alerts_for).
-FILTERS = {"vehicles": ("line_id", "route_id"), "alerts": ("line_id", "route_id", "stop_id")}
+FILTERS = {"vehicles": VEHICLE_FILTERS, "alerts": ("line_id", "route_id", "stop_id")}
 
 
 class VehicleItem(_Base):
@@ -295,8 +318,10 @@ def limit_param(req: falcon.asgi.Request) -> int | None:
 
 
 class _Arrivals(_Base):
-    """The arrival endpoints: one operational day (`?date=`, default today) of a stop's or a
-    pattern's arrivals; `?limit=N`: the next N from now."""
+    """The arrival endpoints: one service day (`?date=`) of a stop's or a pattern's arrivals,
+    or by default what the operational day shows (its own trips and the other service days'
+    running inside it: tomorrow's before 04:00, yesterday's past 28:00); `?limit=N`: the next
+    N from now, from every service day that can still have one."""
 
     params = ("date", "limit")
 
@@ -306,19 +331,36 @@ class _Arrivals(_Base):
         resp: falcon.asgi.Response,
         net: Network,
         key: tuple,
-        scheduled: Callable[[date, Realtime], list[Scheduled]],
+        positions: Callable[[date], list[int]],
+        added: Callable[[Realtime, Collection[date]], list[Scheduled]],
     ) -> None:
-        """Answer the arrivals of `key` (("stop", stop) or ("pattern", id)): `scheduled`
-        gives its rows on the day asked for, added trips included."""
+        """Answer the arrivals of `key` (("stop", stop) or ("pattern", id)): `positions(day)`
+        are its stop_time positions on a service day, `added(rt, days)` the added trips'
+        rows on some service days."""
         now = self.store.now()
-        try:
-            day = self.service_day(net, now, req)
-        except BadDay:
-            send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
-            return
         limit = limit_param(req)
         rt = self.store.current_realtime()
-        body = _arrivals_body(net, rt, scheduled(day, rt), day, now, key, limit)
+        text = req.get_param("date")
+        if text is not None:
+            try:
+                day = parse_service_day(text)
+            except ValueError:
+                send_raw(resp, falcon.HTTP_400, EMPTY_LIST)
+                return
+            rows = net.day_memo((*key, day), lambda: scheduled_rows(net, positions(day), day))
+            extra = added(rt, (day,))
+            memo: tuple = (*key, day)
+        else:
+            start_hour = self.store.settings.feed.operational_day_start_hour
+            op_day = operational_day(now, net.tz, start_hour)
+            rows = schedule_now(net, key, positions, op_day, start_hour)
+            extra = added(rt, days_around(op_day, net.span_days))
+            if limit is None:
+                rows = in_operational_day(net, rows, op_day, start_hour, key)
+                extra = in_operational_day(net, extra, op_day, start_hour)
+            memo = (*key, "now", op_day)
+        rows = with_added(rows, extra)
+        body = _arrivals_body(net, rt, rows, now, memo, key[0] == "pattern", limit)
         send_body(req, resp, body, CACHE_REALTIME)
 
 
@@ -345,16 +387,15 @@ class ArrivalsByStop(_Arrivals):
             resp,
             net,
             ("stop", stop),
-            lambda day, rt: with_added(
-                stop_schedule(net, stop, day), added_rows(net, rt, day, stop)
-            ),
+            lambda day: net.stop_arrivals(stop, day),
+            lambda rt, days: added_rows(net, rt, days, stop),
         )
 
     on_head = on_get
 
 
 class ArrivalsByPattern(_Arrivals):
-    """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips on one day."""
+    """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips."""
 
     async def on_get(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
@@ -363,15 +404,14 @@ class ArrivalsByPattern(_Arrivals):
         if item_id not in net.pattern_trips:
             send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
             return
-
-        def scheduled(day: date, rt: Realtime) -> list[Scheduled]:
-            rows = net.day_memo(
-                ("pattern", item_id, day),
-                lambda: scheduled_rows(net, net.pattern_arrivals(item_id, day) or [], day),
-            )
-            return with_added(rows, added_rows(net, rt, day, pattern_id=item_id))
-
-        self.send_arrivals(req, resp, net, ("pattern", item_id), scheduled)
+        self.send_arrivals(
+            req,
+            resp,
+            net,
+            ("pattern", item_id),
+            lambda day: net.pattern_arrivals(item_id, day) or [],
+            lambda rt, days: added_rows(net, rt, days, pattern_id=item_id),
+        )
 
     on_head = on_get
 
@@ -380,21 +420,20 @@ def _arrivals_body(
     net: Network,
     rt: Realtime,
     rows: list[Scheduled],
-    day: date,
     now: float,
-    key: tuple,
+    memo: tuple,
+    with_stop: bool,
     limit: int | None,
 ) -> Body:
     """Encoded arrivals; without realtime trip data (and a limit, which depends on now) the
-    bytes only depend on the day, so they are encoded (and gzipped) once per (stop or
+    bytes only depend on the rows, so they are encoded (and gzipped) once per `memo` (stop or
     pattern, day) and feed version."""
-    with_stop = key[0] == "pattern"
     if rt.has_trips or limit is not None:
-        arrivals = build_arrivals(net, rt, rows, day, now, with_stop, limit)
+        arrivals = build_arrivals(net, rt, rows, now, with_stop, limit)
         return Body(json_encoder.encode(arrivals))
     return net.day_memo(
-        (*key, day, "body"),
-        lambda: Body(json_encoder.encode(build_arrivals(net, rt, rows, day, now, with_stop))),
+        (*memo, "body"),
+        lambda: Body(json_encoder.encode(build_arrivals(net, rt, rows, now, with_stop))),
     )
 
 
@@ -432,8 +471,9 @@ class PipEstimates(_Base):
         if not isinstance(stops, list) or not stops:
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
             return
+        given: list = stops
         # Repeated ids are asked once.
-        stops = list(dict.fromkeys(s if isinstance(s, str) else repr(s) for s in stops))
+        stops = list(dict.fromkeys(s if isinstance(s, str) else repr(s) for s in given))
         if len(stops) > self.max_stops:
             raise falcon.HTTPBadRequest(
                 description=f'"stops" holds {len(stops)} distinct ids; at most '
@@ -445,13 +485,14 @@ class PipEstimates(_Base):
             if special is not None:
                 send_raw(resp, falcon.HTTP_200, json_encoder.encode(special), CACHE_NO_CACHE)
                 return
-        if not all(isinstance(s, str) and self.valid_id(s) for s in body["stops"]):
+        if not all(isinstance(s, str) and self.valid_id(s) for s in given):
             send_raw(resp, falcon.HTTP_400, EMPTY_LIST, CACHE_NO_CACHE)
             return
         net = self.network()
         now = self.store.now()
-        day = self.service_day(net, now)
-        rows = pip_estimates(net, self.store.current_realtime(), stops, day, now)
+        start_hour = self.store.settings.feed.operational_day_start_hour
+        op_day = operational_day(now, net.tz, start_hour)
+        rows = pip_estimates(net, self.store.current_realtime(), stops, op_day, now, start_hour)
         send_raw(resp, falcon.HTTP_200, json_encoder.encode(rows), CACHE_NO_CACHE)
 
 

@@ -200,8 +200,9 @@ class Arrival(Struct):
     # null for an added trip that matches no pattern
     pattern_id: str | None
     route_id: str
-    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
-    # does not have), from the TripUpdates
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop), ADDED / DUPLICATED / UNSCHEDULED (a
+    # trip the schedule does not list at this time: new, a copy of a scheduled one, or
+    # running without a timetable), as GTFS-RT names them; the real service has no such field.
     schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int
@@ -222,8 +223,9 @@ class PatternArrival(Struct):
     # null for an added trip that matches no pattern
     pattern_id: str | None
     route_id: str
-    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop) or ADDED (a trip the schedule
-    # does not have), from the TripUpdates
+    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop), ADDED / DUPLICATED / UNSCHEDULED (a
+    # trip the schedule does not list at this time: new, a copy of a scheduled one, or
+    # running without a timetable), as GTFS-RT names them; the real service has no such field.
     schedule_relationship: str
     scheduled_arrival: str
     scheduled_arrival_unix: int
@@ -421,8 +423,24 @@ class RealtimeHealth(Struct):
     fetched_at: int | None
     entities: int
     last_error: str | None
-    # Why some of the last good message is not served as current (too old).
+    # Why some of the last good message is not served as current (too old), or why its
+    # trips do not join the served feed (status "mismatch").
     reason: str | None
+    # Trips it names that the served feed does not have (added trips aside).
+    unknown_trips: int = 0
+
+
+class AgencyHealth(Struct):
+    """Realtime of one agency in `/health`: "ok" (current positions or trip updates),
+    "silent" (its trips are running and nothing current is heard of them: degraded), "idle"
+    (nothing running, nothing heard)."""
+
+    status: str
+    trips_running: int
+    vehicles: int
+    trip_updates: int
+    # The newest position or trip update of the agency this worker has seen (Unix time).
+    last_heard: int | None
 
 
 class TransitHealth(Struct):
@@ -439,6 +457,8 @@ class TransitHealth(Struct):
     trip_updates: RealtimeHealth
     alerts: RealtimeHealth
     vehicle_metadata: RealtimeHealth
+    # Per agency of the served feed, when vehicle positions or trip updates are configured.
+    agencies: dict[str, AgencyHealth]
 
 
 json_encoder = msgspec.json.Encoder()

@@ -19,12 +19,13 @@ from sidecars.common.environment import Environment, SettingsError
 from sidecars.common.server import Server
 from sidecars.usage.settings import Settings as UsageSettings
 
-from .source import redact
+from .source import Bounds, redact
 
 # The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_GTFS = str(DATA_DIR / "cairns_gtfs.zip")
-DEFAULT_VEHICLES = str(DATA_DIR / "bullrunner_vehicle_positions.pb")
+# Synthetic positions on the Cairns trips under way at the demo's clock (demo.py).
+DEFAULT_VEHICLES = str(DATA_DIR / "cairns_vehicle_positions.pb")
 # The shipped CAOP lists and the facility files (sidecars/transit/places/data/SOURCE.md).
 DEFAULT_LOCATIONS = str(Path(__file__).resolve().parent / "places" / "data")
 DEFAULT_FACILITIES = str(Path(DEFAULT_LOCATIONS) / "facilities")
@@ -40,6 +41,13 @@ PROFILES: dict[str, dict[str, str | None]] = {
     "cm": {"stop_id_pattern": r"\d{6}", "line_id_pattern": r"\d{4}"},
 }
 DIST_UNITS = ("auto", "m", "km", "mi", "ft")
+# Settings that were replaced: set, they stop the start with the line saying what to use.
+RETIRED = {
+    "REALTIME_MAX_AGE_SECONDS": "one age limit per kind now, TRANSIT_VEHICLES_MAX_AGE_SECONDS, "
+    "TRANSIT_TRIP_UPDATES_MAX_AGE_SECONDS and TRANSIT_ALERTS_MAX_AGE_SECONDS",
+    "VEHICLES_PB_MAX_AGE_SECONDS": "/v2/vehicles and /v2/vehicles.pb share "
+    "TRANSIT_VEHICLES_MAX_AGE_SECONDS",
+}
 STATUS_STYLES = ("info", "warning", "error", "ok")
 
 
@@ -50,6 +58,12 @@ def id_matcher(pattern: str | None) -> Callable[[str], bool]:
         return lambda value: True
     compiled = re.compile(pattern, re.ASCII)
     return lambda value: compiled.fullmatch(value) is not None
+
+
+# The default bounds of a static feed (0 in the setting: none).
+FEED_MAX_BYTES = 128 << 20
+FEED_MAX_UNCOMPRESSED_BYTES = 512 << 20
+FEED_MAX_ROWS = 8_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +90,20 @@ class FeedSettings:
     report_examples: int = 10
     # HTTP headers sent when the source is a URL (credentials: never shown).
     headers: dict[str, str] = field(default_factory=dict)
+    # How large a feed may be before it is refused unread: the bytes fetched (the zip),
+    # the bytes of its files uncompressed, and the rows of all its files together. Carris
+    # Metropolitana's feed (about 4 million stop_times and 300 MB of text) fits each with
+    # room to grow by half again. The bounds are also what a bad feed may cost: reading is
+    # roughly linear in rows (bench/results/transit_scale.md: 4 million stop_times in 15 s
+    # at a 315 MB peak).
+    max_bytes: int = FEED_MAX_BYTES
+    max_uncompressed_bytes: int = FEED_MAX_UNCOMPRESSED_BYTES
+    max_rows: int = FEED_MAX_ROWS
+
+    @property
+    def bounds(self) -> Bounds:
+        """The size bounds of a fetch."""
+        return Bounds(self.max_bytes or None, self.max_uncompressed_bytes or None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +115,25 @@ class RealtimeSettings:
     alerts_source: str | None = None
     vehicle_metadata_source: str | None = None
     refresh_seconds: float = 10.0
-    vehicles_pb_max_age_seconds: float = 90.0
-    # A vehicle position, a trip update or a whole message older than this is not current:
-    # not served as such, and `/health` says degraded (0: no limit).
-    max_age_seconds: float = 300.0
+    # What is current, per entity kind, for every endpoint alike (JSON, .pb, arrivals,
+    # panels): a vehicle position, a trip update, or a whole message of that kind (its
+    # header timestamp) older than this is not served as current, and `/health` says
+    # degraded (0: no limit). Positions and trip updates go stale in 90 s; alerts are
+    # announced and kept for longer, so their messages may be 10 minutes old.
+    vehicles_max_age_seconds: float = 90.0
+    trip_updates_max_age_seconds: float = 90.0
+    alerts_max_age_seconds: float = 600.0
     # HTTP headers per source kind (vehicles, trip_updates, alerts, vehicle_metadata).
     headers: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def max_ages(self) -> dict[str, float]:
+        """The age limit per entity kind (0: none)."""
+        return {
+            "vehicles": self.vehicles_max_age_seconds,
+            "trip_updates": self.trip_updates_max_age_seconds,
+            "alerts": self.alerts_max_age_seconds,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,16 +219,16 @@ class TransitSettings:
 
     def sources(self) -> dict[str, str | None]:
         """Where each data family comes from (None: not configured, served empty), as it may
-        be shown: URLs without their credentials."""
+        be shown: URLs without their credentials, files and directories by name."""
         return {
             "gtfs": redact(self.feed.source or None),
             "vehicles": redact(self.realtime.vehicles_source),
             "trip_updates": redact(self.realtime.trip_updates_source),
             "alerts": redact(self.realtime.alerts_source),
             "vehicle_metadata": redact(self.realtime.vehicle_metadata_source),
-            "facilities": self.places.facilities_dir,
-            "locations": self.places.locations_dir,
-            "metrics": str(self.metrics.db_path) if self.metrics.db_path else None,
+            "facilities": redact(self.places.facilities_dir),
+            "locations": redact(self.places.locations_dir),
+            "metrics": redact(str(self.metrics.db_path)) if self.metrics.db_path else None,
         }
 
     @classmethod
@@ -201,6 +242,9 @@ class TransitSettings:
         Tools that do not read the feed (the metrics CLI) pass `feed_required=False`.
         """
         env = Environment(environ, "TRANSIT_")
+        for old, new in RETIRED.items():
+            if env.is_set(old):
+                raise SettingsError(f"TRANSIT_{old} is no longer read: {new}")
         demo = env.flag("DEMO", False)
         gtfs = env.text("GTFS_SOURCE", "")
         if demo and gtfs:
@@ -231,6 +275,11 @@ class TransitSettings:
             shape_dist_unit=unit,
             report_examples=int(env.number("FEED_REPORT_EXAMPLES", 10)),
             headers=env.headers("GTFS_SOURCE_HEADERS"),
+            max_bytes=env.integer("FEED_MAX_BYTES", FEED_MAX_BYTES),
+            max_uncompressed_bytes=env.integer(
+                "FEED_MAX_UNCOMPRESSED_BYTES", FEED_MAX_UNCOMPRESSED_BYTES
+            ),
+            max_rows=env.integer("FEED_MAX_ROWS", FEED_MAX_ROWS),
         )
         realtime = RealtimeSettings(
             vehicles_source=env.optional("VEHICLES_SOURCE", DEFAULT_VEHICLES if demo else None),
@@ -238,8 +287,9 @@ class TransitSettings:
             alerts_source=env.optional("ALERTS_SOURCE", None),
             vehicle_metadata_source=env.optional("VEHICLE_METADATA_SOURCE", None),
             refresh_seconds=env.number("REALTIME_REFRESH_SECONDS", 10.0),
-            vehicles_pb_max_age_seconds=env.number("VEHICLES_PB_MAX_AGE_SECONDS", 90.0),
-            max_age_seconds=env.number("REALTIME_MAX_AGE_SECONDS", 300.0),
+            vehicles_max_age_seconds=env.number("VEHICLES_MAX_AGE_SECONDS", 90.0),
+            trip_updates_max_age_seconds=env.number("TRIP_UPDATES_MAX_AGE_SECONDS", 90.0),
+            alerts_max_age_seconds=env.number("ALERTS_MAX_AGE_SECONDS", 600.0),
             headers={
                 kind: headers
                 for kind in ("vehicles", "trip_updates", "alerts", "vehicle_metadata")

@@ -61,7 +61,7 @@ class PlanList(_Base):
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         net = self.network()
         bodies = net.day_memo(("plans",), lambda: plan_bodies(net))
-        send_body(req, resp, bodies[self.kind], CACHE_STATIC)
+        send_body(req, resp, bodies[self.kind], CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 

@@ -7,19 +7,23 @@ swap (a plain attribute assignment, atomic under the GIL) never shows a half-bui
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import tempfile
 import threading
 import time
+from array import array
 from collections.abc import Callable
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 from .gtfs import FeedError, Report, read_feed
 from .network import Network, StopLocations
-from .realtime import Realtime, RealtimeError, parse_feed, parse_vehicle_metadata
+from .realtime import Realtime, RealtimeError, iso_utc, parse_feed, parse_vehicle_metadata
 from .schemas import (
+    AgencyHealth,
     FeedHealth,
     FeedProblem,
     FeedStatus,
@@ -29,7 +33,7 @@ from .schemas import (
 )
 from .settings import FeedSettings, TransitSettings
 from .source import FeedFiles, SourceError, read_bytes, redact
-from .times import operational_day, yyyymmdd
+from .times import day_origin, days_around, operational_day, yyyymmdd
 
 log = logging.getLogger("sidecars.transit")
 
@@ -49,8 +53,9 @@ class _SourceState:
         self.entities = 0
         self.error: str | None = None
 
-    def health(self, reason: str | None) -> RealtimeHealth:
-        """`reason`: why some of the last good payload is not served as current."""
+    def health(self, reason: str | None, mismatch: str | None = None) -> RealtimeHealth:
+        """`reason`: why some of the last good payload is not served as current;
+        `mismatch`: why its trips do not join the served feed."""
         if self.source is None:
             status = "disabled"
         elif self.error is not None:
@@ -58,14 +63,14 @@ class _SourceState:
         elif self.payload is None:
             status = "pending"
         else:
-            status = "stale" if reason else "ok"
+            status = "stale" if reason else "mismatch" if mismatch else "ok"
         return RealtimeHealth(
             status=status,
             source=redact(self.source),
             fetched_at=int(self.fetched_at) if self.fetched_at else None,
             entities=self.entities,
             last_error=self.error,
-            reason=reason,
+            reason=reason or mismatch,
         )
 
 
@@ -87,7 +92,7 @@ class TransitStore:
             clock = (lambda: fixed) if fixed is not None else time.time  # type: ignore[assignment,return-value]
         self.now: Callable[[], float] = clock  # type: ignore[assignment]
         self.network: Network | None = None
-        self.realtime = Realtime(None, None, None, None, None, self.now(), 0)
+        self.realtime = Realtime(None, None, None, None, None, self.now())
         self._load_lock = threading.Lock()
         self._rt_lock = threading.Lock()
         self._stop = threading.Event()
@@ -100,6 +105,11 @@ class TransitStore:
         # The version last rejected: the same bytes are not parsed again.
         self._rejected_version: str | None = None
         self._refresh = threading.Event()
+        # The newest position or trip update heard per agency (kept across snapshots, so
+        # a silent agency's last sign of life is known), and the trips running per agency
+        # of one (feed version, operational day).
+        self._heard: dict[str, float] = {}
+        self._running: tuple[tuple[str, date], dict[str, tuple[array, array]]] | None = None
         headers = settings.realtime.headers
         self._sources = {
             kind: _SourceState(getattr(settings.realtime, f"{kind}_source"), headers.get(kind))
@@ -123,7 +133,9 @@ class TransitStore:
             current = self.network
             digest: str | None = None
             try:
-                files = FeedFiles.load(raw_source, self.settings.http_timeout_seconds, feed.headers)
+                files = FeedFiles.load(
+                    raw_source, self.settings.http_timeout_seconds, feed.headers, feed.bounds
+                )
                 digest = files.digest
                 if current is not None and current.version == files.digest:
                     log.debug("static feed %s unchanged (version %s)", source, files.digest)
@@ -138,9 +150,7 @@ class TransitStore:
                 self._reject(source, digest, exc.report)
                 return False
             except SourceError as exc:
-                report = Report()
-                report.add("unreadable_file", source, None, str(exc))
-                self._reject(source, digest, report)
+                self._reject(source, digest, source_report(source, exc))
                 return False
             except Exception as exc:  # a bug must not take the serving feed down with it
                 log.exception("static feed %s: unexpected error while loading", source)
@@ -241,13 +251,15 @@ class TransitStore:
                     s["alerts"].payload,
                     s["vehicle_metadata"].payload,
                     self.now(),
-                    self.settings.realtime.vehicles_pb_max_age_seconds,
-                    self.settings.realtime.max_age_seconds,
+                    self.settings.realtime.max_ages,
                     self.settings.feed.operational_day_start_hour,
                 )
             except RealtimeError as exc:
                 log.error("realtime snapshot not rebuilt: %s", exc)
                 s["alerts"].error = str(exc)
+                return
+            for agency, ts in self.realtime.agency_heard.items():
+                self._heard[agency] = max(self._heard.get(agency, 0.0), ts)
 
     def current_realtime(self) -> Realtime:
         """The realtime snapshot, built again first when something in it has stopped (or
@@ -373,10 +385,22 @@ class TransitStore:
             service_today=net is not None and no_service is None,
         )
         rt = self.current_realtime()
-        parts = {kind: self._sources[kind].health(rt.problems.get(kind)) for kind in RT_KINDS}
+        parts = {
+            kind: self._sources[kind].health(rt.problems.get(kind), rt.mismatch.get(kind))
+            for kind in RT_KINDS
+        }
         for kind, part in parts.items():
-            if part.status in ("error", "stale"):
+            part.unknown_trips = rt.unknown_trips.get(kind, (0, 0, ""))[0]
+            if part.status in ("error", "stale", "mismatch"):
                 reasons.append(f"{kind}: {part.reason or part.last_error}")
+        agencies = self.agency_health(net, rt) if net is not None else {}
+        for agency, state in agencies.items():
+            if state.status == "silent":
+                heard = iso_utc(state.last_heard) if state.last_heard else "never"
+                reasons.append(
+                    f"agency {agency}: {state.trips_running} trip(s) running and no current "
+                    f"position or trip update (last heard {heard})"
+                )
         overall = "ok" if net is not None else "unavailable"
         if net is not None and reasons:
             overall = "degraded"
@@ -386,8 +410,60 @@ class TransitStore:
             reasons=reasons,
             sources=self.settings.sources(),
             feed=feed,
+            agencies=agencies,
             **parts,
         )
+
+    def agency_health(self, net: Network, rt: Realtime) -> dict[str, AgencyHealth]:
+        """Per agency: is its realtime heard while its trips run? Empty when neither vehicle
+        positions nor trip updates are configured."""
+        if not (self._sources["vehicles"].source or self._sources["trip_updates"].source):
+            return {}
+        now = self.now()
+        running = self._running_trips(net, now)
+        out = {}
+        for agency in net.agency_ids:
+            starts, ends = running.get(agency, (array("q"), array("q")))
+            count = bisect.bisect_right(starts, now) - bisect.bisect_left(ends, now)
+            vehicles = rt.agency_vehicles.get(agency, 0)
+            updates = rt.agency_updates.get(agency, 0)
+            heard = self._heard.get(agency)
+            status = "ok" if vehicles or updates else "silent" if count else "idle"
+            out[agency] = AgencyHealth(
+                status=status,
+                trips_running=count,
+                vehicles=vehicles,
+                trip_updates=updates,
+                last_heard=int(heard) if heard else None,
+            )
+        return out
+
+    def _running_trips(self, net: Network, now: float) -> dict[str, tuple[array, array]]:
+        """Per agency, the sorted start and end times of its trips on the service days
+        around now (a trip runs at `now` when it started and has not ended: counted with
+        two bisections); built once per feed version and operational day."""
+        op_day = operational_day(now, net.tz, self.settings.feed.operational_day_start_hour)
+        key = (net.version, op_day)
+        if self._running is not None and self._running[0] == key:
+            return self._running[1]
+        raw = net.raw
+        seconds, st_time = raw.time_seconds, raw.st_time
+        agency_of = [row.agency_id or net.agency_id for row in raw.routes]
+        found: dict[str, tuple[list[int], list[int]]] = {}
+        for day in days_around(op_day, net.span_days):
+            origin = day_origin(day, net.tz)
+            active = net.active_services(day)
+            for ti in range(len(raw.trip_ids)):
+                count = raw.trip_count[ti]
+                if not count or not active[raw.trip_service[ti]]:
+                    continue
+                first = raw.trip_first[ti]
+                starts, ends = found.setdefault(agency_of[raw.trip_route[ti]], ([], []))
+                starts.append(origin + seconds[st_time[first]])
+                ends.append(origin + seconds[st_time[first + count - 1]])
+        running = {a: (array("q", sorted(s)), array("q", sorted(e))) for a, (s, e) in found.items()}
+        self._running = (key, running)
+        return running
 
 
 def build_network(
@@ -406,11 +482,19 @@ def build_network(
         examples=feed.report_examples,
         dist_unit=feed.shape_dist_unit,
         now=now,
+        max_rows=feed.max_rows or None,
     )
     if served is not None:
         raw.report.check_shrink(served.raw.report, feed.max_drop_share)
         raw.report.raise_if_fatal()
     return Network(raw, files.digest, time.time(), feed.timezone, locations)
+
+
+def source_report(shown: str, exc: SourceError) -> Report:
+    """The report of a feed that could not be fetched or is over a size bound."""
+    report = Report()
+    report.add(exc.code, shown, None, str(exc))
+    return report
 
 
 def _where(p: FeedProblem) -> str:

@@ -56,6 +56,14 @@ def parse_yyyymmdd(text: str) -> date:
     return date(int(text[:4]), int(text[4:6]), int(text[6:]))
 
 
+def parse_service_day(text: str) -> date:
+    """A `?date=` service day: eight ASCII digits naming a calendar date (`00000000`,
+    `20250230` and full-width digits are not one)."""
+    if not (len(text) == 8 and text.isascii() and text.isdigit()):
+        raise ValueError(f"not a YYYYMMDD date: {text!r}")
+    return parse_yyyymmdd(text)
+
+
 def operational_day(now: float, tz: ZoneInfo, start_hour: int) -> date:
     """The operational day at Unix time `now`: the local date, or the day before it before
     `start_hour` (04:00 by default: a bus at 01:30 still runs yesterday's timetable)."""
@@ -66,23 +74,40 @@ def operational_day(now: float, tz: ZoneInfo, start_hour: int) -> date:
     return day
 
 
-def service_time_unix(day: date, seconds: int, tz: ZoneInfo) -> int:
-    """Unix seconds of a service time on the given day, on the local wall clock.
+def days_around(op_day: date, span_days: int) -> list[date]:
+    """The service days that can have a departure from the start of operational day
+    `op_day` to the end of the next one (`next_horizon`): the days before it whose times run
+    past 24:00 (`span_days` of them: a feed's latest time is under `span_days + 1` days), the
+    day itself, and the two after it (the next day's own trips, and the early trips, 00:30,
+    of the day after, which run before the next operational day ends)."""
+    return [op_day + timedelta(days=k) for k in range(-max(1, span_days), 3)]
 
-    `25:10:00` on day D is 01:10 local on D+1; the offset is the one in force at that wall
-    time, so the result is right on DST change days (a wall time skipped by the spring change
-    is read with the offset before it, as zoneinfo's fold=0 does).
-    """
-    days, rest = divmod(seconds, 86400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    if days:
-        day = day + timedelta(days=days)
-    return int(datetime(day.year, day.month, day.day, h, m, s, tzinfo=tz).timestamp())
+
+def next_horizon(op_day: date, start_hour: int, tz: ZoneInfo) -> int:
+    """Unix end of the operational day after `op_day`: how far ahead "the next N" look."""
+    return wall_clock_unix(op_day + timedelta(days=2), start_hour, tz)
+
+
+def wall_clock_unix(day: date, hour: int, tz: ZoneInfo) -> int:
+    """Unix seconds of a local wall-clock hour on a day."""
+    return int(datetime(day.year, day.month, day.day, hour, tzinfo=tz).timestamp())
+
+
+def day_origin(day: date, tz: ZoneInfo) -> int:
+    """Unix seconds of a service day's time origin: noon minus 12 h, as the GTFS reference
+    defines it. On the days the clocks change this is 23:00 or 01:00 wall-clock time, so
+    times of the same trip stay as many seconds apart as the timetable says (25:30 and 26:30
+    on the eve of a change are an hour apart, not 0 or 2)."""
+    return int(datetime(day.year, day.month, day.day, 12, tzinfo=tz).timestamp()) - 43200
+
+
+def service_time_unix(day: date, seconds: int, tz: ZoneInfo) -> int:
+    """Unix seconds of a service time (seconds after the day's noon-minus-12h) on a day."""
+    return day_origin(day, tz) + seconds
 
 
 def clock_string(unix: int, day: date, tz: ZoneInfo) -> str:
-    """`HH:MM:SS` of a Unix time relative to the operational day (after midnight is 24+)."""
-    local = datetime.fromtimestamp(unix, tz)
-    offset_days = (local.date() - day).days
-    return format_time(offset_days * 86400 + local.hour * 3600 + local.minute * 60 + local.second)
+    """`HH:MM:SS` of a Unix time as a service time of `day` (after midnight is 24+), on the
+    same noon-minus-12h origin as the timetable, so an estimate reads like its
+    `scheduled_arrival` on the days the clocks change too."""
+    return format_time(unix - day_origin(day, tz))

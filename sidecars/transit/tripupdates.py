@@ -11,8 +11,16 @@ service day, after the GTFS-Realtime reference's rules.
   own `delay` applies;
 - `ADDED` / `NEW` trips (not in the static feed) are extra arrivals at the stops their
   updates name, at the times given (`scheduled_time` when the update has it);
-- an update with `start_date` is about that service day only; an update or a whole message
-  older than the realtime age limit is not used.
+- `DUPLICATED`: a copy of the static trip it names, on `trip_properties`' start date and
+  time (the static times shifted to start then), under `trip_properties.trip_id`; the static
+  trip itself still runs as scheduled;
+- `UNSCHEDULED` (a frequency-based trip running without a timetable): arrivals at the times
+  its updates give, with the static trip's route, headsign and pattern when it names one;
+- `REPLACEMENT` (deprecated by the reference, kept for old producers): applied to the static
+  trip it names, as a scheduled trip's update;
+- an update is about one service day: its `start_date`, else the service day on which the
+  static trip runs nearest to now (the reference: the current service day); an update or a
+  whole message older than the age limit is not used.
 """
 
 from __future__ import annotations
@@ -24,11 +32,21 @@ from typing import Any
 from google.transit import gtfs_realtime_pb2 as rt
 
 from .network import Network
-from .times import clock_string, operational_day, parse_time, parse_yyyymmdd, service_time_unix
+from .times import (
+    clock_string,
+    day_origin,
+    days_around,
+    operational_day,
+    parse_time,
+    parse_yyyymmdd,
+    service_time_unix,
+    yyyymmdd,
+)
 
 _TD = rt.TripDescriptor
 _STU = rt.TripUpdate.StopTimeUpdate
 SCHEDULED, CANCELED, SKIPPED, ADDED = "SCHEDULED", "CANCELED", "SKIPPED", "ADDED"
+DUPLICATED, UNSCHEDULED = "DUPLICATED", "UNSCHEDULED"
 
 
 @dataclass(slots=True)
@@ -41,6 +59,8 @@ class TripUpdate:
     by_stop: dict[str, Any]
     relationship: int
     start_date: date | None
+    # Seconds the trip runs after its timetable (a DUPLICATED copy starting later).
+    shift: int = 0
 
 
 @dataclass(slots=True)
@@ -55,13 +75,19 @@ class TripEstimate:
 
 @dataclass(slots=True)
 class AddedStop:
-    """One arrival of an added trip at a stop."""
+    """One arrival of an added trip at a stop: `unix` the time the update gives,
+    `scheduled` its timetable (a DUPLICATED copy's shifted static time; else `unix`)."""
 
     unix: int
     trip_id: str
     stop: int
     stop_sequence: int
     last: bool  # the trip's last stop (a panel does not show it)
+    scheduled: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.scheduled:
+            self.scheduled = self.unix
 
 
 @dataclass(slots=True)
@@ -75,6 +101,8 @@ class AddedTrip:
     vehicle: str | None
     stops: list[AddedStop] = field(default_factory=list)
     pattern_id: str | None = None
+    # How the arrivals name it: ADDED, DUPLICATED or UNSCHEDULED.
+    relationship: str = ADDED
 
 
 def _event_time(event: Any, scheduled: int | None) -> int | None:
@@ -97,6 +125,7 @@ def estimate_trip(net: Network, trip: int, update: TripUpdate, day: date) -> Tri
     served: list[bool] = []
     for pos in range(first, first + count):
         scheduled = service_time_unix(day, raw.time_seconds[raw.st_time[pos]], net.tz)
+        scheduled += update.shift
         stu = update.by_seq.get(raw.st_seq[pos]) or update.by_stop.get(
             raw.stop_ids[raw.st_stop[pos]]
         )
@@ -123,14 +152,82 @@ def estimate_trip(net: Network, trip: int, update: TripUpdate, day: date) -> Tri
     return TripEstimate(times, served, False)
 
 
-def update_day(trip: rt.TripDescriptor) -> date | None:
-    """The service day a TripDescriptor names (`start_date`), or None."""
+def update_day(trip: rt.TripDescriptor | rt.TripUpdate.TripProperties) -> date | None:
+    """The service day a TripDescriptor (or TripProperties) names (`start_date`), or None."""
     if not trip.start_date:
         return None
     try:
         return parse_yyyymmdd(trip.start_date)
     except ValueError:
         return None
+
+
+# How long after its scheduled end a run is still the one an update without start_date is
+# about (a late bus finishing).
+RUN_GRACE_SECONDS = 3600
+
+
+def running_day(net: Network, trip: int, now: float, start_hour: int) -> date:
+    """The service day an update without `start_date` is about (the reference: the current
+    one): of the days around now on which the static trip runs, the first whose run has not
+    ended more than RUN_GRACE_SECONDS ago; the operational day when there is none. At 00:20,
+    a 00:30 trip's update is about today's run, not yesterday's 24 hours ago."""
+    raw = net.raw
+    op_day = operational_day(now, net.tz, start_hour)
+    last = raw.trip_first[trip] + raw.trip_count[trip] - 1
+    end = raw.time_seconds[raw.st_time[last]]
+    service = raw.trip_service[trip]
+    for day in days_around(op_day, net.span_days):
+        if net.active_services(day)[service] and day_origin(day, net.tz) + end >= (
+            now - RUN_GRACE_SECONDS
+        ):
+            return day
+    return op_day
+
+
+def duplicated_trip(
+    net: Network, tu: rt.TripUpdate, trip: int, update: TripUpdate, vehicle: str | None
+) -> AddedTrip | None:
+    """A DUPLICATED trip: the static trip's stops at its times shifted to the copy's start
+    (`trip_properties.start_time`, else the static start) on the copy's service day, with
+    what the update says of each stop."""
+    props = tu.trip_properties
+    raw = net.raw
+    first = raw.trip_first[trip]
+    if props.start_time:
+        try:
+            update.shift = parse_time(props.start_time) - raw.time_seconds[raw.st_time[first]]
+        except ValueError:
+            return None
+    day = update_day(props) or update.start_date
+    if day is None:
+        return None
+    update.start_date = day
+    estimate = estimate_trip(net, trip, update, day)
+    trip_id = props.trip_id or f"{raw.trip_ids[trip]}@{yyyymmdd(day)}"
+    route = raw.trip_route[trip]
+    copy = AddedTrip(
+        trip_id, day, route, trip_headsign(net, trip), vehicle, relationship=DUPLICATED
+    )
+    copy.pattern_id = net.trip_pattern[trip] or None
+    origin = day_origin(day, net.tz) + update.shift
+    timed = [
+        (unix, raw.st_stop[p], raw.st_seq[p], origin + raw.time_seconds[raw.st_time[p]])
+        for p, unix in enumerate(estimate.times, first)
+        if estimate.served[p - first]
+    ]
+    for i, (unix, stop, seq, scheduled) in enumerate(timed):
+        last = i == len(timed) - 1
+        copy.stops.append(AddedStop(unix or scheduled, trip_id, stop, seq, last, scheduled))
+    return copy if copy.stops else None
+
+
+def trip_headsign(net: Network, trip: int) -> str:
+    """A static trip's headsign; feeds without trip_headsign (the Google sample): the name
+    of its last stop."""
+    raw = net.raw
+    last = raw.trip_first[trip] + raw.trip_count[trip] - 1
+    return raw.trip_headsign[trip] or raw.stops[raw.st_stop[last]].name
 
 
 def added_trip(
@@ -174,7 +271,7 @@ def added_trip(
         stops = [s for _, s, _ in timed]
         for pattern_id in net.route_patterns.get(raw.routes[route].route_id, ()):
             versions = net.patterns.get(pattern_id, [])
-            if versions and _path_stops(net, versions[0].first_trip) == stops:
+            if any(_path_stops(net, v.first_trip) == stops for v in versions):
                 added.pattern_id = pattern_id
                 break
     return added

@@ -53,12 +53,10 @@ def make_store() -> Callable[..., TransitStore]:
 @pytest.fixture(scope="session")
 def cairns_store() -> TransitStore:
     """The real Cairns feed with the real Bull Runner vehicles, at 2014-06-10 08:00 Brisbane
-    (a Tuesday in the feed's validity; vehicles.pb keeps every vehicle)."""
+    (a Tuesday in the feed's validity; the 2017 positions are kept: no vehicle age limit)."""
     settings = TransitSettings(
         feed=FeedSettings(source=str(CAIRNS_ZIP)),
-        realtime=RealtimeSettings(
-            vehicles_source=str(BULLRUNNER_VP), vehicles_pb_max_age_seconds=0
-        ),
+        realtime=RealtimeSettings(vehicles_source=str(BULLRUNNER_VP), vehicles_max_age_seconds=0),
     )
     store = TransitStore(settings, clock=Clock(local_ts("2014-06-10T08:00", BRISBANE)))
     assert store.load_static()
@@ -116,6 +114,27 @@ def client_for(
 
     def make(store: TransitStore) -> falcon.testing.TestClient:
         return app_for(store, places=no_places, records_dir=None, db=None)[1]
+
+    return make
+
+
+@pytest.fixture
+def trip_updates_client(
+    tmp_path: Path,
+    make_store: Callable[..., TransitStore],
+    client_for: Callable[[TransitStore], falcon.testing.TestClient],
+) -> Callable[[str | Path, list[dict], float], falcon.testing.TestClient]:
+    """A TestClient over a feed with a TripUpdates message of these entities, both loaded,
+    the clock pinned at `now` (the message's time)."""
+    from .realtime.test_realtime import feed
+
+    def make(source: str | Path, entities: list[dict], now: float) -> falcon.testing.TestClient:
+        tu = tmp_path / "tu.pb"
+        tu.write_bytes(feed(entities, now))
+        store = make_store(source, clock=Clock(now), trip_updates_source=str(tu))
+        assert store.load_static()
+        store.poll_realtime()
+        return client_for(store)
 
     return make
 

@@ -104,21 +104,32 @@ def write_feed(
 
 @contextmanager
 def http_files(
-    files: dict[str, bytes], authorize: Callable[[str, Message], bool] | None = None
+    files: dict[str, bytes],
+    authorize: Callable[[str, Message], bool] | None = None,
+    redirects: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """A local HTTP server (in a thread) answering GET `path` with `files[path]` and 404 for any
     other path; yields its base URL, `http://127.0.0.1:<port>`. With `authorize(path, headers)`
-    (the path with its query string), a request it refuses is answered 401."""
+    (the path with its query string), a request it refuses is answered 401. `redirects` maps
+    a path (without its query) to the Location of a 302."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            location = (redirects or {}).get(self.path.partition("?")[0])
             payload = files.get(self.path.partition("?")[0] if authorize else self.path)
-            if payload is None:
+            if payload is None and location is None:
                 self.send_error(404)
                 return
             if authorize is not None and not authorize(self.path, self.headers):
                 self.send_error(401)
                 return
+            if location is not None:
+                self.send_response(302)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            assert payload is not None
             self.send_response(200)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()

@@ -11,9 +11,10 @@ import falcon.testing
 import pytest
 from support import Clock
 
+from sidecars.transit.geometry import haversine_m
 from sidecars.transit.store import TransitStore
 
-from .helpers import BULLRUNNER_VP, BULLRUNNER_ZIP
+from .helpers import BULLRUNNER_VP, BULLRUNNER_ZIP, SMALL_FEED, write_feed
 from .realtime.test_realtime import NOW, feed
 
 PALM_COVE = (-16.74359, 145.668217)  # stop 750000 of the Cairns feed
@@ -40,7 +41,7 @@ def test_stops_near_a_point(cairns: falcon.testing.TestClient) -> None:
     [
         ("lat=-16.7", "lat, lon and radius go together"),
         ("lat=-16.7&lon=145.6", "lat, lon and radius go together"),
-        ("lat=-16.7&lon=145.6&radius=5001", "radius='5001': a number from 0 to 5000"),
+        ("lat=-16.7&lon=145.6&radius=5001", "radius='5001': a decimal number from 0 to 5000"),
         ("lat=91&lon=145.6&radius=10", "lat='91'"),
         ("lat=x&lon=145.6&radius=10", "lat='x'"),
         ("lat=nan&lon=145.6&radius=10", "lat='nan'"),
@@ -140,3 +141,80 @@ def test_alerts_of_a_route_a_line_or_a_stop(
     assert ids("stop_id=100009") == ["stop"]
     assert ids("route_id=R1&stop_id=100002") == ["route", "trip", "at"]
     assert ids("route_id=R9") == []
+
+
+# Stops on both sides of the antimeridian (Fiji's latitude) and around the south pole.
+FAR_STOPS = {
+    "900001": (-17.0, 179.9996),
+    "900002": (-17.0, -179.9997),  # 75 m east of 900001, across 180 degrees
+    "900003": (-17.0, -179.995),  # 554 m
+    "900004": (-17.0, 179.99),  # 1 km west: outside 1000 m
+    "900005": (-89.995, 0.0),
+    "900006": (-89.995, 180.0),  # 1.1 km from 900005 over the pole
+    "900007": (-89.995, 90.0),
+}
+
+
+@pytest.fixture
+def far_away(
+    tmp_path: Path, make_store: Callable[..., TransitStore], client_for
+) -> falcon.testing.TestClient:  # type: ignore[no-untyped-def]
+    stops = SMALL_FEED["stops.txt"] + "".join(
+        f"{sid},Far {sid},{lat},{lon},\n" for sid, (lat, lon) in FAR_STOPS.items()
+    )
+    path = write_feed(tmp_path / "far.zip", {"stops.txt": stops})
+    store = make_store(path, clock=Clock(NOW))
+    assert store.load_static()
+    return client_for(store)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    "lat, lon, radius",
+    [
+        (-17.0, 179.9996, 1000),
+        (-17.0, -179.9999, 1000),
+        (-17.0, 180, 600),
+        (-17.0, -180, 5000),
+        (-90, 0, 1000),
+        (-90, 123.4, 600),
+        (-89.999, -170, 1000),
+        (-89.995, 90, 800),
+    ],
+)
+def test_stops_near_agree_with_every_haversine(
+    far_away: falcon.testing.TestClient, lat: float, lon: float, radius: float
+) -> None:
+    result = far_away.simulate_get(f"/v2/stops?lat={lat}&lon={lon}&radius={radius}")
+    assert result.status_code == 200
+    every = far_away.simulate_get("/v2/stops").json
+    expected = sorted(
+        (haversine_m(lat, lon, s["lat"], s["lon"]), s["id"])
+        for s in every
+        if haversine_m(lat, lon, s["lat"], s["lon"]) <= radius
+    )
+    assert [s["id"] for s in result.json] == [sid for _, sid in expected]
+    assert expected, "each case has a stop in reach"
+
+
+def test_the_antimeridian_and_the_pole_are_crossed(far_away: falcon.testing.TestClient) -> None:
+    fiji = far_away.simulate_get("/v2/stops?lat=-17&lon=179.9996&radius=1000").json
+    assert [s["id"] for s in fiji] == ["900001", "900002", "900003"]
+    pole = far_away.simulate_get("/v2/stops?lat=-90&lon=0&radius=1000").json
+    assert {s["id"] for s in pole} == {"900005", "900006", "900007"}
+
+
+@pytest.mark.parametrize(
+    "text", ["1_000", "\uff11\uff10\uff10", "1e3", "inf", "0x10", " 100", "100 ", "+-1", "."]
+)
+def test_only_plain_decimal_numbers(far_away: falcon.testing.TestClient, text: str) -> None:
+    result = far_away.simulate_get("/v2/stops", params={"lat": "-17", "lon": "179", "radius": text})
+    assert result.status_code == 400
+    assert "a decimal number" in result.json["message"]
+    limit = far_away.simulate_get("/v2/arrivals/by_stop/100001", params={"limit": text})
+    assert limit.status_code == 400
+
+
+@pytest.mark.parametrize("text", ["1000", "1000.", "999.50", "+10", ".5", "0"])
+def test_plain_decimals_are_accepted(far_away: falcon.testing.TestClient, text: str) -> None:
+    result = far_away.simulate_get("/v2/stops", params={"lat": "-17", "lon": "179", "radius": text})
+    assert result.status_code == 200

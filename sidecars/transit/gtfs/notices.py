@@ -38,6 +38,13 @@ _MEANINGS: dict[str, dict[str, str]] = {
         "empty_file": "A required file has no header line.",
         "csv_parsing_failed": "A file is not well-formed CSV or not UTF-8.",
         "unreadable_file": "The archive or one of its members cannot be read.",
+        "feed_too_large": (
+            "The feed is over TRANSIT_FEED_MAX_BYTES as fetched or "
+            "TRANSIT_FEED_MAX_UNCOMPRESSED_BYTES once uncompressed; it is not read."
+        ),
+        "too_many_rows": (
+            "The feed's files hold more rows than TRANSIT_FEED_MAX_ROWS; reading stops there."
+        ),
         "no_usable_rows": "A required file has no row left after skipping bad ones.",
         "too_many_rows_skipped": (
             "More rows of a file were skipped than TRANSIT_FEED_MAX_SKIPPED_SHARE allows."
@@ -169,6 +176,8 @@ class Report:
         self.dropped: dict[tuple[str, str], dict[str, int]] = {}
         self.rows: dict[str, int] = {}
         self.skipped: dict[str, int] = {}
+        # TRANSIT_FEED_MAX_ROWS (None: no bound), checked as the rows are read.
+        self.max_rows: int | None = None
 
     def add(
         self, code: str, file: str, line: int | None, message: str, severity: str | None = None

@@ -57,12 +57,15 @@ def read_feed(
     examples: int = 10,
     dist_unit: str = "auto",
     now: float | None = None,
+    max_rows: int | None = None,
 ) -> RawFeed:
     """Parse and validate every file the API needs; FeedError carries the report when the
     feed cannot be served. The served feed's report (row-level notices) is `RawFeed.report`.
     With `now` (Unix time), dates are checked against it too: expired calendars, no service
-    today, feed_info's end date."""
+    today, feed_info's end date. With `max_rows`, a feed whose files hold more rows in all is
+    refused as soon as it passes that many (TRANSIT_FEED_MAX_ROWS), before parsing the rest."""
     report = Report(examples)
+    report.max_rows = max_rows
     names = files.names()
     for name in REQUIRED_FILES:
         if name not in names:

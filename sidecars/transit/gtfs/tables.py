@@ -281,12 +281,22 @@ class Table:
         report = self.report
         name = self.name
         count = 0
+        # Rows this file may still have before the feed passes TRANSIT_FEED_MAX_ROWS.
+        left = report.max_rows - sum(report.rows.values()) if report.max_rows else -1
         try:
             for row in reader:
                 n = len(row)
                 if n == 0 or (n == 1 and not row[0].strip()):
                     continue
                 count += 1
+                if count == left + 1:
+                    raise report.fatal(
+                        "too_many_rows",
+                        name,
+                        reader.line_num,
+                        f"the feed's files hold more than {report.max_rows:,} rows "
+                        "(TRANSIT_FEED_MAX_ROWS)",
+                    )
                 if n == width:
                     yield row
                 elif n < width:

@@ -31,23 +31,41 @@ class GridIndex:
         return (math.floor(lat / self.lat_step), math.floor(lon / self.lon_step))
 
     def within(self, lat: float, lon: float, meters: float) -> list[tuple[float, int]]:
-        """(distance, index) of the points within `meters`, nearest first (ties by index)."""
+        """(distance, index) of the points within `meters`, nearest first (ties by index).
+
+        The cells looked at wrap across the antimeridian (a stop at 179.99 is 1 km from
+        -179.99 on the equator) and take every longitude when the circle reaches a pole."""
         if not self.points:
             return []
         dlat = meters / METERS_PER_DEGREE
-        cos = max(math.cos(math.radians(min(abs(lat) + dlat, 89.0))), 0.01)
-        dlon = dlat / cos
-        lat0, lon0 = self._cell(lat - dlat, lon - dlon)
-        lat1, lon1 = self._cell(lat + dlat, lon + dlon)
-        found: list[tuple[float, int]] = []
+        lat0 = math.floor((lat - dlat) / self.lat_step)
+        lat1 = math.floor((lat + dlat) / self.lat_step)
         cells = self._cells
-        for a in range(lat0, lat1 + 1):
-            for b in range(lon0, lon1 + 1):
-                for i in cells.get((a, b), ()):
-                    plat, plon = self.points[i]
-                    d = haversine_m(lat, lon, plat, plon)
-                    if d <= meters:
-                        found.append((d, i))
+        if abs(lat) + dlat >= 89.0:
+            # Near a pole every meridian is close: look at every cell of the latitude band.
+            keys = [key for key in cells if lat0 <= key[0] <= lat1]
+        else:
+            dlon = dlat / math.cos(math.radians(abs(lat) + dlat))
+            spans = [(lon - dlon, lon + dlon)]
+            if lon - dlon < -180.0:
+                spans.append((lon - dlon + 360.0, 180.0))
+            if lon + dlon > 180.0:
+                spans.append((-180.0, lon + dlon - 360.0))
+            keys = [
+                (a, b)
+                for west, east in spans
+                for a in range(lat0, lat1 + 1)
+                for b in range(
+                    math.floor(west / self.lon_step), math.floor(east / self.lon_step) + 1
+                )
+            ]
+        found: list[tuple[float, int]] = []
+        for key in dict.fromkeys(keys):
+            for i in cells.get(key, ()):
+                plat, plon = self.points[i]
+                d = haversine_m(lat, lon, plat, plon)
+                if d <= meters:
+                    found.append((d, i))
         found.sort()
         return found
 

@@ -61,7 +61,9 @@ def test_dst_change_day(store: TransitStore, client) -> None:  # type: ignore[no
     third = {a["trip_id"]: a for a in arrivals(client, "100003")}
     assert third["T1"]["scheduled_arrival_unix"] == utc("2026-03-28T08:20:00")  # WET
     assert third["TLATE"]["scheduled_arrival"] == "26:30:00"
-    assert third["TLATE"]["scheduled_arrival_unix"] == utc("2026-03-29T01:30:00")  # 02:30 WEST
+    # Service times count from noon minus 12 h (00:00 WET on the 28th): 26:30 is 02:30 UTC,
+    # 03:30 WEST by the clock, since an hour of the night was skipped.
+    assert third["TLATE"]["scheduled_arrival_unix"] == utc("2026-03-29T02:30:00")
     store.now.now = utc("2026-03-29T02:30:00")  # 03:30 WEST: still Saturday's operational day
     assert {a["trip_id"] for a in arrivals(client, "100003")} == set(third)
     store.now.now = local_ts("2026-03-29T12:00")

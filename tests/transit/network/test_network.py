@@ -14,7 +14,7 @@ from sidecars.transit.network import Network, natural_key
 from sidecars.transit.places.locations import Locations
 from sidecars.transit.source import FeedFiles
 
-from ..helpers import CAIRNS_ZIP, write_feed
+from ..helpers import CAIRNS_ZIP, SMALL_FEED, write_feed
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -49,21 +49,35 @@ def test_cairns_lines_are_route_short_names(cairns_net: Network) -> None:
     ids = [line["id"] for line in lines]
     assert ids == sorted(ids, key=natural_key)
     line = next(x for x in lines if x["id"] == "110")
-    # Route 110-423 runs two stop sequences each way: all four patterns are its own.
+    # Route 110-423 runs two shapes each way: one pattern per direction (CM's API gives a
+    # route at most two), each with a version per shape.
     assert line["route_ids"] == ["110-423"]
     assert line["color"] == "#7BC142" and line["text_color"] == "#000000"
     assert line["short_name"] == "110" and line["long_name"] == "City - Palm Cove"
     assert line["stop_ids"] == []
-    assert len(line["pattern_ids"]) == 4
+    assert sorted(line["pattern_ids"]) == ["110-423_0", "110-423_1"]
+    for pattern_id in line["pattern_ids"]:
+        versions = body(cairns_net.pattern_body(pattern_id))
+        assert len({v["shape_id"] for v in versions}) == len(versions) == 2
 
 
-def test_cairns_patterns_per_route_direction_shape_and_stops(cairns_net: Network) -> None:
-    # 54 distinct (route, direction, shape, stop sequence) combinations in the feed.
-    assert len(cairns_net.patterns) == 54
+def test_cairns_patterns_one_per_route_and_direction(cairns_net: Network) -> None:
+    # 54 distinct (route, direction, shape, stop sequence) variants in the feed, on
+    # 22 routes: at most two patterns each, every variant a version of its direction's.
+    variants = {
+        (v.pattern_id, v.variant, v.shape_id) for vs in cairns_net.patterns.values() for v in vs
+    }
+    assert len(variants) == 54
+    routes = body(cairns_net.routes_body)
+    assert len(routes) == 22 and all(1 <= len(r["pattern_ids"]) <= 2 for r in routes)
+    assert max(len(cairns_net.patterns[p]) for r in routes for p in r["pattern_ids"]) >= 4
     for pattern_id, versions in cairns_net.patterns.items():
-        _route_id, direction, digest = pattern_id.rsplit("_", 2)
-        assert direction in ("0", "1") and len(digest) == 8
-        assert all(v.pattern_id == pattern_id for v in versions)
+        route_id, direction = pattern_id.rsplit("_", 1)
+        assert direction in ("0", "1") and route_id in {r["id"] for r in routes}
+        assert all(v.pattern_id == pattern_id and str(v.direction) == direction for v in versions)
+        # Each version's path is its own trips' stops; version ids are distinct.
+        ids = [v.version_id for v in versions]
+        assert len(set(ids)) == len(ids)
 
 
 def test_pattern_ids_are_stable_across_loads() -> None:
@@ -317,3 +331,24 @@ def test_cm_pattern_with_two_headsigns_has_two_versions(tmp_path: Path) -> None:
     assert all(v["id"] == "1001_0_1" for v in versions)
     assert versions[1]["trips"][0]["trip_ids"] == ["1001_0_1_0900_0929_0_7"]
     assert versions[1]["valid_on"] == ["20260323", "20260324"]
+
+
+def test_a_variant_with_other_stops_is_a_version_of_its_directions_pattern(
+    tmp_path: Path,
+) -> None:
+    # T3 runs direction 0 without stop 100002: still R1's one direction-0 pattern, as its
+    # own version with its own path.
+    files = {
+        "trips.txt": SMALL_FEED["trips.txt"] + "R1,WK,T3,Third,0,S1,B4\n",
+        "stop_times.txt": SMALL_FEED["stop_times.txt"]
+        + "T3,11:00:00,11:00:00,100001,1,0,0,0\n"
+        + "T3,11:20:00,11:20:00,100003,2,0,0,3.0\n",
+    }
+    net = network(write_feed(tmp_path / "f.zip", files))
+    [route] = body(net.routes_body)
+    assert sorted(route["pattern_ids"]) == ["R1_0", "R1_1"]
+    versions = body(net.pattern_body("R1_0"))
+    paths = [[p["stop_id"] for p in v["path"]] for v in versions]
+    assert paths == [["100001", "100002", "100003"], ["100001", "100003"]]
+    assert versions[0]["version_id"] != versions[1]["version_id"]
+    assert versions[1]["trips"][0]["trip_ids"] == ["T3"]

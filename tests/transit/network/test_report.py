@@ -123,6 +123,37 @@ def test_mobilitydata_report_shape(tmp_path: Path) -> None:
          "csvRowNumber": 1}
     ]  # fmt: skip
     assert {n["severity"] for n in report["notices"]} <= {"ERROR", "WARNING", "INFO"}
+    # What the feed says of itself: Cairns has no feed_info.txt, one agency.
+    assert set(report["summary"]["feedInfo"].values()) == {""}
+    [agency] = report["summary"]["agencies"]
+    assert agency["timezone"] == "Australia/Brisbane" and agency["name"]
+    assert set(agency) == {"name", "url", "phone", "email", "timezone"}
+    described = tmp_path / "g.zip"
+    broken(tmp_path, "g.zip", **{"feed_info.txt": (
+        "feed_publisher_name,feed_publisher_url,feed_lang,feed_start_date,feed_end_date,"
+        "feed_version,feed_contact_email\n"
+        "TransLink,https://translink.example,en,20140526,20141228,v7,data@translink.example\n"
+    )})  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecars.transit", "validate", str(described), "--format",
+         "mobilitydata"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO),
+             "TRANSIT_NOW": "2014-06-10T08:00:00+10:00"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["summary"]["feedInfo"] == {
+        "publisherName": "TransLink",
+        "publisherUrl": "https://translink.example",
+        "feedLanguage": "en",
+        "feedStartDate": "20140526",
+        "feedEndDate": "20141228",
+        "feedVersion": "v7",
+        "feedEmail": "data@translink.example",
+        "feedContactUrl": "",
+    }
 
 
 def test_a_rejected_version_is_not_parsed_again(

@@ -79,15 +79,20 @@ def test_service_time_unix_spring_dst_change() -> None:
     assert service_time_unix(date(2026, 3, 29), parse_time("10:00:00"), LISBON) == utc(
         "2026-03-29T09:00:00"
     )
-    # 26:30 on the 28th is 02:30 WEST on the 29th, after the change.
-    assert service_time_unix(before, parse_time("26:30:00"), LISBON) == utc("2026-03-29T01:30:00")
+    # Times count from noon minus 12 h (00:00 WET on the 28th): 26:30 is 26.5 h later, 03:30
+    # WEST on the 29th by the clock, and 25:30 an hour before it (02:30 WEST).
+    assert service_time_unix(before, parse_time("26:30:00"), LISBON) == utc("2026-03-29T02:30:00")
+    assert service_time_unix(before, parse_time("25:30:00"), LISBON) == utc("2026-03-29T01:30:00")
 
 
 def test_service_time_unix_autumn_dst_change() -> None:
     # Lisbon goes from 02:00 WEST back to 01:00 WET on 2026-10-25.
     day = date(2026, 10, 24)
     assert service_time_unix(day, parse_time("24:30:00"), LISBON) == utc("2026-10-24T23:30:00")
-    assert service_time_unix(day, parse_time("26:30:00"), LISBON) == utc("2026-10-25T02:30:00")
+    # Noon minus 12 h of the 24th is 23:00 UTC on the 23rd (00:00 WEST): 26:30 is 01:30 UTC
+    # (01:30 WET, the second 01:30 of the night), an hour after 25:30 (01:30 WEST).
+    assert service_time_unix(day, parse_time("26:30:00"), LISBON) == utc("2026-10-25T01:30:00")
+    assert service_time_unix(day, parse_time("25:30:00"), LISBON) == utc("2026-10-25T00:30:00")
     assert service_time_unix(date(2026, 10, 25), parse_time("12:00:00"), LISBON) == utc(
         "2026-10-25T12:00:00"
     )

@@ -238,9 +238,11 @@ def test_a_refresh_dropping_too_much_is_fatal(
     assert loose.load_static()
 
 
-def validate_cli(path: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
-    """`python -m sidecars.transit validate --json`: exit status and report."""
+def validate_cli(path: Path, *args: str, **settings: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    """`python -m sidecars.transit validate --json` (with `TRANSIT_<name>` settings): exit
+    status and report."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    env.update({f"TRANSIT_{name}": value for name, value in settings.items()})
     done = subprocess.run(
         [sys.executable, "-m", "sidecars.transit", "validate", "--json", str(path), *args],
         env=env,
@@ -299,3 +301,11 @@ def test_cli_report_before_deploying(tmp_path: Path) -> None:
         "REJECTED" in text.stdout
         and "stops.txt:1: missing required column(s): stop_lon" in text.stdout
     )
+
+
+def test_cli_reads_the_clock_the_server_does() -> None:
+    # TRANSIT_NOW inside Cairns' service: not expired, as the server pinned there says.
+    code, report = validate_cli(CAIRNS_ZIP, NOW="2014-06-10T08:00:00+10:00")
+    assert code == 0
+    assert {n["code"] for n in report["notices"]} == {"missing_recommended_file"}
+    assert report["validated_at"] == int(NOW)

@@ -96,7 +96,8 @@ def rt_store(small_feed: Path, rt_files: dict[str, Path], make_store: Callable) 
     store = make_store(
         small_feed,
         clock=Clock(NOW),
-        max_age_seconds=600,
+        vehicles_max_age_seconds=600,
+        trip_updates_max_age_seconds=600,
         **{k: str(v) for k, v in rt_files.items()},
     )
     assert store.load_static()
@@ -115,7 +116,7 @@ def test_vehicle_joined_to_its_trip_and_metadata(client: falcon.testing.TestClie
     assert set(vehicles) == {"A|V1", "A|PARKED"}
     v1 = vehicles["A|V1"]
     assert v1["agency_id"] == "A" and v1["trip_id"] == "T2" and v1["route_id"] == "R1"
-    assert v1["line_id"] == "1" and v1["pattern_id"].startswith("R1_0_")
+    assert v1["line_id"] == "1" and v1["pattern_id"] == "R1_0"
     assert v1["block_id"] == "B1" and v1["stop_id"] == "100002"
     assert v1["current_status"] == "INCOMING_AT" and v1["schedule_relationship"] == "SCHEDULED"
     assert v1["speed"] == 8.5 and v1["bearing"] == 90.0 and v1["timestamp"] == int(NOW) - 10

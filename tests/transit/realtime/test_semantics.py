@@ -5,17 +5,10 @@ the next-N arrivals and the passenger information panels."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import falcon.testing
 import pytest
-from support import Clock
-
-from sidecars.transit.store import TransitStore
 
 from ..helpers import BRISBANE, CAIRNS_ZIP, local_ts
-from .test_realtime import feed
 
 NOW = local_ts("2014-06-10T08:00", BRISBANE)  # a Tuesday of the feed
 PREFIX = "CNS2014-CNS_MUL-Weekday-00-"
@@ -51,15 +44,8 @@ TRIP_UPDATES = [
 
 
 @pytest.fixture
-def client(
-    tmp_path: Path, make_store: Callable[..., TransitStore], client_for
-) -> falcon.testing.TestClient:  # type: ignore[no-untyped-def]
-    tu = tmp_path / "tu.pb"
-    tu.write_bytes(feed(TRIP_UPDATES, NOW))
-    store = make_store(CAIRNS_ZIP, clock=Clock(NOW), trip_updates_source=str(tu))
-    assert store.load_static()
-    store.poll_realtime()
-    return client_for(store)  # type: ignore[no-any-return]
+def client(trip_updates_client) -> falcon.testing.TestClient:  # type: ignore[no-untyped-def]
+    return trip_updates_client(CAIRNS_ZIP, TRIP_UPDATES, NOW)  # type: ignore[no-any-return]
 
 
 def rows(client: falcon.testing.TestClient, path: str) -> dict[str, dict]:

@@ -17,7 +17,13 @@ import time
 from dataclasses import dataclass, field
 
 from hpack import Encoder, NeverIndexedHeaderTuple
-from hyperframe.frame import ContinuationFrame, HeadersFrame
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    HeadersFrame,
+    PriorityFrame,
+    WindowUpdateFrame,
+)
 
 from ratelimitd.transport.protocodec import encode_request
 
@@ -159,6 +165,69 @@ async def hpack_bomb(port: int, blocks: int) -> Raw:
         raw.send(data)
         await raw.writer.drain()
     return raw
+
+
+# One frame of each kind that does no work: an empty DATA frame (on an open stream), a
+# PRIORITY frame on an idle stream, a connection WINDOW_UPDATE of one byte, a frame of an
+# unknown type (0xfa, empty). The stream is the one `idle_frames` opens.
+IDLE_FRAME_KINDS = {
+    "empty_data": lambda stream: DataFrame(stream, b"").serialize(),
+    "priority": lambda stream: PriorityFrame(stream + 1000, depends_on=0).serialize(),
+    "window_update": lambda stream: WindowUpdateFrame(0, 1).serialize(),
+    "unknown": lambda stream: b"\x00\x00\x00\xfa\x00\x00\x00\x00\x00",
+}
+
+
+async def idle_frames(raw: Raw, kind: str, n: int, stream: int = 0) -> None:
+    """`n` frames of `kind` (IDLE_FRAME_KINDS) on `raw`, in 16 KiB writes; "empty_data"
+    first opens `stream` (or the next free one) with a request head and no body."""
+    if kind == "empty_data":
+        stream = stream or 1 + 2 * len({f.stream for f in raw.frames if f.stream})
+        head = raw.block(raw.headers())
+        raw.send(HeadersFrame(stream, head, flags=["END_HEADERS"]).serialize())
+    frame = IDLE_FRAME_KINDS[kind](stream or 1)
+    per_write = max(1, 16384 // len(frame))
+    for done in range(0, n, per_write):
+        raw.send(frame * min(per_write, n - done))
+        await raw.writer.drain()
+
+
+async def frame_flood(port: int, kind: str, seconds: float) -> Held:
+    """One connection sending frames of `kind` (IDLE_FRAME_KINDS) for `seconds`, or until
+    the server closes it."""
+    raw = await Raw.open(port)
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(ConnectionError):
+        while time.monotonic() < deadline and not raw.writer.is_closing():
+            await idle_frames(raw, kind, 10_000, stream=1)
+    return Held(clients=[raw])
+
+
+async def hpack_bomb_flood(port: int, seconds: float) -> Held:
+    """One connection sending HPACK bomb blocks (`hpack_bomb_blocks`) for `seconds`, or
+    until the server closes it."""
+    raw = await Raw.open(port)
+    blocks = hpack_bomb_blocks(2)
+    data, later = blocks[0], blocks[1]
+    stream = 1
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(ConnectionError):
+        while time.monotonic() < deadline and not raw.writer.is_closing():
+            raw.send(data)
+            await raw.writer.drain()
+            stream += 2
+            data = _restream(later, stream)
+    return Held(clients=[raw])
+
+
+def _restream(block: bytes, stream: int) -> bytes:
+    """A header block's frames (HEADERS + CONTINUATIONs) with another stream id."""
+    out = bytearray(block)
+    i = 0
+    while i < len(out):
+        out[i + 5 : i + 9] = struct.pack(">I", stream)
+        i += 9 + int.from_bytes(out[i : i + 3], "big")
+    return bytes(out)
 
 
 def silent_sockets(port: int, n: int, payload: bytes = b"") -> Held:

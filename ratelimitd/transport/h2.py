@@ -5,7 +5,8 @@ one `H2Protocol` per connection feeds it what was read and writes what it return
 `data_received` and, for replies finished later (a Redis round trip), once per event-loop
 iteration per connection. It also owns what needs a clock or a socket option: deadlines
 (grpc-timeout), max connection age with its grace, graceful GOAWAY on shutdown, TLS with
-ALPN `h2` and the client SAN check at the handshake, unix sockets and SO_REUSEPORT.
+ALPN `h2` and the client SAN check at the handshake, unix sockets and SO_REUSEPORT (for
+workers sharing a port).
 
 What a client may hold, and for how long:
 
@@ -439,7 +440,7 @@ class H2Server:
         *,
         uds: str = "",
         ssl_context: ssl.SSLContext | None = None,
-        reuse_port: bool = True,
+        reuse_port: bool = False,
         backlog: int = 1024,
     ) -> int:
         """Listen on host:port (or the unix socket `uds`); the bound TCP port (0 for a socket)."""

@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 import grpc  # noqa: E402
 from support import attacks  # noqa: E402
+from support.attacks import percentile  # noqa: E402
 from support.daemon import daemon_environment, start_daemon, write_config  # noqa: E402
 from support.machine import describe, machine_info  # noqa: E402
 from support.process import start_bound  # noqa: E402
@@ -62,13 +63,6 @@ descriptors:
 USERS = 50  # one limited key per user; user0 is hammered past its limit
 MAX_DESCRIPTORS = 1024
 OVERSIZED = MAX_DESCRIPTORS + 1
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class Minute:

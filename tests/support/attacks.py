@@ -9,13 +9,16 @@ connections, to close when the measurement is taken) or has done its damage.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+import grpc
 from hpack import Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import (
     ContinuationFrame,
@@ -25,6 +28,7 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
+from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import encode_request
 
 from .h2raw import Raw, grpc_message
@@ -228,6 +232,54 @@ def _restream(block: bytes, stream: int) -> bytes:
         out[i + 5 : i + 9] = struct.pack(">I", stream)
         i += 9 + int.from_bytes(out[i : i + 3], "big")
     return bytes(out)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0..1) of `values` (0.0 for none)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def probe(target: str, seconds: float, domain: str = "test") -> list[float]:
+    """A well-behaved client deciding one call after another for `seconds` on one gRPC
+    channel, as an Envoy sidecar does: each decision's wall-clock seconds (a failed call
+    counts as its 5 s deadline)."""
+    took: list[float] = []
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        request = encode_request(domain, [[("k", "v")]])
+        await call(request, timeout=5)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            start = time.perf_counter()
+            try:
+                await call(request, timeout=5)
+            except grpc.aio.AioRpcError:
+                took.append(5.0)
+                continue
+            took.append(time.perf_counter() - start)
+    return took
+
+
+def in_thread(attack: Callable[[], Awaitable[Held]]) -> asyncio.Future[bool]:
+    """Start an active attacker, run to its end in a thread with its own event loop (so that
+    it does not slow down a client measured meanwhile); whether the server closed all of its
+    connections."""
+
+    async def attacked() -> bool:
+        held = await attack()
+        closed = all(raw.writer.is_closing() for raw in held.clients)
+        clients = list(held.clients)
+        held.close()
+        for raw in clients:  # retrieves the error a reset connection ended with
+            with contextlib.suppress(ConnectionError):
+                await raw.writer.wait_closed()
+        return closed
+
+    return asyncio.ensure_future(asyncio.to_thread(asyncio.run, attacked()))
 
 
 def silent_sockets(port: int, n: int, payload: bytes = b"") -> Held:

@@ -353,9 +353,21 @@ async def hpack_bomb_flood(run: Run) -> dict[str, Any]:
     return out
 
 
+scenario(
+    "idle_frames_grpcio",
+    "13g. as 13, GRPC_TRANSPORT=grpcio (grpc core's HTTP/2, which this round left as it was)",
+    GRPC_TRANSPORT="grpcio",
+)(idle_frames)
+scenario(
+    "hpack_bomb_flood_grpcio",
+    "14g. as 14, GRPC_TRANSPORT=grpcio",
+    GRPC_TRANSPORT="grpcio",
+)(hpack_bomb_flood)
+
+
 @scenario(
     "idle_metrics",
-    "15. USE_PROMETHEUS: 3,000 idle connections to PROMETHEUS_ADDR under ulimit -n 2048",
+    "18. USE_PROMETHEUS: 3,000 idle connections to PROMETHEUS_ADDR under ulimit -n 2048",
     _NOFILE="2048",
     _METRICS="1",
 )
@@ -379,7 +391,7 @@ async def idle_metrics(run: Run) -> dict[str, Any]:
     return out
 
 
-@scenario("second_instance", "16. a second daemon started on the same ports")
+@scenario("second_instance", "19. a second daemon started on the same ports")
 async def second_instance(run: Run) -> dict[str, Any]:
     second = DaemonProcess(run.daemon.env, run.work / "second.log")
     try:
@@ -394,7 +406,7 @@ async def second_instance(run: Run) -> dict[str, Any]:
     return {"second_instance": outcome}
 
 
-@scenario("unreachable_redis", "17. REDIS_URL nobody answers, then SIGTERM", _NO_DAEMON="1")
+@scenario("unreachable_redis", "20. REDIS_URL nobody answers, then SIGTERM", _NO_DAEMON="1")
 async def unreachable_redis(run: Run) -> dict[str, Any]:
     env = dict(run.env, BACKEND_TYPE="redis", REDIS_SOCKET_TYPE="tcp", LOG_LEVEL="warning")
     env["REDIS_URL"] = f"127.0.0.1:{free_port()}"
@@ -467,7 +479,7 @@ def report(results: dict[str, dict[str, Any]]) -> str:
         "on a fresh daemon (memory backend unless said), figures from /proc of the daemon.",
         "`before`: the tree the hardening started from, built (`--code`); `after`: this one.",
         "Scenarios 1-12 are the round that fixed them (its `before` is the tree it started",
-        "from); 13-17 this round's, whose `before` is d421260. Scenarios 13 and 14 give",
+        "from); 13-20 this round's, whose `before` is d421260. Scenarios 13 and 14 give",
         "wall-clock latencies of a probe client, on a shared 2-core machine: the load",
         "average at their start is in their table.",
         "",

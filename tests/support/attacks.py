@@ -31,7 +31,7 @@ from hyperframe.frame import (
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import encode_request
 
-from .h2raw import Raw, grpc_message
+from .h2raw import GOAWAY, Raw, grpc_message
 
 # A gRPC request with a grpc-timeout nobody would wait for (grpc-go's largest).
 FOREVER = "99999999H"
@@ -264,6 +264,14 @@ async def probe(target: str, seconds: float, domain: str = "test") -> list[float
     return took
 
 
+async def ended(raw: Raw) -> bool:
+    """Whether the server ended the connection: its GOAWAY arrived, or it closed it
+    (what it sent is read for up to a second)."""
+    with contextlib.suppress(AssertionError, ConnectionError):
+        await raw.read_until(lambda f: f.type == GOAWAY, timeout=1)
+    return raw.closed or any(f.type == GOAWAY for f in raw.frames)
+
+
 def in_thread(attack: Callable[[], Awaitable[Held]]) -> asyncio.Future[bool]:
     """Start an active attacker, run to its end in a thread with its own event loop (so that
     it does not slow down a client measured meanwhile); whether the server closed all of its
@@ -271,7 +279,7 @@ def in_thread(attack: Callable[[], Awaitable[Held]]) -> asyncio.Future[bool]:
 
     async def attacked() -> bool:
         held = await attack()
-        closed = all(raw.writer.is_closing() for raw in held.clients)
+        closed = all([await ended(raw) for raw in held.clients])
         clients = list(held.clients)
         held.close()
         for raw in clients:  # retrieves the error a reset connection ended with

@@ -36,6 +36,8 @@ from support.daemon import (
     DaemonProcess,
     LowNofileDaemon,
     daemon_environment,
+    metrics_port,
+    prometheus_env,
     start_daemon,
     write_config,
 )
@@ -372,7 +374,7 @@ scenario(
     _METRICS="1",
 )
 async def idle_metrics(run: Run) -> dict[str, Any]:
-    port = int(run.env["PROMETHEUS_ADDR"].rpartition(":")[2])
+    port = metrics_port(run.env)
     held = await asyncio.to_thread(attacks.silent_sockets, port, 3000)
     await asyncio.sleep(1)
     out: dict[str, Any] = {"daemon_fds_during": run.daemon.open_fds()}
@@ -450,8 +452,7 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
         context["_memcached"] = memcached
     nofile = extra.pop("_NOFILE", None)
     if extra.pop("_METRICS", None):
-        env.update(USE_STATSD="false", USE_PROMETHEUS="true")
-        env["PROMETHEUS_ADDR"] = f"127.0.0.1:{free_port()}"
+        env.update(prometheus_env())
     env.update(extra)
     if extra.pop("_NO_DAEMON", None):
         return {"title": title, **await fn(Run(None, env, work))}  # type: ignore[arg-type]

@@ -47,9 +47,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 
 import grpc  # noqa: E402
-from support import attacks, free_port  # noqa: E402
+from support import attacks  # noqa: E402
 from support.attacks import percentile  # noqa: E402
-from support.daemon import daemon_environment, start_daemon, write_config  # noqa: E402
+from support.daemon import (  # noqa: E402
+    daemon_environment,
+    metrics_port,
+    prometheus_env,
+    start_daemon,
+    write_config,
+)
 from support.machine import describe, machine_info  # noqa: E402
 from support.process import start_bound  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
@@ -99,7 +105,7 @@ class Soak:
         self.events: list[str] = []
         self.start = 0.0
         self.rng = random.Random(1)
-        self.metrics = int(env["PROMETHEUS_ADDR"].rpartition(":")[2])
+        self.metrics = metrics_port(env)
 
     def now_minute(self) -> Minute:
         i = int((time.monotonic() - self.start) // 60)
@@ -384,9 +390,7 @@ def main() -> int:
             REDIS_URL=redis.address,
             RUNTIME_WATCH_ROOT="false",
             LOG_LEVEL="warn",
-            USE_STATSD="false",
-            USE_PROMETHEUS="true",
-            PROMETHEUS_ADDR=f"127.0.0.1:{free_port()}",
+            **prometheus_env(),
         )
         write_config(env, "soak.yaml", CONFIG.format(limit=20))
         daemon = start_daemon(env, work)

@@ -14,9 +14,15 @@ from typing import Any
 
 import grpc
 import pytest
-from support import free_port, http_get, wait_until
+from support import http_get, wait_until
 from support.core import single_rule
-from support.daemon import DaemonProcess, LowNofileDaemon, write_config
+from support.daemon import (
+    DaemonProcess,
+    LowNofileDaemon,
+    metrics_port,
+    prometheus_env,
+    write_config,
+)
 from support.process import Proc
 
 from ratelimitd.messages import OK
@@ -161,15 +167,8 @@ async def test_the_metrics_listener_counts_in_the_budget(
     budget and closes its idlest connection for a newcomer, so a scrape still gets in and
     the other listeners keep theirs (before: it had its own 4,096 and took every
     descriptor: /healthcheck and debug failed, new gRPC calls UNAVAILABLE)."""
-    port = free_port()
-    env = dict(
-        daemon_env,
-        BACKEND_TYPE="memory",
-        RUNTIME_WATCH_ROOT="false",
-        USE_STATSD="false",
-        USE_PROMETHEUS="true",
-        PROMETHEUS_ADDR=f"127.0.0.1:{port}",
-    )
+    env = dict(daemon_env, BACKEND_TYPE="memory", RUNTIME_WATCH_ROOT="false", **prometheus_env())
+    port = metrics_port(env)
     write_config(env, "d.yaml", CONFIG)
     d = LowNofileDaemon(env, tmp_path / "low.log", 600).wait_ready()
     flood: list[socket.socket] = []

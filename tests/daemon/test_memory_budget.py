@@ -11,8 +11,8 @@ import asyncio
 from typing import Any
 
 import grpc
-from support import attacks, free_port
-from support.daemon import write_config
+from support import attacks
+from support.daemon import metrics_port, prometheus_env, write_config
 from support.h2raw import CONFIG
 
 from ratelimitd.transport.grpc import METHOD_PATH
@@ -65,9 +65,7 @@ async def test_every_attacker_at_once_stays_within_the_budget(
         EXPIRATION_JITTER_MAX_SECONDS="0",
         GRPC_WRITE_TIMEOUT="60s",
         HTTP_WRITE_TIMEOUT="60s",
-        USE_STATSD="false",
-        USE_PROMETHEUS="true",
-        PROMETHEUS_ADDR=f"127.0.0.1:{free_port()}",
+        **prometheus_env(),
         **{name: str(value) for name, value in LIMITS.items()},
     )
     write_config(env, "test.yaml", CONFIG)
@@ -83,12 +81,11 @@ async def test_every_attacker_at_once_stays_within_the_budget(
         # Both HTTP listeners full of idle connections and of partial bodies, and clients
         # that pipeline requests and never read the answers.
         head = b"POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % MIB
-        metrics_port = int(env["PROMETHEUS_ADDR"].rpartition(":")[2])
         for port, n, payload in (
             (d.http_port, 60, b""),
             (d.http_port, 30, head + b" " * 900_000),
             (d.debug_port, 8, b""),
-            (metrics_port, 30, b""),
+            (metrics_port(env), 30, b""),
         ):
             held.append(await asyncio.to_thread(attacks.silent_sockets, port, n, payload))
         for _ in range(4):

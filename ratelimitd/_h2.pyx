@@ -5,7 +5,10 @@ As httptools is to HTTP/1.1: the asyncio Protocol around it (`transport/h2.py`) 
 bytes it reads (`receive`) and writes the bytes it returns (`receive`, `flush`), at most one
 `transport.write` per event-loop iteration. nghttp2 does the HTTP/2 framing and its RFC 9113
 checks (preface, frame sizes, stream states, pseudo-headers, flow control, the rapid-reset and
-CONTINUATION limits); this module adds gRPC's request rules as grpc-go applies them
+CONTINUATION limits); this module adds the flood bounds nghttp2 lacks (`_meter`: frames that
+do no work, header block bytes), the RFC 9113 connection errors it leaves to its user (HEADERS
+on a used stream id, an overflowing INITIAL_WINDOW_SIZE), and gRPC's request rules as grpc-go
+applies them
 (:method POST, content-type application/grpc[+-;...], grpc-timeout, grpc-encoding, the
 5-byte message prefix, the receive size limit) and answers a malformed call itself, so the
 Python side sees only well-formed unary messages: `on_request(stream)` with `stream.path`

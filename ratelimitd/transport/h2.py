@@ -22,7 +22,9 @@ What a client may hold, and for how long:
 - a reply the peer does not let out (a flow-control window left at zero, a socket not read)
   is reset after `write_timeout`, and a connection whose socket stays unwritable that long
   is closed; nghttp2 closes a connection that queues more than 1000 PING/SETTINGS
-  acknowledgements, so neither replies nor acks pile up.
+  acknowledgements, so neither replies nor acks pile up;
+- a connection streaming frames that do no work, or more header blocks than can be decoded
+  in time, gets GOAWAY ENHANCE_YOUR_CALM from the core and is closed (docs/flood-protection.md).
 """
 
 from __future__ import annotations

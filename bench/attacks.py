@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -24,6 +25,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -46,10 +48,15 @@ from support.machine import describe, machine_info
 from support.memcached import Memcached
 from support.pki import Pki
 from support.process import start_bound
+from support.redis_server import RedisServer
+from support.sidecar import usage_sidecar
 
 from ratelimitd.messages import Descriptor
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
+from sidecars.usage.plans import load_plans
+from sidecars.usage.settings import Settings as UsageSettings
+from sidecars.usage.store import UsageStore
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -367,11 +374,120 @@ scenario(
 )(hpack_bomb_flood)
 
 
+def _memcache_key() -> str:
+    now = int(time.time())
+    return f"test_k_refund_{now - now % 60}"
+
+
+@scenario(
+    "long_series",
+    "15. 11 requests of 1,000 overrides with distinct 4,000-byte values, then 4 /stats never read",
+)
+async def long_series(run: Run) -> dict[str, Any]:
+    out: dict[str, Any] = {"rss_mib_start": run.mib()}
+    answers = await attacks.long_series(run.daemon.grpc_target, 11)
+    out["answers"] = {a: answers.count(a) for a in set(answers)}
+    out["rss_mib_after_requests"] = run.mib()
+    _, page = await asyncio.to_thread(run.daemon.debug, "/stats", 120)
+    out["stats_page_mib"] = round(len(page) / MIB, 1)
+    del page
+    held = await asyncio.to_thread(attacks.unread_pages, run.daemon.debug_port, "/stats", 4)
+    await asyncio.sleep(5)
+    out["rss_mib_4_unread_stats"] = run.mib()
+    await asyncio.sleep(15)  # past HTTP_WRITE_TIMEOUT (10 s)
+    out["unread_open_after_20s"] = held.open_sockets()
+    held.close()
+    out["rss_mib_after"] = run.mib()
+    return out
+
+
+@scenario(
+    "budget_transactions",
+    "16. memory backend: 300 requests of 1,000 token-budget reserves with distinct 64-byte "
+    "transaction ids, never settled",
+)
+async def budget_transactions(run: Run) -> dict[str, Any]:
+    rss = run.mib()
+    counts = await attacks.budget_transactions(run.daemon.grpc_target, 300)
+    stats = await asyncio.to_thread(run.daemon.stats)
+    full = stats.get("ratelimit.service.rate_limit.llm.user.budget_full", 0)
+    return {
+        "rss_mib_before": rss,
+        "rss_mib_after": run.mib(),
+        "reserves": counts,
+        "budget_full": int(full),
+    }
+
+
+@scenario(
+    "idempotency_replays",
+    "17. usage API, its endpoint metered, a plan of 30: the quota used up, then 20 replays "
+    "of the first request's Idempotency-Key",
+)
+async def idempotency_replays(run: Run) -> dict[str, Any]:
+    code = Path(run.env["PYTHONPATH"])
+    redis = start_bound(lambda: RedisServer(run.work / "redis"))
+    plans = run.work / "plans.yaml"
+    plans.write_text("plans:\n  free: {limit: 30, window: rolling_30_days}\n")
+    env = {
+        "USAGE_REDIS_URL": redis.url,
+        "USAGE_SQLITE_PATH": str(run.work / "usage.sqlite3"),
+        "USAGE_PLANS_FILE": str(plans),
+        "USAGE_RATELIMIT_ADDRESS": "",
+        "USAGE_QUOTA_EXEMPT_PATHS": "",
+    }
+    store = UsageStore(UsageSettings.from_env(env), load_plans(str(plans)))
+    try:
+        await store.create_account("attacker", "free")
+        token, _ = await store.issue_token("attacker")
+    finally:
+        await store.close()
+    sidecar = usage_sidecar(env, run.work / "usage.log", workers=1, code=code)
+    try:
+        sidecar.wait_ready(60)
+        sidecar.wait_steady(lambda: sidecar.get("/health").status_code == 200, "usage API", 1)
+        return await asyncio.to_thread(attacks.idempotency_replays, sidecar.base, token)
+    finally:
+        sidecar.terminate()
+        redis.close()
+
+
+async def decision_ms(target: str, seconds: float) -> dict[str, float]:
+    """One well-behaved client's decisions, one after another for `seconds`: p50 and p99 (ms,
+    as the client sees them)."""
+    took = await attacks.probe(target, seconds)
+    return {
+        "p50": round(attacks.percentile(took, 0.5) * 1000, 1),
+        "p99": round(attacks.percentile(took, 0.99) * 1000, 1),
+        "calls": len(took),
+    }
+
+
+@scenario(
+    "scrapers",
+    "18. 10,000 request-named series (200-byte values), 4 scrapers of /metrics at once: a "
+    "valid client's decisions",
+    _PROMETHEUS="1",
+)
+async def scrapers(run: Run) -> dict[str, Any]:
+    await attacks.long_series(run.daemon.grpc_target, 10, value_bytes=200)
+    port = metrics_port(run.env)
+    out: dict[str, Any] = {"alone": await decision_ms(run.daemon.grpc_target, 10)}
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        loops = [pool.submit(attacks.scrape_loop, port, "/metrics", stop) for _ in range(4)]
+        await asyncio.sleep(2)  # the scrapers under way
+        out["with_4_scrapers"] = await decision_ms(run.daemon.grpc_target, 20)
+        stop.set()
+        out["scrapes_answered"] = sum(loop.result() for loop in loops)
+    return out
+
+
 @scenario(
     "idle_metrics",
-    "18. USE_PROMETHEUS: 3,000 idle connections to PROMETHEUS_ADDR under ulimit -n 2048",
+    "19. USE_PROMETHEUS: 3,000 idle connections to PROMETHEUS_ADDR under ulimit -n 2048",
     _NOFILE="2048",
-    _METRICS="1",
+    _PROMETHEUS="1",
 )
 async def idle_metrics(run: Run) -> dict[str, Any]:
     port = metrics_port(run.env)
@@ -393,7 +509,7 @@ async def idle_metrics(run: Run) -> dict[str, Any]:
     return out
 
 
-@scenario("second_instance", "19. a second daemon started on the same ports")
+@scenario("second_instance", "20. a second daemon started on the same ports")
 async def second_instance(run: Run) -> dict[str, Any]:
     second = DaemonProcess(run.daemon.env, run.work / "second.log")
     try:
@@ -408,7 +524,7 @@ async def second_instance(run: Run) -> dict[str, Any]:
     return {"second_instance": outcome}
 
 
-@scenario("unreachable_redis", "20. REDIS_URL nobody answers, then SIGTERM", _NO_DAEMON="1")
+@scenario("unreachable_redis", "21. REDIS_URL nobody answers, then SIGTERM", _NO_DAEMON="1")
 async def unreachable_redis(run: Run) -> dict[str, Any]:
     env = dict(run.env, BACKEND_TYPE="redis", REDIS_SOCKET_TYPE="tcp", LOG_LEVEL="warning")
     env["REDIS_URL"] = f"127.0.0.1:{free_port()}"
@@ -427,11 +543,6 @@ async def unreachable_redis(run: Run) -> dict[str, Any]:
     return {"after_sigterm": outcome}
 
 
-def _memcache_key() -> str:
-    now = int(time.time())
-    return f"test_k_refund_{now - now % 60}"
-
-
 async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     title, extra, fn = SCENARIOS[name]
     extra = dict(extra)
@@ -439,6 +550,7 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
     env.update(BACKEND_TYPE="memory", PYTHONDONTWRITEBYTECODE="1")
     write_config(env, "test.yaml", GRPC_CONFIG)
     write_config(env, "d.yaml", attacks.JSON_CONFIG)
+    write_config(env, "llm.yaml", attacks.BUDGET_CONFIG)
     context: dict[str, Any] = {}
     if name == "tls_handshakes":
         (work / "pki").mkdir()
@@ -450,11 +562,12 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
         memcached = start_bound(lambda: Memcached(work / "memcached"))
         env.update(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=memcached.address)
         context["_memcached"] = memcached
-    nofile = extra.pop("_NOFILE", None)
-    if extra.pop("_METRICS", None):
+    if extra.pop("_PROMETHEUS", None):
         env.update(prometheus_env())
+    nofile = extra.pop("_NOFILE", None)
+    no_daemon = extra.pop("_NO_DAEMON", None)
     env.update(extra)
-    if extra.pop("_NO_DAEMON", None):
+    if no_daemon:
         return {"title": title, **await fn(Run(None, env, work))}  # type: ignore[arg-type]
     if nofile:
         low = lambda: LowNofileDaemon(env, work / "daemon-low.log", int(nofile))  # noqa: E731
@@ -480,9 +593,9 @@ def report(results: dict[str, dict[str, Any]]) -> str:
         "on a fresh daemon (memory backend unless said), figures from /proc of the daemon.",
         "`before`: the tree the hardening started from, built (`--code`); `after`: this one.",
         "Scenarios 1-12 are the round that fixed them (its `before` is the tree it started",
-        "from); 13-20 this round's, whose `before` is d421260. Scenarios 13 and 14 give",
-        "wall-clock latencies of a probe client, on a shared 2-core machine: the load",
-        "average at their start is in their table.",
+        "from); 13-21 this round's, whose `before` is d421260 (13g and 14g: the grpcio",
+        "transport, measured after only). Scenarios 13, 14 and 18 give wall-clock latencies",
+        "of a probe client on a shared 2-core machine: 13 and 14 state the load average.",
         "",
     ]
     for name in names:

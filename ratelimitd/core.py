@@ -21,7 +21,7 @@ from . import match
 from .backends import create_backend
 from .backends.base import Backend, counted_by
 from .backends.breaker import WithBreakers
-from .backends.memory import MemoryBackend
+from .backends.memory import create_memory_backend
 from .config import ConfigFile, RuleSet, load_ruleset
 from .health import Health
 from .limiter import Limiter
@@ -112,9 +112,7 @@ def build_core(
     if cache.failure_policy == "local":
         # The same rules counted in this process while the store fails (per instance).
         fallback = Limiter(
-            MemoryBackend(
-                cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
-            ),
+            create_memory_backend(settings, clock=clock),
             near_limit_ratio=cache.near_limit_ratio,
             prefix=cache.cache_key_prefix,
             clock=clock,

@@ -169,6 +169,7 @@ def build(settings: Settings) -> Daemon:
     """Wire a daemon from settings (no I/O until `run`)."""
     stats = StatsStore(
         max_request_series=settings.stats.max_request_series,
+        max_request_key_bytes=settings.stats.max_request_key_bytes,
         rate_limit_gauges=settings.stats.rate_limit_gauges,
     )
     health = Health()

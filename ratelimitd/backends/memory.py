@@ -27,7 +27,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..allocator import Trimmer
-from ..budget.memory import MemoryBudgets
+from ..budget.memory import MAX_TXNS, MemoryBudgets
+from ..budget.model import MAX_BUDGET_TXNS
 from ..config.windows import SLIDING_WINDOW
 from ..keys import COUNTER_MAX, Bump
 from ..keys import sliding_window as _sliding_window
@@ -73,6 +74,8 @@ class MemoryBackend:
         *,
         max_keys: int = DEFAULT_MAX_KEYS,
         trimmer: Trimmer | None = None,
+        budget_max_transactions: int = MAX_BUDGET_TXNS,
+        max_budget_transactions: int = MAX_TXNS,
     ) -> None:
         self._counters: dict[str, list[Any]] = {}  # key -> [value (or state), expires_at]
         self._buckets: dict[int, list[str]] = {}  # expiry second -> keys
@@ -94,7 +97,7 @@ class MemoryBackend:
         self._trimmer = trimmer if trimmer is not None else Trimmer()
         # Token budgets (`Op.budget` calls): their own keys, forgotten when they can no
         # longer matter.
-        self.budgets = MemoryBudgets()
+        self.budgets = MemoryBudgets(budget_max_transactions, max_budget_transactions)
 
     def __len__(self) -> int:
         return len(self._counters)
@@ -340,7 +343,11 @@ def create_memory_backend(
     """The registry factory: counters in this process (EXPIRATION_JITTER_MAX_SECONDS)."""
     cache = settings.cache
     return MemoryBackend(
-        cache.expiration_jitter_max_seconds, clock=clock, max_keys=cache.memory_max_keys
+        cache.expiration_jitter_max_seconds,
+        clock=clock,
+        max_keys=cache.memory_max_keys,
+        budget_max_transactions=cache.budget_max_transactions,
+        max_budget_transactions=cache.memory_max_budget_transactions,
     )
 
 

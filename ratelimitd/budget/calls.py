@@ -26,6 +26,7 @@ from .model import (
     ADMITTED,
     COUNT,
     DUPLICATE,
+    FULL,
     ORPHAN,
     RELEASE,
     RESERVE,
@@ -164,6 +165,9 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
         st.total_hits += hits
         if outcome == DUPLICATE:
             st.budget_duplicate += 1
+            return refuse(best.limit, st, hits, best_reset)
+        if outcome == FULL:  # the budget (or process) holds its most transactions
+            st.budget_full += 1
             return refuse(best.limit, st, hits, best_reset)
         if kind == RESERVE and (outcome == ADMITTED or item.budget[3]):
             st.budget_reserved += hits  # held (forced past the limit in shadow mode)

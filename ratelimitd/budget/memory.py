@@ -16,6 +16,12 @@ One call on one budget (see `model` for the state):
    window it was made in and becomes an `x` tombstone for one more TTL; a tombstone whose
    time is up is dropped.
 4. The operation (`model.RESERVE` ...), then `e` is raised to cover what was written.
+
+Transactions are bounded (`model.FULL`): a budget holds at most `max_budget_txns` of them,
+the process at most `max_txns` over all its budgets (MEMORY_MAX_BUDGET_TRANSACTIONS; Redis
+holds its budgets itself, so only the first applies there). Past either, a reserve (or
+peek) of a new id is refused and a settle of an unknown id charges its usage without
+remembering it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from .model import (
     COUNT,
     DUPLICATE,
     FINISHED,
+    FULL,
+    MAX_BUDGET_TXNS,
     ORPHAN,
     PEEK,
     REFUSED,
@@ -46,10 +54,12 @@ from .model import (
     Window,
 )
 
-__all__ = ["MemoryBudgets", "level", "reset"]
+__all__ = ["MAX_TXNS", "MemoryBudgets", "level", "reset"]
 
 # A window's state: [w, u, r, p, q] (model docstring).
 W, U, R, P, Q = range(5)
+# MEMORY_MAX_BUDGET_TRANSACTIONS' default: ~260 MB of transactions at ~520 B each.
+MAX_TXNS = 500_000
 
 
 class _Txn:
@@ -160,10 +170,13 @@ def _end(
 class MemoryBudgets:
     """Budgets of one process (module docstring); `run_now` applies calls in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_budget_txns: int = MAX_BUDGET_TXNS, max_txns: int = MAX_TXNS) -> None:
         self._budgets: dict[str, _Budget] = {}
         self._forget: list[tuple[int, str]] = []  # heap of (e, key): memory stays bounded
         self._next_forget = 0
+        self.max_budget_txns = max_budget_txns
+        self.max_txns = max_txns
+        self.txns = 0  # transactions held over every budget
 
     def __len__(self) -> int:
         return len(self._budgets)
@@ -183,7 +196,8 @@ class MemoryBudgets:
     def dry_run(self, calls: Sequence[Call]) -> list[Result]:
         """What `run_now(calls)` would answer, writing nothing: the calls applied in order to
         copies of the budgets they touch, each Result with `held` (`/explain`)."""
-        scratch = MemoryBudgets()
+        scratch = MemoryBudgets(self.max_budget_txns, self.max_txns)
+        scratch.txns = self.txns  # the copies' transactions are counted in it already
         for call in calls:
             b = self._budgets.get(call.key)
             if b is not None and call.key not in scratch._budgets:
@@ -207,6 +221,7 @@ class MemoryBudgets:
                 x = _Txn(record[0], estimate, starts, deadlines.get(txn, 0))
                 b.txns[txn] = x
                 heapq.heappush(b.due, (x.deadline, txn))
+                self.txns += 1
             else:
                 window, _, part = name.rpartition(".")
                 b.windows.setdefault(window, [0, 0, 0, 0, 0])["wurpq".index(part)] = int(value)
@@ -215,6 +230,8 @@ class MemoryBudgets:
     def delete(self, key: str, now: int) -> bool:
         """Forget a budget (an admin's reset); whether it held anything at `now` (ms)."""
         b = self._budgets.pop(key, None)
+        if b is not None:
+            self.txns -= len(b.txns)
         return b is not None and b.e > now
 
     def state(self, key: str, now: int) -> dict[str, Any] | None:
@@ -241,6 +258,7 @@ class MemoryBudgets:
         if b is not None and b.e and b.e <= now:
             if not peek:
                 del self._budgets[call.key]
+                self.txns -= len(b.txns)
             b = None
         stored = b is not None
         if b is None:
@@ -256,6 +274,7 @@ class MemoryBudgets:
                 s = b.windows[win.name] = [0, 0, 0, 0, 0]
             ts.append(_roll(win, s, now))
             states.append(s)
+        held_before = len(b.txns)
         written = False
         ended = charged_total = est_total = 0
         due = b.due
@@ -282,11 +301,18 @@ class MemoryBudgets:
             result.held = tuple((s[U], s[R]) for s in states)
         asked = call.amount if kind in (RESERVE, PEEK, COUNT) else 0
         txn = b.txns.get(call.txn) if kind != COUNT else None
+        # A new id's record would pass the budget's bound or the process's.
+        full = txn is None and (
+            len(b.txns) >= self.max_budget_txns
+            or self.txns + len(b.txns) - held_before >= self.max_txns
+        )
         if kind in (RESERVE, PEEK):
             if txn is not None and txn.state == "r":
                 txn = None  # a remembered refusal, asked again: decided afresh
             levels = self._levels(windows, states, ts, asked)
-            if txn is not None:
+            if full:
+                result.outcome = FULL
+            elif txn is not None:
                 result.outcome = DUPLICATE
                 if txn.state == "o" and not peek:
                     txn.state = "c"
@@ -327,9 +353,10 @@ class MemoryBudgets:
                     result.outcome = ORPHAN
                     for s in states:
                         s[U] = min(s[U] + call.amount, USED_MAX)
-                    x = _Txn("s", 0, {}, 0)
-                    b.txns[call.txn] = x
-                    self._schedule(b, call.txn, x, now + call.ttl)
+                    if not full:  # remembered, so that a repeated settle charges nothing
+                        x = _Txn("s", 0, {}, 0)
+                        b.txns[call.txn] = x
+                        self._schedule(b, call.txn, x, now + call.ttl)
                     result.charged = call.amount
                     written = True
                 elif txn.state in "oc":
@@ -365,6 +392,8 @@ class MemoryBudgets:
                 heapq.heappush(self._forget, (e, call.key))
             if not stored:
                 self._budgets[call.key] = b
+        if not peek and (stored or written):
+            self.txns += len(b.txns) - held_before
         return result
 
     def _settle(
@@ -403,3 +432,4 @@ class MemoryBudgets:
             b = self._budgets.get(key)
             if b is not None and b.e == e:
                 del self._budgets[key]
+                self.txns -= len(b.txns)

@@ -45,7 +45,9 @@ __all__ = [
     "COUNT",
     "DUPLICATE",
     "FINISHED",
+    "FULL",
     "KIND_NAMES",
+    "MAX_BUDGET_TXNS",
     "MAX_TXN_BYTES",
     "ORPHAN",
     "OUTCOME_NAMES",
@@ -91,6 +93,7 @@ FINISHED = 5  # settle / release of a settled, released or expired one: nothing 
 ORPHAN = 6  # settle of an unknown id (never reserved here): the usage charged to now
 UNKNOWN = 7  # release of an unknown id: nothing to do
 CONTESTED = 8  # release of a contested reservation: ignored, only a settle or the TTL end it
+FULL = 9  # reserve / peek of a new id on a budget (or a process) holding its most transactions
 OUTCOME_NAMES = {
     ADMITTED: "admitted",
     REFUSED: "refused",
@@ -100,6 +103,7 @@ OUTCOME_NAMES = {
     ORPHAN: "orphan",
     UNKNOWN: "unknown",
     CONTESTED: "contested",
+    FULL: "full",
 }
 
 # Expired transactions one call applies at most, oldest first (the rest on later calls:
@@ -109,6 +113,11 @@ SWEEP_BATCH = 64
 USED_MAX = 2**52
 # A longer transaction id is stored as its digest (an x-request-id is a client's header).
 MAX_TXN_BYTES = 64
+# BUDGET_MAX_TRANSACTIONS' default: the transactions (open ones and tombstones) one budget
+# holds at most. Past it a reserve of a new id is refused (FULL) and a settle of an unknown
+# one charges its usage without a tombstone. 250,880 reserves in 5 s once added 130 MB to one
+# memory budget (518 B each) and 237k grew one Redis hash by 75 MB.
+MAX_BUDGET_TXNS = 100_000
 
 
 class Window(msgspec.Struct, frozen=True, gc=False):

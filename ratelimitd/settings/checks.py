@@ -78,14 +78,20 @@ def _check_backend(settings: Settings, env: Env) -> None:
         if on and not applies:
             why = can.no_failures or "it has no circuit breakers"
             raise SettingsError(f"{name}: has no effect with BACKEND_TYPE={cache.backend} ({why})")
-    if (
-        env.typed("MEMORY_MAX_KEYS") is not None
-        and "memory" not in can.sections
-        and cache.failure_policy != "local"
-    ):
+    for name in ("MEMORY_MAX_KEYS", "MEMORY_MAX_BUDGET_TRANSACTIONS"):
+        if (
+            env.typed(name) is not None
+            and "memory" not in can.sections
+            and cache.failure_policy != "local"
+        ):
+            raise SettingsError(
+                f"{name}: has no effect with BACKEND_TYPE={cache.backend} (it bounds the "
+                "memory backend, and the store of BACKEND_FAILURE_POLICY=local)"
+            )
+    if env.typed("BUDGET_MAX_TRANSACTIONS") is not None and not can.budgets:
         raise SettingsError(
-            f"MEMORY_MAX_KEYS: has no effect with BACKEND_TYPE={cache.backend} (it bounds the "
-            "memory backend, and the store of BACKEND_FAILURE_POLICY=local)"
+            f"BUDGET_MAX_TRANSACTIONS: has no effect with BACKEND_TYPE={cache.backend} (it "
+            "keeps no token budgets)"
         )
     if env.get("BACKEND_BREAKER_PROBE_INTERVAL") is not None and not cache.breaker_failures:
         raise SettingsError(

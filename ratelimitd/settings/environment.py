@@ -366,6 +366,10 @@ def _stats(env: Env) -> StatsSettings:
         max_request_series=env.get_int(
             "STATS_MAX_REQUEST_SERIES", d.max_request_series, 0, 2**31 - 1
         ),
+        # At least 64: a cut key keeps more of its text than its 17-byte digest suffix.
+        max_request_key_bytes=env.get_int(
+            "STATS_MAX_REQUEST_KEY_BYTES", d.max_request_key_bytes, 64, 65536
+        ),
         disable=env.get_bool("DISABLE_STATS", d.disable),
     )
 
@@ -391,6 +395,12 @@ def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
         ),
         max_in_flight=env.get_int("MAX_INFLIGHT_DECISIONS", d.max_in_flight, lo=0),
         memory_max_keys=env.get_int("MEMORY_MAX_KEYS", d.memory_max_keys, 1, 2**31 - 1),
+        budget_max_transactions=env.get_int(
+            "BUDGET_MAX_TRANSACTIONS", d.budget_max_transactions, 1, 2**31 - 1
+        ),
+        memory_max_budget_transactions=env.get_int(
+            "MEMORY_MAX_BUDGET_TRANSACTIONS", d.memory_max_budget_transactions, 1, 2**31 - 1
+        ),
     )
 
 

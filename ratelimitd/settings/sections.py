@@ -232,6 +232,9 @@ class StatsSettings:
     # Extension: series created from request content (limit overrides, detailed_metric
     # values, unknown domains) past this many fold into one overflow series.
     max_request_series: int = 10_000  # STATS_MAX_REQUEST_SERIES
+    # Extension: such a series' stats key longer than this (UTF-8 bytes) is cut and ends
+    # with a digest of the whole key (stats/store.py `bounded_key`).
+    max_request_key_bytes: int = 256  # STATS_MAX_REQUEST_KEY_BYTES
     # Extension: a gauge of each configured rule's limit, `<stats key>.rate_limit`
     # (asked upstream in #1138, #160, #429, #453, #986), for utilisation alerts.
     rate_limit_gauges: bool = False  # STATS_RATE_LIMIT_GAUGES
@@ -273,6 +276,11 @@ class CacheSettings:
     # Extension: the memory store's bound (BACKEND_TYPE=memory, and the `local` failure
     # policy's store); a key longer than 256 bytes counts once per 256 bytes.
     memory_max_keys: int = 1_000_000  # MEMORY_MAX_KEYS
+    # Extension: token-budget transactions (open and tombstones) one budget may hold, on
+    # every store that keeps budgets, and all budgets of the memory store together
+    # (`budget.model.FULL`).
+    budget_max_transactions: int = 100_000  # BUDGET_MAX_TRANSACTIONS
+    memory_max_budget_transactions: int = 500_000  # MEMORY_MAX_BUDGET_TRANSACTIONS
 
 
 @dataclass(frozen=True, slots=True)

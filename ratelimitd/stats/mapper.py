@@ -35,6 +35,7 @@ _RULE_STATS = (
     "shadow_mode",
     "rate_limit",
     *BUDGET_STATS,
+    "budget_full",
 )
 
 

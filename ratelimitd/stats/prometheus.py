@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from . import process
@@ -49,7 +49,8 @@ def parse_listen_address(addr: str) -> tuple[str | None, int]:
 
 
 Headers = tuple[tuple[str, str], ...]
-Reply = tuple[int, Headers, bytes]
+# The body: bytes, or byte chunks the listener sends as the client reads them.
+Reply = tuple[int, Headers, bytes | AsyncIterator[bytes]]
 
 
 class Request(Protocol):
@@ -76,6 +77,9 @@ _EXPOSITION: Headers = (("Content-Type", CONTENT_TYPE),)
 _METHOD_NOT_ALLOWED: Reply = (405, (("Content-Type", "text/plain"),), b"")
 # How long a scrape in progress may take to finish at shutdown.
 SCRAPE_GRACE_SECONDS = 2.0
+# Exposition lines per chunk of a scrape's answer: a scraper that does not read holds one
+# chunk and the listener's high-water mark, not the whole exposition (a 326 MB one was).
+_CHUNK_LINES = 1_000
 
 
 class PrometheusSink(Sink):
@@ -118,6 +122,11 @@ class PrometheusSink(Sink):
         else:
             self._timer.set_bounds(DEFAULT_BUCKETS)
         self._server: Listener | None = None
+        # One exposition rendered at a time, given to every scrape that arrived before its
+        # rendering started (`_exposition`): scrapers at once cost one render, not one each.
+        self._rendering: asyncio.Lock | None = None
+        self._rendered: tuple[float, list[str]] | None = None
+        self._waiting = 0
 
     @property
     def timer(self) -> Timer | None:
@@ -161,6 +170,10 @@ class PrometheusSink(Sink):
 
     def render(self, snapshot: dict[str, float] | None = None) -> bytes:
         """The text exposition (format 0.0.4) of the current totals."""
+        return "".join(self.render_lines(snapshot)).encode()
+
+    def render_lines(self, snapshot: dict[str, float] | None = None) -> list[str]:
+        """`render` as its lines (a family's HELP and TYPE make one)."""
         totals = self.totals(snapshot)
         # family name -> (type, {labels: value or histogram})
         families: dict[str, tuple[str, dict[tuple[tuple[str, str], ...], Any]]] = {}
@@ -231,13 +244,46 @@ class PrometheusSink(Sink):
                 out.append(f"{fname}_sum{_labels_text(key)} {number(total)}\n")
                 out.append(f"{fname}_count{_labels_text(key)} {count}\n")
         out += process.render(totals.process)
-        return "".join(out).encode()
+        return out
 
     async def _scrape(self, request: Request) -> Reply:
         """PROMETHEUS_PATH: the exposition for GET (and HEAD); 405 for another method."""
         if request.method not in (b"GET", b"HEAD"):
             return _METHOD_NOT_ALLOWED
-        # The store is read on the loop in slices; formatting 600,000 series of a large
-        # config runs in a thread, so a scrape never holds the loop for long.
-        snapshot = await self.stats.snapshot_sliced()
-        return 200, _EXPOSITION, await asyncio.to_thread(self.render, snapshot)
+        return 200, _EXPOSITION, _chunks(await self._exposition())
+
+    async def _exposition(self) -> list[str]:
+        """The exposition's lines, rendered after this scrape arrived.
+
+        The store is read on the loop in slices; formatting 600,000 series of a large config
+        runs in a thread, so a scrape never holds the loop for long. Renders do not overlap:
+        4 scrapers of 10,000 series each rendering in its own thread once took the GIL from
+        the loop often enough to raise the decisions' p99 from 2.4 to 153 ms. A scrape that
+        waited for a render started after it arrived takes that one.
+        """
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
+        if self._rendering is None:
+            self._rendering = asyncio.Lock()
+        self._waiting += 1
+        try:
+            async with self._rendering:
+                done = self._rendered
+                if done is not None and done[0] >= arrived:
+                    return done[1]
+                started = loop.time()
+                snapshot = await self.stats.snapshot_sliced()
+                lines = await asyncio.to_thread(self.render_lines, snapshot)
+                self._rendered = (started, lines)
+                return lines
+        finally:
+            self._waiting -= 1
+            if not self._waiting:
+                self._rendered = None  # kept only for scrapes waiting now
+
+
+async def _chunks(lines: list[str]) -> AsyncIterator[bytes]:
+    """The exposition in chunks of _CHUNK_LINES lines, the loop free between two."""
+    for i in range(0, len(lines), _CHUNK_LINES):
+        yield "".join(lines[i : i + _CHUNK_LINES]).encode()
+        await asyncio.sleep(0)

@@ -15,18 +15,26 @@ request path; the lookup of an existing key (every request) takes no lock.
 Series named by request content (limit overrides, `detailed_metric` values, unknown domains)
 are bounded: past `max_request_series` a new one is folded into the `_overflow` series and
 counted in `ratelimit.service.stats_series_folded` (100,000 override descriptors once made
-/stats 127 MB). The config's own rules are never folded. `snapshot_sliced()` formats in
+/stats 127 MB). They are bounded in bytes too: a stats key made from request content longer
+than `max_request_key_bytes` (UTF-8) is cut to its first `max_request_key_bytes` - 17 bytes
+(on a character boundary) followed by `_` and 16 hex digits of its BLAKE2b-64 digest, so
+distinct long keys stay distinct series and every sink (statsd, DogStatsD, Prometheus,
+/stats) sees the same bounded name; a shorter key is named exactly as the reference names
+it (11 requests of 1,000 overrides with 4,000-byte values once made /stats 244 MB). The
+config's own rules are never folded or cut. `snapshot_sliced()` formats in
 slices with the loop free between them: a store of 100,000 rules is 600,000 series.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import heapq
 import random
 import re
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 RULE_STATS = (
@@ -62,6 +70,42 @@ _IPV4 = re.compile(r"[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}")
 _RESERVED = str.maketrans({":": "_", "|": "_"})
 
 
+# The suffix that replaces the end of a request-made stats key past its byte bound.
+_DIGEST_BYTES = 8
+_CUT_SUFFIX = 1 + 2 * _DIGEST_BYTES
+
+
+def bounded_key(key: str, max_bytes: int) -> str:
+    """`key` itself when its UTF-8 form has at most `max_bytes` bytes; otherwise its first
+    `max_bytes` - 17 bytes (whole characters only) + `_` + 16 hex digits of its digest."""
+    if len(key) * 4 <= max_bytes:  # no character is longer than 4 bytes in UTF-8
+        return key
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) <= max_bytes:
+        return key
+    digest = hashlib.blake2b(raw, digest_size=_DIGEST_BYTES).hexdigest()
+    head = raw[: max_bytes - _CUT_SUFFIX].decode("utf-8", "ignore")
+    return f"{head}_{digest}"
+
+
+def rule_series(stats: RuleStats) -> tuple[str, ...]:
+    """The counters of a stats key shown now (the names of its series after the key)."""
+    names: tuple[str, ...] = RULE_STATS
+    if stats.total_negative_hits:
+        # Only once a refund happened: the reference's statsd sink sends a counter when it
+        # changes, so its Prometheus exporter has no such series before.
+        names += ("total_negative_hits",)
+    if stats.budget:
+        names += BUDGET_STATS
+        if stats.budget_full:
+            names += ("budget_full",)
+    return names
+
+
+def _by_key(stats: RuleStats) -> str:
+    return stats.key
+
+
 def sanitize_stat_name(name: str) -> str:
     """The reference's SanitizeStatName: `:`/`|` -> `_`, and dots inside IPv4 addresses."""
     return _IPV4.sub(lambda m: m.group(0).replace(".", "_"), name.translate(_RESERVED))
@@ -93,6 +137,9 @@ class RuleStats:
     budget_expired: int = 0
     budget_orphaned: int = 0
     budget_duplicate: int = 0
+    # Reserves refused because the budget (or the process) held its most transactions
+    # (BUDGET_MAX_TRANSACTIONS, MEMORY_MAX_BUDGET_TRANSACTIONS); shown once non-zero.
+    budget_full: int = 0
 
 
 @dataclass(slots=True, eq=False)
@@ -120,7 +167,12 @@ class ServiceStats:
 class StatsStore:
     """Every statistic of one process."""
 
-    def __init__(self, max_request_series: int = 10_000, rate_limit_gauges: bool = False) -> None:
+    def __init__(
+        self,
+        max_request_series: int = 10_000,
+        rate_limit_gauges: bool = False,
+        max_request_key_bytes: int = 256,
+    ) -> None:
         self.service = ServiceStats()
         self.rate_limit_gauges = rate_limit_gauges
         # `<stats key>.rate_limit` -> the configured limit, replaced whole at each config
@@ -128,6 +180,7 @@ class StatsStore:
         self._limits: dict[str, int] = {}
         self._gauge_names: frozenset[str] = frozenset()
         self.max_request_series = max_request_series
+        self.max_request_key_bytes = max_request_key_bytes
         self._request_series = 0  # made by `request_rule_stats` and `domain_not_found`
         self.folded = 0  # ratelimit.service.stats_series_folded
         # Grown under _lock only (see the module docstring); read without it by key.
@@ -153,7 +206,12 @@ class StatsStore:
 
     def request_rule_stats(self, key: str) -> RuleStats:
         """`rule_stats` for a key made from request content: past `max_request_series` such
-        keys, a new one is counted in the overflow series instead."""
+        keys, a new one is counted in the overflow series instead; a long key is cut to
+        `max_request_key_bytes` (`bounded_key`)."""
+        stats = self._rules.get(key)
+        if stats is not None:
+            return stats
+        key = bounded_key(key, self.max_request_key_bytes)
         stats = self._rules.get(key)
         if stats is not None:
             return stats
@@ -166,6 +224,7 @@ class StatsStore:
     def domain_not_found(self, domain: str) -> None:
         """Count one descriptor of a request for an unknown domain (bounded as above)."""
         table = self._domain_not_found
+        domain = bounded_key(domain, self.max_request_key_bytes)
         if domain not in table:
             if self._request_series >= self.max_request_series:
                 self.folded += 1
@@ -217,19 +276,31 @@ class StatsStore:
         prefix = "ratelimit.service.rate_limit."
         for stats in rules:
             base = prefix + stats.key + "."
-            for name in RULE_STATS:
+            for name in rule_series(stats):
                 out[base + name] = getattr(stats, name)
-            if stats.total_negative_hits:
-                # Only once a refund happened: the reference's statsd sink sends a counter
-                # when it changes, so its Prometheus exporter has no such series before.
-                out[base + "total_negative_hits"] = stats.total_negative_hits
             if stats.budget:
-                for name in BUDGET_STATS:
-                    out[base + name] = getattr(stats, name)
                 gauge = base + BUDGET_GAUGE
                 if gauge not in self._budget_gauges:
                     self._budget_gauges.add(gauge)
                     self._gauge_names = self._gauge_names | {gauge}
+
+    def page(self) -> Iterator[tuple[str, float]]:
+        """Every series as `snapshot()` names it, by name (the `/stats` page), each value read
+        as it is reached: what a reader holds is the list of the rules, not their names.
+        The rules come by stats key, each one's series by name (a key that another key
+        extends with a `.` puts its series after the longer key's)."""
+        rules = sorted(self._rule_list(), key=_by_key)
+        other: dict[str, float] = {}
+        self._other_series(other)
+        prefix = "ratelimit.service.rate_limit."
+
+        def of_rules() -> Iterator[tuple[str, float]]:
+            for stats in rules:
+                base = prefix + stats.key + "."
+                for name in sorted(rule_series(stats)):
+                    yield base + name, getattr(stats, name)
+
+        return heapq.merge(of_rules(), sorted(other.items()))
 
     def _other_series(self, out: dict[str, float]) -> None:
         prefix = "ratelimit.service.rate_limit."

@@ -32,7 +32,8 @@ import hmac
 import io
 import json
 import pstats
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from itertools import islice
 from urllib.parse import parse_qs
 
 from ..admin import Admin, AdminError
@@ -47,8 +48,9 @@ __all__ = ["DEFAULT_PROFILE_SECONDS", "debug_routes"]
 
 # pprof's default; cut to the configured maximum.
 DEFAULT_PROFILE_SECONDS = 30
-# Lines of the /stats page formatted between two yields to the loop.
-_PAGE_SLICE = 20_000
+# Lines of the /stats page formatted per chunk sent (with the loop free between two): 600,000
+# lines must not hold the loop, and an unread answer holds one chunk (~300 KiB) at most.
+_PAGE_SLICE = 1_000
 
 _PPROF_HELP = (
     "ratelimitd profiling endpoints\n"
@@ -194,6 +196,15 @@ class _Profiler:
         return 200, TEXT_PLAIN, out.getvalue().encode()
 
 
+async def _stats_lines(stats: StatsStore) -> AsyncIterator[bytes]:
+    """The /stats page (`<name>: <value>` by name), in chunks of _PAGE_SLICE lines, made as
+    the client reads them (`StatsStore.page`)."""
+    lines = stats.page()
+    while chunk := list(islice(lines, _PAGE_SLICE)):
+        yield "".join(f"{n}: {_format_value(v)}\n" for n, v in chunk).encode()
+        await asyncio.sleep(0)
+
+
 def debug_routes(
     service: RateLimitService,
     stats: StatsStore,
@@ -219,15 +230,7 @@ def debug_routes(
         return 200, TEXT_PLAIN, (ruleset.dump() if ruleset is not None else "").encode()
 
     async def stats_page(request: HttpRequest) -> Reply:
-        snapshot = await stats.snapshot_sliced()
-        names = sorted(snapshot)
-        parts = []
-        for i in range(0, len(names), _PAGE_SLICE):  # 600,000 lines must not hold the loop
-            parts.append(
-                "".join(f"{n}: {_format_value(snapshot[n])}\n" for n in names[i : i + _PAGE_SLICE])
-            )
-            await asyncio.sleep(0)
-        return 200, TEXT_PLAIN, "".join(parts).encode()
+        return 200, TEXT_PLAIN, _stats_lines(stats)
 
     endpoints["/debug/pprof/"] = ("root of various pprof endpoints. hit for help.", pprof_index)
     endpoints["/debug/pprof/profile"] = ("CPU profiling endpoint", profiler)

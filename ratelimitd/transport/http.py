@@ -29,7 +29,12 @@ and the server carries on. Unlike the reference's `http.Server` (no timeouts, no
 
 A handler is `async def handler(request: HttpRequest) -> (status, headers, body)`, where
 `headers` is a tuple of `(name, value)` pairs; return a module-level constant tuple when
-you can, its bytes are then formatted once.
+you can, its bytes are then formatted once. A large answer (`/stats`, `/metrics`) gives an
+async iterator of byte chunks as its body: it is sent chunked (HTTP/1.0: delimited by the
+close), and the next chunk is made only once the client has read the one before down to
+the high-water mark, within `write_timeout` as any answer, so a client that does not read
+holds at most the high-water mark and one chunk, not the whole answer (an unread 244 MB
+/stats once stayed in the transport's buffer).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import contextlib
 import logging
 import socket
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -64,7 +69,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 Headers = tuple[tuple[str, str], ...]
-Reply = tuple[int, Headers, bytes]
+# The body: bytes, or byte chunks sent as they are read (module docstring).
+Body = bytes | AsyncIterator[bytes]
+Reply = tuple[int, Headers, Body]
 
 
 @dataclass(slots=True, eq=False)
@@ -126,6 +133,8 @@ HEAD_TOO_LARGE: Reply = (431, ERROR_HEADERS, b"431 Request Header Fields Too Lar
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _CLOSE = b"Connection: close\r\n\r\n"
 _KEEP_ALIVE_10 = b"Connection: keep-alive\r\n\r\n"
+_CHUNKED = b"Transfer-Encoding: chunked\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
 _HEAD_CACHE_MAX = 256
 # How long a refused client may keep sending before the connection is closed regardless.
 LINGER_SECONDS = 2.0
@@ -378,7 +387,7 @@ class _HttpProtocol(asyncio.Protocol):
                     else:
                         try:
                             status, headers, body = await handler(request)
-                            if type(body) is not bytes:
+                            if type(body) is not bytes and not isinstance(body, AsyncIterator):
                                 raise TypeError(f"reply body is {type(body).__name__}")
                         except Exception:
                             logger.exception("HTTP handler for %r failed", request.path)
@@ -399,10 +408,19 @@ class _HttpProtocol(asyncio.Protocol):
                         self._read_paused = False
                         transport.resume_reading()
                 if transport.is_closing():
+                    await _close(body)
                     return
                 head = server.head(status, headers)
-                length = b"Content-Length: %d\r\n" % len(body)
-                transport.write(head + length + tail + (b"" if head_only else body))
+                if isinstance(body, bytes):
+                    length = b"Content-Length: %d\r\n" % len(body)
+                    transport.write(head + length + tail + (b"" if head_only else body))
+                else:
+                    http11 = request.http11
+                    if not http11:
+                        tail = _CLOSE  # no chunked coding in HTTP/1.0: the close ends it
+                    sent = await self._stream(transport, head, tail, body, head_only, http11)
+                    if not sent:
+                        return
                 if tail is _CLOSE:
                     self._closing = True
                     queue.clear()
@@ -412,11 +430,7 @@ class _HttpProtocol(asyncio.Protocol):
                         transport.close()
                     return
                 self._served += 1
-                if self._write_waiter is not None:
-                    # The client does not read: closed by the sweep after write_timeout.
-                    self.deadline = server.loop.time() + server.write_timeout
-                    await self._write_waiter
-                    self.deadline = None
+                await self._written()
             if self._closing and not transport.is_closing():
                 transport.close()
             elif self.deadline is None:  # answered everything: idle until the next request
@@ -424,6 +438,48 @@ class _HttpProtocol(asyncio.Protocol):
                 self._idle_since = server.loop.time()
         finally:
             self._worker = None
+
+    async def _written(self) -> None:
+        """Wait until the transport is below its high-water mark again."""
+        if self._write_waiter is not None:
+            # The client does not read: closed by the sweep after write_timeout.
+            server = self._server
+            self.deadline = server.loop.time() + server.write_timeout
+            await self._write_waiter
+            self.deadline = None
+
+    async def _stream(
+        self,
+        transport: asyncio.Transport,
+        head: bytes,
+        tail: bytes,
+        body: AsyncIterator[bytes],
+        head_only: bool,
+        chunked: bool,
+    ) -> bool:
+        """Send a chunked answer, a chunk once the one before is read (module docstring);
+        False when the connection is gone (or aborted: the answer failed half-way)."""
+        transport.write(head + (_CHUNKED if chunked else b"") + tail)
+        try:
+            if head_only:
+                return True
+            async for chunk in body:
+                if not chunk:
+                    continue  # an empty chunk would end the answer
+                transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if chunked else chunk)
+                await self._written()
+                if transport.is_closing():
+                    return False
+            if chunked:
+                transport.write(_LAST_CHUNK)
+            return True
+        except Exception:
+            # The head is sent: the client learns of it from the missing last chunk.
+            logger.exception("HTTP answer streamed for %r failed", head.split(b"\r\n", 1)[0])
+            transport.abort()
+            return False
+        finally:
+            await _close(body)
 
     def _linger(self, transport: asyncio.Transport) -> None:
         """Close after a refused request without losing the reply.
@@ -465,6 +521,13 @@ class _HttpProtocol(asyncio.Protocol):
         """Drop the connection now."""
         if self._transport is not None:
             self._transport.abort()
+
+
+async def _close(body: Body) -> None:
+    """Let a streamed body's generator free what it holds (a snapshot) at once."""
+    aclose = getattr(body, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 class HttpServer:

@@ -22,7 +22,9 @@ class ApiError(Struct, omit_defaults=True):
         msgspec.Meta(
             description="Machine-readable code: invalid_request, invalid_format, unauthorized, "
             "invalid_token, account_suspended, subscription_not_started, not_found, "
-            "method_not_allowed, rate_limited, quota_exceeded, too_many_invalid_tokens, "
+            "method_not_allowed, idempotency_request_in_progress, idempotency_answer_not_kept, "
+            "payload_too_large, idempotency_key_reused, "
+            "rate_limited, quota_exceeded, too_many_invalid_tokens, "
             "request_header_fields_too_large, store_unavailable, "
             "rate_limiter_unavailable, internal_error."
         ),

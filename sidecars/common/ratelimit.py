@@ -22,10 +22,17 @@ transit API installs the same when TRANSIT_RATE_LIMIT=true. Per request, in
    Redis) counts the request against its plan, or refuses it with 429 `quota_exceeded` and
    the Retry-After it computed. Paths in `quota_exempt_paths` are served even at the limit.
    An `Idempotency-Key` header is handed to `admit` with the request it names (method, path,
-   query): a retry it recognises is served uncounted and answered `Idempotent-Replayed: true`.
+   query and a digest of the body, which is read here, at most MAX_KEYED_BODY bytes, and
+   handed on to the app unchanged): a retry it recognises is not counted and not served
+   again: it gets the first answer back byte for byte (status, the app's headers, body),
+   with `Idempotent-Replayed: true`, or 409 while there is none (the first request is still
+   being answered, or its answer was larger than `idempotent_answer_bytes` and not kept).
+   Serving a retry afresh would let one key read fresh answers past the quota.
 4. After the app answered (`process_response`): an admitted request answered with a status
    of 400 or more is refunded (`refund`), unless `count_error_responses`: only requests the
-   app served count as usage. Requests the middleware refused were never counted.
+   app served count as usage. Requests the middleware refused were never counted. The
+   answer of a request counted under an Idempotency-Key (and not refunded) is handed to
+   `remember` for its retries.
 
 The account store's own errors stay its own: the exception types it raises when it cannot
 answer are handed in (`unavailable=`) and answered 503 `store_unavailable` with Retry-After.
@@ -34,6 +41,7 @@ The authenticated principal is left in `req.context.principal` for the resources
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -42,6 +50,8 @@ from typing import Any, Protocol, TypeVar
 
 import falcon
 import falcon.asgi
+import msgspec
+from falcon.asgi.stream import BoundedStream
 
 from ratelimitd.client import RateLimitClient, RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT, Response
@@ -52,6 +62,27 @@ from .outage import Outage
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 RECONNECT_BACKOFF = 0.5  # seconds, the most the gRPC channel waits between reconnects
+# The largest body of a request carrying an Idempotency-Key: it is read whole to be part of
+# the key's fingerprint.
+MAX_KEYED_BODY = 1 << 20
+# Headers a replay does not take from the stored answer: the middleware sets them per
+# request (the limits now, the replay mark), or the server does.
+_NOT_REPLAYED = frozenset(
+    {
+        "ratelimit-limit",
+        "ratelimit-remaining",
+        "ratelimit-reset",
+        "retry-after",
+        "idempotent-replayed",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+    }
+)
+# A stored answer: (status, headers, body); status 0 marks one too large to keep.
+_Stored = tuple[int, list[tuple[str, str]], bytes]
+_encode_answer = msgspec.msgpack.Encoder()
+_decode_answer = msgspec.msgpack.Decoder(_Stored)
 
 
 class Principal(Protocol):
@@ -83,10 +114,15 @@ class Admission(Protocol):
     @property
     def replayed(self) -> bool: ...
 
+    @property
+    def answer(self) -> bytes | None:
+        """A replay's first answer, as `remember` was given it (None: none stored yet)."""
+
 
 @dataclass(frozen=True, slots=True)
 class IdempotencyKey:
-    """A request's `Idempotency-Key` header and the request it names (method, path, query)."""
+    """A request's `Idempotency-Key` header and the request it names (method, path, query,
+    the SHA-256 of its body)."""
 
     key: str
     request: str
@@ -97,6 +133,8 @@ class IdempotencyKey:
 Admit = Callable[[Any, bool, IdempotencyKey | None], Awaitable[Admission]]
 # Takes back what an admission counted.
 Refund = Callable[[Any], Awaitable[None]]
+# Keeps the answer (packed) of a request an admission counted under an Idempotency-Key.
+Remember = Callable[[Any, bytes], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +150,8 @@ class RateLimitConfig:
     retry_after_seconds: int = 5  # when the account store is unavailable
     count_error_responses: bool = False  # True: admitted requests count whatever the answer
     invalid_token_limit: int = 20  # invalid-token attempts per client address and window
+    # The largest answer body kept for the retries of an Idempotency-Key (larger: 409).
+    idempotent_answer_bytes: int = 65536
 
 
 class AccessDenied(Exception):
@@ -190,6 +230,7 @@ class RateLimitMiddleware:
     authenticate: Authenticate
     admit: Admit | None = None
     refund: Refund | None = None
+    remember: Remember | None = None
     count_invalid_token: Callable[[str], Awaitable[tuple[int, int]]] | None = None
     # What `authenticate` / `quota` raise when their store cannot answer: 503, not 500.
     unavailable: tuple[type[Exception], ...] = ()
@@ -300,7 +341,11 @@ class RateLimitMiddleware:
         key = req.get_header("Idempotency-Key")
         retry = None
         if key is not None:
-            retry = IdempotencyKey(key, f"{req.method} {req.path}?{req.query_string}")
+            body = await _keyed_body(req, resp)
+            if body is None:
+                return
+            digest = hashlib.sha256(body).hexdigest()
+            retry = IdempotencyKey(key, f"{req.method} {req.path}?{req.query_string} {digest}")
         admission = await self._ask(resp, self.admit(principal, exempt, retry))
         if admission is None:
             return
@@ -310,8 +355,10 @@ class RateLimitMiddleware:
             answer(resp, ApiError(429, "quota_exceeded", message), admission.retry_after)
             return
         if admission.replayed:
-            resp.set_header("Idempotent-Replayed", "true")
+            _replay(resp, admission.answer)
+            return
         req.context.admission = admission
+        req.context.keyed = retry is not None
 
     async def process_response(
         self,
@@ -320,15 +367,27 @@ class RateLimitMiddleware:
         resource: object,
         req_succeeded: bool,
     ) -> None:
-        """Refund an admitted request the app answered with an error (see the module doc)."""
+        """Refund an admitted request the app answered with an error, keep the answer of one
+        counted under an Idempotency-Key (see the module doc)."""
         admission = getattr(req.context, "admission", None)
-        if admission is None or self.refund is None or self.config.count_error_responses:
+        if admission is None:
             return
-        if resp.status_code >= 400:
+        if (
+            resp.status_code >= 400
+            and self.refund is not None
+            and not self.config.count_error_responses
+        ):
             try:
                 await self.refund(admission)
             except self.unavailable as exc:
                 log.warning("refund of an error response not recorded: %s", exc)
+            return
+        if self.remember is not None and getattr(req.context, "keyed", False):
+            stored = await _stored(resp, self.config.idempotent_answer_bytes)
+            try:
+                await self.remember(admission, stored)
+            except self.unavailable as exc:
+                log.warning("answer of an Idempotency-Key request not kept: %s", exc)
 
     async def _decide(
         self, client: RateLimitClient, descriptors: Iterable[Sequence[tuple[str, str]]]
@@ -396,3 +455,56 @@ class RateLimitMiddleware:
         """Close the client's gRPC channel."""
         if self.client is not None:
             await self.client.close()
+
+
+async def _keyed_body(req: falcon.asgi.Request, resp: falcon.asgi.Response) -> bytes | None:
+    """The body of a request carrying an Idempotency-Key, read whole and given back to the
+    app to read as if it were not; None once `resp` is answered 413 (too large)."""
+    if (req.content_length or 0) <= MAX_KEYED_BODY:
+        body = await req.stream.read(MAX_KEYED_BODY + 1)
+        if len(body) <= MAX_KEYED_BODY:
+            event = {"type": "http.request", "body": body, "more_body": False}
+            req._stream = BoundedStream(_no_more, first_event=event, content_length=len(body))
+            return body
+    message = f"A request with an Idempotency-Key may have at most {MAX_KEYED_BODY} bytes of body."
+    answer(resp, ApiError(413, "payload_too_large", message))
+    return None
+
+
+async def _no_more() -> dict[str, Any]:
+    """The ASGI receive of a body already read whole: nothing more comes."""
+    return {"type": "http.request", "body": b"", "more_body": False}
+
+
+async def _stored(resp: falcon.asgi.Response, most: int) -> bytes:
+    """The answer as a replay gets it back: status, the app's headers, the body; a marker
+    when the body is streamed or larger than `most` bytes (not kept)."""
+    body = await resp.render_body()
+    if body is None or len(body) > most:
+        return _encode_answer.encode((0, [], b""))
+    headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in _NOT_REPLAYED]
+    if resp.content_type is not None and "content-type" not in (k.lower() for k, _ in headers):
+        headers.append(("content-type", resp.content_type))
+    return _encode_answer.encode((resp.status_code, headers, body))
+
+
+def _replay(resp: falcon.asgi.Response, stored: bytes | None) -> None:
+    """Answer a replay with the first answer, or 409 when there is none to give."""
+    if stored is None:
+        message = "The first request with this Idempotency-Key is still being answered."
+        answer(resp, ApiError(409, "idempotency_request_in_progress", message), 1)
+        return
+    status, headers, body = _decode_answer.decode(stored)
+    if not status:
+        message = (
+            "The request with this Idempotency-Key was answered, and its answer was too large "
+            "to keep for retries; use a new key for a new request."
+        )
+        answer(resp, ApiError(409, "idempotency_answer_not_kept", message))
+        return
+    resp.status = falcon.code_to_http_status(status)
+    for name, value in headers:
+        resp.set_header(name, value)
+    resp.data = body
+    resp.set_header("Idempotent-Replayed", "true")
+    resp.complete = True

@@ -41,12 +41,14 @@ def rate_limit_middleware(settings: Settings, store: UsageStore) -> RateLimitMid
         retry_after_seconds=settings.retry_after_seconds,
         count_error_responses=settings.count_error_responses,
         invalid_token_limit=settings.invalid_token_limit,
+        idempotent_answer_bytes=settings.idempotency_max_answer_bytes,
     )
     return RateLimitMiddleware(
         config,
         authenticate=store.authenticate,
         admit=store.admit,
         refund=store.refund,
+        remember=store.remember,
         count_invalid_token=store.count_invalid_token,
         unavailable=(StoreUnavailable,),
         realm=REALM,

@@ -11,12 +11,16 @@ Buckets are ratelimitd's `meter_key` layout (`C meter_<domain>_<key>_<id>_<UTC d
 TTL), so the usage read by the endpoint and the CLI is the same sum.
 
 Idempotent metering: a request carrying an `Idempotency-Key` the account used within the key
-window is served and not counted. The key is remembered by the same script that counts, so a
-retry racing its original on another worker is either the one counted or a replay, never
-both. Keys are stored as a 128-bit hash with a fingerprint of the request they were first
-used with (method, path, query): reusing a key for a different request is refused (422, as
-the IETF Idempotency-Key draft says), otherwise one key would make any number of different
-requests free. The oldest keys of an account are dropped past USAGE_IDEMPOTENCY_MAX_KEYS.
+window is not counted again, and not served again either: it gets the first request's
+answer back (stored by `REMEMBER` once the app answered it), so a key cannot serve fresh
+answers past the quota. The key is remembered by the same script that counts, so a retry
+racing its original on another worker is either the one counted or a replay, never both; a
+replay arriving before the first answer is stored gets no answer from the script (the
+middleware refuses it, 409). Keys are stored as a 128-bit hash with a fingerprint of the
+request they were first used with (method, path, query and body): reusing a key for a
+different request is refused (422, as the IETF Idempotency-Key draft says), otherwise one
+key would make any number of different requests free. The oldest keys of an account are
+dropped past USAGE_IDEMPOTENCY_MAX_KEYS, with their answers.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ from ratelimitd.keys import METER_TTL_SECONDS
 from .windows import DAY, Window
 
 # KEYS: the window's day buckets, oldest first, today's last; with an Idempotency-Key, then
-#       the account's key set (ZSET member -> expiry, ms) and fingerprints (HASH member -> fp).
+#       the account's key set (ZSET member -> expiry, ms), fingerprints (HASH member -> fp)
+#       and answers (HASH member -> the first answer, packed by the middleware).
 # ARGV: limit, ttl[, member, fingerprint, now ms, key window ms, most keys per account].
 # Returns {outcome, used after the call, bucket values...}: outcome COUNTED, REFUSED (the
-# bucket values follow, for Retry-After), REPLAYED (the key was seen: served, not counted)
-# or REUSED (the key was seen with another request: refused, not counted).
+# bucket values follow, for Retry-After), REPLAYED (the key was seen: not counted; its
+# stored answer follows, or nil while there is none) or REUSED (the key was seen with
+# another request: refused, not counted).
 ADMIT = """
 -- unpack() has a stack limit: forget members in chunks.
 local function forget(prints, members)
@@ -46,11 +52,13 @@ local limit = tonumber(ARGV[1])
 local n = #KEYS
 local member = ARGV[3]
 local seen, keyset, prints, now
+local answers
 if member then
-  n = n - 2
-  keyset, prints, now = KEYS[n + 1], KEYS[n + 2], tonumber(ARGV[5])
+  n = n - 3
+  keyset, prints, answers, now = KEYS[n + 1], KEYS[n + 2], KEYS[n + 3], tonumber(ARGV[5])
   local stale = redis.call('ZRANGEBYSCORE', keyset, '-inf', now)
   forget(prints, stale)
+  forget(answers, stale)
   if #stale > 0 then redis.call('ZREMRANGEBYSCORE', keyset, '-inf', now) end
   seen = redis.call('HGET', prints, member)
   if seen and seen ~= ARGV[4] then return {3, 0} end
@@ -63,7 +71,7 @@ for i, v in ipairs(values) do
   counts[i] = c
   used = used + c
 end
-if seen then return {2, used} end
+if seen then return {2, used, redis.call('HGET', answers, member)} end
 if used >= limit then
   local reply = {0, used}
   for i, c in ipairs(counts) do reply[i + 2] = c end
@@ -79,7 +87,9 @@ if member then
   redis.call('HSET', prints, member, ARGV[4])
   local extra = redis.call('ZCARD', keyset) - tonumber(ARGV[7])
   if extra > 0 then
-    forget(prints, redis.call('ZRANGE', keyset, 0, extra - 1))
+    local oldest = redis.call('ZRANGE', keyset, 0, extra - 1)
+    forget(prints, oldest)
+    forget(answers, oldest)
     redis.call('ZREMRANGEBYRANK', keyset, 0, extra - 1)
   end
   redis.call('PEXPIRE', keyset, window)
@@ -89,15 +99,27 @@ return {1, used + 1}
 """
 REFUSED, COUNTED, REPLAYED, REUSED = 0, 1, 2, 3
 
-# KEYS: the bucket counted in[, the key set, the fingerprints]; ARGV: [member]. The key of a
-# refunded request is forgotten too: its retry has not been paid for.
+# KEYS: the bucket counted in[, the key set, the fingerprints, the answers]; ARGV: [member].
+# The key of a refunded request is forgotten too: its retry has not been paid for.
 REFUND = """
 if ARGV[1] then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('HDEL', KEYS[4], ARGV[1])
 end
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 if n > 0 then return redis.call('DECRBY', KEYS[1], 1) end
+return 0
+"""
+
+# KEYS: the fingerprints, the answers; ARGV: member, the packed answer, key window (ms).
+# Stored only while the key is still the account's (not refunded, forgotten or expired).
+REMEMBER = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[3]))
+  return 1
+end
 return 0
 """
 
@@ -113,9 +135,12 @@ class Admission(msgspec.Struct, frozen=True):
     retry_after: int = 0  # seconds, when refused
     counted_key: str = ""  # the bucket counted in ("" when nothing was counted)
     buffered: bool = False  # counted in this worker's buffer (Redis was unavailable)
-    replayed: bool = False  # an Idempotency-Key seen before: served, not counted
-    # The key set, fingerprints and member of the request's Idempotency-Key (refunds drop it).
-    idempotency: tuple[str, str, str] | None = None
+    replayed: bool = False  # an Idempotency-Key seen before: not counted, not served again
+    # A replay's first answer as the middleware packed it (None: not stored yet).
+    answer: bytes | None = None
+    # The key set, fingerprints, answers and member of the request's Idempotency-Key
+    # (refunds drop it, `remember` stores its answer).
+    idempotency: tuple[str, str, str, str] | None = None
 
 
 def retry_after(window: Window, counts: Sequence[int], limit: int, now: float) -> int:

@@ -109,6 +109,17 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
             "(`idempotency_key_reused`): a key names one request, its retries repeat it.",
             optional=LIMIT_HEADERS,
         ),
+        "Conflict": _error(
+            "A retry of an Idempotency-Key whose first answer is not there to give back: the "
+            "first request is still being answered (`idempotency_request_in_progress`, with "
+            "Retry-After), or its answer was too large to keep "
+            "(`idempotency_answer_not_kept`). Not counted.",
+            optional=(*LIMIT_HEADERS, "Retry-After"),
+        ),
+        "ContentTooLarge": _error(
+            "A request with an Idempotency-Key and a body over 1 MiB (`payload_too_large`).",
+            optional=LIMIT_HEADERS,
+        ),
         "Unauthorized": _error(
             "No bearer token (`unauthorized`), or a malformed, unknown, revoked or expired one "
             "(`invalid_token`: the same answer for all, so it does not tell whether an account "
@@ -151,6 +162,8 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "400": _ref("BadRequest"),
         "401": _ref("Unauthorized"),
         "403": _ref("Forbidden"),
+        "409": _ref("Conflict"),
+        "413": _ref("ContentTooLarge"),
         "422": _ref("UnprocessableContent"),
         "429": _ref("TooManyRequests"),
         "431": _ref("HeadersTooLarge"),
@@ -168,9 +181,9 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "in": "header",
         "required": False,
         "description": "Names this request: a retry with the same key (same account, method, "
-        "path and query) within the key window is served and not counted again; the same key "
-        "with another request is 422. 1-255 printable ASCII characters (HTTP drops leading "
-        "and trailing spaces).",
+        "path, query and body) within the key window is not counted again and gets the first "
+        "answer back (409 while there is none to give); the same key with another request is "
+        "422. 1-255 printable ASCII characters (HTTP drops leading and trailing spaces).",
         "schema": {
             "type": "string",
             "minLength": 1,
@@ -375,8 +388,8 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
                 "RateLimit-Remaining": _header("Requests left in that unit.", integer),
                 "RateLimit-Reset": _header("Seconds until that unit resets.", integer),
                 "Idempotent-Replayed": _header(
-                    "`true`: the request's Idempotency-Key was seen before; served, not "
-                    "counted again.",
+                    "`true`: the request's Idempotency-Key was seen before: the first "
+                    "answer, not counted again.",
                     {"type": "string", "enum": ["true"]},
                 ),
             },

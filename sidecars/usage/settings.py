@@ -106,6 +106,7 @@ class Settings(Server):
     webhook_retry_for_seconds: float = 86400.0
     idempotency_window_seconds: int = 86400
     idempotency_max_keys: int = 10_000
+    idempotency_max_answer_bytes: int = 65536
 
     @property
     def usage_path(self) -> str:
@@ -242,4 +243,7 @@ class Settings(Server):
                 "IDEMPOTENCY_WINDOW_SECONDS", d.idempotency_window_seconds
             ),
             idempotency_max_keys=env.integer("IDEMPOTENCY_MAX_KEYS", d.idempotency_max_keys, 1),
+            idempotency_max_answer_bytes=env.integer(
+                "IDEMPOTENCY_MAX_ANSWER_BYTES", d.idempotency_max_answer_bytes, 0
+            ),
         )

@@ -39,6 +39,7 @@ from .accounts import KEEP, TOKEN_RE, Account, AccountAdmin, TokenInfo, token_ha
 from .counters import (
     ADMIT,
     REFUND,
+    REMEMBER,
     REPLAYED,
     REUSED,
     TTL,
@@ -124,6 +125,7 @@ class UsageStore(AccountAdmin):
         self._touched: dict[str, int] = {}  # token id -> last_used written by this worker
         self._admit: AsyncScript | None = None
         self._refund: AsyncScript | None = None
+        self._remember: AsyncScript | None = None
         self._admit_client: aioredis.Redis | None = None
         self.buffer = UsageBuffer(settings.counter_buffer_hits)
         self._flusher: asyncio.Task[None] | None = None
@@ -236,9 +238,10 @@ class UsageStore(AccountAdmin):
         values = await self._bounded(lambda: self.redis.mget(keys))
         return window, sum(int(v) for v in values if v is not None)
 
-    def _idempotency(self, account_id: str, retry: IdempotencyKey) -> tuple[str, str, str]:
-        """(key set, fingerprints, member) of a request's Idempotency-Key; a malformed key is
-        refused (400): silently counting it would make the client's retries count twice."""
+    def _idempotency(self, account_id: str, retry: IdempotencyKey) -> tuple[str, str, str, str]:
+        """(key set, fingerprints, answers, member) of a request's Idempotency-Key; a
+        malformed key is refused (400): silently counting it would make the client's retries
+        count twice."""
         key = retry.key
         if _KEY_RE.fullmatch(key) is None:
             raise AccessDenied(
@@ -247,7 +250,7 @@ class UsageStore(AccountAdmin):
                 400,
             )
         prefix = f"{self.settings.key_prefix}idempotency:{account_id}"
-        return prefix + ":keys", prefix + ":requests", _digest(key, 16)
+        return prefix + ":keys", prefix + ":requests", prefix + ":answers", _digest(key, 16)
 
     async def admit(
         self, account: Account, exempt: bool = False, retry: IdempotencyKey | None = None
@@ -273,9 +276,9 @@ class UsageStore(AccountAdmin):
         idempotency = None
         if retry is not None and self.settings.idempotency_window_seconds > 0:
             idempotency = self._idempotency(account.id, retry)
-            keys = [*buckets, idempotency[0], idempotency[1]]
+            keys = [*buckets, *idempotency[:3]]
             args += [
-                idempotency[2],
+                idempotency[3],
                 _digest(retry.request, 8),
                 int(now * 1000),
                 self.settings.idempotency_window_seconds * 1000,
@@ -285,6 +288,7 @@ class UsageStore(AccountAdmin):
             self._admit_client = self.redis
             self._admit = self.redis.register_script(ADMIT)
             self._refund = self.redis.register_script(REFUND)
+            self._remember = self.redis.register_script(REMEMBER)
         script = self._admit
         try:
             reply = await self._bounded(lambda: script(keys=keys, args=args))
@@ -305,7 +309,8 @@ class UsageStore(AccountAdmin):
                 422,
             )
         if outcome == REPLAYED:
-            return Admission(True, used, limit, replayed=True)
+            answer = reply[2] if len(reply) > 2 else None
+            return Admission(True, used, limit, replayed=True, answer=answer)
         if outcome:
             if self.crossings is not None:
                 self.crossings.observe(account, window, used, limit)
@@ -323,9 +328,19 @@ class UsageStore(AccountAdmin):
             script = self._refund
             keys, args = [admission.counted_key], []
             if admission.idempotency is not None:
-                keys += admission.idempotency[:2]
-                args.append(admission.idempotency[2])
+                keys += admission.idempotency[:3]
+                args.append(admission.idempotency[3])
             await self._bounded(lambda: script(keys=keys, args=args))
+
+    async def remember(self, admission: Admission, answer: bytes) -> None:
+        """Keep the answer of a request counted under an Idempotency-Key, for its replays
+        (while the key is the account's: not after a refund, within the key window)."""
+        if admission.idempotency is None or self._remember is None:
+            return
+        _, prints, answers, member = admission.idempotency
+        window = self.settings.idempotency_window_seconds * 1000
+        script = self._remember
+        await self._bounded(lambda: script(keys=[prints, answers], args=[member, answer, window]))
 
     def _start_flush(self) -> None:
         if self._flusher is None or self._flusher.done():

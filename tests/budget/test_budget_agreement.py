@@ -54,9 +54,15 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
             deadline=None,
             suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
         )
-        @given(st.sampled_from(SHAPES), st.lists(step, min_size=1, max_size=60))
-        def agree(windows: Any, steps: list[Any]) -> None:
-            memory = MemoryBudgets()
+        # The transactions a budget may hold: 2 and 4 are reached (6 ids, their tombstones).
+        @given(
+            st.sampled_from(SHAPES),
+            st.sampled_from([2, 4, model.MAX_BUDGET_TXNS]),
+            st.lists(step, min_size=1, max_size=60),
+        )
+        def agree(windows: Any, most: int, steps: list[Any]) -> None:
+            memory = MemoryBudgets(most)
+            budgets.instance.budget_max_transactions = most
             keys = [budget_keys(f"ex{next(examples)}:", "llm", [("user", u)])[0] for u in "ab"]
             now = T0
             for dt, kind, who, txn, amount, charge, force, remember in steps:

@@ -169,3 +169,22 @@ async def test_explain_shows_what_a_reserve_would_do_and_writes_nothing(budget: 
     assert fits["descriptors"][0]["budget"]["outcome"] == "admitted"
     assert await budget.held() == (0, 6000)  # neither dry run reserved
     assert budget.series()["budget_reserved"] == 6000
+
+
+async def test_a_reserve_past_the_budgets_transactions_is_refused_and_counted(
+    budget: Budget,
+) -> None:
+    """BUDGET_MAX_TRANSACTIONS: a new transaction on a budget holding its most is refused
+    (OVER_LIMIT, nothing reserved) and counted in `budget_full`, shown once non-zero."""
+    budget.d.backend.budgets.max_budget_txns = 2
+    assert "budget_full" not in budget.series()
+    for txn in ("t1", "t2"):
+        assert (await budget.reserve(txn, 100)).overall_code == OK
+    refused = await budget.reserve("t3", 100)
+    assert (refused.overall_code, refused.statuses[0].code) == (OVER_LIMIT, OVER_LIMIT)
+    assert await budget.held() == (0, 200)
+    s = budget.series()
+    assert (s["budget_full"], s["budget_reserved"], s["over_limit"]) == (1, 200, 100)
+    mapper = MetricMapper.from_config(default_mapping_config())
+    text = PrometheusSink(budget.d.stats, mapper, addr=":0").render().decode()
+    assert 'ratelimit_service_rate_limit_budget_full{domain="llm",key1="user"} 1' in text

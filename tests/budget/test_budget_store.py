@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.settings_env import error, load
 
 from ratelimitd.backends.redis.instances import key_slot
 from ratelimitd.budget import model as outcome
+from ratelimitd.budget.memory import MemoryBudgets
 from ratelimitd.budget.model import (
     COUNT,
     PEEK,
@@ -350,3 +352,82 @@ async def test_clock_skew_between_daemons_never_frees_room(store: Any) -> None:
     settled = await behind.settle("t1", 30)
     assert (settled.outcome, settled.charged) == (outcome.SETTLED, 30)
     assert await ahead.level() == await behind.level() == 30
+
+
+def bound(store: Any, most: int) -> None:
+    """The transactions one budget of `store` may hold (BUDGET_MAX_TRANSACTIONS)."""
+    if isinstance(store, MemoryBudgets):
+        store.max_budget_txns = most
+    else:
+        store.instance.budget_max_transactions = most
+
+
+async def test_a_budget_holds_at_most_its_transactions(store: Any) -> None:
+    """Open ones and tombstones count; past the bound a new id is refused (FULL) and an
+    unknown settle charges without a tombstone; another budget is not concerned; room
+    comes back as tombstones expire. (250,880 distinct ids once added 130 MB.)"""
+    bound(store, 3)
+    b = Budget(store)
+    for txn in ("t1", "t2", "t3"):
+        assert (await b.reserve(txn, 10)).outcome == outcome.ADMITTED
+    assert (await b.reserve("t4", 10)).outcome == outcome.FULL
+    assert (await b.call(PEEK, "t4", 10)).outcome == outcome.FULL
+    assert await b.level() == 30  # the refused one reserved nothing
+    assert (await b.reserve("t1", 10)).outcome == outcome.DUPLICATE  # a known id
+    assert (await b.settle("t2", 4)).outcome == outcome.SETTLED  # its tombstone stays
+    assert (await b.reserve("t5", 10)).outcome == outcome.FULL
+    for _ in range(2):  # not remembered: each settle of the unknown id charges
+        result = await b.settle("o1", 5)
+        assert (result.outcome, result.charged) == (outcome.ORPHAN, 5)
+    assert await b.level() == 10 + 10 + 4 + 5 + 5
+    other = Budget(store, user="bob")
+    assert (await other.reserve("t4", 10)).outcome == outcome.ADMITTED
+    b.now += 2 * TTL + 1  # the open ones expired, then their tombstones
+    await b.count(0)  # a call sweeps the first SWEEP_BATCH due
+    await b.count(0)
+    assert (await b.reserve("t6", 10)).outcome == outcome.ADMITTED
+
+
+async def test_the_memory_store_holds_at_most_its_transactions_over_all_budgets() -> None:
+    """MEMORY_MAX_BUDGET_TRANSACTIONS: the process's bound, over every budget."""
+    store = MemoryBudgets(max_txns=4)
+    alice, bob = Budget(store), Budget(store, user="bob")
+    for txn in ("a1", "a2", "a3"):
+        assert (await alice.reserve(txn, 1)).outcome == outcome.ADMITTED
+    assert (await bob.reserve("b1", 1)).outcome == outcome.ADMITTED
+    assert (await bob.reserve("b2", 1)).outcome == outcome.FULL
+    assert store.txns == 4
+    assert (
+        store.dry_run([Call(RESERVE, bob.key, bob.windows, bob.now, "b2", 1, TTL)])[0].outcome
+        == outcome.FULL
+    )
+    assert store.delete(alice.key, alice.now)
+    assert store.txns == 1
+    assert (await bob.reserve("b2", 1)).outcome == outcome.ADMITTED
+    bob.now += 3 * HOUR  # the whole budget is forgotten
+    await alice.count(0)
+    alice.now = bob.now
+    await alice.count(0)
+    assert store.txns == 0
+
+
+def test_the_transaction_bounds_are_settings_refused_where_they_bound_nothing() -> None:
+    assert (load().cache.budget_max_transactions, load().cache.memory_max_budget_transactions) == (
+        100_000,
+        500_000,
+    )
+    assert load(BUDGET_MAX_TRANSACTIONS="50").cache.budget_max_transactions == 50
+    assert error(BUDGET_MAX_TRANSACTIONS="0") == (
+        "BUDGET_MAX_TRANSACTIONS: invalid value '0' (expected an integer 1-2147483647)"
+    )
+    assert error(
+        BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT="h:1", BUDGET_MAX_TRANSACTIONS="5"
+    ) == (
+        "BUDGET_MAX_TRANSACTIONS: has no effect with BACKEND_TYPE=memcache (it keeps no token "
+        "budgets)"
+    )
+    assert "has no effect with BACKEND_TYPE=redis" in error(
+        BACKEND_TYPE="redis", MEMORY_MAX_BUDGET_TRANSACTIONS="5"
+    )
+    env = {"BACKEND_TYPE": "memory", "MEMORY_MAX_BUDGET_TRANSACTIONS": "9"}
+    assert load(**env).cache.memory_max_budget_transactions == 9

@@ -15,12 +15,14 @@ from support.http_transport import (
     Conn,
     Servers,
     StubService,
+    request_bytes,
+    unread_answer,
 )
 
 from ratelimitd.service import ServiceError
 from ratelimitd.settings import DebugSettings
 from ratelimitd.transport.debug import debug_routes
-from ratelimitd.transport.http import start_http_server
+from ratelimitd.transport.http import HttpServer, start_http_server
 
 # debug server
 
@@ -154,3 +156,56 @@ async def test_debug_profile_needs_the_admin_token_when_one_is_set(
     # With the token set, DEBUG_PROFILE_ENABLED does not open the endpoint to everyone.
     both = await make_servers(debug_settings=DebugSettings(True, admin_token="s3cret"))
     assert (await both.debug_call("/debug/pprof/profile?seconds=1")).status == 401
+
+
+async def test_an_unread_stats_page_holds_one_chunk_then_is_closed() -> None:
+    """/stats is streamed: a client that does not read holds the high-water mark and one
+    chunk of the page, not the page (an unread 244 MB /stats once stayed in the transport's
+    buffer), and is closed after the write timeout as any unread answer."""
+    from ratelimitd.stats import StatsStore
+
+    stats = StatsStore()
+    for i in range(5_000):
+        stats.rule_stats(f"d.k_{i:05d}_" + "v" * 200).total_hits = i
+    server = HttpServer(
+        debug_routes(StubService(ServiceError("x")), stats),  # type: ignore[arg-type]
+        write_timeout=1.0,
+    )
+    await server.start("127.0.0.1", 0)
+    page_bytes = 5_000 * 6 * 260  # 7.8 MB of lines
+    try:
+        held = await unread_answer(server, "/stats")
+        assert held < 600 * 1024 < page_bytes // 10, held
+
+        # A client that reads gets the whole page, in order.
+        c = await Conn.open(server.port)
+        reply = await c.call("/stats", method="GET")
+        await c.close()
+        assert reply.headers["transfer-encoding"] == "chunked"
+        lines = reply.body.decode().splitlines()
+        assert len(lines) >= 30_000 and lines == sorted(lines)
+        last = "ratelimit.service.rate_limit.d.k_04999_" + "v" * 200 + ".total_hits: 4999"
+        assert last in lines
+    finally:
+        await server.close(grace=1)
+
+
+async def test_a_streamed_page_to_http_10_and_head(srv: Servers) -> None:
+    """HTTP/1.0 has no chunked coding: the page ends with the connection. HEAD: the head
+    only, and the connection stays usable."""
+    full = (await srv.debug_call("/stats")).body
+    reader, writer = await asyncio.open_connection("127.0.0.1", srv.debug.port)
+    writer.write(request_bytes("/stats", method="GET", version="1.0"))
+    raw = await reader.read()  # until the server closes
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding" not in head
+    assert b"Connection: close" in head
+    assert body.splitlines()[:3] == full.splitlines()[:3] and len(body) > 1000
+    c = await srv.conn(debug=True)
+    head_reply = await c.call("/stats", method="HEAD")
+    assert head_reply.status == 200 and head_reply.body == b""
+    assert head_reply.headers["transfer-encoding"] == "chunked"
+    again = await c.call("/stats", method="GET")
+    assert again.status == 200 and again.body.startswith(full.splitlines()[0])
+    await c.close()

@@ -277,6 +277,7 @@ EXTENSIONS: dict[str, Row] = {
     "LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED": Read("true", "reload.all_descriptors_headers", True),
     "STATS_RATE_LIMIT_GAUGES": Read("true", "stats.rate_limit_gauges", True),
     "STATS_MAX_REQUEST_SERIES": Read("50", "stats.max_request_series", 50),
+    "STATS_MAX_REQUEST_KEY_BYTES": Read("64", "stats.max_request_key_bytes", 64),
     "DEBUG_MAX_CONNECTIONS": Read("5", "connections.debug_max_connections", 5),
     "GRPC_MAX_CONNECTIONS": Read("7", "connections.grpc_max_connections", 7),
     "HTTP_READ_TIMEOUT": Read("2s", "connections.http_read_timeout", 2.0),
@@ -300,6 +301,10 @@ EXTENSIONS: dict[str, Row] = {
     "MAX_BUFFERED_BYTES": Read("16777216", "connections.max_buffered_bytes", 16777216),
     "MAX_DESCRIPTOR_VALUE_LENGTH": Read("512", "reload.max_value_length", 512),
     "MEMORY_MAX_KEYS": Read("5000", "cache.memory_max_keys", 5000, {"BACKEND_TYPE": "memory"}),
+    "MEMORY_MAX_BUDGET_TRANSACTIONS": Read(
+        "700", "cache.memory_max_budget_transactions", 700, {"BACKEND_TYPE": "memory"}
+    ),
+    "BUDGET_MAX_TRANSACTIONS": Read("70", "cache.budget_max_transactions", 70),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.http_transport import read_reply, request_bytes, unread_answer
 from support.settings_env import on_memory
 
 from ratelimitd.settings import Settings
@@ -32,17 +33,14 @@ def prom_settings(**env: str) -> Settings:
 
 
 async def http_get(port: int, path: str) -> tuple[int, dict[str, str], str]:
-    """One HTTP/1.1 GET over a real socket (the server keeps connections alive unless told)."""
+    """One HTTP/1.1 GET over a real socket; header names in lower case."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-    raw = await reader.read()
+    writer.write(request_bytes(path, method="GET", headers=("Connection: close",)))
+    reply = await read_reply(reader)
     writer.close()
     with contextlib.suppress(Exception):
         await writer.wait_closed()
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = dict(line.split(": ", 1) for line in lines[1:])
-    return int(lines[0].split()[1]), headers, body.decode()
+    return reply.status, reply.headers, reply.body.decode()
 
 
 async def scrape(
@@ -80,7 +78,8 @@ async def test_scrape_matches_the_store(harness: Any) -> None:
 
         status, headers, text = await http_get(sink.port, "/prom")
         assert status == 200
-        assert headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert headers["transfer-encoding"] == "chunked"  # streamed, a chunk as it is read
         got = samples(text)
         snap = h.stats.snapshot()
 
@@ -290,3 +289,48 @@ def test_render_without_a_server_has_every_family_once() -> None:
     assert len(types) == len(set(types))
     # No observation yet: no response-time series.
     assert "response_time" not in text
+
+
+async def test_an_unread_scrape_holds_one_chunk_then_is_closed() -> None:
+    """The exposition is streamed: a scraper that does not read holds the high-water mark and
+    one chunk, not the exposition (an unread 326 MB scrape once kept the RSS at 954 MB), and
+    is closed after the write timeout."""
+    stats = StatsStore()
+    for i in range(5_000):
+        stats.rule_stats(f"d.k_{i:05d}_" + "v" * 200).total_hits = i
+    servers: list[HttpServer] = []
+
+    def serve(routes: Any) -> HttpServer:
+        servers.append(HttpServer(routes, write_timeout=1.0))
+        return servers[0]
+
+    sink = PrometheusSink(
+        stats, MetricMapper.from_config(default_mapping_config()), addr="127.0.0.1:0", serve=serve
+    )
+    exposition = len(sink.render())
+    assert exposition > 6_000_000
+    async with running(sink):
+        held = await unread_answer(servers[0], "/metrics")
+        assert held < 600 * 1024 < exposition // 10, held
+        assert len(await scrape(sink)) > 30_000  # a scraper that reads gets all of it
+
+
+async def test_scrapes_at_once_share_renders_and_see_what_came_before_them() -> None:
+    """Renders do not overlap (four at once, each in its own thread, once raised the
+    decisions' p99 from 2.4 to 153 ms); a scrape takes a render started after it arrived."""
+    stats = StatsStore()
+    for i in range(2_000):
+        stats.rule_stats(f"d.k_{i}").total_hits = i
+    sink = PrometheusSink(stats, MetricMapper.from_config(default_mapping_config()), addr=":0")
+    render, renders = sink.render_lines, []
+
+    def counted(snapshot: Any = None) -> list[str]:
+        renders.append(snapshot)
+        return render(snapshot)
+
+    sink.render_lines = counted  # type: ignore[method-assign]
+    first = await asyncio.gather(*[sink._exposition() for _ in range(4)])
+    assert len(renders) <= 2 and len({id(lines) for lines in first}) == len(renders)
+    stats.rule_stats("d.k_1").total_hits = 12345
+    later = "".join(await sink._exposition())
+    assert RULE + 'total_hits{domain="d",key1="k_1"} 12345\n' in later

@@ -14,11 +14,13 @@ import contextlib
 import json
 import socket
 import struct
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
+import httpx
 from hpack import Encoder, NeverIndexedHeaderTuple
 from hyperframe.frame import (
     ContinuationFrame,
@@ -28,8 +30,9 @@ from hyperframe.frame import (
     WindowUpdateFrame,
 )
 
+from ratelimitd.messages import CODE_NAMES, Descriptor
 from ratelimitd.transport.grpc import METHOD_PATH
-from ratelimitd.transport.protocodec import encode_request
+from ratelimitd.transport.protocodec import decode_response, encode_request
 
 from .h2raw import GOAWAY, Raw, grpc_message
 
@@ -45,6 +48,17 @@ descriptors:
   - key: k
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
 """
+# A token-budget rule (domain llm, key user) for the budget attackers: reservations of
+# 10 minutes, as the README's example.
+BUDGET_CONFIG = """\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+    budget: {unsettled: release, reservation_ttl: 10m}
+"""
+# The usage API's metered endpoint (sidecars.usage.settings.USAGE_PATH).
+USAGE = "/api/v2/user/usage"
 # Above this many descriptors the service slices a request, so even the memory backend
 # answers it from a task, with its deadline watched.
 SLICED = 257
@@ -348,3 +362,125 @@ async def negative_prefix(port: int) -> dict[str, str]:
         return await raw.stream_end(1)
     finally:
         raw.writer.close()
+
+
+async def long_series(
+    target: str,
+    requests: int,
+    descriptors: int = 1000,
+    value_bytes: int = 4000,
+    domain: str = "d",
+    tag: str = "",
+) -> list[str]:
+    """`requests` gRPC calls (host:port `target`), each of `descriptors` limit overrides
+    with distinct `value_bytes`-byte values: every one names a new statistics series after
+    its value. `tag` makes the values distinct from another run's. The answers' codes."""
+    answers = []
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        for r in range(requests):
+            body = encode_request(
+                domain,
+                [
+                    Descriptor((("o", f"{tag}{r:04d}-{i:04d}".ljust(value_bytes, "x")),), (5, 1))
+                    for i in range(descriptors)
+                ],
+            )
+            try:
+                await call(body, timeout=60)
+                answers.append("OK")
+            except grpc.aio.AioRpcError as err:
+                answers.append(err.code().name)
+    return answers
+
+
+def unread_pages(port: int, path: str, n: int) -> Held:
+    """`n` connections, each asking `GET path` (/stats, /metrics) and never reading the
+    answer (a small receive buffer, so the server holds what it could not send)."""
+    held = Held()
+    for _ in range(n):
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        except OSError:
+            sock.close()
+            continue
+        held.sockets.append(sock)
+    return held
+
+
+async def budget_transactions(
+    target: str, requests: int, per_request: int = 1000, user: str = "mallory", tag: str = ""
+) -> dict[str, int]:
+    """`requests` gRPC calls (host:port `target`) on BUDGET_CONFIG's budget of `user`, each
+    of `per_request` reserves with distinct 64-byte transaction ids, never settled: every
+    one is a transaction the store keeps for two TTLs. `tag` makes the ids distinct from
+    another run's. The descriptors' codes by name (OK, OVER_LIMIT) and failed calls."""
+    counts: dict[str, int] = {}
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        for r in range(requests):
+            reserves = [
+                Descriptor(
+                    (
+                        ("phase", "reserve"),
+                        ("user", user),
+                        ("txn", f"{tag}{r:06d}-{i:05d}".ljust(64, "t")),
+                    ),
+                    hits_addend=1,
+                )
+                for i in range(per_request)
+            ]
+            try:
+                reply = decode_response(await call(encode_request("llm", reserves), timeout=60))
+            except grpc.aio.AioRpcError as err:
+                counts[err.code().name] = counts.get(err.code().name, 0) + 1
+                continue
+            for status in reply.statuses:
+                name = CODE_NAMES[status.code]
+                counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def idempotency_replays(base: str, token: str, replays: int = 20, path: str = USAGE) -> dict:
+    """Against a usage API at `base` whose `path` is metered (not quota-exempt): one request
+    with an Idempotency-Key, then requests without one until the quota refuses, then
+    `replays` retries of the first key. What the retries got: statuses, and how many were
+    served afresh (a body other than the first answer's) past the quota."""
+    auth = {"Authorization": f"Bearer {token}"}
+    keyed = {**auth, "Idempotency-Key": "attack-replay-1"}
+    with httpx.Client(base_url=base, timeout=10) as client:
+        first = client.get(path, headers=keyed)
+        served = 1
+        while (refusal := client.get(path, headers=auth)).status_code == 200 and served < 10_000:
+            served += 1
+        answers = [client.get(path, headers=keyed) for _ in range(replays)]
+    statuses: dict[str, int] = {}
+    for a in answers:
+        statuses[str(a.status_code)] = statuses.get(str(a.status_code), 0) + 1
+    return {
+        "served_before_the_quota": served,
+        "quota_refusal": f"{refusal.status_code} {refusal.json().get('error')}",
+        "replays": statuses,
+        "replays_served_afresh": sum(
+            a.status_code == 200 and a.content != first.content for a in answers
+        ),
+        "replays_byte_for_byte": sum(a.content == first.content for a in answers),
+    }
+
+
+def scrape_loop(port: int, path: str, stop: threading.Event) -> int:
+    """GET `path` on 127.0.0.1:`port` again and again, reading each answer whole, until
+    `stop` is set (a scraper at its fastest); the answers read."""
+    done = 0
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+        while not stop.is_set():
+            try:
+                client.get(path).read()
+            except httpx.HTTPError:
+                continue
+            done += 1
+    return done

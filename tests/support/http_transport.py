@@ -18,7 +18,9 @@ from ratelimitd.service import Snapshot
 from ratelimitd.settings import ReloadOptions
 from ratelimitd.transport.http import HttpServer
 
+from .attacks import unread_pages
 from .core import suite_config
+from .ready import wait_until
 
 # Harness clock: 1_000_000 s, so a MINUTE window resets in 20 s and a SECOND one in 1 s.
 CONFIG = suite_config("http_transport")
@@ -39,7 +41,8 @@ class Reply:
 
 
 async def read_reply(reader: asyncio.StreamReader, *, head: bool = False) -> Reply:
-    """One response from the stream (Content-Length bodies, as our server sends)."""
+    """One response from the stream: a Content-Length body, or a chunked one (a large
+    answer: /stats, /metrics)."""
     status_line = await reader.readline()
     assert status_line.startswith(b"HTTP/1.1 "), status_line
     status = int(status_line.split()[1])
@@ -50,9 +53,21 @@ async def read_reply(reader: asyncio.StreamReader, *, head: bool = False) -> Rep
             break
         name, _, value = line.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding") == "chunked" and not head:
+        return Reply(status, headers, await read_chunks(reader))
     length = 0 if head else int(headers["content-length"])
     body = await reader.readexactly(length)
     return Reply(status, headers, body)
+
+
+async def read_chunks(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body, up to its last chunk."""
+    parts = []
+    while size := int((await reader.readline()).split(b";")[0], 16):
+        parts.append(await reader.readexactly(size))
+        assert await reader.readexactly(2) == b"\r\n"
+    assert await reader.readline() == b"\r\n"  # no trailers
+    return b"".join(parts)
 
 
 def request_bytes(
@@ -141,3 +156,19 @@ class StubService:
         if isinstance(self.outcome, Exception):
             raise self.outcome
         return self.outcome
+
+
+async def unread_answer(server: HttpServer, path: str) -> int:
+    """Ask `server` for `path` on a connection that never reads (attacks.unread_pages): the
+    bytes the server holds for it once its writing is paused. Returns once the server has
+    closed it (its write timeout)."""
+    client = await asyncio.to_thread(unread_pages, server.port, path, 1)
+    try:
+        await wait_until(lambda: server.connections, what="the connection")
+        conn = next(iter(server.connections))
+        await wait_until(lambda: conn._write_waiter is not None, what="writing paused")
+        held = conn._transport.get_write_buffer_size()  # type: ignore[union-attr]
+        await wait_until(lambda: not server.connections, what="closed after the write timeout")
+        return held
+    finally:
+        client.close()

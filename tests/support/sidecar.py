@@ -32,13 +32,20 @@ class Gunicorn(Proc):
     name = "gunicorn"
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], log_path: Path, workers: int = 2
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        workers: int = 2,
+        code: Path = REPO,
     ) -> None:
         self.workers = workers
         self.port = 0
         self.base = ""
-        full = {**os.environ, "PYTHONPATH": str(REPO), **env}
-        super().__init__(argv, log_path, full, cwd=REPO)
+        # `python -m` imports from its working directory first: `code` is the tree served
+        # (another checkout's, for the attack bench's "before").
+        full = {**os.environ, "PYTHONPATH": str(code), **env}
+        super().__init__(argv, log_path, full, cwd=code)
 
     def ready(self) -> bool:
         """True once gunicorn has said which port it listens on."""
@@ -94,8 +101,11 @@ class Gunicorn(Proc):
                 time.sleep(0.05)
 
 
-def usage_sidecar(env: dict[str, str], log_path: Path, workers: int = 2) -> Gunicorn:
-    """`python -m sidecars.usage serve` on port 0 with `workers` workers (USAGE_* in `env`)."""
+def usage_sidecar(
+    env: dict[str, str], log_path: Path, workers: int = 2, code: Path = REPO
+) -> Gunicorn:
+    """`python -m sidecars.usage serve` on port 0 with `workers` workers (USAGE_* in `env`),
+    from the tree `code`."""
     defaults = {
         "USAGE_HOST": "127.0.0.1",
         "USAGE_PORT": "0",
@@ -104,7 +114,7 @@ def usage_sidecar(env: dict[str, str], log_path: Path, workers: int = 2) -> Guni
         "USAGE_LOG_LEVEL": "info",
     }
     argv = [sys.executable, "-m", "sidecars.usage", "serve"]
-    return Gunicorn(argv, defaults | env, log_path, workers)
+    return Gunicorn(argv, defaults | env, log_path, workers, code)
 
 
 def usage_database(kind: str, directory: Path, postgres: PostgresServer | None) -> dict[str, str]:

@@ -187,7 +187,9 @@ async def test_openapi_document_is_served(app) -> None:  # type: ignore[no-untyp
     doc = (await client.get("/openapi.json")).json()
     assert doc["openapi"].startswith("3.1")
     op = doc["paths"][USAGE_PATH]["get"]
-    assert set(op["responses"]) == {"200", "400", "401", "403", "422", "429", "431", "503"}
+    assert set(op["responses"]) == {
+        *("200", "400", "401", "403", "409", "413", "422", "429", "431", "503")
+    }
     assert doc["servers"] == [{"url": "/", "description": doc["servers"][0]["description"]}]
     schema = doc["components"]["schemas"]["UsageResponse"]
     assert schema["properties"]["usageWindow"]["enum"] == ["billing_cycle", "rolling_30_days"]

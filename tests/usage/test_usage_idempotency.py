@@ -35,9 +35,17 @@ def test_retries_from_two_workers_count_once(
     # copies of a key often reach the two workers at the same moment.
     requests = [(token, {"Idempotency-Key": k}) for k in keys for _ in range(2)]
     answers = hammer(sidecar, requests, concurrency=32)
-    assert [r.status_code for r in answers] == [200] * 2000
-    replayed = [r for r in answers if r.headers.get("idempotent-replayed") == "true"]
-    assert len(replayed) == 1000
+    for first, second in zip(answers[::2], answers[1::2], strict=True):
+        served, other = sorted(
+            (first, second), key=lambda r: (r.status_code, "idempotent-replayed" in r.headers)
+        )
+        assert served.status_code == 200 and "idempotent-replayed" not in served.headers
+        if other.status_code == 200:  # the replay: the first answer, byte for byte
+            assert other.headers["idempotent-replayed"] == "true"
+            assert other.content == served.content
+        else:  # it arrived while the first was being answered
+            assert other.status_code == 409
+            assert other.json()["error"] == "idempotency_request_in_progress"
     # Usage moved by 1,000, not 2,000.
     assert current_usage(sidecar_env, acct) == 1000
 
@@ -126,3 +134,63 @@ async def test_window_zero_turns_keys_off(redis_server: RedisServer) -> None:
         headers = {**bearer(token), "Idempotency-Key": "same"}
         bodies = [(await client.get(USAGE_PATH, headers=headers)).json() for _ in range(2)]
         assert [b["currentUsage"] for b in bodies] == [1, 2]
+
+
+async def test_a_replay_past_the_quota_gets_the_first_answer_byte_for_byte(
+    redis_server: RedisServer,
+) -> None:
+    """A key's retries are not served afresh: with the quota used up, 20 replays of the first
+    request's key once each got 200 with a fresh body, uncounted, for the whole window."""
+    settings = settings_for(redis_server.url, quota_exempt_paths=())
+    async with serving(settings) as (client, store):
+        acct, token = await account_with_token(store, "free")  # 5 per window
+        keyed = {**bearer(token), "Idempotency-Key": "first"}
+        first = await client.get(USAGE_PATH, headers=keyed)
+        assert first.status_code == 200 and first.json()["currentUsage"] == 1
+        for _ in range(4):
+            assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
+        over = await client.get(USAGE_PATH, headers=bearer(token))
+        assert over.status_code == 429 and over.json()["error"] == "quota_exceeded"
+        for _ in range(20):
+            replay = await client.get(USAGE_PATH, headers=keyed)
+            assert replay.status_code == 200
+            assert replay.content == first.content  # currentUsage 1, not a fresh 5
+            assert replay.headers["content-type"] == first.headers["content-type"]
+            assert replay.headers["cache-control"] == first.headers["cache-control"]
+            assert replay.headers["idempotent-replayed"] == "true"
+        account = await store.account(acct)
+        assert account is not None and (await store.usage(account))[1] == 5
+
+
+async def test_the_key_names_the_method_path_query_and_body(redis_server: RedisServer) -> None:
+    settings = settings_for(redis_server.url, quota_exempt_paths=())
+    async with serving(settings) as (client, store):
+        _, token = await account_with_token(store, "pro")
+        keyed = {**bearer(token), "Idempotency-Key": "k"}
+        assert (
+            await client.request("GET", USAGE_PATH, headers=keyed, content=b"a")
+        ).status_code == 200
+        same = await client.request("GET", USAGE_PATH, headers=keyed, content=b"a")
+        assert same.headers["idempotent-replayed"] == "true"
+        for other in (
+            client.request("GET", USAGE_PATH, headers=keyed, content=b"b"),  # another body
+            client.request("POST", USAGE_PATH, headers=keyed, content=b"a"),  # another method
+            client.request("GET", USAGE_PATH + "?format=json", headers=keyed, content=b"a"),
+        ):
+            refused = await other
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"] == "idempotency_key_reused"
+            assert (
+                refused.json()["message"]
+                == "This Idempotency-Key was used with a different request."
+            )
+
+
+async def test_a_replay_whose_answer_was_not_kept_is_refused(redis_server: RedisServer) -> None:
+    settings = settings_for(redis_server.url, idempotency_max_answer_bytes=10)
+    async with serving(settings) as (client, store):
+        _, token = await account_with_token(store, "pro")
+        keyed = {**bearer(token), "Idempotency-Key": "big"}
+        assert (await client.get(USAGE_PATH, headers=keyed)).status_code == 200
+        again = await client.get(USAGE_PATH, headers=keyed)
+        assert again.status_code == 409 and again.json()["error"] == "idempotency_answer_not_kept"

@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...budget.model import MAX_BUDGET_TXNS
 from ...settings import RedisSettings
 from .. import REDIS
 from ..base import BackendError, Op, Waiter
@@ -84,6 +85,7 @@ class RedisBackend:
         stats: StatsStore | None = None,
         max_in_flight: int = MAX_IN_FLIGHT,
         breaker: tuple[int, float] | None = None,
+        budget_max_transactions: int = MAX_BUDGET_TXNS,
     ) -> None:
         self.health = health
         # REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: the per-second instance shares the main one's.
@@ -96,6 +98,9 @@ class RedisBackend:
             if per_second is not None
             else None
         )
+        for inst in (self.main, self.per_second):
+            if inst is not None:
+                inst.budget_max_transactions = budget_max_transactions
         # BACKEND_BREAKER_*: (failures, probe interval) gives each instance its own breaker;
         # the routing below calls the instances through `_main` / `_second`.
         self._breakers: list[Breaker] = []
@@ -273,4 +278,5 @@ def create_redis_backend(
         health=health,
         stats=stats,
         breaker=breaker_args(settings.cache),
+        budget_max_transactions=settings.cache.budget_max_transactions,
     )

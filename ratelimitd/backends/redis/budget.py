@@ -13,8 +13,9 @@ server) is answered by the same call once more as EVAL, which loads the script.
 
 ARGV: kind, now (ms), txn ("" for none), amount, ttl (ms), flags (1: charge the estimate of a
 reservation that ends without usage, 2: reserve even without room, 4: remember a refusal),
-the number of windows, then per window: name, algorithm (0 fixed, 1 sliding), length
-(ticks), tick (ms), limit.
+the most transactions the budget may hold (BUDGET_MAX_TRANSACTIONS: counted as the members
+of its deadline set), the number of windows, then per window: name, algorithm (0 fixed,
+1 sliding), length (ticks), tick (ms), limit.
 Reply: {outcome, estimate, charged, expired, expired estimate, expired charged,
 after 1, reset 1, after 2, reset 2, ...} (`model.Result`).
 
@@ -26,11 +27,12 @@ order, so that a request's calls on one budget see one another as the script wou
 from __future__ import annotations
 
 import hashlib
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...budget.memory import MemoryBudgets
-from ...budget.model import SWEEP_BATCH, USED_MAX, Call, Result
+from ...budget.model import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result
 from ..base import BackendError
 from .resp import ReplyError, bulk_int, command, key_slot
 
@@ -49,14 +51,15 @@ local flags = tonumber(ARGV[6])
 local charge_policy = flags % 2 == 1
 local force = math.floor(flags / 2) % 2 == 1
 local remember = flags >= 4
-local n = tonumber(ARGV[7])
+local most = tonumber(ARGV[7])
+local n = tonumber(ARGV[8])
 local RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
 local MAX = USED_MAX
 local peek = kind == PEEK
 local fields = {'e'}
 local wins = {}
 for i = 1, n do
-  local a = 7 + (i - 1) * 5
+  local a = 8 + (i - 1) * 5
   local win = {name = ARGV[a + 1], alg = tonumber(ARGV[a + 2]), ticks = tonumber(ARGV[a + 3]),
     tick = tonumber(ARGV[a + 4]), limit = tonumber(ARGV[a + 5])}
   wins[i] = win
@@ -124,6 +127,7 @@ local function schedule(t, rec, deadline)
 end
 local written = false
 local ended, ended_est, ended_charged = 0, 0, 0
+local dropped = 0
 local ops = {}
 if not fresh then
   local due = redis.call('ZRANGEBYSCORE', Z, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)
@@ -142,6 +146,7 @@ if not fresh then
       schedule(t, 'x', now + ttl)
     else
       records[t] = false
+      dropped = dropped + 1
       if not peek then redis.call('ZREM', Z, t) end
     end
   end
@@ -152,6 +157,13 @@ if kind ~= COUNT and records[txn] ~= nil then
 end
 local x = nil
 if own then x = parse(own) end
+-- A new id's record would pass the budget's bound (a peek removed nothing it swept).
+local full = false
+if kind ~= COUNT and not own and not fresh then
+  local held = redis.call('ZCARD', Z)
+  if peek then held = held - dropped end
+  full = held >= most
+end
 if x and x.state == 'r' and (kind == RESERVE or kind == PEEK) then x = nil end
 local function level(win)
   if win.alg == 0 then return win.u + win.r end
@@ -197,7 +209,9 @@ local function settle(charge)
 end
 if kind == RESERVE or kind == PEEK then
   lv = levels(amount)
-  if x then
+  if full then
+    outcome = 9
+  elseif x then
     outcome = 3
     if x.state == 'o' and not peek then
       records[txn] = 'c' .. string.sub(own, 2)
@@ -239,7 +253,7 @@ else
     if not x then
       outcome, charged = 6, amount
       for _, win in ipairs(wins) do win.u = math.min(win.u + amount, MAX) end
-      schedule(txn, 's', now + ttl)
+      if not full then schedule(txn, 's', now + ttl) end
       written = true
     elseif x.state == 'o' or x.state == 'c' then
       settle(amount)
@@ -302,8 +316,9 @@ _SHA = hashlib.sha1(BUDGET_LUA.encode()).hexdigest().encode()
 _BODY = BUDGET_LUA.encode()
 
 
-def encode(call: Call, *, load: bool = False) -> bytes:
-    """The RESP call of `call` (EVALSHA; EVAL with `load`)."""
+def encode(call: Call, max_txns: int = MAX_BUDGET_TXNS, *, load: bool = False) -> bytes:
+    """The RESP call of `call` on a budget holding at most `max_txns` transactions
+    (EVALSHA; EVAL with `load`)."""
     state = call.key.encode()
     due = state + b"_due"
     args = [
@@ -313,6 +328,7 @@ def encode(call: Call, *, load: bool = False) -> bytes:
         bulk_int(call.amount),
         bulk_int(call.ttl),
         bulk_int(call.charge + 2 * call.force + 4 * call.remember),
+        bulk_int(max_txns),
         bulk_int(len(call.windows)),
     ]
     for win in call.windows:
@@ -356,7 +372,8 @@ class RedisBudgets:
         """Apply the calls (in order on one budget); one Result each."""
         inst = self.instance
         slots = [key_slot(c.key.encode()) for c in calls]
-        cmds = [(slot, encode(c)) for slot, c in zip(slots, calls, strict=True)]
+        most = inst.budget_max_transactions
+        cmds = [(slot, encode(c, most)) for slot, c in zip(slots, calls, strict=True)]
         replies = await inst._run(cmds)  # the instance's one round, routed per slot
         missing = [
             i
@@ -364,7 +381,7 @@ class RedisBudgets:
             if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT")
         ]
         if missing:  # the server lost its scripts: EVAL loads them again
-            again = [(slots[i], encode(calls[i], load=True)) for i in missing]
+            again = [(slots[i], encode(calls[i], most, load=True)) for i in missing]
             for i, reply in zip(missing, await inst._run(again), strict=True):
                 replies[i] = reply
         return [decode(reply) for reply in replies]
@@ -385,7 +402,8 @@ async def dry_run(inst: RedisInstance, calls: Sequence[Call]) -> list[Result]:
         cmds.append((slot, command("HGETALL", state)))
         cmds.append((slot, command("ZRANGE", state + b"_due", "0", "-1", "WITHSCORES")))
     replies = await inst._run(cmds)
-    scratch = MemoryBudgets()
+    # Redis holds the budgets: the process's own bound has nothing to count here.
+    scratch = MemoryBudgets(inst.budget_max_transactions, sys.maxsize)
     for i, key in enumerate(keys):
         fields, due = replies[2 * i], replies[2 * i + 1]
         for reply in (fields, due):

@@ -16,6 +16,7 @@ from typing import Any
 import hiredis
 
 from ...aio import cancel
+from ...budget.model import MAX_BUDGET_TXNS
 from ...config.windows import SLIDING_WINDOW, TOKEN_BUCKET
 from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
@@ -67,6 +68,8 @@ class RedisInstance:
     # The breaker guarding this instance (BACKEND_BREAKER_*), which counts the calls of
     # `increment_later` itself (`Breaker.call` counts the awaited ones); set by the guard.
     breaker: Breaker | None = None
+    # The transactions one token budget may hold (BUDGET_MAX_TRANSACTIONS); set by the backend.
+    budget_max_transactions = MAX_BUDGET_TXNS
 
     def __init__(
         self,
@@ -158,7 +161,7 @@ class RedisInstance:
                 cmds.append((slot, scripts.refund(k, op.hits, ttl[j])))
                 owner.append(j)
             elif op.budget is not None:
-                cmds.append((slot, budget.encode(op.budget)))
+                cmds.append((slot, budget.encode(op.budget, self.budget_max_transactions)))
                 owner.append(j)
             elif op.algorithm:
                 cmds.append((slot, scripts.call(op, k, peek=peek)))
@@ -180,7 +183,8 @@ class RedisInstance:
                 if op.refund:
                     again.append((cmds[i][0], scripts.refund(k, op.hits, ttl[j], load=True)))
                 elif op.budget is not None:
-                    again.append((cmds[i][0], budget.encode(op.budget, load=True)))
+                    most = self.budget_max_transactions
+                    again.append((cmds[i][0], budget.encode(op.budget, most, load=True)))
                 else:
                     again.append((cmds[i][0], scripts.call(op, k, peek=peek, load=True)))
             for i, reply in zip(missing, await self._run(again), strict=True):

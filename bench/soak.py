@@ -20,7 +20,10 @@ and never reads, 5 answered 1 MiB calls with a grpc-timeout of 99999999H, a 466,
 request, a length prefix of 2^32-1 and 100 connections to the Prometheus listener that never
 send anything; and, each in a thread of its own for up to a second, one connection per kind
 streaming frames that do no work (empty DATA, PRIORITY, WINDOW_UPDATE, an unknown type) and
-one sending HPACK bomb blocks without pause, counted by whether the daemon cut them off.
+one sending HPACK bomb blocks without pause, counted by whether the daemon cut them off;
+a request of 1,000 limit overrides with distinct 4,000-byte values (request-named series), 2,000
+token-budget reserves with distinct transaction ids never settled, and 2 `/stats` and 2
+`/metrics` pages never read.
 Each is counted per minute as `attack <kind>`.
 
 Reported per minute: answers by kind, p99 of the valid calls per transport, the daemon's RSS
@@ -243,6 +246,22 @@ class Soak:
                 ("huge request", self._huge(huge)),
                 ("negative prefix", attacks.negative_prefix(d.grpc_port)),
                 ("silent metrics", asyncio.to_thread(attacks.silent_sockets, self.metrics, 100)),
+                (
+                    "long series",
+                    attacks.long_series(d.grpc_target, 1, domain="soak", tag=f"{tick:.0f}-"),
+                ),
+                (
+                    "budget transactions",
+                    attacks.budget_transactions(d.grpc_target, 2, tag=f"{tick:.0f}-"),
+                ),
+                (
+                    "unread stats",
+                    asyncio.to_thread(attacks.unread_pages, d.debug_port, "/stats", 2),
+                ),
+                (
+                    "unread metrics",
+                    asyncio.to_thread(attacks.unread_pages, self.metrics, "/metrics", 2),
+                ),
             ]
             # Connections that only cost loop time, each in a thread of its own for up to a
             # second: counted by whether the daemon cut them off.
@@ -393,6 +412,7 @@ def main() -> int:
             **prometheus_env(),
         )
         write_config(env, "soak.yaml", CONFIG.format(limit=20))
+        write_config(env, "llm.yaml", attacks.BUDGET_CONFIG)
         daemon = start_daemon(env, work)
         try:
             soak = Soak(daemon, redis, env, args.minutes, args.attackers)

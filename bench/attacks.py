@@ -452,42 +452,11 @@ async def idempotency_replays(run: Run) -> dict[str, Any]:
         redis.close()
 
 
-async def decision_ms(target: str, seconds: float) -> dict[str, float]:
-    """One well-behaved client's decisions, one after another for `seconds`: p50 and p99 (ms,
-    as the client sees them)."""
-    took = await attacks.probe(target, seconds)
-    return {
-        "p50": round(attacks.percentile(took, 0.5) * 1000, 1),
-        "p99": round(attacks.percentile(took, 0.99) * 1000, 1),
-        "calls": len(took),
-    }
-
-
-@scenario(
-    "scrapers",
-    "18. 10,000 request-named series (200-byte values), 4 scrapers of /metrics at once: a "
-    "valid client's decisions",
-    _PROMETHEUS="1",
-)
-async def scrapers(run: Run) -> dict[str, Any]:
-    await attacks.long_series(run.daemon.grpc_target, 10, value_bytes=200)
-    port = metrics_port(run.env)
-    out: dict[str, Any] = {"alone": await decision_ms(run.daemon.grpc_target, 10)}
-    stop = threading.Event()
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        loops = [pool.submit(attacks.scrape_loop, port, "/metrics", stop) for _ in range(4)]
-        await asyncio.sleep(2)  # the scrapers under way
-        out["with_4_scrapers"] = await decision_ms(run.daemon.grpc_target, 20)
-        stop.set()
-        out["scrapes_answered"] = sum(loop.result() for loop in loops)
-    return out
-
-
 @scenario(
     "idle_metrics",
-    "19. USE_PROMETHEUS: 3,000 idle connections to PROMETHEUS_ADDR under ulimit -n 2048",
+    "18. USE_PROMETHEUS: 3,000 idle connections to PROMETHEUS_ADDR under ulimit -n 2048",
     _NOFILE="2048",
-    _PROMETHEUS="1",
+    _METRICS="1",
 )
 async def idle_metrics(run: Run) -> dict[str, Any]:
     port = metrics_port(run.env)
@@ -509,7 +478,7 @@ async def idle_metrics(run: Run) -> dict[str, Any]:
     return out
 
 
-@scenario("second_instance", "20. a second daemon started on the same ports")
+@scenario("second_instance", "19. a second daemon started on the same ports")
 async def second_instance(run: Run) -> dict[str, Any]:
     second = DaemonProcess(run.daemon.env, run.work / "second.log")
     try:
@@ -524,7 +493,7 @@ async def second_instance(run: Run) -> dict[str, Any]:
     return {"second_instance": outcome}
 
 
-@scenario("unreachable_redis", "21. REDIS_URL nobody answers, then SIGTERM", _NO_DAEMON="1")
+@scenario("unreachable_redis", "20. REDIS_URL nobody answers, then SIGTERM", _NO_DAEMON="1")
 async def unreachable_redis(run: Run) -> dict[str, Any]:
     env = dict(run.env, BACKEND_TYPE="redis", REDIS_SOCKET_TYPE="tcp", LOG_LEVEL="warning")
     env["REDIS_URL"] = f"127.0.0.1:{free_port()}"
@@ -541,6 +510,37 @@ async def unreachable_redis(run: Run) -> dict[str, Any]:
     finally:
         waiting.close()
     return {"after_sigterm": outcome}
+
+
+async def decision_ms(target: str, seconds: float) -> dict[str, float]:
+    """One well-behaved client's decisions, one after another for `seconds`: p50 and p99 (ms,
+    as the client sees them)."""
+    took = await attacks.probe(target, seconds)
+    return {
+        "p50": round(attacks.percentile(took, 0.5) * 1000, 1),
+        "p99": round(attacks.percentile(took, 0.99) * 1000, 1),
+        "calls": len(took),
+    }
+
+
+@scenario(
+    "scrapers",
+    "21. 10,000 request-named series (200-byte values), 4 scrapers of /metrics at once: a "
+    "valid client's decisions",
+    _METRICS="1",
+)
+async def scrapers(run: Run) -> dict[str, Any]:
+    await attacks.long_series(run.daemon.grpc_target, 10, value_bytes=200)
+    port = metrics_port(run.env)
+    out: dict[str, Any] = {"alone": await decision_ms(run.daemon.grpc_target, 10)}
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        loops = [pool.submit(attacks.scrape_loop, port, "/metrics", stop) for _ in range(4)]
+        await asyncio.sleep(2)  # the scrapers under way
+        out["with_4_scrapers"] = await decision_ms(run.daemon.grpc_target, 20)
+        stop.set()
+        out["scrapes_answered"] = sum(loop.result() for loop in loops)
+    return out
 
 
 async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
@@ -562,7 +562,7 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
         memcached = start_bound(lambda: Memcached(work / "memcached"))
         env.update(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=memcached.address)
         context["_memcached"] = memcached
-    if extra.pop("_PROMETHEUS", None):
+    if extra.pop("_METRICS", None):
         env.update(prometheus_env())
     nofile = extra.pop("_NOFILE", None)
     no_daemon = extra.pop("_NO_DAEMON", None)
@@ -594,7 +594,7 @@ def report(results: dict[str, dict[str, Any]]) -> str:
         "`before`: the tree the hardening started from, built (`--code`); `after`: this one.",
         "Scenarios 1-12 are the round that fixed them (its `before` is the tree it started",
         "from); 13-21 this round's, whose `before` is d421260 (13g and 14g: the grpcio",
-        "transport, measured after only). Scenarios 13, 14 and 18 give wall-clock latencies",
+        "transport, measured after only). Scenarios 13, 14 and 21 give wall-clock latencies",
         "of a probe client on a shared 2-core machine: 13 and 14 state the load average.",
         "",
     ]

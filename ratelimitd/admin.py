@@ -26,7 +26,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._match_py import EXACT, KEY_ONLY, WILDCARD
-from .budget.model import COUNT, DUPLICATE, KIND_NAMES, OUTCOME_NAMES, RELEASE, RESERVE, Result
+from .budget.model import (
+    COUNT,
+    DUPLICATE,
+    FULL,
+    KIND_NAMES,
+    OUTCOME_NAMES,
+    RELEASE,
+    RESERVE,
+    Result,
+)
 from .config import Rule
 from .decision import CONSUME
 from .limiter import Limiter
@@ -242,13 +251,14 @@ def _budget_call(item: Any, key: str, result: Result) -> dict[str, Any]:
 def _budget_windows(item: Any, key: str, result: Result) -> list[dict[str, Any]]:
     """A budget's windows: used and reserved now, and the level after the call."""
     asks = item.budget[0] in (RESERVE, COUNT)  # a settle or close never refuses
-    duplicate = result.outcome == DUPLICATE
+    # Refused whatever the levels: a reused id, or a budget holding its most transactions.
+    refused = result.outcome in (DUPLICATE, FULL)
     rows = []
     for w, win, (after, ticks), (used, reserved) in zip(
         item.rule.windows, item.rule.budget.windows, result.levels, result.held, strict=True
     ):
         limit = w.limit
-        over = asks and (after > w.requests or duplicate)
+        over = asks and (after > w.requests or refused)
         rows.append(
             {
                 "cache_key": key,

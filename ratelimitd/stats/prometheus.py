@@ -250,7 +250,7 @@ class PrometheusSink(Sink):
         """PROMETHEUS_PATH: the exposition for GET (and HEAD); 405 for another method."""
         if request.method not in (b"GET", b"HEAD"):
             return _METHOD_NOT_ALLOWED
-        return 200, _EXPOSITION, _chunks(await self._exposition())
+        return 200, _EXPOSITION, _Exposition(await self._exposition())
 
     async def _exposition(self) -> list[str]:
         """The exposition's lines, rendered after this scrape arrived.
@@ -282,8 +282,29 @@ class PrometheusSink(Sink):
                 self._rendered = None  # kept only for scrapes waiting now
 
 
-async def _chunks(lines: list[str]) -> AsyncIterator[bytes]:
-    """The exposition in chunks of _CHUNK_LINES lines, the loop free between two."""
-    for i in range(0, len(lines), _CHUNK_LINES):
-        yield "".join(lines[i : i + _CHUNK_LINES]).encode()
-        await asyncio.sleep(0)
+class _Exposition:
+    """An exposition's lines as the listener sends them: chunks of _CHUNK_LINES lines, the
+    loop free between two; `held_bytes`, what they hold (the listener charges it to the
+    process's client buffers while a scraper reads them, so unread scrapes cannot keep
+    any number of renders)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self._lines = lines
+        self._at = 0
+        self.held_bytes = sum(map(len, lines))
+
+    def __aiter__(self) -> _Exposition:
+        return self
+
+    async def __anext__(self) -> bytes:
+        at = self._at
+        if at >= len(self._lines):
+            raise StopAsyncIteration
+        if at:
+            await asyncio.sleep(0)
+        self._at = at + _CHUNK_LINES
+        return "".join(self._lines[at : at + _CHUNK_LINES]).encode()
+
+    async def aclose(self) -> None:
+        """Let go of the lines (sent, or the scraper gone)."""
+        self._lines = []

@@ -34,7 +34,9 @@ async iterator of byte chunks as its body: it is sent chunked (HTTP/1.0: delimit
 close), and the next chunk is made only once the client has read the one before down to
 the high-water mark, within `write_timeout` as any answer, so a client that does not read
 holds at most the high-water mark and one chunk, not the whole answer (an unread 244 MB
-/stats once stayed in the transport's buffer).
+/stats once stayed in the transport's buffer). A body that holds what it will send (a
+rendered exposition) says how much in `held_bytes`: that is charged to the process's
+`ClientBuffers` while it is sent, and when it does not fit the answer is 503.
 """
 
 from __future__ import annotations
@@ -410,6 +412,12 @@ class _HttpProtocol(asyncio.Protocol):
                 if transport.is_closing():
                     await _close(body)
                     return
+                held = 0 if isinstance(body, bytes) else getattr(body, "held_bytes", 0)
+                if held and not self._buffers.take(held):
+                    # What it holds until it is read does not fit in the process's buffers.
+                    await _close(body)
+                    status, headers, body = OVERLOADED
+                    tail = _CLOSE
                 head = server.head(status, headers)
                 if isinstance(body, bytes):
                     length = b"Content-Length: %d\r\n" % len(body)
@@ -418,7 +426,11 @@ class _HttpProtocol(asyncio.Protocol):
                     http11 = request.http11
                     if not http11:
                         tail = _CLOSE  # no chunked coding in HTTP/1.0: the close ends it
-                    sent = await self._stream(transport, head, tail, body, head_only, http11)
+                    try:
+                        sent = await self._stream(transport, head, tail, body, head_only, http11)
+                    finally:
+                        if held:
+                            self._buffers.give(held)
                     if not sent:
                         return
                 if tail is _CLOSE:

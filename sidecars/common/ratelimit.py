@@ -79,7 +79,8 @@ _NOT_REPLAYED = frozenset(
         "connection",
     }
 )
-# A stored answer: (status, headers, body); status 0 marks one too large to keep.
+# A stored answer: (status, headers, body); status 0 marks one not kept (streamed, or
+# larger than the bound).
 _Stored = tuple[int, list[tuple[str, str]], bytes]
 _encode_answer = msgspec.msgpack.Encoder()
 _decode_answer = msgspec.msgpack.Decoder(_Stored)
@@ -151,7 +152,7 @@ class RateLimitConfig:
     count_error_responses: bool = False  # True: admitted requests count whatever the answer
     invalid_token_limit: int = 20  # invalid-token attempts per client address and window
     # The largest answer body kept for the retries of an Idempotency-Key (larger: 409).
-    idempotent_answer_bytes: int = 65536
+    idempotent_answer_bytes: int = 16384
 
 
 class AccessDenied(Exception):
@@ -497,8 +498,8 @@ def _replay(resp: falcon.asgi.Response, stored: bytes | None) -> None:
     status, headers, body = _decode_answer.decode(stored)
     if not status:
         message = (
-            "The request with this Idempotency-Key was answered, and its answer was too large "
-            "to keep for retries; use a new key for a new request."
+            "The request with this Idempotency-Key was answered, and its answer was not kept "
+            "for retries (streamed, or too large); use a new key for a new request."
         )
         answer(resp, ApiError(409, "idempotency_answer_not_kept", message))
         return

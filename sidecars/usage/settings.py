@@ -106,7 +106,7 @@ class Settings(Server):
     webhook_retry_for_seconds: float = 86400.0
     idempotency_window_seconds: int = 86400
     idempotency_max_keys: int = 10_000
-    idempotency_max_answer_bytes: int = 65536
+    idempotency_max_answer_bytes: int = 16384
 
     @property
     def usage_path(self) -> str:

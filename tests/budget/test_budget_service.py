@@ -188,3 +188,7 @@ async def test_a_reserve_past_the_budgets_transactions_is_refused_and_counted(
     mapper = MetricMapper.from_config(default_mapping_config())
     text = PrometheusSink(budget.d.stats, mapper, addr=":0").render().decode()
     assert 'ratelimit_service_rate_limit_budget_full{domain="llm",key1="user"} 1' in text
+    explained = await budget.admin.explain(Request("llm", [call("reserve", "t4", 1)]))
+    (entry,) = explained["descriptors"]
+    assert (entry["decision"], entry["budget"]["outcome"]) == ("OVER_LIMIT", "full")
+    assert entry["windows"][0]["would_be"] == "OVER_LIMIT"

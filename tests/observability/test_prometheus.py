@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from support.http_transport import read_reply, request_bytes, unread_answer
+from support import wait_until
+from support.http_transport import paused, read_reply, request_bytes, unread_answer
 from support.settings_env import on_memory
 
 from ratelimitd.settings import Settings
@@ -20,6 +21,7 @@ from ratelimitd.stats.prometheus import PrometheusSink
 from ratelimitd.stats.sinks import create_sink
 from ratelimitd.stats.workershare import WorkerShare
 from ratelimitd.transport.http import HttpServer
+from ratelimitd.transport.limits import ClientBuffers, ConnectionBudget
 
 from .conftest import CONFIG, running
 
@@ -294,24 +296,34 @@ def test_render_without_a_server_has_every_family_once() -> None:
 async def test_an_unread_scrape_holds_one_chunk_then_is_closed() -> None:
     """The exposition is streamed: a scraper that does not read holds the high-water mark and
     one chunk, not the exposition (an unread 326 MB scrape once kept the RSS at 954 MB), and
-    is closed after the write timeout."""
+    is closed after the write timeout. While it is sent, the rendered exposition counts in the
+    process's client buffers (MAX_BUFFERED_BYTES): a scrape that does not fit is 503, so
+    unread scrapes cannot keep any number of renders."""
     stats = StatsStore()
     for i in range(5_000):
         stats.rule_stats(f"d.k_{i:05d}_" + "v" * 200).total_hits = i
+    sink = PrometheusSink(stats, MetricMapper.from_config(default_mapping_config()), addr=":0")
+    exposition = len(sink.render())
+    assert exposition > 6_000_000
+    buffers = ClientBuffers(exposition * 3 // 2)
     servers: list[HttpServer] = []
 
     def serve(routes: Any) -> HttpServer:
-        servers.append(HttpServer(routes, write_timeout=1.0))
+        budget = ConnectionBudget(100, buffers)
+        servers.append(HttpServer(routes, write_timeout=1.0, budget=budget))
         return servers[0]
 
     sink = PrometheusSink(
         stats, MetricMapper.from_config(default_mapping_config()), addr="127.0.0.1:0", serve=serve
     )
-    exposition = len(sink.render())
-    assert exposition > 6_000_000
     async with running(sink):
-        held = await unread_answer(servers[0], "/metrics")
-        assert held < 600 * 1024 < exposition // 10, held
+        held = asyncio.ensure_future(unread_answer(servers[0], "/metrics"))
+        await wait_until(lambda: paused(servers[0]), what="the unread one paused")
+        assert buffers.held > exposition // 2  # charged while it is sent
+        status, headers, _ = await http_get(sink.port, "/metrics")
+        assert (status, headers["retry-after"]) == (503, "1")  # two would not fit
+        assert await held < 600 * 1024 < exposition // 10
+        assert buffers.held == 0  # given back once it was closed
         assert len(await scrape(sink)) > 30_000  # a scraper that reads gets all of it
 
 

@@ -158,17 +158,21 @@ class StubService:
         return self.outcome
 
 
+def paused(server: HttpServer) -> Any:
+    """A connection of `server` whose writing is paused (its client does not read), or None."""
+    return next((c for c in server.connections if c._write_waiter is not None), None)
+
+
 async def unread_answer(server: HttpServer, path: str) -> int:
     """Ask `server` for `path` on a connection that never reads (attacks.unread_pages): the
     bytes the server holds for it once its writing is paused. Returns once the server has
     closed it (its write timeout)."""
     client = await asyncio.to_thread(unread_pages, server.port, path, 1)
     try:
-        await wait_until(lambda: server.connections, what="the connection")
-        conn = next(iter(server.connections))
-        await wait_until(lambda: conn._write_waiter is not None, what="writing paused")
-        held = conn._transport.get_write_buffer_size()  # type: ignore[union-attr]
-        await wait_until(lambda: not server.connections, what="closed after the write timeout")
+        await wait_until(lambda: paused(server), what="writing paused")
+        conn = paused(server)
+        held: int = conn._transport.get_write_buffer_size()
+        await wait_until(lambda: conn not in server.connections, what="closed after write_timeout")
         return held
     finally:
         client.close()

@@ -20,8 +20,9 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import signal
 import ssl
-import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -32,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from support import attacks, free_port
+from support import attacks, free_port, http_get, wait_for
 from support.daemon import (
     DaemonProcess,
     LowNofileDaemon,
     daemon_environment,
+    metrics_port,
+    prometheus_env,
     start_daemon,
     write_config,
 )
@@ -303,6 +306,74 @@ async def memcache_refund(run: Run) -> dict[str, Any]:
     }
 
 
+def latencies(took: list[float]) -> dict[str, float]:
+    """p50 and p99 of a probe's decisions, ms."""
+    return {
+        "probe_p50_ms": round(attacks.percentile(took, 0.5) * 1000, 1),
+        "probe_p99_ms": round(attacks.percentile(took, 0.99) * 1000, 1),
+    }
+
+
+async def quiet(run: Run) -> dict[str, Any]:
+    """The load average, and the probe's latencies over 5 s with no attack."""
+    out: dict[str, Any] = {"load_average": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    probe = latencies(await attacks.probe(run.daemon.grpc_target, 5))
+    return out | {f"quiet_{k}": v for k, v in probe.items()}
+
+
+async def flooded(
+    run: Run, attack: Callable[[], Awaitable[attacks.Held]], seconds: float
+) -> dict[str, Any]:
+    """`attack` run for `seconds` in a thread of its own while a probe decides: the probe's
+    latencies, the daemon's CPU, whether the daemon closed the attacking connection."""
+    cpu = run.daemon.cpu()
+    flood = attacks.in_thread(attack)
+    probe = latencies(await attacks.probe(run.daemon.grpc_target, seconds))
+    closed = await flood
+    return {
+        **probe,
+        "daemon_cpu_s": round(run.daemon.cpu() - cpu, 1),
+        "attacker_closed_by_server": closed,
+    }
+
+
+@scenario(
+    "idle_frames",
+    "13. one connection streaming frames that do no work, 10 s per kind (empty DATA on an "
+    "open stream, PRIORITY, WINDOW_UPDATE, an unknown type), a probe deciding meanwhile",
+)
+async def idle_frames(run: Run) -> dict[str, Any]:
+    out = await quiet(run)
+    port = run.daemon.grpc_port
+    for kind in sorted(attacks.IDLE_FRAME_KINDS):
+        figures = await flooded(run, lambda kind=kind: attacks.frame_flood(port, kind, 10), 10)
+        out.update({f"{kind}_{k}": v for k, v in figures.items()})
+    return out
+
+
+@scenario(
+    "hpack_bomb_flood",
+    "14. HPACK bomb blocks (147 KB) on one connection without pause for 10 s, a probe deciding",
+)
+async def hpack_bomb_flood(run: Run) -> dict[str, Any]:
+    out = await quiet(run)
+    port = run.daemon.grpc_port
+    out.update(await flooded(run, lambda: attacks.hpack_bomb_flood(port, 10), 10))
+    return out
+
+
+scenario(
+    "idle_frames_grpcio",
+    "13g. as 13, GRPC_TRANSPORT=grpcio (grpc core's HTTP/2, which this round left as it was)",
+    GRPC_TRANSPORT="grpcio",
+)(idle_frames)
+scenario(
+    "hpack_bomb_flood_grpcio",
+    "14g. as 14, GRPC_TRANSPORT=grpcio",
+    GRPC_TRANSPORT="grpcio",
+)(hpack_bomb_flood)
+
+
 def _memcache_key() -> str:
     now = int(time.time())
     return f"test_k_refund_{now - now % 60}"
@@ -381,20 +452,75 @@ async def idempotency_replays(run: Run) -> dict[str, Any]:
         redis.close()
 
 
+@scenario(
+    "idle_metrics",
+    "18. USE_PROMETHEUS: 3,000 idle connections to PROMETHEUS_ADDR under ulimit -n 2048",
+    _NOFILE="2048",
+    _METRICS="1",
+)
+async def idle_metrics(run: Run) -> dict[str, Any]:
+    port = metrics_port(run.env)
+    held = await asyncio.to_thread(attacks.silent_sockets, port, 3000)
+    await asyncio.sleep(1)
+    out: dict[str, Any] = {"daemon_fds_during": run.daemon.open_fds()}
+    for name, probe in (
+        ("healthcheck_during", lambda: run.daemon.http("/healthcheck", timeout=3)[0]),
+        ("debug_during", lambda: run.daemon.debug("/rlconfig", timeout=3)[0]),
+        ("scrape_during", lambda: http_get(f"http://127.0.0.1:{port}/metrics", 3)[0]),
+    ):
+        try:
+            out[name] = await asyncio.to_thread(probe)
+        except OSError as exc:
+            out[name] = type(exc).__name__
+    out["new_grpc_client_during"] = await grpc_served(run.daemon.grpc_target)
+    out["flood_connections_open"] = held.open_sockets()
+    held.close()
+    return out
+
+
+@scenario("second_instance", "19. a second daemon started on the same ports")
+async def second_instance(run: Run) -> dict[str, Any]:
+    second = DaemonProcess(run.daemon.env, run.work / "second.log")
+    try:
+        await asyncio.to_thread(second.proc.wait, 15)
+        outcome = f"exited {second.proc.returncode}"
+        if "address already in use" in second.log():
+            outcome += ": address already in use"
+    except subprocess.TimeoutExpired:
+        outcome = "still running 15 s later (bound the ports too)"
+    finally:
+        second.close()
+    return {"second_instance": outcome}
+
+
+@scenario("unreachable_redis", "20. REDIS_URL nobody answers, then SIGTERM", _NO_DAEMON="1")
+async def unreachable_redis(run: Run) -> dict[str, Any]:
+    env = dict(run.env, BACKEND_TYPE="redis", REDIS_SOCKET_TYPE="tcp", LOG_LEVEL="warning")
+    env["REDIS_URL"] = f"127.0.0.1:{free_port()}"
+    waiting = DaemonProcess(env, run.work / "waiting.log")
+    try:
+        await asyncio.to_thread(wait_for, lambda: "not ready" in waiting.log(), 20)
+        start = time.monotonic()
+        waiting.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(waiting.proc.wait, 15)
+            outcome = f"exited {waiting.proc.returncode} after {time.monotonic() - start:.1f} s"
+        except subprocess.TimeoutExpired:
+            outcome = "still running 15 s after SIGTERM"
+    finally:
+        waiting.close()
+    return {"after_sigterm": outcome}
+
+
 async def decision_ms(target: str, seconds: float) -> dict[str, float]:
     """One well-behaved client's decisions, one after another for `seconds`: p50 and p99 (ms,
     as the client sees them)."""
-    took = []
-    body = encode_request("test", [[("k", "v")]])
-    async with grpc.aio.insecure_channel(target) as channel:
-        call = channel.unary_unary(METHOD_PATH)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            start = time.perf_counter()
-            await call(body, timeout=10)
-            took.append((time.perf_counter() - start) * 1000)
-    cuts = statistics.quantiles(took, n=100)
-    return {"p50": round(cuts[49], 1), "p99": round(cuts[98], 1), "calls": len(took)}
+    took = await attacks.probe(target, seconds)
+    return {
+        "p50": round(attacks.percentile(took, 0.5) * 1000, 1),
+        "p99": round(attacks.percentile(took, 0.99) * 1000, 1),
+        "calls": len(took),
+    }
 
 
 @scenario(
@@ -405,7 +531,7 @@ async def decision_ms(target: str, seconds: float) -> dict[str, float]:
 )
 async def scrapers(run: Run) -> dict[str, Any]:
     await attacks.long_series(run.daemon.grpc_target, 10, value_bytes=200)
-    port = int(run.env["PROMETHEUS_ADDR"].rpartition(":")[2])
+    port = metrics_port(run.env)
     out: dict[str, Any] = {"alone": await decision_ms(run.daemon.grpc_target, 10)}
     stop = threading.Event()
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
@@ -437,10 +563,12 @@ async def measure(name: str, code: Path, work: Path) -> dict[str, Any]:
         env.update(BACKEND_TYPE="memcache", MEMCACHE_HOST_PORT=memcached.address)
         context["_memcached"] = memcached
     if extra.pop("_METRICS", None):
-        env.update(USE_STATSD="false", USE_PROMETHEUS="true")
-        env["PROMETHEUS_ADDR"] = f"127.0.0.1:{free_port()}"
+        env.update(prometheus_env())
     nofile = extra.pop("_NOFILE", None)
+    no_daemon = extra.pop("_NO_DAEMON", None)
     env.update(extra)
+    if no_daemon:
+        return {"title": title, **await fn(Run(None, env, work))}  # type: ignore[arg-type]
     if nofile:
         low = lambda: LowNofileDaemon(env, work / "daemon-low.log", int(nofile))  # noqa: E731
         daemon: DaemonProcess = start_bound(low)
@@ -464,6 +592,10 @@ def report(results: dict[str, dict[str, Any]]) -> str:
         "Command: `.venv/bin/python bench/attacks.py --label L [--code DIR]`; each scenario",
         "on a fresh daemon (memory backend unless said), figures from /proc of the daemon.",
         "`before`: the tree the hardening started from, built (`--code`); `after`: this one.",
+        "Scenarios 1-12 are the round that fixed them (its `before` is the tree it started",
+        "from); 13-21 this round's, whose `before` is d421260 (13g and 14g: the grpcio",
+        "transport, measured after only). Scenarios 13, 14 and 21 give wall-clock latencies",
+        "of a probe client on a shared 2-core machine: 13 and 14 state the load average.",
         "",
     ]
     for name in names:

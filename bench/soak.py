@@ -17,7 +17,14 @@ tests/support/attacks.py joins in, each held until the next round: a zero-window
 with 50 answered calls, 5 connections with partial 4 MiB bodies, an HPACK bomb, 100 gRPC and
 100 HTTP connections that never send anything, a /json client that pipelines 1 MiB requests
 and never reads, 5 answered 1 MiB calls with a grpc-timeout of 99999999H, a 466,000-descriptor
-request and a length prefix of 2^32-1. Each is counted per minute as `attack <kind>`.
+request, a length prefix of 2^32-1 and 100 connections to the Prometheus listener that never
+send anything; and, each in a thread of its own for up to a second, one connection per kind
+streaming frames that do no work (empty DATA, PRIORITY, WINDOW_UPDATE, an unknown type) and
+one sending HPACK bomb blocks without pause, counted by whether the daemon cut them off;
+a request of 1,000 limit overrides with distinct 4,000-byte values (request-named series), 2,000
+token-budget reserves with distinct transaction ids never settled, and 2 `/stats` and 2
+`/metrics` pages never read.
+Each is counted per minute as `attack <kind>`.
 
 Reported per minute: answers by kind, p99 of the valid calls per transport, the daemon's RSS
 and open descriptors; and the one figure that must be 0: valid answers on the limited key
@@ -44,7 +51,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 import grpc  # noqa: E402
 from support import attacks  # noqa: E402
-from support.daemon import daemon_environment, start_daemon, write_config  # noqa: E402
+from support.attacks import percentile  # noqa: E402
+from support.daemon import (  # noqa: E402
+    daemon_environment,
+    metrics_port,
+    prometheus_env,
+    start_daemon,
+    write_config,
+)
 from support.machine import describe, machine_info  # noqa: E402
 from support.process import start_bound  # noqa: E402
 from support.redis_server import RedisServer  # noqa: E402
@@ -62,13 +76,6 @@ descriptors:
 USERS = 50  # one limited key per user; user0 is hammered past its limit
 MAX_DESCRIPTORS = 1024
 OVERSIZED = MAX_DESCRIPTORS + 1
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class Minute:
@@ -101,6 +108,7 @@ class Soak:
         self.events: list[str] = []
         self.start = 0.0
         self.rng = random.Random(1)
+        self.metrics = metrics_port(env)
 
     def now_minute(self) -> Minute:
         i = int((time.monotonic() - self.start) // 60)
@@ -237,7 +245,35 @@ class Soak:
                 ("deadlines", attacks.answered_deadline_calls(d.grpc_port, 5, 1 << 20, "soak")),
                 ("huge request", self._huge(huge)),
                 ("negative prefix", attacks.negative_prefix(d.grpc_port)),
+                ("silent metrics", asyncio.to_thread(attacks.silent_sockets, self.metrics, 100)),
+                (
+                    "long series",
+                    attacks.long_series(d.grpc_target, 1, domain="soak", tag=f"{tick:.0f}-"),
+                ),
+                (
+                    "budget transactions",
+                    attacks.budget_transactions(d.grpc_target, 2, tag=f"{tick:.0f}-"),
+                ),
+                (
+                    "unread stats",
+                    asyncio.to_thread(attacks.unread_pages, d.debug_port, "/stats", 2),
+                ),
+                (
+                    "unread metrics",
+                    asyncio.to_thread(attacks.unread_pages, self.metrics, "/metrics", 2),
+                ),
             ]
+            # Connections that only cost loop time, each in a thread of its own for up to a
+            # second: counted by whether the daemon cut them off.
+            floods = {
+                f"{kind} flood": attacks.in_thread(
+                    lambda kind=kind: attacks.frame_flood(d.grpc_port, kind, 1)
+                )
+                for kind in attacks.IDLE_FRAME_KINDS
+            }
+            floods["hpack bomb flood"] = attacks.in_thread(
+                lambda: attacks.hpack_bomb_flood(d.grpc_port, 1)
+            )
             for kind, coro in rounds:
                 try:
                     result = await coro
@@ -247,6 +283,15 @@ class Soak:
                 if isinstance(result, attacks.Held):
                     held.append(result)
                 self.now_minute().kinds[f"attack {kind}"] += 1
+            for kind, flood in floods.items():
+                try:
+                    cut = await flood
+                except (OSError, AssertionError) as exc:
+                    self.now_minute().kinds[f"attack {kind}: {type(exc).__name__}"] += 1
+                    continue
+                self.now_minute().kinds[
+                    f"attack {kind}: {'cut off' if cut else 'NOT cut off'}"
+                ] += 1
             await asyncio.sleep(max(0.0, 10.0 - (time.monotonic() - tick)))
         for h in held:
             h.close()
@@ -364,9 +409,10 @@ def main() -> int:
             REDIS_URL=redis.address,
             RUNTIME_WATCH_ROOT="false",
             LOG_LEVEL="warn",
-            USE_STATSD="false",
+            **prometheus_env(),
         )
         write_config(env, "soak.yaml", CONFIG.format(limit=20))
+        write_config(env, "llm.yaml", attacks.BUDGET_CONFIG)
         daemon = start_daemon(env, work)
         try:
             soak = Soak(daemon, redis, env, args.minutes, args.attackers)

@@ -5,7 +5,10 @@ As httptools is to HTTP/1.1: the asyncio Protocol around it (`transport/h2.py`) 
 bytes it reads (`receive`) and writes the bytes it returns (`receive`, `flush`), at most one
 `transport.write` per event-loop iteration. nghttp2 does the HTTP/2 framing and its RFC 9113
 checks (preface, frame sizes, stream states, pseudo-headers, flow control, the rapid-reset and
-CONTINUATION limits); this module adds gRPC's request rules as grpc-go applies them
+CONTINUATION limits); this module adds the flood bounds nghttp2 lacks (`_meter`: frames that
+do no work, header block bytes), the RFC 9113 connection errors it leaves to its user (HEADERS
+on a used stream id, an overflowing INITIAL_WINDOW_SIZE), and gRPC's request rules as grpc-go
+applies them
 (:method POST, content-type application/grpc[+-;...], grpc-timeout, grpc-encoding, the
 5-byte message prefix, the receive size limit) and answers a malformed call itself, so the
 Python side sees only well-formed unary messages: `on_request(stream)` with `stream.path`
@@ -29,7 +32,7 @@ once, the usual cases, are never charged: the hot path makes no call for them.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcmp, memcpy
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
@@ -51,6 +54,26 @@ DEFAULT_MAX_HEADER_LIST = 64 * 1024
 # What an incomplete request costs besides its header and body bytes (its Stream, nghttp2's
 # stream state), as charged to the process's request buffers.
 STREAM_COST = 1024
+
+# Flood bounds, past which a connection gets GOAWAY ENHANCE_YOUR_CALM and is closed, as
+# nghttp2 ends PING, SETTINGS and RST_STREAM floods and Envoy its own (see `_meter`).
+# Frames that make no progress (empty DATA, PRIORITY, WINDOW_UPDATE, extension frames)
+# since the last one that did (HEADERS, DATA with a payload, a DATA frame of ours): Envoy
+# allows 100 PRIORITY frames per stream. A client alone on a core once held it at 100 %
+# with empty DATA frames, and another client's decisions went from 0.9 ms to 39-98 ms.
+IDLE_FRAMES = 100
+# Header block bytes (HEADERS and CONTINUATION payloads, as sent: compressed) per connection,
+# a budget refilled at HEADER_BYTES_PER_SECOND up to HEADER_BYTES_BURST. Decoding costs up
+# to one header field per byte whatever happens to the fields (refused streams, lists over
+# MAX_HEADER_LIST_SIZE are still decoded whole to keep the HPACK state), so this bounds the
+# decoding work a connection can ask for: 5,553 HPACK bomb blocks of 147 KB in 10 s on one
+# connection once took another client's /json from 1 ms to 99 ms (p50). 1 MiB/s is 7,000
+# calls a second with 150-byte heads (a trace context, never indexed), and HPACK makes
+# most heads of a connection 20 to 40 bytes.
+HEADER_BYTES_BURST = 1 << 20
+HEADER_BYTES_PER_SECOND = 1 << 20
+# The client preface (RFC 9113 section 3.4), which precedes the first frame.
+cdef Py_ssize_t _PREFACE_LENGTH = 24
 
 # The PING payload that times the second GOAWAY of a graceful shutdown.
 cdef bytes _SHUTDOWN_PING = b"rlsdrain"
@@ -93,6 +116,27 @@ cdef class Connection:
     # CLOCK_MONOTONIC seconds since the connection has had no open stream (its creation,
     # or its last stream's close); meaningful only while `streams` is empty.
     cdef readonly double idle_since
+    # The frame meter (`_meter`): bytes of the current frame's payload (or of the preface)
+    # still to pass, the frame header being read, the frames without progress since the
+    # last with some, and the header block bytes the connection may still send (refilled
+    # as of `header_refilled`).
+    cdef Py_ssize_t meter_skip
+    cdef uint8_t meter_head[9]
+    cdef int meter_have
+    cdef int idle_frames
+    cdef int idle_limit
+    cdef double header_credit
+    cdef double header_burst
+    cdef double header_rate
+    cdef double header_refilled
+    # The highest stream id a HEADERS frame named, and the connection error a callback
+    # asked for (0: none; then nghttp2's failure decides).
+    cdef int32_t last_stream_id
+    cdef uint32_t fatal_code
+    # When a SETTINGS frame begins with streams open: the widest of their send windows and
+    # the peer's INITIAL_WINDOW_SIZE until then (-1: no stream was open).
+    cdef int64_t settings_window
+    cdef int64_t settings_initial
 
     def __cinit__(self):
         self.session = NULL
@@ -110,13 +154,21 @@ cdef class Connection:
         int connection_window=0,
         metadata=(),
         buffers=None,
+        int idle_frames=IDLE_FRAMES,
+        double header_bytes_burst=HEADER_BYTES_BURST,
+        double header_bytes_per_second=HEADER_BYTES_PER_SECOND,
     ):
         cdef nghttp2_settings_entry iv[2]
         self.streams = {}
+        self.meter_skip = _PREFACE_LENGTH
+        self.idle_limit = idle_frames
+        self.header_credit = self.header_burst = header_bytes_burst
+        self.header_rate = header_bytes_per_second
+        self.settings_window = -1
         self.buffers = buffers
         self.pending = []
         self.unsent = []
-        self.idle_since = _monotonic()
+        self.idle_since = self.header_refilled = _monotonic()
         self.on_request = on_request
         self.on_close = on_close
         self.metadata_names = frozenset(m.encode("ascii") for m in metadata) or None
@@ -148,14 +200,20 @@ cdef class Connection:
     def receive(self, bytes data):
         """Process bytes read from the peer; the bytes to write back (b"" if none)."""
         cdef ssize_t rv
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+        cdef const uint8_t* p = <const uint8_t*>PyBytes_AS_STRING(data)
+        cdef Py_ssize_t cut
         if self.dead:
             return b""
-        rv = nghttp2_session_mem_recv(
-            self.session, <const uint8_t*>PyBytes_AS_STRING(data), PyBytes_GET_SIZE(data)
-        )
+        # The frames up to the one that passes a flood bound are processed, that one and
+        # the rest are not.
+        cut = _meter(self, p, n)
+        rv = nghttp2_session_mem_recv(self.session, p, n if cut < 0 else cut)
         self._raise_stored()
         if rv < 0:
             self._fatal(rv)
+        elif cut >= 0:
+            self._terminate(NGHTTP2_ENHANCE_YOUR_CALM)
         elif self.pending:
             _charge_pending(self)
         return self.flush()
@@ -221,11 +279,17 @@ cdef class Connection:
 
     cdef void _fatal(self, ssize_t rv):
         if rv == NGHTTP2_ERR_BAD_CLIENT_MAGIC:
-            nghttp2_session_terminate_session(self.session, NGHTTP2_PROTOCOL_ERROR)
+            self._terminate(NGHTTP2_PROTOCOL_ERROR)
         elif rv == NGHTTP2_ERR_FLOODED:
-            nghttp2_session_terminate_session(self.session, NGHTTP2_ENHANCE_YOUR_CALM)
+            self._terminate(NGHTTP2_ENHANCE_YOUR_CALM)
+        elif rv == NGHTTP2_ERR_CALLBACK_FAILURE and self.fatal_code:
+            self._terminate(self.fatal_code)  # a connection error a callback found
         else:
-            nghttp2_session_terminate_session(self.session, NGHTTP2_INTERNAL_ERROR)
+            self._terminate(NGHTTP2_INTERNAL_ERROR)
+
+    cdef void _terminate(self, uint32_t error_code):
+        """The final GOAWAY with `error_code`."""
+        nghttp2_session_terminate_session(self.session, error_code)
         self.draining = True
         # What is queued (the GOAWAY) is still flushed; nothing more is read.
         self.dead = True
@@ -566,6 +630,81 @@ cdef class Connection:
             self.on_close(stream)
         stream.work = None
         return 0
+
+
+cdef Py_ssize_t _meter(Connection conn, const uint8_t* p, Py_ssize_t n) noexcept:
+    """Read the frame headers in these bytes (they may straddle reads) before nghttp2 does;
+    the offset of the frame that passes a flood bound (0 if it began in an earlier read),
+    or -1.
+
+    Counted here, ahead of the library, because nghttp2 skips some frames without a
+    callback (extension types, DATA on a closed stream, the rest of a header block it no
+    longer delivers) and they cost the loop all the same.
+    """
+    cdef Py_ssize_t i = 0, k, start
+    cdef size_t length
+    cdef uint8_t kind
+    cdef uint8_t* h = conn.meter_head
+    while i < n:
+        if conn.meter_skip:
+            k = conn.meter_skip if conn.meter_skip < n - i else n - i
+            conn.meter_skip -= k
+            i += k
+            continue
+        start = i - conn.meter_have
+        k = 9 - conn.meter_have
+        if k > n - i:
+            k = n - i
+        memcpy(h + conn.meter_have, p + i, k)
+        conn.meter_have += k
+        i += k
+        if conn.meter_have < 9:
+            break
+        conn.meter_have = 0
+        length = (<size_t>h[0] << 16) | (<size_t>h[1] << 8) | h[2]
+        kind = h[3]
+        conn.meter_skip = length
+        if kind == NGHTTP2_HEADERS or kind == NGHTTP2_CONTINUATION:
+            if not _header_credit(conn, length):
+                return start if start > 0 else 0
+            if kind == NGHTTP2_HEADERS:
+                conn.idle_frames = 0
+        elif kind == NGHTTP2_DATA and length:
+            conn.idle_frames = 0  # bounded by flow control
+        elif (
+            kind == NGHTTP2_DATA or kind == NGHTTP2_PRIORITY
+            or kind == NGHTTP2_WINDOW_UPDATE or kind > NGHTTP2_CONTINUATION
+        ):
+            conn.idle_frames += 1
+            if conn.idle_frames > conn.idle_limit:
+                return start if start > 0 else 0
+    return -1
+
+
+cdef inline bint _header_credit(Connection conn, size_t length) noexcept:
+    """Spend `length` header block bytes of the connection's budget; False when short."""
+    cdef double now
+    if conn.header_credit < length:
+        now = _monotonic()
+        conn.header_credit = min(
+            conn.header_burst,
+            conn.header_credit + (now - conn.header_refilled) * conn.header_rate,
+        )
+        conn.header_refilled = now
+        if conn.header_credit < length:
+            return False
+    conn.header_credit -= length
+    return True
+
+
+cdef int64_t _widest_window(Connection conn) noexcept:
+    """The largest send window of the connection's open streams."""
+    cdef int64_t widest = -0x80000000, w
+    for stream_id in conn.streams:
+        w = nghttp2_session_get_stream_remote_window_size(conn.session, <int32_t>stream_id)
+        if w > widest:
+            widest = w
+    return widest
 
 
 # What a connection charges to the process's buffers.

@@ -3,6 +3,30 @@
 # -- nghttp2 callbacks: C signatures, no exceptions escape (stored on the connection) ----
 
 
+cdef int _on_begin_frame(nghttp2_session* session, const nghttp2_frame_hd* hd,
+                         void* user_data) noexcept:
+    cdef Connection conn = <Connection>user_data
+    if hd.type == NGHTTP2_HEADERS:
+        if hd.stream_id > conn.last_stream_id:
+            conn.last_stream_id = hd.stream_id
+        elif nghttp2_session_get_stream_user_data(session, hd.stream_id) == NULL:
+            # A new stream's id must exceed every earlier one (RFC 9113 section 5.1.1), and
+            # a finished stream takes no more HEADERS: a connection error, where nghttp2
+            # ignores the block (it forgets closed streams) and the call hung until its
+            # deadline. grpc-go, the reference's server, ends the connection as well.
+            conn.fatal_code = NGHTTP2_PROTOCOL_ERROR
+            return NGHTTP2_ERR_CALLBACK_FAILURE
+    elif hd.type == NGHTTP2_SETTINGS and not hd.flags & NGHTTP2_FLAG_ACK:
+        if conn.streams:
+            conn.settings_window = _widest_window(conn)
+            conn.settings_initial = nghttp2_session_get_remote_settings(
+                session, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE
+            )
+        else:
+            conn.settings_window = -1
+    return 0
+
+
 cdef int _on_begin_headers(nghttp2_session* session, const nghttp2_frame* frame,
                            void* user_data) noexcept:
     cdef Connection conn = <Connection>user_data
@@ -66,6 +90,18 @@ cdef int _on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame,
                 conn._end_of_request(<Stream>ptr)
         elif kind == NGHTTP2_SETTINGS and not frame.hd.flags & NGHTTP2_FLAG_ACK:
             conn.established = True  # the client preface ends with its SETTINGS
+            if conn.settings_window >= 0 and (
+                conn.settings_window
+                + nghttp2_session_get_remote_settings(
+                    session, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE
+                )
+                - conn.settings_initial
+                > 0x7FFFFFFF
+            ):
+                # An INITIAL_WINDOW_SIZE that takes an open stream's window past 2^31-1 is
+                # a connection error (RFC 9113 section 6.9.2); nghttp2 resets the stream.
+                conn.fatal_code = NGHTTP2_FLOW_CONTROL_ERROR
+                return NGHTTP2_ERR_CALLBACK_FAILURE
         elif kind == NGHTTP2_PING and frame.hd.flags & NGHTTP2_FLAG_ACK:
             if memcmp(frame.ping.opaque_data, PyBytes_AS_STRING(_SHUTDOWN_PING), 8) == 0:
                 conn.goaway()
@@ -78,6 +114,9 @@ cdef int _on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame,
 cdef int _on_frame_send(nghttp2_session* session, const nghttp2_frame* frame,
                         void* user_data) noexcept:
     cdef int32_t sid = frame.hd.stream_id
+    if frame.hd.type == NGHTTP2_DATA:
+        # A reply went out: the peer's WINDOW_UPDATEs for it are progress.
+        (<Connection>user_data).idle_frames = 0
     if (
         (frame.hd.type == NGHTTP2_HEADERS or frame.hd.type == NGHTTP2_DATA)
         and frame.hd.flags & NGHTTP2_FLAG_END_STREAM
@@ -142,6 +181,7 @@ cdef void _init_library() except *:
     global _CALLBACKS, _OPTION
     if nghttp2_session_callbacks_new(&_CALLBACKS) != 0 or nghttp2_option_new(&_OPTION) != 0:
         raise H2Error("cannot initialise nghttp2")
+    nghttp2_session_callbacks_set_on_begin_frame_callback(_CALLBACKS, _on_begin_frame)
     nghttp2_session_callbacks_set_on_begin_headers_callback(_CALLBACKS, _on_begin_headers)
     nghttp2_session_callbacks_set_on_header_callback(_CALLBACKS, _on_header)
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(_CALLBACKS, _on_data_chunk)

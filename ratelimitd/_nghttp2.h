@@ -91,6 +91,8 @@ typedef struct {
   uint32_t value;
 } nghttp2_settings_entry;
 
+typedef int (*nghttp2_on_begin_frame_callback)(nghttp2_session *session,
+                                               const nghttp2_frame_hd *hd, void *user_data);
 typedef int (*nghttp2_on_begin_headers_callback)(nghttp2_session *session,
                                                  const nghttp2_frame *frame,
                                                  void *user_data);
@@ -116,10 +118,13 @@ typedef int (*nghttp2_on_stream_close_callback)(nghttp2_session *session,
 enum {
   NGHTTP2_DATA = 0,
   NGHTTP2_HEADERS = 1,
+  NGHTTP2_PRIORITY = 2,
   NGHTTP2_RST_STREAM = 3,
   NGHTTP2_SETTINGS = 4,
   NGHTTP2_PING = 6,
-  NGHTTP2_GOAWAY = 7
+  NGHTTP2_GOAWAY = 7,
+  NGHTTP2_WINDOW_UPDATE = 8,
+  NGHTTP2_CONTINUATION = 9
 };
 
 enum { NGHTTP2_FLAG_NONE = 0, NGHTTP2_FLAG_END_STREAM = 0x01, NGHTTP2_FLAG_ACK = 0x01 };
@@ -132,19 +137,20 @@ enum {
   NGHTTP2_NV_FLAG_NO_COPY_VALUE = 0x04
 };
 
-enum {
+typedef enum {
   NGHTTP2_SETTINGS_HEADER_TABLE_SIZE = 0x01,
   NGHTTP2_SETTINGS_ENABLE_PUSH = 0x02,
   NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS = 0x03,
   NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE = 0x04,
   NGHTTP2_SETTINGS_MAX_FRAME_SIZE = 0x05,
   NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE = 0x06
-};
+} nghttp2_settings_id;
 
 enum {
   NGHTTP2_NO_ERROR = 0x00,
   NGHTTP2_PROTOCOL_ERROR = 0x01,
   NGHTTP2_INTERNAL_ERROR = 0x02,
+  NGHTTP2_FLOW_CONTROL_ERROR = 0x03,
   NGHTTP2_FRAME_SIZE_ERROR = 0x06,
   NGHTTP2_REFUSED_STREAM = 0x07,
   NGHTTP2_CANCEL = 0x08,
@@ -168,6 +174,7 @@ void nghttp2_session_callbacks_del(nghttp2_session_callbacks *callbacks);
 #define RATELIMITD_NGHTTP2_SETTER(event)                  \
   void nghttp2_session_callbacks_set_on_##event##_callback( \
       nghttp2_session_callbacks *cbs, nghttp2_on_##event##_callback on_##event##_callback)
+RATELIMITD_NGHTTP2_SETTER(begin_frame);
 RATELIMITD_NGHTTP2_SETTER(begin_headers);
 RATELIMITD_NGHTTP2_SETTER(header);
 RATELIMITD_NGHTTP2_SETTER(data_chunk_recv);
@@ -205,6 +212,10 @@ int nghttp2_session_set_stream_user_data(nghttp2_session *session, int32_t strea
 void *nghttp2_session_get_stream_user_data(nghttp2_session *session, int32_t stream_id);
 int nghttp2_session_get_stream_remote_close(nghttp2_session *session, int32_t stream_id);
 int32_t nghttp2_session_get_last_proc_stream_id(nghttp2_session *session);
+int32_t nghttp2_session_get_stream_remote_window_size(nghttp2_session *session,
+                                                      int32_t stream_id);
+uint32_t nghttp2_session_get_remote_settings(nghttp2_session *session,
+                                             nghttp2_settings_id id);
 int nghttp2_session_terminate_session(nghttp2_session *session, uint32_t error_code);
 
 int nghttp2_submit_settings(nghttp2_session *session, uint8_t flags,

@@ -63,10 +63,13 @@ cdef extern from "_nghttp2.h":
     enum:
         NGHTTP2_DATA = 0
         NGHTTP2_HEADERS = 1
+        NGHTTP2_PRIORITY = 2
         NGHTTP2_RST_STREAM = 3
         NGHTTP2_SETTINGS = 4
         NGHTTP2_PING = 6
         NGHTTP2_GOAWAY = 7
+        NGHTTP2_WINDOW_UPDATE = 8
+        NGHTTP2_CONTINUATION = 9
 
         NGHTTP2_FLAG_NONE = 0
         NGHTTP2_FLAG_END_STREAM = 0x01
@@ -89,6 +92,7 @@ cdef extern from "_nghttp2.h":
         NGHTTP2_NO_ERROR = 0
         NGHTTP2_PROTOCOL_ERROR = 1
         NGHTTP2_INTERNAL_ERROR = 2
+        NGHTTP2_FLOW_CONTROL_ERROR = 3
         NGHTTP2_FRAME_SIZE_ERROR = 6
         NGHTTP2_REFUSED_STREAM = 7
         NGHTTP2_CANCEL = 8
@@ -101,6 +105,8 @@ cdef extern from "_nghttp2.h":
         NGHTTP2_ERR_FLOODED = -904
         NGHTTP2_ERR_FATAL = -900
 
+    ctypedef int (*nghttp2_on_begin_frame_callback)(
+        nghttp2_session *session, const nghttp2_frame_hd *hd, void *user_data) noexcept
     ctypedef int (*nghttp2_on_begin_headers_callback)(
         nghttp2_session *session, const nghttp2_frame *frame, void *user_data) noexcept
     ctypedef int (*nghttp2_on_header_callback)(
@@ -120,6 +126,8 @@ cdef extern from "_nghttp2.h":
 
     int nghttp2_session_callbacks_new(nghttp2_session_callbacks **callbacks_ptr)
     void nghttp2_session_callbacks_del(nghttp2_session_callbacks *callbacks)
+    void nghttp2_session_callbacks_set_on_begin_frame_callback(
+        nghttp2_session_callbacks *cbs, nghttp2_on_begin_frame_callback cb)
     void nghttp2_session_callbacks_set_on_begin_headers_callback(
         nghttp2_session_callbacks *cbs, nghttp2_on_begin_headers_callback cb)
     void nghttp2_session_callbacks_set_on_header_callback(
@@ -163,6 +171,9 @@ cdef extern from "_nghttp2.h":
     void *nghttp2_session_get_stream_user_data(nghttp2_session *session, int32_t stream_id)
     int nghttp2_session_get_stream_remote_close(nghttp2_session *session, int32_t stream_id)
     int32_t nghttp2_session_get_last_proc_stream_id(nghttp2_session *session)
+    int32_t nghttp2_session_get_stream_remote_window_size(
+        nghttp2_session *session, int32_t stream_id)
+    uint32_t nghttp2_session_get_remote_settings(nghttp2_session *session, int id)
     int nghttp2_session_terminate_session(nghttp2_session *session, uint32_t error_code)
 
     int nghttp2_submit_settings(

@@ -14,10 +14,12 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from . import allocator
+from .aio import cancel
 from .backends.base import Backend, BackendError
 from .config.provider import FileLayout
 from .config.xds_client import XdsSettingsError
@@ -81,6 +83,20 @@ class Daemon:
         if self._stop is not None:
             self._stop.set()
 
+    async def _unless_stopped(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` unless a stop is asked for first (it is then cancelled); whether it
+        ran to the end (its errors are raised)."""
+        assert self._stop is not None
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+        await cancel(stop)
+        if task.done():
+            task.result()
+            return True
+        await cancel(task)
+        return False
+
     async def run(self) -> int:
         """Serve until a termination signal; the process exit status."""
         s = self.settings
@@ -91,7 +107,12 @@ class Daemon:
         # The reference stops on SIGHUP too; here it reloads the config (docs/compatibility.md).
         loop.add_signal_handler(signal.SIGHUP, self.reloader.request_reload)
 
-        await self.backend.connect()
+        # A pod that cannot reach its backend must still stop when asked: the start-up
+        # retries (REDIS_STARTUP_*) once ignored SIGTERM for as long as they went on.
+        if not await self._unless_stopped(self.backend.connect()):
+            log.info("stopped before the backend was reached")
+            await self.backend.close()
+            return 0
         self.health.set("backend", True)
 
         # The reference opens no port before its first config loads, unless forced.
@@ -106,8 +127,9 @@ class Daemon:
 
         await self.grpc.start()
         listeners = s.listeners
-        await self.http.start(listeners.host, listeners.port, reuse_port=True)
-        await self.debug.start(listeners.debug_host, listeners.debug_port, reuse_port=True)
+        shared = s.workers.shares_ports
+        await self.http.start(listeners.host, listeners.port, reuse_port=shared)
+        await self.debug.start(listeners.debug_host, listeners.debug_port, reuse_port=shared)
         await self.sink.start()
         self.reloader.start()
         # Everything built so far (modules, rule set, servers) lives as long as the process:
@@ -156,12 +178,35 @@ def build(settings: Settings) -> Daemon:
         health.register("config", False)
     health.register("sigterm", True)
 
+    # Every listener's clients together leave FD_RESERVE descriptors to the rest, and hold
+    # at most MAX_BUFFERED_BYTES of requests and replies.
+    limits = settings.connections
+    budget = ConnectionBudget.for_process(limits.max_buffered_bytes)
+
+    def http_server(routes: Mapping[str, Handler], name: str, max_connections: int) -> HttpServer:
+        # The HTTP listeners share the HTTP timeouts and the process's budget.
+        return HttpServer(
+            routes,
+            name=name,
+            max_connections=max_connections,
+            read_timeout=limits.http_read_timeout,
+            idle_timeout=limits.http_idle_timeout,
+            write_timeout=limits.http_write_timeout,
+            budget=budget,
+        )
+
+    def metrics_server(routes: Mapping[str, Handler]) -> HttpServer:
+        # The Prometheus listener (USE_PROMETHEUS) is an operational one like debug, and
+        # takes its cap: its own default of 4,096 connections outside the budget once let
+        # 3,000 idle connections take every descriptor of the process.
+        return http_server(routes, "metrics", limits.debug_max_connections)
+
     sink = create_sink(
         settings,
         stats,
         worker_index=settings.workers.index,
         share_dir=settings.workers.stats_dir or None,
-        serve=HttpServer,
+        serve=metrics_server,
     )
     tracing = create_tracing(settings)
     core = build_core(settings, stats=stats, health=health, tracing=tracing)
@@ -195,23 +240,6 @@ def build(settings: Settings) -> Daemon:
         reload_options,
         track_config_health=settings.config.healthy_with_at_least_one_config_loaded,
     )
-    # Every listener's clients together leave FD_RESERVE descriptors to the rest, and hold
-    # at most MAX_BUFFERED_BYTES of requests and replies.
-    limits = settings.connections
-    budget = ConnectionBudget.for_process(limits.max_buffered_bytes)
-
-    def http_server(routes: Mapping[str, Handler], name: str, max_connections: int) -> HttpServer:
-        # Both HTTP listeners share the HTTP timeouts and the process's budget.
-        return HttpServer(
-            routes,
-            name=name,
-            max_connections=max_connections,
-            read_timeout=limits.http_read_timeout,
-            idle_timeout=limits.http_idle_timeout,
-            write_timeout=limits.http_write_timeout,
-            budget=budget,
-        )
-
     return Daemon(
         settings=settings,
         stats=stats,

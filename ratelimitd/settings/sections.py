@@ -409,3 +409,10 @@ class WorkerSettings:
     stats_dir: str = ""  # RATELIMITD_STATS_DIR: where workers publish Prometheus totals
     # RATELIMITD_SUPERVISOR_PID: a worker exits when this process is no longer its parent.
     supervisor_pid: int | None = None
+
+    @property
+    def shares_ports(self) -> bool:
+        """Whether this process is one of several workers binding the same ports
+        (SO_REUSEPORT); a lone daemon binds them alone, and a second instance on its ports
+        fails with "address in use", as the reference does."""
+        return self.index is not None

@@ -137,7 +137,9 @@ class PrometheusSink(Sink):
             if self.serve is None:
                 raise SinkError("USE_PROMETHEUS: no HTTP listener to serve the metrics on")
             server = self.serve({self.path: self._scrape})
-            self.port = await server.start(self.host, self.port, reuse_port=True)
+            # Workers (the ones sharing their totals) share the port too.
+            reuse = self.share is not None
+            self.port = await server.start(self.host, self.port, reuse_port=reuse)
             self._server = server
             log.info("prometheus metrics on %s:%d%s", self.host or "*", self.port, self.path)
         if self.share is not None:

@@ -63,8 +63,9 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
     reference), so connections opened together are not all closed at the same moment. A zero
     duration means "no limit", grpc-go's meaning of an unset value.
     """
-    # Workers bind the same port; core sets SO_REUSEPORT by default on Linux, but say so.
-    options = [("grpc.so_reuseport", 1)]
+    # Only workers of one daemon share the port; grpc core sets SO_REUSEPORT by default on
+    # Linux, which let a second instance bind it silently and take part of the traffic.
+    options = [("grpc.so_reuseport", int(settings.workers.shares_ports))]
     age = settings.grpc.max_connection_age
     if age > 0:
         options.append(("grpc.max_connection_age_ms", _millis(age)))

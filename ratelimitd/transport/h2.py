@@ -5,7 +5,8 @@ one `H2Protocol` per connection feeds it what was read and writes what it return
 `data_received` and, for replies finished later (a Redis round trip), once per event-loop
 iteration per connection. It also owns what needs a clock or a socket option: deadlines
 (grpc-timeout), max connection age with its grace, graceful GOAWAY on shutdown, TLS with
-ALPN `h2` and the client SAN check at the handshake, unix sockets and SO_REUSEPORT.
+ALPN `h2` and the client SAN check at the handshake, unix sockets and SO_REUSEPORT (for
+workers sharing a port).
 
 What a client may hold, and for how long:
 
@@ -21,7 +22,9 @@ What a client may hold, and for how long:
 - a reply the peer does not let out (a flow-control window left at zero, a socket not read)
   is reset after `write_timeout`, and a connection whose socket stays unwritable that long
   is closed; nghttp2 closes a connection that queues more than 1000 PING/SETTINGS
-  acknowledgements, so neither replies nor acks pile up.
+  acknowledgements, so neither replies nor acks pile up;
+- a connection streaming frames that do no work, or more header blocks than can be decoded
+  in time, gets GOAWAY ENHANCE_YOUR_CALM from the core and is closed (docs/flood-protection.md).
 """
 
 from __future__ import annotations
@@ -439,7 +442,7 @@ class H2Server:
         *,
         uds: str = "",
         ssl_context: ssl.SSLContext | None = None,
-        reuse_port: bool = True,
+        reuse_port: bool = False,
         backlog: int = 1024,
     ) -> int:
         """Listen on host:port (or the unix socket `uds`); the bound TCP port (0 for a socket)."""

@@ -346,7 +346,11 @@ class NativeGrpcTransport:
         else:
             uds = uds.removeprefix("unix:")
         self.port = await self.server.start(
-            listeners.grpc_host, listeners.grpc_port, uds=uds, ssl_context=context
+            listeners.grpc_host,
+            listeners.grpc_port,
+            uds=uds,
+            ssl_context=context,
+            reuse_port=self.settings.workers.shares_ports,
         )
         self.health.subscribe(self._on_health)
         log.info("gRPC (native HTTP/2) listening on %s", self.address if uds else self.port)

@@ -14,9 +14,15 @@ from typing import Any
 
 import grpc
 import pytest
-from support import wait_until
+from support import http_get, wait_until
 from support.core import single_rule
-from support.daemon import DaemonProcess, LowNofileDaemon, write_config
+from support.daemon import (
+    DaemonProcess,
+    LowNofileDaemon,
+    metrics_port,
+    prometheus_env,
+    write_config,
+)
 from support.process import Proc
 
 from ratelimitd.messages import OK
@@ -151,3 +157,45 @@ async def test_fds_are_kept_for_the_rest_when_clients_flood(
         for s in flood:
             s.close()
         Proc.close(d)
+
+
+async def test_the_metrics_listener_counts_in_the_budget(
+    daemon_env: dict[str, str], tmp_path: Any
+) -> None:
+    """USE_PROMETHEUS: 400 idle connections to PROMETHEUS_ADDR under 600 descriptors. The
+    metrics listener takes the debug listener's cap (DEBUG_MAX_CONNECTIONS, 64) in the one
+    budget and closes its idlest connection for a newcomer, so a scrape still gets in and
+    the other listeners keep theirs (before: it had its own 4,096 and took every
+    descriptor: /healthcheck and debug failed, new gRPC calls UNAVAILABLE)."""
+    env = dict(daemon_env, BACKEND_TYPE="memory", RUNTIME_WATCH_ROOT="false", **prometheus_env())
+    port = metrics_port(env)
+    write_config(env, "d.yaml", CONFIG)
+    d = LowNofileDaemon(env, tmp_path / "low.log", 600).wait_ready()
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(400):
+            flood.append(connect(port))
+        await asyncio.sleep(0.5)
+        alive = [s for s in flood if not closed_by_server(s, 0.01)]
+        assert len(alive) <= 64
+        assert await grpc_ok(d.grpc_target)
+        assert d.http("/healthcheck")[0] == 200
+        assert d.debug("/rlconfig")[0] == 200
+        status, body = http_get(f"http://127.0.0.1:{port}/metrics")
+        assert status == 200 and b"ratelimit" in body
+    finally:
+        for s in flood:
+            s.close()
+        Proc.close(d)
+
+
+def test_a_second_instance_on_the_same_ports_is_refused(
+    daemon: DaemonProcess, serve_until_exit: Any
+) -> None:
+    """A lone daemon binds its ports without SO_REUSEPORT: a second instance (or one left
+    over) fails with "address in use" as the reference does, instead of binding them too
+    and taking part of the traffic (only RATELIMITD_WORKERS' workers share them)."""
+    done = serve_until_exit(daemon.env, 30)
+    assert done.returncode == 1
+    assert "address already in use" in (done.stdout + done.stderr).lower()
+    assert daemon.ready()

@@ -39,7 +39,7 @@ from ratelimitd.core import build_core
 from ratelimitd.health import Health
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request, Response, Status
 from ratelimitd.service import RateLimitService
-from ratelimitd.settings import GrpcSettings, ListenerSettings, Settings
+from ratelimitd.settings import GrpcSettings, ListenerSettings, Settings, WorkerSettings
 from ratelimitd.transport import protocodec
 from ratelimitd.transport.grpc import (
     METHOD_PATH,
@@ -193,7 +193,7 @@ def test_encode_response_fields_only_when_a_limit_applied() -> None:
 def test_server_options_and_address() -> None:
     opts = dict(server_options(Settings()))
     assert opts == {
-        "grpc.so_reuseport": 1,
+        "grpc.so_reuseport": 0,  # a lone daemon: a second one on the port fails to bind
         "grpc.max_connection_age_ms": 24 * 3600 * 1000,
         "grpc.max_connection_age_grace_ms": 3600 * 1000,
     }
@@ -202,7 +202,9 @@ def test_server_options_and_address() -> None:
             Settings(grpc=GrpcSettings(max_connection_age=0.0, max_connection_age_grace=0.0))
         )
     )
-    assert zero == {"grpc.so_reuseport": 1}
+    assert zero == {"grpc.so_reuseport": 0}
+    worker = Settings(workers=WorkerSettings(count=1, index=0))
+    assert dict(server_options(worker))["grpc.so_reuseport"] == 1
     huge = dict(server_options(Settings(grpc=GrpcSettings(max_connection_age=10.0**9))))
     assert huge["grpc.max_connection_age_ms"] == 2**31 - 1
     assert listen_address(Settings()) == "0.0.0.0:8081"

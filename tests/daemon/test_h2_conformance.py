@@ -12,8 +12,6 @@ import asyncio
 import struct
 from typing import Any
 
-import grpc
-import grpc.aio
 import pytest
 from hyperframe.frame import (
     ContinuationFrame,
@@ -44,24 +42,12 @@ from support.h2raw import (
     TIMEOUT,
     Raw,
     grpc_message,
+    still_serves,
 )
 
 from ratelimitd.messages import OK
-from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.native import NativeGrpcTransport
-from ratelimitd.transport.protocodec import decode_response, encode_request
-
-
-async def still_serves(port: int) -> None:
-    """A real grpc client on a fresh connection gets a decision."""
-    async with grpc.aio.insecure_channel(
-        f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
-    ) as channel:
-        raw = await channel.unary_unary(METHOD_PATH)(
-            encode_request("test", [[("k", "v")]]), timeout=TIMEOUT
-        )
-    assert decode_response(raw).overall_code == OK
-
+from ratelimitd.transport.protocodec import decode_response
 
 # The transport and a raw client connected to it (the `connected` fixture).
 Connected = tuple[NativeGrpcTransport, Raw]
@@ -128,6 +114,33 @@ async def test_data_on_a_closed_stream_is_ignored(connected: Connected) -> None:
     c.send(DataFrame(1, b"late").serialize())
     c.call(3)
     assert (await c.stream_end(3))["grpc-status"] == "0"
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["lower", "reused"])
+async def test_headers_on_a_lower_or_used_stream_id(connected: Connected, reused: bool) -> None:
+    """A new stream's id must exceed every earlier one, and a closed stream takes no more
+    HEADERS (RFC 9113 section 5.1.1): a connection error PROTOCOL_ERROR, as grpc-go ends
+    the connection. Before: nghttp2 ignored the block and the call hung until its deadline."""
+    t, c = connected
+    c.call(5)
+    assert (await c.stream_end(5))["grpc-status"] == "0"
+    c.call(5 if reused else 3)
+    assert (await c.goaway()).error_code() == PROTOCOL_ERROR
+    await still_serves(t.port)
+
+
+async def test_initial_window_size_overflow_is_a_connection_error(connected: Connected) -> None:
+    """A SETTINGS_INITIAL_WINDOW_SIZE that takes an open stream's send window past 2^31-1
+    is a connection error FLOW_CONTROL_ERROR (RFC 9113 section 6.9.2); before, nghttp2
+    reset the stream alone."""
+    t, c = connected
+    # Health/Watch keeps its stream open; its window grown to the largest allowed.
+    c.call(1, grpc_message(b""), _path="/grpc.health.v1.Health/Watch")
+    await c.read_until(lambda f: f.stream == 1 and f.type == DATA)
+    c.send(WindowUpdateFrame(1, 2**31 - 1 - 65535).serialize())
+    c.send(SettingsFrame(0, settings={0x4: 65536}).serialize())
+    assert (await c.goaway()).error_code() == FLOW_CONTROL_ERROR
+    await still_serves(t.port)
 
 
 async def test_oversized_frame(connected: Connected) -> None:

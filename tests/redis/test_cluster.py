@@ -106,7 +106,7 @@ async def test_algorithms_on_cluster_one_pipeline_per_node(cluster, decider) -> 
         {"REDIS_TYPE": "cluster", "REDIS_URL": cluster[0].address}, CONFIG, clock=clock
     )
     descriptors = [[(k, f"v{i}")] for i in range(8) for k in ("sliding", "bucket", "two")]
-    r = await d.decide("d", *descriptors)  # NOSCRIPT on each node: a second round, EVAL
+    r = await d.decide("d", *descriptors)  # every master has the scripts since the start
     assert {s.code for s in r.statuses} == {OK}
     before = d.backend.writes
     for expected in (OK, OVER_LIMIT):

@@ -9,24 +9,32 @@ connections, to close when the measurement is taken) or has done its damage.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import socket
 import struct
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
 import httpx
 from hpack import Encoder, NeverIndexedHeaderTuple
-from hyperframe.frame import ContinuationFrame, HeadersFrame
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    HeadersFrame,
+    PriorityFrame,
+    WindowUpdateFrame,
+)
 
 from ratelimitd.messages import CODE_NAMES, Descriptor
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
-from .h2raw import Raw, grpc_message
+from .h2raw import GOAWAY, Raw, grpc_message
 
 # A gRPC request with a grpc-timeout nobody would wait for (grpc-go's largest).
 FOREVER = "99999999H"
@@ -175,6 +183,125 @@ async def hpack_bomb(port: int, blocks: int) -> Raw:
         raw.send(data)
         await raw.writer.drain()
     return raw
+
+
+# One frame of each kind that does no work: an empty DATA frame (on an open stream), a
+# PRIORITY frame on an idle stream, a connection WINDOW_UPDATE of one byte, a frame of an
+# unknown type (0xfa, empty). The stream is the one `idle_frames` opens.
+IDLE_FRAME_KINDS = {
+    "empty_data": lambda stream: DataFrame(stream, b"").serialize(),
+    "priority": lambda stream: PriorityFrame(stream + 1000, depends_on=0).serialize(),
+    "window_update": lambda stream: WindowUpdateFrame(0, 1).serialize(),
+    "unknown": lambda stream: b"\x00\x00\x00\xfa\x00\x00\x00\x00\x00",
+}
+
+
+async def idle_frames(raw: Raw, kind: str, n: int, stream: int = 0) -> None:
+    """`n` frames of `kind` (IDLE_FRAME_KINDS) on `raw`, in 16 KiB writes; "empty_data"
+    first opens `stream` (or the next free one) with a request head and no body."""
+    if kind == "empty_data":
+        stream = stream or 1 + 2 * len({f.stream for f in raw.frames if f.stream})
+        head = raw.block(raw.headers())
+        raw.send(HeadersFrame(stream, head, flags=["END_HEADERS"]).serialize())
+    frame = IDLE_FRAME_KINDS[kind](stream or 1)
+    per_write = max(1, 16384 // len(frame))
+    for done in range(0, n, per_write):
+        raw.send(frame * min(per_write, n - done))
+        await raw.writer.drain()
+
+
+async def frame_flood(port: int, kind: str, seconds: float) -> Held:
+    """One connection sending frames of `kind` (IDLE_FRAME_KINDS) for `seconds`, or until
+    the server closes it."""
+    raw = await Raw.open(port)
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(ConnectionError):
+        while time.monotonic() < deadline and not raw.writer.is_closing():
+            await idle_frames(raw, kind, 10_000, stream=1)
+    return Held(clients=[raw])
+
+
+async def hpack_bomb_flood(port: int, seconds: float) -> Held:
+    """One connection sending HPACK bomb blocks (`hpack_bomb_blocks`) for `seconds`, or
+    until the server closes it."""
+    raw = await Raw.open(port)
+    blocks = hpack_bomb_blocks(2)
+    data, later = blocks[0], blocks[1]
+    stream = 1
+    deadline = time.monotonic() + seconds
+    with contextlib.suppress(ConnectionError):
+        while time.monotonic() < deadline and not raw.writer.is_closing():
+            raw.send(data)
+            await raw.writer.drain()
+            stream += 2
+            data = _restream(later, stream)
+    return Held(clients=[raw])
+
+
+def _restream(block: bytes, stream: int) -> bytes:
+    """A header block's frames (HEADERS + CONTINUATIONs) with another stream id."""
+    out = bytearray(block)
+    i = 0
+    while i < len(out):
+        out[i + 5 : i + 9] = struct.pack(">I", stream)
+        i += 9 + int.from_bytes(out[i : i + 3], "big")
+    return bytes(out)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0..1) of `values` (0.0 for none)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def probe(target: str, seconds: float, domain: str = "test") -> list[float]:
+    """A well-behaved client deciding one call after another for `seconds` on one gRPC
+    channel, as an Envoy sidecar does: each decision's wall-clock seconds (a failed call
+    counts as its 5 s deadline)."""
+    took: list[float] = []
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
+        call = channel.unary_unary(METHOD_PATH)
+        request = encode_request(domain, [[("k", "v")]])
+        await call(request, timeout=5)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            start = time.perf_counter()
+            try:
+                await call(request, timeout=5)
+            except grpc.aio.AioRpcError:
+                took.append(5.0)
+                continue
+            took.append(time.perf_counter() - start)
+    return took
+
+
+async def ended(raw: Raw) -> bool:
+    """Whether the server ended the connection: its GOAWAY arrived, or it closed it
+    (what it sent is read for up to a second)."""
+    with contextlib.suppress(AssertionError, ConnectionError):
+        await raw.read_until(lambda f: f.type == GOAWAY, timeout=1)
+    return raw.closed or any(f.type == GOAWAY for f in raw.frames)
+
+
+def in_thread(attack: Callable[[], Awaitable[Held]]) -> asyncio.Future[bool]:
+    """Start an active attacker, run to its end in a thread with its own event loop (so that
+    it does not slow down a client measured meanwhile); whether the server closed all of its
+    connections."""
+
+    async def attacked() -> bool:
+        held = await attack()
+        closed = all([await ended(raw) for raw in held.clients])
+        clients = list(held.clients)
+        held.close()
+        for raw in clients:  # retrieves the error a reset connection ended with
+            with contextlib.suppress(ConnectionError):
+                await raw.writer.wait_closed()
+        return closed
+
+    return asyncio.ensure_future(asyncio.to_thread(asyncio.run, attacked()))
 
 
 def silent_sockets(port: int, n: int, payload: bytes = b"") -> Held:

@@ -49,6 +49,21 @@ def daemon_environment(runtime_root: Path, **overrides: str) -> dict[str, str]:
     return with_fresh_ports(env) | overrides
 
 
+def prometheus_env() -> dict[str, str]:
+    """The variables of a daemon serving Prometheus metrics (instead of statsd) on a free
+    port: `metrics_port(env)` reads it back."""
+    return {
+        "USE_STATSD": "false",
+        "USE_PROMETHEUS": "true",
+        "PROMETHEUS_ADDR": f"127.0.0.1:{free_port()}",
+    }
+
+
+def metrics_port(env: dict[str, str]) -> int:
+    """The port of PROMETHEUS_ADDR in `env`."""
+    return int(env["PROMETHEUS_ADDR"].rpartition(":")[2])
+
+
 def run_check_config(
     *args: str,
     env: dict[str, str] | None = None,

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc.aio
 from hpack import Decoder, Encoder
 from hyperframe.frame import DataFrame, HeadersFrame, SettingsFrame, WindowUpdateFrame
 
+from ratelimitd.messages import OK
 from ratelimitd.transport.grpc import METHOD_PATH
-from ratelimitd.transport.protocodec import encode_request
+from ratelimitd.transport.protocodec import decode_response, encode_request
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 TIMEOUT = 5.0
@@ -40,6 +42,17 @@ descriptors:
 """
 # One ShouldRateLimit call of domain `test`, descriptor k=v, as a gRPC message.
 REQUEST = grpc_message(encode_request("test", [[("k", "v")]]))
+
+
+async def still_serves(port: int) -> None:
+    """A real grpc client on a fresh connection gets a decision."""
+    async with grpc.aio.insecure_channel(
+        f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]
+    ) as channel:
+        raw = await channel.unary_unary(METHOD_PATH)(
+            encode_request("test", [[("k", "v")]]), timeout=TIMEOUT
+        )
+    assert decode_response(raw).overall_code == OK
 
 
 @dataclass

@@ -157,6 +157,7 @@ class RedisBackend:
         """
         for inst in self.instances():
             await inst.start()
+            await inst.warm()
         self.connected = True
         if self.health is not None:
             self.health.set("backend", True)

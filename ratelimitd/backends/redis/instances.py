@@ -273,6 +273,27 @@ class RedisInstance:
                 await asyncio.sleep(wait)
                 interval = min(interval * 2, s.startup_max_interval)
 
+    async def warm(self) -> None:
+        """Load every script on each server before the daemon reports ready.
+
+        Otherwise the first call of each kind pays a NOSCRIPT round and an EVAL that
+        compiles its script: the first budget call after a start once failed with
+        `redis request timed out`. A server that refuses SCRIPT LOAD is only logged: the
+        calls load what they need themselves.
+        """
+        sources = [script.source for script in (*scripts.SCRIPTS.values(), scripts.REFUND)]
+        sources.append(budget.BUDGET_LUA)
+        payload = b"".join(resp.command("SCRIPT", "LOAD", source) for source in sources)
+        for pool in self.pools():
+            for conn in pool.conns[:1]:  # the script cache is the server's
+                try:
+                    replies = await conn.call(payload, len(sources), self.s.dial_timeout)
+                except BackendError as exc:
+                    replies = [exc]
+                refused = [r for r in replies if isinstance(r, ReplyError | BackendError)]
+                if refused:
+                    log.warning("redis on %s: scripts not loaded: %s", pool.describe, refused[0])
+
     async def close(self) -> None:
         """Close every pool."""
         for pool in self.pools():

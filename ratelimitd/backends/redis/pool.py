@@ -12,6 +12,7 @@ import asyncio
 import logging
 import random
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,9 @@ _RECONNECT_INITIAL = 0.05
 _RECONNECT_MAX = 1.0
 # Commands one connection may have in flight; a flush is never larger.
 MAX_IN_FLIGHT = 8192
+# Commands past REDIS_REQUEST_TIMEOUT are logged once per burst: when the first times out
+# after this many quiet seconds, then at most this often while they go on.
+TIMEOUT_LOG_SECONDS = 10.0
 
 
 def host_port(item: str) -> tuple[str, int]:
@@ -118,6 +122,8 @@ class Pool:
     _maintainer: asyncio.Task[None] | None = field(init=False, default=None)
     _probe_dial: asyncio.Task[None] | None = field(init=False, default=None)
     _window: float = field(init=False)
+    _timed_out: int = field(init=False, default=0)  # commands timed out, not logged yet
+    _timeout_logged: float = field(init=False, default=-TIMEOUT_LOG_SECONDS)  # monotonic
     _limit: int = field(init=False)
     # receiver(replies, entries): resolves the waiters `submit` queued on one flush, with its
     # replies (or its BackendError) and their (waiter, offset, commands); set by the owner.
@@ -249,6 +255,7 @@ class Pool:
     async def _open(self, address: Address) -> None:
         self.loop = asyncio.get_running_loop()
         conn = await self.dialer.open(address, self._lost)
+        conn.on_timeout = self._timed_out_commands
         if self.closed:
             conn.close()
             return
@@ -259,6 +266,23 @@ class Pool:
         counters.total += 1
         counters.active += 1
         counters.on_change()
+
+    def _timed_out_commands(self, n: int) -> None:
+        """`n` commands of a connection passed REDIS_REQUEST_TIMEOUT: a stall fails every
+        pipelined command past its deadline at once (each answered as
+        BACKEND_FAILURE_POLICY says), and once did so without a word in the log."""
+        self._timed_out += n
+        now = time.monotonic()
+        if now - self._timeout_logged >= TIMEOUT_LOG_SECONDS:
+            log.warning(
+                "redis request timed out after REDIS_REQUEST_TIMEOUT (%gs) on %s: %d "
+                "commands failed since the last such line",
+                self.s.request_timeout,
+                self.describe,
+                self._timed_out,
+            )
+            self._timed_out = 0
+            self._timeout_logged = now
 
     def _lost(self, conn: RespConnection) -> None:
         if conn in self.conns:

@@ -150,6 +150,8 @@ class RespConnection(asyncio.Protocol):
         self._reader = hiredis.Reader()
         self._timer: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[None] = loop.create_future()
+        # Told how many commands a deadline check failed (the pool logs them).
+        self.on_timeout: Callable[[int], None] | None = None
 
     # asyncio.Protocol -------------------------------------------------------------
 
@@ -241,6 +243,7 @@ class RespConnection(asyncio.Protocol):
             return
         next_check = stall
         timed_out: BackendError | None = None
+        failed = 0
         for batch in pending:
             if batch.future.done():
                 continue
@@ -250,6 +253,9 @@ class RespConnection(asyncio.Protocol):
             if timed_out is None:
                 timed_out = BackendError("redis request timed out")
             batch.future.set_result(timed_out)
+            failed += batch.n
+        if failed and self.on_timeout is not None:
+            self.on_timeout(failed)
         self._timer = self.loop.call_at(next_check, self._check_deadline)
 
     def abort(self, reason: str) -> None:

@@ -127,9 +127,10 @@ def _sha(script: str) -> bytes:
 class _Script:
     """One script: the RESP prefixes of its EVALSHA and EVAL calls (one key, `args` args)."""
 
-    __slots__ = ("eval_prefix", "evalsha_prefix", "sha")
+    __slots__ = ("eval_prefix", "evalsha_prefix", "sha", "source")
 
     def __init__(self, source: str, args: int = 5) -> None:
+        self.source = source
         self.sha = _sha(source)
         body = source.encode()
         n = 4 + args

@@ -285,8 +285,8 @@ class PrometheusSink(Sink):
 class _Exposition:
     """An exposition's lines as the listener sends them: chunks of _CHUNK_LINES lines, the
     loop free between two; `held_bytes`, what they hold (the listener charges it to the
-    process's client buffers while a scraper reads them, so unread scrapes cannot keep
-    any number of renders)."""
+    process's room for such answers while a scraper reads them, so unread scrapes cannot
+    keep any number of renders, nor take the buffers decisions need)."""
 
     def __init__(self, lines: list[str]) -> None:
         self._lines = lines

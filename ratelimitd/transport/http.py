@@ -35,8 +35,9 @@ close), and the next chunk is made only once the client has read the one before 
 the high-water mark, within `write_timeout` as any answer, so a client that does not read
 holds at most the high-water mark and one chunk, not the whole answer (an unread 244 MB
 /stats once stayed in the transport's buffer). A body that holds what it will send (a
-rendered exposition) says how much in `held_bytes`: that is charged to the process's
-`ClientBuffers` while it is sent, and when it does not fit the answer is 503.
+rendered exposition) says how much in `held_bytes`: that is charged to the process's room
+for such answers (`ConnectionBudget.answers`, apart from the requests' buffers) while it is
+sent, and when it does not fit the answer is 503.
 """
 
 from __future__ import annotations
@@ -174,6 +175,7 @@ class _HttpProtocol(asyncio.Protocol):
         self._announced = 0
         self._charged = 0
         self._buffers = server.budget.buffers
+        self._answers = server.budget.answers
         # Requests answered, and loop.time() since the connection has been idle.
         self._served = 0
         self._idle_since = server.loop.time()
@@ -413,8 +415,9 @@ class _HttpProtocol(asyncio.Protocol):
                     await _close(body)
                     return
                 held = 0 if isinstance(body, bytes) else getattr(body, "held_bytes", 0)
-                if held and not self._buffers.take(held):
-                    # What it holds until it is read does not fit in the process's buffers.
+                if held and not self._answers.take(held):
+                    # What it holds until it is read does not fit in the process's room for
+                    # such answers (apart from the requests' buffers: see ConnectionBudget).
                     await _close(body)
                     status, headers, body = OVERLOADED
                     tail = _CLOSE
@@ -430,7 +433,7 @@ class _HttpProtocol(asyncio.Protocol):
                         sent = await self._stream(transport, head, tail, body, head_only, http11)
                     finally:
                         if held:
-                            self._buffers.give(held)
+                            self._answers.give(held)
                     if not sent:
                         return
                 if tail is _CLOSE:

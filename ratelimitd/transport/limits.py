@@ -99,15 +99,29 @@ class ClientBuffers:
 
 class ConnectionBudget:
     """What the clients of every listener of this process hold together: connections
-    (descriptors) and, in `buffers`, the bytes held for them."""
+    (descriptors); in `buffers`, the bytes held for their requests and replies; in
+    `answers`, the large answers made for the operator's listeners (rendered expositions)
+    while they are sent.
 
-    def __init__(self, total: int, buffers: ClientBuffers | None = None) -> None:
+    The two byte pools are apart so that scrapers that do not read (each holding a render
+    until HTTP_WRITE_TIMEOUT) can only run out of `answers` (their scrapes get 503), never
+    make a decision be refused: Envoy fails open on a refused call, so a full `buffers` is a
+    limit switched off. `answers` is half of MAX_BUFFERED_BYTES.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        buffers: ClientBuffers | None = None,
+        answers: ClientBuffers | None = None,
+    ) -> None:
         self.total = total
         self.open = 0
         self.refused = 0
         self.evicted = 0
         self._logged = 0.0
         self.buffers = buffers if buffers is not None else ClientBuffers()
+        self.answers = answers if answers is not None else ClientBuffers(self.buffers.limit // 2)
         self.trimmer = self.buffers.trimmer
 
     @classmethod

@@ -297,15 +297,16 @@ async def test_an_unread_scrape_holds_one_chunk_then_is_closed() -> None:
     """The exposition is streamed: a scraper that does not read holds the high-water mark and
     one chunk, not the exposition (an unread 326 MB scrape once kept the RSS at 954 MB), and
     is closed after the write timeout. While it is sent, the rendered exposition counts in the
-    process's client buffers (MAX_BUFFERED_BYTES): a scrape that does not fit is 503, so
-    unread scrapes cannot keep any number of renders."""
+    process's room for such answers (half of MAX_BUFFERED_BYTES, apart from the requests'
+    buffers): a scrape that does not fit is 503, so unread scrapes cannot keep any number of
+    renders, and they never take the buffers a decision needs."""
     stats = StatsStore()
     for i in range(5_000):
         stats.rule_stats(f"d.k_{i:05d}_" + "v" * 200).total_hits = i
     sink = PrometheusSink(stats, MetricMapper.from_config(default_mapping_config()), addr=":0")
     exposition = len(sink.render())
     assert exposition > 6_000_000
-    buffers = ClientBuffers(exposition * 3 // 2)
+    buffers = ClientBuffers(exposition * 3)  # the answers' room: half of it
     servers: list[HttpServer] = []
 
     def serve(routes: Any) -> HttpServer:
@@ -319,11 +320,13 @@ async def test_an_unread_scrape_holds_one_chunk_then_is_closed() -> None:
     async with running(sink):
         held = asyncio.ensure_future(unread_answer(servers[0], "/metrics"))
         await wait_until(lambda: paused(servers[0]), what="the unread one paused")
-        assert buffers.held > exposition // 2  # charged while it is sent
+        answers = servers[0].budget.answers
+        assert answers.held > exposition // 2  # charged while it is sent
+        assert buffers.held == 0  # never in the requests' buffers
         status, headers, _ = await http_get(sink.port, "/metrics")
         assert (status, headers["retry-after"]) == (503, "1")  # two would not fit
         assert await held < 600 * 1024 < exposition // 10
-        assert buffers.held == 0  # given back once it was closed
+        assert answers.held == 0  # given back once it was closed
         assert len(await scrape(sink)) > 30_000  # a scraper that reads gets all of it
 
 

@@ -39,8 +39,9 @@ DEADLINE_SECONDS = 5.0
 def check_config(argv: Sequence[str]) -> int:
     """`ratelimitd check-config [--merge-domain-config] PATH...`: validate config files."""
     from .backends import BACKENDS
+    from .backends import backend_type as backend_type_from_env
     from .config import ConfigError, load_files, load_ruleset
-    from .settings import SettingsError, backend_type_from_env, reload_options_from_env
+    from .settings import SettingsError, reload_options_from_env
 
     parser = argparse.ArgumentParser(
         prog="ratelimitd check-config",
@@ -91,14 +92,15 @@ def check_config(argv: Sequence[str]) -> int:
 
 def serve(argv: Sequence[str]) -> int:
     """`ratelimitd [serve]`: run the daemon configured by the environment."""
+    from .backends import load_settings
     from .logs import configure_logging
-    from .settings import Settings, SettingsError
+    from .settings import SettingsError
 
     if argv and argv[0] in ("-h", "--help"):
         print("usage: ratelimitd [serve]\n\nConfigured by environment variables (see README).")
         return 0
     try:
-        settings = Settings.from_env()
+        settings = load_settings()
     except SettingsError as exc:
         print(f"ratelimitd: {exc}", file=sys.stderr)
         return 1
@@ -453,10 +455,11 @@ def _admin_call(args: argparse.Namespace, method: str, path: str, body: Any = No
     import urllib.error
     import urllib.request
 
-    from .settings import Settings, SettingsError
+    from .backends import load_settings
+    from .settings import SettingsError
 
     try:
-        settings = Settings.from_env()
+        settings = load_settings()
     except SettingsError as exc:
         print(f"ratelimitd: {exc}", file=sys.stderr)
         return 2

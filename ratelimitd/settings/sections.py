@@ -32,6 +32,7 @@ __all__ = [
     "RedisSettings",
     "ReloadOptions",
     "RuntimeSettings",
+    "Settings",
     "StatsSettings",
     "StatsSink",
     "TracingSettings",
@@ -409,3 +410,27 @@ class WorkerSettings:
     stats_dir: str = ""  # RATELIMITD_STATS_DIR: where workers publish Prometheus totals
     # RATELIMITD_SUPERVISOR_PID: a worker exits when this process is no longer its parent.
     supervisor_pid: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the process runs: every setting of the reference plus a few extensions, one
+    section per concern (`sections.py`); built by `environment.settings_from_env`."""
+
+    listeners: ListenerSettings = ListenerSettings()
+    connections: ConnectionLimits = ConnectionLimits()
+    debug: DebugSettings = DebugSettings()
+    grpc: GrpcSettings = GrpcSettings()
+    log: LogSettings = LogSettings()
+    config: ConfigSettings = ConfigSettings()
+    xds: XdsSettings = XdsSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    stats: StatsSettings = StatsSettings()
+    cache: CacheSettings = CacheSettings()
+    redis: RedisSettings = RedisSettings()
+    # None unless REDIS_PERSECOND: SECOND-unit keys then go to this instance.
+    redis_persecond: RedisSettings | None = None
+    memcache: MemcacheSettings = MemcacheSettings()
+    tracing: TracingSettings = TracingSettings()
+    reload: ReloadOptions = ReloadOptions()
+    workers: WorkerSettings = WorkerSettings()

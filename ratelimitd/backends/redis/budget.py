@@ -30,15 +30,23 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...budget.memory import MemoryBudgets
 from ...budget.model import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result
 from ..base import BackendError
 from .resp import ReplyError, bulk_int, command, key_slot
 
-if TYPE_CHECKING:
-    from .instances import RedisInstance
+
+class Instance(Protocol):
+    """What the budget calls use of an instance (`instances.RedisInstance`, which imports
+    this module to encode its budget ops): its pipelined round, routed per slot or not."""
+
+    routed: bool
+    budget_max_transactions: int
+
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]: ...
+
 
 BUDGET_LUA = (
     """
@@ -377,7 +385,7 @@ class RedisBudgets:
     """Budget calls on one Redis deployment (single, sentinel or cluster): each call one
     script, all the calls of one `run` in one pipelined round (per node on a cluster)."""
 
-    def __init__(self, instance: RedisInstance) -> None:
+    def __init__(self, instance: Instance) -> None:
         self.instance = instance
 
     async def run(self, calls: Sequence[Call]) -> list[Result]:
@@ -403,7 +411,7 @@ class RedisBudgets:
         return await dry_run(self.instance, calls)
 
 
-async def dry_run(inst: RedisInstance, calls: Sequence[Call]) -> list[Result]:
+async def dry_run(inst: Instance, calls: Sequence[Call]) -> list[Result]:
     """`calls` applied in order to copies of their budgets as `inst` holds them (one round
     of HGETALL and ZRANGE per budget), with the twin's maths; each Result with `held`."""
     keys = list(dict.fromkeys(call.key for call in calls))

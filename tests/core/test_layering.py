@@ -14,10 +14,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ratelimitd"
 BACKEND_NAMES = {"redis", "memcache", "memory"}
-# google.rpc.Code names; messages.py's UNKNOWN/OK are the RLS response's Code, a different enum.
+# google.rpc.Code names (messages.py's OK is the RLS response's Code, a different enum; its
+# UNKNOWN is spelled CODE_UNKNOWN, so that UNKNOWN means the gRPC status only).
 GRPC_STATUS_NAMES = {
-    "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "RESOURCE_EXHAUSTED",
-    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "UNAUTHENTICATED",
+    "UNKNOWN", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "RESOURCE_EXHAUSTED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "UNAUTHENTICATED",
 }  # fmt: skip
 
 
@@ -172,14 +173,23 @@ def test_backends_are_named_only_in_the_backends_package() -> None:
     assert not found, found
 
 
+def module_constants(tree: ast.Module) -> Iterator[str]:
+    """The names a module assigns at its top level, one by one or unpacked (`A, B = 0, 1`)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for leaf in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(leaf, ast.Name):
+                        yield leaf.id
+
+
 def test_grpc_status_numbers_are_declared_once() -> None:
-    declared = []
-    for name, (_, tree) in SOURCES.items():
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-                for target in node.targets:
-                    if isinstance(target, ast.Name) and target.id in GRPC_STATUS_NAMES:
-                        declared.append(name)
+    declared = [
+        name
+        for name, (_, tree) in SOURCES.items()
+        for constant in module_constants(tree)
+        if constant in GRPC_STATUS_NAMES
+    ]
     assert set(declared) == {"ratelimitd.transport.grpcstatus"}, declared
     # The compiled modules bind their constants from grpcstatus (`cdef int OK = grpcstatus.OK`).
     names = "|".join(sorted(GRPC_STATUS_NAMES))

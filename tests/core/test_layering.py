@@ -154,6 +154,21 @@ def test_no_import_cycle() -> None:
         visit(name, [])
 
 
+def test_a_twin_is_imported_only_through_its_selector() -> None:
+    """`_match_py`, `_keys_py`, ... are reached through `match`, `keys`, ... (which pick the
+    compiled module or the twin); only the selector and the other private modules import
+    them."""
+    crossing = [
+        f"{name} imports {target}"
+        for name, targets in module_graph().items()
+        if not name.rpartition(".")[2].startswith("_")
+        for target in targets
+        if (twin := re.fullmatch(r"(.*)\._(\w+)_py", target))
+        and name != f"{twin[1]}.{twin[2]}"
+    ]
+    assert not crossing, crossing
+
+
 def test_backends_are_named_only_in_the_backends_package() -> None:
     """A backend's name is compared only where it is registered and selected: everything
     else asks the backend's declared capabilities."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..config.windows import ALL_ALGORITHMS, FIXED_WINDOW, SLIDING_WINDOW
 from ..settings import Settings, backend_type_from_env, settings_from_env
 from .base import Backend, BackendError, Capabilities, Op, SyncBackend
 
@@ -28,10 +29,8 @@ if TYPE_CHECKING:
     # `factory(settings, health, stats, clock)`: the clock is the memory store's.
     Factory = Callable[[Settings, Health, StatsStore, Callable[[], float]], Backend]
 
-# Config algorithm ids (config/windows.py), spelled out so that importing the registry
-# imports nothing of the config.
-_ALL = frozenset({0, 1, 2})
-_WINDOWS = frozenset({0, 1})  # fixed and sliding: the windows a budget holds reservations in
+_ALL = ALL_ALGORITHMS
+_WINDOWS = frozenset({FIXED_WINDOW, SLIDING_WINDOW})  # the windows a budget holds reservations in
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,10 +163,50 @@ def test_a_twin_is_imported_only_through_its_selector() -> None:
         for name, targets in module_graph().items()
         if not name.rpartition(".")[2].startswith("_")
         for target in targets
-        if (twin := re.fullmatch(r"(.*)\._(\w+)_py", target))
-        and name != f"{twin[1]}.{twin[2]}"
+        if (twin := re.fullmatch(r"(.*)\._(\w+)_py", target)) and name != f"{twin[1]}.{twin[2]}"
     ]
     assert not crossing, crossing
+
+
+def _is_algorithm(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "algorithm"
+
+
+def test_algorithm_ids_are_named() -> None:
+    """The backends and the decision model compare algorithms with config/windows.py's
+    names (`FIXED_WINDOW`, ...), never with a bare number or by truthiness (which says
+    "not the fixed window" only while its id is 0)."""
+    found = []
+    for name, (_, tree) in SOURCES.items():
+        if not name.startswith(("ratelimitd.backends", "ratelimitd._decision")):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(
+                map(_is_algorithm, [node.left, *node.comparators])
+            ):
+                if any(isinstance(side, ast.Constant) for side in node.comparators):
+                    found.append(f"{name}:{node.lineno}")
+            elif isinstance(node, ast.BoolOp | ast.If | ast.IfExp | ast.UnaryOp):
+                tests = (
+                    node.values
+                    if isinstance(node, ast.BoolOp)
+                    else [node.operand if isinstance(node, ast.UnaryOp) else node.test]
+                )
+                found += [f"{name}:{node.lineno}" for test in tests if _is_algorithm(test)]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "frozenset":
+                numbers = [e for a in node.args for e in getattr(a, "elts", [])]
+                found += [f"{name}:{node.lineno}" for e in numbers if isinstance(e, ast.Constant)]
+            elif isinstance(node, ast.comprehension | ast.GeneratorExp):
+                elts = [node.elt] if isinstance(node, ast.GeneratorExp) else node.ifs
+                found += [f"{name}:{node.lineno}" for e in elts if _is_algorithm(e)]
+    # The compiled halves and the Lua scripts, by their spelling.
+    bare = re.compile(
+        r'(W_ALGORITHM\]|"algorithm"\)|\balg)\s*(==|!=|~=)\s*\d|"algorithm"\)\s*\n\s*(or|and)\b'
+    )
+    sources = [*PACKAGE.glob("_decision*.pyx"), *PACKAGE.rglob("backends/**/*.py*")]
+    for path in (p for p in sources if p.suffix in (".py", ".pyx")):
+        found += [f"{path.name}: {m[0]!r}" for m in bare.finditer(path.read_text())]
+    assert not found, found
 
 
 def test_backends_are_named_only_in_the_backends_package() -> None:

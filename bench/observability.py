@@ -41,11 +41,11 @@ from support.core import suite_config
 from support.machine import machine_info
 
 from ratelimitd._proto import rls_pb2
-from ratelimitd.backends import MemoryBackend
+from ratelimitd.backends import MemoryBackend, load_settings
 from ratelimitd.client import RateLimitClient
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
-from ratelimitd.settings import ListenerSettings, Settings
+from ratelimitd.settings import ListenerSettings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
 from ratelimitd.tracing import create_tracing
@@ -145,7 +145,7 @@ async def run_mode(
         )
     if "trace" in mode:
         env.update(TRACING_ENABLED="true", TRACING_SAMPLING_RATE=mode[-1])
-    settings = Settings.from_env(env)
+    settings = load_settings(env)
     sink = create_sink(settings, stats, serve=HttpServer)
     exporter = DropExporter()
     tracing = create_tracing(settings, exporter=exporter)

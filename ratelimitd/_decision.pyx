@@ -20,6 +20,7 @@ from ratelimitd.budget.calls import add_item, arrange, budget_key, budget_op, bu
 from ratelimitd.budget.calls import lookup as budget_lookup
 from ratelimitd.budget.calls import overridden as budget_overridden
 from ratelimitd.config.ruleset import Rule, RuleSet
+from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
     MAX_UINT32,
@@ -82,6 +83,7 @@ cdef inline object _entries(d):
 cdef long long MAX_HITS = _MAX_HITS
 cdef long long METER_TTL = _METER_TTL
 cdef int OK = _OK
+cdef long long FIXED_WINDOW = _FIXED_WINDOW
 cdef int OVER_LIMIT = _OVER_LIMIT
 
 
@@ -308,7 +310,7 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
                 continue
         if negative:
             for window in rule.windows:
-                if (<tuple>window)[W_ALGORITHM] != 0:
+                if <long long>(<tuple>window)[W_ALGORITHM] != FIXED_WINDOW:
                     raise ServiceError(
                         "is_negative_hits: refunds apply to fixed-window limits only; "
                         f"'{rule.full_key}' is counted by another algorithm"
@@ -441,12 +443,12 @@ cdef inline list _keys_of(Plan plan, Item item, long long now, str prefix, list 
     windows = item.windows
     if len(windows) == 1 and item.share is None and len(entries) == 1:
         w = <tuple>windows[0]
-        if <long long>w[W_ALGORITHM] == 0 and not w[W_SUFFIX]:  # the reference's one window
+        if <long long>w[W_ALGORITHM] == FIXED_WINDOW and not w[W_SUFFIX]:  # the reference's one window
             names.append(_memo_key(item.rule, prefix, plan.domain, entries, w[W_SECONDS], now))
             return names
     for window in windows:
         w = <tuple>window
-        if <long long>w[W_ALGORITHM] == 0:
+        if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
             key = cache_key(prefix, plan.domain, entries, item.share, w[W_SECONDS], now)
             suffix = <str>w[W_SUFFIX]
             names.append(key + suffix if suffix else key)
@@ -490,7 +492,7 @@ cdef object _op(int kind, tuple w, str key, long long hits, long long now_ms):
     cdef long long tick
     if kind == REFUND:
         return Op(key, hits, w[W_SECONDS], w[W_PER_SECOND], 0, w[W_REQUESTS], 1, 0, True)
-    if <long long>w[W_ALGORITHM] == 0:
+    if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
         return Op(key, hits, w[W_SECONDS], w[W_PER_SECOND], 0, w[W_REQUESTS])
     tick = w[W_TICK]
     return Op(
@@ -607,7 +609,7 @@ cdef list _meter_ops(Plan plan, double t, str prefix):
 cdef inline void _read(tuple w, object result, long long now, long long now_ms,
                        long long *after, long long *reset, long long *until) except *:
     cdef long long seconds, reset_ms
-    if <long long>w[W_ALGORITHM] == 0:
+    if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
         seconds = w[W_SECONDS]
         after[0] = result
         reset[0] = seconds - now % seconds
@@ -660,7 +662,7 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
         if item.kind == CONSUME:  # window by window, no Op built
             for k in range(n):
                 w = <tuple>windows[k]
-                if <long long>w[W_ALGORITHM] == 0:
+                if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
                     if type(increment_one) is Bump:  # the memory store's: no Python call
                         results[j + k] = (<Bump>increment_one).bump(
                             <str>names[j + k], item.hits, w[W_SECONDS], now

@@ -25,7 +25,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from ._match_py import EXACT, KEY_ONLY, WILDCARD
 from .budget.model import (
     COUNT,
     DUPLICATE,
@@ -39,6 +38,7 @@ from .budget.model import (
 from .config import Rule
 from .decision import CONSUME
 from .limiter import Limiter
+from .match import EXACT, KEY_ONLY, WILDCARD
 from .messages import CODE_NAMES, Descriptor, Request, ServiceError
 from .service import DryRun, RateLimitService
 

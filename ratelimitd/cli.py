@@ -21,7 +21,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
@@ -39,8 +39,9 @@ DEADLINE_SECONDS = 5.0
 def check_config(argv: Sequence[str]) -> int:
     """`ratelimitd check-config [--merge-domain-config] PATH...`: validate config files."""
     from .backends import BACKENDS
+    from .backends import backend_type as backend_type_from_env
     from .config import ConfigError, load_files, load_ruleset
-    from .settings import SettingsError, backend_type_from_env, reload_options_from_env
+    from .settings import SettingsError, reload_options_from_env
 
     parser = argparse.ArgumentParser(
         prog="ratelimitd check-config",
@@ -91,14 +92,15 @@ def check_config(argv: Sequence[str]) -> int:
 
 def serve(argv: Sequence[str]) -> int:
     """`ratelimitd [serve]`: run the daemon configured by the environment."""
+    from .backends import load_settings
     from .logs import configure_logging
-    from .settings import Settings, SettingsError
+    from .settings import SettingsError
 
     if argv and argv[0] in ("-h", "--help"):
         print("usage: ratelimitd [serve]\n\nConfigured by environment variables (see README).")
         return 0
     try:
-        settings = Settings.from_env()
+        settings = load_settings()
     except SettingsError as exc:
         print(f"ratelimitd: {exc}", file=sys.stderr)
         return 1
@@ -453,10 +455,11 @@ def _admin_call(args: argparse.Namespace, method: str, path: str, body: Any = No
     import urllib.error
     import urllib.request
 
-    from .settings import Settings, SettingsError
+    from .backends import load_settings
+    from .settings import SettingsError
 
     try:
-        settings = Settings.from_env()
+        settings = load_settings()
     except SettingsError as exc:
         print(f"ratelimitd: {exc}", file=sys.stderr)
         return 2
@@ -561,18 +564,40 @@ def explain_main(argv: Sequence[str]) -> int:
     return _admin_call(args, "POST", "/explain", body)
 
 
+class Command(NamedTuple):
+    """A subcommand: what runs it and the line `ratelimitd --help` lists it with."""
+
+    run: Callable[[Sequence[str]], int]
+    summary: str
+
+
 COMMANDS = {
-    "serve": serve,
-    "check-config": check_config,
-    "client": client_main,
-    "counters": counters_main,
-    "explain": explain_main,
+    "serve": Command(serve, "run the daemon configured by the environment (the default)"),
+    "check-config": Command(check_config, "validate config files as the server would load them"),
+    "client": Command(client_main, "one ShouldRateLimit call, as the reference's client_cmd"),
+    "counters": Command(counters_main, "read or reset the counters of a descriptor (admin)"),
+    "explain": Command(explain_main, "what the service would answer, counting nothing (admin)"),
 }
+
+
+def usage() -> str:
+    """`ratelimitd --help`: every command, each with its line."""
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
+    return (
+        "usage: ratelimitd [COMMAND] [ARGS...]\n\ncommands:\n"
+        + "\n".join(lines)
+        + "\n\n`ratelimitd COMMAND --help` for a command's own arguments; the daemon is "
+        "configured by environment variables (see README)."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch `ratelimitd <command> ...`; no command means `serve`."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["-h"], ["--help"]):
+        print(usage())
+        return 0
     command = args[0] if args and not args[0].startswith("-") else "serve"
     if args and command == args[0]:
         args = args[1:]
@@ -581,4 +606,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         known = ", ".join(COMMANDS)
         print(f"ratelimitd: unknown command '{command}' (known: {known})", file=sys.stderr)
         return 2
-    return handler(args)
+    return handler.run(args)

@@ -6,6 +6,9 @@ RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read a
 from typing import TYPE_CHECKING
 
 from . import _match_py
+
+# How `lookup` matched an entry, numbered alike by both twins (`_match.pyx` DEFs them).
+from ._match_py import EXACT, KEY_ONLY, WILDCARD  # noqa: F401
 from ._twins import chooser, install
 
 IMPLEMENTATION = install(globals(), "ratelimitd._match", _match_py)

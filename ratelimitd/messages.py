@@ -13,9 +13,9 @@ from typing import Any
 
 import msgspec
 
-# envoy.service.ratelimit.v3.RateLimitResponse.Code (UNKNOWN: a response code, not the
-# gRPC status of that name)
-UNKNOWN, OK, OVER_LIMIT = 0, 1, 2
+# envoy.service.ratelimit.v3.RateLimitResponse.Code; its UNKNOWN is CODE_UNKNOWN here, a response
+# code and not the gRPC status of that name (`transport.grpcstatus.UNKNOWN`).
+CODE_UNKNOWN, OK, OVER_LIMIT = 0, 1, 2
 CODE_NAMES = ("UNKNOWN", "OK", "OVER_LIMIT")
 
 MAX_UINT32 = 0xFFFFFFFF

@@ -27,9 +27,9 @@ from support.core import Decider, suite_config
 from support.machine import machine_info
 from support.redis_server import RedisServer, RedisServers
 
+from ratelimitd.backends import load_settings
 from ratelimitd.backends.redis import key_slot
 from ratelimitd.core import build_core
-from ratelimitd.settings import Settings
 
 NOW = 1_000_000.0  # a fixed clock: the keys (and so their slots) stay put
 WINDOW = 997200  # NOW's hour
@@ -69,7 +69,7 @@ async def measure(nodes: list[RedisServer], parallelism: str, descriptors: list,
         "REDIS_POOL_SIZE": "4",
         "REDIS_CLUSTER_PIPELINE_PARALLELISM": parallelism,
     }
-    d = Decider(build_core(Settings.from_env(env), clock=clock), clock)
+    d = Decider(build_core(load_settings(env), clock=clock), clock)
     d.load(CONFIG)
     await d.backend.connect()
     try:

@@ -33,10 +33,10 @@ from support.core import Decider, suite_config
 from support.machine import machine_info
 from support.redis_server import RedisServers
 
+from ratelimitd.backends import load_settings
 from ratelimitd.backends.base import BackendError
 from ratelimitd.backends.redis.instances import SingleInstance
 from ratelimitd.core import build_core
-from ratelimitd.settings import Settings
 
 CALLERS = 16
 BEFORE = 2.0
@@ -58,7 +58,7 @@ async def variant(workdir: Path, follow_switch: bool) -> dict:
             "REDIS_POOL_SIZE": "2",
             "EXPIRATION_JITTER_MAX_SECONDS": "0",
         }
-        d = Decider(build_core(Settings.from_env(env)), time.time)
+        d = Decider(build_core(load_settings(env)), time.time)
         d.load(CONFIG)
         if not follow_switch:
             SingleInstance._watch_sentinels = _no_watch  # type: ignore[method-assign]

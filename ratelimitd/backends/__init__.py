@@ -3,33 +3,34 @@
 
 A backend is one module (memory) or package (redis, memcache) and one line of `BACKENDS`:
 its BACKEND_TYPE name, its declared capabilities, and its factory, imported only when that
-backend is built. The settings (which BACKEND_TYPE names exist, which settings apply), the
-config load (which algorithms), the core and the CLI read the registry, never a backend's
-name. Importing this package imports no store (the settings import it).
+backend is built. The config load (which algorithms), the core and the CLI read the
+registry, never a backend's name. The settings import no backend: `load_settings` composes
+them with the registry (which BACKEND_TYPE names exist, which settings apply), as the
+reference's runner picks the cache for the settings it read. Importing this package imports
+no store.
 """
 
 from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..config.windows import ALL_ALGORITHMS, FIXED_WINDOW, SLIDING_WINDOW
+from ..settings import Settings, backend_type_from_env, settings_from_env
 from .base import Backend, BackendError, Capabilities, Op, SyncBackend
 
 if TYPE_CHECKING:
     from ..health import Health
-    from ..settings import Settings
     from ..stats import StatsStore
 
     # `factory(settings, health, stats, clock)`: the clock is the memory store's.
     Factory = Callable[[Settings, Health, StatsStore, Callable[[], float]], Backend]
 
-# Config algorithm ids (config/windows.py), spelled out so that importing the registry
-# imports nothing of the config.
-_ALL = frozenset({0, 1, 2})
-_WINDOWS = frozenset({0, 1})  # fixed and sliding: the windows a budget holds reservations in
+_ALL = ALL_ALGORITHMS
+_WINDOWS = frozenset({FIXED_WINDOW, SLIDING_WINDOW})  # the windows a budget holds reservations in
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,17 @@ def capabilities(name: str) -> Capabilities:
     return BACKENDS[name].capabilities
 
 
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The process's Settings from `environ` (None: the process environment), its BACKEND_TYPE
+    one of the registry's and checked as that backend declares; raise SettingsError."""
+    return settings_from_env(environ, {name: r.capabilities for name, r in BACKENDS.items()})
+
+
+def backend_type() -> str | None:
+    """BACKEND_TYPE when set explicitly (one of the registry's names), else None."""
+    return backend_type_from_env(BACKENDS)
+
+
 def create_backend(
     settings: Settings,
     health: Health,
@@ -123,6 +135,8 @@ __all__ = [
     "Op",
     "Registered",
     "SyncBackend",
+    "backend_type",
     "capabilities",
     "create_backend",
+    "load_settings",
 ]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import msgspec
 
+from ..config.windows import FIXED_WINDOW, ONLY_FIXED_WINDOW
 from ..tlsfiles import unreadable
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ class Capabilities:
     settings it reads (`sections`); the core and the CLI read the rest.
     """
 
-    # The config's algorithm ids it counts exactly (config/windows.py; 0 is fixed_window).
-    algorithms: frozenset[int] = frozenset({0})
+    # The config's algorithm ids it counts exactly (config/windows.py).
+    algorithms: frozenset[int] = ONLY_FIXED_WINDOW
     # The algorithm ids whose limits it keeps token budgets for (`budget:`, its Op.budget
     # calls): reserve, settle, release, each one atomic call on the budget's keys.
     budgets: frozenset[int] = frozenset()
@@ -114,7 +115,7 @@ class Op(msgspec.Struct, gc=False):
 
     The fields after `seconds` are the extension's (docs/algorithms.md). `limit` is the
     window's requests_per_unit (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT's check reads it);
-    `algorithm` the config's id (config/windows.py; 0 the fixed window). `per_second`
+    `algorithm` the config's id (config/windows.py). `per_second`
     routes the op to REDIS_PERSECOND's instance (a SECOND-unit limit, of any multiplier;
     a bare `Op(key, hits, 1)` is routed there too). With `algorithm` SLIDING_WINDOW or
     TOKEN_BUCKET the store decides atomically, with the maths of `keys.sliding_window` /
@@ -137,7 +138,7 @@ class Op(msgspec.Struct, gc=False):
     hits: int
     seconds: int
     per_second: bool = False
-    algorithm: int = 0
+    algorithm: int = FIXED_WINDOW
     limit: int = 0
     tick: int = 1
     now: int = 0

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..allocator import Trimmer
 from ..budget.memory import MAX_TXNS, MemoryBudgets
 from ..budget.model import MAX_BUDGET_TXNS
-from ..config.windows import SLIDING_WINDOW
+from ..config.windows import FIXED_WINDOW, SLIDING_WINDOW
 from ..keys import COUNTER_MAX, Bump
 from ..keys import sliding_window as _sliding_window
 from ..keys import token_bucket as _token_bucket
@@ -113,7 +113,7 @@ class MemoryBackend:
         jitter = self._jitter
         out: list[Any] = []
         for op in ops:
-            if op.algorithm:
+            if op.algorithm != FIXED_WINDOW:
                 out.append(self._decide(op, now))
                 continue
             if op.budget is not None:
@@ -227,7 +227,7 @@ class MemoryBackend:
         now = int(self._clock())
         out = []
         for op in ops:
-            if op.algorithm:
+            if op.algorithm != FIXED_WINDOW:
                 out.append(self._decide(op, now, peek=True)[0])
                 continue
             entry = self._counters.get(op.key)

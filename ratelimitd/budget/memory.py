@@ -47,7 +47,7 @@ from .model import (
     SETTLE,
     SETTLED,
     SWEEP_BATCH,
-    UNKNOWN,
+    UNKNOWN_ID,
     USED_MAX,
     Call,
     Result,
@@ -366,7 +366,7 @@ class MemoryBudgets:
                     result.outcome = FINISHED
             elif kind == RELEASE:
                 if txn is None:
-                    result.outcome = UNKNOWN
+                    result.outcome = UNKNOWN_ID
                 elif txn.state == "c":
                     result.outcome = CONTESTED
                 elif txn.state == "o":

@@ -59,7 +59,7 @@ __all__ = [
     "SETTLE",
     "SETTLED",
     "SWEEP_BATCH",
-    "UNKNOWN",
+    "UNKNOWN_ID",
     "USED_MAX",
     "Call",
     "Result",
@@ -103,7 +103,7 @@ DUPLICATE = 3  # reserve of an id that is open or finished: refused, the open on
 SETTLED = 4  # settle / release of an open reservation: done
 FINISHED = 5  # settle / release of a settled, released or expired one: nothing changes
 ORPHAN = 6  # settle of an unknown id (never reserved here): the usage charged to now
-UNKNOWN = 7  # release of an unknown id: nothing to do
+UNKNOWN_ID = 7  # release of an unknown id: nothing to do
 CONTESTED = 8  # release of a contested reservation: ignored, only a settle or the TTL end it
 FULL = 9  # reserve / peek of a new id on a budget (or a process) holding its most transactions
 OUTCOME_NAMES = {
@@ -113,7 +113,7 @@ OUTCOME_NAMES = {
     SETTLED: "settled",
     FINISHED: "finished",
     ORPHAN: "orphan",
-    UNKNOWN: "unknown",
+    UNKNOWN_ID: "unknown",
     CONTESTED: "contested",
     FULL: "full",
 }

@@ -3,7 +3,8 @@
 * ``sections.py``: the types (listeners, gRPC, Redis for each instance, memcache, stats,
   tracing, runtime layout, reload options, ...) with the reference's defaults;
 * ``environment.py``: the package's only reader of ``os.environ``, one builder per section,
-  and :class:`Settings` itself (``Settings.from_env``);
+  and :class:`Settings` itself (``settings_from_env``, which `backends.load_settings` calls
+  with the backend registry);
 * ``checks.py``: the cross-field checks, those of a backend as its declaration says
   (``backends.Capabilities``);
 * ``goparse.py``: Go's value syntax (envconfig) and the typed reader with one-line errors;

@@ -3,26 +3,41 @@ clients, and what ratelimitd refuses rather than accept and ignore.
 
 Which failure, breaker and in-flight settings apply, and which settings sections are
 checked, follows the selected backend's declaration (`backends.Capabilities`), never its
-name.
+name. The declarations are handed in by whoever composes the process (`backends.load_settings`):
+this package imports no backend.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping
+from typing import Protocol
 
-from ..backends import capabilities
 from .goparse import Env, SettingsError, invalid
-from .sections import ConnectionLimits, mask_url
-
-if TYPE_CHECKING:
-    from .environment import Settings
+from .sections import ConnectionLimits, Settings, mask_url
 
 _MEMCACHE_SRV = re.compile(r"^_(.+?)\._(.+?)\.(.+)$")
 _SINK_VARIABLES = ("USE_DOG_STATSD", "USE_STATSD", "USE_PROMETHEUS")
 
 
-def check(settings: Settings, env: Env) -> None:
+class BackendRules(Protocol):
+    """What the checks read of a backend's declaration (`backends.Capabilities`)."""
+
+    @property
+    def raises(self) -> bool: ...
+    @property
+    def breakers(self) -> bool: ...
+    @property
+    def waits(self) -> bool: ...
+    @property
+    def no_failures(self) -> str: ...
+    @property
+    def sections(self) -> tuple[str, ...]: ...
+    @property
+    def budgets(self) -> Collection[int]: ...
+
+
+def check(settings: Settings, env: Env, backends: Mapping[str, BackendRules]) -> None:
     """Raise SettingsError (one line) for a combination that cannot work or would be
     accepted and do nothing."""
     reload = settings.reload
@@ -31,7 +46,7 @@ def check(settings: Settings, env: Env) -> None:
             f"LIMIT_RESPONSE_HEADERS_FORMAT: {reload.headers_format!r} formats the response "
             "headers, which are off: set LIMIT_RESPONSE_HEADERS_ENABLED=true too"
         )
-    _check_backend(settings, env)
+    _check_backend(settings, env, backends[settings.cache.backend])
     if reload.dynamic_metadata_limit_name and not reload.response_dynamic_metadata:
         raise SettingsError(
             "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME: has no effect without "
@@ -66,10 +81,9 @@ def refuse_native_only(settings: Settings) -> None:
         )
 
 
-def _check_backend(settings: Settings, env: Env) -> None:
+def _check_backend(settings: Settings, env: Env, can: BackendRules) -> None:
     """The selected backend's settings, as its declaration says they apply."""
     cache = settings.cache
-    can = capabilities(cache.backend)
     for name, on, applies in (
         ("BACKEND_FAILURE_POLICY", cache.failure_policy != "error", can.raises),
         ("BACKEND_BREAKER_FAILURES", bool(cache.breaker_failures), can.raises and can.breakers),

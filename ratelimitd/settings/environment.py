@@ -44,12 +44,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from ..backends import BACKENDS
-from .checks import check
+from .checks import BackendRules, check
 from .goparse import Env, Pairs, invalid
 from .sections import (
     PERSECOND_URL,
@@ -65,6 +63,7 @@ from .sections import (
     RedisSettings,
     ReloadOptions,
     RuntimeSettings,
+    Settings,
     StatsSettings,
     TracingSettings,
     WorkerSettings,
@@ -84,7 +83,7 @@ _LOG_LEVELS = {
     "panic": "panic",
 }
 # BACKEND_TYPE's aliases (the service specification's spellings), besides the registry's
-# own names (`backends.BACKENDS`).
+# own names (`backends.BACKENDS`, handed in as `backends`).
 _BACKEND_ALIASES = {"kvcache": "redis", "altcache": "memcache"}
 _SOCKET_TYPES = {"tcp": "tcp", "unix": "unix"}
 # A sentinel REDIS_URL: a master name (no ':' or '/'), then host:port addresses.
@@ -95,39 +94,14 @@ FAILURE_POLICIES = {p: p for p in ("error", "allow", "deny", "local")}
 _BACKEND_PREFIXES = ("REDIS_", "MEMCACHE_")
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """How the process runs: every setting of the reference plus a few extensions, one
-    section per concern (`sections.py`); built by `from_env` (here, beside its builders)."""
-
-    listeners: ListenerSettings = ListenerSettings()
-    connections: ConnectionLimits = ConnectionLimits()
-    debug: DebugSettings = DebugSettings()
-    grpc: GrpcSettings = GrpcSettings()
-    log: LogSettings = LogSettings()
-    config: ConfigSettings = ConfigSettings()
-    xds: XdsSettings = XdsSettings()
-    runtime: RuntimeSettings = RuntimeSettings()
-    stats: StatsSettings = StatsSettings()
-    cache: CacheSettings = CacheSettings()
-    redis: RedisSettings = RedisSettings()
-    # None unless REDIS_PERSECOND: SECOND-unit keys then go to this instance.
-    redis_persecond: RedisSettings | None = None
-    memcache: MemcacheSettings = MemcacheSettings()
-    tracing: TracingSettings = TracingSettings()
-    reload: ReloadOptions = ReloadOptions()
-    workers: WorkerSettings = WorkerSettings()
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Build Settings from the environment (default os.environ); raise SettingsError."""
-        return settings_from_env(environ)
-
-
-def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
-    """Build Settings from the environment (default os.environ); raise SettingsError."""
+def settings_from_env(
+    environ: Mapping[str, str] | None, backends: Mapping[str, BackendRules]
+) -> Settings:
+    """Build Settings from the environment (None: os.environ) for the BACKEND_TYPE names and
+    declarations of `backends` (`backends.load_settings` hands in the registry); raise
+    SettingsError."""
     env = Env(os.environ if environ is None else environ)
-    backend, defaulted = _backend(env)
+    backend, defaulted = _backend(env, backends)
     stats = _stats(env)
     reload = _reload(env)
     redis = _redis(env, "REDIS_", RedisSettings().url, shared=None)
@@ -173,7 +147,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
             ),
         ),
     )
-    check(settings, env)
+    check(settings, env, backends)
     refuse_unsupported(env)
     if stats.sink == "dogstatsd" and stats.dog_statsd_mogrifier_names:
         # As the reference, mogrifiers are read only when the DogStatsD sink is built.
@@ -195,10 +169,11 @@ def extensions_disabled() -> bool:
     return bool(os.environ.get("RATELIMITD_NO_EXTENSIONS"))
 
 
-def backend_type_from_env() -> str | None:
-    """BACKEND_TYPE as the daemon reads it when set explicitly, else None (check-config)."""
+def backend_type_from_env(names: Collection[str]) -> str | None:
+    """BACKEND_TYPE (one of `names`) as the daemon reads it when set explicitly, else None
+    (check-config)."""
     env = Env(os.environ)
-    return _backend(env)[0] if env.typed("BACKEND_TYPE") is not None else None
+    return _backend(env, names)[0] if env.typed("BACKEND_TYPE") is not None else None
 
 
 def worker_environ(index: int, stats_dir: str) -> dict[str, str]:
@@ -406,12 +381,12 @@ def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
     )
 
 
-def _backend(env: Env) -> tuple[str, bool]:
+def _backend(env: Env, backends: Collection[str]) -> tuple[str, bool]:
     """The backend name and whether it was chosen because nothing was configured."""
     if env.typed("BACKEND_TYPE") is not None:
         # The aliases are accepted but not advertised: the spec spells them, users rarely do.
-        names = {name: name for name in BACKENDS} | _BACKEND_ALIASES
-        return env.get_choice("BACKEND_TYPE", "redis", names, accepted=", ".join(BACKENDS)), False
+        names = {name: name for name in backends} | _BACKEND_ALIASES
+        return env.get_choice("BACKEND_TYPE", "redis", names, accepted=", ".join(backends)), False
     configured = any(value and key.startswith(_BACKEND_PREFIXES) for key, value in env.items())
     return ("redis", False) if configured else ("memory", True)
 

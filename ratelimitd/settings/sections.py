@@ -32,6 +32,7 @@ __all__ = [
     "RedisSettings",
     "ReloadOptions",
     "RuntimeSettings",
+    "Settings",
     "StatsSettings",
     "StatsSink",
     "TracingSettings",
@@ -416,3 +417,27 @@ class WorkerSettings:
         (SO_REUSEPORT); a lone daemon binds them alone, and a second instance on its ports
         fails with "address in use", as the reference does."""
         return self.index is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """How the process runs: every setting of the reference plus a few extensions, one
+    section per concern (`sections.py`); built by `environment.settings_from_env`."""
+
+    listeners: ListenerSettings = ListenerSettings()
+    connections: ConnectionLimits = ConnectionLimits()
+    debug: DebugSettings = DebugSettings()
+    grpc: GrpcSettings = GrpcSettings()
+    log: LogSettings = LogSettings()
+    config: ConfigSettings = ConfigSettings()
+    xds: XdsSettings = XdsSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+    stats: StatsSettings = StatsSettings()
+    cache: CacheSettings = CacheSettings()
+    redis: RedisSettings = RedisSettings()
+    # None unless REDIS_PERSECOND: SECOND-unit keys then go to this instance.
+    redis_persecond: RedisSettings | None = None
+    memcache: MemcacheSettings = MemcacheSettings()
+    tracing: TracingSettings = TracingSettings()
+    reload: ReloadOptions = ReloadOptions()
+    workers: WorkerSettings = WorkerSettings()

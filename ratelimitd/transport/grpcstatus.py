@@ -1,6 +1,6 @@
 """gRPC status codes (google.rpc.Code), declared once for every transport.
 
-Not to be confused with `messages.UNKNOWN`, the RLS response's own `Code` (0): a gRPC status
+Not to be confused with `messages.CODE_UNKNOWN`, the RLS response's own `Code` (0): a gRPC status
 is how a call ended, a response code what the rate limit decided.
 """
 

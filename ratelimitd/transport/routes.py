@@ -12,7 +12,7 @@ import json
 
 from ..backends.base import BackendError
 from ..health import Health
-from ..messages import OVER_LIMIT, UNKNOWN, TooLarge
+from ..messages import CODE_UNKNOWN, OVER_LIMIT, TooLarge
 from ..service import Overloaded, RateLimitService, ServiceError
 from ..settings import ListenerSettings
 from .http import (
@@ -72,7 +72,7 @@ def main_routes(
         except (ServiceError, BackendError):
             return BAD_REQUEST
         code = response.overall_code
-        status = 429 if code == OVER_LIMIT else 500 if code == UNKNOWN else 200
+        status = 429 if code == OVER_LIMIT else 500 if code == CODE_UNKNOWN else 200
         return status, JSON, encode_response(response)
 
     return {"/json": json_endpoint, "/healthcheck": healthcheck}

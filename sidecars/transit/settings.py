@@ -14,12 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sidecars.common.environment import Environment, SettingsError
 from sidecars.common.server import Server
-from sidecars.usage.settings import Settings as UsageSettings
 
 from .source import Bounds, redact
+
+if TYPE_CHECKING:
+    from sidecars.usage.settings import Settings as UsageSettings
 
 # The bundled demo data (TRANSIT_DEMO=true); see data/SOURCE.md and places/data/SOURCE.md.
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -325,7 +328,13 @@ class TransitSettings:
             refresh_token=env.optional("REFRESH_TOKEN", None),
             status_message=_status_message(env.optional("STATUS_MESSAGE", None)),
         )
-        rate_limit = env.flag("RATE_LIMIT", False)
+        usage = None
+        if env.flag("RATE_LIMIT", False):
+            # The usage API's settings, read only when its rate limiter runs here: the
+            # transit sidecar imports nothing of the usage one otherwise.
+            from sidecars.usage.settings import Settings as UsageSettings
+
+            usage = UsageSettings.from_env(env.environ)
         return cls(
             feed=feed,
             realtime=realtime,
@@ -336,7 +345,7 @@ class TransitSettings:
             demo=demo,
             http_timeout_seconds=env.number("HTTP_TIMEOUT_SECONDS", 30.0),
             now=now,
-            rate_limit=UsageSettings.from_env(env.environ) if rate_limit else None,
+            rate_limit=usage,
         )
 
 

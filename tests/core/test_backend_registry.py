@@ -14,7 +14,7 @@ from support.core import single_rule
 from support.decisions import explain_then_decide
 
 from ratelimitd import cli
-from ratelimitd.backends import BACKENDS, Backend, Capabilities, Registered
+from ratelimitd.backends import BACKENDS, Backend, Capabilities, Registered, load_settings
 from ratelimitd.backends.base import Op
 from ratelimitd.backends.memory import simulate
 from ratelimitd.config import ConfigError, ConfigFile
@@ -72,7 +72,7 @@ def tally(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def test_selected_by_its_name(tally: None) -> None:
-    settings = Settings.from_env({"BACKEND_TYPE": "tally", "MAX_INFLIGHT_DECISIONS": "5"})
+    settings = load_settings({"BACKEND_TYPE": "tally", "MAX_INFLIGHT_DECISIONS": "5"})
     core = build_core(settings)
     assert isinstance(core.backend, TallyBackend) and isinstance(core.backend, Backend)
     assert not core.limiter.synchronous  # no SyncBackend: the limiter awaits it
@@ -82,16 +82,16 @@ def test_selected_by_its_name(tally: None) -> None:
 def test_its_declaration_drives_the_settings_checks(tally: None) -> None:
     # It raises but has no breakers: BACKEND_BREAKER_FAILURES would do nothing.
     with pytest.raises(SettingsError, match=r"^BACKEND_BREAKER_FAILURES: has no effect with "):
-        Settings.from_env({"BACKEND_TYPE": "tally", "BACKEND_BREAKER_FAILURES": "3"})
+        load_settings({"BACKEND_TYPE": "tally", "BACKEND_BREAKER_FAILURES": "3"})
     # It raises: the failure policy applies.
-    policy = Settings.from_env({"BACKEND_TYPE": "tally", "BACKEND_FAILURE_POLICY": "allow"})
+    policy = load_settings({"BACKEND_TYPE": "tally", "BACKEND_FAILURE_POLICY": "allow"})
     assert policy.cache.failure_policy == "allow"
     with pytest.raises(SettingsError, match="accepted: redis, memcache, memory, tally"):
-        Settings.from_env({"BACKEND_TYPE": "nope"})
+        load_settings({"BACKEND_TYPE": "nope"})
 
 
 def test_its_algorithms_are_checked_at_load(tally: None, tmp_path: Path) -> None:
-    core = build_core(Settings.from_env({"BACKEND_TYPE": "tally"}))
+    core = build_core(load_settings({"BACKEND_TYPE": "tally"}))
     sliding = CONFIG.replace(
         "requests_per_unit: 2}", "requests_per_unit: 2, algorithm: sliding_window}"
     )
@@ -103,7 +103,7 @@ def test_its_algorithms_are_checked_at_load(tally: None, tmp_path: Path) -> None
 
 async def test_it_decides_and_explains(tally: None) -> None:
     clock: Callable[[], float] = lambda: 1_000_000.0  # noqa: E731
-    core = build_core(Settings.from_env({"BACKEND_TYPE": "tally"}), clock=clock)
+    core = build_core(load_settings({"BACKEND_TYPE": "tally"}), clock=clock)
     core.load([ConfigFile("c.yaml", CONFIG)])
     request = Request("d", [Descriptor((("k", "v"),))])
     codes = []

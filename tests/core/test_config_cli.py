@@ -7,10 +7,15 @@ multi-line yaml.v2 error.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from support.core import CONFIGS, one_rule
 from support.daemon import run_check_config
+
+from ratelimitd import cli
 
 # --- the check-config CLI ------------------------------------------------------------------------
 
@@ -91,3 +96,17 @@ def test_cli_applies_domain_default_algorithms_as_the_daemon_does(tmp_path: Path
     bad = run_check_config(str(tmp_path), env=dict(os.environ, DOMAIN_DEFAULT_ALGORITHMS="x"))
     assert bad.returncode == 1
     assert bad.stderr.startswith("DOMAIN_DEFAULT_ALGORITHMS: invalid value 'x'")
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_every_command(flag: str) -> None:
+    """`ratelimitd --help` names each command `main` dispatches, none hidden."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ratelimitd", flag],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    listed = [line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")]
+    assert listed == list(cli.COMMANDS), done.stdout

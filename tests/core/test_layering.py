@@ -14,10 +14,11 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ratelimitd"
 BACKEND_NAMES = {"redis", "memcache", "memory"}
-# google.rpc.Code names; messages.py's UNKNOWN/OK are the RLS response's Code, a different enum.
+# google.rpc.Code names (messages.py's OK is the RLS response's Code, a different enum; its
+# UNKNOWN is spelled CODE_UNKNOWN, so that UNKNOWN means the gRPC status only).
 GRPC_STATUS_NAMES = {
-    "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "RESOURCE_EXHAUSTED",
-    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "UNAUTHENTICATED",
+    "UNKNOWN", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+    "RESOURCE_EXHAUSTED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "UNAUTHENTICATED",
 }  # fmt: skip
 
 
@@ -30,42 +31,27 @@ def modules() -> Iterator[tuple[str, Path, ast.Module]]:
         yield name, path, ast.parse(path.read_text(), str(path))
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def top_level_imports(name: str, tree: ast.Module, path: Path) -> Iterator[tuple[str, int]]:
-    """The ratelimitd modules `tree` imports when it is imported (not in functions, not
-    under TYPE_CHECKING), with their line numbers."""
+def imports(name: str, tree: ast.Module, path: Path) -> Iterator[tuple[str, int]]:
+    """Every ratelimitd module `tree` imports, with its line: at module level, in functions
+    (lazy) and under TYPE_CHECKING alike, since each is a dependency a cycle can hide in."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-
-    def walk(body: list[ast.stmt]) -> Iterator[tuple[str, int]]:
-        for node in body:
-            if isinstance(node, ast.If) and not _is_type_checking(node):
-                yield from walk(node.body)
-                yield from walk(node.orelse)
-            elif isinstance(node, ast.Try):
-                yield from walk(node.body)
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("ratelimitd"):
                     yield alias.name, node.lineno
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")
-                    base = base[: len(base) - node.level + 1]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                yield target, node.lineno
-                for alias in node.names:  # `from ratelimitd.x import submodule`
-                    yield f"{target}.{alias.name}", node.lineno
-
-    for target, line in walk(tree.body):
-        if target.startswith("ratelimitd"):
-            yield target, line
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("ratelimitd"):
+                continue
+            yield target, node.lineno
+            for alias in node.names:  # `from ratelimitd.x import submodule`
+                yield f"{target}.{alias.name}", node.lineno
 
 
 SOURCES = {name: (path, tree) for name, path, tree in modules()}
@@ -76,38 +62,81 @@ def imports_of(prefix: str) -> list[tuple[str, str, int]]:
         (name, target, line)
         for name, (path, tree) in SOURCES.items()
         if name == prefix or name.startswith(prefix + ".")
-        for target, line in top_level_imports(name, tree, path)
+        for target, line in imports(name, tree, path)
     ]
 
 
-@pytest.mark.parametrize(
-    ("layer", "forbidden"),
-    [
-        ("ratelimitd.config", "ratelimitd.backends"),  # algorithm ids belong to config
-        ("ratelimitd.stats", "ratelimitd.transport"),  # stats sit below the transports
-        ("ratelimitd.tracing", "ratelimitd.transport"),
-        ("ratelimitd.settings", "ratelimitd.transport"),
-        ("ratelimitd.decision", "ratelimitd.transport"),
-        ("ratelimitd.service", "ratelimitd.transport.grpc"),
-    ],
-)
-def test_a_layer_does_not_import_above_itself(layer: str, forbidden: str) -> None:
+# transport -> service -> (config, match, keys, limiter) -> backend; each layer with the
+# ones above it, which it must not import. The settings sit below all of them and know no
+# backend (`backends.load_settings` composes the two); the config's algorithm ids
+# (config/windows.py) are the one config module a backend reads. budget/ holds a module of
+# each layer (`config`: the `budget:` block; `model`, `memory`: the store contract and the
+# in-process store; `calls`, `retry`: the service's calls), so its modules are placed one by one.
+_ABOVE_BACKENDS = (
+    "ratelimitd.config.ruleset", "ratelimitd.config.loader", "ratelimitd.match",
+    "ratelimitd.limiter", "ratelimitd.decision", "ratelimitd.budget.calls",
+    "ratelimitd.budget.retry", "ratelimitd.budget.config", "ratelimitd.service",
+    "ratelimitd.admin", "ratelimitd.transport", "ratelimitd.core", "ratelimitd.daemon",
+    "ratelimitd.cli",
+)  # fmt: skip
+_ABOVE_RULES = ("ratelimitd.limiter", "ratelimitd.service", "ratelimitd.transport",
+                "ratelimitd.core", "ratelimitd.daemon", "ratelimitd.cli")  # fmt: skip
+LAYERS = [
+    ("ratelimitd.settings", ("ratelimitd.backends", "ratelimitd.config", "ratelimitd.budget",
+                             "ratelimitd.stats", *_ABOVE_BACKENDS)),
+    ("ratelimitd.backends", _ABOVE_BACKENDS),
+    ("ratelimitd.budget.model", ("ratelimitd.backends", *_ABOVE_BACKENDS)),
+    ("ratelimitd.budget.memory", ("ratelimitd.backends", *_ABOVE_BACKENDS)),
+    ("ratelimitd.config", ("ratelimitd.backends", *_ABOVE_RULES)),
+    ("ratelimitd.budget.config", ("ratelimitd.backends", *_ABOVE_RULES)),
+    ("ratelimitd.match", ("ratelimitd.backends", *_ABOVE_RULES)),
+    ("ratelimitd.keys", ("ratelimitd.backends", *_ABOVE_RULES)),
+    ("ratelimitd.limiter", ("ratelimitd.service", "ratelimitd.transport", "ratelimitd.core",
+                            "ratelimitd.daemon")),
+    ("ratelimitd.service", ("ratelimitd.transport", "ratelimitd.core", "ratelimitd.daemon")),
+    ("ratelimitd.decision", ("ratelimitd.transport",)),
+    ("ratelimitd.stats", ("ratelimitd.transport",)),  # stats sit below the transports
+    ("ratelimitd.tracing", ("ratelimitd.transport",)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("layer", "above"), LAYERS, ids=[layer for layer, _ in LAYERS])
+def test_a_layer_does_not_import_above_itself(layer: str, above: tuple[str, ...]) -> None:
     crossing = [
         f"{name}:{line} imports {target}"
         for name, target, line in imports_of(layer)
+        for forbidden in above
         if target == forbidden or target.startswith(forbidden + ".")
     ]
     assert not crossing, crossing
 
 
-def test_no_import_cycle() -> None:
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports (any import, lazy or TYPE_CHECKING included)."""
     graph: dict[str, set[str]] = {name: set() for name in SOURCES}
     for name, (path, tree) in SOURCES.items():
-        for target, _ in top_level_imports(name, tree, path):
+        for target, _ in imports(name, tree, path):
             while target and target not in SOURCES:  # `from pkg import name` of a non-module
                 target = target.rpartition(".")[0]
             if target and target != name and not name.startswith(target + "."):
                 graph[name].add(target)
+    return graph
+
+
+def test_the_layering_sees_lazy_and_type_checking_imports() -> None:
+    """The graph holds the imports a module-level walk misses: a function's own import and
+    one under TYPE_CHECKING (both hid cycles before)."""
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from .b import B\n"
+        "def f():\n    from ..c import d\n    import ratelimitd.e\n"
+    )
+    found = {t for t, _ in imports("ratelimitd.x.a", tree, PACKAGE / "x" / "a.py")}
+    assert {"ratelimitd.x.b", "ratelimitd.c", "ratelimitd.c.d", "ratelimitd.e"} <= found
+
+
+def test_no_import_cycle() -> None:
+    graph = module_graph()
     done: set[str] = set()
 
     def visit(node: str, stack: list[str]) -> None:
@@ -123,6 +152,61 @@ def test_no_import_cycle() -> None:
 
     for name in sorted(graph):
         visit(name, [])
+
+
+def test_a_twin_is_imported_only_through_its_selector() -> None:
+    """`_match_py`, `_keys_py`, ... are reached through `match`, `keys`, ... (which pick the
+    compiled module or the twin); only the selector and the other private modules import
+    them."""
+    crossing = [
+        f"{name} imports {target}"
+        for name, targets in module_graph().items()
+        if not name.rpartition(".")[2].startswith("_")
+        for target in targets
+        if (twin := re.fullmatch(r"(.*)\._(\w+)_py", target)) and name != f"{twin[1]}.{twin[2]}"
+    ]
+    assert not crossing, crossing
+
+
+def _is_algorithm(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "algorithm"
+
+
+def test_algorithm_ids_are_named() -> None:
+    """The backends and the decision model compare algorithms with config/windows.py's
+    names (`FIXED_WINDOW`, ...), never with a bare number or by truthiness (which says
+    "not the fixed window" only while its id is 0)."""
+    found = []
+    for name, (_, tree) in SOURCES.items():
+        if not name.startswith(("ratelimitd.backends", "ratelimitd._decision")):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare) and any(
+                map(_is_algorithm, [node.left, *node.comparators])
+            ):
+                if any(isinstance(side, ast.Constant) for side in node.comparators):
+                    found.append(f"{name}:{node.lineno}")
+            elif isinstance(node, ast.BoolOp | ast.If | ast.IfExp | ast.UnaryOp):
+                tests = (
+                    node.values
+                    if isinstance(node, ast.BoolOp)
+                    else [node.operand if isinstance(node, ast.UnaryOp) else node.test]
+                )
+                found += [f"{name}:{node.lineno}" for test in tests if _is_algorithm(test)]
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "frozenset":
+                numbers = [e for a in node.args for e in getattr(a, "elts", [])]
+                found += [f"{name}:{node.lineno}" for e in numbers if isinstance(e, ast.Constant)]
+            elif isinstance(node, ast.comprehension | ast.GeneratorExp):
+                elts = [node.elt] if isinstance(node, ast.GeneratorExp) else node.ifs
+                found += [f"{name}:{node.lineno}" for e in elts if _is_algorithm(e)]
+    # The compiled halves and the Lua scripts, by their spelling.
+    bare = re.compile(
+        r'(W_ALGORITHM\]|"algorithm"\)|\balg)\s*(==|!=|~=)\s*\d|"algorithm"\)\s*\n\s*(or|and)\b'
+    )
+    sources = [*PACKAGE.glob("_decision*.pyx"), *PACKAGE.rglob("backends/**/*.py*")]
+    for path in (p for p in sources if p.suffix in (".py", ".pyx")):
+        found += [f"{path.name}: {m[0]!r}" for m in bare.finditer(path.read_text())]
+    assert not found, found
 
 
 def test_backends_are_named_only_in_the_backends_package() -> None:
@@ -144,14 +228,23 @@ def test_backends_are_named_only_in_the_backends_package() -> None:
     assert not found, found
 
 
+def module_constants(tree: ast.Module) -> Iterator[str]:
+    """The names a module assigns at its top level, one by one or unpacked (`A, B = 0, 1`)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for leaf in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(leaf, ast.Name):
+                        yield leaf.id
+
+
 def test_grpc_status_numbers_are_declared_once() -> None:
-    declared = []
-    for name, (_, tree) in SOURCES.items():
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-                for target in node.targets:
-                    if isinstance(target, ast.Name) and target.id in GRPC_STATUS_NAMES:
-                        declared.append(name)
+    declared = [
+        name
+        for name, (_, tree) in SOURCES.items()
+        for constant in module_constants(tree)
+        if constant in GRPC_STATUS_NAMES
+    ]
     assert set(declared) == {"ratelimitd.transport.grpcstatus"}, declared
     # The compiled modules bind their constants from grpcstatus (`cdef int OK = grpcstatus.OK`).
     names = "|".join(sorted(GRPC_STATUS_NAMES))

@@ -24,8 +24,9 @@ from support.h2raw import CONFIG
 from support.pki import Pki
 from support.settings_env import error
 
+from ratelimitd.backends import load_settings
 from ratelimitd.messages import OK
-from ratelimitd.settings import Settings, SettingsError
+from ratelimitd.settings import SettingsError
 from ratelimitd.transport.grpc import METHOD_PATH
 from ratelimitd.transport.limits import NEVER_USED, USED, Eviction, IdleKey
 from ratelimitd.transport.protocodec import decode_response, encode_request
@@ -194,7 +195,7 @@ def test_the_native_settings_refuse_grpc_aio(name: str) -> None:
     value = "7" if name == "GRPC_MAX_CONNECTIONS" else "3s"
     env = {"BACKEND_TYPE": "memory", "GRPC_TRANSPORT": "grpcio", name: value}
     with pytest.raises(SettingsError, match=f"{name}.* need the native gRPC transport"):
-        Settings.from_env(env)
+        load_settings(env)
 
 
 class Fake:

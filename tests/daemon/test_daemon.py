@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support import REPO, free_port, wait_for
 from support.daemon import write_config
 
+from ratelimitd.backends import load_settings
 from ratelimitd.client import RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT
 from ratelimitd.transport.protocodec import METHOD_PATH, decode_response, encode_request
@@ -342,11 +343,10 @@ def test_native_transport_is_live_by_default(daemon_env, start_daemon) -> None:
     import ratelimitd._h2  # noqa: F401  (a normal install builds it)
 
     from ratelimitd.daemon import build
-    from ratelimitd.settings import Settings
     from ratelimitd.transport.native import NativeGrpcTransport
 
     env = {k: v for k, v in daemon_env.items() if k != "GRPC_TRANSPORT"}
-    assert isinstance(build(Settings.from_env(env)).grpc, NativeGrpcTransport)
+    assert isinstance(build(load_settings(env)).grpc, NativeGrpcTransport)
     write_config(env, "test.yaml", LIMITED)
     d = start_daemon(env)
     assert d.decide("test", [("user", "a")]).overall_code == OK
@@ -360,11 +360,10 @@ def test_without_the_native_extension_grpc_aio_serves(
     """A build without libnghttp2.so.14: grpc.aio with one warning; asking for the native
     transport explicitly then stops start-up."""
     from ratelimitd import daemon
-    from ratelimitd.settings import Settings
     from ratelimitd.transport.grpc import GrpcConfigError, GrpcTransport
 
     monkeypatch.setattr(daemon, "NativeGrpcTransport", None)
-    built = daemon.build(Settings.from_env({"BACKEND_TYPE": "memory"}))
+    built = daemon.build(load_settings({"BACKEND_TYPE": "memory"}))
     assert isinstance(built.grpc, GrpcTransport)
     warnings = [r.getMessage() for r in caplog.records if "native gRPC transport" in r.getMessage()]
     assert warnings == [
@@ -372,4 +371,4 @@ def test_without_the_native_extension_grpc_aio_serves(
         "serving gRPC with grpc.aio"
     ]
     with pytest.raises(GrpcConfigError, match="GRPC_TRANSPORT=native"):
-        daemon.build(Settings.from_env({"BACKEND_TYPE": "memory", "GRPC_TRANSPORT": "native"}))
+        daemon.build(load_settings({"BACKEND_TYPE": "memory", "GRPC_TRANSPORT": "native"}))

@@ -29,10 +29,10 @@ from ratelimitd.backends.base import BackendError
 from ratelimitd.config.ruleset import UNIT_NAMES, Rule
 from ratelimitd.health import Health
 from ratelimitd.messages import (
+    CODE_UNKNOWN,
     MAX_UINT32,
     OK,
     OVER_LIMIT,
-    UNKNOWN,
     Descriptor,
     Request,
     Response,
@@ -282,7 +282,7 @@ async def test_json_service_and_backend_errors_are_400() -> None:
 
 
 async def test_json_unknown_overall_code_is_500() -> None:
-    server = await stub_server(Response(UNKNOWN, [Status(UNKNOWN)]))
+    server = await stub_server(Response(CODE_UNKNOWN, [Status(CODE_UNKNOWN)]))
     try:
         c = await Conn.open(server.port)
         reply = await c.call("/json", ONE_K)
@@ -341,7 +341,7 @@ def test_encode_response_zero_values_omitted() -> None:
         b'{"overallCode":"OK","statuses":[{"code":"OK"},{"code":"OK","limitRemaining":4294967295},'
         b'{"code":"OVER_LIMIT","currentLimit":{"unit":"MINUTE"},"durationUntilReset":"7s"}]}'
     )
-    assert encode_response(Response(UNKNOWN, [])) == b"{}"
+    assert encode_response(Response(CODE_UNKNOWN, [])) == b"{}"
 
 
 def test_decode_request_forms() -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from support.daemon import write_config
 
-from ratelimitd.settings import Settings, SettingsError
+from ratelimitd.backends import load_settings
+from ratelimitd.settings import SettingsError
 
 RULE = "descriptors:\n  - key: {key}\n    rate_limit: {{unit: day, requests_per_unit: 2}}\n"
 CONFIGS = {
@@ -41,12 +42,12 @@ def test_json_domains_refuses_other_domains_before_counting(daemon_env, start_da
 
 
 def test_defaults_serve_every_domain() -> None:
-    listeners = Settings.from_env({}).listeners
+    listeners = load_settings({}).listeners
     assert (listeners.json_enabled, listeners.json_domains) == (True, ())
-    listeners = Settings.from_env({"HTTP_JSON_DOMAINS": " a, b ,"}).listeners
+    listeners = load_settings({"HTTP_JSON_DOMAINS": " a, b ,"}).listeners
     assert listeners.json_domains == ("a", "b")
 
 
 def test_domains_with_json_off_is_refused() -> None:
     with pytest.raises(SettingsError, match=r"^HTTP_JSON_DOMAINS: has no effect"):
-        Settings.from_env({"HTTP_JSON_ENABLED": "false", "HTTP_JSON_DOMAINS": "a"})
+        load_settings({"HTTP_JSON_ENABLED": "false", "HTTP_JSON_DOMAINS": "a"})

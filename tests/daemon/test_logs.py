@@ -13,6 +13,7 @@ from datetime import datetime
 import pytest
 
 from ratelimitd import logs
+from ratelimitd.backends import load_settings
 from ratelimitd.logs import (
     TRACE,
     JsonFormatter,
@@ -21,7 +22,6 @@ from ratelimitd.logs import (
     level_from_name,
     logrus_level_name,
 )
-from ratelimitd.settings import Settings
 
 TEXT_LINE = re.compile(
     r'^time="(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d))" '
@@ -62,7 +62,7 @@ def record(
 
 def configured(**env: str) -> tuple[io.StringIO, logging.Logger]:
     stream = io.StringIO()
-    configure_logging(Settings.from_env(env), stream=stream)
+    configure_logging(load_settings(env), stream=stream)
     return stream, logging.getLogger("ratelimitd.component")
 
 
@@ -287,7 +287,7 @@ def test_reconfiguring_replaces_the_handler() -> None:
 
 
 def test_writes_to_stderr_by_default(capsys: pytest.CaptureFixture[str]) -> None:
-    configure_logging(Settings.from_env({"LOG_LEVEL": "info"}))
+    configure_logging(load_settings({"LOG_LEVEL": "info"}))
     logging.getLogger("ratelimitd").info("to stderr")
     captured = capsys.readouterr()
     assert captured.out == ""

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from ratelimitd.settings import Settings, SettingsError
+from ratelimitd.backends import load_settings
+from ratelimitd.settings import SettingsError
 
 
 def test_defaults_are_the_reference() -> None:
-    cache = Settings.from_env({"BACKEND_TYPE": "redis"}).cache
+    cache = load_settings({"BACKEND_TYPE": "redis"}).cache
     assert (cache.failure_policy, cache.breaker_failures, cache.max_in_flight) == ("error", 0, 0)
 
 
@@ -42,10 +43,10 @@ def test_defaults_are_the_reference() -> None:
 )
 def test_refused_with_one_line(env: dict[str, str], message: str) -> None:
     with pytest.raises(SettingsError, match=message) as info:
-        Settings.from_env({"BACKEND_TYPE": "redis", **env})
+        load_settings({"BACKEND_TYPE": "redis", **env})
     assert "\n" not in str(info.value)
 
 
 def test_memcache_takes_the_in_flight_bound() -> None:
     env = {"BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": "h:1", "MAX_INFLIGHT_DECISIONS": "9"}
-    assert Settings.from_env(env).cache.max_in_flight == 9
+    assert load_settings(env).cache.max_in_flight == 9

@@ -29,13 +29,13 @@ from typing import Any
 import pytest
 from support.settings_env import Recorder
 
+from ratelimitd.backends import load_settings
 from ratelimitd.settings import (
     DogStatsdMogrifier,
     Settings,
     SettingsError,
     extensions_disabled,
     sections,
-    settings_from_env,
     unsupported,
 )
 
@@ -321,7 +321,7 @@ def resolve(settings: Settings, path: str) -> Any:
 
 
 def load(env: Mapping[str, str]) -> Settings:
-    return Settings.from_env({**BASE, **env})
+    return load_settings({**BASE, **env})
 
 
 @pytest.mark.parametrize("name", list(ROWS))
@@ -349,7 +349,7 @@ def test_each_variable_is_implemented_or_refused(name: str) -> None:
 def test_the_table_names_every_variable_settings_reads() -> None:
     # With the DogStatsD sink and one mogrifier on, every variable is looked up once.
     env = Recorder(MOGRIFIER)
-    settings_from_env(env)
+    load_settings(env)
     asked = {n for n in env.asked if not n.startswith(("KVCACHE_", "ALTCACHE_"))}
     assert asked == set(ROWS)
 

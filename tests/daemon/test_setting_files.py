@@ -21,7 +21,7 @@ from support import free_port, http_get, port_open, wait_for
 from support.daemon import DaemonProcess
 from support.pki import Pki
 
-from ratelimitd.settings import Settings
+from ratelimitd.backends import load_settings
 from ratelimitd.stats.mapper import MetricMapper
 
 MISSING = "No such file or directory"
@@ -154,7 +154,7 @@ DEFAULT_NAME = "ratelimit_service_rate_limit_total_hits"
 
 
 def mapper_for(path: Path) -> MetricMapper:
-    settings = Settings.from_env(
+    settings = load_settings(
         {"USE_STATSD": "false", "USE_PROMETHEUS": "true", "PROMETHEUS_MAPPER_YAML": str(path)}
     )
     return MetricMapper.from_settings(settings.stats)

@@ -15,6 +15,7 @@ import sys
 import pytest
 from support.settings_env import error, load
 
+from ratelimitd.backends import load_settings
 from ratelimitd.settings import (
     CacheSettings,
     RedisSettings,
@@ -196,7 +197,7 @@ def test_settings_are_frozen_and_slotted() -> None:
 
 def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRPC_PORT", "18081")
-    assert Settings.from_env().listeners.grpc_port == 18081
+    assert load_settings().listeners.grpc_port == 18081
 
 
 def test_import_is_cheap_and_side_effect_free() -> None:
@@ -407,7 +408,7 @@ def test_backend_defaults_to_memory_when_nothing_is_configured() -> None:
      {"ALTCACHE_SRV_REFRESH": "1s"}, {"REDIS_PERSECOND": "false"}],
 )  # fmt: skip
 def test_backend_defaults_to_redis_when_a_backend_variable_is_set(env: dict[str, str]) -> None:
-    s = Settings.from_env(env)
+    s = load_settings(env)
     assert (s.cache.backend, s.cache.backend_defaulted) == ("redis", False)
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from support.settings_env import error, load
 
+from ratelimitd.backends import load_settings
 from ratelimitd.settings import (
     DogStatsdMogrifier,
     ReloadOptions,
-    Settings,
     SettingsError,
     reload_options_from_env,
 )
@@ -31,7 +31,7 @@ from ratelimitd.settings import (
     ],
 )
 def test_stats_sink_chosen_as_the_reference_runner(env: dict[str, str], sink: str) -> None:
-    assert Settings.from_env(env).stats.sink == sink
+    assert load_settings(env).stats.sink == sink
 
 
 @pytest.mark.parametrize(
@@ -145,7 +145,7 @@ def test_reload_options_reject_bad_values() -> None:
 def test_start_up_reload_options_are_the_ones_re_read_on_reload() -> None:
     # One type: the settings built at start-up hold exactly what a reload re-reads.
     env = {"PORT": "9999", "SHADOW_MODE": "true", "LIMIT_RESET_HEADER": "X-Reset"}
-    base = Settings.from_env(env)
+    base = load_settings(env)
     assert base.reload == reload_options_from_env(env)
     assert (base.reload.shadow_mode, base.reload.reset_header) == (True, "X-Reset")
     assert base.listeners.port == 9999
@@ -172,6 +172,6 @@ def test_limit_names_need_dynamic_metadata() -> None:
     with pytest.raises(
         SettingsError, match=r"^RESPONSE_DYNAMIC_METADATA_LIMIT_NAME: has no effect"
     ):
-        Settings.from_env({"RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": "true"})
+        load_settings({"RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": "true"})
     env = {"RESPONSE_DYNAMIC_METADATA_LIMIT_NAME": "true", "RESPONSE_DYNAMIC_METADATA": "true"}
-    assert Settings.from_env(env).reload.dynamic_metadata_limit_name
+    assert load_settings(env).reload.dynamic_metadata_limit_name

@@ -9,10 +9,10 @@ from typing import Any
 
 from support.pki import Pki
 
+from ratelimitd.backends import load_settings
 from ratelimitd.backends.base import Op
 from ratelimitd.backends.memcache import create_memcache_backend
 from ratelimitd.health import Health
-from ratelimitd.settings import Settings
 
 
 def start_tls(memcached: Callable[..., Any], certs: Pki, leaf: tuple[Path, Path]) -> Any:
@@ -25,7 +25,7 @@ def start_tls(memcached: Callable[..., Any], certs: Pki, leaf: tuple[Path, Path]
 
 
 async def backend_for(certs: Pki, address: str, **extra: str) -> Any:
-    settings = Settings.from_env(
+    settings = load_settings(
         {
             "BACKEND_TYPE": "memcache",
             "MEMCACHE_HOST_PORT": address,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ratelimitd.backends import load_settings
 from ratelimitd.settings import Settings, SettingsError, StatsSettings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.base import NullSink, SinkError
@@ -34,7 +35,7 @@ RULES = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, req
     ],
 )
 def test_sink_choice(env: dict[str, str], kind: type) -> None:
-    sink = create_sink(Settings.from_env({**BASE, **env}), StatsStore())
+    sink = create_sink(load_settings({**BASE, **env}), StatsStore())
     assert type(sink) is kind
 
 
@@ -48,7 +49,7 @@ def test_sink_choice(env: dict[str, str], kind: type) -> None:
 )
 def test_a_second_sink_is_an_error(env: dict[str, str]) -> None:
     with pytest.raises(SettingsError):
-        Settings.from_env({**BASE, **env})
+        load_settings({**BASE, **env})
     # Settings built without from_env are checked again when the sink is built.
     fields = {
         "use_statsd": env.get("USE_STATSD", "true") == "true",
@@ -68,7 +69,7 @@ def test_a_second_sink_is_an_error(env: dict[str, str]) -> None:
 
 async def test_disable_stats_sends_nothing_and_needs_no_interceptor(harness: Any) -> None:
     h = harness(RULES)
-    sink = create_sink(Settings.from_env({**BASE, "DISABLE_STATS": "true"}), h.stats)
+    sink = create_sink(load_settings({**BASE, "DISABLE_STATS": "true"}), h.stats)
     await sink.start()
     await h.decide("d", [("k", "v")])
     await sink.flush()
@@ -81,7 +82,7 @@ async def test_disable_stats_sends_nothing_and_needs_no_interceptor(harness: Any
 async def test_stdout_sink_logs_gostats_json_lines(harness: Any) -> None:
     h = harness(RULES)
     out = io.StringIO()
-    env = Settings.from_env({**BASE, "USE_STATSD": "false", "EXTRA_TAGS": "a:b"})
+    env = load_settings({**BASE, "USE_STATSD": "false", "EXTRA_TAGS": "a:b"})
     sink = create_sink(env, h.stats, stream=out)
     await sink.start()
     await h.decide("d", [("k", "v")])

@@ -15,8 +15,8 @@ from support import free_port
 from support.core import Decider
 from support.redis_server import RedisServer, RedisServers
 
+from ratelimitd.backends import load_settings
 from ratelimitd.core import build_core
-from ratelimitd.settings import Settings
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ async def decider() -> AsyncIterator[Callable[..., Any]]:
             "REDIS_REQUEST_TIMEOUT": "1s",
             **env,
         }
-        d = Decider(build_core(Settings.from_env(environ), clock=clock), clock)
+        d = Decider(build_core(load_settings(environ), clock=clock), clock)
         d.load(config)
         built.append(d)
         await d.backend.connect()

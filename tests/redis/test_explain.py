@@ -16,8 +16,8 @@ from support.core import Decider
 from support.decisions import explain_then_decide, modes, scenarios
 from support.redis_server import RedisServer, RedisServers
 
+from ratelimitd.backends import load_settings
 from ratelimitd.core import build_core
-from ratelimitd.settings import Settings
 
 # Each example counts under its own CACHE_KEY_PREFIX on the module's one server.
 _examples = itertools.count()
@@ -37,7 +37,7 @@ def decider(server: RedisServer, mode: dict, config: str, clock: Clock) -> Decid
         "LOCAL_CACHE_SIZE_IN_BYTES": "1048576" if mode["local_cache"] else "0",
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": str(mode["stop_increment"]).lower(),
     }
-    d = Decider(build_core(Settings.from_env(env), clock=clock), clock)
+    d = Decider(build_core(load_settings(env), clock=clock), clock)
     d.load(config)
     return d
 

@@ -11,11 +11,11 @@ import pytest
 import uvloop
 from support.core import CONFIGS, suite_config
 
+from ratelimitd.backends import load_settings
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import create_redis_backend, go_duration, key_slot
 from ratelimitd.health import Health
 from ratelimitd.messages import OK, OVER_LIMIT
-from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore
 
 NOW = 1_000_000  # SECOND window 1000000, MINUTE 999960, HOUR 997200, DAY 950400
@@ -247,7 +247,7 @@ async def test_pipeline_window_and_limit(redis_server, decider) -> None:
 
 
 async def test_health_follows_connect(redis_server) -> None:
-    settings = Settings.from_env(
+    settings = load_settings(
         {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis_server.address}
     )
     health = Health()
@@ -339,10 +339,10 @@ async def test_runs_on_uvloop() -> None:
 
 
 async def test_registry_builds_the_redis_backend(redis_server) -> None:
-    from ratelimitd.backends import create_backend
+    from ratelimitd.backends import create_backend, load_settings
     from ratelimitd.backends.redis import RedisBackend
 
-    settings = Settings.from_env(
+    settings = load_settings(
         {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": redis_server.address}
     )
     backend = create_backend(settings, Health(), StatsStore())

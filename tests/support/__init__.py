@@ -27,7 +27,7 @@ only ratelimitd and sidecars.
   fuzz           schemathesis cases of one operation of an app's OpenAPI document, checked
   grpc_rls       the gRPC transport tests' client side (requests, calls, TLS settings)
   http_transport the HTTP transport tests' client side (a raw HTTP/1.1 client, servers)
-  settings_env   Settings.from_env as the settings tests call it (load, error)
+  settings_env   backends.load_settings as the settings tests call it (load, error)
   budget         budget stores on a real redis-server (single or cluster)
   openai_backend FakeOpenAI: an OpenAI-style backend (JSON and SSE, usage, errors, aborts)
   rls_recorder   RlsRecorder: a tap recording what Envoy sends the rate-limit service

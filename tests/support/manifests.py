@@ -26,7 +26,8 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from ratelimitd.settings import Settings, settings_from_env
+from ratelimitd.backends import load_settings
+from ratelimitd.settings import Settings
 
 from .process import REPO, binary
 from .settings_env import Recorder
@@ -174,7 +175,7 @@ def settings_of(env: Mapping[str, str]) -> tuple[Settings, set[str]]:
     and the names in `env` that nothing reads: neither the settings nor, with tracing on,
     the OpenTelemetry exporter (its own OTEL_* variables)."""
     recorder = Recorder(env)
-    settings = settings_from_env(recorder)
+    settings = load_settings(recorder)
     unread = set(env) - recorder.asked
     if settings.tracing.enabled:
         unread -= _otel_variables()

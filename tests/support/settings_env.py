@@ -1,4 +1,4 @@
-"""Settings.from_env as the settings tests (tests/daemon/test_settings*.py) call it: `load`
+"""backends.load_settings as the settings tests (tests/daemon/test_settings*.py) call it: `load`
 the settings of an environment given as keywords (`on_memory`: on the memory backend), or the
 one-line `error` it is refused with;
 `Recorder`, an environment that remembers which names the settings asked for.
@@ -11,21 +11,22 @@ from typing import Any
 
 import pytest
 
+from ratelimitd.backends import load_settings
 from ratelimitd.settings import Settings, SettingsError
 
 
 def load(**env: str) -> Settings:
-    return Settings.from_env(env)
+    return load_settings(env)
 
 
 def on_memory(**env: str) -> Settings:
     """`load` with BACKEND_TYPE=memory: settings that need no store running."""
-    return Settings.from_env({"BACKEND_TYPE": "memory", **env})
+    return load_settings({"BACKEND_TYPE": "memory", **env})
 
 
 def error(**env: str) -> str:
     with pytest.raises(SettingsError) as info:
-        Settings.from_env(env)
+        load_settings(env)
     message = str(info.value)
     assert "\n" not in message
     return message

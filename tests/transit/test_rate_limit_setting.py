@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import httpx
 import pytest
 from support import free_port
@@ -26,3 +29,19 @@ async def test_entry_point_rate_limits_when_enabled(
         response = await client.get("/v2/lines")
     # The middleware answers before any resource: its own error body, not the feed's.
     assert (response.json().get("error") == "rate_limiter_unavailable") is enabled
+
+
+def test_the_transit_sidecar_imports_nothing_of_the_usage_one() -> None:
+    """Every transit module imports without the usage sidecar (what both need is in
+    sidecars/common); only TRANSIT_RATE_LIMIT=true brings in the usage API's limiter."""
+    probe = (
+        "import pkgutil, sys, importlib, sidecars.transit as t\n"
+        "for m in pkgutil.walk_packages(t.__path__, 'sidecars.transit.'):\n"
+        "    if not m.name.endswith('__main__'):\n"
+        "        importlib.import_module(m.name)\n"
+        "print(sorted(n for n in sys.modules if n.startswith('sidecars.usage')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]", done.stdout

@@ -16,8 +16,10 @@ from ratelimitd._slots cimport get, offset_of
 from random import random
 
 from ratelimitd.backends.base import BackendError, Op
+from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 
 cdef object OP = Op
+cdef long long FIXED_WINDOW = _FIXED_WINDOW
 cdef Py_ssize_t O_KEY = offset_of(Op, "key")
 cdef Py_ssize_t O_HITS = offset_of(Op, "hits")
 cdef Py_ssize_t O_SECONDS = offset_of(Op, "seconds")
@@ -102,7 +104,7 @@ def incrby_expire_ops(ops, long long jitter):
         for i in range(count):  # check and measure
             op = ops[i]
             if (
-                get(op, OP, O_ALGORITHM, "algorithm")
+                <long long>get(op, OP, O_ALGORITHM, "algorithm") != FIXED_WINDOW
                 or get(op, OP, O_REFUND, "refund")
                 or get(op, OP, O_BUDGET, "budget") is not None
             ):

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ...config.windows import FIXED_WINDOW
 from ..base import BackendError, Op
 
 __all__ = ["incrby_expire_ops", "resolve"]
@@ -39,7 +40,7 @@ def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes | None:
     refund or a budget call)."""
     parts = []
     for op in ops:
-        if op.algorithm or op.refund or op.budget is not None:
+        if op.algorithm != FIXED_WINDOW or op.refund or op.budget is not None:
             return None
         seconds = op.seconds
         if jitter > 0:

@@ -15,8 +15,9 @@ ARGV: kind, now (ms), txn ("" for none), amount, ttl (ms), flags (1: charge the 
 reservation that ends without usage, 2: reserve even without room, 4: remember a refusal,
 8: this release served nothing, so its own reservation is released whatever 1 says),
 the most transactions the budget may hold (BUDGET_MAX_TRANSACTIONS: counted as the members
-of its deadline set), the number of windows, then per window: name, algorithm (0 fixed,
-1 sliding), length (ticks), tick (ms), limit; with an outbox, the settle's event last.
+of its deadline set), the number of windows, then per window: name, algorithm (the config's
+id, FIXED_WINDOW or SLIDING_WINDOW), length (ticks), tick (ms), limit; with an outbox, the
+settle's event last.
 Reply: {outcome, estimate, charged, expired, expired estimate, expired charged,
 after 1, reset 1, after 2, reset 2, ...} (`model.Result`).
 
@@ -30,15 +31,24 @@ from __future__ import annotations
 import hashlib
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...budget.memory import MemoryBudgets
 from ...budget.model import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result
+from ...config.windows import FIXED_WINDOW
 from ..base import BackendError
 from .resp import ReplyError, bulk_int, command, key_slot
 
-if TYPE_CHECKING:
-    from .instances import RedisInstance
+
+class Instance(Protocol):
+    """What the budget calls use of an instance (`instances.RedisInstance`, which imports
+    this module to encode its budget ops): its pipelined round, routed per slot or not."""
+
+    routed: bool
+    budget_max_transactions: int
+
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]: ...
+
 
 BUDGET_LUA = (
     """
@@ -84,7 +94,7 @@ for i, win in ipairs(wins) do
   local t = math.floor(now / win.tick)
   local start = t - t % win.ticks
   if win.w < start then
-    if win.alg ~= 0 and win.w == start - win.ticks then
+    if win.alg ~= FIXED_WINDOW and win.w == start - win.ticks then
       win.p, win.q = win.u, win.r
     else
       win.p, win.q = 0, 0
@@ -114,7 +124,7 @@ local function finish(x, charge)
       if start == win.w then
         win.r = math.max(0, win.r - x.est)
         win.u = math.min(win.u + charge, MAX)
-      elseif win.alg ~= 0 and start == win.w - win.ticks then
+      elseif win.alg ~= FIXED_WINDOW and start == win.w - win.ticks then
         win.q = math.max(0, win.q - x.est)
         win.p = math.min(win.p + charge, MAX)
       end
@@ -168,7 +178,7 @@ if kind ~= COUNT and not own and not fresh then
 end
 if x and x.state == 'r' and (kind == RESERVE or kind == PEEK) then x = nil end
 local function level(win)
-  if win.alg == 0 then return win.u + win.r end
+  if win.alg == FIXED_WINDOW then return win.u + win.r end
   local left = win.w + win.ticks - win.t
   local pe = win.p + win.q
   if pe > win.limit then pe = win.limit end
@@ -176,7 +186,7 @@ local function level(win)
 end
 local function reset(win, asked, after)
   local fin = win.w + win.ticks - win.t
-  if win.alg == 0 then return fin end
+  if win.alg == FIXED_WINDOW then return fin end
   local c = win.u + win.r
   if after <= win.limit then
     if c + asked > 0 then return fin + win.ticks end
@@ -244,7 +254,7 @@ elseif kind == COUNT then
   for i, win in ipairs(wins) do
     local after = lv[2 * i - 1]
     if after > win.limit then fits = false end
-    if amount > 0 and (win.alg == 0 or after <= win.limit) then
+    if amount > 0 and (win.alg == FIXED_WINDOW or after <= win.limit) then
       win.u = math.min(win.u + amount, MAX)
       written = true
     end
@@ -287,7 +297,7 @@ if written and not peek then
   for _, win in ipairs(wins) do
     local f = win.name .. '.'
     local span = win.ticks
-    if win.alg ~= 0 then span = 2 * win.ticks end
+    if win.alg ~= FIXED_WINDOW then span = 2 * win.ticks end
     local fin = (win.w + span) * win.tick
     if fin > e then e = fin end
     for _, k in ipairs({'w', 'u', 'r', 'p', 'q'}) do
@@ -316,7 +326,9 @@ for _, v in ipairs(lv) do reply[#reply + 1] = v end
 return reply
 """
     # The shared constants, written into the source (a script cannot import them).
-    .replace("USED_MAX", str(USED_MAX)).replace("SWEEP_BATCH", str(SWEEP_BATCH))
+    .replace("USED_MAX", str(USED_MAX))
+    .replace("SWEEP_BATCH", str(SWEEP_BATCH))
+    .replace("FIXED_WINDOW", str(FIXED_WINDOW))
 )
 
 _SHA = hashlib.sha1(BUDGET_LUA.encode()).hexdigest().encode()
@@ -377,7 +389,7 @@ class RedisBudgets:
     """Budget calls on one Redis deployment (single, sentinel or cluster): each call one
     script, all the calls of one `run` in one pipelined round (per node on a cluster)."""
 
-    def __init__(self, instance: RedisInstance) -> None:
+    def __init__(self, instance: Instance) -> None:
         self.instance = instance
 
     async def run(self, calls: Sequence[Call]) -> list[Result]:
@@ -403,7 +415,7 @@ class RedisBudgets:
         return await dry_run(self.instance, calls)
 
 
-async def dry_run(inst: RedisInstance, calls: Sequence[Call]) -> list[Result]:
+async def dry_run(inst: Instance, calls: Sequence[Call]) -> list[Result]:
     """`calls` applied in order to copies of their budgets as `inst` holds them (one round
     of HGETALL and ZRANGE per budget), with the twin's maths; each Result with `held`."""
     keys = list(dict.fromkeys(call.key for call in calls))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...aio import cancel
+from ...config.windows import FIXED_WINDOW
 from ...settings import RedisSettings
 from ..base import BackendError, Op
 from . import resp
@@ -164,7 +165,7 @@ class ClusterInstance(RedisInstance):
     async def incr_expire(self, ops: Sequence[Op]) -> list[Any]:
         """INCRBY + EXPIRE per op, grouped per node (`decide` for an algorithm or a refund)."""
         for op in ops:
-            if op.algorithm or op.refund or op.budget is not None:
+            if op.algorithm != FIXED_WINDOW or op.refund or op.budget is not None:
                 return await self.decide(ops)
         cmds: list[tuple[int, bytes]] = []
         for op in ops:

@@ -17,7 +17,7 @@ import hiredis
 
 from ...aio import cancel
 from ...budget.model import MAX_BUDGET_TXNS
-from ...config.windows import SLIDING_WINDOW, TOKEN_BUCKET
+from ...config.windows import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
 from ...keys import COUNTER_MAX
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, Waiter, client_ssl_context
@@ -123,7 +123,7 @@ class RedisInstance:
     async def levels(self, ops: Sequence[Op]) -> list[int]:
         """The current level of each op's limit, counting nothing: a counter (GET), or a
         sliding window's or token bucket's level (its script with no hits)."""
-        if any(op.algorithm for op in ops):
+        if any(op.algorithm != FIXED_WINDOW for op in ops):
             return await self.decide(ops, peek=True)
         return await self.get([op.key for op in ops])
 
@@ -163,7 +163,7 @@ class RedisInstance:
             elif op.budget is not None:
                 cmds.append((slot, budget.encode(op.budget, self.budget_max_transactions)))
                 owner.append(j)
-            elif op.algorithm:
+            elif op.algorithm != FIXED_WINDOW:
                 cmds.append((slot, scripts.call(op, k, peek=peek)))
                 owner.append(j)
             elif peek:
@@ -201,7 +201,7 @@ class RedisInstance:
             elif op.budget is not None:
                 out.append(budget.decode(reply))
                 i += 1
-            elif op.algorithm:
+            elif op.algorithm != FIXED_WINDOW:
                 if reply.__class__ is not list:
                     self._fail(reply)
                 out.append(reply[0] if peek else (reply[0], reply[1]))
@@ -231,7 +231,7 @@ class RedisInstance:
             cmds.append((key_slot(k) if cluster else 0, cmd))
         out: list[Any] = []
         for op, reply in zip(ops, await self._run(cmds), strict=True):
-            if op.algorithm and not op.refund:
+            if op.algorithm != FIXED_WINDOW and not op.refund:
                 if reply.__class__ is not list:
                     self._fail(reply)
                 out.append(None if reply[0] is None else tuple(int(v or 0) for v in reply))
@@ -473,7 +473,12 @@ class SingleInstance(RedisInstance):
         payload = resp.incrby_expire_ops(ops, self.jitter)
         if payload is None:  # a script's op
             op = ops[0]
-            if len(ops) == 1 and op.algorithm and not op.refund and op.budget is None:
+            if (
+                len(ops) == 1
+                and op.algorithm != FIXED_WINDOW
+                and not op.refund
+                and op.budget is None
+            ):
                 # the common case, without `decide`'s bookkeeping
                 fut, offset = self.pool.submit(scripts.call(op, op.key.encode()), 1)
                 replies = await fut

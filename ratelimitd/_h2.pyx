@@ -75,6 +75,8 @@ cdef class Connection:
     cdef object on_request
     cdef object on_close
     cdef object metadata_names
+    # Paths served as bidirectional streams (`_h2_streaming.pxi`), or None.
+    cdef object streaming
     cdef Py_ssize_t max_message
     cdef Py_ssize_t max_header_list
     cdef object error
@@ -110,6 +112,7 @@ cdef class Connection:
         int connection_window=0,
         metadata=(),
         buffers=None,
+        streaming=(),
     ):
         cdef nghttp2_settings_entry iv[2]
         self.streams = {}
@@ -120,6 +123,7 @@ cdef class Connection:
         self.on_request = on_request
         self.on_close = on_close
         self.metadata_names = frozenset(m.encode("ascii") for m in metadata) or None
+        self.streaming = frozenset(streaming) or None
         self.max_message = max_message
         self.max_header_list = max_header_list
         self.error = None
@@ -466,6 +470,8 @@ cdef class Connection:
                 % stream.encoding.decode("latin-1"),
                 b"grpc-accept-encoding", b"identity",
             )
+        elif self.streaming is not None and stream.path in self.streaming:
+            _open_streaming(self, stream)
         else:
             _watch(self, stream)  # usually read whole before this read ends: no charge
         return 0
@@ -479,6 +485,8 @@ cdef class Connection:
         if stream.discard or stream.answered:
             nghttp2_session_consume_connection(self.session, n)
             return 0
+        if stream.streaming:
+            return _streaming_data(self, stream, data, n)
         stream.held += n
         if stream.body is None and stream.message is None and n >= 5 and stream.expected < 0:
             # The usual case: the whole message in one chunk, no copy into a buffer.
@@ -531,6 +539,8 @@ cdef class Connection:
 
     cdef int _end_of_request(self, Stream stream) except -1:
         cdef bytearray body
+        if stream.streaming:
+            return _streaming_end(self, stream)
         if stream.answered or stream.dispatched:
             return 0
         if stream.message is None:
@@ -570,6 +580,10 @@ cdef class Connection:
 
 # What a connection charges to the process's buffers.
 include "_h2_buffers.pxi"
+
+
+# Bidirectional streams: messages handed over one by one as they arrive.
+include "_h2_streaming.pxi"
 
 
 # The nghttp2 callbacks and the library set-up (a textual include, as uvloop splits loop.pyx).

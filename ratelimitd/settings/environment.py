@@ -62,6 +62,7 @@ from .sections import (
     ListenerSettings,
     LogSettings,
     MemcacheSettings,
+    QuotaSettings,
     RedisSettings,
     ReloadOptions,
     RuntimeSettings,
@@ -115,6 +116,7 @@ class Settings:
     tracing: TracingSettings = TracingSettings()
     reload: ReloadOptions = ReloadOptions()
     workers: WorkerSettings = WorkerSettings()
+    quota: QuotaSettings = QuotaSettings()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -156,6 +158,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> Settings:
         memcache=_memcache(env),
         tracing=_tracing(env),
         reload=reload,
+        quota=_quota(env),
         workers=WorkerSettings(
             count=env.get_int("RATELIMITD_WORKERS", 1, lo=1),
             index=(
@@ -538,3 +541,16 @@ def _mogrifiers(env: Env, names: Iterable[str]) -> tuple[DogStatsdMogrifier, ...
                 raise invalid(prefix + "TAGS", raw, "expected non-empty tag:$N pairs")
         result.append(DogStatsdMogrifier(name, pattern, metric_name, tags))
     return tuple(result)
+
+
+def _quota(env: Env) -> QuotaSettings:
+    d = QuotaSettings()
+    return QuotaSettings(
+        bucket_keys=env.get_list("RLQS_BUCKET_KEYS"),
+        assignment_ttl=env.get_duration("RLQS_ASSIGNMENT_TTL", d.assignment_ttl, positive=True),
+        report_interval=env.get_duration("RLQS_REPORT_INTERVAL", d.report_interval, positive=True),
+        max_buckets_per_stream=env.get_int(
+            "RLQS_MAX_BUCKETS_PER_STREAM", d.max_buckets_per_stream, lo=1
+        ),
+        idle_timeout=env.get_duration("RLQS_IDLE_TIMEOUT", d.idle_timeout, positive=True),
+    )

@@ -1,0 +1,131 @@
+"""A stock Envoy with the rate_limit_quota filter (RLQS) in front of its own 200 backend.
+
+The filter puts every request in bucket `{name: api, user: <x-user header>}` of domain
+`rlqs`, reports to the RLQS server on `rlqs_port` (a one-token bucket until the first
+assignment, so the first-assignment gap admits at most one request per bucket), and answers
+429 when its assignment denies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .envoy_server import HTTP_OPTIONS, Envoy, _listener
+from .process import start_bound
+from .ready import free_port
+
+QUOTA = "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3"
+HEADER_INPUT = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
+DOMAIN = "rlqs"
+# A token bucket that holds one token and gets the next a day later.
+ONE_TOKEN = "{ token_bucket: { max_tokens: 1, tokens_per_fill: 1, fill_interval: 86400s } }"
+DENY_ALL = "{ blanket_rule: DENY_ALL }"
+
+__all__ = ["DOMAIN", "envoy_rlqs_config", "start_envoy_rlqs"]
+
+
+def envoy_rlqs_config(
+    *,
+    listen_port: int,
+    backend_port: int,
+    admin_port: int,
+    rlqs_port: int | None,
+    expired: str = "{ blanket_rule: ALLOW_ALL }",
+    no_assignment: str = DENY_ALL,
+) -> str:
+    """An Envoy bootstrap: ingress (rate_limit_quota -> router -> backend) + backend listener;
+    without `rlqs_port`, no filter at all (Envoy alone, the baseline)."""
+    quota_filter = cluster = ""
+    if rlqs_port is not None:
+        quota_filter = f"""
+          - name: envoy.filters.http.rate_limit_quota
+            typed_config:
+              "@type": {QUOTA}.RateLimitQuotaFilterConfig
+              domain: {DOMAIN}
+              rlqs_server: {{ envoy_grpc: {{ cluster_name: rlqs }} }}
+              bucket_matchers:
+                matcher_list:
+                  matchers:
+                  - predicate:
+                      single_predicate:
+                        input:
+                          name: user
+                          typed_config:
+                            "@type": {HEADER_INPUT}
+                            header_name: x-user
+                        value_match: {{ safe_regex: {{ google_re2: {{}}, regex: ".+" }} }}
+                    on_match:
+                      action:
+                        name: rate_limit_quota
+                        typed_config:
+                          "@type": {QUOTA}.RateLimitQuotaBucketSettings
+                          bucket_id_builder:
+                            bucket_id_builder:
+                              name: {{ string_value: api }}
+                              user:
+                                custom_value:
+                                  name: user
+                                  typed_config:
+                                    "@type": {HEADER_INPUT}
+                                    header_name: x-user
+                          reporting_interval: 5s
+                          deny_response_settings: {{ http_status: {{ code: 429 }} }}
+                          no_assignment_behavior: {{ fallback_rate_limit: {no_assignment} }}
+                          expired_assignment_behavior: {{ fallback_rate_limit: {expired} }}"""
+        cluster = f"""
+  - name: rlqs
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": {HTTP_OPTIONS}
+        explicit_http_config:
+          http2_protocol_options: {{}}
+    load_assignment:
+      cluster_name: rlqs
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rlqs_port} }} }}"""
+    route = """              - match: { prefix: "/" }
+                route: { cluster: backend }"""
+    backend_route = """              - match: { prefix: "/" }
+                direct_response: { status: 200, body: { inline_string: "ok\\n" } }"""
+    listeners = _listener("ingress", listen_port, route, quota_filter) + _listener(
+        "backend", backend_port, backend_route
+    )
+    return f"""
+admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }}
+static_resources:
+  listeners:{listeners}
+  clusters:
+  - name: backend
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: backend
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }} }}{
+        cluster
+    }
+"""
+
+
+def start_envoy_rlqs(workdir: Path, rlqs_port: int | None, **config: str) -> Envoy:
+    """A ready Envoy with the quota filter reporting to `rlqs_port` (None: no filter), on
+    fresh free ports (retried if another process took one first)."""
+    def spawn() -> Envoy:
+        port, admin_port = free_port(), free_port()
+        text = envoy_rlqs_config(
+            listen_port=port,
+            backend_port=free_port(),
+            admin_port=admin_port,
+            rlqs_port=rlqs_port,
+            **config,
+        )
+        return Envoy(text, workdir, port, admin_port)
+
+    return start_bound(spawn)

@@ -71,7 +71,10 @@ def envoy_rlqs_config(
                           reporting_interval: 5s
                           deny_response_settings: {{ http_status: {{ code: 429 }} }}
                           no_assignment_behavior: {{ fallback_rate_limit: {no_assignment} }}
-                          expired_assignment_behavior: {{ fallback_rate_limit: {expired} }}"""
+                          expired_assignment_behavior:
+                            # Past this the filter falls back to no_assignment_behavior.
+                            expired_assignment_behavior_timeout: 3600s
+                            fallback_rate_limit: {expired}"""
         cluster = f"""
   - name: rlqs
     type: STATIC
@@ -117,6 +120,7 @@ static_resources:
 def start_envoy_rlqs(workdir: Path, rlqs_port: int | None, **config: str) -> Envoy:
     """A ready Envoy with the quota filter reporting to `rlqs_port` (None: no filter), on
     fresh free ports (retried if another process took one first)."""
+
     def spawn() -> Envoy:
         port, admin_port = free_port(), free_port()
         text = envoy_rlqs_config(

@@ -89,6 +89,10 @@ def imports_of(prefix: str) -> list[tuple[str, str, int]]:
         ("ratelimitd.settings", "ratelimitd.transport"),
         ("ratelimitd.decision", "ratelimitd.transport"),
         ("ratelimitd.service", "ratelimitd.transport.grpc"),
+        # The quota service knows no transport (its status numbers are grpcstatus's).
+        ("ratelimitd.quota", "ratelimitd.transport.grpc"),
+        ("ratelimitd.quota", "ratelimitd.transport.native"),
+        ("ratelimitd.quota", "ratelimitd.transport.rlqs"),
     ],
 )
 def test_a_layer_does_not_import_above_itself(layer: str, forbidden: str) -> None:

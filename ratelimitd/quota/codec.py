@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -60,33 +61,43 @@ def decode_reports(data: bytes) -> tuple[str, list[Usage]]:
 @dataclass(slots=True)
 class Action:
     """One BucketAction: an assignment (`strategy`, `ttl` seconds, None: no expiry) or, with
-    `abandon`, the abandon action."""
+    `abandon`, the abandon action. A `reset` token bucket starts full in the Envoy."""
 
     bucket: dict[str, str]
     strategy: tuple[object, ...] = ALLOW
     ttl: float | None = None
     abandon: bool = False
+    reset: bool = False
 
 
 def encode_actions(actions: Iterable[Action]) -> bytes:
     """A RateLimitQuotaResponse carrying `actions` in order."""
     response = _Response()
     for a in actions:
-        item = response.bucket_action.add()
-        item.bucket_id.bucket.update(a.bucket)
-        if a.abandon:
-            item.abandon_action.SetInParent()
-            continue
-        assignment = item.quota_assignment_action
-        if a.ttl is not None:
-            assignment.assignment_time_to_live.FromNanoseconds(round(a.ttl * 1e9))
-        strategy = assignment.rate_limit_strategy
-        kind = a.strategy[0]
-        if kind == TOKENS:
-            bucket = strategy.token_bucket
-            bucket.max_tokens = int(a.strategy[1])  # type: ignore[call-overload]
-            bucket.tokens_per_fill.value = 1
-            bucket.fill_interval.FromSeconds(int(a.strategy[2]))  # type: ignore[call-overload]
-        else:
-            strategy.blanket_rule = _Strategy.DENY_ALL if kind == "deny" else _Strategy.ALLOW_ALL
+        if a.reset and a.strategy[0] == TOKENS:
+            # Envoy 1.40 gives a token bucket that replaces another the old one's state (an
+            # empty bucket stays empty); one that replaces a blanket rule starts full. So a
+            # new grant goes out as DENY_ALL then the bucket, applied in order at once.
+            _assign(response.bucket_action.add(), Action(a.bucket, DENY, a.ttl))
+        _assign(response.bucket_action.add(), a)
     return response.SerializeToString()
+
+
+def _assign(item: Any, a: Action) -> None:
+    """Fill one BucketAction from `a`."""
+    item.bucket_id.bucket.update(a.bucket)
+    if a.abandon:
+        item.abandon_action.SetInParent()
+        return
+    assignment = item.quota_assignment_action
+    if a.ttl is not None:
+        assignment.assignment_time_to_live.FromNanoseconds(round(a.ttl * 1e9))
+    strategy = assignment.rate_limit_strategy
+    kind = a.strategy[0]
+    if kind == TOKENS:
+        bucket = strategy.token_bucket
+        bucket.max_tokens = int(a.strategy[1])  # type: ignore[call-overload]
+        bucket.tokens_per_fill.value = 1
+        bucket.fill_interval.FromSeconds(int(a.strategy[2]))  # type: ignore[call-overload]
+    else:
+        strategy.blanket_rule = _Strategy.DENY_ALL if kind == "deny" else _Strategy.ALLOW_ALL

@@ -12,9 +12,9 @@ what is left of the limit in the window:
 - when `left` falls short of what the stream's demand uses in two report periods, the
   missing tokens are its share (`share.shares`, by demand among this replica's streams of
   the bucket) of what the counter has left; the grant is taken from the counter, and the
-  Envoy gets a new token bucket of `left + grant` tokens (a changed strategy replaces the
-  Envoy's bucket, so its old tokens are not added twice); otherwise the same strategy is
-  sent again, which only extends it;
+  Envoy gets a new token bucket of `left + grant` tokens that replaces its own (so its old
+  tokens are not added twice); otherwise the same strategy is sent again, which only
+  extends it;
 - when the counter's window ends, every stream of the bucket gets a new assignment from the
   new window at once (tokens of the old window would otherwise be spent in the new one);
 - with no rule for a bucket (unknown domain, no match, `unlimited`) the assignment is
@@ -47,9 +47,7 @@ from .share import demand, shares, smoothed, wanted
 
 log = logging.getLogger("ratelimitd.quota")
 
-# A token bucket that never refills within a window: one token per day, and the day plus
-# one second on every other change, so a changed grant is always a changed strategy (an
-# identical one would only extend the Envoy's bucket, not replace it).
+# A token bucket that never refills within a window: one token per day.
 FILL_SECONDS = 86_400
 # Messages a stream may have waiting while one is processed (Envoy sends one per bucket
 # subscription and one per report period): past this the stream is ended.
@@ -313,35 +311,37 @@ class QuotaService:
         b.left = max(0, b.left - consumed)
         if rollover:
             b.left = 0  # the new strategy replaces the Envoy's bucket and its old tokens
-        need = wanted(b.rate or 0.0, self.horizon) - b.left
+        # Tokens for the demand until the next report but one, or the window's end if that
+        # comes first (what is left then is replaced at the end, not carried over).
+        horizon = min(self.horizon, max(1.0, window_end - now))
+        need = wanted(b.rate or 0.0, horizon) - b.left
         grant = 0
         if need > 0:
             available = max(0, status.limit_remaining - excess)
-            grant = self._share(stream, key, available)
+            grant = self._share(stream, key, available, horizon)
         if grant + excess:
             request = Request(domain, [Descriptor(b.entries)], hits_addend=grant + excess)
             response = await service.should_rate_limit(request)
             if response.overall_code == OVER_LIMIT:
                 grant = 0  # another replica took it first: nothing granted, nothing lost
-        strategy: tuple[object, ...]
         if grant or rollover or b.sent is None:
+            # A new bucket of `left + grant` tokens replaces the Envoy's (reset: it starts
+            # full, and the tokens it held are not added twice).
             b.left += grant
-            if b.left:
-                flip = b.sent is not None and b.sent[0] == TOKENS and b.sent[2] == FILL_SECONDS
-                strategy = (TOKENS, b.left, FILL_SECONDS + 1 if flip else FILL_SECONDS)
-            else:
-                strategy = DENY
-        else:
-            strategy = b.sent  # the same again: extended, not replaced
-        return self._sent(stream, key, b, strategy, ttl)
+            strategy = (TOKENS, b.left, FILL_SECONDS) if b.left else DENY
+            reset = b.sent is not None and b.sent[0] == TOKENS
+            return self._sent(stream, key, b, strategy, ttl, reset)
+        return self._sent(stream, key, b, b.sent, ttl)  # the same again: extended
 
-    def _share(self, stream: QuotaStream, key: frozenset[tuple[str, str]], available: int) -> int:
+    def _share(
+        self, stream: QuotaStream, key: frozenset[tuple[str, str]], available: int, horizon: float
+    ) -> int:
         """This stream's part of `available` among this replica's streams of the bucket."""
         sharing = self.index.get((stream.domain, key), {})
         wants = {}
         weights = {}
         for ident, other in sharing.items():
-            wants[ident] = max(0, wanted(other.rate or 0.0, self.horizon) - other.left)
+            wants[ident] = max(0, wanted(other.rate or 0.0, horizon) - other.left)
             weights[ident] = other.rate or 0.0
         return shares(available, wants, weights).get(stream.ident, 0)
 
@@ -352,11 +352,12 @@ class QuotaService:
         b: Bucket,
         strategy: tuple[object, ...],
         ttl: float,
+        reset: bool = False,
     ) -> Action:
         b.sent = strategy
         b.assignments += 1
         stream.assignments += 1
-        return Action(dict(key), strategy, ttl)
+        return Action(dict(key), strategy, ttl, reset=reset)
 
     def _drop(self, stream: QuotaStream, key: frozenset[tuple[str, str]]) -> None:
         stream.buckets.pop(key, None)
@@ -372,15 +373,23 @@ class QuotaService:
         stream.finish(code, message)
 
     def _tick(self) -> None:
-        """Assign again every bucket whose window has ended."""
+        """Assign again every bucket whose window has ended; wake again at the next end
+        (at the latest TICK_SECONDS later), so tokens of a window are replaced within
+        milliseconds of its end."""
         now = self.clock()
+        wake = now + TICK_SECONDS
         for stream in list(self.streams.values()):
             for key, b in list(stream.buckets.items()):
-                if b is not None and b.window_end and now >= b.window_end and b.sent is not None:
+                if b is None or b.window_end <= 0 or b.sent is None:
+                    continue
+                if now >= b.window_end:
                     b.window_end = -1.0  # refreshed once (the refresh sets the new end)
                     stream.refresh(key)
+                else:
+                    wake = min(wake, b.window_end)
         if self.streams:
-            self._ticker = asyncio.get_running_loop().call_later(TICK_SECONDS, self._tick)
+            loop = asyncio.get_running_loop()
+            self._ticker = loop.call_later(max(0.0, wake - now), self._tick)
         else:
             self._ticker = None
 

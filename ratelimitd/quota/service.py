@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -314,7 +315,13 @@ class QuotaService:
         # Tokens for the demand until the next report but one, or the window's end if that
         # comes first (what is left then is replaced at the end, not carried over).
         horizon = min(self.horizon, max(1.0, window_end - now))
-        need = wanted(b.rate or 0.0, horizon) - b.left
+        want = wanted(b.rate or 0.0, horizon)
+        if b.reports <= 1:
+            # A subscription shows one request: until a report shows the real demand, the
+            # stream may also spend at the pace that uses the rest of the window evenly.
+            left_time = max(1.0, window_end - now)
+            want = max(want, math.ceil(status.limit_remaining * horizon / left_time))
+        need = want - b.left
         grant = 0
         if need > 0:
             available = max(0, status.limit_remaining - excess)

@@ -15,6 +15,9 @@ from support.rlqs_client import QuotaClient, strategy
 
 from ratelimitd.quota.service import FILL_SECONDS
 
+# A daily limit: a subscription may also spend at the pace that uses the rest of the window
+# evenly, which for 30 a day is less than the one request per second its report shows, so
+# the first assignment does not depend on when in its window the test runs.
 CONFIG = """
 domain: rlqs
 descriptors:
@@ -22,7 +25,7 @@ descriptors:
     value: api
     descriptors:
       - key: user
-        rate_limit: {unit: minute, requests_per_unit: 30}
+        rate_limit: {unit: day, requests_per_unit: 30}
   - key: name
     value: open
 """
@@ -113,7 +116,7 @@ def test_the_same_strategy_is_sent_again_until_more_tokens_are_needed(start) -> 
     c.report("rlqs", (alice(), 8, 30, 5.0))
     deny, topped = (strategy(a) for a in c.receive().bucket_action)
     assert deny == ("DENY_ALL",)
-    # The demand wants more than the 20 left of the 30 a minute: it gets the 20.
+    # The demand wants more than the 20 left of the 30 a day: it gets the 20.
     assert topped == ("tokens", 20, FILL_SECONDS)
 
 
@@ -122,7 +125,7 @@ def test_streams_share_what_is_left_and_never_exceed_the_limit(start) -> None:
     streams = [client(start, daemon) for _ in range(4)]
     granted = 0
     for c in streams:
-        # Each asks 20/s: far more than the 30 a minute left.
+        # Each asks 20/s: far more than the 30 left.
         c.report("rlqs", (alice("shared"), 0, 20, 1.0))
         s = strategy(c.receive().bucket_action[0])
         granted += s[1] if s[0] == "tokens" else 0

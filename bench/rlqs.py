@@ -79,7 +79,8 @@ def main() -> int:
             run_wrk(urls["rlqs"], WARM_UP_SECONDS, args.connections, headers=headers)
             run_wrk(urls["plain"], 2, args.connections, headers=headers)
             for r in range(args.rounds):
-                for name in ("rlqs", "plain"):
+                # Each round in the other order, so drift on the shared machine hits both.
+                for name in ("rlqs", "plain") if r % 2 == 0 else ("plain", "rlqs"):
                     print(f"round {r + 1}: {name}", file=sys.stderr)
                     out = run_wrk(urls[name], args.seconds, args.connections, headers=headers)
                     results[name].append(out)
@@ -129,7 +130,7 @@ def write(
         "its token buckets (memory backend, a limit the run never reaches), against the same "
         "Envoy with no rate limiting at all; wrk (1 thread, "
         f"{args.connections} connections) against each in turn, {args.rounds} interleaved rounds "
-        f"of {args.seconds:g} s after a {WARM_UP_SECONDS} s warm-up. Everything shares the "
+        f"(the order alternating) of {args.seconds:g} s after a {WARM_UP_SECONDS} s warm-up. Everything shares the "
         "machine's cores with other work (load averages below): quote the ratio, measured in "
         "this one run, not the absolute figures.",
         "",

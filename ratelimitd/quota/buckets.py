@@ -9,7 +9,7 @@ not list follow in name order, so the order never depends on the map's.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..messages import TooLarge, check_entries
 
@@ -66,4 +66,3 @@ class Bucket:
     denied: int = 0
     assignments: int = 0
     limit: int = 0
-    extra: dict[str, object] = field(default_factory=dict)

@@ -41,6 +41,7 @@ from ..messages import OVER_LIMIT, Descriptor, Request, ServiceError
 from ..service import RateLimitService
 from ..settings import QuotaSettings
 from ..stats import StatsStore, sanitize_stat_name
+from ..stats.store import OVERFLOW_KEY as OVERFLOW
 from ..transport.grpcstatus import INVALID_ARGUMENT, OK, RESOURCE_EXHAUSTED, UNAVAILABLE
 from .buckets import Bucket, BucketError, BucketKeys, Entries
 from .codec import ALLOW, DENY, TOKENS, Action, ReportError, decode_reports, encode_actions
@@ -51,8 +52,11 @@ log = logging.getLogger("ratelimitd.quota")
 # A token bucket that never refills within a window: one token per day.
 FILL_SECONDS = 86_400
 # Messages a stream may have waiting while one is processed (Envoy sends one per bucket
-# subscription and one per report period): past this the stream is ended.
+# subscription and one per report period), and their bytes for the whole process: past
+# either the stream is ended RESOURCE_EXHAUSTED (a message's bytes go back to the client's
+# connection window as soon as it is read, so they are bounded here).
 MAX_QUEUED = 256
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
 # How often window ends are looked for.
 TICK_SECONDS = 0.5
 
@@ -84,8 +88,15 @@ class QuotaStream:
         if self.closed:
             return
         if len(self.queue) >= MAX_QUEUED:
+            self.quota.ended += 1
             self.finish(RESOURCE_EXHAUSTED, f"more than {MAX_QUEUED} messages waiting")
             return
+        if message is not None:
+            if self.quota.queued + len(message) > MAX_QUEUED_BYTES:
+                self.quota.ended += 1
+                self.finish(RESOURCE_EXHAUSTED, "too many report bytes waiting in this process")
+                return
+            self.quota.queued += len(message)
         self.queue.append(message)
         self._wake()
 
@@ -113,7 +124,10 @@ class QuotaStream:
                 self.finish(OK, "")
                 return
             if isinstance(item, bytes):
-                await self.quota.report(self, item)
+                try:
+                    await self.quota.report(self, item)
+                finally:
+                    self.quota.queued -= len(item)
             else:
                 await self.quota.refresh(self, item)
 
@@ -131,6 +145,7 @@ class QuotaStream:
     def _close(self) -> None:
         if not self.closed:
             self.closed = True
+            self.quota.queued -= sum(len(m) for m in self.queue if isinstance(m, bytes))
             self.queue.clear()
             self.quota.forget(self)
 
@@ -155,6 +170,10 @@ class QuotaService:
         self.index: dict[tuple[str, frozenset[tuple[str, str]]], dict[int, Bucket]] = {}
         self._next = 0
         self._ticker: asyncio.TimerHandle | None = None
+        self.held = 0  # buckets all streams hold
+        self.queued = 0  # bytes of messages waiting to be processed
+        # STATS_MAX_REQUEST_SERIES: buckets and streams named in the statistics.
+        self.max_series = stats.max_request_series if stats is not None else 10_000
         self.refused = 0  # buckets refused: malformed or past the per-stream bound
         self.errors = 0  # reports not answered: the store failed
         self.ended = 0  # streams ended by the server (protocol errors, overload)
@@ -164,9 +183,15 @@ class QuotaService:
     # -- streams --------------------------------------------------------------------------
 
     def open(self, send: Send, end: Finish, peer: str = "") -> QuotaStream:
-        """A new stream: `send(response bytes)`, `end(grpc status, message)`."""
+        """A new stream: `send(response bytes)`, `end(grpc status, message)` (at once when
+        RLQS_MAX_STREAMS are open)."""
         self._next += 1
         stream = QuotaStream(self, self._next, peer, send, end)
+        if len(self.streams) >= self.settings.max_streams:
+            self.ended += 1
+            stream.closed = True
+            end(RESOURCE_EXHAUSTED, f"RLQS_MAX_STREAMS={self.settings.max_streams} streams open")
+            return stream
         self.streams[stream.ident] = stream
         if self._ticker is None:
             self._ticker = asyncio.get_running_loop().call_later(TICK_SECONDS, self._tick)
@@ -175,7 +200,9 @@ class QuotaService:
     def forget(self, stream: QuotaStream) -> None:
         """A stream ended: its buckets go with it."""
         self.streams.pop(stream.ident, None)
-        for key in stream.buckets:
+        for key, b in stream.buckets.items():
+            if b is not None:
+                self.held -= _weight(key)
             index_key = (stream.domain, key)
             sharing = self.index.get(index_key)
             if sharing is not None:
@@ -243,7 +270,10 @@ class QuotaService:
         b = stream.buckets.get(key, False)
         now = self.clock()
         if b is False:
-            if len(stream.buckets) >= self.settings.max_buckets_per_stream:
+            if (
+                len(stream.buckets) >= self.settings.max_buckets_per_stream
+                or self.held + _weight(bucket) > self.settings.max_buckets
+            ):
                 self.refused += 1
                 return None
             try:
@@ -254,6 +284,7 @@ class QuotaService:
                 log.warning("RLQS: stream %s: bucket refused: %s", stream.peer, exc)
                 return None
             b = stream.buckets[key] = Bucket(entries, last_busy=now)
+            self.held += _weight(bucket)
             self.index.setdefault((stream.domain, key), {})[stream.ident] = b
         elif b is None:
             return None  # refused before (and logged then)
@@ -367,7 +398,8 @@ class QuotaService:
         return Action(dict(key), strategy, ttl, reset=reset)
 
     def _drop(self, stream: QuotaStream, key: frozenset[tuple[str, str]]) -> None:
-        stream.buckets.pop(key, None)
+        if stream.buckets.pop(key, None) is not None:
+            self.held -= _weight(key)
         sharing = self.index.get((stream.domain, key))
         if sharing is not None:
             sharing.pop(stream.ident, None)
@@ -436,7 +468,9 @@ class QuotaService:
         return out
 
     def series(self) -> tuple[dict[str, float], dict[str, float]]:
-        """Counters and gauges per bucket and per stream (StatsStore source)."""
+        """Counters and gauges per bucket and per stream (a StatsStore source). Past
+        STATS_MAX_REQUEST_SERIES buckets (streams), the rest are summed in one `_overflow`
+        bucket (stream), as request-made rule series are folded."""
         counters: dict[str, float] = {
             "ratelimit.rlqs.refused_buckets": self.refused,
             "ratelimit.rlqs.store_errors": self.errors,
@@ -445,22 +479,36 @@ class QuotaService:
         gauges: dict[str, float] = {
             "ratelimit.rlqs.streams": len(self.streams),
             "ratelimit.rlqs.buckets": len(self.index),
+            "ratelimit.rlqs.stream_buckets": self.held,
         }
-        for (domain, _), sharing in self.index.items():
+        most = self.max_series
+        for i, ((domain, _), sharing) in enumerate(self.index.items()):
             first = next(iter(sharing.values()))
-            name = "ratelimit.rlqs.bucket." + _stat_key(domain, first.entries) + "."
-            for field in ("reports", "allowed", "denied", "assignments"):
-                counters[name + field] = sum(getattr(b, field) for b in sharing.values())
-            gauges[name + "streams"] = len(sharing)
-            gauges[name + "tokens"] = sum(b.left for b in sharing.values())
-        for stream in self.streams.values():
-            name = f"ratelimit.rlqs.stream.{stream.ident}."
-            for field in ("reports", "allowed", "denied", "assignments"):
-                counters[name + field] = getattr(stream, field)
+            key = _stat_key(domain, first.entries) if i < most else OVERFLOW
+            name = f"ratelimit.rlqs.bucket.{key}."
+            held = list(sharing.values())
+            _add(counters, name, held, ("reports", "allowed", "denied", "assignments"))
+            gauges[name + "streams"] = gauges.get(name + "streams", 0) + len(held)
+            gauges[name + "tokens"] = gauges.get(name + "tokens", 0) + sum(b.left for b in held)
+        for i, stream in enumerate(self.streams.values()):
+            name = f"ratelimit.rlqs.stream.{stream.ident if i < most else OVERFLOW}."
+            _add(counters, name, [stream], ("reports", "allowed", "denied", "assignments"))
             held = [b for b in stream.buckets.values() if b is not None]
-            gauges[name + "buckets"] = len(held)
-            gauges[name + "tokens"] = sum(b.left for b in held)
+            gauges[name + "buckets"] = gauges.get(name + "buckets", 0) + len(held)
+            gauges[name + "tokens"] = gauges.get(name + "tokens", 0) + sum(b.left for b in held)
         return counters, gauges
+
+
+def _add(out: dict[str, float], prefix: str, items: list[Any], fields: tuple[str, ...]) -> None:
+    for field in fields:
+        out[prefix + field] = out.get(prefix + field, 0) + sum(getattr(x, field) for x in items)
+
+
+def _weight(bucket: Any) -> int:
+    """What a bucket counts against RLQS_MAX_BUCKETS: once, and once more per 256 bytes of
+    its keys and values (as MEMORY_MAX_KEYS counts the memory store's keys)."""
+    items = bucket.items() if isinstance(bucket, dict) else bucket
+    return 1 + sum(len(k) + len(v) for k, v in items) // 256
 
 
 def _stat_key(domain: str, entries: Entries) -> str:

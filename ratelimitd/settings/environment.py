@@ -552,5 +552,7 @@ def _quota(env: Env) -> QuotaSettings:
         max_buckets_per_stream=env.get_int(
             "RLQS_MAX_BUCKETS_PER_STREAM", d.max_buckets_per_stream, lo=1
         ),
+        max_buckets=env.get_int("RLQS_MAX_BUCKETS", d.max_buckets, lo=1),
+        max_streams=env.get_int("RLQS_MAX_STREAMS", d.max_streams, lo=1),
         idle_timeout=env.get_duration("RLQS_IDLE_TIMEOUT", d.idle_timeout, positive=True),
     )

@@ -405,6 +405,12 @@ class QuotaSettings:
     # RLQS_MAX_BUCKETS_PER_STREAM: buckets one stream may hold; later ones get no
     # assignment (the filter's no_assignment_behavior applies) and are counted.
     max_buckets_per_stream: int = 1000
+    # RLQS_MAX_BUCKETS: buckets all streams of the process may hold together (the same),
+    # a bucket counting once more per 256 bytes of its keys and values.
+    max_buckets: int = 50_000
+    # RLQS_MAX_STREAMS: streams the process serves at once; more are refused
+    # RESOURCE_EXHAUSTED (Envoy opens one per process).
+    max_streams: int = 10_000
     # RLQS_IDLE_TIMEOUT: a bucket reported with no requests this long is abandoned.
     idle_timeout: float = 60.0
 

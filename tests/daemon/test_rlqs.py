@@ -255,3 +255,34 @@ def test_sigterm_sends_every_assignment_again_with_ttl_zero(start) -> None:
     with pytest.raises(grpc.RpcError) as err:
         c.receive()
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def test_streams_past_the_bound_are_refused_even_before_they_report(start) -> None:
+    daemon = start(RLQS_MAX_STREAMS="2")
+    silent = [client(start, daemon) for _ in range(2)]  # streams that never report
+    wait_for(lambda: daemon.stats()["ratelimit.rlqs.streams"] == 2, 20, "two streams open")
+    third = client(start, daemon)
+    with pytest.raises(grpc.RpcError) as err:
+        third.receive()
+    assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert err.value.details() == "RLQS_MAX_STREAMS=2 streams open"
+    silent[0].close()
+    wait_for(lambda: daemon.stats()["ratelimit.rlqs.streams"] == 1, 20, "the stream forgotten")
+
+
+def test_the_process_bound_on_buckets_counts_their_size(start) -> None:
+    # 3 units: two short buckets, or one whose keys and values pass 256 characters.
+    daemon = start(RLQS_MAX_BUCKETS="3", STATS_MAX_REQUEST_SERIES="1")
+    c = client(start, daemon)
+    c.report("rlqs", ({"name": "api", "user": "u" * 300}, 1, 0, 0.0), (alice("s"), 1, 0, 0.0))
+    assert len(c.receive().bucket_action) == 2
+    other = client(start, daemon)
+    # Both refused: no assignment, so no response at all (an empty one is not valid).
+    other.report("rlqs", (alice("t"), 1, 0, 0.0), (alice("u"), 1, 0, 0.0))
+    wait_for(lambda: daemon.stats()["ratelimit.rlqs.refused_buckets"] == 2, 20, "refusals")
+    stats = daemon.stats()
+    assert stats["ratelimit.rlqs.stream_buckets"] == 3
+    # STATS_MAX_REQUEST_SERIES=1: one bucket and one stream by name, the rest folded.
+    buckets = {k.split(".")[3] for k in stats if k.startswith("ratelimit.rlqs.bucket.")}
+    assert len(buckets) == 2 and "_overflow" in buckets
+    assert stats["ratelimit.rlqs.bucket._overflow.reports"] == 1

@@ -410,7 +410,7 @@ class QuotaSettings:
     max_buckets: int = 50_000
     # RLQS_MAX_STREAMS: streams the process serves at once; more are refused
     # RESOURCE_EXHAUSTED (Envoy opens one per process).
-    max_streams: int = 10_000
+    max_streams: int = 4096
     # RLQS_IDLE_TIMEOUT: a bucket reported with no requests this long is abandoned.
     idle_timeout: float = 60.0
 

@@ -300,6 +300,13 @@ EXTENSIONS: dict[str, Row] = {
     "MAX_BUFFERED_BYTES": Read("16777216", "connections.max_buffered_bytes", 16777216),
     "MAX_DESCRIPTOR_VALUE_LENGTH": Read("512", "reload.max_value_length", 512),
     "MEMORY_MAX_KEYS": Read("5000", "cache.memory_max_keys", 5000, {"BACKEND_TYPE": "memory"}),
+    "RLQS_BUCKET_KEYS": Read("name,user", "quota.bucket_keys", ("name", "user")),
+    "RLQS_ASSIGNMENT_TTL": Read("10s", "quota.assignment_ttl", 10.0),
+    "RLQS_REPORT_INTERVAL": Read("1s", "quota.report_interval", 1.0),
+    "RLQS_IDLE_TIMEOUT": Read("5m", "quota.idle_timeout", 300.0),
+    "RLQS_MAX_BUCKETS_PER_STREAM": Read("10", "quota.max_buckets_per_stream", 10),
+    "RLQS_MAX_BUCKETS": Read("100", "quota.max_buckets", 100),
+    "RLQS_MAX_STREAMS": Read("8", "quota.max_streams", 8),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}

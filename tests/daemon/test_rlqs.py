@@ -9,7 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from support import wait_for
+from support import free_port, http_get, wait_for
 from support.daemon import DaemonProcess, daemon_environment, start_daemon, write_config
 from support.rlqs_client import QuotaClient, strategy
 
@@ -286,3 +286,18 @@ def test_the_process_bound_on_buckets_counts_their_size(start) -> None:
     buckets = {k.split(".")[3] for k in stats if k.startswith("ratelimit.rlqs.bucket.")}
     assert len(buckets) == 2 and "_overflow" in buckets
     assert stats["ratelimit.rlqs.bucket._overflow.reports"] == 1
+
+
+def test_bucket_and_stream_series_on_prometheus_as_labels(start) -> None:
+    port = free_port()
+    daemon = start(USE_PROMETHEUS="true", PROMETHEUS_ADDR=f"127.0.0.1:{port}")
+    c = client(start, daemon)
+    c.report("rlqs", (alice("prom"), 2, 3, 0.0))
+    c.receive()
+    _, body = http_get(f"http://127.0.0.1:{port}/metrics")
+    lines = body.decode().splitlines()
+    bucket = '{bucket="name_api.user_prom",domain="rlqs"}'
+    assert f"ratelimit_rlqs_bucket_allowed{bucket} 2" in lines
+    assert f"ratelimit_rlqs_bucket_denied{bucket} 3" in lines
+    assert any(line.startswith("ratelimit_rlqs_stream_reports{stream=") for line in lines)
+    assert "ratelimit_rlqs_streams 1" in lines

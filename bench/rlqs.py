@@ -23,21 +23,13 @@ import time
 from pathlib import Path
 
 from support.daemon import daemon_environment, start_daemon, write_config
-from support.envoy_rlqs import DOMAIN, start_envoy_rlqs
+from support.envoy_rlqs import DOMAIN, rules, start_envoy_rlqs
 from support.machine import describe, load_average, machine_info, version
 from support.process import Proc
 from support.wrk import run_wrk
 
 HERE = Path(__file__).resolve().parent
-RULES = f"""
-domain: {DOMAIN}
-descriptors:
-  - key: name
-    value: api
-    descriptors:
-      - key: user
-        rate_limit: {{unit: hour, requests_per_unit: 1000000000}}
-"""
+RULES = rules(1_000_000_000, "hour")  # a limit the run never reaches
 # Long enough for two report periods (Envoy reports every 5 s): the demand is known.
 WARM_UP_SECONDS = 12
 
@@ -129,10 +121,10 @@ def write(
         "Envoy 1.40 (`--concurrency 1`) with the `rate_limit_quota` filter, ratelimitd assigning "
         "its token buckets (memory backend, a limit the run never reaches), against the same "
         "Envoy with no rate limiting at all; wrk (1 thread, "
-        f"{args.connections} connections) against each in turn, {args.rounds} interleaved rounds "
-        f"(the order alternating) of {args.seconds:g} s after a {WARM_UP_SECONDS} s warm-up. Everything shares the "
-        "machine's cores with other work (load averages below): quote the ratio, measured in "
-        "this one run, not the absolute figures.",
+        f"{args.connections} connections) against each in turn, {args.rounds} interleaved "
+        f"rounds (the order alternating) of {args.seconds:g} s after a {WARM_UP_SECONDS} s "
+        "warm-up. Everything shares the machine's cores with other work (load averages "
+        "below): quote the ratio, measured in this one run, not the absolute figures.",
         "",
         "| Envoy | requests/s | non-2xx | p50 ms | p99 ms |",
         "|---|---:|---:|---:|---:|",

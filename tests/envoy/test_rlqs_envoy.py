@@ -16,21 +16,13 @@ from pathlib import Path
 import pytest
 from support import wait_for
 from support.daemon import DaemonProcess, daemon_environment, start_daemon, write_config
-from support.envoy_rlqs import DOMAIN, start_envoy_rlqs
+from support.envoy_rlqs import rules, start_envoy_rlqs
 from support.envoy_server import Envoy
 from support.process import Proc, start_bound
 from support.redis_server import RedisServer
 
 LIMIT = 20  # per minute
-CONFIG = f"""
-domain: {DOMAIN}
-descriptors:
-  - key: name
-    value: api
-    descriptors:
-      - key: user
-        rate_limit: {{unit: minute, requests_per_unit: {LIMIT}}}
-"""
+CONFIG = rules(LIMIT, "minute")
 # The first-assignment gap each Envoy may add (the issue's bound: L + 2 for two Envoys).
 GAP = 2
 # Seconds of traffic: three report periods and more, so shares follow the reports.

@@ -1,27 +1,40 @@
 """A stock Envoy with the rate_limit_quota filter (RLQS) in front of its own 200 backend.
 
 The filter puts every request in bucket `{name: api, user: <x-user header>}` of domain
-`rlqs`, reports to the RLQS server on `rlqs_port` (a one-token bucket until the first
-assignment, so the first-assignment gap admits at most one request per bucket), and answers
-429 when its assignment denies.
+`rlqs`, reports to the RLQS server on `rlqs_port`, denies until the first assignment (a
+one-token bucket there would bound the gap to one request, but a token bucket as
+no_assignment_behavior crashes Envoy 1.40.0 on the first request), answers 429 when its
+assignment denies, and admits everything once an assignment expires (for an hour).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .envoy_server import HTTP_OPTIONS, Envoy, _listener
-from .process import start_bound
-from .ready import free_port
+from .envoy_server import Envoy, _listener, bootstrap, grpc_cluster, start_configured
 
 QUOTA = "type.googleapis.com/envoy.extensions.filters.http.rate_limit_quota.v3"
 HEADER_INPUT = "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput"
 DOMAIN = "rlqs"
-# A token bucket that holds one token and gets the next a day later.
-ONE_TOKEN = "{ token_bucket: { max_tokens: 1, tokens_per_fill: 1, fill_interval: 86400s } }"
+
+
+def rules(limit: int, unit: str) -> str:
+    """The rule of the filter's bucket in a ratelimitd config: `limit` per `unit` per user
+    (with RLQS_BUCKET_KEYS=name,user)."""
+    return f"""
+domain: {DOMAIN}
+descriptors:
+  - key: name
+    value: api
+    descriptors:
+      - key: user
+        rate_limit: {{unit: {unit}, requests_per_unit: {limit}}}
+"""
+
+
 DENY_ALL = "{ blanket_rule: DENY_ALL }"
 
-__all__ = ["DOMAIN", "envoy_rlqs_config", "start_envoy_rlqs"]
+__all__ = ["DOMAIN", "envoy_rlqs_config", "rules", "start_envoy_rlqs"]
 
 
 def envoy_rlqs_config(
@@ -75,21 +88,7 @@ def envoy_rlqs_config(
                             # Past this the filter falls back to no_assignment_behavior.
                             expired_assignment_behavior_timeout: 3600s
                             fallback_rate_limit: {expired}"""
-        cluster = f"""
-  - name: rlqs
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": {HTTP_OPTIONS}
-        explicit_http_config:
-          http2_protocol_options: {{}}
-    load_assignment:
-      cluster_name: rlqs
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rlqs_port} }} }}"""
+        cluster = grpc_cluster("rlqs", rlqs_port)
     route = """              - match: { prefix: "/" }
                 route: { cluster: backend }"""
     backend_route = """              - match: { prefix: "/" }
@@ -97,39 +96,10 @@ def envoy_rlqs_config(
     listeners = _listener("ingress", listen_port, route, quota_filter) + _listener(
         "backend", backend_port, backend_route
     )
-    return f"""
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }}
-static_resources:
-  listeners:{listeners}
-  clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }} }}{
-        cluster
-    }
-"""
+    return bootstrap(admin_port, listeners, backend_port, cluster)
 
 
 def start_envoy_rlqs(workdir: Path, rlqs_port: int | None, **config: str) -> Envoy:
     """A ready Envoy with the quota filter reporting to `rlqs_port` (None: no filter), on
     fresh free ports (retried if another process took one first)."""
-
-    def spawn() -> Envoy:
-        port, admin_port = free_port(), free_port()
-        text = envoy_rlqs_config(
-            listen_port=port,
-            backend_port=free_port(),
-            admin_port=admin_port,
-            rlqs_port=rlqs_port,
-            **config,
-        )
-        return Envoy(text, workdir, port, admin_port)
-
-    return start_bound(spawn)
+    return start_configured(workdir, envoy_rlqs_config, rlqs_port=rlqs_port, **config)

@@ -11,6 +11,7 @@ import grpc
 import pytest
 from support import free_port, http_get, wait_for
 from support.daemon import DaemonProcess, daemon_environment, start_daemon, write_config
+from support.pki import Pki
 from support.rlqs_client import QuotaClient, strategy
 
 from ratelimitd.quota.service import FILL_SECONDS
@@ -58,6 +59,7 @@ def start(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[.
         return daemon
 
     run.clients = clients  # type: ignore[attr-defined]
+    run.transport = request.param  # type: ignore[attr-defined]
     yield run
     for client in clients:
         client.close()
@@ -301,3 +303,29 @@ def test_bucket_and_stream_series_on_prometheus_as_labels(start) -> None:
     assert f"ratelimit_rlqs_bucket_denied{bucket} 3" in lines
     assert any(line.startswith("ratelimit_rlqs_stream_reports{stream=") for line in lines)
     assert "ratelimit_rlqs_streams 1" in lines
+
+
+def test_mtls_with_client_san_as_the_rls_port(start, tmp_path: Path) -> None:
+    (tmp_path / "pki").mkdir()
+    certs = Pki(tmp_path / "pki")
+    daemon = start(
+        **certs.server_env(),
+        GRPC_CLIENT_TLS_CACERT=str(certs.ca),
+        GRPC_CLIENT_TLS_SAN="client.example.com",
+    )
+    target = f"localhost:{daemon.grpc_port}"
+    good = QuotaClient(target, grpc.secure_channel(target, certs.creds(certs.ca, certs.client)))
+    start.clients.append(good)  # type: ignore[attr-defined]
+    good.report("rlqs", (alice("tls"), 1, 0, 0.0))
+    assert strategy(good.receive().bucket_action[0])[0] == "tokens"
+    # A wrong SAN: refused at the handshake (native) or per call (grpc.aio), as for RLS.
+    wrong = QuotaClient(target, grpc.secure_channel(target, certs.creds(certs.ca, certs.other)))
+    start.clients.append(wrong)  # type: ignore[attr-defined]
+    wrong.report("rlqs", (alice("tls"), 1, 0, 0.0))
+    with pytest.raises(grpc.RpcError) as err:
+        wrong.receive()
+    assert err.value.code() == (
+        grpc.StatusCode.UNAVAILABLE
+        if start.transport == "native"  # type: ignore[attr-defined]
+        else grpc.StatusCode.UNAUTHENTICATED
+    )

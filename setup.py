@@ -22,7 +22,11 @@ from setuptools import Extension, setup
 # not to be checked in). grpcio-tools is a build requirement pinned to the version whose protoc
 # matches the runtime `protobuf` floor in pyproject.toml.
 PROTOS = sorted(glob.glob("proto/ratelimitd/_proto/*.proto"))
-SERVICES = ["proto/ratelimitd/_proto/rls.proto", "proto/ratelimitd/_proto/discovery.proto"]
+SERVICES = [
+    "proto/ratelimitd/_proto/rls.proto",
+    "proto/ratelimitd/_proto/discovery.proto",
+    "proto/ratelimitd/_proto/rlqs.proto",
+]
 
 
 def generate_protos() -> None:

@@ -98,6 +98,8 @@ cdef class Connection:
     cdef object on_request
     cdef object on_close
     cdef object metadata_names
+    # Paths served as bidirectional streams (`_h2_streaming.pxi`), or None.
+    cdef object streaming
     cdef Py_ssize_t max_message
     cdef Py_ssize_t max_header_list
     cdef object error
@@ -157,6 +159,7 @@ cdef class Connection:
         int idle_frames=IDLE_FRAMES,
         double header_bytes_burst=HEADER_BYTES_BURST,
         double header_bytes_per_second=HEADER_BYTES_PER_SECOND,
+        streaming=(),
     ):
         cdef nghttp2_settings_entry iv[2]
         self.streams = {}
@@ -172,6 +175,7 @@ cdef class Connection:
         self.on_request = on_request
         self.on_close = on_close
         self.metadata_names = frozenset(m.encode("ascii") for m in metadata) or None
+        self.streaming = frozenset(streaming) or None
         self.max_message = max_message
         self.max_header_list = max_header_list
         self.error = None
@@ -530,6 +534,8 @@ cdef class Connection:
                 % stream.encoding.decode("latin-1"),
                 b"grpc-accept-encoding", b"identity",
             )
+        elif self.streaming is not None and stream.path in self.streaming:
+            _open_streaming(self, stream)
         else:
             _watch(self, stream)  # usually read whole before this read ends: no charge
         return 0
@@ -543,6 +549,8 @@ cdef class Connection:
         if stream.discard or stream.answered:
             nghttp2_session_consume_connection(self.session, n)
             return 0
+        if stream.streaming:
+            return _streaming_data(self, stream, data, n)
         stream.held += n
         if stream.body is None and stream.message is None and n >= 5 and stream.expected < 0:
             # The usual case: the whole message in one chunk, no copy into a buffer.
@@ -595,6 +603,8 @@ cdef class Connection:
 
     cdef int _end_of_request(self, Stream stream) except -1:
         cdef bytearray body
+        if stream.streaming:
+            return _streaming_end(self, stream)
         if stream.answered or stream.dispatched:
             return 0
         if stream.message is None:
@@ -709,6 +719,10 @@ cdef int64_t _widest_window(Connection conn) noexcept:
 
 # What a connection charges to the process's buffers.
 include "_h2_buffers.pxi"
+
+
+# Bidirectional streams: messages handed over one by one as they arrive.
+include "_h2_streaming.pxi"
 
 
 # The nghttp2 callbacks and the library set-up (a textual include, as uvloop splits loop.pyx).

@@ -77,6 +77,9 @@ cdef class Stream:
     cdef Py_ssize_t charged
     cdef bint pending
     cdef bint unsent
+    # A bidirectional stream (`_h2_streaming.pxi`): dispatched at its HEADERS, each
+    # message handed to `work.receive` as it completes.
+    cdef readonly bint streaming
 
     cdef bytes out
     cdef Py_ssize_t out_pos

@@ -25,6 +25,7 @@ from .config.provider import FileLayout
 from .config.xds_client import XdsSettingsError
 from .core import build_core
 from .health import Health
+from .quota import QuotaService
 from .reloader import ConfigReloader
 from .service import RateLimitService
 from .settings import (
@@ -73,6 +74,7 @@ class Daemon:
     debug: HttpServer
     sink: Sink
     tracing: Tracing | None = None
+    quota: QuotaService | None = None
 
     def __post_init__(self) -> None:
         self._stop: asyncio.Event | None = None
@@ -151,6 +153,9 @@ class Daemon:
         await self._stop.wait()
         log.info("shutting down: draining in-flight requests")
         await self.reloader.stop()
+        if self.quota is not None:
+            # Quota assignments expire now (TTL 0), not a TTL after the last refresh.
+            await self.quota.shutdown()
         await asyncio.gather(
             self.grpc.stop(DRAIN_GRACE_SECONDS),
             self.http.close(DRAIN_GRACE_SECONDS),
@@ -211,6 +216,7 @@ def build(settings: Settings) -> Daemon:
     tracing = create_tracing(settings)
     core = build_core(settings, stats=stats, health=health, tracing=tracing)
     service = core.service
+    quota = QuotaService(service, settings.quota, stats)
 
     def reload_options() -> ReloadOptions:
         # The reference re-reads these from the environment on every load.
@@ -247,17 +253,18 @@ def build(settings: Settings) -> Daemon:
         backend=core.backend,
         service=service,
         reloader=reloader,
-        grpc=grpc_transport(settings, service, health, stats, sink, tracing, budget),
+        grpc=grpc_transport(settings, service, health, stats, sink, tracing, budget, quota),
         http=http_server(
             main_routes(service, health, settings.listeners), "HTTP", limits.http_max_connections
         ),
         debug=http_server(
-            debug_routes(service, stats, settings=settings.debug),
+            debug_routes(service, stats, settings=settings.debug, quota=quota),
             "debug",
             limits.debug_max_connections,
         ),
         sink=sink,
         tracing=tracing,
+        quota=quota,
     )
 
 
@@ -269,6 +276,7 @@ def grpc_transport(
     sink: Sink,
     tracing: Tracing | None,
     budget: ConnectionBudget | None = None,
+    quota: QuotaService | None = None,
 ) -> GrpcTransport | NativeGrpcTransport:
     """The gRPC listener GRPC_TRANSPORT asks for: native HTTP/2 by default when built."""
     choice = settings.grpc.transport
@@ -281,6 +289,7 @@ def grpc_transport(
             response_timer=sink.timer,
             tracing=tracing,
             budget=budget,
+            quota=quota,
         )
     if choice == "native":
         raise GrpcConfigError(
@@ -305,6 +314,7 @@ def grpc_transport(
         response_timer=sink.timer,
         # Tracing needs the interceptor; the response-time timer is fed by the handler.
         extra_interceptors=[i for i in (server_interceptor(tracing),) if i is not None],
+        quota=quota,
     )
 
 

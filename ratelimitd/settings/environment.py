@@ -60,6 +60,7 @@ from .sections import (
     ListenerSettings,
     LogSettings,
     MemcacheSettings,
+    QuotaSettings,
     RedisSettings,
     ReloadOptions,
     RuntimeSettings,
@@ -132,6 +133,7 @@ def settings_from_env(
         memcache=_memcache(env),
         tracing=_tracing(env),
         reload=reload,
+        quota=_quota(env),
         workers=WorkerSettings(
             count=env.get_int("RATELIMITD_WORKERS", 1, lo=1),
             index=(
@@ -556,3 +558,18 @@ def _mogrifiers(env: Env, names: Iterable[str]) -> tuple[DogStatsdMogrifier, ...
                 raise invalid(prefix + "TAGS", raw, "expected non-empty tag:$N pairs")
         result.append(DogStatsdMogrifier(name, pattern, metric_name, tags))
     return tuple(result)
+
+
+def _quota(env: Env) -> QuotaSettings:
+    d = QuotaSettings()
+    return QuotaSettings(
+        bucket_keys=env.get_list("RLQS_BUCKET_KEYS"),
+        assignment_ttl=env.get_duration("RLQS_ASSIGNMENT_TTL", d.assignment_ttl, positive=True),
+        report_interval=env.get_duration("RLQS_REPORT_INTERVAL", d.report_interval, positive=True),
+        max_buckets_per_stream=env.get_int(
+            "RLQS_MAX_BUCKETS_PER_STREAM", d.max_buckets_per_stream, lo=1
+        ),
+        max_buckets=env.get_int("RLQS_MAX_BUCKETS", d.max_buckets, lo=1),
+        max_streams=env.get_int("RLQS_MAX_STREAMS", d.max_streams, lo=1),
+        idle_timeout=env.get_duration("RLQS_IDLE_TIMEOUT", d.idle_timeout, positive=True),
+    )

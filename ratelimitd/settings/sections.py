@@ -29,6 +29,7 @@ __all__ = [
     "ListenerSettings",
     "LogSettings",
     "MemcacheSettings",
+    "QuotaSettings",
     "RedisSettings",
     "ReloadOptions",
     "RuntimeSettings",
@@ -402,6 +403,32 @@ class ReloadOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaSettings:
+    """Extension: the Rate Limit Quota Service (RLQS_*, docs/rlqs.md)."""
+
+    # RLQS_BUCKET_KEYS: the order a bucket's keys take as descriptor entries; keys not
+    # listed follow in name order (empty: every key in name order).
+    bucket_keys: tuple[str, ...] = ()
+    # RLQS_ASSIGNMENT_TTL: a little over Envoy's report period (5 s, fixed in Envoy 1.40),
+    # so a refreshed assignment never lapses and a dead server's lapses soon.
+    assignment_ttl: float = 7.0
+    # RLQS_REPORT_INTERVAL: the period Envoy reports at; a stream is granted what its
+    # demand needs for two of them.
+    report_interval: float = 5.0
+    # RLQS_MAX_BUCKETS_PER_STREAM: buckets one stream may hold; later ones get no
+    # assignment (the filter's no_assignment_behavior applies) and are counted.
+    max_buckets_per_stream: int = 1000
+    # RLQS_MAX_BUCKETS: buckets all streams of the process may hold together (the same),
+    # a bucket counting once more per 256 bytes of its keys and values.
+    max_buckets: int = 50_000
+    # RLQS_MAX_STREAMS: streams the process serves at once; more are refused
+    # RESOURCE_EXHAUSTED (Envoy opens one per process).
+    max_streams: int = 4096
+    # RLQS_IDLE_TIMEOUT: a bucket reported with no requests this long is abandoned.
+    idle_timeout: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkerSettings:
     """Extension: RATELIMITD_WORKERS processes; the supervisor sets the others per worker."""
 
@@ -441,3 +468,4 @@ class Settings:
     tracing: TracingSettings = TracingSettings()
     reload: ReloadOptions = ReloadOptions()
     workers: WorkerSettings = WorkerSettings()
+    quota: QuotaSettings = QuotaSettings()

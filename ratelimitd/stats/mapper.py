@@ -93,6 +93,19 @@ def default_mapping_config(response_time_as_milliseconds: bool = False) -> dict[
             "name": "ratelimit_service_config_load_error",
             "match_metric_type": "counter",
         },
+        # Extension: the quota service's buckets and streams as labels, not one metric name
+        # each (docs/rlqs.md); the bucket key holds dots, so a regex.
+        {
+            "match": r"^ratelimit\.rlqs\.bucket\.([^\.]*)\.(.*)\.([a-z_]+)$",
+            "match_type": "regex",
+            "name": "ratelimit_rlqs_bucket_$3",
+            "labels": {"domain": "$1", "bucket": "$2"},
+        },
+        {
+            "match": "ratelimit.rlqs.stream.*.*",
+            "name": "ratelimit_rlqs_stream_$2",
+            "labels": {"stream": "$1"},
+        },
     ]
     return {"mappings": mappings}
 

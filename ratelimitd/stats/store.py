@@ -193,6 +193,10 @@ class StatsStore:
         self._budget_gauges: set[str] = set()
         # Created by the sinks when they are built, before anything is served.
         self._timers: dict[str, Timer] = {}
+        # Series a component keeps itself (the quota service's buckets and streams), read
+        # at snapshot time: counters and gauges by full name.
+        self._sources: list[Callable[[], tuple[dict[str, float], dict[str, float]]]] = []
+        self._source_gauges: frozenset[str] = frozenset()
 
     def rule_stats(self, key: str) -> RuleStats:
         """The counters of a stats key (config path or dynamic key), created on first use."""
@@ -237,6 +241,10 @@ class StatsStore:
         """Register a gauge read at snapshot time (local cache, connection pools, ...)."""
         self._gauges[name] = read
         self._gauge_names = self._gauge_set()
+
+    def add_source(self, read: Callable[[], tuple[dict[str, float], dict[str, float]]]) -> None:
+        """Register series a component keeps itself: `read()` -> (counters, gauges)."""
+        self._sources.append(read)
 
     def set_limits(self, limits: Iterable[tuple[str, int]]) -> None:
         """The configured limit of each stats key, from the config now in force."""
@@ -326,9 +334,20 @@ class StatsStore:
         out.update(self._limits)
         for name, read in self._gauges.items():
             out[name] = read()
+        if self._sources:
+            gauges: set[str] = set()
+            for source in self._sources:
+                counters, values = source()
+                out.update(counters)
+                out.update(values)
+                gauges.update(values)
+            self._source_gauges = frozenset(gauges)
 
     def gauge_names(self) -> frozenset[str]:
-        """The names in `snapshot()` that are gauges; every other name is a counter."""
+        """The names in `snapshot()` that are gauges; every other name is a counter (the
+        sources' gauges as of the last snapshot)."""
+        if self._source_gauges:
+            return self._gauge_names | self._source_gauges
         return self._gauge_names
 
     def timer(self, name: str) -> Timer:

@@ -21,6 +21,7 @@ resetting counters needs no new listener to secure. Without ADMIN_TOKEN they do 
 
     GET    /counters?domain=D&entry=K=V[&entry=K2=V2...]   the rule, keys, windows (JSON)
     DELETE /counters?domain=D&entry=K=V...                 reset every window; audited
+    GET    /counters?rlqs[&domain=D]                       the quota buckets held now (JSON)
     POST   /explain   body: a RateLimitRequest as JSON     the dry run of `Admin.explain`
 """
 
@@ -38,6 +39,7 @@ from urllib.parse import parse_qs
 
 from ..admin import Admin, AdminError
 from ..backends.base import BackendError
+from ..quota import QuotaService
 from ..service import RateLimitService
 from ..settings import DebugSettings
 from ..stats import StatsStore
@@ -78,8 +80,21 @@ def _json(status: int, body: object) -> Reply:
     return status, JSON, json.dumps(body).encode()
 
 
-def _admin_endpoints(admin: Admin, token: bytes) -> dict[str, tuple[str, Handler]]:
+def _admin_endpoints(
+    admin: Admin, token: bytes, quota: QuotaService | None = None
+) -> dict[str, tuple[str, Handler]]:
     """`/counters` and `/explain` (see the module docstring), all behind the token."""
+
+    def quota_buckets(request: HttpRequest) -> Reply:
+        # The RLQS buckets every stream holds: their descriptor, limit, and per stream the
+        # demand, the tokens its Envoy holds and the strategy last sent.
+        query = parse_qs(request.query.decode("utf-8", "replace"), keep_blank_values=True)
+        unknown = set(query) - {"domain", "rlqs"}
+        if unknown:
+            return _json(400, {"error": f"unknown parameter(s): {', '.join(sorted(unknown))}"})
+        domains = query.get("domain", [])
+        buckets = quota.buckets(domains[0] if domains else None) if quota is not None else []
+        return _json(200, {"buckets": buckets})
 
     def descriptor(request: HttpRequest) -> tuple[str, list[tuple[str, str]]]:
         query = parse_qs(request.query.decode("utf-8", "replace"), keep_blank_values=True)
@@ -105,6 +120,10 @@ def _admin_endpoints(admin: Admin, token: bytes) -> dict[str, tuple[str, Handler
             return refused
         if request.method not in (b"GET", b"DELETE"):
             return 405, (*ERROR_HEADERS, ("Allow", "GET, DELETE")), b"GET or DELETE\n"
+        if request.method == b"GET" and b"rlqs" in {
+            p.partition(b"=")[0] for p in request.query.split(b"&")
+        }:
+            return quota_buckets(request)
         try:
             domain, entries = descriptor(request)
             if request.method == b"GET":
@@ -211,6 +230,7 @@ def debug_routes(
     *,
     settings: DebugSettings | None = None,
     extra: Mapping[str, tuple[str, Handler]] | None = None,
+    quota: QuotaService | None = None,
 ) -> dict[str, Handler]:
     """The debug server's route table; `extra` adds `path -> (help, handler)` endpoints."""
     endpoints: dict[str, tuple[str, Handler]] = {}
@@ -240,7 +260,7 @@ def debug_routes(
     )
     endpoints["/stats"] = ("print out stats", stats_page)
     if profiler.token:  # the admin endpoints exist only with ADMIN_TOKEN set
-        endpoints.update(_admin_endpoints(Admin(service), profiler.token))
+        endpoints.update(_admin_endpoints(Admin(service), profiler.token, quota))
     if extra:
         endpoints.update(extra)
 

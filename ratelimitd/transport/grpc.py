@@ -27,6 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from ratelimitd.health import Health
+from ratelimitd.quota import QuotaService
 from ratelimitd.service import RateLimitService
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore, Timer
@@ -34,6 +35,7 @@ from ratelimitd.tlsfiles import unreadable
 
 from .protocodec import METHOD_NAME, SERVICE_NAME
 from .protocodec import METHOD_PATH as METHOD_PATH  # re-exported for existing importers
+from .rlqs import register_grpcio
 from .rls import RlsHandler
 from .spans import Continuation, Details, Handler
 
@@ -228,8 +230,9 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
 
     grpc Python has no hook into certificate verification, so the check runs per call on the
     handshake's auth context (the reference rejects at the handshake); calls from a client
-    without the name fail UNAUTHENTICATED. Installed only when the setting is present. Our
-    server has unary-unary and unary-stream methods only; those are the kinds it wraps.
+    without the name fail UNAUTHENTICATED. Installed only when the setting is present. It
+    wraps the kinds our server has: unary-unary, unary-stream (health) and stream-stream
+    (StreamRateLimitQuotas).
     """
 
     def __init__(self, san: str) -> None:
@@ -268,6 +271,16 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
                 return await result  # a context.write()-style servicer (grpc's health)
 
             return handler._replace(unary_stream=unary_stream)  # type: ignore[attr-defined]
+        if handler.stream_stream is not None:
+            inner_ss = handler.stream_stream
+
+            async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+                if not self._allowed(context):
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                async for item in inner_ss(requests, context):
+                    yield item
+
+            return handler._replace(stream_stream=stream_stream)  # type: ignore[attr-defined]
         return handler
 
 
@@ -288,6 +301,8 @@ class GrpcTransport:
     response_timer: Timer | None = None
     # Tracing stays the interceptor's (extra_interceptors) on grpc.aio.
     extra_interceptors: Sequence[grpc.aio.ServerInterceptor] = ()
+    # StreamRateLimitQuotas is served when given.
+    quota: QuotaService | None = None
 
     def __post_init__(self) -> None:
         self.handler = RlsHandler(self.service, self.stats, self.response_timer)
@@ -334,6 +349,8 @@ class GrpcTransport:
         # skipping the per-call Python lookup through generic handlers.
         server.add_registered_method_handlers(SERVICE_NAME, {METHOD_NAME: handler})
         health_pb2_grpc.add_HealthServicer_to_server(self.health_servicer, server)
+        if self.quota is not None:
+            register_grpcio(server, self.quota)
 
     def credentials(self) -> grpc.ServerCredentials | None:
         """TLS credentials per GRPC_SERVER_USE_TLS and the cert settings, or None for plaintext."""

@@ -396,6 +396,7 @@ class H2Server:
         write_timeout: float = 10.0,
         connection_timeout: float = 20.0,
         budget: ConnectionBudget | None = None,
+        streaming: Iterable[bytes] = (),
     ) -> None:
         self.dispatch = dispatch
         self.max_connections = max_connections
@@ -416,6 +417,8 @@ class H2Server:
             "max_message": max_message,
             "metadata": tuple(metadata),
             "buffers": self.budget.buffers,
+            # Paths served as bidirectional streams (the core's `_h2_streaming.pxi`).
+            "streaming": tuple(streaming),
         }
         self.max_connection_age = max_connection_age
         self.max_connection_age_grace = max_connection_age_grace

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2
 
 from ..health import Health
 from ..messages import Request, Response
+from ..quota import QuotaService
 from ..service import RateLimitService
 from ..settings import Settings
 from ..stats import StatsStore, Timer
@@ -39,6 +40,7 @@ from .grpcstatus import CANCELLED, INTERNAL, NOT_FOUND, OK, RESOURCE_EXHAUSTED, 
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
 from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size, encode_response
+from .rlqs import NativeQuotaRoute
 from .rls import RlsHandler, outcome_of, router
 from .spans import ServerSpans
 
@@ -212,6 +214,7 @@ class NativeGrpcTransport:
         response_timer: Timer | None = None,
         tracing: Tracing | None = None,
         budget: ConnectionBudget | None = None,
+        quota: QuotaService | None = None,
     ) -> None:
         self.settings = settings
         self.service = service
@@ -230,6 +233,12 @@ class NativeGrpcTransport:
             HEALTH_CHECK: self.health_statuses.check,
             HEALTH_WATCH: self.health_statuses.watch,
         }
+        streaming = []
+        if quota is not None:
+            # StreamRateLimitQuotas: a bidirectional stream of the core.
+            quota_route = NativeQuotaRoute(quota)
+            self.routes[quota_route.path] = quota_route
+            streaming.append(quota_route.path)
         g = settings.grpc
         mtls = g.server_use_tls and bool(g.client_tls_cacert)
         self.server = H2Server(
@@ -245,6 +254,7 @@ class NativeGrpcTransport:
             write_timeout=settings.connections.grpc_write_timeout,
             connection_timeout=settings.connections.grpc_connection_timeout,
             budget=budget,
+            streaming=streaming,
         )
         self.certificates: SslCertificates | None = None
         self.address = listen_address(settings)

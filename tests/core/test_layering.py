@@ -97,6 +97,8 @@ LAYERS = [
     ("ratelimitd.decision", ("ratelimitd.transport",)),
     ("ratelimitd.stats", ("ratelimitd.transport",)),  # stats sit below the transports
     ("ratelimitd.tracing", ("ratelimitd.transport",)),
+    # The quota service knows no transport (its status numbers are grpcstatus's).
+    ("ratelimitd.quota", ("ratelimitd.transport", "ratelimitd.core", "ratelimitd.daemon")),
 ]  # fmt: skip
 
 

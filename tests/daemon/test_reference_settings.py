@@ -308,6 +308,13 @@ EXTENSIONS: dict[str, Row] = {
         "700", "cache.memory_max_budget_transactions", 700, {"BACKEND_TYPE": "memory"}
     ),
     "BUDGET_MAX_TRANSACTIONS": Read("70", "cache.budget_max_transactions", 70),
+    "RLQS_BUCKET_KEYS": Read("name,user", "quota.bucket_keys", ("name", "user")),
+    "RLQS_ASSIGNMENT_TTL": Read("10s", "quota.assignment_ttl", 10.0),
+    "RLQS_REPORT_INTERVAL": Read("1s", "quota.report_interval", 1.0),
+    "RLQS_IDLE_TIMEOUT": Read("5m", "quota.idle_timeout", 300.0),
+    "RLQS_MAX_BUCKETS_PER_STREAM": Read("10", "quota.max_buckets_per_stream", 10),
+    "RLQS_MAX_BUCKETS": Read("100", "quota.max_buckets", 100),
+    "RLQS_MAX_STREAMS": Read("8", "quota.max_streams", 8),
 }
 
 ROWS = {**REFERENCE, **EXTENSIONS}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,21 +132,7 @@ def envoy_config(
                 transport_api_version: V3
                 grpc_service:
                   envoy_grpc: {{ cluster_name: ratelimit }}"""
-        rl_cluster = f"""
-  - name: ratelimit
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": {HTTP_OPTIONS}
-        explicit_http_config:
-          http2_protocol_options: {{}}
-    load_assignment:
-      cluster_name: ratelimit
-      endpoints:
-      - lb_endpoints:
-        - endpoint:
-            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rls_port} }} }}"""
+        rl_cluster = grpc_cluster("ratelimit", rls_port)
     echoed = "".join(
         f"""
                 - header: {{ key: "echo-{name}", value: "%REQ({name})%" }}"""
@@ -161,6 +147,30 @@ def envoy_config(
     listeners = _listener("ingress", listen_port, route_lines, rl_filter) + _listener(
         "backend", backend_port, backend_route
     )
+    return bootstrap(admin_port, listeners, backend_port, rl_cluster)
+
+
+def grpc_cluster(name: str, port: int) -> str:
+    """A static HTTP/2 cluster `name` to 127.0.0.1:`port` (a gRPC service), as YAML lines."""
+    return f"""
+  - name: {name}
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": {HTTP_OPTIONS}
+        explicit_http_config:
+          http2_protocol_options: {{}}
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}"""
+
+
+def bootstrap(admin_port: int, listeners: str, backend_port: int, clusters: str = "") -> str:
+    """A bootstrap of `listeners`, cluster `backend` to `backend_port` and `clusters`."""
     return f"""
 admin:
   address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin_port} }} }}
@@ -176,7 +186,7 @@ static_resources:
       - lb_endpoints:
         - endpoint:
             address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend_port} }} }}{
-        rl_cluster
+        clusters
     }
 """
 
@@ -243,16 +253,16 @@ class Envoy(Proc):
 def start_envoy(workdir: Path, rls_port: int | None, **config: object) -> Envoy:
     """A ready Envoy on fresh free ports in front of the RLS on `rls_port` (envoy_config's
     keyword arguments); retried if another process took a port first."""
+    return start_configured(workdir, envoy_config, rls_port=rls_port, **config)
+
+
+def start_configured(workdir: Path, make: Callable[..., str], **config: object) -> Envoy:
+    """A ready Envoy from `make(listen_port=, backend_port=, admin_port=, **config)` on fresh
+    free ports; retried if another process took a port first."""
 
     def spawn() -> Envoy:
         port, admin_port = free_port(), free_port()
-        text = envoy_config(
-            listen_port=port,
-            backend_port=free_port(),
-            admin_port=admin_port,
-            rls_port=rls_port,
-            **config,  # type: ignore[arg-type]
-        )
+        text = make(listen_port=port, backend_port=free_port(), admin_port=admin_port, **config)
         return Envoy(text, workdir, port, admin_port)
 
     return start_bound(spawn)

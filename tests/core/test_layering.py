@@ -97,8 +97,12 @@ LAYERS = [
     ("ratelimitd.decision", ("ratelimitd.transport",)),
     ("ratelimitd.stats", ("ratelimitd.transport",)),  # stats sit below the transports
     ("ratelimitd.tracing", ("ratelimitd.transport",)),
-    # The quota service knows no transport (its status numbers are grpcstatus's).
-    ("ratelimitd.quota", ("ratelimitd.transport", "ratelimitd.core", "ratelimitd.daemon")),
+    # The quota service knows no transport; it ends its streams with the protocol's own gRPC
+    # statuses, read from the one leaf module that declares them (transport.grpcstatus).
+    ("ratelimitd.quota", ("ratelimitd.transport.grpc", "ratelimitd.transport.native",
+                          "ratelimitd.transport.rlqs", "ratelimitd.transport.h2",
+                          "ratelimitd.transport.http", "ratelimitd.transport.debug",
+                          "ratelimitd.core", "ratelimitd.daemon")),
 ]  # fmt: skip
 
 

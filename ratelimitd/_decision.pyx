@@ -877,18 +877,27 @@ cdef class Engine:
             and self.answers
         )
 
+    cdef object _plan_or_answer(self, request):
+        """The plan of `request`, statistics bound; or its response when nothing is to be
+        counted (an unknown domain, no rule matched)."""
+        response = self._answered(request)
+        if response is not None:
+            return response
+        cdef Plan p = self._planned(request)
+        if self._unmatched(p):
+            return self._nothing(len(p.descriptors))
+        return p
+
     def decide_now(self, request):
         """Decide `request` (None past SLICE descriptors: it is planned in slices)."""
         cdef Plan p
         cdef list statuses
         if len(get(request, REQUEST, Q_DESCRIPTORS, "descriptors")) > SLICE:
             return None
-        response = self._answered(request)
-        if response is not None:
-            return response
-        p = self._planned(request)
-        if self._unmatched(p):
-            return self._nothing(len(p.descriptors))
+        planned = self._plan_or_answer(request)
+        if type(planned) is not Plan:
+            return planned
+        p = <Plan>planned
         statuses = _count_now(
             p, self._now(), self.prefix, self.local, self.ratio, self.store, self.increment_one
         )
@@ -902,12 +911,10 @@ cdef class Engine:
         descriptors), its statistics bound, and its count's store operations (`plan.ops`,
         meters last) at `plan.t`; or the response, when nothing is to be counted."""
         cdef Plan p
-        response = self._answered(request)
-        if response is not None:
-            return response
-        p = self._planned(request)
-        if self._unmatched(p):
-            return self._nothing(len(p.descriptors))
+        planned = self._plan_or_answer(request)
+        if type(planned) is not Plan:
+            return planned
+        p = <Plan>planned
         p.t = self._now()
         p.names = _collect(p, p.t, self.prefix, self.local, True)
         p.ops = _ops(p, p.names, p.t)

@@ -222,9 +222,7 @@ def measure(
         result.cpu_per_10k = used / decisions * 10_000
     for name in others:
         if decisions:
-            result.others_cpu_per_10k[name] = (
-                (marks[name][1] - marks[name][0]) / decisions * 10_000
-            )
+            result.others_cpu_per_10k[name] = (marks[name][1] - marks[name][0]) / decisions * 10_000
     if redis_stats is not None and decisions:
         result.redis_writes_per_decision = (marks["writes"][1] - marks["writes"][0]) / decisions
         result.redis_commands_per_decision = (

@@ -395,8 +395,7 @@ def bound(Plan p, stats):
 cdef Plan _bound(Plan p, stats):
     cdef Py_ssize_t i
     if not p.found:
-        for i in range(len(p.descriptors)):
-            stats.domain_not_found(p.domain)
+        stats.domain_not_found(p.domain, len(p.descriptors))
     else:
         _bind(p, None, stats, True)
     return p
@@ -788,8 +787,12 @@ cdef class Engine:
     cdef double ratio
     cdef public object ruleset, options
     cdef object lookup
-    cdef bint extras_on, quota, shadow, realtime
+    cdef bint extras_on, quota, shadow, realtime, answers
     cdef Py_ssize_t max_descriptors, max_entries
+    # `_answered`: the config's domains and budgets (None: a ruleset read through Python),
+    # and the response of n descriptors none of which has a limit, made once per n.
+    cdef dict tries, budgets
+    cdef list nothing
 
     def __init__(self, stats, limiter, extras):
         self.stats = stats
@@ -831,6 +834,61 @@ cdef class Engine:
             or options.request_headers
             or options.response_dynamic_metadata
         )
+        # With no limit in a response, the headers the options ask for are none; only the
+        # dynamic metadata (the request echoed) makes it differ from one request to another.
+        self.answers = not options.response_dynamic_metadata
+        self.tries = self.budgets = None
+        if type(ruleset) is RULESET:
+            self.tries = <dict>get(ruleset, RULESET, O_TRIES, "_tries")
+            self.budgets = dict(ruleset.budgets)
+        self.nothing = [None] * (SLICE + 1)
+
+    cdef object _nothing(self, Py_ssize_t n):
+        """The response of `n` descriptors without a limit: one object per n, made on first
+        use and shared (read only: the transports encode it)."""
+        response = self.nothing[n]
+        if response is None:
+            response = self.nothing[n] = Response(OK, [NO_LIMIT] * n)
+        return response
+
+    cdef object _answered(self, request):
+        """The response to a request for a domain the config does not know (counted in
+        `domain_not_found`, per descriptor, as the reference does), made of nothing new;
+        None for any other request, or one `_begin` would refuse (it refuses it)."""
+        cdef list descriptors = get(request, REQUEST, Q_DESCRIPTORS, "descriptors")
+        cdef Py_ssize_t n = len(descriptors)
+        cdef str domain
+        if self.tries is None or not self.answers or n == 0 or n > SLICE:
+            return None
+        if n > self.max_descriptors:
+            return None
+        domain = get(request, REQUEST, Q_DOMAIN, "domain")
+        if not domain or domain in self.tries or domain in self.budgets:
+            return None
+        for d in descriptors:
+            if len(_entries(d)) > self.max_entries:
+                return None
+        self.stats.domain_not_found(domain, n)
+        return self._nothing(n)
+
+    cdef inline bint _unmatched(self, Plan p):
+        """Whether nothing of plan `p` is counted, refused or answered specially: each
+        descriptor gets NO_LIMIT (and no statistic, as in the reference)."""
+        return (
+            not p.items and p.unlimited is None and p.meters is None and p.budget is None
+            and self.answers
+        )
+
+    cdef object _plan_or_answer(self, request):
+        """The plan of `request`, statistics bound; or its response when nothing is to be
+        counted (an unknown domain, no rule matched)."""
+        response = self._answered(request)
+        if response is not None:
+            return response
+        cdef Plan p = self._planned(request)
+        if self._unmatched(p):
+            return self._nothing(len(p.descriptors))
+        return p
 
     def decide_now(self, request):
         """Decide `request` (None past SLICE descriptors: it is planned in slices)."""
@@ -838,7 +896,10 @@ cdef class Engine:
         cdef list statuses
         if len(get(request, REQUEST, Q_DESCRIPTORS, "descriptors")) > SLICE:
             return None
-        p = self._planned(request)
+        planned = self._plan_or_answer(request)
+        if type(planned) is not Plan:
+            return planned
+        p = <Plan>planned
         statuses = _count_now(
             p, self._now(), self.prefix, self.local, self.ratio, self.store, self.increment_one
         )
@@ -850,8 +911,12 @@ cdef class Engine:
     def prepare(self, request):
         """The first half of an awaited decision: the plan of `request` (at most SLICE
         descriptors), its statistics bound, and its count's store operations (`plan.ops`,
-        meters last) at `plan.t`."""
-        cdef Plan p = self._planned(request)
+        meters last) at `plan.t`; or the response, when nothing is to be counted."""
+        cdef Plan p
+        planned = self._plan_or_answer(request)
+        if type(planned) is not Plan:
+            return planned
+        p = <Plan>planned
         p.t = self._now()
         p.names = _collect(p, p.t, self.prefix, self.local, True)
         p.ops = _ops(p, p.names, p.t)

@@ -309,8 +309,7 @@ def planned(request: Request, ruleset: Any, options: Any, stats: Any) -> Plan:
 def bound(p: Plan, stats: Any) -> Plan:
     """The plan's statistics: `domain_not_found`, or each item's counters (`bind`)."""
     if not p.found:
-        for _ in range(len(p.descriptors)):
-            stats.domain_not_found(p.domain)
+        stats.domain_not_found(p.domain, len(p.descriptors))
     else:
         bind(p, stats.request_rule_stats, True)
     return p
@@ -636,23 +635,66 @@ class Engine:
             or options.response_dynamic_metadata
         )
 
+    def _answered(self, request: Request) -> Response | None:
+        """The response to a request for a domain the config does not know (counted in
+        `domain_not_found` per descriptor, as the reference does) without a plan; None for
+        any other request, or one `begin` would refuse (it refuses it). The compiled
+        engine's answer is one shared object per number of descriptors."""
+        options = self.options
+        ruleset = self.ruleset
+        n = len(request.descriptors)
+        domain = request.domain
+        if (
+            ruleset is None
+            or options.response_dynamic_metadata
+            or not 0 < n <= min(SLICE, options.max_descriptors)
+            or not domain
+            or domain in ruleset.domains
+            or domain in ruleset.budgets
+            or any(len(d.entries) > options.max_entries for d in request.descriptors)
+        ):
+            return None
+        self.stats.domain_not_found(domain, n)
+        return Response(OK, [NO_LIMIT] * n)
+
+    def _unmatched(self, p: Plan) -> bool:
+        """Whether nothing of plan `p` is counted, refused or answered specially: each
+        descriptor gets NO_LIMIT (and no statistic, as in the reference)."""
+        return (
+            not p.items
+            and p.unlimited is None
+            and p.meters is None
+            and p.budget is None
+            and not self.options.response_dynamic_metadata
+        )
+
     def decide_now(self, request: Request) -> Response | None:
         """Decide `request` (None past SLICE descriptors: it is planned in slices)."""
         if len(request.descriptors) > SLICE:
             return None
+        response = self._answered(request)
+        if response is not None:
+            return response
         options = self.options
         p = planned(request, self.ruleset, options, self.stats)
+        if self._unmatched(p):
+            return Response(OK, [NO_LIMIT] * len(p.descriptors))
         statuses = count_now(p, self.clock(), self.prefix, self.local, self.ratio, self.store)
         response = respond(p, statuses, options, self.stats.service)
         if self.extras_on:
             self.extras(request, p, response, options)
         return response
 
-    def prepare(self, request: Request) -> Plan:
+    def prepare(self, request: Request) -> Plan | Response:
         """The first half of an awaited decision: the plan of `request` (at most SLICE
         descriptors), its statistics bound, and its count's store operations (`plan.ops`,
-        meters last) at `plan.t`."""
+        meters last) at `plan.t`; or the response, when nothing is to be counted."""
+        response = self._answered(request)
+        if response is not None:
+            return response
         p = planned(request, self.ruleset, self.options, self.stats)
+        if self._unmatched(p):
+            return Response(OK, [NO_LIMIT] * len(p.descriptors))
         p.t = t = self.clock()
         p.names = _collect(p, t, self.prefix, self.local, True)
         p.ops = _ops(p, p.names, t) + meter_ops(p, t, self.prefix)

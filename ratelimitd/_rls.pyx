@@ -41,6 +41,11 @@ cdef class SyncCall:
 
     cdef object decode, service, decide, encode, clock, stats, timer, failure
     cdef bint monotonic
+    # The last response encoded and its bytes: the engine answers every request with
+    # nothing to count (an unknown domain, no rule matched) with one shared response per
+    # number of descriptors, so a run of them is encoded once. Held, so never a new object
+    # at the same address.
+    cdef object last, last_reply
 
     def __init__(self, decode, service, encode, clock, stats, timer, failure):
         # time.perf_counter is CLOCK_MONOTONIC: read in C (a test may hand another clock)
@@ -67,10 +72,19 @@ cdef class SyncCall:
             if response is None:
                 return None
             code = OK
-            reply = self.encode(response)
+            reply = self._encoded(response)
         except Exception as err:
             code, reply = self._failed(err)
         return self._done(started, code, reply)
+
+    cdef object _encoded(self, response):
+        """`encode(response)`, or the bytes of the same response encoded last."""
+        if response is self.last:
+            return self.last_reply
+        reply = self.encode(response)
+        self.last = response
+        self.last_reply = reply
+        return reply
 
     cdef tuple _failed(self, err):
         """The outcome of an error out of the decoder or the service."""
@@ -277,7 +291,7 @@ cdef class SendRoute:
                     proto.server.watch_deadline(stream, proto)
                 return
             code = OK
-            reply = c.encode(out)
+            reply = c._encoded(out)
         except Exception as err:
             code, reply = c._failed(err)
         c._done(started, code, reply)

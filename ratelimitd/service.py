@@ -152,6 +152,8 @@ class RateLimitService:
         if self._halves and len(request.descriptors) <= SLICE:
             engine = self._engine
             plan = engine.prepare(request)
+            if plan.__class__ is Response:  # nothing to count
+                return plan  # type: ignore[no-any-return]
             if not plan.ops:
                 return engine.finish(request, plan, ())
             if self.max_in_flight and self.in_flight >= self.max_in_flight:
@@ -194,6 +196,8 @@ class RateLimitService:
             return None
         engine = self._engine
         plan = engine.prepare(request)
+        if plan.__class__ is Response:  # nothing to count
+            return plan  # type: ignore[no-any-return]
         if not plan.ops:
             return engine.finish(request, plan, ())  # type: ignore[no-any-return]
         if self.max_in_flight and self.in_flight >= self.max_in_flight:

@@ -3,7 +3,7 @@
 #   scripts/bootstrap.sh            venv + package (compiled extensions) + test extras
 #   scripts/bootstrap.sh --run      venv + package only (what scripts/run.sh needs)
 #   scripts/bootstrap.sh --system   also the server binaries the test suite starts
-#                                   (redis-server, memcached, wrk, postgresql), h2load and
+#                                   (redis-server, memcached, wrk, postgresql), h2load, valgrind and
 #                                   libnghttp2-dev (their tests), promtool, podman and its
 #                                   tools (the image and compose tests), via apt when missing;
 #                                   kubectl and helm into the venv
@@ -44,6 +44,8 @@ if [[ "$mode" == "--system" ]]; then
     # declarations of it (tests/core/test_nghttp2_abi.py).
     [[ -f /usr/include/nghttp2/nghttp2.h ]] || need+=(libnghttp2-dev)
     command -v h2load >/dev/null || need+=(nghttp2-client)
+    # callgrind counts the instructions per call of the load benchmarks (bench/load/).
+    command -v valgrind >/dev/null || need+=(valgrind)
     # The usage API's tests start a real PostgreSQL server (initdb + postgres, not on PATH in
     # Debian: /usr/lib/postgresql/<version>/bin); setpriv runs it as `postgres` under root.
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null \

@@ -50,6 +50,8 @@ class LoadResult:
     redis_writes_per_decision: float | None = None
     redis_commands_per_decision: float | None = None
     target_rps: float | None = None
+    # `measure`'s `others`: CPU seconds per 10 000 decisions of each named process (the store).
+    others_cpu_per_10k: dict[str, float] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
     latencies: list[float] = field(default_factory=list, repr=False)
 
@@ -105,6 +107,9 @@ class Load:
     concurrency: int = 64
     channels: int = 4
     rate: float | None = None
+    # Call k's request, when they differ (distinct descriptor values); `payload` is then
+    # what the warm-up and the connections' first call send.
+    payloads: Callable[[int], bytes] | None = None
 
 
 async def drive(
@@ -121,6 +126,7 @@ async def drive(
     """
     # Locals: read on every call of the loops below.
     payload, requests, channels, rate = load.payload, load.requests, load.channels, load.rate
+    payloads = load.payloads
     clients = [RateLimitClient(load.target, timeout=30) for _ in range(channels)]
     for client in clients:
         # A local subchannel pool per client: otherwise grpc shares one connection among
@@ -161,9 +167,10 @@ async def drive(
                     delay = start + k / rate - clock()
                     if delay > 0:
                         await asyncio.sleep(delay)
+                body = payload if payloads is None else payloads(k)
                 t = clock()
                 try:
-                    await call(payload)
+                    await call(body)
                 except RateLimitError as err:
                     name = f"{err.code.name}: {err.details}"[:120]
                     codes[name] = codes.get(name, 0) + 1
@@ -185,13 +192,18 @@ def measure(
     *,
     cpu: Callable[[], float] | None = None,
     redis_stats: Callable[[], tuple[int, int]] | None = None,
+    others: dict[str, Callable[[], float]] | None = None,
 ) -> LoadResult:
-    """Run `drive` on a fresh uvloop loop with the server's CPU and Redis counts around it."""
+    """Run `drive` on a fresh uvloop loop with the server's CPU and Redis counts around it
+    (and the CPU seconds of each of `others`, by name)."""
     marks: dict[str, list[float]] = {"cpu": [], "writes": [], "commands": []}
+    others = others or {}
 
     def snapshot() -> None:
         if cpu is not None:
             marks["cpu"].append(cpu())
+        for name, probe in others.items():
+            marks.setdefault(name, []).append(probe())
         if redis_stats is not None:
             writes, commands = redis_stats()
             marks["writes"].append(writes)
@@ -208,6 +220,9 @@ def measure(
         used = marks["cpu"][1] - marks["cpu"][0]
         result.server_cpu_s = used
         result.cpu_per_10k = used / decisions * 10_000
+    for name in others:
+        if decisions:
+            result.others_cpu_per_10k[name] = (marks[name][1] - marks[name][0]) / decisions * 10_000
     if redis_stats is not None and decisions:
         result.redis_writes_per_decision = (marks["writes"][1] - marks["writes"][0]) / decisions
         result.redis_commands_per_decision = (

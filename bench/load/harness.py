@@ -20,13 +20,16 @@ from support.redis_server import RedisServer
 
 HERE = Path(__file__).resolve().parent
 DOMAIN = "bench"
-# One descriptor, as Envoy's `generic_key` action sends it; a limit no run reaches.
+# One descriptor, as Envoy's `generic_key` action sends it; a limit no run reaches. `user`
+# (any value, one counter per value) is for the runs whose values differ per call.
 DESCRIPTOR = (("generic_key", DOMAIN),)
 RULES = f"""\
 domain: {DOMAIN}
 descriptors:
   - key: generic_key
     value: {DOMAIN}
+    rate_limit: {{unit: hour, requests_per_unit: 1000000000}}
+  - key: user
     rate_limit: {{unit: hour, requests_per_unit: 1000000000}}
 """
 # Commands that change a counter (what "Redis writes per decision" counts).
@@ -68,9 +71,10 @@ def redis_delta(before: dict[str, int], after: dict[str, int]) -> tuple[int, int
     return writes, commands
 
 
-def start_redis(workdir: Path) -> RedisServer:
-    """redis-server on a free port, no persistence."""
-    return start_bound(lambda: RedisServer(workdir / "redis"))
+def start_redis(workdir: Path, store: str = "redis") -> RedisServer:
+    """redis-server (or `store`'s server: support.redis_server.STORES) on a free port, no
+    persistence."""
+    return start_bound(lambda: RedisServer(workdir / store, store=store))
 
 
 def start_bench_daemon(

@@ -36,7 +36,13 @@ NAMES = {
     "e": "(e) empty native server",
     "b": "(b) ratelimitd, memory",
     "c": "(c) ratelimitd, Redis",
+    "u": "(u) memory, unknown domain",
+    "n": "(n) memory, no rule matches",
 }
+# The request of each scenario: the decided one, or one with nothing to count (a domain the
+# config does not know, a value no rule has); (u) and (n) are sent to (b)'s server.
+UNKNOWN = request_bytes("not-" + DOMAIN, DESCRIPTOR)
+UNMATCHED = request_bytes(DOMAIN, (("no_rule", "x"),))
 
 
 def _callgrind(workdir: Path) -> list[str]:
@@ -82,15 +88,18 @@ def _functions(dump: Path) -> tuple[int, list[tuple[int, str]]]:
     return total, rows
 
 
-def count(server: Any, payload: bytes, requests: int, workdir: Path) -> tuple[int, list]:
-    """Instrumentation on for `requests` calls of `server` (under callgrind), then a dump."""
+def count(
+    server: Any, payload: bytes, requests: int, workdir: Path, nth: int = 1
+) -> tuple[int, list]:
+    """Instrumentation on for `requests` calls of `server` (under callgrind), then its
+    `nth` dump (each dump zeroes the counters)."""
     pid = server.pid
     _control(server, workdir, "-i", "on")
     run_h2load(server.grpc_port, payload, seconds=0, warmup=0, requests=requests, load_cpu=1)
     _control(server, workdir, "-i", "off")
     _control(server, workdir, "-d")
-    # The dump is callgrind.<pid>.out.1 (the base file is written at exit).
-    dump = workdir / f"callgrind.{pid}.out.1"
+    # The dump is callgrind.<pid>.out.<nth> (the base file is written at exit).
+    dump = workdir / f"callgrind.{pid}.out.{nth}"
     for _ in range(100):
         if dump.exists() and dump.stat().st_size:
             break
@@ -103,7 +112,7 @@ def main() -> int:
     """Command line entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=20_000, help="calls counted per server")
-    parser.add_argument("--only", default="ebc", help="scenarios to run, e.g. 'eb'")
+    parser.add_argument("--only", default="ebcun", help="scenarios to run, e.g. 'eb'")
     parser.add_argument("--top", type=int, default=15, help="functions listed per scenario")
     parser.add_argument(
         "--keep", type=Path, help="copy the callgrind dumps here (for callgrind_annotate)"
@@ -119,11 +128,17 @@ def main() -> int:
         workdir = Path(tmp)
         wrap = _callgrind(workdir)
         try:
+            memory: Any = None
+            dumps: dict[int, int] = {}
             for key in args.only:
+                sent = {"u": UNKNOWN, "n": UNMATCHED}.get(key, payload)
                 if key == "e":
                     server = start_bound(lambda: EmptyNativeServer(workdir, wrap=wrap))
-                elif key == "b":
-                    server = start_bench_daemon("memory", workdir, wrap=wrap)
+                elif key in "bun":
+                    if memory is None:
+                        memory = start_bench_daemon("memory", workdir, wrap=wrap)
+                        procs.append(memory)
+                    server = memory
                 else:
                     redis = start_redis(workdir)
                     procs.append(redis)
@@ -131,9 +146,11 @@ def main() -> int:
                     server = start_bench_daemon(
                         "redis", workdir, wrap=wrap, REDIS_URL=redis.address, **env
                     )
-                procs.append(server)
+                if server is not memory:
+                    procs.append(server)
                 print(f"counting {NAMES[key]} ...", file=sys.stderr, flush=True)
-                results[key] = count(server, payload, args.requests, workdir)
+                dumps[server.pid] = nth = dumps.get(server.pid, 0) + 1
+                results[key] = count(server, sent, args.requests, workdir, nth)
         finally:
             for p in reversed(procs):
                 p.terminate(30)

@@ -13,7 +13,9 @@ so drift on this shared machine hits every scenario alike:
   Envoy -> ratelimitd (c) -> Redis with wrk, against Envoy with no rate-limit call;
   a cProfile of (c) under load from the daemon's debug endpoint (top five by own time);
   the pinned-core section (bench/load/native_bench.py): (a), (b), (c), an empty native server (e)
-  and ratelimitd on grpc.aio (f), each pinned to one core and driven by h2load on the other.
+  and ratelimitd on grpc.aio (f), each pinned to one core and driven by h2load on the other;
+  then bench/load/keyspace.py: distinct values over key spaces of 1 to 1M, Redis and Valkey
+  with their servers' CPU, unknown domains, one worker against two (servers of its own).
 
     .venv/bin/python bench/load/run_all.py            # full: a few minutes
     .venv/bin/python bench/load/run_all.py --quick    # smoke: about a minute
@@ -49,6 +51,8 @@ from harness import (
     start_empty_server,
     start_redis,
 )
+from keyspace import render as render_keyspace
+from keyspace import run as run_keyspace
 from load_report import NAMES, render
 from native_bench import run_native
 from support.envoy_server import envoy_binary
@@ -335,6 +339,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     finally:
         for p in reversed(procs):
             p.terminate(15)
+    if not args.no_keyspace:
+        results["keyspace"] = run_keyspace(workdir, args.quick, log)
     results["machine"]["load average at end"] = " ".join(
         Path("/proc/loadavg").read_text().split()[:3]
     )
@@ -352,6 +358,7 @@ def main() -> int:
     parser.add_argument("--channels", type=int, default=8)
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--no-h2load", action="store_true", help="skip the h2load section")
+    parser.add_argument("--no-keyspace", action="store_true", help="skip keyspace.py's section")
     parser.add_argument(
         "--daemon-env",
         action="append",
@@ -387,6 +394,8 @@ def main() -> int:
     elapsed = time.monotonic() - t0
     argv = [".venv/bin/python", "bench/load/run_all.py", *sys.argv[1:]]
     text = render(results, shlex.join(argv), started, elapsed)
+    if "keyspace" in results:
+        text = text.rstrip("\n") + "\n\n" + render_keyspace(results["keyspace"])
     args.output.write_text(text)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -225,8 +225,8 @@ class StatsStore:
         self._request_series += 1
         return self.rule_stats(key)
 
-    def domain_not_found(self, domain: str) -> None:
-        """Count one descriptor of a request for an unknown domain (bounded as above)."""
+    def domain_not_found(self, domain: str, n: int = 1) -> None:
+        """Count `n` descriptors of a request for an unknown domain (bounded as above)."""
         table = self._domain_not_found
         domain = bounded_key(domain, self.max_request_key_bytes)
         if domain not in table:
@@ -235,7 +235,7 @@ class StatsStore:
                 domain = OVERFLOW_KEY
             else:
                 self._request_series += 1
-        table[domain] = table.get(domain, 0) + 1
+        table[domain] = table.get(domain, 0) + n
 
     def add_gauge(self, name: str, read: Callable[[], float]) -> None:
         """Register a gauge read at snapshot time (local cache, connection pools, ...)."""

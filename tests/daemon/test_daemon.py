@@ -72,6 +72,35 @@ def test_grpc_and_json_decisions(grpc_env, start_daemon) -> None:
     assert d.terminate() == 0
 
 
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_answers_with_nothing_to_count_between_decided_ones(
+    grpc_env, start_daemon, backend, request
+) -> None:
+    """Unknown domains and unmatched descriptors (one shared answer per number of
+    descriptors, its encoding reused) interleaved with decided calls: each gets its own,
+    on the synchronous route (memory) and the one that waits for the store (Redis)."""
+    write_config(grpc_env, "test.yaml", LIMITED)
+    env = dict(grpc_env, BACKEND_TYPE=backend)
+    if backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        env.update(REDIS_SOCKET_TYPE="tcp", REDIS_URL=server.address)
+    d = start_daemon(env)
+    for i in range(3):
+        for n in (1, 2, 1):
+            r = d.decide("nowhere", *[[("user", "x")]] * n)
+            assert r.overall_code == OK
+            assert [(s.code, s.limit_remaining) for s in r.statuses] == [(OK, 0)] * n
+            assert all(s.rule is None for s in r.statuses)
+        r = d.decide("test", [("user", f"u{i}")])
+        assert (r.statuses[0].code, r.statuses[0].limit_remaining) == (OK, 1)
+        r = d.decide("test", [("nothing", "here")])
+        assert r.statuses[0].rule is None
+    stats = d.stats()
+    assert stats["ratelimit.service.rate_limit.nowhere.domain_not_found"] == 12
+    assert stats["ratelimit_server.ShouldRateLimit.total_requests"] == 15
+    assert d.terminate() == 0
+
+
 def test_service_errors_over_grpc(grpc_env, start_daemon) -> None:
     write_config(grpc_env, "test.yaml", LIMITED)
     d = start_daemon(grpc_env)

@@ -1,22 +1,38 @@
 """redis-server processes for the backend's tests, and decision cores on the Redis backend.
 
-The servers are support.redis_server's; `redis_server` and `redis_servers` come from the suite's
-conftest.
+The servers are support.redis_server's; `redis_server` comes from the suite's conftest. Here
+every server is started on each store of `STORES` (Redis, Valkey): the backend's tests run
+on both, standalone, sentinel and cluster alike.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support import free_port
 from support.core import Decider
-from support.redis_server import RedisServer, RedisServers
+from support.redis_server import STORES, RedisServer, RedisServers
 
 from ratelimitd.backends import load_settings
 from ratelimitd.core import build_core
+
+
+@pytest.fixture(scope="module", params=STORES)
+def store(request: pytest.FixtureRequest) -> str:
+    """The store every server of a test runs (see support.redis_server.STORES)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def redis_servers(tmp_path: Path, store: str) -> Iterator[RedisServers]:
+    """The suite's `redis_servers`, on `store`."""
+    started = RedisServers(tmp_path / "redis", store)
+    yield started
+    started.stop_all()
 
 
 @pytest.fixture
@@ -26,9 +42,9 @@ def servers(redis_servers: RedisServers) -> RedisServers:
 
 
 @pytest.fixture(scope="module")
-def module_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServers]:
+def module_servers(tmp_path_factory: pytest.TempPathFactory, store: str) -> Iterator[RedisServers]:
     """Start redis-server processes shared by a module's tests (a cluster, say)."""
-    started = RedisServers(tmp_path_factory.mktemp("redis"))
+    started = RedisServers(tmp_path_factory.mktemp("redis"), store)
     yield started
     started.stop_all()
 

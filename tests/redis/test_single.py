@@ -353,3 +353,22 @@ async def test_registry_builds_the_redis_backend(redis_server) -> None:
         assert await backend.get([Op("reg", 0, 60), Op("absent", 0, 60)]) == [2, 0]
     finally:
         await backend.close()
+
+
+async def test_nothing_to_count_sends_nothing_to_the_store(redis_server, decider) -> None:
+    """An unknown domain and a descriptor no rule matches are answered OK without a round
+    (the reference sends them to no cache either); the unknown domain is counted."""
+    d = await decider(tcp(redis_server), CONFIG, clock=clock)
+
+    def commands() -> dict[str, int]:  # INFO is how they are read
+        return {k: n for k, n in redis_server.commandstats().items() if k != "info"}
+
+    before = commands()
+    for _ in range(3):
+        r = await d.decide("nope", [("key", "value")], [("a", "b")])
+        assert r.overall_code == OK and [s.rule for s in r.statuses] == [None, None]
+        r = await d.decide("domain", [("nothing", "here")])
+        assert r.overall_code == OK and r.statuses[0].rule is None
+    assert commands() == before
+    assert d.stat("ratelimit.service.rate_limit.nope.domain_not_found") == 6
+    assert d.backend.writes == 0

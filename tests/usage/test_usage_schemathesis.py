@@ -75,11 +75,8 @@ def test_schemathesis_finds_no_violations(sidecar: Gunicorn, redis_server: Redis
             assert not operation.definition.raw.get("parameters")
     # Both accepted and refused inputs were exercised.
     assert seen[("GET /api/v2/user/usage", 200)] > 0
-    # Refused as invalid: 400 (or 422, a generated Idempotency-Key reused by another
-    # generated request), or 429 when the anonymous requests' limit is spent first; which
-    # one depends on the window the run falls in, so the message names what was seen.
-    usage = {status: n for (label, status), n in seen.items() if label == "GET /api/v2/user/usage"}
-    assert usage.get(400, 0) + usage.get(422, 0) + usage.get(429, 0) > 0, usage
+    # Invalid inputs are sent without the token, so they are refused 401 before their
+    # parameters are looked at (the parameters' 400s have tests of their own).
     assert seen[("GET /api/v2/user/usage", 401)] > 0, seen
     assert seen[("GET /api/v2/user/usage/history", 200)] > 0, seen
     assert seen[("GET /api/v2/user/usage/history", 400)] > 0, seen

@@ -72,7 +72,7 @@ IDLE_FRAMES = 100
 # most heads of a connection 20 to 40 bytes.
 HEADER_BYTES_BURST = 1 << 20
 HEADER_BYTES_PER_SECOND = 1 << 20
-# The client preface (RFC 9113 section 3.4), which precedes the first frame.
+# The HTTP/2 client preface, the 24 bytes that precede the first frame.
 cdef Py_ssize_t _PREFACE_LENGTH = 24
 
 # The PING payload that times the second GOAWAY of a graceful shutdown.

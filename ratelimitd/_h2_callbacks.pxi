@@ -10,7 +10,7 @@ cdef int _on_begin_frame(nghttp2_session* session, const nghttp2_frame_hd* hd,
         if hd.stream_id > conn.last_stream_id:
             conn.last_stream_id = hd.stream_id
         elif nghttp2_session_get_stream_user_data(session, hd.stream_id) == NULL:
-            # A new stream's id must exceed every earlier one (RFC 9113 section 5.1.1), and
+            # HTTP/2 requires a new stream's id to exceed every earlier one, and
             # a finished stream takes no more HEADERS: a connection error, where nghttp2
             # ignores the block (it forgets closed streams) and the call hung until its
             # deadline. grpc-go, the reference's server, ends the connection as well.
@@ -99,7 +99,8 @@ cdef int _on_frame_recv(nghttp2_session* session, const nghttp2_frame* frame,
                 > 0x7FFFFFFF
             ):
                 # An INITIAL_WINDOW_SIZE that takes an open stream's window past 2^31-1 is
-                # a connection error (RFC 9113 section 6.9.2); nghttp2 resets the stream.
+                # a connection error in HTTP/2 (the peer's flow-control accounting is
+                # broken); nghttp2 resets the stream alone.
                 conn.fatal_code = NGHTTP2_FLOW_CONTROL_ERROR
                 return NGHTTP2_ERR_CALLBACK_FAILURE
         elif kind == NGHTTP2_PING and frame.hd.flags & NGHTTP2_FLAG_ACK:

@@ -2,9 +2,9 @@
 
 Before: limit overrides and unknown domains each created a series that was never freed:
 100,000 override descriptors made /stats 127 MB and 1.5 s to render, added 60 MB, and the
-10 s stats flush stalled requests for 1.2 s (the reference's open #275). Then the series were
-bounded in number but not in bytes: 11 requests of 1,000 overrides with distinct 4,000-byte
-values made each /stats 244 MB.
+10 s stats flush stalled requests for 1.2 s (the reference keeps such series for ever).
+Then the series were bounded in number but not in bytes: 11 requests of 1,000 overrides
+with distinct 4,000-byte values made each /stats 244 MB.
 """
 
 from __future__ import annotations

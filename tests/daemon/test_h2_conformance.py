@@ -119,7 +119,7 @@ async def test_data_on_a_closed_stream_is_ignored(connected: Connected) -> None:
 @pytest.mark.parametrize("reused", [False, True], ids=["lower", "reused"])
 async def test_headers_on_a_lower_or_used_stream_id(connected: Connected, reused: bool) -> None:
     """A new stream's id must exceed every earlier one, and a closed stream takes no more
-    HEADERS (RFC 9113 section 5.1.1): a connection error PROTOCOL_ERROR, as grpc-go ends
+    HEADERS (HTTP/2's stream states): a connection error PROTOCOL_ERROR, as grpc-go ends
     the connection. Before: nghttp2 ignored the block and the call hung until its deadline."""
     t, c = connected
     c.call(5)
@@ -131,7 +131,7 @@ async def test_headers_on_a_lower_or_used_stream_id(connected: Connected, reused
 
 async def test_initial_window_size_overflow_is_a_connection_error(connected: Connected) -> None:
     """A SETTINGS_INITIAL_WINDOW_SIZE that takes an open stream's send window past 2^31-1
-    is a connection error FLOW_CONTROL_ERROR (RFC 9113 section 6.9.2); before, nghttp2
+    is a connection error FLOW_CONTROL_ERROR in HTTP/2; before, nghttp2
     reset the stream alone."""
     t, c = connected
     # Health/Watch keeps its stream open; its window grown to the largest allowed.

@@ -23,7 +23,8 @@ from support.redis_server import RedisServer
 
 LIMIT = 20  # per minute
 CONFIG = rules(LIMIT, "minute")
-# The first-assignment gap each Envoy may add (the bound: L + 2 for two Envoys).
+# The first-assignment gap each Envoy may add: a subscription's first requests pass
+# before its first assignment arrives, so two Envoys admit at most L + 2 per window.
 GAP = 2
 # Seconds of traffic: three report periods and more, so shares follow the reports.
 TRAFFIC_SECONDS = 18.0

@@ -47,7 +47,9 @@ generate_protos()
 extensions = [
     Extension("ratelimitd._match", ["ratelimitd/_match.pyx"]),
     Extension("ratelimitd._keys", ["ratelimitd/_keys.pyx"]),
-    # Plan, count, verdict: the decision of every request (twin: _decision_py.py).
+    # Plan, count, verdict: the decision of every request, in two modules (no twin: the
+    # process does not start without them).
+    Extension("ratelimitd._plan", ["ratelimitd/_plan.pyx"]),
     Extension("ratelimitd._decision", ["ratelimitd/_decision.pyx"]),
     # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),

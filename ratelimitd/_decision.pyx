@@ -1,432 +1,74 @@
 # cython: language_level=3
-"""Plan, count, verdict: the decision model, compiled.
+"""Count and verdict: the second and third steps of the decision model (`decision.py` has
+the model; `_plan` the first step, cimported: its plans and items are C structs here).
 
-Same public names and results as `_decision_py.py` (the oracle, and the model's notes);
-`decision.py` selects one. The key and window maths are `_keys`'s, called in C. A rule's
-windows are `config.windows.Window` tuples, read here by position.
+* **count** (`collect`, one store round, then `settle`): `collect` turns every item's
+  windows into store operations (`Op`s) at one instant, and answers items known over from
+  the local over-limit cache; the limiter runs the ops (`increment`, or the read-only
+  `peek` for `/explain`); `settle` reads each window's result as (level after, reset).
+  A synchronous store is counted in one call (`count_now`), window by window.
+* **verdict** (in `settle`): one place chooses the deciding window of an item (over the
+  limit first, the longest wait among those; else the least remaining), and
+  `keys.verdict` is the one status split; `overall_code` the one overall code.
+
+A new kind of count (a refund is one: REFUND) is a new `kind`: the plan sets it on the
+item, `window_op` builds its store operation, `reading` reads its result, and the backends
+execute it; the verdict is shared. A token budget (BUDGET, `budget.calls`) is the one kind
+counted whole: one store call for all its windows, whose result gives its status. The key
+and window maths are `_keys`'s, called in C.
 """
 
 from posix.time cimport CLOCK_REALTIME
 
-from ratelimitd._match cimport lookup_c
-from ratelimitd._keys cimport Bump, cache_key, refuse, state_key, unit_seconds, verdict
+from ratelimitd._keys cimport Bump, cache_key, refuse, state_key, verdict
+from ratelimitd._plan cimport (
+    K_BUDGET, K_CONSUME, K_REFUND, W_ALGORITHM, W_LIMIT, W_PER_SECOND, W_REQUESTS, W_SECONDS,
+    W_SUFFIX, W_TICK, W_TICKS, Item, Plan, counted, entries_of,
+)
 from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
 
 import time
 
 from ratelimitd.backends.base import Op
-from ratelimitd import _match
-from ratelimitd.budget.calls import add_item, arrange, budget_key, budget_op, budget_status
-from ratelimitd.budget.calls import lookup as budget_lookup
-from ratelimitd.budget.calls import overridden as budget_overridden
+from ratelimitd.budget.calls import budget_key, budget_op, budget_status
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
-from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
+from ratelimitd.keys import METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
     MAX_UINT32,
     OK as _OK,
     OVER_LIMIT as _OVER_LIMIT,
-    Descriptor,
     Request,
-    RequestTooLarge,
     Response,
-    ServiceError,
     Status,
 )
 from ratelimitd.stats.store import RuleStats
 
-CONSUME = 0
-REFUND = 1
-BUDGET = 2
+# A request with more descriptors than this is planned in slices of this many, the loop
+# running other requests between them: one huge request must not stall all. Such a request
+# is never decided synchronously (`Engine.decide_now`).
 SLICE = 256
+# The status of a descriptor with no limit, and of an unlimited one; shared, never mutated.
 NO_LIMIT = Status(_OK)
 UNLIMITED = Status(_OK, None, MAX_UINT32, 0)
 
-# Window tuple positions (config.windows.Window).
-DEF W_LIMIT = 0
-DEF W_ALGORITHM = 1
-DEF W_SECONDS = 2
-DEF W_REQUESTS = 3
-DEF W_SUFFIX = 4
-DEF W_TICK = 5
-DEF W_TICKS = 6
-DEF W_PER_SECOND = 7
-
 # The slots read on every decision (see _slots.pxd).
 cdef object REQUEST = Request
-cdef object DESCRIPTOR = Descriptor
 cdef object RULE = Rule
-cdef object LOOKUP = _match.lookup
 cdef object RULESET = RuleSet
 cdef Py_ssize_t O_TRIES = offset_of(RuleSet, "_tries")
-cdef Py_ssize_t O_BUDGETS = offset_of(RuleSet, "budgets")
 cdef object STATS = RuleStats
 cdef object STATUS = Status
 cdef Py_ssize_t T_CODE = offset_of(Status, "code")
 cdef Py_ssize_t S_TOTAL_HITS = offset_of(RuleStats, "total_hits")
-cdef Py_ssize_t Q_DOMAIN, Q_DESCRIPTORS, Q_HITS
-cdef Py_ssize_t D_ENTRIES, D_LIMIT, D_HITS, D_NEGATIVE
-cdef Py_ssize_t R_SPECIAL, R_WINDOWS, R_METADATA, R_STATS, R_FULL_KEY, R_KEY_MEMO
-Q_DOMAIN, Q_DESCRIPTORS, Q_HITS = offsets(Request, ("domain", "descriptors", "hits_addend"))
-D_ENTRIES, D_LIMIT, D_HITS, D_NEGATIVE = offsets(
-    Descriptor, ("entries", "limit", "hits_addend", "is_negative_hits")
-)
-R_SPECIAL, R_WINDOWS, R_METADATA, R_STATS, R_FULL_KEY, R_KEY_MEMO = offsets(
-    Rule, ("special", "windows", "metadata", "stats", "full_key", "key_memo")
-)
+cdef Py_ssize_t R_KEY_MEMO = offset_of(Rule, "key_memo")
+cdef Py_ssize_t Q_DOMAIN, Q_DESCRIPTORS
+Q_DOMAIN, Q_DESCRIPTORS = offsets(Request, ("domain", "descriptors"))
 
-
-cdef inline object _entries(d):
-    return get(d, DESCRIPTOR, D_ENTRIES, "entries")
-
-
-cdef long long MAX_HITS = _MAX_HITS
 cdef long long METER_TTL = _METER_TTL
 cdef int OK = _OK
 cdef long long FIXED_WINDOW = _FIXED_WINDOW
 cdef int OVER_LIMIT = _OVER_LIMIT
-
-
-cdef class Item:
-    """One descriptor of a plan that counts (see `_decision_py.Item`)."""
-
-    cdef public Py_ssize_t index
-    cdef public object rule
-    cdef public str key
-    cdef public object share
-    cdef public long long hits
-    cdef public int kind
-    cdef public object stats
-    cdef public Py_ssize_t first
-    cdef public object status
-    cdef public object budget  # a BUDGET item's call (see `_decision_py.Item`)
-    cdef readonly tuple windows  # the rule's (read once)
-
-    def __init__(self, Py_ssize_t index, rule, str key, share, long long hits, int kind=0):
-        _item(self, index, rule, key, share, hits, kind)
-
-
-cdef Item _item(Item self, Py_ssize_t index, rule, str key, share, long long hits, int kind):
-        self.index = index
-        self.rule = rule
-        self.windows = get(rule, RULE, R_WINDOWS, "windows")
-        self.key = key
-        self.share = share
-        self.hits = hits
-        self.kind = kind
-        self.stats = None
-        self.first = -1
-        self.status = None
-        self.budget = None
-        return self
-
-
-cdef class Plan:
-    """What one request asks (see `_decision_py.Plan`)."""
-
-    cdef public str domain
-    cdef public list descriptors
-    cdef public long long default_hits
-    cdef public object root
-    cdef public bint found
-    cdef public list items
-    cdef public list unlimited
-    cdef public list meters
-    cdef public list metadata
-    cdef public dict replaced
-    cdef public list walks
-    cdef public bint cached
-    # The domain's budget calls (see `_decision_py.Plan`), and the closes counted last.
-    cdef public object budget
-    cdef public list closes
-    # Set by `Engine.prepare`: the instant of the count, its store keys and operations.
-    cdef public double t
-    cdef public list names
-    cdef public list ops
-
-    def __init__(self, request, root, list walks):
-        _init(self, request.domain, request.descriptors, request.hits_addend, root, walks)
-
-
-cdef Plan _init(Plan self, str domain, list descriptors, object hits_addend, root, list walks):
-        cdef long long hits = hits_addend or 1
-        self.domain = domain
-        self.descriptors = descriptors
-        self.default_hits = hits if hits <= MAX_HITS else MAX_HITS
-        self.root = root
-        self.found = root is not None
-        self.items = []
-        self.unlimited = None
-        self.meters = None
-        self.metadata = None
-        self.replaced = None
-        self.walks = walks
-        self.cached = False
-        self.budget = None
-        self.closes = None
-        return self
-
-
-def begin(request, ruleset, options, list walks=None):
-    """A plan with no descriptor looked up yet (see `_decision_py.begin`)."""
-    return _begin(
-        request, ruleset, options.max_descriptors, options.max_entries, walks,
-        options.shadow_mode, options.quota_mode,
-    )
-
-
-cdef Plan _begin(
-    request, ruleset, Py_ssize_t max_descriptors, Py_ssize_t most, list walks, bint shadow,
-    bint quota,
-):
-    cdef Plan p
-    cdef list descriptors
-    cdef Py_ssize_t n
-    cdef str domain = get(request, REQUEST, Q_DOMAIN, "domain")
-    if not domain:
-        raise ServiceError("rate limit domain must not be empty")
-    descriptors = get(request, REQUEST, Q_DESCRIPTORS, "descriptors")
-    if not descriptors:
-        raise ServiceError("rate limit descriptor list must not be empty")
-    if ruleset is None:
-        raise ServiceError("no rate limit configuration loaded")
-    n = len(descriptors)
-    if n > max_descriptors:
-        raise RequestTooLarge(
-            f"{n} descriptors in one request (MAX_DESCRIPTORS_PER_REQUEST={max_descriptors})"
-        )
-    for d in descriptors:
-        n = len(_entries(d))
-        if n > most:
-            raise RequestTooLarge(
-                f"a descriptor with {n} entries (MAX_ENTRIES_PER_DESCRIPTOR={most})"
-            )
-    if type(ruleset) is RULESET:  # the dict behind its read-only `domains`, in C
-        root = (<dict>get(ruleset, RULESET, O_TRIES, "_tries")).get(domain)
-        budgets = get(ruleset, RULESET, O_BUDGETS, "budgets")
-    else:
-        domains = ruleset.domains
-        root = domains[domain] if domain in domains else None
-        budgets = ruleset.budgets
-    p = _init(
-        Plan.__new__(Plan),
-        domain,
-        descriptors,
-        get(request, REQUEST, Q_HITS, "hits_addend"),
-        root,
-        walks,
-    )
-    if budgets:
-        keys = budgets.get(domain)
-        if keys is not None:
-            p.budget = (keys[0], keys[1], shadow, quota)
-    return p
-
-
-def extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop):
-    """Look up descriptors `start` to `stop` (see `_decision_py.extend`)."""
-    _extend(plan, lookup, start, stop)
-
-
-cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1:
-    cdef object root = plan.root
-    cdef str domain = plan.domain
-    cdef list descriptors = plan.descriptors
-    cdef list walks = plan.walks
-    cdef object budget = plan.budget
-    cdef list walked
-    cdef Py_ssize_t i
-    cdef long long hits
-    cdef object d, rule, share, found, raw, call, recognised
-    cdef Item item
-    cdef str key
-    if root is None:
-        return 0
-    for i in range(start, stop):
-        d = descriptors[i]
-        share = None
-        call = None
-        limit = get(d, DESCRIPTOR, D_LIMIT, "limit")
-        found = None
-        if limit is not None:
-            if budget is not None:  # a budget rule takes the request's limit
-                recognised = budget_overridden(lookup, root, domain, _entries(d), budget, limit)
-                if recognised is not None:
-                    found, call = recognised
-                    rule, key, share, _ = found
-            if found is None:
-                rule = _override(domain, _entries(d), limit)
-                key = rule.full_key
-            if walks is not None:
-                walks.append((None, rule, key))
-        else:
-            walked = [] if walks is not None else None
-            if budget is not None:  # a budget call is matched without its phase and txn
-                recognised = budget_lookup(lookup, root, domain, _entries(d), budget, walked)
-                if recognised is not None:
-                    found, call = recognised
-            if found is None:
-                if lookup is LOOKUP:  # the compiled trie's: called in C
-                    found = lookup_c(root, domain, _entries(d), walked)
-                else:
-                    found = lookup(root, domain, _entries(d), walked)
-            if walks is not None:
-                if found is None:
-                    walks.append((walked, None, None))
-                else:
-                    walks.append((walked, found[0], found[1]))
-            if found is None:
-                continue
-            rule, key, share, keep_metadata = found
-            metadata = get(rule, RULE, R_METADATA, "metadata")
-            if keep_metadata and metadata is not None:
-                if plan.metadata is None:
-                    plan.metadata = [None] * len(descriptors)
-                plan.metadata[i] = metadata
-        negative = get(d, DESCRIPTOR, D_NEGATIVE, "is_negative_hits")
-        raw = get(d, DESCRIPTOR, D_HITS, "hits_addend")
-        if raw is None:
-            hits = plan.default_hits
-        else:
-            hits = raw if raw <= MAX_HITS else MAX_HITS
-        if get(rule, RULE, R_SPECIAL, "special"):
-            if rule.meter and not negative:
-                if plan.meters is None:
-                    plan.meters = []
-                plan.meters.append((i, hits))
-            if rule.replaces:
-                if plan.replaced is None:
-                    plan.replaced = {}
-                for name in rule.replaces:
-                    plan.replaced.setdefault(name, rule.name or rule.full_key)
-            if rule.unlimited:
-                if plan.unlimited is None:
-                    plan.unlimited = []
-                plan.unlimited.append(i)
-                continue
-            if rule.budget is not None:
-                item = _item(Item.__new__(Item), i, rule, key, share, hits, BUDGET)
-                add_item(plan, item, call, _entries(d), negative, budget)
-                continue
-        if negative:
-            for window in rule.windows:
-                if <long long>(<tuple>window)[W_ALGORITHM] != FIXED_WINDOW:
-                    raise ServiceError(
-                        "is_negative_hits: refunds apply to fixed-window limits only; "
-                        f"'{rule.full_key}' is counted by another algorithm"
-                    )
-            plan.items.append(_item(Item.__new__(Item), i, rule, key, share, hits, REFUND))
-            continue
-        plan.items.append(_item(Item.__new__(Item), i, rule, key, share, hits, CONSUME))
-    return 0
-
-
-def finish(Plan plan):
-    """Apply `replaces` (see `_decision_py.finish`)."""
-    return _finish(plan)
-
-
-cdef Plan _finish(Plan plan):
-    cdef dict replaced = plan.replaced
-    cdef list kept
-    cdef Item item
-    if plan.closes is not None:  # budget reserves, guards and closes (`budget.calls.arrange`)
-        arrange(plan)
-    if replaced:
-        kept = []
-        for item in plan.items:
-            rule = item.rule
-            if rule.limits is not None:
-                rule = rule.without(replaced)
-                item.rule = rule
-                if rule is not None:
-                    item.windows = rule.windows
-            if rule is None or (rule.name and rule.name in replaced):
-                if plan.metadata is not None:
-                    plan.metadata[item.index] = None
-            else:
-                kept.append(item)
-        plan.items = kept
-    return plan
-
-
-def plan(request, ruleset, options, list walks=None):
-    """The whole plan of a request at once (see `_decision_py.plan`)."""
-    cdef Plan p = _begin(
-        request, ruleset, options.max_descriptors, options.max_entries, walks,
-        options.shadow_mode, options.quota_mode,
-    )
-    _extend(p, ruleset.lookup, 0, len(p.descriptors))
-    return _finish(p)
-
-
-def planned(request, ruleset, options, stats):
-    """`plan` for the service, its statistics counted and bound (see
-    `_decision_py.planned`)."""
-    return _counted(
-        request, ruleset, None, options.max_descriptors, options.max_entries,
-        options.shadow_mode, options.quota_mode, stats, stats.service,
-    )
-
-
-cdef inline Plan _counted(
-    request, ruleset, lookup, Py_ssize_t max_descriptors, Py_ssize_t most, bint shadow,
-    bint quota, stats, service,
-):
-    """The whole plan, a refusal counted as a service error, the statistics bound: what
-    `planned` and the engine share. `lookup` None: the ruleset's, read once `_begin` has
-    refused a request with no config."""
-    cdef Plan p
-    try:
-        p = _begin(request, ruleset, max_descriptors, most, None, shadow, quota)
-        _extend(p, ruleset.lookup if lookup is None else lookup, 0, len(p.descriptors))
-        _finish(p)
-    except ServiceError:
-        service.service_error += 1
-        raise
-    return _bound(p, stats)
-
-
-def bound(Plan p, stats):
-    """The plan's statistics (see `_decision_py.bound`)."""
-    return _bound(p, stats)
-
-
-cdef Plan _bound(Plan p, stats):
-    cdef Py_ssize_t i
-    if not p.found:
-        stats.domain_not_found(p.domain, len(p.descriptors))
-    else:
-        _bind(p, None, stats, True)
-    return p
-
-
-def bind(Plan plan, stats_for, bint own):
-    """Give each item its statistics (see `_decision_py.bind`)."""
-    _bind(plan, stats_for, None, own)
-
-
-cdef int _bind(Plan plan, stats_for, store, bint own) except -1:
-    # `stats_for`, or the StatsStore `store`'s request_rule_stats (looked up only when needed)
-    cdef Item item
-    for item in plan.items:
-        rule = item.rule
-        st = get(rule, RULE, R_STATS, "stats")
-        if own and st is not None and item.key == get(rule, RULE, R_FULL_KEY, "full_key"):
-            item.stats = st
-        elif stats_for is not None:
-            item.stats = stats_for(item.key)
-        else:
-            item.stats = store.request_rule_stats(item.key)
-    return 0
-
-
-cdef object _override(str domain, entries, limit):
-    requests_per_unit, unit = limit
-    if not unit_seconds(unit):
-        raise ServiceError(f"invalid rate limit override unit {unit}")
-    key = domain + "." + ".".join([k + "_" + v if v else k for k, v in entries])
-    return Rule(key, requests_per_unit, unit)
 
 
 # -- count ------------------------------------------------------------------------------------
@@ -438,7 +80,7 @@ cdef inline list _keys_of(Plan plan, Item item, long long now, str prefix, list 
     cdef str key, suffix
     if names is None:
         names = []
-    entries = _entries(plan.descriptors[item.index])
+    entries = entries_of(plan.descriptors[item.index])
     windows = item.windows
     if len(windows) == 1 and item.share is None and len(entries) == 1:
         w = <tuple>windows[0]
@@ -489,10 +131,12 @@ def window_keys(Plan plan, Item item, long long now, str prefix):
 
 cdef object _op(int kind, tuple w, str key, long long hits, long long now_ms):
     cdef long long tick
-    if kind == REFUND:
-        return Op(key, hits, w[W_SECONDS], w[W_PER_SECOND], 0, w[W_REQUESTS], 1, 0, True)
+    if kind == K_REFUND:
+        return Op(
+            key, hits, w[W_SECONDS], w[W_PER_SECOND], w[W_ALGORITHM], w[W_REQUESTS], 1, 0, True
+        )
     if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
-        return Op(key, hits, w[W_SECONDS], w[W_PER_SECOND], 0, w[W_REQUESTS])
+        return Op(key, hits, w[W_SECONDS], w[W_PER_SECOND], w[W_ALGORITHM], w[W_REQUESTS])
     tick = w[W_TICK]
     return Op(
         key, hits, w[W_SECONDS], w[W_PER_SECOND], w[W_ALGORITHM], w[W_REQUESTS], tick,
@@ -506,7 +150,15 @@ def window_op(int kind, w, str key, long long hits, long long now_ms):
 
 
 def collect(Plan plan, double t, str prefix, local, bint record=True):
-    """The store operations of the plan's items at `t` (see `_decision_py.collect`)."""
+    """The store operations of the plan's items at time `t`, in item and window order (each
+    item's `first` says where its own start); `total_hits` / `total_negative_hits` counted.
+
+    An item one of whose windows the local over-limit cache knows to be over is answered now
+    (`item.status`, its hits in `over_limit_with_local_cache`) and sends nothing; a refund
+    drops its keys from that cache (the reference keeps them), unless `record` is false (a
+    dry run changes nothing). A budget item is one operation for all its windows, never
+    answered from the local cache (a settle frees room before the window ends).
+    """
     return _ops(plan, _collect(plan, t, prefix, local, record), t)
 
 
@@ -520,7 +172,7 @@ cdef list _ops(Plan plan, list names, double t):
     for item in plan.items:
         j = item.first
         if j >= 0:
-            if item.kind == BUDGET:
+            if item.kind == K_BUDGET:
                 ops.append(budget_op(item, names[j], now_ms))
                 continue
             windows = item.windows
@@ -546,9 +198,9 @@ cdef list _collect(Plan plan, double t, str prefix, local, bint record):
         h = item.hits
         st = item.stats
         kind = item.kind
-        if kind == CONSUME:
+        if kind == K_CONSUME:
             put(st, STATS, S_TOTAL_HITS, "total_hits", get(st, STATS, S_TOTAL_HITS, "total_hits") + h)
-        elif kind == REFUND:
+        elif kind == K_REFUND:
             st.total_negative_hits += h
         else:  # BUDGET: one key, its hits counted by its verdict
             item.first = len(out)
@@ -560,7 +212,7 @@ cdef list _collect(Plan plan, double t, str prefix, local, bint record):
             _keys_of(plan, item, now, prefix, out)
             continue
         names = _keys_of(plan, item, now, prefix)
-        if kind == REFUND:
+        if kind == K_REFUND:
             if record:
                 for name in names:
                     local.discard(name)
@@ -573,6 +225,8 @@ cdef list _collect(Plan plan, double t, str prefix, local, bint record):
 
 
 cdef bint _cached(Item item, tuple windows, list names, local, long long now, bint record):
+    # Answer `item` from the local cache if it knows one of its windows over (the first);
+    # without `record`, its hit and miss counts stay as they are.
     cdef Py_ssize_t k
     cdef long long expiry
     for k in range(len(windows)):
@@ -589,7 +243,7 @@ cdef bint _cached(Item item, tuple windows, list names, local, long long now, bi
 
 
 def meter_ops(Plan plan, double t, str prefix):
-    """The plan's metered hits, each in its descriptor's day bucket."""
+    """The plan's metered hits, each in its descriptor's day bucket (`keys.meter_key`)."""
     return _meter_ops(plan, t, prefix)
 
 
@@ -599,7 +253,7 @@ cdef list _meter_ops(Plan plan, double t, str prefix):
     if plan.meters is None:
         return ops
     for index, hits in plan.meters:
-        entries = _entries(plan.descriptors[index])
+        entries = entries_of(plan.descriptors[index])
         key = cache_key(prefix + "meter_", plan.domain, entries, None, 86400, now)
         ops.append(Op(key, hits, METER_TTL))
     return ops
@@ -622,7 +276,9 @@ cdef inline void _read(tuple w, object result, long long now, long long now_ms,
 
 def reading(w, result, long long now, long long now_ms):
     """One window's result as (level after, seconds until reset, Unix second it is over
-    until); see `_decision_py.reading`."""
+    until): a fixed window's counter after; a sliding window's or token bucket's
+    `(level after, ticks until reset)` pair. The reset is rounded up: never past the true
+    wait."""
     cdef long long after, reset, until
     _read(<tuple>w, result, now, now_ms, &after, &reset, &until)
     return after, reset, until
@@ -632,13 +288,19 @@ def reading(w, result, long long now, long long now_ms):
 
 
 def settle(Plan plan, ops, results, double t, double ratio, local):
-    """One Status per descriptor from the results of `collect`'s ops (see
-    `_decision_py.settle`)."""
+    """One Status per descriptor from the results of `collect`'s ops, and the stats split;
+    windows found over go to the local cache (`local`; None: nothing recorded)."""
     return _settle(plan, [op.key for op in ops], results, t, ratio, local)
 
 
 def count_now(Plan plan, double t, str prefix, local, double ratio, store):
-    """The whole count of a plan on a synchronous store (see `_decision_py.count_now`)."""
+    """The whole count of a plan on a synchronous store (a `SyncBackend`), then the verdict.
+
+    A consumed window is counted by the store's field-wise calls (`increment_one` for a
+    fixed window, `decide_now` for the others: no Op built); any other kind of item, and
+    the meters, by `increment_now` on their ops (`window_op`'s, the one place a kind's store
+    operation is made).
+    """
     return _count_now(plan, t, prefix, local, ratio, store, store.increment_one)
 
 
@@ -658,7 +320,7 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
             continue
         windows = item.windows
         n = len(windows)
-        if item.kind == CONSUME:  # window by window, no Op built
+        if item.kind == K_CONSUME:  # window by window, no Op built
             for k in range(n):
                 w = <tuple>windows[k]
                 if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
@@ -675,7 +337,7 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                         tick, now_ms // tick, now,
                     )
             continue
-        if item.kind == BUDGET:
+        if item.kind == K_BUDGET:
             results[j] = store.increment_now([budget_op(item, names[j], now_ms)], now)[0]
             continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
@@ -701,10 +363,10 @@ cdef list _settle(Plan plan, list names, results, double t, double ratio, local)
             statuses[item.index] = item.status
             continue
         windows = item.windows
-        if item.kind == REFUND:
+        if item.kind == K_REFUND:
             statuses[item.index] = _refunded(windows, results, j, now)
             continue
-        if item.kind == BUDGET:
+        if item.kind == K_BUDGET:
             statuses[item.index] = budget_status(item, results[j], ratio)
             continue
         # The deciding window: over the limit first, the longest wait among those (the
@@ -738,6 +400,8 @@ cdef list _settle(Plan plan, list names, results, double t, double ratio, local)
 
 
 cdef object _refunded(tuple windows, results, Py_ssize_t j, long long now):
+    # A refund's status: OK, with the remaining of its most constrained window
+    # (`max(0, limit - counter after)`); no over/near/within stats, no local cache.
     cdef tuple best = <tuple>windows[0]
     cdef tuple w
     cdef long long remaining, left, seconds
@@ -758,7 +422,8 @@ cdef object _refunded(tuple windows, results, Py_ssize_t j, long long now):
 
 
 def respond(Plan plan, list statuses, options, service, bint record=True):
-    """The response of a plan's statuses (see `_decision_py.respond`)."""
+    """The response of a plan's statuses: unlimited descriptors, the overall code with quota
+    and global shadow mode (counted in `service.global_shadow_mode` when `record`)."""
     return _respond(plan, statuses, options.quota_mode, options.shadow_mode, service, record)
 
 
@@ -770,6 +435,7 @@ cdef object _respond(Plan plan, list statuses, bint quota, bint shadow, service,
             statuses[i] = UNLIMITED
     for st in statuses:
         if get(st, STATUS, T_CODE, "code") == OVER_LIMIT:
+            # nothing over is OK whatever the quota settings
             overall = _overall_code(statuses, unlimited or (), quota)
             break
     if overall == OVER_LIMIT and shadow:
@@ -780,7 +446,10 @@ cdef object _respond(Plan plan, list statuses, bint quota, bint shadow, service,
 
 
 cdef class Engine:
-    """A synchronous service's decision in one call (see `_decision_py.Engine`)."""
+    """A synchronous service's decision in one call (`RateLimitService.decide_now`): plan,
+    count (`count_now`) and verdict (`respond`), with the service's statistics; or its two
+    halves around an awaited store round (`prepare`, `finish`). `extras` adds what the
+    options ask besides (headers, dynamic metadata): the service's own."""
 
     cdef object stats, service, clock, store, increment_one, local, extras
     cdef str prefix
@@ -814,7 +483,7 @@ cdef class Engine:
 
     cdef Plan _planned(self, request):
         """`planned`, with the engine's cached options."""
-        return _counted(
+        return counted(
             request, self.ruleset, self.lookup, self.max_descriptors, self.max_entries,
             self.shadow, self.quota, self.stats, self.service,
         )
@@ -866,7 +535,7 @@ cdef class Engine:
         if not domain or domain in self.tries or domain in self.budgets:
             return None
         for d in descriptors:
-            if len(_entries(d)) > self.max_entries:
+            if len(entries_of(d)) > self.max_entries:
                 return None
         self.stats.domain_not_found(domain, n)
         return self._nothing(n)
@@ -934,8 +603,11 @@ cdef class Engine:
 
 
 def overall_code(list statuses, unlimited, bint global_quota):
-    """OVER_LIMIT iff a regular descriptor is over, or every quota descriptor is (see
-    `_decision_py.overall_code`)."""
+    """OVER_LIMIT iff a regular descriptor is over, or every quota descriptor is.
+
+    A descriptor is a quota one with QUOTA_MODE or its rule's quota_mode (with QUOTA_MODE
+    even one without a limit); unlimited descriptors take no part.
+    """
     return _overall_code(statuses, unlimited, global_quota)
 
 

@@ -2,8 +2,9 @@
 
 The daemon, the tests and the benchmarks build the core with this one factory; the daemon
 adds the transports, the config reloader and the stats sink around it (`daemon.build`).
-Which implementation of the compiled modules runs is an argument (`impl`: "compiled",
-"pure", or None for the one `keys` / `match` selected at import), never a patched global:
+Which implementation of the compiled leaves runs (`keys`, `match`; the decision model that
+calls them is compiled only) is an argument (`impl`: "compiled", "pure", or None for the one
+selected at import), never a patched global:
 
     core = build_core(backend=MemoryBackend(), impl="pure")
     core.load([ConfigFile("c.yaml", text)])

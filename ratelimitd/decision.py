@@ -1,45 +1,78 @@
-"""Selects the compiled `_decision` (plan, count, verdict) or its pure-Python twin
-`_decision_py`; see `_decision_py` for the model.
+"""The decision model: plan -> count -> verdict, one compiled source, which the service and
+`/explain` both take.
 
-RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read at import).
+* **plan** (`ratelimitd._plan`): the request checked, each descriptor looked up in the rule
+  set, request overrides, `replaces`, unlimited and metered descriptors resolved; an `Item`
+  per descriptor that counts, each of a `kind`: CONSUME, REFUND or BUDGET.
+* **count** and **verdict** (`ratelimitd._decision`): every item's windows as store
+  operations at one instant and the store's results read back; the deciding window of each
+  item, the statuses and the overall code.
+
+The model's notes are those modules' docstrings. It has no pure-Python twin (the compiled
+leaves it calls, `keys` and `match`, have theirs: RATELIMITD_NO_EXTENSIONS=1 forces those);
+without the build the process stops here, with one line saying what to run.
 """
 
-from typing import TYPE_CHECKING
-
-from . import _decision_py
-from ._twins import chooser, install
-
-IMPLEMENTATION = install(globals(), "ratelimitd._decision", _decision_py)
-if TYPE_CHECKING:
-    # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._decision_py import (  # noqa: F401
-        CONSUME,
+try:
+    from ._decision import (  # type: ignore[import-not-found]
         NO_LIMIT,
-        REFUND,
         SLICE,
         UNLIMITED,
         Engine,
-        Item,
-        Plan,
-        begin,
-        bind,
-        bound,
         collect,
         count_now,
-        extend,
-        finish,
         meter_ops,
         overall_code,
-        plan,
-        planned,
         reading,
         respond,
         settle,
         window_keys,
         window_op,
     )
+    from ._plan import (  # type: ignore[import-not-found]
+        BUDGET,
+        CONSUME,
+        REFUND,
+        Item,
+        Plan,
+        begin,
+        bind,
+        bound,
+        extend,
+        finish,
+        plan,
+        planned,
+    )
+except ImportError as exc:  # not built, or built from older sources (a name missing)
+    raise SystemExit(
+        f"ratelimitd: the compiled decision model is not built or is stale ({exc}); "
+        "run `make compile` in a source checkout, or `pip install .`"
+    ) from None
 
-
-# implementation(name): the module behind the twin names, "compiled" `_decision` or "pure"
-# `_decision_py` (None: the one selected at import).
-implementation = chooser("ratelimitd._decision", "ratelimitd._decision_py", IMPLEMENTATION)
+__all__ = [
+    "BUDGET",
+    "CONSUME",
+    "NO_LIMIT",
+    "REFUND",
+    "SLICE",
+    "UNLIMITED",
+    "Engine",
+    "Item",
+    "Plan",
+    "begin",
+    "bind",
+    "bound",
+    "collect",
+    "count_now",
+    "extend",
+    "finish",
+    "meter_ops",
+    "overall_code",
+    "plan",
+    "planned",
+    "reading",
+    "respond",
+    "settle",
+    "window_keys",
+    "window_op",
+]

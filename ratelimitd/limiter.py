@@ -33,8 +33,8 @@ __all__ = ["Limiter"]
 class Limiter:
     """Counts plans against a backend fixed at construction (the fast path is chosen for it).
 
-    `impl` names the implementation of the compiled modules (`keys`, `decision`):
-    "compiled", "pure", or None for the selected one.
+    `impl` names the implementation of the `keys` leaf: "compiled", "pure", or None for the
+    selected one (the decision model is compiled only).
     """
 
     _backend: Backend
@@ -48,7 +48,7 @@ class Limiter:
 
     def __post_init__(self, impl: str | None) -> None:
         self.keys = keys.implementation(impl)
-        self.decision = decision.implementation(impl)
+        self.decision = decision  # the one decision model (no twin)
         # Chosen once: checking before incrementing needs the async GET round. The
         # synchronous store's method, bound once for the hot path (None: await `count`).
         self.increment_now: Callable[[list[Op], int], list[Any]] | None = None

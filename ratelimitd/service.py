@@ -96,7 +96,7 @@ class RateLimitService:
         # Token budgets' stream-end calls (settle, close) a failed store round could not
         # take: sent again until it takes them (never charged twice).
         self.stream_ends = StreamEnds(limiter.backend, limiter.near_limit_ratio, stats.service)
-        self.decision = d = decision.implementation(impl)
+        self.decision = d = decision
         self.snapshot = Snapshot(None, options or ReloadOptions())
         # Plan, count and verdict in compiled calls: the whole decision for a limiter that
         # never waits (`decide_now` is its method), its halves around the store's round for

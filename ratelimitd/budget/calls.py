@@ -1,7 +1,7 @@
 """A budget call in a decision: how the plan finds it, the store operation it becomes, and the
 status its result gives (docs/budgets.md).
 
-The decision model (`_decision.pyx` and its twin `_decision_py.py`) calls these for its
+The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these for its
 `BUDGET` items and for nothing else, so an ordinary decision never pays for them:
 
 * plan: `lookup` finds a budget call's rule by the descriptor without its phase and
@@ -165,7 +165,7 @@ def add_item(
 
 def arrange(plan: Any) -> None:
     """Put the budget items `add_item` set apart into `plan.items`, once the whole request
-    is planned (`_decision_py.finish`). Per transaction on one budget:
+    is planned (`decision.finish`). Per transaction on one budget:
 
     * its `reserve` and `extra` entries become one reservation of their summed hits (an
       estimate in parts: the completion's `max_tokens` and the prompt's bound);

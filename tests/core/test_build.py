@@ -1,7 +1,11 @@
-"""The compiled cores are what a normal install runs."""
+"""The compiled cores are what a normal install runs; RATELIMITD_NO_EXTENSIONS=1 forces the
+leaves' twins, never the decision model's (it has none), and without its build the daemon
+stops at import with one line."""
 
 import importlib
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,12 +20,12 @@ from ratelimitd.transport import rls
 def test_compiled_extensions_are_in_use() -> None:
     assert keys.IMPLEMENTATION == "compiled"
     assert match.IMPLEMENTATION == "compiled"
-    assert decision.IMPLEMENTATION == "compiled"
     assert rls.IMPLEMENTATION == "compiled"
     assert resp.IMPLEMENTATION == "compiled"
     for name in (
         "ratelimitd._keys",
         "ratelimitd._match",
+        "ratelimitd._plan",
         "ratelimitd._decision",
         "ratelimitd._rls",
         "ratelimitd.backends.redis._resp",
@@ -40,9 +44,37 @@ def test_compiled_extensions_are_in_use() -> None:
 def test_no_extensions_forces_the_twins() -> None:
     assert keys.IMPLEMENTATION == "pure"
     assert match.IMPLEMENTATION == "pure"
-    assert decision.IMPLEMENTATION == "pure"
     assert rls.IMPLEMENTATION == "pure"
     assert resp.IMPLEMENTATION == "pure"
     assert resp.incrby_expire_ops.__module__ == "ratelimitd.backends.redis._resp_py"
     assert keys.cache_key.__module__ == "ratelimitd._keys_py"
     assert match.lookup.__module__ == "ratelimitd._match_py"
+
+
+def test_the_decision_model_is_compiled_in_either_pass() -> None:
+    assert decision.Engine.__module__ == "ratelimitd._decision"
+    assert decision.Plan.__module__ == "ratelimitd._plan"
+    for name in ("ratelimitd._plan", "ratelimitd._decision"):
+        module = importlib.import_module(name)
+        assert module.__file__ is not None and module.__file__.endswith(".so")
+
+
+@pytest.mark.parametrize("missing", ["ratelimitd._plan", "ratelimitd._decision"])
+def test_without_the_compiled_model_the_daemon_stops_with_one_line(missing: str) -> None:
+    """As if the extension were not built: `python -m ratelimitd` exits 1 with one line on
+    stderr saying what to run, and no traceback."""
+    started = (
+        "import runpy, sys\n"
+        f"sys.modules[{missing!r}] = None  # an import of it raises ImportError\n"
+        "sys.argv = ['ratelimitd', 'serve']\n"
+        "runpy.run_module('ratelimitd', run_name='__main__', alter_sys=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", started], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("ratelimitd: the compiled decision model is not built")
+    assert "make compile" in lines[0] and "pip install ." in lines[0]

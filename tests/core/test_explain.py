@@ -1,14 +1,12 @@
 """`/explain` is the service's own dry run: for random configs, settings and requests on the
 memory backend, what it predicts is what the service then decides, and it counts nothing
-(support.decisions; tests/redis/test_explain.py is the same on a real Redis). And the compiled
-decision model decides as its pure twin does."""
+(support.decisions; tests/redis/test_explain.py is the same on a real Redis). And the decision
+model decides alike on the compiled leaves (`match`, `keys`) and on their pure twins."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 
-import pytest
 import uvloop
 from hypothesis import HealthCheck, given, settings
 from support.core import Decider, memory_decider
@@ -38,14 +36,11 @@ def test_explain_predicts_the_decision(scenario: tuple, mode: dict) -> None:
         runner.run(run())
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get("RATELIMITD_NO_EXTENSIONS")), reason="pure-Python pass of the suite"
-)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), modes)
-def test_compiled_and_pure_decide_alike(scenario: tuple, mode: dict) -> None:
-    """The compiled decision model and its twin (the oracle): the same responses and the
-    same statistics, request after request."""
+def test_compiled_and_pure_leaves_decide_alike(scenario: tuple, mode: dict) -> None:
+    """The decision model on the compiled leaves and on their twins (`build_core(impl=)`):
+    the same responses and the same statistics, request after request."""
     config, steps = scenario
     options = ReloadOptions(shadow_mode=mode["shadow"], quota_mode=mode["quota"])
     cores = [

@@ -209,7 +209,11 @@ def test_algorithm_ids_are_named() -> None:
     bare = re.compile(
         r'(W_ALGORITHM\]|"algorithm"\)|\balg)\s*(==|!=|~=)\s*\d|"algorithm"\)\s*\n\s*(or|and)\b'
     )
-    sources = [*PACKAGE.glob("_decision*.pyx"), *PACKAGE.rglob("backends/**/*.py*")]
+    sources = [
+        *PACKAGE.glob("_decision*.pyx"),
+        *PACKAGE.glob("_plan*.pyx"),
+        *PACKAGE.rglob("backends/**/*.py*"),
+    ]
     for path in (p for p in sources if p.suffix in (".py", ".pyx")):
         found += [f"{path.name}: {m[0]!r}" for m in bare.finditer(path.read_text())]
     assert not found, found

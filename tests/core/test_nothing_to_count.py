@@ -6,7 +6,7 @@ domain counts `ratelimit.service.rate_limit.<domain>.domain_not_found` once per 
 a descriptor no rule matches counts no per-rule statistic, and neither touches the cache.
 The engine answers them without a plan (one shared response per number of descriptors):
 these tests pin that the statistics, the statuses and the store are what the reference's
-are, on every path (`decide_now`, the awaited halves, the twin).
+are, on every path (`decide_now`, the awaited halves), on either twin of the leaves.
 """
 
 from __future__ import annotations

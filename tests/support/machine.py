@@ -15,7 +15,6 @@ from .process import REPO
 # Compiled module -> the selector that picks it or its pure twin (IMPLEMENTATION says which).
 SELECTORS = {
     "_keys": "ratelimitd.keys",
-    "_decision": "ratelimitd.decision",
     "_match": "ratelimitd.match",
     "_rls": "ratelimitd.transport.rls",
     "_wire": "ratelimitd.transport.protocodec",

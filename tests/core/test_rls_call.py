@@ -3,9 +3,9 @@
 count the same statistics, side by side in one process (whatever RATELIMITD_NO_EXTENSIONS
 says, as the pure pass would otherwise never run the pure one).
 
-Each twin has a core of its own (memory backend, the same clock), fed the same calls in
-turn: decodable requests (known and unknown domains, over the limit, refused by the
-service), bytes the decoder refuses, and requests past the decoder's bounds.
+Each twin has a core of its own (memory backend, the same clock, the service tests' config),
+fed the same calls in turn: decodable requests (known and unknown domains, over the limit,
+refused by the service), bytes the decoder refuses, and requests past the decoder's bounds.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.core import Decider, memory_decider
+from support.core import SERVICE_CONFIG, Decider, memory_decider
 
 from ratelimitd import _rls
 from ratelimitd.messages import OVER_LIMIT, Descriptor
@@ -23,17 +23,6 @@ from ratelimitd.transport import protocodec
 from ratelimitd.transport.grpcstatus import INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from ratelimitd.transport.rls import RlsHandler, outcome_of
 
-CONFIG = """
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 2}
-  - key: u
-    unlimited: true
-  - key: h
-    rate_limit: {unit: hour, requests_per_unit: 1}
-    shadow_mode: true
-"""
 # Small bounds, so that a generated request can pass them (refused while decoded).
 OPTIONS = ReloadOptions(max_descriptors=3, max_entries=2)
 
@@ -52,8 +41,8 @@ class Ticks:
 
 def twins() -> tuple[tuple[Decider, Any], tuple[Decider, Any]]:
     """(core, call) of the compiled call and of the pure twin, each on a core of its own."""
-    compiled_core = memory_decider(CONFIG, options=OPTIONS)
-    pure_core = memory_decider(CONFIG, options=OPTIONS)
+    compiled_core = memory_decider(SERVICE_CONFIG, options=OPTIONS)
+    pure_core = memory_decider(SERVICE_CONFIG, options=OPTIONS)
     compiled = _rls.SyncCall(
         protocodec.decode_request,
         compiled_core.service,
@@ -67,7 +56,8 @@ def twins() -> tuple[tuple[Decider, Any], tuple[Decider, Any]]:
     return (compiled_core, compiled), (pure_core, pure)
 
 
-entry = st.tuples(st.sampled_from(["k", "u", "h", "x", ""]), st.sampled_from(["a", "b", ""]))
+keys = st.sampled_from(["bar", "hour", "shadow", "quota", "unl", "free", ""])
+entry = st.tuples(keys, st.sampled_from(["a", "b", ""]))
 descriptor = st.builds(
     Descriptor,
     st.lists(entry, min_size=0, max_size=3).map(tuple),
@@ -98,21 +88,21 @@ def test_each_kind_of_outcome_alike() -> None:
     undecodable, too large for the decoder, refused by the service, and one the call hands
     back (None: decided only asynchronously)."""
     (compiled_core, compiled), (pure_core, pure) = twins()
-    k = [Descriptor((("k", "a"),))]
+    k = [Descriptor((("hour", "a"),))]  # 3 an hour
     cases = [
         (protocodec.encode_request("d", k), OK),
         (protocodec.encode_request("d", k), OK),
-        (protocodec.encode_request("d", k), OK),  # over the limit: still a reply
+        (protocodec.encode_request("d", k), OK),
         (b"\xff\xff", INTERNAL),
         (protocodec.encode_request("d", k * 4), RESOURCE_EXHAUSTED),
         (protocodec.encode_request("", k), UNKNOWN),
-        (protocodec.encode_request("d", [Descriptor((("k", "a"),), (1, 99))]), UNKNOWN),
+        (protocodec.encode_request("d", [Descriptor((("bar", "a"),), (1, 99))]), UNKNOWN),
     ]
     for data, code in cases:
         got = compiled(data)
         assert got == pure(data)
         assert got is not None and got[0] == code, got
-    reply = compiled(protocodec.encode_request("d", k))
+    reply = compiled(protocodec.encode_request("d", k))  # over the limit: still a reply
     assert reply is not None
     assert protocodec.decode_response(reply[1]).overall_code == OVER_LIMIT
     assert pure(protocodec.encode_request("d", k)) == reply

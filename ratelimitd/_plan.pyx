@@ -70,7 +70,9 @@ cdef class Item:
     """One descriptor of a plan that counts: its rule and windows, stats key, hits, kind
     (the fields: `_plan.pxd`)."""
 
-    def __init__(self, Py_ssize_t index, rule, str key, share, long long hits, int kind=0):
+    def __init__(
+        self, Py_ssize_t index, rule, str key, share, long long hits, int kind=K_CONSUME
+    ):
         _item(self, index, rule, key, share, hits, kind)
 
 

@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from ratelimitd import decision, keys, match
+from ratelimitd import decision
 from ratelimitd.backends.redis import resp
+from ratelimitd.config import keys, match
 from ratelimitd.transport import rls
 
 
@@ -23,16 +24,18 @@ def test_compiled_extensions_are_in_use() -> None:
     assert rls.IMPLEMENTATION == "compiled"
     assert resp.IMPLEMENTATION == "compiled"
     for name in (
-        "ratelimitd._keys",
-        "ratelimitd._match",
-        "ratelimitd._plan",
-        "ratelimitd._decision",
-        "ratelimitd._rls",
+        "ratelimitd.config._keys",
+        "ratelimitd.config._match",
+        "ratelimitd.decision._plan",
+        "ratelimitd.decision._decision",
+        "ratelimitd.transport._rls",
         "ratelimitd.backends.redis._resp",
     ):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")
-    assert keys.cache_key.__module__ == "ratelimitd._keys" or type(keys.cache_key).__name__ in (
+    assert keys.cache_key.__module__ == "ratelimitd.config._keys" or type(
+        keys.cache_key
+    ).__name__ in (
         "builtin_function_or_method",
         "cython_function_or_method",
     )
@@ -47,19 +50,19 @@ def test_no_extensions_forces_the_twins() -> None:
     assert rls.IMPLEMENTATION == "pure"
     assert resp.IMPLEMENTATION == "pure"
     assert resp.incrby_expire_ops.__module__ == "ratelimitd.backends.redis._resp_py"
-    assert keys.cache_key.__module__ == "ratelimitd._keys_py"
-    assert match.lookup.__module__ == "ratelimitd._match_py"
+    assert keys.cache_key.__module__ == "ratelimitd.config._keys_py"
+    assert match.lookup.__module__ == "ratelimitd.config._match_py"
 
 
 def test_the_decision_model_is_compiled_in_either_pass() -> None:
-    assert decision.Engine.__module__ == "ratelimitd._decision"
-    assert decision.Plan.__module__ == "ratelimitd._plan"
-    for name in ("ratelimitd._plan", "ratelimitd._decision"):
+    assert decision.Engine.__module__ == "ratelimitd.decision._decision"
+    assert decision.Plan.__module__ == "ratelimitd.decision._plan"
+    for name in ("ratelimitd.decision._plan", "ratelimitd.decision._decision"):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")
 
 
-@pytest.mark.parametrize("missing", ["ratelimitd._plan", "ratelimitd._decision"])
+@pytest.mark.parametrize("missing", ["ratelimitd.decision._plan", "ratelimitd.decision._decision"])
 def test_without_the_compiled_model_the_daemon_stops_with_one_line(missing: str) -> None:
     """As if the extension were not built: `python -m ratelimitd` exits 1 with one line on
     stderr saying what to run, and no traceback."""

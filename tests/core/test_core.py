@@ -34,12 +34,12 @@ async def test_impl_selects_every_twin_without_patching(impl: str) -> None:
     core = build_core(backend=MemoryBackend(), clock=lambda: 1_000_000.0, impl=impl)
     ruleset = core.load([ConfigFile("c.yaml", CONFIG)])
     suffix = "" if impl == "compiled" else "_py"
-    match_module = importlib.import_module(f"ratelimitd._match{suffix}")
-    keys_module = importlib.import_module(f"ratelimitd._keys{suffix}")
+    match_module = importlib.import_module(f"ratelimitd.config._match{suffix}")
+    keys_module = importlib.import_module(f"ratelimitd.config._keys{suffix}")
     assert ruleset.lookup is match_module.lookup
     assert core.limiter.keys is keys_module
     assert core.limiter.decision is core.service.decision is decision
-    assert decision.Plan.__module__ == "ratelimitd._plan"
+    assert decision.Plan.__module__ == "ratelimitd.decision._plan"
     codes = [(await core.service.should_rate_limit(request())).overall_code for _ in range(3)]
     assert codes == [OK, OK, OVER_LIMIT]
     snapshot = core.stats.snapshot()

@@ -16,11 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.core import SERVICE_CONFIG, Decider, memory_decider
 
-from ratelimitd import _rls
+from ratelimitd.grpcstatus import INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from ratelimitd.messages import OVER_LIMIT, Descriptor
 from ratelimitd.settings import ReloadOptions
-from ratelimitd.transport import protocodec
-from ratelimitd.transport.grpcstatus import INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
+from ratelimitd.transport import _rls, protocodec
 from ratelimitd.transport.rls import RlsHandler, outcome_of
 
 # Small bounds, so that a generated request can pass them (refused while decoded).

@@ -1,10 +1,10 @@
 """The decision model: plan -> count -> verdict, one compiled source, which the service and
 `/explain` both take.
 
-* **plan** (`ratelimitd._plan`): the request checked, each descriptor looked up in the rule
+* **plan** (`_plan`): the request checked, each descriptor looked up in the rule
   set, request overrides, `replaces`, unlimited and metered descriptors resolved; an `Item`
   per descriptor that counts, each of a `kind`: CONSUME, REFUND or BUDGET.
-* **count** and **verdict** (`ratelimitd._decision`): every item's windows as store
+* **count** and **verdict** (`_decision`): every item's windows as store
   operations at one instant and the store's results read back; the deciding window of each
   item, the statuses and the overall code.
 

@@ -20,8 +20,8 @@ and window maths are `_keys`'s, called in C.
 
 from posix.time cimport CLOCK_REALTIME
 
-from ratelimitd._keys cimport Bump, cache_key, refuse, state_key, verdict
-from ratelimitd._plan cimport (
+from ratelimitd.config._keys cimport Bump, cache_key, refuse, state_key, verdict
+from ratelimitd.decision._plan cimport (
     K_BUDGET, K_CONSUME, K_REFUND, W_ALGORITHM, W_LIMIT, W_PER_SECOND, W_REQUESTS, W_SECONDS,
     W_SUFFIX, W_TICK, W_TICKS, Item, Plan, counted, entries_of,
 )
@@ -33,7 +33,7 @@ from ratelimitd.backends.base import Op
 from ratelimitd.budget.calls import budget_key, budget_op, budget_status
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
-from ratelimitd.keys import METER_TTL_SECONDS as _METER_TTL
+from ratelimitd.config.keys import METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
     MAX_UINT32,
     OK as _OK,

@@ -11,17 +11,17 @@ load: `config.windows.Window` tuples, read here by position), its stats key, hit
 `kind`.
 """
 
-from ratelimitd._match cimport lookup_c
-from ratelimitd._keys cimport unit_seconds
+from ratelimitd.config._match cimport lookup_c
+from ratelimitd.config._keys cimport unit_seconds
 from ratelimitd._slots cimport get, offset_of, offsets
 
-from ratelimitd import _match
+from ratelimitd.config import _match
 from ratelimitd.budget.calls import add_item, arrange
 from ratelimitd.budget.calls import lookup as budget_lookup
 from ratelimitd.budget.calls import overridden as budget_overridden
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW, Window
-from ratelimitd.keys import MAX_HITS as _MAX_HITS
+from ratelimitd.config.keys import MAX_HITS as _MAX_HITS
 from ratelimitd.messages import Descriptor, Request, RequestTooLarge, ServiceError
 
 # What an item's hits do to its windows; a budget item's do what its call says (`budget`).

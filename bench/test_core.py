@@ -3,7 +3,8 @@
 Run with `make bench` (CPU time via time.process_time). Each group is measured at 10,
 1 000 and 100 000 rules in one domain; the request matches one rule in the middle. The
 implementation is an argument (`build_core(impl=...)`, `load_ruleset(matcher=...)`), so the
-pure rows run exactly the twins and nothing is patched.
+pure rows run exactly the twins and nothing is patched. The decision model itself has no twin:
+its pure rows are the compiled model calling the leaves' twins (`match`, `keys`).
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def test_keys(benchmark: Any, impl: str, rules: int) -> None:
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("rules", SIZES)
 def test_decision(benchmark: Any, impl: str, rules: int) -> None:
-    """One-descriptor ShouldRateLimit on the memory backend, end to end in the service."""
+    """One-descriptor ShouldRateLimit on the memory backend, end to end in the service (the
+    compiled model on the `impl` leaves)."""
     benchmark.group = f"decision rules={rules}"
     core = build_core(backend=MemoryBackend(), impl=impl)
     core.service.set_ruleset(_ruleset(rules, impl, core.stats))

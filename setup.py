@@ -53,6 +53,9 @@ extensions = [
     Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
     # The ShouldRateLimit call and the native routes (twins: transport/rls.py, native.py).
     Extension("ratelimitd._rls", ["ratelimitd/_rls.pyx"]),
+    # Token budgets' maths in process memory, compiled in Cython's pure-Python mode (types in
+    # memory.pxd): the same memory.py runs uncompiled where this is not built.
+    Extension("ratelimitd.budget.memory", ["ratelimitd/budget/memory.py"]),
     # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names

@@ -3,6 +3,7 @@ per call, and the overshoot of one concurrency workload through the real Envoy, 
 settle against check-then-report.
 
     .venv/bin/python bench/budget.py [--calls 20000] [--redis-calls 4000] [--repeat 5] [--no-envoy]
+                                     [--baseline TREE --baseline-label COMMIT]
 
 1. Decisions, through the service (build_core: plan, count, verdict, as a gRPC call is
    decided once parsed), on one rule shape: `user` with an hourly limit never reached, in
@@ -18,6 +19,10 @@ settle against check-then-report.
    using less, through Envoy on the check-then-report example and on the reserve example,
    one after the other in this run: tokens charged against the limit, the overshoot.
 
+With --baseline, the memory figures of another source tree (an earlier commit, e.g. from
+`git archive`, with its extensions built beside its sources) are measured in the same run,
+in a child process, alternating with this tree's run by run: before and after side by side.
+
 Writes bench/results/budget.json and budget.md. The machine may be shared: quote ratios
 of one run, not absolute times.
 """
@@ -29,6 +34,8 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -44,6 +51,7 @@ from support.redis_server import RedisServers
 
 from ratelimitd.backends import MemoryBackend
 from ratelimitd.backends.redis import RedisBackend
+from ratelimitd.budget import memory as budget_memory
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
 from ratelimitd.messages import OK, Descriptor, Request
@@ -132,6 +140,38 @@ def memory_figures(n: int, repeat: int) -> dict[str, float]:
         runs[name].append((time.process_time() - start) / per * 1e6)
         check(name, core, before, per)
     return {name: round(statistics.median(r), 3) for name, r in runs.items()}
+
+
+def memory_side_by_side(
+    n: int, repeat: int, baseline: Path | None
+) -> tuple[dict[str, float], dict[str, float] | None]:
+    """`memory_figures` of this tree and, when given, of `baseline`, alternating run by run
+    (medians of `repeat` runs each)."""
+    if baseline is None:
+        return memory_figures(n, repeat), None
+    runs: list[dict[str, float]] = []
+    before: list[dict[str, float]] = []
+    for _ in range(repeat):
+        runs.append(memory_figures(n, 1))
+        before.append(baseline_figures(baseline, n))
+    return medians(runs), medians(before)
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {name: round(statistics.median(r[name] for r in runs), 3) for name in runs[0]}
+
+
+def baseline_figures(tree: Path, n: int) -> dict[str, float]:
+    """One `memory_figures` run of source tree `tree`, in a child process that imports it."""
+    code = (
+        "import json, sys; sys.path.insert(0, 'bench'); import budget; "
+        f"print(json.dumps(budget.memory_figures({n}, 1)))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tree), str(tree / "tests")))}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, env=env, check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def settled(core: Any) -> float:
@@ -261,9 +301,11 @@ def main() -> None:
     parser.add_argument("--redis-calls", type=int, default=4_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-envoy", action="store_true", help="skip the Envoy workload")
+    parser.add_argument("--baseline", type=Path, help="a source tree measured side by side")
+    parser.add_argument("--baseline-label", default="", help="what --baseline is (a commit)")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    memory = memory_figures(args.calls, args.repeat)
+    memory, before = memory_side_by_side(args.calls, args.repeat, args.baseline)
     with tempfile.TemporaryDirectory() as tmp:
         servers = RedisServers(Path(tmp))
         try:
@@ -274,13 +316,16 @@ def main() -> None:
             servers.stop_all()
     result: dict[str, Any] = {
         "machine": machine_info(),
-        "args": vars(args),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "memory_us": memory,
+        "memory_implementation": budget_maths(),
         "redis": redis,
         "redis_floor_server_us": floor,
         # 1, 5, 15-minute load averages before and after the decision figures.
         "load_average": {"before": load_before, "after": os.getloadavg()},
     }
+    if before is not None:
+        result["baseline"] = {"label": args.baseline_label, "memory_us": before}
     if not args.no_envoy:
         result["workload"] = {
             "streams": STREAMS,
@@ -294,6 +339,11 @@ def main() -> None:
     (out / "budget.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "budget.md").write_text(render(result))
     print(render(result))
+
+
+def budget_maths() -> str:
+    """Whether the budget maths run compiled or as their source."""
+    return "compiled" if (budget_memory.__file__ or "").endswith(".so") else "source"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -340,6 +390,22 @@ def render(result: dict[str, Any]) -> str:
         f"INCRBY + EXPIRE {f['incrby_expire']:.2f}, an empty script {f['empty_script']:.2f}, "
         f"a script reading six hash fields and writing five {f['hash_script']:.2f}.",
     ]
+    base = result.get("baseline")
+    if base:
+        b = base["memory_us"]
+        lines += [
+            "",
+            f"Memory, before ({base['label']}) and after (this tree, budget maths "
+            f"{result['memory_implementation']}), alternating run by run in this run:",
+            "",
+            "| call | before µs | x plain | after µs | x plain | after / before |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name in CALLS:
+            lines.append(
+                f"| {name} | {b[name]:.2f} | {b[name] / b['plain']:.2f} | {memory[name]:.2f} | "
+                f"{memory[name] / memory['plain']:.2f} | {memory[name] / b[name]:.2f} |"
+            )
     w = result.get("workload")
     if w:
         lines += [

@@ -68,6 +68,7 @@ CALLS = ("plain", "reserve", "settle", "stream_end", "transaction")
 SETTLED = "ratelimit.service.rate_limit.llm.user.budget_settled"
 CALLERS = 64  # concurrent callers of the second Redis run
 SERVER_COMMANDS = ("cmdstat_incrby:", "cmdstat_expire:", "cmdstat_evalsha:", "cmdstat_eval:")
+NOT_CALLS = ("cmdstat_config|resetstat:", "cmdstat_info:")  # the benchmark's own
 
 # The concurrency workload: as tests/envoy/test_budget_envoy.py.
 STREAMS, MAX_TOKENS, WORKLOAD_USAGE, LIMIT = 40, 1000, 800, 10_000
@@ -184,14 +185,16 @@ def check(name: str, core: Any, before: float, per: int) -> None:
     assert settled(core) - before == expected, (name, settled(core) - before, expected)
 
 
-def server_usec(server: Any) -> float:
-    """Redis server µs spent on the commands a decision sends, since CONFIG RESETSTAT."""
-    usec = 0.0
+def command_usec(server: Any) -> dict[str, float]:
+    """Redis server µs per command since CONFIG RESETSTAT (`cmdstat_<name>:`), the commands a
+    script calls included."""
+    out = {}
     for line in server.command("INFO", "commandstats").decode().splitlines():
-        if line.startswith(SERVER_COMMANDS):
-            fields = dict(f.split("=") for f in line.partition(":")[2].split(","))
-            usec += float(fields["usec"])
-    return usec
+        if line.startswith("cmdstat_"):
+            name, _, rest = line.partition(":")
+            fields = dict(f.split("=") for f in rest.split(","))
+            out[name + ":"] = float(fields["usec"])
+    return out
 
 
 # The floor of a budget kept in one Lua script per call: Redis server µs per call of a
@@ -239,7 +242,12 @@ async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[
     core.load(CONFIGS)
     decide = core.service.should_rate_limit
     runs: dict[str, dict[str, list[float]]] = {
-        f"{name}.{callers}": {"client_us": [], "server_us": [], "round_trips": []}
+        f"{name}.{callers}": {
+            "client_us": [],
+            "server_us": [],
+            "round_trips": [],
+            "script_commands_us": [],
+        }
         for name in CALLS
         for callers in ("1", "many")
     }
@@ -267,7 +275,11 @@ async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[
                 figures = runs[f"{name}.{'1' if callers == 1 else 'many'}"]
                 figures["client_us"].append((time.process_time() - start) / per * 1e6)
                 figures["round_trips"].append((backend.writes - writes) / per)
-                figures["server_us"].append(server_usec(server) / per)
+                usec = command_usec(server)
+                figures["server_us"].append(sum(usec.get(k, 0.0) for k in SERVER_COMMANDS) / per)
+                # What the script's own Redis commands took of it (the rest is Lua).
+                inner = sum(v for k, v in usec.items() if k not in (*SERVER_COMMANDS, *NOT_CALLS))
+                figures["script_commands_us"].append(inner / per)
                 check(name, core, before, per)
     finally:
         await backend.close()
@@ -389,6 +401,17 @@ def render(result: dict[str, Any]) -> str:
         "The floor of one Lua script per call, Redis server µs per call on the same server: "
         f"INCRBY + EXPIRE {f['incrby_expire']:.2f}, an empty script {f['empty_script']:.2f}, "
         f"a script reading six hash fields and writing five {f['hash_script']:.2f}.",
+    ]
+    lines += [
+        "",
+        "Of the server µs per call, the Redis commands a budget script calls took (one caller; "
+        "the rest is the script's Lua): "
+        + ", ".join(
+            f"{name} {redis[f'{name}.1']['script_commands_us']:.2f}"
+            for name in CALLS
+            if name != "plain"
+        )
+        + ".",
     ]
     base = result.get("baseline")
     if base:

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..backends.base import Op
 from ..config.ruleset import Rule
-from ..keys import refuse, unit_seconds, verdict
+from ..keys import refuse, state_key, unit_seconds, verdict
 from ..messages import OK, ServiceError, Status
 from .config import recognise
 from .model import (
@@ -37,7 +37,7 @@ from .model import (
     SETTLED,
     Call,
     Result,
-    budget_keys,
+    tagged,
     transaction_id,
 )
 from .outbox import event as outbox_event
@@ -227,8 +227,10 @@ def arrange(plan: Any) -> None:
 
 
 def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Any) -> str:
-    """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`)."""
-    return budget_keys(prefix, domain, entries, share)[0]
+    """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`), its
+    readable part spelt by the counters' compiled key maths (the same spelling), the prefix
+    already checked by the limiter."""
+    return tagged(prefix, state_key("", domain, entries, share, "budget"))
 
 
 def budget_op(item: Any, key: str, now_ms: int) -> Op:

@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support.settings_env import error, load
 
 from ratelimitd.backends.redis.instances import key_slot
 from ratelimitd.budget import model as outcome
+from ratelimitd.budget.calls import budget_key
 from ratelimitd.budget.memory import MemoryBudgets
 from ratelimitd.budget.model import (
     COUNT,
@@ -278,6 +281,19 @@ def test_budget_keys_share_one_slot_whatever_the_values(value: str) -> None:
         assert key_slot(state.encode()) == key_slot(due.encode())
         assert state.startswith(prefix)
         assert state.endswith(f"llm_user_{value}_model_gpt_budget")
+
+
+@given(
+    st.lists(st.tuples(st.text(max_size=8), st.text(max_size=8)), max_size=4),
+    st.none() | st.lists(st.sampled_from(["", "a*", "b*"]), max_size=5),
+    st.sampled_from(["", "rl:", "{rl}", "a}b"]),
+)
+def test_the_service_spells_budget_keys_as_the_model(
+    entries: list[tuple[str, str]], share: list[str] | None, prefix: str
+) -> None:
+    # The service's key comes from the counters' compiled key maths.
+    state, _ = budget_keys(prefix, "llm", entries, share)
+    assert budget_key(prefix, "llm", entries, share) == state
 
 
 def test_budget_keys_refuse_a_prefix_with_an_empty_tag() -> None:

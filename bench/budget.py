@@ -49,9 +49,8 @@ from support.machine import machine_info
 from support.ready import wait_for
 from support.redis_server import RedisServers
 
-from ratelimitd.backends import MemoryBackend
+from ratelimitd.backends import MemoryBackend, memory_budget
 from ratelimitd.backends.redis import RedisBackend
-from ratelimitd.budget import memory as budget_memory
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
 from ratelimitd.messages import OK, Descriptor, Request
@@ -355,7 +354,7 @@ def main() -> None:
 
 def budget_maths() -> str:
     """Whether the budget maths run compiled or as their source."""
-    return "compiled" if (budget_memory.__file__ or "").endswith(".so") else "source"
+    return "compiled" if (memory_budget.__file__ or "").endswith(".so") else "source"
 
 
 def render(result: dict[str, Any]) -> str:

@@ -9,9 +9,9 @@ from types import ModuleType
 from typing import Any
 
 from ratelimitd.admin import Admin
+from ratelimitd.backends import memory_budget
 from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.backends.redis.budget import RedisBudgets
-from ratelimitd.budget import memory
 from ratelimitd.messages import Descriptor, Response
 from ratelimitd.settings import RedisSettings
 
@@ -75,10 +75,10 @@ class Budget:
 
 
 def uncompiled_memory() -> ModuleType:
-    """The budget maths' source (`ratelimitd.budget.memory`, compiled in a normal install)
+    """The budget maths' source (`ratelimitd.backends.memory_budget`, compiled in a normal install)
     run by the interpreter, as it runs where the extension is not built."""
-    source = memory.__file__.rsplit("/", 1)[0] + "/memory.py"
-    spec = importlib.util.spec_from_file_location("ratelimitd.budget._memory_source", source)
+    source = memory_budget.__file__.rsplit("/", 1)[0] + "/memory_budget.py"
+    spec = importlib.util.spec_from_file_location("ratelimitd.backends._budget_source", source)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

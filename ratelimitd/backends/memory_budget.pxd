@@ -1,4 +1,4 @@
-# The budget maths of `memory.py` compiled in Cython's pure-Python mode: the same source runs
+# The budget maths of `memory_budget.py` compiled in Cython's pure-Python mode: the same source runs
 # uncompiled where the extension is not built. The types here are what makes it fast: C
 # integers for times and amounts (each bounded far below 2**63: times in ms, amounts under
 # USED_MAX plus uint32 estimates, a sliding window's limit x ticks under 2**50 by the rule's
@@ -6,7 +6,7 @@
 
 cimport cython
 
-# The fields of a window's state and of a transaction (`memory.py`), indexed in C.
+# The fields of a window's state and of a transaction (`memory_budget.py`), indexed in C.
 cdef Py_ssize_t W, U, R, P, Q
 cdef Py_ssize_t STATE, ESTIMATE, STARTS, DEADLINE
 

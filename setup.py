@@ -60,7 +60,11 @@ extensions = [
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names
     # the runtime library's file: there is no libnghttp2.so link without the -dev package.
-    Extension("ratelimitd.transport._h2", ["ratelimitd/transport/_h2.pyx"], libraries=[":libnghttp2.so.14"]),
+    Extension(
+        "ratelimitd.transport._h2",
+        ["ratelimitd/transport/_h2.pyx"],
+        libraries=[":libnghttp2.so.14"],
+    ),
 ]
 OPTIONAL = set() if ctypes.util.find_library("nghttp2") else {"ratelimitd.transport._h2"}
 

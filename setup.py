@@ -55,11 +55,18 @@ extensions = [
     Extension("ratelimitd.transport._wire", ["ratelimitd/transport/_wire.pyx"]),
     # The ShouldRateLimit call and the native routes (twins: transport/rls.py, native.py).
     Extension("ratelimitd.transport._rls", ["ratelimitd/transport/_rls.pyx"]),
+    # Token budgets' maths in process memory, compiled in Cython's pure-Python mode (types in
+    # memory_budget.pxd): the same memory_budget.py runs uncompiled where this is not built.
+    Extension("ratelimitd.backends.memory_budget", ["ratelimitd/backends/memory_budget.py"]),
     # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names
     # the runtime library's file: there is no libnghttp2.so link without the -dev package.
-    Extension("ratelimitd.transport._h2", ["ratelimitd/transport/_h2.pyx"], libraries=[":libnghttp2.so.14"]),
+    Extension(
+        "ratelimitd.transport._h2",
+        ["ratelimitd/transport/_h2.pyx"],
+        libraries=[":libnghttp2.so.14"],
+    ),
 ]
 OPTIONAL = set() if ctypes.util.find_library("nghttp2") else {"ratelimitd.transport._h2"}
 

@@ -3,6 +3,7 @@ per call, and the overshoot of one concurrency workload through the real Envoy, 
 settle against check-then-report.
 
     .venv/bin/python bench/budget.py [--calls 20000] [--redis-calls 4000] [--repeat 5] [--no-envoy]
+                                     [--baseline TREE --baseline-label COMMIT]
 
 1. Decisions, through the service (build_core: plan, count, verdict, as a gRPC call is
    decided once parsed), on one rule shape: `user` with an hourly limit never reached, in
@@ -18,6 +19,10 @@ settle against check-then-report.
    using less, through Envoy on the check-then-report example and on the reserve example,
    one after the other in this run: tokens charged against the limit, the overshoot.
 
+With --baseline, the memory figures of another source tree (an earlier commit, e.g. from
+`git archive`, with its extensions built beside its sources) are measured in the same run,
+in a child process, alternating with this tree's run by run: before and after side by side.
+
 Writes bench/results/budget.json and budget.md. The machine may be shared: quote ratios
 of one run, not absolute times.
 """
@@ -29,6 +34,8 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -42,7 +49,7 @@ from support.machine import machine_info
 from support.ready import wait_for
 from support.redis_server import RedisServers
 
-from ratelimitd.backends import MemoryBackend
+from ratelimitd.backends import MemoryBackend, memory_budget
 from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
@@ -60,6 +67,7 @@ CALLS = ("plain", "reserve", "settle", "stream_end", "transaction")
 SETTLED = "ratelimit.service.rate_limit.llm.user.budget_settled"
 CALLERS = 64  # concurrent callers of the second Redis run
 SERVER_COMMANDS = ("cmdstat_incrby:", "cmdstat_expire:", "cmdstat_evalsha:", "cmdstat_eval:")
+NOT_CALLS = ("cmdstat_config|resetstat:", "cmdstat_info:")  # the benchmark's own
 
 # The concurrency workload: as tests/envoy/test_budget_envoy.py.
 STREAMS, MAX_TOKENS, WORKLOAD_USAGE, LIMIT = 40, 1000, 800, 10_000
@@ -134,6 +142,38 @@ def memory_figures(n: int, repeat: int) -> dict[str, float]:
     return {name: round(statistics.median(r), 3) for name, r in runs.items()}
 
 
+def memory_side_by_side(
+    n: int, repeat: int, baseline: Path | None
+) -> tuple[dict[str, float], dict[str, float] | None]:
+    """`memory_figures` of this tree and, when given, of `baseline`, alternating run by run
+    (medians of `repeat` runs each)."""
+    if baseline is None:
+        return memory_figures(n, repeat), None
+    runs: list[dict[str, float]] = []
+    before: list[dict[str, float]] = []
+    for _ in range(repeat):
+        runs.append(memory_figures(n, 1))
+        before.append(baseline_figures(baseline, n))
+    return medians(runs), medians(before)
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {name: round(statistics.median(r[name] for r in runs), 3) for name in runs[0]}
+
+
+def baseline_figures(tree: Path, n: int) -> dict[str, float]:
+    """One `memory_figures` run of source tree `tree`, in a child process that imports it."""
+    code = (
+        "import json, sys; sys.path.insert(0, 'bench'); import budget; "
+        f"print(json.dumps(budget.memory_figures({n}, 1)))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tree), str(tree / "tests")))}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, env=env, check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def settled(core: Any) -> float:
     return core.stats.snapshot().get(SETTLED, 0)  # type: ignore[no-any-return]
 
@@ -144,14 +184,16 @@ def check(name: str, core: Any, before: float, per: int) -> None:
     assert settled(core) - before == expected, (name, settled(core) - before, expected)
 
 
-def server_usec(server: Any) -> float:
-    """Redis server µs spent on the commands a decision sends, since CONFIG RESETSTAT."""
-    usec = 0.0
+def command_usec(server: Any) -> dict[str, float]:
+    """Redis server µs per command since CONFIG RESETSTAT (`cmdstat_<name>:`), the commands a
+    script calls included."""
+    out = {}
     for line in server.command("INFO", "commandstats").decode().splitlines():
-        if line.startswith(SERVER_COMMANDS):
-            fields = dict(f.split("=") for f in line.partition(":")[2].split(","))
-            usec += float(fields["usec"])
-    return usec
+        if line.startswith("cmdstat_"):
+            name, _, rest = line.partition(":")
+            fields = dict(f.split("=") for f in rest.split(","))
+            out[name + ":"] = float(fields["usec"])
+    return out
 
 
 # The floor of a budget kept in one Lua script per call: Redis server µs per call of a
@@ -199,7 +241,12 @@ async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[
     core.load(CONFIGS)
     decide = core.service.should_rate_limit
     runs: dict[str, dict[str, list[float]]] = {
-        f"{name}.{callers}": {"client_us": [], "server_us": [], "round_trips": []}
+        f"{name}.{callers}": {
+            "client_us": [],
+            "server_us": [],
+            "round_trips": [],
+            "script_commands_us": [],
+        }
         for name in CALLS
         for callers in ("1", "many")
     }
@@ -227,7 +274,11 @@ async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[
                 figures = runs[f"{name}.{'1' if callers == 1 else 'many'}"]
                 figures["client_us"].append((time.process_time() - start) / per * 1e6)
                 figures["round_trips"].append((backend.writes - writes) / per)
-                figures["server_us"].append(server_usec(server) / per)
+                usec = command_usec(server)
+                figures["server_us"].append(sum(usec.get(k, 0.0) for k in SERVER_COMMANDS) / per)
+                # What the script's own Redis commands took of it (the rest is Lua).
+                inner = sum(v for k, v in usec.items() if k not in (*SERVER_COMMANDS, *NOT_CALLS))
+                figures["script_commands_us"].append(inner / per)
                 check(name, core, before, per)
     finally:
         await backend.close()
@@ -261,9 +312,11 @@ def main() -> None:
     parser.add_argument("--redis-calls", type=int, default=4_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-envoy", action="store_true", help="skip the Envoy workload")
+    parser.add_argument("--baseline", type=Path, help="a source tree measured side by side")
+    parser.add_argument("--baseline-label", default="", help="what --baseline is (a commit)")
     args = parser.parse_args()
     load_before = os.getloadavg()
-    memory = memory_figures(args.calls, args.repeat)
+    memory, before = memory_side_by_side(args.calls, args.repeat, args.baseline)
     with tempfile.TemporaryDirectory() as tmp:
         servers = RedisServers(Path(tmp))
         try:
@@ -274,13 +327,16 @@ def main() -> None:
             servers.stop_all()
     result: dict[str, Any] = {
         "machine": machine_info(),
-        "args": vars(args),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "memory_us": memory,
+        "memory_implementation": budget_maths(),
         "redis": redis,
         "redis_floor_server_us": floor,
         # 1, 5, 15-minute load averages before and after the decision figures.
         "load_average": {"before": load_before, "after": os.getloadavg()},
     }
+    if before is not None:
+        result["baseline"] = {"label": args.baseline_label, "memory_us": before}
     if not args.no_envoy:
         result["workload"] = {
             "streams": STREAMS,
@@ -294,6 +350,11 @@ def main() -> None:
     (out / "budget.json").write_text(json.dumps(result, indent=2) + "\n")
     (out / "budget.md").write_text(render(result))
     print(render(result))
+
+
+def budget_maths() -> str:
+    """Whether the budget maths run compiled or as their source."""
+    return "compiled" if (memory_budget.__file__ or "").endswith(".so") else "source"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -340,6 +401,33 @@ def render(result: dict[str, Any]) -> str:
         f"INCRBY + EXPIRE {f['incrby_expire']:.2f}, an empty script {f['empty_script']:.2f}, "
         f"a script reading six hash fields and writing five {f['hash_script']:.2f}.",
     ]
+    lines += [
+        "",
+        "Of the server µs per call, the Redis commands a budget script calls took (one caller; "
+        "the rest is the script's Lua): "
+        + ", ".join(
+            f"{name} {redis[f'{name}.1']['script_commands_us']:.2f}"
+            for name in CALLS
+            if name != "plain"
+        )
+        + ".",
+    ]
+    base = result.get("baseline")
+    if base:
+        b = base["memory_us"]
+        lines += [
+            "",
+            f"Memory, before ({base['label']}) and after (this tree, budget maths "
+            f"{result['memory_implementation']}), alternating run by run in this run:",
+            "",
+            "| call | before µs | x plain | after µs | x plain | after / before |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for name in CALLS:
+            lines.append(
+                f"| {name} | {b[name]:.2f} | {b[name] / b['plain']:.2f} | {memory[name]:.2f} | "
+                f"{memory[name] / memory['plain']:.2f} | {memory[name] / b[name]:.2f} |"
+            )
     w = result.get("workload")
     if w:
         lines += [

@@ -33,11 +33,11 @@ from ..config.budget_store import (
     SETTLED,
     Call,
     Result,
-    budget_keys,
+    tagged,
     transaction_id,
 )
 from ..config.budgets import recognise
-from ..config.keys import refuse, unit_seconds, verdict
+from ..config.keys import refuse, state_key, unit_seconds, verdict
 from ..config.ruleset import Rule
 from ..messages import OK, ServiceError, Status
 from .outbox import event as outbox_event
@@ -180,6 +180,12 @@ def arrange(plan: Any) -> None:
     """
     held = plan.closes
     plan.closes = None
+    if len(held) == 1:  # most calls: one reserve (or a part standing for it), or a close
+        item = held[0]
+        if item.budget[0] not in (RESERVE, RELEASE):
+            item.budget = (RESERVE, *item.budget[1:])
+        plan.items.append(item)
+        return
     # Per (rule, budget entries, txn): [its reserve, its guard, its first other part, the
     # hits of every other part]; a second guard adds nothing.
     parts: dict[tuple[str, tuple[tuple[str, str], ...], str], list[Any]] = {}
@@ -221,8 +227,10 @@ def arrange(plan: Any) -> None:
 
 
 def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], share: Any) -> str:
-    """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`)."""
-    return budget_keys(prefix, domain, entries, share)[0]
+    """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`), its
+    readable part spelt by the counters' compiled key maths (the same spelling), the prefix
+    already checked by the limiter."""
+    return tagged(prefix, state_key("", domain, entries, share, "budget"))
 
 
 def budget_op(item: Any, key: str, now_ms: int) -> Op:
@@ -265,15 +273,17 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     rule = item.rule
     st = item.stats
     st.budget = True
-    rows = [
-        (w, after, -(-ticks * win.tick // 1000), w.requests - after)  # never past the wait
-        for w, win, (after, ticks) in zip(
-            rule.windows, rule.budget.windows, result.levels, strict=True
-        )
-    ]
-    best, best_after, best_reset, best_left = min(
-        rows, key=lambda row: (0, -row[2]) if row[3] < 0 else (1, row[3])
-    )
+    best: Any = None
+    best_rank: tuple[int, int] = (2, 0)
+    best_after = best_reset = best_left = 0
+    for w, win, (after, ticks) in zip(
+        rule.windows, rule.budget.windows, result.levels, strict=True
+    ):
+        wait = -(-ticks * win.tick // 1000)  # never past the wait
+        left = w.requests - after
+        rank = (0, -wait) if left < 0 else (1, left)
+        if rank < best_rank:
+            best, best_rank, best_after, best_reset, best_left = w, rank, after, wait, left
     if result.expired:
         st.budget_expired += result.expired
         st.budget_reserved -= result.expired_estimate

@@ -67,6 +67,7 @@ __all__ = [
     "budget_keys",
     "fixed",
     "sliding",
+    "tagged",
     "transaction_id",
 ]
 
@@ -234,10 +235,14 @@ def budget_keys(
         pattern = share[i] if share is not None and i < len(share) else ""
         parts += (k, "_", pattern or v, "_")
     parts.append("budget")
-    readable = "".join(parts)
-    tag = f"{binascii.crc32(readable.encode()):08x}"
-    state = f"{prefix}{{{tag}}}{readable}"
+    state = tagged(prefix, "".join(parts))
     return state, state + "_due"
+
+
+def tagged(prefix: str, readable: str) -> str:
+    """A budget's state key from its readable part (`budget_keys`): the part's CRC-32 as the
+    hash tag, first after the prefix."""
+    return f"{prefix}{{{binascii.crc32(readable.encode()):08x}}}{readable}"
 
 
 def transaction_id(value: str) -> str:

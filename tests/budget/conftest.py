@@ -7,17 +7,21 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from support.budget import redis_budgets
+from support.budget import redis_budgets, uncompiled_memory
 from support.redis_server import RedisServers
 
 from ratelimitd.backends.memory_budget import MemoryBudgets
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "memory-source", "redis"])
 async def store(request: pytest.FixtureRequest, redis_servers: RedisServers) -> AsyncIterator[Any]:
-    """Each primitive test runs on the memory twin and on a real redis-server."""
+    """Each primitive test runs on the memory twin (compiled, and its source uncompiled) and
+    on a real redis-server."""
     if request.param == "memory":
         yield MemoryBudgets()
+        return
+    if request.param == "memory-source":
+        yield uncompiled_memory().MemoryBudgets()
         return
     server = redis_servers()
     backend, budgets = await redis_budgets(server.address)

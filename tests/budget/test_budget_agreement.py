@@ -1,19 +1,23 @@
 """The Redis script and its memory twin agree (a hypothesis property), on a single server
-and on a Cluster; and concurrent reserves never admit past the limit."""
+and on a Cluster; the compiled twin and its source run uncompiled agree; and concurrent
+reserves never admit past the limit."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
 import threading
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.budget import redis_budgets
+from support.budget import redis_budgets, uncompiled_memory
 from support.redis_server import RedisServer, RedisServers
 
+from ratelimitd.backends import memory_budget as memory
 from ratelimitd.backends.memory_budget import MemoryBudgets
 from ratelimitd.backends.redis.instances import key_slot
 from ratelimitd.config import budget_store as model
@@ -65,24 +69,9 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
             memory = MemoryBudgets(most)
             budgets.instance.budget_max_transactions = most
             keys = [budget_keys(f"ex{next(examples)}:", "llm", [("user", u)])[0] for u in "ab"]
-            now = T0
-            for dt, kind, who, txn, amount, charge, force, remember, unserved in steps:
-                now += dt
-                call = Call(
-                    kind,
-                    keys[who],
-                    windows,
-                    now,
-                    f"t{txn}",
-                    amount,
-                    TTL,
-                    charge,
-                    force,
-                    remember,
-                    unserved,
-                )
+            for (dt, *_), call in zip(steps, calls_of(steps, keys, windows), strict=True):
                 if dt == 1:  # now and then, a dry run of Redis' state, then of the twin's
-                    dry = [call, Call(model.SETTLE, keys[who], windows, now, "t0", 5, TTL)]
+                    dry = [call, Call(model.SETTLE, call.key, windows, call.now, "t0", 5, TTL)]
                     got = loop.run_until_complete(budgets.dry_run(dry))
                     assert got == memory.dry_run(dry), dry
                 expected = memory.run_now([call])
@@ -93,6 +82,46 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
     finally:
         loop.run_until_complete(backend.close())
         loop.close()
+
+
+def calls_of(steps: list[Any], keys: list[str], windows: Any) -> list[Call]:
+    """The budget calls of `step`s, from T0."""
+    now = T0
+    calls = []
+    for dt, kind, who, txn, amount, charge, force, remember, unserved in steps:
+        now += dt
+        calls.append(
+            Call(
+                kind, keys[who], windows, now, f"t{txn}", amount, TTL,
+                charge, force, remember, unserved,
+            )
+        )  # fmt: skip
+    return calls
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("RATELIMITD_NO_EXTENSIONS")), reason="pure-Python pass of the suite"
+)
+def test_the_budget_maths_is_compiled() -> None:
+    assert memory.__file__ is not None and memory.__file__.endswith(".so")
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(SHAPES),
+    st.sampled_from([2, 4, model.MAX_BUDGET_TXNS]),
+    st.lists(step, min_size=1, max_size=60),
+)
+def test_the_compiled_maths_and_its_source_agree(windows: Any, most: int, steps: list[Any]) -> None:
+    compiled, source = MemoryBudgets(most, 5), uncompiled_memory().MemoryBudgets(most, 5)
+    keys = [budget_keys("", "llm", [("user", u)])[0] for u in "ab"]
+    for call in calls_of(steps, keys, windows):
+        dry = [call, Call(model.SETTLE, call.key, windows, call.now, "t0", 5, TTL)]
+        assert compiled.dry_run(dry) == source.dry_run(dry), dry
+        assert compiled.run_now([call]) == source.run_now([call]), call
+        assert compiled.txns == source.txns
+        for key in keys:
+            assert compiled.state(key, call.now) == source.state(key, call.now)
 
 
 async def test_cluster_runs_each_call_on_its_budgets_slot(redis_servers: RedisServers) -> None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from support.settings_env import error, load
 
 from ratelimitd.backends.memory_budget import MemoryBudgets
 from ratelimitd.backends.redis.instances import key_slot
+from ratelimitd.budget.calls import budget_key
 from ratelimitd.config import budget_store as outcome
 from ratelimitd.config.budget_store import (
     COUNT,
@@ -280,6 +283,19 @@ def test_budget_keys_share_one_slot_whatever_the_values(value: str) -> None:
         assert state.endswith(f"llm_user_{value}_model_gpt_budget")
 
 
+@given(
+    st.lists(st.tuples(st.text(max_size=8), st.text(max_size=8)), max_size=4),
+    st.none() | st.lists(st.sampled_from(["", "a*", "b*"]), max_size=5),
+    st.sampled_from(["", "rl:", "{rl}", "a}b"]),
+)
+def test_the_service_spells_budget_keys_as_the_model(
+    entries: list[tuple[str, str]], share: list[str] | None, prefix: str
+) -> None:
+    # The service's key comes from the counters' compiled key maths.
+    state, _ = budget_keys(prefix, "llm", entries, share)
+    assert budget_key(prefix, "llm", entries, share) == state
+
+
 def test_budget_keys_refuse_a_prefix_with_an_empty_tag() -> None:
     with pytest.raises(ValueError, match="empty Redis hash tag"):
         budget_keys("rl{}", "llm", [("user", "a")])
@@ -400,7 +416,7 @@ async def test_settles_append_to_the_outbox_exactly_once(redis_servers: Any) -> 
 
 def bound(store: Any, most: int) -> None:
     """The transactions one budget of `store` may hold (BUDGET_MAX_TRANSACTIONS)."""
-    if isinstance(store, MemoryBudgets):
+    if hasattr(store, "max_budget_txns"):  # either memory twin, compiled or not
         store.max_budget_txns = most
     else:
         store.instance.budget_max_transactions = most

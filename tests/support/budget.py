@@ -4,9 +4,12 @@ through a decision core as Envoy drives it (reserve; settle then close at stream
 
 from __future__ import annotations
 
+import importlib.util
+from types import ModuleType
 from typing import Any
 
 from ratelimitd.admin import Admin
+from ratelimitd.backends import memory_budget
 from ratelimitd.backends.redis import RedisBackend
 from ratelimitd.backends.redis.budget import RedisBudgets
 from ratelimitd.messages import Descriptor, Response
@@ -69,3 +72,14 @@ class Budget:
         """The rule's series by their last name (total_hits, budget_reserved, ...)."""
         n = len(self.SERIES)
         return {k[n:]: v for k, v in self.d.stats.snapshot().items() if k.startswith(self.SERIES)}
+
+
+def uncompiled_memory() -> ModuleType:
+    """The budget maths' source (`ratelimitd.backends.memory_budget`, compiled in a normal install)
+    run by the interpreter, as it runs where the extension is not built."""
+    source = memory_budget.__file__.rsplit("/", 1)[0] + "/memory_budget.py"
+    spec = importlib.util.spec_from_file_location("ratelimitd.backends._budget_source", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

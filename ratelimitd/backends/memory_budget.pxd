@@ -1,0 +1,66 @@
+# The budget maths of `memory_budget.py` compiled in Cython's pure-Python mode: the same source runs
+# uncompiled where the extension is not built. The types here are what makes it fast: C
+# integers for times and amounts (each bounded far below 2**63: times in ms, amounts under
+# USED_MAX plus uint32 estimates, a sliding window's limit x ticks under 2**50 by the rule's
+# tick), and attribute slots read in C.
+
+cimport cython
+
+# The fields of a window's state and of a transaction (`memory_budget.py`), indexed in C.
+cdef Py_ssize_t W, U, R, P, Q
+cdef Py_ssize_t STATE, ESTIMATE, STARTS, DEADLINE
+
+
+cdef class _Budget:
+    cdef public long long e
+    cdef public long long latest
+    cdef public dict windows
+    cdef public dict txns
+    cdef public list due
+
+    cpdef _Budget copy(self)
+
+
+@cython.locals(left=cython.longlong, pe=cython.longlong)
+cpdef long long level(object win, list s, long long t) except? -1
+
+@cython.locals(end=cython.longlong, c=cython.longlong, pe=cython.longlong, room=cython.longlong,
+               ce=cython.longlong)
+cpdef long long reset(object win, list s, long long t, long long asked, long long after) except? -1
+
+@cython.locals(start=cython.longlong, w=cython.longlong)
+cdef long long _roll(object win, list s, long long now) except? -1
+
+@cython.locals(est=cython.longlong, s=list, starts=tuple, i=cython.Py_ssize_t)
+cdef _end(list states, tuple txn, long long charge, tuple windows)
+
+cdef _settle(_Budget b, object call, list states, tuple txn, long long charge, object out)
+
+cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
+               long long deadline)
+
+@cython.locals(after=cython.longlong)
+cdef tuple _levels(tuple windows, list states, list ts, long long asked)
+
+@cython.locals(x=tuple, swept=cython.int, ended=cython.longlong, now=cython.longlong,
+               charged_total=cython.longlong, est_total=cython.longlong,
+               charge=cython.longlong, deadline=cython.longlong)
+cdef bint _sweep(_Budget b, object call, list states, object result) except -1
+
+
+cdef class MemoryBudgets:
+    cdef public dict _budgets
+    cdef list _forget
+    cdef long long _next_forget
+    cdef public long long max_budget_txns
+    cdef public long long max_txns
+    cdef public long long txns
+
+    @cython.locals(b=_Budget, txn=tuple, s=list, now=cython.longlong,
+                   kind=cython.int, peek=cython.bint, stored=cython.bint, written=cython.bint,
+                   full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
+                   asked=cython.longlong, e=cython.longlong, end=cython.longlong,
+                   span=cython.longlong, charge=cython.longlong, after=cython.longlong)
+    cpdef _run(self, object call, bint held=*)
+
+    cdef _drop_forgotten(self, long long now)

@@ -316,7 +316,7 @@ class NativeGrpcTransport:
             proto.answer(stream, *request)
             return
         pending = _Pending(handler, stream, proto, request, started)
-        out = handler.service.decide(request, pending)
+        out = handler.entered(request, pending)
         if type(out) is Response or type(out) is Refusal:
             proto.answer(stream, *handler.outcome(started, out))
         elif inspect.iscoroutine(out):

@@ -131,7 +131,7 @@ class RlsHandler:
         request = self.decoded(data, started)
         if type(request) is tuple:
             return request
-        out = self.service.decide(request)  # type: ignore[arg-type]
+        out = self.entered(request)  # type: ignore[arg-type]
         if type(out) is Response or type(out) is Refusal:
             return self.outcome(started, out)
         return out
@@ -147,7 +147,19 @@ class RlsHandler:
         request = self.decoded(data, started)
         if type(request) is tuple:
             return request  # type: ignore[return-value]
-        return await self.finish(started, self.service.decide(request))  # type: ignore[arg-type]
+        out = self.entered(request)  # type: ignore[arg-type]
+        if type(out) is Response or type(out) is Refusal:
+            return self.outcome(started, out)
+        return await self.finish(started, out)
+
+    def entered(self, request: Request, waiter: Any = None) -> Any:
+        """`service.decide(request[, waiter])`, a defect out of it answered as the service
+        answers one (`_rls.SyncCall` catches it the same way)."""
+        service = self.service
+        try:
+            return service.decide(request) if waiter is None else service.decide(request, waiter)
+        except Exception as err:
+            return service.answer(err)
 
     async def finish(self, started: float, out: Any) -> Outcome:
         """The outcome of a call whose answer `out` is not ready yet, once it is."""

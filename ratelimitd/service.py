@@ -302,7 +302,10 @@ class RateLimitService:
                 return engine.finish(request, plan, results)  # type: ignore[no-any-return]
             snap = self.snapshot
             if len(request.descriptors) > SLICE:
-                plan = await self._planned_in_slices(request, snap)
+                sliced = await self._planned_in_slices(request, snap)
+                if isinstance(sliced, Refusal):
+                    return sliced
+                plan = sliced
             else:
                 plan = self._planned(request, snap)
             if self.limiter.synchronous:
@@ -401,8 +404,9 @@ class RateLimitService:
         """The request's plan with its stats bound; refusals counted as service errors."""
         return self.decision.planned(request, snap.ruleset, snap.options, self.stats)  # type: ignore[no-any-return]
 
-    async def _planned_in_slices(self, request: Request, snap: Snapshot) -> Plan:
-        """`_planned` with the loop running other requests every SLICE descriptors."""
+    async def _planned_in_slices(self, request: Request, snap: Snapshot) -> Plan | Refusal:
+        """`_planned` with the loop running other requests every SLICE descriptors; the
+        refusal of a request it refuses."""
         d = self.decision
         try:
             plan = d.begin(request, snap.ruleset, snap.options)
@@ -413,9 +417,9 @@ class RateLimitService:
                     await asyncio.sleep(0)
                 d.extend(plan, lookup, start, min(n, start + SLICE))
             d.finish(plan)
-        except ServiceError:
+        except ServiceError as exc:  # counted here as `planned` counts it
             self.stats.service.service_error += 1
-            raise
+            return self.answer(exc)  # type: ignore[return-value]
         return d.bound(plan, self.stats)  # type: ignore[no-any-return]
 
     def _on_failure(self, plan: Plan) -> list[Status]:

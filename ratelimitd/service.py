@@ -133,7 +133,6 @@ class RateLimitService:
         fallback: Limiter | None = None,
         max_in_flight: int = 0,
     ) -> None:
-        self.limiter = limiter
         self.stats = stats
         self.clock = clock
         # BACKEND_FAILURE_POLICY: error (refused, as the reference), allow, deny, or local
@@ -147,18 +146,31 @@ class RateLimitService:
         # Token budgets' stream-end calls (settle, close) a failed store round could not
         # take: sent again until it takes them (never charged twice).
         self.stream_ends = StreamEnds(limiter.backend, limiter.near_limit_ratio, stats.service)
-        self.decision = d = decision.implementation(impl)
+        self.decision = decision.implementation(impl)
         self.snapshot = Snapshot(None, options or ReloadOptions())
+        self.limiter = limiter  # the decision's fast paths are chosen for it (`limiter`)
+        # The window arithmetic of the `keys` implementation `impl` names (None: selected).
+        self._reset_seconds: Callable[[int, int], int] = keys.implementation(impl).reset_seconds
+
+    @property
+    def limiter(self) -> Limiter:
+        """What counts the plans; set, it chooses the decision's paths for itself."""
+        return self._limiter
+
+    @limiter.setter
+    def limiter(self, limiter: Limiter) -> None:
+        self._limiter = limiter
         # Plan, count and verdict in compiled calls: the whole decision for a limiter that
         # never waits (`decide_now` is its method), its halves around the store's round for
         # one that does (`prepare`, `finish`); swapped configs reach it with the snapshot.
-        self._engine = d.Engine(stats, limiter, self._extras)
-        self._engine.use(None, self.snapshot.options)
+        self._engine = self.decision.Engine(self.stats, limiter, self._extras)
+        snap = self.snapshot
+        self._engine.use(snap.ruleset, snap.options)
         # An awaited decision takes the halves unless the limiter's own round is needed
         # (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT checks before it counts).
         self._halves = not limiter.synchronous and not limiter.stop_increment
         # The whole decision in one compiled call, for a limiter that never waits (None:
-        # one that does). Decided once, as the limiter is fixed.
+        # one that does).
         self._decide_now = self._engine.decide_now if limiter.synchronous else None
         # A waiter may be given to `decide`: the store starts a round without a coroutine
         # (Redis), and the request's round is the plan's one (not STOP_CACHE_KEY_INCREMENT_
@@ -166,8 +178,6 @@ class RateLimitService:
         backend = limiter.backend
         self.sends = self._halves and isinstance(backend, PipelinedBackend)
         self._increment_later = backend.increment_later if self.sends else None  # type: ignore[attr-defined]
-        # The window arithmetic of the `keys` implementation `impl` names (None: selected).
-        self._reset_seconds: Callable[[int, int], int] = keys.implementation(impl).reset_seconds
 
     @property
     def synchronous(self) -> bool:
@@ -273,10 +283,11 @@ class RateLimitService:
         return Refusal(FAULT, error)
 
     async def should_rate_limit(self, request: Request) -> Response:
-        """`decide`, awaited, for a caller in this process that wants the failure as an
-        exception: ServiceError (Overloaded, RequestTooLarge), or BackendError (policy
-        `error`)."""
-        out = await settled(self.decide(request))
+        """`decide`'s awaited branch, for a caller in this process that wants the failure
+        as an exception: ServiceError (Overloaded, RequestTooLarge), or BackendError
+        (policy `error`). The same plan, count and verdict in Python calls that read the
+        limiter's clock and store as they are now (a test may swap them)."""
+        out = await self._awaited(request)
         if out.__class__ is Refusal:
             raise out.error  # type: ignore[union-attr]
         return out  # type: ignore[return-value]

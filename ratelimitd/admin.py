@@ -25,7 +25,8 @@ import logging
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
-from .budget.model import (
+from .config import Rule
+from .config.budget_store import (
     COUNT,
     DUPLICATE,
     FULL,
@@ -35,12 +36,11 @@ from .budget.model import (
     RESERVE,
     Result,
 )
-from .config import Rule
+from .config.match import EXACT, KEY_ONLY, WILDCARD
 from .decision import CONSUME
 from .limiter import Limiter
-from .match import EXACT, KEY_ONLY, WILDCARD
-from .messages import CODE_NAMES, Descriptor, Request
-from .service import INVALID, TOO_LARGE, DryRun, RateLimitService, Refusal, settled
+from .messages import CODE_NAMES, INVALID, TOO_LARGE, Descriptor, Refusal, Request
+from .service import DryRun, RateLimitService, settled
 
 audit = logging.getLogger("ratelimitd.audit")
 

@@ -19,17 +19,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from . import decision, keys
+from . import decision
 from .backends.base import BackendError, Op, PipelinedBackend, Waiter
 from .budget.retry import StreamEnds
-from .config import RuleSet
+from .config import RuleSet, keys
 from .config.ruleset import UNIT_NAMES
 from .decision import NO_LIMIT, SLICE, Plan
 from .limiter import Limiter
 from .messages import (
+    FAULT,
+    INVALID,
     MAX_UINT32,
     OVER_LIMIT,
+    OVERLOADED,
+    STORE_FAILED,
+    TOO_LARGE,
     Overloaded,
+    Refusal,
     Request,
     RequestTooLarge,
     Response,
@@ -41,15 +47,9 @@ from .settings import ReloadOptions
 from .stats import RuleStats, StatsStore
 
 __all__ = [
-    "FAULT",
-    "INVALID",
-    "OVERLOADED",
     "SLICE",
-    "STORE_FAILED",
-    "TOO_LARGE",
     "Overloaded",
     "RateLimitService",
-    "Refusal",
     "RequestTooLarge",
     "ServiceError",
     "Snapshot",
@@ -57,27 +57,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("ratelimitd.service")
-
-# Why a request got no decision (`Refusal.kind`). What each becomes on the wire is each
-# transport's, in one table: `transport.grpcstatus.REFUSED`.
-INVALID = 0  # ServiceError: a request the reference refuses
-TOO_LARGE = 1  # RequestTooLarge, or a decoder's TooLarge: past the request bounds
-OVERLOADED = 2  # Overloaded: MAX_INFLIGHT_DECISIONS decisions wait on the store already
-STORE_FAILED = 3  # BackendError, answered as BACKEND_FAILURE_POLICY=error answers it
-FAULT = 4  # anything else: a defect, logged
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A request answered without a decision: why (`kind`), and the error that said so."""
-
-    kind: int
-    error: Exception
-
-    @property
-    def message(self) -> str:
-        """The error's text, as the reference's UNKNOWN status carries it."""
-        return str(self.error) or type(self.error).__name__
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,12 +36,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..messages import OVER_LIMIT, Descriptor, Request
-from ..service import RateLimitService, Refusal, settled
+from ..grpcstatus import INVALID_ARGUMENT, OK, RESOURCE_EXHAUSTED, UNAVAILABLE
+from ..messages import OVER_LIMIT, Descriptor, Refusal, Request
+from ..service import RateLimitService, settled
 from ..settings import QuotaSettings
 from ..stats import StatsStore, sanitize_stat_name
 from ..stats.store import OVERFLOW_KEY as OVERFLOW
-from ..transport.grpcstatus import INVALID_ARGUMENT, OK, RESOURCE_EXHAUSTED, UNAVAILABLE
 from .buckets import Bucket, BucketError, BucketKeys, Entries
 from .codec import ALLOW, DENY, TOKENS, Action, ReportError, decode_reports, encode_actions
 from .share import demand, shares, smoothed, wanted

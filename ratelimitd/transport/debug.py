@@ -38,11 +38,12 @@ from itertools import islice
 from urllib.parse import parse_qs
 
 from ..admin import Admin, AdminError
+from ..grpcstatus import DEBUG, REFUSED
+from ..messages import STORE_FAILED
 from ..quota import QuotaService
-from ..service import STORE_FAILED, RateLimitService
+from ..service import RateLimitService
 from ..settings import DebugSettings
 from ..stats import StatsStore
-from .grpcstatus import DEBUG, REFUSED
 from .http import ERROR_HEADERS, JSON, TEXT_PLAIN, Handler, HttpRequest, Reply
 from .jsoncodec import decode_request
 

@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..messages import Request, Response
-from ..service import RateLimitService, Refusal
+from ..grpcstatus import CANCELLED, GRPC, INTERNAL, OK, REFUSED
+from ..messages import Refusal, Request, Response
+from ..service import RateLimitService
 from ..settings import extensions_disabled
 from ..stats import StatsStore, Timer
-from .grpcstatus import CANCELLED, GRPC, INTERNAL, OK, REFUSED
 from .protocodec import DecodeError, decode_request, decoded_size, encode_response
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def _compiled_call() -> Any:
     if extensions_disabled():
         return None
     try:
-        from .. import _rls  # type: ignore[attr-defined]
+        from . import _rls  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _rls

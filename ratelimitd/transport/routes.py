@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 
+from ..grpcstatus import JSON as ON_JSON
+from ..grpcstatus import REFUSED
 from ..health import Health
-from ..messages import CODE_UNKNOWN, OVER_LIMIT, TooLarge
-from ..service import RateLimitService, Refusal, settled
+from ..messages import CODE_UNKNOWN, OVER_LIMIT, Refusal, TooLarge
+from ..service import RateLimitService, settled
 from ..settings import ListenerSettings
-from .grpcstatus import JSON as ON_JSON
-from .grpcstatus import REFUSED
 from .http import (
     BAD_REQUEST,
     ERROR_HEADERS,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from ratelimitd.service import FAULT, INVALID, OVERLOADED, STORE_FAILED, TOO_LARGE
+from ratelimitd.grpcstatus import REFUSED
+from ratelimitd.messages import FAULT, INVALID, OVERLOADED, STORE_FAILED, TOO_LARGE
 from ratelimitd.service import RateLimitService as Service
-from ratelimitd.transport.grpcstatus import REFUSED
 
 PACKAGE = Path(__file__).resolve().parents[2] / "ratelimitd"
 # The service's callers: whatever of the service they use, they decide only through `decide`.

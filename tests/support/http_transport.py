@@ -13,8 +13,8 @@ import json
 from typing import Any
 
 from ratelimitd.health import Health
-from ratelimitd.messages import Response
-from ratelimitd.service import RateLimitService, Refusal, Snapshot
+from ratelimitd.messages import Refusal, Response
+from ratelimitd.service import RateLimitService, Snapshot
 from ratelimitd.settings import ReloadOptions
 from ratelimitd.stats import StatsStore
 from ratelimitd.transport.http import HttpServer

@@ -18,10 +18,9 @@ from ratelimitd._slots cimport clock_now, get, offset_of, put
 import time
 from types import CoroutineType
 
-from ratelimitd.messages import Response
-from ratelimitd.service import Refusal
+from ratelimitd.messages import Refusal, Response
 from ratelimitd.stats.store import ServiceStats
-from ratelimitd.transport.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
+from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response

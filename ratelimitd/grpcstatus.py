@@ -4,7 +4,7 @@ Not to be confused with `messages.CODE_UNKNOWN`, the RLS response's own `Code` (
 is how a call ended, a response code what the rate limit decided.
 """
 
-from ..service import FAULT, INVALID, OVERLOADED, STORE_FAILED, TOO_LARGE
+from .messages import FAULT, INVALID, OVERLOADED, STORE_FAILED, TOO_LARGE
 
 OK = 0
 CANCELLED = 1
@@ -19,7 +19,7 @@ UNAVAILABLE = 14
 UNAUTHENTICATED = 16
 
 # What each transport answers a request the service refused instead of deciding
-# (`service.Refusal.kind`): its gRPC status (with the error's text), the main listener's
+# (`messages.Refusal.kind`): its gRPC status (with the error's text), the main listener's
 # `/json` HTTP status, and the debug listener's (`/explain`, `/counters`).
 GRPC, JSON, DEBUG = 0, 1, 2
 REFUSED: dict[int, tuple[int, int, int]] = {

@@ -22,7 +22,7 @@ The debug listener serves them only when ADMIN_TOKEN is set (`transport/debug.py
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from .config import Rule
@@ -39,8 +39,8 @@ from .config.budget_store import (
 from .config.match import EXACT, KEY_ONLY, WILDCARD
 from .decision import CONSUME
 from .limiter import Limiter
-from .messages import CODE_NAMES, Descriptor, Request, ServiceError
-from .service import DryRun, RateLimitService
+from .messages import CODE_NAMES, INVALID, TOO_LARGE, Descriptor, Refusal, Request
+from .service import DryRun, RateLimitService, settled
 
 audit = logging.getLogger("ratelimitd.audit")
 
@@ -50,7 +50,19 @@ HOW = {EXACT: "exact", WILDCARD: "wildcard", KEY_ONLY: "key_only"}
 
 
 class AdminError(ValueError):
-    """A request the admin endpoints refuse (400 with this message)."""
+    """A request the admin endpoints refuse (400 with this message), or the service's
+    `refusal` of it (its status is the debug listener's for that refusal)."""
+
+    def __init__(self, message: str, refusal: Refusal | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
+    @classmethod
+    def of(cls, refusal: Refusal) -> AdminError:
+        """The error of a refusal: a request refused is the caller's (400), a store that
+        failed or a defect is not (`refusal` says which)."""
+        bad = refusal.kind in (INVALID, TOO_LARGE)
+        return cls(refusal.message, None if bad else refusal)
 
 
 class Admin:
@@ -67,10 +79,9 @@ class Admin:
         """What `request` would get, descriptor by descriptor, counting nothing: the
         service's own dry run (`RateLimitService.dry_run`), told."""
         walks: list[Any] = []
-        try:
-            run = await self.service.dry_run(request, walks)
-        except ServiceError as exc:
-            raise AdminError(str(exc)) from None
+        run = await settled(self.service.decide(request, dry_run=True, walks=walks))
+        if run.__class__ is Refusal:
+            raise AdminError.of(run)
         plan = run.plan
         items = {item.index: item for item in plan.items}
         windows, budgets = await self._windows(run)
@@ -160,7 +171,7 @@ class Admin:
                         "would_be": "OVER_LIMIT" if over and not limit.shadow_mode else "OK",
                     }
                 )
-        values = iter(await limiter.backend.get(reads) if reads else ())
+        values = iter(await self._store(limiter.backend.get(reads)) if reads else ())
         for index, rows in shown.items():
             if index in budgets:
                 continue
@@ -168,6 +179,13 @@ class Admin:
                 row["value"] = value = next(values)
                 row["remaining"] = max(0, row["limit"] - value)
         return shown, budgets
+
+    async def _store(self, call: Awaitable[Any]) -> Any:
+        """A store call's result; its failure answered by the service (`answer`)."""
+        try:
+            return await call
+        except Exception as exc:
+            raise AdminError.of(self.service.answer(exc, record=False)) from exc  # type: ignore[arg-type]
 
     async def counter(self, domain: str, entries: Sequence[tuple[str, str]]) -> dict[str, Any]:
         """One descriptor's rule, cache keys and current windows (no hits)."""
@@ -185,7 +203,7 @@ class Admin:
         names = list(dict.fromkeys(w["cache_key"] for w in shown.get("windows", [])))
         if "budget" in shown:  # its deadlines too
             names.append(shown["budget"]["due_key"])
-        deleted = await self.limiter.backend.delete(names) if names else 0
+        deleted = await self._store(self.limiter.backend.delete(names)) if names else 0
         local = self.limiter.local_cache
         if local is not None:
             for name in names:

@@ -9,6 +9,7 @@ sees protobuf or JSON. Codes and unit numbers are the RLS v3 enum values (a resp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -131,3 +132,25 @@ def check_entries(bounds: Any, entries: tuple[tuple[str, str], ...]) -> None:
             raise too_long("key", n, most)
         if len(value) * 4 > most and (n := len(value.encode())) > most:
             raise too_long("value", n, most)
+
+
+# Why a request got no decision (`Refusal.kind`, given by `RateLimitService.answer`). What
+# each becomes on the wire is each transport's, in one table: `grpcstatus.REFUSED`.
+INVALID = 0  # ServiceError: a request the reference refuses
+TOO_LARGE = 1  # RequestTooLarge, or a decoder's TooLarge: past the request bounds
+OVERLOADED = 2  # Overloaded: MAX_INFLIGHT_DECISIONS decisions wait on the store already
+STORE_FAILED = 3  # BackendError, answered as BACKEND_FAILURE_POLICY=error answers it
+FAULT = 4  # anything else: a defect, logged
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request answered without a decision: why (`kind`), and the error that said so."""
+
+    kind: int
+    error: Exception
+
+    @property
+    def message(self) -> str:
+        """The error's text, as the reference's UNKNOWN status carries it."""
+        return str(self.error) or type(self.error).__name__

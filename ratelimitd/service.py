@@ -13,10 +13,11 @@ options are swapped together as one `Snapshot`, so a request never mixes two con
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from . import decision
 from .backends.base import BackendError, Op, PipelinedBackend, Waiter
@@ -26,19 +27,36 @@ from .config.ruleset import UNIT_NAMES
 from .decision import NO_LIMIT, SLICE, Plan
 from .limiter import Limiter
 from .messages import (
+    FAULT,
+    INVALID,
     MAX_UINT32,
     OVER_LIMIT,
+    OVERLOADED,
+    STORE_FAILED,
+    TOO_LARGE,
     Overloaded,
+    Refusal,
     Request,
     RequestTooLarge,
     Response,
     ServiceError,
     Status,
+    TooLarge,
 )
 from .settings import ReloadOptions
 from .stats import RuleStats, StatsStore
 
-__all__ = ["SLICE", "Overloaded", "RateLimitService", "RequestTooLarge", "ServiceError", "Snapshot"]
+__all__ = [
+    "SLICE",
+    "Overloaded",
+    "RateLimitService",
+    "RequestTooLarge",
+    "ServiceError",
+    "Snapshot",
+    "settled",
+]
+
+log = logging.getLogger("ratelimitd.service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +79,25 @@ class DryRun:
     response: Response
 
 
+# What `RateLimitService.decide` gives: the answer now, the Plan whose round a waiter
+# awaits, or an awaitable of the answer (`DryRun` for a dry run).
+Decided: TypeAlias = "Response | Refusal | Plan | Awaitable[Response | Refusal | DryRun]"
+
+
+async def settled(out: Decided) -> Any:
+    """`decide`'s answer, awaited when it is not ready yet (never a Plan: no waiter)."""
+    if out.__class__ is Response or out.__class__ is Refusal:
+        return out
+    return await out  # type: ignore[misc]
+
+
 class RateLimitService:
     """Decides RateLimitRequests: plan, count, verdict (see `decision`).
 
-    The contract with the transports is explicit: when `synchronous` (the limiter never
-    waits), `decide_now` decides a request without a coroutine, or returns None for one
-    that must go through `should_rate_limit` (more than SLICE descriptors); otherwise
-    every request goes through `should_rate_limit`.
+    `decide` is the one way in, and `answer` the one place where a failure (a refused
+    request, a store that failed, an unexpected error) becomes an answer: a Response (the
+    failure policy's) or a `Refusal`, which each transport turns into its own status through
+    `transport.grpcstatus.REFUSED`.
     """
 
     def __init__(
@@ -82,10 +112,9 @@ class RateLimitService:
         fallback: Limiter | None = None,
         max_in_flight: int = 0,
     ) -> None:
-        self.limiter = limiter
         self.stats = stats
         self.clock = clock
-        # BACKEND_FAILURE_POLICY: error (raise, as the reference), allow, deny, or local
+        # BACKEND_FAILURE_POLICY: error (refused, as the reference), allow, deny, or local
         # (decide with `fallback`, a limiter over this process's memory store).
         if failure_policy == "local" and fallback is None:
             raise ValueError("failure policy 'local' needs a fallback limiter")
@@ -96,35 +125,43 @@ class RateLimitService:
         # Token budgets' stream-end calls (settle, close) a failed store round could not
         # take: sent again until it takes them (never charged twice).
         self.stream_ends = StreamEnds(limiter.backend, limiter.near_limit_ratio, stats.service)
-        self.decision = d = decision
+        self.decision = decision
         self.snapshot = Snapshot(None, options or ReloadOptions())
-        # Plan, count and verdict in compiled calls: the whole decision for a limiter that
-        # never waits (`decide_now` is its method), its halves around the store's round for
-        # one that does (`prepare`, `finish`); swapped configs reach it with the snapshot.
-        self._engine = d.Engine(stats, limiter, self._extras)
-        # An awaited decision takes the halves unless the limiter's own round is needed
-        # (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT checks before it counts).
-        self._halves = not limiter.synchronous and not limiter.stop_increment
-        # decide_now(request) -> Response | None: decide one request of a `synchronous`
-        # service without a coroutine; None for a request of more than SLICE descriptors
-        # (use `should_rate_limit`). Raises ServiceError. It is the engine's own method: no
-        # Python frame on the hot path.
-        self.decide_now: Callable[[Request], Response | None] = self._waits
-        self._engine.use(None, self.snapshot.options)
-        if limiter.synchronous:
-            self.decide_now = self._engine.decide_now
-        # `send` may be used: the store starts a round without a coroutine (Redis), and
-        # the request's round is the plan's one (not STOP_CACHE_KEY_INCREMENT_WHEN_
-        # OVERLIMIT's two). Decided once, as the limiter is fixed.
-        backend = limiter.backend
-        self.sends = self._halves and isinstance(backend, PipelinedBackend)
-        self._increment_later = backend.increment_later if self.sends else None  # type: ignore[attr-defined]
+        self.limiter = limiter  # the decision's fast paths are chosen for it (`limiter`)
         # The window arithmetic of the `keys` implementation `impl` names (None: selected).
         self._reset_seconds: Callable[[int, int], int] = keys.implementation(impl).reset_seconds
 
     @property
+    def limiter(self) -> Limiter:
+        """What counts the plans; set, it chooses the decision's paths for itself."""
+        return self._limiter
+
+    @limiter.setter
+    def limiter(self, limiter: Limiter) -> None:
+        self._limiter = limiter
+        # Plan, count and verdict in compiled calls: the whole decision for a limiter that
+        # never waits (`decide_now` is its method), its halves around the store's round for
+        # one that does (`prepare`, `finish`); swapped configs reach it with the snapshot.
+        self._engine = self.decision.Engine(self.stats, limiter, self._extras)
+        snap = self.snapshot
+        self._engine.use(snap.ruleset, snap.options)
+        # An awaited decision takes the halves unless the limiter's own round is needed
+        # (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT checks before it counts).
+        self._halves = not limiter.synchronous and not limiter.stop_increment
+        # The whole decision in one compiled call, for a limiter that never waits (None:
+        # one that does).
+        self._decide_now = self._engine.decide_now if limiter.synchronous else None
+        # A waiter may be given to `decide`: the store starts a round without a coroutine
+        # (Redis), and the request's round is the plan's one (not STOP_CACHE_KEY_INCREMENT_
+        # WHEN_OVERLIMIT's two).
+        backend = limiter.backend
+        self.sends = self._halves and isinstance(backend, PipelinedBackend)
+        self._increment_later = backend.increment_later if self.sends else None  # type: ignore[attr-defined]
+
+    @property
     def synchronous(self) -> bool:
-        """Whether `decide_now` may be used: the limiter never waits for I/O."""
+        """Whether `decide` answers at once (the limiter never waits for I/O), but for a
+        request of more than SLICE descriptors."""
         return self.limiter.synchronous
 
     def set_ruleset(self, ruleset: RuleSet, options: ReloadOptions | None = None) -> None:
@@ -143,95 +180,186 @@ class RateLimitService:
         store get one last round."""
         await self.stream_ends.close()
 
-    @staticmethod
-    def _waits(request: Request) -> Response | None:
-        raise TypeError("decide_now: this service's limiter waits (use should_rate_limit)")
+    # -- the one way in -----------------------------------------------------------------
+
+    def decide(
+        self,
+        request: Request,
+        waiter: Waiter | None = None,
+        *,
+        dry_run: bool = False,
+        walks: list[Any] | None = None,
+    ) -> Decided:
+        """Decide `request`: the one way in, for every transport.
+
+        Sync-first, so the hot paths take no coroutine: the Response (or the `Refusal`)
+        when it is decided at once, as a limiter that never waits decides it, or when
+        nothing is to be counted; otherwise an awaitable of it (`settled` awaits either).
+
+        With a `waiter`, a service that `sends` starts the store's round without a
+        coroutine and returns the request's Plan: `waiter(results)` is called once the
+        round is over (its `task` is set when the store could not start the round without
+        one), and `received(request, plan, results)` then gives the answer, or `dropped()`
+        forgets a waiter no longer wanted.
+
+        `dry_run`: an awaitable of what the request would get now, by the same plan,
+        count and verdict (a `DryRun`), with the store only read and nothing counted (no
+        statistic moves, nothing enters the local cache); `walks` receives each
+        descriptor's walk. Never raises: failures are `answer`ed.
+        """
+        if dry_run:
+            return self._dry_run(request, walks)
+        decide_now = self._decide_now
+        if decide_now is not None:
+            try:
+                response = decide_now(request)
+            except Exception as exc:
+                return self.answer(exc, request)
+            if response is not None:
+                return response  # type: ignore[no-any-return]
+        elif waiter is not None and self.sends and len(request.descriptors) <= SLICE:
+            return self._send(request, waiter)
+        return self._awaited(request)
+
+    def answer(
+        self,
+        error: Exception,
+        request: Request | None = None,
+        plan: Plan | None = None,
+        *,
+        record: bool = True,
+    ) -> Response | Refusal:
+        """The one place where a failure becomes an answer: the store failed (BackendError,
+        counted as `redis_error`, answered as BACKEND_FAILURE_POLICY says when the request
+        was planned and `record`), the request was refused (ServiceError, RequestTooLarge,
+        a decoder's TooLarge, Overloaded), or something unexpected failed (logged: the
+        reference would crash here; a server answers and stays up)."""
+        if isinstance(error, BackendError):
+            if not record:
+                return Refusal(STORE_FAILED, error)
+            self.stats.service.redis_error += 1
+            if plan is None:
+                return Refusal(STORE_FAILED, error)
+            # A budget's settles and closes are kept to be sent again: their answer does
+            # not matter (Envoy discards it), their usage does; its reserves are decided
+            # by the policy.
+            if plan.budget is not None:
+                self.stream_ends.keep(plan)
+            if self.failure_policy == "error" or request is None:
+                return Refusal(STORE_FAILED, error)
+            statuses = self._on_failure(plan)
+            return self._respond(request, plan, statuses, self.snapshot.options)
+        if isinstance(error, Overloaded):
+            return Refusal(OVERLOADED, error)
+        if isinstance(error, TooLarge):  # refused by a decoder: counted as the service counts it
+            self.stats.service.service_error += 1
+            return Refusal(TOO_LARGE, error)
+        if isinstance(error, RequestTooLarge):
+            return Refusal(TOO_LARGE, error)
+        if isinstance(error, ServiceError):
+            return Refusal(INVALID, error)
+        log.error("ShouldRateLimit failed unexpectedly", exc_info=error)
+        return Refusal(FAULT, error)
 
     async def should_rate_limit(self, request: Request) -> Response:
-        """Decide one request. Raises ServiceError, or BackendError from the backend."""
-        if self._halves and len(request.descriptors) <= SLICE:
-            engine = self._engine
+        """`decide`'s awaited branch, for a caller in this process that wants the failure
+        as an exception: ServiceError (Overloaded, RequestTooLarge), or BackendError
+        (policy `error`). The same plan, count and verdict in Python calls that read the
+        limiter's clock and store as they are now (a test may swap them)."""
+        out = await self._awaited(request)
+        if out.__class__ is Refusal:
+            raise out.error  # type: ignore[union-attr]
+        return out  # type: ignore[return-value]
+
+    # -- the awaited path ---------------------------------------------------------------
+
+    async def _awaited(self, request: Request) -> Response | Refusal:
+        """`decide` for a request that waits: on the store, or planned in slices."""
+        plan: Plan | None = None
+        try:
+            if self._halves and len(request.descriptors) <= SLICE:
+                engine = self._engine
+                plan = engine.prepare(request)
+                if plan.__class__ is Response:  # nothing to count
+                    return plan  # type: ignore[return-value]
+                if not plan.ops:  # type: ignore[union-attr]
+                    return engine.finish(request, plan, ())  # type: ignore[no-any-return]
+                self._enter()
+                try:
+                    results = await self.limiter.backend.increment(plan.ops)  # type: ignore[union-attr]
+                finally:
+                    self.in_flight -= 1
+                return engine.finish(request, plan, results)  # type: ignore[no-any-return]
+            snap = self.snapshot
+            if len(request.descriptors) > SLICE:
+                sliced = await self._planned_in_slices(request, snap)
+                if isinstance(sliced, Refusal):
+                    return sliced
+                plan = sliced
+            else:
+                plan = self._planned(request, snap)
+            if self.limiter.synchronous:
+                statuses = self.limiter.count_now(plan)
+            else:
+                self._enter()
+                try:
+                    statuses = await self.limiter.count(plan)
+                finally:
+                    self.in_flight -= 1
+            return self._respond(request, plan, statuses, snap.options)
+        except Exception as exc:
+            return self.answer(exc, request, plan)
+
+    def _enter(self) -> None:
+        """One more decision waits on the store, within MAX_INFLIGHT_DECISIONS."""
+        if self.max_in_flight and self.in_flight >= self.max_in_flight:
+            self.stats.service.overloaded += 1
+            raise Overloaded(
+                f"{self.in_flight} decisions wait on the store "
+                f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
+            )
+        self.in_flight += 1
+
+    # -- the callback path (`sends`) ------------------------------------------------------
+
+    def _send(self, request: Request, waiter: Waiter) -> Response | Refusal | Plan:
+        """`decide` with a waiter: the round started without a coroutine (see there)."""
+        engine = self._engine
+        plan: Any = None
+        try:
             plan = engine.prepare(request)
             if plan.__class__ is Response:  # nothing to count
                 return plan  # type: ignore[no-any-return]
             if not plan.ops:
-                return engine.finish(request, plan, ())
-            if self.max_in_flight and self.in_flight >= self.max_in_flight:
-                raise self._overloaded()
-            self.in_flight += 1
-            try:
-                results = await self.limiter.backend.increment(plan.ops)
-            except BackendError:
-                statuses = self._failed(plan)
-                return self._respond(request, plan, statuses, self.snapshot.options)
-            finally:
-                self.in_flight -= 1
-            return engine.finish(request, plan, results)
-        snap = self.snapshot
-        if len(request.descriptors) > SLICE:
-            plan = await self._planned_in_slices(request, snap)
-        else:
-            plan = self._planned(request, snap)
-        if self.limiter.synchronous:
-            statuses = self.limiter.count_now(plan)
-        else:
-            statuses = await self._count(plan)
-        return self._respond(request, plan, statuses, snap.options)
-
-    # -- the callback path (`sends`) ------------------------------------------------------
-
-    def send(self, request: Request, waiter: Waiter) -> Response | Plan | None:
-        """Start deciding `request` without a coroutine (only when `sends`).
-
-        The response when no store round is needed (or the round could not start and
-        BACKEND_FAILURE_POLICY answered); otherwise the plan whose round is under way:
-        `waiter(results)` is called once it is over (a waiter's `task` is set when the
-        store could not start it without one), and `received(request, plan, results)`
-        then gives the response, or `dropped()` forgets a waiter no longer wanted. None
-        for a request planned in slices (more than SLICE descriptors; nothing was done:
-        use `should_rate_limit`). Raises ServiceError and Overloaded as
-        `should_rate_limit` does.
-        """
-        if len(request.descriptors) > SLICE:
-            return None
-        engine = self._engine
-        plan = engine.prepare(request)
-        if plan.__class__ is Response:  # nothing to count
-            return plan  # type: ignore[no-any-return]
-        if not plan.ops:
-            return engine.finish(request, plan, ())  # type: ignore[no-any-return]
-        if self.max_in_flight and self.in_flight >= self.max_in_flight:
-            raise self._overloaded()
-        self.in_flight += 1
+                return engine.finish(request, plan, ())  # type: ignore[no-any-return]
+            self._enter()
+        except Exception as exc:
+            return self.answer(exc, request, plan)
         try:
             if not self._increment_later(plan.ops, waiter):  # type: ignore[misc]
                 waiter.task = asyncio.get_running_loop().create_task(  # type: ignore[attr-defined]
                     self._later(plan.ops, waiter)
                 )
-        except BackendError as exc:
+        except Exception as exc:
             return self.received(request, plan, exc)
         return plan  # type: ignore[no-any-return]
 
-    def received(self, request: Request, plan: Plan, results: Any) -> Response:
-        """The response of a plan `send` started, from its round's results (the store's
-        list, or the exception the round raised, answered as BACKEND_FAILURE_POLICY says).
-        Raises BackendError (policy `error`) as `should_rate_limit` does."""
+    def received(self, request: Request, plan: Plan, results: Any) -> Response | Refusal:
+        """The answer to a plan `decide` started with a waiter, from its round's results
+        (the store's list, or the exception the round raised: `answer`ed)."""
         self.in_flight -= 1
         if results.__class__ is list:
             return self._engine.finish(request, plan, results)  # type: ignore[no-any-return]
-        try:
-            raise results  # `_failed` answers a BackendError being handled, as awaited
-        except BackendError:
-            return self._respond(request, plan, self._failed(plan), self.snapshot.options)
+        return self.answer(results, request, plan)
 
     def dropped(self) -> None:
-        """A round `send` started is over, and its waiter no longer wants the response
-        (its client left): the decision is forgotten."""
+        """A round `decide` started with a waiter is over, and its waiter no longer wants
+        the answer (its client left): the decision is forgotten."""
         self.in_flight -= 1
 
     async def _later(self, ops: list[Op], waiter: Waiter) -> None:
-        """The round of a plan `send` started, awaited (a store that cannot start it
-        without a coroutine); cancelled with its waiter's task."""
+        """The round of a plan `decide` started with a waiter, awaited (a store that cannot
+        start it without a coroutine); cancelled with its waiter's task."""
         try:
             results: Any = await self.limiter.backend.increment(ops)
         except asyncio.CancelledError:
@@ -242,17 +370,21 @@ class RateLimitService:
             results = exc
         waiter(results)
 
-    async def dry_run(self, request: Request, walks: list[Any] | None = None) -> DryRun:
-        """What `should_rate_limit(request)` would answer now, by the same plan, count and
-        verdict, with the store only read and nothing counted (no statistic moves, nothing
-        enters the local cache). `walks` receives each descriptor's walk. Raises
-        ServiceError (uncounted), or BackendError."""
+    # -- the dry run --------------------------------------------------------------------
+
+    async def _dry_run(self, request: Request, walks: list[Any] | None) -> DryRun | Refusal:
+        """`decide(request, dry_run=True)` (see there)."""
         snap = self.snapshot
         d = self.decision
-        plan = d.plan(request, snap.ruleset, snap.options, walks)
-        d.bind(plan, RuleStats, False)
-        t = self.limiter.clock()
-        ops, results, statuses = await self.limiter.peek(plan, t)
+        try:
+            plan = d.plan(request, snap.ruleset, snap.options, walks)
+            d.bind(plan, RuleStats, False)
+            t = self.limiter.clock()
+            ops, results, statuses = await self.limiter.peek(plan, t)
+        except Exception as exc:
+            refusal = self.answer(exc, record=False)
+            assert refusal.__class__ is Refusal  # nothing planned: no policy answers
+            return refusal  # type: ignore[return-value]
         response = self._respond(request, plan, statuses, snap.options, record=False)
         return DryRun(plan, t, ops, results, response)
 
@@ -262,8 +394,9 @@ class RateLimitService:
         """The request's plan with its stats bound; refusals counted as service errors."""
         return self.decision.planned(request, snap.ruleset, snap.options, self.stats)  # type: ignore[no-any-return]
 
-    async def _planned_in_slices(self, request: Request, snap: Snapshot) -> Plan:
-        """`_planned` with the loop running other requests every SLICE descriptors."""
+    async def _planned_in_slices(self, request: Request, snap: Snapshot) -> Plan | Refusal:
+        """`_planned` with the loop running other requests every SLICE descriptors; the
+        refusal of a request it refuses."""
         d = self.decision
         try:
             plan = d.begin(request, snap.ruleset, snap.options)
@@ -274,43 +407,10 @@ class RateLimitService:
                     await asyncio.sleep(0)
                 d.extend(plan, lookup, start, min(n, start + SLICE))
             d.finish(plan)
-        except ServiceError:
+        except ServiceError as exc:  # counted here as `planned` counts it
             self.stats.service.service_error += 1
-            raise
+            return self.answer(exc)  # type: ignore[return-value]
         return d.bound(plan, self.stats)  # type: ignore[no-any-return]
-
-    # -- count --------------------------------------------------------------------------
-
-    async def _count(self, plan: Plan) -> list[Status]:
-        """The limiter's round, within MAX_INFLIGHT_DECISIONS, under BACKEND_FAILURE_POLICY."""
-        if self.max_in_flight and self.in_flight >= self.max_in_flight:
-            raise self._overloaded()
-        self.in_flight += 1
-        try:
-            return await self.limiter.count(plan)
-        except BackendError:
-            return self._failed(plan)
-        finally:
-            self.in_flight -= 1
-
-    def _overloaded(self) -> Overloaded:
-        self.stats.service.overloaded += 1
-        return Overloaded(
-            f"{self.in_flight} decisions wait on the store "
-            f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
-        )
-
-    def _failed(self, plan: Plan) -> list[Status]:
-        """The store failed (a BackendError being handled): counted, then raised again
-        (BACKEND_FAILURE_POLICY=error, the reference) or answered by the policy. A budget's
-        settles and closes are kept to be sent again: their answer does not matter (Envoy
-        discards it), their usage does; its reserves are decided by the policy."""
-        self.stats.service.redis_error += 1
-        if plan.budget is not None:
-            self.stream_ends.keep(plan)
-        if self.failure_policy == "error":
-            raise  # the BackendError being handled: called from its except block only
-        return self._on_failure(plan)
 
     def _on_failure(self, plan: Plan) -> list[Status]:
         """The statuses BACKEND_FAILURE_POLICY gives when the store failed (or its breaker

@@ -36,10 +36,9 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..backends.base import BackendError
 from ..grpcstatus import INVALID_ARGUMENT, OK, RESOURCE_EXHAUSTED, UNAVAILABLE
-from ..messages import OVER_LIMIT, Descriptor, Request, ServiceError
-from ..service import RateLimitService
+from ..messages import OVER_LIMIT, Descriptor, Refusal, Request
+from ..service import RateLimitService, settled
 from ..settings import QuotaSettings
 from ..stats import StatsStore, sanitize_stat_name
 from ..stats.store import OVERFLOW_KEY as OVERFLOW
@@ -250,12 +249,9 @@ class QuotaService:
             return
         actions = []
         for usage in usages:
-            try:
-                action = await self._usage(stream, usage.bucket, usage)
-            except (BackendError, ServiceError) as exc:
-                # The Envoy keeps its assignment until its TTL; the next report tries again.
-                self.errors += 1
-                log.warning("RLQS: bucket %s not assigned: %s", usage.bucket, exc)
+            action = await self._usage(stream, usage.bucket, usage)
+            if isinstance(action, Refusal):
+                self._not_assigned(usage.bucket, action)
                 continue
             if stream.closed:
                 return
@@ -263,9 +259,14 @@ class QuotaService:
                 actions.append(action)
         stream.send(actions)
 
+    def _not_assigned(self, bucket: dict[str, str], refusal: Refusal) -> None:
+        # The Envoy keeps its assignment until its TTL; the next report tries again.
+        self.errors += 1
+        log.warning("RLQS: bucket %s not assigned: %s", bucket, refusal.message)
+
     async def _usage(
         self, stream: QuotaStream, bucket: dict[str, str], usage: Any
-    ) -> Action | None:
+    ) -> Action | Refusal | None:
         key = frozenset(bucket.items())
         b = stream.buckets.get(key, False)
         now = self.clock()
@@ -309,24 +310,25 @@ class QuotaService:
         b = stream.buckets.get(key)
         if b is None:
             return
-        try:
-            action = await self._assign(stream, key, b, 0)
-        except (BackendError, ServiceError) as exc:
-            self.errors += 1
-            log.warning("RLQS: bucket %s not assigned: %s", dict(key), exc)
+        action = await self._assign(stream, key, b, 0)
+        if isinstance(action, Refusal):
+            self._not_assigned(dict(key), action)
             return
         stream.send([action])
 
     async def _assign(
         self, stream: QuotaStream, key: frozenset[tuple[str, str]], b: Bucket, consumed: int
-    ) -> Action:
+    ) -> Action | Refusal:
         """The bucket's assignment after `consumed` more allowed requests (see the module
-        docstring); tokens taken from the counter as needed."""
+        docstring); tokens taken from the counter as needed. The service's refusal when
+        the counter could not be read or taken from."""
         service = self.service
         domain = stream.domain
-        status = (
-            await service.dry_run(Request(domain, [Descriptor(b.entries, hits_addend=0)]))
-        ).response.statuses[0]
+        looked = Request(domain, [Descriptor(b.entries, hits_addend=0)])
+        run = await settled(service.decide(looked, dry_run=True))
+        if type(run) is Refusal:
+            return run
+        status = run.response.statuses[0]
         rule = status.rule
         ttl = self.settings.assignment_ttl
         if rule is None or rule.unlimited:
@@ -359,7 +361,9 @@ class QuotaService:
             grant = self._share(stream, key, available, horizon)
         if grant + excess:
             request = Request(domain, [Descriptor(b.entries)], hits_addend=grant + excess)
-            response = await service.should_rate_limit(request)
+            response = await settled(service.decide(request))
+            if type(response) is Refusal:
+                return response  # type: ignore[no-any-return]
             if response.overall_code == OVER_LIMIT:
                 grant = 0  # another replica took it first: nothing granted, nothing lost
         if grant or rollover or b.sent is None:

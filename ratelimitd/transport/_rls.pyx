@@ -4,26 +4,28 @@ transport's routes around it.
 
 `transport/rls.py`'s `RlsHandler` uses it (its own `_call_now` is the pure twin of
 `SyncCall`, and holds the notes; `transport/native.py`'s `_should_rate_limit` and `_send`
-are the twins of the routes): decode, the service's decision, encode, and the call's
-statistics, in C on the native transport's hot path. `SyncRoute` answers a synchronous
-service's call at once; `SendRoute` starts an awaited decision without a task
-(`RateLimitService.send`) and answers it when the store's round is over (`Pending`).
+are the twins of the routes): decode, the service's one way in (`RateLimitService.decide`),
+encode, and the call's statistics, in C on the native transport's hot path. `SyncRoute`
+answers a synchronous service's call at once; `SendRoute` starts an awaited decision
+without a task (`decide` with a waiter) and answers it when the store's round is over
+(`Pending`). An answer not ready at once (a coroutine) goes to the transport's task.
 """
 
 from posix.time cimport CLOCK_MONOTONIC
 
 from ratelimitd._slots cimport clock_now, get, offset_of, put
 
-from google.protobuf.message import DecodeError
-
 import time
+from types import CoroutineType
 
-from ratelimitd.messages import Response, TooLarge
+from ratelimitd.messages import Refusal, Response
 from ratelimitd.stats.store import ServiceStats
-from ratelimitd.grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED
+from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response
+cdef object REFUSAL = Refusal
+cdef object COROUTINE = CoroutineType
 
 cdef class SyncRoute
 cdef class SendRoute
@@ -33,13 +35,12 @@ cdef object SERVICE = ServiceStats
 cdef Py_ssize_t TOTAL = offset_of(ServiceStats, "total_requests")
 cdef Py_ssize_t COUNT = offset_of(ServiceStats, "response_time_count")
 cdef Py_ssize_t SUM = offset_of(ServiceStats, "response_time_sum_ms")
-cdef Py_ssize_t ERRORS = offset_of(ServiceStats, "service_error")
 
 
 cdef class SyncCall:
     """`RlsHandler._call_now`, compiled (see the module docstring)."""
 
-    cdef object decode, service, decide, encode, clock, stats, timer, failure
+    cdef object decode, service, decide, encode, clock, stats, timer, failure, refused
     cdef bint monotonic
     # The last response encoded and its bytes: the engine answers every request with
     # nothing to count (an unknown domain, no rule matched) with one shared response per
@@ -47,17 +48,18 @@ cdef class SyncCall:
     # at the same address.
     cdef object last, last_reply
 
-    def __init__(self, decode, service, encode, clock, stats, timer, failure):
+    def __init__(self, decode, service, encode, clock, stats, timer, failure, refused):
         # time.perf_counter is CLOCK_MONOTONIC: read in C (a test may hand another clock)
         self.monotonic = clock is PERF_COUNTER
         self.decode = decode  # (bytes, bounds) -> Request (raises DecodeError, TooLarge)
         self.service = service  # its snapshot's options are the decoder's bounds
-        self.decide = service.decide_now  # Request -> Response | None
+        self.decide = service.decide  # (Request[, Waiter]) -> Response | Refusal | ...
         self.encode = encode  # Response -> bytes
         self.clock = clock
         self.stats = stats  # ServiceStats
         self.timer = timer  # the sink's response_time, or None
-        self.failure = failure  # an error out of the service -> (status, message)
+        self.failure = failure  # an error out of the decoder or the service -> outcome
+        self.refused = refused  # a Refusal -> (status, message)
 
     cdef inline double _now(self) except? -1.0:
         return clock_now(CLOCK_MONOTONIC, None if self.monotonic else self.clock)
@@ -66,16 +68,26 @@ cdef class SyncCall:
         return self.call(data)
 
     cdef object call(self, bytes data):
+        """The call's outcome, or the awaitable of its answer (not decided at once)."""
         cdef double started = self._now()
         try:
-            response = self.decide(self.decode(data, self.service.snapshot.options))
-            if response is None:
-                return None
-            code = OK
-            reply = self._encoded(response)
+            out = self.decide(self.decode(data, self.service.snapshot.options))
+            if type(out) is RESPONSE:
+                code = OK
+                reply = self._encoded(out)
+            elif type(out) is REFUSAL:
+                code, reply = self.refused(out)
+            else:
+                return out
         except Exception as err:
-            code, reply = self._failed(err)
+            code, reply = self.failure(err)
         return self._done(started, code, reply)
+
+    cdef tuple _answered(self, out):
+        """The outcome of the service's answer (a Response or a Refusal)."""
+        if type(out) is RESPONSE:
+            return OK, self._encoded(out)
+        return self.refused(out)
 
     cdef object _encoded(self, response):
         """`encode(response)`, or the bytes of the same response encoded last."""
@@ -85,15 +97,6 @@ cdef class SyncCall:
         self.last = response
         self.last_reply = reply
         return reply
-
-    cdef tuple _failed(self, err):
-        """The outcome of an error out of the decoder or the service."""
-        if isinstance(err, DecodeError):
-            return INTERNAL, f"grpc: error unmarshalling request: {err}"
-        if isinstance(err, TooLarge):  # refused by the decoder: counted as the service counts it
-            s = self.stats
-            put(s, SERVICE, ERRORS, "service_error", get(s, SERVICE, ERRORS, "service_error") + 1)
-        return self.failure(err)
 
     cdef tuple _done(self, double started, code, reply):
         """The call's statistics, counted; its outcome."""
@@ -169,8 +172,9 @@ cdef class Bound:
 
 cdef class SyncRoute:
     """The native transport's ShouldRateLimit route for a synchronous service: the call
-    answered at once, or handed to `fallback(stream, proto)` (the transport's own route,
-    which makes a task) for a request the service decides only asynchronously."""
+    answered at once, or handed to `fallback(stream, proto, answer)` (the transport's own
+    route, which makes a task) with the awaitable of the answer the service gives a
+    request it decides only asynchronously."""
 
     cdef SyncCall call
     cdef object fallback
@@ -184,11 +188,11 @@ cdef class SyncRoute:
 
     cdef handle(self, stream, proto):
         outcome = self.call.call(stream.message)
-        if outcome is None:
-            self.fallback(stream, proto)
-        else:
+        if type(outcome) is tuple:
             code, reply = outcome
             _answer_now(proto, stream, code, reply)
+        else:
+            self.fallback(stream, proto, outcome)
 
 
 cdef inline void _answer_now(proto, stream, code, reply) except *:
@@ -220,7 +224,7 @@ cdef inline void _answer_later(proto, stream, code, reply) except *:
 
 
 cdef class Pending:
-    """One call whose store round is under way: the `Waiter` of `RateLimitService.send`,
+    """One call whose store round is under way: the `Waiter` of `RateLimitService.decide`,
     and the stream's `work` (cancelled by its deadline or its client)."""
 
     cdef SendRoute route
@@ -244,16 +248,16 @@ cdef class SendRoute:
     request is held in the connection's buffers and its decision started (no task, no
     coroutine); answered at once when it needed no store round, else by its `Pending`
     once the round is over. A request the service does not start (planned in slices)
-    goes to `fallback(stream, proto)`, the transport's task, already held."""
+    goes to `fallback(stream, proto, answer)`, the transport's task awaiting its answer,
+    already held."""
 
     cdef SyncCall call
-    cdef object send, received_by, dropped, fallback, size
+    cdef object received_by, dropped, fallback, size
 
     def __init__(self, SyncCall call, size, fallback):
         service = call.service
         self.call = call
-        self.send = service.send  # (Request, Waiter) -> Response | Plan | None
-        self.received_by = service.received  # (Request, Plan, results) -> Response
+        self.received_by = service.received  # (Request, Plan, results) -> Response | Refusal
         self.dropped = service.dropped
         self.size = size  # bytes -> the decoded request's estimated size
         self.fallback = fallback
@@ -280,20 +284,20 @@ cdef class SendRoute:
             p.proto = proto
             p.request = request
             p.started = started
-            out = self.send(request, p)
-            if out is None:
-                self.fallback(stream, proto)
+            out = c.decide(request, p)
+            if type(out) is RESPONSE or type(out) is REFUSAL:
+                code, reply = c._answered(out)
+            elif type(out) is COROUTINE:
+                self.fallback(stream, proto, out)
                 return
-            if type(out) is not RESPONSE:  # the plan whose round is under way
+            else:  # the plan whose round is under way
                 p.plan = out
                 stream.work = p
                 if stream.timeout >= 0:
                     proto.server.watch_deadline(stream, proto)
                 return
-            code = OK
-            reply = c._encoded(out)
         except Exception as err:
-            code, reply = c._failed(err)
+            code, reply = c.failure(err)
         c._done(started, code, reply)
         _answer_now(proto, stream, code, reply)
 
@@ -304,9 +308,8 @@ cdef class SendRoute:
             c._done(p.started, CANCELLED, "")
             return
         try:
-            code = OK
-            reply = c.encode(self.received_by(p.request, p.plan, results))
+            code, reply = c._answered(self.received_by(p.request, p.plan, results))
         except Exception as err:
-            code, reply = c._failed(err)
+            code, reply = c.failure(err)
         c._done(p.started, code, reply)
         _answer_later(p.proto, p.stream, code, reply)

@@ -38,7 +38,8 @@ from itertools import islice
 from urllib.parse import parse_qs
 
 from ..admin import Admin, AdminError
-from ..backends.base import BackendError
+from ..grpcstatus import DEBUG, REFUSED
+from ..messages import STORE_FAILED
 from ..quota import QuotaService
 from ..service import RateLimitService
 from ..settings import DebugSettings
@@ -78,6 +79,16 @@ def _unauthorized(request: HttpRequest, token: bytes) -> Reply | None:
 
 def _json(status: int, body: object) -> Reply:
     return status, JSON, json.dumps(body).encode()
+
+
+def _refused(exc: AdminError) -> Reply:
+    """An admin request refused: 400, or the debug listener's status for the service's
+    refusal (`grpcstatus.REFUSED`)."""
+    refusal = exc.refusal
+    if refusal is None:
+        return _json(400, {"error": str(exc)})
+    prefix = "counter store: " if refusal.kind == STORE_FAILED else ""
+    return _json(REFUSED[refusal.kind][DEBUG], {"error": f"{prefix}{exc}"})
 
 
 def _admin_endpoints(
@@ -130,11 +141,9 @@ def _admin_endpoints(
                 return _json(200, await admin.counter(domain, entries))
             return _json(200, await admin.reset(domain, entries, who=request.peer))
         except AdminError as exc:
-            return _json(400, {"error": str(exc)})
+            return _refused(exc)
         except LookupError as exc:
             return _json(404, {"error": str(exc.args[0])})
-        except BackendError as exc:
-            return _json(503, {"error": f"counter store: {exc}"})
 
     async def explain(request: HttpRequest) -> Reply:
         refused = _unauthorized(request, token)
@@ -149,9 +158,7 @@ def _admin_endpoints(
         try:
             return _json(200, await admin.explain(decoded))
         except AdminError as exc:
-            return _json(400, {"error": str(exc)})
-        except BackendError as exc:
-            return _json(503, {"error": f"counter store: {exc}"})
+            return _refused(exc)
 
     return {
         "/counters": ("GET or DELETE (reset) a descriptor's counters (admin token)", counters),

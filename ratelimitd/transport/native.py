@@ -14,6 +14,7 @@ per call; the number of concurrent streams per connection is GRPC_MAX_CONCURRENT
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import ssl
 from typing import Any
@@ -21,9 +22,9 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
-from ..grpcstatus import CANCELLED, INTERNAL, NOT_FOUND, OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED
+from ..grpcstatus import CANCELLED, INTERNAL, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED
 from ..health import Health
-from ..messages import Request, Response
+from ..messages import Refusal, Request, Response
 from ..quota import QuotaService
 from ..service import RateLimitService
 from ..settings import Settings
@@ -39,9 +40,9 @@ from .grpc import (
 )
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
-from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size, encode_response
+from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size
 from .rlqs import NativeQuotaRoute
-from .rls import RlsHandler, outcome_of, router
+from .rls import RlsHandler, router
 from .spans import ServerSpans
 
 log = logging.getLogger("ratelimitd.transport.native")
@@ -169,7 +170,7 @@ def _health_service(stream: Any, proto: H2Protocol) -> str | None:
 
 class _Pending:
     """One call whose store round is under way (`_rls.Pending`'s twin): the `Waiter` of
-    `RateLimitService.send`, and the stream's `work`."""
+    `RateLimitService.decide`, and the stream's `work`."""
 
     __slots__ = ("cancelled", "handler", "plan", "proto", "request", "started", "stream", "task")
 
@@ -225,7 +226,7 @@ class NativeGrpcTransport:
         self.health_statuses = NativeHealth()
         handler = self.handler
         if handler.sends:
-            decide = handler.send_route(self._send, self._task)
+            decide = handler.send_route(self._send, self._later)
         else:
             decide = handler.route(self._should_rate_limit, self._in_task)
         self.routes = {
@@ -279,14 +280,20 @@ class NativeGrpcTransport:
         handler = self.handler
         if handler.synchronous:
             outcome = handler.decide_now(stream.message)
-            if outcome is not None:
+            if type(outcome) is tuple:
                 proto.answer(stream, *outcome)
-                return
-        self._in_task(stream, proto)
-
-    def _in_task(self, stream: Any, proto: H2Protocol) -> None:
+            else:
+                self._in_task(stream, proto, outcome)
+            return
         if self._held(stream, proto):
             self._task(stream, proto)
+
+    def _in_task(self, stream: Any, proto: H2Protocol, answer: Any) -> None:
+        # A request the service answers only asynchronously: `answer` awaited in a task.
+        if self._held(stream, proto):
+            self._later(stream, proto, answer)
+        else:
+            answer.close()  # never awaited: nothing of it ran
 
     @staticmethod
     def _held(stream: Any, proto: H2Protocol) -> bool:
@@ -309,31 +316,37 @@ class NativeGrpcTransport:
             proto.answer(stream, *request)
             return
         pending = _Pending(handler, stream, proto, request, started)
-        try:
-            out = handler.service.send(request, pending)
-            if out is None:
-                self._task(stream, proto)
-                return
-            if type(out) is not Response:  # the plan whose round is under way
-                pending.plan = out
-                stream.work = pending
-                if stream.timeout >= 0:
-                    self.server.watch_deadline(stream, proto)
-                return
-            outcome = handler.done(started, OK, encode_response(out))
-        except Exception as err:
-            outcome = handler.done(started, *outcome_of(err))
-        proto.answer(stream, *outcome)
+        out = handler.entered(request, pending)
+        if type(out) is Response or type(out) is Refusal:
+            proto.answer(stream, *handler.outcome(started, out))
+        elif inspect.iscoroutine(out):
+            self._later(stream, proto, out)
+        else:  # the plan whose round is under way
+            pending.plan = out
+            stream.work = pending
+            if stream.timeout >= 0:
+                self.server.watch_deadline(stream, proto)
 
     def _task(self, stream: Any, proto: H2Protocol) -> None:
         # A held request decided in a task.
         carrier = dict(stream.metadata) if stream.metadata else None
-        stream.work = self._loop.create_task(self._decide(stream, proto, carrier))  # type: ignore[union-attr]
+        self._watched(stream, proto, self._decide(stream, proto, carrier))
+
+    def _later(self, stream: Any, proto: H2Protocol, answer: Any) -> None:
+        # A held request whose answer the service gives as an awaitable, awaited in a task.
+        self._watched(stream, proto, self._answer(stream, proto, self.handler.clock(), answer))
+
+    def _watched(self, stream: Any, proto: H2Protocol, work: Any) -> None:
+        stream.work = self._loop.create_task(work)  # type: ignore[union-attr]
         if stream.timeout >= 0:
             self.server.watch_deadline(stream, proto)
 
     async def _decide(self, stream: Any, proto: H2Protocol, carrier: dict[str, str] | None) -> None:
         code, reply = await self.handler.decide(stream.message, carrier)
+        proto.answer(stream, code, reply)
+
+    async def _answer(self, stream: Any, proto: H2Protocol, started: float, answer: Any) -> None:
+        code, reply = await self.handler.finish(started, answer)
         proto.answer(stream, code, reply)
 
     # -- health ----------------------------------------------------------------------------

@@ -12,15 +12,13 @@ stats interceptor counts it.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import BackendError
-from ..grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
-from ..messages import Overloaded, Request, RequestTooLarge, ServiceError, TooLarge
+from ..grpcstatus import CANCELLED, GRPC, INTERNAL, OK, REFUSED
+from ..messages import Refusal, Request, Response
 from ..service import RateLimitService
 from ..settings import extensions_disabled
 from ..stats import StatsStore, Timer
@@ -28,8 +26,6 @@ from .protocodec import DecodeError, decode_request, decoded_size, encode_respon
 
 if TYPE_CHECKING:
     from .spans import ServerSpans
-
-log = logging.getLogger("ratelimitd.transport.grpc")
 
 
 def _compiled_call() -> Any:
@@ -77,10 +73,10 @@ class RlsHandler:
     # decide(data, metadata=None) -> Outcome: decide one serialized RateLimitRequest;
     # `metadata` is the tracing carrier (only a traced call takes the extra frame).
     decide: Callable[..., Awaitable[Outcome]] = field(init=False)
-    # decide_now(data) -> Outcome | None: `decide` without a task, for a synchronous service;
-    # None for a request the service decides only asynchronously (use `decide`). Compiled
-    # when built (`_rls.SyncCall`).
-    decide_now: Callable[[bytes], Outcome | None] = field(init=False)
+    # decide_now(data) -> Outcome | Awaitable: `decide` without a task, for a synchronous
+    # service; an awaitable of the answer (`finish` it) for a request the service decides
+    # only asynchronously. Compiled when built (`_rls.SyncCall`).
+    decide_now: Callable[[bytes], Any] = field(init=False)
     # The compiled call (`_rls.SyncCall`) the routes are built on (None: the pure twins).
     _compiled_call: Any = field(init=False, default=None, repr=False)
 
@@ -97,60 +93,48 @@ class RlsHandler:
                 self.clock,
                 self.stats.service,
                 self.timer,
-                outcome_of,
+                self.failed,
+                refused,
             )
             if self.synchronous:
                 self.decide_now = self._compiled_call
 
     def route(
-        self, route: Callable[[Any, Any], None], in_task: Callable[[Any, Any], None]
+        self, route: Callable[[Any, Any], None], in_task: Callable[[Any, Any, Any], None]
     ) -> Callable[[Any, Any], None]:
         """A native transport's ShouldRateLimit route (stream, proto) for a synchronous
         service: with the compiled call, one C call that answers the stream or hands it to
-        `in_task` (a request it does not decide at once); otherwise the transport's own
-        `route`."""
+        `in_task` with the awaitable of its answer (a request not decided at once);
+        otherwise the transport's own `route`."""
         if self.synchronous and self._compiled_call is not None:
             return _compiled.SyncRoute(self._compiled_call, in_task)  # type: ignore[no-any-return,union-attr]
         return route
 
     def send_route(
-        self, route: Callable[[Any, Any], None], task: Callable[[Any, Any], None]
+        self, route: Callable[[Any, Any], None], task: Callable[[Any, Any, Any], None]
     ) -> Callable[[Any, Any], None]:
         """A native transport's ShouldRateLimit route (stream, proto) for a service that
-        `sends`: compiled (`_rls.SendRoute`: `task` takes a request held already that the
-        service does not start itself), or the transport's own `route`."""
+        `sends`: compiled (`_rls.SendRoute`: `task` takes a request held already whose
+        answer the service gives as an awaitable), or the transport's own `route`."""
         if self.sends and self._compiled_call is not None:
             return _compiled.SendRoute(self._compiled_call, decoded_size, task)  # type: ignore[no-any-return,union-attr]
         return route
 
     def received(self, started: float, request: Request, plan: Any, results: Any) -> Outcome:
-        """The outcome of a call `service.send` started, from its round's results
-        (`_rls.SendRoute.received`'s twin)."""
-        try:
-            reply: bytes | str = encode_response(self.service.received(request, plan, results))
-            code = OK
-        except Exception as err:
-            code, reply = outcome_of(err)
-        return self.done(started, code, reply)
+        """The outcome of a call the service started with a waiter, from its round's
+        results (`_rls.SendRoute.received`'s twin)."""
+        return self.outcome(started, self.service.received(request, plan, results))
 
-    def _call_now(self, data: bytes) -> Outcome | None:
+    def _call_now(self, data: bytes) -> Any:
         """`decide_now`, the pure twin of `_rls.SyncCall`."""
         started = self.clock()
-        service = self.service
-        try:
-            response = service.decide_now(decode_request(data, service.snapshot.options))
-            if response is None:
-                return None
-            reply: bytes | str = encode_response(response)
-            code = OK
-        except DecodeError as err:
-            code, reply = INTERNAL, f"grpc: error unmarshalling request: {err}"
-        except TooLarge as err:  # refused by the decoder: counted as the service counts it
-            self.stats.service.service_error += 1
-            code, reply = outcome_of(err)
-        except Exception as err:
-            code, reply = outcome_of(err)
-        return self.done(started, code, reply)
+        request = self.decoded(data, started)
+        if type(request) is tuple:
+            return request
+        out = self.entered(request)  # type: ignore[arg-type]
+        if type(out) is Response or type(out) is Refusal:
+            return self.outcome(started, out)
+        return out
 
     async def _traced(self, data: bytes, metadata: dict[str, str] | None = None) -> Outcome:
         assert self.spans is not None
@@ -162,28 +146,52 @@ class RlsHandler:
         started = self.clock()
         request = self.decoded(data, started)
         if type(request) is tuple:
-            return request
-        assert isinstance(request, Request)
+            return request  # type: ignore[return-value]
+        out = self.entered(request)  # type: ignore[arg-type]
+        if type(out) is Response or type(out) is Refusal:
+            return self.outcome(started, out)
+        return await self.finish(started, out)
+
+    def entered(self, request: Request, waiter: Any = None) -> Any:
+        """`service.decide(request[, waiter])`, a defect out of it answered as the service
+        answers one (`_rls.SyncCall` catches it the same way)."""
+        service = self.service
         try:
-            response = await self.service.should_rate_limit(request)
+            return service.decide(request) if waiter is None else service.decide(request, waiter)
+        except Exception as err:
+            return service.answer(err)
+
+    async def finish(self, started: float, out: Any) -> Outcome:
+        """The outcome of a call whose answer `out` is not ready yet, once it is."""
+        try:
+            answer = await out
         except asyncio.CancelledError:
             self.done(started, CANCELLED, "")
             raise
-        except Exception as err:
-            return self.done(started, *outcome_of(err))
-        return self.done(started, OK, encode_response(response))
+        except Exception as err:  # a defect: the service answers its own failures
+            answer = self.service.answer(err)
+        return self.outcome(started, answer)
+
+    def outcome(self, started: float, answer: Response | Refusal) -> Outcome:
+        """The outcome of the service's answer, counted."""
+        if isinstance(answer, Refusal):
+            return self.done(started, *refused(answer))
+        return self.done(started, OK, encode_response(answer))
+
+    def failed(self, err: Exception) -> Outcome:
+        """The status and message of an error out of the decoder, or out of the service's
+        entry itself (the service answers its own failures)."""
+        if isinstance(err, DecodeError):
+            return INTERNAL, f"grpc: error unmarshalling request: {err}"
+        return refused(self.service.answer(err))  # type: ignore[arg-type]
 
     def decoded(self, data: bytes, started: float) -> Request | Outcome:
         """The request, or the outcome of one that is not decided: undecodable, or past the
-        request bounds in force (refused while it is decoded, counted as the service counts
-        a request too large)."""
+        request bounds in force (refused while it is decoded)."""
         try:
             return decode_request(data, self.service.snapshot.options)  # type: ignore[no-any-return]
-        except DecodeError as err:
-            return self.done(started, INTERNAL, f"grpc: error unmarshalling request: {err}")
-        except TooLarge as err:
-            self.stats.service.service_error += 1
-            return self.done(started, *outcome_of(err))
+        except Exception as err:
+            return self.done(started, *self.failed(err))
 
     def done(self, started: float, code: int, reply: bytes | str) -> Outcome:
         """Count the call (ratelimit_server.ShouldRateLimit.*); its outcome."""
@@ -197,26 +205,9 @@ class RlsHandler:
         return code, reply
 
 
-def outcome_of(err: Exception) -> Outcome:
-    """The gRPC status and message of an error out of the service (or of its decoder)."""
-    return _code(err), _failure(err)
-
-
-def _code(err: Exception) -> int:
-    """The gRPC status of an error out of the service: UNKNOWN, as the reference answers,
-    but RESOURCE_EXHAUSTED for a request refused for its size or for the load."""
-    return (
-        RESOURCE_EXHAUSTED if isinstance(err, RequestTooLarge | TooLarge | Overloaded) else UNKNOWN
-    )
-
-
-def _failure(err: Exception) -> str:
-    """The UNKNOWN message for an error out of the service."""
-    if isinstance(err, ServiceError | BackendError | TooLarge):
-        return str(err)
-    # The reference would crash here; a server answers and stays up.
-    log.error("ShouldRateLimit failed unexpectedly", exc_info=err)
-    return str(err) or type(err).__name__
+def refused(refusal: Refusal) -> Outcome:
+    """The gRPC status and message of a refusal (`grpcstatus.REFUSED`)."""
+    return REFUSED[refusal.kind][GRPC], refusal.message
 
 
 def _code_of(outcome: Outcome) -> int:

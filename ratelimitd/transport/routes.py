@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 
-from ..backends.base import BackendError
+from ..grpcstatus import JSON as ON_JSON
+from ..grpcstatus import REFUSED
 from ..health import Health
-from ..messages import CODE_UNKNOWN, OVER_LIMIT, TooLarge
-from ..service import Overloaded, RateLimitService, ServiceError
+from ..messages import CODE_UNKNOWN, OVER_LIMIT, Refusal, TooLarge
+from ..service import RateLimitService, settled
 from ..settings import ListenerSettings
 from .http import (
     BAD_REQUEST,
     ERROR_HEADERS,
+    INTERNAL_ERROR,
     JSON,
     OVERLOADED,
     TEXT_PLAIN,
@@ -32,6 +34,13 @@ __all__ = ["main_routes"]
 FORBIDDEN: Reply = (403, ERROR_HEADERS, b"domain not served on /json\n")
 _HEALTHY: Reply = (200, TEXT_PLAIN, b"OK")
 _UNHEALTHY: Reply = (500, (), b"")
+# The reply to a request refused instead of decided, by the status `grpcstatus.REFUSED` gives.
+_REFUSED: dict[int, Reply] = {400: BAD_REQUEST, 503: OVERLOADED, 500: INTERNAL_ERROR}
+
+
+def refusal_reply(refusal: Refusal) -> Reply:
+    """`/json`'s reply to a refusal."""
+    return _REFUSED[REFUSED[refusal.kind][ON_JSON]]
 
 
 def main_routes(
@@ -42,7 +51,7 @@ def main_routes(
     Extension: HTTP_JSON_ENABLED=false leaves `/json` out (404 as any unknown path), and
     HTTP_JSON_DOMAINS answers 403 for a domain not listed, before anything is counted.
     """
-    decide = service.should_rate_limit
+    decide = service.decide
     listeners = listeners or ListenerSettings()
     domains = frozenset(listeners.json_domains)
 
@@ -58,19 +67,15 @@ def main_routes(
     async def json_endpoint(request: HttpRequest) -> Reply:
         try:
             decoded = decode_request(request.body, service.snapshot.options)
-        except TooLarge:
-            service.stats.service.service_error += 1  # as the service counts it
-            return BAD_REQUEST
+        except TooLarge as exc:
+            return refusal_reply(service.answer(exc))  # type: ignore[arg-type]
         except ValueError:
             return BAD_REQUEST
         if domains and decoded.domain not in domains:
             return FORBIDDEN
-        try:
-            response = await decide(decoded)
-        except Overloaded:
-            return OVERLOADED
-        except (ServiceError, BackendError):
-            return BAD_REQUEST
+        response = await settled(decide(decoded))
+        if type(response) is Refusal:
+            return refusal_reply(response)
         code = response.overall_code
         status = 429 if code == OVER_LIMIT else 500 if code == CODE_UNKNOWN else 200
         return status, JSON, encode_response(response)

@@ -384,16 +384,11 @@ async def test_unexpected_error_is_unknown_and_logged(
 ) -> None:
     broken = harness(CONFIG)
 
-    async def boom(req: Request) -> Response:
+    def boom(req: Request, waiter: object = None) -> Response:
         raise RuntimeError("boom")
 
-    def boom_now(req: Request) -> Response:
-        raise RuntimeError("boom")
-
-    # Both entries of the service (the native transport decides a synchronous one at once),
-    # broken before the transport takes them.
-    monkeypatch.setattr(broken.service, "should_rate_limit", boom)
-    monkeypatch.setattr(broken.service, "decide_now", boom_now)
+    # The service's one entry, broken before the transport takes it.
+    monkeypatch.setattr(broken.service, "decide", boom)
     async with (await serve(broken.service, broken.stats)).channel() as channel:
         err = await rpc_error(call(channel, request("test", KV)))
         assert (err.code(), err.details()) == (grpc.StatusCode.UNKNOWN, "boom")

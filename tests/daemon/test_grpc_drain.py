@@ -23,6 +23,7 @@ from support.grpc_rls import (
 from ratelimitd._proto import rls_pb2_grpc
 from ratelimitd.health import Health
 from ratelimitd.messages import OK, Request, Response
+from ratelimitd.service import settled
 
 # -- drain and deadlines (both transports) -----------------------------------------------
 
@@ -43,14 +44,15 @@ class Gate:
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
-        return await self.real(req)
+        return await settled(self.real(req))  # type: ignore[no-any-return]
 
 
 def gated_harness(harness: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Gate]:
     """A harness on CONFIG whose service decides only once its Gate is released."""
     h = harness(CONFIG)
-    gate = Gate(h.service.should_rate_limit)
-    monkeypatch.setattr(h.service, "should_rate_limit", gate)
+    # The gate is the service's one entry: its answer, awaited, is the real one's.
+    gate = Gate(h.service.decide)
+    monkeypatch.setattr(h.service, "decide", gate)
     # A limiter that waits (as Redis does): the native transport takes its task path.
     monkeypatch.setattr(h.limiter, "synchronous", False)
     return h, gate

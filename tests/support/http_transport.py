@@ -13,9 +13,10 @@ import json
 from typing import Any
 
 from ratelimitd.health import Health
-from ratelimitd.messages import Response
-from ratelimitd.service import Snapshot
+from ratelimitd.messages import Refusal, Response
+from ratelimitd.service import RateLimitService, Snapshot
 from ratelimitd.settings import ReloadOptions
+from ratelimitd.stats import StatsStore
 from ratelimitd.transport.http import HttpServer
 
 from .attacks import unread_pages
@@ -145,17 +146,27 @@ class Servers:
 
 
 class StubService:
-    """A stand-in service whose decision the test chooses."""
+    """A stand-in service whose decision the test chooses: `outcome`, or the answer the
+    service's own `answer` gives to it when it is an error."""
 
     def __init__(self, outcome: Response | Exception) -> None:
         self.outcome = outcome
         self.ruleset = None
         self.snapshot = Snapshot(None, ReloadOptions())  # the request bounds /json applies
+        self.stats = StatsStore()
 
-    async def should_rate_limit(self, request: Any) -> Response:
+    async def _decided(self) -> Response | Refusal:
         if isinstance(self.outcome, Exception):
-            raise self.outcome
+            return self.answer(self.outcome)
         return self.outcome
+
+    def decide(self, request: Any, waiter: Any = None) -> Any:
+        return self._decided()
+
+    def answer(self, error: Exception, *args: Any, **kwargs: Any) -> Response | Refusal:
+        # The service's one place where failures become answers, as it answers a failure
+        # out of no plan (the stand-in has none).
+        return RateLimitService.answer(self, error)  # type: ignore[arg-type]
 
 
 def paused(server: HttpServer) -> Any:

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -179,35 +180,77 @@ def envoy_driven(
     seconds: float,
     log: Callable[[str], None],
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """(4): Envoy --concurrency 1 calling each daemon once per request, wrk in front: at
-    saturation (32 connections) and trickled (1 connection): per decision, the daemon's CPU
-    and wake-ups, Envoy's CPU and the store server's."""
+    """(4): Envoy --concurrency 1 calling each daemon once per request: saturated (wrk, 32
+    connections), trickled (wrk, 1 connection) and paced at half the saturated rate (h2load
+    over HTTP/1.1, 8 connections, open loop: p50/p99 from its per-request log): per
+    decision, the daemon's CPU and wake-ups, Envoy's CPU and the store server's."""
     out: dict[str, dict[str, dict[str, float]]] = {}
     for name, (daemon, store) in servers.items():
         envoy = start_bench_envoy(workdir, daemon.grpc_port)  # type: ignore[attr-defined]
+        url = f"http://127.0.0.1:{envoy.port}/"
         try:
-            out[name] = {}
+            by: dict[str, dict[str, float]] = {}
             for label, connections in (("saturated", 32), ("trickled", 1)):
                 log(f"Envoy, {label}: {name}")
-                run_wrk(f"http://127.0.0.1:{envoy.port}/", 1.0, connections=connections)
-                ok0 = envoy.stats().get("cluster.backend.ratelimit.ok", 0)
-                d0, e0, w0 = daemon.cpu(), envoy.cpu(), wakeups(daemon.pid)
-                s0 = store.cpu() if store is not None else 0.0
-                r = run_wrk(f"http://127.0.0.1:{envoy.port}/", seconds, connections=connections)
-                d1, e1, w1 = daemon.cpu(), envoy.cpu(), wakeups(daemon.pid)
-                s1 = store.cpu() if store is not None else 0.0
-                n = max(1, envoy.stats().get("cluster.backend.ratelimit.ok", 0) - ok0)
-                out[name][label] = {
-                    "rps": r["rps"],
-                    "decisions": n,
-                    "daemon_us": (d1 - d0) / n * 1e6,
-                    "wakeups": (w1 - w0) / n,
-                    "envoy_us": (e1 - e0) / n * 1e6,
-                    "store_us": (s1 - s0) / n * 1e6,
-                }
+                run_wrk(url, 1.0, connections=connections)
+                wrk = partial(run_wrk, url, seconds, connections=connections)
+                by[label] = per_decision(daemon, envoy, store, lambda run=wrk: _wrk_figures(run()))
+            half = by["saturated"]["rps"] / 2
+            log(f"Envoy, paced at {half:,.0f}/s: {name}")
+            paced = partial(_paced_figures, envoy.port, half, seconds)
+            by["half saturation"] = per_decision(daemon, envoy, store, paced)
+            out[name] = by
         finally:
             envoy.terminate(15)
     return out
+
+
+def per_decision(
+    daemon: Proc, envoy: Any, store: Proc | None, go: Callable[[], dict[str, float]]
+) -> dict[str, float]:
+    """`go()`'s figures, plus per decision Envoy asked for (its `ratelimit.ok`) during it: the
+    daemon's CPU µs and wake-ups, Envoy's CPU µs, the store server's CPU µs."""
+    ok0 = envoy.stats().get("cluster.backend.ratelimit.ok", 0)
+    d0, e0, w0 = daemon.cpu(), envoy.cpu(), wakeups(daemon.pid)
+    s0 = store.cpu() if store is not None else 0.0
+    figures = go()
+    d1, e1, w1 = daemon.cpu(), envoy.cpu(), wakeups(daemon.pid)
+    s1 = store.cpu() if store is not None else 0.0
+    n = max(1, envoy.stats().get("cluster.backend.ratelimit.ok", 0) - ok0)
+    return {
+        **figures,
+        "decisions": n,
+        "daemon_us": (d1 - d0) / n * 1e6,
+        "wakeups": (w1 - w0) / n,
+        "envoy_us": (e1 - e0) / n * 1e6,
+        "store_us": (s1 - s0) / n * 1e6,
+    }
+
+
+def _wrk_figures(r: dict[str, Any]) -> dict[str, float]:
+    return {key: r[key] for key in ("rps", "p50_ms", "p99_ms")}
+
+
+def _paced_figures(port: int, rate: float, seconds: float) -> dict[str, float]:
+    """h2load GETs of Envoy's listener at `rate`/s (each connection paced, open loop)."""
+    r = run_h2load(
+        port,
+        None,
+        seconds=seconds,
+        clients=8,
+        streams=1,
+        rate=rate,
+        load_cpu=None,
+        path="/",
+        h1=True,
+    )
+    return {
+        "rps": r.rps,
+        "target_rps": rate,
+        "p50_ms": r.p50_ms,
+        "p99_ms": r.p99_ms,
+        "failed": float(r.errors),
+    }
 
 
 def run(workdir: Path, quick: bool, log: Callable[[str], None]) -> dict[str, Any]:
@@ -319,18 +362,22 @@ def render(r: dict[str, Any]) -> str:
         "",
         "### Envoy-driven (Envoy --concurrency 1, one call per request; wrk in front)",
         "",
-        "Saturated: wrk 32 connections; trickled: 1 connection. Per decision (Envoy's",
-        "`ratelimit.ok`): the daemon's CPU and voluntary context switches (wake-ups), Envoy's",
-        "CPU, the redis-server's CPU.",
+        "Saturated: wrk 32 connections; trickled: 1 connection; half saturation: h2load over",
+        "HTTP/1.1, 8 connections each paced (open loop) to half the saturated requests/s, p50",
+        "and p99 from its per-request log (wrk's own for the other two; closed loop). Per",
+        "decision (Envoy's `ratelimit.ok`): the daemon's CPU and voluntary context switches",
+        "(wake-ups), Envoy's CPU, the store server's CPU.",
         "",
-        "| backend | run | requests/s | daemon µs | wake-ups | Envoy µs | redis-server µs |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| backend | run | requests/s | p50 ms | p99 ms | daemon µs | wake-ups | Envoy µs "
+        "| store server µs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, by in r.get("envoy", {}).items():
         for label, v in by.items():
             lines.append(
-                f"| {name} | {label} | {v['rps']:,.0f} | {v['daemon_us']:.1f} "
-                f"| {v['wakeups']:.2f} | {v['envoy_us']:.1f} | {v['store_us']:.1f} |"
+                f"| {name} | {label} | {v['rps']:,.0f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} "
+                f"| {v['daemon_us']:.1f} | {v['wakeups']:.2f} | {v['envoy_us']:.1f} "
+                f"| {v['store_us']:.1f} |"
             )
     lines.append("")
     return "\n".join(lines)

@@ -71,7 +71,7 @@ def _control(server: Any, workdir: Path, *args: str) -> None:
 def _functions(dump: Path) -> tuple[int, list[tuple[int, str]]]:
     """(total instructions, [(own instructions, function)] most first) of one dump."""
     run = subprocess.run(
-        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(dump)],
+        ["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", str(dump)],
         capture_output=True,
         text=True,
     )
@@ -169,11 +169,24 @@ def by_function(result: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def difference(a: dict[str, Any], b: dict[str, Any], top: int) -> list[tuple[float, str]]:
-    """The `top` functions that cost `a` the most instructions per call more than `b`."""
+def difference(
+    a: dict[str, Any], b: dict[str, Any], top: int | None = None
+) -> list[tuple[float, str]]:
+    """The (`top`) functions that cost `a` the most instructions per call more than `b`."""
     fa, fb = by_function(a), by_function(b)
     rows = [(fa.get(f, 0.0) - fb.get(f, 0.0), f) for f in fa.keys() | fb.keys()]
-    return sorted(rows, reverse=True)[:top]
+    rows.sort(reverse=True)
+    return rows if top is None else rows[:top]
+
+
+def by_library(rows: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """`difference` rows summed by the shared object they run in (nghttp2, the interpreter,
+    msgspec's `_core`, one compiled ratelimitd module ...), most first."""
+    out: dict[str, float] = {}
+    for ir, where in rows:
+        lib = where.rpartition("[")[2].rstrip("]").split(".", 1)[0] or "?"
+        out[lib] = out.get(lib, 0.0) + ir
+    return sorted(((ir, lib) for lib, ir in out.items()), reverse=True)
 
 
 def render(results: dict[str, dict[str, Any]], requests: int, top: int) -> str:
@@ -209,11 +222,16 @@ def render(results: dict[str, dict[str, Any]], requests: int, top: int) -> str:
             continue
         lines += [
             "",
-            f"What {what} ({NAMES[a]} − {NAMES[b]}, own instructions per call, the top {top}):",
+            f"What {what} ({NAMES[a]} − {NAMES[b]}, own instructions per call), by shared",
+            f"object, then the top {top} functions:",
             "",
-            "| function | instructions / call |",
+            "| shared object | instructions / call |",
             "|---|---:|",
         ]
+        for ir, lib in by_library(difference(results[a], results[b])):
+            if abs(ir) >= 50:
+                lines.append(f"| {lib} | {ir:,.0f} |")
+        lines += ["", "| function | instructions / call |", "|---|---:|"]
         for ir, where in difference(results[a], results[b], top):
             lines.append(f"| `{where}` | {ir:,.0f} |")
     lines.append("")

@@ -130,16 +130,17 @@ class MemoryBackend:
             if jitter > 0:
                 expires += int(random.random() * jitter)
             entry = counters.get(key)
-            live = type(entry) is int and entry & EXPIRY_MASK > now
-            if op.refund:  # decrement, floored at 0; an absent counter stays absent
-                if not live:
-                    out.append(0)
-                    continue
-                value = max(0, (entry >> EXPIRY_BITS) - hits)
-            elif live:
-                value = (entry >> EXPIRY_BITS) + hits
-                if value > COUNTER_MAX:
-                    value = COUNTER_MAX  # saturates
+            if type(entry) is int and entry & EXPIRY_MASK > now:  # a live counter
+                value = entry >> EXPIRY_BITS
+                if op.refund:  # decrement, floored at 0
+                    value = max(0, value - hits)
+                else:
+                    value += hits
+                    if value > COUNTER_MAX:
+                        value = COUNTER_MAX  # saturates
+            elif op.refund:  # an absent counter stays absent
+                out.append(0)
+                continue
             else:  # absent, or expired and not swept yet: a fresh counter
                 value = hits
             counters[key] = value << EXPIRY_BITS | expires

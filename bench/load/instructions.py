@@ -184,7 +184,8 @@ def by_library(rows: list[tuple[float, str]]) -> list[tuple[float, str]]:
     msgspec's `_core`, one compiled ratelimitd module ...), most first."""
     out: dict[str, float] = {}
     for ir, where in rows:
-        lib = where.rpartition("[")[2].rstrip("]").split(".", 1)[0] or "?"
+        # callgrind names no object for a few inlined fragments of the compiled modules
+        lib = where.rpartition("[")[2].rstrip("]").split(".", 1)[0] or "(unnamed object)"
         out[lib] = out.get(lib, 0.0) + ir
     return sorted(((ir, lib) for lib, ir in out.items()), reverse=True)
 

@@ -528,9 +528,9 @@ def render_targets(r: dict[str, Any]) -> list[str]:
                 f"per decision ({sat['kernel_us']:.1f} µs of it in the kernel). Under",
                 f"  callgrind a Redis-backed call costs {c - b:,.0f} instructions more than the "
                 f"same call on memory; by shared object: {libs}:",
-                "  the interpreter's share is the per-call Python of the Redis path (the",
-                "  service's send, the pool's submit and the await of the reply), which the",
-                "  transport and service own; the RESP encoding and parsing are compiled.",
+                "  the interpreter's share is the per-call Python of the Redis path (its",
+                "  functions by own time: the cProfile section above); the RESP encoding and",
+                "  parsing are compiled (`_resp`, hiredis).",
             ]
         if tr["wakeups"] > 1:
             lines += [

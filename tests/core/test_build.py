@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from ratelimitd import decision, keys, match
+from ratelimitd import decision
 from ratelimitd.backends.redis import resp
+from ratelimitd.config import keys, match
 from ratelimitd.transport import rls
 
 
@@ -20,15 +21,17 @@ def test_compiled_extensions_are_in_use() -> None:
     assert rls.IMPLEMENTATION == "compiled"
     assert resp.IMPLEMENTATION == "compiled"
     for name in (
-        "ratelimitd._keys",
-        "ratelimitd._match",
-        "ratelimitd._decision",
-        "ratelimitd._rls",
+        "ratelimitd.config._keys",
+        "ratelimitd.config._match",
+        "ratelimitd.decision._decision",
+        "ratelimitd.transport._rls",
         "ratelimitd.backends.redis._resp",
     ):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")
-    assert keys.cache_key.__module__ == "ratelimitd._keys" or type(keys.cache_key).__name__ in (
+    assert keys.cache_key.__module__ == "ratelimitd.config._keys" or type(
+        keys.cache_key
+    ).__name__ in (
         "builtin_function_or_method",
         "cython_function_or_method",
     )
@@ -44,5 +47,5 @@ def test_no_extensions_forces_the_twins() -> None:
     assert rls.IMPLEMENTATION == "pure"
     assert resp.IMPLEMENTATION == "pure"
     assert resp.incrby_expire_ops.__module__ == "ratelimitd.backends.redis._resp_py"
-    assert keys.cache_key.__module__ == "ratelimitd._keys_py"
-    assert match.lookup.__module__ == "ratelimitd._match_py"
+    assert keys.cache_key.__module__ == "ratelimitd.config._keys_py"
+    assert match.lookup.__module__ == "ratelimitd.config._match_py"

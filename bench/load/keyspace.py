@@ -452,7 +452,7 @@ def render_targets(r: dict[str, Any]) -> list[str]:
     whole = big["cpu_us"] + decided["cpu_us"] - one["cpu_us"]
     unknown = (u - e) / (b - e)
     rows += [
-        (f"memory: bytes per counter at K = {max(ip):,} ≤ 150", f"{big['bytes_per_counter']:.0f}",
+        (f"memory: bytes per counter at K = {max(ip):,} ≤ 150", f"{big['bytes_per_counter']:.1f}",
          big["bytes_per_counter"] <= 150),
         (f"memory: whole call at K = {max(ip):,} ≤ 4.5 µs (estimate: in-process at K = "
          f"{max(ip):,} + h2load's whole call − in-process at K = 1)", f"{whole:.2f} µs",
@@ -564,11 +564,14 @@ def render_targets(r: dict[str, Any]) -> list[str]:
                 " machine (load average above)."
             )
     one_us, two_us = decided["cpu_us"], two["cpu_us"]
+    # Cores the daemon got: calls/s x CPU seconds per call.
+    cores_one, cores_two = decided["rps"] * one_us / 1e6, two["rps"] * two_us / 1e6
     lines += [
         f"- Two workers: {two['rps'] / decided['rps']:.2f}× one worker's calls/s at "
-        f"{two_us / one_us:.2f}× the CPU per call. h2load itself needs most of a core of the",
-        "  two, so the second worker mostly competes with it rather than adding a core; the",
-        "  CPU per call is the per-worker cost plus the supervisor's.",
+        f"{two_us / one_us:.2f}× the CPU per call. One worker got {cores_one:.2f} of a core,",
+        f"  two got {cores_two:.2f} cores (calls/s × CPU per call) of the two that h2load and",
+        "  the machine's other work share: the factor is the cores the daemon was given;",
+        "  what two workers lose per call is the CPU ratio above.",
         "",
     ]
     return lines

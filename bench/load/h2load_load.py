@@ -46,42 +46,49 @@ def pin(pid: int, cpu: int, tree: Callable[[int], list[int]] | None = None) -> N
 
 def run_h2load(
     port: int,
-    payload: bytes,
+    payload: bytes | None,
     *,
     seconds: float,
     warmup: float = 1.0,
     clients: int = 4,
     streams: int = 32,
     rate: float | None = None,
-    load_cpu: int = 1,
+    load_cpu: int | None = 1,
     cpu: Callable[[], float] | None = None,
     probe: Callable[[], float] | None = None,
     host: str = "127.0.0.1",
     requests: int | None = None,
+    path: str = METHOD_PATH,
+    h1: bool = False,
 ) -> LoadResult:
     """One timed h2load run (or one of exactly `requests` calls, no warm-up); `probe` counts
-    something (Redis round trips) per decision."""
+    something (Redis round trips) per decision. A `payload` of None sends plain GETs of
+    `path` (over HTTP/1.1 with `h1`, e.g. to Envoy's listener); `load_cpu` None: unpinned."""
     binary = shutil.which("h2load")
     if binary is None:
         raise FileNotFoundError("h2load (apt-get install nghttp2-client)")
     with tempfile.TemporaryDirectory(prefix="h2load-") as tmp:
-        body = Path(tmp) / "request.bin"
-        body.write_bytes(framed(payload))
         log = Path(tmp) / "requests.log"
         length = (
             [f"--duration={seconds:g}", f"--warm-up-time={warmup:g}"]
             if requests is None
             else ["-n", str(requests)]
         )
-        argv = [
-            "taskset", "-c", str(load_cpu), binary, *length,
-            "-c", str(clients), "-m", str(streams), "-t", "1",
-            f"--data={body}", "--log-file", str(log),
-            "-H", "content-type: application/grpc", "-H", "te: trailers",
+        argv = [] if load_cpu is None else ["taskset", "-c", str(load_cpu)]
+        argv += [
+            binary, *length, "-c", str(clients), "-m", str(streams), "-t", "1",
+            "--log-file", str(log),
         ]  # fmt: skip
+        if h1:
+            argv.append("--h1")
+        if payload is not None:
+            body = Path(tmp) / "request.bin"
+            body.write_bytes(framed(payload))
+            argv += [f"--data={body}", "-H", "content-type: application/grpc"]
+            argv += ["-H", "te: trailers"]
         if rate is not None:
             argv.append(f"--rps={max(1.0, rate / clients):g}")
-        argv.append(f"http://{host}:{port}{METHOD_PATH}")
+        argv.append(f"http://{host}:{port}{path}")
         cpu0 = cpu() if cpu is not None else 0.0
         probe0 = probe() if probe is not None else 0.0
         started = time.monotonic()

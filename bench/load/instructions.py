@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def _control(server: Any, workdir: Path, *args: str) -> None:
 def _functions(dump: Path) -> tuple[int, list[tuple[int, str]]]:
     """(total instructions, [(own instructions, function)] most first) of one dump."""
     run = subprocess.run(
-        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(dump)],
+        ["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", str(dump)],
         capture_output=True,
         text=True,
     )
@@ -108,29 +109,24 @@ def count(
     return _functions(dump)
 
 
-def main() -> int:
-    """Command line entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=20_000, help="calls counted per server")
-    parser.add_argument("--only", default="ebcun", help="scenarios to run, e.g. 'eb'")
-    parser.add_argument("--top", type=int, default=15, help="functions listed per scenario")
-    parser.add_argument(
-        "--keep", type=Path, help="copy the callgrind dumps here (for callgrind_annotate)"
-    )
-    args = parser.parse_args()
+def run(
+    only: str, requests: int, log: Callable[[str], None], keep: Path | None = None
+) -> dict[str, dict[str, Any]]:
+    """Per scenario of `only`: {"per_call": instructions per call, "functions": [(own
+    instructions per call, function)] most first}."""
     for tool in ("valgrind", "callgrind_control", "h2load"):
         if shutil.which(tool) is None:
-            sys.exit(f"{tool} is not installed")
+            raise FileNotFoundError(f"{tool} is not installed")
     payload = request_bytes(DOMAIN, DESCRIPTOR)
     procs: list[Proc] = []
-    results: dict[str, tuple[int, list]] = {}
+    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="instructions-") as tmp:
         workdir = Path(tmp)
         wrap = _callgrind(workdir)
         try:
             memory: Any = None
             dumps: dict[int, int] = {}
-            for key in args.only:
+            for key in only:
                 sent = {"u": UNKNOWN, "n": UNMATCHED}.get(key, payload)
                 if key == "e":
                     server = start_bound(lambda: EmptyNativeServer(workdir, wrap=wrap))
@@ -148,26 +144,125 @@ def main() -> int:
                     )
                 if server is not memory:
                     procs.append(server)
-                print(f"counting {NAMES[key]} ...", file=sys.stderr, flush=True)
+                log(f"callgrind: counting {NAMES[key]}")
                 dumps[server.pid] = nth = dumps.get(server.pid, 0) + 1
-                results[key] = count(server, sent, args.requests, workdir, nth)
+                total, rows = count(server, sent, requests, workdir, nth)
+                results[key] = {
+                    "per_call": total / requests,
+                    "functions": [(ir / requests, where) for ir, where in rows],
+                }
         finally:
             for p in reversed(procs):
                 p.terminate(30)
-            if args.keep is not None:
-                args.keep.mkdir(parents=True, exist_ok=True)
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
                 for dump in workdir.glob("callgrind.*.out*"):
-                    shutil.copy(dump, args.keep / dump.name)
-    base = results["e"][0] / args.requests if "e" in results else None
-    print(f"instructions per call, {args.requests:,} calls each (h2load 4 x 32):")
-    for key, (total, _) in results.items():
-        per = total / args.requests
-        ratio = f"  {per / base:.2f}x (e)" if base else ""
-        print(f"  {NAMES[key]:28} {per:10,.0f}{ratio}")
-    for key, (total, rows) in results.items():
+                    shutil.copy(dump, keep / dump.name)
+    return results
+
+
+def by_function(result: dict[str, Any]) -> dict[str, float]:
+    """Own instructions per call by function name (a name callgrind lists twice, summed)."""
+    out: dict[str, float] = {}
+    for ir, where in result["functions"]:
+        out[where] = out.get(where, 0.0) + ir
+    return out
+
+
+def difference(
+    a: dict[str, Any], b: dict[str, Any], top: int | None = None
+) -> list[tuple[float, str]]:
+    """The (`top`) functions that cost `a` the most instructions per call more than `b`."""
+    fa, fb = by_function(a), by_function(b)
+    rows = [(fa.get(f, 0.0) - fb.get(f, 0.0), f) for f in fa.keys() | fb.keys()]
+    rows.sort(reverse=True)
+    return rows if top is None else rows[:top]
+
+
+def by_library(rows: list[tuple[float, str]]) -> list[tuple[float, str]]:
+    """`difference` rows summed by the shared object they run in (nghttp2, the interpreter,
+    msgspec's `_core`, one compiled ratelimitd module ...), most first."""
+    out: dict[str, float] = {}
+    for ir, where in rows:
+        # callgrind names no object for a few inlined fragments of the compiled modules
+        lib = where.rpartition("[")[2].rstrip("]").split(".", 1)[0] or "(unnamed object)"
+        out[lib] = out.get(lib, 0.0) + ir
+    return sorted(((ir, lib) for lib, ir in out.items()), reverse=True)
+
+
+def render(results: dict[str, dict[str, Any]], requests: int, top: int) -> str:
+    """Instructions per call of each scenario, and where the decided, unknown-domain and
+    Redis calls spend theirs above the floor (markdown)."""
+    lines = [
+        "## Instructions per call (callgrind, bench/load/instructions.py)",
+        "",
+        f"Each server under `valgrind --tool=callgrind`, counted for exactly {requests:,} "
+        "calls from h2load (4 connections x 32 streams, one repeated request); instruction "
+        "counts do not move with the machine's load (cache misses are not in them).",
+        "",
+        "| scenario | instructions / call | ÷ (e) | above (e) | ÷ (b) above (e) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    floor = results["e"]["per_call"] if "e" in results else None
+    decided = results["b"]["per_call"] if "b" in results else None
+    for key, r in results.items():
+        per = r["per_call"]
+        ratio = above = share = ""
+        if floor:
+            ratio, above = f"{per / floor:.2f}×", f"{per - floor:,.0f}"
+            if decided and decided > floor:
+                share = f"{(per - floor) / (decided - floor):.2f}×"
+        lines.append(f"| {NAMES[key]} | {per:,.0f} | {ratio} | {above} | {share} |")
+    pairs = [
+        ("b", "e", "a decided call on memory costs above the empty server"),
+        ("u", "e", "an unknown domain's call still costs above the empty server"),
+        ("c", "b", "a Redis-backed call costs above the same call on memory"),
+    ]
+    for a, b, what in pairs:
+        if a not in results or b not in results:
+            continue
+        lines += [
+            "",
+            f"What {what} ({NAMES[a]} − {NAMES[b]}, own instructions per call), by shared",
+            f"object, then the top {top} functions:",
+            "",
+            "| shared object | instructions / call |",
+            "|---|---:|",
+        ]
+        for ir, lib in by_library(difference(results[a], results[b])):
+            if abs(ir) >= 50:
+                lines.append(f"| {lib} | {ir:,.0f} |")
+        lines += ["", "| function | instructions / call |", "|---|---:|"]
+        for ir, where in difference(results[a], results[b], top):
+            lines.append(f"| `{where}` | {ir:,.0f} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def log(msg: str) -> None:
+    """Progress on stderr."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    """Command line entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000, help="calls counted per server")
+    parser.add_argument("--only", default="ebcun", help="scenarios to run, e.g. 'eb'")
+    parser.add_argument("--top", type=int, default=15, help="functions listed per scenario")
+    parser.add_argument(
+        "--keep", type=Path, help="copy the callgrind dumps here (for callgrind_annotate)"
+    )
+    args = parser.parse_args()
+    try:
+        results = run(args.only, args.requests, log, args.keep)
+    except FileNotFoundError as exc:
+        sys.exit(str(exc))
+    print(render(results, args.requests, args.top))
+    for key, r in results.items():
         print(f"\n{NAMES[key]}: top functions, own instructions per call")
-        for ir, where in rows[: args.top]:
-            print(f"  {ir / args.requests:8,.0f}  {ir / total:6.1%}  {where}")
+        for ir, where in r["functions"][: args.top]:
+            print(f"  {ir:8,.0f}  {ir / r['per_call']:6.1%}  {where}")
     return 0
 
 

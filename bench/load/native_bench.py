@@ -166,7 +166,14 @@ def native_targets(n: dict[str, Any], envoy: dict[str, Any] | None) -> list[tupl
     def row(target: str, measured: str, ok: bool | None) -> None:
         rows.append((target, measured, "n/a" if ok is None else ("yes" if ok else "no")))
 
-    b, c, a = sat.get("b"), sat.get("c"), sat.get("a")
+    b, c, a, e = sat.get("b"), sat.get("c"), sat.get("a"), sat.get("e")
+    if b and e:
+        x = b["rps"] / e["rps"]
+        row("native + memory decisions/s ≥ 0.5× the empty native server's", f"{x:.2f}×", x >= 0.5)
+        row("moonshot: native + memory ≥ 0.7× the empty native server's", f"{x:.2f}×", x >= 0.7)
+    if c and c["cpu_per_10k"]:
+        us = c["cpu_per_10k"] * 100
+        row("native + Redis ≤ 7 µs server CPU per decision", f"{us:.1f} µs", us <= 7)
     if b:
         us = b["cpu_per_10k"] * 100 if b["cpu_per_10k"] else None
         row("native + memory ≥ 25,000 decisions/s on one core", f"{b['rps']:,.0f}/s",

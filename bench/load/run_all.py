@@ -15,7 +15,9 @@ so drift on this shared machine hits every scenario alike:
   the pinned-core section (bench/load/native_bench.py): (a), (b), (c), an empty native server (e)
   and ratelimitd on grpc.aio (f), each pinned to one core and driven by h2load on the other;
   then bench/load/keyspace.py: distinct values over key spaces of 1 to 1M, Redis and Valkey
-  with their servers' CPU, unknown domains, one worker against two (servers of its own).
+  with their servers' CPU, unknown domains, one worker against two, Envoy-driven runs
+  (saturated, trickled, paced at half saturation), instructions per call under callgrind,
+  and that section's targets with the gap of each one missed (servers of its own).
 
     .venv/bin/python bench/load/run_all.py            # full: a few minutes
     .venv/bin/python bench/load/run_all.py --quick    # smoke: about a minute

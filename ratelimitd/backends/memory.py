@@ -9,6 +9,10 @@ second it was due to expire when last bucketed). Once per second the due buckets
 swept; a key whose TTL was refreshed since is moved to its new bucket, an expired one is
 deleted. The hot path pays a bucket append only when it creates a key.
 
+A fixed-window counter is one int, `value << EXPIRY_BITS | expires`: a list of the value
+and the expiry cost a list and two ints per key (about 100 bytes more at a million keys).
+A sliding-window or token-bucket state stays `[state tuple, expires]`.
+
 And the live keys are bounded (MEMORY_MAX_KEYS): 10,000 new keys a second once added 146 MB
 a minute. A key counts once per started KEY_UNIT bytes of its name, so long descriptor values
 cannot make the bound meaningless. A store that is full drops its expired keys, then evicts
@@ -27,7 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.budget_store import MAX_BUDGET_TXNS
-from ..config.keys import COUNTER_MAX, Bump
+from ..config.keys import COUNTER_MAX, EXPIRY_BITS, EXPIRY_MASK, Bump
 from ..config.keys import sliding_window as _sliding_window
 from ..config.keys import token_bucket as _token_bucket
 from ..config.windows import FIXED_WINDOW, SLIDING_WINDOW
@@ -46,9 +50,9 @@ log = logging.getLogger("ratelimitd.backends.memory")
 # MEMORY_MAX_KEYS' default, and the bytes of key name one unit of it allows.
 DEFAULT_MAX_KEYS = 1_000_000
 KEY_UNIT = 256
-# What one key costs besides its name (dict slot, entry list, expiry bucket slot), for the
-# trimmer's estimate of what a rebuild frees.
-_KEY_BYTES = 200
+# What one key costs besides its name (dict slot, packed counter, expiry bucket slot), for
+# the trimmer's estimate of what a rebuild frees.
+_KEY_BYTES = 100
 # A full store evicts this fraction of its bound more, so that eviction is not paid per key.
 _EVICT_SLACK = 1 / 64
 # The dict is rebuilt once it holds a quarter of its peak, from this size on.
@@ -77,7 +81,8 @@ class MemoryBackend:
         budget_max_transactions: int = MAX_BUDGET_TXNS,
         max_budget_transactions: int = MAX_TXNS,
     ) -> None:
-        self._counters: dict[str, list[Any]] = {}  # key -> [value (or state), expires_at]
+        # key -> value << EXPIRY_BITS | expires, or [state tuple, expires]
+        self._counters: dict[str, Any] = {}
         self._buckets: dict[int, list[str]] = {}  # expiry second -> keys
         self._due: list[int] = []  # heap of bucket seconds
         self._jitter = jitter_max_seconds
@@ -125,25 +130,23 @@ class MemoryBackend:
             if jitter > 0:
                 expires += int(random.random() * jitter)
             entry = counters.get(key)
-            if op.refund:  # decrement, floored at 0; an absent counter stays absent
-                if entry is None or entry[1] <= now:
-                    out.append(0)
-                    continue
-                entry[0] = max(0, entry[0] - hits)
-                entry[1] = expires
-                out.append(entry[0])
+            if type(entry) is int and entry & EXPIRY_MASK > now:  # a live counter
+                value = entry >> EXPIRY_BITS
+                if op.refund:  # decrement, floored at 0
+                    value = max(0, value - hits)
+                else:
+                    value += hits
+                    if value > COUNTER_MAX:
+                        value = COUNTER_MAX  # saturates
+            elif op.refund:  # an absent counter stays absent
+                out.append(0)
                 continue
+            else:  # absent, or expired and not swept yet: a fresh counter
+                value = hits
+            counters[key] = value << EXPIRY_BITS | expires
             if entry is None:
-                entry = counters[key] = [hits, expires]
                 self._created(key, expires, now)
-            elif entry[1] <= now:  # expired, not swept yet: a fresh counter
-                entry[0] = hits
-                entry[1] = expires
-            else:
-                count = entry[0] + hits
-                entry[0] = count if count <= COUNTER_MAX else COUNTER_MAX  # saturates
-                entry[1] = expires
-            out.append(entry[0])
+            out.append(value)
         return out
 
     def _decide(self, op: Op, now: int, *, peek: bool = False) -> tuple[int, int]:
@@ -179,7 +182,7 @@ class MemoryBackend:
         if now >= self._next_sweep:
             self._sweep(now)
         entry = self._counters.get(key)
-        state = entry[0] if entry is not None and entry[1] > now else None
+        state = entry[0] if type(entry) is list and entry[1] > now else None
         if algorithm == SLIDING_WINDOW:
             w, c, p = state or (0, 0, 0)
             after, w, c, p, reset = _sliding_window(w, c, p, now_ticks, window, limit, hits)
@@ -195,12 +198,13 @@ class MemoryBackend:
                 return after, reset
             expires = t * tick // 1000 + 1  # until the bucket is full again
             new = (t, f)
-        if entry is None:
-            self._counters[key] = [new, expires]
-            self._created(key, expires, now)
-        else:
+        if type(entry) is list:
             entry[0] = new
             entry[1] = expires
+        else:
+            self._counters[key] = [new, expires]
+            if entry is None:
+                self._created(key, expires, now)
         return after, reset
 
     async def increment(self, ops: Sequence[Op]) -> list[Any]:
@@ -212,8 +216,7 @@ class MemoryBackend:
         now = int(self._clock())
         states = []
         for op in ops:
-            entry = self._counters.get(op.key)
-            states.append(entry[0] if entry is not None and entry[1] > now else None)
+            states.append(_live(self._counters.get(op.key), now))
         out = simulate(ops, states, now)
         calls = [j for j, op in enumerate(ops) if op.budget is not None]
         if calls:  # on copies of the budgets, in order: nothing written
@@ -230,8 +233,8 @@ class MemoryBackend:
             if op.algorithm != FIXED_WINDOW:
                 out.append(self._decide(op, now, peek=True)[0])
                 continue
-            entry = self._counters.get(op.key)
-            out.append(entry[0] if entry is not None and entry[1] > now else 0)
+            value = _live(self._counters.get(op.key), now)
+            out.append(value if type(value) is int else 0)
         return out
 
     async def delete(self, keys: Sequence[str]) -> int:
@@ -242,7 +245,7 @@ class MemoryBackend:
             entry = self._counters.pop(key, None)
             if entry is not None:
                 self.used -= 1 + len(key) // KEY_UNIT
-                found += entry[1] > now
+                found += _expiry(entry) > now
             else:
                 found += self.budgets.delete(key, now * 1000)
         return found
@@ -251,9 +254,9 @@ class MemoryBackend:
         """Seconds to expiry (-2 when absent), like Redis TTL; for tests."""
         entry = self._counters.get(key)
         now = int(self._clock())
-        if entry is None or entry[1] <= now:
+        if entry is None or _expiry(entry) <= now:
             return -2
-        return entry[1] - now
+        return _expiry(entry) - now
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -286,8 +289,9 @@ class MemoryBackend:
                 entry = counters.get(key)
                 if entry is None:
                     continue
-                if entry[1] > second:  # refreshed since: it belongs to a later bucket
-                    self._bucket(key, entry[1])
+                expires = _expiry(entry)
+                if expires > second:  # refreshed since: it belongs to a later bucket
+                    self._bucket(key, expires)
                     continue
                 del counters[key]
                 self.used -= 1 + len(key) // KEY_UNIT
@@ -320,11 +324,12 @@ class MemoryBackend:
                 entry = counters.get(key)
                 if entry is None:
                     continue
-                if entry[1] <= now:
+                expires = _expiry(entry)
+                if expires <= now:
                     del counters[key]
                     self.used -= 1 + len(key) // KEY_UNIT
                 else:
-                    self._bucket(key, entry[1])
+                    self._bucket(key, expires)
         size = len(counters)
         if compact and self._peak >= _COMPACT_FROM and size < self._peak // 4:
             # A dict keeps its largest table until rebuilt: give the rest back.
@@ -358,8 +363,34 @@ def simulate(ops: Sequence[Op], states: Sequence[Any], now: int) -> list[Any]:
     scratch = MemoryBackend()
     for op, state in zip(ops, states, strict=True):
         if state is not None:
-            scratch._counters[op.key] = [state, _NEVER]
+            scratch._counters[op.key] = stored(state, EXPIRY_MASK)  # never expires
     return scratch.increment_now(ops, now)
 
 
-_NEVER = 2**62  # a scratch entry's expiry
+def stored(state: Any, expires: int) -> Any:
+    """What the counter map holds for a counter (an int) or a state tuple expiring at
+    `expires` (Unix seconds)."""
+    if type(state) is int:
+        return state << EXPIRY_BITS | expires
+    return [state, expires]
+
+
+def unpack(entry: Any) -> tuple[Any, int]:
+    """What `stored` packed: (counter or state tuple, expires)."""
+    if type(entry) is int:
+        return entry >> EXPIRY_BITS, entry & EXPIRY_MASK
+    return entry[0], entry[1]
+
+
+def _live(entry: Any, now: int) -> Any:
+    """An entry's counter or state tuple, None when absent or expired at `now`."""
+    if entry is None:
+        return None
+    if type(entry) is int:
+        return entry >> EXPIRY_BITS if entry & EXPIRY_MASK > now else None
+    return entry[0] if entry[1] > now else None
+
+
+def _expiry(entry: Any) -> int:
+    """An entry's expiry (Unix seconds)."""
+    return entry & EXPIRY_MASK if type(entry) is int else entry[1]  # type: ignore[no-any-return]

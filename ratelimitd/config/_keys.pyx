@@ -4,6 +4,9 @@
 Same public names and results as `_keys_py.py` (the oracle); `keys.py` selects one.
 """
 
+from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.object cimport PyObject
 from libc.math cimport floorf
 
 from ratelimitd._slots cimport get, offset_of, put
@@ -40,6 +43,10 @@ cdef inline object _rule_field(object rule, Py_ssize_t offset, str name):
     return get(rule, RULE, offset, name)
 
 cdef long long COUNTER_MAX = 0x7FFFFFFFFFFFFFFF
+# A memory store's fixed-window counter: one int, value << 32 | expires (`_keys_py.EXPIRY_BITS`).
+# Below SMALL the packed int fits a long long and is made and read in C.
+cdef long long EXPIRY_MASK = 0xFFFFFFFF
+cdef long long SMALL = 0x7FFFFFFF
 
 UNIT_SECONDS = (0, 1, 60, 3600, 86400, 2592000, 31536000, 604800)
 cdef long long _SECONDS[8]
@@ -231,9 +238,10 @@ cdef class Bump:
         return self.bump(key, hits, seconds, now)
 
     cdef long long bump(self, str key, long long hits, long long seconds, long long now) except? -1:
-        cdef long long expires, jitter, value
-        cdef list entry
+        cdef long long expires, jitter, value, packed
+        cdef int overflow = 0
         cdef dict counters
+        cdef PyObject *found
         store = self.store
         cls = self.cls
         if now >= <long long>get(store, cls, self.o_next_sweep, "_next_sweep"):
@@ -243,20 +251,29 @@ cdef class Bump:
         if jitter > 0:
             expires += <long long>(random() * jitter)
         counters = get(store, cls, self.o_counters, "_counters")
-        found = counters.get(key)
-        if found is None:
-            counters[key] = [hits, expires]
+        found = PyDict_GetItem(counters, key)
+        if found is NULL:
+            PyDict_SetItem(counters, key, _pack(hits, expires))
             store._created(key, expires, now)
             return hits
-        entry = <list>found
-        if <long long>entry[1] <= now:  # expired, not swept yet: a fresh counter
-            value = hits
-        else:
-            value = entry[0]
-            value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX  # saturates
-        entry[0] = value
-        entry[1] = expires
+        value = hits  # expired, not swept yet (or another algorithm's state): a fresh counter
+        if type(<object>found) is int:
+            packed = PyLong_AsLongLongAndOverflow(<object>found, &overflow)
+            if overflow:  # a counter past SMALL: Python's ints
+                if <long long>((<object>found) & EXPIRY_MASK) > now:
+                    value = (<object>found) >> 32
+                    value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX
+            elif (packed & EXPIRY_MASK) > now:
+                value = packed >> 32
+                value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX  # saturates
+        PyDict_SetItem(counters, key, _pack(value, expires))
         return value
+
+
+cdef inline object _pack(long long value, long long expires):
+    if value <= SMALL:
+        return PyLong_FromLongLong(value << 32 | expires)
+    return (<object>value) << 32 | expires
 
 
 cpdef object refuse(object rule, object st, unsigned long long over_add, long long reset):

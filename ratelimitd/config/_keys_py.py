@@ -17,6 +17,10 @@ from ..messages import OK, OVER_LIMIT, Status
 
 # Counters saturate at the top of Redis' signed range (see keys.COUNTER_MAX).
 COUNTER_MAX = 2**63 - 1
+# A memory store's fixed-window counter is one int, `value << EXPIRY_BITS | expires` (Unix
+# seconds until 2106): a list of the two cost three objects per key.
+EXPIRY_BITS = 32
+EXPIRY_MASK = (1 << EXPIRY_BITS) - 1
 
 # Seconds per RLS v3 `RateLimitResponse.RateLimit.Unit`, indexed by the enum number:
 # UNKNOWN 0, SECOND 1, MINUTE 2, HOUR 3, DAY 4, MONTH 5, YEAR 6, WEEK 7.
@@ -192,8 +196,9 @@ def token_bucket(
 
 def bump(store: Any, key: str, hits: int, seconds: int, now: int) -> int:
     """INCRBY `key` `hits` + EXPIRE `seconds` (+ jitter) at `now` in a memory store's map
-    (`store._counters`: key -> [value, expires]), as Redis does: an absent or expired counter
-    starts from `hits`; a counter saturates at COUNTER_MAX. The counter after.
+    (`store._counters`: key -> `value << EXPIRY_BITS | expires`), as Redis does: an absent
+    or expired counter starts from `hits`; a counter saturates at COUNTER_MAX. The counter
+    after.
 
     The memory backend's per-window fast path, compiled with the counter maths; the store
     keeps the rest: its sweep (`store._sweep(now)`, due from `store._next_sweep`) and what a
@@ -209,16 +214,17 @@ def bump(store: Any, key: str, hits: int, seconds: int, now: int) -> int:
     counters = store._counters
     entry = counters.get(key)
     if entry is None:
-        counters[key] = [hits, expires]
+        counters[key] = hits << EXPIRY_BITS | expires
         store._created(key, expires, now)
         return hits
-    if entry[1] <= now:  # expired, not swept yet: a fresh counter
-        entry[0] = hits
+    if type(entry) is not int or entry & EXPIRY_MASK <= now:
+        value = hits  # expired, not swept yet (or another algorithm's state): a fresh counter
     else:
-        count = entry[0] + hits
-        entry[0] = count if count <= COUNTER_MAX else COUNTER_MAX  # saturates
-    entry[1] = expires
-    return entry[0]  # type: ignore[no-any-return]
+        value = (entry >> EXPIRY_BITS) + hits
+        if value > COUNTER_MAX:
+            value = COUNTER_MAX  # saturates
+    counters[key] = value << EXPIRY_BITS | expires
+    return value
 
 
 class Bump:

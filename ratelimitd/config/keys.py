@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 # counter stops at COUNTER_MAX, the top of Redis' signed range (INCRBY refuses to pass it).
 MAX_HITS = 2**32
 COUNTER_MAX = _keys_py.COUNTER_MAX
+# How a memory store packs a fixed-window counter and its expiry into one int.
+EXPIRY_BITS = _keys_py.EXPIRY_BITS
+EXPIRY_MASK = _keys_py.EXPIRY_MASK
 
 # Metered usage (the `meter: true` config extension) is kept per UTC day for 35 days, so
 # a billing cycle or a rolling 30-day window can always be summed from it.

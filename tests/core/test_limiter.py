@@ -15,6 +15,7 @@ import pytest
 from support.core import counter, preset, rule_counts, suite_config
 
 from ratelimitd.backends import MemoryBackend, Op
+from ratelimitd.backends.memory import stored
 from ratelimitd.localcache import ENTRY_OVERHEAD, LocalCache
 from ratelimitd.messages import MAX_UINT32, OK, OVER_LIMIT, Descriptor
 
@@ -567,7 +568,7 @@ async def test_near_limit_ratio_is_applied_in_float32(harness: Any) -> None:
         "domain: n\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100}"
     )
     h = harness(config, near_limit_ratio=0.29)
-    h.backend._counters["n_k_v_997200"] = [28, 1_003_600]
+    h.backend._counters["n_k_v_997200"] = stored(28, 1_003_600)
     await h.decide("n", [("k", "v")], hits_addend=2)  # 28 -> 30; float32 threshold is 29
     assert h.stat("ratelimit.service.rate_limit.n.k.near_limit") == 1
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from support.core import counter, preset, suite_config
 
+from ratelimitd.backends.memory import unpack
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 from ratelimitd.service import ServiceError
 
@@ -140,7 +141,7 @@ async def test_several_fixed_window_limits_are_all_refunded(harness: Any) -> Non
     r = await h.decide("domain", refund(("two", "a"), hits=2))
     # The minute limit is the tighter one: 10 - 5.
     assert brief(r.statuses[0]) == (OK, 10, 5, 20)
-    assert sorted(v[0] for v in h.backend._counters.values()) == [5, 5]
+    assert sorted(unpack(v)[0] for v in h.backend._counters.values()) == [5, 5]
 
 
 async def test_a_refund_of_a_token_bucket_is_refused(harness: Any) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 from support.core import memory_decider, suite_config
 
+from ratelimitd.backends.memory import stored, unpack
 from ratelimitd.config import keys
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 
@@ -46,11 +47,11 @@ async def test_a_counter_stops_at_counter_max(impl: str) -> None:
     d = memory_decider(CONFIG, impl=impl)
     await d.decide("d", [("k", "a")])
     (key,) = [k for k in d.backend._counters]
-    d.backend._counters[key][0] = keys.COUNTER_MAX - 1
+    d.backend._counters[key] = stored(keys.COUNTER_MAX - 1, unpack(d.backend._counters[key])[1])
     for _ in range(2):
         r = await d.decide("d", Descriptor((("k", "a"),), None, HUGE))
         assert r.overall_code == OVER_LIMIT
-    assert d.backend._counters[key][0] == keys.COUNTER_MAX
+    assert unpack(d.backend._counters[key])[0] == keys.COUNTER_MAX
 
 
 @pytest.mark.parametrize("impl", ["compiled", "pure"])

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ratelimitd.backends.base import Capabilities, Op
-from ratelimitd.backends.memory import MemoryBackend
+from ratelimitd.backends.memory import MemoryBackend, stored, unpack
 from ratelimitd.config import ConfigError, ConfigFile, RuleSet, load_ruleset
 from ratelimitd.core import Core, build_core
 from ratelimitd.messages import Descriptor, Request, Response
@@ -138,13 +138,13 @@ class StoreDouble:
 def preset(decider: Decider, key: str, value: int, ttl: int = 3600) -> None:
     """Set a counter of the memory backend as if earlier requests had counted it."""
     now = int(decider.clock.now)  # type: ignore[attr-defined]  # a support.clock.Clock
-    decider.backend._counters[key] = [value, now + ttl]  # type: ignore[attr-defined]
+    decider.backend._counters[key] = stored(value, now + ttl)  # type: ignore[attr-defined]
 
 
 def counter(decider: Decider, key: str) -> int | None:
     """A counter of the memory backend; None when it does not exist."""
     entry = decider.backend._counters.get(key)  # type: ignore[attr-defined]
-    return None if entry is None else entry[0]  # type: ignore[no-any-return]
+    return None if entry is None else unpack(entry)[0]  # type: ignore[no-any-return]
 
 
 def memory_decider(
@@ -228,7 +228,9 @@ SERVICE_NOW = 2222  # the reference service tests' clock: MINUTE reset header = 
 def exhaust(h: Any, domain: str, key: str, value: str, seconds: int, count: int) -> None:
     """Preset a counter so the next hit on (key, value) sees `count` + hits."""
     window = int(h.clock.now) // seconds * seconds
-    h.backend._counters[f"{domain}_{key}_{value}_{window}"] = [count, int(h.clock.now) + seconds]
+    h.backend._counters[f"{domain}_{key}_{value}_{window}"] = stored(
+        count, int(h.clock.now) + seconds
+    )
 
 
 def brief(st: Any) -> tuple:

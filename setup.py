@@ -32,7 +32,8 @@ SERVICES = [
 
 
 def generate_protos() -> None:
-    """Write ratelimitd/_proto/*_pb2.py(i) and *_pb2_grpc.py from proto/third_party/ (as `make proto`)."""
+    """Write ratelimitd/_proto/*_pb2.py(i) and *_pb2_grpc.py from proto/third_party/
+    (as `make proto`)."""
     from grpc_tools import protoc
 
     include = f"-I{resources.files('grpc_tools') / '_proto'}"  # the well-known types

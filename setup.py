@@ -4,7 +4,7 @@ HTTP/2, the Redis counter codec) with Cython.
 `pip install .` runs this in an isolated build env with Cython present; the generated
 C files are build output and never committed. The HTTP/2 core links the system libnghttp2 by
 its soname, libnghttp2.so.14 (Debian: libnghttp2-14, the runtime library alone: the
-declarations it needs are in ratelimitd/_nghttp2.h, so no libnghttp2-dev). It is optional
+declarations it needs are in ratelimitd/transport/_nghttp2.h, so no libnghttp2-dev). It is optional
 only where that library is missing: the build then skips it and the daemon serves gRPC with
 grpc.aio instead. Where the library is there, a compile error fails the build, so a broken
 HTTP/2 core can never install silently as "not built".
@@ -48,21 +48,21 @@ def generate_protos() -> None:
 generate_protos()
 
 extensions = [
-    Extension("ratelimitd._match", ["ratelimitd/_match.pyx"]),
-    Extension("ratelimitd._keys", ["ratelimitd/_keys.pyx"]),
+    Extension("ratelimitd.config._match", ["ratelimitd/config/_match.pyx"]),
+    Extension("ratelimitd.config._keys", ["ratelimitd/config/_keys.pyx"]),
     # Plan, count, verdict: the decision of every request (twin: _decision_py.py).
-    Extension("ratelimitd._decision", ["ratelimitd/_decision.pyx"]),
+    Extension("ratelimitd.decision._decision", ["ratelimitd/decision/_decision.pyx"]),
     # The RLS protobuf codec of the gRPC hot path (twin: the upb classes in protocodec.py).
-    Extension("ratelimitd._wire", ["ratelimitd/_wire.pyx"]),
+    Extension("ratelimitd.transport._wire", ["ratelimitd/transport/_wire.pyx"]),
     # The ShouldRateLimit call and the native routes (twins: transport/rls.py, native.py).
-    Extension("ratelimitd._rls", ["ratelimitd/_rls.pyx"]),
+    Extension("ratelimitd.transport._rls", ["ratelimitd/transport/_rls.pyx"]),
     # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names
     # the runtime library's file: there is no libnghttp2.so link without the -dev package.
-    Extension("ratelimitd._h2", ["ratelimitd/_h2.pyx"], libraries=[":libnghttp2.so.14"]),
+    Extension("ratelimitd.transport._h2", ["ratelimitd/transport/_h2.pyx"], libraries=[":libnghttp2.so.14"]),
 ]
-OPTIONAL = set() if ctypes.util.find_library("nghttp2") else {"ratelimitd._h2"}
+OPTIONAL = set() if ctypes.util.find_library("nghttp2") else {"ratelimitd.transport._h2"}
 
 modules = cythonize(
     extensions,

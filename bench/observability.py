@@ -3,7 +3,7 @@
     .venv/bin/python bench/observability.py [--requests 20000] [--concurrency 32] [--rounds 3]
 
 Each mode serves ShouldRateLimit from a GrpcTransport on a grpc.aio server (uvloop, port 0)
-deciding on the memory backend, and the public client (ratelimitd.client) in the same loop
+deciding on the memory backend, and the public client (ratelimitd.transport.client) in the same loop
 sends `--requests` calls from `--concurrency` tasks. Modes run interleaved, round after
 round, so drift on a shared VM hits all of them alike; the figures are the median
 decisions/s and the median process CPU per decision for each mode, and their ratios to
@@ -42,13 +42,13 @@ from support.machine import machine_info
 
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends import MemoryBackend, load_settings
-from ratelimitd.client import RateLimitClient
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import build_core
 from ratelimitd.settings import ListenerSettings
 from ratelimitd.stats import StatsStore
 from ratelimitd.stats.sinks import create_sink
-from ratelimitd.tracing import create_tracing
+from ratelimitd.stats.tracing import create_tracing
+from ratelimitd.transport.client import RateLimitClient
 from ratelimitd.transport.grpc import GrpcTransport
 from ratelimitd.transport.http import HttpServer
 from ratelimitd.transport.spans import ServerInterceptor, server_interceptor
@@ -119,7 +119,7 @@ async def run_mode(
 ) -> tuple[float, float, dict[str, Any]]:
     """(decisions/s, process CPU µs per decision, what the sink/exporter saw) for one mode.
 
-    path "grpc": the public client (ratelimitd.client) in this loop calls the server over
+    path "grpc": the public client (ratelimitd.transport.client) in this loop calls the server over
     loopback.
     path "handler": the transport's raw-bytes handler, wrapped by the interceptor exactly as
     grpc wraps it, is awaited directly (no sockets: the steadier measure of our own cost).

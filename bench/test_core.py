@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from ratelimitd import keys, match
 from ratelimitd.backends import MemoryBackend
-from ratelimitd.config import ConfigSource, RuleSet, build_ruleset
+from ratelimitd.config import ConfigSource, RuleSet, build_ruleset, keys, match
 from ratelimitd.config.yamlfile import parse
 from ratelimitd.core import build_core
 from ratelimitd.messages import Descriptor, Request
@@ -116,7 +115,7 @@ CODECS = {
 def test_codec(benchmark: Any, impl: str, op: str) -> None:
     """One-descriptor RateLimitRequest decode / OK RateLimitResponse (one status) encode."""
     if impl == "compiled" and protocodec.IMPLEMENTATION != "compiled":
-        pytest.skip("ratelimitd._wire is not built")
+        pytest.skip("ratelimitd.transport._wire is not built")
     benchmark.group = f"codec {op}"
     decode, encode = CODECS[impl]
     data = protocodec.encode_request("bench", [_entries(10)])

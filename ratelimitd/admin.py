@@ -25,7 +25,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .budget.model import (
+from .config import Rule
+from .config.budget_store import (
     COUNT,
     DUPLICATE,
     FULL,
@@ -35,10 +36,9 @@ from .budget.model import (
     RESERVE,
     Result,
 )
-from .config import Rule
+from .config.match import EXACT, KEY_ONLY, WILDCARD
 from .decision import CONSUME
 from .limiter import Limiter
-from .match import EXACT, KEY_ONLY, WILDCARD
 from .messages import CODE_NAMES, Descriptor, Request, ServiceError
 from .service import DryRun, RateLimitService
 

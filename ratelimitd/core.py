@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import match
 from .backends import create_backend
 from .backends.base import Backend, counted_by
 from .backends.breaker import WithBreakers
 from .backends.memory import create_memory_backend
-from .config import ConfigFile, RuleSet, load_ruleset
+from .backends.traced import TracedBackend
+from .config import ConfigFile, RuleSet, load_ruleset, match
 from .health import Health
 from .limiter import Limiter
 from .localcache import LocalCache, reference_capacity
@@ -31,7 +31,7 @@ from .settings import CacheSettings, Settings
 from .stats import StatsStore
 
 if TYPE_CHECKING:
-    from .tracing import Tracing
+    from .stats.tracing import Tracing
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +89,7 @@ def build_core(
         breakers = backend.breakers()
         health.add_detail("breakers", lambda: {b.name: b.state_name for b in breakers})
     if tracing is not None:
-        backend = tracing.traced_backend(backend)
+        backend = TracedBackend(backend, tracing.tracer)
     cache = settings.cache
     local_cache = None
     if cache.local_cache_size_in_bytes:

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, InitVar, dataclass
 from typing import Any
 
-from . import decision, keys
+from . import decision
 from .backends.base import Backend, Op, SyncBackend
-from .budget.model import budget_keys
-from .config import ConfigError, RuleSet
+from .config import ConfigError, RuleSet, keys
+from .config.budget_store import budget_keys
 from .localcache import LocalCache
 from .messages import Status
 

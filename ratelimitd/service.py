@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import decision, keys
+from . import decision
 from .backends.base import BackendError, Op, PipelinedBackend, Waiter
 from .budget.retry import StreamEnds
-from .config import RuleSet
+from .config import RuleSet, keys
 from .config.ruleset import UNIT_NAMES
 from .decision import NO_LIMIT, SLICE, Plan
 from .limiter import Limiter

@@ -1,6 +1,6 @@
-"""gRPC load generator for ShouldRateLimit: the public client (ratelimitd.client, grpc.aio) on
-uvloop, N concurrent calls spread over a few clients (each its own TCP connection), a fixed
-number of requests.
+"""gRPC load generator for ShouldRateLimit: the public client (ratelimitd.transport.client,
+grpc.aio) on uvloop, N concurrent calls spread over a few clients (each its own TCP
+connection), a fixed number of requests.
 
 Closed loop by default (saturation); with --rate the calls are paced to that many per second
 (open loop: call k is due at start + k/rate, so a slow server does not slow the schedule).
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import uvloop
 
-from ratelimitd.client import RateLimitClient, RateLimitError
+from ratelimitd.transport.client import RateLimitClient, RateLimitError
 from ratelimitd.transport.protocodec import decode_response, encode_request
 
 OK = 1

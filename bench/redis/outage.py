@@ -3,8 +3,8 @@
 A real redis-server, a real `ratelimitd serve` on it (REDIS_REQUEST_TIMEOUT=50ms,
 BACKEND_BREAKER_FAILURES=5, BACKEND_BREAKER_PROBE_INTERVAL=1s, MAX_INFLIGHT_DECISIONS=2000,
 BACKEND_FAILURE_POLICY=error: the reference's answer, UNKNOWN), and a steady RATE decisions/s
-over gRPC (ratelimitd.client, one channel) from this process. After BEFORE seconds Redis is
-stopped for OUTAGE seconds, then the load goes on for AFTER seconds:
+over gRPC (ratelimitd.transport.client, one channel) from this process. After BEFORE seconds
+Redis is stopped for OUTAGE seconds, then the load goes on for AFTER seconds:
 
 - `sigstop`: SIGSTOP (Redis hangs with its sockets open: every round trip waits for its
   timeout), then SIGCONT;
@@ -39,7 +39,7 @@ from support.daemon import daemon_environment, start_daemon, write_config
 from support.machine import machine_info
 from support.redis_server import RedisServers
 
-from ratelimitd.client import RateLimitClient, RateLimitError
+from ratelimitd.transport.client import RateLimitClient, RateLimitError
 
 # d: k 10^9 per hour, a limit the load never reaches.
 CONFIG = suite_config("bench_far_limit")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import msgspec
 
 from ..config.windows import FIXED_WINDOW, ONLY_FIXED_WINDOW
-from ..tlsfiles import unreadable
+from ..runtime.tlsfiles import unreadable
 
 if TYPE_CHECKING:
     from ..settings import MemcacheSettings, RedisSettings
@@ -128,9 +128,9 @@ class Op(msgspec.Struct, gc=False):
     (+ jitter) as an increment sets it; an absent counter is not created (the result is 0).
     The result is the counter after. A refund op is never handed to `get`.
 
-    `budget` (a `budget.model.Call`; a store whose capabilities name `budgets`) makes the op
+    `budget` (a `config.budget_store.Call`; a store whose capabilities name `budgets`) makes the op
     one token-budget call on the budget's keys (`key` is its state key), applied atomically;
-    its result is the call's `budget.model.Result`. It is never handed to `get`; `peek`
+    its result is the call's `config.budget_store.Result`. It is never handed to `get`; `peek`
     runs it on a copy of the budget (`MemoryBudgets.dry_run`), its Result with `held`.
     """
 

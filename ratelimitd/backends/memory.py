@@ -26,15 +26,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..allocator import Trimmer
-from ..budget.memory import MAX_TXNS, MemoryBudgets
-from ..budget.model import MAX_BUDGET_TXNS
+from ..config.budget_store import MAX_BUDGET_TXNS
+from ..config.keys import COUNTER_MAX, Bump
+from ..config.keys import sliding_window as _sliding_window
+from ..config.keys import token_bucket as _token_bucket
 from ..config.windows import FIXED_WINDOW, SLIDING_WINDOW
-from ..keys import COUNTER_MAX, Bump
-from ..keys import sliding_window as _sliding_window
-from ..keys import token_bucket as _token_bucket
+from ..runtime.allocator import Trimmer
 from . import MEMORY
 from .base import Op
+from .memory_budget import MAX_TXNS, MemoryBudgets
 
 if TYPE_CHECKING:
     from ..health import Health

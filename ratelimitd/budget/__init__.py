@@ -1,7 +1,10 @@
 """Exact token budgets: reserve at request time, settle at stream end, never overshoot
 (docs/budgets.md).
 
-`model` says what a budget call is and where a budget lives, `memory` is the in-process
-store (and the twin of the Redis script in `backends.redis.budget`), and `config` the
-`budget:` block of a rule and how a budget call is recognised in a descriptor.
+This package is the service's side of a budget: `calls` turns a request's budget entries into
+store calls and their results into statuses, `retry` settles what a store could not take at
+stream end, `outbox` shapes the usage events a budget store appends. What a budget call is
+and where a budget lives is `config.budget_store` (the contract every store keeps), the
+`budget:` block of a rule is `config.budgets`, and the stores are `backends.memory_budget`
+and `backends.redis.budget`.
 """

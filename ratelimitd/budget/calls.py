@@ -19,11 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..backends.base import Op
-from ..config.ruleset import Rule
-from ..keys import refuse, unit_seconds, verdict
-from ..messages import OK, ServiceError, Status
-from .config import recognise
-from .model import (
+from ..config.budget_store import (
     ADMITTED,
     COUNT,
     DUPLICATE,
@@ -40,6 +36,10 @@ from .model import (
     budget_keys,
     transaction_id,
 )
+from ..config.budgets import recognise
+from ..config.keys import refuse, unit_seconds, verdict
+from ..config.ruleset import Rule
+from ..messages import OK, ServiceError, Status
 from .outbox import event as outbox_event
 
 __all__ = [

@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from ..aio import cancel
 from ..backends.base import Backend, BackendError
+from ..config.budget_store import RELEASE, SETTLE
+from ..runtime.aio import cancel
 from .calls import budget_status
-from .model import RELEASE, SETTLE
 
 log = logging.getLogger("ratelimitd.budget")
 

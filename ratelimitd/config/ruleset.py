@@ -2,8 +2,9 @@
 
 `build_ruleset` runs the reference's `loadConfig`/`loadDescriptors` checks
 (`src/config/config_impl.go`) over all files in order, merges domains when asked, and compiles
-each domain into the descriptor trie of `ratelimitd.match`. A RuleSet is never mutated after it
-is built: a reload builds a new one and swaps the reference, so each request sees exactly one.
+each domain into the descriptor trie of `ratelimitd.config.match`. A RuleSet is never mutated
+after it is built: a reload builds a new one and swaps the reference, so each request sees
+exactly one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import keys, match
+from . import keys, match
 from .errors import ConfigError
 from .windows import (
     ALGORITHM_BY_NAME,
@@ -25,7 +26,7 @@ from .windows import (
 from .yamlfile import DescriptorDoc, RateLimitDoc, RootDoc
 
 if TYPE_CHECKING:
-    from ..budget.config import BudgetSpec
+    from .budgets import BudgetSpec
 
 # RLS v3 `RateLimitResponse.RateLimit.Unit` enum, by name (the config's unit, upper-cased).
 UNIT_BY_NAME = {
@@ -226,7 +227,7 @@ class ConfigSource:
 
 
 class Matcher(Protocol):
-    """A descriptor-trie implementation: `ratelimitd.match`, or one of its twins."""
+    """A descriptor-trie implementation: `ratelimitd.config.match`, or one of its twins."""
 
     def compile_level(self, specs: Sequence[Any]) -> Any: ...
 
@@ -329,7 +330,7 @@ def build_ruleset(
 ) -> RuleSet:
     """Validate and compile configs in order; raise ConfigError on the first problem.
 
-    `matcher` compiles the tries (the selected `ratelimitd.match` unless a caller, such as a
+    `matcher` compiles the tries (the selected `ratelimitd.config.match` unless a caller, such as a
     benchmark of the pure twin, names another implementation). `backend` is the name of
     the counter store, the algorithms it can count exactly and those it keeps budgets for
     (None: every algorithm, and budgets of fixed and sliding windows); a limit it cannot
@@ -338,7 +339,7 @@ def build_ruleset(
     names none (DOMAIN_DEFAULT_ALGORITHMS).
     """
     # Imported here: the budget modules read the config's algorithm ids (config.windows).
-    from ..budget.config import domain_keys
+    from .budgets import domain_keys
 
     roots: dict[str, NodeSpec] = {}
     budgeted: dict[str, dict[str, BudgetSpec]] = {}
@@ -446,7 +447,7 @@ def _budget(
             _at(d.budget_line, f"budget of '{full_key}': a budget rule cannot meter "
                 "(its calls carry estimates, usage and response codes as hits)"),
         )  # fmt: skip
-    from ..budget.config import budget_of
+    from .budgets import budget_of
 
     kept_by = None
     if backend is not None:

@@ -34,8 +34,8 @@ import grpc
 
 from .. import __version__
 from .._proto import base_pb2, discovery_pb2, discovery_pb2_grpc
+from ..runtime.tlsfiles import unreadable
 from ..settings import XdsSettings
-from ..tlsfiles import unreadable
 from . import xds
 from .ruleset import ConfigSource
 

@@ -37,12 +37,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backends.base import BackendError
+from ..grpcstatus import INVALID_ARGUMENT, OK, RESOURCE_EXHAUSTED, UNAVAILABLE
 from ..messages import OVER_LIMIT, Descriptor, Request, ServiceError
 from ..service import RateLimitService
 from ..settings import QuotaSettings
 from ..stats import StatsStore, sanitize_stat_name
 from ..stats.store import OVERFLOW_KEY as OVERFLOW
-from ..transport.grpcstatus import INVALID_ARGUMENT, OK, RESOURCE_EXHAUSTED, UNAVAILABLE
 from .buckets import Bucket, BucketError, BucketKeys, Entries
 from .codec import ALLOW, DENY, TOKENS, Action, ReportError, decode_reports, encode_actions
 from .share import demand, shares, smoothed, wanted

@@ -280,7 +280,7 @@ class CacheSettings:
     memory_max_keys: int = 1_000_000  # MEMORY_MAX_KEYS
     # Extension: token-budget transactions (open and tombstones) one budget may hold, on
     # every store that keeps budgets, and all budgets of the memory store together
-    # (`budget.model.FULL`).
+    # (`config.budget_store.FULL`).
     budget_max_transactions: int = 100_000  # BUDGET_MAX_TRANSACTIONS
     memory_max_budget_transactions: int = 500_000  # MEMORY_MAX_BUDGET_TRANSACTIONS
 

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 
-from ..aio import cancel
+from ..runtime.aio import cancel
 from .store import StatsStore, Timer
 
 log = logging.getLogger("ratelimitd.stats")

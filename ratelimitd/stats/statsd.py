@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from ..aio import cancel
+from ..runtime.aio import cancel
 from .base import PeriodicSink, number, statsd_tag_suffix, timer_value
 from .dogstatsd import UdpWriter
 from .store import StatsStore

@@ -28,10 +28,10 @@ from grpc_health.v1.health import aio as health_aio
 
 from ratelimitd.health import Health
 from ratelimitd.quota import QuotaService
+from ratelimitd.runtime.tlsfiles import unreadable
 from ratelimitd.service import RateLimitService
 from ratelimitd.settings import Settings
 from ratelimitd.stats import StatsStore, Timer
-from ratelimitd.tlsfiles import unreadable
 
 from .protocodec import METHOD_NAME, SERVICE_NAME
 from .protocodec import METHOD_PATH as METHOD_PATH  # re-exported for existing importers

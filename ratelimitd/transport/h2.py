@@ -1,6 +1,6 @@
 """gRPC over HTTP/2 on uvloop: the asyncio Protocol and server around the `_h2` core.
 
-The core (`ratelimitd._h2`, libnghttp2) parses and frames; this module owns the sockets:
+The core (`ratelimitd.transport._h2`, libnghttp2) parses and frames; this module owns the sockets:
 one `H2Protocol` per connection feeds it what was read and writes what it returns, once per
 `data_received` and, for replies finished later (a Redis round trip), once per event-loop
 iteration per connection. It also owns what needs a clock or a socket option: deadlines
@@ -41,8 +41,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._h2 import Connection, Stream  # type: ignore[import-not-found]
-from .grpcstatus import DEADLINE_EXCEEDED, INTERNAL
+from ..grpcstatus import DEADLINE_EXCEEDED, INTERNAL
+from ._h2 import Connection, Stream  # type: ignore[import-not-found]
 from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
 
 log = logging.getLogger("ratelimitd.transport.h2")

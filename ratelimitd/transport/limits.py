@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Protocol
 
-from ..allocator import Trimmer
+from ..runtime.allocator import Trimmer
 
 log = logging.getLogger("ratelimitd")
 

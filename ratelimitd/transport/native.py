@@ -21,13 +21,14 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health_pb2
 
+from ..grpcstatus import CANCELLED, INTERNAL, NOT_FOUND, OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED
 from ..health import Health
 from ..messages import Request, Response
 from ..quota import QuotaService
 from ..service import RateLimitService
 from ..settings import Settings
 from ..stats import StatsStore, Timer
-from ..tracing import Tracing
+from ..stats.tracing import Tracing
 from .grpc import (
     HEALTH_SERVICE,
     CertificateFiles,
@@ -36,7 +37,6 @@ from .grpc import (
     dns_name_matches,
     listen_address,
 )
-from .grpcstatus import CANCELLED, INTERNAL, NOT_FOUND, OK, RESOURCE_EXHAUSTED, UNIMPLEMENTED
 from .h2 import H2Protocol, H2Server
 from .limits import ConnectionBudget
 from .protocodec import METHOD_PATH, SERVICE_NAME, decoded_size, encode_response

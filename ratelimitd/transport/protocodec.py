@@ -4,7 +4,7 @@ and the one definition of the method path they serve and call.
 Both gRPC transports register ShouldRateLimit with no serializers and hand the bytes to
 `rls.RlsHandler`, which calls `decode_request` / `encode_response`; with the compiled codec
 it selects and `request_domain` (the span attribute), this module is where the wire format
-is known. The hot pair is the compiled `ratelimitd._wire` codec; the upb-backed generated
+is known. The hot pair is the compiled `ratelimitd.transport._wire` codec; the upb-backed generated
 classes below are its twin (RATELIMITD_NO_EXTENSIONS=1, a build without extensions, and the
 oracle of the property tests) and serve the client-side functions.
 """
@@ -130,7 +130,7 @@ def _compiled_codec() -> Any:
     if extensions_disabled():
         return None
     try:
-        from ratelimitd import _wire  # type: ignore[attr-defined]
+        from ratelimitd.transport import _wire  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _wire

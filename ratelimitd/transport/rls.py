@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import BackendError
+from ..grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from ..messages import Overloaded, Request, RequestTooLarge, ServiceError, TooLarge
 from ..service import RateLimitService
 from ..settings import extensions_disabled
 from ..stats import StatsStore, Timer
-from .grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from .protocodec import DecodeError, decode_request, decoded_size, encode_response
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def _compiled_call() -> Any:
     if extensions_disabled():
         return None
     try:
-        from .. import _rls  # type: ignore[attr-defined]
+        from . import _rls  # type: ignore[attr-defined]
     except ImportError:
         return None
     return _rls

@@ -1,6 +1,6 @@
 """The SERVER span of each gRPC ShouldRateLimit call, as otelgrpc makes it (TRACING_ENABLED):
 `ServerSpans` for any gRPC transport (the native one calls it), `ServerInterceptor` for
-grpc.aio. The provider and the backend's child spans are `ratelimitd.tracing`'s.
+grpc.aio. The provider and the backend's child spans are `ratelimitd.stats.tracing`'s.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, TypeAlias
 import grpc
 import grpc.aio
 
-from ..tracing import Tracing
+from ..stats.tracing import Tracing
 from .protocodec import METHOD_PATH, request_domain
 
 # The span name's RPC (kept under this name for the tracing tests and benchmarks).

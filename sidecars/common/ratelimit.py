@@ -8,8 +8,9 @@ transit API installs the same when TRANSIT_RATE_LIMIT=true. Per request, in
    callable given (the usage sidecar's accounts). A Bearer header whose token is
    malformed, unknown or revoked is answered 401 right here, so a client with a bad token
    learns it instead of being served as anonymous. Other schemes and no header: anonymous.
-2. ShouldRateLimit with ratelimitd's public client (`ratelimitd.client.RateLimitClient`: one
-   gRPC channel per process, a short deadline, reconnecting by itself) with descriptors
+2. ShouldRateLimit with ratelimitd's public client
+   (`ratelimitd.transport.client.RateLimitClient`: one gRPC channel per process, a short
+   deadline, reconnecting by itself) with descriptors
    (domain `domain`, one hit each):
        anonymous:  [("remote_address", <client address>)]
        account:    [("account", <id>)]  and  [("plan", <plan>), ("account", <id>)]
@@ -53,8 +54,8 @@ import falcon.asgi
 import msgspec
 from falcon.asgi.stream import BoundedStream
 
-from ratelimitd.client import RateLimitClient, RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT, Response
+from ratelimitd.transport.client import RateLimitClient, RateLimitError
 
 from .errors import ApiError, answer
 from .outage import Outage

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ratelimitd.keys import METER_TTL_SECONDS
+from ratelimitd.config.keys import METER_TTL_SECONDS
 
 from .windows import DAY, Window
 

@@ -31,7 +31,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
-from ratelimitd.keys import meter_key
+from ratelimitd.config.keys import meter_key
 from sidecars.common.outage import Outage
 from sidecars.common.ratelimit import AccessDenied, IdempotencyKey
 

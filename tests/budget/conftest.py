@@ -10,7 +10,7 @@ import pytest
 from support.budget import redis_budgets
 from support.redis_server import RedisServers
 
-from ratelimitd.budget.memory import MemoryBudgets
+from ratelimitd.backends.memory_budget import MemoryBudgets
 
 
 @pytest.fixture(params=["memory", "redis"])

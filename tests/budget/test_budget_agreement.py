@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from support.budget import redis_budgets
 from support.redis_server import RedisServer, RedisServers
 
+from ratelimitd.backends.memory_budget import MemoryBudgets
 from ratelimitd.backends.redis.instances import key_slot
-from ratelimitd.budget import model
-from ratelimitd.budget.memory import MemoryBudgets
-from ratelimitd.budget.model import Call, budget_keys, fixed, sliding
+from ratelimitd.config import budget_store as model
+from ratelimitd.config.budget_store import Call, budget_keys, fixed, sliding
 
 T0 = 1_699_999_200_000 + 590_000  # 10 s before a minute ends
 TTL = 90_000

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ratelimitd.budget.config import BudgetSpec, budget_spec, domain_keys, recognise
-from ratelimitd.budget.model import RELEASE, RESERVE, SETTLE
+from ratelimitd.config.budget_store import RELEASE, RESERVE, SETTLE
+from ratelimitd.config.budgets import BudgetSpec, budget_spec, domain_keys, recognise
 from ratelimitd.config.errors import ConfigError
 
 

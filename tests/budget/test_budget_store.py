@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from support.settings_env import error, load
 
+from ratelimitd.backends.memory_budget import MemoryBudgets
 from ratelimitd.backends.redis.instances import key_slot
-from ratelimitd.budget import model as outcome
-from ratelimitd.budget.memory import MemoryBudgets
-from ratelimitd.budget.model import (
+from ratelimitd.config import budget_store as outcome
+from ratelimitd.config.budget_store import (
     COUNT,
     PEEK,
     RELEASE,

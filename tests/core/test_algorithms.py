@@ -20,13 +20,12 @@ from hypothesis import strategies as st
 from support.core import suite_config
 from support.daemon import run_check_config
 
-from ratelimitd import _keys_py
-from ratelimitd.config import ConfigError, ConfigFile, load_ruleset
+from ratelimitd.config import ConfigError, ConfigFile, _keys_py, load_ruleset
 from ratelimitd.config.windows import FIXED_WINDOW, ONLY_FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 from ratelimitd.stats import RULE_STATS, RuleStats
 
-_keys = pytest.importorskip("ratelimitd._keys", reason="compiled extension not built")
+_keys = pytest.importorskip("ratelimitd.config._keys", reason="compiled extension not built")
 
 T0 = 1_000_000.0  # window-aligned for every unit used here
 

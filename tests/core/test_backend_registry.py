@@ -13,13 +13,13 @@ import pytest
 from support.core import single_rule
 from support.decisions import explain_then_decide
 
-from ratelimitd import cli
 from ratelimitd.backends import BACKENDS, Backend, Capabilities, Registered, load_settings
 from ratelimitd.backends.base import Op
 from ratelimitd.backends.memory import simulate
 from ratelimitd.config import ConfigError, ConfigFile
 from ratelimitd.core import build_core
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor, Request
+from ratelimitd.process import cli
 from ratelimitd.settings import Settings, SettingsError
 
 # Fixed windows only, fails by raising, no circuit breakers, waits for its (pretend) I/O.

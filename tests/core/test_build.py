@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from ratelimitd import decision, keys, match
+from ratelimitd import decision
 from ratelimitd.backends.redis import resp
+from ratelimitd.config import keys, match
 from ratelimitd.transport import rls
 
 # The selector modules, each choosing between a compiled module and its pure twin.
@@ -19,15 +20,17 @@ SELECTORS = (keys, match, decision, rls, resp)
 def test_compiled_extensions_are_in_use() -> None:
     assert [s.IMPLEMENTATION for s in SELECTORS] == ["compiled"] * len(SELECTORS)
     for name in (
-        "ratelimitd._keys",
-        "ratelimitd._match",
-        "ratelimitd._decision",
-        "ratelimitd._rls",
+        "ratelimitd.config._keys",
+        "ratelimitd.config._match",
+        "ratelimitd.decision._decision",
+        "ratelimitd.transport._rls",
         "ratelimitd.backends.redis._resp",
     ):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")
-    assert keys.cache_key.__module__ == "ratelimitd._keys" or type(keys.cache_key).__name__ in (
+    assert keys.cache_key.__module__ == "ratelimitd.config._keys" or type(
+        keys.cache_key
+    ).__name__ in (
         "builtin_function_or_method",
         "cython_function_or_method",
     )
@@ -39,5 +42,5 @@ def test_compiled_extensions_are_in_use() -> None:
 def test_no_extensions_forces_the_twins() -> None:
     assert [s.IMPLEMENTATION for s in SELECTORS] == ["pure"] * len(SELECTORS)
     assert resp.incrby_expire_ops.__module__ == "ratelimitd.backends.redis._resp_py"
-    assert keys.cache_key.__module__ == "ratelimitd._keys_py"
-    assert match.lookup.__module__ == "ratelimitd._match_py"
+    assert keys.cache_key.__module__ == "ratelimitd.config._keys_py"
+    assert match.lookup.__module__ == "ratelimitd.config._match_py"

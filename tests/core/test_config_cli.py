@@ -15,7 +15,7 @@ import pytest
 from support.core import CONFIGS, one_rule
 from support.daemon import run_check_config
 
-from ratelimitd import cli
+from ratelimitd.process import cli
 
 # --- the check-config CLI ------------------------------------------------------------------------
 

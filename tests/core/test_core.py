@@ -36,9 +36,9 @@ async def test_impl_selects_every_twin_without_patching(impl: str) -> None:
     core = build_core(backend=MemoryBackend(), clock=lambda: 1_000_000.0, impl=impl)
     ruleset = core.load([ConfigFile("c.yaml", CONFIG)])
     suffix = "" if impl == "compiled" else "_py"
-    match_module = importlib.import_module(f"ratelimitd._match{suffix}")
-    keys_module = importlib.import_module(f"ratelimitd._keys{suffix}")
-    decision_module = importlib.import_module(f"ratelimitd._decision{suffix}")
+    match_module = importlib.import_module(f"ratelimitd.config._match{suffix}")
+    keys_module = importlib.import_module(f"ratelimitd.config._keys{suffix}")
+    decision_module = importlib.import_module(f"ratelimitd.decision._decision{suffix}")
     assert ruleset.lookup is match_module.lookup
     assert core.limiter.keys is keys_module
     assert core.limiter.decision is core.service.decision is decision_module

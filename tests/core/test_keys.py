@@ -14,13 +14,15 @@ from types import ModuleType
 
 import pytest
 
-from ratelimitd import keys
+from ratelimitd.config import keys
 
 SECOND, MINUTE, HOUR, DAY, MONTH, YEAR, WEEK = 1, 2, 3, 4, 5, 6, 7
 U64 = 2**64
 
 
-@pytest.fixture(params=["ratelimitd._keys", "ratelimitd._keys_py"], ids=["compiled", "pure"])
+@pytest.fixture(
+    params=["ratelimitd.config._keys", "ratelimitd.config._keys_py"], ids=["compiled", "pure"]
+)
 def km(request: pytest.FixtureRequest) -> ModuleType:
     """The key-maths module under test, imported explicitly (not through the selector)."""
     return importlib.import_module(request.param)
@@ -36,8 +38,8 @@ SELECTOR_NAMES = {"IMPLEMENTATION", "METER_TTL_SECONDS", "implementation", "mete
 
 
 def test_twins_expose_the_same_names() -> None:
-    compiled = importlib.import_module("ratelimitd._keys")
-    pure = importlib.import_module("ratelimitd._keys_py")
+    compiled = importlib.import_module("ratelimitd.config._keys")
+    pure = importlib.import_module("ratelimitd.config._keys_py")
     for name in keys.__all__:
         if name not in SELECTOR_NAMES:
             assert hasattr(compiled, name) and hasattr(pure, name), name
@@ -45,8 +47,8 @@ def test_twins_expose_the_same_names() -> None:
 
 
 def test_implementation_is_chosen_by_name() -> None:
-    assert keys.implementation("compiled") is importlib.import_module("ratelimitd._keys")
-    assert keys.implementation("pure") is importlib.import_module("ratelimitd._keys_py")
+    assert keys.implementation("compiled") is importlib.import_module("ratelimitd.config._keys")
+    assert keys.implementation("pure") is importlib.import_module("ratelimitd.config._keys_py")
     assert keys.implementation(None).cache_key is keys.cache_key
     with pytest.raises(ValueError, match="unknown implementation 'fast'"):
         keys.implementation("fast")
@@ -279,8 +281,8 @@ def test_evaluate(
 @pytest.mark.parametrize(
     "module",
     [
-        "ratelimitd._keys",
-        "ratelimitd._keys_py",
+        "ratelimitd.config._keys",
+        "ratelimitd.config._keys_py",
     ],
 )
 def test_evaluate_near_above_limit_wraps_like_go(module: str) -> None:
@@ -293,11 +295,11 @@ def test_evaluate_near_above_limit_wraps_like_go(module: str) -> None:
 def test_a_stale_compiled_module_falls_back_to_the_twin() -> None:
     """A built module lacking a name its twin has (a .so older than its .pyx) is not used:
     the twin serves, as when nothing is built, instead of the import failing."""
-    from ratelimitd import _keys_py
     from ratelimitd._twins import select
+    from ratelimitd.config import _keys_py
     from ratelimitd.settings import extensions_disabled
 
     if not extensions_disabled():  # a module with every name is taken
-        assert select("ratelimitd._keys_py", _keys_py) == (_keys_py, "compiled")
+        assert select("ratelimitd.config._keys_py", _keys_py) == (_keys_py, "compiled")
     assert select("json", _keys_py) == (_keys_py, "pure")
     assert select("ratelimitd.no_such_module", _keys_py) == (_keys_py, "pure")

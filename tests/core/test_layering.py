@@ -10,8 +10,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parents[2] / "ratelimitd"
 BACKEND_NAMES = {"redis", "memcache", "memory"}
 # google.rpc.Code names (messages.py's OK is the RLS response's Code, a different enum; its
@@ -57,64 +55,73 @@ def imports(name: str, tree: ast.Module, path: Path) -> Iterator[tuple[str, int]
 SOURCES = {name: (path, tree) for name, path, tree in modules()}
 
 
-def imports_of(prefix: str) -> list[tuple[str, str, int]]:
-    return [
-        (name, target, line)
-        for name, (path, tree) in SOURCES.items()
-        if name == prefix or name.startswith(prefix + ".")
-        for target, line in imports(name, tree, path)
-    ]
-
-
-# transport -> service -> (config, match, keys, limiter) -> backend; each layer with the
-# ones above it, which it must not import. The settings sit below all of them and know no
-# backend (`backends.load_settings` composes the two); the config's algorithm ids
-# (config/windows.py) are the one config module a backend reads. budget/ holds a module of
-# each layer (`config`: the `budget:` block; `model`, `memory`: the store contract and the
-# in-process store; `calls`, `retry`: the service's calls), so its modules are placed one by one.
-_ABOVE_BACKENDS = (
-    "ratelimitd.config.ruleset", "ratelimitd.config.loader", "ratelimitd.match",
-    "ratelimitd.limiter", "ratelimitd.decision", "ratelimitd.budget.calls",
-    "ratelimitd.budget.retry", "ratelimitd.budget.config", "ratelimitd.service",
-    "ratelimitd.admin", "ratelimitd.transport", "ratelimitd.core", "ratelimitd.daemon",
-    "ratelimitd.cli",
+# The architecture, bottom first: a module imports only from its own package and the
+# packages before it (a root module counts as a package of its own). Leaves (settings, the
+# event loop's helpers, the messages, health, the gRPC statuses, the twin selector) know
+# nothing above them; the configuration (rules, tries, key and window maths, the budget's
+# store contract) knows no store; the stores know no decision; the decision model, the
+# service, the protocols and servers, and the process that composes them follow. The Go
+# service composes the same way: its runner builds each layer from the ones below.
+ARCHITECTURE = (
+    "settings", "runtime", "_twins", "_slots", "messages", "health", "grpcstatus",
+    "stats", "config", "backends", "budget", "decision", "localcache", "limiter",
+    "service", "admin", "quota", "core", "transport", "process", "__main__",
 )  # fmt: skip
-_ABOVE_RULES = ("ratelimitd.limiter", "ratelimitd.service", "ratelimitd.transport",
-                "ratelimitd.core", "ratelimitd.daemon", "ratelimitd.cli")  # fmt: skip
-LAYERS = [
-    ("ratelimitd.settings", ("ratelimitd.backends", "ratelimitd.config", "ratelimitd.budget",
-                             "ratelimitd.stats", *_ABOVE_BACKENDS)),
-    ("ratelimitd.backends", _ABOVE_BACKENDS),
-    ("ratelimitd.budget.model", ("ratelimitd.backends", *_ABOVE_BACKENDS)),
-    ("ratelimitd.budget.memory", ("ratelimitd.backends", *_ABOVE_BACKENDS)),
-    ("ratelimitd.config", ("ratelimitd.backends", *_ABOVE_RULES)),
-    ("ratelimitd.budget.config", ("ratelimitd.backends", *_ABOVE_RULES)),
-    ("ratelimitd.match", ("ratelimitd.backends", *_ABOVE_RULES)),
-    ("ratelimitd.keys", ("ratelimitd.backends", *_ABOVE_RULES)),
-    ("ratelimitd.limiter", ("ratelimitd.service", "ratelimitd.transport", "ratelimitd.core",
-                            "ratelimitd.daemon")),
-    ("ratelimitd.service", ("ratelimitd.transport", "ratelimitd.core", "ratelimitd.daemon")),
-    ("ratelimitd.decision", ("ratelimitd.transport",)),
-    ("ratelimitd.stats", ("ratelimitd.transport",)),  # stats sit below the transports
-    ("ratelimitd.tracing", ("ratelimitd.transport",)),
-    # The quota service knows no transport; it ends its streams with the protocol's own gRPC
-    # statuses, read from the one leaf module that declares them (transport.grpcstatus).
-    ("ratelimitd.quota", ("ratelimitd.transport.grpc", "ratelimitd.transport.native",
-                          "ratelimitd.transport.rlqs", "ratelimitd.transport.h2",
-                          "ratelimitd.transport.http", "ratelimitd.transport.debug",
-                          "ratelimitd.core", "ratelimitd.daemon")),
-]  # fmt: skip
+COMPILED_IMPORT = re.compile(
+    r"^\s*(?:from\s+(ratelimitd[\w.]*)\s+c?import|c?import\s+(ratelimitd[\w.]*))", re.M
+)
 
 
-@pytest.mark.parametrize(("layer", "above"), LAYERS, ids=[layer for layer, _ in LAYERS])
-def test_a_layer_does_not_import_above_itself(layer: str, above: tuple[str, ...]) -> None:
+def compiled_imports() -> Iterator[tuple[str, str, int]]:
+    """(module, target, line) of every ratelimitd import of the compiled halves (.pyx, .pxd,
+    .pxi: the Cython sources the AST walk cannot read), cimports included."""
+    for path in sorted(PACKAGE.rglob("*.p[yx][xdi]")):
+        if path.suffix not in (".pyx", ".pxd", ".pxi"):
+            continue
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        text = path.read_text()
+        for m in COMPILED_IMPORT.finditer(text):
+            yield ".".join(parts), m[1] or m[2], text.count("\n", 0, m.start()) + 1
+
+
+def every_import() -> Iterator[tuple[str, str, int]]:
+    """(module, imported module, line) of every import of the package, Python and Cython; an
+    imported name that is not a module (`from ratelimitd.x import f`) counts as its module."""
+    found = [
+        *((name, target, line) for name, (path, tree) in SOURCES.items()
+          for target, line in imports(name, tree, path)),
+        *compiled_imports(),
+    ]  # fmt: skip
+    known = set(SOURCES) | {name for name, _, _ in found}
+    for name, target, line in found:
+        while target.count(".") and target not in known:
+            target = target.rpartition(".")[0]
+        yield name, target, line
+
+
+def layer(module: str) -> int:
+    """The position in ARCHITECTURE of the package (or root module) `module` belongs to."""
+    top = module.split(".")[1] if module.count(".") else ""
+    assert top in ARCHITECTURE, f"{module}: place ratelimitd.{top} in ARCHITECTURE"
+    return ARCHITECTURE.index(top)
+
+
+def test_every_import_goes_down_the_architecture() -> None:
+    """No upward import and no import between two packages of one rank: with a total order
+    of packages, this is also the proof that no cycle runs through two packages."""
     crossing = [
         f"{name}:{line} imports {target}"
-        for name, target, line in imports_of(layer)
-        for forbidden in above
-        if target == forbidden or target.startswith(forbidden + ".")
-    ]
+        for name, target, line in every_import()
+        if target != "ratelimitd" and target.split(".")[1] not in ("_proto", "py")
+        and layer(target) > layer(name)
+    ]  # fmt: skip
     assert not crossing, crossing
+
+
+def test_the_compiled_halves_are_read_too() -> None:
+    found = {(name, target) for name, target, _ in compiled_imports()}
+    assert ("ratelimitd.transport._h2", "ratelimitd.transport._nghttp2") in found
+    assert any(name.startswith("ratelimitd.decision") for name, _ in found), found
 
 
 def module_graph() -> dict[str, set[str]]:
@@ -169,7 +176,8 @@ def test_a_twin_is_imported_only_through_its_selector() -> None:
         for name, targets in module_graph().items()
         if not name.rpartition(".")[2].startswith("_")
         for target in targets
-        if (twin := re.fullmatch(r"(.*)\._(\w+)_py", target)) and name != f"{twin[1]}.{twin[2]}"
+        if (twin := re.fullmatch(r"(.*)\._(\w+)_py", target))
+        and name not in (f"{twin[1]}.{twin[2]}", twin[1] if twin[1].endswith(f".{twin[2]}") else "")
     ]
     assert not crossing, crossing
 
@@ -184,7 +192,7 @@ def test_algorithm_ids_are_named() -> None:
     "not the fixed window" only while its id is 0)."""
     found = []
     for name, (_, tree) in SOURCES.items():
-        if not name.startswith(("ratelimitd.backends", "ratelimitd._decision")):
+        if not name.startswith(("ratelimitd.backends", "ratelimitd.decision._decision")):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare) and any(
@@ -209,7 +217,7 @@ def test_algorithm_ids_are_named() -> None:
     bare = re.compile(
         r'(W_ALGORITHM\]|"algorithm"\)|\balg)\s*(==|!=|~=)\s*\d|"algorithm"\)\s*\n\s*(or|and)\b'
     )
-    sources = [*PACKAGE.glob("_decision*.pyx"), *PACKAGE.rglob("backends/**/*.py*")]
+    sources = [*PACKAGE.rglob("_decision*.pyx"), *PACKAGE.rglob("backends/**/*.py*")]
     for path in (p for p in sources if p.suffix in (".py", ".pyx")):
         found += [f"{path.name}: {m[0]!r}" for m in bare.finditer(path.read_text())]
     assert not found, found
@@ -251,11 +259,11 @@ def test_grpc_status_numbers_are_declared_once() -> None:
         for constant in module_constants(tree)
         if constant in GRPC_STATUS_NAMES
     ]
-    assert set(declared) == {"ratelimitd.transport.grpcstatus"}, declared
+    assert set(declared) == {"ratelimitd.grpcstatus"}, declared
     # The compiled modules bind their constants from grpcstatus (`cdef int OK = grpcstatus.OK`).
     names = "|".join(sorted(GRPC_STATUS_NAMES))
     pattern = re.compile(rf"^\s*(?:DEF|cdef\s+int)\s+({names})\s*=\s*\d", re.M)
-    for pyx in [*PACKAGE.glob("*.pyx"), *PACKAGE.glob("*.pxi"), *PACKAGE.glob("*.pxd")]:
+    for pyx in [*PACKAGE.rglob("*.pyx"), *PACKAGE.rglob("*.pxi"), *PACKAGE.rglob("*.pxd")]:
         assert not pattern.search(pyx.read_text()), pyx.name
 
 

@@ -2,8 +2,8 @@
 
 Expectations come from envoyproxy/ratelimit's `test/config/config_test.go` (its configs are the
 files in tests/configs) and its `GetLimit` (`src/config/config_impl.go`). Every matching case runs
-against the compiled `ratelimitd._match` and the pure `ratelimitd._match_py` (the `impl` and
-`match` fixtures of tests/core/conftest.py).
+against the compiled `ratelimitd.config._match` and the pure `ratelimitd.config._match_py` (the
+`impl` and `match` fixtures of tests/core/conftest.py).
 
 Here: basic_config.yaml, the README examples, wildcard values and their stats keys, the
 /rlconfig dump, the compiled trie against its pure twin, and limit overrides. Which entry a
@@ -32,7 +32,7 @@ def test_both_implementations_are_distinct(impl: ModuleType) -> None:
     # Guard against the compiled module silently being the twin (or failing to build).
     assert impl.__name__ in IMPLEMENTATIONS
     assert impl.__file__ is not None
-    if impl.__name__ == "ratelimitd._match":
+    if impl.__name__ == "ratelimitd.config._match":
         assert not impl.__file__.endswith(".py")
 
 
@@ -422,8 +422,8 @@ def _unique(descriptors: list[dict[str, object]]) -> list[dict[str, object]]:
 def test_compiled_agrees_with_pure_twin(descriptors, requests) -> None:
     text = yaml.safe_dump({"domain": "t", "descriptors": _unique(descriptors)}, sort_keys=False)
     ruleset = ruleset_of(text)
-    compiled = Matcher(importlib.import_module("ratelimitd._match"), ruleset)
-    pure = Matcher(importlib.import_module("ratelimitd._match_py"), ruleset)
+    compiled = Matcher(importlib.import_module("ratelimitd.config._match"), ruleset)
+    pure = Matcher(importlib.import_module("ratelimitd.config._match_py"), ruleset)
     for entries in requests:
         got, want = compiled("t", *entries), pure("t", *entries)
         if want is None:

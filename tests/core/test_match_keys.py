@@ -6,8 +6,8 @@ without backtracking; underscore collisions and empty values; detailed_metric, v
 and share_threshold (which request values go into the stats key); the metadata a match keeps;
 and the stats names a decision emits, end to end. Expectations come from envoyproxy/ratelimit's
 `test/config/config_test.go` (configs in tests/configs) and its `src/config/config_impl.go`;
-every matching case runs against the compiled `ratelimitd._match` and the pure
-`ratelimitd._match_py` (the `match` fixture of tests/core/conftest.py).
+every matching case runs against the compiled `ratelimitd.config._match` and the pure
+`ratelimitd.config._match_py` (the `match` fixture of tests/core/conftest.py).
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ import asyncio
 import pytest
 from support.settings_env import error, load
 
-from ratelimitd import allocator
-from ratelimitd.allocator import Trimmer
 from ratelimitd.backends.memory import KEY_UNIT, MemoryBackend
 from ratelimitd.config.windows import SLIDING_WINDOW
+from ratelimitd.runtime import allocator
+from ratelimitd.runtime.allocator import Trimmer
 
 NOW = 1_000_000
 

@@ -8,7 +8,7 @@ import pytest
 
 from ratelimitd.backends import Op
 from ratelimitd.config import ConfigError, ConfigFile, load_ruleset
-from ratelimitd.keys import METER_TTL_SECONDS, meter_key
+from ratelimitd.config.keys import METER_TTL_SECONDS, meter_key
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 
 METERED = """\

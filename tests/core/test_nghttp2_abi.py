@@ -1,4 +1,4 @@
-"""ratelimitd/_nghttp2.h against the real nghttp2/nghttp2.h: same layouts, constants and
+"""ratelimitd/transport/_nghttp2.h against the real nghttp2/nghttp2.h: same layouts, constants and
 prototypes, and every name _nghttp2.pxd uses is declared there.
 
 The HTTP/2 core is built from our own declarations so that it needs only the runtime
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from support import REPO
 
-HEADER = REPO / "ratelimitd" / "_nghttp2.h"
-PXD = REPO / "ratelimitd" / "_nghttp2.pxd"
+HEADER = REPO / "ratelimitd" / "transport" / "_nghttp2.h"
+PXD = REPO / "ratelimitd" / "transport" / "_nghttp2.pxd"
 SYSTEM_HEADER = Path("/usr/include/nghttp2/nghttp2.h")
 
 # (struct, members) whose layout _h2 depends on: it allocates or reads each of these.

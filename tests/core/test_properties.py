@@ -12,14 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ratelimitd import _keys_py, _match_py
-from ratelimitd.config import Rule
+from ratelimitd.config import Rule, _keys_py, _match_py
 from ratelimitd.config.ruleset import NodeSpec
 from ratelimitd.messages import OK, OVER_LIMIT
 from ratelimitd.stats import RULE_STATS, RuleStats
 
-_keys = pytest.importorskip("ratelimitd._keys", reason="compiled extension not built")
-_match = pytest.importorskip("ratelimitd._match", reason="compiled extension not built")
+_keys = pytest.importorskip("ratelimitd.config._keys", reason="compiled extension not built")
+_match = pytest.importorskip("ratelimitd.config._match", reason="compiled extension not built")
 
 U64 = 2**64 - 1
 U32 = 2**32 - 1

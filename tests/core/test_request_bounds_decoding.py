@@ -17,9 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.attacks import many_descriptors
 
-from ratelimitd import _wire
 from ratelimitd.messages import Bounds, Descriptor, TooLarge
-from ratelimitd.transport import jsoncodec, protocodec
+from ratelimitd.transport import _wire, jsoncodec, protocodec
 
 DECODERS: dict[str, Callable[..., Any]] = {
     "compiled": _wire.decode_request,

@@ -8,10 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimitd import _wire
 from ratelimitd.config import Rule
 from ratelimitd.messages import Descriptor, Response, Status
-from ratelimitd.transport import protocodec
+from ratelimitd.transport import _wire, protocodec
 from ratelimitd.transport.protocodec import DecodeError
 
 text = st.text(max_size=12)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ratelimitd._h2 import HEADER_BYTES_BURST, IDLE_FRAMES  # type: ignore[import-not-found]
+from ratelimitd.transport._h2 import HEADER_BYTES_BURST, IDLE_FRAMES  # type: ignore[import-not-found]
 from support import attacks
 from support.h2raw import ENHANCE_YOUR_CALM, GOAWAY, RST_STREAM, Raw, still_serves
 

@@ -1,5 +1,5 @@
-"""The public async client (`ratelimitd.client`) against both gRPC transports and the daemon:
-decisions, the raw-bytes call, errors, deadlines, TLS / mTLS and reconnecting."""
+"""The public async client (`ratelimitd.transport.client`) against both gRPC transports and the
+daemon: decisions, the raw-bytes call, errors, deadlines, TLS / mTLS and reconnecting."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from support.pki import Pki
 from support.ready import free_port
 
 from ratelimitd.backends import MemoryBackend, Op
-from ratelimitd.client import ClientTLS, RateLimitClient, RateLimitError
 from ratelimitd.config import ConfigFile
 from ratelimitd.core import Core, build_core
 from ratelimitd.health import Health
 from ratelimitd.messages import OK, OVER_LIMIT
 from ratelimitd.settings import GrpcSettings, ListenerSettings, Settings
+from ratelimitd.transport.client import ClientTLS, RateLimitClient, RateLimitError
 from ratelimitd.transport.grpc import GrpcTransport
 from ratelimitd.transport.native import NativeGrpcTransport
 from ratelimitd.transport.protocodec import Limit, decode_response, encode_request

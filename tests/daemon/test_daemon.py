@@ -18,8 +18,8 @@ from support import REPO, free_port, wait_for
 from support.daemon import write_config
 
 from ratelimitd.backends import load_settings
-from ratelimitd.client import RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT
+from ratelimitd.transport.client import RateLimitError
 from ratelimitd.transport.protocodec import METHOD_PATH, decode_response, encode_request
 
 LIMITED = """\
@@ -369,9 +369,9 @@ def test_mtls_with_client_san(grpc_env, start_daemon, certs) -> None:
 
 def test_native_transport_is_live_by_default(daemon_env, start_daemon) -> None:
     """Without GRPC_TRANSPORT the daemon serves gRPC on the compiled HTTP/2 core."""
-    import ratelimitd._h2  # noqa: F401  (a normal install builds it)
+    import ratelimitd.transport._h2  # noqa: F401  (a normal install builds it)
 
-    from ratelimitd.daemon import build
+    from ratelimitd.process.daemon import build
     from ratelimitd.transport.native import NativeGrpcTransport
 
     env = {k: v for k, v in daemon_env.items() if k != "GRPC_TRANSPORT"}
@@ -388,7 +388,7 @@ def test_without_the_native_extension_grpc_aio_serves(
 ) -> None:
     """A build without libnghttp2.so.14: grpc.aio with one warning; asking for the native
     transport explicitly then stops start-up."""
-    from ratelimitd import daemon
+    from ratelimitd.process import daemon
     from ratelimitd.transport.grpc import GrpcConfigError, GrpcTransport
 
     monkeypatch.setattr(daemon, "NativeGrpcTransport", None)

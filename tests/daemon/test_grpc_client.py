@@ -17,7 +17,7 @@ from support.grpc_rls import CONFIG, RESET, Served
 from support.pki import Pki
 
 from ratelimitd._proto import rls_pb2
-from ratelimitd.cli import _go_float, go_quote, parse_flags, proto_text
+from ratelimitd.process.cli import _go_float, go_quote, parse_flags, proto_text
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,10 @@ REPO = Path(__file__).resolve().parents[2]
 # -- the client CLI ----------------------------------------------------------------------
 
 
-CLIENT = "import sys; from ratelimitd.cli import client_main; sys.exit(client_main(sys.argv[1:]))"
+CLIENT = (
+    "import sys; from ratelimitd.process.cli import client_main;"
+    " sys.exit(client_main(sys.argv[1:]))"
+)
 
 
 async def run_client(*args: str) -> tuple[int, str, str]:

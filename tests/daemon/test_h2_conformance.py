@@ -22,7 +22,7 @@ from hyperframe.frame import (
     SettingsFrame,
     WindowUpdateFrame,
 )
-from ratelimitd._h2 import percent_encode  # type: ignore[import-not-found]
+from ratelimitd.transport._h2 import percent_encode  # type: ignore[import-not-found]
 from support.daemon import write_config
 from support.h2raw import (
     CONFIG,

@@ -12,9 +12,9 @@ from datetime import datetime
 
 import pytest
 
-from ratelimitd import logs
 from ratelimitd.backends import load_settings
-from ratelimitd.logs import (
+from ratelimitd.process import logs
+from ratelimitd.process.logs import (
     TRACE,
     JsonFormatter,
     TextFormatter,

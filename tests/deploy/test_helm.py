@@ -33,7 +33,7 @@ from support.manifests import (
 )
 from support.process import REPO
 
-from ratelimitd.cli import parse_flags
+from ratelimitd.process.cli import parse_flags
 from sidecars.transit.settings import TransitSettings
 from sidecars.usage.settings import Settings as UsageSettings
 

@@ -64,7 +64,7 @@ found = {"tools": [t for t in ("sh", "bash", "dash", "busybox", "apt", "apt-get"
 for root, dirs, files in os.walk("/"):
     dirs[:] = [d for d in dirs if os.path.join(root, d) not in ("/proc", "/sys", "/dev")]
     found["sources"] += [f for f in files if f.endswith((".pyx", ".pxd", ".pxi", ".c"))]
-import ratelimitd._h2 as h2
+import ratelimitd.transport._h2 as h2
 found["h2"] = h2.__file__
 print(json.dumps(found))
 """

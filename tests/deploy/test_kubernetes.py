@@ -33,8 +33,8 @@ from support.manifests import (
 from support.process import REPO
 from support.redis_server import RedisServer
 
-from ratelimitd.daemon import DRAIN_GRACE_SECONDS
 from ratelimitd.messages import OK, OVER_LIMIT
+from ratelimitd.process.daemon import DRAIN_GRACE_SECONDS
 from ratelimitd.stats.prometheus import SCRAPE_GRACE_SECONDS
 
 OVERLAYS = ("memory", "redis", "xds", "ai-gateway")

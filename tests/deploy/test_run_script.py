@@ -21,8 +21,8 @@ from pathlib import Path
 from support import REPO, free_port, http_get, wait_for
 from support.podman import Container, Podman
 
-from ratelimitd.client import RateLimitClient
 from ratelimitd.messages import CODE_NAMES
+from ratelimitd.transport.client import RateLimitClient
 
 NATIVE = "gRPC (native HTTP/2) listening on"
 

@@ -74,7 +74,7 @@ def test_spans_encode_to_otlp_protobuf() -> None:
 
 
 def test_both_exporters_construct() -> None:
-    from ratelimitd.tracing import _exporter
+    from ratelimitd.stats.tracing import _exporter
 
     http = _exporter("http")
     grpc_exporter = _exporter("grpc")

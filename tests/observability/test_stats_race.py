@@ -23,7 +23,7 @@ from ratelimitd.config.provider import FileLayout
 from ratelimitd.config.yamlfile import DescriptorDoc, RateLimitDoc, RootDoc
 from ratelimitd.core import build_core
 from ratelimitd.health import Health
-from ratelimitd.reloader import ConfigReloader
+from ratelimitd.process.reloader import ConfigReloader
 from ratelimitd.settings import ReloadOptions
 from ratelimitd.stats import RULE_STATS, StatsStore
 from ratelimitd.stats.stdout import LoggingSink

@@ -13,11 +13,12 @@ from support.settings_env import on_memory
 
 from ratelimitd._proto import rls_pb2
 from ratelimitd.backends.base import Backend, Op, SyncBackend
+from ratelimitd.backends.traced import TracedBackend
 from ratelimitd.health import Health
 from ratelimitd.limiter import Limiter
 from ratelimitd.settings import ListenerSettings, Settings
 from ratelimitd.stats.base import RESPONSE_TIME
-from ratelimitd.tracing import TracedBackend, Tracing, create_tracing
+from ratelimitd.stats.tracing import Tracing, create_tracing
 from ratelimitd.transport.grpc import GrpcTransport
 from ratelimitd.transport.protocodec import request_domain
 from ratelimitd.transport.spans import SHOULD_RATE_LIMIT, server_interceptor
@@ -92,7 +93,7 @@ def traced(h: Any, settings: Settings) -> Tracing:
     assert tracing is not None
     old = h.limiter
     h.limiter = Limiter(
-        tracing.traced_backend(h.backend),
+        TracedBackend(h.backend, tracing.tracer),
         near_limit_ratio=old.near_limit_ratio,
         prefix=old.prefix,
         local_cache=old.local_cache,

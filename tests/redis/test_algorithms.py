@@ -18,8 +18,8 @@ import pytest
 from support import Clock
 from support.core import suite_config
 
-from ratelimitd import _keys_py
 from ratelimitd.backends.base import Op
+from ratelimitd.config import _keys_py
 from ratelimitd.config.windows import SLIDING_WINDOW, TOKEN_BUCKET
 from ratelimitd.messages import OK, OVER_LIMIT
 

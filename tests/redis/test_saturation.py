@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from support.core import suite_config
 
-from ratelimitd import keys
+from ratelimitd.config import keys
 from ratelimitd.messages import OK, OVER_LIMIT, Descriptor
 
 # d: k 10/hour fixed window, s sliding window, t token bucket (as tests/core/test_saturation.py).

@@ -182,7 +182,7 @@ SECOND, MINUTE, HOUR, DAY = 1, 2, 3, 4
 
 # --- descriptor matching on both twins (tests/core/test_match*.py) ---------------------------
 
-MATCH_IMPLEMENTATIONS = ["ratelimitd._match", "ratelimitd._match_py"]
+MATCH_IMPLEMENTATIONS = ["ratelimitd.config._match", "ratelimitd.config._match_py"]
 
 
 def ruleset_of(name_or_text: str) -> RuleSet:

@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 
-from ratelimitd.client import RateLimitClient
 from ratelimitd.messages import Response
+from ratelimitd.transport.client import RateLimitClient
 
 from .process import REPO, Proc, start_bound
 from .ready import free_port, http_request
@@ -164,7 +164,7 @@ class DaemonProcess(Proc):
     def decide(
         self, domain: str, *descriptors: list[tuple[str, str]], hits_addend: int = 0
     ) -> Response:
-        """ShouldRateLimit through the public client (ratelimitd.client), from sync code;
+        """ShouldRateLimit through the public client (ratelimitd.transport.client), from sync code;
         a failed call raises its RateLimitError."""
         if self._client is None:
             # One loop and client per daemon: the client keeps its channel between calls.

@@ -18,8 +18,8 @@ from pathlib import Path
 import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from ratelimitd.client import ClientTLS, RateLimitClient
 from ratelimitd.messages import CODE_NAMES
+from ratelimitd.transport.client import ClientTLS, RateLimitClient
 
 from .ads_server import AdsServer, Unit, rl_config, rl_descriptor
 from .pki import Pki

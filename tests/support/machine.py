@@ -14,9 +14,9 @@ from .process import REPO
 
 # Compiled module -> the selector that picks it or its pure twin (IMPLEMENTATION says which).
 SELECTORS = {
-    "_keys": "ratelimitd.keys",
+    "_keys": "ratelimitd.config.keys",
     "_decision": "ratelimitd.decision",
-    "_match": "ratelimitd.match",
+    "_match": "ratelimitd.config.match",
     "_rls": "ratelimitd.transport.rls",
     "_wire": "ratelimitd.transport.protocodec",
 }
@@ -25,18 +25,20 @@ SIDECAR_PACKAGES = ("falcon", "msgspec", "uvicorn", "gunicorn", "httpx")
 
 
 def implementations() -> dict[str, str]:
-    """For each ratelimitd/*.pyx: "compiled" or "pure" as this process runs it (a module
+    """For each .pyx of ratelimitd: "compiled" or "pure" as this process runs it (a module
     without a pure twin: "compiled" or "not built")."""
     out = {}
-    for pyx in sorted((REPO / "ratelimitd").glob("*.pyx")):
+    package = REPO / "ratelimitd"
+    for pyx in sorted(package.rglob("*.pyx"), key=lambda p: p.stem):
         name = pyx.stem
+        module = ".".join(pyx.relative_to(REPO).with_suffix("").parts)
         selector = SELECTORS.get(name)
         if selector is not None:
             out[name] = str(importlib.import_module(selector).IMPLEMENTATION)
             continue
         # A module with no pure twin (the HTTP/2 core): built or not.
         try:
-            importlib.import_module(f"ratelimitd.{name}")
+            importlib.import_module(module)
         except ImportError:
             out[name] = "not built"
         else:

@@ -11,7 +11,7 @@ import pytest
 from support import Clock, free_port
 from support.redis_server import RedisServer
 
-from ratelimitd.keys import meter_key
+from ratelimitd.config.keys import meter_key
 from sidecars.common.errors import ApiError
 from sidecars.usage.schemas import UsageResponse
 from sidecars.usage.settings import USAGE_PATH

@@ -8,7 +8,7 @@ import pytest
 from support.core import memory_decider
 
 from ratelimitd.backends import Op
-from ratelimitd.keys import meter_key
+from ratelimitd.config.keys import meter_key
 from ratelimitd.messages import OK, Descriptor
 from sidecars.usage.plans import DEFAULTS, PlanError, load_plans, parse_plans
 from sidecars.usage.settings import (

@@ -15,7 +15,7 @@ from support.daemon import DaemonProcess, start_redis_daemon
 from support.process import start_bound
 from support.redis_server import RedisServer
 
-from ratelimitd.keys import meter_key
+from ratelimitd.config.keys import meter_key
 from sidecars.usage.settings import USAGE_PATH
 
 from .conftest import TEST_CONFIG, start_sidecar

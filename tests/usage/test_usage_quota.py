@@ -17,7 +17,7 @@ from support import Clock
 from support.daemon import DaemonProcess
 from support.redis_server import RedisServer
 
-from ratelimitd.keys import meter_key
+from ratelimitd.config.keys import meter_key
 from sidecars.usage.counters import retry_after
 from sidecars.usage.settings import USAGE_PATH
 from sidecars.usage.windows import DAY, day_start, usage_window

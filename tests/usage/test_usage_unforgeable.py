@@ -20,7 +20,7 @@ import pytest
 from support.daemon import DaemonProcess, start_redis_daemon
 from support.redis_server import RedisServer
 
-from ratelimitd.client import RateLimitClient, RateLimitError
+from ratelimitd.transport.client import RateLimitClient, RateLimitError
 from sidecars.usage.settings import USAGE_PATH
 
 from .conftest import RATELIMIT_CONFIG, start_sidecar

@@ -6,7 +6,7 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from ratelimitd.keys import meter_key
+from ratelimitd.config.keys import meter_key
 from sidecars.usage.windows import (
     DAY,
     billing_cycle,

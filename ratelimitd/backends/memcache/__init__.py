@@ -59,7 +59,7 @@ import zlib
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING
 
-from ...aio import cancel
+from ...runtime.aio import cancel
 from .. import MEMCACHE
 from ..base import BackendError, Op, client_ssl_context
 from .protocol import GET, LINES, Node

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...budget.model import MAX_BUDGET_TXNS
+from ...config.budget_store import MAX_BUDGET_TXNS
 from ...settings import RedisSettings
 from .. import REDIS
 from ..base import BackendError, Op, Waiter

@@ -1,7 +1,7 @@
 """Budgets on Redis: one Lua script per call, atomic, on the budget's two keys.
 
-The script is `ratelimitd.budget.memory` (the twin; the state is described in
-`ratelimitd.budget.model`) line for line. KEYS are the budget's state hash and its deadline
+The script is `ratelimitd.backends.memory_budget` (the twin; the state is described in
+`ratelimitd.config.budget_store`) line for line. KEYS are the budget's state hash and its deadline
 set, which share a hash tag, so the call is one atomic script on one Cluster slot and every
 key it touches is declared. The time is the caller's (ARGV), as for the other scripts: one
 clock decides, and a test can drive it. Real key TTLs (PEXPIRE) only collect garbage; the
@@ -33,10 +33,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...budget.memory import MemoryBudgets
-from ...budget.model import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result
+from ...config.budget_store import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError
+from ..memory_budget import MemoryBudgets
 from .resp import ReplyError, bulk_int, command, key_slot
 
 

@@ -8,8 +8,8 @@ import collections
 from collections.abc import Sequence
 from typing import Any
 
-from ...aio import cancel
 from ...config.windows import FIXED_WINDOW
+from ...runtime.aio import cancel
 from ...settings import RedisSettings
 from ..base import BackendError, Op
 from . import resp

@@ -15,10 +15,10 @@ from typing import Any
 
 import hiredis
 
-from ...aio import cancel
-from ...budget.model import MAX_BUDGET_TXNS
+from ...config.budget_store import MAX_BUDGET_TXNS
+from ...config.keys import COUNTER_MAX
 from ...config.windows import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
-from ...keys import COUNTER_MAX
+from ...runtime.aio import cancel
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, Waiter, client_ssl_context
 from ..breaker import Breaker

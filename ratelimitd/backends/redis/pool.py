@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...aio import cancel
+from ...runtime.aio import cancel
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError
 from . import resp

@@ -6,10 +6,10 @@ RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read a
 
 from typing import TYPE_CHECKING
 
+from .._twins import chooser, install
 from . import _decision_py
-from ._twins import chooser, install
 
-IMPLEMENTATION = install(globals(), "ratelimitd._decision", _decision_py)
+IMPLEMENTATION = install(globals(), "ratelimitd.decision._decision", _decision_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
     from ._decision_py import (  # noqa: F401
@@ -42,4 +42,6 @@ if TYPE_CHECKING:
 
 # implementation(name): the module behind the twin names, "compiled" `_decision` or "pure"
 # `_decision_py` (None: the one selected at import).
-implementation = chooser("ratelimitd._decision", "ratelimitd._decision_py", IMPLEMENTATION)
+implementation = chooser(
+    "ratelimitd.decision._decision", "ratelimitd.decision._decision_py", IMPLEMENTATION
+)

@@ -3,7 +3,7 @@ endpoints' `counters get|reset` and `explain` (they call the debug listener; see
 `ratelimitd.admin`).
 
 `ratelimitd client` is the reference's `src/client_cmd`, a
-synchronous use of the public async client (`ratelimitd.client`): Go `flag` syntax
+synchronous use of the public async client (`ratelimitd.transport.client`): Go `flag` syntax
 (`-flag value`, `-flag=value`, and the same with two dashes), every flag echoed as
 `Flag: --<name>="<value>"` in name order, then `response: <text>` where the text is the
 RateLimitResponse in protobuf text format, shaped like Go's `String()` (`name:value`,
@@ -30,7 +30,7 @@ from google.protobuf.message import Message
 from .logs import go_quote
 
 if TYPE_CHECKING:
-    from .client import ClientTLS
+    from ..transport.client import ClientTLS
 
 # A CLI call should never hang on an unreachable or stuck server.
 DEADLINE_SECONDS = 5.0
@@ -38,10 +38,10 @@ DEADLINE_SECONDS = 5.0
 
 def check_config(argv: Sequence[str]) -> int:
     """`ratelimitd check-config [--merge-domain-config] PATH...`: validate config files."""
-    from .backends import BACKENDS
-    from .backends import backend_type as backend_type_from_env
-    from .config import ConfigError, load_files, load_ruleset
-    from .settings import SettingsError, reload_options_from_env
+    from ..backends import BACKENDS
+    from ..backends import backend_type as backend_type_from_env
+    from ..config import ConfigError, load_files, load_ruleset
+    from ..settings import SettingsError, reload_options_from_env
 
     parser = argparse.ArgumentParser(
         prog="ratelimitd check-config",
@@ -92,9 +92,9 @@ def check_config(argv: Sequence[str]) -> int:
 
 def serve(argv: Sequence[str]) -> int:
     """`ratelimitd [serve]`: run the daemon configured by the environment."""
-    from .backends import load_settings
+    from ..backends import load_settings
+    from ..settings import SettingsError
     from .logs import configure_logging
-    from .settings import SettingsError
 
     if argv and argv[0] in ("-h", "--help"):
         print("usage: ratelimitd [serve]\n\nConfigured by environment variables (see README).")
@@ -107,11 +107,11 @@ def serve(argv: Sequence[str]) -> int:
     configure_logging(settings)
     workers = settings.workers
     if workers.count > 1:
-        from .backends import capabilities
+        from ..backends import capabilities
         from .workers import supervise
 
         if not capabilities(settings.cache.backend).shared:
-            logging.getLogger("ratelimitd.workers").warning(
+            logging.getLogger("ratelimitd.process.workers").warning(
                 "BACKEND_TYPE=%s with RATELIMITD_WORKERS=%d: each worker counts in its "
                 "own memory, so a limit admits up to %dx its requests_per_unit (use Redis "
                 "or memcached to share the counters)",
@@ -125,7 +125,7 @@ def serve(argv: Sequence[str]) -> int:
         from .workers import die_with_supervisor
 
         if not die_with_supervisor(workers.supervisor_pid):
-            logging.getLogger("ratelimitd.workers").warning(
+            logging.getLogger("ratelimitd.process.workers").warning(
                 "worker %s: its supervisor (pid %d) is gone; exiting",
                 workers.index,
                 workers.supervisor_pid,
@@ -369,8 +369,8 @@ def client_main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | No
         print(f"Flag: --{name}={go_quote(value)}", file=out)
     if flags.oltp_protocol:
         print("note: -oltp-protocol is accepted but this client exports no traces", file=err)
-    from .client import ClientTLS, RateLimitError
-    from .transport.protocodec import encode_request, response_from_bytes
+    from ..transport.client import ClientTLS, RateLimitError
+    from ..transport.protocodec import encode_request, response_from_bytes
 
     tls = None
     if flags.grpc_use_tls:
@@ -393,7 +393,7 @@ def client_main(argv: Sequence[str], out: TextIO | None = None, err: TextIO | No
 
 async def _ask(target: str, tls: ClientTLS | None, request: bytes) -> bytes:
     """One call with the public async client (a CLI call never hangs: DEADLINE_SECONDS)."""
-    from .client import RateLimitClient
+    from ..transport.client import RateLimitClient
 
     client = RateLimitClient(target, timeout=DEADLINE_SECONDS, tls=tls)
     try:
@@ -455,8 +455,8 @@ def _admin_call(args: argparse.Namespace, method: str, path: str, body: Any = No
     import urllib.error
     import urllib.request
 
-    from .backends import load_settings
-    from .settings import SettingsError
+    from ..backends import load_settings
+    from ..settings import SettingsError
 
     try:
         settings = load_settings()

@@ -2,26 +2,26 @@
 """Plan, count, verdict: the decision model, compiled.
 
 Same public names and results as `_decision_py.py` (the oracle, and the model's notes);
-`decision.py` selects one. The key and window maths are `_keys`'s, called in C. A rule's
+`decision/__init__.py` selects one. The key and window maths are `_keys`'s, called in C. A rule's
 windows are `config.windows.Window` tuples, read here by position.
 """
 
 from posix.time cimport CLOCK_REALTIME
 
-from ratelimitd._match cimport lookup_c
-from ratelimitd._keys cimport Bump, cache_key, refuse, state_key, unit_seconds, verdict
+from ratelimitd.config._match cimport lookup_c
+from ratelimitd.config._keys cimport Bump, cache_key, refuse, state_key, unit_seconds, verdict
 from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
 
 import time
 
 from ratelimitd.backends.base import Op
-from ratelimitd import _match
+from ratelimitd.config import _match
 from ratelimitd.budget.calls import add_item, arrange, budget_key, budget_op, budget_status
 from ratelimitd.budget.calls import lookup as budget_lookup
 from ratelimitd.budget.calls import overridden as budget_overridden
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
-from ratelimitd.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
+from ratelimitd.config.keys import MAX_HITS as _MAX_HITS, METER_TTL_SECONDS as _METER_TTL
 from ratelimitd.messages import (
     MAX_UINT32,
     OK as _OK,

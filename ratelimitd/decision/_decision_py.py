@@ -1,5 +1,5 @@
 """Plan, count, verdict: the decision model, the pure-Python twin (`_decision.pyx` is the
-compiled one; `decision.py` selects).
+compiled one; `decision/__init__.py` selects).
 
 A decision is three steps, and the service and `/explain` both take all three:
 
@@ -27,15 +27,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ._keys_py import cache_key, refuse, state_key, unit_seconds, verdict
-from .backends.base import Op
-from .budget.calls import add_item, arrange, budget_key, budget_op, budget_status
-from .budget.calls import lookup as budget_lookup
-from .budget.calls import overridden as budget_overridden
-from .config.ruleset import Rule
-from .config.windows import FIXED_WINDOW
-from .keys import MAX_HITS, METER_TTL_SECONDS
-from .messages import (
+from ..backends.base import Op
+from ..budget.calls import add_item, arrange, budget_key, budget_op, budget_status
+from ..budget.calls import lookup as budget_lookup
+from ..budget.calls import overridden as budget_overridden
+from ..config._keys_py import cache_key, refuse, state_key, unit_seconds, verdict
+from ..config.keys import MAX_HITS, METER_TTL_SECONDS
+from ..config.ruleset import Rule
+from ..config.windows import FIXED_WINDOW
+from ..messages import (
     MAX_UINT32,
     OK,
     OVER_LIMIT,

@@ -21,9 +21,9 @@ import sys
 import tempfile
 import time
 
-from .settings import worker_environ
+from ..settings import worker_environ
 
-log = logging.getLogger("ratelimitd.workers")
+log = logging.getLogger("ratelimitd.process.workers")
 
 # A worker that lived shorter than this is "crashing": its restart is delayed.
 STABLE_SECONDS = 5.0

@@ -9,10 +9,10 @@ made at import, through the settings package (the only reader of the environment
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .._twins import chooser, install
 from . import _keys_py
-from ._twins import chooser, install
 
-IMPLEMENTATION = install(globals(), "ratelimitd._keys", _keys_py)
+IMPLEMENTATION = install(globals(), "ratelimitd.config._keys", _keys_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
     from ._keys_py import (  # noqa: F401
@@ -54,7 +54,7 @@ def meter_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], now:
 
 # implementation(name): the module behind the twin names, "compiled" `_keys` or "pure"
 # `_keys_py` (None: the one selected at import).
-implementation = chooser("ratelimitd._keys", "ratelimitd._keys_py", IMPLEMENTATION)
+implementation = chooser("ratelimitd.config._keys", "ratelimitd.config._keys_py", IMPLEMENTATION)
 
 
 __all__ = [

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-from .messages import OK, OVER_LIMIT, Status
+from ..messages import OK, OVER_LIMIT, Status
 
 # Counters saturate at the top of Redis' signed range (see keys.COUNTER_MAX).
 COUNTER_MAX = 2**63 - 1

@@ -30,8 +30,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from ..config.windows import FIXED_WINDOW
-from .model import (
+from ..config.budget_store import (
     ADMITTED,
     CONTESTED,
     COUNT,
@@ -53,6 +52,7 @@ from .model import (
     Result,
     Window,
 )
+from ..config.windows import FIXED_WINDOW
 
 __all__ = ["MAX_TXNS", "MemoryBudgets", "level", "reset"]
 

@@ -20,7 +20,7 @@ import time
 
 from ratelimitd.messages import Response, TooLarge
 from ratelimitd.stats.store import ServiceStats
-from ratelimitd.transport.grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED
+from ratelimitd.grpcstatus import CANCELLED, INTERNAL, OK, RESOURCE_EXHAUSTED
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response

@@ -1,6 +1,6 @@
 """The public ratelimitd client: ShouldRateLimit over gRPC, for asyncio programs.
 
-    from ratelimitd.client import ClientTLS, RateLimitClient, RateLimitError
+    from ratelimitd.transport.client import ClientTLS, RateLimitClient, RateLimitError
     from ratelimitd.messages import OVER_LIMIT
 
     async with RateLimitClient("localhost:8081", timeout=0.25) as client:
@@ -53,8 +53,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from .messages import Descriptor, Response
-from .transport.protocodec import METHOD_PATH, decode_response, encode_request
+from ..messages import Descriptor, Response
+from .protocodec import METHOD_PATH, decode_response, encode_request
 
 __all__ = ["DEFAULT_TIMEOUT", "ClientTLS", "RateLimitClient", "RateLimitError"]
 

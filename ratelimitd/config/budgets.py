@@ -29,10 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..config.errors import ConfigError
-from ..config.windows import ALGORITHM_NAMES, FIXED_WINDOW, SLIDING_WINDOW
 from ..settings.goparse import parse_go_duration
-from .model import EXTRA, GUARD, RELEASE, RESERVE, SETTLE, Window
+from .budget_store import EXTRA, GUARD, RELEASE, RESERVE, SETTLE, Window
+from .errors import ConfigError
+from .windows import ALGORITHM_NAMES, FIXED_WINDOW, SLIDING_WINDOW
 
 __all__ = [
     "DEFAULT_TTL_MS",

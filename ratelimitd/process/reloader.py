@@ -22,17 +22,17 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
-from .aio import cancel
-from .backends.base import counted_by
-from .config import ConfigError, ConfigSource, RuleSet, build_ruleset
-from .config.errors import ConfigReadError
-from .config.loader import parse_files
-from .config.provider import FileLayout, Signature
-from .config.xds_client import XdsConfigClient
-from .health import Health
-from .service import RateLimitService
-from .settings import ReloadOptions, XdsSettings
-from .stats import StatsStore
+from ..backends.base import counted_by
+from ..config import ConfigError, ConfigSource, RuleSet, build_ruleset
+from ..config.errors import ConfigReadError
+from ..config.loader import parse_files
+from ..config.provider import FileLayout, Signature
+from ..config.xds_client import XdsConfigClient
+from ..health import Health
+from ..runtime.aio import cancel
+from ..service import RateLimitService
+from ..settings import ReloadOptions, XdsSettings
+from ..stats import StatsStore
 
 log = logging.getLogger("ratelimitd.config")
 

@@ -24,7 +24,7 @@ when the whole budget can be forgotten (ms): the stores treat the state as absen
 on, whatever the real key TTL says, so the memory twin and Redis agree under a test's
 clock.
 
-The maths of one call is `ratelimitd.budget.memory` (the twin) and the Lua script of
+The maths of one call is `ratelimitd.backends.memory_budget` (the twin) and the Lua script of
 `ratelimitd.backends.redis.budget`, line for line; a property test holds them equal.
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from ..config.windows import FIXED_WINDOW, SLIDING_WINDOW
+from .windows import FIXED_WINDOW, SLIDING_WINDOW
 
 __all__ = [
     "ADMITTED",

@@ -17,27 +17,24 @@ Spans, as the reference emits them (otelgrpc's server span, then its own spans):
   and `baggage`, B3 single `b3` or multi `x-b3-*` headers), with `rpc.*` attributes, the
   status code and the request's `domain` (field 1 of the request bytes): made by the
   transports (`transport/spans.py`) with this module's tracer and propagator;
-* one CLIENT child span per backend round trip (`TracedBackend`), named as the backend
-  declares (`Capabilities.span`: the reference's `Redis Pipeline Execution` for Redis), with
-  the number of commands as `pipeline length`.
+* one CLIENT child span per backend round trip (`backends.traced.TracedBackend`, with this
+  module's tracer), named as the backend declares (`Capabilities.span`: the reference's
+  `Redis Pipeline Execution` for Redis), with the number of commands as `pipeline length`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .settings import Settings
+from ..settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.propagators.textmap import TextMapPropagator
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Tracer
-
-    from .backends.base import Backend, Op
 
 INSTRUMENTATION_NAME = "ratelimitd"
 
@@ -60,10 +57,6 @@ class Tracing:
         # With a rate of 0 the parent-based sampler drops every request that arrives
         # without a trace context: such requests skip OpenTelemetry entirely.
         self.drop_roots = sampling_rate <= 0.0
-
-    def traced_backend(self, backend: Backend) -> TracedBackend:
-        """The backend with a child span around each round trip."""
-        return TracedBackend(backend, self.tracer)
 
     async def force_flush(self, timeout: float = 10.0) -> bool:
         """Export every finished span now (in a thread: the exporters block)."""
@@ -121,66 +114,3 @@ def create_tracing(settings: Settings, exporter: SpanExporter | None = None) -> 
         [TraceContextTextMapPropagator(), W3CBaggagePropagator(), B3MultiFormat()]
     )
     return Tracing(provider, propagator, tracing.sampling_rate)
-
-
-# -- backend child spans -------------------------------------------------------------------
-
-
-class TracedBackend:
-    """A Backend whose round trips are child spans of the request's span.
-
-    Only when the current span is recording (a sampled request) is a span started, so an
-    unsampled request pays one context lookup. It implements `Backend` and nothing more:
-    not being a `SyncBackend`, it makes the limiter await `increment`, so each round is one
-    span. What else the wrapped store offers is reached through `.backend`.
-    """
-
-    def __init__(self, backend: Backend, tracer: Tracer) -> None:
-        from opentelemetry import trace
-
-        self.backend = backend
-        self.name = backend.name
-        self.capabilities = backend.capabilities
-        self._tracer = tracer
-        self._current_span = trace.get_current_span
-        self._client = trace.SpanKind.CLIENT
-        self.span_name = backend.capabilities.span
-
-    async def connect(self) -> None:
-        """Connect the wrapped backend (not traced: start-up, not a request)."""
-        await self.backend.connect()
-
-    def _span(self, commands: int) -> Any:
-        if not self._current_span().is_recording():
-            return None
-        return self._tracer.start_as_current_span(
-            self.span_name, kind=self._client, attributes={"pipeline length": commands}
-        )
-
-    async def increment(self, ops: Sequence[Op]) -> list[Any]:
-        """INCRBY + EXPIRE per op, in a span."""
-        span = self._span(2 * len(ops))
-        if span is None:
-            return await self.backend.increment(ops)
-        with span:
-            return await self.backend.increment(ops)
-
-    async def get(self, ops: Sequence[Op]) -> list[int]:
-        """GET per key, in a span."""
-        span = self._span(len(ops))
-        if span is None:
-            return await self.backend.get(ops)
-        with span:
-            return await self.backend.get(ops)
-
-    async def peek(self, ops: Sequence[Op]) -> list[Any]:
-        """The wrapped store's dry run (`/explain`: not traced)."""
-        return await self.backend.peek(ops)
-
-    async def delete(self, keys: Sequence[str]) -> int:
-        """The wrapped store's delete (an admin's reset: not traced)."""
-        return await self.backend.delete(keys)
-
-    async def close(self) -> None:
-        """Close the wrapped backend."""
-        await self.backend.close()

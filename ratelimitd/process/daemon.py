@@ -18,36 +18,36 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import allocator
-from .aio import cancel
-from .backends.base import Backend, BackendError
-from .config.provider import FileLayout
-from .config.xds_client import XdsSettingsError
-from .core import build_core
-from .health import Health
-from .quota import QuotaService
-from .reloader import ConfigReloader
-from .service import RateLimitService
-from .settings import (
+from ..backends.base import Backend, BackendError
+from ..config.provider import FileLayout
+from ..config.xds_client import XdsSettingsError
+from ..core import build_core
+from ..health import Health
+from ..quota import QuotaService
+from ..runtime import allocator
+from ..runtime.aio import cancel
+from ..service import RateLimitService
+from ..settings import (
     ReloadOptions,
     Settings,
     SettingsError,
     reload_options_from_env,
 )
-from .settings.checks import refuse_native_only
-from .stats import StatsStore
-from .stats.base import Sink, SinkError
-from .stats.sinks import create_sink
-from .tracing import Tracing, create_tracing
-from .transport.debug import debug_routes
-from .transport.grpc import GrpcConfigError, GrpcTransport
-from .transport.http import Handler, HttpServer
-from .transport.limits import ConnectionBudget
-from .transport.routes import main_routes
-from .transport.spans import server_interceptor
+from ..settings.checks import refuse_native_only
+from ..stats import StatsStore
+from ..stats.base import Sink, SinkError
+from ..stats.sinks import create_sink
+from ..stats.tracing import Tracing, create_tracing
+from ..transport.debug import debug_routes
+from ..transport.grpc import GrpcConfigError, GrpcTransport
+from ..transport.http import Handler, HttpServer
+from ..transport.limits import ConnectionBudget
+from ..transport.routes import main_routes
+from ..transport.spans import server_interceptor
+from .reloader import ConfigReloader
 
 try:
-    from .transport.native import NativeGrpcTransport
+    from ..transport.native import NativeGrpcTransport
 except ImportError:  # the HTTP/2 core was not built (no libnghttp2.so.14 at install)
     NativeGrpcTransport = None  # type: ignore[assignment,misc]
 

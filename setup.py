@@ -18,25 +18,28 @@ from importlib import resources
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-# Protobuf and gRPC modules, generated from proto/ (protoc's own header says such gencode is
-# not to be checked in). grpcio-tools is a build requirement pinned to the version whose protoc
+# Protobuf and gRPC modules, generated from the vendored Envoy definitions under
+# proto/third_party/ (protoc's own header says such gencode is not to be checked in). That folder
+# is the include root, so protoc still sees `ratelimitd/_proto/*.proto` and the modules stay
+# `ratelimitd._proto.*_pb2`. grpcio-tools is a build requirement pinned to the version whose protoc
 # matches the runtime `protobuf` floor in pyproject.toml.
-PROTOS = sorted(glob.glob("proto/ratelimitd/_proto/*.proto"))
+PROTOS = sorted(glob.glob("proto/third_party/ratelimitd/_proto/*.proto"))
 SERVICES = [
-    "proto/ratelimitd/_proto/rls.proto",
-    "proto/ratelimitd/_proto/discovery.proto",
-    "proto/ratelimitd/_proto/rlqs.proto",
+    "proto/third_party/ratelimitd/_proto/rls.proto",
+    "proto/third_party/ratelimitd/_proto/discovery.proto",
+    "proto/third_party/ratelimitd/_proto/rlqs.proto",
 ]
 
 
 def generate_protos() -> None:
-    """Write ratelimitd/_proto/*_pb2.py(i) and *_pb2_grpc.py from proto/ (as `make proto`)."""
+    """Write ratelimitd/_proto/*_pb2.py(i) and *_pb2_grpc.py from proto/third_party/
+    (as `make proto`)."""
     from grpc_tools import protoc
 
     include = f"-I{resources.files('grpc_tools') / '_proto'}"  # the well-known types
     for argv in (
-        ["-Iproto", include, "--python_out=.", "--pyi_out=.", *PROTOS],
-        ["-Iproto", include, "--grpc_python_out=.", *SERVICES],
+        ["-Iproto/third_party", include, "--python_out=.", "--pyi_out=.", *PROTOS],
+        ["-Iproto/third_party", include, "--grpc_python_out=.", *SERVICES],
     ):
         if protoc.main(["protoc", *argv]) != 0:
             sys.exit(f"protoc failed: {' '.join(argv)}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -407,10 +408,9 @@ class _Decoder:
         if node is None or not isinstance(node, MappingNode):
             return doc
         for key, value in self._pairs(node):
-            if key == "domain":
-                doc.domain = self.string(value)
-            elif key == "descriptors":
-                doc.descriptors = self.descriptor_list(value)
+            decode = _ROOT_FIELDS.get(key)
+            if decode is not None:
+                setattr(doc, key, decode(self, value))
             elif key in _EXTENSION_KEYS:
                 self._misplaced(key, value, "at the top level")
         return doc
@@ -425,18 +425,9 @@ class _Decoder:
                 self.errors.append(_terror(node, "config.YamlDescriptor"))
             return d
         for key, value in self._pairs(node):
-            if key in ("key", "value"):
-                setattr(d, key, self.string(value))
-            elif key in _DESCRIPTOR_FLAGS:
-                setattr(d, key, self.boolean(value))
-            elif key == "rate_limit":
-                d.rate_limit = self.rate_limit(value)
-            elif key == "rate_limits":
-                d.rate_limits = self.rate_limit_list(value)
-            elif key == "descriptors":
-                d.descriptors = self.descriptor_list(value)
-            elif key == "metadata":
-                d.metadata = self.metadata(value)
+            decode = _DESCRIPTOR_FIELDS.get(key)
+            if decode is not None:
+                setattr(d, key, decode(self, value))
             elif key == "budget":
                 d.budget = _construct(value)
                 d.budget_line = value.start_mark.line + 1
@@ -451,16 +442,9 @@ class _Decoder:
             return None
         r = RateLimitDoc(line=node.start_mark.line + 1)
         for key, value in self._pairs(mapping):
-            if key == "requests_per_unit":
-                r.requests_per_unit = self.uint32(value)
-            elif key in ("unit", "name", "algorithm"):
-                setattr(r, key, self.string(value))
-            elif key == "unit_multiplier":
-                r.unit_multiplier = self.int64(value)
-            elif key == "unlimited":
-                r.unlimited = self.boolean(value)
-            elif key == "replaces":
-                r.replaces = self.replaces(value)
+            decode = _RATE_LIMIT_FIELDS.get(key)
+            if decode is not None:
+                setattr(r, key, decode(self, value))
             elif key in ("rate_limits", "budget"):
                 self._misplaced(key, value, "in a rate limit")
         return r
@@ -503,6 +487,32 @@ _EXTENSION_KEYS = {
 _DESCRIPTOR_FLAGS = frozenset(
     {"shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "meter"}
 )
+
+# How each key of a document is decoded into the attribute of the same name, as yaml.v2 fills
+# the reference's structs; a key not listed is skipped (or reported misplaced) by its reader.
+_Field = Callable[[_Decoder, Node], Any]
+_ROOT_FIELDS: dict[str, _Field] = {
+    "domain": _Decoder.string,
+    "descriptors": _Decoder.descriptor_list,
+}
+_DESCRIPTOR_FIELDS: dict[str, _Field] = {
+    "key": _Decoder.string,
+    "value": _Decoder.string,
+    **dict.fromkeys(_DESCRIPTOR_FLAGS, _Decoder.boolean),
+    "rate_limit": _Decoder.rate_limit,
+    "rate_limits": _Decoder.rate_limit_list,
+    "descriptors": _Decoder.descriptor_list,
+    "metadata": _Decoder.metadata,
+}
+_RATE_LIMIT_FIELDS: dict[str, _Field] = {
+    "requests_per_unit": _Decoder.uint32,
+    "unit": _Decoder.string,
+    "name": _Decoder.string,
+    "algorithm": _Decoder.string,
+    "unit_multiplier": _Decoder.int64,
+    "unlimited": _Decoder.boolean,
+    "replaces": _Decoder.replaces,
+}
 
 
 def _construct(node: Node) -> Any:

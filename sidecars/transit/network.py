@@ -37,6 +37,7 @@ from .schemas import (
     Stop,
     TripGroup,
     json_encoder,
+    sorted_encoder,
 )
 from .times import time_24h, yyyymmdd
 
@@ -275,7 +276,7 @@ class Network:
                 )
             )
         lines.sort(key=lambda line: natural_key(line.id))
-        self.routes_body = Body(json_encoder.encode(routes))
+        self.routes_body = Body(sorted_encoder.encode(routes))
         self.lines_body = Body(json_encoder.encode(lines))
         self.line_count, self.route_count = len(lines), len(routes)
 

@@ -29,7 +29,14 @@ from .arrivals import (
 from .bodies import Body, accepts_gzip
 from .network import Network
 from .realtime import VEHICLE_FILTERS, Realtime
-from .schemas import PipMessage, RouteNotFound, ServerError, json_encoder, pip_request_decoder
+from .schemas import (
+    PipMessage,
+    RouteNotFound,
+    ServerError,
+    json_encoder,
+    pip_request_decoder,
+    sorted_encoder,
+)
 from .settings import id_matcher
 from .store import TransitStore
 from .times import days_around, operational_day, parse_service_day
@@ -317,6 +324,15 @@ def limit_param(req: falcon.asgi.Request) -> int | None:
     return int(value) if value is not None else None
 
 
+# An arrival endpoint's item: its memo key, its stop_time positions on a service day, and the
+# added trips' rows on some service days (the last three arguments of `send_arrivals`).
+_Source = tuple[
+    tuple,
+    Callable[[date], list[int]],
+    Callable[[Realtime, Collection[date]], list[Scheduled]],
+]
+
+
 class _Arrivals(_Base):
     """The arrival endpoints: one service day (`?date=`) of a stop's or a pattern's arrivals,
     or by default what the operational day shows (its own trips and the other service days'
@@ -324,6 +340,27 @@ class _Arrivals(_Base):
     N from now, from every service day that can still have one."""
 
     params = ("date", "limit")
+    # Ids the profile's pattern rejects are answered 400 `[]` (the stop endpoint's).
+    valid_id: Callable[[str], bool] = staticmethod(lambda item_id: True)
+
+    def source(self, net: Network, item_id: str) -> _Source | None:
+        """What `send_arrivals` answers for `item_id`: its key, positions and added rows
+        (None: no such item, 404 `[]`)."""
+        raise NotImplementedError
+
+    async def on_get(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
+    ) -> None:
+        if refused_id(resp, self.valid_id, item_id):
+            return
+        net = self.network()
+        source = self.source(net, item_id)
+        if source is None:
+            send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
+            return
+        self.send_arrivals(req, resp, net, *source)
+
+    on_head = on_get
 
     def send_arrivals(
         self,
@@ -372,48 +409,28 @@ class ArrivalsByStop(_Arrivals):
         super().__init__(store)
         self.valid_id = id_matcher(store.settings.feed.stop_id_pattern)
 
-    async def on_get(
-        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
-    ) -> None:
-        if refused_id(resp, self.valid_id, item_id):
-            return
-        net = self.network()
+    def source(self, net: Network, item_id: str) -> _Source | None:
         stop = net.stop_index.get(item_id)
         if stop is None:
-            send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
-            return
-        self.send_arrivals(
-            req,
-            resp,
-            net,
+            return None
+        return (
             ("stop", stop),
             lambda day: net.stop_arrivals(stop, day),
             lambda rt, days: added_rows(net, rt, days, stop),
         )
 
-    on_head = on_get
-
 
 class ArrivalsByPattern(_Arrivals):
     """`/v2/arrivals/by_pattern/:id`: every stop of the pattern's trips."""
 
-    async def on_get(
-        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, item_id: str
-    ) -> None:
-        net = self.network()
+    def source(self, net: Network, item_id: str) -> _Source | None:
         if item_id not in net.pattern_trips:
-            send_raw(resp, falcon.HTTP_404, EMPTY_LIST)
-            return
-        self.send_arrivals(
-            req,
-            resp,
-            net,
+            return None
+        return (
             ("pattern", item_id),
             lambda day: net.pattern_arrivals(item_id, day) or [],
             lambda rt, days: added_rows(net, rt, days, pattern_id=item_id),
         )
-
-    on_head = on_get
 
 
 def _arrivals_body(
@@ -430,10 +447,10 @@ def _arrivals_body(
     pattern, day) and feed version."""
     if rt.has_trips or limit is not None:
         arrivals = build_arrivals(net, rt, rows, now, with_stop, limit)
-        return Body(json_encoder.encode(arrivals))
+        return Body(sorted_encoder.encode(arrivals))
     return net.day_memo(
         (*memo, "body"),
-        lambda: Body(json_encoder.encode(build_arrivals(net, rt, rows, now, with_stop))),
+        lambda: Body(sorted_encoder.encode(build_arrivals(net, rt, rows, now, with_stop))),
     )
 
 

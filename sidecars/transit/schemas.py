@@ -77,24 +77,11 @@ class Line(Struct):
     tts_name: str
 
 
-class Route(Struct):
-    """One route of `/v2/routes`: the fields of a line plus `line_id`."""
+class Route(Line):
+    """One route of `/v2/routes`: the fields of a line plus `line_id` (encoded with
+    `sorted_encoder`)."""
 
-    color: str
-    district_ids: list[str]
-    facilities: list[str]
-    id: str
     line_id: str
-    locality_ids: list[str]
-    long_name: str
-    municipality_ids: list[str]
-    pattern_ids: list[str]
-    region_ids: list[str]
-    route_ids: list[str]
-    short_name: str
-    stop_ids: list[str]
-    text_color: str
-    tts_name: str
 
 
 class PathItem(Struct):
@@ -189,7 +176,7 @@ class Shape(Struct):
 
 
 class Arrival(Struct):
-    """One arrival of `/v2/arrivals/by_stop/:id`."""
+    """One arrival of `/v2/arrivals/by_stop/:id` (encoded with `sorted_encoder`)."""
 
     estimated_arrival: str | None
     estimated_arrival_unix: int | None
@@ -211,28 +198,10 @@ class Arrival(Struct):
     vehicle_id: str | None
 
 
-class PatternArrival(Struct):
+class PatternArrival(Arrival):
     """One arrival of `/v2/arrivals/by_pattern/:id` (an Arrival plus the stop)."""
 
-    estimated_arrival: str | None
-    estimated_arrival_unix: int | None
-    headsign: str
-    line_id: str
-    observed_arrival: str | None
-    observed_arrival_unix: int | None
-    # null for an added trip that matches no pattern
-    pattern_id: str | None
-    route_id: str
-    # SCHEDULED, CANCELED (the trip), SKIPPED (this stop), ADDED / DUPLICATED / UNSCHEDULED (a
-    # trip the schedule does not list at this time: new, a copy of a scheduled one, or
-    # running without a timetable), as GTFS-RT names them; the real service has no such field.
-    schedule_relationship: str
-    scheduled_arrival: str
-    scheduled_arrival_unix: int
     stop_id: str
-    stop_sequence: int
-    trip_id: str
-    vehicle_id: str | None
 
 
 class Vehicle(Struct):
@@ -462,4 +431,7 @@ class TransitHealth(Struct):
 
 
 json_encoder = msgspec.json.Encoder()
+# For bodies whose Structs extend a shared base (a subclass's fields follow its base's): the
+# real service lists their keys alphabetically, as each Struct here declares them.
+sorted_encoder = msgspec.json.Encoder(order="sorted")
 pip_request_decoder = msgspec.json.Decoder(Any)

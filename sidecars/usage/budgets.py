@@ -29,6 +29,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
 from ratelimitd.budget.outbox import Settled, parse
+from sidecars.common.lifecycle import stop_tasks
 from sidecars.common.outage import Outage
 
 from .db.metered import MeteredEvent
@@ -69,9 +70,7 @@ class BudgetFeed:
     async def close(self) -> None:
         """Stop (entries read and not acknowledged are read again, here or elsewhere)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await stop_tasks(task)
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None

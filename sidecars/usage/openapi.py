@@ -46,10 +46,17 @@ def _headers(required: tuple[str, ...] = (), optional: tuple[str, ...] = ()) -> 
 def _error(
     description: str, required: tuple[str, ...] = (), optional: tuple[str, ...] = ()
 ) -> dict[str, Any]:
+    return _json_answer(
+        description, {"$ref": _REF.format(name="ApiError")}, _headers(required, optional)
+    )
+
+
+def _json_answer(description: str, schema: Any, headers: dict[str, Any]) -> dict[str, Any]:
+    """A response with a JSON body of `schema`."""
     return {
         "description": description,
-        "headers": _headers(required, optional),
-        "content": {"application/json": {"schema": {"$ref": _REF.format(name="ApiError")}}},
+        "headers": headers,
+        "content": {"application/json": {"schema": schema}},
     }
 
 
@@ -215,11 +222,9 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         },
     }
     ok_headers = _headers(optional=(*LIMIT_HEADERS, "Idempotent-Replayed"))
-    usage_ok = {
-        "description": "The account's plan and usage in its current window.",
-        "headers": ok_headers,
-        "content": {"application/json": {"schema": usage_schema}},
-    }
+    usage_ok = _json_answer(
+        "The account's plan and usage in its current window.", usage_schema, ok_headers
+    )
     get_usage = {
         "summary": "Plan and quota consumption of the token's account",
         "description": (
@@ -268,11 +273,9 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "security": [{"bearerAuth": []}],
         "parameters": history_params,
         "responses": {
-            "200": {
-                "description": "The account's daily usage in the range.",
-                "headers": ok_headers,
-                "content": {"application/json": {"schema": history_schema}},
-            },
+            "200": _json_answer(
+                "The account's daily usage in the range.", history_schema, ok_headers
+            ),
             **errors,
         },
     }
@@ -284,11 +287,7 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "security": [{"bearerAuth": []}],
         "parameters": [format_param, idempotency_param],
         "responses": {
-            "200": {
-                "description": "The meters.",
-                "headers": ok_headers,
-                "content": {"application/json": {"schema": list_schema}},
-            },
+            "200": _json_answer("The meters.", list_schema, ok_headers),
             **errors,
         },
     }
@@ -346,11 +345,7 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
         "security": [{"bearerAuth": []}],
         "parameters": meter_params,
         "responses": {
-            "200": {
-                "description": "The meter's rows.",
-                "headers": ok_headers,
-                "content": {"application/json": {"schema": query_schema}},
-            },
+            "200": _json_answer("The meter's rows.", query_schema, ok_headers),
             **errors,
             "404": _ref("NotFound"),
         },
@@ -398,18 +393,17 @@ def openapi_document(settings: Settings) -> dict[str, Any]:
                     "summary": "Each dependency and the overall status",
                     "operationId": "health",
                     "responses": {
-                        "200": {
-                            "description": "Serving: ok, or degraded under an allow policy.",
-                            "headers": _headers(),
-                            "content": {"application/json": {"schema": health_schema}},
-                        },
+                        "200": _json_answer(
+                            "Serving: ok, or degraded under an allow policy.",
+                            health_schema,
+                            _headers(),
+                        ),
                         "431": _ref("HeadersTooLarge"),
-                        "503": {
-                            "description": "The database is down, or a dependency whose "
-                            "failure mode is deny.",
-                            "headers": _headers(required=("Retry-After",)),
-                            "content": {"application/json": {"schema": health_schema}},
-                        },
+                        "503": _json_answer(
+                            "The database is down, or a dependency whose failure mode is deny.",
+                            health_schema,
+                            _headers(required=("Retry-After",)),
+                        ),
                     },
                 }
             },
@@ -539,11 +533,7 @@ def operator_paths(
                     "content": {media: {"schema": events} for media in EVENT_TYPES},
                 },
                 "responses": {
-                    "200": {
-                        "description": "Stored (or stored before).",
-                        "headers": _headers(),
-                        "content": {"application/json": {"schema": ingested}},
-                    },
+                    "200": _json_answer("Stored (or stored before).", ingested, _headers()),
                     "400": _error(
                         "An event that cannot be stored, named by its index: `invalid_event`, "
                         "`event_too_old`, `event_in_future`, `unknown_subject`."
@@ -566,11 +556,7 @@ def operator_paths(
                     "content": {"application/json": {"schema": cancel}},
                 },
                 "responses": {
-                    "200": {
-                        "description": "Cancelled.",
-                        "headers": _headers(),
-                        "content": {"application/json": {"schema": cancelled}},
-                    },
+                    "200": _json_answer("Cancelled.", cancelled, _headers()),
                     "400": _error("Not `{source, id}` (`invalid_event`)."),
                     "404": _error("No such event (`event_not_found`)."),
                     "409": _error("Received more than 24 hours ago (`cancel_window_passed`)."),

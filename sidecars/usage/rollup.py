@@ -31,6 +31,7 @@ from datetime import date, timedelta
 
 from redis.exceptions import RedisError
 
+from sidecars.common.lifecycle import stop_tasks
 from sidecars.common.outage import Outage
 
 from .counters import TTL
@@ -151,9 +152,7 @@ class Rollup:
     async def stop(self) -> None:
         """Stop the background passes (a pass cut short is redone by the next)."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await stop_tasks(task)
 
     async def _forever(self) -> None:
         interval = self.store.settings.rollup_interval_seconds

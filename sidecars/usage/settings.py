@@ -69,6 +69,16 @@ def _check_dsn(dsn: str) -> None:
         raise SettingsError(f"USAGE_POSTGRES_DSN is not a PostgreSQL DSN: {exc}") from None
 
 
+class _Route:
+    """A route's path under the settings' `base_path` (a read-only attribute)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __get__(self, settings: Settings, owner: type | None = None) -> str:
+        return settings.base_path + self.path
+
+
 @dataclass(frozen=True, slots=True)
 class Settings(Server):
     """How the usage sidecar runs; see the settings table in sidecars/usage/README.md."""
@@ -121,35 +131,13 @@ class Settings(Server):
     budget_model_key: str = "model"
     idempotency_max_answer_bytes: int = 16384
 
-    @property
-    def usage_path(self) -> str:
-        """Where the usage endpoint is served."""
-        return self.base_path + USAGE_PATH
-
-    @property
-    def history_path(self) -> str:
-        """Where the daily usage history is served."""
-        return self.base_path + HISTORY_PATH
-
-    @property
-    def meters_path(self) -> str:
-        """Where the meters are listed (and each queried, under it)."""
-        return self.base_path + METERS_PATH
-
-    @property
-    def events_path(self) -> str:
-        """Where metered events are ingested (the operator's, not an account's)."""
-        return self.base_path + EVENTS_PATH
-
-    @property
-    def cancel_path(self) -> str:
-        """Where a metered event is cancelled."""
-        return self.base_path + CANCEL_PATH
-
-    @property
-    def page_path(self) -> str:
-        """The account's usage page."""
-        return self.base_path + PAGE_PATH
+    # Where each route is served, under `base_path`.
+    usage_path = _Route(USAGE_PATH)  # the usage endpoint
+    history_path = _Route(HISTORY_PATH)  # the daily usage history
+    meters_path = _Route(METERS_PATH)  # the meters listed (and each queried, under it)
+    events_path = _Route(EVENTS_PATH)  # metered events ingested (the operator's route)
+    cancel_path = _Route(CANCEL_PATH)  # a metered event cancelled
+    page_path = _Route(PAGE_PATH)  # the account's usage page
 
     @classmethod
     def from_env(
@@ -207,12 +195,9 @@ class Settings(Server):
                     "is (it signs every event)"
                 )
         else:
-            unused = [n for n in _WEBHOOK_TUNING if env.is_set("WEBHOOK_" + n)]
-            if unused:
-                raise SettingsError(
-                    f"USAGE_WEBHOOK_{unused[0]} is set but USAGE_WEBHOOK_URL is not: "
-                    "threshold webhooks are off; set the URL or unset it"
-                )
+            _refuse_tuning(
+                env, "WEBHOOK_", _WEBHOOK_TUNING, "WEBHOOK_URL", "threshold webhooks are off", "URL"
+            )
         ingest_token = env.raw("INGEST_TOKEN", "")
         if ingest_token and len(ingest_token) < 16:
             # It is the only proof of an ingestion's origin: a guessable one proves nothing.
@@ -232,12 +217,14 @@ class Settings(Server):
         budget_stream = env.text("BUDGET_STREAM", "")
         if not budget_stream:
             # Where and how to read the daemon's settles mean nothing without the stream.
-            unused = [n for n in _BUDGET_TUNING if env.is_set("BUDGET_" + n)]
-            if unused:
-                raise SettingsError(
-                    f"USAGE_BUDGET_{unused[0]} is set but USAGE_BUDGET_STREAM is not: the "
-                    "token budget feed is off; set the stream or unset it"
-                )
+            _refuse_tuning(
+                env,
+                "BUDGET_",
+                _BUDGET_TUNING,
+                "BUDGET_STREAM",
+                "the token budget feed is off",
+                "stream",
+            )
         budget_redis_url = env.text("BUDGET_REDIS_URL", "")
         if budget_redis_url and "://" not in budget_redis_url:
             budget_redis_url = "redis://" + budget_redis_url
@@ -315,4 +302,17 @@ class Settings(Server):
             idempotency_max_answer_bytes=env.integer(
                 "IDEMPOTENCY_MAX_ANSWER_BYTES", d.idempotency_max_answer_bytes, 0
             ),
+        )
+
+
+def _refuse_tuning(
+    env: Environment, prefix: str, names: tuple[str, ...], switch: str, off: str, what: str
+) -> None:
+    """Refuse a feature's tuning (`prefix` + one of `names`) set while its `switch` is not: it
+    would be accepted and do nothing."""
+    unused = [n for n in names if env.is_set(prefix + n)]
+    if unused:
+        raise SettingsError(
+            f"USAGE_{prefix}{unused[0]} is set but USAGE_{switch} is not: {off}; "
+            f"set the {what} or unset it"
         )

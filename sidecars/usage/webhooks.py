@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Final
 import httpx
 import msgspec
 
+from sidecars.common.lifecycle import stop_tasks
 from sidecars.common.outage import Outage
 
 from .db import Database, StoreUnavailable
@@ -186,9 +187,7 @@ class Notifier:
         tasks = [*self._tasks, *self._deliveries]
         self._tasks = []
         self._queue = None
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop_tasks(*tasks)
         if self._client is not None:
             await self._client.aclose()
             self._client = None

@@ -14,15 +14,15 @@ from ratelimitd.backends.redis import resp
 from ratelimitd.config import keys, match
 from ratelimitd.transport import rls
 
+# The selector modules, each choosing between a compiled leaf and its pure twin.
+SELECTORS = (keys, match, rls, resp)
+
 
 @pytest.mark.skipif(
     bool(os.environ.get("RATELIMITD_NO_EXTENSIONS")), reason="pure-Python pass of the suite"
 )
 def test_compiled_extensions_are_in_use() -> None:
-    assert keys.IMPLEMENTATION == "compiled"
-    assert match.IMPLEMENTATION == "compiled"
-    assert rls.IMPLEMENTATION == "compiled"
-    assert resp.IMPLEMENTATION == "compiled"
+    assert [s.IMPLEMENTATION for s in SELECTORS] == ["compiled"] * len(SELECTORS)
     for name in (
         "ratelimitd.config._keys",
         "ratelimitd.config._match",
@@ -45,10 +45,7 @@ def test_compiled_extensions_are_in_use() -> None:
     not os.environ.get("RATELIMITD_NO_EXTENSIONS"), reason="only in the pure-Python pass"
 )
 def test_no_extensions_forces_the_twins() -> None:
-    assert keys.IMPLEMENTATION == "pure"
-    assert match.IMPLEMENTATION == "pure"
-    assert rls.IMPLEMENTATION == "pure"
-    assert resp.IMPLEMENTATION == "pure"
+    assert [s.IMPLEMENTATION for s in SELECTORS] == ["pure"] * len(SELECTORS)
     assert resp.incrby_expire_ops.__module__ == "ratelimitd.backends.redis._resp_py"
     assert keys.cache_key.__module__ == "ratelimitd.config._keys_py"
     assert match.lookup.__module__ == "ratelimitd.config._match_py"

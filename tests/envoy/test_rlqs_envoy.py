@@ -124,12 +124,21 @@ def exhaust(e: Envoy, user: str) -> None:
     wait_for(denied, 30, "the assignment's tokens spent")
 
 
+def spent_assignment(
+    tmp_path: Path, procs: list[Proc], ttl: str, user: str
+) -> tuple[DaemonProcess, Envoy]:
+    """A daemon granting assignments for `ttl`, and an Envoy whose assignment for `user` is
+    spent."""
+    d = daemon(tmp_path, procs, RLQS_ASSIGNMENT_TTL=ttl)
+    e = envoy(tmp_path, procs, d.grpc_port)
+    exhaust(e, user)
+    return d, e
+
+
 def test_sigkill_assignments_hold_until_their_ttl_then_the_fallback(
     tmp_path: Path, procs: list[Proc]
 ) -> None:
-    d = daemon(tmp_path, procs, RLQS_ASSIGNMENT_TTL="8s")
-    e = envoy(tmp_path, procs, d.grpc_port)
-    exhaust(e, "killed")
+    d, e = spent_assignment(tmp_path, procs, "8s", "killed")
     d.kill()
     killed = time.monotonic()
     # The server is gone; the active assignment is still enforced...
@@ -143,8 +152,6 @@ def test_sigterm_sends_ttl_zero_so_envoy_falls_back_at_once(
     tmp_path: Path, procs: list[Proc]
 ) -> None:
     # A TTL far longer than the wait below: only the TTL 0 can end the assignment in time.
-    d = daemon(tmp_path, procs, RLQS_ASSIGNMENT_TTL="600s")
-    e = envoy(tmp_path, procs, d.grpc_port)
-    exhaust(e, "drained")
+    d, e = spent_assignment(tmp_path, procs, "600s", "drained")
     assert d.terminate() == 0
     wait_for(lambda: e.request("/", {"x-user": "drained"}).status == 200, 60, "the fallback")

@@ -5,6 +5,7 @@ and accounts and tokens surviving a Redis restart and a FLUSHALL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -184,29 +185,44 @@ def test_accounts_and_tokens_survive_redis_flushall_and_restart(
         sidecar.terminate()
 
 
-async def test_upgrade_from_version_1_keeps_rows(db_settings: Settings) -> None:
-    db = open_database(db_settings)
+@contextlib.asynccontextmanager
+async def upgraded(
+    settings: Settings, version: int, *rows: tuple[str, tuple[object, ...]]
+) -> AsyncIterator[Database]:
+    """A database that held `rows` (statement, values) at schema `version`, then migrated to
+    the latest."""
+    db = open_database(settings)
     try:
-        assert await db.migrate(target=1) == 1
+        assert await db.migrate(target=version) == version
         async with db._transaction() as tx:
-            await tx.execute(
-                "INSERT INTO accounts (id, plan, window_kind, start_date, end_date, created, "
-                "updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                ("old", "pro", "", "2026-01-01", None, 1, 1),
-            )
-            await tx.execute(
-                "INSERT INTO tokens (id, account_id, sha256, label, created, revoked) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                ("tok_old", "old", "ab" * 32, "", 1, None),
-            )
+            for statement, values in rows:
+                await tx.execute(statement, values)
         assert await db.migrate() == LATEST
+        yield db
+    finally:
+        await db.close()
+
+
+async def test_upgrade_from_version_1_keeps_rows(db_settings: Settings) -> None:
+    async with upgraded(
+        db_settings,
+        1,
+        (
+            "INSERT INTO accounts (id, plan, window_kind, start_date, end_date, created, "
+            "updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ("old", "pro", "", "2026-01-01", None, 1, 1),
+        ),
+        (
+            "INSERT INTO tokens (id, account_id, sha256, label, created, revoked) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            ("tok_old", "old", "ab" * 32, "", 1, None),
+        ),
+    ) as db:
         assert await db.version() == LATEST
         account = await db.account("old")
         assert account is not None and account.plan == "pro" and account.suspended is None
         owner = await db.token_owner("ab" * 32)
         assert owner is not None and owner[0].expires is None and owner[1].id == "old"
-    finally:
-        await db.close()
 
 
 async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
@@ -245,18 +261,15 @@ async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
 async def test_upgrade_to_version_4_keeps_deleted_ids_taken(db_settings: Settings) -> None:
     """An account deleted before version 4 left its days in the history: its id stays
     taken after the upgrade (a new owner would inherit them and its Redis counters)."""
-    db = open_database(db_settings)
-    try:
-        assert await db.migrate(target=3) == 3
-        async with db._transaction() as tx:
-            await tx.execute(
-                "INSERT INTO daily_usage (account_id, day, usage, plan, plan_limit, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                ("gone", "2026-01-02", 7, "free", 1000, 1),
-            )
-        assert await db.migrate() == LATEST
+    async with upgraded(
+        db_settings,
+        3,
+        (
+            "INSERT INTO daily_usage (account_id, day, usage, plan, plan_limit, updated) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            ("gone", "2026-01-02", 7, "free", 1000, 1),
+        ),
+    ) as db:
         with pytest.raises(AccountError, match="ids are never reused"):
             await db.create_account("gone", "free", "", date(2026, 1, 1), None)
         assert (await db.create_account("fresh", "free", "", date(2026, 1, 1), None)).id == "fresh"
-    finally:
-        await db.close()

@@ -85,8 +85,9 @@ class OpeningHours(Struct):
     wednesday: list[str]
 
 
-class Station(Struct):
-    """A boat, light-rail, subway or train station, or a helpdesk."""
+class _Facility(Struct):
+    """What every facility has. A subclass's fields follow its base's, so facilities are
+    encoded with `sorted_encoder`: the real service lists their keys alphabetically."""
 
     district_id: str
     district_name: str
@@ -97,74 +98,42 @@ class Station(Struct):
     municipality_id: str
     municipality_name: str
     name: str
+    region_id: str
+    region_name: str
+    stop_ids: list[str]
+
+
+class _ParishFacility(_Facility):
+    """A facility placed in a parish (all but the PIPs)."""
+
     parish_id: str
     parish_name: str
-    region_id: str
-    region_name: str
-    stop_ids: list[str]
 
 
-class PipLocation(Struct):
+class PipLocation(_Facility):
     """A passenger information panel (`/v2/facilities/pips`; no parish fields)."""
 
-    district_id: str
-    district_name: str
-    id: str
-    lat: float
-    locality: str
-    lon: float
-    municipality_id: str
-    municipality_name: str
-    name: str
-    region_id: str
-    region_name: str
-    stop_ids: list[str]
+
+class Station(_ParishFacility):
+    """A boat, light-rail, subway or train station, or a helpdesk."""
 
 
-class TicketStore(Struct):
+class TicketStore(_ParishFacility):
     """A ticket store (`/v2/facilities/stores`); `realtime` stays null (no queue feed)."""
 
     brand_name: str
     contacts: Contacts
-    district_id: str
-    district_name: str
     hours: OpeningHours
-    id: str
-    lat: float
-    locality: str
-    lon: float
-    municipality_id: str
-    municipality_name: str
-    name: str
-    parish_id: str
-    parish_name: str
     realtime: dict[str, Any] | None
-    region_id: str
-    region_name: str
     short_name: str
-    stop_ids: list[str]
 
 
-class School(Struct):
+class School(_ParishFacility):
     """A school (`/v2/facilities/schools`)."""
 
     contacts: Contacts
-    district_id: str
-    district_name: str
     grouping: str
-    id: str
-    lat: float
-    locality: str
-    lon: float
-    municipality_id: str
-    municipality_name: str
-    name: str
     nature: str
-    parish_id: str
-    parish_name: str
-    region_id: str
-    region_name: str
-    stop_ids: list[str]
 
 
 class AvailableFacilities(Struct):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..bodies import Body
 from ..network import Network
-from ..schemas import json_encoder
+from ..schemas import json_encoder, sorted_encoder
 from . import facilities as fac
 from .locations import Locations, derived_lists
 from .schemas import AvailableFacilities, LocationEnvelope
@@ -83,7 +83,7 @@ class Places:
     def _build(self, net: Network | None) -> dict[str, Body]:
         grid, ids = fac.stop_grid(net) if net is not None else (None, [])
         return {
-            kind: Body(json_encoder.encode(fac.build(kind, rows, grid, ids, self.walk_meters)))
+            kind: Body(sorted_encoder.encode(fac.build(kind, rows, grid, ids, self.walk_meters)))
             for kind, rows in self.facilities.rows.items()
         }
 

@@ -12,11 +12,41 @@ days), instants are epoch seconds.
 from __future__ import annotations
 
 VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
-# The columns of webhook_events as migration 3 made them (copied by migration 4).
+# The columns of webhook_events as migration 3 made them: migration 4 rebuilds the table with
+# the same definitions plus its own and copies these columns over.
+_EVENTS_V3_DEFINITIONS = """\
+            id TEXT PRIMARY KEY,
+            account_id TEXT NOT NULL,
+            threshold INTEGER NOT NULL,
+            window_start BIGINT NOT NULL,
+            created_ms BIGINT NOT NULL,
+            payload TEXT NOT NULL,
+            status TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_ms BIGINT NOT NULL,
+            lease_until_ms BIGINT NOT NULL DEFAULT 0,
+            give_up_ms BIGINT NOT NULL,
+            delivered_ms BIGINT,
+"""
+
 _EVENTS_V3 = (
     "id, account_id, threshold, window_start, created_ms, payload, status, attempts, "
     "next_attempt_ms, lease_until_ms, give_up_ms, delivered_ms"
 )
+
+
+def _attempts_table(name: str, events: str) -> str:
+    """The delivery attempts of `events`' rows (migration 3's, and migration 4's rebuild)."""
+    return f"""CREATE TABLE {name} (
+            event_id TEXT NOT NULL REFERENCES {events} (id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL,
+            at_ms BIGINT NOT NULL,
+            duration_ms BIGINT NOT NULL,
+            status_code INTEGER,
+            error TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (event_id, attempt)
+        )"""
+
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 1: accounts (plan assignment and subscription period) and their bearer tokens.
@@ -69,31 +99,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         # One row per threshold crossed per window: the unique key is what makes the event
         # exactly one across workers and processes. Scheduling instants are epoch ms.
-        """CREATE TABLE webhook_events (
-            id TEXT PRIMARY KEY,
-            account_id TEXT NOT NULL,
-            threshold INTEGER NOT NULL,
-            window_start BIGINT NOT NULL,
-            created_ms BIGINT NOT NULL,
-            payload TEXT NOT NULL,
-            status TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_ms BIGINT NOT NULL,
-            lease_until_ms BIGINT NOT NULL DEFAULT 0,
-            give_up_ms BIGINT NOT NULL,
-            delivered_ms BIGINT,
-            UNIQUE (account_id, threshold, window_start)
+        f"""CREATE TABLE webhook_events (
+{_EVENTS_V3_DEFINITIONS}            UNIQUE (account_id, threshold, window_start)
         )""",
         "CREATE INDEX webhook_events_due ON webhook_events (status, next_attempt_ms)",
-        """CREATE TABLE webhook_attempts (
-            event_id TEXT NOT NULL REFERENCES webhook_events (id) ON DELETE CASCADE,
-            attempt INTEGER NOT NULL,
-            at_ms BIGINT NOT NULL,
-            duration_ms BIGINT NOT NULL,
-            status_code INTEGER,
-            error TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (event_id, attempt)
-        )""",
+        _attempts_table("webhook_attempts", "webhook_events"),
     ),
     # 4: metered events (CloudEvents: one row per `source` + `id`, so a replay changes
     # nothing) and the ids of deleted accounts (never given to a new account: its Redis
@@ -132,33 +142,13 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # Threshold events of any meter: the unique key gains the meter ('' = the counted
         # requests) and the crossing's number (a meter's value can drop under a mark when an
         # event is cancelled and reach it again). Rebuilt, as SQLite cannot change a key.
-        """CREATE TABLE webhook_events_v4 (
-            id TEXT PRIMARY KEY,
-            account_id TEXT NOT NULL,
-            threshold INTEGER NOT NULL,
-            window_start BIGINT NOT NULL,
-            created_ms BIGINT NOT NULL,
-            payload TEXT NOT NULL,
-            status TEXT NOT NULL,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_ms BIGINT NOT NULL,
-            lease_until_ms BIGINT NOT NULL DEFAULT 0,
-            give_up_ms BIGINT NOT NULL,
-            delivered_ms BIGINT,
-            meter TEXT NOT NULL DEFAULT '',
+        f"""CREATE TABLE webhook_events_v4 (
+{_EVENTS_V3_DEFINITIONS}            meter TEXT NOT NULL DEFAULT '',
             crossing INTEGER NOT NULL DEFAULT 1,
             UNIQUE (account_id, meter, threshold, window_start, crossing)
         )""",
         f"INSERT INTO webhook_events_v4 ({_EVENTS_V3}) SELECT {_EVENTS_V3} FROM webhook_events",
-        """CREATE TABLE webhook_attempts_v4 (
-            event_id TEXT NOT NULL REFERENCES webhook_events_v4 (id) ON DELETE CASCADE,
-            attempt INTEGER NOT NULL,
-            at_ms BIGINT NOT NULL,
-            duration_ms BIGINT NOT NULL,
-            status_code INTEGER,
-            error TEXT NOT NULL DEFAULT '',
-            PRIMARY KEY (event_id, attempt)
-        )""",
+        _attempts_table("webhook_attempts_v4", "webhook_events_v4"),
         "INSERT INTO webhook_attempts_v4 SELECT * FROM webhook_attempts",
         "DROP TABLE webhook_attempts",
         "DROP TABLE webhook_events",

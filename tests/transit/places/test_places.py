@@ -13,7 +13,7 @@ import pytest
 
 from sidecars.transit.app import Services
 from sidecars.transit.geometry import haversine_m
-from sidecars.transit.places.facilities import load
+from sidecars.transit.places.facilities import LISTED, load
 from sidecars.transit.places.geo import GridIndex
 from sidecars.transit.places.locations import Locations, LocationsError
 from sidecars.transit.settings import DEFAULT_FACILITIES, DEFAULT_LOCATIONS, PlacesSettings
@@ -99,17 +99,8 @@ def test_bad_location_file_is_refused(tmp_path: Path) -> None:
 
 def test_facilities_index_and_shapes(cairns_client: falcon.testing.TestClient) -> None:
     r = cairns_client.simulate_get("/v2/facilities")
-    assert r.json == {
-        "available_facilities": [
-            "stores",
-            "helpdesks",
-            "schools",
-            "boat_stations",
-            "light_rail_stations",
-            "subway_stations",
-            "train_stations",
-        ]
-    }
+    # Every kind but the PIPs, in the real service's order (the declaration in facilities.py).
+    assert r.json == {"available_facilities": list(LISTED)}
     assert "cache-control" not in r.headers
     common = [
         "district_id",
@@ -231,30 +222,23 @@ def test_location_fields_are_filled_by_id_name_and_position(tmp_path: Path) -> N
         f"{tmp_path / 'train_stations.csv'}:8: duplicate id T1",
     ]
     places = {r.values["id"]: r.place for r in got.rows["train_stations"]}
+    columns = ("municipality_id", "municipality_name", "district_id", "district_name")
+    assert {k: tuple(getattr(places[k], c) for c in columns) for k in ("T1", "T2", "T4")} == {
+        "T1": ("1502", "Alcochete", "15", "Setúbal"),
+        "T2": ("0806", "Lagoa", "08", "Faro"),
+        "T4": ("1106", "Lisboa", "11", "Lisboa"),
+    }
     t1 = places["T1"]
-    assert (t1.municipality_id, t1.municipality_name, t1.district_id, t1.district_name) == (
-        "1502",
-        "Alcochete",
-        "15",
-        "Setúbal",
-    )
     assert (t1.region_id, t1.region_name, t1.locality, t1.parish_id) == (
         "PT170",
         "AML",
         "Alcochete",
         "",
     )
-    t2 = places["T2"]
-    assert (t2.municipality_id, t2.district_id, t2.parish_id) == ("0806", "08", "080608")
-    assert t2.parish_name == "União das freguesias de Lagoa e Carvoeiro"
+    assert places["T2"].parish_id == "080608"
+    assert places["T2"].parish_name == "União das freguesias de Lagoa e Carvoeiro"
     assert places["T3"].municipality_id == "" and places["T3"].municipality_name == "Lagoa"
-    t4 = places["T4"]
-    assert (t4.parish_id, t4.municipality_id, t4.municipality_name, t4.district_name) == (
-        "110601",
-        "1106",
-        "Lisboa",
-        "Lisboa",
-    )
+    assert places["T4"].parish_id == "110601"
     assert places["T5"].municipality_id == "" and places["T5"].locality == "Cairns"
 
 

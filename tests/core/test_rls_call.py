@@ -20,7 +20,7 @@ from ratelimitd.grpcstatus import INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from ratelimitd.messages import OVER_LIMIT, Descriptor
 from ratelimitd.settings import ReloadOptions
 from ratelimitd.transport import _rls, protocodec
-from ratelimitd.transport.rls import RlsHandler, outcome_of
+from ratelimitd.transport.rls import RlsHandler, refused
 
 # Small bounds, so that a generated request can pass them (refused while decoded).
 OPTIONS = ReloadOptions(max_descriptors=3, max_entries=2)
@@ -42,14 +42,17 @@ def twins() -> tuple[tuple[Decider, Any], tuple[Decider, Any]]:
     """(core, call) of the compiled call and of the pure twin, each on a core of its own."""
     compiled_core = memory_decider(SERVICE_CONFIG, options=OPTIONS)
     pure_core = memory_decider(SERVICE_CONFIG, options=OPTIONS)
+    # Built as RlsHandler builds it, in either pass (the pure one does not pick it).
+    h = RlsHandler(compiled_core.service, compiled_core.stats, clock=Ticks())
     compiled = _rls.SyncCall(
         protocodec.decode_request,
-        compiled_core.service,
+        h.service,
         protocodec.encode_response,
-        Ticks(),
-        compiled_core.stats.service,
-        None,
-        outcome_of,
+        h.clock,
+        h.stats.service,
+        h.timer,
+        h.failed,
+        refused,
     )
     pure = RlsHandler(pure_core.service, pure_core.stats, clock=Ticks())._call_now
     return (compiled_core, compiled), (pure_core, pure)

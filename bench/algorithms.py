@@ -70,7 +70,7 @@ def decision_cpu_us(service: Any, req: Request, n: int, repeat: int) -> float:
     for _ in range(repeat):
         start = time.process_time()
         for _ in range(n):
-            service.decide_now(req)
+            service.decide(req)
         runs.append((time.process_time() - start) / n * 1e6)
     return round(statistics.median(runs), 3)
 
@@ -82,7 +82,7 @@ def memory_cpu(n: int, repeat: int) -> dict[str, float]:
     out = {}
     for name in NAMES:
         req = request(name)
-        assert svc.decide_now(req).overall_code == OK
+        assert svc.decide(req).overall_code == OK
         out[name] = decision_cpu_us(svc, req, n, repeat)
     return out
 
@@ -103,7 +103,7 @@ def rules_cpu(n: int, repeat: int) -> dict[int, float]:
         ruleset = build_ruleset([ConfigSource("bench", RootDoc("bench", docs))], stats=core.stats)
         core.service.set_ruleset(ruleset)
         req = Request("bench", [Descriptor((("user", f"u{size // 2}"),))])
-        assert core.service.decide_now(req).statuses[0].rule is not None
+        assert core.service.decide(req).statuses[0].rule is not None
         out[size] = decision_cpu_us(core.service, req, n, repeat)
     return out
 

@@ -100,8 +100,8 @@ def test_decision(benchmark: Any, impl: str, rules: int) -> None:
     core.service.set_ruleset(_ruleset(rules, impl, core.stats))
     svc = core.service
     request = Request("bench", [Descriptor(_entries(rules))])
-    assert svc.decide_now(request).overall_code == 1
-    benchmark(lambda: svc.decide_now(request))
+    assert svc.decide(request).overall_code == 1
+    benchmark(lambda: svc.decide(request))
 
 
 # The RLS codec: the compiled `_wire` pair against protobuf's upb-backed classes (the codec
@@ -123,7 +123,7 @@ def test_codec(benchmark: Any, impl: str, op: str) -> None:
     data = protocodec.encode_request("bench", [_entries(10)])
     core = build_core(backend=MemoryBackend(), impl="compiled")
     core.service.set_ruleset(_ruleset(10, "compiled", core.stats))
-    response = core.service.decide_now(decode(data))
+    response = core.service.decide(decode(data))
     assert response.overall_code == 1 and response.statuses[0].rule is not None
     assert protocodec.decode_response(encode(response)).overall_code == 1
     if op == "decode":

@@ -3,7 +3,7 @@ space of K values, requests for domains the config does not know, the Redis and 
 servers' own CPU beside the daemon's, and one worker against two.
 
   (1) the memory store in this process: bytes of RSS per counter after K distinct values
-      were counted once each, then CPU per decision (`decide_now`, no transport) of calls
+      were counted once each, then CPU per decision (`decide`, no transport) of calls
       drawn at random from those K (the store filled: every draw is a live counter);
   (2) over gRPC (bench/load/grpc_load.py's client, values drawn at random from K per call):
       ratelimitd on memory, on Redis and on Valkey (each store server of its own): the
@@ -77,7 +77,7 @@ def in_process(keyspaces: tuple[int, ...], draws: int) -> dict[int, dict[str, fl
     out: dict[int, dict[str, float]] = {}
     for k in keyspaces:
         h = memory_decider(RULES, now=time.time())
-        decide = h.service.decide_now
+        decide = h.service.decide
         gc.collect()
         before = rss_bytes()
         for n in range(k):  # one counter per value
@@ -357,7 +357,7 @@ def render(r: dict[str, Any]) -> str:
         "### The memory store with K distinct values (in process, no transport)",
         "",
         "K values counted once each, then calls drawn at random from them (every draw a live",
-        "counter). Bytes are RSS growth over the fill ÷ K; CPU is `decide_now` alone.",
+        "counter). Bytes are RSS growth over the fill ÷ K; CPU is `decide` alone.",
         "",
         "| K | counters | bytes / counter (target ≤ 150) | CPU µs / decision | ÷ K=1 |",
         "|---:|---:|---:|---:|---:|",

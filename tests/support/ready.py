@@ -7,28 +7,37 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Awaitable, Callable
+
+# The ports handed out lately: the kernel may give a just-released ephemeral port again at
+# once, and two ports asked for before either is bound (one container publishing two) must
+# differ.
+_recent: deque[int] = deque(maxlen=512)
 
 
 def free_port(cluster_bus: bool = False) -> int:
     """A TCP port nothing listens on right now (with `cluster_bus`, port + 10000 is free too).
 
-    Another process may take it before our server binds it; `process.start_bound` retries
-    that race with fresh ports.
+    Never one handed out lately in this process. Another process may take it before our
+    server binds it; `process.start_bound` retries that race with fresh ports.
     """
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
-        if not cluster_bus:
-            return port
-        if port + 10000 < 65536:
+        if port in _recent:
+            continue
+        if cluster_bus:
+            if port + 10000 >= 65536:
+                continue
             with socket.socket() as bus:
                 try:
                     bus.bind(("127.0.0.1", port + 10000))
                 except OSError:
                     continue
-            return port
+        _recent.append(port)
+        return port
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -7,8 +7,17 @@ application/grpc`, `te: trailers`) over `clients` connections x `streams` concur
 pinned with `taskset` to `load_cpu` while the server is pinned to `server_cpu`.
 
 Per-request latencies come from h2load's --log-file; decisions/s from the requests answered
-in the timed window; server CPU from /proc (the `cpu` probe) around the run; Redis round
-trips from a probe of `ratelimit.redis_pool.pipeline_writes` (the daemon's debug /stats).
+in the timed window; server CPU from /proc (the `cpu` probe) around the timed run; Redis
+round trips from a probe of `ratelimit.redis_pool.pipeline_writes` (the daemon's debug
+/stats).
+
+The warm-up is a run of its own, discarded, before the timed one: h2load's own
+`--warm-up-time` (nghttp2 1.52) stalls at the switch to the timed window when requests carry
+a body (`--data`) and a connection has more than one stream in flight (`-m` > 1): the
+connection goes quiet and the timed window counts 0 requests, which the ratios then divide
+by. It does not happen with `-m 1`, with body-less GETs, or when h2load runs slowed down
+(under strace): a race at the phase switch, not something the server does. h2load also
+takes durations in whole units only ("0.5" is refused): they are passed in milliseconds.
 gRPC errors travel in trailers, which h2load does not read: the runner checks one call with
 a real gRPC client before measuring (`grpc_load.measure`).
 
@@ -61,7 +70,8 @@ def run_h2load(
     path: str = METHOD_PATH,
     h1: bool = False,
 ) -> LoadResult:
-    """One timed h2load run (or one of exactly `requests` calls, no warm-up); `probe` counts
+    """One timed h2load run after a discarded one of `warmup` seconds (or one run of exactly
+    `requests` calls, no warm-up); `probe` counts
     something (Redis round trips) per decision. A `payload` of None sends plain GETs of
     `path` (over HTTP/1.1 with `h1`, e.g. to Envoy's listener); `load_cpu` None: unpinned."""
     binary = shutil.which("h2load")
@@ -69,16 +79,8 @@ def run_h2load(
         raise FileNotFoundError("h2load (apt-get install nghttp2-client)")
     with tempfile.TemporaryDirectory(prefix="h2load-") as tmp:
         log = Path(tmp) / "requests.log"
-        length = (
-            [f"--duration={seconds:g}", f"--warm-up-time={warmup:g}"]
-            if requests is None
-            else ["-n", str(requests)]
-        )
         argv = [] if load_cpu is None else ["taskset", "-c", str(load_cpu)]
-        argv += [
-            binary, *length, "-c", str(clients), "-m", str(streams), "-t", "1",
-            "--log-file", str(log),
-        ]  # fmt: skip
+        argv += [binary, "-c", str(clients), "-m", str(streams), "-t", "1"]
         if h1:
             argv.append("--h1")
         if payload is not None:
@@ -88,29 +90,45 @@ def run_h2load(
             argv += ["-H", "te: trailers"]
         if rate is not None:
             argv.append(f"--rps={max(1.0, rate / clients):g}")
-        argv.append(f"http://{host}:{port}{path}")
+        url = f"http://{host}:{port}{path}"
+        if requests is None and warmup > 0:
+            # Not --warm-up-time: see the module docstring.
+            _h2load([*argv, f"--duration={_ms(warmup)}", url], warmup)
+        length = [f"--duration={_ms(seconds)}"] if requests is None else ["-n", str(requests)]
+        argv += [*length, "--log-file", str(log), url]
         cpu0 = cpu() if cpu is not None else 0.0
         probe0 = probe() if probe is not None else 0.0
         started = time.monotonic()
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 900)
+        out = _h2load(argv, seconds)
         if requests is not None:
             seconds = time.monotonic() - started
         cpu1 = cpu() if cpu is not None else 0.0
         probe1 = probe() if probe is not None else 0.0
-        if out.returncode != 0:
-            raise RuntimeError(f"h2load failed: {out.stderr or out.stdout}")
         latencies, failed = _read_log(log)
-    # Requests counted in the log are those of the timed window (after the warm-up).
     result = LoadResult.of_latencies(latencies, failed, seconds, rate)
     result.error_codes = {"non-200": failed} if failed else {}
-    done = _finished(out.stdout) or result.requests + failed
+    # CPU and the probe were read around the timed run alone: per request it finished
+    # (those h2load abandoned when its time was up included).
+    done = _finished(out) or result.requests + failed
     if cpu is not None and done:
-        # CPU was read around the warm-up too: spread it over every request h2load finished.
         result.server_cpu_s = cpu1 - cpu0
         result.cpu_per_10k = result.server_cpu_s / done * 10_000
     if probe is not None and done:
         result.redis_writes_per_decision = (probe1 - probe0) / done
     return result
+
+
+def _ms(seconds: float) -> str:
+    """A duration as h2load takes it (whole units only)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _h2load(argv: list[str], seconds: float) -> str:
+    """Run h2load; its report (stdout)."""
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 900)
+    if out.returncode != 0:
+        raise RuntimeError(f"h2load failed: {out.stderr or out.stdout}")
+    return out.stdout
 
 
 def _read_log(path: Path) -> tuple[list[float], int]:
@@ -131,7 +149,7 @@ def _read_log(path: Path) -> tuple[list[float], int]:
 
 
 def _finished(report: str) -> int:
-    """Requests h2load finished, warm-up included (its `requests:` summary line)."""
+    """Requests h2load finished (its `requests:` summary line)."""
     for line in report.splitlines():
         if line.startswith("requests:"):
             # "requests: 1000 total, 1000 started, 1000 done, 1000 succeeded, ..."

@@ -167,7 +167,7 @@ def native_targets(n: dict[str, Any], envoy: dict[str, Any] | None) -> list[tupl
         rows.append((target, measured, "n/a" if ok is None else ("yes" if ok else "no")))
 
     b, c, a, e = sat.get("b"), sat.get("c"), sat.get("a"), sat.get("e")
-    if b and e:
+    if b and e and e["rps"]:
         x = b["rps"] / e["rps"]
         row("native + memory decisions/s ≥ 0.5× the empty native server's", f"{x:.2f}×", x >= 0.5)
         row("moonshot: native + memory ≥ 0.7× the empty native server's", f"{x:.2f}×", x >= 0.7)
@@ -180,7 +180,7 @@ def native_targets(n: dict[str, Any], envoy: dict[str, Any] | None) -> list[tupl
             b["rps"] >= 25_000)  # fmt: skip
         row("native + memory ≤ 40 µs server CPU per decision", _us(b["cpu_per_10k"]) + " µs",
             None if us is None else us <= 40)  # fmt: skip
-        if a:
+        if a and a["rps"]:
             x = b["rps"] / a["rps"]
             row("native + memory ≥ 8× the empty grpc.aio server", f"{x:.1f}×", x >= 8)
     if c:
@@ -254,7 +254,8 @@ def main() -> int:
     print(f"{'scenario':34} {'calls/s':>10} {'CPU us/call':>12} {'x (e) calls/s':>14}")
     for key, r in sat.items():
         us = "n/a" if r["cpu_per_10k"] is None else f"{r['cpu_per_10k'] * 100:.2f}"
-        print(f"{NAMES[key]:34} {r['rps']:>10,.0f} {us:>12} {r['rps'] / empty:>14.2f}")
+        ratio = f"{r['rps'] / empty:.2f}" if empty else "n/a"
+        print(f"{NAMES[key]:34} {r['rps']:>10,.0f} {us:>12} {ratio:>14}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1, default=str))
     return 0

@@ -332,7 +332,10 @@ class RateLimitService:
                 return plan  # type: ignore[no-any-return]
             if not plan.ops:
                 return engine.finish(request, plan, ())  # type: ignore[no-any-return]
-            self._enter()
+            # `_enter`, inline: this is every Redis-backed call's path
+            if self.max_in_flight and self.in_flight >= self.max_in_flight:
+                self._enter()  # raises Overloaded
+            self.in_flight += 1
         except Exception as exc:
             return self.answer(exc, request, plan)
         try:

@@ -90,10 +90,10 @@ class ClientBuffers:
         self.held -= n
         trimmer = self.trimmer
         if trimmer is not None:
-            # `trimmer.freed(n)`, its first step inline: below an eighth of `after` pending it
-            # does nothing else, and an answered call gives back a few hundred bytes.
+            # `trimmer.freed(n)`, its first step inline: below `wake` pending it does
+            # nothing else, and an answered call gives back a few hundred bytes.
             trimmer.pending += n
-            if trimmer.pending >= trimmer.after // 8:
+            if trimmer.pending >= trimmer.wake:
                 trimmer.freed(0)
 
 

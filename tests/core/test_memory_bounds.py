@@ -127,8 +127,10 @@ async def test_the_trimmer_trims_after_enough_is_freed_and_when_freeing_stops() 
     assert trims == [100.0, 101.5]
     t.freed(200)  # an eighth or more: once the freeing has stopped
     assert len(trims) == 2
+    assert t.wake == 800  # until then only a full `after` changes anything
     await asyncio.sleep(0.1)
     assert len(trims) == 3 and t.pending == 0
+    assert t.wake == 100
 
 
 def test_tune_fixes_the_mmap_threshold_under_glibc() -> None:

@@ -155,3 +155,18 @@ def test_the_selected_twin_is_the_compiled_one_unless_disabled() -> None:
     assert resp.incrby_expire_ops in (_resp.incrby_expire_ops, _resp_py.incrby_expire_ops)
     assert resp.implementation("pure") is _resp_py
     assert resp.implementation("compiled") is _resp
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_read_replies_takes_what_came_and_says_whether_all_did(twin: Any) -> None:
+    reader = hiredis.Reader()
+    reader.feed(b":1\r\n:2\r\n:3\r\n-ERR no\r\n:4")  # the last reply not whole yet
+    replies: list[Any] = [0]
+    assert twin.read_replies(reader.gets, replies, 2) is True
+    assert replies == [0, 1, 2]
+    assert twin.read_replies(reader.gets, replies, 3) is False
+    assert replies[:3] == [0, 1, 2] and replies[3] == 3 and len(replies) == 5
+    assert isinstance(replies[4], hiredis.ReplyError)
+    reader.feed(b"\r\n")
+    assert twin.read_replies(reader.gets, replies, 1) is True and replies[5] == 4
+    assert twin.read_replies(reader.gets, replies, 0) is True

@@ -132,6 +132,17 @@ def incrby_expire_ops(ops, long long jitter):
             PyMem_Free(numbers)
 
 
+def read_replies(gets, list replies, Py_ssize_t n):
+    """Append up to `n` replies from `gets`; whether all `n` came (see `_resp_py`)."""
+    cdef Py_ssize_t k
+    for k in range(n):
+        reply = gets()
+        if reply is False:
+            return False
+        replies.append(reply)
+    return True
+
+
 def resolve(replies, list entries, breaker, counts):
     """Give each waiter of one flush its counters (see `_resp_py.resolve`)."""
     cdef bint failed = type(replies) is not list

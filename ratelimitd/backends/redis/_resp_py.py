@@ -2,9 +2,10 @@
 `resp.py` selects).
 
 Per request, the INCRBY + EXPIRE commands of its ops in one payload
-(`incrby_expire_ops`); per pipelined flush, every waiter of the flush given its counters
-(`resolve`). The rest of RESP (control commands, scripts, GET, reading the replies) runs
-once per flush or rarely, and stays in `resp.py`.
+(`incrby_expire_ops`); per pipelined flush, its replies taken from the parser
+(`read_replies`: two a request, so the loop is per request too) and every waiter of the
+flush given its counters (`resolve`). The rest of RESP (control commands, scripts, GET,
+the connection's batches) runs once per flush or rarely, and stays in `resp.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError, Op
 
-__all__ = ["incrby_expire_ops", "resolve"]
+__all__ = ["incrby_expire_ops", "read_replies", "resolve"]
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 
@@ -49,6 +50,17 @@ def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes | None:
         n = len(key)
         parts.append(_INCRBY_EXPIRE % (n, key, bulk_int(op.hits), n, key, bulk_int(seconds)))
     return b"".join(parts)
+
+
+def read_replies(gets: Callable[[], Any], replies: list[Any], n: int) -> bool:
+    """Append up to `n` replies from `gets` (a `hiredis.Reader`'s: False when no whole reply
+    is buffered) to `replies`; True when all `n` came."""
+    for _ in range(n):
+        reply = gets()
+        if reply is False:
+            return False
+        replies.append(reply)
+    return True
 
 
 def resolve(

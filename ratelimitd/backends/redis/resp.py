@@ -36,7 +36,7 @@ from ._resp_py import bulk_int
 IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._resp_py import incrby_expire_ops, resolve  # noqa: F401
+    from ._resp_py import incrby_expire_ops, read_replies, resolve  # noqa: F401
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
 implementation = chooser(
@@ -169,11 +169,8 @@ class RespConnection(asyncio.Protocol):
             while pending:
                 batch = pending[0]
                 replies = batch.replies
-                for _ in range(batch.n - len(replies)):
-                    reply = gets()
-                    if reply is False:
-                        return  # the rest of this batch has not arrived yet
-                    replies.append(reply)
+                if not read_replies(gets, replies, batch.n - len(replies)):
+                    return  # the rest of this batch has not arrived yet
                 pending.popleft()
                 self.in_flight -= batch.n
                 if not batch.future.done():

@@ -14,6 +14,7 @@ without a task (`decide` with a waiter) and answers it when the store's round is
 from posix.time cimport CLOCK_MONOTONIC
 
 from ratelimitd._slots cimport clock_now, get, offset_of, put
+from ratelimitd.transport._wire cimport known_domain
 
 import time
 from types import CoroutineType
@@ -21,6 +22,7 @@ from types import CoroutineType
 from ratelimitd.messages import Refusal, Response
 from ratelimitd.stats.store import ServiceStats
 from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
+from ratelimitd.transport._wire import decode_request as _decode_request
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response
@@ -47,10 +49,15 @@ cdef class SyncCall:
     # number of descriptors, so a run of them is encoded once. Held, so never a new object
     # at the same address.
     cdef object last, last_reply
+    # Whether a request is read before it is decoded (the compiled decoder, and a service
+    # that answers an unknown domain undecoded): a request for a domain the config does not
+    # know is answered without decoding it, so without making any object.
+    cdef bint reads
 
     def __init__(self, decode, service, encode, clock, stats, timer, failure, refused):
         # time.perf_counter is CLOCK_MONOTONIC: read in C (a test may hand another clock)
         self.monotonic = clock is PERF_COUNTER
+        self.reads = decode is _decode_request and hasattr(service, "unknown_domain")
         self.decode = decode  # (bytes, bounds) -> Request (raises DecodeError, TooLarge)
         self.service = service  # its snapshot's options are the decoder's bounds
         self.decide = service.decide  # (Request[, Waiter]) -> Response | Refusal | ...
@@ -71,6 +78,9 @@ cdef class SyncCall:
         """The call's outcome, or the awaitable of its answer (not decided at once)."""
         cdef double started = self._now()
         try:
+            out = self._undecoded(data) if self.reads else None
+            if out is not None:
+                return self._done(started, OK, self._encoded(out))
             out = self.decide(self.decode(data, self.service.snapshot.options))
             if type(out) is RESPONSE:
                 code = OK
@@ -82,6 +92,16 @@ cdef class SyncCall:
         except Exception as err:
             code, reply = self.failure(err)
         return self._done(started, code, reply)
+
+    cdef object _undecoded(self, bytes data):
+        """The service's response to a request it answers undecoded (an unknown domain:
+        `Engine.unknown_domain`), or None: decode it."""
+        cdef Py_ssize_t n = 0
+        service = self.service
+        domain = known_domain(data, service.snapshot.options, &n)
+        if domain is None:
+            return None
+        return service.unknown_domain(domain, n)
 
     cdef tuple _answered(self, out):
         """The outcome of the service's answer (a Response or a Refusal)."""
@@ -270,6 +290,20 @@ cdef class SendRoute:
         cdef double started = c._now()
         cdef Pending p
         data = stream.message
+        if c.reads:  # an unknown domain: answered at once, nothing held
+            try:
+                out = c._undecoded(data)
+            except Exception as err:
+                out = None
+                code, reply = c.failure(err)
+                c._done(started, code, reply)
+                _answer_now(proto, stream, code, reply)
+                return
+            if out is not None:
+                reply = c._encoded(out)
+                c._done(started, OK, reply)
+                _answer_now(proto, stream, OK, reply)
+                return
         conn = proto.conn
         # Its request, decoded, stays in memory while the decision waits: counted in the
         # process's buffers until it is answered (refused at once when they are full).

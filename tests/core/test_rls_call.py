@@ -59,7 +59,7 @@ def twins() -> tuple[tuple[Decider, Any], tuple[Decider, Any]]:
 
 
 keys = st.sampled_from(["bar", "hour", "shadow", "quota", "unl", "free", ""])
-entry = st.tuples(keys, st.sampled_from(["a", "b", ""]))
+entry = st.tuples(keys, st.sampled_from(["a", "b", "", "é"]))
 descriptor = st.builds(
     Descriptor,
     st.lists(entry, min_size=0, max_size=3).map(tuple),
@@ -69,7 +69,7 @@ descriptor = st.builds(
 )
 encoded = st.builds(
     protocodec.encode_request,
-    st.sampled_from(["d", "unknown", ""]),
+    st.sampled_from(["d", "unknown", "elsewhere", "ü", ""]),
     st.lists(descriptor, max_size=4),
     st.integers(0, 3),
 )

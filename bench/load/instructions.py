@@ -216,6 +216,7 @@ def render(results: dict[str, dict[str, Any]], requests: int, top: int) -> str:
     pairs = [
         ("b", "e", "a decided call on memory costs above the empty server"),
         ("u", "e", "an unknown domain's call still costs above the empty server"),
+        ("n", "e", "a call no rule matches still costs above the empty server"),
         ("c", "b", "a Redis-backed call costs above the same call on memory"),
     ]
     for a, b, what in pairs:

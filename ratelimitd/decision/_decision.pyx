@@ -549,11 +549,12 @@ cdef class Engine:
         return self._nothing(n)
 
     def unknown_domain(self, str domain, Py_ssize_t n):
-        """`_answered` for a request read but not decoded (`_wire.known_domain`: well formed,
-        within the bounds, `n` descriptors): its response if `domain` is unknown to the
-        config, counted as `_answered` counts it; None otherwise (decode it)."""
+        """`_answered` for a request read but not decoded (well formed, within the bounds,
+        `n` descriptors): its response if `domain` is unknown to the config, counted as
+        `_answered` counts it; None if the config knows `domain`, False if the request is
+        to be decoded for another reason."""
         if self.tries is None or not self.answers or n == 0 or n > SLICE:
-            return None
+            return False
         if domain in self.tries or domain in self.budgets:
             return None
         self._not_found(domain, n)

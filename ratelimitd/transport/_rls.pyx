@@ -14,7 +14,7 @@ without a task (`decide` with a waiter) and answers it when the store's round is
 from posix.time cimport CLOCK_MONOTONIC
 
 from ratelimitd._slots cimport clock_now, get, offset_of, put
-from ratelimitd.transport._wire cimport known_domain
+from ratelimitd.transport._wire cimport checked_descriptors, request_domain
 
 import time
 from types import CoroutineType
@@ -53,6 +53,9 @@ cdef class SyncCall:
     # that answers an unknown domain undecoded): a request for a domain the config does not
     # know is answered without decoding it, so without making any object.
     cdef bint reads
+    # The domain last found in the config, and the service's snapshot it was found in: a
+    # request for it is decoded at once (the usual request, read only to its domain).
+    cdef object known, known_in
 
     def __init__(self, decode, service, encode, clock, stats, timer, failure, refused):
         # time.perf_counter is CLOCK_MONOTONIC: read in C (a test may hand another clock)
@@ -96,12 +99,25 @@ cdef class SyncCall:
     cdef object _undecoded(self, bytes data):
         """The service's response to a request it answers undecoded (an unknown domain:
         `Engine.unknown_domain`), or None: decode it."""
-        cdef Py_ssize_t n = 0
-        service = self.service
-        domain = known_domain(data, service.snapshot.options, &n)
+        cdef Py_ssize_t n
+        domain = request_domain(data)
         if domain is None:
             return None
-        return service.unknown_domain(domain, n)
+        service = self.service
+        snapshot = service.snapshot
+        if domain is self.known and snapshot is self.known_in:
+            return None
+        n = checked_descriptors(data, snapshot.options)
+        if n < 0:
+            return None
+        out = service.unknown_domain(domain, n)
+        if out is None:
+            self.known = domain
+            self.known_in = snapshot
+            return None
+        if out is False:
+            return None
+        return out
 
     cdef tuple _answered(self, out):
         """The outcome of the service's answer (a Response or a Refusal)."""

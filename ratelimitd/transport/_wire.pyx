@@ -389,18 +389,43 @@ cdef Py_ssize_t _peek_descriptor(const unsigned char* buf, Py_ssize_t end,
     return 1
 
 
-cdef str known_domain(bytes data, object bounds, Py_ssize_t* descriptors):
-    """The domain of a serialized RateLimitRequest, when `decode_request(data, bounds)` would
-    decode it without an error and its domain is the string it decoded last (held in the
-    string table, so the same object, its hash known): read without decoding the request
-    or making any object, for a caller that may answer it undecoded (an unknown domain).
-    `descriptors` receives the number of descriptors. None otherwise: decode it."""
+cdef str request_domain(bytes data):
+    """The domain of a serialized RateLimitRequest when it is the string `decode_request`
+    decoded last (held in the string table: the same object, its hash known), read without
+    decoding anything or making any object; None otherwise, or for what is not a well-formed
+    request at its top level (its descriptors are skipped: `checked_descriptors`)."""
     cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
     cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
-    cdef Py_ssize_t pos = 0, n, count = 0, slot
-    cdef Py_ssize_t domain_at = -1, domain_size = 0, have
+    cdef Py_ssize_t pos = 0, n, slot, at = -1, size = 0, have
     cdef unsigned long long tag
     cdef const char* known
+    while pos < end:
+        n = _peek_field(buf, end, &pos, &tag)
+        if n < 0:
+            return None
+        if tag == 10:  # the last one counts, as in the decoder
+            at = pos - n
+            size = n
+    if not 0 < size <= MEMO_LONGEST:
+        return None
+    slot = (size * 31 + buf[at] * 7 + buf[at + size - 1]) & (MEMO_SLOTS - 1)
+    cached = _memo[slot]
+    if cached is None:
+        return None
+    known = PyUnicode_AsUTF8AndSize(cached, &have)
+    if have != size or memcmp(known, buf + at, size) != 0:
+        return None
+    return <str>cached
+
+
+cdef Py_ssize_t checked_descriptors(bytes data, object bounds):
+    """How many descriptors a serialized RateLimitRequest has, when `decode_request(data,
+    bounds)` would decode it without an error (its strings ASCII, so valid UTF-8 unread);
+    -1 otherwise. Read without making any object."""
+    cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
+    cdef Py_ssize_t pos = 0, n, count = 0
+    cdef unsigned long long tag
     global _bounds, _max_descriptors, _max_entries, _max_value
     if bounds is not _bounds:
         _max_descriptors = bounds.max_descriptors
@@ -410,27 +435,14 @@ cdef str known_domain(bytes data, object bounds, Py_ssize_t* descriptors):
     while pos < end:
         n = _peek_field(buf, end, &pos, &tag)
         if n < 0:
-            return None
-        if tag == 10:  # the domain: the last one counts, as in the decoder
-            domain_at = pos - n
-            domain_size = n
-        elif tag == 18:
+            return -1
+        if tag == 18:
             count += 1
             if count > _max_descriptors:
-                return None
+                return -1
             if not _peek_descriptor(buf + pos - n, n, _max_entries, _max_value):
-                return None
-    if not 0 < domain_size <= MEMO_LONGEST:
-        return None
-    slot = (domain_size * 31 + buf[domain_at] * 7 + buf[domain_at + domain_size - 1]) & (MEMO_SLOTS - 1)
-    cached = _memo[slot]
-    if cached is None:
-        return None
-    known = PyUnicode_AsUTF8AndSize(cached, &have)
-    if have != domain_size or memcmp(known, buf + domain_at, domain_size) != 0:
-        return None
-    descriptors[0] = count
-    return <str>cached
+                return -1
+    return count
 
 
 cdef Py_ssize_t _DESCRIPTOR_BYTES = DESCRIPTOR_BYTES

@@ -154,6 +154,10 @@ class RateLimitService:
         # (domain, n) -> the response to a request for an unknown domain, or None: for a
         # transport that reads the domain of a request before decoding it (`_rls`).
         self.unknown_domain = self._engine.unknown_domain
+        # The engine's responses with nothing counted, by number of descriptors (None: not
+        # made yet): one that answered a request of a domain the config knows answers that
+        # request again while the config is the same (no rule matched it).
+        self.nothing = self._engine.nothing
         # A waiter may be given to `decide`: the store starts a round without a coroutine
         # (Redis), and the request's round is the plan's one (not STOP_CACHE_KEY_INCREMENT_
         # WHEN_OVERLIMIT's two).

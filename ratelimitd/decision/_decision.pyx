@@ -461,7 +461,7 @@ cdef class Engine:
     # `_answered`: the config's domains and budgets (None: a ruleset read through Python),
     # and the response of n descriptors none of which has a limit, made once per n.
     cdef dict tries, budgets
-    cdef list nothing
+    cdef readonly list nothing
     # `domain_not_found` of the unknown domain answered last, while its series exists: its
     # descriptors since then, added to the store's counter when another domain comes or
     # before the statistics are read (`flush`), so that a run of them makes no int.
@@ -483,6 +483,9 @@ cdef class Engine:
         self.options = None
         self.unknown = None
         self.unknown_count = 0
+        # The same for every config, so kept while the engine lives (the service hands it
+        # to the transports: `RateLimitService.nothing`).
+        self.nothing = [None] * (SLICE + 1)
         stats.add_flush(self.flush)
 
     cdef inline double _now(self) except? -1.0:
@@ -518,7 +521,6 @@ cdef class Engine:
         if type(ruleset) is RULESET:
             self.tries = <dict>get(ruleset, RULESET, O_TRIES, "_tries")
             self.budgets = dict(ruleset.budgets)
-        self.nothing = [None] * (SLICE + 1)
 
     cdef object _nothing(self, Py_ssize_t n):
         """The response of `n` descriptors without a limit: one object per n, made on first

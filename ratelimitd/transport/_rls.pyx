@@ -33,6 +33,7 @@ cdef class SyncRoute
 cdef class SendRoute
 
 
+cdef Py_ssize_t P_STATUSES = offset_of(Response, "statuses")
 cdef object SERVICE = ServiceStats
 cdef Py_ssize_t TOTAL = offset_of(ServiceStats, "total_requests")
 cdef Py_ssize_t COUNT = offset_of(ServiceStats, "response_time_count")
@@ -56,6 +57,11 @@ cdef class SyncCall:
     # The domain last found in the config, and the service's snapshot it was found in: a
     # request for it is decoded at once (the usual request, read only to its domain).
     cdef object known, known_in
+    # The last request of a known domain that no rule matched (nothing counted, no
+    # statistic), the snapshot that answered it and its response: the same bytes again are
+    # answered alike without decoding them, while the snapshot is the same.
+    cdef bytes unmatched
+    cdef object unmatched_in, unmatched_out
 
     def __init__(self, decode, service, encode, clock, stats, timer, failure, refused):
         # time.perf_counter is CLOCK_MONOTONIC: read in C (a test may hand another clock)
@@ -81,12 +87,15 @@ cdef class SyncCall:
         """The call's outcome, or the awaitable of its answer (not decided at once)."""
         cdef double started = self._now()
         try:
-            out = self._undecoded(data) if self.reads else None
+            snapshot = self.service.snapshot
+            out = self._undecoded(data, snapshot) if self.reads else None
             if out is not None:
                 return self._done(started, OK, self._encoded(out))
-            out = self.decide(self.decode(data, self.service.snapshot.options))
+            out = self.decide(self.decode(data, snapshot.options))
             if type(out) is RESPONSE:
                 code = OK
+                if out is self.last and self.reads:  # a shared response: maybe unmatched
+                    self._remember(data, out)
                 reply = self._encoded(out)
             elif type(out) is REFUSAL:
                 code, reply = self.refused(out)
@@ -96,21 +105,22 @@ cdef class SyncCall:
             code, reply = self.failure(err)
         return self._done(started, code, reply)
 
-    cdef object _undecoded(self, bytes data):
-        """The service's response to a request it answers undecoded (an unknown domain:
-        `Engine.unknown_domain`), or None: decode it."""
+    cdef object _undecoded(self, bytes data, snapshot):
+        """The response to a request answered undecoded under the service's `snapshot` (an
+        unknown domain: `Engine.unknown_domain`; the last unmatched request again), or
+        None: decode it."""
         cdef Py_ssize_t n
         domain = request_domain(data)
         if domain is None:
             return None
-        service = self.service
-        snapshot = service.snapshot
         if domain is self.known and snapshot is self.known_in:
+            if snapshot is self.unmatched_in and data == self.unmatched:
+                return self.unmatched_out
             return None
         n = checked_descriptors(data, snapshot.options)
         if n < 0:
             return None
-        out = service.unknown_domain(domain, n)
+        out = self.service.unknown_domain(domain, n)
         if out is None:
             self.known = domain
             self.known_in = snapshot
@@ -118,6 +128,20 @@ cdef class SyncCall:
         if out is False:
             return None
         return out
+
+    cdef void _remember(self, bytes data, out) except *:
+        """Keep `data` and its response `out` when nothing was counted for it in a domain
+        the config knows (see `unmatched`)."""
+        service = self.service
+        snapshot = service.snapshot
+        if self.known is None or snapshot is not self.known_in:
+            return
+        nothing = service.nothing
+        n = len(<list>get(out, RESPONSE, P_STATUSES, "statuses"))
+        if n < len(nothing) and nothing[n] is out and request_domain(data) is self.known:
+            self.unmatched = data
+            self.unmatched_in = snapshot
+            self.unmatched_out = out
 
     cdef tuple _answered(self, out):
         """The outcome of the service's answer (a Response or a Refusal)."""
@@ -306,11 +330,11 @@ cdef class SendRoute:
         cdef double started = c._now()
         cdef Pending p
         data = stream.message
+        snapshot = c.service.snapshot
         if c.reads:  # an unknown domain: answered at once, nothing held
             try:
-                out = c._undecoded(data)
+                out = c._undecoded(data, snapshot)
             except Exception as err:
-                out = None
                 code, reply = c.failure(err)
                 c._done(started, code, reply)
                 _answer_now(proto, stream, code, reply)
@@ -327,7 +351,7 @@ cdef class SendRoute:
             proto.finish(stream, RESOURCE_EXHAUSTED, conn.refusal)
             return
         try:
-            request = c.decode(data, c.service.snapshot.options)
+            request = c.decode(data, snapshot.options)
             p = Pending.__new__(Pending)
             p.route = self
             p.stream = stream
@@ -336,6 +360,8 @@ cdef class SendRoute:
             p.started = started
             out = c.decide(request, p)
             if type(out) is RESPONSE or type(out) is REFUSAL:
+                if out is c.last and c.reads:  # a shared response: maybe unmatched
+                    c._remember(data, out)
                 code, reply = c._answered(out)
             elif type(out) is COROUTINE:
                 self.fallback(stream, proto, out)

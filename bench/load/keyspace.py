@@ -539,7 +539,13 @@ def render_targets(r: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {target} | {measured} | {'n/a' if ok is None else 'yes' if ok else 'no'} |"
         )
-    lines += ["", "### Where the rest goes (this run's figures)", ""]
+    lines += [
+        "",
+        "### Where the rest goes (this run's figures)",
+        "",
+        "What each measured path does: docs/performance.md, *Requests as Envoy sends them*.",
+        "",
+    ]
     if big["bytes_per_counter"] > 150 or whole > 4.5:
         rest = big["bytes_per_counter"] - big["key_bytes"] - big["entry_bytes"]
         lines += [
@@ -668,7 +674,9 @@ def render_targets(r: dict[str, Any]) -> list[str]:
             f"{two['load_cores']:.2f} beside two;",
             f"  the daemon's processes {decided['daemon_cores']:.2f} and "
             f"{two['daemon_cores']:.2f} (over each whole run,",
-            "  warm-up included).",
+            "  warm-up included). Where h2load and the daemon together use well under the",
+            "  machine's two cores, the cores went to the machine's other work (or the host",
+            "  did not give them), and the factor says nothing of the workers.",
         ]
     lines.append("")
     return lines

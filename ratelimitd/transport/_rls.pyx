@@ -9,6 +9,9 @@ encode, and the call's statistics, in C on the native transport's hot path. `Syn
 answers a synchronous service's call at once; `SendRoute` starts an awaited decision
 without a task (`decide` with a waiter) and answers it when the store's round is over
 (`Pending`). An answer not ready at once (a coroutine) goes to the transport's task.
+Before decoding, the call reads the request's domain in place (`_wire.request_domain`): a
+domain the config does not know is answered undecoded (`Engine.unknown_domain`), as is the
+last request no rule matched when the same bytes come again.
 """
 
 from posix.time cimport CLOCK_MONOTONIC

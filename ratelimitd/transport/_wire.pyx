@@ -17,6 +17,11 @@ With `bounds` (`messages.Bounds`, or the ReloadOptions in force), a request past
 `messages.TooLarge` as soon as the offending descriptor, entry or string is reached: past
 the descriptor bound, the rest is only counted (field tags and lengths, nothing decoded) so
 the refusal names the request's real size, as the service would.
+
+`request_domain` and `checked_descriptors` (cimported by `_rls`) read a request without
+decoding it: its domain, when it is a string the decoder made lately, and whether the
+decoder would take it, so that a request for a domain the config does not know is answered
+without making any object.
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -296,8 +301,9 @@ def decode_request(bytes data, object bounds=None):
     return Request(domain, descriptors, hits_addend)
 
 
-# What `known_domain` reads: a walk that raises nothing and makes nothing. 0: malformed (or
-# a string the decoder would have to check), so the request goes to `decode_request`.
+# The read of a request before it is decoded (`request_domain`, `checked_descriptors`): a
+# walk that raises nothing and makes nothing; what it cannot vouch for (malformed, or a
+# string whose UTF-8 the decoder would have to check) goes to `decode_request`.
 cdef inline bint _peek_varint(const unsigned char* buf, Py_ssize_t end, Py_ssize_t* pos,
                               unsigned long long* out) noexcept:
     cdef unsigned long long result = 0

@@ -151,6 +151,13 @@ class RateLimitService:
         # The whole decision in one compiled call, for a limiter that never waits (None:
         # one that does).
         self._decide_now = self._engine.decide_now if limiter.synchronous else None
+        # (domain, n) -> the response to a request for an unknown domain, or None: for a
+        # transport that reads the domain of a request before decoding it (`_rls`).
+        self.unknown_domain = self._engine.unknown_domain
+        # The engine's responses with nothing counted, by number of descriptors (None: not
+        # made yet): one that answered a request of a domain the config knows answers that
+        # request again while the config is the same (no rule matched it).
+        self.nothing = self._engine.nothing
         # A waiter may be given to `decide`: the store starts a round without a coroutine
         # (Redis), and the request's round is the plan's one (not STOP_CACHE_KEY_INCREMENT_
         # WHEN_OVERLIMIT's two).

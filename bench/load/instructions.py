@@ -39,7 +39,12 @@ NAMES = {
     "c": "(c) ratelimitd, Redis",
     "u": "(u) memory, unknown domain",
     "n": "(n) memory, no rule matches",
+    "m": "(m) memory, one call at a time",
+    "r": "(r) Redis, one call at a time",
 }
+# One call in flight (one connection, one stream): each call has the event loop to itself,
+# as a trickle of requests through Envoy has; the other scenarios keep 128 in flight.
+ALONE = "mr"
 # The request of each scenario: the decided one, or one with nothing to count (a domain the
 # config does not know, a value no rule has); (u) and (n) are sent to (b)'s server.
 UNKNOWN = request_bytes("not-" + DOMAIN, DESCRIPTOR)
@@ -90,13 +95,16 @@ def _functions(dump: Path) -> tuple[int, list[tuple[int, str]]]:
 
 
 def count(
-    server: Any, payload: bytes, requests: int, workdir: Path, nth: int = 1
+    server: Any, payload: bytes, requests: int, workdir: Path, nth: int = 1, alone: bool = False
 ) -> tuple[int, list]:
     """Instrumentation on for `requests` calls of `server` (under callgrind), then its
-    `nth` dump (each dump zeroes the counters)."""
+    `nth` dump (each dump zeroes the counters); `alone`: one call in flight."""
     pid = server.pid
+    width = {"clients": 1, "streams": 1} if alone else {}
     _control(server, workdir, "-i", "on")
-    run_h2load(server.grpc_port, payload, seconds=0, warmup=0, requests=requests, load_cpu=1)
+    run_h2load(
+        server.grpc_port, payload, seconds=0, warmup=0, requests=requests, load_cpu=1, **width
+    )
     _control(server, workdir, "-i", "off")
     _control(server, workdir, "-d")
     # The dump is callgrind.<pid>.out.<nth> (the base file is written at exit).
@@ -125,28 +133,31 @@ def run(
         wrap = _callgrind(workdir)
         try:
             memory: Any = None
+            on_redis: Any = None
             dumps: dict[int, int] = {}
             for key in only:
                 sent = {"u": UNKNOWN, "n": UNMATCHED}.get(key, payload)
                 if key == "e":
                     server = start_bound(lambda: EmptyNativeServer(workdir, wrap=wrap))
-                elif key in "bun":
+                    procs.append(server)
+                elif key in "bunm":
                     if memory is None:
                         memory = start_bench_daemon("memory", workdir, wrap=wrap)
                         procs.append(memory)
                     server = memory
                 else:
-                    redis = start_redis(workdir)
-                    procs.append(redis)
-                    env = {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp"}
-                    server = start_bench_daemon(
-                        "redis", workdir, wrap=wrap, REDIS_URL=redis.address, **env
-                    )
-                if server is not memory:
-                    procs.append(server)
+                    if on_redis is None:
+                        redis = start_redis(workdir)
+                        procs.append(redis)
+                        env = {"BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp"}
+                        on_redis = start_bench_daemon(
+                            "redis", workdir, wrap=wrap, REDIS_URL=redis.address, **env
+                        )
+                        procs.append(on_redis)
+                    server = on_redis
                 log(f"callgrind: counting {NAMES[key]}")
                 dumps[server.pid] = nth = dumps.get(server.pid, 0) + 1
-                total, rows = count(server, sent, requests, workdir, nth)
+                total, rows = count(server, sent, requests, workdir, nth, key in ALONE)
                 results[key] = {
                     "per_call": total / requests,
                     "functions": [(ir / requests, where) for ir, where in rows],
@@ -216,7 +227,10 @@ def render(results: dict[str, dict[str, Any]], requests: int, top: int) -> str:
     pairs = [
         ("b", "e", "a decided call on memory costs above the empty server"),
         ("u", "e", "an unknown domain's call still costs above the empty server"),
+        ("n", "e", "a call no rule matches still costs above the empty server"),
         ("c", "b", "a Redis-backed call costs above the same call on memory"),
+        ("r", "m", "a Redis-backed call costs above the same call on memory, one at a time"),
+        ("m", "b", "a call on memory costs one at a time above 128 in flight"),
     ]
     for a, b, what in pairs:
         if a not in results or b not in results:

@@ -41,6 +41,7 @@ from harness import (
     DOMAIN,
     REDIS_HOUSEKEEPING,
     RULES,
+    EmptyNativeServer,
     start_bench_daemon,
     start_bench_envoy,
     start_redis,
@@ -49,13 +50,16 @@ from instructions import by_library, difference
 from instructions import render as render_instructions
 from instructions import run as count_instructions
 from support.core import memory_decider
-from support.process import Proc
+from support.process import Proc, start_bound
 from support.ready import wait_for
 from support.wrk import run_wrk
 
 from ratelimitd.messages import Descriptor, Request
 
 KEYSPACES = (1, 1_000, 100_000, 1_000_000)
+# The floor of the Envoy-driven runs: the same Envoy calling a server that answers every
+# call with a fixed reply, measured the same way.
+EMPTY = "empty native server"
 CALLGRIND_CALLS = 5_000  # calls counted per server under callgrind
 TOP = 12  # functions listed per callgrind difference
 WIDTH = 7  # digits of a value: every request of a run has the same length
@@ -170,9 +174,24 @@ def with_h2load(
     out: dict[str, dict[str, float]] = {}
     for name, (server, payload) in runs.items():
         log(f"h2load: {name}")
+        load0, wall0 = children_cpu(), time.monotonic()
+        daemon0 = server.cpu()
         r = run_h2load(server.grpc_port, payload, seconds=seconds, cpu=server.cpu)  # type: ignore[attr-defined]
-        out[name] = {"rps": r.rps, "cpu_us": (r.cpu_per_10k or 0.0) / 10_000 * 1e6}
+        wall = time.monotonic() - wall0
+        out[name] = {
+            "rps": r.rps,
+            "cpu_us": (r.cpu_per_10k or 0.0) / 10_000 * 1e6,
+            # Cores each side used over the whole run (h2load is this process's child).
+            "load_cores": (children_cpu() - load0) / wall,
+            "daemon_cores": (server.cpu() - daemon0) / wall,
+        }
     return out
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's finished children (h2load, wrk) so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def wakeups(pid: int) -> int:
@@ -255,15 +274,18 @@ def per_decision(
     k0 = kernel_seconds(daemon.pid)
     s0 = store.cpu() if store is not None else 0.0
     c0 = command_time(store) if store is not None else (0, 0)
+    r0 = store_rounds(daemon) if store is not None else 0.0
     figures = go()
     d1, e1, w1 = daemon.cpu(), envoy.cpu(), wakeups(daemon.pid)
     k1 = kernel_seconds(daemon.pid)
     s1 = store.cpu() if store is not None else 0.0
     c1 = command_time(store) if store is not None else (0, 0)
+    r1 = store_rounds(daemon) if store is not None else 0.0
     n = max(1, envoy.stats().get("cluster.backend.ratelimit.ok", 0) - ok0)
     return {
         "store_commands": (c1[0] - c0[0]) / n,
         "store_command_us": (c1[1] - c0[1]) / n,
+        "store_rounds": (r1 - r0) / n,
         **figures,
         "decisions": n,
         "daemon_us": (d1 - d0) / n * 1e6,
@@ -272,6 +294,12 @@ def per_decision(
         "envoy_us": (e1 - e0) / n * 1e6,
         "store_us": (s1 - s0) / n * 1e6,
     }
+
+
+def store_rounds(daemon: Any) -> float:
+    """The daemon's store round trips so far (its pipelines written: each one read by the
+    store server in one go and answered in one write)."""
+    return sum(v for k, v in daemon.stats().items() if k.endswith("pipeline_writes"))
 
 
 def _wrk_figures(r: dict[str, Any]) -> dict[str, float]:
@@ -323,19 +351,23 @@ def run(workdir: Path, quick: bool, log: Callable[[str], None]) -> dict[str, Any
         workers = start_bench_daemon("workers", workdir, RATELIMITD_WORKERS="2")
         procs.append(workers)
         wait_for(lambda: len(workers.worker_pids()) >= 2, what="2 workers")
+        empty = start_bound(lambda: EmptyNativeServer(workdir))
+        procs.append(empty)
         servers: dict[str, tuple[Proc, Proc | None]] = {
+            EMPTY: (empty, None),
             "memory": (memory, None),
             "Redis": (on_redis, redis),
             "Valkey": (on_valkey, valkey),
         }
-        results["grpc"] = over_grpc(servers, keyspaces, 6_000 if quick else 30_000, log)
+        stores = {name: pair for name, pair in servers.items() if name != EMPTY}
+        results["grpc"] = over_grpc(stores, keyspaces, 6_000 if quick else 30_000, log)
         results["h2load"] = with_h2load(memory, workers, 4.0 if quick else 10.0, log)
         results["envoy"] = envoy_driven(workdir, servers, 3.0 if quick else 8.0, log)
     finally:
         for p in reversed(procs):
             p.terminate(15)
     log("callgrind: instructions per call")
-    results["instructions"] = count_instructions("ebcu", 1_000 if quick else CALLGRIND_CALLS, log)
+    results["instructions"] = count_instructions("ebcun", 1_000 if quick else CALLGRIND_CALLS, log)
     results["callgrind calls"] = 1_000 if quick else CALLGRIND_CALLS
     results["load average at end"] = os.getloadavg()
     return results
@@ -419,17 +451,24 @@ def render(r: dict[str, Any]) -> str:
         "time (the interpreter and the compiled modules) and kernel time (epoll, socket reads",
         "and writes, being woken).",
         "",
+        f"The {EMPTY} (a fixed reply to every call, no decision) behind the same Envoy,",
+        "measured the same way, is the floor: what Envoy, the load generator, the machine",
+        "and one gRPC call cost with no rate limiting done. Store rounds: the daemon's",
+        "pipelines written to the store per decision.",
+        "",
         "| backend | run | requests/s | p50 ms | p99 ms | daemon µs | of it user µs | of it "
-        "kernel µs | wake-ups | Envoy µs | store server µs | of it in commands µs |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "kernel µs | wake-ups | Envoy µs | store server µs | of it in commands µs "
+        "| store rounds |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, by in r.get("envoy", {}).items():
         for label, v in by.items():
+            rounds = f"{v['store_rounds']:.2f}" if v.get("store_rounds") else ""
             lines.append(
                 f"| {name} | {label} | {v['rps']:,.0f} | {v['p50_ms']:.2f} | {v['p99_ms']:.2f} "
                 f"| {v['daemon_us']:.1f} | {v['daemon_us'] - v['kernel_us']:.1f} "
                 f"| {v['kernel_us']:.1f} | {v['wakeups']:.2f} | {v['envoy_us']:.1f} "
-                f"| {v['store_us']:.1f} | {v['store_command_us']:.1f} |"
+                f"| {v['store_us']:.1f} | {v['store_command_us']:.1f} | {rounds} |"
             )
     lines.append("")
     if "instructions" in r:
@@ -447,6 +486,7 @@ def render_targets(r: dict[str, Any]) -> list[str]:
     decided = h["decided, 1 worker"]
     ins = r["instructions"]
     e, b, c, u = (ins[k]["per_call"] for k in "ebcu")
+    n = ins["n"]["per_call"] if "n" in ins else None
     envoy = r["envoy"]
     rows: list[tuple[str, str, bool | None]] = []
     whole = big["cpu_us"] + decided["cpu_us"] - one["cpu_us"]
@@ -460,6 +500,10 @@ def render_targets(r: dict[str, Any]) -> list[str]:
         ("unknown domain ≤ 0.3× a decided call above the empty server (instructions)",
          f"{unknown:.2f}×", unknown <= 0.3),
     ]  # fmt: skip
+    unmatched = (n - e) / (b - e) if n is not None else None
+    if unmatched is not None:
+        rows.append(("no rule matches ≤ 0.3× a decided call above the empty server "
+                     "(instructions)", f"{unmatched:.2f}×", unmatched <= 0.3))  # fmt: skip
     for name in ("Redis", "Valkey"):
         if name not in envoy:
             continue
@@ -472,9 +516,15 @@ def render_targets(r: dict[str, Any]) -> list[str]:
             (f"{name} through Envoy, saturated: store server ≤ 2 µs CPU per decision",
              f"{sat['store_us']:.1f} µs", sat["store_us"] <= 2),
         ]  # fmt: skip
+    floor = envoy.get(EMPTY)
     for name, by in envoy.items():
+        if name == EMPTY:
+            continue
         p99 = by["half saturation"]["p99_ms"]
-        rows.append((f"{name} through Envoy: p99 ≤ 2 ms at half saturation", f"{p99:.2f} ms",
+        shown = f"{p99:.2f} ms"
+        if floor is not None:
+            shown += f" ({EMPTY}: {floor['half saturation']['p99_ms']:.2f} ms)"
+        rows.append((f"{name} through Envoy: p99 ≤ 2 ms at half saturation", shown,
                      p99 <= 2))  # fmt: skip
     two = h["decided, 2 workers"]
     rows.append(("two workers ÷ one (calls/s, h2load; no target)",
@@ -489,7 +539,13 @@ def render_targets(r: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {target} | {measured} | {'n/a' if ok is None else 'yes' if ok else 'no'} |"
         )
-    lines += ["", "### Where the rest goes (this run's figures)", ""]
+    lines += [
+        "",
+        "### Where the rest goes (this run's figures)",
+        "",
+        "What each measured path does: docs/performance.md, *Requests as Envoy sends them*.",
+        "",
+    ]
     if big["bytes_per_counter"] > 150 or whole > 4.5:
         rest = big["bytes_per_counter"] - big["key_bytes"] - big["entry_bytes"]
         lines += [
@@ -502,18 +558,27 @@ def render_targets(r: dict[str, Any]) -> list[str]:
             "  growth is the probe and the key missing the CPU caches, which callgrind does",
             "  not count.",
         ]
-    if unknown > 0.3:
-        libs = ", ".join(
-            f"{lib} {ir:,.0f}" for ir, lib in by_library(difference(ins["u"], ins["e"]))[:4]
-        )
+    libs = ", ".join(
+        f"{lib} {ir:,.0f}" for ir, lib in by_library(difference(ins["u"], ins["e"]))[:4]
+    )
+    lines += [
+        f"- Unknown domain: {u - e:,.0f} instructions above the empty server against "
+        f"{b - e:,.0f} for a decided call.",
+        f"  By shared object: {libs}. The request is not decoded: its domain is read in",
+        "  place and found in the decoder's string table (`_wire.request_domain`), the",
+        "  request checked as the decoder would check it (`checked_descriptors`), the",
+        "  domain looked up in the config (`Engine.unknown_domain`) and its",
+        "  `domain_not_found` added in C (moved into the statistics when they are read);",
+        "  the shared response's bytes are reused. The call's own statistics",
+        "  (`total_requests`, its response time: `SyncCall._done`) and the stream's",
+        "  bookkeeping in the transport are what every call pays.",
+    ]
+    if unmatched is not None:
         lines += [
-            f"- Unknown domain: {u - e:,.0f} instructions above the empty server against "
-            f"{b - e:,.0f} for a decided call.",
-            f"  By shared object: {libs}. What is left is done before the domain is known to be",
-            "  unknown, or for every call whatever its answer: decoding the request (`_wire`),",
-            "  hashing the freshly decoded domain string for the lookup (`siphash13`,",
-            "  `_Py_dict_lookup`), the request's msgspec Struct (`_core`), the call's",
-            "  statistics and the reply's framing (the transport and the service own these).",
+            f"- No rule matches: {n - e:,.0f} instructions above the empty server (one request",
+            "  repeated: the last unmatched request of a known domain is answered again",
+            "  undecoded while the config is the same; a different unmatched request is",
+            "  decoded and planned, as a decided one is).",
         ]
     for name in ("Redis", "Valkey"):
         if name not in envoy:
@@ -533,35 +598,74 @@ def render_targets(r: dict[str, Any]) -> list[str]:
                 "  parsing are compiled (`_resp`, hiredis).",
             ]
         if tr["wakeups"] > 1:
+            base = ""
+            if floor is not None:
+                ft = floor["trickled"]
+                base = (
+                    f" ({EMPTY}: {ft['wakeups']:.2f} wake-ups, "
+                    f"{ft['daemon_us'] - ft['kernel_us']:.1f} µs user per call)"
+                )
             lines += [
-                f"- {name}, trickled: {tr['wakeups']:.2f} wake-ups per decision, "
+                f"- {name}, trickled: {tr['wakeups']:.2f} wake-ups per decision{base}, "
                 f"{tr['kernel_us']:.1f} µs of the daemon's {tr['daemon_us']:.1f} µs in the "
                 "kernel. One wake-up",
                 "  is Envoy's request; a second comes whenever the store's reply arrives after",
                 "  the event loop went back to epoll_wait. On this machine the store server, Envoy",
                 "  and wrk share the two cores with the daemon, so the reply can wait for a",
                 "  core: a busy-poll of the store's socket would spin on a core the store",
-                "  needs.",
+                "  needs. User time per decision trickled against saturated: "
+                f"{tr['daemon_us'] - tr['kernel_us']:.1f} µs",
+                f"  against {sat['daemon_us'] - sat['kernel_us']:.1f} µs for the same code: "
+                "a trickled decision runs its event-loop iterations (each",
+                "  wake-up's epoll, callbacks, the flush) alone, with caches cold from sleeping,",
+                "  where saturated ones share them.",
             ]
         if sat["store_us"] > 2:
+            rounds = sat.get("store_rounds") or 0.0
+            commands = sat["store_commands"] or 1.0
+            spent = sat["store_us"] - sat["store_command_us"]
+            batch = f" ({1 / rounds:.1f} decisions each)" if rounds else ""
             lines += [
                 f"- {name} server, saturated: {sat['store_us']:.1f} µs CPU per decision, of "
                 f"which {sat['store_command_us']:.1f} µs executing its "
                 f"{sat['store_commands']:.1f} commands (INFO",
-                "  commandstats); the rest is its event loop: reading each pipeline and writing",
-                "  the replies. Envoy sends one call per request, so a pipeline holds the few",
-                "  decisions of one event-loop tick and that cost is shared by few.",
+                "  commandstats: INCRBY and EXPIRE per key, pipelined, as the reference sends",
+                f"  them). The daemon wrote {rounds:.3f} pipelines per decision{batch}, so",
+                "  the rest is mostly per command, not per round trip: parsing each command",
+                "  of the pipeline and queueing its reply, "
+                f"{spent / commands:.2f} µs a command beside its execution.",
+                "  Fewer commands per decision (EXPIRE only when the INCRBY made the key) would",
+                "  cut both parts; the daemon sends what the reference sends.",
             ]
     for name, by in envoy.items():
         half = by["half saturation"]
-        if half["p99_ms"] > 2:
-            lines.append(
-                f"- {name}, p99 at half saturation ({half['rps']:,.0f}/s): "
-                f"{half['p99_ms']:.2f} ms (p50 {half['p50_ms']:.2f} ms); h2load, Envoy, the"
+        if name == EMPTY or half["p99_ms"] <= 2:
+            continue
+        line = (
+            f"- {name}, p99 at half saturation ({half['rps']:,.0f}/s): "
+            f"{half['p99_ms']:.2f} ms (p50 {half['p50_ms']:.2f} ms)"
+        )
+        if floor is not None:
+            fh = floor["half saturation"]
+            line += (
+                f"; the {EMPTY} behind the same Envoy, paced the same way at half its own"
+                f" saturation ({fh['rps']:,.0f}/s): p99 {fh['p99_ms']:.2f} ms (p50"
+                f" {fh['p50_ms']:.2f} ms)"
             )
+        lines.append(line + ".")
+        if floor is not None and floor["half saturation"]["p99_ms"] <= 2:
             lines.append(
-                "  daemon (and the store server) share two cores with the other work of this"
-                " machine (load average above)."
+                "  The floor is under 2 ms in this run, so the rest is the decision's path: a"
+                " call on a store waits for its round (the pipeline leaves at the end of the"
+                " event-loop tick, its replies come back in a later one) and for the store"
+                " server to get one of the two cores that h2load, Envoy and the daemon use"
+                " too; a single stall of the machine moves a p99 of a short run."
+            )
+        else:
+            lines.append(
+                "  h2load, Envoy, the daemon (and the store server) share two cores with the"
+                " other work of this machine (load average above): where the floor's p99 is"
+                " above 2 ms, they, not the decision, set it."
             )
     one_us, two_us = decided["cpu_us"], two["cpu_us"]
     # Cores the daemon got: calls/s x CPU seconds per call.
@@ -572,8 +676,18 @@ def render_targets(r: dict[str, Any]) -> list[str]:
         f"  two got {cores_two:.2f} cores (calls/s × CPU per call) of the two that h2load and",
         "  the machine's other work share: the factor is the cores the daemon was given;",
         "  what two workers lose per call is the CPU ratio above.",
-        "",
     ]
+    if "load_cores" in decided:
+        lines += [
+            f"  h2load itself used {decided['load_cores']:.2f} cores beside one worker and "
+            f"{two['load_cores']:.2f} beside two;",
+            f"  the daemon's processes {decided['daemon_cores']:.2f} and "
+            f"{two['daemon_cores']:.2f} (over each whole run,",
+            "  warm-up included). Where h2load and the daemon together use well under the",
+            "  machine's two cores, the cores went to the machine's other work (or the host",
+            "  did not give them), and the factor says nothing of the workers.",
+        ]
+    lines.append("")
     return lines
 
 

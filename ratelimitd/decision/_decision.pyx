@@ -461,7 +461,12 @@ cdef class Engine:
     # `_answered`: the config's domains and budgets (None: a ruleset read through Python),
     # and the response of n descriptors none of which has a limit, made once per n.
     cdef dict tries, budgets
-    cdef list nothing
+    cdef readonly list nothing
+    # `domain_not_found` of the unknown domain answered last, while its series exists: its
+    # descriptors since then, added to the store's counter when another domain comes or
+    # before the statistics are read (`flush`), so that a run of them makes no int.
+    cdef str unknown
+    cdef long long unknown_count
 
     def __init__(self, stats, limiter, extras):
         self.stats = stats
@@ -476,6 +481,12 @@ cdef class Engine:
         self.extras = extras
         self.ruleset = None
         self.options = None
+        self.unknown = None
+        self.unknown_count = 0
+        # The same for every config, so kept while the engine lives (the service hands it
+        # to the transports: `RateLimitService.nothing`).
+        self.nothing = [None] * (SLICE + 1)
+        stats.add_flush(self.flush)
 
     cdef inline double _now(self) except? -1.0:
         # time.time is CLOCK_REALTIME, read in C (a test may hand another clock)
@@ -510,7 +521,6 @@ cdef class Engine:
         if type(ruleset) is RULESET:
             self.tries = <dict>get(ruleset, RULESET, O_TRIES, "_tries")
             self.budgets = dict(ruleset.budgets)
-        self.nothing = [None] * (SLICE + 1)
 
     cdef object _nothing(self, Py_ssize_t n):
         """The response of `n` descriptors without a limit: one object per n, made on first
@@ -537,8 +547,39 @@ cdef class Engine:
         for d in descriptors:
             if len(entries_of(d)) > self.max_entries:
                 return None
-        self.stats.domain_not_found(domain, n)
+        self._not_found(domain, n)
         return self._nothing(n)
+
+    def unknown_domain(self, str domain, Py_ssize_t n):
+        """`_answered` for a request read but not decoded (well formed, within the bounds,
+        `n` descriptors): its response if `domain` is unknown to the config, counted as
+        `_answered` counts it; None if the config knows `domain`, False if the request is
+        to be decoded for another reason."""
+        if self.tries is None or not self.answers or n == 0 or n > SLICE:
+            return False
+        if domain in self.tries or domain in self.budgets:
+            return None
+        self._not_found(domain, n)
+        return self._nothing(n)
+
+    cdef inline void _not_found(self, str domain, Py_ssize_t n) except *:
+        """Count `n` descriptors under `domain_not_found` (see `unknown`)."""
+        if domain is self.unknown:
+            self.unknown_count += n
+            return
+        self.flush()
+        # Kept only while its series is the domain's own (not cut to its bounded length,
+        # not folded): adding to it later is then what counting each call would have done.
+        if self.stats.domain_not_found(domain, n):
+            self.unknown = domain
+
+    def flush(self):
+        """Add the descriptors counted in C since the last flush to the statistics."""
+        if self.unknown_count:
+            count = self.unknown_count
+            self.unknown_count = 0
+            self.stats.domain_not_found(self.unknown, count)
+        self.unknown = None
 
     cdef inline bint _unmatched(self, Plan p):
         """Whether nothing of plan `p` is counted, refused or answered specially: each

@@ -197,6 +197,9 @@ class StatsStore:
         # at snapshot time: counters and gauges by full name.
         self._sources: list[Callable[[], tuple[dict[str, float], dict[str, float]]]] = []
         self._source_gauges: frozenset[str] = frozenset()
+        # Counts a compiled path keeps in C between reads, moved into this store by each
+        # of these before anything is read.
+        self._flushes: list[Callable[[], None]] = []
 
     def rule_stats(self, key: str) -> RuleStats:
         """The counters of a stats key (config path or dynamic key), created on first use."""
@@ -225,22 +228,29 @@ class StatsStore:
         self._request_series += 1
         return self.rule_stats(key)
 
-    def domain_not_found(self, domain: str, n: int = 1) -> None:
-        """Count `n` descriptors of a request for an unknown domain (bounded as above)."""
+    def domain_not_found(self, domain: str, n: int = 1) -> bool:
+        """Count `n` descriptors of a request for an unknown domain (bounded as above);
+        whether they went to the domain's own series (neither cut nor folded)."""
         table = self._domain_not_found
-        domain = bounded_key(domain, self.max_request_key_bytes)
-        if domain not in table:
+        key = bounded_key(domain, self.max_request_key_bytes)
+        if key not in table:
             if self._request_series >= self.max_request_series:
                 self.folded += 1
-                domain = OVERFLOW_KEY
+                key = OVERFLOW_KEY
             else:
                 self._request_series += 1
-        table[domain] = table.get(domain, 0) + n
+        table[key] = table.get(key, 0) + n
+        return key is domain
 
     def add_gauge(self, name: str, read: Callable[[], float]) -> None:
         """Register a gauge read at snapshot time (local cache, connection pools, ...)."""
         self._gauges[name] = read
         self._gauge_names = self._gauge_set()
+
+    def add_flush(self, flush: Callable[[], None]) -> None:
+        """Register `flush()`, called before every read: it adds what its component
+        counted in C since the last read (the decision's `domain_not_found`)."""
+        self._flushes.append(flush)
 
     def add_source(self, read: Callable[[], tuple[dict[str, float], dict[str, float]]]) -> None:
         """Register series a component keeps itself: `read()` -> (counters, gauges)."""
@@ -311,6 +321,8 @@ class StatsStore:
         return heapq.merge(of_rules(), sorted(other.items()))
 
     def _other_series(self, out: dict[str, float]) -> None:
+        for flush in self._flushes:
+            flush()
         prefix = "ratelimit.service.rate_limit."
         for domain, count in self._domain_not_found.items():
             out[prefix + sanitize_stat_name(domain) + ".domain_not_found"] = count

@@ -9,11 +9,15 @@ encode, and the call's statistics, in C on the native transport's hot path. `Syn
 answers a synchronous service's call at once; `SendRoute` starts an awaited decision
 without a task (`decide` with a waiter) and answers it when the store's round is over
 (`Pending`). An answer not ready at once (a coroutine) goes to the transport's task.
+Before decoding, the call reads the request's domain in place (`_wire.request_domain`): a
+domain the config does not know is answered undecoded (`Engine.unknown_domain`), as is the
+last request no rule matched when the same bytes come again.
 """
 
 from posix.time cimport CLOCK_MONOTONIC
 
 from ratelimitd._slots cimport clock_now, get, offset_of, put
+from ratelimitd.transport._wire cimport checked_descriptors, request_domain
 
 import time
 from types import CoroutineType
@@ -21,6 +25,7 @@ from types import CoroutineType
 from ratelimitd.messages import Refusal, Response
 from ratelimitd.stats.store import ServiceStats
 from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
+from ratelimitd.transport._wire import decode_request as _decode_request
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response
@@ -31,6 +36,7 @@ cdef class SyncRoute
 cdef class SendRoute
 
 
+cdef Py_ssize_t P_STATUSES = offset_of(Response, "statuses")
 cdef object SERVICE = ServiceStats
 cdef Py_ssize_t TOTAL = offset_of(ServiceStats, "total_requests")
 cdef Py_ssize_t COUNT = offset_of(ServiceStats, "response_time_count")
@@ -47,10 +53,23 @@ cdef class SyncCall:
     # number of descriptors, so a run of them is encoded once. Held, so never a new object
     # at the same address.
     cdef object last, last_reply
+    # Whether a request is read before it is decoded (the compiled decoder, and a service
+    # that answers an unknown domain undecoded): a request for a domain the config does not
+    # know is answered without decoding it, so without making any object.
+    cdef bint reads
+    # The domain last found in the config, and the service's snapshot it was found in: a
+    # request for it is decoded at once (the usual request, read only to its domain).
+    cdef object known, known_in
+    # The last request of a known domain that no rule matched (nothing counted, no
+    # statistic), the snapshot that answered it and its response: the same bytes again are
+    # answered alike without decoding them, while the snapshot is the same.
+    cdef bytes unmatched
+    cdef object unmatched_in, unmatched_out
 
     def __init__(self, decode, service, encode, clock, stats, timer, failure, refused):
         # time.perf_counter is CLOCK_MONOTONIC: read in C (a test may hand another clock)
         self.monotonic = clock is PERF_COUNTER
+        self.reads = decode is _decode_request and hasattr(service, "unknown_domain")
         self.decode = decode  # (bytes, bounds) -> Request (raises DecodeError, TooLarge)
         self.service = service  # its snapshot's options are the decoder's bounds
         self.decide = service.decide  # (Request[, Waiter]) -> Response | Refusal | ...
@@ -71,9 +90,15 @@ cdef class SyncCall:
         """The call's outcome, or the awaitable of its answer (not decided at once)."""
         cdef double started = self._now()
         try:
-            out = self.decide(self.decode(data, self.service.snapshot.options))
+            snapshot = self.service.snapshot
+            out = self._undecoded(data, snapshot) if self.reads else None
+            if out is not None:
+                return self._done(started, OK, self._encoded(out))
+            out = self.decide(self.decode(data, snapshot.options))
             if type(out) is RESPONSE:
                 code = OK
+                if out is self.last and self.reads:  # a shared response: maybe unmatched
+                    self._remember(data, out)
                 reply = self._encoded(out)
             elif type(out) is REFUSAL:
                 code, reply = self.refused(out)
@@ -82,6 +107,44 @@ cdef class SyncCall:
         except Exception as err:
             code, reply = self.failure(err)
         return self._done(started, code, reply)
+
+    cdef object _undecoded(self, bytes data, snapshot):
+        """The response to a request answered undecoded under the service's `snapshot` (an
+        unknown domain: `Engine.unknown_domain`; the last unmatched request again), or
+        None: decode it."""
+        cdef Py_ssize_t n
+        domain = request_domain(data)
+        if domain is None:
+            return None
+        if domain is self.known and snapshot is self.known_in:
+            if snapshot is self.unmatched_in and data == self.unmatched:
+                return self.unmatched_out
+            return None
+        n = checked_descriptors(data, snapshot.options)
+        if n < 0:
+            return None
+        out = self.service.unknown_domain(domain, n)
+        if out is None:
+            self.known = domain
+            self.known_in = snapshot
+            return None
+        if out is False:
+            return None
+        return out
+
+    cdef void _remember(self, bytes data, out) except *:
+        """Keep `data` and its response `out` when nothing was counted for it in a domain
+        the config knows (see `unmatched`)."""
+        service = self.service
+        snapshot = service.snapshot
+        if self.known is None or snapshot is not self.known_in:
+            return
+        nothing = service.nothing
+        n = len(<list>get(out, RESPONSE, P_STATUSES, "statuses"))
+        if n < len(nothing) and nothing[n] is out and request_domain(data) is self.known:
+            self.unmatched = data
+            self.unmatched_in = snapshot
+            self.unmatched_out = out
 
     cdef tuple _answered(self, out):
         """The outcome of the service's answer (a Response or a Refusal)."""
@@ -270,6 +333,20 @@ cdef class SendRoute:
         cdef double started = c._now()
         cdef Pending p
         data = stream.message
+        snapshot = c.service.snapshot
+        if c.reads:  # an unknown domain: answered at once, nothing held
+            try:
+                out = c._undecoded(data, snapshot)
+            except Exception as err:
+                code, reply = c.failure(err)
+                c._done(started, code, reply)
+                _answer_now(proto, stream, code, reply)
+                return
+            if out is not None:
+                reply = c._encoded(out)
+                c._done(started, OK, reply)
+                _answer_now(proto, stream, OK, reply)
+                return
         conn = proto.conn
         # Its request, decoded, stays in memory while the decision waits: counted in the
         # process's buffers until it is answered (refused at once when they are full).
@@ -277,7 +354,7 @@ cdef class SendRoute:
             proto.finish(stream, RESOURCE_EXHAUSTED, conn.refusal)
             return
         try:
-            request = c.decode(data, c.service.snapshot.options)
+            request = c.decode(data, snapshot.options)
             p = Pending.__new__(Pending)
             p.route = self
             p.stream = stream
@@ -286,6 +363,8 @@ cdef class SendRoute:
             p.started = started
             out = c.decide(request, p)
             if type(out) is RESPONSE or type(out) is REFUSAL:
+                if out is c.last and c.reads:  # a shared response: maybe unmatched
+                    c._remember(data, out)
                 code, reply = c._answered(out)
             elif type(out) is COROUTINE:
                 self.fallback(stream, proto, out)

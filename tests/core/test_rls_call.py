@@ -14,7 +14,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.core import SERVICE_CONFIG, Decider, memory_decider
+from support.core import SERVICE_CONFIG, Decider, load_text, memory_decider
 
 from ratelimitd.grpcstatus import INTERNAL, OK, RESOURCE_EXHAUSTED, UNKNOWN
 from ratelimitd.messages import OVER_LIMIT, Descriptor
@@ -59,7 +59,7 @@ def twins() -> tuple[tuple[Decider, Any], tuple[Decider, Any]]:
 
 
 keys = st.sampled_from(["bar", "hour", "shadow", "quota", "unl", "free", ""])
-entry = st.tuples(keys, st.sampled_from(["a", "b", ""]))
+entry = st.tuples(keys, st.sampled_from(["a", "b", "", "é"]))
 descriptor = st.builds(
     Descriptor,
     st.lists(entry, min_size=0, max_size=3).map(tuple),
@@ -69,7 +69,7 @@ descriptor = st.builds(
 )
 encoded = st.builds(
     protocodec.encode_request,
-    st.sampled_from(["d", "unknown", ""]),
+    st.sampled_from(["d", "unknown", "elsewhere", "ü", ""]),
     st.lists(descriptor, max_size=4),
     st.integers(0, 3),
 )
@@ -112,3 +112,43 @@ def test_each_kind_of_outcome_alike() -> None:
     assert snapshot == pure_core.stats.snapshot()
     assert snapshot["ratelimit_server.ShouldRateLimit.total_requests"] == len(cases) + 1
     assert snapshot["ratelimit.service.call.should_rate_limit.service_error"] == 3
+
+
+def test_runs_answered_undecoded_alike() -> None:
+    """Runs of one request with nothing to count, which the compiled call answers without
+    decoding it once it has seen it (an unknown domain: counted per descriptor; a known
+    domain no rule matches: no statistic), between decided calls and requests that must
+    still be decoded (a non-ASCII key, past the bounds, no descriptor, a domain longer
+    than the decoder's string table keeps), then after a reload that makes the unknown
+    domain known: the same replies and statistics as the pure twin's."""
+    (compiled_core, compiled), (pure_core, pure) = twins()
+    one = [Descriptor((("bar", "a"),))]
+    unmatched = protocodec.encode_request("d", [Descriptor((("nothing", "here"),))])
+    cases = [
+        protocodec.encode_request("nowhere", one),
+        protocodec.encode_request("nowhere", one * 2),
+        unmatched,
+        protocodec.encode_request("d", one),
+        protocodec.encode_request("elsewhere", one),
+        protocodec.encode_request("nowhere", [Descriptor((("clé", "ü"),))]),
+        protocodec.encode_request("nowhere", [Descriptor((("a", "1"), ("b", "2"), ("c", "3")))]),
+        protocodec.encode_request("nowhere", one * 4),
+        protocodec.encode_request("nowhere", []),
+        protocodec.encode_request("x" * 100, one),
+        protocodec.encode_request("d", [Descriptor((("nothing", "else"),))]),
+    ]
+    for data in cases:
+        for _ in range(3):
+            assert compiled(data) == pure(data)
+        assert compiled(unmatched) == pure(unmatched)
+    reloaded = SERVICE_CONFIG.replace("domain: d", "domain: nowhere")
+    for core in (compiled_core, pure_core):
+        core.service.set_ruleset(load_text(reloaded), OPTIONS)
+    for data in cases[:3]:
+        for _ in range(3):
+            assert compiled(data) == pure(data)
+    snapshot = compiled_core.stats.snapshot()
+    assert snapshot == pure_core.stats.snapshot()
+    assert snapshot["ratelimit.service.rate_limit.nowhere.domain_not_found"] == 3 * (1 + 2 + 1)
+    assert snapshot["ratelimit.service.rate_limit.elsewhere.domain_not_found"] == 3
+    assert "ratelimit.service.rate_limit.nowhere.bar.total_hits" in snapshot

@@ -101,6 +101,39 @@ def test_answers_with_nothing_to_count_between_decided_ones(
     assert d.terminate() == 0
 
 
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_unknown_domains_answered_undecoded_are_counted(
+    grpc_env, start_daemon, backend, request
+) -> None:
+    """Runs of unknown domains, which the native transport answers without decoding them
+    once it has seen their domain (their count kept in C until the statistics are read):
+    `domain_not_found` per descriptor and `total_requests` per call, as the reference counts
+    them, read between runs and after a switch from one unknown domain to another."""
+    write_config(grpc_env, "test.yaml", LIMITED)
+    env = dict(grpc_env, BACKEND_TYPE=backend)
+    if backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        env.update(REDIS_SOCKET_TYPE="tcp", REDIS_URL=server.address)
+    d = start_daemon(env)
+    for _ in range(5):
+        assert d.decide("nowhere", [("user", "x")]).overall_code == OK
+    stats = d.stats()
+    assert stats["ratelimit.service.rate_limit.nowhere.domain_not_found"] == 5
+    for _ in range(4):
+        assert len(d.decide("nowhere", [("user", "x")], [("user", "y")]).statuses) == 2
+        d.decide("elsewhere", [("user", "x")])
+    for _ in range(3):
+        d.decide("elsewhere", [("user", "x")])
+    r = d.decide("test", [("user", "alice")])
+    assert r.statuses[0].limit_remaining == 1
+    stats = d.stats()
+    assert stats["ratelimit.service.rate_limit.nowhere.domain_not_found"] == 5 + 8
+    assert stats["ratelimit.service.rate_limit.elsewhere.domain_not_found"] == 7
+    assert stats["ratelimit.service.rate_limit.test.user.total_hits"] == 1
+    assert stats["ratelimit_server.ShouldRateLimit.total_requests"] == 5 + 8 + 3 + 1
+    assert d.terminate() == 0
+
+
 def test_service_errors_over_grpc(grpc_env, start_daemon) -> None:
     write_config(grpc_env, "test.yaml", LIMITED)
     d = start_daemon(grpc_env)

@@ -216,6 +216,8 @@ class MemoryBudgets:
             name = raw.decode()
             if name == "e":
                 b.e = int(value)
+            elif name == "d":  # the script's bound on its deadlines: the heap knows them
+                continue
             elif name.startswith("t:"):
                 txn = name[2:]
                 record = value.decode().split()

@@ -154,7 +154,9 @@ def _end(states: list[list[int]], txn: _Txn, charge: int, windows: tuple[Window,
     window that has rolled out of view takes neither)."""
     est = txn[ESTIMATE]
     starts = txn[STARTS]
-    for win, s in zip(windows, states, strict=True):
+    for k in range(len(windows)):
+        win = windows[k]
+        s = states[k]
         name = win.name
         for i in range(0, len(starts), 2):
             if starts[i] == name:
@@ -312,15 +314,16 @@ class MemoryBudgets:
                     written = True
             else:
                 fits = True
-                for (after, _), win in zip(levels, windows, strict=True):
-                    if after > win.limit:
+                for k in range(len(windows)):
+                    if levels[k][0] > windows[k].limit:
                         fits = False
                 result.outcome = ADMITTED if fits else REFUSED
                 if (fits or call.force) and not peek:
                     held_in: list[Any] = []
-                    for win, s in zip(windows, states, strict=True):
+                    for k in range(len(windows)):
+                        s = states[k]
                         s[R] += asked
-                        held_in += (win.name, s[W])
+                        held_in += (windows[k].name, s[W])
                     starts = tuple(held_in)
                     _schedule(b, call.txn, "o", asked, starts, now + call.ttl)
                     written = True
@@ -331,7 +334,10 @@ class MemoryBudgets:
             asked = call.amount
             result.levels = levels = _levels(windows, states, ts, asked)
             fits = True
-            for (after, _), win, s in zip(levels, windows, states, strict=True):
+            for k in range(len(windows)):
+                after = levels[k][0]
+                win = windows[k]
+                s = states[k]
                 if after > win.limit:
                     fits = False
                 if asked and (win.algorithm == FIXED_WINDOW or after <= win.limit):
@@ -369,7 +375,9 @@ class MemoryBudgets:
             result.levels = _levels(windows, states, ts, 0)
         if written and not peek:
             e = b.e
-            for win, s in zip(windows, states, strict=True):
+            for k in range(len(windows)):
+                win = windows[k]
+                s = states[k]
                 span = win.ticks if win.algorithm == FIXED_WINDOW else 2 * win.ticks
                 end = (s[W] + span) * win.tick
                 if end > e:
@@ -421,7 +429,10 @@ def _levels(
     windows: tuple[Window, ...], states: list[list[int]], ts: list[int], asked: int
 ) -> tuple[tuple[int, int], ...]:
     out = []
-    for win, s, t in zip(windows, states, ts, strict=True):
+    for k in range(len(windows)):
+        win = windows[k]
+        s = states[k]
+        t = ts[k]
         after = level(win, s, t) + asked
         out.append((after, reset(win, s, t, asked, after)))
     return tuple(out)

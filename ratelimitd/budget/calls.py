@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """A budget call in a decision: how the plan finds it, the store operation it becomes, and the
 status its result gives (docs/budgets.md).
 
@@ -274,16 +275,24 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     st = item.stats
     st.budget = True
     best: Any = None
-    best_rank: tuple[int, int] = (2, 0)
+    best_over = False
     best_after = best_reset = best_left = 0
-    for w, win, (after, ticks) in zip(
-        rule.windows, rule.budget.windows, result.levels, strict=True
-    ):
-        wait = -(-ticks * win.tick // 1000)  # never past the wait
+    # Indexed, not zipped: this runs for every budget call (the three are in step).
+    windows = rule.windows
+    specs = rule.budget.windows
+    levels = result.levels
+    for k in range(len(levels)):
+        after, ticks = levels[k]
+        w = windows[k]
+        wait = -(-ticks * specs[k].tick // 1000)  # never past the wait
         left = w.requests - after
-        rank = (0, -wait) if left < 0 else (1, left)
-        if rank < best_rank:
-            best, best_rank, best_after, best_reset, best_left = w, rank, after, wait, left
+        over = left < 0
+        if (
+            best is None
+            or (over and (not best_over or wait > best_reset))
+            or (not over and not best_over and left < best_left)
+        ):
+            best, best_over, best_after, best_reset, best_left = w, over, after, wait, left
     if result.expired:
         st.budget_expired += result.expired
         st.budget_reserved -= result.expired_estimate

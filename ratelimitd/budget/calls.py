@@ -8,10 +8,14 @@ The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these 
 * plan: `lookup` finds a budget call's rule by the descriptor without its phase and
   transaction entries; `add_item` puts the item in the plan with what it asks of its
   budget (`item_call`);
-* count: `budget_key` is the budget's store key, `budget_op` the one store operation of the
-  item (an `Op` carrying a `model.Call`);
+* count: `budget_key` is the budget's store key, `budget_call` the one store call of the
+  item (a `model.Call`: a synchronous store runs it as it is), `budget_op` that call in an
+  `Op` (a store's round);
 * verdict: `budget_status` reads the call's `model.Result` as the item's Status, with the
   rule's statistics (the reserve's hits split as any limit's, and the budget's own series).
+
+Compiled with Cython in its pure-Python mode, as `backends.memory_budget` is (every budget
+call runs through here); the same source runs uncompiled where the extension is not built.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from .outbox import event as outbox_event
 __all__ = [
     "add_item",
     "arrange",
+    "budget_call",
     "budget_key",
     "budget_op",
     "budget_status",
@@ -235,7 +240,14 @@ def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], sha
 
 
 def budget_op(item: Any, key: str, now_ms: int) -> Op:
-    """The store operation of a budget item at `now_ms`: one call.
+    """The store operation of a budget item at `now_ms`: its `budget_call` in an Op."""
+    call = budget_call(item, key, now_ms)
+    return Op(key, call.amount, 0, budget=call)
+
+
+def budget_call(item: Any, key: str, now_ms: int) -> Call:
+    """The one store call of a budget item at `now_ms` (a synchronous store takes it as
+    it is: `SyncBackend.budget_now`).
 
     A close's hits are the response code. Under `charge_served` a success (2xx: the
     response started, so content may have streamed) charges the estimate and anything else
@@ -260,7 +272,7 @@ def budget_op(item: Any, key: str, now_ms: int) -> Op:
     )
     if spec.outbox and kind in (SETTLE, RELEASE):
         call.outbox, call.event = spec.outbox, outbox_event(item.budget[2])
-    return Op(key, amount, 0, budget=call)
+    return call
 
 
 def budget_status(item: Any, result: Result, ratio: float) -> Status:

@@ -251,7 +251,9 @@ def transaction_id(value: str) -> str:
     """The id a transaction is stored under: the value itself, or `#<digest>` for one of
     more than MAX_TXN_BYTES bytes (a client may send any x-request-id; the store keeps a
     bounded field per transaction)."""
-    raw = value.encode()
-    if len(raw) <= MAX_TXN_BYTES and not value.startswith("#"):
+    # An ASCII id (an x-request-id, nearly always) is as long in bytes as in characters:
+    # no encoding to measure it.
+    size = len(value) if value.isascii() else len(value.encode())
+    if size <= MAX_TXN_BYTES and not value.startswith("#"):
         return value
-    return "#" + hashlib.blake2b(raw, digest_size=16).hexdigest()
+    return "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()

@@ -27,8 +27,8 @@ remembering it.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
+from heapq import heappop, heappush
 from typing import Any, Final
 
 from ..config.budget_store import (
@@ -228,7 +228,7 @@ class MemoryBudgets:
                 estimate = int(record[1]) if len(record) > 1 else 0
                 deadline = deadlines.get(txn, 0)
                 b.txns[txn] = (record[0], estimate, starts, deadline)
-                heapq.heappush(b.due, (deadline, txn))
+                heappush(b.due, (deadline, txn))
                 self.txns += 1
             else:
                 window, _, part = name.rpartition(".")
@@ -386,7 +386,7 @@ class MemoryBudgets:
                 e = b.latest
             if e != b.e:
                 b.e = e
-                heapq.heappush(self._forget, (e, key))
+                heappush(self._forget, (e, key))
             if not stored:
                 self._budgets[key] = b
         if not peek and (stored or written):
@@ -398,7 +398,7 @@ class MemoryBudgets:
         self._next_forget = now + 1000
         heap = self._forget
         while heap and heap[0][0] <= now:
-            e, key = heapq.heappop(heap)
+            e, key = heappop(heap)
             b = self._budgets.get(key)
             if b is not None and b.e == e:
                 del self._budgets[key]
@@ -422,7 +422,7 @@ def _schedule(
     b.txns[t] = (state, estimate, starts, deadline)
     if deadline > b.latest:
         b.latest = deadline
-    heapq.heappush(b.due, (deadline, t))
+    heappush(b.due, (deadline, t))
 
 
 def _levels(
@@ -446,7 +446,7 @@ def _sweep(b: _Budget, call: Call, states: list[list[int]], result: Result) -> b
     txns = b.txns
     swept = ended = charged_total = est_total = 0
     while due and due[0][0] <= now and swept < SWEEP_BATCH:
-        deadline, t = heapq.heappop(due)
+        deadline, t = heappop(due)
         x = txns.get(t)
         if x is None or x[DEADLINE] != deadline:
             continue  # a stale heap entry

@@ -328,8 +328,9 @@ if written and not peek then
     if fin > e then e = fin end
     local f = win.name
     local m = #set
-    set[m + 1], set[m + 2], set[m + 3], set[m + 4], set[m + 5] = f .. '.w', win.w, f .. '.u', win.u, f .. '.r'
-    set[m + 6], set[m + 7], set[m + 8], set[m + 9], set[m + 10] = win.r, f .. '.p', win.p, f .. '.q', win.q
+    set[m + 1], set[m + 2], set[m + 3], set[m + 4] = f .. '.w', win.w, f .. '.u', win.u
+    set[m + 5], set[m + 6], set[m + 7], set[m + 8] = f .. '.r', win.r, f .. '.p', win.p
+    set[m + 9], set[m + 10] = f .. '.q', win.q
   end
   if latest > e then e = latest end
   set[2] = e

@@ -61,6 +61,9 @@ extensions = [
     # Token budgets' maths in process memory, compiled in Cython's pure-Python mode (types in
     # memory_budget.pxd): the same memory_budget.py runs uncompiled where this is not built.
     Extension("ratelimitd.backends.memory_budget", ["ratelimitd/backends/memory_budget.py"]),
+    # A budget call's way through the decision (plan, store call, status), compiled the same
+    # way (types in calls.pxd): the compiled decision calls it for budget items only.
+    Extension("ratelimitd.budget.calls", ["ratelimitd/budget/calls.py"]),
     # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names

@@ -127,7 +127,7 @@ def memory_figures(n: int, repeat: int) -> dict[str, float]:
     """µs of CPU per call on the memory backend (driven without an event loop)."""
     core = build_core(backend=MemoryBackend())
     core.load(CONFIGS)
-    decide: Callable[[Request], Any] = core.service.decide_now
+    decide: Callable[[Request], Any] = core.service.decide
     decide(Request("llm", [call("reserve", "warm", 1, "w")]))
     runs: dict[str, list[float]] = {name: [] for name in CALLS}
     for name, setup, timed, per in batches(n, repeat):

@@ -220,6 +220,11 @@ class SyncBackend(Backend, Protocol):
         (window and time in ticks): (level after, ticks until reset)."""
         ...
 
+    def budget_now(self, call: Any) -> Any:
+        """`increment_now` of one budget call (`budget_store.Call`, no Op built): its
+        `budget_store.Result`."""
+        ...
+
 
 @runtime_checkable
 class Waiter(Protocol):

@@ -103,6 +103,8 @@ class MemoryBackend:
         # Token budgets (`Op.budget` calls): their own keys, forgotten when they can no
         # longer matter.
         self.budgets = MemoryBudgets(budget_max_transactions, max_budget_transactions)
+        # One budget call, straight to its maths (`SyncBackend.budget_now`).
+        self.budget_now = self.budgets.apply
 
     def __len__(self) -> int:
         return len(self._counters)

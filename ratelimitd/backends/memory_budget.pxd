@@ -31,7 +31,7 @@ cpdef long long reset(object win, list s, long long t, long long asked, long lon
 @cython.locals(start=cython.longlong, w=cython.longlong)
 cdef long long _roll(object win, list s, long long now) except? -1
 
-@cython.locals(est=cython.longlong, s=list, starts=tuple, i=cython.Py_ssize_t)
+@cython.locals(est=cython.longlong, s=list, starts=tuple, i=cython.Py_ssize_t, k=cython.Py_ssize_t)
 cdef _end(list states, tuple txn, long long charge, tuple windows)
 
 cdef _settle(_Budget b, object call, list states, tuple txn, long long charge, object out)
@@ -39,7 +39,7 @@ cdef _settle(_Budget b, object call, list states, tuple txn, long long charge, o
 cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
                long long deadline)
 
-@cython.locals(after=cython.longlong)
+@cython.locals(after=cython.longlong, t=cython.longlong, s=list, k=cython.Py_ssize_t)
 cdef tuple _levels(tuple windows, list states, list ts, long long asked)
 
 @cython.locals(x=tuple, swept=cython.int, ended=cython.longlong, now=cython.longlong,
@@ -60,7 +60,8 @@ cdef class MemoryBudgets:
                    kind=cython.int, peek=cython.bint, stored=cython.bint, written=cython.bint,
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,
-                   span=cython.longlong, charge=cython.longlong, after=cython.longlong)
+                   span=cython.longlong, charge=cython.longlong, after=cython.longlong,
+                   k=cython.Py_ssize_t, states=list, levels=tuple)
     cpdef _run(self, object call, bint held=*)
 
     cdef _drop_forgotten(self, long long now)

@@ -27,8 +27,8 @@ remembering it.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
+from heapq import heappop, heappush
 from typing import Any, Final
 
 from ..config.budget_store import (
@@ -154,7 +154,9 @@ def _end(states: list[list[int]], txn: _Txn, charge: int, windows: tuple[Window,
     window that has rolled out of view takes neither)."""
     est = txn[ESTIMATE]
     starts = txn[STARTS]
-    for win, s in zip(windows, states, strict=True):
+    for k in range(len(windows)):
+        win = windows[k]
+        s = states[k]
         name = win.name
         for i in range(0, len(starts), 2):
             if starts[i] == name:
@@ -216,6 +218,8 @@ class MemoryBudgets:
             name = raw.decode()
             if name == "e":
                 b.e = int(value)
+            elif name == "d":  # the script's bound on its deadlines: the heap knows them
+                continue
             elif name.startswith("t:"):
                 txn = name[2:]
                 record = value.decode().split()
@@ -224,7 +228,7 @@ class MemoryBudgets:
                 estimate = int(record[1]) if len(record) > 1 else 0
                 deadline = deadlines.get(txn, 0)
                 b.txns[txn] = (record[0], estimate, starts, deadline)
-                heapq.heappush(b.due, (deadline, txn))
+                heappush(b.due, (deadline, txn))
                 self.txns += 1
             else:
                 window, _, part = name.rpartition(".")
@@ -310,15 +314,16 @@ class MemoryBudgets:
                     written = True
             else:
                 fits = True
-                for (after, _), win in zip(levels, windows, strict=True):
-                    if after > win.limit:
+                for k in range(len(windows)):
+                    if levels[k][0] > windows[k].limit:
                         fits = False
                 result.outcome = ADMITTED if fits else REFUSED
                 if (fits or call.force) and not peek:
                     held_in: list[Any] = []
-                    for win, s in zip(windows, states, strict=True):
+                    for k in range(len(windows)):
+                        s = states[k]
                         s[R] += asked
-                        held_in += (win.name, s[W])
+                        held_in += (windows[k].name, s[W])
                     starts = tuple(held_in)
                     _schedule(b, call.txn, "o", asked, starts, now + call.ttl)
                     written = True
@@ -329,7 +334,10 @@ class MemoryBudgets:
             asked = call.amount
             result.levels = levels = _levels(windows, states, ts, asked)
             fits = True
-            for (after, _), win, s in zip(levels, windows, states, strict=True):
+            for k in range(len(windows)):
+                after = levels[k][0]
+                win = windows[k]
+                s = states[k]
                 if after > win.limit:
                     fits = False
                 if asked and (win.algorithm == FIXED_WINDOW or after <= win.limit):
@@ -367,7 +375,9 @@ class MemoryBudgets:
             result.levels = _levels(windows, states, ts, 0)
         if written and not peek:
             e = b.e
-            for win, s in zip(windows, states, strict=True):
+            for k in range(len(windows)):
+                win = windows[k]
+                s = states[k]
                 span = win.ticks if win.algorithm == FIXED_WINDOW else 2 * win.ticks
                 end = (s[W] + span) * win.tick
                 if end > e:
@@ -376,7 +386,7 @@ class MemoryBudgets:
                 e = b.latest
             if e != b.e:
                 b.e = e
-                heapq.heappush(self._forget, (e, key))
+                heappush(self._forget, (e, key))
             if not stored:
                 self._budgets[key] = b
         if not peek and (stored or written):
@@ -388,7 +398,7 @@ class MemoryBudgets:
         self._next_forget = now + 1000
         heap = self._forget
         while heap and heap[0][0] <= now:
-            e, key = heapq.heappop(heap)
+            e, key = heappop(heap)
             b = self._budgets.get(key)
             if b is not None and b.e == e:
                 del self._budgets[key]
@@ -412,14 +422,17 @@ def _schedule(
     b.txns[t] = (state, estimate, starts, deadline)
     if deadline > b.latest:
         b.latest = deadline
-    heapq.heappush(b.due, (deadline, t))
+    heappush(b.due, (deadline, t))
 
 
 def _levels(
     windows: tuple[Window, ...], states: list[list[int]], ts: list[int], asked: int
 ) -> tuple[tuple[int, int], ...]:
     out = []
-    for win, s, t in zip(windows, states, ts, strict=True):
+    for k in range(len(windows)):
+        win = windows[k]
+        s = states[k]
+        t = ts[k]
         after = level(win, s, t) + asked
         out.append((after, reset(win, s, t, asked, after)))
     return tuple(out)
@@ -433,7 +446,7 @@ def _sweep(b: _Budget, call: Call, states: list[list[int]], result: Result) -> b
     txns = b.txns
     swept = ended = charged_total = est_total = 0
     while due and due[0][0] <= now and swept < SWEEP_BATCH:
-        deadline, t = heapq.heappop(due)
+        deadline, t = heappop(due)
         x = txns.get(t)
         if x is None or x[DEADLINE] != deadline:
             continue  # a stale heap entry

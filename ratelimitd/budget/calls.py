@@ -1,3 +1,4 @@
+# cython: annotation_typing=False
 """A budget call in a decision: how the plan finds it, the store operation it becomes, and the
 status its result gives (docs/budgets.md).
 
@@ -7,10 +8,14 @@ The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these 
 * plan: `lookup` finds a budget call's rule by the descriptor without its phase and
   transaction entries; `add_item` puts the item in the plan with what it asks of its
   budget (`item_call`);
-* count: `budget_key` is the budget's store key, `budget_op` the one store operation of the
-  item (an `Op` carrying a `model.Call`);
+* count: `budget_key` is the budget's store key, `budget_call` the one store call of the
+  item (a `model.Call`: a synchronous store runs it as it is), `budget_op` that call in an
+  `Op` (a store's round);
 * verdict: `budget_status` reads the call's `model.Result` as the item's Status, with the
   rule's statistics (the reserve's hits split as any limit's, and the budget's own series).
+
+Compiled with Cython in its pure-Python mode, as `backends.memory_budget` is (every budget
+call runs through here); the same source runs uncompiled where the extension is not built.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from .outbox import event as outbox_event
 __all__ = [
     "add_item",
     "arrange",
+    "budget_call",
     "budget_key",
     "budget_op",
     "budget_status",
@@ -234,7 +240,14 @@ def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], sha
 
 
 def budget_op(item: Any, key: str, now_ms: int) -> Op:
-    """The store operation of a budget item at `now_ms`: one call.
+    """The store operation of a budget item at `now_ms`: its `budget_call` in an Op."""
+    call = budget_call(item, key, now_ms)
+    return Op(key, call.amount, 0, budget=call)
+
+
+def budget_call(item: Any, key: str, now_ms: int) -> Call:
+    """The one store call of a budget item at `now_ms` (a synchronous store takes it as
+    it is: `SyncBackend.budget_now`).
 
     A close's hits are the response code. Under `charge_served` a success (2xx: the
     response started, so content may have streamed) charges the estimate and anything else
@@ -259,7 +272,7 @@ def budget_op(item: Any, key: str, now_ms: int) -> Op:
     )
     if spec.outbox and kind in (SETTLE, RELEASE):
         call.outbox, call.event = spec.outbox, outbox_event(item.budget[2])
-    return Op(key, amount, 0, budget=call)
+    return call
 
 
 def budget_status(item: Any, result: Result, ratio: float) -> Status:
@@ -274,16 +287,24 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     st = item.stats
     st.budget = True
     best: Any = None
-    best_rank: tuple[int, int] = (2, 0)
+    best_over = False
     best_after = best_reset = best_left = 0
-    for w, win, (after, ticks) in zip(
-        rule.windows, rule.budget.windows, result.levels, strict=True
-    ):
-        wait = -(-ticks * win.tick // 1000)  # never past the wait
+    # Indexed, not zipped: this runs for every budget call (the three are in step).
+    windows = rule.windows
+    specs = rule.budget.windows
+    levels = result.levels
+    for k in range(len(levels)):
+        after, ticks = levels[k]
+        w = windows[k]
+        wait = -(-ticks * specs[k].tick // 1000)  # never past the wait
         left = w.requests - after
-        rank = (0, -wait) if left < 0 else (1, left)
-        if rank < best_rank:
-            best, best_rank, best_after, best_reset, best_left = w, rank, after, wait, left
+        over = left < 0
+        if (
+            best is None
+            or (over and (not best_over or wait > best_reset))
+            or (not over and not best_over and left < best_left)
+        ):
+            best, best_over, best_after, best_reset, best_left = w, over, after, wait, left
     if result.expired:
         st.budget_expired += result.expired
         st.budget_reserved -= result.expired_estimate

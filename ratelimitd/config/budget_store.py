@@ -6,7 +6,8 @@ Cluster hash slot:
 
   `<prefix>{<tag>}<domain>_<k>_<v>[_<k>_<v>..]_budget`        a hash: per limit its window
                                                               (`<name>.w/.u/.r/.p/.q`), per
-                                                              transaction `t:<id>`, and `e`
+                                                              transaction `t:<id>`, `e`, and
+                                                              on Redis `d`
   the same key + `_due`                                       a sorted set: transaction ->
                                                               deadline (ms)
 
@@ -22,7 +23,8 @@ in the sorted set; `r` marks a refused reserve that asked to be remembered (a qu
 budget: the request went elsewhere, so its stream end must charge nothing here). `e` is
 when the whole budget can be forgotten (ms): the stores treat the state as absent from then
 on, whatever the real key TTL says, so the memory twin and Redis agree under a test's
-clock.
+clock. `d` (Redis only) is a time no deadline in the sorted set is before, so that a
+call looks for expired transactions only when one can be due.
 
 The maths of one call is `ratelimitd.backends.memory_budget` (the twin) and the Lua script of
 `ratelimitd.backends.redis.budget`, line for line; a property test holds them equal.
@@ -249,7 +251,9 @@ def transaction_id(value: str) -> str:
     """The id a transaction is stored under: the value itself, or `#<digest>` for one of
     more than MAX_TXN_BYTES bytes (a client may send any x-request-id; the store keeps a
     bounded field per transaction)."""
-    raw = value.encode()
-    if len(raw) <= MAX_TXN_BYTES and not value.startswith("#"):
+    # An ASCII id (an x-request-id, nearly always) is as long in bytes as in characters:
+    # no encoding to measure it.
+    size = len(value) if value.isascii() else len(value.encode())
+    if size <= MAX_TXN_BYTES and not value.startswith("#"):
         return value
-    return "#" + hashlib.blake2b(raw, digest_size=16).hexdigest()
+    return "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()

@@ -30,7 +30,7 @@ from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
 import time
 
 from ratelimitd.backends.base import Op
-from ratelimitd.budget.calls import budget_key, budget_op, budget_status
+from ratelimitd.budget.calls import budget_call, budget_key, budget_op, budget_status
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 from ratelimitd.config.keys import METER_TTL_SECONDS as _METER_TTL
@@ -337,8 +337,8 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                         tick, now_ms // tick, now,
                     )
             continue
-        if item.kind == K_BUDGET:
-            results[j] = store.increment_now([budget_op(item, names[j], now_ms)], now)[0]
+        if item.kind == K_BUDGET:  # its one call, no Op built
+            results[j] = store.budget_now(budget_call(item, names[j], now_ms))
             continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
         results[j : j + n] = store.increment_now(ops, now)

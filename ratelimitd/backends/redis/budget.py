@@ -8,6 +8,12 @@ clock decides, and a test can drive it. Real key TTLs (PEXPIRE) only collect gar
 state's own `e` decides when a budget is forgotten, so Redis and the twin agree under any
 clock.
 
+The script's own Lua is most of a call's server CPU (each statement, table and
+`redis.call` counts: docs/budgets.md, "Cost"), so it does only what the call needs: it looks
+for expired transactions only once the hash's `d` (no deadline is before it) has passed,
+sets the keys' TTLs again only when `e` moved (or on a deadline set it made anew), and hands
+integers to Redis as numbers (every one below 2^53) instead of formatting them.
+
 Sent as EVALSHA in the request's pipeline; NOSCRIPT (a restarted, flushed or failed-over
 server) is answered by the same call once more as EVAL, which loads the script.
 
@@ -60,56 +66,62 @@ local amount = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local flags = tonumber(ARGV[6])
 local charge_policy = flags % 2 == 1
-local force = math.floor(flags / 2) % 2 == 1
-local remember = math.floor(flags / 4) % 2 == 1
+local force = flags % 4 >= 2
+local remember = flags % 8 >= 4
 local unserved = flags >= 8
-local most = tonumber(ARGV[7])
 local n = tonumber(ARGV[8])
 local RESERVE, SETTLE, RELEASE, COUNT, PEEK = 1, 2, 3, 4, 5
 local MAX = USED_MAX
+local NEVER = 9007199254740991
 local peek = kind == PEEK
-local fields = {'e'}
+-- `e`, `d` (no deadline is due before it), then each window's five fields, then the
+-- transaction's record: one HMGET.
+local fields = {'e', 'd'}
 local wins = {}
 for i = 1, n do
-  local a = 8 + (i - 1) * 5
-  local win = {name = ARGV[a + 1], alg = tonumber(ARGV[a + 2]), ticks = tonumber(ARGV[a + 3]),
+  local a = 3 + i * 5
+  local name = ARGV[a + 1]
+  wins[i] = {name = name, alg = tonumber(ARGV[a + 2]), ticks = tonumber(ARGV[a + 3]),
     tick = tonumber(ARGV[a + 4]), limit = tonumber(ARGV[a + 5])}
-  wins[i] = win
-  local f = win.name .. '.'
-  for _, k in ipairs({'w', 'u', 'r', 'p', 'q'}) do fields[#fields + 1] = f .. k end
+  local j = i * 5 - 2
+  fields[j], fields[j + 1], fields[j + 2], fields[j + 3], fields[j + 4] =
+    name .. '.w', name .. '.u', name .. '.r', name .. '.p', name .. '.q'
 end
-if kind ~= COUNT then fields[#fields + 1] = 't:' .. txn end
+if kind ~= COUNT then fields[n * 5 + 3] = 't:' .. txn end
 local got = redis.call('HMGET', H, unpack(fields))
 local e = tonumber(got[1]) or 0
+local stored_e = e
 local fresh = false
 if e > 0 and e <= now then
   if not peek then redis.call('DEL', H, Z) end
   fresh = true
   e = 0
 end
-local function num(i) if fresh then return 0 end return tonumber(got[i]) or 0 end
 for i, win in ipairs(wins) do
-  local b = 1 + (i - 1) * 5
-  win.w, win.u, win.r, win.p, win.q = num(b + 1), num(b + 2), num(b + 3), num(b + 4), num(b + 5)
+  local j = i * 5 - 2
+  local w, u, r, p, q = 0, 0, 0, 0, 0
+  if not fresh then
+    w, u, r = tonumber(got[j]) or 0, tonumber(got[j + 1]) or 0, tonumber(got[j + 2]) or 0
+    p, q = tonumber(got[j + 3]) or 0, tonumber(got[j + 4]) or 0
+  end
   local t = math.floor(now / win.tick)
   local start = t - t % win.ticks
-  if win.w < start then
-    if win.alg ~= FIXED_WINDOW and win.w == start - win.ticks then
-      win.p, win.q = win.u, win.r
+  if w < start then
+    if win.alg ~= FIXED_WINDOW and w == start - win.ticks then
+      p, q = u, r
     else
-      win.p, win.q = 0, 0
+      p, q = 0, 0
     end
-    win.u, win.r = 0, 0
-    win.w = start
-  elseif win.w > start then
-    t = win.w
+    u, r = 0, 0
+    w = start
+  elseif w > start then
+    t = w
   end
-  win.t = t
+  win.w, win.u, win.r, win.p, win.q, win.t = w, u, r, p, q, t
 end
 local records = {}
 local own = nil
-if kind ~= COUNT and not fresh then own = got[#fields] end
-if own == false then own = nil end
+if kind ~= COUNT and not fresh then own = got[n * 5 + 3] or nil end
 local function parse(rec)
   local x = {state = string.sub(rec, 1, 1), est = 0, starts = {}}
   local est = string.match(rec, '^%a (%d+)')
@@ -131,19 +143,24 @@ local function finish(x, charge)
     end
   end
 end
+-- `due`: a bound no deadline in Z is below (`d`, kept with every write), so that a call
+-- looks for expired transactions only when one can be there.
+local due = NEVER
+if not fresh then due = tonumber(got[2]) or 0 end
 local latest = 0
 local function schedule(t, rec, deadline)
   records[t] = rec
   if not peek then redis.call('ZADD', Z, deadline, t) end
   if deadline > latest then latest = deadline end
+  if deadline < due then due = deadline end
 end
 local written = false
 local ended, ended_est, ended_charged = 0, 0, 0
 local dropped = 0
-local ops = {}
-if not fresh then
-  local due = redis.call('ZRANGEBYSCORE', Z, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)
-  for _, t in ipairs(due) do
+if due <= now then
+  local expired = redis.call('ZRANGEBYSCORE', Z, '-inf', now, 'LIMIT', 0, SWEEP_BATCH)
+  due = NEVER
+  for _, t in ipairs(expired) do
     written = true
     local rec = redis.call('HGET', H, 't:' .. t)
     local x = nil
@@ -162,6 +179,12 @@ if not fresh then
       if not peek then redis.call('ZREM', Z, t) end
     end
   end
+  if #expired == SWEEP_BATCH then
+    due = now  -- more may be due: the next call looks again
+  elseif not peek then
+    local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
+    if first[2] and tonumber(first[2]) < due then due = tonumber(first[2]) end
+  end
 end
 if kind ~= COUNT and records[txn] ~= nil then
   own = records[txn]
@@ -171,10 +194,14 @@ local x = nil
 if own then x = parse(own) end
 -- A new id's record would pass the budget's bound (a peek removed nothing it swept).
 local full = false
+local held = nil
 if kind ~= COUNT and not own and not fresh then
-  local held = redis.call('ZCARD', Z)
-  if peek then held = held - dropped end
-  full = held >= most
+  held = redis.call('ZCARD', Z)
+  if peek then
+    full = held - dropped >= tonumber(ARGV[7])
+  else
+    full = held >= tonumber(ARGV[7])
+  end
 end
 if x and x.state == 'r' and (kind == RESERVE or kind == PEEK) then x = nil end
 local function level(win)
@@ -202,17 +229,16 @@ local function reset(win, asked, after)
   if ce == 0 then return fin end
   return fin + win.ticks - math.floor((win.limit - asked) * win.ticks / ce)
 end
+-- The reply: outcome, estimate, charged, the sweep's three, then per window (after, reset).
+local reply = {0, 0, 0, 0, 0, 0}
 local function levels(asked)
-  local out = {}
-  for _, win in ipairs(wins) do
+  for i, win in ipairs(wins) do
     local after = level(win) + asked
-    out[#out + 1] = after
-    out[#out + 1] = reset(win, asked, after)
+    reply[5 + 2 * i] = after
+    reply[6 + 2 * i] = reset(win, asked, after)
   end
-  return out
 end
 local outcome, est, charged = 0, 0, 0
-local lv
 local function settle(charge)
   finish(x, charge)
   outcome, est, charged = 4, x.est, charge
@@ -220,7 +246,7 @@ local function settle(charge)
   written = true
 end
 if kind == RESERVE or kind == PEEK then
-  lv = levels(amount)
+  levels(amount)
   if full then
     outcome = 9
   elseif x then
@@ -232,16 +258,16 @@ if kind == RESERVE or kind == PEEK then
   else
     local fits = true
     for i, win in ipairs(wins) do
-      if lv[2 * i - 1] > win.limit then fits = false end
+      if reply[5 + 2 * i] > win.limit then fits = false end
     end
     if fits then outcome = 1 else outcome = 2 end
     if (fits or force) and not peek then
-      local rec = {'o', string.format('%.0f', amount)}
+      local rec = 'o ' .. amount
       for _, win in ipairs(wins) do
         win.r = win.r + amount
-        rec[#rec + 1] = win.name .. '=' .. string.format('%.0f', win.w)
+        rec = rec .. ' ' .. win.name .. '=' .. win.w
       end
-      schedule(txn, table.concat(rec, ' '), now + ttl)
+      schedule(txn, rec, now + ttl)
       written = true
     elseif remember and not peek then
       schedule(txn, 'r', now + ttl)
@@ -249,10 +275,10 @@ if kind == RESERVE or kind == PEEK then
     end
   end
 elseif kind == COUNT then
-  lv = levels(amount)
+  levels(amount)
   local fits = true
   for i, win in ipairs(wins) do
-    local after = lv[2 * i - 1]
+    local after = reply[5 + 2 * i]
     if after > win.limit then fits = false end
     if amount > 0 and (win.alg == FIXED_WINDOW or after <= win.limit) then
       win.u = math.min(win.u + amount, MAX)
@@ -285,7 +311,7 @@ else
   else
     return redis.error_reply('unknown budget call kind ' .. tostring(kind))
   end
-  lv = levels(0)
+  levels(0)
 end
 -- A settle, or a close that charged its estimate (`unsettled`), is one event of what was charged.
 if KEYS[3] and (outcome == 6 or (outcome == 4 and (kind == SETTLE or charged > 0))) then
@@ -293,20 +319,21 @@ if KEYS[3] and (outcome == 6 or (outcome == 4 and (kind == SETTLE or charged > 0
     'at', string.format('%.0f', now), 'e', ARGV[#ARGV])
 end
 if written and not peek then
-  local set = {'e', 0}
+  -- Numbers go to Redis as integers (every one here is below 2^53).
+  local set = {'e', 0, 'd', due}
   for _, win in ipairs(wins) do
-    local f = win.name .. '.'
     local span = win.ticks
     if win.alg ~= FIXED_WINDOW then span = 2 * win.ticks end
     local fin = (win.w + span) * win.tick
     if fin > e then e = fin end
-    for _, k in ipairs({'w', 'u', 'r', 'p', 'q'}) do
-      set[#set + 1] = f .. k
-      set[#set + 1] = string.format('%.0f', win[k])
-    end
+    local f = win.name
+    local m = #set
+    set[m + 1], set[m + 2], set[m + 3], set[m + 4] = f .. '.w', win.w, f .. '.u', win.u
+    set[m + 5], set[m + 6], set[m + 7], set[m + 8] = f .. '.r', win.r, f .. '.p', win.p
+    set[m + 9], set[m + 10] = f .. '.q', win.q
   end
   if latest > e then e = latest end
-  set[2] = string.format('%.0f', e)
+  set[2] = e
   local gone = {}
   for t, rec in pairs(records) do
     if rec then
@@ -318,11 +345,17 @@ if written and not peek then
   end
   redis.call('HSET', H, unpack(set))
   if #gone > 0 then redis.call('HDEL', H, unpack(gone)) end
-  redis.call('PEXPIRE', H, string.format('%.0f', e - now))
-  redis.call('PEXPIRE', Z, string.format('%.0f', e - now))
+  -- The key TTLs only collect garbage, at `e`: set again when `e` moved, and on the
+  -- deadline set when this call made it anew (it had no member left).
+  if e ~= stored_e then
+    redis.call('PEXPIRE', H, e - now)
+    redis.call('PEXPIRE', Z, e - now)
+  elseif held == 0 then
+    redis.call('PEXPIRE', Z, e - now)
+  end
 end
-local reply = {outcome, est, charged, ended, ended_est, ended_charged}
-for _, v in ipairs(lv) do reply[#reply + 1] = v end
+reply[1], reply[2], reply[3], reply[4], reply[5], reply[6] =
+  outcome, est, charged, ended, ended_est, ended_charged
 return reply
 """
     # The shared constants, written into the source (a script cannot import them).

@@ -282,22 +282,11 @@ class MemoryBackend:
         little slack."""
         self._sweep(now, compact=False)  # the caller holds the dict: no rebuild now
         goal = self.max_keys - int(self.max_keys * _EVICT_SLACK)
-        counters = self._counters
         due = self._due
         evicted = 0
         while self.used > goal and due:
-            second = heapq.heappop(due)
-            for key in self._buckets.pop(second, ()):
-                entry = counters.get(key)
-                if entry is None:
-                    continue
-                expires = _expiry(entry)
-                if expires > second:  # refreshed since: it belongs to a later bucket
-                    self._bucket(key, expires)
-                    continue
-                del counters[key]
-                self.used -= 1 + len(key) // KEY_UNIT
-                evicted += 1
+            # The earliest bucket goes whole, though its keys have not expired yet.
+            evicted += self._drop_due(due[0])
         self.evicted += evicted
         if evicted and now - self._logged >= _LOG_EVERY:
             self._logged = now
@@ -316,22 +305,30 @@ class MemoryBackend:
             heapq.heappush(self._due, expires)
         bucket.append(key)
 
+    def _drop_due(self, until: int) -> int:
+        """Take the earliest expiry bucket off the heap: delete its keys that expire by
+        `until`, file the ones refreshed since under their later expiry; how many went."""
+        counters = self._counters
+        dropped = 0
+        for key in self._buckets.pop(heapq.heappop(self._due), ()):
+            entry = counters.get(key)
+            if entry is None:
+                continue
+            expires = _expiry(entry)
+            if expires > until:
+                self._bucket(key, expires)
+                continue
+            del counters[key]
+            self.used -= 1 + len(key) // KEY_UNIT
+            dropped += 1
+        return dropped
+
     def _sweep(self, now: int, *, compact: bool = True) -> None:
         self._next_sweep = now + 1
-        counters = self._counters
         due = self._due
         while due and due[0] <= now:
-            second = heapq.heappop(due)
-            for key in self._buckets.pop(second, ()):
-                entry = counters.get(key)
-                if entry is None:
-                    continue
-                expires = _expiry(entry)
-                if expires <= now:
-                    del counters[key]
-                    self.used -= 1 + len(key) // KEY_UNIT
-                else:
-                    self._bucket(key, expires)
+            self._drop_due(now)
+        counters = self._counters
         size = len(counters)
         if compact and self._peak >= _COMPACT_FROM and size < self._peak // 4:
             # A dict keeps its largest table until rebuilt: give the rest back.

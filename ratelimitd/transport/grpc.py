@@ -237,22 +237,26 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
 
     def __init__(self, san: str) -> None:
         self._san = san
+        self._refusal = f"client certificate does not match the required SAN {san!r}"
 
     def _allowed(self, context: grpc.aio.ServicerContext) -> bool:
         names = context.auth_context().get("x509_subject_alternative_name", ())
         return any(dns_name_matches(n.decode("utf-8", "replace"), self._san) for n in names)
 
+    async def _admit(self, context: grpc.aio.ServicerContext) -> None:
+        """Abort the call UNAUTHENTICATED unless its client certificate names the SAN."""
+        if not self._allowed(context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, self._refusal)
+
     async def intercept_service(self, continuation: Continuation, details: Details) -> Handler:
         handler = await continuation(details)
         if handler is None:
             return handler
-        message = f"client certificate does not match the required SAN {self._san!r}"
         if handler.unary_unary is not None:
             inner_uu = handler.unary_unary
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if not self._allowed(context):
-                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                await self._admit(context)
                 return await inner_uu(request, context)
 
             return handler._replace(unary_unary=unary_unary)  # type: ignore[attr-defined]
@@ -260,8 +264,7 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
             inner_us = handler.unary_stream
 
             async def unary_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if not self._allowed(context):
-                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                await self._admit(context)
                 result = inner_us(request, context)
                 if inspect.isasyncgen(result):
                     # A generator-style servicer: forward what it yields.
@@ -275,8 +278,7 @@ class _RequireClientSan(grpc.aio.ServerInterceptor):
             inner_ss = handler.stream_stream
 
             async def stream_stream(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-                if not self._allowed(context):
-                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+                await self._admit(context)
                 async for item in inner_ss(requests, context):
                     yield item
 

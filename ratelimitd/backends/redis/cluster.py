@@ -173,13 +173,7 @@ class ClusterInstance(RedisInstance):
             slot = key_slot(k)
             cmds.append((slot, resp.incrby(k, op.hits)))
             cmds.append((slot, resp.expire(k, self._jittered(op.seconds))))
-        replies = await self._run(cmds)
-        for i, reply in enumerate(replies):
-            if reply.__class__ is not int:
-                if i % 2:
-                    self._raise_reply(reply)
-                replies[i] = self._counted(reply)
-        return replies[::2]
+        return self._incr_counts(await self._run(cmds), self._raise_reply)
 
     async def get(self, keys: Sequence[str]) -> list[int]:
         """GET per key, grouped per node."""

@@ -311,6 +311,17 @@ class RedisInstance:
         self._fail(reply)
         raise AssertionError("unreachable")  # _fail raises
 
+    def _incr_counts(self, replies: list[Any], failed: Callable[[Any], None]) -> list[Any]:
+        """The counters of INCRBY + EXPIRE reply pairs (`replies` is reused): a failed
+        EXPIRE goes to `failed`, which raises; a saturated INCRBY reads as the largest
+        counter."""
+        for i, reply in enumerate(replies):
+            if reply.__class__ is not int:
+                if i % 2:
+                    failed(reply)
+                replies[i] = self._counted(reply)
+        return replies[::2]
+
     def _raise_reply(self, reply: Any) -> None:
         if isinstance(reply, ReplyError):
             raise BackendError(str(reply))
@@ -521,13 +532,7 @@ class SingleInstance(RedisInstance):
             if replies[offset + 1].__class__ is not int:
                 self._failed(replies[offset + 1])
             return [count]
-        mine = replies[offset : offset + n]
-        for i, reply in enumerate(mine):
-            if reply.__class__ is not int:
-                if i % 2:
-                    self._failed(reply)
-                mine[i] = self._counted(reply)
-        return mine[::2]
+        return self._incr_counts(replies[offset : offset + n], self._failed)
 
     async def get(self, keys: Sequence[str]) -> list[int]:
         """One pipeline of GETs."""

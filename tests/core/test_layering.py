@@ -272,3 +272,20 @@ def test_the_service_is_driven_by_an_explicit_contract() -> None:
     drives a coroutine by hand hoping it does not suspend."""
     for name, (path, _) in SOURCES.items():
         assert ".send(None)" not in path.read_text(), name
+
+
+def test_the_tree_shows_the_architecture() -> None:
+    """The package root holds the decision core's few modules (the rest lives in backends/,
+    transport/, process/, ...) and no source file outgrows what one reader holds in mind."""
+    root = sorted(p.name for p in PACKAGE.iterdir() if p.suffix in (".py", ".pyx"))
+    assert len(root) <= 12, root
+    sources = [
+        p for p in PACKAGE.rglob("*")
+        if p.suffix in (".py", ".pyx", ".pxi") and "_proto" not in p.parts
+    ]  # fmt: skip
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in sources
+        if (n := sum(1 for line in p.read_text().splitlines() if line.strip())) > 600
+    }
+    assert not long, long

@@ -72,6 +72,17 @@ def test_grpc_and_json_decisions(grpc_env, start_daemon) -> None:
     assert d.terminate() == 0
 
 
+def _limited_daemon(grpc_env, start_daemon, backend, request):
+    """A daemon serving LIMITED on `backend` (memory, or Redis on a fresh server)."""
+    write_config(grpc_env, "test.yaml", LIMITED)
+    env = dict(grpc_env, BACKEND_TYPE=backend)
+    if backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        env.update(REDIS_SOCKET_TYPE="tcp", REDIS_URL=server.address)
+    d = start_daemon(env)
+    return d
+
+
 @pytest.mark.parametrize("backend", ["memory", "redis"])
 def test_answers_with_nothing_to_count_between_decided_ones(
     grpc_env, start_daemon, backend, request
@@ -79,12 +90,7 @@ def test_answers_with_nothing_to_count_between_decided_ones(
     """Unknown domains and unmatched descriptors (one shared answer per number of
     descriptors, its encoding reused) interleaved with decided calls: each gets its own,
     on the synchronous route (memory) and the one that waits for the store (Redis)."""
-    write_config(grpc_env, "test.yaml", LIMITED)
-    env = dict(grpc_env, BACKEND_TYPE=backend)
-    if backend == "redis":
-        server = request.getfixturevalue("redis_server")
-        env.update(REDIS_SOCKET_TYPE="tcp", REDIS_URL=server.address)
-    d = start_daemon(env)
+    d = _limited_daemon(grpc_env, start_daemon, backend, request)
     for i in range(3):
         for n in (1, 2, 1):
             r = d.decide("nowhere", *[[("user", "x")]] * n)
@@ -109,12 +115,7 @@ def test_unknown_domains_answered_undecoded_are_counted(
     once it has seen their domain (their count kept in C until the statistics are read):
     `domain_not_found` per descriptor and `total_requests` per call, as the reference counts
     them, read between runs and after a switch from one unknown domain to another."""
-    write_config(grpc_env, "test.yaml", LIMITED)
-    env = dict(grpc_env, BACKEND_TYPE=backend)
-    if backend == "redis":
-        server = request.getfixturevalue("redis_server")
-        env.update(REDIS_SOCKET_TYPE="tcp", REDIS_URL=server.address)
-    d = start_daemon(env)
+    d = _limited_daemon(grpc_env, start_daemon, backend, request)
     for _ in range(5):
         assert d.decide("nowhere", [("user", "x")]).overall_code == OK
     stats = d.stats()

@@ -1,6 +1,6 @@
 # The frame meter of a connection (a textual include of _h2.pyx): the frames read ahead of
 # nghttp2 and counted against the flood bounds, the header block bytes a connection may still
-# send, and the widest send window when SETTINGS change it.
+# send (refilled with time and by answered calls), and the widest send window when SETTINGS change it.
 
 cdef Py_ssize_t _meter(Connection conn, const uint8_t* p, Py_ssize_t n) noexcept:
     """Read the frame headers in these bytes (they may straddle reads) before nghttp2 does;
@@ -65,6 +65,13 @@ cdef inline bint _header_credit(Connection conn, size_t length) noexcept:
             return False
     conn.header_credit -= length
     return True
+
+
+cdef inline void _header_refund(Connection conn) noexcept:
+    """An answered call gives HEADER_BYTES_PER_CALL back, up to the burst."""
+    conn.header_credit += _HEADER_BYTES_PER_CALL
+    if conn.header_credit > conn.header_burst:
+        conn.header_credit = conn.header_burst
 
 
 cdef int64_t _widest_window(Connection conn) noexcept:

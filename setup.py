@@ -64,6 +64,9 @@ extensions = [
     # A budget call's way through the decision (plan, store call, status), compiled the same
     # way (types in calls.pxd): the compiled decision calls it for budget items only.
     Extension("ratelimitd.budget.calls", ["ratelimitd/budget/calls.py"]),
+    # The memory store's counter table: a counter per slot, one probe per decision (twin:
+    # backends/_counters_py.py, a dict).
+    Extension("ratelimitd.backends._counters", ["ratelimitd/backends/_counters.pyx"]),
     # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names

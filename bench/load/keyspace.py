@@ -13,6 +13,7 @@ servers' own CPU beside the daemon's, and one worker against two.
 
     .venv/bin/python bench/load/keyspace.py            # a few minutes
     .venv/bin/python bench/load/keyspace.py --quick    # smoke
+    .venv/bin/python bench/load/keyspace.py --in-process   # (1) alone, under a minute
 
 `run_all.py` runs it and renders its section into bench/results/load.md; alone, it prints
 the section (markdown) and, with --json, writes the raw figures.
@@ -391,18 +392,8 @@ def render(r: dict[str, Any]) -> str:
         "K values counted once each, then calls drawn at random from them (every draw a live",
         "counter). Bytes are RSS growth over the fill ÷ K; CPU is `decide` alone.",
         "",
-        "| K | counters | bytes / counter (target ≤ 150) | CPU µs / decision | ÷ K=1 |",
-        "|---:|---:|---:|---:|---:|",
+        *render_in_process(r["in_process"]),
     ]
-    ip = {int(k): v for k, v in r["in_process"].items()}
-    base = ip[min(ip)]["cpu_us"]
-    for k, v in sorted(ip.items()):
-        b = v["bytes_per_counter"]
-        shown = "" if b != b else f"{b:.0f}"
-        lines.append(
-            f"| {k:,} | {v['counters']:,.0f} | {shown} | {v['cpu_us']:.2f} "
-            f"| {v['cpu_us'] / base:.2f}× |"
-        )
     lines += [
         "",
         "### Over gRPC, a value drawn at random from K per call",
@@ -475,6 +466,24 @@ def render(r: dict[str, Any]) -> str:
         lines.append(render_instructions(r["instructions"], r["callgrind calls"], TOP))
         lines += render_targets(r)
     return "\n".join(lines)
+
+
+def render_in_process(results: dict[Any, dict[str, float]]) -> list[str]:
+    """(1) as a markdown table."""
+    lines = [
+        "| K | counters | bytes / counter (target ≤ 150) | CPU µs / decision | ÷ K=1 |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    ip = {int(k): v for k, v in results.items()}
+    base = ip[min(ip)]["cpu_us"]
+    for k, v in sorted(ip.items()):
+        b = v["bytes_per_counter"]
+        shown = "" if b != b else f"{b:.0f}"
+        lines.append(
+            f"| {k:,} | {v['counters']:,.0f} | {shown} | {v['cpu_us']:.2f} "
+            f"| {v['cpu_us'] / base:.2f}× |"
+        )
+    return lines
 
 
 def render_targets(r: dict[str, Any]) -> list[str]:
@@ -701,7 +710,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument("--in-process", action="store_true", help="the memory store alone: (1)")
     args = parser.parse_args()
+    if args.in_process:
+        ip = in_process(KEYSPACES, 50_000 if args.quick else 300_000)
+        if args.json:
+            args.json.write_text(json.dumps(ip, indent=2))
+        print("\n".join(render_in_process(ip)))
+        return 0
     with tempfile.TemporaryDirectory(prefix="keyspace-") as tmp:
         results = run(Path(tmp), args.quick, log)
     if args.json:

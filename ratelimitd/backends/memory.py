@@ -11,14 +11,17 @@ deleted. The hot path pays a bucket append only when it creates a key.
 
 A fixed-window counter is one int, `value << EXPIRY_BITS | expires`: a list of the value
 and the expiry cost a list and two ints per key (about 100 bytes more at a million keys).
-A sliding-window or token-bucket state stays `[state tuple, expires]`.
+A sliding-window or token-bucket state stays `[state tuple, expires]`. The map is a
+`counters.CounterTable`: compiled, the packed counter sits in the table's slot beside the
+key's hashes, so a decision on a store of a million keys touches one cache line of it where
+a dict touched four (its index, its entry, the key, the int); the pure twin is a dict.
 
 And the live keys are bounded (MEMORY_MAX_KEYS): 10,000 new keys a second once added 146 MB
 a minute. A key counts once per started KEY_UNIT bytes of its name, so long descriptor values
 cannot make the bound meaningless. A store that is full drops its expired keys, then evicts
 the keys closest to their expiry (they would vanish soonest; an evicted counter restarts
-from 0). The dict is rebuilt once it has shrunk to a quarter of its peak, and the freed
-memory handed back (`allocator.Trimmer`): a dict never shrinks by itself.
+from 0). The map is rebuilt once it has shrunk to a quarter of its peak, and the freed
+memory handed back (`allocator.Trimmer`): neither a dict nor the table shrinks by itself.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.budget_store import MAX_BUDGET_TXNS
-from ..config.keys import COUNTER_MAX, EXPIRY_BITS, EXPIRY_MASK, Bump
+from ..config.keys import COUNTER_MAX, EXPIRY_BITS, EXPIRY_MASK
 from ..config.keys import sliding_window as _sliding_window
 from ..config.keys import token_bucket as _token_bucket
 from ..config.windows import FIXED_WINDOW, SLIDING_WINDOW
 from ..runtime.allocator import Trimmer
 from . import MEMORY
 from .base import Op
+from .counters import CounterTable, TableBump
 from .memory_budget import MAX_TXNS, MemoryBudgets
 
 if TYPE_CHECKING:
@@ -50,12 +54,12 @@ log = logging.getLogger("ratelimitd.backends.memory")
 # MEMORY_MAX_KEYS' default, and the bytes of key name one unit of it allows.
 DEFAULT_MAX_KEYS = 1_000_000
 KEY_UNIT = 256
-# What one key costs besides its name (dict slot, packed counter, expiry bucket slot), for
-# the trimmer's estimate of what a rebuild frees.
+# What one key costs besides its name (table slots, expiry bucket slot), for the trimmer's
+# estimate of what a rebuild frees.
 _KEY_BYTES = 100
 # A full store evicts this fraction of its bound more, so that eviction is not paid per key.
 _EVICT_SLACK = 1 / 64
-# The dict is rebuilt once it holds a quarter of its peak, from this size on.
+# The table is rebuilt once it holds a quarter of its peak, from this size on.
 _COMPACT_FROM = 65_536
 # At most one "store full" warning per this many seconds.
 _LOG_EVERY = 60.0
@@ -66,7 +70,7 @@ class MemoryBackend:
 
     name = "memory"
     capabilities = MEMORY
-    # What `keys.Bump` reads on every counted window, as slots (a member descriptor is a
+    # What `TableBump` reads on every counted window, as slots (a member descriptor is a
     # few instructions where an instance dict lookup is a hashed probe); the rest of the
     # store's state lives in its `__dict__`.
     __slots__ = ("__dict__", "_counters", "_jitter", "_next_sweep")
@@ -82,16 +86,16 @@ class MemoryBackend:
         max_budget_transactions: int = MAX_TXNS,
     ) -> None:
         # key -> value << EXPIRY_BITS | expires, or [state tuple, expires]
-        self._counters: dict[str, Any] = {}
+        self._counters: dict[str, Any] = CounterTable()
         self._buckets: dict[int, list[str]] = {}  # expiry second -> keys
         self._due: list[int] = []  # heap of bucket seconds
         self._jitter = jitter_max_seconds
         self._clock = clock
         self._next_sweep = 0
         # `increment_now` of one fixed-window op given as its fields (no Op built): the
-        # limiter's per-window fast path, compiled with the counter maths (`keys.Bump`, which
-        # the compiled decision calls in C).
-        self.increment_one: Callable[[str, int, int, int], int] = Bump(self)
+        # limiter's per-window fast path, compiled with the table (`counters.TableBump`,
+        # which the compiled decision calls in C).
+        self.increment_one: Callable[[str, int, int, int], int] = TableBump(self)
         self.max_keys = max_keys
         # Units of max_keys in use (a key of n bytes uses 1 + n // KEY_UNIT), the dict's
         # peak size since it was last rebuilt, and the keys evicted so far.
@@ -331,9 +335,9 @@ class MemoryBackend:
         counters = self._counters
         size = len(counters)
         if compact and self._peak >= _COMPACT_FROM and size < self._peak // 4:
-            # A dict keeps its largest table until rebuilt: give the rest back.
+            # A table keeps its largest size until rebuilt: give the rest back.
             freed = (self._peak - size) * _KEY_BYTES
-            self._counters = dict(counters)
+            self._counters = type(counters)(counters)
             self._peak = size
             self._trimmer.freed(freed)
 

@@ -20,6 +20,7 @@ and window maths are `_keys`'s, called in C.
 
 from posix.time cimport CLOCK_REALTIME
 
+from ratelimitd.backends._counters cimport TableBump
 from ratelimitd.config._keys cimport Bump, cache_key, refuse, state_key, verdict
 from ratelimitd.decision._plan cimport (
     K_BUDGET, K_CONSUME, K_REFUND, W_ALGORITHM, W_LIMIT, W_PER_SECOND, W_REQUESTS, W_SECONDS,
@@ -324,7 +325,11 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
             for k in range(n):
                 w = <tuple>windows[k]
                 if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
-                    if type(increment_one) is Bump:  # the memory store's: no Python call
+                    if type(increment_one) is TableBump:  # the memory store's: no Python call
+                        results[j + k] = (<TableBump>increment_one).bump(
+                            <str>names[j + k], item.hits, w[W_SECONDS], now
+                        )
+                    elif type(increment_one) is Bump:  # a memory store on a dict
                         results[j + k] = (<Bump>increment_one).bump(
                             <str>names[j + k], item.hits, w[W_SECONDS], now
                         )

@@ -10,12 +10,13 @@ import sys
 import pytest
 
 from ratelimitd import decision
+from ratelimitd.backends import counters
 from ratelimitd.backends.redis import resp
 from ratelimitd.config import keys, match
 from ratelimitd.transport import rls
 
 # The selector modules, each choosing between a compiled leaf and its pure twin.
-SELECTORS = (keys, match, rls, resp)
+SELECTORS = (keys, match, rls, resp, counters)
 
 
 @pytest.mark.skipif(
@@ -30,6 +31,7 @@ def test_compiled_extensions_are_in_use() -> None:
         "ratelimitd.decision._decision",
         "ratelimitd.transport._rls",
         "ratelimitd.backends.redis._resp",
+        "ratelimitd.backends._counters",
     ):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")
@@ -49,6 +51,7 @@ def test_no_extensions_forces_the_twins() -> None:
     assert resp.incrby_expire_ops.__module__ == "ratelimitd.backends.redis._resp_py"
     assert keys.cache_key.__module__ == "ratelimitd.config._keys_py"
     assert match.lookup.__module__ == "ratelimitd.config._match_py"
+    assert counters.CounterTable is dict
 
 
 def test_the_decision_model_is_compiled_in_either_pass() -> None:

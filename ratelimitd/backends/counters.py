@@ -12,6 +12,6 @@ implementation = chooser(
     "ratelimitd.backends._counters", "ratelimitd.backends._counters_py", IMPLEMENTATION
 )
 if TYPE_CHECKING:
-    from ._counters_py import CounterTable, TableBump  # noqa: F401
+    from ._counters_py import CounterTable, TableBump
 
 __all__ = ["IMPLEMENTATION", "CounterTable", "TableBump", "implementation"]

@@ -4,7 +4,8 @@ space grows, measured where CPU time is too noisy to tell (a shared machine).
 
 For each K the store is filled with K counters (one `decide` per value, uncounted), then
 instrumentation is switched on for `--calls` decisions of values drawn at random from the
-K, and the dump read: instructions (Ir), first-level data misses (D1mr + D1mw) and
+K (each request made just before its decision: its making is counted too, the same at
+every K), and the dump read: instructions (Ir), first-level data misses (D1mr + D1mw) and
 last-level misses (DLmr + DLmw) per decision.
 
 The simulated last level is 32 MB (`--ll-mb`), not the host's: this VM reports a 480 MB L3
@@ -50,15 +51,14 @@ def child(k: int, calls: int) -> None:
     for n in range(k):
         decide(Request(DOMAIN, [Descriptor((("user", value(n)),))]))
     rng = random.Random(k)
-    requests = [
-        Request(DOMAIN, [Descriptor((("user", value(rng.randrange(k))),))]) for _ in range(calls)
-    ]
-    for request in requests[:1000]:  # the code paths warm, as in a running daemon
-        decide(request)
+    for _ in range(1000):  # the code paths warm, as in a running daemon
+        decide(Request(DOMAIN, [Descriptor((("user", value(rng.randrange(k))),))]))
     print("filled", flush=True)
     sys.stdin.readline()
-    for request in requests:
-        decide(request)
+    # Each request is made just before its decision, as a decoded one is: built beforehand,
+    # the requests themselves would be cold lines at every K.
+    for _ in range(calls):
+        decide(Request(DOMAIN, [Descriptor((("user", value(rng.randrange(k))),))]))
     print("done", flush=True)
     sys.stdin.readline()
 
@@ -123,6 +123,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keyspaces", type=int, nargs="+", default=[1, 1000, 100_000, 1_000_000])
     parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--keep", type=Path, help="keep the callgrind dumps in this folder")
     parser.add_argument("--ll-mb", type=int, default=32, help="simulated last level, MB")
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -134,8 +135,10 @@ def main() -> int:
         raise SystemExit("valgrind is not installed")
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="keyspace-misses-") as tmp:
+        workdir = args.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
         for k in args.keyspaces:
-            results[str(k)] = measure(k, args.calls, Path(tmp), args.ll_mb)
+            results[str(k)] = measure(k, args.calls, workdir, args.ll_mb)
             print(
                 f"K={k:>9,}: " + ", ".join(f"{e} {v:,.1f}" for e, v in results[str(k)].items()),
                 file=sys.stderr,

@@ -22,9 +22,7 @@ Quote ratios and figures from one run; the machine is shared (load average in th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -37,7 +35,13 @@ from support.machine import load_average
 from support.postgres_server import PostgresServer
 from support.process import REPO, Proc, cpu_seconds, process_tree, scratch, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import usage_bench_machine, usage_databases, usage_sidecar
+from support.sidecar import (
+    record_database,
+    usage_bench_arguments,
+    usage_databases,
+    usage_sidecar,
+    write_usage_results,
+)
 from support.wrk import run_wrk
 
 from sidecars.usage.db.daily import DailyTable
@@ -201,13 +205,7 @@ def export_cli(env: dict[str, str], tmp: Path) -> dict[str, Any]:
 
 def main() -> None:
     """Run the benchmark and print/write the JSON."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--accounts", type=int, default=10_000)
-    ap.add_argument("--days", type=int, default=30)
-    ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--backends", default="sqlite,postgres")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage_history.json"))
-    args = ap.parse_args()
+    args = usage_bench_arguments("usage_history", accounts=10_000, days=30, seconds=10)
     results: dict[str, Any] = {"load average at start": load_average()}
     with scratch("usage-history-bench-") as (tmp, procs):
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
@@ -224,11 +222,8 @@ def main() -> None:
                 "in_process": asyncio.run(export_in_process(settings)),
                 "command": export_cli(env, tmp),
             }
-            entry["load average after"] = load_average()
-            results[backend] = entry
-            print(json.dumps({backend: entry}, indent=2), flush=True)
-        results["machine"] = usage_bench_machine(redis.version())
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+            record_database(results, backend, entry)
+        write_usage_results(args.out, results, redis.version())
 
 
 if __name__ == "__main__":

@@ -22,21 +22,24 @@ Quote figures from one run; the machine is shared (load average in the JSON).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 from support.machine import load_average
-from support.process import REPO, scratch, start_bound
+from support.process import scratch, start_bound
 from support.redis_server import RedisServer
-from support.sidecar import usage_bench_machine, usage_databases
+from support.sidecar import (
+    record_database,
+    usage_bench_arguments,
+    usage_databases,
+    write_usage_results,
+)
 
 from sidecars.usage.app import create_app
 from sidecars.usage.db.metered import MeteredEvent, MeteredTable
@@ -187,14 +190,9 @@ async def page(settings: Settings, loads: int = 50) -> dict[str, Any]:
 
 def main() -> None:
     """Run the benchmark and print/write the JSON."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", type=int, default=200)
-    ap.add_argument("--accounts", type=int, default=10_000)
-    ap.add_argument("--days", type=int, default=30)
-    ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--backends", default="sqlite,postgres")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage_metering.json"))
-    args = ap.parse_args()
+    args = usage_bench_arguments(
+        "usage_metering", batches=200, accounts=10_000, days=30, queries=300
+    )
     results: dict[str, Any] = {"load average at start": load_average()}
     with scratch("usage-metering-bench-") as (tmp, procs):
         redis = start_bound(lambda: RedisServer(tmp / "redis"))
@@ -214,12 +212,9 @@ def main() -> None:
                     meter_query(settings, args.accounts, args.days, args.queries)
                 ),
                 "page_400_days": asyncio.run(page(settings)),
-                "load average after": load_average(),
             }
-            results[backend] = entry
-            print(json.dumps({backend: entry}, indent=2), flush=True)
-        results["machine"] = usage_bench_machine(redis.version())
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+            record_database(results, backend, entry)
+        write_usage_results(args.out, results, redis.version())
 
 
 if __name__ == "__main__":

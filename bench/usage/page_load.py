@@ -23,9 +23,7 @@ both): quote figures from one run.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import time
 from datetime import timedelta
@@ -37,8 +35,14 @@ from support.core import suite_config
 from support.daemon import redis_and_daemon
 from support.machine import describe, load_average, version
 from support.postgres_server import pg_binary
-from support.process import REPO, scratch
-from support.sidecar import usage_bench_machine, usage_databases, usage_sidecar
+from support.process import scratch
+from support.sidecar import (
+    record_database,
+    usage_bench_arguments,
+    usage_databases,
+    usage_sidecar,
+    write_usage_results,
+)
 
 from sidecars.usage.plans import load_plans
 from sidecars.usage.settings import PAGE_PATH, Settings
@@ -161,11 +165,7 @@ def markdown(results: dict[str, Any], loads: int) -> str:
 
 def main() -> None:
     """Run the benchmark, print the JSON, write it and its Markdown summary."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--loads", type=int, default=20)
-    ap.add_argument("--backends", default="sqlite,postgres")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage_page_load.json"))
-    args = ap.parse_args()
+    args = usage_bench_arguments("usage_page_load", loads=20)
     results: dict[str, Any] = {"load average at start": load_average(), "databases": {}}
     with scratch("usage-page-load-bench-") as (tmp, procs):
         redis, daemon = redis_and_daemon(tmp, procs, suite_config("usage_daemon"))
@@ -178,16 +178,14 @@ def main() -> None:
             }
             token = asyncio.run(seed(Settings.from_env(env)))
             entry = served(env, tmp / f"gunicorn-{backend}.log", token, args.loads)
-            entry["load average after"] = load_average()
-            results["databases"][backend] = entry
-            print(json.dumps({backend: entry}, indent=2), flush=True)
-        results["machine"] = {
-            **usage_bench_machine(redis.version()),
-            "chromium": version([BINARY, "--version"]),
-            "postgres": version([pg_binary("postgres"), "--version"]),
-        }
-    out = Path(args.out)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+            record_database(results["databases"], backend, entry)
+        out = write_usage_results(
+            args.out,
+            results,
+            redis.version(),
+            chromium=version([BINARY, "--version"]),
+            postgres=version([pg_binary("postgres"), "--version"]),
+        )
     out.with_suffix(".md").write_text(markdown(results, args.loads))
 
 

@@ -19,21 +19,24 @@ arrive exactly once with a valid signature. The machine is shared: load average 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 from support.core import suite_config
 from support.daemon import redis_and_daemon
 from support.machine import load_average
-from support.process import REPO, scratch
+from support.process import scratch
 from support.ready import wait_for
-from support.sidecar import usage_bench_machine, usage_databases, usage_sidecar
+from support.sidecar import (
+    usage_bench_arguments,
+    usage_databases,
+    usage_sidecar,
+    write_usage_results,
+)
 from support.webhook_receiver import WebhookReceiver
 
 from sidecars.usage.plans import load_plans
@@ -92,12 +95,7 @@ async def cross(base: str, tokens: list[str], concurrency: int) -> dict[str, tup
 
 def main() -> None:
     """Run the benchmark and print/write the JSON."""
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--crossings", type=int, default=300)
-    ap.add_argument("--concurrency", default="1,8")
-    ap.add_argument("--backends", default="sqlite,postgres")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "usage_webhooks.json"))
-    args = ap.parse_args()
+    args = usage_bench_arguments("usage_webhooks", crossings=300, concurrency="1,8")
     results: dict[str, Any] = {"load average at start": load_average()}
     receiver = WebhookReceiver(SECRET)
     with scratch("usage-webhook-bench-") as (tmp, procs):
@@ -165,11 +163,9 @@ def main() -> None:
                 }
                 print(json.dumps({tag: results[backend][f"concurrency_{concurrency}"]}))
             sidecar.terminate()
-        results["machine"] = {**usage_bench_machine(redis.version()), "gunicorn_workers": 2}
+        write_usage_results(args.out, results, redis.version(), gunicorn_workers=2)
     receiver.close()
-    text = json.dumps(results, indent=2)
-    print(text)
-    Path(args.out).write_text(text + "\n")
+    print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

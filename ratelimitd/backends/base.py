@@ -183,6 +183,46 @@ class Backend(Protocol):
         ...
 
 
+class PassThrough:
+    """A Backend that hands every call to the store it wraps (`.backend`).
+
+    The base of wrappers that change one or two calls and keep the rest of the contract
+    as the store has it: tracing's spans around `increment` and `get`, the tests' doubles
+    of a failing or stuck store. A subclass sets `name` and `capabilities` (its own, or the
+    wrapped store's).
+    """
+
+    name: str
+    capabilities: Capabilities
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+
+    async def connect(self) -> None:
+        """Connect the wrapped store."""
+        await self.backend.connect()
+
+    async def increment(self, ops: Sequence[Op]) -> list[Any]:
+        """The wrapped store's increment."""
+        return await self.backend.increment(ops)
+
+    async def get(self, ops: Sequence[Op]) -> list[int]:
+        """The wrapped store's get."""
+        return await self.backend.get(ops)
+
+    async def peek(self, ops: Sequence[Op]) -> list[Any]:
+        """The wrapped store's dry run."""
+        return await self.backend.peek(ops)
+
+    async def delete(self, keys: Sequence[str]) -> int:
+        """The wrapped store's delete."""
+        return await self.backend.delete(keys)
+
+    async def close(self) -> None:
+        """Close the wrapped store."""
+        await self.backend.close()
+
+
 def counted_by(backend: Backend) -> tuple[str, frozenset[int], frozenset[int]]:
     """What the config load checks limits against: the store's name (for the message), the
     algorithms it declares it counts exactly and those it keeps budgets for."""

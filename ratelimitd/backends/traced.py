@@ -6,35 +6,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .base import Backend, Op
+from .base import Backend, Op, PassThrough
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
 
 
-class TracedBackend:
+class TracedBackend(PassThrough):
     """A Backend whose round trips are child spans of the request's span.
 
     Only when the current span is recording (a sampled request) is a span started, so an
     unsampled request pays one context lookup. It implements `Backend` and nothing more:
     not being a `SyncBackend`, it makes the limiter await `increment`, so each round is one
-    span. What else the wrapped store offers is reached through `.backend`.
+    span. `connect`, `peek` (`/explain`), `delete` (an admin's reset) and `close` are not
+    requests and pass through untraced. What else the wrapped store offers is reached
+    through `.backend`.
     """
 
     def __init__(self, backend: Backend, tracer: Tracer) -> None:
         from opentelemetry import trace
 
-        self.backend = backend
+        super().__init__(backend)
         self.name = backend.name
         self.capabilities = backend.capabilities
         self._tracer = tracer
         self._current_span = trace.get_current_span
         self._client = trace.SpanKind.CLIENT
         self.span_name = backend.capabilities.span
-
-    async def connect(self) -> None:
-        """Connect the wrapped backend (not traced: start-up, not a request)."""
-        await self.backend.connect()
 
     def _span(self, commands: int) -> Any:
         if not self._current_span().is_recording():
@@ -58,15 +56,3 @@ class TracedBackend:
             return await self.backend.get(ops)
         with span:
             return await self.backend.get(ops)
-
-    async def peek(self, ops: Sequence[Op]) -> list[Any]:
-        """The wrapped store's dry run (`/explain`: not traced)."""
-        return await self.backend.peek(ops)
-
-    async def delete(self, keys: Sequence[str]) -> int:
-        """The wrapped store's delete (an admin's reset: not traced)."""
-        return await self.backend.delete(keys)
-
-    async def close(self) -> None:
-        """Close the wrapped backend."""
-        await self.backend.close()

@@ -72,13 +72,9 @@ IDLE_FRAMES = 100
 # most heads of a connection 20 to 40 bytes.
 HEADER_BYTES_BURST = 1 << 20
 HEADER_BYTES_PER_SECOND = 1 << 20
-# Header block bytes each call the application answers gives back to its connection. The
-# time refill alone capped a busy client, not a flood: h2load's 48-byte heads spent 1 MiB in
-# 21,700 calls, so one connection got GOAWAY ENHANCE_YOUR_CALM past ~22k calls/s, and an
-# Envoy 1.40 (54-byte heads after its first call, measured) past ~19k calls/s on its one
-# connection turned every limit off. An answered call is work the decision already paid
-# for; a head up to this size rides on it. Streams reset at
-# the header list limit, refused or answered by the transport itself give nothing back.
+# Header block bytes each call the application answers gives back: a head up to this size
+# rides on the call it asks for, so a busy connection is never taken for a header flood
+# (docs/flood-protection.md, "Why answered calls refill it").
 HEADER_BYTES_PER_CALL = 256
 cdef double _HEADER_BYTES_PER_CALL = HEADER_BYTES_PER_CALL
 # The HTTP/2 client preface, the 24 bytes that precede the first frame.

@@ -43,12 +43,10 @@ from typing import Any
 
 from ..grpcstatus import DEADLINE_EXCEEDED, INTERNAL
 from ._h2 import Connection, Stream  # type: ignore[import-not-found]
-from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
+from .limits import NEVER_USED, USED, ConnectionBudget, IdleKey, Listener
 
 log = logging.getLogger("ratelimitd.transport.h2")
 
-# How often the server looks for requests past GRPC_READ_TIMEOUT.
-_SWEEP_SECONDS = 1.0
 # How long the graceful GOAWAY waits for the peer's PING acknowledgement before the final one.
 GOAWAY_PING_TIMEOUT = 1.0
 # How long a connection that got its final GOAWAY may keep sending before it is closed anyway.
@@ -90,9 +88,7 @@ class H2Protocol(asyncio.Protocol):
         server = self.server
         # Counted from the accept, TLS handshake included: 24,000 handshakes never finished
         # once used every descriptor while the gRPC cap saw none of them.
-        if not server.budget.admit(
-            "gRPC", server.connections, server.max_connections, server.eviction
-        ):
+        if not server.admit():
             transport.abort()  # type: ignore[attr-defined]
             return
         self._admitted = True
@@ -208,7 +204,7 @@ class H2Protocol(asyncio.Protocol):
         if self._admitted:
             self._admitted = False
             server = self.server
-            server.budget.release()
+            server.release()
             server.connections.discard(self)
             trimmer = server.budget.trimmer
             if trimmer is not None:
@@ -377,7 +373,7 @@ class H2Protocol(asyncio.Protocol):
         self._timers.append(self.server.loop.call_later(delay, callback))
 
 
-class H2Server:
+class H2Server(Listener[H2Protocol]):
     """A gRPC server over `H2Protocol`: listeners, deadlines, connections, drain."""
 
     def __init__(
@@ -398,20 +394,22 @@ class H2Server:
         budget: ConnectionBudget | None = None,
         streaming: Iterable[bytes] = (),
     ) -> None:
+        # read_timeout: a request whose body has not arrived whole this long after its
+        # HEADERS is answered DEADLINE_EXCEEDED (its buffered bytes freed): 20,000 such
+        # streams once held 75 MB. write_timeout: a reply not sent whole this long after it
+        # was ready is reset (one connection whose peer announced a zero window once held
+        # 1 GB of answered calls).
+        super().__init__(
+            "gRPC",
+            max_connections=max_connections,
+            read_timeout=read_timeout,
+            write_timeout=write_timeout,
+            budget=budget,
+        )
         self.dispatch = dispatch
-        self.max_connections = max_connections
-        # A request whose body has not arrived whole this long after its HEADERS is answered
-        # DEADLINE_EXCEEDED (its buffered bytes freed): 20,000 such streams once held 75 MB.
-        self.read_timeout = read_timeout
-        # A reply not sent whole this long after it was ready is reset (one connection whose
-        # peer announced a zero window once held 1 GB of answered calls).
-        self.write_timeout = write_timeout
         # From accept to the client's HTTP/2 preface and SETTINGS, TLS handshake included.
         self.connection_timeout = connection_timeout
-        self.budget = budget if budget is not None else ConnectionBudget(max_connections)
-        self.eviction = Eviction()
         self.ssl_context: ssl.SSLContext | None = None
-        self._sweeper: asyncio.TimerHandle | None = None
         self.core_options = {
             "max_concurrent_streams": max_concurrent_streams,
             "max_message": max_message,
@@ -425,8 +423,6 @@ class H2Server:
         self.require_san = bool(client_san)
         self._san = client_san
         self._san_matches = san_matches
-        self.connections: set[H2Protocol] = set()
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
         self._servers: list[asyncio.Server] = []
         # Deadlines of calls still waiting: [when, sequence, stream, protocol] in a heap,
         # with one timer for the earliest, so a call costs a heappush, not a TimerHandle.
@@ -450,8 +446,7 @@ class H2Server:
     ) -> int:
         """Listen on host:port (or the unix socket `uds`); the bound TCP port (0 for a socket)."""
         self.loop = asyncio.get_running_loop()
-        if self._sweeper is None:
-            self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
+        self.start_sweeping()
         # TLS is started per connection once it is counted (`H2Protocol._start_tls`).
         self.ssl_context = ssl_context
         factory = lambda: H2Protocol(self)  # noqa: E731
@@ -536,7 +531,7 @@ class H2Server:
         )
         return False
 
-    def _sweep(self) -> None:
+    def sweep(self) -> None:
         """Enforce the timeouts (see the module docstring); runs every second."""
         now = time.monotonic()
         unread = now - self.read_timeout
@@ -558,22 +553,15 @@ class H2Server:
                     proto.finish(stream, DEADLINE_EXCEEDED, "request not received in time")
                 elif 0.0 < stream.sending_since < unsent:
                     proto.reset(stream)
-        self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting; GOAWAY every connection; close them once drained (or after grace)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
+        self.stop_sweeping()
         for server in self._servers:
             server.close()
         for proto in list(self.connections):
             proto.shutdown(grace)
-        deadline = None if grace is None else self.loop.time() + grace
-        while self.connections and (deadline is None or self.loop.time() < deadline):
-            await asyncio.sleep(0.01)
-        for proto in list(self.connections):
-            proto.abort()
+        await self.drain(grace)
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()

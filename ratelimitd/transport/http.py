@@ -54,7 +54,7 @@ from typing import Any
 
 import httptools
 
-from .limits import NEVER_USED, USED, ConnectionBudget, Eviction, IdleKey
+from .limits import NEVER_USED, USED, ConnectionBudget, IdleKey, Listener
 
 __all__ = [
     "ERROR_HEADERS",
@@ -141,8 +141,6 @@ _LAST_CHUNK = b"0\r\n\r\n"
 _HEAD_CACHE_MAX = 256
 # How long a refused client may keep sending before the connection is closed regardless.
 LINGER_SECONDS = 2.0
-# How often a server looks for connections past their read or idle deadline.
-_SWEEP_SECONDS = 1.0
 
 
 class _TooLarge(Exception):
@@ -545,7 +543,7 @@ async def _close(body: Body) -> None:
         await aclose()
 
 
-class HttpServer:
+class HttpServer(Listener["_HttpProtocol"]):
     """An HTTP/1.1 server over a route table (exact paths)."""
 
     def __init__(
@@ -561,23 +559,20 @@ class HttpServer:
         write_timeout: float = 10.0,
         budget: ConnectionBudget | None = None,
     ) -> None:
+        super().__init__(
+            name,
+            max_connections=max_connections,
+            read_timeout=read_timeout,
+            write_timeout=write_timeout,
+            budget=budget,
+        )
         self.routes: dict[bytes, Handler] = {p.encode(): h for p, h in routes.items()}
         self.fallback = fallback
         self.max_body = max_body
-        self.name = name
-        self.max_connections = max_connections
-        self.read_timeout = read_timeout
         self.idle_timeout = idle_timeout
-        self.write_timeout = write_timeout
-        # Shared with the process's other listeners (None: this server's own, of its cap).
-        self.budget = budget if budget is not None else ConnectionBudget(max_connections)
-        self.eviction = Eviction()
-        self._sweeper: asyncio.TimerHandle | None = None
-        self.connections: set[_HttpProtocol] = set()
         self.port = 0
         self._heads: dict[tuple[int, Headers], bytes] = {}
         self._server: asyncio.Server | None = None
-        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start()
 
     def head(self, status: int, headers: Headers) -> bytes:
         """Status line and headers (without Content-Length), cached per constant reply."""
@@ -595,20 +590,11 @@ class HttpServer:
                 self._heads[key] = head
         return head
 
-    def admit(self) -> bool:
-        """Whether a new client may stay (this listener's cap, the process's budget)."""
-        return self.budget.admit(self.name, self.connections, self.max_connections, self.eviction)
-
-    def release(self) -> None:
-        """A client admitted by `admit` is gone."""
-        self.budget.release()
-
-    def _sweep(self) -> None:
+    def sweep(self) -> None:
         """Close the connections past their deadline; runs every second while listening."""
         now = self.loop.time()
         for conn in [c for c in self.connections if c.deadline is not None and c.deadline < now]:
             conn.abort()
-        self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
 
     async def start(
         self,
@@ -632,23 +618,18 @@ class HttpServer:
                 factory, host, port, reuse_port=reuse_port or None, ssl=ssl, backlog=backlog
             )
         self.port = self._server.sockets[0].getsockname()[1]
-        self._sweeper = self.loop.call_later(_SWEEP_SECONDS, self._sweep)
+        self.start_sweeping()
         return self.port
 
     async def close(self, grace: float = 10.0) -> None:
         """Stop accepting, let queued requests finish (up to `grace` s), close connections."""
         if self._server is None:
             return  # never started
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        self.stop_sweeping()
         self._server.close()
         for conn in list(self.connections):
             conn.shutdown()
-        deadline = self.loop.time() + grace
-        while self.connections and self.loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        for conn in list(self.connections):
-            conn.abort()
+        await self.drain(grace)
         await self._server.wait_closed()
 
 

@@ -19,16 +19,21 @@ kernel has already completed its handshake), which costs one descriptor for a mo
 The bytes held for clients are bounded per process by `ClientBuffers`: each connection's
 own bound (an HTTP/2 connection window, an HTTP body limit, a pipelining queue) times
 thousands of connections was no bound at all (100 connections held 570 MB of partial bodies).
+
+`Listener` is what the gRPC server (`h2.H2Server`) and the HTTP/1.1 servers (`http.HttpServer`)
+do alike with all this: admit and release against the budget, sweep their timeouts once a
+second, drain at shutdown.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import logging
 import resource
 import time
 from collections.abc import Callable, Collection
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from ..runtime.allocator import Trimmer
 
@@ -41,6 +46,8 @@ FD_RESERVE = 256
 _LOG_EVERY = 10.0
 # MAX_BUFFERED_BYTES' default: room for 15 maximal gRPC messages at once.
 DEFAULT_BUFFERED_BYTES = 64 * 1024 * 1024
+# How often a listener enforces its timeouts (`Listener.sweep`).
+SWEEP_SECONDS = 1.0
 
 
 def raise_nofile() -> int:
@@ -235,3 +242,78 @@ class Eviction:
             self._candidates = kept
         self._nothing_idle_until = self._clock() + NOTHING_IDLE_SECONDS
         return False
+
+
+class Connection(Evictable, Protocol):
+    """A connection as its `Listener` sees it."""
+
+    def abort(self) -> None:
+        """Drop the connection now (the end of a drain)."""
+
+
+C = TypeVar("C", bound=Connection)
+
+
+class Listener(Generic[C]):
+    """What every listener does alike: its own cap and its share of the process's
+    `ConnectionBudget`, the connections it holds and the idlest it closes to let a new one
+    in, a sweep of its timeouts every SWEEP_SECONDS while it listens, and the end of its
+    drain. What a timeout means, and how a connection is told to finish, is the subclass's
+    (`sweep`, the `stop` or `close` that calls `drain`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_connections: int,
+        read_timeout: float,
+        write_timeout: float,
+        budget: ConnectionBudget | None,
+    ) -> None:
+        self.name = name  # the listener's name in the budget's log lines
+        self.max_connections = max_connections
+        self.read_timeout = read_timeout
+        self.write_timeout = write_timeout
+        # Shared with the process's other listeners (None: this listener's own, of its cap).
+        self.budget = budget if budget is not None else ConnectionBudget(max_connections)
+        self.eviction = Eviction()
+        self.connections: set[C] = set()
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]  # set by start
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def admit(self) -> bool:
+        """Whether a new client may stay (this listener's cap, the process's budget)."""
+        return self.budget.admit(self.name, self.connections, self.max_connections, self.eviction)
+
+    def release(self) -> None:
+        """A client admitted by `admit` is gone."""
+        self.budget.release()
+
+    def sweep(self) -> None:
+        """Close or answer what is past its timeout; runs every SWEEP_SECONDS."""
+        raise NotImplementedError
+
+    def start_sweeping(self) -> None:
+        """Sweep from now on (once however many sockets the listener binds)."""
+        if self._sweeper is None:
+            self._sweeper = self.loop.call_later(SWEEP_SECONDS, self._sweep_and_rearm)
+
+    def stop_sweeping(self) -> None:
+        """No more sweeps (shutdown)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+
+    def _sweep_and_rearm(self) -> None:
+        self.sweep()
+        self._sweeper = self.loop.call_later(SWEEP_SECONDS, self._sweep_and_rearm)
+
+    async def drain(self, grace: float | None) -> None:
+        """Wait for the connections, already told to finish, to close: `grace` seconds at
+        most (None: as long as they take); then drop the ones left."""
+        deadline = None if grace is None else self.loop.time() + grace
+        while self.connections and (deadline is None or self.loop.time() < deadline):
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            conn.abort()

@@ -188,15 +188,21 @@ class _Base:
 
 
 class StaticList(_Base):
-    """`/v2/stops`, `/v2/lines`, `/v2/routes`: one list encoded per feed version."""
+    """`/v2/stops`, `/v2/lines`, `/v2/routes`: one list encoded per feed version, the
+    feed's `name` attribute (`body`, which other lists of the served feed override)."""
 
-    def __init__(self, store: TransitStore, attribute: str) -> None:
+    def __init__(self, store: TransitStore, name: str) -> None:
         super().__init__(store)
-        self.attribute = attribute
+        self.name = name
+
+    def body(self, net: Network) -> Body:
+        """The encoded list of the feed `net`."""
+        body: Body = getattr(net, self.name)
+        return body
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         net = self.network()
-        send_body(req, resp, getattr(net, self.attribute), CACHE_STATIC, modified=net.loaded_at)
+        send_body(req, resp, self.body(net), CACHE_STATIC, modified=net.loaded_at)
 
     on_head = on_get
 

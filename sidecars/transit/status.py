@@ -19,10 +19,11 @@ import falcon
 import falcon.asgi
 import msgspec
 
+from .bodies import Body
+from .network import Network
 from .plans import plan_bodies
-from .resources import CACHE_REALTIME, CACHE_STATIC, CACHE_VEHICLES, _Base, send_body, send_raw
+from .resources import CACHE_REALTIME, CACHE_VEHICLES, StaticList, _Base, send_raw
 from .schemas import json_encoder
-from .store import TransitStore
 
 
 class StatusTime(msgspec.Struct):
@@ -51,19 +52,13 @@ class RefreshAnswer(msgspec.Struct):
     serving: str | None
 
 
-class PlanList(_Base):
-    """`/v2/dates`, `/v2/periods`, `/v2/plans` of the served feed (plans.py)."""
+class PlanList(StaticList):
+    """`/v2/dates`, `/v2/periods`, `/v2/plans` of the served feed (plans.py), `name` saying
+    which one."""
 
-    def __init__(self, store: TransitStore, kind: str) -> None:
-        super().__init__(store)
-        self.kind = kind
-
-    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        net = self.network()
-        bodies = net.day_memo(("plans",), lambda: plan_bodies(net))
-        send_body(req, resp, bodies[self.kind], CACHE_STATIC, modified=net.loaded_at)
-
-    on_head = on_get
+    def body(self, net: Network) -> Body:
+        """The list, the three made once per operational day of the feed."""
+        return net.day_memo(("plans",), lambda: plan_bodies(net))[self.name]
 
 
 class TimeNow(_Base):

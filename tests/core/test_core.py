@@ -94,7 +94,7 @@ class AsyncOnly(StoreDouble):
 
     async def increment(self, ops: Sequence[Op]) -> list[int]:
         self.rounds += 1
-        return await self.inner.increment(ops)
+        return await self.backend.increment(ops)
 
 
 async def test_an_async_backend_is_awaited_once_per_request() -> None:

@@ -85,10 +85,21 @@ async def test_a_busy_connection_is_not_a_flood(native_server: Any, tmp_path: An
     body.write_bytes(REQUEST)
     calls = 20 * HEADER_BYTES_BURST // 48
     proc = await asyncio.create_subprocess_exec(
-        h2load, "-c", "1", "-m", "32", "-n", str(calls), f"--data={body}",
-        "-H", "content-type: application/grpc", "-H", "te: trailers",
+        h2load,
+        "-c",
+        "1",
+        "-m",
+        "32",
+        "-n",
+        str(calls),
+        f"--data={body}",
+        "-H",
+        "content-type: application/grpc",
+        "-H",
+        "te: trailers",
         f"http://127.0.0.1:{t.port}/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 120)
     report = out.decode()

@@ -7,14 +7,14 @@ config loading from YAML texts (test_config_*.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from ratelimitd.backends.base import Capabilities, Op
+from ratelimitd.backends.base import Capabilities, PassThrough
 from ratelimitd.backends.memory import MemoryBackend, stored, unpack
 from ratelimitd.config import ConfigError, ConfigFile, RuleSet, load_ruleset
 from ratelimitd.core import Core, build_core
@@ -106,7 +106,7 @@ def rule_counts(
     }
 
 
-class StoreDouble:
+class StoreDouble(PassThrough):
     """A counter store a test writes: the awaited Backend contract (not a SyncBackend), every
     call going to a memory store at a fixed clock unless the test overrides it."""
 
@@ -114,25 +114,7 @@ class StoreDouble:
     capabilities = Capabilities()  # the defaults: fixed windows, raises, waits
 
     def __init__(self) -> None:
-        self.inner = MemoryBackend(clock=lambda: 1_000_000.0)
-
-    async def connect(self) -> None:
-        return None
-
-    async def increment(self, ops: Sequence[Op]) -> list[Any]:
-        return await self.inner.increment(ops)
-
-    async def get(self, ops: Sequence[Op]) -> list[int]:
-        return await self.inner.get(ops)
-
-    async def peek(self, ops: Sequence[Op]) -> list[Any]:
-        return await self.inner.peek(ops)
-
-    async def delete(self, keys: Sequence[str]) -> int:
-        return await self.inner.delete(keys)
-
-    async def close(self) -> None:
-        return None
+        super().__init__(MemoryBackend(clock=lambda: 1_000_000.0))
 
 
 def preset(decider: Decider, key: str, value: int, ttl: int = 3600) -> None:

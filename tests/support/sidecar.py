@@ -8,6 +8,8 @@ connections (`wait_each_worker`, `wait_steady`).
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import sys
@@ -15,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -141,15 +144,44 @@ def usage_databases(
         yield name, server, usage_database(name, directory, server)
 
 
-def usage_bench_machine(redis_version: str) -> dict[str, object]:
-    """The `machine` entry of a usage benchmark's results: what ran, on what, how busy."""
+def usage_bench_arguments(results: str, **options: int | str) -> argparse.Namespace:
+    """A usage benchmark's command line: `--<option> VALUE` for each of `options` (its default
+    and type), `--backends` (the databases it runs on, all by default) and `--out` (its JSON,
+    `bench/results/<results>.json` by default)."""
+    ap = argparse.ArgumentParser()
+    for name, default in options.items():
+        ap.add_argument(f"--{name}", type=type(default), default=default)
+    ap.add_argument("--backends", default="sqlite,postgres")
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / f"{results}.json"))
+    return ap.parse_args()
+
+
+def record_database(results: dict[str, Any], backend: str, entry: dict[str, Any]) -> None:
+    """Keep a usage benchmark's figures for one database, with the load average after them,
+    and print them at once: a run over several databases shows each as it is done."""
+    from .machine import load_average
+
+    entry["load average after"] = load_average()
+    results[backend] = entry
+    print(json.dumps({backend: entry}, indent=2), flush=True)
+
+
+def write_usage_results(
+    out: str, results: dict[str, Any], redis_version: str, **machine: object
+) -> Path:
+    """Write a usage benchmark's JSON to `out`, its `machine` entry being what ran, on what,
+    how busy (and `machine`'s own items); the path written."""
     from .machine import SIDECAR_PACKAGES, load_average, machine_info
 
-    return {
+    results["machine"] = {
         **machine_info(SIDECAR_PACKAGES),
         "redis-server": redis_version,
         "load average at end": load_average(),
+        **machine,
     }
+    path = Path(out)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return path
 
 
 def transit_sidecar(env: dict[str, str], log_path: Path, workers: int = 2, *extra: str) -> Gunicorn:

@@ -214,6 +214,33 @@ class RateLimitService:
         statistic moves, nothing enters the local cache); `walks` receives each
         descriptor's walk. Never raises: failures are `answer`ed.
         """
+        if waiter is not None and self.sends and not dry_run:
+            if len(request.descriptors) <= SLICE:
+                # The round started without a coroutine: every Redis-backed call's path,
+                # written out here rather than in a method of its own (a frame per call).
+                engine = self._engine
+                plan: Any = None
+                try:
+                    plan = engine.prepare(request)
+                    if plan.__class__ is Response:  # nothing to count
+                        return plan  # type: ignore[no-any-return]
+                    if not plan.ops:
+                        return engine.finish(request, plan, ())  # type: ignore[no-any-return]
+                    # `_enter`, inline
+                    if self.max_in_flight and self.in_flight >= self.max_in_flight:
+                        self._enter()  # raises Overloaded
+                    self.in_flight += 1
+                except Exception as exc:
+                    return self.answer(exc, request, plan)
+                try:
+                    if not self._increment_later(plan.ops, waiter):  # type: ignore[misc]
+                        waiter.task = asyncio.get_running_loop().create_task(  # type: ignore[attr-defined]
+                            self._later(plan.ops, waiter)
+                        )
+                except Exception as exc:
+                    return self.received(request, plan, exc)
+                return plan  # type: ignore[no-any-return]
+            return self._awaited(request)
         if dry_run:
             return self._dry_run(request, walks)
         decide_now = self._decide_now
@@ -224,8 +251,6 @@ class RateLimitService:
                 return self.answer(exc, request)
             if response is not None:
                 return response  # type: ignore[no-any-return]
-        elif waiter is not None and self.sends and len(request.descriptors) <= SLICE:
-            return self._send(request, waiter)
         return self._awaited(request)
 
     def answer(
@@ -328,31 +353,6 @@ class RateLimitService:
         self.in_flight += 1
 
     # -- the callback path (`sends`) ------------------------------------------------------
-
-    def _send(self, request: Request, waiter: Waiter) -> Response | Refusal | Plan:
-        """`decide` with a waiter: the round started without a coroutine (see there)."""
-        engine = self._engine
-        plan: Any = None
-        try:
-            plan = engine.prepare(request)
-            if plan.__class__ is Response:  # nothing to count
-                return plan  # type: ignore[no-any-return]
-            if not plan.ops:
-                return engine.finish(request, plan, ())  # type: ignore[no-any-return]
-            # `_enter`, inline: this is every Redis-backed call's path
-            if self.max_in_flight and self.in_flight >= self.max_in_flight:
-                self._enter()  # raises Overloaded
-            self.in_flight += 1
-        except Exception as exc:
-            return self.answer(exc, request, plan)
-        try:
-            if not self._increment_later(plan.ops, waiter):  # type: ignore[misc]
-                waiter.task = asyncio.get_running_loop().create_task(  # type: ignore[attr-defined]
-                    self._later(plan.ops, waiter)
-                )
-        except Exception as exc:
-            return self.received(request, plan, exc)
-        return plan  # type: ignore[no-any-return]
 
     def received(self, request: Request, plan: Plan, results: Any) -> Response | Refusal:
         """The answer to a plan `decide` started with a waiter, from its round's results

@@ -8,6 +8,7 @@ verdicts in both twins.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import hiredis
@@ -17,6 +18,9 @@ from hypothesis import strategies as st
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import _resp_py, resp
+from ratelimitd.backends.redis.pool import Counters, Dialer, Pool
+from ratelimitd.backends.redis.resp import RespConnection
+from ratelimitd.settings import RedisSettings
 
 _resp = pytest.importorskip(
     "ratelimitd.backends.redis._resp", reason="compiled extension not built"
@@ -170,3 +174,52 @@ def test_read_replies_takes_what_came_and_says_whether_all_did(twin: Any) -> Non
     reader.feed(b"\r\n")
     assert twin.read_replies(reader.gets, replies, 1) is True and replies[5] == 4
     assert twin.read_replies(reader.gets, replies, 0) is True
+
+
+def pool_after(twin: Any, sizes: list[int], limit: int) -> list[tuple[Any, ...]]:
+    """What a pool holds after each request (`sizes`: ops per request) a twin's `Sender`
+    handed it: the flush being built (its commands, payloads and waiters) and the flushes
+    written so far. The pool's one connection has no transport: a flush written to it
+    fails, which the loop (never run here) would tell its waiters."""
+    loop = asyncio.new_event_loop()
+    try:
+        settings = RedisSettings(pipeline_limit=limit)
+        pool = Pool(settings, Dialer(settings, None), _no_address, Counters(_nothing), "t", 64)
+        pool.loop = loop
+        pool.conns.append(RespConnection(loop, 1.0))
+        send = twin.Sender(pool, 0)
+        seen = []
+        for i, size in enumerate(sizes):
+            ops = [Op(f"k{i}.{j}", 1, 60) for j in range(size)]
+            assert send(ops, f"waiter {i}") is True
+            fut = pool._fut
+            entries = None if fut is None else list(fut.entries or ())
+            seen.append((pool._cmds, b"".join(pool._buf), entries, pool.writes))
+        assert send([Op("s", 1, 60, algorithm=1, tick=1000)], "script") is False
+        return seen
+    finally:
+        loop.close()
+
+
+async def _no_address() -> Any:
+    raise AssertionError("never dialled")
+
+
+def _nothing() -> None:
+    pass
+
+
+@PROPS
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=40), st.sampled_from([0, 6, 11]))
+def test_sender_twins_agree(sizes: list[int], limit: int) -> None:
+    # The compiled one joins the flush being built in C; the pure one calls Pool.submit for
+    # every request. Both leave the pool alike, the flushes split at the same requests.
+    assert pool_after(_resp, sizes, limit) == pool_after(_resp_py, sizes, limit)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_sender_refuses_without_a_connection(twin: Any) -> None:
+    settings = RedisSettings()
+    pool = Pool(settings, Dialer(settings, None), _no_address, Counters(_nothing), "t", 64)
+    with pytest.raises(BackendError, match="no connection"):
+        twin.Sender(pool, 0)([Op("k", 1, 60)], "waiter")

@@ -11,7 +11,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
 
-from ratelimitd._slots cimport get, offset_of
+from ratelimitd._slots cimport get, offset_of, put
 
 from random import random
 
@@ -90,6 +90,10 @@ cdef inline char* _bulk_number(char* p, long long v) noexcept:
 
 def incrby_expire_ops(ops, long long jitter):
     """INCRBY + EXPIRE per op in one payload, or None (see `_resp_py.incrby_expire_ops`)."""
+    return _incrby_expire(ops, jitter)
+
+
+cdef object _incrby_expire(ops, long long jitter):
     cdef Py_ssize_t count = len(ops), i, size = 0, klen
     cdef const char* key
     cdef char* p
@@ -130,6 +134,61 @@ def incrby_expire_ops(ops, long long jitter):
     finally:
         if numbers != small:
             PyMem_Free(numbers)
+
+
+cdef class Sender:
+    """`SingleInstance.increment_later`, compiled (see `_resp_py.Sender`): a request's
+    payload joins the flush its pool is building in C, with no Python frame.
+
+    The pool (`pool.Pool`) keeps the flush; this reads and writes its slots. Only a
+    request that starts a flush, or would fill one, goes through `Pool.submit` (which
+    opens, schedules or writes it): one in a flush's many.
+    """
+
+    cdef object pool, kind
+    cdef long long jitter
+    cdef Py_ssize_t o_conns, o_fut, o_cmds, o_limit, o_buf
+    # The flush `Pool.submit` last left open and its waiters' list: a request joins it
+    # while it is still the pool's.
+    cdef object flush
+    cdef list entries
+
+    def __init__(self, pool, long long jitter):
+        self.pool = pool
+        self.kind = type(pool)
+        self.jitter = jitter
+        self.o_conns = offset_of(self.kind, "conns")
+        self.o_fut = offset_of(self.kind, "_fut")
+        self.o_cmds = offset_of(self.kind, "_cmds")
+        self.o_limit = offset_of(self.kind, "_limit")
+        self.o_buf = offset_of(self.kind, "_buf")
+
+    def __call__(self, ops, waiter):
+        cdef Py_ssize_t n, offset
+        payload = _incrby_expire(ops, self.jitter)
+        if payload is None:
+            return False
+        n = 2 * len(ops)
+        pool = self.pool
+        kind = self.kind
+        fut = get(pool, kind, self.o_fut, "_fut")
+        if fut is not None and fut is self.flush and get(pool, kind, self.o_conns, "conns"):
+            offset = get(pool, kind, self.o_cmds, "_cmds")
+            if offset + n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
+                # `Pool.submit` for a request that neither opens nor fills the flush
+                self.entries.append((waiter, offset, n))
+                (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
+                put(pool, kind, self.o_cmds, "_cmds", offset + n)
+                return True
+        pool.submit(payload, n, waiter)
+        fut = get(pool, kind, self.o_fut, "_fut")
+        if fut is None:  # written at once (it filled the flush)
+            self.flush = None
+            self.entries = None
+        else:
+            self.flush = fut
+            self.entries = fut.entries
+        return True
 
 
 def read_replies(gets, list replies, Py_ssize_t n):

@@ -17,7 +17,7 @@ from typing import Any
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError, Op
 
-__all__ = ["incrby_expire_ops", "read_replies", "resolve"]
+__all__ = ["Sender", "incrby_expire_ops", "read_replies", "resolve"]
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 
@@ -50,6 +50,29 @@ def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes | None:
         n = len(key)
         parts.append(_INCRBY_EXPIRE % (n, key, bulk_int(op.hits), n, key, bulk_int(seconds)))
     return b"".join(parts)
+
+
+class Sender:
+    """`SingleInstance.increment_later`: a request's fixed-window ops as one payload, handed
+    to its pool's next flush with `waiter` (`Pool.submit`); False, nothing sent, when an op
+    is a script's (`incr_expire` awaits those: their scripts may need a second round).
+    Raises BackendError when the pool has no connection.
+
+    The compiled twin joins the flush being built without calling `Pool.submit`: per request
+    no Python frame, where this one runs two.
+    """
+
+    def __init__(self, pool: Any, jitter: int) -> None:
+        self.pool = pool
+        self.jitter = jitter
+
+    def __call__(self, ops: Sequence[Op], waiter: Any) -> bool:
+        """Start the round of `ops` (see the class docstring)."""
+        payload = incrby_expire_ops(ops, self.jitter)
+        if payload is None:
+            return False
+        self.pool.submit(payload, 2 * len(ops), waiter)
+        return True
 
 
 def read_replies(gets: Callable[[], Any], replies: list[Any], n: int) -> bool:

@@ -36,7 +36,7 @@ from ._resp_py import bulk_int
 IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._resp_py import incrby_expire_ops, read_replies, resolve  # noqa: F401
+    from ._resp_py import Sender, incrby_expire_ops, read_replies, resolve  # noqa: F401
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
 implementation = chooser(

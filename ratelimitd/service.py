@@ -121,7 +121,6 @@ class RateLimitService:
         self.failure_policy = failure_policy
         self.fallback = fallback
         self.max_in_flight = max_in_flight  # MAX_INFLIGHT_DECISIONS; 0: no bound
-        self.in_flight = 0  # decisions waiting on the store now
         # Token budgets' stream-end calls (settle, close) a failed store round could not
         # take: sent again until it takes them (never charged twice).
         self.stream_ends = StreamEnds(limiter.backend, limiter.near_limit_ratio, stats.service)
@@ -142,7 +141,11 @@ class RateLimitService:
         # Plan, count and verdict in compiled calls: the whole decision for a limiter that
         # never waits (`decide_now` is its method), its halves around the store's round for
         # one that does (`prepare`, `finish`); swapped configs reach it with the snapshot.
-        self._engine = self.decision.Engine(self.stats, limiter, self._extras)
+        engine = self.decision.Engine(self.stats, limiter, self._extras)
+        previous = getattr(self, "_engine", None)
+        if previous is not None:  # the decisions still waiting on the store
+            engine.in_flight = previous.in_flight
+        self._engine = engine
         snap = self.snapshot
         self._engine.use(snap.ruleset, snap.options)
         # An awaited decision takes the halves unless the limiter's own round is needed
@@ -163,7 +166,26 @@ class RateLimitService:
         # WHEN_OVERLIMIT's two).
         backend = limiter.backend
         self.sends = self._halves and isinstance(backend, PipelinedBackend)
-        self._increment_later = backend.increment_later if self.sends else None  # type: ignore[attr-defined]
+        if self.sends:
+            # The send half and `received` are the engine's, in C (`Engine.send`): the
+            # store's round started by its `increment_later`, failures `answer`ed here.
+            engine.rounds(
+                backend.increment_later,  # type: ignore[attr-defined]
+                self._start_later,
+                self.answer,
+                self._enter,
+                self.max_in_flight,
+            )
+        # The answer to a plan `decide` started with a waiter, from its round's results
+        # (the store's list, or the exception the round raised: `answer`ed): the engine's
+        # `received`, looked up per call by the transports, as the engine changes with the
+        # limiter.
+        self.received: Callable[[Request, Plan, Any], Response | Refusal] = engine.received
+
+    @property
+    def in_flight(self) -> int:
+        """Decisions waiting on the store now (the engine counts those it started)."""
+        return self._engine.in_flight  # type: ignore[no-any-return]
 
     @property
     def synchronous(self) -> bool:
@@ -216,30 +238,9 @@ class RateLimitService:
         """
         if waiter is not None and self.sends and not dry_run:
             if len(request.descriptors) <= SLICE:
-                # The round started without a coroutine: every Redis-backed call's path,
-                # written out here rather than in a method of its own (a frame per call).
-                engine = self._engine
-                plan: Any = None
-                try:
-                    plan = engine.prepare(request)
-                    if plan.__class__ is Response:  # nothing to count
-                        return plan  # type: ignore[no-any-return]
-                    if not plan.ops:
-                        return engine.finish(request, plan, ())  # type: ignore[no-any-return]
-                    # `_enter`, inline
-                    if self.max_in_flight and self.in_flight >= self.max_in_flight:
-                        self._enter()  # raises Overloaded
-                    self.in_flight += 1
-                except Exception as exc:
-                    return self.answer(exc, request, plan)
-                try:
-                    if not self._increment_later(plan.ops, waiter):  # type: ignore[misc]
-                        waiter.task = asyncio.get_running_loop().create_task(  # type: ignore[attr-defined]
-                            self._later(plan.ops, waiter)
-                        )
-                except Exception as exc:
-                    return self.received(request, plan, exc)
-                return plan  # type: ignore[no-any-return]
+                # The round started without a coroutine, in C (`Engine.send`): every
+                # Redis-backed call's path.
+                return self._engine.send(request, waiter)  # type: ignore[no-any-return]
             return self._awaited(request)
         if dry_run:
             return self._dry_run(request, walks)
@@ -320,7 +321,7 @@ class RateLimitService:
                 try:
                     results = await self.limiter.backend.increment(plan.ops)  # type: ignore[union-attr]
                 finally:
-                    self.in_flight -= 1
+                    self._engine.in_flight -= 1
                 return engine.finish(request, plan, results)  # type: ignore[no-any-return]
             snap = self.snapshot
             if len(request.descriptors) > SLICE:
@@ -337,35 +338,33 @@ class RateLimitService:
                 try:
                     statuses = await self.limiter.count(plan)
                 finally:
-                    self.in_flight -= 1
+                    self._engine.in_flight -= 1
             return self._respond(request, plan, statuses, snap.options)
         except Exception as exc:
             return self.answer(exc, request, plan)
 
     def _enter(self) -> None:
         """One more decision waits on the store, within MAX_INFLIGHT_DECISIONS."""
-        if self.max_in_flight and self.in_flight >= self.max_in_flight:
+        engine = self._engine
+        if self.max_in_flight and engine.in_flight >= self.max_in_flight:
             self.stats.service.overloaded += 1
             raise Overloaded(
-                f"{self.in_flight} decisions wait on the store "
+                f"{engine.in_flight} decisions wait on the store "
                 f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
             )
-        self.in_flight += 1
+        engine.in_flight += 1
 
     # -- the callback path (`sends`) ------------------------------------------------------
-
-    def received(self, request: Request, plan: Plan, results: Any) -> Response | Refusal:
-        """The answer to a plan `decide` started with a waiter, from its round's results
-        (the store's list, or the exception the round raised: `answer`ed)."""
-        self.in_flight -= 1
-        if results.__class__ is list:
-            return self._engine.finish(request, plan, results)  # type: ignore[no-any-return]
-        return self.answer(results, request, plan)
 
     def dropped(self) -> None:
         """A round `decide` started with a waiter is over, and its waiter no longer wants
         the answer (its client left): the decision is forgotten."""
-        self.in_flight -= 1
+        self._engine.in_flight -= 1
+
+    def _start_later(self, ops: list[Op], waiter: Waiter) -> None:
+        """The round of a plan `decide` started with a waiter, in a task: the store could
+        not start it without a coroutine (`increment_later` said False)."""
+        waiter.task = asyncio.get_running_loop().create_task(self._later(ops, waiter))  # type: ignore[attr-defined]
 
     async def _later(self, ops: list[Op], waiter: Waiter) -> None:
         """The round of a plan `decide` started with a waiter, awaited (a store that cannot

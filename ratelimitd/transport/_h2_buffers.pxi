@@ -6,12 +6,18 @@
 
 from ratelimitd._slots cimport get, offset_of, put
 
+from ratelimitd.runtime.allocator import Trimmer
 from ratelimitd.transport.limits import ClientBuffers
 
+# STREAM_COST as a C number: the charge is reckoned without making an int.
+cdef Py_ssize_t COST = STREAM_COST
 cdef object BUFFERS = ClientBuffers
 cdef Py_ssize_t B_HELD = offset_of(ClientBuffers, "held")
 cdef Py_ssize_t B_LIMIT = offset_of(ClientBuffers, "limit")
 cdef Py_ssize_t B_TRIMMER = offset_of(ClientBuffers, "trimmer")
+cdef object TRIMMER = Trimmer
+cdef Py_ssize_t T_PENDING = offset_of(Trimmer, "pending")
+cdef Py_ssize_t T_WAKE = offset_of(Trimmer, "wake")
 
 
 cdef bint _take(buffers, Py_ssize_t n) except -1:
@@ -34,9 +40,9 @@ cdef void _give(buffers, Py_ssize_t n) except *:
     put(buffers, BUFFERS, B_HELD, "held", <Py_ssize_t>get(buffers, BUFFERS, B_HELD, "held") - n)
     trimmer = get(buffers, BUFFERS, B_TRIMMER, "trimmer")
     if trimmer is not None:
-        pending = trimmer.pending + n
-        trimmer.pending = pending
-        if pending >= trimmer.wake:
+        pending = get(trimmer, TRIMMER, T_PENDING, "pending") + n
+        put(trimmer, TRIMMER, T_PENDING, "pending", pending)
+        if pending >= get(trimmer, TRIMMER, T_WAKE, "wake"):
             trimmer.freed(0)
 
 
@@ -44,7 +50,7 @@ cdef object _hold(Connection conn, Stream stream, Py_ssize_t extra):
     """Charge a dispatched call's request (and `extra` bytes: its decoded form) to the
     buffers while its decision runs (given back when it is answered); False, and
     nothing charged, when it does not fit."""
-    cdef Py_ssize_t need = STREAM_COST + stream.header_bytes + extra
+    cdef Py_ssize_t need = COST + stream.header_bytes + extra
     if conn.buffers is None:
         return True
     if stream.message is not None:
@@ -66,7 +72,7 @@ cdef void _charge_pending(Connection conn) except *:
         stream.pending = False
         if stream.dispatched or stream.answered or stream.closed or conn.buffers is None:
             continue
-        need = STREAM_COST + stream.header_bytes
+        need = COST + stream.header_bytes
         need += stream.expected + 5 if stream.expected >= 0 else stream.held
         if need <= stream.charged:
             continue

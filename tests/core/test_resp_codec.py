@@ -161,19 +161,60 @@ def test_the_selected_twin_is_the_compiled_one_unless_disabled() -> None:
     assert resp.implementation("compiled") is _resp
 
 
+@pytest.mark.parametrize("reader", ["hiredis", "compiled", "pure"])
 @pytest.mark.parametrize("twin", TWINS)
-def test_read_replies_takes_what_came_and_says_whether_all_did(twin: Any) -> None:
-    reader = hiredis.Reader()
-    reader.feed(b":1\r\n:2\r\n:3\r\n-ERR no\r\n:4")  # the last reply not whole yet
+def test_read_replies_takes_what_came_and_says_whether_all_did(twin: Any, reader: str) -> None:
+    parser = {"hiredis": hiredis.Reader, "compiled": _resp.Replies, "pure": _resp_py.Replies}
+    replies_of = parser[reader]()
+    replies_of.feed(b":1\r\n:2\r\n:3\r\n-ERR no\r\n:4")  # the last reply not whole yet
     replies: list[Any] = [0]
-    assert twin.read_replies(reader.gets, replies, 2) is True
+    assert twin.read_replies(replies_of, replies, 2) is True
     assert replies == [0, 1, 2]
-    assert twin.read_replies(reader.gets, replies, 3) is False
+    assert twin.read_replies(replies_of, replies, 3) is False
     assert replies[:3] == [0, 1, 2] and replies[3] == 3 and len(replies) == 5
     assert isinstance(replies[4], hiredis.ReplyError)
-    reader.feed(b"\r\n")
-    assert twin.read_replies(reader.gets, replies, 1) is True and replies[5] == 4
-    assert twin.read_replies(reader.gets, replies, 0) is True
+    replies_of.feed(b"\r\n")
+    assert twin.read_replies(replies_of, replies, 1) is True and replies[5] == 4
+    assert twin.read_replies(replies_of, replies, 0) is True
+
+
+# Replies as Redis sends them, and a few it never does (the parsers must refuse those alike).
+REPLY_BYTES = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(lambda n: b":%d\r\n" % n),
+    st.integers(0, 3).map(lambda n: b":%d\r\n" % n),
+    st.just(b"-ERR value is not an integer or out of range\r\n"),
+    st.just(b"+OK\r\n"),
+    st.binary(max_size=12).map(lambda b: b"$%d\r\n%b\r\n" % (len(b), b)),
+    st.just(b"$-1\r\n"),
+    st.just(b"*2\r\n:7\r\n$1\r\nx\r\n"),
+    st.just(b"*1\r\n*1\r\n:-5\r\n"),
+    st.sampled_from([b":\r\n", b":-\r\n", b":12a\r\n", b":1\n", b"?x\r\n"]),
+)
+
+
+def parsed(parser: Any, stream: bytes, cuts: list[int]) -> list[Any]:
+    """Every reply `parser` gives for `stream` read in pieces cut at `cuts`, and how it ended."""
+    out: list[Any] = []
+    start = 0
+    try:
+        for cut in [*sorted(cuts), len(stream)]:
+            parser.feed(stream[start:cut])
+            start = cut
+            while (reply := parser.gets()) is not False:
+                out.append(("error", str(reply)) if isinstance(reply, hiredis.ReplyError) else reply)
+    except hiredis.ProtocolError:
+        out.append("protocol error")
+    return out
+
+
+@PROPS
+@given(st.lists(REPLY_BYTES, min_size=1, max_size=30), st.data())
+def test_replies_twins_agree(replies: list[bytes], data: st.DataObject) -> None:
+    # The compiled parser reads integers itself and hands hiredis the rest: the same
+    # replies, cut anywhere by the reads, and the same refusal of a malformed stream.
+    stream = b"".join(replies)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=8))
+    assert parsed(_resp.Replies(), stream, cuts) == parsed(_resp_py.Replies(), stream, cuts)
 
 
 def pool_after(twin: Any, sizes: list[int], limit: int) -> list[tuple[Any, ...]]:

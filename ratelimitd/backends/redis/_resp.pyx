@@ -15,6 +15,8 @@ from ratelimitd._slots cimport get, offset_of, put
 
 from random import random
 
+import hiredis
+
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 
@@ -205,11 +207,93 @@ cdef class Sender:
         return True
 
 
-def read_replies(gets, list replies, Py_ssize_t n):
-    """Append up to `n` replies from `gets`; whether all `n` came (see `_resp_py`)."""
+cdef class Replies:
+    """A connection's reply parser (see `_resp_py.Replies`): integer replies, all the
+    counter path gets, are read here in C; any other kind, and what follows it until the
+    parser is idle again, by hiredis."""
+
+    cdef object reader  # hiredis.Reader: it holds the bytes while `slow`
+    cdef bint slow
+    cdef bytes buf  # the bytes not read yet (while not `slow`), from `pos`
+    cdef Py_ssize_t pos
+
+    def __init__(self):
+        self.reader = hiredis.Reader()
+        self.slow = False
+        self.buf = b""
+        self.pos = 0
+
+    def feed(self, bytes data):
+        """Bytes read from the connection."""
+        if self.slow:
+            self.reader.feed(data)
+        elif self.pos < len(self.buf):  # a reply cut by the read: rare
+            self.buf = self.buf[self.pos:] + data
+            self.pos = 0
+        else:
+            self.buf = data
+            self.pos = 0
+
+    def gets(self):
+        """The next reply, or False when none is whole yet (as `hiredis.Reader.gets`)."""
+        return self._get()
+
+    cdef object _get(self):
+        if not self.slow:
+            reply = self._integer()
+            if reply is not None:
+                return reply
+            self.slow = True  # hiredis reads from here
+            self.reader.feed(self.buf[self.pos:])
+            self.buf = b""
+            self.pos = 0
+        reply = self.reader.gets()
+        if reply is not False and not self.reader.has_data():
+            self.slow = False  # idle: no reply begun, no byte held
+        return reply
+
+    cdef object _integer(self):
+        """The next reply if it is an integer (`:<digits>\r\n`); False if the buffer ends
+        before it does; None for any other reply, or a line that is not a well-formed
+        integer (hiredis reads it, and refuses it)."""
+        cdef Py_ssize_t i = self.pos, end = len(self.buf)
+        cdef const char* p
+        cdef unsigned long long value = 0
+        cdef bint negative = False
+        cdef int digits = 0
+        if i >= end:
+            return False
+        p = PyBytes_AS_STRING(self.buf)
+        if p[i] != 58:  # ':'
+            return None
+        i += 1
+        if i < end and p[i] == 45:  # '-'
+            negative = True
+            i += 1
+        while i < end and 48 <= p[i] <= 57:
+            if digits == 18:  # past what a long long surely holds: hiredis's to read
+                return None
+            value = value * 10 + (p[i] - 48)
+            digits += 1
+            i += 1
+        if i + 1 >= end:
+            return False if i >= end or p[i] == 13 else None
+        if digits == 0 or p[i] != 13 or p[i + 1] != 10:
+            return None
+        self.pos = i + 2
+        return -<long long>value if negative else <long long>value
+
+
+def read_replies(reader, list replies, Py_ssize_t n):
+    """Append up to `n` replies from `reader`; whether all `n` came (see `_resp_py`)."""
     cdef Py_ssize_t k
+    cdef Replies own = None
+    if type(reader) is Replies:
+        own = <Replies>reader
+    else:
+        gets = reader.gets
     for k in range(n):
-        reply = gets()
+        reply = own._get() if own is not None else gets()
         if reply is False:
             return False
         replies.append(reply)

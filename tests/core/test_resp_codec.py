@@ -201,7 +201,8 @@ def parsed(parser: Any, stream: bytes, cuts: list[int]) -> list[Any]:
             parser.feed(stream[start:cut])
             start = cut
             while (reply := parser.gets()) is not False:
-                out.append(("error", str(reply)) if isinstance(reply, hiredis.ReplyError) else reply)
+                error = isinstance(reply, hiredis.ReplyError)
+                out.append(("error", str(reply)) if error else reply)
     except hiredis.ProtocolError:
         out.append("protocol error")
     return out

@@ -4,8 +4,9 @@
 Per request, the INCRBY + EXPIRE commands of its ops in one payload
 (`incrby_expire_ops`), added to its pool's next flush (`Sender`); per pipelined flush, its
 replies parsed (`Replies`) and taken from the parser (`read_replies`: two a request, so the
-loop is per request too) and every waiter of the flush given its counters (`resolve`). The rest of RESP (control commands, scripts, GET,
-the connection's batches) runs once per flush or rarely, and stays in `resp.py`.
+loop is per request too) and every waiter of the flush given its counters (`resolve`). The
+rest of RESP (control commands, scripts, GET, the connection's batches) runs once per flush
+or rarely, and stays in `resp.py`.
 """
 
 from __future__ import annotations

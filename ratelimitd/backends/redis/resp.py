@@ -5,8 +5,9 @@ are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_exp
 written by the pool together with the other requests of the same event-loop iteration (a
 request joins the flush being built through `Sender`), and the replies are parsed
 (`Replies`: integers in C, any other reply by `hiredis.Reader`) and handed back to each
-request in order. That hot codec is compiled (`_resp.pyx`; its pure twin `_resp_py.py`, selected here as the other
-compiled modules are, RATELIMITD_NO_EXTENSIONS=1 forcing the twin).
+request in order. That hot codec is compiled (`_resp.pyx`; its pure twin `_resp_py.py`,
+selected here as the other compiled modules are, RATELIMITD_NO_EXTENSIONS=1 forcing the
+twin).
 
 A connection keeps a FIFO of pending batches (one per request and round). Each batch
 carries a deadline; one timer per connection watches them. A batch past its deadline

@@ -169,13 +169,11 @@ class RateLimitService:
         if self.sends:
             # The send half and `received` are the engine's, in C (`Engine.send`): the
             # store's round started by its `increment_later`, failures `answer`ed here.
-            engine.rounds(
-                backend.increment_later,  # type: ignore[attr-defined]
-                self._start_later,
-                self.answer,
-                self._enter,
-                self.max_in_flight,
-            )
+            engine.start = backend.increment_later  # type: ignore[attr-defined]
+            engine.later = self._start_later
+            engine.answer = self.answer
+            engine.enter = self._enter
+            engine.most = self.max_in_flight
         # The answer to a plan `decide` started with a waiter, from its round's results
         # (the store's list, or the exception the round raised: `answer`ed): the engine's
         # `received`, looked up per call by the transports, as the engine changes with the

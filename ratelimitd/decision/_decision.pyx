@@ -467,11 +467,8 @@ cdef class Engine:
     # before the statistics are read (`flush`), so that a run of them makes no int.
     cdef str unknown
     cdef long long unknown_count
-    # An awaited decision's store round started without a coroutine (`send`, `received`;
-    # `_decision_rounds.pxi`): set by the service (`rounds`).
-    cdef object start, later, answer, enter
-    cdef Py_ssize_t most
-    cdef public Py_ssize_t in_flight
+    cdef public object start, later, answer, enter  # `send`'s (`_decision_rounds.pxi`)
+    cdef public Py_ssize_t most, in_flight
 
     def __init__(self, stats, limiter, extras):
         self.stats = stats
@@ -623,13 +620,10 @@ cdef class Engine:
             self.extras(request, p, response, self.options)
         return response
 
-    def prepare(self, request):
+    cpdef object prepare(self, request):
         """The first half of an awaited decision: the plan of `request` (at most SLICE
         descriptors), its statistics bound, and its count's store operations (`plan.ops`,
         meters last) at `plan.t`; or the response, when nothing is to be counted."""
-        return self._prepare(request)
-
-    cdef object _prepare(self, request):
         cdef Plan p
         planned = self._plan_or_answer(request)
         if type(planned) is not Plan:
@@ -642,21 +636,13 @@ cdef class Engine:
             p.ops += _meter_ops(p, p.t, self.prefix)
         return p
 
-    def finish(self, request, Plan p, results):
+    cpdef object finish(self, request, Plan p, results):
         """The second half: the verdict on the results of `plan.ops`, and the response."""
-        return self._finish(request, p, results)
-
-    cdef object _finish(self, request, Plan p, results):
         statuses = _settle(p, p.names, results, p.t, self.ratio, self.local)
         response = _respond(p, statuses, self.quota, self.shadow, self.service, True)
         if self.extras_on:
             self.extras(request, p, response, self.options)
         return response
-
-
-    def rounds(self, start, later, answer, enter, Py_ssize_t most):
-        """Set how `send` starts a store round and what a failure becomes (see `_rounds`)."""
-        self.start, self.later, self.answer, self.enter, self.most = start, later, answer, enter, most
 
     def send(self, request, waiter):
         """`prepare`, and its plan's store round started with `waiter` (see `_send`)."""

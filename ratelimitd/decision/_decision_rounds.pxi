@@ -2,7 +2,7 @@
 # started without a coroutine (`RateLimitService.decide` with a waiter: every Redis-backed
 # call of the native transport), `Engine.send` and `Engine.received`. In C, so that such a
 # call runs one Python frame (`decide`, the one way in) where it ran three (`decide`, its
-# send half, `received`). What the engine is given for them (`Engine.rounds`):
+# send half, `received`). The engine's attributes they use, set by the service:
 # `start(ops, waiter)` the backend's `increment_later`; `later(ops, waiter)` when that
 # cannot start the round (a task awaits `increment`); `answer(error, request, plan)` the
 # service's one place where a failure becomes an answer; `enter()` raises Overloaded, past
@@ -17,12 +17,12 @@ cdef object _send(Engine e, request, waiter):
     cdef Plan p
     plan = None
     try:
-        plan = e._prepare(request)
+        plan = e.prepare(request)
         if type(plan) is not Plan:  # nothing to count
             return plan
         p = <Plan>plan
         if not p.ops:
-            return e._finish(request, p, ())
+            return e.finish(request, p, ())
         if e.most and e.in_flight >= e.most:
             e.enter()  # raises Overloaded
         e.in_flight += 1
@@ -41,5 +41,5 @@ cdef object _received(Engine e, request, Plan p, results):
     raised (`answer`ed)."""
     e.in_flight -= 1
     if type(results) is list:
-        return e._finish(request, p, results)
+        return e.finish(request, p, results)
     return e.answer(results, request, p)

@@ -121,7 +121,6 @@ class RateLimitService:
         self.failure_policy = failure_policy
         self.fallback = fallback
         self.max_in_flight = max_in_flight  # MAX_INFLIGHT_DECISIONS; 0: no bound
-        self.in_flight = 0  # decisions waiting on the store now
         # Token budgets' stream-end calls (settle, close) a failed store round could not
         # take: sent again until it takes them (never charged twice).
         self.stream_ends = StreamEnds(limiter.backend, limiter.near_limit_ratio, stats.service)
@@ -142,7 +141,11 @@ class RateLimitService:
         # Plan, count and verdict in compiled calls: the whole decision for a limiter that
         # never waits (`decide_now` is its method), its halves around the store's round for
         # one that does (`prepare`, `finish`); swapped configs reach it with the snapshot.
-        self._engine = self.decision.Engine(self.stats, limiter, self._extras)
+        engine = self.decision.Engine(self.stats, limiter, self._extras)
+        previous = getattr(self, "_engine", None)
+        if previous is not None:  # the decisions still waiting on the store
+            engine.in_flight = previous.in_flight
+        self._engine = engine
         snap = self.snapshot
         self._engine.use(snap.ruleset, snap.options)
         # An awaited decision takes the halves unless the limiter's own round is needed
@@ -163,7 +166,24 @@ class RateLimitService:
         # WHEN_OVERLIMIT's two).
         backend = limiter.backend
         self.sends = self._halves and isinstance(backend, PipelinedBackend)
-        self._increment_later = backend.increment_later if self.sends else None  # type: ignore[attr-defined]
+        if self.sends:
+            # The send half and `received` are the engine's, in C (`Engine.send`): the
+            # store's round started by its `increment_later`, failures `answer`ed here.
+            engine.start = backend.increment_later  # type: ignore[attr-defined]
+            engine.later = self._start_later
+            engine.answer = self.answer
+            engine.enter = self._enter
+            engine.most = self.max_in_flight
+        # The answer to a plan `decide` started with a waiter, from its round's results
+        # (the store's list, or the exception the round raised: `answer`ed): the engine's
+        # `received`, looked up per call by the transports, as the engine changes with the
+        # limiter.
+        self.received: Callable[[Request, Plan, Any], Response | Refusal] = engine.received
+
+    @property
+    def in_flight(self) -> int:
+        """Decisions waiting on the store now (the engine counts those it started)."""
+        return self._engine.in_flight  # type: ignore[no-any-return]
 
     @property
     def synchronous(self) -> bool:
@@ -214,6 +234,12 @@ class RateLimitService:
         statistic moves, nothing enters the local cache); `walks` receives each
         descriptor's walk. Never raises: failures are `answer`ed.
         """
+        if waiter is not None and self.sends and not dry_run:
+            if len(request.descriptors) <= SLICE:
+                # The round started without a coroutine, in C (`Engine.send`): every
+                # Redis-backed call's path.
+                return self._engine.send(request, waiter)  # type: ignore[no-any-return]
+            return self._awaited(request)
         if dry_run:
             return self._dry_run(request, walks)
         decide_now = self._decide_now
@@ -224,8 +250,6 @@ class RateLimitService:
                 return self.answer(exc, request)
             if response is not None:
                 return response  # type: ignore[no-any-return]
-        elif waiter is not None and self.sends and len(request.descriptors) <= SLICE:
-            return self._send(request, waiter)
         return self._awaited(request)
 
     def answer(
@@ -295,7 +319,7 @@ class RateLimitService:
                 try:
                     results = await self.limiter.backend.increment(plan.ops)  # type: ignore[union-attr]
                 finally:
-                    self.in_flight -= 1
+                    self._engine.in_flight -= 1
                 return engine.finish(request, plan, results)  # type: ignore[no-any-return]
             snap = self.snapshot
             if len(request.descriptors) > SLICE:
@@ -312,60 +336,33 @@ class RateLimitService:
                 try:
                     statuses = await self.limiter.count(plan)
                 finally:
-                    self.in_flight -= 1
+                    self._engine.in_flight -= 1
             return self._respond(request, plan, statuses, snap.options)
         except Exception as exc:
             return self.answer(exc, request, plan)
 
     def _enter(self) -> None:
         """One more decision waits on the store, within MAX_INFLIGHT_DECISIONS."""
-        if self.max_in_flight and self.in_flight >= self.max_in_flight:
+        engine = self._engine
+        if self.max_in_flight and engine.in_flight >= self.max_in_flight:
             self.stats.service.overloaded += 1
             raise Overloaded(
-                f"{self.in_flight} decisions wait on the store "
+                f"{engine.in_flight} decisions wait on the store "
                 f"(MAX_INFLIGHT_DECISIONS={self.max_in_flight})"
             )
-        self.in_flight += 1
+        engine.in_flight += 1
 
     # -- the callback path (`sends`) ------------------------------------------------------
-
-    def _send(self, request: Request, waiter: Waiter) -> Response | Refusal | Plan:
-        """`decide` with a waiter: the round started without a coroutine (see there)."""
-        engine = self._engine
-        plan: Any = None
-        try:
-            plan = engine.prepare(request)
-            if plan.__class__ is Response:  # nothing to count
-                return plan  # type: ignore[no-any-return]
-            if not plan.ops:
-                return engine.finish(request, plan, ())  # type: ignore[no-any-return]
-            # `_enter`, inline: this is every Redis-backed call's path
-            if self.max_in_flight and self.in_flight >= self.max_in_flight:
-                self._enter()  # raises Overloaded
-            self.in_flight += 1
-        except Exception as exc:
-            return self.answer(exc, request, plan)
-        try:
-            if not self._increment_later(plan.ops, waiter):  # type: ignore[misc]
-                waiter.task = asyncio.get_running_loop().create_task(  # type: ignore[attr-defined]
-                    self._later(plan.ops, waiter)
-                )
-        except Exception as exc:
-            return self.received(request, plan, exc)
-        return plan  # type: ignore[no-any-return]
-
-    def received(self, request: Request, plan: Plan, results: Any) -> Response | Refusal:
-        """The answer to a plan `decide` started with a waiter, from its round's results
-        (the store's list, or the exception the round raised: `answer`ed)."""
-        self.in_flight -= 1
-        if results.__class__ is list:
-            return self._engine.finish(request, plan, results)  # type: ignore[no-any-return]
-        return self.answer(results, request, plan)
 
     def dropped(self) -> None:
         """A round `decide` started with a waiter is over, and its waiter no longer wants
         the answer (its client left): the decision is forgotten."""
-        self.in_flight -= 1
+        self._engine.in_flight -= 1
+
+    def _start_later(self, ops: list[Op], waiter: Waiter) -> None:
+        """The round of a plan `decide` started with a waiter, in a task: the store could
+        not start it without a coroutine (`increment_later` said False)."""
+        waiter.task = asyncio.get_running_loop().create_task(self._later(ops, waiter))  # type: ignore[attr-defined]
 
     async def _later(self, ops: list[Op], waiter: Waiter) -> None:
         """The round of a plan `decide` started with a waiter, awaited (a store that cannot

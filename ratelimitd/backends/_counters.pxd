@@ -3,6 +3,8 @@
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from cpython.object cimport PyObject
 
+from ratelimitd.config._keys cimport Bump
+
 
 cdef struct Slot:
     uint64_t hash     # the key's str hash (Python's keyed SipHash)
@@ -25,8 +27,6 @@ cdef class CounterTable:
     cdef void _clear(self) noexcept
 
 
-cdef class TableBump:
-    cdef object store, cls
-    cdef Py_ssize_t o_next_sweep, o_jitter, o_counters
-
-    cdef long long bump(self, str key, long long hits, long long seconds, long long now) except? -1
+cdef class TableBump(Bump):
+    cdef long long count(self, store, str key, long long hits, long long expires,
+                         long long now) except? -1

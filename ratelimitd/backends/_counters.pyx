@@ -24,7 +24,6 @@ ints: they cannot form a cycle through the table, so it is not tracked by the co
 
 from collections.abc import MutableMapping
 from os import urandom
-from random import random
 
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject, PyObject_Hash
@@ -33,7 +32,8 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memset
 
-from ratelimitd._slots cimport get, offset_of
+from ratelimitd._slots cimport get
+from ratelimitd.config._keys cimport Bump, pack
 
 cdef extern from "Python.h":
     int PyUnicode_KIND(object)
@@ -375,41 +375,21 @@ cdef class CounterTable:
 MutableMapping.register(CounterTable)
 
 
-cdef class TableBump:
+cdef class TableBump(Bump):
     """`keys.Bump` on a store whose counters are a `CounterTable`: INCRBY + EXPIRE of one
-    fixed-window counter with one probe of the table; `_decision` calls its C method."""
+    fixed-window counter with one probe of the table (`Bump` does the sweep and jitter)."""
 
-    def __init__(self, store):
-        self.store = store
-        self.cls = type(store)
-        try:
-            self.o_next_sweep = offset_of(self.cls, "_next_sweep")
-            self.o_jitter = offset_of(self.cls, "_jitter")
-            self.o_counters = offset_of(self.cls, "_counters")
-        except (TypeError, AttributeError):  # not slots: read them by name
-            self.cls = None
-
-    def __call__(self, str key, long long hits, long long seconds, long long now):
-        return self.bump(key, hits, seconds, now)
-
-    cdef long long bump(self, str key, long long hits, long long seconds, long long now) except? -1:
-        cdef long long expires, jitter, value, packed
+    cdef long long count(self, store, str key, long long hits, long long expires,
+                         long long now) except? -1:
+        cdef long long value, packed
         cdef uint64_t h
         cdef uint32_t c
         cdef CounterTable table
         cdef Slot *s
-        store = self.store
-        cls = self.cls
-        if now >= <long long>get(store, cls, self.o_next_sweep, "_next_sweep"):
-            store._sweep(now)
-        expires = now + seconds
-        jitter = get(store, cls, self.o_jitter, "_jitter")
-        if jitter > 0:
-            expires += <long long>(random() * jitter)
-        table = <CounterTable?>get(store, cls, self.o_counters, "_counters")
+        table = <CounterTable?>get(store, self.cls, self.o_counters, "_counters")
         s = table.find(key, &h, &c)
         if s.key is NULL:
-            table.put(key, h, c, _pack(hits, expires))
+            table.put(key, h, c, pack(hits, expires))
             store._created(key, expires, now)
             return hits
         value = hits  # expired, not swept yet (or another algorithm's state): a fresh counter
@@ -426,11 +406,5 @@ cdef class TableBump:
             if type(found) is int and <long long>(found & EXPIRY_MASK) > now:  # past 31 bits
                 value = found >> 32
                 value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX
-        table.put(key, h, c, _pack(value, expires))
+        table.put(key, h, c, pack(value, expires))
         return value
-
-
-cdef inline object _pack(long long value, long long expires):
-    if value <= SMALL:
-        return PyLong_FromLongLong(value << 32 | expires)
-    return (<object>value) << 32 | expires

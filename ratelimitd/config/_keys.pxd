@@ -21,3 +21,8 @@ cdef class Bump:
     cdef Py_ssize_t o_next_sweep, o_jitter, o_counters
 
     cdef long long bump(self, str key, long long hits, long long seconds, long long now) except? -1
+    cdef long long count(self, store, str key, long long hits, long long expires,
+                         long long now) except? -1
+
+
+cdef object pack(long long value, long long expires)

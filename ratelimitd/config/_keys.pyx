@@ -238,10 +238,7 @@ cdef class Bump:
         return self.bump(key, hits, seconds, now)
 
     cdef long long bump(self, str key, long long hits, long long seconds, long long now) except? -1:
-        cdef long long expires, jitter, value, packed
-        cdef int overflow = 0
-        cdef dict counters
-        cdef PyObject *found
+        cdef long long expires, jitter
         store = self.store
         cls = self.cls
         if now >= <long long>get(store, cls, self.o_next_sweep, "_next_sweep"):
@@ -250,10 +247,20 @@ cdef class Bump:
         jitter = get(store, cls, self.o_jitter, "_jitter")
         if jitter > 0:
             expires += <long long>(random() * jitter)
-        counters = get(store, cls, self.o_counters, "_counters")
+        return self.count(store, key, hits, expires, now)
+
+    cdef long long count(self, store, str key, long long hits, long long expires,
+                         long long now) except? -1:
+        """INCRBY + EXPIRE of the counter at `key` in the store's dict; a store whose
+        counters are another map overrides this (`_counters.TableBump`)."""
+        cdef long long value, packed
+        cdef int overflow = 0
+        cdef dict counters
+        cdef PyObject *found
+        counters = get(store, self.cls, self.o_counters, "_counters")
         found = PyDict_GetItem(counters, key)
         if found is NULL:
-            PyDict_SetItem(counters, key, _pack(hits, expires))
+            PyDict_SetItem(counters, key, pack(hits, expires))
             store._created(key, expires, now)
             return hits
         value = hits  # expired, not swept yet (or another algorithm's state): a fresh counter
@@ -266,11 +273,12 @@ cdef class Bump:
             elif (packed & EXPIRY_MASK) > now:
                 value = packed >> 32
                 value = value + hits if value <= COUNTER_MAX - hits else COUNTER_MAX  # saturates
-        PyDict_SetItem(counters, key, _pack(value, expires))
+        PyDict_SetItem(counters, key, pack(value, expires))
         return value
 
 
-cdef inline object _pack(long long value, long long expires):
+cdef object pack(long long value, long long expires):
+    """A counter as the memory store keeps it: `value << 32 | expires`."""
     if value <= SMALL:
         return PyLong_FromLongLong(value << 32 | expires)
     return (<object>value) << 32 | expires

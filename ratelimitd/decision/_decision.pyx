@@ -20,7 +20,6 @@ and window maths are `_keys`'s, called in C.
 
 from posix.time cimport CLOCK_REALTIME
 
-from ratelimitd.backends._counters cimport TableBump
 from ratelimitd.config._keys cimport Bump, cache_key, refuse, state_key, verdict
 from ratelimitd.decision._plan cimport (
     K_BUDGET, K_CONSUME, K_REFUND, W_ALGORITHM, W_LIMIT, W_PER_SECOND, W_REQUESTS, W_SECONDS,
@@ -325,11 +324,7 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
             for k in range(n):
                 w = <tuple>windows[k]
                 if <long long>w[W_ALGORITHM] == FIXED_WINDOW:
-                    if type(increment_one) is TableBump:  # the memory store's: no Python call
-                        results[j + k] = (<TableBump>increment_one).bump(
-                            <str>names[j + k], item.hits, w[W_SECONDS], now
-                        )
-                    elif type(increment_one) is Bump:  # a memory store on a dict
+                    if isinstance(increment_one, Bump):  # the memory store's: no Python call
                         results[j + k] = (<Bump>increment_one).bump(
                             <str>names[j + k], item.hits, w[W_SECONDS], now
                         )
@@ -472,6 +467,8 @@ cdef class Engine:
     # before the statistics are read (`flush`), so that a run of them makes no int.
     cdef str unknown
     cdef long long unknown_count
+    cdef public object start, later, answer, enter  # `send`'s (`_decision_rounds.pxi`)
+    cdef public Py_ssize_t most, in_flight
 
     def __init__(self, stats, limiter, extras):
         self.stats = stats
@@ -623,7 +620,7 @@ cdef class Engine:
             self.extras(request, p, response, self.options)
         return response
 
-    def prepare(self, request):
+    cpdef object prepare(self, request):
         """The first half of an awaited decision: the plan of `request` (at most SLICE
         descriptors), its statistics bound, and its count's store operations (`plan.ops`,
         meters last) at `plan.t`; or the response, when nothing is to be counted."""
@@ -639,13 +636,24 @@ cdef class Engine:
             p.ops += _meter_ops(p, p.t, self.prefix)
         return p
 
-    def finish(self, request, Plan p, results):
+    cpdef object finish(self, request, Plan p, results):
         """The second half: the verdict on the results of `plan.ops`, and the response."""
         statuses = _settle(p, p.names, results, p.t, self.ratio, self.local)
         response = _respond(p, statuses, self.quota, self.shadow, self.service, True)
         if self.extras_on:
             self.extras(request, p, response, self.options)
         return response
+
+    def send(self, request, waiter):
+        """`prepare`, and its plan's store round started with `waiter` (see `_send`)."""
+        return _send(self, request, waiter)
+
+    def received(self, request, Plan p, results):
+        """The answer to a plan `send` started, from its round's results (see `_received`)."""
+        return _received(self, request, p, results)
+
+
+include "_decision_rounds.pxi"
 
 
 def overall_code(list statuses, unlimited, bint global_quota):

@@ -67,11 +67,14 @@ def trim() -> bool:
     return bool(libc.malloc_trim(0)) if libc is not None else False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Trimmer:
     """Calls `release` (`trim`) once enough memory was freed, at most once per `interval` (a
     trim due inside the interval runs at its end), or `quiet` seconds after a smaller amount
-    was freed (on the running loop)."""
+    was freed (on the running loop).
+
+    Slots: the native transport reads `pending` and `wake` in C (`_h2`) for every call it
+    gives back the bytes of."""
 
     after: int = TRIM_AFTER
     interval: float = TRIM_INTERVAL
@@ -88,6 +91,7 @@ class Trimmer:
     wake: int = field(default=0, init=False)
     _scheduled: asyncio.TimerHandle | None = field(default=None, init=False)
     _due: float = field(default=0.0, init=False)
+    _last: float = field(default=0.0, init=False)  # monotonic, of the last trim
 
     def __post_init__(self) -> None:
         self._last = -self.interval  # the first trim is never held back

@@ -4,16 +4,58 @@
 # flow-control window once flushed; what is read, answered and sent within one read never is.
 
 
+from ratelimitd._slots cimport get, offset_of, put
+
+from ratelimitd.runtime.allocator import Trimmer
+from ratelimitd.transport.limits import ClientBuffers
+
+# STREAM_COST as a C number: the charge is reckoned without making an int.
+cdef Py_ssize_t COST = STREAM_COST
+cdef object BUFFERS = ClientBuffers
+cdef Py_ssize_t B_HELD = offset_of(ClientBuffers, "held")
+cdef Py_ssize_t B_LIMIT = offset_of(ClientBuffers, "limit")
+cdef Py_ssize_t B_TRIMMER = offset_of(ClientBuffers, "trimmer")
+cdef object TRIMMER = Trimmer
+cdef Py_ssize_t T_PENDING = offset_of(Trimmer, "pending")
+cdef Py_ssize_t T_WAKE = offset_of(Trimmer, "wake")
+
+
+cdef bint _take(buffers, Py_ssize_t n) except -1:
+    """`buffers.take(n)`, its usual case (it fits) in C: every call that waits on the store
+    takes, and gives back when answered, so this pair was two Python frames a call."""
+    cdef Py_ssize_t held
+    if type(buffers) is BUFFERS:
+        held = get(buffers, BUFFERS, B_HELD, "held")
+        if held + n <= <Py_ssize_t>get(buffers, BUFFERS, B_LIMIT, "limit"):
+            put(buffers, BUFFERS, B_HELD, "held", held + n)
+            return True
+    return buffers.take(n)
+
+
+cdef void _give(buffers, Py_ssize_t n) except *:
+    """`buffers.give(n)` in C, alike (the trimmer is called once it has something to do)."""
+    if type(buffers) is not BUFFERS:
+        buffers.give(n)
+        return
+    put(buffers, BUFFERS, B_HELD, "held", <Py_ssize_t>get(buffers, BUFFERS, B_HELD, "held") - n)
+    trimmer = get(buffers, BUFFERS, B_TRIMMER, "trimmer")
+    if trimmer is not None:
+        pending = get(trimmer, TRIMMER, T_PENDING, "pending") + n
+        put(trimmer, TRIMMER, T_PENDING, "pending", pending)
+        if pending >= get(trimmer, TRIMMER, T_WAKE, "wake"):
+            trimmer.freed(0)
+
+
 cdef object _hold(Connection conn, Stream stream, Py_ssize_t extra):
     """Charge a dispatched call's request (and `extra` bytes: its decoded form) to the
     buffers while its decision runs (given back when it is answered); False, and
     nothing charged, when it does not fit."""
-    cdef Py_ssize_t need = STREAM_COST + stream.header_bytes + extra
+    cdef Py_ssize_t need = COST + stream.header_bytes + extra
     if conn.buffers is None:
         return True
     if stream.message is not None:
         need += PyBytes_GET_SIZE(stream.message)
-    if not conn.buffers.take(need):
+    if not _take(conn.buffers, need):
         return False
     stream.charged += need
     return True
@@ -30,11 +72,11 @@ cdef void _charge_pending(Connection conn) except *:
         stream.pending = False
         if stream.dispatched or stream.answered or stream.closed or conn.buffers is None:
             continue
-        need = STREAM_COST + stream.header_bytes
+        need = COST + stream.header_bytes
         need += stream.expected + 5 if stream.expected >= 0 else stream.held
         if need <= stream.charged:
             continue
-        if conn.buffers.take(need - stream.charged):
+        if _take(conn.buffers, need - stream.charged):
             stream.charged = need
         else:
             conn._trailers_only(stream, _STATUS_200, RESOURCE_EXHAUSTED,
@@ -70,7 +112,7 @@ cdef bint _charge_unsent(Connection conn) except -1:
             continue
         conn.unsent.append(stream)  # checked again at the next flush
         if need > stream.charged:
-            if conn.buffers.take(need - stream.charged):
+            if _take(conn.buffers, need - stream.charged):
                 stream.charged = need
             else:
                 conn.reset(stream, NGHTTP2_CANCEL)
@@ -85,5 +127,5 @@ cdef inline void _unsent(Connection conn, Stream stream):
 
 
 cdef void _uncharge(Connection conn, Stream stream) except *:
-    conn.buffers.give(stream.charged)
+    _give(conn.buffers, stream.charged)
     stream.charged = 0

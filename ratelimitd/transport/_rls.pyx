@@ -315,12 +315,14 @@ cdef class SendRoute:
     already held."""
 
     cdef SyncCall call
-    cdef object received_by, dropped, fallback, size
+    cdef object service, dropped, fallback, size
 
     def __init__(self, SyncCall call, size, fallback):
         service = call.service
         self.call = call
-        self.received_by = service.received  # (Request, Plan, results) -> Response | Refusal
+        # Its `received(Request, Plan, results)` -> Response | Refusal is looked up per
+        # call: it is its engine's, which changes with the service's limiter.
+        self.service = service
         self.dropped = service.dropped
         self.size = size  # bytes -> the decoded request's estimated size
         self.fallback = fallback
@@ -387,7 +389,7 @@ cdef class SendRoute:
             c._done(p.started, CANCELLED, "")
             return
         try:
-            code, reply = c._answered(self.received_by(p.request, p.plan, results))
+            code, reply = c._answered(self.service.received(p.request, p.plan, results))
         except Exception as err:
             code, reply = c.failure(err)
         c._done(p.started, code, reply)

@@ -72,7 +72,12 @@ class ClientBuffers:
     over. What does not fit is refused (gRPC RESOURCE_EXHAUSTED or RST_STREAM CANCEL, HTTP
     503) with `refusal`, and its bytes freed. What is read, decided and answered within one
     read is never charged.
+
+    Slots: the native transport takes and gives through them, in C (`_h2`), for every call
+    that waits on the store.
     """
+
+    __slots__ = ("held", "limit", "refusal", "refused", "trimmer")
 
     def __init__(self, limit: int = DEFAULT_BUFFERED_BYTES, trimmer: Trimmer | None = None):
         self.limit = limit

@@ -8,6 +8,7 @@ verdicts in both twins.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import hiredis
@@ -17,6 +18,9 @@ from hypothesis import strategies as st
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.backends.redis import _resp_py, resp
+from ratelimitd.backends.redis.pool import Counters, Dialer, Pool
+from ratelimitd.backends.redis.resp import RespConnection
+from ratelimitd.settings import RedisSettings
 
 _resp = pytest.importorskip(
     "ratelimitd.backends.redis._resp", reason="compiled extension not built"
@@ -157,16 +161,107 @@ def test_the_selected_twin_is_the_compiled_one_unless_disabled() -> None:
     assert resp.implementation("compiled") is _resp
 
 
+@pytest.mark.parametrize("reader", ["hiredis", "compiled", "pure"])
 @pytest.mark.parametrize("twin", TWINS)
-def test_read_replies_takes_what_came_and_says_whether_all_did(twin: Any) -> None:
-    reader = hiredis.Reader()
-    reader.feed(b":1\r\n:2\r\n:3\r\n-ERR no\r\n:4")  # the last reply not whole yet
+def test_read_replies_takes_what_came_and_says_whether_all_did(twin: Any, reader: str) -> None:
+    parser = {"hiredis": hiredis.Reader, "compiled": _resp.Replies, "pure": _resp_py.Replies}
+    replies_of = parser[reader]()
+    replies_of.feed(b":1\r\n:2\r\n:3\r\n-ERR no\r\n:4")  # the last reply not whole yet
     replies: list[Any] = [0]
-    assert twin.read_replies(reader.gets, replies, 2) is True
+    assert twin.read_replies(replies_of, replies, 2) is True
     assert replies == [0, 1, 2]
-    assert twin.read_replies(reader.gets, replies, 3) is False
+    assert twin.read_replies(replies_of, replies, 3) is False
     assert replies[:3] == [0, 1, 2] and replies[3] == 3 and len(replies) == 5
     assert isinstance(replies[4], hiredis.ReplyError)
-    reader.feed(b"\r\n")
-    assert twin.read_replies(reader.gets, replies, 1) is True and replies[5] == 4
-    assert twin.read_replies(reader.gets, replies, 0) is True
+    replies_of.feed(b"\r\n")
+    assert twin.read_replies(replies_of, replies, 1) is True and replies[5] == 4
+    assert twin.read_replies(replies_of, replies, 0) is True
+
+
+# Replies as Redis sends them, and a few it never does (the parsers must refuse those alike).
+REPLY_BYTES = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(lambda n: b":%d\r\n" % n),
+    st.integers(0, 3).map(lambda n: b":%d\r\n" % n),
+    st.just(b"-ERR value is not an integer or out of range\r\n"),
+    st.just(b"+OK\r\n"),
+    st.binary(max_size=12).map(lambda b: b"$%d\r\n%b\r\n" % (len(b), b)),
+    st.just(b"$-1\r\n"),
+    st.just(b"*2\r\n:7\r\n$1\r\nx\r\n"),
+    st.just(b"*1\r\n*1\r\n:-5\r\n"),
+    st.sampled_from([b":\r\n", b":-\r\n", b":12a\r\n", b":1\n", b"?x\r\n"]),
+)
+
+
+def parsed(parser: Any, stream: bytes, cuts: list[int]) -> list[Any]:
+    """Every reply `parser` gives for `stream` read in pieces cut at `cuts`, and how it ended."""
+    out: list[Any] = []
+    start = 0
+    try:
+        for cut in [*sorted(cuts), len(stream)]:
+            parser.feed(stream[start:cut])
+            start = cut
+            while (reply := parser.gets()) is not False:
+                error = isinstance(reply, hiredis.ReplyError)
+                out.append(("error", str(reply)) if error else reply)
+    except hiredis.ProtocolError:
+        out.append("protocol error")
+    return out
+
+
+@PROPS
+@given(st.lists(REPLY_BYTES, min_size=1, max_size=30), st.data())
+def test_replies_twins_agree(replies: list[bytes], data: st.DataObject) -> None:
+    # The compiled parser reads integers itself and hands hiredis the rest: the same
+    # replies, cut anywhere by the reads, and the same refusal of a malformed stream.
+    stream = b"".join(replies)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=8))
+    assert parsed(_resp.Replies(), stream, cuts) == parsed(_resp_py.Replies(), stream, cuts)
+
+
+def pool_after(twin: Any, sizes: list[int], limit: int) -> list[tuple[Any, ...]]:
+    """What a pool holds after each request (`sizes`: ops per request) a twin's `Sender`
+    handed it: the flush being built (its commands, payloads and waiters) and the flushes
+    written so far. The pool's one connection has no transport: a flush written to it
+    fails, which the loop (never run here) would tell its waiters."""
+    loop = asyncio.new_event_loop()
+    try:
+        settings = RedisSettings(pipeline_limit=limit)
+        pool = Pool(settings, Dialer(settings, None), _no_address, Counters(_nothing), "t", 64)
+        pool.loop = loop
+        pool.conns.append(RespConnection(loop, 1.0))
+        send = twin.Sender(pool, 0)
+        seen = []
+        for i, size in enumerate(sizes):
+            ops = [Op(f"k{i}.{j}", 1, 60) for j in range(size)]
+            assert send(ops, f"waiter {i}") is True
+            fut = pool._fut
+            entries = None if fut is None else list(fut.entries or ())
+            seen.append((pool._cmds, b"".join(pool._buf), entries, pool.writes))
+        assert send([Op("s", 1, 60, algorithm=1, tick=1000)], "script") is False
+        return seen
+    finally:
+        loop.close()
+
+
+async def _no_address() -> Any:
+    raise AssertionError("never dialled")
+
+
+def _nothing() -> None:
+    pass
+
+
+@PROPS
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=40), st.sampled_from([0, 6, 11]))
+def test_sender_twins_agree(sizes: list[int], limit: int) -> None:
+    # The compiled one joins the flush being built in C; the pure one calls Pool.submit for
+    # every request. Both leave the pool alike, the flushes split at the same requests.
+    assert pool_after(_resp, sizes, limit) == pool_after(_resp_py, sizes, limit)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+def test_sender_refuses_without_a_connection(twin: Any) -> None:
+    settings = RedisSettings()
+    pool = Pool(settings, Dialer(settings, None), _no_address, Counters(_nothing), "t", 64)
+    with pytest.raises(BackendError, match="no connection"):
+        twin.Sender(pool, 0)([Op("k", 1, 60)], "waiter")

@@ -11,9 +11,11 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
 
-from ratelimitd._slots cimport get, offset_of
+from ratelimitd._slots cimport get, offset_of, put
 
 from random import random
+
+import hiredis
 
 from ratelimitd.backends.base import BackendError, Op
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
@@ -31,6 +33,20 @@ cdef Py_ssize_t O_BUDGET = offset_of(Op, "budget")
 cdef bytes INCRBY = b"*3\r\n$6\r\nINCRBY\r\n"
 cdef bytes EXPIRE = b"*3\r\n$6\r\nEXPIRE\r\n"
 DEF COMMAND = 16  # len(INCRBY) == len(EXPIRE)
+
+
+# The expiry jitter's draws, in C: xorshift64* (a uniform spread of expiries is all it is
+# for), seeded from `random` once at import, so that it draws no Python float per request.
+cdef unsigned long long _state = <unsigned long long>(random() * 2.0**53) * 2 + 1
+
+
+cdef inline double _uniform() noexcept:
+    """A draw in [0, 1)."""
+    global _state
+    _state ^= _state >> 12
+    _state ^= _state << 25
+    _state ^= _state >> 27
+    return <double>((_state * 2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0)
 
 
 cdef inline Py_ssize_t _digits(unsigned long long v) noexcept:
@@ -90,6 +106,10 @@ cdef inline char* _bulk_number(char* p, long long v) noexcept:
 
 def incrby_expire_ops(ops, long long jitter):
     """INCRBY + EXPIRE per op in one payload, or None (see `_resp_py.incrby_expire_ops`)."""
+    return _incrby_expire(ops, jitter)
+
+
+cdef object _incrby_expire(ops, long long jitter):
     cdef Py_ssize_t count = len(ops), i, size = 0, klen
     cdef const char* key
     cdef char* p
@@ -112,7 +132,7 @@ def incrby_expire_ops(ops, long long jitter):
             hits = get(op, OP, O_HITS, "hits")
             seconds = get(op, OP, O_SECONDS, "seconds")
             if jitter > 0:
-                seconds += <long long>(random() * jitter)
+                seconds += <long long>(_uniform() * jitter)
             numbers[2 * i] = hits
             numbers[2 * i + 1] = seconds
             PyUnicode_AsUTF8AndSize(get(op, OP, O_KEY, "key"), &klen)
@@ -132,11 +152,148 @@ def incrby_expire_ops(ops, long long jitter):
             PyMem_Free(numbers)
 
 
-def read_replies(gets, list replies, Py_ssize_t n):
-    """Append up to `n` replies from `gets`; whether all `n` came (see `_resp_py`)."""
+cdef class Sender:
+    """`SingleInstance.increment_later`, compiled (see `_resp_py.Sender`): a request's
+    payload joins the flush its pool is building in C, with no Python frame.
+
+    The pool (`pool.Pool`) keeps the flush; this reads and writes its slots. Only a
+    request that starts a flush, or would fill one, goes through `Pool.submit` (which
+    opens, schedules or writes it): one in a flush's many.
+    """
+
+    cdef object pool, kind
+    cdef long long jitter
+    cdef Py_ssize_t o_conns, o_fut, o_cmds, o_limit, o_buf
+    # The flush `Pool.submit` last left open and its waiters' list: a request joins it
+    # while it is still the pool's.
+    cdef object flush
+    cdef list entries
+
+    def __init__(self, pool, long long jitter):
+        self.pool = pool
+        self.kind = type(pool)
+        self.jitter = jitter
+        self.o_conns = offset_of(self.kind, "conns")
+        self.o_fut = offset_of(self.kind, "_fut")
+        self.o_cmds = offset_of(self.kind, "_cmds")
+        self.o_limit = offset_of(self.kind, "_limit")
+        self.o_buf = offset_of(self.kind, "_buf")
+
+    def __call__(self, ops, waiter):
+        cdef Py_ssize_t n, offset
+        payload = _incrby_expire(ops, self.jitter)
+        if payload is None:
+            return False
+        n = 2 * len(ops)
+        pool = self.pool
+        kind = self.kind
+        fut = get(pool, kind, self.o_fut, "_fut")
+        if fut is not None and fut is self.flush and get(pool, kind, self.o_conns, "conns"):
+            offset = get(pool, kind, self.o_cmds, "_cmds")
+            if offset + n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
+                # `Pool.submit` for a request that neither opens nor fills the flush
+                self.entries.append((waiter, offset, n))
+                (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
+                put(pool, kind, self.o_cmds, "_cmds", offset + n)
+                return True
+        pool.submit(payload, n, waiter)
+        fut = get(pool, kind, self.o_fut, "_fut")
+        if fut is None:  # written at once (it filled the flush)
+            self.flush = None
+            self.entries = None
+        else:
+            self.flush = fut
+            self.entries = fut.entries
+        return True
+
+
+cdef class Replies:
+    """A connection's reply parser (see `_resp_py.Replies`): integer replies, all the
+    counter path gets, are read here in C; any other kind, and what follows it until the
+    parser is idle again, by hiredis."""
+
+    cdef object reader  # hiredis.Reader: it holds the bytes while `slow`
+    cdef bint slow
+    cdef bytes buf  # the bytes not read yet (while not `slow`), from `pos`
+    cdef Py_ssize_t pos
+
+    def __init__(self):
+        self.reader = hiredis.Reader()
+        self.slow = False
+        self.buf = b""
+        self.pos = 0
+
+    def feed(self, bytes data):
+        """Bytes read from the connection."""
+        if self.slow:
+            self.reader.feed(data)
+        elif self.pos < len(self.buf):  # a reply cut by the read: rare
+            self.buf = self.buf[self.pos:] + data
+            self.pos = 0
+        else:
+            self.buf = data
+            self.pos = 0
+
+    def gets(self):
+        """The next reply, or False when none is whole yet (as `hiredis.Reader.gets`)."""
+        return self._get()
+
+    cdef object _get(self):
+        if not self.slow:
+            reply = self._integer()
+            if reply is not None:
+                return reply
+            self.slow = True  # hiredis reads from here
+            self.reader.feed(self.buf[self.pos:])
+            self.buf = b""
+            self.pos = 0
+        reply = self.reader.gets()
+        if reply is not False and not self.reader.has_data():
+            self.slow = False  # idle: no reply begun, no byte held
+        return reply
+
+    cdef object _integer(self):
+        """The next reply if it is an integer (`:<digits>\r\n`); False if the buffer ends
+        before it does; None for any other reply, or a line that is not a well-formed
+        integer (hiredis reads it, and refuses it)."""
+        cdef Py_ssize_t i = self.pos, end = len(self.buf)
+        cdef const char* p
+        cdef unsigned long long value = 0
+        cdef bint negative = False
+        cdef int digits = 0
+        if i >= end:
+            return False
+        p = PyBytes_AS_STRING(self.buf)
+        if p[i] != 58:  # ':'
+            return None
+        i += 1
+        if i < end and p[i] == 45:  # '-'
+            negative = True
+            i += 1
+        while i < end and 48 <= p[i] <= 57:
+            if digits == 18:  # past what a long long surely holds: hiredis's to read
+                return None
+            value = value * 10 + (p[i] - 48)
+            digits += 1
+            i += 1
+        if i + 1 >= end:
+            return False if i >= end or p[i] == 13 else None
+        if digits == 0 or p[i] != 13 or p[i + 1] != 10:
+            return None
+        self.pos = i + 2
+        return -<long long>value if negative else <long long>value
+
+
+def read_replies(reader, list replies, Py_ssize_t n):
+    """Append up to `n` replies from `reader`; whether all `n` came (see `_resp_py`)."""
     cdef Py_ssize_t k
+    cdef Replies own = None
+    if type(reader) is Replies:
+        own = <Replies>reader
+    else:
+        gets = reader.gets
     for k in range(n):
-        reply = gets()
+        reply = own._get() if own is not None else gets()
         if reply is False:
             return False
         replies.append(reply)
@@ -157,16 +314,19 @@ def resolve(replies, list entries, breaker, counts):
         if failed:
             result = BackendError(*replies.args)
         else:
-            mine = (<list>replies)[offset : offset + n]
-            for k in range(n):
+            mine = <list>replies
+            if offset < 0 or offset + n > len(mine):  # never: a flush has every reply
+                mine = mine[offset : offset + n]
+                offset = 0
+            for k in range(offset, offset + n):
                 if type(mine[k]) is not int:
                     try:
-                        result = counts(replies, offset, n)
+                        result = counts(replies, entry[1], n)
                     except BackendError as exc:
                         result = exc
                     break
             else:
-                result = mine[::2]
+                result = mine[offset : offset + n : 2]  # the INCRBYs' (one list, no copy)
         if breaker is not None and not waiter.cancelled:
             if failed or type(result) is not list:
                 breaker.failed()

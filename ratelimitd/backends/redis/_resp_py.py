@@ -2,10 +2,11 @@
 `resp.py` selects).
 
 Per request, the INCRBY + EXPIRE commands of its ops in one payload
-(`incrby_expire_ops`); per pipelined flush, its replies taken from the parser
-(`read_replies`: two a request, so the loop is per request too) and every waiter of the
-flush given its counters (`resolve`). The rest of RESP (control commands, scripts, GET,
-the connection's batches) runs once per flush or rarely, and stays in `resp.py`.
+(`incrby_expire_ops`), added to its pool's next flush (`Sender`); per pipelined flush, its
+replies parsed (`Replies`) and taken from the parser (`read_replies`: two a request, so the
+loop is per request too) and every waiter of the flush given its counters (`resolve`). The
+rest of RESP (control commands, scripts, GET, the connection's batches) runs once per flush
+or rarely, and stays in `resp.py`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import hiredis
+
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError, Op
 
-__all__ = ["incrby_expire_ops", "read_replies", "resolve"]
+__all__ = ["Replies", "Sender", "incrby_expire_ops", "read_replies", "resolve"]
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 
@@ -52,9 +55,54 @@ def incrby_expire_ops(ops: Sequence[Op], jitter: int) -> bytes | None:
     return b"".join(parts)
 
 
-def read_replies(gets: Callable[[], Any], replies: list[Any], n: int) -> bool:
-    """Append up to `n` replies from `gets` (a `hiredis.Reader`'s: False when no whole reply
-    is buffered) to `replies`; True when all `n` came."""
+class Sender:
+    """`SingleInstance.increment_later`: a request's fixed-window ops as one payload, handed
+    to its pool's next flush with `waiter` (`Pool.submit`); False, nothing sent, when an op
+    is a script's (`incr_expire` awaits those: their scripts may need a second round).
+    Raises BackendError when the pool has no connection.
+
+    The compiled twin joins the flush being built without calling `Pool.submit`: per request
+    no Python frame, where this one runs two.
+    """
+
+    def __init__(self, pool: Any, jitter: int) -> None:
+        self.pool = pool
+        self.jitter = jitter
+
+    def __call__(self, ops: Sequence[Op], waiter: Any) -> bool:
+        """Start the round of `ops` (see the class docstring)."""
+        payload = incrby_expire_ops(ops, self.jitter)
+        if payload is None:
+            return False
+        self.pool.submit(payload, 2 * len(ops), waiter)
+        return True
+
+
+class Replies:
+    """A connection's reply parser: `hiredis.Reader`'s `feed` and `gets`.
+
+    The compiled twin reads integer replies itself (INCRBY's and EXPIRE's, all the counter
+    path gets: two a request), without a call into hiredis each, and hands hiredis any
+    other kind and what follows it until hiredis is idle again (no reply begun, no byte
+    held); the replies, and the errors for a malformed stream, are hiredis's.
+    """
+
+    def __init__(self) -> None:
+        self.reader = hiredis.Reader()
+
+    def feed(self, data: bytes) -> None:
+        """Bytes read from the connection."""
+        self.reader.feed(data)
+
+    def gets(self) -> Any:
+        """The next reply, or False when none is whole yet."""
+        return self.reader.gets()
+
+
+def read_replies(reader: Replies, replies: list[Any], n: int) -> bool:
+    """Append up to `n` replies from `reader` (its `gets`: False when no whole reply is
+    buffered) to `replies`; True when all `n` came."""
+    gets = reader.gets
     for _ in range(n):
         reply = gets()
         if reply is False:

@@ -348,6 +348,11 @@ class SingleInstance(RedisInstance):
             describe = s.masked_url
         self.pool = Pool(s, self.dialer, resolve, self.counters, describe, self.max_in_flight)
         self.pool.receiver = self._received
+        # `incr_expire` without a coroutine (`PipelinedBackend`): fixed-window ops only
+        # (False for an algorithm, a refund or a budget call: their scripts may need a
+        # second round). Every Redis-backed decision starts here: compiled, it adds the
+        # request to the pool's flush without a Python frame (`resp.Sender`).
+        self.increment_later = resp.Sender(self.pool, self.jitter)  # type: ignore[method-assign]
         self._watcher: asyncio.Task[None] | None = None
 
     def _parse_single(self, url: str) -> Address:
@@ -505,16 +510,6 @@ class SingleInstance(RedisInstance):
         if replies.__class__ is not list:
             raise BackendError(*replies.args)  # a fresh instance per request
         return self._counts(replies, offset, n)
-
-    def increment_later(self, ops: Sequence[Op], waiter: Waiter) -> bool:
-        """`incr_expire` without a coroutine (`PipelinedBackend`): fixed-window ops only
-        (False for an algorithm, a refund or a budget call: their scripts may need a second
-        round)."""
-        payload = resp.incrby_expire_ops(ops, self.jitter)
-        if payload is None:
-            return False
-        self.pool.submit(payload, 2 * len(ops), waiter)
-        return True
 
     def _received(self, replies: Any, entries: list[tuple[Waiter, int, int]]) -> None:
         """The waiters of one flush (`Pool.receiver`): each gets its counters, or the

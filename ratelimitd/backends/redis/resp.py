@@ -2,10 +2,12 @@
 
 The counter hot path does not go through a general Redis client: a request's commands
 are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_expire_ops`),
-written by the pool together with the other requests of the same event-loop iteration, and
-the replies are parsed by `hiredis.Reader` and handed back to each request in order. That
-hot codec is compiled (`_resp.pyx`; its pure twin `_resp_py.py`, selected here as the other
-compiled modules are, RATELIMITD_NO_EXTENSIONS=1 forcing the twin).
+written by the pool together with the other requests of the same event-loop iteration (a
+request joins the flush being built through `Sender`), and the replies are parsed
+(`Replies`: integers in C, any other reply by `hiredis.Reader`) and handed back to each
+request in order. That hot codec is compiled (`_resp.pyx`; its pure twin `_resp_py.py`,
+selected here as the other compiled modules are, RATELIMITD_NO_EXTENSIONS=1 forcing the
+twin).
 
 A connection keeps a FIFO of pending batches (one per request and round). Each batch
 carries a deadline; one timer per connection watches them. A batch past its deadline
@@ -36,7 +38,7 @@ from ._resp_py import bulk_int
 IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._resp_py import incrby_expire_ops, read_replies, resolve  # noqa: F401
+    from ._resp_py import Replies, Sender, incrby_expire_ops, read_replies, resolve  # noqa: F401
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
 implementation = chooser(
@@ -147,7 +149,7 @@ class RespConnection(asyncio.Protocol):
         self.writes = 0
         self.closed = False
         self.local_close = False
-        self._reader = hiredis.Reader()
+        self._reader = Replies()
         self._timer: asyncio.TimerHandle | None = None
         self._lost: asyncio.Future[None] = loop.create_future()
         # Told how many commands a deadline check failed (the pool logs them).
@@ -163,19 +165,18 @@ class RespConnection(asyncio.Protocol):
         """Parse replies and complete the batches they finish, in order."""
         reader = self._reader
         reader.feed(data)
-        gets = reader.gets
         pending = self.pending
         try:
             while pending:
                 batch = pending[0]
                 replies = batch.replies
-                if not read_replies(gets, replies, batch.n - len(replies)):
+                if not read_replies(reader, replies, batch.n - len(replies)):
                     return  # the rest of this batch has not arrived yet
                 pending.popleft()
                 self.in_flight -= batch.n
                 if not batch.future.done():
                     batch.future.set_result(replies)
-            if gets() is not False:
+            if reader.gets() is not False:
                 self.abort("redis sent a reply nobody asked for")
         except hiredis.ProtocolError as exc:
             self.abort(f"redis protocol error: {exc}")

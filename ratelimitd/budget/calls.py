@@ -15,11 +15,14 @@ The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these 
   rule's statistics (the reserve's hits split as any limit's, and the budget's own series).
 
 Compiled with Cython in its pure-Python mode, as `backends.memory_budget` is (every budget
-call runs through here); the same source runs uncompiled where the extension is not built.
+call runs through here; types in `calls.pxd`, which the decision cimports); the same source
+runs uncompiled where the extension is not built.
 """
 
 from __future__ import annotations
 
+import binascii
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +34,7 @@ from ..config.budget_store import (
     EXTRA,
     FULL,
     GUARD,
+    MAX_TXN_BYTES,
     ORPHAN,
     RELEASE,
     RESERVE,
@@ -38,10 +42,8 @@ from ..config.budget_store import (
     SETTLED,
     Call,
     Result,
-    tagged,
-    transaction_id,
 )
-from ..config.budgets import recognise
+from ..config.budgets import PHASES
 from ..config.keys import refuse, state_key, unit_seconds, verdict
 from ..config.ruleset import Rule
 from ..messages import OK, ServiceError, Status
@@ -57,9 +59,51 @@ __all__ = [
     "item_call",
     "lookup",
     "overridden",
+    "recognise",
+    "transaction_id",
 ]
 
 TOO_MANY_REQUESTS = 429
+
+
+def recognise(
+    entries: Sequence[tuple[str, str]], phase_key: str, transaction_key: str
+) -> tuple[int, str, tuple[tuple[str, str], ...]] | None:
+    """(call kind, transaction id, the other entries in order) when the descriptor is a
+    budget call: exactly one phase entry with a known phase (`config.budgets.PHASES`) and
+    exactly one non-empty transaction entry. Anything else is an ordinary descriptor (None),
+    decided as sent."""
+    kind = 0
+    txn = ""
+    rest = []
+    for i in range(len(entries)):
+        entry = entries[i]
+        key = entry[0]
+        if key == phase_key:
+            if kind:
+                return None
+            kind = PHASES.get(entry[1], -1)
+        elif key == transaction_key:
+            if txn or not entry[1]:
+                return None
+            txn = entry[1]
+        else:
+            rest.append(entry)
+    if kind <= 0 or not txn:
+        return None
+    return kind, txn, tuple(rest)
+
+
+def transaction_id(value: str) -> str:
+    """The id a transaction is stored under: the value itself, or `#<digest>` for one of
+    more than MAX_TXN_BYTES bytes (a client may send any x-request-id; the store keeps a
+    bounded field per transaction)."""
+    # An ASCII id (an x-request-id, nearly always) is as long in bytes as in characters:
+    # no encoding to measure it.
+    size = len(value) if value.isascii() else len(value.encode())
+    if size <= MAX_TXN_BYTES and not value.startswith("#"):
+        return value
+    return "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
 
 
 def lookup(
@@ -236,7 +280,11 @@ def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], sha
     """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`), its
     readable part spelt by the counters' compiled key maths (the same spelling), the prefix
     already checked by the limiter."""
-    return tagged(prefix, state_key("", domain, entries, share, "budget"))
+    readable = state_key("", domain, entries, share, "budget")
+    # `config.budget_store.tagged`, with the CRC-32 a C integer (formatted in C); the two
+    # spellings are held equal by tests/budget/test_budget_store.py.
+    crc = binascii.crc32(readable.encode())
+    return f"{prefix}{{{crc:08x}}}{readable}"
 
 
 def budget_op(item: Any, key: str, now_ms: int) -> Op:
@@ -255,7 +303,8 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
     request was refused, by this service or the upstream) releases under every policy,
     since nothing was served. Reservations past their TTL are charged unless the policy is
     `release`."""
-    kind, txn, _, force, remember = item.budget
+    asked = item.budget
+    kind = asked[0]
     spec = item.rule.budget
     policy = spec.unsettled
     charge = policy != "release"
@@ -268,10 +317,20 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
             unserved = amount == TOO_MANY_REQUESTS
         amount = 0
     call = Call(
-        kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember, unserved
+        kind,
+        key,
+        spec.windows,
+        now_ms,
+        asked[1],
+        amount,
+        spec.ttl_ms,
+        charge,
+        asked[3],
+        asked[4],
+        unserved,
     )
     if spec.outbox and kind in (SETTLE, RELEASE):
-        call.outbox, call.event = spec.outbox, outbox_event(item.budget[2])
+        call.outbox, call.event = spec.outbox, outbox_event(asked[2])
     return call
 
 

@@ -26,11 +26,12 @@ from ratelimitd.decision._plan cimport (
     W_SUFFIX, W_TICK, W_TICKS, Item, Plan, counted, entries_of,
 )
 from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
+from ratelimitd.budget.calls cimport budget_call, budget_key, budget_status
 
 import time
 
 from ratelimitd.backends.base import Op
-from ratelimitd.budget.calls import budget_call, budget_key, budget_op, budget_status
+from ratelimitd.budget.calls import budget_op
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 from ratelimitd.config.keys import METER_TTL_SECONDS as _METER_TTL

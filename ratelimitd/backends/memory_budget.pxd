@@ -46,8 +46,8 @@ cdef long long _roll(_Limit win, _State s, long long now) except? -1
                k=cython.Py_ssize_t, start=cython.longlong)
 cdef _end(list states, tuple txn, long long charge, tuple windows)
 
-cdef _settle(_Budget b, object call, tuple limits, list states, tuple txn, long long charge,
-             object out)
+cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, tuple txn,
+             long long charge, object out)
 
 cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
                long long deadline)
@@ -56,10 +56,11 @@ cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
                k=cython.Py_ssize_t)
 cdef tuple _levels(tuple limits, list states, list ts, long long asked)
 
-@cython.locals(x=tuple, swept=cython.int, ended=cython.longlong, now=cython.longlong,
+@cython.locals(x=tuple, swept=cython.int, ended=cython.longlong,
                charged_total=cython.longlong, est_total=cython.longlong,
                charge=cython.longlong, deadline=cython.longlong)
-cdef bint _sweep(_Budget b, object call, tuple limits, list states, object result) except -1
+cdef bint _sweep(_Budget b, long long now, long long ttl, bint charge_expired, tuple limits,
+                 list states, object result) except -1
 
 
 cdef class MemoryBudgets:
@@ -72,12 +73,16 @@ cdef class MemoryBudgets:
     cdef object _windows
     cdef tuple _limits
 
-    @cython.locals(b=_Budget, txn=tuple, s=_State, lim=_Limit, limits=tuple, now=cython.longlong,
-                   kind=cython.int, peek=cython.bint, stored=cython.bint, written=cython.bint,
+    cpdef _run(self, object call, bint held=*)
+
+    @cython.locals(b=_Budget, txn=tuple, s=_State, lim=_Limit, limits=tuple,
+                   peek=cython.bint, stored=cython.bint, written=cython.bint,
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,
-                   span=cython.longlong, charge=cython.longlong, after=cython.longlong,
+                   span=cython.longlong, ends=cython.longlong, after=cython.longlong,
                    k=cython.Py_ssize_t, states=list, levels=tuple)
-    cpdef _run(self, object call, bint held=*)
+    cpdef decide(self, int kind, str key, tuple windows, long long now, str txn_id,
+                 long long amount, long long ttl, bint charge, bint force, bint remember,
+                 bint unserved, bint held=*)
 
     cdef _drop_forgotten(self, long long now)

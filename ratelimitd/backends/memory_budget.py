@@ -298,12 +298,41 @@ class MemoryBudgets:
         }
 
     def _run(self, call: Call, held: bool = False) -> Result:
-        now = call.now
+        return self.decide(
+            call.kind,
+            call.key,
+            call.windows,
+            call.now,
+            call.txn,
+            call.amount,
+            call.ttl,
+            call.charge,
+            call.force,
+            call.remember,
+            call.unserved,
+            held,
+        )
+
+    def decide(
+        self,
+        kind: int,
+        key: str,
+        windows: tuple[Window, ...],
+        now: int,
+        txn_id: str,
+        amount: int,
+        ttl: int,
+        charge: bool,
+        force: bool,
+        remember: bool,
+        unserved: bool,
+        held: bool = False,
+    ) -> Result:
+        """Apply one call given by its fields (a `Call`'s, in order; `held` as in
+        `dry_run`): a synchronous caller need not build the Call (`budget.calls.budget_now`)."""
         if now >= self._next_forget:
             self._drop_forgotten(now)
-        kind = call.kind
         peek = kind == PEEK
-        key = call.key
         b = self._budgets.get(key)
         if b is not None and b.e and b.e <= now:
             if not peek:
@@ -315,7 +344,6 @@ class MemoryBudgets:
             b = _Budget()
         elif peek:
             b = b.copy()
-        windows = call.windows
         if windows is not self._windows:  # the rule's own tuple: read once per rule in turn
             self._limits = tuple([_Limit(win) for win in windows])
             self._windows = windows
@@ -336,17 +364,17 @@ class MemoryBudgets:
         result = Result(0, ())
         due = b.due
         if due and due[0][0] <= now:
-            written = _sweep(b, call, limits, states, result)
+            written = _sweep(b, now, ttl, charge, limits, states, result)
         if held:
             result.held = tuple([(s.u, s.r) for s in states])
-        txn = txns.get(call.txn) if kind != COUNT else None
+        txn = txns.get(txn_id) if kind != COUNT else None
         # A new id's record would pass the budget's bound or the process's.
         full = txn is None and (
             len(txns) >= self.max_budget_txns
             or self.txns + len(txns) - held_before >= self.max_txns
         )
         if kind in (RESERVE, PEEK):
-            asked = call.amount
+            asked = amount
             if txn is not None and txn[STATE] == "r":
                 txn = None  # a remembered refusal, asked again: decided afresh
             result.levels = levels = _levels(limits, states, ts, asked)
@@ -355,7 +383,7 @@ class MemoryBudgets:
             elif txn is not None:
                 result.outcome = DUPLICATE
                 if txn[STATE] == "o" and not peek:
-                    txns[call.txn] = ("c", txn[ESTIMATE], txn[STARTS], txn[DEADLINE])
+                    txns[txn_id] = ("c", txn[ESTIMATE], txn[STARTS], txn[DEADLINE])
                     written = True
             else:
                 fits = True
@@ -364,7 +392,7 @@ class MemoryBudgets:
                     if levels[k][0] > lim.limit:
                         fits = False
                 result.outcome = ADMITTED if fits else REFUSED
-                if (fits or call.force) and not peek:
+                if (fits or force) and not peek:
                     held_in: list[Any] = []
                     for k in range(len(limits)):
                         s = states[k]
@@ -372,13 +400,13 @@ class MemoryBudgets:
                         lim = limits[k]
                         held_in += (lim.name, s.w)
                     starts = tuple(held_in)
-                    _schedule(b, call.txn, "o", asked, starts, now + call.ttl)
+                    _schedule(b, txn_id, "o", asked, starts, now + ttl)
                     written = True
-                elif call.remember and not peek:
-                    _schedule(b, call.txn, "r", 0, (), now + call.ttl)
+                elif remember and not peek:
+                    _schedule(b, txn_id, "r", 0, (), now + ttl)
                     written = True
         elif kind == COUNT:
-            asked = call.amount
+            asked = amount
             result.levels = levels = _levels(limits, states, ts, asked)
             fits = True
             for k in range(len(limits)):
@@ -397,13 +425,13 @@ class MemoryBudgets:
                     result.outcome = ORPHAN
                     for k in range(len(states)):
                         s = states[k]
-                        s.u = min(s.u + call.amount, USED_MAX)
+                        s.u = min(s.u + amount, USED_MAX)
                     if not full:  # remembered, so that a repeated settle charges nothing
-                        _schedule(b, call.txn, "s", 0, (), now + call.ttl)
-                    result.charged = call.amount
+                        _schedule(b, txn_id, "s", 0, (), now + ttl)
+                    result.charged = amount
                     written = True
                 elif txn[STATE] == "o" or txn[STATE] == "c":
-                    _settle(b, call, limits, states, txn, call.amount, result)
+                    _settle(b, txn_id, now + ttl, limits, states, txn, amount, result)
                     written = True
                 else:
                     result.outcome = FINISHED
@@ -413,8 +441,8 @@ class MemoryBudgets:
                 elif txn[STATE] == "c":
                     result.outcome = CONTESTED
                 elif txn[STATE] == "o":
-                    charge = txn[ESTIMATE] if call.charge and not call.unserved else 0
-                    _settle(b, call, limits, states, txn, charge, result)
+                    ends = txn[ESTIMATE] if charge and not unserved else 0
+                    _settle(b, txn_id, now + ttl, limits, states, txn, ends, result)
                     written = True
                 else:
                     result.outcome = FINISHED
@@ -455,7 +483,8 @@ class MemoryBudgets:
 
 def _settle(
     b: _Budget,
-    call: Call,
+    t: str,
+    deadline: int,
     limits: tuple[_Limit, ...],
     states: list[_State],
     txn: _Txn,
@@ -466,7 +495,7 @@ def _settle(
     out.outcome = SETTLED
     out.estimate = txn[ESTIMATE]
     out.charged = charge
-    _schedule(b, call.txn, "s", 0, (), call.now + call.ttl)
+    _schedule(b, t, "s", 0, (), deadline)
 
 
 def _schedule(
@@ -493,11 +522,16 @@ def _levels(
 
 
 def _sweep(
-    b: _Budget, call: Call, limits: tuple[_Limit, ...], states: list[_State], result: Result
+    b: _Budget,
+    now: int,
+    ttl: int,
+    charge_expired: bool,
+    limits: tuple[_Limit, ...],
+    states: list[_State],
+    result: Result,
 ) -> bool:
     """Apply up to SWEEP_BATCH transactions whose deadline has passed (module
     docstring, step 3), counted in `result`; whether any was."""
-    now = call.now
     due = b.due
     txns = b.txns
     swept = ended = charged_total = est_total = 0
@@ -508,12 +542,12 @@ def _sweep(
             continue  # a stale heap entry
         swept += 1
         if x[STATE] == "o" or x[STATE] == "c":
-            charge = x[ESTIMATE] if call.charge else 0
+            charge = x[ESTIMATE] if charge_expired else 0
             _end(states, x, charge, limits)
             ended += 1
             est_total += x[ESTIMATE]
             charged_total += charge
-            _schedule(b, t, "x", x[ESTIMATE], (), now + call.ttl)
+            _schedule(b, t, "x", x[ESTIMATE], (), now + ttl)
         else:
             del txns[t]
     result.expired = ended

@@ -5,6 +5,7 @@
 
 cimport cython
 
+from ratelimitd.backends.memory_budget cimport MemoryBudgets
 from ratelimitd.decision._plan cimport Item, Plan
 
 
@@ -28,6 +29,12 @@ cpdef str budget_key(str prefix, str domain, entries, share)
 @cython.locals(kind=cython.int, amount=cython.longlong, charge=cython.bint,
                unserved=cython.bint, asked=tuple)
 cpdef object budget_call(Item item, str key, long long now_ms)
+
+@cython.locals(memory=MemoryBudgets, kind=cython.int, amount=cython.longlong,
+               unserved=cython.bint, asked=tuple)
+cpdef object budget_now(run, Item item, str key, long long now_ms)
+
+cdef bint _unserved(str policy, long long code)
 
 @cython.locals(k=cython.Py_ssize_t, best_over=cython.bint, best_after=cython.longlong,
                best_reset=cython.longlong, best_left=cython.longlong, after=cython.longlong,

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..backends.base import Op
+from ..backends.memory_budget import MemoryBudgets
 from ..config.budget_store import (
     ADMITTED,
     COUNT,
@@ -54,6 +55,7 @@ __all__ = [
     "arrange",
     "budget_call",
     "budget_key",
+    "budget_now",
     "budget_op",
     "budget_status",
     "item_call",
@@ -309,12 +311,8 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
     policy = spec.unsettled
     charge = policy != "release"
     amount = item.hits
-    unserved = False
+    unserved = kind == RELEASE and _unserved(policy, amount)
     if kind == RELEASE:
-        if policy == "charge_served":
-            unserved = not 200 <= amount < 300
-        else:
-            unserved = amount == TOO_MANY_REQUESTS
         amount = 0
     call = Call(
         kind,
@@ -332,6 +330,45 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
     if spec.outbox and kind in (SETTLE, RELEASE):
         call.outbox, call.event = spec.outbox, outbox_event(asked[2])
     return call
+
+
+def budget_now(run: Any, item: Any, key: str, now_ms: int) -> Result:
+    """The result of a budget item's `budget_call` on a synchronous store, whose
+    `budget_now` is `run`. On the memory store's budgets (`MemoryBudgets.apply`) the call
+    is made from the item's fields, no Call built; the memory store appends to no outbox."""
+    budgets = getattr(run, "__self__", None)
+    if type(budgets) is not MemoryBudgets:
+        return run(budget_call(item, key, now_ms))  # type: ignore[no-any-return]
+    memory = budgets
+    asked = item.budget
+    kind = asked[0]
+    spec = item.rule.budget
+    policy = spec.unsettled
+    amount = item.hits
+    unserved = kind == RELEASE and _unserved(policy, amount)
+    if kind == RELEASE:
+        amount = 0
+    return memory.decide(  # type: ignore[no-any-return]
+        kind,
+        key,
+        spec.windows,
+        now_ms,
+        asked[1],
+        amount,
+        spec.ttl_ms,
+        policy != "release",
+        asked[3],
+        asked[4],
+        unserved,
+    )
+
+
+def _unserved(policy: str, code: int) -> bool:
+    """Whether a close with response code `code` served nothing, under `policy`
+    (`budget_call`)."""
+    if policy == "charge_served":
+        return not 200 <= code < 300
+    return code == TOO_MANY_REQUESTS
 
 
 def budget_status(item: Any, result: Result, ratio: float) -> Status:

@@ -26,7 +26,7 @@ from ratelimitd.decision._plan cimport (
     W_SUFFIX, W_TICK, W_TICKS, Item, Plan, counted, entries_of,
 )
 from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
-from ratelimitd.budget.calls cimport budget_call, budget_key, budget_status
+from ratelimitd.budget.calls cimport budget_key, budget_now, budget_status
 
 import time
 
@@ -339,7 +339,7 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                     )
             continue
         if item.kind == K_BUDGET:  # its one call, no Op built
-            results[j] = store.budget_now(budget_call(item, names[j], now_ms))
+            results[j] = budget_now(store.budget_now, item, names[j], now_ms)
             continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
         results[j : j + n] = store.increment_now(ops, now)

@@ -6,11 +6,12 @@
 cimport cython
 
 from ratelimitd.backends.memory_budget cimport MemoryBudgets
+from ratelimitd.config._keys cimport refuse, state_key, verdict
 from ratelimitd.decision._plan cimport Item, Plan
 
 
 @cython.locals(kind=cython.int, txn=str, rest=list, i=cython.Py_ssize_t, entry=tuple, key=str)
-cdef tuple recognise(entries, str phase_key, str transaction_key)
+cpdef tuple recognise(entries, str phase_key, str transaction_key)
 
 cpdef tuple lookup(find, root, str domain, entries, tuple keys, list walked)
 
@@ -40,5 +41,6 @@ cdef bint _unserved(str policy, long long code)
                best_reset=cython.longlong, best_left=cython.longlong, after=cython.longlong,
                ticks=cython.longlong, wait=cython.longlong, left=cython.longlong,
                over=cython.bint, kind=cython.int, outcome=cython.int, hits=cython.longlong,
-               levels=tuple, windows=tuple, specs=tuple)
+               levels=tuple, windows=tuple, specs=tuple, tick=cython.longlong,
+               requests=cython.longlong)
 cpdef object budget_status(Item item, object result, double ratio)

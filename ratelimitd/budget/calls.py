@@ -392,8 +392,10 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     for k in range(len(levels)):
         after, ticks = levels[k]
         w = windows[k]
-        wait = -(-ticks * specs[k].tick // 1000)  # never past the wait
-        left = w.requests - after
+        tick = specs[k].tick
+        requests = w.requests
+        wait = -(-ticks * tick // 1000)  # never past the wait
+        left = requests - after
         over = left < 0
         if (
             best is None

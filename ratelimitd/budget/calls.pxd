@@ -10,7 +10,8 @@ from ratelimitd.config._keys cimport refuse, state_key, verdict
 from ratelimitd.decision._plan cimport Item, Plan
 
 
-@cython.locals(kind=cython.int, txn=str, rest=list, i=cython.Py_ssize_t, entry=tuple, key=str)
+@cython.locals(kind=cython.int, txn=str, rest=list, i=cython.Py_ssize_t, entry=tuple, key=str,
+               phases=dict)
 cpdef tuple recognise(entries, str phase_key, str transaction_key)
 
 cpdef tuple lookup(find, root, str domain, entries, tuple keys, list walked)
@@ -23,6 +24,10 @@ cpdef tuple item_call(tuple call, rule, entries, bint negative, tuple keys)
 
 @cython.locals(kind=cython.int)
 cpdef add_item(Plan plan, Item item, tuple call, entries, bint negative, tuple keys)
+
+@cython.locals(held=list, item=Item, kind=cython.int, closes=list, items=list, parts=dict,
+               got=list, kept=set, metadata=list)
+cpdef arrange(Plan plan)
 
 @cython.locals(crc=cython.uint, readable=str)
 cpdef str budget_key(str prefix, str domain, entries, share)

@@ -75,6 +75,7 @@ def recognise(
     budget call: exactly one phase entry with a known phase (`config.budgets.PHASES`) and
     exactly one non-empty transaction entry. Anything else is an ordinary descriptor (None),
     decided as sent."""
+    phases = PHASES
     kind = 0
     txn = ""
     rest = []
@@ -84,7 +85,7 @@ def recognise(
         if key == phase_key:
             if kind:
                 return None
-            kind = PHASES.get(entry[1], -1)
+            kind = phases.get(entry[1], -1)
         elif key == transaction_key:
             if txn or not entry[1]:
                 return None

@@ -1,13 +1,12 @@
 # The types of `calls.py` compiled in Cython's pure-Python mode (the same source runs
 # uncompiled where the extension is not built). The decision (`_plan`, `_decision`) cimports
-# these: a budget call's recognition, key, store call and status are then C calls on its
-# items' C fields, not Python calls reading attributes by name.
+# these: a budget call's recognition, key, store call and status are then C calls, not
+# Python calls. (Its items stay objects here: the budget layer is below the decision's.)
 
 cimport cython
 
 from ratelimitd.backends.memory_budget cimport MemoryBudgets
 from ratelimitd.config._keys cimport refuse, state_key, verdict
-from ratelimitd.decision._plan cimport Item, Plan
 
 
 @cython.locals(kind=cython.int, txn=str, rest=list, i=cython.Py_ssize_t, entry=tuple, key=str,
@@ -23,22 +22,22 @@ cpdef str transaction_id(str value)
 cpdef tuple item_call(tuple call, rule, entries, bint negative, tuple keys)
 
 @cython.locals(kind=cython.int)
-cpdef add_item(Plan plan, Item item, tuple call, entries, bint negative, tuple keys)
+cpdef add_item(plan, item, tuple call, entries, bint negative, tuple keys)
 
-@cython.locals(held=list, item=Item, kind=cython.int, closes=list, items=list, parts=dict,
+@cython.locals(held=list, kind=cython.int, closes=list, items=list, parts=dict,
                got=list, kept=set, metadata=list)
-cpdef arrange(Plan plan)
+cpdef arrange(plan)
 
 @cython.locals(crc=cython.uint, readable=str)
 cpdef str budget_key(str prefix, str domain, entries, share)
 
 @cython.locals(kind=cython.int, amount=cython.longlong, charge=cython.bint,
                unserved=cython.bint, asked=tuple)
-cpdef object budget_call(Item item, str key, long long now_ms)
+cpdef object budget_call(item, str key, long long now_ms)
 
 @cython.locals(memory=MemoryBudgets, kind=cython.int, amount=cython.longlong,
                unserved=cython.bint, asked=tuple)
-cpdef object budget_now(run, Item item, str key, long long now_ms)
+cpdef object budget_now(run, item, tuple asked, rule, long long hits, str key, long long now_ms)
 
 cdef bint _unserved(str policy, long long code)
 
@@ -48,4 +47,6 @@ cdef bint _unserved(str policy, long long code)
                over=cython.bint, kind=cython.int, outcome=cython.int, hits=cython.longlong,
                levels=tuple, windows=tuple, specs=tuple, tick=cython.longlong,
                requests=cython.longlong)
-cpdef object budget_status(Item item, object result, double ratio)
+cpdef object status_of(tuple asked, rule, long long hits, st, object result, double ratio)
+
+cpdef object budget_status(item, object result, double ratio)

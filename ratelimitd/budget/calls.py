@@ -62,6 +62,7 @@ __all__ = [
     "lookup",
     "overridden",
     "recognise",
+    "status_of",
     "transaction_id",
 ]
 
@@ -333,19 +334,21 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
     return call
 
 
-def budget_now(run: Any, item: Any, key: str, now_ms: int) -> Result:
+def budget_now(
+    run: Any, item: Any, asked: tuple[Any, ...], rule: Any, hits: int, key: str, now_ms: int
+) -> Result:
     """The result of a budget item's `budget_call` on a synchronous store, whose
-    `budget_now` is `run`. On the memory store's budgets (`MemoryBudgets.apply`) the call
-    is made from the item's fields, no Call built; the memory store appends to no outbox."""
+    `budget_now` is `run`; `asked`, `rule` and `hits` are the item's (read by the compiled
+    decision from its fields). On the memory store's budgets (`MemoryBudgets.apply`) the
+    call is made from them, no Call built; the memory store appends to no outbox."""
     budgets = getattr(run, "__self__", None)
     if type(budgets) is not MemoryBudgets:
         return run(budget_call(item, key, now_ms))  # type: ignore[no-any-return]
     memory = budgets
-    asked = item.budget
     kind = asked[0]
-    spec = item.rule.budget
+    spec = rule.budget
     policy = spec.unsettled
-    amount = item.hits
+    amount = hits
     unserved = kind == RELEASE and _unserved(policy, amount)
     if kind == RELEASE:
         amount = 0
@@ -380,8 +383,14 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     is then any limit's verdict (a reused transaction id refused); a settle or close
     answers OK with what remains.
     """
-    rule = item.rule
-    st = item.stats
+    return status_of(item.budget, item.rule, item.hits, item.stats, result, ratio)
+
+
+def status_of(
+    asked: tuple[Any, ...], rule: Any, hits: int, st: Any, result: Result, ratio: float
+) -> Status:
+    """`budget_status` of an item given by its call (`item.budget`), rule, hits and
+    statistics (the compiled decision reads them from the item's fields)."""
     st.budget = True
     best: Any = None
     best_over = False
@@ -408,10 +417,9 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
         st.budget_expired += result.expired
         st.budget_reserved -= result.expired_estimate
         st.budget_charged += result.expired_charged
-    kind = item.budget[0]
+    kind = asked[0]
     outcome = result.outcome
     if kind in (RESERVE, COUNT):
-        hits = item.hits
         st.total_hits += hits
         if outcome == DUPLICATE:
             st.budget_duplicate += 1
@@ -419,7 +427,7 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
         if outcome == FULL:  # the budget (or process) holds its most transactions
             st.budget_full += 1
             return refuse(best.limit, st, hits, best_reset)
-        if kind == RESERVE and (outcome == ADMITTED or item.budget[3]):
+        if kind == RESERVE and (outcome == ADMITTED or asked[3]):
             st.budget_reserved += hits  # held (forced past the limit in shadow mode)
         return verdict(best.limit, st, hits, best_after, ratio, best_reset)
     if outcome == SETTLED:

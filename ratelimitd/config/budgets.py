@@ -1,5 +1,5 @@
-"""A rule's `budget:` block, checked, and how a budget call is recognised in a descriptor
-(docs/budgets.md).
+"""A rule's `budget:` block, checked, and the phases a budget call is recognised by in a
+descriptor (`budget.calls.recognise`; docs/budgets.md).
 
 ```yaml
 descriptors:

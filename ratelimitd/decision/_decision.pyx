@@ -26,7 +26,7 @@ from ratelimitd.decision._plan cimport (
     W_SUFFIX, W_TICK, W_TICKS, Item, Plan, counted, entries_of,
 )
 from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
-from ratelimitd.budget.calls cimport budget_key, budget_now, budget_status
+from ratelimitd.budget.calls cimport budget_key, budget_now, status_of
 
 import time
 
@@ -339,7 +339,9 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                     )
             continue
         if item.kind == K_BUDGET:  # its one call, no Op built
-            results[j] = budget_now(store.budget_now, item, names[j], now_ms)
+            results[j] = budget_now(
+                store.budget_now, item, item.budget, item.rule, item.hits, names[j], now_ms
+            )
             continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
         results[j : j + n] = store.increment_now(ops, now)
@@ -368,7 +370,9 @@ cdef list _settle(Plan plan, list names, results, double t, double ratio, local)
             statuses[item.index] = _refunded(windows, results, j, now)
             continue
         if item.kind == K_BUDGET:
-            statuses[item.index] = budget_status(item, results[j], ratio)
+            statuses[item.index] = status_of(
+                item.budget, item.rule, item.hits, item.stats, results[j], ratio
+            )
             continue
         # The deciding window: over the limit first, the longest wait among those (the
         # first on a tie); otherwise the least remaining.

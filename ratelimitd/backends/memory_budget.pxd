@@ -6,9 +6,20 @@
 
 cimport cython
 
-# The fields of a window's state and of a transaction (`memory_budget.py`), indexed in C.
-cdef Py_ssize_t W, U, R, P, Q
+# The fields of a transaction (`memory_budget.py`), indexed in C.
 cdef Py_ssize_t STATE, ESTIMATE, STARTS, DEADLINE
+
+
+cdef class _Limit:
+    cdef readonly str name
+    cdef readonly long long algorithm, ticks, tick, limit
+
+
+cdef class _State:
+    cdef public long long w, u, r, p, q
+
+    cpdef _State copy(self)
+    cpdef list fields(self)
 
 
 cdef class _Budget:
@@ -22,30 +33,34 @@ cdef class _Budget:
 
 
 @cython.locals(left=cython.longlong, pe=cython.longlong)
-cpdef long long level(object win, list s, long long t) except? -1
+cpdef long long level(_Limit win, _State s, long long t) except? -1
 
 @cython.locals(end=cython.longlong, c=cython.longlong, pe=cython.longlong, room=cython.longlong,
                ce=cython.longlong)
-cpdef long long reset(object win, list s, long long t, long long asked, long long after) except? -1
+cpdef long long reset(_Limit win, _State s, long long t, long long asked, long long after) except? -1
 
 @cython.locals(start=cython.longlong, w=cython.longlong)
-cdef long long _roll(object win, list s, long long now) except? -1
+cdef long long _roll(_Limit win, _State s, long long now) except? -1
 
-@cython.locals(est=cython.longlong, s=list, starts=tuple, i=cython.Py_ssize_t, k=cython.Py_ssize_t)
+@cython.locals(est=cython.longlong, s=_State, win=_Limit, starts=tuple, i=cython.Py_ssize_t,
+               k=cython.Py_ssize_t, start=cython.longlong)
 cdef _end(list states, tuple txn, long long charge, tuple windows)
 
-cdef _settle(_Budget b, object call, list states, tuple txn, long long charge, object out)
+cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, tuple txn,
+             long long charge, object out)
 
 cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
                long long deadline)
 
-@cython.locals(after=cython.longlong, t=cython.longlong, s=list, k=cython.Py_ssize_t)
-cdef tuple _levels(tuple windows, list states, list ts, long long asked)
+@cython.locals(after=cython.longlong, t=cython.longlong, s=_State, win=_Limit,
+               k=cython.Py_ssize_t)
+cdef tuple _levels(tuple limits, list states, list ts, long long asked)
 
-@cython.locals(x=tuple, swept=cython.int, ended=cython.longlong, now=cython.longlong,
+@cython.locals(x=tuple, swept=cython.int, ended=cython.longlong,
                charged_total=cython.longlong, est_total=cython.longlong,
                charge=cython.longlong, deadline=cython.longlong)
-cdef bint _sweep(_Budget b, object call, list states, object result) except -1
+cdef bint _sweep(_Budget b, long long now, long long ttl, bint charge_expired, tuple limits,
+                 list states, object result) except -1
 
 
 cdef class MemoryBudgets:
@@ -55,13 +70,19 @@ cdef class MemoryBudgets:
     cdef public long long max_budget_txns
     cdef public long long max_txns
     cdef public long long txns
+    cdef object _windows
+    cdef tuple _limits
 
-    @cython.locals(b=_Budget, txn=tuple, s=list, now=cython.longlong,
-                   kind=cython.int, peek=cython.bint, stored=cython.bint, written=cython.bint,
+    cpdef _run(self, object call, bint held=*)
+
+    @cython.locals(b=_Budget, txn=tuple, s=_State, lim=_Limit, limits=tuple,
+                   peek=cython.bint, stored=cython.bint, written=cython.bint,
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,
-                   span=cython.longlong, charge=cython.longlong, after=cython.longlong,
+                   span=cython.longlong, ends=cython.longlong, after=cython.longlong,
                    k=cython.Py_ssize_t, states=list, levels=tuple)
-    cpdef _run(self, object call, bint held=*)
+    cpdef decide(self, int kind, str key, tuple windows, long long now, str txn_id,
+                 long long amount, long long ttl, bint charge, bint force, bint remember,
+                 bint unserved, bint held=*)
 
     cdef _drop_forgotten(self, long long now)

@@ -57,8 +57,6 @@ from ..config.windows import FIXED_WINDOW
 
 __all__ = ["MAX_TXNS", "MemoryBudgets", "level", "reset"]
 
-# A window's state: [w, u, r, p, q] (model docstring).
-W, U, R, P, Q = range(5)
 # MEMORY_MAX_BUDGET_TRANSACTIONS' default: ~260 MB of transactions at ~520 B each.
 MAX_TXNS = 500_000
 
@@ -76,6 +74,40 @@ STARTS: Final = 2
 DEADLINE: Final = 3
 
 
+class _Limit:
+    """The constants of one limit (a `Window`'s), read once and held in C fields: the maths
+    read them some twenty times a call."""
+
+    __slots__ = ("algorithm", "limit", "name", "tick", "ticks")
+
+    def __init__(self, win: Window) -> None:
+        self.name = win.name
+        self.algorithm = win.algorithm
+        self.ticks = win.ticks
+        self.tick = win.tick
+        self.limit = win.limit
+
+
+class _State:
+    """One limit's state in a budget (model docstring): the window's start `w`, its usage
+    `u` and reservations `r`, a sliding window's `p` and `q` (the same two of the window
+    before); C integers when compiled, so the maths allocate no Python integer for them."""
+
+    __slots__ = ("p", "q", "r", "u", "w")
+
+    def __init__(self) -> None:
+        self.w = self.u = self.r = self.p = self.q = 0
+
+    def copy(self) -> _State:
+        other = _State()
+        other.w, other.u, other.r, other.p, other.q = self.w, self.u, self.r, self.p, self.q
+        return other
+
+    def fields(self) -> list[int]:
+        """[w, u, r, p, q] (`MemoryBudgets.state`)."""
+        return [self.w, self.u, self.r, self.p, self.q]
+
+
 class _Budget:
     """The two keys of one budget: windows and transactions, and their deadlines."""
 
@@ -84,7 +116,7 @@ class _Budget:
     def __init__(self) -> None:
         self.e = 0
         self.latest = 0  # the latest deadline ever set (deadlines only move forward)
-        self.windows: dict[str, list[int]] = {}
+        self.windows: dict[str, _State] = {}
         self.txns: dict[str, _Txn] = {}
         self.due: list[tuple[int, str]] = []  # heap; an entry is live iff its txn has that deadline
 
@@ -92,35 +124,35 @@ class _Budget:
         other = _Budget()
         other.e = self.e
         other.latest = self.latest
-        other.windows = {name: list(s) for name, s in self.windows.items()}
+        other.windows = {name: s.copy() for name, s in self.windows.items()}
         other.txns = dict(self.txns)
         other.due = list(self.due)
         return other
 
 
-def level(win: Window, s: list[int], t: int) -> int:
+def level(win: _Limit, s: _State, t: int) -> int:
     """Usage + reservations of a rolled window at tick `t` (a sliding window weighs the one
     before by the part of it still inside the rolling window)."""
     if win.algorithm == FIXED_WINDOW:
-        return s[U] + s[R]
-    left = s[W] + win.ticks - t
-    pe = s[P] + s[Q]
+        return s.u + s.r
+    left = s.w + win.ticks - t
+    pe = s.p + s.q
     if pe > win.limit:
         pe = win.limit
-    return -(-pe * left // win.ticks) + s[U] + s[R]
+    return -(-pe * left // win.ticks) + s.u + s.r
 
 
-def reset(win: Window, s: list[int], t: int, asked: int, after: int) -> int:
+def reset(win: _Limit, s: _State, t: int, asked: int, after: int) -> int:
     """Ticks until the window has room for `asked` if every reservation is charged in full
     (OK: until it holds nothing any more), the sliding window's formulas with usage +
     reservations for its counts."""
-    end = s[W] + win.ticks - t
+    end = s.w + win.ticks - t
     if win.algorithm == FIXED_WINDOW:
         return end
-    c = s[U] + s[R]
+    c = s.u + s.r
     if after <= win.limit:
         return end + win.ticks if c + asked > 0 else end
-    pe = s[P] + s[Q]
+    pe = s.p + s.q
     if pe > win.limit:
         pe = win.limit
     room = win.limit - c - asked
@@ -132,24 +164,25 @@ def reset(win: Window, s: list[int], t: int, asked: int, after: int) -> int:
     return end + win.ticks - (win.limit - asked) * win.ticks // ce if ce else end
 
 
-def _roll(win: Window, s: list[int], now: int) -> int:
+def _roll(win: _Limit, s: _State, now: int) -> int:
     """Roll `s` to the window of `now` (ms); the tick the window is read at."""
     t = now // win.tick
     start = t - t % win.ticks
-    w = s[W]
+    w = s.w
     if w < start:
         if win.algorithm != FIXED_WINDOW and w == start - win.ticks:
-            s[P], s[Q] = s[U], s[R]
+            s.p = s.u
+            s.q = s.r
         else:
-            s[P] = s[Q] = 0
-        s[U] = s[R] = 0
-        s[W] = start
+            s.p = s.q = 0
+        s.u = s.r = 0
+        s.w = start
     elif w > start:  # written by a clock ahead of ours
         t = w
     return t
 
 
-def _end(states: list[list[int]], txn: _Txn, charge: int, windows: tuple[Window, ...]) -> None:
+def _end(states: list[_State], txn: _Txn, charge: int, windows: tuple[_Limit, ...]) -> None:
     """Free `txn`'s estimate from the windows it was made in and charge `charge` there (a
     window that has rolled out of view takes neither)."""
     est = txn[ESTIMATE]
@@ -164,12 +197,12 @@ def _end(states: list[list[int]], txn: _Txn, charge: int, windows: tuple[Window,
                 break
         else:
             continue
-        if start == s[W]:
-            s[R] = max(0, s[R] - est)
-            s[U] = min(s[U] + charge, USED_MAX)
-        elif win.algorithm != FIXED_WINDOW and start == s[W] - win.ticks:
-            s[Q] = max(0, s[Q] - est)
-            s[P] = min(s[P] + charge, USED_MAX)
+        if start == s.w:
+            s.r = max(0, s.r - est)
+            s.u = min(s.u + charge, USED_MAX)
+        elif win.algorithm != FIXED_WINDOW and start == s.w - win.ticks:
+            s.q = max(0, s.q - est)
+            s.p = min(s.p + charge, USED_MAX)
 
 
 class MemoryBudgets:
@@ -182,6 +215,10 @@ class MemoryBudgets:
         self.max_budget_txns = max_budget_txns
         self.max_txns = max_txns
         self.txns = 0  # transactions held over every budget
+        # The last call's windows and their constants (`_Limit`): calls come in runs on
+        # one rule.
+        self._windows: tuple[Window, ...] | None = None
+        self._limits: tuple[_Limit, ...] = ()
 
     def __len__(self) -> int:
         return len(self._budgets)
@@ -232,7 +269,10 @@ class MemoryBudgets:
                 self.txns += 1
             else:
                 window, _, part = name.rpartition(".")
-                b.windows.setdefault(window, [0, 0, 0, 0, 0])["wurpq".index(part)] = int(value)
+                s = b.windows.get(window)
+                if s is None:
+                    s = b.windows[window] = _State()
+                setattr(s, part, int(value))
         self._budgets[key] = b
 
     def delete(self, key: str, now: int) -> bool:
@@ -250,7 +290,7 @@ class MemoryBudgets:
             return None
         return {
             "e": b.e,
-            "windows": {name: list(s) for name, s in b.windows.items()},
+            "windows": {name: s.fields() for name, s in b.windows.items()},
             "txns": {
                 t: (x[0], x[1], dict(zip(x[2][::2], x[2][1::2], strict=True)), x[3])
                 for t, x in b.txns.items()
@@ -258,12 +298,41 @@ class MemoryBudgets:
         }
 
     def _run(self, call: Call, held: bool = False) -> Result:
-        now = call.now
+        return self.decide(
+            call.kind,
+            call.key,
+            call.windows,
+            call.now,
+            call.txn,
+            call.amount,
+            call.ttl,
+            call.charge,
+            call.force,
+            call.remember,
+            call.unserved,
+            held,
+        )
+
+    def decide(
+        self,
+        kind: int,
+        key: str,
+        windows: tuple[Window, ...],
+        now: int,
+        txn_id: str,
+        amount: int,
+        ttl: int,
+        charge: bool,
+        force: bool,
+        remember: bool,
+        unserved: bool,
+        held: bool = False,
+    ) -> Result:
+        """Apply one call given by its fields (a `Call`'s, in order; `held` as in
+        `dry_run`): a synchronous caller need not build the Call (`budget.calls.budget_now`)."""
         if now >= self._next_forget:
             self._drop_forgotten(now)
-        kind = call.kind
         peek = kind == PEEK
-        key = call.key
         b = self._budgets.get(key)
         if b is not None and b.e and b.e <= now:
             if not peek:
@@ -275,15 +344,19 @@ class MemoryBudgets:
             b = _Budget()
         elif peek:
             b = b.copy()
-        windows = call.windows
+        if windows is not self._windows:  # the rule's own tuple: read once per rule in turn
+            self._limits = tuple([_Limit(win) for win in windows])
+            self._windows = windows
+        limits = self._limits
         states = []
         ts = []
         bw = b.windows
-        for win in windows:
-            s = bw.get(win.name)
+        for k in range(len(limits)):
+            lim = limits[k]
+            s = bw.get(lim.name)
             if s is None:
-                s = bw[win.name] = [0, 0, 0, 0, 0]
-            ts.append(_roll(win, s, now))
+                s = bw[lim.name] = _State()
+            ts.append(_roll(lim, s, now))
             states.append(s)
         txns = b.txns
         held_before = len(txns)
@@ -291,71 +364,74 @@ class MemoryBudgets:
         result = Result(0, ())
         due = b.due
         if due and due[0][0] <= now:
-            written = _sweep(b, call, states, result)
+            written = _sweep(b, now, ttl, charge, limits, states, result)
         if held:
-            result.held = tuple([(s[U], s[R]) for s in states])
-        txn = txns.get(call.txn) if kind != COUNT else None
+            result.held = tuple([(s.u, s.r) for s in states])
+        txn = txns.get(txn_id) if kind != COUNT else None
         # A new id's record would pass the budget's bound or the process's.
         full = txn is None and (
             len(txns) >= self.max_budget_txns
             or self.txns + len(txns) - held_before >= self.max_txns
         )
         if kind in (RESERVE, PEEK):
-            asked = call.amount
+            asked = amount
             if txn is not None and txn[STATE] == "r":
                 txn = None  # a remembered refusal, asked again: decided afresh
-            result.levels = levels = _levels(windows, states, ts, asked)
+            result.levels = levels = _levels(limits, states, ts, asked)
             if full:
                 result.outcome = FULL
             elif txn is not None:
                 result.outcome = DUPLICATE
                 if txn[STATE] == "o" and not peek:
-                    txns[call.txn] = ("c", txn[ESTIMATE], txn[STARTS], txn[DEADLINE])
+                    txns[txn_id] = ("c", txn[ESTIMATE], txn[STARTS], txn[DEADLINE])
                     written = True
             else:
                 fits = True
-                for k in range(len(windows)):
-                    if levels[k][0] > windows[k].limit:
+                for k in range(len(limits)):
+                    lim = limits[k]
+                    if levels[k][0] > lim.limit:
                         fits = False
                 result.outcome = ADMITTED if fits else REFUSED
-                if (fits or call.force) and not peek:
+                if (fits or force) and not peek:
                     held_in: list[Any] = []
-                    for k in range(len(windows)):
+                    for k in range(len(limits)):
                         s = states[k]
-                        s[R] += asked
-                        held_in += (windows[k].name, s[W])
+                        s.r += asked
+                        lim = limits[k]
+                        held_in += (lim.name, s.w)
                     starts = tuple(held_in)
-                    _schedule(b, call.txn, "o", asked, starts, now + call.ttl)
+                    _schedule(b, txn_id, "o", asked, starts, now + ttl)
                     written = True
-                elif call.remember and not peek:
-                    _schedule(b, call.txn, "r", 0, (), now + call.ttl)
+                elif remember and not peek:
+                    _schedule(b, txn_id, "r", 0, (), now + ttl)
                     written = True
         elif kind == COUNT:
-            asked = call.amount
-            result.levels = levels = _levels(windows, states, ts, asked)
+            asked = amount
+            result.levels = levels = _levels(limits, states, ts, asked)
             fits = True
-            for k in range(len(windows)):
+            for k in range(len(limits)):
                 after = levels[k][0]
-                win = windows[k]
+                lim = limits[k]
                 s = states[k]
-                if after > win.limit:
+                if after > lim.limit:
                     fits = False
-                if asked and (win.algorithm == FIXED_WINDOW or after <= win.limit):
-                    s[U] = min(s[U] + asked, USED_MAX)
+                if asked and (lim.algorithm == FIXED_WINDOW or after <= lim.limit):
+                    s.u = min(s.u + asked, USED_MAX)
                     written = True
             result.outcome = ADMITTED if fits else REFUSED
         else:
             if kind == SETTLE:
                 if txn is None:
                     result.outcome = ORPHAN
-                    for s in states:
-                        s[U] = min(s[U] + call.amount, USED_MAX)
+                    for k in range(len(states)):
+                        s = states[k]
+                        s.u = min(s.u + amount, USED_MAX)
                     if not full:  # remembered, so that a repeated settle charges nothing
-                        _schedule(b, call.txn, "s", 0, (), now + call.ttl)
-                    result.charged = call.amount
+                        _schedule(b, txn_id, "s", 0, (), now + ttl)
+                    result.charged = amount
                     written = True
                 elif txn[STATE] == "o" or txn[STATE] == "c":
-                    _settle(b, call, states, txn, call.amount, result)
+                    _settle(b, txn_id, now + ttl, limits, states, txn, amount, result)
                     written = True
                 else:
                     result.outcome = FINISHED
@@ -365,21 +441,21 @@ class MemoryBudgets:
                 elif txn[STATE] == "c":
                     result.outcome = CONTESTED
                 elif txn[STATE] == "o":
-                    charge = txn[ESTIMATE] if call.charge and not call.unserved else 0
-                    _settle(b, call, states, txn, charge, result)
+                    ends = txn[ESTIMATE] if charge and not unserved else 0
+                    _settle(b, txn_id, now + ttl, limits, states, txn, ends, result)
                     written = True
                 else:
                     result.outcome = FINISHED
             else:
                 raise ValueError(f"unknown budget call kind {kind}")
-            result.levels = _levels(windows, states, ts, 0)
+            result.levels = _levels(limits, states, ts, 0)
         if written and not peek:
             e = b.e
-            for k in range(len(windows)):
-                win = windows[k]
+            for k in range(len(limits)):
+                lim = limits[k]
                 s = states[k]
-                span = win.ticks if win.algorithm == FIXED_WINDOW else 2 * win.ticks
-                end = (s[W] + span) * win.tick
+                span = lim.ticks if lim.algorithm == FIXED_WINDOW else 2 * lim.ticks
+                end = (s.w + span) * lim.tick
                 if end > e:
                     e = end
             if b.latest > e:
@@ -406,13 +482,20 @@ class MemoryBudgets:
 
 
 def _settle(
-    b: _Budget, call: Call, states: list[list[int]], txn: _Txn, charge: int, out: Result
+    b: _Budget,
+    t: str,
+    deadline: int,
+    limits: tuple[_Limit, ...],
+    states: list[_State],
+    txn: _Txn,
+    charge: int,
+    out: Result,
 ) -> None:
-    _end(states, txn, charge, call.windows)
+    _end(states, txn, charge, limits)
     out.outcome = SETTLED
     out.estimate = txn[ESTIMATE]
     out.charged = charge
-    _schedule(b, call.txn, "s", 0, (), call.now + call.ttl)
+    _schedule(b, t, "s", 0, (), deadline)
 
 
 def _schedule(
@@ -426,11 +509,11 @@ def _schedule(
 
 
 def _levels(
-    windows: tuple[Window, ...], states: list[list[int]], ts: list[int], asked: int
+    limits: tuple[_Limit, ...], states: list[_State], ts: list[int], asked: int
 ) -> tuple[tuple[int, int], ...]:
     out = []
-    for k in range(len(windows)):
-        win = windows[k]
+    for k in range(len(limits)):
+        win = limits[k]
         s = states[k]
         t = ts[k]
         after = level(win, s, t) + asked
@@ -438,10 +521,17 @@ def _levels(
     return tuple(out)
 
 
-def _sweep(b: _Budget, call: Call, states: list[list[int]], result: Result) -> bool:
+def _sweep(
+    b: _Budget,
+    now: int,
+    ttl: int,
+    charge_expired: bool,
+    limits: tuple[_Limit, ...],
+    states: list[_State],
+    result: Result,
+) -> bool:
     """Apply up to SWEEP_BATCH transactions whose deadline has passed (module
     docstring, step 3), counted in `result`; whether any was."""
-    now = call.now
     due = b.due
     txns = b.txns
     swept = ended = charged_total = est_total = 0
@@ -452,12 +542,12 @@ def _sweep(b: _Budget, call: Call, states: list[list[int]], result: Result) -> b
             continue  # a stale heap entry
         swept += 1
         if x[STATE] == "o" or x[STATE] == "c":
-            charge = x[ESTIMATE] if call.charge else 0
-            _end(states, x, charge, call.windows)
+            charge = x[ESTIMATE] if charge_expired else 0
+            _end(states, x, charge, limits)
             ended += 1
             est_total += x[ESTIMATE]
             charged_total += charge
-            _schedule(b, t, "x", x[ESTIMATE], (), now + call.ttl)
+            _schedule(b, t, "x", x[ESTIMATE], (), now + ttl)
         else:
             del txns[t]
     result.expired = ended

@@ -15,15 +15,19 @@ The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these 
   rule's statistics (the reserve's hits split as any limit's, and the budget's own series).
 
 Compiled with Cython in its pure-Python mode, as `backends.memory_budget` is (every budget
-call runs through here); the same source runs uncompiled where the extension is not built.
+call runs through here; types in `calls.pxd`, which the decision cimports); the same source
+runs uncompiled where the extension is not built.
 """
 
 from __future__ import annotations
 
+import binascii
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
 from ..backends.base import Op
+from ..backends.memory_budget import MemoryBudgets
 from ..config.budget_store import (
     ADMITTED,
     COUNT,
@@ -31,6 +35,7 @@ from ..config.budget_store import (
     EXTRA,
     FULL,
     GUARD,
+    MAX_TXN_BYTES,
     ORPHAN,
     RELEASE,
     RESERVE,
@@ -38,10 +43,8 @@ from ..config.budget_store import (
     SETTLED,
     Call,
     Result,
-    tagged,
-    transaction_id,
 )
-from ..config.budgets import recognise
+from ..config.budgets import PHASES
 from ..config.keys import refuse, state_key, unit_seconds, verdict
 from ..config.ruleset import Rule
 from ..messages import OK, ServiceError, Status
@@ -52,14 +55,59 @@ __all__ = [
     "arrange",
     "budget_call",
     "budget_key",
+    "budget_now",
     "budget_op",
     "budget_status",
     "item_call",
     "lookup",
     "overridden",
+    "recognise",
+    "status_of",
+    "transaction_id",
 ]
 
 TOO_MANY_REQUESTS = 429
+
+
+def recognise(
+    entries: Sequence[tuple[str, str]], phase_key: str, transaction_key: str
+) -> tuple[int, str, tuple[tuple[str, str], ...]] | None:
+    """(call kind, transaction id, the other entries in order) when the descriptor is a
+    budget call: exactly one phase entry with a known phase (`config.budgets.PHASES`) and
+    exactly one non-empty transaction entry. Anything else is an ordinary descriptor (None),
+    decided as sent."""
+    phases = PHASES
+    kind = 0
+    txn = ""
+    rest = []
+    for i in range(len(entries)):
+        entry = entries[i]
+        key = entry[0]
+        if key == phase_key:
+            if kind:
+                return None
+            kind = phases.get(entry[1], -1)
+        elif key == transaction_key:
+            if txn or not entry[1]:
+                return None
+            txn = entry[1]
+        else:
+            rest.append(entry)
+    if kind <= 0 or not txn:
+        return None
+    return kind, txn, tuple(rest)
+
+
+def transaction_id(value: str) -> str:
+    """The id a transaction is stored under: the value itself, or `#<digest>` for one of
+    more than MAX_TXN_BYTES bytes (a client may send any x-request-id; the store keeps a
+    bounded field per transaction)."""
+    # An ASCII id (an x-request-id, nearly always) is as long in bytes as in characters:
+    # no encoding to measure it.
+    size = len(value) if value.isascii() else len(value.encode())
+    if size <= MAX_TXN_BYTES and not value.startswith("#"):
+        return value
+    return "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
 
 
 def lookup(
@@ -236,7 +284,11 @@ def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], sha
     """The budget's state key (`model.budget_keys`; its deadline set is this + `_due`), its
     readable part spelt by the counters' compiled key maths (the same spelling), the prefix
     already checked by the limiter."""
-    return tagged(prefix, state_key("", domain, entries, share, "budget"))
+    readable = state_key("", domain, entries, share, "budget")
+    # `config.budget_store.tagged`, with the CRC-32 a C integer (formatted in C); the two
+    # spellings are held equal by tests/budget/test_budget_store.py.
+    crc = binascii.crc32(readable.encode())
+    return f"{prefix}{{{crc:08x}}}{readable}"
 
 
 def budget_op(item: Any, key: str, now_ms: int) -> Op:
@@ -255,24 +307,72 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
     request was refused, by this service or the upstream) releases under every policy,
     since nothing was served. Reservations past their TTL are charged unless the policy is
     `release`."""
-    kind, txn, _, force, remember = item.budget
+    asked = item.budget
+    kind = asked[0]
     spec = item.rule.budget
     policy = spec.unsettled
     charge = policy != "release"
     amount = item.hits
-    unserved = False
+    unserved = kind == RELEASE and _unserved(policy, amount)
     if kind == RELEASE:
-        if policy == "charge_served":
-            unserved = not 200 <= amount < 300
-        else:
-            unserved = amount == TOO_MANY_REQUESTS
         amount = 0
     call = Call(
-        kind, key, spec.windows, now_ms, txn, amount, spec.ttl_ms, charge, force, remember, unserved
+        kind,
+        key,
+        spec.windows,
+        now_ms,
+        asked[1],
+        amount,
+        spec.ttl_ms,
+        charge,
+        asked[3],
+        asked[4],
+        unserved,
     )
     if spec.outbox and kind in (SETTLE, RELEASE):
-        call.outbox, call.event = spec.outbox, outbox_event(item.budget[2])
+        call.outbox, call.event = spec.outbox, outbox_event(asked[2])
     return call
+
+
+def budget_now(
+    run: Any, item: Any, asked: tuple[Any, ...], rule: Any, hits: int, key: str, now_ms: int
+) -> Result:
+    """The result of a budget item's `budget_call` on a synchronous store, whose
+    `budget_now` is `run`; `asked`, `rule` and `hits` are the item's (read by the compiled
+    decision from its fields). On the memory store's budgets (`MemoryBudgets.apply`) the
+    call is made from them, no Call built; the memory store appends to no outbox."""
+    budgets = getattr(run, "__self__", None)
+    if type(budgets) is not MemoryBudgets:
+        return run(budget_call(item, key, now_ms))  # type: ignore[no-any-return]
+    memory = budgets
+    kind = asked[0]
+    spec = rule.budget
+    policy = spec.unsettled
+    amount = hits
+    unserved = kind == RELEASE and _unserved(policy, amount)
+    if kind == RELEASE:
+        amount = 0
+    return memory.decide(  # type: ignore[no-any-return]
+        kind,
+        key,
+        spec.windows,
+        now_ms,
+        asked[1],
+        amount,
+        spec.ttl_ms,
+        policy != "release",
+        asked[3],
+        asked[4],
+        unserved,
+    )
+
+
+def _unserved(policy: str, code: int) -> bool:
+    """Whether a close with response code `code` served nothing, under `policy`
+    (`budget_call`)."""
+    if policy == "charge_served":
+        return not 200 <= code < 300
+    return code == TOO_MANY_REQUESTS
 
 
 def budget_status(item: Any, result: Result, ratio: float) -> Status:
@@ -283,8 +383,14 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     is then any limit's verdict (a reused transaction id refused); a settle or close
     answers OK with what remains.
     """
-    rule = item.rule
-    st = item.stats
+    return status_of(item.budget, item.rule, item.hits, item.stats, result, ratio)
+
+
+def status_of(
+    asked: tuple[Any, ...], rule: Any, hits: int, st: Any, result: Result, ratio: float
+) -> Status:
+    """`budget_status` of an item given by its call (`item.budget`), rule, hits and
+    statistics (the compiled decision reads them from the item's fields)."""
     st.budget = True
     best: Any = None
     best_over = False
@@ -296,8 +402,10 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     for k in range(len(levels)):
         after, ticks = levels[k]
         w = windows[k]
-        wait = -(-ticks * specs[k].tick // 1000)  # never past the wait
-        left = w.requests - after
+        tick = specs[k].tick
+        requests = w.requests
+        wait = -(-ticks * tick // 1000)  # never past the wait
+        left = requests - after
         over = left < 0
         if (
             best is None
@@ -309,10 +417,9 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
         st.budget_expired += result.expired
         st.budget_reserved -= result.expired_estimate
         st.budget_charged += result.expired_charged
-    kind = item.budget[0]
+    kind = asked[0]
     outcome = result.outcome
     if kind in (RESERVE, COUNT):
-        hits = item.hits
         st.total_hits += hits
         if outcome == DUPLICATE:
             st.budget_duplicate += 1
@@ -320,7 +427,7 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
         if outcome == FULL:  # the budget (or process) holds its most transactions
             st.budget_full += 1
             return refuse(best.limit, st, hits, best_reset)
-        if kind == RESERVE and (outcome == ADMITTED or item.budget[3]):
+        if kind == RESERVE and (outcome == ADMITTED or asked[3]):
             st.budget_reserved += hits  # held (forced past the limit in shadow mode)
         return verdict(best.limit, st, hits, best_after, ratio, best_reset)
     if outcome == SETTLED:

@@ -33,7 +33,6 @@ The maths of one call is `ratelimitd.backends.memory_budget` (the twin) and the 
 from __future__ import annotations
 
 import binascii
-import hashlib
 from collections.abc import Sequence
 
 import msgspec
@@ -70,7 +69,6 @@ __all__ = [
     "fixed",
     "sliding",
     "tagged",
-    "transaction_id",
 ]
 
 # What a call does. RESERVE: hold `amount` (the estimate) for `txn` if every window has room.
@@ -126,7 +124,8 @@ OUTCOME_NAMES = {
 SWEEP_BATCH = 64
 # Usage saturates here: far past any uint32 limit, exact in Lua's doubles.
 USED_MAX = 2**52
-# A longer transaction id is stored as its digest (an x-request-id is a client's header).
+# A longer transaction id is stored as its digest (`budget.calls.transaction_id`: an
+# x-request-id is a client's header).
 MAX_TXN_BYTES = 64
 # BUDGET_MAX_TRANSACTIONS' default: the transactions (open ones and tombstones) one budget
 # holds at most. Past it a reserve of a new id is refused (FULL) and a settle of an unknown
@@ -245,15 +244,3 @@ def tagged(prefix: str, readable: str) -> str:
     """A budget's state key from its readable part (`budget_keys`): the part's CRC-32 as the
     hash tag, first after the prefix."""
     return f"{prefix}{{{binascii.crc32(readable.encode()):08x}}}{readable}"
-
-
-def transaction_id(value: str) -> str:
-    """The id a transaction is stored under: the value itself, or `#<digest>` for one of
-    more than MAX_TXN_BYTES bytes (a client may send any x-request-id; the store keeps a
-    bounded field per transaction)."""
-    # An ASCII id (an x-request-id, nearly always) is as long in bytes as in characters:
-    # no encoding to measure it.
-    size = len(value) if value.isascii() else len(value.encode())
-    if size <= MAX_TXN_BYTES and not value.startswith("#"):
-        return value
-    return "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()

@@ -1,5 +1,5 @@
-"""A rule's `budget:` block, checked, and how a budget call is recognised in a descriptor
-(docs/budgets.md).
+"""A rule's `budget:` block, checked, and the phases a budget call is recognised by in a
+descriptor (`budget.calls.recognise`; docs/budgets.md).
 
 ```yaml
 descriptors:
@@ -42,7 +42,6 @@ __all__ = [
     "budget_of",
     "budget_spec",
     "domain_keys",
-    "recognise",
 ]
 
 DEFAULT_TTL_MS = 600_000
@@ -193,29 +192,3 @@ def domain_keys(name: str, specs: Mapping[str, BudgetSpec]) -> tuple[str, str] |
                 "pair of keys",
             )
     return pair
-
-
-def recognise(
-    entries: Sequence[tuple[str, str]], phase_key: str, transaction_key: str
-) -> tuple[int, str, tuple[tuple[str, str], ...]] | None:
-    """(call kind, transaction id, the other entries in order) when the descriptor is a
-    budget call: exactly one phase entry with a known phase and exactly one non-empty
-    transaction entry. Anything else is an ordinary descriptor (None), decided as sent."""
-    kind = 0
-    txn = ""
-    rest = []
-    for entry in entries:
-        key = entry[0]
-        if key == phase_key:
-            if kind:
-                return None
-            kind = PHASES.get(entry[1], -1)
-        elif key == transaction_key:
-            if txn or not entry[1]:
-                return None
-            txn = entry[1]
-        else:
-            rest.append(entry)
-    if kind <= 0 or not txn:
-        return None
-    return kind, txn, tuple(rest)

@@ -26,11 +26,12 @@ from ratelimitd.decision._plan cimport (
     W_SUFFIX, W_TICK, W_TICKS, Item, Plan, counted, entries_of,
 )
 from ratelimitd._slots cimport clock_now, get, offset_of, offsets, put
+from ratelimitd.budget.calls cimport budget_key, budget_now, status_of
 
 import time
 
 from ratelimitd.backends.base import Op
-from ratelimitd.budget.calls import budget_call, budget_key, budget_op, budget_status
+from ratelimitd.budget.calls import budget_op
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 from ratelimitd.config.keys import METER_TTL_SECONDS as _METER_TTL
@@ -338,7 +339,8 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                     )
             continue
         if item.kind == K_BUDGET:  # its one call, no Op built
-            results[j] = store.budget_now(budget_call(item, names[j], now_ms))
+            results[j] = budget_now(store.budget_now, item, item.budget, item.rule, item.hits,
+                                    names[j], now_ms)
             continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
         results[j : j + n] = store.increment_now(ops, now)
@@ -367,7 +369,8 @@ cdef list _settle(Plan plan, list names, results, double t, double ratio, local)
             statuses[item.index] = _refunded(windows, results, j, now)
             continue
         if item.kind == K_BUDGET:
-            statuses[item.index] = budget_status(item, results[j], ratio)
+            statuses[item.index] = status_of(item.budget, item.rule, item.hits, item.stats,
+                                             results[j], ratio)
             continue
         # The deciding window: over the limit first, the longest wait among those (the
         # first on a tie); otherwise the least remaining.
@@ -539,9 +542,7 @@ cdef class Engine:
         cdef list descriptors = get(request, REQUEST, Q_DESCRIPTORS, "descriptors")
         cdef Py_ssize_t n = len(descriptors)
         cdef str domain
-        if self.tries is None or not self.answers or n == 0 or n > SLICE:
-            return None
-        if n > self.max_descriptors:
+        if self.tries is None or not self.answers or not 0 < n <= min(SLICE, self.max_descriptors):
             return None
         domain = get(request, REQUEST, Q_DOMAIN, "domain")
         if not domain or domain in self.tries or domain in self.budgets:
@@ -615,10 +616,7 @@ cdef class Engine:
         statuses = _count_now(
             p, self._now(), self.prefix, self.local, self.ratio, self.store, self.increment_one
         )
-        response = _respond(p, statuses, self.quota, self.shadow, self.service, True)
-        if self.extras_on:
-            self.extras(request, p, response, self.options)
-        return response
+        return self._respond(request, p, statuses)
 
     cpdef object prepare(self, request):
         """The first half of an awaited decision: the plan of `request` (at most SLICE
@@ -638,7 +636,10 @@ cdef class Engine:
 
     cpdef object finish(self, request, Plan p, results):
         """The second half: the verdict on the results of `plan.ops`, and the response."""
-        statuses = _settle(p, p.names, results, p.t, self.ratio, self.local)
+        return self._respond(request, p, _settle(p, p.names, results, p.t, self.ratio, self.local))
+
+    cdef object _respond(self, request, Plan p, list statuses):
+        """The response of the verdict `statuses`, with the `extras` the options ask."""
         response = _respond(p, statuses, self.quota, self.shadow, self.service, True)
         if self.extras_on:
             self.extras(request, p, response, self.options)

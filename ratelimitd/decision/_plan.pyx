@@ -14,10 +14,9 @@ load: `config.windows.Window` tuples, read here by position), its stats key, hit
 from ratelimitd.config._match cimport lookup_c
 from ratelimitd.config._keys cimport unit_seconds
 from ratelimitd._slots cimport get, offset_of, offsets
+from ratelimitd.budget.calls cimport add_item, arrange, lookup as budget_lookup
 
 from ratelimitd.config import _match
-from ratelimitd.budget.calls import add_item, arrange
-from ratelimitd.budget.calls import lookup as budget_lookup
 from ratelimitd.budget.calls import overridden as budget_overridden
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW, Window

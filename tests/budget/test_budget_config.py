@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
+from ratelimitd.budget.calls import recognise
 from ratelimitd.config.budget_store import RELEASE, RESERVE, SETTLE
-from ratelimitd.config.budgets import BudgetSpec, budget_spec, domain_keys, recognise
+from ratelimitd.config.budgets import BudgetSpec, budget_spec, domain_keys
 from ratelimitd.config.errors import ConfigError
 
 

@@ -12,7 +12,7 @@ from support.settings_env import error, load
 
 from ratelimitd.backends.memory_budget import MemoryBudgets
 from ratelimitd.backends.redis.instances import key_slot
-from ratelimitd.budget.calls import budget_key
+from ratelimitd.budget.calls import budget_key, transaction_id
 from ratelimitd.config import budget_store as outcome
 from ratelimitd.config.budget_store import (
     COUNT,
@@ -26,7 +26,6 @@ from ratelimitd.config.budget_store import (
     budget_keys,
     fixed,
     sliding,
-    transaction_id,
 )
 
 HOUR = 3_600_000

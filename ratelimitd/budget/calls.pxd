@@ -1,0 +1,52 @@
+# The types of `calls.py` compiled in Cython's pure-Python mode (the same source runs
+# uncompiled where the extension is not built). The decision (`_plan`, `_decision`) cimports
+# these: a budget call's recognition, key, store call and status are then C calls, not
+# Python calls. (Its items stay objects here: the budget layer is below the decision's.)
+
+cimport cython
+
+from ratelimitd.backends.memory_budget cimport MemoryBudgets
+from ratelimitd.config._keys cimport refuse, state_key, verdict
+
+
+@cython.locals(kind=cython.int, txn=str, rest=list, i=cython.Py_ssize_t, entry=tuple, key=str,
+               phases=dict)
+cpdef tuple recognise(entries, str phase_key, str transaction_key)
+
+cpdef tuple lookup(find, root, str domain, entries, tuple keys, list walked)
+
+@cython.locals(size=cython.Py_ssize_t)
+cpdef str transaction_id(str value)
+
+@cython.locals(shadow=cython.bint, quota=cython.bint)
+cpdef tuple item_call(tuple call, rule, entries, bint negative, tuple keys)
+
+@cython.locals(kind=cython.int)
+cpdef add_item(plan, item, tuple call, entries, bint negative, tuple keys)
+
+@cython.locals(held=list, kind=cython.int, closes=list, items=list, parts=dict,
+               got=list, kept=set, metadata=list)
+cpdef arrange(plan)
+
+@cython.locals(crc=cython.uint, readable=str)
+cpdef str budget_key(str prefix, str domain, entries, share)
+
+@cython.locals(kind=cython.int, amount=cython.longlong, charge=cython.bint,
+               unserved=cython.bint, asked=tuple)
+cpdef object budget_call(item, str key, long long now_ms)
+
+@cython.locals(memory=MemoryBudgets, kind=cython.int, amount=cython.longlong,
+               unserved=cython.bint, asked=tuple)
+cpdef object budget_now(run, item, tuple asked, rule, long long hits, str key, long long now_ms)
+
+cdef bint _unserved(str policy, long long code)
+
+@cython.locals(k=cython.Py_ssize_t, best_over=cython.bint, best_after=cython.longlong,
+               best_reset=cython.longlong, best_left=cython.longlong, after=cython.longlong,
+               ticks=cython.longlong, wait=cython.longlong, left=cython.longlong,
+               over=cython.bint, kind=cython.int, outcome=cython.int, hits=cython.longlong,
+               levels=tuple, windows=tuple, specs=tuple, tick=cython.longlong,
+               requests=cython.longlong)
+cpdef object status_of(tuple asked, rule, long long hits, st, object result, double ratio)
+
+cpdef object budget_status(item, object result, double ratio)

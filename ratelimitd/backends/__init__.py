@@ -52,7 +52,6 @@ class Registered:
 MEMORY = Capabilities(
     algorithms=_ALL,
     budgets=_WINDOWS,
-    raises=False,
     no_failures="the in-process store never fails or waits",
     waits=False,
     shared=False,
@@ -67,7 +66,6 @@ REDIS = Capabilities(
     span="Redis Pipeline Execution",
 )
 MEMCACHE = Capabilities(
-    raises=False,
     no_failures="it fails open as the reference's: a memcached failure answers OK, never an error",
     reads_before_counting=True,
     sections=("memcache",),

@@ -51,9 +51,8 @@ class Capabilities:
     # The algorithm ids whose limits it keeps token budgets for (`budget:`, its Op.budget
     # calls): reserve, settle, release, each one atomic call on the budget's keys.
     budgets: frozenset[int] = frozenset()
-    # A failure reaches the service as BackendError (else it never fails, or fails open).
-    raises: bool = True
-    # Why the failure settings do not apply to it, when it does not raise (their message).
+    # Why the failure settings do not apply to it, when it never fails or fails open (their
+    # message); empty when a failure reaches the service as BackendError.
     no_failures: str = ""
     breakers: bool = False  # a circuit breaker per instance (BACKEND_BREAKER_*)
     waits: bool = True  # a decision waits for I/O (MAX_INFLIGHT_DECISIONS bounds them)
@@ -67,6 +66,11 @@ class Capabilities:
     sections: tuple[str, ...] = ()
     # The name of a traced round trip's span (TRACING_ENABLED).
     span: str = "Pipeline Execution"
+
+    @property
+    def raises(self) -> bool:
+        """A failure reaches the service as BackendError (the failure settings apply)."""
+        return not self.no_failures
 
 
 def client_ssl_context(s: RedisSettings | MemcacheSettings, prefix: str) -> ssl.SSLContext:

@@ -51,25 +51,9 @@ class Account(msgspec.Struct, frozen=True):
     thresholds_override: bool = False
 
 
-class TokenInfo(msgspec.Struct, omit_defaults=True):
-    """What `tokens list` shows of a token (never the token)."""
-
-    id: str
-    sha256: str
-    created: int
-    label: str = ""
-    revoked: int | None = None
-    expires: int | None = None
-    lastUsed: int | None = None
-
-
 def _thresholds(record: AccountRecord) -> tuple[int, ...]:
     # Written by `update_account` from checked values.
     return tuple(int(v) for v in (record.thresholds or "").split(",") if v)
-
-
-def _info(t: TokenRecord) -> TokenInfo:
-    return TokenInfo(t.id, t.sha256, t.created, t.label, t.revoked, t.expires, t.last_used)
 
 
 def token_hash(token: str) -> str:
@@ -197,7 +181,7 @@ class AccountAdmin:
 
     async def issue_token(
         self, account_id: str, label: str = "", expires: int | None = None
-    ) -> tuple[str, TokenInfo]:
+    ) -> tuple[str, TokenRecord]:
         """A new token for the account: (raw token, shown once; its listing entry). `expires`:
         epoch seconds from which the token is refused (401), None for never."""
         await self._require(account_id)
@@ -214,12 +198,12 @@ class AccountAdmin:
             expires=expires,
         )
         await self.db.insert_token(record)
-        return token, _info(record)
+        return token, record
 
-    async def list_tokens(self, account_id: str) -> list[TokenInfo]:
+    async def list_tokens(self, account_id: str) -> list[TokenRecord]:
         """The account's tokens, oldest first."""
         await self._require(account_id)
-        return [_info(t) for t in await self.db.tokens(account_id)]
+        return await self.db.tokens(account_id)
 
     async def list_accounts(self) -> list[Account]:
         """Every account (whose plan is known), by id."""
@@ -236,7 +220,7 @@ class AccountAdmin:
         self._check_id(account_id)
         await self.db.delete_account(account_id)
 
-    async def revoke_token(self, account_id: str, token_id: str) -> TokenInfo:
+    async def revoke_token(self, account_id: str, token_id: str) -> TokenRecord:
         """Revoke one token by id: the next request with it gets 401."""
         await self._require(account_id)
-        return _info(await self.db.revoke_token(account_id, token_id))
+        return await self.db.revoke_token(account_id, token_id)

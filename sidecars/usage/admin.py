@@ -41,7 +41,7 @@ def _token_view(info: Any) -> dict[str, Any]:
         "label": info.label,
         "sha256": info.sha256,
         "created": instant(info.created),
-        "lastUsed": instant(info.lastUsed),
+        "lastUsed": instant(info.last_used),
         "expires": instant(info.expires),
         "revoked": instant(info.revoked),
     }

@@ -35,7 +35,7 @@ from ratelimitd.config.keys import meter_key
 from sidecars.common.outage import Outage
 from sidecars.common.ratelimit import AccessDenied, IdempotencyKey
 
-from .accounts import KEEP, TOKEN_RE, Account, AccountAdmin, TokenInfo, token_hash
+from .accounts import KEEP, TOKEN_RE, Account, AccountAdmin, token_hash
 from .counters import (
     ADMIT,
     REFUND,
@@ -47,7 +47,7 @@ from .counters import (
     UsageBuffer,
     retry_after,
 )
-from .db import AccountError, Database, StoreUnavailable, open_database
+from .db import AccountError, Database, StoreUnavailable, TokenRecord, open_database
 from .plans import Plan
 from .settings import Settings
 from .windows import Window, usage_window, utc_date
@@ -59,7 +59,7 @@ __all__ = [
     "Account",
     "AccountError",
     "StoreUnavailable",
-    "TokenInfo",
+    "TokenRecord",
     "UsageStore",
     "token_hash",
 ]

@@ -5,7 +5,7 @@ admin /counters and /explain, idempotent stream ends and expiry by the rule's po
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from support.budget import Budget, call
@@ -25,12 +25,23 @@ descriptors:
 """
 SERIES = Budget.SERIES
 HOUR = UNIT_BY_NAME["HOUR"]
-# The `unsettled` policies, and what they charge of a 700-token reservation ending unsettled:
-# by a stream end with a success status, with an error status, and by its TTL.
+
+
+class Policy(NamedTuple):
+    """An `unsettled` policy and what it charges of a 700-token reservation ending unsettled:
+    by a stream end with a success status (`served`), with an error status (`failed`), and
+    by its TTL (`expired`)."""
+
+    unsettled: str
+    served: int
+    failed: int
+    expired: int
+
+
 POLICIES = [
-    ("release", 0, 0, 0),
-    ("charge", 700, 700, 700),
-    ("charge_served", 700, 0, 700),
+    Policy("release", served=0, failed=0, expired=0),
+    Policy("charge", served=700, failed=700, expired=700),
+    Policy("charge_served", served=700, failed=0, expired=700),
 ]
 
 
@@ -41,6 +52,12 @@ def memory_budget(harness: Callable[..., Decider], unsettled: str = "release") -
 @pytest.fixture
 def budget(harness: Callable[..., Decider]) -> Budget:
     return memory_budget(harness)
+
+
+@pytest.fixture(params=POLICIES, ids=lambda policy: policy.unsettled)
+def policy(request: pytest.FixtureRequest) -> Policy:
+    """Each `unsettled` policy in turn."""
+    return request.param
 
 
 async def test_reserve_then_settle_answers_and_counts(budget: Budget) -> None:
@@ -123,11 +140,11 @@ async def test_a_reused_transaction_id_is_refused(budget: Budget) -> None:
     assert await budget.held() == (60, 0)
 
 
-@pytest.mark.parametrize(("unsettled", "served", "failed", "expired"), POLICIES)
 async def test_a_stream_end_without_usage_ends_by_the_policy(
-    harness: Callable[..., Decider], unsettled: str, served: int, failed: int, expired: int
+    harness: Callable[..., Decider], policy: Policy
 ) -> None:
-    budget = memory_budget(harness, unsettled)
+    budget = memory_budget(harness, policy.unsettled)
+    served, failed = policy.served, policy.failed
     await budget.reserve("t1", 700)
     await budget.end("t1", None, status=500)
     assert await budget.held() == (failed, 0)
@@ -144,24 +161,25 @@ async def test_a_stream_end_without_usage_ends_by_the_policy(
     # A client gone before any answer (status 0) was served nothing.
     await budget.reserve("t4", 300)
     await budget.end("t4", None, status=0)
-    assert await budget.held() == (failed + served + (300 if unsettled == "charge" else 0), 0)
+    gone = 300 if policy.unsettled == "charge" else 0
+    assert await budget.held() == (failed + served + gone, 0)
 
 
-@pytest.mark.parametrize(("unsettled", "served", "failed", "charged"), POLICIES)
 async def test_reservations_expire_after_their_ttl_by_the_policy(
-    harness: Callable[..., Decider], unsettled: str, served: int, failed: int, charged: int
+    harness: Callable[..., Decider], policy: Policy
 ) -> None:
-    budget = memory_budget(harness, unsettled)
+    budget = memory_budget(harness, policy.unsettled)
     await budget.reserve("t1", 700)
     budget.d.clock.advance(29)
     assert await budget.held() == (0, 700)
     budget.d.clock.advance(2)  # past reservation_ttl: the next call on the budget ends it
     assert (await budget.reserve("t2", 10)).overall_code == OK
-    assert await budget.held() == (charged, 10)
+    assert await budget.held() == (policy.expired, 10)
     s = budget.series()
-    assert (s["budget_expired"], s["budget_charged"], s["budget_reserved"]) == (1, charged, 10)
+    counts = (s["budget_expired"], s["budget_charged"], s["budget_reserved"])
+    assert counts == (1, policy.expired, 10)
     await budget.end("t1", 650)  # a late settle changes nothing
-    assert await budget.held() == (charged, 10)
+    assert await budget.held() == (policy.expired, 10)
 
 
 async def test_explain_shows_what_a_reserve_would_do_and_writes_nothing(budget: Budget) -> None:

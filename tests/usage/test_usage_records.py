@@ -235,7 +235,7 @@ async def test_expired_tokens_401_suspended_accounts_403_last_use_recorded(
         token, _ = await store.issue_token(acct, expires=int(NOW) + 60)
         assert (await client.get(USAGE_PATH, headers=bearer(token))).status_code == 200
         listed = await store.list_tokens(acct)
-        assert listed[0].lastUsed == int(NOW) and listed[0].expires == int(NOW) + 60
+        assert listed[0].last_used == int(NOW) and listed[0].expires == int(NOW) + 60
         clock.now = NOW + 60  # expired from this instant on
         expired = await client.get(USAGE_PATH, headers=bearer(token))
         assert expired.status_code == 401 and expired.json()["error"] == "invalid_token"

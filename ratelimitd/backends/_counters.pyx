@@ -313,32 +313,22 @@ cdef class CounterTable:
         """Remove every key, keeping the slots."""
         self._clear()
 
-    def keys(self):
-        """The keys (a list: the table may change while they are used)."""
-        cdef Py_ssize_t i
-        cdef list out = []
-        for i in range(self.mask + 1):
-            if self.slots[i].key is not NULL:
-                out.append(<object>self.slots[i].key)
-        return out
-
-    def values(self):
-        """The values, as `keys`."""
-        cdef Py_ssize_t i
-        cdef list out = []
-        for i in range(self.mask + 1):
-            if self.slots[i].key is not NULL:
-                out.append(_value(&self.slots[i]))
-        return out
-
     def items(self):
-        """(key, value) pairs, as `keys`."""
+        """(key, value) pairs (a list: the table may change while they are used)."""
         cdef Py_ssize_t i
         cdef list out = []
         for i in range(self.mask + 1):
             if self.slots[i].key is not NULL:
                 out.append((<object>self.slots[i].key, _value(&self.slots[i])))
         return out
+
+    def keys(self):
+        """The keys, as `items`."""
+        return [key for key, _ in self.items()]
+
+    def values(self):
+        """The values, as `items`."""
+        return [value for _, value in self.items()]
 
     def __iter__(self):
         return iter(self.keys())

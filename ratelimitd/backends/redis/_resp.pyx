@@ -209,7 +209,10 @@ cdef class Sender(Rounds):
             offset = get(pool, kind, self.o_cmds, "_cmds")
             if offset + n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
                 # `Pool.submit` for a request that neither opens nor fills the flush
-                self.entries.append((waiter, offset, n))
+                entries = self.entries
+                entries.append(waiter)
+                entries.append(offset)
+                entries.append(n)
                 (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
                 put(pool, kind, self.o_cmds, "_cmds", offset + n)
                 return 0
@@ -320,14 +323,12 @@ def read_replies(reader, list replies, Py_ssize_t n):
 def resolve(replies, list entries, breaker, counts):
     """Give each waiter of one flush its counters (see `_resp_py.resolve`)."""
     cdef bint failed = type(replies) is not list
-    cdef Py_ssize_t offset, n, k
+    cdef Py_ssize_t first, offset, n, k, i
     cdef list mine
-    cdef tuple entry
-    for item in entries:
-        entry = <tuple>item
-        waiter = entry[0]
-        offset = entry[1]
-        n = entry[2]
+    for i in range(0, len(entries) - 2, 3):
+        waiter = entries[i]
+        first = offset = entries[i + 1]
+        n = entries[i + 2]
         if failed:
             result = BackendError(*replies.args)
         else:
@@ -338,12 +339,12 @@ def resolve(replies, list entries, breaker, counts):
             for k in range(offset, offset + n):
                 if type(mine[k]) is not int:
                     try:
-                        result = counts(replies, entry[1], n)
+                        result = counts(replies, first, n)
                     except BackendError as exc:
                         result = exc
                     break
-            else:
-                result = mine[offset : offset + n : 2]  # the INCRBYs' (one list, no copy)
+            else:  # the INCRBYs'
+                result = [mine[k] for k in range(offset, offset + n, 2)]
         if breaker is not None and not waiter.cancelled:
             if failed or type(result) is not list:
                 breaker.failed()

@@ -106,8 +106,9 @@ class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
     completes (within the request timeout) instead of at once.
     """
 
-    # The waiters of `Pool.send` on this flush: (waiter, offset, commands), in order.
-    entries: list[tuple[Any, int, int]] | None = None
+    # The waiters of `Pool.submit` on this flush, in order, three items each: waiter, offset
+    # of its first reply, its commands (flat: a request that joins the flush makes no tuple).
+    entries: list[Any] | None = None
 
     def cancel(self, msg: Any = None) -> bool:
         """Refuse (see the class docstring)."""

@@ -14,6 +14,7 @@ domain the config does not know is answered undecoded (`Engine.unknown_domain`),
 last request no rule matched when the same bytes come again.
 """
 
+cimport cython
 from posix.time cimport CLOCK_MONOTONIC
 
 from ratelimitd._slots cimport clock_now, get, offset_of, put
@@ -286,6 +287,7 @@ cdef inline void _answer_later(proto, stream, code, reply) except *:
         proto.schedule_flush()
 
 
+@cython.freelist(256)  # one per call waiting on the store: reused, not allocated
 cdef class Pending:
     """One call whose store round is under way: the `Waiter` of `RateLimitService.decide`,
     and the stream's `work` (cancelled by its deadline or its client)."""

@@ -62,7 +62,9 @@ class Sender:
     Raises BackendError when the pool has no connection.
 
     The compiled twin joins the flush being built without calling `Pool.submit`: per request
-    no Python frame, where this one runs two.
+    no Python frame, where this one runs two. It is also a `backends._rounds.Rounds`: the
+    compiled decision hands it a plan's fixed windows as C values (key, hits, seconds), so
+    such a plan makes no `Op`; this twin takes `Op`s only.
     """
 
     def __init__(self, pool: Any, jitter: int) -> None:

@@ -1,7 +1,9 @@
 """RESP2 on asyncio: pre-encoded counter commands and a pipelined connection protocol.
 
 The counter hot path does not go through a general Redis client: a request's commands
-are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_expire_ops`),
+are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_expire_ops`,
+or, compiled, from the decision's fixed windows handed over in C: `Sender` is a
+`backends._rounds.Rounds`),
 written by the pool together with the other requests of the same event-loop iteration (a
 request joins the flush being built through `Sender`), and the replies are parsed
 (`Replies`: integers in C, any other reply by `hiredis.Reader`) and handed back to each

@@ -141,7 +141,6 @@ cdef bytes _commands(list keys, long long* numbers, long long jitter):
     cdef Py_ssize_t count = len(keys), i, size = 0, klen
     cdef const char* key
     cdef char* p
-    cdef long long seconds
     for i in range(count):  # the jitter drawn, and the payload measured
         if jitter > 0:
             numbers[2 * i + 1] += <long long>(_uniform() * jitter)

@@ -120,11 +120,12 @@ def resolve(
     counts: Callable[[list[Any], int, int], list[Any]],
 ) -> None:
     """Give each waiter of one flush (`entries`, three items a waiter: the waiter, the
-    offset of its first reply, its number of replies) its counters: every other reply (INCRBY's; the EXPIRE after each
-    must be a number too), or what `counts` makes of replies that are not all numbers (a
-    saturated counter, or the BackendError it raises); every waiter gets a fresh copy of
-    the flush's BackendError (`replies` is not a list). The `breaker` (or None) counts each
-    waiter that is still wanted: a success resets its failures, a failure is one more."""
+    offset of its first reply, its number of replies) its counters: every other reply
+    (INCRBY's; the EXPIRE after each must be a number too), or what `counts` makes of
+    replies that are not all numbers (a saturated counter, or the BackendError it raises);
+    every waiter gets a fresh copy of the flush's BackendError (`replies` is not a list).
+    The `breaker` (or None) counts each waiter that is still wanted: a success resets its
+    failures, a failure is one more."""
     failed = replies.__class__ is not list
     for i in range(0, len(entries), 3):
         waiter, offset, n = entries[i : i + 3]

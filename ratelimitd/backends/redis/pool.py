@@ -128,9 +128,7 @@ class Pool:
     # receiver(replies, entries): resolves the waiters `submit` queued on one flush, with its
     # replies (or its BackendError) and their waiter, offset, commands (`SharedFuture.entries`);
     # set by the owner.
-    receiver: Callable[[Any, list[Any]], None] | None = field(
-        init=False, default=None
-    )
+    receiver: Callable[[Any, list[Any]], None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._window = self.s.pipeline_window

@@ -67,6 +67,9 @@ extensions = [
     # The memory store's counter table: a counter per slot, one probe per decision (twin:
     # backends/_counters_py.py, a dict).
     Extension("ratelimitd.backends._counters", ["ratelimitd/backends/_counters.pyx"]),
+    # A store round started from C (no twin: the compiled decision alone hands a store its
+    # fixed windows as C values; the twins take `Op`s).
+    Extension("ratelimitd.backends._rounds", ["ratelimitd/backends/_rounds.pyx"]),
     # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names

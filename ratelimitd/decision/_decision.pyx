@@ -622,17 +622,10 @@ cdef class Engine:
         """The first half of an awaited decision: the plan of `request` (at most SLICE
         descriptors), its statistics bound, and its count's store operations (`plan.ops`,
         meters last) at `plan.t`; or the response, when nothing is to be counted."""
-        cdef Plan p
-        planned = self._plan_or_answer(request)
-        if type(planned) is not Plan:
-            return planned
-        p = <Plan>planned
-        p.t = self._now()
-        p.names = _collect(p, p.t, self.prefix, self.local, True)
-        p.ops = _ops(p, p.names, p.t)
-        if p.meters is not None:
-            p.ops += _meter_ops(p, p.t, self.prefix)
-        return p
+        planned = _keyed(self, request)
+        if type(planned) is Plan:
+            _with_ops(<Plan>planned, self.prefix)
+        return planned
 
     cpdef object finish(self, request, Plan p, results):
         """The second half: the verdict on the results of `plan.ops`, and the response."""

@@ -11,6 +11,8 @@ load: `config.windows.Window` tuples, read here by position), its stats key, hit
 `kind`.
 """
 
+cimport cython
+
 from ratelimitd.config._match cimport lookup_c
 from ratelimitd.config._keys cimport unit_seconds
 from ratelimitd._slots cimport get, offset_of, offsets
@@ -65,6 +67,9 @@ cdef object entries_of(object d):
     return get(d, DESCRIPTOR, D_ENTRIES, "entries")
 
 
+# A freelist each: a plan and its items are made for every decision, and a Redis-backed
+# one keeps them while its round is out (a pipelined flush holds about a hundred).
+@cython.freelist(256)
 cdef class Item:
     """One descriptor of a plan that counts: its rule and windows, stats key, hits, kind
     (the fields: `_plan.pxd`)."""
@@ -90,6 +95,7 @@ cdef Item _item(Item self, Py_ssize_t index, rule, str key, share, long long hit
     return self
 
 
+@cython.freelist(256)
 cdef class Plan:
     """What one request asks: its items, and the descriptors decided without counting (the
     fields: `_plan.pxd`)."""

@@ -14,10 +14,11 @@ domain the config does not know is answered undecoded (`Engine.unknown_domain`),
 last request no rule matched when the same bytes come again.
 """
 
+cimport cython
 from posix.time cimport CLOCK_MONOTONIC
 
 from ratelimitd._slots cimport clock_now, get, offset_of, put
-from ratelimitd.transport._wire cimport checked_descriptors, request_domain
+from ratelimitd.transport._wire cimport checked_descriptors, request_domain, request_size
 
 import time
 from types import CoroutineType
@@ -25,7 +26,7 @@ from types import CoroutineType
 from ratelimitd.messages import Refusal, Response
 from ratelimitd.stats.store import ServiceStats
 from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
-from ratelimitd.transport._wire import decode_request as _decode_request
+from ratelimitd.transport._wire import decode_request as _decode_request, decoded_size
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response
@@ -286,6 +287,7 @@ cdef inline void _answer_later(proto, stream, code, reply) except *:
         proto.schedule_flush()
 
 
+@cython.freelist(256)  # one per call waiting on the store: reused, not allocated
 cdef class Pending:
     """One call whose store round is under way: the `Waiter` of `RateLimitService.decide`,
     and the stream's `work` (cancelled by its deadline or its client)."""
@@ -316,6 +318,7 @@ cdef class SendRoute:
 
     cdef SyncCall call
     cdef object service, dropped, fallback, size
+    cdef bint wire_size  # `size` is the compiled codec's: called in C
 
     def __init__(self, SyncCall call, size, fallback):
         service = call.service
@@ -325,6 +328,7 @@ cdef class SendRoute:
         self.service = service
         self.dropped = service.dropped
         self.size = size  # bytes -> the decoded request's estimated size
+        self.wire_size = size is decoded_size
         self.fallback = fallback
 
     def __call__(self, stream, proto):
@@ -352,7 +356,7 @@ cdef class SendRoute:
         conn = proto.conn
         # Its request, decoded, stays in memory while the decision waits: counted in the
         # process's buffers until it is answered (refused at once when they are full).
-        if not conn.hold(stream, self.size(data)):
+        if not conn.hold(stream, request_size(data) if self.wire_size else self.size(data)):
             proto.finish(stream, RESOURCE_EXHAUSTED, conn.refusal)
             return
         try:

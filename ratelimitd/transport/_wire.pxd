@@ -3,3 +3,4 @@
 
 cdef str request_domain(bytes data)
 cdef Py_ssize_t checked_descriptors(bytes data, object bounds)
+cdef Py_ssize_t request_size(bytes data)

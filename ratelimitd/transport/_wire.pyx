@@ -314,6 +314,11 @@ def decoded_size(bytes data):
     """About how many bytes `decode_request(data)` takes once decoded (for the transports'
     accounting of requests waiting for their decision): read as tags and lengths only, and
     0 for what is not a well-formed request (it will be refused, not kept)."""
+    return request_size(data)
+
+
+cdef Py_ssize_t request_size(bytes data):
+    """`decoded_size`, for `_rls` (no Python call, no int)."""
     cdef const unsigned char* buf = <const unsigned char*>PyBytes_AS_STRING(data)
     cdef Py_ssize_t end = PyBytes_GET_SIZE(data)
     cdef Py_ssize_t pos = 0, sub, n, m

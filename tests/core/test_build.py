@@ -32,6 +32,7 @@ def test_compiled_extensions_are_in_use() -> None:
         "ratelimitd.transport._rls",
         "ratelimitd.backends.redis._resp",
         "ratelimitd.backends._counters",
+        "ratelimitd.backends._rounds",
     ):
         module = importlib.import_module(name)
         assert module.__file__ is not None and module.__file__.endswith(".so")

@@ -118,7 +118,7 @@ def outcome(twin: Any, replies: Any, layout: list[tuple[int, bool]]) -> tuple[li
     for n, cancelled in layout:
         waiter = Waiter(cancelled)
         waiters.append(waiter)
-        entries.append((waiter, offset, n))
+        entries += (waiter, offset, n)
         offset += n
     breaker = Breaker()
     twin.resolve(replies, entries, breaker, counts)

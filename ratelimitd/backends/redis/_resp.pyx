@@ -12,6 +12,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
 
 from ratelimitd._slots cimport get, offset_of, put
+from ratelimitd.backends._rounds cimport Rounds
 
 from random import random
 
@@ -110,18 +111,15 @@ def incrby_expire_ops(ops, long long jitter):
 
 
 cdef object _incrby_expire(ops, long long jitter):
-    cdef Py_ssize_t count = len(ops), i, size = 0, klen
-    cdef const char* key
-    cdef char* p
-    cdef long long hits, seconds
+    cdef Py_ssize_t count = len(ops), i
     cdef long long small[16]
-    cdef long long* numbers = small  # hits and seconds (the jitter drawn once) per op
+    cdef long long* numbers = small  # hits and seconds per op
     if count > 8:
         numbers = <long long*>PyMem_Malloc(2 * count * sizeof(long long))
         if numbers == NULL:
             raise MemoryError()
     try:
-        for i in range(count):  # check and measure
+        for i in range(count):
             op = ops[i]
             if (
                 <long long>get(op, OP, O_ALGORITHM, "algorithm") != FIXED_WINDOW
@@ -129,32 +127,42 @@ cdef object _incrby_expire(ops, long long jitter):
                 or get(op, OP, O_BUDGET, "budget") is not None
             ):
                 return None
-            hits = get(op, OP, O_HITS, "hits")
-            seconds = get(op, OP, O_SECONDS, "seconds")
-            if jitter > 0:
-                seconds += <long long>(_uniform() * jitter)
-            numbers[2 * i] = hits
-            numbers[2 * i + 1] = seconds
-            PyUnicode_AsUTF8AndSize(get(op, OP, O_KEY, "key"), &klen)
-            size += 2 * (COMMAND + _bulk_size(klen))
-            size += _bulk_size(_signed_digits(hits)) + _bulk_size(_signed_digits(seconds))
-        out = PyBytes_FromStringAndSize(NULL, size)
-        p = PyBytes_AS_STRING(out)
-        for i in range(count):  # write
-            key = PyUnicode_AsUTF8AndSize(get(ops[i], OP, O_KEY, "key"), &klen)
-            memcpy(p, <const char*>INCRBY, COMMAND)
-            p = _bulk_number(_bulk(p + COMMAND, key, klen), numbers[2 * i])
-            memcpy(p, <const char*>EXPIRE, COMMAND)
-            p = _bulk_number(_bulk(p + COMMAND, key, klen), numbers[2 * i + 1])
-        return out
+            numbers[2 * i] = get(op, OP, O_HITS, "hits")
+            numbers[2 * i + 1] = get(op, OP, O_SECONDS, "seconds")
+        return _commands([get(op, OP, O_KEY, "key") for op in ops], numbers, jitter)
     finally:
         if numbers != small:
             PyMem_Free(numbers)
 
 
-cdef class Sender:
+cdef bytes _commands(list keys, long long* numbers, long long jitter):
+    """`INCRBY keys[i] numbers[2 * i]` + `EXPIRE keys[i] numbers[2 * i + 1]` (plus a draw
+    of the jitter, added there) for every key, in one payload."""
+    cdef Py_ssize_t count = len(keys), i, size = 0, klen
+    cdef const char* key
+    cdef char* p
+    for i in range(count):  # the jitter drawn, and the payload measured
+        if jitter > 0:
+            numbers[2 * i + 1] += <long long>(_uniform() * jitter)
+        PyUnicode_AsUTF8AndSize(<str>keys[i], &klen)
+        size += 2 * (COMMAND + _bulk_size(klen))
+        size += _bulk_size(_signed_digits(numbers[2 * i]))
+        size += _bulk_size(_signed_digits(numbers[2 * i + 1]))
+    out = PyBytes_FromStringAndSize(NULL, size)
+    p = PyBytes_AS_STRING(out)
+    for i in range(count):  # written
+        key = PyUnicode_AsUTF8AndSize(<str>keys[i], &klen)
+        memcpy(p, <const char*>INCRBY, COMMAND)
+        p = _bulk_number(_bulk(p + COMMAND, key, klen), numbers[2 * i])
+        memcpy(p, <const char*>EXPIRE, COMMAND)
+        p = _bulk_number(_bulk(p + COMMAND, key, klen), numbers[2 * i + 1])
+    return out
+
+
+cdef class Sender(Rounds):
     """`SingleInstance.increment_later`, compiled (see `_resp_py.Sender`): a request's
-    payload joins the flush its pool is building in C, with no Python frame.
+    payload joins the flush its pool is building in C, with no Python frame. As a `Rounds`
+    it takes a decision's fixed windows as C values (`fixed`), no `Op` made for them.
 
     The pool (`pool.Pool`) keeps the flush; this reads and writes its slots. Only a
     request that starts a flush, or would fill one, goes through `Pool.submit` (which
@@ -180,11 +188,19 @@ cdef class Sender:
         self.o_buf = offset_of(self.kind, "_buf")
 
     def __call__(self, ops, waiter):
-        cdef Py_ssize_t n, offset
         payload = _incrby_expire(ops, self.jitter)
         if payload is None:
             return False
-        n = 2 * len(ops)
+        self._join(payload, 2 * len(ops), waiter)
+        return True
+
+    cdef int fixed(self, list keys, long long* numbers, object waiter) except -1:
+        self._join(_commands(keys, numbers, self.jitter), 2 * len(keys), waiter)
+        return 1
+
+    cdef int _join(self, bytes payload, Py_ssize_t n, waiter) except -1:
+        """Add a request's `n` commands to the pool's next flush."""
+        cdef Py_ssize_t offset
         pool = self.pool
         kind = self.kind
         fut = get(pool, kind, self.o_fut, "_fut")
@@ -192,10 +208,13 @@ cdef class Sender:
             offset = get(pool, kind, self.o_cmds, "_cmds")
             if offset + n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
                 # `Pool.submit` for a request that neither opens nor fills the flush
-                self.entries.append((waiter, offset, n))
+                entries = self.entries
+                entries.append(waiter)
+                entries.append(offset)
+                entries.append(n)
                 (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
                 put(pool, kind, self.o_cmds, "_cmds", offset + n)
-                return True
+                return 0
         pool.submit(payload, n, waiter)
         fut = get(pool, kind, self.o_fut, "_fut")
         if fut is None:  # written at once (it filled the flush)
@@ -204,7 +223,7 @@ cdef class Sender:
         else:
             self.flush = fut
             self.entries = fut.entries
-        return True
+        return 0
 
 
 cdef class Replies:
@@ -303,14 +322,12 @@ def read_replies(reader, list replies, Py_ssize_t n):
 def resolve(replies, list entries, breaker, counts):
     """Give each waiter of one flush its counters (see `_resp_py.resolve`)."""
     cdef bint failed = type(replies) is not list
-    cdef Py_ssize_t offset, n, k
+    cdef Py_ssize_t first, offset, n, k, i
     cdef list mine
-    cdef tuple entry
-    for item in entries:
-        entry = <tuple>item
-        waiter = entry[0]
-        offset = entry[1]
-        n = entry[2]
+    for i in range(0, len(entries) - 2, 3):
+        waiter = entries[i]
+        first = offset = entries[i + 1]
+        n = entries[i + 2]
         if failed:
             result = BackendError(*replies.args)
         else:
@@ -321,12 +338,12 @@ def resolve(replies, list entries, breaker, counts):
             for k in range(offset, offset + n):
                 if type(mine[k]) is not int:
                     try:
-                        result = counts(replies, entry[1], n)
+                        result = counts(replies, first, n)
                     except BackendError as exc:
                         result = exc
                     break
-            else:
-                result = mine[offset : offset + n : 2]  # the INCRBYs' (one list, no copy)
+            else:  # the INCRBYs'
+                result = [mine[k] for k in range(offset, offset + n, 2)]
         if breaker is not None and not waiter.cancelled:
             if failed or type(result) is not list:
                 breaker.failed()

@@ -62,7 +62,9 @@ class Sender:
     Raises BackendError when the pool has no connection.
 
     The compiled twin joins the flush being built without calling `Pool.submit`: per request
-    no Python frame, where this one runs two.
+    no Python frame, where this one runs two. It is also a `backends._rounds.Rounds`: the
+    compiled decision hands it a plan's fixed windows as C values (key, hits, seconds), so
+    such a plan makes no `Op`; this twin takes `Op`s only.
     """
 
     def __init__(self, pool: Any, jitter: int) -> None:
@@ -113,18 +115,20 @@ def read_replies(reader: Replies, replies: list[Any], n: int) -> bool:
 
 def resolve(
     replies: Any,
-    entries: list[tuple[Any, int, int]],
+    entries: list[Any],
     breaker: Any,
     counts: Callable[[list[Any], int, int], list[Any]],
 ) -> None:
-    """Give each waiter of one flush (`entries`: waiter, offset of its first reply, its
-    number of replies) its counters: every other reply (INCRBY's; the EXPIRE after each
-    must be a number too), or what `counts` makes of replies that are not all numbers (a
-    saturated counter, or the BackendError it raises); every waiter gets a fresh copy of
-    the flush's BackendError (`replies` is not a list). The `breaker` (or None) counts each
-    waiter that is still wanted: a success resets its failures, a failure is one more."""
+    """Give each waiter of one flush (`entries`, three items a waiter: the waiter, the
+    offset of its first reply, its number of replies) its counters: every other reply
+    (INCRBY's; the EXPIRE after each must be a number too), or what `counts` makes of
+    replies that are not all numbers (a saturated counter, or the BackendError it raises);
+    every waiter gets a fresh copy of the flush's BackendError (`replies` is not a list).
+    The `breaker` (or None) counts each waiter that is still wanted: a success resets its
+    failures, a failure is one more."""
     failed = replies.__class__ is not list
-    for waiter, offset, n in entries:
+    for i in range(0, len(entries), 3):
+        waiter, offset, n = entries[i : i + 3]
         result: Any
         if failed:
             result = BackendError(*replies.args)

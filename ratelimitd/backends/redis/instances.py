@@ -511,7 +511,7 @@ class SingleInstance(RedisInstance):
             raise BackendError(*replies.args)  # a fresh instance per request
         return self._counts(replies, offset, n)
 
-    def _received(self, replies: Any, entries: list[tuple[Waiter, int, int]]) -> None:
+    def _received(self, replies: Any, entries: list[Any]) -> None:
         """The waiters of one flush (`Pool.receiver`): each gets its counters, or the
         BackendError `incr_expire` would raise (`resp.resolve`)."""
         resp.resolve(replies, entries, self.breaker, self._counts)

@@ -126,10 +126,9 @@ class Pool:
     _timeout_logged: float = field(init=False, default=-TIMEOUT_LOG_SECONDS)  # monotonic
     _limit: int = field(init=False)
     # receiver(replies, entries): resolves the waiters `submit` queued on one flush, with its
-    # replies (or its BackendError) and their (waiter, offset, commands); set by the owner.
-    receiver: Callable[[Any, list[tuple[Any, int, int]]], None] | None = field(
-        init=False, default=None
-    )
+    # replies (or its BackendError) and their waiter, offset, commands (`SharedFuture.entries`);
+    # set by the owner.
+    receiver: Callable[[Any, list[Any]], None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self._window = self.s.pipeline_window
@@ -164,7 +163,7 @@ class Pool:
             if entries is None:
                 entries = fut.entries = []
                 fut.add_done_callback(self._resolve)
-            entries.append((waiter, offset, n))
+            entries += (waiter, offset, n)
         self._buf.append(payload)
         self._cmds = offset + n
         if self._cmds >= self._limit:

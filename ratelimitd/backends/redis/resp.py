@@ -1,7 +1,9 @@
 """RESP2 on asyncio: pre-encoded counter commands and a pipelined connection protocol.
 
 The counter hot path does not go through a general Redis client: a request's commands
-are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_expire_ops`),
+are encoded straight into one bytes object (INCRBY + EXPIRE per key: `incrby_expire_ops`,
+or, compiled, from the decision's fixed windows handed over in C: `Sender` is a
+`backends._rounds.Rounds`),
 written by the pool together with the other requests of the same event-loop iteration (a
 request joins the flush being built through `Sender`), and the replies are parsed
 (`Replies`: integers in C, any other reply by `hiredis.Reader`) and handed back to each
@@ -106,8 +108,9 @@ class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
     completes (within the request timeout) instead of at once.
     """
 
-    # The waiters of `Pool.send` on this flush: (waiter, offset, commands), in order.
-    entries: list[tuple[Any, int, int]] | None = None
+    # The waiters of `Pool.submit` on this flush, in order, three items each: waiter, offset
+    # of its first reply, its commands (flat: a request that joins the flush makes no tuple).
+    entries: list[Any] | None = None
 
     def cancel(self, msg: Any = None) -> bool:
         """Refuse (see the class docstring)."""

@@ -104,11 +104,13 @@ class CommandBudget:
             ("ZADD", self.due, "NX", now + self.ttl, txn),
         ]
 
+    RECORD_AT = 2  # the SET's reply in a reserve's round
+
     def reserved(
         self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
     ) -> tuple[str, list[Command]]:
         """The answer of a reserve's first round, and its second round (none: done)."""
-        after, old = replies[0], replies[2]
+        after, old = replies[0], replies[self.RECORD_AT]
         undo = ("INCRBY", self.level(now), -est)
         if old is None:  # the record is ours, new
             if after <= self.limit:
@@ -181,6 +183,70 @@ class CommandBudget:
 
     def sweep(self, now: int) -> list[Command]:
         return [("ZRANGEBYSCORE", self.due, "-inf", now, "LIMIT", 0, 64)]
+
+
+class BucketedBudget(CommandBudget):
+    """The same calls with a cheaper deadline index: a reserve appends its id to a list
+    per minute of deadlines (`due:<minute>`, RPUSH onto a list the budget's other reserves
+    of that minute made) instead of a ZADD, and a settle removes nothing from it; the
+    sweep reads a minute's list once it has passed (LRANGE, then the records in one MGET),
+    ends the ones still open and deletes the list. A reservation ends up to a minute after
+    its deadline; a counter's or a list's TTL is set by a second round on the reserve that
+    created it (INCRBY answered the estimate, RPUSH answered 1), not on every reserve."""
+
+    RECORD_AT = 1
+    BUCKET = 60_000  # ms of deadlines per list
+
+    def bucket(self, deadline: int) -> str:
+        return f"{self.base}:due:{-(-deadline // self.BUCKET)}"
+
+    def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
+        return [
+            ("INCRBY", self.level(now), est),
+            ("SET", self.record(txn), f"o {est} {attempt} {self.level(now)}", "NX", "PX",
+             2 * self.ttl, "GET"),  # fmt: skip
+            ("RPUSH", self.bucket(now + self.ttl), txn),
+        ]
+
+    def reserved(
+        self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str, list[Command]]:
+        answer, second = super().reserved(txn, est, now, attempt, replies)
+        second = [c for c in second if c[0] != "ZREM"]
+        if replies[0] == est:  # this reserve made the window's counter: its TTL, once
+            span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+            second.append(("PEXPIRE", self.level(now), span, "NX"))
+        if replies[2] == 1:  # and the minute's list
+            second.append(("PEXPIRE", self.bucket(now + self.ttl), 2 * self.ttl, "NX"))
+        return answer, second
+
+    def settled(self, *args: Any, **kwargs: Any) -> tuple[str, list[Command]]:
+        answer, second = super().settled(*args, **kwargs)
+        return answer, [c for c in second if c[0] != "ZREM"]
+
+    def sweep_bucket(self, client: redis.Redis, deadline: int) -> list[str]:
+        """The ids of a passed minute's list whose records are still open (the sweep then
+        ends each through the settle's claim); the list deleted."""
+        key = self.bucket(deadline)
+        ids = [t.decode() for t in pipeline(client, [("LRANGE", key, 0, -1)])[0]]
+        records = pipeline(client, [("MGET", *map(self.record, ids))])[0] if ids else []
+        pipeline(client, [("DEL", key)])
+        return [t for t, r in zip(ids, records, strict=True) if r and r[:1] in (b"o", b"c")]
+
+
+class FloorBudget(BucketedBudget):
+    """The least a reserve can send: the counter and the record (INCRBY, SET NX PX GET),
+    no deadline index. Expiry is then the record's own TTL, and an estimate nobody settled
+    stays held in its window, as if charged: the `charge` policies' answer, without the
+    expired series or an outbox event; `release` cannot be kept. Priced as a floor."""
+
+    def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
+        return super().reserve(txn, est, now, attempt)[:2]
+
+    def reserved(
+        self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str, list[Command]]:
+        return super().reserved(txn, est, now, attempt, [*replies, 0])
 
 
 def raw(client: redis.Redis) -> redis.Redis:
@@ -309,32 +375,35 @@ def commandstats(client: redis.Redis) -> dict[str, float]:
 
 
 class Meter:
-    """Server µs of each call kind's top-level commands, accumulated over chunks."""
-
-    # A call's top-level commands: EVALSHA's and EXEC's figures include what they run.
-    TOP = {
-        "plain": ("incrby", "expire"),
-        "script_reserve": ("evalsha",),
-        "script_settle": ("evalsha",),
-        "reserve": ("incrby", "pexpire", "set", "zadd"),
-        "settle": ("append", "pexpire", "get", "multi", "exec"),
-        "settle_getdel": ("getdel", "incrby", "set", "zrem"),
-    }
+    """Server µs of each measured call's top-level commands, accumulated over chunks
+    (EVALSHA's and EXEC's figures include the commands they run, so those are left out)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        self.usec = {name: 0.0 for name in self.TOP}
-        self.calls = {name: 0 for name in self.TOP}
+        self.usec: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.commands: dict[str, dict[str, float]] = {}
 
-    def measure(self, name: str, calls: int, work: Callable[[], None]) -> None:
+    def measure(self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]) -> None:
         before = commandstats(self.client)
         work()
         after = commandstats(self.client)
-        self.usec[name] += sum(after.get(k, 0.0) - before.get(k, 0.0) for k in self.TOP[name])
-        self.calls[name] += calls
+        spent = {k: after[k] - before.get(k, 0.0) for k in after if k != "info"}
+        self.usec[name] = self.usec.get(name, 0.0) + sum(spent.get(k, 0.0) for k in top)
+        self.calls[name] = self.calls.get(name, 0) + calls
+        mine = self.commands.setdefault(name, {})
+        for k, v in spent.items():
+            if v:
+                mine[k] = mine.get(k, 0.0) + v
 
     def per_call(self) -> dict[str, float]:
-        return {name: self.usec[name] / self.calls[name] for name in self.TOP}
+        return {name: self.usec[name] / self.calls[name] for name in self.usec}
+
+    def per_command(self) -> dict[str, dict[str, float]]:
+        return {
+            name: {k: round(v / self.calls[name], 3) for k, v in sorted(c.items())}
+            for name, c in self.commands.items()
+        }
 
 
 def resp_args(data: bytes) -> list[bytes]:
@@ -343,11 +412,48 @@ def resp_args(data: bytes) -> list[bytes]:
     return [lines[i] for i in range(2, 2 * int(lines[0][1:]) + 1, 2)]
 
 
-def run_once(client: redis.Redis, calls: int, tag: str) -> dict[str, float]:
+# The calls measured: name -> what it sends (the table's words) and its top-level commands.
+CALLS = {
+    "plain": ("INCRBY + EXPIRE (a plain decision)", ("incrby", "expire")),
+    "script_reserve": ("the script (EVALSHA), today", ("evalsha",)),
+    "script_settle": ("the script (EVALSHA), today", ("evalsha",)),
+    "reserve": (
+        "INCRBY, PEXPIRE NX, SET NX PX GET, ZADD NX: one round",
+        ("incrby", "pexpire", "set", "zadd"),
+    ),
+    "settle": (
+        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SET PX, ZREM, EXEC",
+        ("append", "pexpire", "get", "multi", "exec"),
+    ),
+    "settle_getdel": (
+        "GETDEL; then INCRBY, SET PX, ZREM (not retry-safe)",
+        ("getdel", "incrby", "set", "zrem"),
+    ),
+    "bucketed_reserve": (
+        "INCRBY, SET NX PX GET, RPUSH due:<minute>: one round",
+        ("incrby", "set", "rpush", "pexpire"),
+    ),
+    "bucketed_settle": (
+        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SET PX, EXEC",
+        ("append", "pexpire", "get", "multi", "exec"),
+    ),
+    "bucketed_sweep": (
+        "per transaction: its share of LRANGE, MGET, DEL of its minute's list",
+        ("lrange", "mget", "del"),
+    ),
+    "floor_reserve": ("INCRBY, SET NX PX GET (no deadline index)", ("incrby", "set", "pexpire")),
+}
+
+
+def run_once(client: redis.Redis, calls: int, tag: str) -> Meter:
     """One run of every design on fresh transactions, chunk by chunk, alternating."""
     client.flushall()
     meter = Meter(client)
-    budgets = [CommandBudget(f"u{u}", BIG) for u in range(BUDGETS)]
+    designs = {
+        "": [CommandBudget(f"u{u}", BIG) for u in range(BUDGETS)],
+        "bucketed_": [BucketedBudget(f"k{u}", BIG) for u in range(BUDGETS)],
+        "floor_": [FloorBudget(f"f{u}", BIG) for u in range(BUDGETS)],
+    }
     window = (fixed(3600, BIG),)
     states = [budget_keys("", "llm", [("user", f"u{u}")])[0] for u in range(BUDGETS)]
 
@@ -355,7 +461,20 @@ def run_once(client: redis.Redis, calls: int, tag: str) -> dict[str, float]:
         c = Call(kind, states[u], window, NOW, txn, amount, TTL, charge=True)
         return tuple(resp_args(lua.encode(c)))
 
-    client.execute_command(*resp_args(lua.encode(Call(RELEASE, "warm", window, NOW, "w", 0, TTL), load=True)))
+    warm = Call(RELEASE, "warm", window, NOW, "w", 0, TTL)
+    pipeline(client, [tuple(resp_args(lua.encode(warm, load=True)))])
+    for design in designs.values():  # each window's counter made (and its TTL set) once
+        for u, b in enumerate(design):
+            t = f"{tag}warm{u}"
+            for _ in range(2):  # the second makes the minute's list of a bucketed one
+                t += "-"
+                _, second = b.reserved(t, 1, NOW, "w", pipeline(client, b.reserve(t, 1, NOW, "w")))
+                pipeline(client, second)
+                settle(client, b, t, 1, NOW, "w")
+
+    def measure(name: str, n: int, work: Callable[[], None]) -> None:
+        meter.measure(name, CALLS[name][1], n, work)
+
     for chunk in range(calls // CHUNK):
         ids = [(i % BUDGETS, f"{tag}{chunk}-{i}") for i in range(CHUNK)]
 
@@ -371,43 +490,62 @@ def run_once(client: redis.Redis, calls: int, tag: str) -> dict[str, float]:
             for reply in pipeline(client, (script(SETTLE, u, t, USAGE) for u, t in ids)):
                 assert reply[0] == 4, reply
 
-        def command_reserve(prefix: str) -> Callable[[], None]:
+        def command_reserve(budgets: list[CommandBudget]) -> Callable[[], None]:
             def work() -> None:
-                rounds = [budgets[u].reserve(prefix + t, ESTIMATE, NOW, "a" + t) for u, t in ids]
+                rounds = [budgets[u].reserve(t, ESTIMATE, NOW, "a" + t) for u, t in ids]
                 replies = iter(pipeline(client, (c for r in rounds for c in r)))
+                seconds: list[Command] = []
                 for (u, t), r in zip(ids, rounds, strict=True):
-                    answer, second = budgets[u].reserved(prefix + t, ESTIMATE, NOW, "a" + t,
+                    answer, second = budgets[u].reserved(t, ESTIMATE, NOW, "a" + t,
                                                          [next(replies) for _ in r])  # fmt: skip
-                    assert answer == ADMITTED and not second, answer
+                    assert answer == ADMITTED, answer
+                    seconds += second
+                if seconds:
+                    pipeline(client, seconds)
+
             return work
 
-        def command_settle() -> None:
-            rounds = [budgets[u].settle("c" + t, USAGE, "s" + t) for u, t in ids]
-            replies = iter(pipeline(client, (c for r in rounds for c in r)))
-            seconds = []
-            for (u, t), r in zip(ids, rounds, strict=True):
-                answer, second = budgets[u].settled("c" + t, USAGE, NOW, "s" + t,
-                                                    [next(replies) for _ in r])  # fmt: skip
-                assert answer == SETTLED, answer
-                seconds += second
-            pipeline(client, seconds)
+        def command_settle(budgets: list[CommandBudget]) -> Callable[[], None]:
+            def work() -> None:
+                rounds = [budgets[u].settle(t, USAGE, "s" + t) for u, t in ids]
+                replies = iter(pipeline(client, (c for r in rounds for c in r)))
+                seconds = []
+                for (u, t), r in zip(ids, rounds, strict=True):
+                    answer, second = budgets[u].settled(t, USAGE, NOW, "s" + t,
+                                                        [next(replies) for _ in r])  # fmt: skip
+                    assert answer == SETTLED, answer
+                    seconds += second
+                pipeline(client, seconds)
 
-        def command_settle_getdel() -> None:
-            rounds = [budgets[u].settle_getdel("g" + t) for u, t in ids]
-            replies = pipeline(client, (c for r in rounds for c in r))
+            return work
+
+        def settle_getdel() -> None:
+            budgets = designs[""]
+            replies = pipeline(client, (budgets[u].settle_getdel("g" + t)[0] for u, t in ids))
             seconds = []
             for (u, t), reply in zip(ids, replies, strict=True):
                 seconds += budgets[u].settled_getdel("g" + t, USAGE, "s" + t, [reply])
             pipeline(client, seconds)
 
-        meter.measure("plain", CHUNK, plain)
-        meter.measure("script_reserve", CHUNK, script_reserve)
-        meter.measure("reserve", CHUNK, command_reserve("c"))
-        meter.measure("script_settle", CHUNK, script_settle)
-        meter.measure("settle", CHUNK, command_settle)
-        command_reserve("g")()  # what the GETDEL settle takes (not measured: a reserve as above)
-        meter.measure("settle_getdel", CHUNK, command_settle_getdel)
-    return meter.per_call()
+        def bucketed_sweep() -> None:
+            # Every reservation of the chunk settled: the sweep finds nothing open.
+            for b in designs["bucketed_"]:
+                assert b.sweep_bucket(client, NOW + TTL) == []
+
+        measure("plain", CHUNK, plain)
+        measure("script_reserve", CHUNK, script_reserve)
+        measure("reserve", CHUNK, command_reserve(designs[""]))
+        measure("bucketed_reserve", CHUNK, command_reserve(designs["bucketed_"]))
+        measure("floor_reserve", CHUNK, command_reserve(designs["floor_"]))
+        measure("script_settle", CHUNK, script_settle)
+        measure("settle", CHUNK, command_settle(designs[""]))
+        measure("bucketed_settle", CHUNK, command_settle(designs["bucketed_"]))
+        measure("bucketed_sweep", CHUNK, bucketed_sweep)
+        ids = [(u, "g" + t) for u, t in ids]
+        command_reserve(designs[""])()  # what the GETDEL settle takes, not measured
+        ids = [(u, t[1:]) for u, t in ids]
+        measure("settle_getdel", CHUNK, settle_getdel)
+    return meter
 
 
 def sweep_cost(client: redis.Redis, n: int) -> float:
@@ -423,75 +561,50 @@ def sweep_cost(client: redis.Redis, n: int) -> float:
 def render(result: dict[str, Any]) -> str:
     r, m = result["server_us"], result["machine"]
     plain = r["plain"]
-    rows = [
-        ("plain", "INCRBY + EXPIRE"),
-        ("script_reserve", "the script (EVALSHA), today"),
-        ("reserve", "INCRBY, PEXPIRE NX, SET NX PX GET, ZADD NX: one round"),
-        ("script_settle", "the script (EVALSHA), today"),
-        ("settle", "APPEND, PEXPIRE NX, GET; then MULTI INCRBY SET ZREM EXEC: two rounds"),
-        ("settle_getdel", "GETDEL; then INCRBY, SET, ZREM: two rounds, not retry-safe"),
-    ]
     lines = [
         "# Token budgets on Redis without Lua (bench/budget_commands.py)",
         "",
-        "Command: `.venv/bin/python bench/budget_commands.py` (one run: every design measured",
+        "Command: `.venv/bin/python bench/budget_commands.py` (one run: every call measured",
         f"chunk by chunk, alternating; median of {result['args']['repeat']} runs of "
         f"{result['args']['calls']} calls each). Redis server µs per call from INFO",
-        "commandstats (each call's top-level commands; EVALSHA and EXEC include what they run),",
-        "64 budgets with ten open reservations each, one hourly fixed window, estimate 700,",
-        "usage 500. A prototype of the calls (`CommandBudget`), not the store.",
+        "commandstats (each call's top-level commands; EVALSHA's and EXEC's figures include",
+        "what they run), 64 budgets with ten open reservations each, one hourly fixed window,",
+        "estimate 700, usage 500. The command-only calls are a prototype (`CommandBudget`,",
+        "`BucketedBudget`, `FloorBudget`), not the store.",
         "",
         f"Machine: {m.get('cpu')}, {m.get('redis-server')}. Load average before and after: "
-        + ", ".join(" / ".join(f"{x:.2f}" for x in result["load_average"][w]) for w in ("before", "after"))
-        + " (a shared machine: other builds and tests ran).",
+        + ", ".join(
+            " / ".join(f"{x:.2f}" for x in result["load_average"][w]) for w in ("before", "after")
+        )
+        + " (a shared machine: other engineers' builds and tests ran meanwhile).",
         "",
-        "| call | commands | server µs | x plain | runs (µs) |",
+        "| call | commands | server µs | x plain | each run (µs) |",
         "|---|---|---:|---:|---|",
     ]
-    for name, what in rows:
+    for name, (what, _) in CALLS.items():
         runs = ", ".join(f"{x:.2f}" for x in result["runs"][name])
         lines.append(f"| {name} | {what} | {r[name]:.2f} | {r[name] / plain:.2f} | {runs} |")
     lines += [
         "",
         f"A sweep of a budget with nothing due (ZRANGEBYSCORE): {result['sweep_us']:.2f} µs, "
-        "once per budget per sweep period, not per call.",
+        "once per budget per sweep, not per call.",
         "",
-        "Per command, µs per call in the last run's command-only calls: "
-        + ", ".join(f"{k} {v:.2f}" for k, v in result["per_command"].items())
-        + ".",
+        "µs per call of each command, the last run (a call's own and those EVALSHA or EXEC ran):",
         "",
     ]
+    for name, commands in result["per_command"].items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in commands.items()))
+    lines.append("")
     if result.get("check"):
-        lines += ["Checked on the prototype against the same server:", ""]
+        lines += ["Checked on the prototype (`CommandBudget`) against the same server:", ""]
         lines += [f"- {k}: {v}" for k, v in result["check"].items()]
         lines.append("")
     return "\n".join(lines)
 
 
-def per_command(client: redis.Redis, calls: int) -> dict[str, float]:
-    """µs per call of each command of the command-only reserve and settle (one pass)."""
-    client.flushall()
-    b = [CommandBudget(f"u{u}", BIG) for u in range(BUDGETS)]
-    client.config_resetstat()
-    n = 0
-    for chunk in range(calls // CHUNK):
-        ids = [(i % BUDGETS, f"p{chunk}-{i}") for i in range(CHUNK)]
-        rounds = [b[u].reserve(t, ESTIMATE, NOW, "a") for u, t in ids]
-        pipeline(client, (c for r in rounds for c in r))
-        rounds = [b[u].settle(t, USAGE, "s") for u, t in ids]
-        replies = iter(pipeline(client, (c for r in rounds for c in r)))
-        seconds = []
-        for (u, t), r in zip(ids, rounds, strict=True):
-            seconds += b[u].settled(t, USAGE, NOW, "s", [next(replies) for _ in r])[1]
-        pipeline(client, seconds)
-        n += CHUNK
-    stats = commandstats(client)
-    return {k: v / n for k, v in stats.items() if k not in ("config|resetstat", "info")}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--calls", type=int, default=20_480)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-check", action="store_true", help="skip the prototype's checks")
     args = parser.parse_args()
@@ -502,19 +615,18 @@ def main() -> None:
             server = servers()
             client = server.client()
             checked = {} if args.no_check else check(server.address)
-            runs = [run_once(client, args.calls, f"r{i}-") for i in range(args.repeat)]
+            meters = [run_once(client, args.calls, f"r{i}-") for i in range(args.repeat)]
             swept = sweep_cost(client, args.calls)
-            commands = per_command(client, args.calls)
         finally:
             servers.stop_all()
-    names = runs[0].keys()
+    runs = [m.per_call() for m in meters]
     result = {
         "machine": machine_info(),
         "args": vars(args),
-        "server_us": {n: round(statistics.median(r[n] for r in runs), 3) for n in names},
-        "runs": {n: [round(r[n], 3) for r in runs] for n in names},
+        "server_us": {n: round(statistics.median(r[n] for r in runs), 3) for n in CALLS},
+        "runs": {n: [round(r[n], 3) for r in runs] for n in CALLS},
         "sweep_us": round(swept, 3),
-        "per_command": {k: round(v, 3) for k, v in sorted(commands.items())},
+        "per_command": meters[-1].per_command(),
         "check": checked,
         "load_average": {"before": load_before, "after": os.getloadavg()},
     }

@@ -28,6 +28,7 @@ import json
 import os
 import secrets
 import statistics
+import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
@@ -36,7 +37,8 @@ from typing import Any
 
 import redis
 from support.machine import machine_info
-from support.redis_server import RedisServers
+from support.ready import wait_for
+from support.redis_server import RedisServers, server_binary
 
 from ratelimitd.backends.redis import budget as lua
 from ratelimitd.config.budget_store import RELEASE, RESERVE, SETTLE, Call, budget_keys, fixed
@@ -406,6 +408,62 @@ class Meter:
         }
 
 
+class CallgrindMeter(Meter):
+    """Instructions the whole redis-server process ran per call (read, parse, execute,
+    reply, its timers), under callgrind: zeroed before each measured batch, dumped after
+    (`callgrind_control`). Deterministic where the µs of a shared machine are not."""
+
+    def __init__(self, client: redis.Redis, pid: int, workdir: Path) -> None:
+        super().__init__(client)
+        self.pid = pid
+        self.workdir = workdir
+
+    def control(self, option: str) -> None:
+        subprocess.run(["callgrind_control", option, str(self.pid)], check=True,
+                       capture_output=True)  # fmt: skip
+
+    def measure(self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]) -> None:
+        self.control("-z")
+        work()
+        self.control("-d")
+        dumps = sorted(self.workdir.glob("callgrind.out.*.*"), key=lambda p: int(p.suffix[1:]))
+        totals = next(
+            int(line.split()[1])
+            for line in dumps[-1].read_text().splitlines()
+            if line.startswith("totals:")
+        )
+        self.usec[name] = self.usec.get(name, 0.0) + totals
+        self.calls[name] = self.calls.get(name, 0) + calls
+
+
+def callgrind_run(calls: int, workdir: Path) -> dict[str, float]:
+    """Instructions per call of every design (`CallgrindMeter`), one run on a redis-server
+    under valgrind."""
+    sock = workdir / "redis.sock"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--dump-instr=no",
+         f"--callgrind-out-file={workdir}/callgrind.out.%p", server_binary(), "--port", "0",
+         "--unixsocket", str(sock), "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        client = redis.Redis(unix_socket_path=str(sock))
+
+        def up() -> bool:
+            try:
+                return bool(client.ping())
+            except (redis.RedisError, OSError):
+                return False
+
+        wait_for(up, 120, "redis-server under valgrind")
+        meter = run_once(client, calls, "cg-", CallgrindMeter(client, proc.pid, workdir))
+        client.close()
+        return {name: round(v) for name, v in meter.per_call().items()}
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
 def resp_args(data: bytes) -> list[bytes]:
     """The arguments of one RESP array of bulk strings (`lua.encode`'s call)."""
     lines = data.split(b"\r\n")
@@ -445,10 +503,10 @@ CALLS = {
 }
 
 
-def run_once(client: redis.Redis, calls: int, tag: str) -> Meter:
+def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = None) -> Meter:
     """One run of every design on fresh transactions, chunk by chunk, alternating."""
     client.flushall()
-    meter = Meter(client)
+    meter = meter or Meter(client)
     designs = {
         "": [CommandBudget(f"u{u}", BIG) for u in range(BUDGETS)],
         "bucketed_": [BucketedBudget(f"k{u}", BIG) for u in range(BUDGETS)],
@@ -584,6 +642,18 @@ def render(result: dict[str, Any]) -> str:
     for name, (what, _) in CALLS.items():
         runs = ", ".join(f"{x:.2f}" for x in result["runs"][name])
         lines.append(f"| {name} | {what} | {r[name]:.2f} | {r[name] / plain:.2f} | {runs} |")
+    ins = result.get("instructions")
+    if ins:
+        lines += [
+            "",
+            f"Under callgrind ({result['args']['callgrind_calls']} calls of each, one run):"
+            " instructions of the whole redis-server process per call (reading, parsing,",
+            "executing, replying; deterministic where the µs above are not):",
+            "",
+            "| call | instructions | x plain |",
+            "|---|---:|---:|",
+        ]
+        lines += [f"| {n} | {ins[n]:,} | {ins[n] / ins['plain']:.2f} |" for n in CALLS]
     lines += [
         "",
         f"A sweep of a budget with nothing due (ZRANGEBYSCORE): {result['sweep_us']:.2f} µs, "
@@ -607,6 +677,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20_480)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-check", action="store_true", help="skip the prototype's checks")
+    parser.add_argument("--callgrind-calls", type=int, default=2560,
+                        help="calls of the run under callgrind (0: none)")  # fmt: skip
     args = parser.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
@@ -619,6 +691,7 @@ def main() -> None:
             swept = sweep_cost(client, args.calls)
         finally:
             servers.stop_all()
+        instructions = callgrind_run(args.callgrind_calls, Path(tmp)) if args.callgrind_calls else {}
     runs = [m.per_call() for m in meters]
     result = {
         "machine": machine_info(),
@@ -626,6 +699,7 @@ def main() -> None:
         "server_us": {n: round(statistics.median(r[n] for r in runs), 3) for n in CALLS},
         "runs": {n: [round(r[n], 3) for r in runs] for n in CALLS},
         "sweep_us": round(swept, 3),
+        "instructions": instructions,
         "per_command": meters[-1].per_command(),
         "check": checked,
         "load_average": {"before": load_before, "after": os.getloadavg()},

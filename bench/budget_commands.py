@@ -32,13 +32,14 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import redis
 from support.machine import machine_info
 from support.ready import wait_for
-from support.redis_server import RedisServers, server_binary
+from support.redis_server import STORES, RedisServers, server_binary
 
 from ratelimitd.backends.redis import budget as lua
 from ratelimitd.config.budget_store import RELEASE, RESERVE, SETTLE, Call, budget_keys, fixed
@@ -101,8 +102,15 @@ class CommandBudget:
         return [
             ("INCRBY", level, est),
             ("PEXPIRE", level, span, "NX"),
-            ("SET", self.record(txn), f"o {est} {attempt} {level}", "NX", "PX", 2 * self.ttl,
-             "GET"),  # fmt: skip
+            (
+                "SET",
+                self.record(txn),
+                f"o {est} {attempt} {level}",
+                "NX",
+                "PX",
+                2 * self.ttl,
+                "GET",
+            ),
             ("ZADD", self.due, "NX", now + self.ttl, txn),
         ]
 
@@ -173,7 +181,9 @@ class CommandBudget:
     def settle_getdel(self, txn: str) -> list[Command]:
         return [("GETDEL", self.record(txn))]
 
-    def settled_getdel(self, txn: str, usage: int, attempt: str, replies: list[Any]) -> list[Command]:
+    def settled_getdel(
+        self, txn: str, usage: int, attempt: str, replies: list[Any]
+    ) -> list[Command]:
         _, est, _, level = replies[0].decode().split()
         return [
             ("INCRBY", level, usage - int(est)),
@@ -205,8 +215,15 @@ class BucketedBudget(CommandBudget):
     def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
         return [
             ("INCRBY", self.level(now), est),
-            ("SET", self.record(txn), f"o {est} {attempt} {self.level(now)}", "NX", "PX",
-             2 * self.ttl, "GET"),  # fmt: skip
+            (
+                "SET",
+                self.record(txn),
+                f"o {est} {attempt} {self.level(now)}",
+                "NX",
+                "PX",
+                2 * self.ttl,
+                "GET",
+            ),
             ("RPUSH", self.bucket(now + self.ttl), txn),
         ]
 
@@ -270,16 +287,28 @@ def pipeline(client: redis.Redis, commands: Iterable[Command]) -> list[Any]:
 # The calls one at a time, a round per round trip, as a daemon makes them.
 
 
-def reserve(client: redis.Redis, b: CommandBudget, txn: str, est: int, now: int,
-            attempt: str) -> str:  # fmt: skip
-    answer, second = b.reserved(txn, est, now, attempt, pipeline(client, b.reserve(txn, est, now, attempt)))
+def reserve(
+    client: redis.Redis, b: CommandBudget, txn: str, est: int, now: int, attempt: str
+) -> str:
+    answer, second = b.reserved(
+        txn, est, now, attempt, pipeline(client, b.reserve(txn, est, now, attempt))
+    )
     if second:
         pipeline(client, second)
     return answer
 
 
-def settle(client: redis.Redis, b: CommandBudget, txn: str, usage: int, now: int, attempt: str,
-           *, first_round_only: bool = False, tombstone: str = "s") -> str:  # fmt: skip
+def settle(
+    client: redis.Redis,
+    b: CommandBudget,
+    txn: str,
+    usage: int,
+    now: int,
+    attempt: str,
+    *,
+    first_round_only: bool = False,
+    tombstone: str = "s",
+) -> str:
     replies = pipeline(client, b.settle(txn, usage, attempt))
     answer, second = b.settled(txn, usage, now, attempt, replies, tombstone)
     if second and not first_round_only:
@@ -295,8 +324,15 @@ def sweep(client: redis.Redis, b: CommandBudget, now: int, *, charge: bool) -> i
         txn = txn.decode()
         rec = client.get(b.record(txn))
         est = int(rec.split()[1]) if rec and rec[:1] in (b"o", b"c") else 0
-        answer = settle(client, b, txn, est if charge else 0, now, "sweep-" + secrets.token_hex(4),
-                        tombstone="x")  # fmt: skip
+        answer = settle(
+            client,
+            b,
+            txn,
+            est if charge else 0,
+            now,
+            "sweep-" + secrets.token_hex(4),
+            tombstone="x",
+        )
         if answer != SETTLED:
             client.zrem(b.due, txn)  # a tombstone or a settle's: nothing to end
         ended += answer == SETTLED
@@ -331,7 +367,10 @@ def check(address: str) -> dict[str, str]:
         t.join()
     level = int(client.get(b.level(NOW)))
     assert sum(admitted) <= b.limit and level == sum(admitted), (sum(admitted), level)
-    out["overshoot"] = f"8 threads x 25 reserves: {len(admitted)} admitted, {sum(admitted)} of {b.limit}, level {level}"
+    out["overshoot"] = (
+        f"8 threads x 25 reserves: {len(admitted)} admitted, {sum(admitted)} tokens of "
+        f"{b.limit}, the counter {level} once the refusals were undone"
+    )
 
     b = CommandBudget("ann", limit=10_000)
     # A retried reserve (its reply lost) answers as the first did, reserving once.
@@ -353,7 +392,10 @@ def check(address: str) -> dict[str, str]:
     assert settle(client, b, "o1", 50, NOW, "s3") == ORPHAN
     assert settle(client, b, "o1", 50, NOW, "s4") == FINISHED
     assert int(client.get(b.level(NOW))) == 850
-    out["idempotency"] = "reserve retried: once; reused id: refused; settle retried after its first round: once; duplicate settle: once; orphan: once"
+    out["idempotency"] = (
+        "a retried reserve reserves once; a reused id is refused; a settle retried after "
+        "its first round is charged once; a duplicate settle once; an orphan once"
+    )
 
     # Expiry by the sweep, by policy: charged, then released; a late settle changes nothing.
     assert reserve(client, b, "e1", 1000, NOW, "a3") == ADMITTED
@@ -363,7 +405,10 @@ def check(address: str) -> dict[str, str]:
     assert reserve(client, b, "e2", 1000, NOW, "a4") == ADMITTED
     assert sweep(client, b, NOW + TTL, charge=False) == 1
     assert int(client.get(b.level(NOW))) == 1850 and client.zcard(b.due) == 0
-    out["expiry"] = "the sweep ends a reservation at its deadline, charged or released by policy; a late settle changes nothing"
+    out["expiry"] = (
+        "the sweep ends a reservation at its deadline, charged or released by the policy; "
+        "a late settle changes nothing"
+    )
     client.flushall()
     client.close()
     return out
@@ -373,7 +418,7 @@ def check(address: str) -> dict[str, str]:
 
 
 def commandstats(client: redis.Redis) -> dict[str, float]:
-    return {k[len("cmdstat_"):]: float(v["usec"]) for k, v in client.info("commandstats").items()}
+    return {k[len("cmdstat_") :]: float(v["usec"]) for k, v in client.info("commandstats").items()}
 
 
 class Meter:
@@ -386,7 +431,9 @@ class Meter:
         self.calls: dict[str, int] = {}
         self.commands: dict[str, dict[str, float]] = {}
 
-    def measure(self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]) -> None:
+    def measure(
+        self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]
+    ) -> None:
         before = commandstats(self.client)
         work()
         after = commandstats(self.client)
@@ -419,10 +466,13 @@ class CallgrindMeter(Meter):
         self.workdir = workdir
 
     def control(self, option: str) -> None:
-        subprocess.run(["callgrind_control", option, str(self.pid)], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["callgrind_control", option, str(self.pid)], check=True, capture_output=True
+        )
 
-    def measure(self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]) -> None:
+    def measure(
+        self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]
+    ) -> None:
         self.control("-z")
         work()
         self.control("-d")
@@ -436,16 +486,31 @@ class CallgrindMeter(Meter):
         self.calls[name] = self.calls.get(name, 0) + calls
 
 
-def callgrind_run(calls: int, workdir: Path) -> dict[str, float]:
+def callgrind_run(calls: int, workdir: Path, store: str) -> dict[str, float]:
     """Instructions per call of every design (`CallgrindMeter`), one run on a redis-server
     under valgrind."""
     sock = workdir / "redis.sock"
     proc = subprocess.Popen(
-        ["valgrind", "--tool=callgrind", "--dump-instr=no",
-         f"--callgrind-out-file={workdir}/callgrind.out.%p", server_binary(), "--port", "0",
-         "--unixsocket", str(sock), "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--dump-instr=no",
+            f"--callgrind-out-file={workdir}/callgrind.out.%p",
+            server_binary(store),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         client = redis.Redis(unix_socket_path=str(sock))
 
@@ -530,79 +595,77 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
                 pipeline(client, second)
                 settle(client, b, t, 1, NOW, "w")
 
-    def measure(name: str, n: int, work: Callable[[], None]) -> None:
-        meter.measure(name, CALLS[name][1], n, work)
+    Ids = list[tuple[int, str]]  # (budget, transaction) per call of a chunk
 
-    for chunk in range(calls // CHUNK):
-        ids = [(i % BUDGETS, f"{tag}{chunk}-{i}") for i in range(CHUNK)]
+    def plain(ids: Ids) -> None:
+        counters = (f"{{u{u}}}k" for u, _ in ids)
+        pipeline(
+            client, (c for k in counters for c in (("INCRBY", k, ESTIMATE), ("EXPIRE", k, 3600)))
+        )
 
-        def plain() -> None:
-            pipeline(client, (c for u, _ in ids for c in (("INCRBY", f"{{u{u}}}k", ESTIMATE),
-                                                         ("EXPIRE", f"{{u{u}}}k", 3600))))  # fmt: skip
+    def script_reserve(ids: Ids) -> None:
+        for reply in pipeline(client, (script(RESERVE, u, t, ESTIMATE) for u, t in ids)):
+            assert reply[0] == 1, reply
 
-        def script_reserve() -> None:
-            for reply in pipeline(client, (script(RESERVE, u, t, ESTIMATE) for u, t in ids)):
-                assert reply[0] == 1, reply
+    def script_settle(ids: Ids) -> None:
+        for reply in pipeline(client, (script(SETTLE, u, t, USAGE) for u, t in ids)):
+            assert reply[0] == 4, reply
 
-        def script_settle() -> None:
-            for reply in pipeline(client, (script(SETTLE, u, t, USAGE) for u, t in ids)):
-                assert reply[0] == 4, reply
-
-        def command_reserve(budgets: list[CommandBudget]) -> Callable[[], None]:
-            def work() -> None:
-                rounds = [budgets[u].reserve(t, ESTIMATE, NOW, "a" + t) for u, t in ids]
-                replies = iter(pipeline(client, (c for r in rounds for c in r)))
-                seconds: list[Command] = []
-                for (u, t), r in zip(ids, rounds, strict=True):
-                    answer, second = budgets[u].reserved(t, ESTIMATE, NOW, "a" + t,
-                                                         [next(replies) for _ in r])  # fmt: skip
-                    assert answer == ADMITTED, answer
-                    seconds += second
-                if seconds:
-                    pipeline(client, seconds)
-
-            return work
-
-        def command_settle(budgets: list[CommandBudget]) -> Callable[[], None]:
-            def work() -> None:
-                rounds = [budgets[u].settle(t, USAGE, "s" + t) for u, t in ids]
-                replies = iter(pipeline(client, (c for r in rounds for c in r)))
-                seconds = []
-                for (u, t), r in zip(ids, rounds, strict=True):
-                    answer, second = budgets[u].settled(t, USAGE, NOW, "s" + t,
-                                                        [next(replies) for _ in r])  # fmt: skip
-                    assert answer == SETTLED, answer
-                    seconds += second
-                pipeline(client, seconds)
-
-            return work
-
-        def settle_getdel() -> None:
-            budgets = designs[""]
-            replies = pipeline(client, (budgets[u].settle_getdel("g" + t)[0] for u, t in ids))
-            seconds = []
-            for (u, t), reply in zip(ids, replies, strict=True):
-                seconds += budgets[u].settled_getdel("g" + t, USAGE, "s" + t, [reply])
+    def command_reserve(budgets: list[CommandBudget], ids: Ids) -> None:
+        rounds = [budgets[u].reserve(t, ESTIMATE, NOW, "a" + t) for u, t in ids]
+        replies = iter(pipeline(client, (c for r in rounds for c in r)))
+        seconds: list[Command] = []
+        for (u, t), r in zip(ids, rounds, strict=True):
+            first = [next(replies) for _ in r]
+            answer, second = budgets[u].reserved(t, ESTIMATE, NOW, "a" + t, first)
+            assert answer == ADMITTED, answer
+            seconds += second
+        if seconds:
             pipeline(client, seconds)
 
-        def bucketed_sweep() -> None:
-            # Every reservation of the chunk settled: the sweep finds nothing open.
-            for b in designs["bucketed_"]:
-                assert b.sweep_bucket(client, NOW + TTL) == []
+    def command_settle(budgets: list[CommandBudget], ids: Ids) -> None:
+        rounds = [budgets[u].settle(t, USAGE, "s" + t) for u, t in ids]
+        replies = iter(pipeline(client, (c for r in rounds for c in r)))
+        seconds = []
+        for (u, t), r in zip(ids, rounds, strict=True):
+            first = [next(replies) for _ in r]
+            answer, second = budgets[u].settled(t, USAGE, NOW, "s" + t, first)
+            assert answer == SETTLED, answer
+            seconds += second
+        pipeline(client, seconds)
 
-        measure("plain", CHUNK, plain)
-        measure("script_reserve", CHUNK, script_reserve)
-        measure("reserve", CHUNK, command_reserve(designs[""]))
-        measure("bucketed_reserve", CHUNK, command_reserve(designs["bucketed_"]))
-        measure("floor_reserve", CHUNK, command_reserve(designs["floor_"]))
-        measure("script_settle", CHUNK, script_settle)
-        measure("settle", CHUNK, command_settle(designs[""]))
-        measure("bucketed_settle", CHUNK, command_settle(designs["bucketed_"]))
-        measure("bucketed_sweep", CHUNK, bucketed_sweep)
-        ids = [(u, "g" + t) for u, t in ids]
-        command_reserve(designs[""])()  # what the GETDEL settle takes, not measured
-        ids = [(u, t[1:]) for u, t in ids]
-        measure("settle_getdel", CHUNK, settle_getdel)
+    def settle_getdel(budgets: list[CommandBudget], ids: Ids) -> None:
+        replies = pipeline(client, (budgets[u].settle_getdel(t)[0] for u, t in ids))
+        seconds = []
+        for (u, t), reply in zip(ids, replies, strict=True):
+            seconds += budgets[u].settled_getdel(t, USAGE, "s" + t, [reply])
+        pipeline(client, seconds)
+
+    def bucketed_sweep(budgets: list[BucketedBudget]) -> None:
+        # Every reservation of the chunk is settled: the sweep finds nothing open.
+        for b in budgets:
+            assert b.sweep_bucket(client, NOW + TTL) == []
+
+    plain_, bucketed, floor = designs[""], designs["bucketed_"], designs["floor_"]
+    for chunk in range(calls // CHUNK):
+        ids = [(i % BUDGETS, f"{tag}{chunk}-{i}") for i in range(CHUNK)]
+        later = [(u, "g" + t) for u, t in ids]  # the GETDEL settle's own reservations
+        meter.measure("plain", CALLS["plain"][1], CHUNK, partial(plain, ids))
+        for name, work in (
+            ("script_reserve", partial(script_reserve, ids)),
+            ("reserve", partial(command_reserve, plain_, ids)),
+            ("bucketed_reserve", partial(command_reserve, bucketed, ids)),
+            ("floor_reserve", partial(command_reserve, floor, ids)),
+            ("script_settle", partial(script_settle, ids)),
+            ("settle", partial(command_settle, plain_, ids)),
+            ("bucketed_settle", partial(command_settle, bucketed, ids)),
+            ("bucketed_sweep", partial(bucketed_sweep, bucketed)),
+        ):
+            meter.measure(name, CALLS[name][1], CHUNK, work)
+        command_reserve(plain_, later)  # not measured: a reserve as above
+        meter.measure(
+            "settle_getdel", CALLS["settle_getdel"][1], CHUNK, partial(settle_getdel, plain_, later)
+        )
     return meter
 
 
@@ -630,7 +693,7 @@ def render(result: dict[str, Any]) -> str:
         "estimate 700, usage 500. The command-only calls are a prototype (`CommandBudget`,",
         "`BucketedBudget`, `FloorBudget`), not the store.",
         "",
-        f"Machine: {m.get('cpu')}, {m.get('redis-server')}. Load average before and after: "
+        f"Machine: {m.get('cpu')}, {result['server']}. Load average before and after: "
         + ", ".join(
             " / ".join(f"{x:.2f}" for x in result["load_average"][w]) for w in ("before", "after")
         )
@@ -677,12 +740,22 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20_480)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-check", action="store_true", help="skip the prototype's checks")
-    parser.add_argument("--callgrind-calls", type=int, default=2560,
-                        help="calls of the run under callgrind (0: none)")  # fmt: skip
+    parser.add_argument(
+        "--callgrind-calls",
+        type=int,
+        default=2560,
+        help="calls of the run under callgrind (0: none)",
+    )
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        default="redis",
+        help="the server measured (results: budget_commands[_<store>].md)",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        servers = RedisServers(Path(tmp))
+        servers = RedisServers(Path(tmp), store=args.store)
         try:
             server = servers()
             client = server.client()
@@ -691,10 +764,17 @@ def main() -> None:
             swept = sweep_cost(client, args.calls)
         finally:
             servers.stop_all()
-        instructions = callgrind_run(args.callgrind_calls, Path(tmp)) if args.callgrind_calls else {}
+        instructions = (
+            callgrind_run(args.callgrind_calls, Path(tmp), args.store)
+            if args.callgrind_calls
+            else {}
+        )
     runs = [m.per_call() for m in meters]
     result = {
         "machine": machine_info(),
+        "server": subprocess.run(
+            [server_binary(args.store), "--version"], capture_output=True, text=True, check=True
+        ).stdout.strip(),
         "args": vars(args),
         "server_us": {n: round(statistics.median(r[n] for r in runs), 3) for n in CALLS},
         "runs": {n: [round(r[n], 3) for r in runs] for n in CALLS},
@@ -705,8 +785,9 @@ def main() -> None:
         "load_average": {"before": load_before, "after": os.getloadavg()},
     }
     out = Path(__file__).parent / "results"
-    (out / "budget_commands.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "budget_commands.md").write_text(render(result))
+    name = "budget_commands" + ("" if args.store == "redis" else f"_{args.store}")
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{name}.md").write_text(render(result))
     print(render(result))
 
 

@@ -269,6 +269,116 @@ class FloorBudget(BucketedBudget):
         return super().reserved(txn, est, now, attempt, [*replies, 0])
 
 
+class HashBudget(CommandBudget):
+    """Records as fields of small hashes rather than keys of their own (a new key cost a
+    SET about 2 µs on a server holding many keys; a field of a small hash a fraction).
+
+    `o`, a hash of the open records (`t:<id>`: `o <estimate> <attempt> <counter>
+    <deadline>`) and of the settles' claims (`c:<id>`: `<attempt> <usage>`), small while
+    few transactions are open: the sweep reads it whole (HGETALL). Tombstones go to a hash
+    per `reservation_ttl` period (`s:<period>`, kept two periods), so that one is found
+    for at least a TTL by looking in this period's and the last. A reserve: INCRBY, HSETNX
+    the record, HEXISTS in both tombstone hashes (a finished id is refused). A settle:
+    HSETNX its claim (the first claimer takes the record), HGET the record and the claim;
+    then the taker's MULTI: INCRBY, HDEL record and claim, HSET the tombstone, EXPIRE NX
+    its hash, EXEC. The rare paths (a reserve's id taken, a settle finding no record)
+    read more in a further round."""
+
+    def open(self) -> str:
+        return f"{self.base}:o"
+
+    def tombs(self, now: int) -> tuple[str, str]:
+        period = now // self.ttl
+        return f"{self.base}:s:{period}", f"{self.base}:s:{period - 1}"
+
+    def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
+        level = self.level(now)
+        rec = f"o {est} {attempt} {level} {now + self.ttl}"
+        this, last = self.tombs(now)
+        return [
+            ("INCRBY", level, est),
+            ("HSETNX", self.open(), f"t:{txn}", rec),
+            ("HEXISTS", this, txn),
+            ("HEXISTS", last, txn),
+        ]
+
+    def reserved(
+        self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str | None, list[Command]]:
+        after, new, finished = replies[0], replies[1], replies[2] or replies[3]
+        level = self.level(now)
+        undo = ("INCRBY", level, -est)
+        if not new:  # the id is open: our own retry, or a reuse (`reserved_again`)
+            return None, [undo, ("HGET", self.open(), f"t:{txn}")]
+        if finished:
+            return DUPLICATE, [undo, ("HDEL", self.open(), f"t:{txn}")]
+        if after > self.limit:
+            return REFUSED, [undo, ("HDEL", self.open(), f"t:{txn}")]
+        if after == est:  # this reserve made the window's counter: its TTL, once
+            span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+            return ADMITTED, [("PEXPIRE", level, span, "NX")]
+        return ADMITTED, []
+
+    def reserved_again(
+        self, txn: str, attempt: str, replies: list[Any]
+    ) -> tuple[str, list[Command]]:
+        old = (replies[1] or b"").decode()
+        if old.startswith("o ") and old.split()[2] == attempt:
+            return ADMITTED, []
+        if old.startswith("o "):
+            return DUPLICATE, [("HSET", self.open(), f"t:{txn}", "c" + old[1:])]
+        return DUPLICATE, []
+
+    def settle(self, txn: str, usage: int, attempt: str) -> list[Command]:
+        return [
+            ("HSETNX", self.open(), f"c:{txn}", f"{attempt} {usage}"),
+            ("HGET", self.open(), f"t:{txn}"),
+            ("HGET", self.open(), f"c:{txn}"),
+        ]
+
+    def settled(
+        self,
+        txn: str,
+        usage: int,
+        now: int,
+        attempt: str,
+        replies: list[Any],
+        tombstone: str = "s",
+    ) -> tuple[str | None, list[Command]]:
+        rec, claim = (replies[1] or b"").decode(), replies[2].decode()
+        if claim.split()[0] != attempt:
+            return FINISHED, []  # another settle claimed it first
+        if not rec:  # settled before (by us?), or never reserved: the tombstones say
+            return None, [("HGET", t, txn) for t in self.tombs(now)]
+        if rec.startswith("r"):
+            return FINISHED, [("HDEL", self.open(), f"c:{txn}")]
+        _, est, _, level, _ = rec.split()
+        return SETTLED, self.finish(txn, level, usage - int(est), now, f"{tombstone} {attempt}")
+
+    def finish(self, txn: str, level: str, delta: int, now: int, tomb: str) -> list[Command]:
+        this, _ = self.tombs(now)
+        return [
+            ("MULTI",),
+            ("INCRBY", level, delta),
+            ("HDEL", self.open(), f"t:{txn}", f"c:{txn}"),
+            ("HSET", this, txn, tomb),
+            ("PEXPIRE", this, 2 * self.ttl, "NX"),
+            ("EXEC",),
+        ]
+
+    def settled_again(
+        self, txn: str, usage: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str, list[Command]]:
+        tomb = next((r.decode() for r in replies if r), "")
+        drop = [("HDEL", self.open(), f"c:{txn}")]  # our claim on a record already gone
+        if tomb:
+            return (SETTLED if tomb == f"s {attempt}" else FINISHED), drop
+        level = self.level(now)
+        span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+        apply = self.finish(txn, level, usage, now, f"s {attempt}")
+        return ORPHAN, [*apply[:-1], ("PEXPIRE", level, span, "NX"), apply[-1]]
+
+
 def raw(client: redis.Redis) -> redis.Redis:
     """A client on `client`'s connections that hands back replies as the server sent them
     (redis-py turns a SET's reply into a bool, even SET ... GET's old value)."""
@@ -295,7 +405,11 @@ def reserve(
         txn, est, now, attempt, pipeline(client, b.reserve(txn, est, now, attempt))
     )
     if second:
-        pipeline(client, second)
+        replies = pipeline(client, second)
+        if answer is None:  # a rare path that reads more first (`HashBudget`)
+            answer, third = b.reserved_again(txn, attempt, replies)
+            if third:
+                pipeline(client, third)
     return answer
 
 
@@ -312,6 +426,8 @@ def settle(
 ) -> str:
     replies = pipeline(client, b.settle(txn, usage, attempt))
     answer, second = b.settled(txn, usage, now, attempt, replies, tombstone)
+    if answer is None:  # a rare path that reads more first (`HashBudget`)
+        answer, second = b.settled_again(txn, usage, now, attempt, pipeline(client, second))
     if second and not first_round_only:
         pipeline(client, second)
     return answer
@@ -341,14 +457,26 @@ def sweep(client: redis.Redis, b: CommandBudget, now: int, *, charge: bool) -> i
 
 
 def check(address: str) -> dict[str, str]:
-    """The properties the store must keep, on the prototype (module docstring)."""
+    """The properties the store must keep, on the prototypes (module docstring)."""
     host, port = address.split(":")
     client = redis.Redis(host=host, port=int(port))
     client.flushall()
     out = {}
+    for kind in (CommandBudget, HashBudget):
+        out.update({f"{kind.__name__}, {k}": v for k, v in check_calls(address, kind).items()})
+    out.update(check_expiry(client))
+    client.flushall()
+    client.close()
+    return out
 
+
+def check_calls(address: str, kind: type[CommandBudget]) -> dict[str, str]:
+    """Overshoot, retries and duplicates on a budget kept as `kind` keeps it."""
+    host, port = address.split(":")
+    client = redis.Redis(host=host, port=int(port))
+    out = {}
     # Concurrent reserves, each thread its own connection: none admitted past the limit.
-    b = CommandBudget("crowd", limit=10_000)
+    b = kind(f"crowd-{kind.__name__}", limit=10_000)
     admitted: list[int] = []
     lock = threading.Lock()
 
@@ -373,7 +501,7 @@ def check(address: str) -> dict[str, str]:
         f"{b.limit}, the counter {level} once the refusals were undone"
     )
 
-    b = CommandBudget("ann", limit=10_000)
+    b = kind(f"ann-{kind.__name__}", limit=10_000)
     # A retried reserve (its reply lost) answers as the first did, reserving once.
     assert reserve(client, b, "r1", 1000, NOW, "a1") == ADMITTED
     assert reserve(client, b, "r1", 1000, NOW, "a1") == ADMITTED
@@ -397,7 +525,16 @@ def check(address: str) -> dict[str, str]:
         "a retried reserve reserves once; a reused id is refused; a settle retried after "
         "its first round is charged once; a duplicate settle once; an orphan once"
     )
+    client.close()
+    return out
 
+
+def check_expiry(client: redis.Redis) -> dict[str, str]:
+    """The sweep of `CommandBudget` (its deadline set)."""
+    out = {}
+    b = CommandBudget("expiry", limit=10_000)
+    assert reserve(client, b, "r1", 900, NOW, "a0") == ADMITTED
+    assert settle(client, b, "r1", 850, NOW, "s0") == SETTLED
     # Expiry by the sweep, by policy: charged, then released; a late settle changes nothing.
     assert reserve(client, b, "e1", 1000, NOW, "a3") == ADMITTED
     assert sweep(client, b, NOW + TTL - 1, charge=True) == 0
@@ -406,12 +543,10 @@ def check(address: str) -> dict[str, str]:
     assert reserve(client, b, "e2", 1000, NOW, "a4") == ADMITTED
     assert sweep(client, b, NOW + TTL, charge=False) == 1
     assert int(client.get(b.level(NOW))) == 1850 and client.zcard(b.due) == 0
-    out["expiry"] = (
+    out["CommandBudget, expiry"] = (
         "the sweep ends a reservation at its deadline, charged or released by the policy; "
         "a late settle changes nothing"
     )
-    client.flushall()
-    client.close()
     return out
 
 
@@ -566,6 +701,14 @@ CALLS = {
         ("lrange", "mget", "del"),
     ),
     "floor_reserve": ("INCRBY, SET NX PX GET (no deadline index)", ("incrby", "set", "pexpire")),
+    "hash_reserve": (
+        "INCRBY, HSETNX o, HEXISTS s:<period> x 2: one round",
+        ("incrby", "hsetnx", "hexists", "pexpire"),
+    ),
+    "hash_settle": (
+        "HSETNX o (claim), HGET o x 2; then MULTI, INCRBY, HDEL o, HSET s, PEXPIRE NX, EXEC",
+        ("hsetnx", "hget", "multi", "exec"),
+    ),
 }
 
 
@@ -582,6 +725,7 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
         "": [CommandBudget(f"u{u}", BIG) for u in range(BUDGETS)],
         "bucketed_": [BucketedBudget(f"k{u}", BIG) for u in range(BUDGETS)],
         "floor_": [FloorBudget(f"f{u}", BIG) for u in range(BUDGETS)],
+        "hash_": [HashBudget(f"h{u}", BIG) for u in range(BUDGETS)],
     }
     window = (fixed(3600, BIG),)
     states = [budget_keys("", "llm", [("user", f"u{u}")])[0] for u in range(BUDGETS)]
@@ -653,6 +797,7 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
             assert b.sweep_bucket(client, NOW + TTL) == []
 
     plain_, bucketed, floor = designs[""], designs["bucketed_"], designs["floor_"]
+    hashed = designs["hash_"]
     for chunk in range(calls // CHUNK):
         ids = [(i % BUDGETS, f"{tag}{chunk}-{i}") for i in range(CHUNK)]
         later = [(u, "g" + t) for u, t in ids]  # the GETDEL settle's own reservations
@@ -662,9 +807,11 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
             ("reserve", partial(command_reserve, plain_, ids)),
             ("bucketed_reserve", partial(command_reserve, bucketed, ids)),
             ("floor_reserve", partial(command_reserve, floor, ids)),
+            ("hash_reserve", partial(command_reserve, hashed, ids)),
             ("script_settle", partial(script_settle, ids)),
             ("settle", partial(command_settle, plain_, ids)),
             ("bucketed_settle", partial(command_settle, bucketed, ids)),
+            ("hash_settle", partial(command_settle, hashed, ids)),
             ("bucketed_sweep", partial(bucketed_sweep, bucketed)),
         ):
             meter.measure(name, CALLS[name][1], CHUNK, work)
@@ -697,8 +844,8 @@ def render(result: dict[str, Any]) -> str:
         "commandstats (each call's top-level commands; EVALSHA's and EXEC's figures include",
         "what they run), 64 budgets with ten open reservations each, one hourly fixed window,",
         f"estimate 700, usage 500, on a server holding {FILLER:,} other keys. The",
-        "command-only calls are a prototype (`CommandBudget`,",
-        "`BucketedBudget`, `FloorBudget`), not the store.",
+        "command-only calls are a prototype (`CommandBudget`, `BucketedBudget`,",
+        "`FloorBudget`, `HashBudget`), not the store.",
         "",
         f"Machine: {m.get('cpu')}, {result['server']}. Load average before and after: "
         + ", ".join(

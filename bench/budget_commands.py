@@ -883,7 +883,7 @@ def render(result: dict[str, Any]) -> str:
         lines.append(f"- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in commands.items()))
     lines.append("")
     if result.get("check"):
-        lines += ["Checked on the prototype (`CommandBudget`) against the same server:", ""]
+        lines += ["Checked on the prototypes against the same server:", ""]
         lines += [f"- {k}: {v}" for k, v in result["check"].items()]
         lines.append("")
     return "\n".join(lines)

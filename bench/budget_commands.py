@@ -1,24 +1,30 @@
 """Token budgets on Redis without Lua: what the command-only design sketched in
-docs/budgets.md ("Cost") costs the server, on a prototype of its calls, against a plain
+docs/budgets.md ("Cost") costs the server, on prototypes of its calls, against a plain
 decision (INCRBY + EXPIRE) and the budget script (`backends/redis/budget.py`) in one run.
 
-    .venv/bin/python bench/budget_commands.py [--calls 20000] [--repeat 5] [--no-check]
+    .venv/bin/python bench/budget_commands.py [--calls 20480] [--repeat 5] [--no-check]
+                                              [--callgrind-calls 2560] [--store valkey]
 
-The prototype (`CommandBudget`) is one budget on one fixed window, its calls written as
-the plain commands the design sends, round by round, and the answer each round's replies
-give. It is not the store: it has no sliding windows, no outbox, no levels' resets, no
-dry run; it exists to price the design and to check, on a real redis-server, the
-properties the store must keep (`check`): no overshoot under concurrent reserves, a
-retried reserve reserving once, a duplicate or retried settle charged once (also when the
-settle's first round reached the store and its second did not), expiry by a sweep.
+The prototypes are one budget on one fixed window, their calls written as the plain
+commands a design sends, round by round, and the answer each round's replies give:
+`CommandBudget` (the sketch: a counter per window, a record key per transaction, a sorted
+set of deadlines; its settle made retry-safe with a claim and a MULTI), `BucketedBudget`
+(deadlines in a list per minute), `FloorBudget` (no deadline index: the least a reserve can
+send) and `HashBudget` (records and tombstones as fields of hashes). They are not the
+store: no sliding windows, outbox, resets, dry run or transaction bound; they exist to
+price the design and to check, on a real server, the properties the store must keep
+(`check`): no overshoot under concurrent reserves, a retried reserve reserving once, a
+duplicate or retried settle charged once (also when the settle's first round reached the
+store and its second did not), expiry by a sweep.
 
 Server cost: µs per call from INFO commandstats (the commands' own execution, as the
 script's is measured: EVALSHA's figure includes the commands the script calls, EXEC's the
 commands it runs), summed over each call's top-level commands, in steady state (64
-budgets, ten open reservations on each while they are reserved then settled, in chunks),
-alternating the designs chunk by chunk; median of --repeat runs. Writes
-bench/results/budget_commands.{json,md}. The machine may be shared: quote ratios of one
-run.
+budgets, ten open reservations on each while they are reserved then settled, in chunks,
+on a server already holding 300,000 keys), alternating the designs chunk by chunk; median
+of --repeat runs. Then one run under callgrind: instructions of the whole server process
+per call. Writes bench/results/budget_commands[_valkey].{json,md}. The machine may be
+shared: quote ratios of one run.
 """
 
 from __future__ import annotations

@@ -75,8 +75,9 @@ class CommandBudget:
 
     Keys (one hash tag, so one Cluster slot): per window start one counter `level`
     (used + reserved: named by the window's start, so nothing rolls), per transaction a
-    record `t:<id>` (`o <estimate> <reserve attempt> <window start>` while open, then a
-    tombstone `s <settle attempt>` / `x` / `r`), and `due`, a sorted set of the open
+    record `t:<id>` (`o <estimate> <reserve attempt> <counter>` while open, the settles'
+    claims appended, `|<attempt> <usage>`; its first byte turned to `s` or `x` once it
+    ended; `s <attempt>` for an orphan's), and `due`, a sorted set of the open
     transactions' deadlines for the sweep. An attempt is a random id a call keeps across
     its retries: it is how a retry recognises what its earlier attempt did.
     """
@@ -103,36 +104,32 @@ class CommandBudget:
 
     def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
         level = self.level(now)
-        # The counter lives until its window has ended and every reservation made in it
-        # can have been settled: PEXPIRE NX sets that once, on the call that created it.
-        span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+        rec = f"o {est} {attempt} {level}"
         return [
             ("INCRBY", level, est),
-            ("PEXPIRE", level, span, "NX"),
-            (
-                "SET",
-                self.record(txn),
-                f"o {est} {attempt} {level}",
-                "NX",
-                "PX",
-                2 * self.ttl,
-                "GET",
-            ),
+            ("SET", self.record(txn), rec, "NX", "PX", 2 * self.ttl, "GET"),
             ("ZADD", self.due, "NX", now + self.ttl, txn),
         ]
-
-    RECORD_AT = 2  # the SET's reply in a reserve's round
 
     def reserved(
         self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
     ) -> tuple[str, list[Command]]:
         """The answer of a reserve's first round, and its second round (none: done)."""
-        after, old = replies[0], replies[self.RECORD_AT]
-        undo = ("INCRBY", self.level(now), -est)
+        after, old = replies[0], replies[1]
+        level = self.level(now)
+        undo = ("INCRBY", level, -est)
         if old is None:  # the record is ours, new
-            if after <= self.limit:
-                return ADMITTED, []
-            return REFUSED, [undo, ("DEL", self.record(txn)), ("ZREM", self.due, txn)]
+            if after > self.limit:
+                return REFUSED, [undo, ("DEL", self.record(txn)), ("ZREM", self.due, txn)]
+            if after == est:
+                # This reserve made the window's counter: it lives until the window has
+                # ended and every reservation made in it can have been settled. Set once,
+                # here, rather than by a PEXPIRE on every reserve. (A settle that finds
+                # the counter gone, long after, makes it anew: the store would set its
+                # TTL there too, in a rare round of its own; the prototype does not.)
+                span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+                return ADMITTED, [("PEXPIRE", level, span, "NX")]
+            return ADMITTED, []
         old = old.decode()
         if old.startswith("o ") and old.split()[2] == attempt:  # our own retry: as the first
             return ADMITTED, [undo]
@@ -165,18 +162,23 @@ class CommandBudget:
         tombstone: str = "s",
     ) -> tuple[str, list[Command]]:
         head, *claims = replies[2].decode().split("|")
-        mine = claims[0].split()[0] == attempt
-        if head.startswith(("s ", "x")):
-            return (SETTLED if head == f"s {attempt}" else FINISHED), []
-        if not mine or head.startswith("r"):
+        parts = head.split()
+        if head[:1] in ("s", "x"):  # ended: by the first claim, or an orphan's own attempt
+            taker = parts[1] if len(parts) == 2 else claims[0].split()[0]
+            return (SETTLED if head[0] == "s" and taker == attempt else FINISHED), []
+        if claims[0].split()[0] != attempt or head.startswith("r"):
             return FINISHED, []  # another settle took it, or a remembered refusal
-        end = ("SET", self.record(txn), f"{tombstone} {attempt}", "PX", self.ttl)
         if not head:  # nothing was reserved under this id: its usage, once, to now
             level = self.level(now)
             span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+            end = ("SET", self.record(txn), f"s {attempt}", "PX", self.ttl)
             apply = [("INCRBY", level, usage), ("PEXPIRE", level, span, "NX"), end]
             return ORPHAN, [("MULTI",), *apply, ("EXEC",)]
-        _, est, _, level = head.split()
+        # The record becomes its own tombstone in place (its first byte; the claims after
+        # it name the taker): no new value, and the TTL it was made with (two TTLs from
+        # the reserve) keeps it at least a TTL past its deadline.
+        _, est, _, level = parts
+        end = ("SETRANGE", self.record(txn), 0, tombstone)
         apply = [("INCRBY", level, usage - int(est)), end, ("ZREM", self.due, txn)]
         return SETTLED, [("MULTI",), *apply, ("EXEC",)]
 
@@ -210,10 +212,9 @@ class BucketedBudget(CommandBudget):
     of that minute made) instead of a ZADD, and a settle removes nothing from it; the
     sweep reads a minute's list once it has passed (LRANGE, then the records in one MGET),
     ends the ones still open and deletes the list. A reservation ends up to a minute after
-    its deadline; a counter's or a list's TTL is set by a second round on the reserve that
-    created it (INCRBY answered the estimate, RPUSH answered 1), not on every reserve."""
+    its deadline; a list's TTL is set, like a counter's, by a second round on the reserve
+    that created it (RPUSH answered 1)."""
 
-    RECORD_AT = 1
     BUCKET = 60_000  # ms of deadlines per list
 
     def bucket(self, deadline: int) -> str:
@@ -239,10 +240,7 @@ class BucketedBudget(CommandBudget):
     ) -> tuple[str, list[Command]]:
         answer, second = super().reserved(txn, est, now, attempt, replies)
         second = [c for c in second if c[0] != "ZREM"]
-        if replies[0] == est:  # this reserve made the window's counter: its TTL, once
-            span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
-            second.append(("PEXPIRE", self.level(now), span, "NX"))
-        if replies[2] == 1:  # and the minute's list
+        if replies[2] == 1:  # this reserve made the minute's list: its TTL, once
             second.append(("PEXPIRE", self.bucket(now + self.ttl), 2 * self.ttl, "NX"))
         return answer, second
 
@@ -683,11 +681,11 @@ CALLS = {
     "script_reserve": ("the script (EVALSHA), today", ("evalsha",)),
     "script_settle": ("the script (EVALSHA), today", ("evalsha",)),
     "reserve": (
-        "INCRBY, PEXPIRE NX, SET NX PX GET, ZADD NX: one round",
-        ("incrby", "pexpire", "set", "zadd"),
+        "INCRBY, SET NX PX GET, ZADD NX: one round",
+        ("incrby", "set", "zadd", "pexpire"),
     ),
     "settle": (
-        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SET PX, ZREM, EXEC",
+        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SETRANGE, ZREM, EXEC",
         ("append", "pexpire", "get", "multi", "exec"),
     ),
     "settle_getdel": (
@@ -699,7 +697,7 @@ CALLS = {
         ("incrby", "set", "rpush", "pexpire"),
     ),
     "bucketed_settle": (
-        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SET PX, EXEC",
+        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SETRANGE, EXEC",
         ("append", "pexpire", "get", "multi", "exec"),
     ),
     "bucketed_sweep": (

@@ -113,8 +113,9 @@ class CommandBudget:
 
     def reserved(
         self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
-    ) -> tuple[str, list[Command]]:
-        """The answer of a reserve's first round, and its second round (none: done)."""
+    ) -> tuple[str | None, list[Command]]:
+        """The answer of a reserve's first round (None: a further round decides), and its
+        second round (none: done)."""
         after, old = replies[0], replies[1]
         level = self.level(now)
         undo = ("INCRBY", level, -est)
@@ -133,7 +134,7 @@ class CommandBudget:
         old = old.decode()
         if old.startswith("o ") and old.split()[2] == attempt:  # our own retry: as the first
             return ADMITTED, [undo]
-        second = [undo]
+        second: list[Command] = [undo]
         if old.startswith("o "):  # a reused id: the open one is contested (only its settle
             # or its deadline can end it, so the reuse cannot free someone else's tokens)
             second.append(("SET", self.record(txn), "c" + old[1:], "XX", "KEEPTTL"))
@@ -160,7 +161,7 @@ class CommandBudget:
         attempt: str,
         replies: list[Any],
         tombstone: str = "s",
-    ) -> tuple[str, list[Command]]:
+    ) -> tuple[str | None, list[Command]]:
         head, *claims = replies[2].decode().split("|")
         parts = head.split()
         if head[:1] in ("s", "x"):  # ended: by the first claim, or an orphan's own attempt
@@ -171,8 +172,8 @@ class CommandBudget:
         if not head:  # nothing was reserved under this id: its usage, once, to now
             level = self.level(now)
             span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
-            end = ("SET", self.record(txn), f"s {attempt}", "PX", self.ttl)
-            apply = [("INCRBY", level, usage), ("PEXPIRE", level, span, "NX"), end]
+            end: Command = ("SET", self.record(txn), f"s {attempt}", "PX", self.ttl)
+            apply: list[Command] = [("INCRBY", level, usage), ("PEXPIRE", level, span, "NX"), end]
             return ORPHAN, [("MULTI",), *apply, ("EXEC",)]
         # The record becomes its own tombstone in place (its first byte; the claims after
         # it name the taker): no new value, and the TTL it was made with (two TTLs from
@@ -237,14 +238,14 @@ class BucketedBudget(CommandBudget):
 
     def reserved(
         self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
-    ) -> tuple[str, list[Command]]:
+    ) -> tuple[str | None, list[Command]]:
         answer, second = super().reserved(txn, est, now, attempt, replies)
         second = [c for c in second if c[0] != "ZREM"]
         if replies[2] == 1:  # this reserve made the minute's list: its TTL, once
             second.append(("PEXPIRE", self.bucket(now + self.ttl), 2 * self.ttl, "NX"))
         return answer, second
 
-    def settled(self, *args: Any, **kwargs: Any) -> tuple[str, list[Command]]:
+    def settled(self, *args: Any, **kwargs: Any) -> tuple[str | None, list[Command]]:
         answer, second = super().settled(*args, **kwargs)
         return answer, [c for c in second if c[0] != "ZREM"]
 
@@ -269,7 +270,7 @@ class FloorBudget(BucketedBudget):
 
     def reserved(
         self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
-    ) -> tuple[str, list[Command]]:
+    ) -> tuple[str | None, list[Command]]:
         return super().reserved(txn, est, now, attempt, [*replies, 0])
 
 
@@ -411,9 +412,11 @@ def reserve(
     if second:
         replies = pipeline(client, second)
         if answer is None:  # a rare path that reads more first (`HashBudget`)
+            assert isinstance(b, HashBudget)
             answer, third = b.reserved_again(txn, attempt, replies)
             if third:
                 pipeline(client, third)
+    assert answer is not None
     return answer
 
 
@@ -431,6 +434,7 @@ def settle(
     replies = pipeline(client, b.settle(txn, usage, attempt))
     answer, second = b.settled(txn, usage, now, attempt, replies, tombstone)
     if answer is None:  # a rare path that reads more first (`HashBudget`)
+        assert isinstance(b, HashBudget)
         answer, second = b.settled_again(txn, usage, now, attempt, pipeline(client, second))
     if second and not first_round_only:
         pipeline(client, second)
@@ -458,6 +462,11 @@ def sweep(client: redis.Redis, b: CommandBudget, now: int, *, charge: bool) -> i
             client.zrem(b.due, txn)  # a tombstone or a settle's: nothing to end
         ended += answer == SETTLED
     return ended
+
+
+def counter(client: redis.Redis, key: str) -> int:
+    """A counter's value (0: absent)."""
+    return int(client.get(key) or 0)  # type: ignore[arg-type]
 
 
 def check(address: str) -> dict[str, str]:
@@ -498,7 +507,7 @@ def check_calls(address: str, kind: type[CommandBudget]) -> dict[str, str]:
         t.start()
     for t in threads:
         t.join()
-    level = int(client.get(b.level(NOW)))
+    level = counter(client, b.level(NOW))
     assert sum(admitted) <= b.limit and level == sum(admitted), (sum(admitted), level)
     out["overshoot"] = (
         f"8 threads x 25 reserves: {len(admitted)} admitted, {sum(admitted)} tokens of "
@@ -509,22 +518,22 @@ def check_calls(address: str, kind: type[CommandBudget]) -> dict[str, str]:
     # A retried reserve (its reply lost) answers as the first did, reserving once.
     assert reserve(client, b, "r1", 1000, NOW, "a1") == ADMITTED
     assert reserve(client, b, "r1", 1000, NOW, "a1") == ADMITTED
-    assert int(client.get(b.level(NOW))) == 1000
+    assert counter(client, b.level(NOW)) == 1000
     # A reused id is refused, holding nothing more.
     assert reserve(client, b, "r1", 1000, NOW, "a2") == DUPLICATE
-    assert int(client.get(b.level(NOW))) == 1000
+    assert counter(client, b.level(NOW)) == 1000
     # A settle whose first round reached the store and whose second did not: its retry
     # finishes it; a retry after that answers as it did; another settle changes nothing.
     assert settle(client, b, "r1", 800, NOW, "s1", first_round_only=True) == SETTLED
-    assert int(client.get(b.level(NOW))) == 1000
+    assert counter(client, b.level(NOW)) == 1000
     assert settle(client, b, "r1", 800, NOW, "s1") == SETTLED
     assert settle(client, b, "r1", 800, NOW, "s1") == SETTLED
     assert settle(client, b, "r1", 800, NOW, "s2") == FINISHED
-    assert int(client.get(b.level(NOW))) == 800
+    assert counter(client, b.level(NOW)) == 800
     # A settle of an id never reserved charges its usage once.
     assert settle(client, b, "o1", 50, NOW, "s3") == ORPHAN
     assert settle(client, b, "o1", 50, NOW, "s4") == FINISHED
-    assert int(client.get(b.level(NOW))) == 850
+    assert counter(client, b.level(NOW)) == 850
     out["idempotency"] = (
         "a retried reserve reserves once; a reused id is refused; a settle retried after "
         "its first round is charged once; a duplicate settle once; an orphan once"
@@ -546,7 +555,7 @@ def check_expiry(client: redis.Redis) -> dict[str, str]:
     assert settle(client, b, "e1", 10, NOW, "s5") == FINISHED
     assert reserve(client, b, "e2", 1000, NOW, "a4") == ADMITTED
     assert sweep(client, b, NOW + TTL, charge=False) == 1
-    assert int(client.get(b.level(NOW))) == 1850 and client.zcard(b.due) == 0
+    assert counter(client, b.level(NOW)) == 1850 and client.zcard(b.due) == 0
     out["CommandBudget, expiry"] = (
         "the sweep ends a reservation at its deadline, charged or released by the policy; "
         "a late settle changes nothing"
@@ -725,7 +734,7 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
     for i in range(0, FILLER, 1000):
         client.mset({f"filler:{j}": 1 for j in range(i, i + 1000)})
     meter = meter or Meter(client)
-    designs = {
+    designs: dict[str, list[Any]] = {
         "": [CommandBudget(f"u{u}", BIG) for u in range(BUDGETS)],
         "bucketed_": [BucketedBudget(f"k{u}", BIG) for u in range(BUDGETS)],
         "floor_": [FloorBudget(f"f{u}", BIG) for u in range(BUDGETS)],

@@ -1,0 +1,962 @@
+"""Token budgets on Redis without Lua: what the command-only design sketched in
+docs/budgets.md ("Cost") costs the server, on prototypes of its calls, against a plain
+decision (INCRBY + EXPIRE) and the budget script (`backends/redis/budget.py`) in one run.
+
+    .venv/bin/python bench/budget_commands.py [--calls 20480] [--repeat 5] [--no-check]
+                                              [--callgrind-calls 2560] [--store valkey]
+
+The prototypes are one budget on one fixed window, their calls written as the plain
+commands a design sends, round by round, and the answer each round's replies give:
+`CommandBudget` (the sketch: a counter per window, a record key per transaction, a sorted
+set of deadlines; its settle made retry-safe with a claim and a MULTI), `BucketedBudget`
+(deadlines in a list per minute), `FloorBudget` (no deadline index: the least a reserve can
+send) and `HashBudget` (records and tombstones as fields of hashes). They are not the
+store: no sliding windows, outbox, resets, dry run or transaction bound; they exist to
+price the design and to check, on a real server, the properties the store must keep
+(`check`): no overshoot under concurrent reserves, a retried reserve reserving once, a
+duplicate or retried settle charged once (also when the settle's first round reached the
+store and its second did not), expiry by a sweep.
+
+Server cost: µs per call from INFO commandstats (the commands' own execution, as the
+script's is measured: EVALSHA's figure includes the commands the script calls, EXEC's the
+commands it runs), summed over each call's top-level commands, in steady state (64
+budgets, ten open reservations on each while they are reserved then settled, in chunks,
+on a server already holding 300,000 keys), alternating the designs chunk by chunk; median
+of --repeat runs. Then one run under callgrind: instructions of the whole server process
+per call. Writes bench/results/budget_commands[_valkey].{json,md}. The machine may be
+shared: quote ratios of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import redis
+from support.machine import machine_info
+from support.ready import wait_for
+from support.redis_server import STORES, RedisServers, server_binary
+
+from ratelimitd.backends.redis import budget as lua
+from ratelimitd.config.budget_store import RELEASE, RESERVE, SETTLE, Call, budget_keys, fixed
+
+BIG = 2**31  # never over: every measured call takes the admitted path
+ESTIMATE, USAGE = 700, 500
+TTL = 600_000  # reservation_ttl (ms), the default 10m
+NOW = 1_764_936_123_456  # a fixed clock (ms): every call in one hourly window
+BUDGETS = 64  # users, as bench/budget.py
+FILLER = 300_000  # keys the server holds before a run (`run_once`)
+CHUNK = BUDGETS * 10  # transactions reserved, then settled, per chunk: ten open per budget
+
+ADMITTED, REFUSED, DUPLICATE, SETTLED, FINISHED, ORPHAN = (
+    "admitted",
+    "refused",
+    "duplicate",
+    "settled",
+    "finished",
+    "orphan",
+)
+
+Command = tuple[Any, ...]
+
+
+class CommandBudget:
+    """One budget on one fixed window of `seconds`, as the command-only design keeps it.
+
+    Keys (one hash tag, so one Cluster slot): per window start one counter `level`
+    (used + reserved: named by the window's start, so nothing rolls), per transaction a
+    record `t:<id>` (`o <estimate> <reserve attempt> <counter>` while open, the settles'
+    claims appended, `|<attempt> <usage>`; its first byte turned to `s` or `x` once it
+    ended; `s <attempt>` for an orphan's), and `due`, a sorted set of the open
+    transactions' deadlines for the sweep. An attempt is a random id a call keeps across
+    its retries: it is how a retry recognises what its earlier attempt did.
+    """
+
+    def __init__(self, name: str, limit: int, seconds: int = 3600, ttl: int = TTL) -> None:
+        self.base = f"{{{name}}}b"
+        self.limit = limit
+        self.seconds = seconds
+        self.ttl = ttl
+
+    def level(self, now: int) -> str:
+        start = now // 1000 - now // 1000 % self.seconds
+        return f"{self.base}:l:{start}"
+
+    def record(self, txn: str) -> str:
+        return f"{self.base}:t:{txn}"
+
+    @property
+    def due(self) -> str:
+        return f"{self.base}:due"
+
+    # A reserve: one round when admitted (the common case), a second to undo its
+    # increment when refused, when its id is taken, or when it is a retry of itself.
+
+    def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
+        level = self.level(now)
+        rec = f"o {est} {attempt} {level}"
+        return [
+            ("INCRBY", level, est),
+            ("SET", self.record(txn), rec, "NX", "PX", 2 * self.ttl, "GET"),
+            ("ZADD", self.due, "NX", now + self.ttl, txn),
+        ]
+
+    def reserved(
+        self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str | None, list[Command]]:
+        """The answer of a reserve's first round (None: a further round decides), and its
+        second round (none: done)."""
+        after, old = replies[0], replies[1]
+        level = self.level(now)
+        undo = ("INCRBY", level, -est)
+        if old is None:  # the record is ours, new
+            if after > self.limit:
+                return REFUSED, [undo, ("DEL", self.record(txn)), ("ZREM", self.due, txn)]
+            if after == est:
+                # This reserve made the window's counter: it lives until the window has
+                # ended and every reservation made in it can have been settled. Set once,
+                # here, rather than by a PEXPIRE on every reserve. (A settle that finds
+                # the counter gone, long after, makes it anew: the store would set its
+                # TTL there too, in a rare round of its own; the prototype does not.)
+                span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+                return ADMITTED, [("PEXPIRE", level, span, "NX")]
+            return ADMITTED, []
+        old = old.decode()
+        if old.startswith("o ") and old.split()[2] == attempt:  # our own retry: as the first
+            return ADMITTED, [undo]
+        second: list[Command] = [undo]
+        if old.startswith("o "):  # a reused id: the open one is contested (only its settle
+            # or its deadline can end it, so the reuse cannot free someone else's tokens)
+            second.append(("SET", self.record(txn), "c" + old[1:], "XX", "KEEPTTL"))
+        return DUPLICATE, second
+
+    # A settle: the first round claims the record (APPEND: the first claim after the
+    # record is the taker, whoever else appends), the second, the taker's, applies it in
+    # one MULTI: so a settle whose first round reached the store and whose second did not
+    # is finished by its retry, and is never applied twice.
+
+    def settle(self, txn: str, usage: int, attempt: str) -> list[Command]:
+        rec = self.record(txn)
+        return [
+            ("APPEND", rec, f"|{attempt} {usage}"),
+            ("PEXPIRE", rec, 2 * self.ttl, "NX"),  # a claim on nothing (an orphan) expires
+            ("GET", rec),
+        ]
+
+    def settled(
+        self,
+        txn: str,
+        usage: int,
+        now: int,
+        attempt: str,
+        replies: list[Any],
+        tombstone: str = "s",
+    ) -> tuple[str | None, list[Command]]:
+        head, *claims = replies[2].decode().split("|")
+        parts = head.split()
+        if head[:1] in ("s", "x"):  # ended: by the first claim, or an orphan's own attempt
+            taker = parts[1] if len(parts) == 2 else claims[0].split()[0]
+            return (SETTLED if head[0] == "s" and taker == attempt else FINISHED), []
+        if claims[0].split()[0] != attempt or head.startswith("r"):
+            return FINISHED, []  # another settle took it, or a remembered refusal
+        if not head:  # nothing was reserved under this id: its usage, once, to now
+            level = self.level(now)
+            span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+            end: Command = ("SET", self.record(txn), f"s {attempt}", "PX", self.ttl)
+            apply: list[Command] = [("INCRBY", level, usage), ("PEXPIRE", level, span, "NX"), end]
+            return ORPHAN, [("MULTI",), *apply, ("EXEC",)]
+        # The record becomes its own tombstone in place (its first byte; the claims after
+        # it name the taker): no new value, and the TTL it was made with (two TTLs from
+        # the reserve) keeps it at least a TTL past its deadline.
+        _, est, _, level = parts
+        end = ("SETRANGE", self.record(txn), 0, tombstone)
+        apply = [("INCRBY", level, usage - int(est)), end, ("ZREM", self.due, txn)]
+        return SETTLED, [("MULTI",), *apply, ("EXEC",)]
+
+    # The settle as docs/budgets.md sketched it first: GETDEL, then the writes. Cheaper
+    # by a command, but a retry of a settle whose GETDEL reached the store and whose
+    # writes did not finds nothing and charges its usage as an orphan, while the
+    # reservation's estimate stays held: measured for comparison only.
+
+    def settle_getdel(self, txn: str) -> list[Command]:
+        return [("GETDEL", self.record(txn))]
+
+    def settled_getdel(
+        self, txn: str, usage: int, attempt: str, replies: list[Any]
+    ) -> list[Command]:
+        _, est, _, level = replies[0].decode().split()
+        return [
+            ("INCRBY", level, usage - int(est)),
+            ("SET", self.record(txn), f"s {attempt}", "PX", self.ttl),
+            ("ZREM", self.due, txn),
+        ]
+
+    # Expiry: the daemon's periodic sweep, not a step of every call.
+
+    def sweep(self, now: int) -> list[Command]:
+        return [("ZRANGEBYSCORE", self.due, "-inf", now, "LIMIT", 0, 64)]
+
+
+class BucketedBudget(CommandBudget):
+    """The same calls with a cheaper deadline index: a reserve appends its id to a list
+    per minute of deadlines (`due:<minute>`, RPUSH onto a list the budget's other reserves
+    of that minute made) instead of a ZADD, and a settle removes nothing from it; the
+    sweep reads a minute's list once it has passed (LRANGE, then the records in one MGET),
+    ends the ones still open and deletes the list. A reservation ends up to a minute after
+    its deadline; a list's TTL is set, like a counter's, by a second round on the reserve
+    that created it (RPUSH answered 1)."""
+
+    BUCKET = 60_000  # ms of deadlines per list
+
+    def bucket(self, deadline: int) -> str:
+        return f"{self.base}:due:{-(-deadline // self.BUCKET)}"
+
+    def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
+        return [
+            ("INCRBY", self.level(now), est),
+            (
+                "SET",
+                self.record(txn),
+                f"o {est} {attempt} {self.level(now)}",
+                "NX",
+                "PX",
+                2 * self.ttl,
+                "GET",
+            ),
+            ("RPUSH", self.bucket(now + self.ttl), txn),
+        ]
+
+    def reserved(
+        self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str | None, list[Command]]:
+        answer, second = super().reserved(txn, est, now, attempt, replies)
+        second = [c for c in second if c[0] != "ZREM"]
+        if replies[2] == 1:  # this reserve made the minute's list: its TTL, once
+            second.append(("PEXPIRE", self.bucket(now + self.ttl), 2 * self.ttl, "NX"))
+        return answer, second
+
+    def settled(self, *args: Any, **kwargs: Any) -> tuple[str | None, list[Command]]:
+        answer, second = super().settled(*args, **kwargs)
+        return answer, [c for c in second if c[0] != "ZREM"]
+
+    def sweep_bucket(self, client: redis.Redis, deadline: int) -> list[str]:
+        """The ids of a passed minute's list whose records are still open (the sweep then
+        ends each through the settle's claim); the list deleted."""
+        key = self.bucket(deadline)
+        ids = [t.decode() for t in pipeline(client, [("LRANGE", key, 0, -1)])[0]]
+        records = pipeline(client, [("MGET", *map(self.record, ids))])[0] if ids else []
+        pipeline(client, [("DEL", key)])
+        return [t for t, r in zip(ids, records, strict=True) if r and r[:1] in (b"o", b"c")]
+
+
+class FloorBudget(BucketedBudget):
+    """The least a reserve can send: the counter and the record (INCRBY, SET NX PX GET),
+    no deadline index. Expiry is then the record's own TTL, and an estimate nobody settled
+    stays held in its window, as if charged: the `charge` policies' answer, without the
+    expired series or an outbox event; `release` cannot be kept. Priced as a floor."""
+
+    def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
+        return super().reserve(txn, est, now, attempt)[:2]
+
+    def reserved(
+        self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str | None, list[Command]]:
+        return super().reserved(txn, est, now, attempt, [*replies, 0])
+
+
+class HashBudget(CommandBudget):
+    """Records as fields of small hashes rather than keys of their own (a new key cost a
+    SET about 2 µs on a server holding many keys; a field of a small hash a fraction).
+
+    `o`, a hash of the open records (`t:<id>`: `o <estimate> <attempt> <counter>
+    <deadline>`) and of the settles' claims (`c:<id>`: `<attempt> <usage>`), small while
+    few transactions are open: the sweep reads it whole (HGETALL). Tombstones go to a hash
+    per `reservation_ttl` period (`s:<period>`, kept two periods), so that one is found
+    for at least a TTL by looking in this period's and the last. A reserve: INCRBY, HSETNX
+    the record, HEXISTS in both tombstone hashes (a finished id is refused). A settle:
+    HSETNX its claim (the first claimer takes the record), HGET the record and the claim;
+    then the taker's MULTI: INCRBY, HDEL record and claim, HSET the tombstone, EXPIRE NX
+    its hash, EXEC. The rare paths (a reserve's id taken, a settle finding no record)
+    read more in a further round."""
+
+    def open(self) -> str:
+        return f"{self.base}:o"
+
+    def tombs(self, now: int) -> tuple[str, str]:
+        period = now // self.ttl
+        return f"{self.base}:s:{period}", f"{self.base}:s:{period - 1}"
+
+    def reserve(self, txn: str, est: int, now: int, attempt: str) -> list[Command]:
+        level = self.level(now)
+        rec = f"o {est} {attempt} {level} {now + self.ttl}"
+        this, last = self.tombs(now)
+        return [
+            ("INCRBY", level, est),
+            ("HSETNX", self.open(), f"t:{txn}", rec),
+            ("HEXISTS", this, txn),
+            ("HEXISTS", last, txn),
+        ]
+
+    def reserved(
+        self, txn: str, est: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str | None, list[Command]]:
+        after, new, finished = replies[0], replies[1], replies[2] or replies[3]
+        level = self.level(now)
+        undo = ("INCRBY", level, -est)
+        if not new:  # the id is open: our own retry, or a reuse (`reserved_again`)
+            return None, [undo, ("HGET", self.open(), f"t:{txn}")]
+        if finished:
+            return DUPLICATE, [undo, ("HDEL", self.open(), f"t:{txn}")]
+        if after > self.limit:
+            return REFUSED, [undo, ("HDEL", self.open(), f"t:{txn}")]
+        if after == est:  # this reserve made the window's counter: its TTL, once
+            span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+            return ADMITTED, [("PEXPIRE", level, span, "NX")]
+        return ADMITTED, []
+
+    def reserved_again(
+        self, txn: str, attempt: str, replies: list[Any]
+    ) -> tuple[str, list[Command]]:
+        old = (replies[1] or b"").decode()
+        if old.startswith("o ") and old.split()[2] == attempt:
+            return ADMITTED, []
+        if old.startswith("o "):
+            return DUPLICATE, [("HSET", self.open(), f"t:{txn}", "c" + old[1:])]
+        return DUPLICATE, []
+
+    def settle(self, txn: str, usage: int, attempt: str) -> list[Command]:
+        return [
+            ("HSETNX", self.open(), f"c:{txn}", f"{attempt} {usage}"),
+            ("HGET", self.open(), f"t:{txn}"),
+            ("HGET", self.open(), f"c:{txn}"),
+        ]
+
+    def settled(
+        self,
+        txn: str,
+        usage: int,
+        now: int,
+        attempt: str,
+        replies: list[Any],
+        tombstone: str = "s",
+    ) -> tuple[str | None, list[Command]]:
+        rec, claim = (replies[1] or b"").decode(), replies[2].decode()
+        if claim.split()[0] != attempt:
+            return FINISHED, []  # another settle claimed it first
+        if not rec:  # settled before (by us?), or never reserved: the tombstones say
+            return None, [("HGET", t, txn) for t in self.tombs(now)]
+        if rec.startswith("r"):
+            return FINISHED, [("HDEL", self.open(), f"c:{txn}")]
+        _, est, _, level, _ = rec.split()
+        return SETTLED, self.finish(txn, level, usage - int(est), now, f"{tombstone} {attempt}")
+
+    def finish(self, txn: str, level: str, delta: int, now: int, tomb: str) -> list[Command]:
+        this, _ = self.tombs(now)
+        return [
+            ("MULTI",),
+            ("INCRBY", level, delta),
+            ("HDEL", self.open(), f"t:{txn}", f"c:{txn}"),
+            ("HSET", this, txn, tomb),
+            ("PEXPIRE", this, 2 * self.ttl, "NX"),
+            ("EXEC",),
+        ]
+
+    def settled_again(
+        self, txn: str, usage: int, now: int, attempt: str, replies: list[Any]
+    ) -> tuple[str, list[Command]]:
+        tomb = next((r.decode() for r in replies if r), "")
+        drop = [("HDEL", self.open(), f"c:{txn}")]  # our claim on a record already gone
+        if tomb:
+            return (SETTLED if tomb == f"s {attempt}" else FINISHED), drop
+        level = self.level(now)
+        span = (self.seconds * 1000 - now % (self.seconds * 1000)) + 2 * self.ttl
+        apply = self.finish(txn, level, usage, now, f"s {attempt}")
+        return ORPHAN, [*apply[:-1], ("PEXPIRE", level, span, "NX"), apply[-1]]
+
+
+def raw(client: redis.Redis) -> redis.Redis:
+    """A client on `client`'s connections that hands back replies as the server sent them
+    (redis-py turns a SET's reply into a bool, even SET ... GET's old value)."""
+    out = redis.Redis(connection_pool=client.connection_pool)
+    out.response_callbacks.clear()
+    return out
+
+
+def pipeline(client: redis.Redis, commands: Iterable[Command]) -> list[Any]:
+    """One round of `commands` (replies as sent: `raw`); errors raised."""
+    pipe = raw(client).pipeline(transaction=False)
+    for cmd in commands:
+        pipe.execute_command(*cmd)
+    return pipe.execute()
+
+
+# The calls one at a time, a round per round trip, as a daemon makes them.
+
+
+def reserve(
+    client: redis.Redis, b: CommandBudget, txn: str, est: int, now: int, attempt: str
+) -> str:
+    answer, second = b.reserved(
+        txn, est, now, attempt, pipeline(client, b.reserve(txn, est, now, attempt))
+    )
+    if second:
+        replies = pipeline(client, second)
+        if answer is None:  # a rare path that reads more first (`HashBudget`)
+            assert isinstance(b, HashBudget)
+            answer, third = b.reserved_again(txn, attempt, replies)
+            if third:
+                pipeline(client, third)
+    assert answer is not None
+    return answer
+
+
+def settle(
+    client: redis.Redis,
+    b: CommandBudget,
+    txn: str,
+    usage: int,
+    now: int,
+    attempt: str,
+    *,
+    first_round_only: bool = False,
+    tombstone: str = "s",
+) -> str:
+    replies = pipeline(client, b.settle(txn, usage, attempt))
+    answer, second = b.settled(txn, usage, now, attempt, replies, tombstone)
+    if answer is None:  # a rare path that reads more first (`HashBudget`)
+        assert isinstance(b, HashBudget)
+        answer, second = b.settled_again(txn, usage, now, attempt, pipeline(client, second))
+    if second and not first_round_only:
+        pipeline(client, second)
+    return answer
+
+
+def sweep(client: redis.Redis, b: CommandBudget, now: int, *, charge: bool) -> int:
+    """End the reservations past their deadline by the policy (charge the estimate, or
+    release it), through the settle's claim: a settle racing the sweep is applied once."""
+    ended = 0
+    for txn in pipeline(client, b.sweep(now))[0]:
+        txn = txn.decode()
+        rec = client.get(b.record(txn))
+        est = int(rec.split()[1]) if rec and rec[:1] in (b"o", b"c") else 0
+        answer = settle(
+            client,
+            b,
+            txn,
+            est if charge else 0,
+            now,
+            "sweep-" + secrets.token_hex(4),
+            tombstone="x",
+        )
+        if answer != SETTLED:
+            client.zrem(b.due, txn)  # a tombstone or a settle's: nothing to end
+        ended += answer == SETTLED
+    return ended
+
+
+def counter(client: redis.Redis, key: str) -> int:
+    """A counter's value (0: absent)."""
+    return int(client.get(key) or 0)  # type: ignore[arg-type]
+
+
+def check(address: str) -> dict[str, str]:
+    """The properties the store must keep, on the prototypes (module docstring)."""
+    host, port = address.split(":")
+    client = redis.Redis(host=host, port=int(port))
+    client.flushall()
+    out = {}
+    for kind in (CommandBudget, HashBudget):
+        out.update({f"{kind.__name__}, {k}": v for k, v in check_calls(address, kind).items()})
+    out.update(check_expiry(client))
+    client.flushall()
+    client.close()
+    return out
+
+
+def check_calls(address: str, kind: type[CommandBudget]) -> dict[str, str]:
+    """Overshoot, retries and duplicates on a budget kept as `kind` keeps it."""
+    host, port = address.split(":")
+    client = redis.Redis(host=host, port=int(port))
+    out = {}
+    # Concurrent reserves, each thread its own connection: none admitted past the limit.
+    b = kind(f"crowd-{kind.__name__}", limit=10_000)
+    admitted: list[int] = []
+    lock = threading.Lock()
+
+    def crowd(k: int) -> None:
+        c = redis.Redis(host=host, port=int(port))
+        for i in range(25):
+            est = 300 + (k * 37 + i * 11) % 900
+            if reserve(c, b, f"t{k}-{i}", est, NOW, secrets.token_hex(4)) == ADMITTED:
+                with lock:
+                    admitted.append(est)
+        c.close()
+
+    threads = [threading.Thread(target=crowd, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    level = counter(client, b.level(NOW))
+    assert sum(admitted) <= b.limit and level == sum(admitted), (sum(admitted), level)
+    out["overshoot"] = (
+        f"8 threads x 25 reserves: {len(admitted)} admitted, {sum(admitted)} tokens of "
+        f"{b.limit}, the counter {level} once the refusals were undone"
+    )
+
+    b = kind(f"ann-{kind.__name__}", limit=10_000)
+    # A retried reserve (its reply lost) answers as the first did, reserving once.
+    assert reserve(client, b, "r1", 1000, NOW, "a1") == ADMITTED
+    assert reserve(client, b, "r1", 1000, NOW, "a1") == ADMITTED
+    assert counter(client, b.level(NOW)) == 1000
+    # A reused id is refused, holding nothing more.
+    assert reserve(client, b, "r1", 1000, NOW, "a2") == DUPLICATE
+    assert counter(client, b.level(NOW)) == 1000
+    # A settle whose first round reached the store and whose second did not: its retry
+    # finishes it; a retry after that answers as it did; another settle changes nothing.
+    assert settle(client, b, "r1", 800, NOW, "s1", first_round_only=True) == SETTLED
+    assert counter(client, b.level(NOW)) == 1000
+    assert settle(client, b, "r1", 800, NOW, "s1") == SETTLED
+    assert settle(client, b, "r1", 800, NOW, "s1") == SETTLED
+    assert settle(client, b, "r1", 800, NOW, "s2") == FINISHED
+    assert counter(client, b.level(NOW)) == 800
+    # A settle of an id never reserved charges its usage once.
+    assert settle(client, b, "o1", 50, NOW, "s3") == ORPHAN
+    assert settle(client, b, "o1", 50, NOW, "s4") == FINISHED
+    assert counter(client, b.level(NOW)) == 850
+    out["idempotency"] = (
+        "a retried reserve reserves once; a reused id is refused; a settle retried after "
+        "its first round is charged once; a duplicate settle once; an orphan once"
+    )
+    client.close()
+    return out
+
+
+def check_expiry(client: redis.Redis) -> dict[str, str]:
+    """The sweep of `CommandBudget` (its deadline set)."""
+    out = {}
+    b = CommandBudget("expiry", limit=10_000)
+    assert reserve(client, b, "r1", 900, NOW, "a0") == ADMITTED
+    assert settle(client, b, "r1", 850, NOW, "s0") == SETTLED
+    # Expiry by the sweep, by policy: charged, then released; a late settle changes nothing.
+    assert reserve(client, b, "e1", 1000, NOW, "a3") == ADMITTED
+    assert sweep(client, b, NOW + TTL - 1, charge=True) == 0
+    assert sweep(client, b, NOW + TTL, charge=True) == 1
+    assert settle(client, b, "e1", 10, NOW, "s5") == FINISHED
+    assert reserve(client, b, "e2", 1000, NOW, "a4") == ADMITTED
+    assert sweep(client, b, NOW + TTL, charge=False) == 1
+    assert counter(client, b.level(NOW)) == 1850 and client.zcard(b.due) == 0
+    out["CommandBudget, expiry"] = (
+        "the sweep ends a reservation at its deadline, charged or released by the policy; "
+        "a late settle changes nothing"
+    )
+    return out
+
+
+# Measurement.
+
+
+def commandstats(client: redis.Redis) -> dict[str, float]:
+    return {k[len("cmdstat_") :]: float(v["usec"]) for k, v in client.info("commandstats").items()}
+
+
+class Meter:
+    """Server µs of each measured call's top-level commands, accumulated over chunks
+    (EVALSHA's and EXEC's figures include the commands they run, so those are left out)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self.usec: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.commands: dict[str, dict[str, float]] = {}
+
+    def measure(
+        self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]
+    ) -> None:
+        before = commandstats(self.client)
+        work()
+        after = commandstats(self.client)
+        spent = {k: after[k] - before.get(k, 0.0) for k in after if k != "info"}
+        self.usec[name] = self.usec.get(name, 0.0) + sum(spent.get(k, 0.0) for k in top)
+        self.calls[name] = self.calls.get(name, 0) + calls
+        mine = self.commands.setdefault(name, {})
+        for k, v in spent.items():
+            if v:
+                mine[k] = mine.get(k, 0.0) + v
+
+    def per_call(self) -> dict[str, float]:
+        return {name: self.usec[name] / self.calls[name] for name in self.usec}
+
+    def per_command(self) -> dict[str, dict[str, float]]:
+        return {
+            name: {k: round(v / self.calls[name], 3) for k, v in sorted(c.items())}
+            for name, c in self.commands.items()
+        }
+
+
+class CallgrindMeter(Meter):
+    """Instructions the whole redis-server process ran per call (read, parse, execute,
+    reply, its timers), under callgrind: zeroed before each measured batch, dumped after
+    (`callgrind_control`). Deterministic where the µs of a shared machine are not."""
+
+    def __init__(self, client: redis.Redis, pid: int, workdir: Path) -> None:
+        super().__init__(client)
+        self.pid = pid
+        self.workdir = workdir
+
+    def control(self, option: str) -> None:
+        subprocess.run(
+            ["callgrind_control", option, str(self.pid)], check=True, capture_output=True
+        )
+
+    def measure(
+        self, name: str, top: tuple[str, ...], calls: int, work: Callable[[], None]
+    ) -> None:
+        self.control("-z")
+        work()
+        self.control("-d")
+        dumps = sorted(self.workdir.glob("callgrind.out.*.*"), key=lambda p: int(p.suffix[1:]))
+        totals = next(
+            int(line.split()[1])
+            for line in dumps[-1].read_text().splitlines()
+            if line.startswith("totals:")
+        )
+        self.usec[name] = self.usec.get(name, 0.0) + totals
+        self.calls[name] = self.calls.get(name, 0) + calls
+
+
+def callgrind_run(calls: int, workdir: Path, store: str) -> dict[str, float]:
+    """Instructions per call of every design (`CallgrindMeter`), one run on a redis-server
+    under valgrind."""
+    sock = workdir / "redis.sock"
+    proc = subprocess.Popen(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--dump-instr=no",
+            f"--callgrind-out-file={workdir}/callgrind.out.%p",
+            server_binary(store),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        client = redis.Redis(unix_socket_path=str(sock))
+
+        def up() -> bool:
+            try:
+                return bool(client.ping())
+            except (redis.RedisError, OSError):
+                return False
+
+        wait_for(up, 120, "redis-server under valgrind")
+        meter = run_once(client, calls, "cg-", CallgrindMeter(client, proc.pid, workdir))
+        client.close()
+        return {name: round(v) for name, v in meter.per_call().items()}
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+def resp_args(data: bytes) -> list[bytes]:
+    """The arguments of one RESP array of bulk strings (`lua.encode`'s call)."""
+    lines = data.split(b"\r\n")
+    return [lines[i] for i in range(2, 2 * int(lines[0][1:]) + 1, 2)]
+
+
+# The calls measured: name -> what it sends (the table's words) and its top-level commands.
+CALLS = {
+    "plain": ("INCRBY + EXPIRE (a plain decision)", ("incrby", "expire")),
+    "script_reserve": ("the script (EVALSHA), today", ("evalsha",)),
+    "script_settle": ("the script (EVALSHA), today", ("evalsha",)),
+    "reserve": (
+        "INCRBY, SET NX PX GET, ZADD NX: one round",
+        ("incrby", "set", "zadd", "pexpire"),
+    ),
+    "settle": (
+        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SETRANGE, ZREM, EXEC",
+        ("append", "pexpire", "get", "multi", "exec"),
+    ),
+    "settle_getdel": (
+        "GETDEL; then INCRBY, SET PX, ZREM (not retry-safe)",
+        ("getdel", "incrby", "set", "zrem"),
+    ),
+    "bucketed_reserve": (
+        "INCRBY, SET NX PX GET, RPUSH due:<minute>: one round",
+        ("incrby", "set", "rpush", "pexpire"),
+    ),
+    "bucketed_settle": (
+        "APPEND, PEXPIRE NX, GET; then MULTI, INCRBY, SETRANGE, EXEC",
+        ("append", "pexpire", "get", "multi", "exec"),
+    ),
+    "bucketed_sweep": (
+        "per transaction: its share of LRANGE, MGET, DEL of its minute's list",
+        ("lrange", "mget", "del"),
+    ),
+    "floor_reserve": ("INCRBY, SET NX PX GET (no deadline index)", ("incrby", "set", "pexpire")),
+    "hash_reserve": (
+        "INCRBY, HSETNX o, HEXISTS s:<period> x 2: one round",
+        ("incrby", "hsetnx", "hexists", "pexpire"),
+    ),
+    "hash_settle": (
+        "HSETNX o (claim), HGET o x 2; then MULTI, INCRBY, HDEL o, HSET s, PEXPIRE NX, EXEC",
+        ("hsetnx", "hget", "multi", "exec"),
+    ),
+}
+
+
+def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = None) -> Meter:
+    """One run of every design on fresh transactions, chunk by chunk, alternating."""
+    client.flushall()
+    # A server that already holds keys (a rate limiter's counters): the run's own new keys
+    # (records, tombstones) then fit the keyspace's table as sized, so that no resize is
+    # charged to the calls that happen to grow it.
+    for i in range(0, FILLER, 1000):
+        client.mset({f"filler:{j}": 1 for j in range(i, i + 1000)})
+    meter = meter or Meter(client)
+    designs: dict[str, list[Any]] = {
+        "": [CommandBudget(f"u{u}", BIG) for u in range(BUDGETS)],
+        "bucketed_": [BucketedBudget(f"k{u}", BIG) for u in range(BUDGETS)],
+        "floor_": [FloorBudget(f"f{u}", BIG) for u in range(BUDGETS)],
+        "hash_": [HashBudget(f"h{u}", BIG) for u in range(BUDGETS)],
+    }
+    window = (fixed(3600, BIG),)
+    states = [budget_keys("", "llm", [("user", f"u{u}")])[0] for u in range(BUDGETS)]
+
+    def script(kind: int, u: int, txn: str, amount: int) -> Command:
+        c = Call(kind, states[u], window, NOW, txn, amount, TTL, charge=True)
+        return tuple(resp_args(lua.encode(c)))
+
+    warm = Call(RELEASE, "warm", window, NOW, "w", 0, TTL)
+    pipeline(client, [tuple(resp_args(lua.encode(warm, load=True)))])
+    for design in designs.values():  # each window's counter made (and its TTL set) once
+        for u, b in enumerate(design):
+            t = f"{tag}warm{u}"
+            for _ in range(2):  # the second makes the minute's list of a bucketed one
+                t += "-"
+                _, second = b.reserved(t, 1, NOW, "w", pipeline(client, b.reserve(t, 1, NOW, "w")))
+                pipeline(client, second)
+                settle(client, b, t, 1, NOW, "w")
+
+    Ids = list[tuple[int, str]]  # (budget, transaction) per call of a chunk
+
+    def plain(ids: Ids) -> None:
+        counters = (f"{{u{u}}}k" for u, _ in ids)
+        pipeline(
+            client, (c for k in counters for c in (("INCRBY", k, ESTIMATE), ("EXPIRE", k, 3600)))
+        )
+
+    def script_reserve(ids: Ids) -> None:
+        for reply in pipeline(client, (script(RESERVE, u, t, ESTIMATE) for u, t in ids)):
+            assert reply[0] == 1, reply
+
+    def script_settle(ids: Ids) -> None:
+        for reply in pipeline(client, (script(SETTLE, u, t, USAGE) for u, t in ids)):
+            assert reply[0] == 4, reply
+
+    def command_reserve(budgets: list[CommandBudget], ids: Ids) -> None:
+        rounds = [budgets[u].reserve(t, ESTIMATE, NOW, "a" + t) for u, t in ids]
+        replies = iter(pipeline(client, (c for r in rounds for c in r)))
+        seconds: list[Command] = []
+        for (u, t), r in zip(ids, rounds, strict=True):
+            first = [next(replies) for _ in r]
+            answer, second = budgets[u].reserved(t, ESTIMATE, NOW, "a" + t, first)
+            assert answer == ADMITTED, answer
+            seconds += second
+        if seconds:
+            pipeline(client, seconds)
+
+    def command_settle(budgets: list[CommandBudget], ids: Ids) -> None:
+        rounds = [budgets[u].settle(t, USAGE, "s" + t) for u, t in ids]
+        replies = iter(pipeline(client, (c for r in rounds for c in r)))
+        seconds = []
+        for (u, t), r in zip(ids, rounds, strict=True):
+            first = [next(replies) for _ in r]
+            answer, second = budgets[u].settled(t, USAGE, NOW, "s" + t, first)
+            assert answer == SETTLED, answer
+            seconds += second
+        pipeline(client, seconds)
+
+    def settle_getdel(budgets: list[CommandBudget], ids: Ids) -> None:
+        replies = pipeline(client, (budgets[u].settle_getdel(t)[0] for u, t in ids))
+        seconds = []
+        for (u, t), reply in zip(ids, replies, strict=True):
+            seconds += budgets[u].settled_getdel(t, USAGE, "s" + t, [reply])
+        pipeline(client, seconds)
+
+    def bucketed_sweep(budgets: list[BucketedBudget]) -> None:
+        # Every reservation of the chunk is settled: the sweep finds nothing open.
+        for b in budgets:
+            assert b.sweep_bucket(client, NOW + TTL) == []
+
+    plain_, bucketed, floor = designs[""], designs["bucketed_"], designs["floor_"]
+    hashed = designs["hash_"]
+    for chunk in range(calls // CHUNK):
+        ids = [(i % BUDGETS, f"{tag}{chunk}-{i}") for i in range(CHUNK)]
+        later = [(u, "g" + t) for u, t in ids]  # the GETDEL settle's own reservations
+        meter.measure("plain", CALLS["plain"][1], CHUNK, partial(plain, ids))
+        for name, work in (
+            ("script_reserve", partial(script_reserve, ids)),
+            ("reserve", partial(command_reserve, plain_, ids)),
+            ("bucketed_reserve", partial(command_reserve, bucketed, ids)),
+            ("floor_reserve", partial(command_reserve, floor, ids)),
+            ("hash_reserve", partial(command_reserve, hashed, ids)),
+            ("script_settle", partial(script_settle, ids)),
+            ("settle", partial(command_settle, plain_, ids)),
+            ("bucketed_settle", partial(command_settle, bucketed, ids)),
+            ("hash_settle", partial(command_settle, hashed, ids)),
+            ("bucketed_sweep", partial(bucketed_sweep, bucketed)),
+        ):
+            meter.measure(name, CALLS[name][1], CHUNK, work)
+        command_reserve(plain_, later)  # not measured: a reserve as above
+        meter.measure(
+            "settle_getdel", CALLS["settle_getdel"][1], CHUNK, partial(settle_getdel, plain_, later)
+        )
+    return meter
+
+
+def sweep_cost(client: redis.Redis, n: int) -> float:
+    """Server µs of one sweep of one budget that has nothing due (its usual case)."""
+    b = CommandBudget("sweep", BIG)
+    for i in range(8):
+        pipeline(client, b.reserve(f"s{i}", ESTIMATE, NOW, "a"))
+    before = commandstats(client).get("zrangebyscore", 0.0)
+    pipeline(client, (b.sweep(NOW)[0] for _ in range(n)))
+    return (commandstats(client)["zrangebyscore"] - before) / n
+
+
+def render(result: dict[str, Any]) -> str:
+    r, m = result["server_us"], result["machine"]
+    plain = r["plain"]
+    lines = [
+        "# Token budgets on Redis without Lua (bench/budget_commands.py)",
+        "",
+        "Command: `.venv/bin/python bench/budget_commands.py` (one run: every call measured",
+        f"chunk by chunk, alternating; median of {result['args']['repeat']} runs of "
+        f"{result['args']['calls']} calls each). Redis server µs per call from INFO",
+        "commandstats (each call's top-level commands; EVALSHA's and EXEC's figures include",
+        "what they run), 64 budgets with ten open reservations each, one hourly fixed window,",
+        f"estimate 700, usage 500, on a server holding {FILLER:,} other keys. The",
+        "command-only calls are a prototype (`CommandBudget`, `BucketedBudget`,",
+        "`FloorBudget`, `HashBudget`), not the store.",
+        "",
+        f"Machine: {m.get('cpu')}, {result['server']}. Load average before and after: "
+        + ", ".join(
+            " / ".join(f"{x:.2f}" for x in result["load_average"][w]) for w in ("before", "after")
+        )
+        + " (a shared machine: other engineers' builds and tests ran meanwhile).",
+        "",
+        "| call | commands | server µs | x plain | each run (µs) |",
+        "|---|---|---:|---:|---|",
+    ]
+    for name, (what, _) in CALLS.items():
+        runs = ", ".join(f"{x:.2f}" for x in result["runs"][name])
+        lines.append(f"| {name} | {what} | {r[name]:.2f} | {r[name] / plain:.2f} | {runs} |")
+    ins = result.get("instructions")
+    if ins:
+        lines += [
+            "",
+            f"Under callgrind ({result['args']['callgrind_calls']} calls of each, one run):"
+            " instructions of the whole redis-server process per call (reading, parsing,",
+            "executing, replying; deterministic where the µs above are not):",
+            "",
+            "| call | instructions | x plain |",
+            "|---|---:|---:|",
+        ]
+        lines += [f"| {n} | {ins[n]:,} | {ins[n] / ins['plain']:.2f} |" for n in CALLS]
+    lines += [
+        "",
+        f"A sweep of a budget with nothing due (ZRANGEBYSCORE): {result['sweep_us']:.2f} µs, "
+        "once per budget per sweep, not per call.",
+        "",
+        "µs per call of each command, the last run (a call's own and those EVALSHA or EXEC ran):",
+        "",
+    ]
+    for name, commands in result["per_command"].items():
+        lines.append(f"- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in commands.items()))
+    lines.append("")
+    if result.get("check"):
+        lines += ["Checked on the prototypes against the same server:", ""]
+        lines += [f"- {k}: {v}" for k, v in result["check"].items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20_480)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-check", action="store_true", help="skip the prototype's checks")
+    parser.add_argument(
+        "--callgrind-calls",
+        type=int,
+        default=2560,
+        help="calls of the run under callgrind (0: none)",
+    )
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        default="redis",
+        help="the server measured (results: budget_commands[_<store>].md)",
+    )
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        servers = RedisServers(Path(tmp), store=args.store)
+        try:
+            server = servers()
+            client = server.client()
+            checked = {} if args.no_check else check(server.address)
+            meters = [run_once(client, args.calls, f"r{i}-") for i in range(args.repeat)]
+            swept = sweep_cost(client, args.calls)
+        finally:
+            servers.stop_all()
+        instructions = (
+            callgrind_run(args.callgrind_calls, Path(tmp), args.store)
+            if args.callgrind_calls
+            else {}
+        )
+    runs = [m.per_call() for m in meters]
+    result = {
+        "machine": machine_info(),
+        "server": subprocess.run(
+            [server_binary(args.store), "--version"], capture_output=True, text=True, check=True
+        ).stdout.strip(),
+        "args": vars(args),
+        "server_us": {n: round(statistics.median(r[n] for r in runs), 3) for n in CALLS},
+        "runs": {n: [round(r[n], 3) for r in runs] for n in CALLS},
+        "sweep_us": round(swept, 3),
+        "instructions": instructions,
+        "per_command": meters[-1].per_command(),
+        "check": checked,
+        "load_average": {"before": load_before, "after": os.getloadavg()},
+    }
+    out = Path(__file__).parent / "results"
+    name = "budget_commands" + ("" if args.store == "redis" else f"_{args.store}")
+    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{name}.md").write_text(render(result))
+    print(render(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@ VENV=${VENV:-.venv}
 mode=${1:-}
 
 has_library() {
-    /sbin/ldconfig -p 2>/dev/null | grep -q "$1 " || compgen -G "/usr/lib/*/$1" >/dev/null
+    /sbin/ldconfig -p 2>/dev/null | grep "$1 " >/dev/null || compgen -G "/usr/lib/*/$1" >/dev/null
 }
 
 need=()          # installed with their recommended packages

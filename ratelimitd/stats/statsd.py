@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..runtime.aio import cancel
-from .base import PeriodicSink, number, statsd_tag_suffix, timer_value
-from .dogstatsd import UdpWriter
+from .base import PeriodicSink, number, statsd_tag_suffix, tag_pairs, timer_value
 from .store import StatsStore
 
 log = logging.getLogger("ratelimitd.stats")
@@ -31,6 +31,71 @@ RECONNECT_MAX_SECONDS = 3.0
 DIAL_TIMEOUT_SECONDS = 1.5
 WRITE_TIMEOUT_SECONDS = 1.0
 MAX_BUFFERED_BYTES = 1 << 22
+
+
+# datadog-go's default UDP payload (no IP fragmentation on a 1500-byte MTU).
+UDP_PAYLOAD_BYTES = 1432
+
+
+class UdpWriter:
+    """Datagrams of at most UDP_PAYLOAD_BYTES, newline-separated lines, never blocking."""
+
+    def __init__(self, host: str, port: int, payload: int = UDP_PAYLOAD_BYTES) -> None:
+        self.host = host
+        self.port = port
+        self.payload = payload
+        self.sent_packets = 0
+        self.dropped_bytes = 0
+        self._sock: socket.socket | None = None
+
+    async def open(self) -> bool:
+        """Resolve and connect the socket (retried on the next send when it fails)."""
+        if self._sock is not None:
+            return True
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_DGRAM)
+            family, kind, proto, _, addr = infos[0]
+            sock = socket.socket(family, kind, proto)
+            sock.setblocking(False)
+            sock.connect(addr)
+        except OSError as err:
+            log.warning("statsd address %s:%s: %s", self.host, self.port, err)
+            return False
+        self._sock = sock
+        return True
+
+    def send_lines(self, lines: Sequence[str]) -> None:
+        """Pack lines into datagrams and send them; a failed send drops that datagram."""
+        packet: list[bytes] = []
+        size = 0
+        for line in lines:
+            data = line.encode()
+            if packet and size + len(data) > self.payload:
+                self._send(b"".join(packet))
+                packet, size = [], 0
+            packet.append(data)
+            size += len(data)
+        if packet:
+            self._send(b"".join(packet))
+
+    def _send(self, data: bytes) -> None:
+        sock = self._sock
+        if sock is None:
+            self.dropped_bytes += len(data)
+            return
+        try:
+            sock.send(data)
+            self.sent_packets += 1
+        except OSError:
+            # No agent (ECONNREFUSED) or a full socket buffer: statsd over UDP is lossy.
+            self.dropped_bytes += len(data)
+
+    def close(self) -> None:
+        """Close the socket."""
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
 
 class TcpWriter:
@@ -167,7 +232,8 @@ class StatsdSink(PeriodicSink):
         protocol: str = "tcp",
     ) -> None:
         super().__init__(stats, flush_interval)
-        self.suffix = statsd_tag_suffix(extra_tags)
+        self.extra_tags = tag_pairs(extra_tags)  # EXTRA_TAGS, cleaned as gostats cleans them
+        self.suffix = statsd_tag_suffix(self.extra_tags)
         self.writer = TcpWriter(host, port, max_buffered)
         self.udp = UdpWriter(host, port) if protocol == "udp" else None
 

@@ -45,6 +45,11 @@ BLOCK_MS = 1000  # how long a read waits for new entries
 CLAIM_IDLE_MS = 30_000  # a pending entry this old belongs to a worker that died
 
 
+def _text(value: str | bytes) -> str:
+    """A field of a redis-py reply, which may come as bytes (no decode_responses)."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class BudgetFeed:
     """One worker's consumer of the outbox stream (module docstring)."""
 
@@ -134,10 +139,15 @@ class BudgetFeed:
             return 0
         await self.store(batch)
         await r.xack(self.stream, GROUP, *[entry_id for entry_id, _ in batch])
-        # Trim what every worker has acknowledged: with nothing pending, every entry up to
-        # this batch's last is stored (entries not read yet are newer and stay).
-        if (await r.xpending(self.stream, GROUP))["pending"] == 0:
-            await r.xtrim(self.stream, minid=batch[-1][0], approximate=False)
+        # Trim what every worker has acknowledged. XINFO GROUPS gives the group's pending count
+        # and the last entry delivered to it in one reply: with none pending, every entry up to
+        # that one is stored, whichever worker read it (entries delivered later are newer and
+        # stay). Trimming to this batch's own last entry instead would leave a slower worker's
+        # newer entries behind whenever that worker acknowledged while this one was pending.
+        for group in await r.xinfo_groups(self.stream):
+            if _text(group["name"]) == GROUP and group["pending"] == 0:
+                last = group["last-delivered-id"]
+                await r.xtrim(self.stream, minid=last, approximate=False)
         return len(batch)
 
     async def store(self, batch: list[tuple[bytes, dict[bytes, bytes]]]) -> None:

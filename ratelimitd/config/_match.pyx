@@ -45,6 +45,9 @@ cdef class Node:
     cdef readonly bint share
     cdef readonly tuple parts
     cdef readonly Level children
+    # What a lookup that ends here returns when the stats key is the rule's own (no value
+    # in it, nothing shared): made once, not per request.
+    cdef tuple found
 
     def __init__(self, spec):
         self.key = spec.key
@@ -57,6 +60,7 @@ cdef class Node:
         self.share = bool(spec.share_threshold) and "*" in spec.final_key
         self.parts = tuple(spec.final_key.split("*"))
         self.children = compile_level(spec.children) if spec.children else None
+        self.found = (self.rule, self.full_key, None, True)
 
 
 cdef class Level:
@@ -215,7 +219,7 @@ cdef object _lookup(Level root, str domain, entries, list walked, Py_ssize_t n,
                 parts.append(k + "_" + v)
         return rule, ".".join(parts), share_t, not leaf
     if not dynamic:
-        return rule, node.full_key, share_t, True
+        return node.found if share_t is None else (rule, node.full_key, share_t, True)
     parts = [domain]
     cdef Node pnode
     for i in range(n):

@@ -49,6 +49,7 @@ from ratelimitd.stats.store import RuleStats
 # running other requests between them: one huge request must not stall all. Such a request
 # is never decided synchronously (`Engine.decide_now`).
 SLICE = 256
+cdef Py_ssize_t C_SLICE = SLICE
 # The status of a descriptor with no limit, and of an unlimited one; shared, never mutated.
 NO_LIMIT = Status(_OK)
 UNLIMITED = Status(_OK, None, MAX_UINT32, 0)
@@ -465,6 +466,7 @@ cdef class Engine:
     # and the response of n descriptors none of which has a limit, made once per n.
     cdef dict tries, budgets
     cdef readonly list nothing
+    cdef str known  # the domain `_answered` last found configured (the decoder's same str)
     # `domain_not_found` of the unknown domain answered last, while its series exists: its
     # descriptors since then, added to the store's counter when another domain comes or
     # before the statistics are read (`flush`), so that a run of them makes no int.
@@ -523,6 +525,7 @@ cdef class Engine:
         # dynamic metadata (the request echoed) makes it differ from one request to another.
         self.answers = not options.response_dynamic_metadata
         self.tries = self.budgets = None
+        self.known = None
         if type(ruleset) is RULESET:
             self.tries = <dict>get(ruleset, RULESET, O_TRIES, "_tries")
             self.budgets = dict(ruleset.budgets)
@@ -542,10 +545,13 @@ cdef class Engine:
         cdef list descriptors = get(request, REQUEST, Q_DESCRIPTORS, "descriptors")
         cdef Py_ssize_t n = len(descriptors)
         cdef str domain
-        if self.tries is None or not self.answers or not 0 < n <= min(SLICE, self.max_descriptors):
+        if self.tries is None or not self.answers or not 0 < n <= C_SLICE or n > self.max_descriptors:
             return None
         domain = get(request, REQUEST, Q_DOMAIN, "domain")
-        if not domain or domain in self.tries or domain in self.budgets:
+        if not domain or domain is self.known:
+            return None
+        if domain in self.tries or domain in self.budgets:
+            self.known = domain
             return None
         for d in descriptors:
             if len(entries_of(d)) > self.max_entries:
@@ -558,7 +564,7 @@ cdef class Engine:
         `n` descriptors): its response if `domain` is unknown to the config, counted as
         `_answered` counts it; None if the config knows `domain`, False if the request is
         to be decoded for another reason."""
-        if self.tries is None or not self.answers or n == 0 or n > SLICE:
+        if self.tries is None or not self.answers or n == 0 or n > C_SLICE:
             return False
         if domain in self.tries or domain in self.budgets:
             return None
@@ -607,7 +613,7 @@ cdef class Engine:
         """Decide `request` (None past SLICE descriptors: it is planned in slices)."""
         cdef Plan p
         cdef list statuses
-        if len(get(request, REQUEST, Q_DESCRIPTORS, "descriptors")) > SLICE:
+        if len(get(request, REQUEST, Q_DESCRIPTORS, "descriptors")) > C_SLICE:
             return None
         planned = self._plan_or_answer(request)
         if type(planned) is not Plan:

@@ -100,16 +100,16 @@ cdef class Connection:
 
     cdef nghttp2_session* session
     cdef readonly dict streams
-    cdef object on_request
-    cdef object on_close
+    cdef object on_request, on_close
     cdef object metadata_names
     # Paths served as bidirectional streams (`_h2_streaming.pxi`), or None.
     cdef object streaming
-    cdef Py_ssize_t max_message
-    cdef Py_ssize_t max_header_list
+    # The :path and content-type last received, given to the next stream that sends the
+    # same bytes (`_same`).
+    cdef bytes last_path, last_type
+    cdef Py_ssize_t max_message, max_header_list
     cdef object error
-    cdef bint dead
-    cdef bint draining
+    cdef bint dead, draining
     cdef uint8_t* out_buf
     cdef size_t out_cap
     # The process's buffers for incomplete requests (take/give/refusal), or None.
@@ -490,12 +490,12 @@ cdef class Connection:
                 self.reset(stream, NGHTTP2_FRAME_SIZE_ERROR)
             return 1
         if namelen == 5 and memcmp(name, b":path", 5) == 0:
-            stream.path = PyBytes_FromStringAndSize(<const char*>value, valuelen)
+            stream.path = self.last_path = _same(self.last_path, value, valuelen)
         elif namelen == 7 and memcmp(name, b":method", 7) == 0:
             if not (valuelen == 4 and memcmp(value, b"POST", 4) == 0):
                 stream.method = PyBytes_FromStringAndSize(<const char*>value, valuelen)
         elif namelen == 12 and memcmp(name, b"content-type", 12) == 0:
-            stream.content_type = PyBytes_FromStringAndSize(<const char*>value, valuelen)
+            stream.content_type = self.last_type = _same(self.last_type, value, valuelen)
         elif namelen == 12 and memcmp(name, b"grpc-timeout", 12) == 0:
             stream.timeout = _parse_timeout(value, valuelen, stream)
         elif namelen == 13 and memcmp(name, b"grpc-encoding", 13) == 0:

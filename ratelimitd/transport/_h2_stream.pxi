@@ -11,6 +11,18 @@ cdef inline double _monotonic() noexcept:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+cdef inline bytes _same(bytes last, const uint8_t* value, size_t n):
+    """`last` when it holds the `n` bytes at `value`, else a new bytes object of them: a
+    client calls one method with one content type, so a connection's streams share one
+    :path and one content-type object (no bytes made per call, and the path's hash, for
+    the lookup in `streaming`, computed once)."""
+    if last is not None and <size_t>PyBytes_GET_SIZE(last) == n and (
+        memcmp(PyBytes_AS_STRING(last), value, n) == 0
+    ):
+        return last
+    return PyBytes_FromStringAndSize(<const char*>value, n)
+
+
 cdef inline void _nv(nghttp2_nv* nv, bytes name, bytes value) noexcept:
     # nghttp2 copies submitted header blocks, so the bytes only need to outlive the call.
     nv.name = <uint8_t*>PyBytes_AS_STRING(name)

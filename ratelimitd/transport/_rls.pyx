@@ -24,6 +24,7 @@ import time
 from types import CoroutineType
 
 from ratelimitd.messages import Refusal, Response
+from ratelimitd.service import Snapshot
 from ratelimitd.stats.store import ServiceStats
 from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
 from ratelimitd.transport._wire import decode_request as _decode_request, decoded_size
@@ -38,6 +39,8 @@ cdef class SendRoute
 
 
 cdef Py_ssize_t P_STATUSES = offset_of(Response, "statuses")
+cdef object SNAPSHOT = Snapshot
+cdef Py_ssize_t S_OPTIONS = offset_of(Snapshot, "options")  # the decoder's bounds
 cdef object SERVICE = ServiceStats
 cdef Py_ssize_t TOTAL = offset_of(ServiceStats, "total_requests")
 cdef Py_ssize_t COUNT = offset_of(ServiceStats, "response_time_count")
@@ -95,7 +98,7 @@ cdef class SyncCall:
             out = self._undecoded(data, snapshot) if self.reads else None
             if out is not None:
                 return self._done(started, OK, self._encoded(out))
-            out = self.decide(self.decode(data, snapshot.options))
+            out = self.decide(self.decode(data, get(snapshot, SNAPSHOT, S_OPTIONS, "options")))
             if type(out) is RESPONSE:
                 code = OK
                 if out is self.last and self.reads:  # a shared response: maybe unmatched
@@ -168,7 +171,12 @@ cdef class SyncCall:
         s = self.stats
         put(s, SERVICE, TOTAL, "total_requests", get(s, SERVICE, TOTAL, "total_requests") + 1)
         put(s, SERVICE, COUNT, "response_time_count", get(s, SERVICE, COUNT, "response_time_count") + 1)
-        put(s, SERVICE, SUM, "response_time_sum_ms", get(s, SERVICE, SUM, "response_time_sum_ms") + elapsed)
+        total = get(s, SERVICE, SUM, "response_time_sum_ms")
+        if type(total) is float:  # added in C: one float made, not two
+            total = <double>total + elapsed
+        else:
+            total = total + elapsed
+        put(s, SERVICE, SUM, "response_time_sum_ms", total)
         if self.timer is not None:
             self.timer.observe(elapsed)
         return code, reply
@@ -342,7 +350,7 @@ cdef class SendRoute:
             proto.finish(stream, RESOURCE_EXHAUSTED, conn.refusal)
             return
         try:
-            request = c.decode(data, snapshot.options)
+            request = c.decode(data, get(snapshot, SNAPSHOT, S_OPTIONS, "options"))
             p = Pending.__new__(Pending)
             p.route = self
             p.stream = stream

@@ -26,7 +26,10 @@ without making any object.
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
+from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.tuple cimport PyTuple_New
 from libc.string cimport memcmp, memcpy
 
 from ratelimitd._slots cimport get, offsets
@@ -201,55 +204,89 @@ cdef Py_ssize_t _count(const unsigned char* buf, Py_ssize_t end, Py_ssize_t pos,
     return found
 
 
+cdef extern from "Python.h":
+    # Steals the reference to `item`.
+    void _tuple_set "PyTuple_SET_ITEM" (object tuple, Py_ssize_t i, PyObject* item)
+
+
+# The entries a descriptor usually has at most: kept in a C array while it is read, then
+# moved into its tuple (no list made and thrown away per descriptor); more go to a list.
+DEF FEW = 8
+
+
 cdef object _descriptor(const unsigned char* buf, Py_ssize_t end, Py_ssize_t max_entries,
                         Py_ssize_t max_value):
-    cdef Py_ssize_t pos = 0, n, sub, start
+    cdef Py_ssize_t pos = 0, n, sub, start, i
     cdef unsigned long long tag, rpu, unit, hits
-    cdef list entries = []
+    cdef PyObject* few[FEW]
+    cdef Py_ssize_t count = 0  # entries read; the first FEW are owned by `few`
+    cdef list more = None
+    cdef tuple entries = None
     cdef object limit = None, hits_addend = None
     cdef bint negative = False
-    while pos < end:
-        start = pos
-        tag = _tag(buf, end, &pos)
-        if tag == 10:  # entries
-            if len(entries) == max_entries:
-                raise too_many_entries(max_entries + _count(buf, end, start, 10), max_entries)
-            n = _length(buf, end, &pos)
-            entries.append(_entry(buf + pos, n, max_value))
-            pos += n
-        elif tag == 18:  # limit: RateLimitOverride
-            n = _length(buf, end, &pos)
-            rpu = unit = 0
-            sub = 0
-            while sub < n:
-                tag = _tag(buf + pos, n, &sub)
-                if tag == 8:
-                    rpu = _varint(buf + pos, n, &sub) & 0xFFFFFFFF
-                elif tag == 16:
-                    unit = _varint(buf + pos, n, &sub) & 0xFFFFFFFF
+    try:
+        while pos < end:
+            start = pos
+            tag = _tag(buf, end, &pos)
+            if tag == 10:  # entries
+                if count == max_entries:
+                    raise too_many_entries(max_entries + _count(buf, end, start, 10), max_entries)
+                n = _length(buf, end, &pos)
+                entry = _entry(buf + pos, n, max_value)
+                if count < FEW:
+                    Py_INCREF(entry)
+                    few[count] = <PyObject*>entry
                 else:
-                    _skip(buf + pos, n, &sub, tag & 7)
-            limit = (rpu, <int>unit)
-            pos += n
-        elif tag == 26:  # hits_addend: UInt64Value
-            n = _length(buf, end, &pos)
-            hits = 0
-            sub = 0
-            while sub < n:
-                tag = _tag(buf + pos, n, &sub)
-                if tag == 8:
-                    hits = _varint(buf + pos, n, &sub)
-                else:
-                    _skip(buf + pos, n, &sub, tag & 7)
-            hits_addend = hits
-            pos += n
-        elif tag == 32:  # is_negative_hits: bool (any non-zero varint is true)
-            negative = _varint(buf, end, &pos) != 0
-        else:
-            _skip(buf, end, &pos, tag & 7)
+                    if more is None:
+                        more = []
+                    more.append(entry)
+                count += 1
+                pos += n
+            elif tag == 18:  # limit: RateLimitOverride
+                n = _length(buf, end, &pos)
+                rpu = unit = 0
+                sub = 0
+                while sub < n:
+                    tag = _tag(buf + pos, n, &sub)
+                    if tag == 8:
+                        rpu = _varint(buf + pos, n, &sub) & 0xFFFFFFFF
+                    elif tag == 16:
+                        unit = _varint(buf + pos, n, &sub) & 0xFFFFFFFF
+                    else:
+                        _skip(buf + pos, n, &sub, tag & 7)
+                limit = (rpu, <int>unit)
+                pos += n
+            elif tag == 26:  # hits_addend: UInt64Value
+                n = _length(buf, end, &pos)
+                hits = 0
+                sub = 0
+                while sub < n:
+                    tag = _tag(buf + pos, n, &sub)
+                    if tag == 8:
+                        hits = _varint(buf + pos, n, &sub)
+                    else:
+                        _skip(buf + pos, n, &sub, tag & 7)
+                hits_addend = hits
+                pos += n
+            elif tag == 32:  # is_negative_hits: bool (any non-zero varint is true)
+                negative = _varint(buf, end, &pos) != 0
+            else:
+                _skip(buf, end, &pos, tag & 7)
+        entries = PyTuple_New(count)
+        for i in range(FEW, count):
+            item = more[i - FEW]
+            Py_INCREF(item)
+            _tuple_set(entries, i, <PyObject*>item)
+    finally:
+        # Moved into the tuple once it exists (each reference stolen), else released.
+        for i in range(count if count < FEW else FEW):
+            if entries is not None:
+                _tuple_set(entries, i, few[i])
+            else:
+                Py_DECREF(<object>few[i])
     if negative:
-        return Descriptor(tuple(entries), limit, hits_addend, True)
-    return Descriptor(tuple(entries), limit, hits_addend)
+        return Descriptor(entries, limit, hits_addend, True)
+    return Descriptor(entries, limit, hits_addend)
 
 
 # The bounds `decode_request` was last given (the ReloadOptions in force: frozen, replaced on
@@ -431,6 +468,10 @@ DEF _DIRECT = 16
 cdef struct _St:
     unsigned long long code, remaining, reset, rpu, unit, limit_size, size
     bint limited
+    # The rule's name as UTF-8, borrowed from the str (its own buffer, or the UTF-8 copy
+    # CPython caches in it): no bytes object per status.
+    const char* name
+    Py_ssize_t name_size
 
 
 cdef inline unsigned char* _field(unsigned char* p, unsigned char tag, unsigned long long v) noexcept:
@@ -489,8 +530,10 @@ cdef bytes _encode_direct(unsigned long long overall, list statuses):
     cdef _St sts[_DIRECT]
     cdef _St* s
     cdef Py_ssize_t i, n = len(statuses), total = 0
-    cdef list names = []
-    cdef bytes name, out
+    # The names read from a rule that is not a config.Rule (its `name` may be made on each
+    # read): held until they are written. A Rule's is held by its slot.
+    cdef list held = None
+    cdef bytes out
     cdef unsigned char* p
     if overall:
         total += 1 + _varint_size(overall)
@@ -502,7 +545,8 @@ cdef bytes _encode_direct(unsigned long long overall, list statuses):
         rule = get(st, STATUS, T_RULE, "rule")
         s.limited = rule is not None
         s.size = 0
-        name = b""
+        s.name = NULL
+        s.name_size = 0
         if s.code:
             s.size += 1 + _varint_size(s.code)
         if s.limited:
@@ -512,21 +556,24 @@ cdef bytes _encode_direct(unsigned long long overall, list statuses):
             s.unit = get(rule, RULE, R_UNIT, "unit")
             rule_name = get(rule, RULE, R_NAME, "name")
             if rule_name:
-                name = (<str>rule_name).encode("utf-8")
+                s.name = PyUnicode_AsUTF8AndSize(<str>rule_name, &s.name_size)
+                if type(rule) is not RULE:
+                    if held is None:
+                        held = []
+                    held.append(rule_name)
             s.reset = <unsigned long long><long long>get(st, STATUS, T_RESET, "duration_until_reset")
             s.limit_size = 0
             if s.rpu:
                 s.limit_size += 1 + _varint_size(s.rpu)
             if s.unit:
                 s.limit_size += 1 + _varint_size(s.unit)
-            if name:
-                s.limit_size += 1 + _varint_size(len(name)) + len(name)
+            if s.name_size:
+                s.limit_size += 1 + _varint_size(s.name_size) + s.name_size
             s.size += 1 + _varint_size(s.limit_size) + s.limit_size
             # duration_until_reset: a Duration, present (maybe empty) whenever a limit applied
             s.size += 2 + ((1 + _varint_size(s.reset)) if s.reset else 0)
         if s.remaining:
             s.size += 1 + _varint_size(s.remaining)
-        names.append(name)
         total += 1 + _varint_size(s.size) + s.size
     out = PyBytes_FromStringAndSize(NULL, total)
     p = <unsigned char*>PyBytes_AS_STRING(out)
@@ -543,11 +590,10 @@ cdef bytes _encode_direct(unsigned long long overall, list statuses):
                 p = _field(p, 8, s.rpu)
             if s.unit:
                 p = _field(p, 16, s.unit)
-            name = <bytes>names[i]
-            if name:
-                p = _field(p, 26, len(name))
-                memcpy(p, PyBytes_AS_STRING(name), len(name))
-                p += len(name)
+            if s.name_size:
+                p = _field(p, 26, s.name_size)
+                memcpy(p, s.name, s.name_size)
+                p += s.name_size
         if s.remaining:
             p = _field(p, 24, s.remaining)
         if s.limited:

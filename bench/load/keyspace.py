@@ -530,9 +530,9 @@ def render_targets(r: dict[str, Any]) -> list[str]:
              f"{sat['store_us']:.1f} µs", sat["store_us"] <= 2),
         ]  # fmt: skip
     if "r" in ins:
-        mine, whole = split(ins["r"])["interpreter"], ins["r"]["per_call"]
-        rows.append(("Redis, trickled: interpreter instructions per call (no target; the issue "
-                     "asks it halved)", f"{mine:,.0f} of {whole:,.0f} ({mine / whole:.0%}); "
+        mine, per_call = split(ins["r"])["interpreter"], ins["r"]["per_call"]
+        rows.append(("Redis, trickled: interpreter instructions per call (aim: half; no "
+                     "pass or fail)", f"{mine:,.0f} of {per_call:,.0f} ({mine / per_call:.0%}); "
                      f"saturated {split(ins['c'])['interpreter']:,.0f}", None))  # fmt: skip
     floor = envoy.get(EMPTY)
     for name, by in envoy.items():

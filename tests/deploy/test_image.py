@@ -80,14 +80,23 @@ def inspect(podman: Podman, image: str) -> dict[str, Any]:
 
 def test_the_image_is_what_envoy_gateway_expects(podman: Podman, images: Images) -> None:
     [info] = json.loads(podman("image", "inspect", images.ratelimit))
-    config = info["Config"]
-    assert config["Entrypoint"] == ["/bin/ratelimit"]
-    assert config["User"] == "65534:65534"
-    labels = config["Labels"]
-    assert labels["org.opencontainers.image.revision"] == images.revision
-    assert labels["org.opencontainers.image.version"] == images.version
-    assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
-    assert labels[SOURCE].startswith("https://")
+    assert info["Config"]["Entrypoint"] == ["/bin/ratelimit"]
+    # Both images carry the labels and the user of the stage they are built on, and
+    # their own title.
+    for image, title in (
+        (images.ratelimit, "ratelimitd"),
+        (images.sidecars, "ratelimitd-sidecars"),
+    ):
+        [info] = json.loads(podman("image", "inspect", image))
+        config = info["Config"]
+        assert config["User"] == "65534:65534"
+        labels = config["Labels"]
+        assert labels["org.opencontainers.image.title"] == title
+        assert labels["org.opencontainers.image.revision"] == images.revision
+        assert labels["org.opencontainers.image.version"] == images.version
+        assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+        assert labels[SOURCE].startswith("https://")
+        assert "PYTHONDONTWRITEBYTECODE=1" in config["Env"]
 
 
 def test_images_are_lean_and_hold_nothing_but_python(podman: Podman, images: Images) -> None:

@@ -209,60 +209,45 @@ async def test_json_response_headers_and_dynamic_metadata(
     assert list(doc["dynamicMetadata"]) == ["descriptors", "domain", "hitsAddend", "metadata"]
 
 
-@pytest.mark.parametrize(
-    "body",
-    [
-        pytest.param(b"", id="empty"),
-        pytest.param(b"}", id="brace"),
-        pytest.param(b"null", id="null"),
-        pytest.param(b"[]", id="array"),
-        pytest.param(b'{"domain":"d"}', id="missing-descriptors"),
-        pytest.param(b'{"domain":"d","descriptors":[]}', id="empty-descriptors"),
-        pytest.param(
-            b'{"domain":"","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}',
-            id="empty-domain",
-        ),
-        pytest.param(b'{"descriptors":[{"entries":[{"key":"k","value":"v"}]}]}', id="no-domain"),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"x":1}',
-            id="unknown-top-field",
-        ),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v","z":""}]}]}',
-            id="unknown-entry-field",
-        ),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}],'
-            b'"hitsAddend":1,"hits_addend":1}]}',
-            id="both-spellings",
-        ),
-        pytest.param(b'{"domain":5,"descriptors":[{"entries":[]}]}', id="domain-number"),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}],"hitsAddend":-1}',
-            id="negative-hits",
-        ),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}],"hitsAddend":1.5}',
-            id="fractional-hits",
-        ),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}],"hitsAddend":4294967296}',
-            id="uint32-overflow",
-        ),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}],'
-            b'"limit":{"requestsPerUnit":1,"unit":"FORTNIGHT"}}]}',
-            id="unknown-unit-name",
-        ),
-        pytest.param(
-            b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}],'
-            b'"limit":{"requestsPerUnit":1,"unit":"UNKNOWN"}}]}',
-            id="override-unit-unknown",
-        ),
-        pytest.param(b'{"domain":"d","descriptors":[{"entries":{}}]}', id="entries-object"),
-        pytest.param(b'{"domain":"d\xff","descriptors":[{"entries":[]}]}', id="bad-utf8"),
-    ],
-)
+# Bodies /json answers 400, by what is wrong with them.
+BAD_BODIES = {
+    "empty": b"",
+    "brace": b"}",
+    "null": b"null",
+    "array": b"[]",
+    "missing-descriptors": b'{"domain":"d"}',
+    "empty-descriptors": b'{"domain":"d","descriptors":[]}',
+    "empty-domain": b'{"domain":"","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}',
+    "no-domain": b'{"descriptors":[{"entries":[{"key":"k","value":"v"}]}]}',
+    "unknown-top-field": (
+        b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}],"x":1}'
+    ),
+    "unknown-entry-field": (
+        b'{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v","z":""}]}]}'
+    ),
+    "both-spellings": (
+        b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}],"hitsAddend":1,"hits_addend":1}]}'
+    ),
+    "domain-number": b'{"domain":5,"descriptors":[{"entries":[]}]}',
+    "negative-hits": b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}],"hitsAddend":-1}',
+    "fractional-hits": b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}],"hitsAddend":1.5}',
+    "uint32-overflow": (
+        b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}]}],"hitsAddend":4294967296}'
+    ),
+    "unknown-unit-name": (
+        b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}],'
+        b'"limit":{"requestsPerUnit":1,"unit":"FORTNIGHT"}}]}'
+    ),
+    "override-unit-unknown": (
+        b'{"domain":"d","descriptors":[{"entries":[{"key":"k"}],'
+        b'"limit":{"requestsPerUnit":1,"unit":"UNKNOWN"}}]}'
+    ),
+    "entries-object": b'{"domain":"d","descriptors":[{"entries":{}}]}',
+    "bad-utf8": b'{"domain":"d\xff","descriptors":[{"entries":[]}]}',
+}
+
+
+@pytest.mark.parametrize("body", BAD_BODIES.values(), ids=BAD_BODIES.keys())
 async def test_json_bad_request(srv: Servers, body: bytes) -> None:
     reply = await srv.call("/json", body)
     assert (reply.status, reply.body) == BAD

@@ -1,8 +1,9 @@
 """Reading the environment into :class:`Settings`: the package's only ``os.environ`` reader.
 
 Names, defaults and parsing follow envoyproxy/ratelimit (``src/settings/settings.go``) so that
-existing deployments move over unchanged; ``goparse.py`` has the Go value syntax. One builder
-per section. An invalid value raises :class:`SettingsError` whose message is one line naming
+existing deployments move over unchanged; ``goparse.py`` has the Go value syntax. Each
+section is read by its table (field -> variable and reader; the default is the field's in
+``sections.py``), and what a table cannot say is computed beside it. An invalid value raises :class:`SettingsError` whose message is one line naming
 the variable, the bad value and what is accepted; a variable asking for something ratelimitd
 does not do is refused the same way (the table in ``unsupported.py``); the daemon prints the
 line and exits with status 1.
@@ -44,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from .checks import BackendRules, check
@@ -103,37 +104,36 @@ def settings_from_env(
     SettingsError."""
     env = Env(os.environ if environ is None else environ)
     backend, defaulted = _backend(env, backends)
-    stats = _stats(env)
+    stats = _section(env, StatsSettings, _STATS)
     reload = _reload(env)
     redis = _redis(env, "REDIS_", RedisSettings().url, shared=None)
     per_second = _redis(env, "REDIS_PERSECOND_", PERSECOND_URL, shared=redis)
     settings = Settings(
-        listeners=_listeners(env),
-        connections=_connections(env),
-        debug=DebugSettings(
-            profile_enabled=env.get_bool("DEBUG_PROFILE_ENABLED", False),
-            profile_max_seconds=env.get_duration(
-                "DEBUG_PROFILE_MAX_DURATION", DebugSettings().profile_max_seconds, positive=True
-            ),
-            admin_token=env.get_str("ADMIN_TOKEN"),
-        ),
-        grpc=_grpc(env),
+        listeners=_section(env, ListenerSettings, _LISTENERS),
+        connections=_section(env, ConnectionLimits, _CONNECTIONS),
+        debug=_section(env, DebugSettings, _DEBUG),
+        grpc=_section(env, GrpcSettings, _GRPC),
         log=LogSettings(
             level=env.get_choice("LOG_LEVEL", LogSettings().level, _LOG_LEVELS),
             # The reference switches to JSON on "json" (any case) and uses text otherwise.
             format="json" if env.get_str("LOG_FORMAT", "text").lower() == "json" else "text",
         ),
-        config=_config(env),
-        xds=_xds(env),
-        runtime=_runtime(env),
+        config=_section(env, ConfigSettings, _CONFIG),
+        xds=_section(
+            env,
+            XdsSettings,
+            _XDS,
+            node_metadata=node_metadata(env.get_str("CONFIG_GRPC_XDS_NODE_METADATA")),
+        ),
+        runtime=_section(env, RuntimeSettings, _RUNTIME),
         stats=stats,
-        cache=_cache(env, backend, defaulted),
+        cache=_section(env, CacheSettings, _CACHE, backend=backend, backend_defaulted=defaulted),
         redis=redis,
         redis_persecond=per_second if env.get_bool("REDIS_PERSECOND", False) else None,
-        memcache=_memcache(env),
-        tracing=_tracing(env),
+        memcache=_section(env, MemcacheSettings, _MEMCACHE),
+        tracing=_section(env, TracingSettings, _TRACING),
         reload=reload,
-        quota=_quota(env),
+        quota=_section(env, QuotaSettings, _QUOTA),
         workers=WorkerSettings(
             count=env.get_int("RATELIMITD_WORKERS", 1, lo=1),
             index=(
@@ -191,112 +191,238 @@ def worker_environ(index: int, stats_dir: str) -> dict[str, str]:
     return env
 
 
-def _listeners(env: Env) -> ListenerSettings:
-    d = ListenerSettings()
-    return ListenerSettings(
-        host=env.get_str("HOST", d.host),
-        port=env.get_port("PORT", d.port),
-        debug_host=env.get_str("DEBUG_HOST", d.debug_host),
-        debug_port=env.get_port("DEBUG_PORT", d.debug_port),
-        grpc_host=env.get_str("GRPC_HOST", d.grpc_host),
-        grpc_port=env.get_port("GRPC_PORT", d.grpc_port),
-        grpc_uds=env.get_str("GRPC_UDS"),
-        json_enabled=env.get_bool("HTTP_JSON_ENABLED", d.json_enabled),
-        json_domains=env.get_list("HTTP_JSON_DOMAINS"),
-    )
+# How a section is read: each field from one variable, by one reader, defaulting to the
+# field's own default (`sections.py` holds the defaults, these tables the names). A field
+# not in its table is either computed by its builder or not read from the environment.
+Read = Callable[[Env, str, Any], Any]  # (env, variable, the field's default) -> value
+Table = dict[str, tuple[str, Read]]  # field -> (variable, reader)
+_INT32 = 2**31 - 1
 
 
-def _connections(env: Env) -> ConnectionLimits:
-    d = ConnectionLimits()
-    most = 2**31 - 1
-    return ConnectionLimits(
-        http_max_connections=env.get_int("HTTP_MAX_CONNECTIONS", d.http_max_connections, 1, most),
-        debug_max_connections=env.get_int(
-            "DEBUG_MAX_CONNECTIONS", d.debug_max_connections, 1, most
-        ),
-        grpc_max_connections=env.get_int("GRPC_MAX_CONNECTIONS", d.grpc_max_connections, 1, most),
-        http_read_timeout=env.get_duration("HTTP_READ_TIMEOUT", d.http_read_timeout, positive=True),
-        http_idle_timeout=env.get_duration("HTTP_IDLE_TIMEOUT", d.http_idle_timeout, positive=True),
-        http_write_timeout=env.get_duration(
-            "HTTP_WRITE_TIMEOUT", d.http_write_timeout, positive=True
-        ),
-        grpc_read_timeout=env.get_duration("GRPC_READ_TIMEOUT", d.grpc_read_timeout, positive=True),
-        grpc_write_timeout=env.get_duration(
-            "GRPC_WRITE_TIMEOUT", d.grpc_write_timeout, positive=True
-        ),
-        grpc_connection_timeout=env.get_duration(
-            "GRPC_CONNECTION_TIMEOUT", d.grpc_connection_timeout, positive=True
-        ),
-        # Room for two maximal gRPC messages (4 MiB each) with their heads at least.
-        max_buffered_bytes=env.get_int(
-            "MAX_BUFFERED_BYTES", d.max_buffered_bytes, 8 * 1024 * 1024, most
-        ),
-    )
+def _int(lo: int | None = None, hi: int | None = None) -> Read:
+    return lambda env, name, default: env.get_int(name, default, lo, hi)
 
 
-def _grpc(env: Env) -> GrpcSettings:
-    d = GrpcSettings()
-    return GrpcSettings(
-        max_connection_age=env.get_duration("GRPC_MAX_CONNECTION_AGE", d.max_connection_age),
-        max_connection_age_grace=env.get_duration(
-            "GRPC_MAX_CONNECTION_AGE_GRACE", d.max_connection_age_grace
-        ),
-        server_use_tls=env.get_bool("GRPC_SERVER_USE_TLS", d.server_use_tls),
-        server_tls_cert=env.get_str("GRPC_SERVER_TLS_CERT"),
-        server_tls_key=env.get_str("GRPC_SERVER_TLS_KEY"),
-        client_tls_cacert=env.get_str("GRPC_CLIENT_TLS_CACERT"),
-        client_tls_san=env.get_str("GRPC_CLIENT_TLS_SAN"),
-        transport=env.get_choice("GRPC_TRANSPORT", "", {"native": "native", "grpcio": "grpcio"}),
-        max_concurrent_streams=env.get_int(
-            "GRPC_MAX_CONCURRENT_STREAMS", d.max_concurrent_streams, 1, 2**31 - 1
-        ),
-    )
+def _float(lo: float, hi: float) -> Read:
+    return lambda env, name, default: env.get_float(name, default, lo, hi)
 
 
-def _config(env: Env) -> ConfigSettings:
-    return ConfigSettings(
-        type=env.get_choice(
-            "CONFIG_TYPE",
-            ConfigSettings().type,
-            {"FILE": "FILE", "GRPC_XDS_SOTW": "GRPC_XDS_SOTW"},
-            case_sensitive=True,
-        ),
-        force_start_without_initial_config=env.get_bool(
-            "FORCE_START_WITHOUT_INITIAL_CONFIG", False
-        ),
-        healthy_with_at_least_one_config_loaded=env.get_bool(
-            "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", False
-        ),
-    )
+def _choice(choices: Mapping[str, str], case_sensitive: bool = False) -> Read:
+    return lambda env, name, default: env.get_choice(name, default, choices, case_sensitive)
 
 
-def _xds(env: Env) -> XdsSettings:
-    d = XdsSettings()
-    return XdsSettings(
-        node_id=env.get_str("CONFIG_GRPC_XDS_NODE_ID", d.node_id),
-        node_metadata=node_metadata(env.get_str("CONFIG_GRPC_XDS_NODE_METADATA")),
-        server_url=env.get_str("CONFIG_GRPC_XDS_SERVER_URL", d.server_url),
-        server_connect_retry_interval=env.get_duration(
-            "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", d.server_connect_retry_interval
-        ),
-        client_additional_headers=env.get_map("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"),
-        server_use_tls=env.get_bool("CONFIG_GRPC_XDS_SERVER_USE_TLS", False),
-        client_tls_cert=env.get_str("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"),
-        client_tls_key=env.get_str("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
-        server_tls_cacert=env.get_str("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"),
-        server_tls_san=env.get_str("CONFIG_GRPC_XDS_SERVER_TLS_SAN"),
-        backoff_initial_interval=env.get_duration(
-            "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", d.backoff_initial_interval
-        ),
-        backoff_max_interval=env.get_duration(
-            "XDS_CLIENT_BACKOFF_MAX_INTERVAL", d.backoff_max_interval
-        ),
-        backoff_random_factor=env.get_float(
-            "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", d.backoff_random_factor
-        ),
-        backoff_jitter=env.get_bool("XDS_CLIENT_BACKOFF_JITTER", d.backoff_jitter),
-        max_msg_size_in_bytes=env.get_int("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", 0, lo=0),
-    )
+def _positive(env: Env, name: str, default: float) -> float:
+    """A Go duration > 0."""
+    return env.get_duration(name, default, positive=True)
+
+
+def _list(env: Env, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    return env.get_list(name) or default
+
+
+def _map(env: Env, name: str, default: Pairs) -> Pairs:
+    return env.get_map(name) or default
+
+
+_str, _bool, _port, _duration = Env.get_str, Env.get_bool, Env.get_port, Env.get_duration
+
+_LISTENERS: Table = {
+    "host": ("HOST", _str),
+    "port": ("PORT", _port),
+    "debug_host": ("DEBUG_HOST", _str),
+    "debug_port": ("DEBUG_PORT", _port),
+    "grpc_host": ("GRPC_HOST", _str),
+    "grpc_port": ("GRPC_PORT", _port),
+    "grpc_uds": ("GRPC_UDS", _str),
+    "json_enabled": ("HTTP_JSON_ENABLED", _bool),
+    "json_domains": ("HTTP_JSON_DOMAINS", _list),
+}
+_CONNECTIONS: Table = {
+    "http_max_connections": ("HTTP_MAX_CONNECTIONS", _int(1, _INT32)),
+    "debug_max_connections": ("DEBUG_MAX_CONNECTIONS", _int(1, _INT32)),
+    "grpc_max_connections": ("GRPC_MAX_CONNECTIONS", _int(1, _INT32)),
+    "http_read_timeout": ("HTTP_READ_TIMEOUT", _positive),
+    "http_idle_timeout": ("HTTP_IDLE_TIMEOUT", _positive),
+    "http_write_timeout": ("HTTP_WRITE_TIMEOUT", _positive),
+    "grpc_read_timeout": ("GRPC_READ_TIMEOUT", _positive),
+    "grpc_write_timeout": ("GRPC_WRITE_TIMEOUT", _positive),
+    "grpc_connection_timeout": ("GRPC_CONNECTION_TIMEOUT", _positive),
+    # Room for two maximal gRPC messages (4 MiB each) with their heads at least.
+    "max_buffered_bytes": ("MAX_BUFFERED_BYTES", _int(8 * 1024 * 1024, _INT32)),
+}
+_DEBUG: Table = {
+    "profile_enabled": ("DEBUG_PROFILE_ENABLED", _bool),
+    "profile_max_seconds": ("DEBUG_PROFILE_MAX_DURATION", _positive),
+    "admin_token": ("ADMIN_TOKEN", _str),
+}
+_GRPC: Table = {
+    "max_connection_age": ("GRPC_MAX_CONNECTION_AGE", _duration),
+    "max_connection_age_grace": ("GRPC_MAX_CONNECTION_AGE_GRACE", _duration),
+    "server_use_tls": ("GRPC_SERVER_USE_TLS", _bool),
+    "server_tls_cert": ("GRPC_SERVER_TLS_CERT", _str),
+    "server_tls_key": ("GRPC_SERVER_TLS_KEY", _str),
+    "client_tls_cacert": ("GRPC_CLIENT_TLS_CACERT", _str),
+    "client_tls_san": ("GRPC_CLIENT_TLS_SAN", _str),
+    "transport": ("GRPC_TRANSPORT", _choice({"native": "native", "grpcio": "grpcio"})),
+    "max_concurrent_streams": ("GRPC_MAX_CONCURRENT_STREAMS", _int(1, _INT32)),
+}
+_CONFIG: Table = {
+    "type": (
+        "CONFIG_TYPE",
+        _choice({"FILE": "FILE", "GRPC_XDS_SOTW": "GRPC_XDS_SOTW"}, case_sensitive=True),
+    ),
+    "force_start_without_initial_config": ("FORCE_START_WITHOUT_INITIAL_CONFIG", _bool),
+    "healthy_with_at_least_one_config_loaded": ("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", _bool),
+}
+_XDS: Table = {
+    "node_id": ("CONFIG_GRPC_XDS_NODE_ID", _str),
+    "server_url": ("CONFIG_GRPC_XDS_SERVER_URL", _str),
+    "server_connect_retry_interval": ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", _duration),
+    "client_additional_headers": ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", _map),
+    "server_use_tls": ("CONFIG_GRPC_XDS_SERVER_USE_TLS", _bool),
+    "client_tls_cert": ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", _str),
+    "client_tls_key": ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", _str),
+    "server_tls_cacert": ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", _str),
+    "server_tls_san": ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", _str),
+    "backoff_initial_interval": ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", _duration),
+    "backoff_max_interval": ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", _duration),
+    "backoff_random_factor": ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", Env.get_float),
+    "backoff_jitter": ("XDS_CLIENT_BACKOFF_JITTER", _bool),
+    "max_msg_size_in_bytes": ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", _int(0)),
+}
+_RUNTIME: Table = {
+    "root": ("RUNTIME_ROOT", _str),
+    "subdirectory": ("RUNTIME_SUBDIRECTORY", _str),
+    "appdirectory": ("RUNTIME_APPDIRECTORY", _str),
+    "ignoredotfiles": ("RUNTIME_IGNOREDOTFILES", _bool),
+    "watch_root": ("RUNTIME_WATCH_ROOT", _bool),
+}
+_STATS: Table = {
+    "use_dog_statsd": ("USE_DOG_STATSD", _bool),
+    "dog_statsd_mogrifier_names": ("USE_DOG_STATSD_MOGRIFIERS", _list),
+    "use_statsd": ("USE_STATSD", _bool),
+    "statsd_host": ("STATSD_HOST", _str),
+    "statsd_port": ("STATSD_PORT", _port),
+    "statsd_protocol": ("STATSD_PROTOCOL", _choice({"tcp": "tcp", "udp": "udp"}, True)),
+    "use_prometheus": ("USE_PROMETHEUS", _bool),
+    "prometheus_addr": ("PROMETHEUS_ADDR", _str),
+    "prometheus_path": ("PROMETHEUS_PATH", _str),
+    "prometheus_mapper_yaml": ("PROMETHEUS_MAPPER_YAML", _str),
+    "prometheus_response_time_as_milliseconds": (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        _bool,
+    ),
+    "extra_tags": ("EXTRA_TAGS", _map),
+    # time.NewTicker panics on a non-positive interval, so 0 is refused here.
+    "flush_interval": ("STATS_FLUSH_INTERVAL", _positive),
+    "rate_limit_gauges": ("STATS_RATE_LIMIT_GAUGES", _bool),
+    "max_request_series": ("STATS_MAX_REQUEST_SERIES", _int(0, _INT32)),
+    # At least 64: a cut key keeps more of its text than its 17-byte digest suffix.
+    "max_request_key_bytes": ("STATS_MAX_REQUEST_KEY_BYTES", _int(64, 65536)),
+    "disable": ("DISABLE_STATS", _bool),
+}
+_CACHE: Table = {
+    "expiration_jitter_max_seconds": ("EXPIRATION_JITTER_MAX_SECONDS", _int(0)),
+    "local_cache_size_in_bytes": ("LOCAL_CACHE_SIZE_IN_BYTES", _int(0)),
+    "near_limit_ratio": ("NEAR_LIMIT_RATIO", Env.get_float),
+    "cache_key_prefix": ("CACHE_KEY_PREFIX", _str),
+    "stop_cache_key_increment_when_overlimit": ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", _bool),
+    "failure_policy": ("BACKEND_FAILURE_POLICY", _choice(FAILURE_POLICIES)),
+    "breaker_failures": ("BACKEND_BREAKER_FAILURES", _int(0)),
+    "breaker_probe_interval": ("BACKEND_BREAKER_PROBE_INTERVAL", _positive),
+    "max_in_flight": ("MAX_INFLIGHT_DECISIONS", _int(0)),
+    "memory_max_keys": ("MEMORY_MAX_KEYS", _int(1, _INT32)),
+    "budget_max_transactions": ("BUDGET_MAX_TRANSACTIONS", _int(1, _INT32)),
+    "memory_max_budget_transactions": ("MEMORY_MAX_BUDGET_TRANSACTIONS", _int(1, _INT32)),
+}
+# A Redis instance's own variables, after its prefix (REDIS_, REDIS_PERSECOND_).
+_REDIS_INSTANCE: Table = {
+    "socket_type": ("SOCKET_TYPE", _choice(_SOCKET_TYPES)),
+    "pool_size": ("POOL_SIZE", _int(1)),
+    "auth": ("AUTH", _str),
+    "sentinel_auth": ("SENTINEL_AUTH", _str),
+    "tls": ("TLS", _bool),
+    "pipeline_window": ("PIPELINE_WINDOW", _duration),
+    "pipeline_limit": ("PIPELINE_LIMIT", _int(0)),
+    "cluster_pipeline_parallelism": ("CLUSTER_PIPELINE_PARALLELISM", _int(0)),
+    "dial_timeout": ("TIMEOUT", _duration),
+}
+# What both instances take from the main one's variables.
+_REDIS_SHARED: Table = {
+    "tls_client_cert": ("REDIS_TLS_CLIENT_CERT", _str),
+    "tls_client_key": ("REDIS_TLS_CLIENT_KEY", _str),
+    "tls_cacert": ("REDIS_TLS_CACERT", _str),
+    "tls_skip_hostname_verification": ("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", _bool),
+    "startup_initial_interval": ("REDIS_STARTUP_INITIAL_INTERVAL", _duration),
+    "startup_max_interval": ("REDIS_STARTUP_MAX_INTERVAL", _duration),
+    "startup_max_elapsed_time": ("REDIS_STARTUP_MAX_ELAPSED_TIME", _duration),
+    "health_check_active_connection": ("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", _bool),
+    "request_timeout": ("REDIS_REQUEST_TIMEOUT", _positive),
+    # One variable for both instances, as upstream #1191 reads it.
+    "close_connection_on_readonly": ("REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", _bool),
+}
+_MEMCACHE: Table = {
+    "host_port": ("MEMCACHE_HOST_PORT", _list),
+    "srv": ("MEMCACHE_SRV", _str),
+    "srv_refresh": ("MEMCACHE_SRV_REFRESH", _duration),
+    "max_idle_conns": ("MEMCACHE_MAX_IDLE_CONNS", _int(0)),
+    "tls": ("MEMCACHE_TLS", _bool),
+    "tls_client_cert": ("MEMCACHE_TLS_CLIENT_CERT", _str),
+    "tls_client_key": ("MEMCACHE_TLS_CLIENT_KEY", _str),
+    "tls_cacert": ("MEMCACHE_TLS_CACERT", _str),
+    "tls_skip_hostname_verification": ("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", _bool),
+}
+_TRACING: Table = {
+    "enabled": ("TRACING_ENABLED", _bool),
+    "exporter_protocol": ("TRACING_EXPORTER_PROTOCOL", _choice({"http": "http", "grpc": "grpc"})),
+    "service_name": ("TRACING_SERVICE_NAME", _str),
+    "service_namespace": ("TRACING_SERVICE_NAMESPACE", _str),
+    "service_instance_id": ("TRACING_SERVICE_INSTANCE_ID", _str),
+    "sampling_rate": ("TRACING_SAMPLING_RATE", _float(0.0, 1.0)),
+}
+_RELOAD: Table = {
+    "shadow_mode": ("SHADOW_MODE", _bool),
+    "quota_mode": ("QUOTA_MODE", _bool),
+    "response_dynamic_metadata": ("RESPONSE_DYNAMIC_METADATA", _bool),
+    "dynamic_metadata_limit_name": ("RESPONSE_DYNAMIC_METADATA_LIMIT_NAME", _bool),
+    "response_headers": ("LIMIT_RESPONSE_HEADERS_ENABLED", _bool),
+    "limit_header": ("LIMIT_LIMIT_HEADER", _str),
+    "remaining_header": ("LIMIT_REMAINING_HEADER", _str),
+    "reset_header": ("LIMIT_RESET_HEADER", _str),
+    "headers_format": ("LIMIT_RESPONSE_HEADERS_FORMAT", _choice(_HEADER_FORMATS)),
+    "all_descriptors_headers": ("LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED", _bool),
+    "request_headers": ("LIMIT_REQUEST_HEADERS_ENABLED", _bool),
+    "request_limit_header": ("LIMIT_REQUEST_LIMIT_HEADER", _str),
+    "request_remaining_header": ("LIMIT_REQUEST_REMAINING_HEADER", _str),
+    "request_reset_header": ("LIMIT_REQUEST_RESET_HEADER", _str),
+    "merge_domain_config": ("MERGE_DOMAIN_CONFIG", _bool),
+    "max_descriptors": ("MAX_DESCRIPTORS_PER_REQUEST", _int(1, _INT32)),
+    "max_entries": ("MAX_ENTRIES_PER_DESCRIPTOR", _int(1, _INT32)),
+    "max_value_length": ("MAX_DESCRIPTOR_VALUE_LENGTH", _int(1, _INT32)),
+}
+_QUOTA: Table = {
+    "bucket_keys": ("RLQS_BUCKET_KEYS", _list),
+    "assignment_ttl": ("RLQS_ASSIGNMENT_TTL", _positive),
+    "report_interval": ("RLQS_REPORT_INTERVAL", _positive),
+    "max_buckets_per_stream": ("RLQS_MAX_BUCKETS_PER_STREAM", _int(1)),
+    "max_buckets": ("RLQS_MAX_BUCKETS", _int(1)),
+    "max_streams": ("RLQS_MAX_STREAMS", _int(1)),
+    "idle_timeout": ("RLQS_IDLE_TIMEOUT", _positive),
+}
+
+
+def _read(env: Env, cls: type[Any], table: Table, prefix: str = "") -> dict[str, Any]:
+    """The fields of `table` read from `env` (each variable after `prefix`), by field name."""
+    default = cls()
+    return {
+        field: read(env, prefix + name, getattr(default, field))
+        for field, (name, read) in table.items()
+    }
+
+
+def _section(env: Env, cls: type[Any], table: Table, **computed: Any) -> Any:
+    """A section of `cls` read by `table`, with the fields its builder `computed`."""
+    return cls(**_read(env, cls, table), **computed)
 
 
 def node_metadata(value: str) -> Pairs:
@@ -307,80 +433,6 @@ def node_metadata(value: str) -> Pairs:
         if sep:
             result[key] = val
     return tuple(result.items())
-
-
-def _runtime(env: Env) -> RuntimeSettings:
-    d = RuntimeSettings()
-    return RuntimeSettings(
-        root=env.get_str("RUNTIME_ROOT", d.root),
-        subdirectory=env.get_str("RUNTIME_SUBDIRECTORY"),
-        appdirectory=env.get_str("RUNTIME_APPDIRECTORY", d.appdirectory),
-        ignoredotfiles=env.get_bool("RUNTIME_IGNOREDOTFILES", d.ignoredotfiles),
-        watch_root=env.get_bool("RUNTIME_WATCH_ROOT", d.watch_root),
-    )
-
-
-def _stats(env: Env) -> StatsSettings:
-    d = StatsSettings()
-    return StatsSettings(
-        use_dog_statsd=env.get_bool("USE_DOG_STATSD", d.use_dog_statsd),
-        dog_statsd_mogrifier_names=env.get_list("USE_DOG_STATSD_MOGRIFIERS"),
-        use_statsd=env.get_bool("USE_STATSD", d.use_statsd),
-        statsd_host=env.get_str("STATSD_HOST", d.statsd_host),
-        statsd_port=env.get_port("STATSD_PORT", d.statsd_port),
-        statsd_protocol=env.get_choice(
-            "STATSD_PROTOCOL", d.statsd_protocol, {"tcp": "tcp", "udp": "udp"}, case_sensitive=True
-        ),
-        use_prometheus=env.get_bool("USE_PROMETHEUS", d.use_prometheus),
-        prometheus_addr=env.get_str("PROMETHEUS_ADDR", d.prometheus_addr),
-        prometheus_path=env.get_str("PROMETHEUS_PATH", d.prometheus_path),
-        prometheus_mapper_yaml=env.get_str("PROMETHEUS_MAPPER_YAML"),
-        prometheus_response_time_as_milliseconds=env.get_bool(
-            "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", False
-        ),
-        extra_tags=env.get_map("EXTRA_TAGS"),
-        # time.NewTicker panics on a non-positive interval, so 0 is refused here.
-        flush_interval=env.get_duration("STATS_FLUSH_INTERVAL", d.flush_interval, positive=True),
-        rate_limit_gauges=env.get_bool("STATS_RATE_LIMIT_GAUGES", d.rate_limit_gauges),
-        max_request_series=env.get_int(
-            "STATS_MAX_REQUEST_SERIES", d.max_request_series, 0, 2**31 - 1
-        ),
-        # At least 64: a cut key keeps more of its text than its 17-byte digest suffix.
-        max_request_key_bytes=env.get_int(
-            "STATS_MAX_REQUEST_KEY_BYTES", d.max_request_key_bytes, 64, 65536
-        ),
-        disable=env.get_bool("DISABLE_STATS", d.disable),
-    )
-
-
-def _cache(env: Env, backend: str, defaulted: bool) -> CacheSettings:
-    d = CacheSettings()
-    return CacheSettings(
-        backend=backend,
-        backend_defaulted=defaulted,
-        expiration_jitter_max_seconds=env.get_int(
-            "EXPIRATION_JITTER_MAX_SECONDS", d.expiration_jitter_max_seconds, lo=0
-        ),
-        local_cache_size_in_bytes=env.get_int("LOCAL_CACHE_SIZE_IN_BYTES", 0, lo=0),
-        near_limit_ratio=env.get_float("NEAR_LIMIT_RATIO", d.near_limit_ratio),
-        cache_key_prefix=env.get_str("CACHE_KEY_PREFIX"),
-        stop_cache_key_increment_when_overlimit=env.get_bool(
-            "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", False
-        ),
-        failure_policy=env.get_choice("BACKEND_FAILURE_POLICY", d.failure_policy, FAILURE_POLICIES),
-        breaker_failures=env.get_int("BACKEND_BREAKER_FAILURES", d.breaker_failures, lo=0),
-        breaker_probe_interval=env.get_duration(
-            "BACKEND_BREAKER_PROBE_INTERVAL", d.breaker_probe_interval, positive=True
-        ),
-        max_in_flight=env.get_int("MAX_INFLIGHT_DECISIONS", d.max_in_flight, lo=0),
-        memory_max_keys=env.get_int("MEMORY_MAX_KEYS", d.memory_max_keys, 1, 2**31 - 1),
-        budget_max_transactions=env.get_int(
-            "BUDGET_MAX_TRANSACTIONS", d.budget_max_transactions, 1, 2**31 - 1
-        ),
-        memory_max_budget_transactions=env.get_int(
-            "MEMORY_MAX_BUDGET_TRANSACTIONS", d.memory_max_budget_transactions, 1, 2**31 - 1
-        ),
-    )
 
 
 def _backend(env: Env, backends: Collection[str]) -> tuple[str, bool]:
@@ -410,112 +462,23 @@ def _redis(env: Env, prefix: str, url: str, shared: RedisSettings | None) -> Red
                 f"a sentinel address 'master,host:port[,...]' with {prefix}TYPE={kind}: "
                 f"set {prefix}TYPE=sentinel, or leave it unset",
             )
-    own: dict[str, Any] = {
-        "socket_type": env.get_choice(prefix + "SOCKET_TYPE", d.socket_type, _SOCKET_TYPES),
-        "type": kind,
-        "url": url,
-        "pool_size": env.get_int(prefix + "POOL_SIZE", d.pool_size, lo=1),
-        "auth": env.get_str(prefix + "AUTH"),
-        "sentinel_auth": env.get_str(prefix + "SENTINEL_AUTH"),
-        "tls": env.get_bool(prefix + "TLS", d.tls),
-        "pipeline_window": env.get_duration(prefix + "PIPELINE_WINDOW", d.pipeline_window),
-        "pipeline_limit": env.get_int(prefix + "PIPELINE_LIMIT", d.pipeline_limit, lo=0),
-        "cluster_pipeline_parallelism": env.get_int(
-            prefix + "CLUSTER_PIPELINE_PARALLELISM", d.cluster_pipeline_parallelism, lo=0
-        ),
-        "dial_timeout": env.get_duration(prefix + "TIMEOUT", d.dial_timeout),
-        "pool_on_empty_behavior": env.get_str(
+    own = _read(env, RedisSettings, _REDIS_INSTANCE, prefix)
+    own.update(
+        type=kind,
+        url=url,
+        pool_on_empty_behavior=env.get_str(
             prefix + "POOL_ON_EMPTY_BEHAVIOR", d.pool_on_empty_behavior
         ).upper(),
-    }
+    )
     if shared is not None:
         return dataclasses.replace(shared, **own)
-    return RedisSettings(
-        **own,
-        tls_client_cert=env.get_str("REDIS_TLS_CLIENT_CERT"),
-        tls_client_key=env.get_str("REDIS_TLS_CLIENT_KEY"),
-        tls_cacert=env.get_str("REDIS_TLS_CACERT"),
-        tls_skip_hostname_verification=env.get_bool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", False),
-        startup_initial_interval=env.get_duration(
-            "REDIS_STARTUP_INITIAL_INTERVAL", d.startup_initial_interval
-        ),
-        startup_max_interval=env.get_duration("REDIS_STARTUP_MAX_INTERVAL", d.startup_max_interval),
-        startup_max_elapsed_time=env.get_duration(
-            "REDIS_STARTUP_MAX_ELAPSED_TIME", d.startup_max_elapsed_time
-        ),
-        health_check_active_connection=env.get_bool("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", False),
-        request_timeout=env.get_duration("REDIS_REQUEST_TIMEOUT", d.request_timeout, positive=True),
-        # One variable for both instances, as upstream #1191 reads it.
-        close_connection_on_readonly=env.get_bool(
-            "REDIS_CLOSE_CONNECTION_ON_READONLY_ERROR", d.close_connection_on_readonly
-        ),
-    )
-
-
-def _memcache(env: Env) -> MemcacheSettings:
-    d = MemcacheSettings()
-    return MemcacheSettings(
-        host_port=env.get_list("MEMCACHE_HOST_PORT"),
-        srv=env.get_str("MEMCACHE_SRV"),
-        srv_refresh=env.get_duration("MEMCACHE_SRV_REFRESH", d.srv_refresh),
-        max_idle_conns=env.get_int("MEMCACHE_MAX_IDLE_CONNS", d.max_idle_conns, lo=0),
-        tls=env.get_bool("MEMCACHE_TLS", False),
-        tls_client_cert=env.get_str("MEMCACHE_TLS_CLIENT_CERT"),
-        tls_client_key=env.get_str("MEMCACHE_TLS_CLIENT_KEY"),
-        tls_cacert=env.get_str("MEMCACHE_TLS_CACERT"),
-        tls_skip_hostname_verification=env.get_bool(
-            "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", False
-        ),
-    )
-
-
-def _tracing(env: Env) -> TracingSettings:
-    d = TracingSettings()
-    return TracingSettings(
-        enabled=env.get_bool("TRACING_ENABLED", False),
-        exporter_protocol=env.get_choice(
-            "TRACING_EXPORTER_PROTOCOL", d.exporter_protocol, {"http": "http", "grpc": "grpc"}
-        ),
-        service_name=env.get_str("TRACING_SERVICE_NAME", d.service_name),
-        service_namespace=env.get_str("TRACING_SERVICE_NAMESPACE"),
-        service_instance_id=env.get_str("TRACING_SERVICE_INSTANCE_ID"),
-        sampling_rate=env.get_float("TRACING_SAMPLING_RATE", d.sampling_rate, lo=0.0, hi=1.0),
-    )
+    return RedisSettings(**own, **_read(env, RedisSettings, _REDIS_SHARED))
 
 
 def _reload(env: Env) -> ReloadOptions:
-    d = ReloadOptions()
-    return ReloadOptions(
-        shadow_mode=env.get_bool("SHADOW_MODE", False),
-        quota_mode=env.get_bool("QUOTA_MODE", False),
-        response_dynamic_metadata=env.get_bool("RESPONSE_DYNAMIC_METADATA", False),
-        dynamic_metadata_limit_name=env.get_bool(
-            "RESPONSE_DYNAMIC_METADATA_LIMIT_NAME", d.dynamic_metadata_limit_name
-        ),
-        response_headers=env.get_bool("LIMIT_RESPONSE_HEADERS_ENABLED", False),
-        limit_header=env.get_str("LIMIT_LIMIT_HEADER", d.limit_header),
-        remaining_header=env.get_str("LIMIT_REMAINING_HEADER", d.remaining_header),
-        reset_header=env.get_str("LIMIT_RESET_HEADER", d.reset_header),
-        headers_format=env.get_choice(
-            "LIMIT_RESPONSE_HEADERS_FORMAT", d.headers_format, _HEADER_FORMATS
-        ),
-        all_descriptors_headers=env.get_bool(
-            "LIMIT_ALL_DESCRIPTORS_HEADERS_ENABLED", d.all_descriptors_headers
-        ),
-        request_headers=env.get_bool("LIMIT_REQUEST_HEADERS_ENABLED", False),
-        request_limit_header=env.get_str("LIMIT_REQUEST_LIMIT_HEADER", d.request_limit_header),
-        request_remaining_header=env.get_str(
-            "LIMIT_REQUEST_REMAINING_HEADER", d.request_remaining_header
-        ),
-        request_reset_header=env.get_str("LIMIT_REQUEST_RESET_HEADER", d.request_reset_header),
-        merge_domain_config=env.get_bool("MERGE_DOMAIN_CONFIG", False),
-        max_descriptors=env.get_int("MAX_DESCRIPTORS_PER_REQUEST", d.max_descriptors, 1, 2**31 - 1),
-        max_entries=env.get_int("MAX_ENTRIES_PER_DESCRIPTOR", d.max_entries, 1, 2**31 - 1),
-        max_value_length=env.get_int(
-            "MAX_DESCRIPTOR_VALUE_LENGTH", d.max_value_length, 1, 2**31 - 1
-        ),
-        domain_algorithms=_domain_algorithms(env.get_str("DOMAIN_DEFAULT_ALGORITHMS")),
-    )
+    read = _read(env, ReloadOptions, _RELOAD)
+    algorithms = _domain_algorithms(env.get_str("DOMAIN_DEFAULT_ALGORITHMS"))
+    return ReloadOptions(**read, domain_algorithms=algorithms)
 
 
 def _domain_algorithms(raw: str) -> tuple[tuple[str, str], ...]:
@@ -558,18 +521,3 @@ def _mogrifiers(env: Env, names: Iterable[str]) -> tuple[DogStatsdMogrifier, ...
                 raise invalid(prefix + "TAGS", raw, "expected non-empty tag:$N pairs")
         result.append(DogStatsdMogrifier(name, pattern, metric_name, tags))
     return tuple(result)
-
-
-def _quota(env: Env) -> QuotaSettings:
-    d = QuotaSettings()
-    return QuotaSettings(
-        bucket_keys=env.get_list("RLQS_BUCKET_KEYS"),
-        assignment_ttl=env.get_duration("RLQS_ASSIGNMENT_TTL", d.assignment_ttl, positive=True),
-        report_interval=env.get_duration("RLQS_REPORT_INTERVAL", d.report_interval, positive=True),
-        max_buckets_per_stream=env.get_int(
-            "RLQS_MAX_BUCKETS_PER_STREAM", d.max_buckets_per_stream, lo=1
-        ),
-        max_buckets=env.get_int("RLQS_MAX_BUCKETS", d.max_buckets, lo=1),
-        max_streams=env.get_int("RLQS_MAX_STREAMS", d.max_streams, lo=1),
-        idle_timeout=env.get_duration("RLQS_IDLE_TIMEOUT", d.idle_timeout, positive=True),
-    )

@@ -1,12 +1,12 @@
 """Reading the environment into :class:`Settings`: the package's only ``os.environ`` reader.
 
 Names, defaults and parsing follow envoyproxy/ratelimit (``src/settings/settings.go``) so that
-existing deployments move over unchanged; ``goparse.py`` has the Go value syntax. Each
-section is read by its table (field -> variable and reader; the default is the field's in
-``sections.py``), and what a table cannot say is computed beside it. An invalid value raises :class:`SettingsError` whose message is one line naming
-the variable, the bad value and what is accepted; a variable asking for something ratelimitd
-does not do is refused the same way (the table in ``unsupported.py``); the daemon prints the
-line and exits with status 1.
+existing deployments move over unchanged; ``goparse.py`` has the Go value syntax. Each section
+is read by its table (field -> variable and reader; the default is the field's in
+``sections.py``), and what a table cannot say is computed beside it. An invalid value raises
+:class:`SettingsError` whose message is one line naming the variable, the bad value and what
+is accepted; a variable asking for something ratelimitd does not do is refused the same way
+(the table in ``unsupported.py``); the daemon prints the line and exits with status 1.
 
 Deliberate differences from the reference, all more lenient or safer:
 

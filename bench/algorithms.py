@@ -32,6 +32,7 @@ from typing import Any
 import uvloop
 from support.machine import machine_info
 from support.redis_server import RedisServers
+from support.report import table
 
 from ratelimitd.backends import MemoryBackend
 from ratelimitd.backends.redis import RedisBackend
@@ -197,18 +198,25 @@ def render(result: dict[str, Any], dst: Path) -> None:
         f"Machine: {m.get('cpu')}, Python {m.get('python')}, {m.get('redis-server')}; "
         f"implementations {m.get('implementations')}.",
         "",
-        "| descriptor | memory µs | x fixed | Redis µs (1 caller) | x fixed | Redis µs (64) "
-        "| x fixed | round trips / decision |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    columns = ["descriptor", "memory µs", "x fixed", "Redis µs (1 caller)", "x fixed"]
+    columns += ["Redis µs (64)", "x fixed", "round trips / decision"]
+    rows = []
     for name in NAMES:
-        r = redis[name]
-        lines.append(
-            f"| {name} | {memory[name]:.2f} | {memory[name] / base_m:.2f} "
-            f"| {r['serial_us']:.1f} | {r['serial_us'] / base_r['serial_us']:.2f} "
-            f"| {r['concurrent_us']:.1f} | {r['concurrent_us'] / base_r['concurrent_us']:.2f} "
-            f"| {r['round_trips']:.2f} |"
+        r, serial, concurrent = redis[name], base_r["serial_us"], base_r["concurrent_us"]
+        rows.append(
+            (
+                name,
+                f"{memory[name]:.2f}",
+                f"{memory[name] / base_m:.2f}",
+                f"{r['serial_us']:.1f}",
+                f"{r['serial_us'] / serial:.2f}",
+                f"{r['concurrent_us']:.1f}",
+                f"{r['concurrent_us'] / concurrent:.2f}",
+                f"{r['round_trips']:.2f}",
+            )
         )
+    lines += table(columns, rows)
     lines.append("")
     lines.append(
         f"Sliding-window decision (memory): {rules[10]:.2f} µs at 10 rules, "

@@ -46,6 +46,7 @@ import redis
 from support.machine import machine_info
 from support.ready import wait_for
 from support.redis_server import STORES, RedisServers, server_binary
+from support.report import load_averages, table
 
 from ratelimitd.backends.redis import budget as lua
 from ratelimitd.config.budget_store import RELEASE, RESERVE, SETTLE, Call, budget_keys, fixed
@@ -845,6 +846,10 @@ def sweep_cost(client: redis.Redis, n: int) -> float:
     return (commandstats(client)["zrangebyscore"] - before) / n
 
 
+def _runs(figures: list[float]) -> str:
+    return ", ".join(f"{x:.2f}" for x in figures)
+
+
 def render(result: dict[str, Any]) -> str:
     r, m = result["server_us"], result["machine"]
     plain = r["plain"]
@@ -861,17 +866,18 @@ def render(result: dict[str, Any]) -> str:
         "`FloorBudget`, `HashBudget`), not the store.",
         "",
         f"Machine: {m.get('cpu')}, {result['server']}. Load average before and after: "
-        + ", ".join(
-            " / ".join(f"{x:.2f}" for x in result["load_average"][w]) for w in ("before", "after")
-        )
-        + " (a shared machine: other engineers' builds and tests ran meanwhile).",
+        f"{load_averages(result['load_average'])} (a shared machine: other engineers' builds "
+        "and tests ran meanwhile).",
         "",
-        "| call | commands | server µs | x plain | each run (µs) |",
-        "|---|---|---:|---:|---|",
     ]
-    for name, (what, _) in CALLS.items():
-        runs = ", ".join(f"{x:.2f}" for x in result["runs"][name])
-        lines.append(f"| {name} | {what} | {r[name]:.2f} | {r[name] / plain:.2f} | {runs} |")
+    lines += table(
+        ["call", "commands", "server µs", "x plain", "each run (µs)"],
+        [
+            (name, what, f"{r[name]:.2f}", f"{r[name] / plain:.2f}", _runs(result["runs"][name]))
+            for name, (what, _) in CALLS.items()
+        ],
+        align="llrrl",
+    )
     ins = result.get("instructions")
     if ins:
         lines += [
@@ -880,10 +886,9 @@ def render(result: dict[str, Any]) -> str:
             " instructions of the whole redis-server process per call (reading, parsing,",
             "executing, replying; deterministic where the µs above are not):",
             "",
-            "| call | instructions | x plain |",
-            "|---|---:|---:|",
         ]
-        lines += [f"| {n} | {ins[n]:,} | {ins[n] / ins['plain']:.2f} |" for n in CALLS]
+        rows = [(n, f"{ins[n]:,}", f"{ins[n] / ins['plain']:.2f}") for n in CALLS]
+        lines += table(["call", "instructions", "x plain"], rows)
     lines += [
         "",
         f"A sweep of a budget with nothing due (ZRANGEBYSCORE): {result['sweep_us']:.2f} µs, "

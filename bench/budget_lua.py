@@ -30,6 +30,7 @@ from typing import Any
 
 from support.machine import machine_info
 from support.redis_server import RedisServers
+from support.report import table
 
 from ratelimitd.backends.redis.budget import BUDGET_LUA
 from ratelimitd.config.budget_store import RELEASE, RESERVE, SETTLE, SWEEP_BATCH, USED_MAX
@@ -162,24 +163,32 @@ def render(result: dict[str, Any]) -> str:
         "Redis server µs per call (INFO commandstats): the script's whole, and of it the",
         "commands it called (the rest is its Lua).",
         "",
-        "| script | call | server µs | its commands µs | Lua µs |",
-        "|---|---|---:|---:|---:|",
     ]
-    for label, calls in result["scripts"].items():
-        for name, f in calls.items():
-            lines.append(
-                f"| {label} | {name} | {f['server']:.2f} | {f['commands']:.2f} | "
-                f"{f['server'] - f['commands']:.2f} |"
+    lines += table(
+        ["script", "call", "server µs", "its commands µs", "Lua µs"],
+        [
+            (
+                label,
+                name,
+                *(f"{x:.2f}" for x in (f["server"], f["commands"], f["server"] - f["commands"])),
             )
+            for label, calls in result["scripts"].items()
+            for name, f in calls.items()
+        ],
+        align="llrrr",
+    )
     lines += [
         "",
         "This tree's script returning early, server µs per call (each row adds a step):",
         "",
-        "| up to | reserve | settle | close |",
-        "|---|---:|---:|---:|",
     ]
-    for label, f in result["steps"]:
-        lines.append(f"| {label} | {f['reserve']:.2f} | {f['settle']:.2f} | {f['close']:.2f} |")
+    lines += table(
+        ["up to", "reserve", "settle", "close"],
+        [
+            (label, *(f"{f[k]:.2f}" for k in ("reserve", "settle", "close")))
+            for label, f in result["steps"]
+        ],
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -526,9 +526,17 @@ def render_targets(r: dict[str, Any]) -> list[str]:
              f"{sat['daemon_us']:.1f} µs", sat["daemon_us"] <= 15),
             (f"{name} through Envoy, trickled: ≤ 1 daemon wake-up per decision",
              f"{tr['wakeups']:.2f}", tr["wakeups"] <= 1),
-            (f"{name} through Envoy, saturated: store server ≤ 2 µs CPU per decision",
-             f"{sat['store_us']:.1f} µs", sat["store_us"] <= 2),
         ]  # fmt: skip
+        # The store server's target is Redis's; Valkey's figure stands beside it.
+        store = f"{sat['store_us']:.1f} µs"
+        if name == "Redis":
+            target = f"{name} through Envoy, saturated: store server ≤ 2 µs CPU per decision"
+            rows.append((target, store, sat["store_us"] <= 2))
+        else:
+            target = (
+                f"{name} through Envoy, saturated: store server CPU per decision (beside Redis's)"
+            )
+            rows.append((target, store, None))
     if "r" in ins:
         mine, per_call = split(ins["r"])["interpreter"], ins["r"]["per_call"]
         rows.append(("Redis, trickled: interpreter instructions per call (aim: half; no "
@@ -581,6 +589,24 @@ def render_targets(r: dict[str, Any]) -> list[str]:
             "  (the transport's floor: the empty native server's row above), not because of",
             "  the keys.",
         ]
+    # The moonshot (native_bench's targets: memory at 0.7x the empty server's calls/s) in
+    # instructions, which are what a pinned core spends its time on.
+    need = e / 0.7
+    libs = ", ".join(
+        f"{lib} {ir:,.0f}" for ir, lib in by_library(difference(ins["b"], ins["e"]))[:6]
+    )
+    lines += [
+        f"- Moonshot (memory ≥ 0.7× the empty server's calls/s): a decided memory call runs "
+        f"{b:,.0f} instructions against the empty server's {e:,.0f} ({e / b:.2f}× by",
+        f"  instructions); at 0.7× it would run at most {need:,.0f}, {b - need:,.0f} fewer. "
+        f"Its {b - e:,.0f} above the empty server, by shared object: {libs}",
+        "  (functions: the table above). The interpreter's part is the call's Python objects",
+        "  (request and response Structs, descriptor tuples, the plan) being made and freed;",
+        "  the compiled modules' is decoding, matching, keys, counting and encoding, each",
+        "  already a C loop. Reaching 0.7× means a call that makes no Python object at all:",
+        "  the decoder writing into C structs the matcher and counters read, which the",
+        "  pure-Python twin (one decision source) cannot share.",
+    ]
     libs = ", ".join(
         f"{lib} {ir:,.0f}" for ir, lib in by_library(difference(ins["u"], ins["e"]))[:4]
     )

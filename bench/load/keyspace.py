@@ -29,6 +29,7 @@ import random
 import resource
 import sys
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
 from functools import partial
@@ -490,6 +491,28 @@ def render_in_process(results: dict[Any, dict[str, float]]) -> list[str]:
     return lines
 
 
+# Where the moonshot's instructions go, beside this run's figures.
+MOONSHOT = (
+    "The interpreter's part is the call's Python objects (request and response Structs, "
+    "descriptor tuples, the plan) being made and freed; the compiled modules' is decoding, "
+    "matching, keys, counting and encoding, each already a C loop. Reaching 0.7× means a call "
+    "that makes no Python object at all: the decoder writing into C structs that the matcher "
+    "and the counters read, which the one decision source, run uncompiled as the fallback, "
+    "could not share."
+)
+
+
+def bullet(text: str) -> list[str]:
+    """`text` as a Markdown list item wrapped at 90 columns."""
+    return textwrap.wrap(text, 90, initial_indent="- ", subsequent_indent="  ")
+
+
+def above(a: dict[str, Any], b: dict[str, Any], most: int) -> str:
+    """What scenario `a` runs per call above `b`, by shared object (the `most` largest)."""
+    rows = by_library(difference(a, b))[:most]
+    return ", ".join(f"{lib} {ir:,.0f}" for ir, lib in rows)
+
+
 def render_targets(r: dict[str, Any]) -> list[str]:
     """The issue's targets for this section, met or not, and for each one missed where the
     rest goes, in this run's figures (the callgrind section above for the instructions)."""
@@ -592,24 +615,14 @@ def render_targets(r: dict[str, Any]) -> list[str]:
     # The moonshot (native_bench's targets: memory at 0.7x the empty server's calls/s) in
     # instructions, which are what a pinned core spends its time on.
     need = e / 0.7
-    libs = ", ".join(
-        f"{lib} {ir:,.0f}" for ir, lib in by_library(difference(ins["b"], ins["e"]))[:6]
+    lines += bullet(
+        f"Moonshot (memory ≥ 0.7× the empty server's calls/s): a decided memory call runs "
+        f"{b:,.0f} instructions against the empty server's {e:,.0f} ({e / b:.2f}× by "
+        f"instructions); at 0.7× it would run at most {need:,.0f}, {b - need:,.0f} fewer. Its "
+        f"{b - e:,.0f} above the empty server, by shared object: {above(ins['b'], ins['e'], 6)} "
+        f"(functions: the table above). {MOONSHOT}"
     )
-    lines += [
-        f"- Moonshot (memory ≥ 0.7× the empty server's calls/s): a decided memory call runs "
-        f"{b:,.0f} instructions against the empty server's {e:,.0f} ({e / b:.2f}× by",
-        f"  instructions); at 0.7× it would run at most {need:,.0f}, {b - need:,.0f} fewer. "
-        f"Its {b - e:,.0f} above the empty server, by shared object: {libs}",
-        "  (functions: the table above). The interpreter's part is the call's Python objects",
-        "  (request and response Structs, descriptor tuples, the plan) being made and freed;",
-        "  the compiled modules' is decoding, matching, keys, counting and encoding, each",
-        "  already a C loop. Reaching 0.7× means a call that makes no Python object at all:",
-        "  the decoder writing into C structs the matcher and counters read, which the",
-        "  pure-Python twin (one decision source) cannot share.",
-    ]
-    libs = ", ".join(
-        f"{lib} {ir:,.0f}" for ir, lib in by_library(difference(ins["u"], ins["e"]))[:4]
-    )
+    libs = above(ins["u"], ins["e"], 4)
     lines += [
         f"- Unknown domain: {u - e:,.0f} instructions above the empty server against "
         f"{b - e:,.0f} for a decided call.",
@@ -634,9 +647,7 @@ def render_targets(r: dict[str, Any]) -> list[str]:
             continue
         sat, tr = envoy[name]["saturated"], envoy[name]["trickled"]
         if sat["daemon_us"] > 15 and name == "Redis":
-            libs = ", ".join(
-                f"{lib} {ir:,.0f}" for ir, lib in by_library(difference(ins["c"], ins["b"]))[:4]
-            )
+            libs = above(ins["c"], ins["b"], 4)
             lines += [
                 f"- {name}, saturated through Envoy: the daemon spends {sat['daemon_us']:.1f} µs "
                 f"per decision ({sat['kernel_us']:.1f} µs of it in the kernel). Under",

@@ -16,7 +16,9 @@ from sidecars.transit.store import TransitStore
 from ..helpers import local_ts
 from .records import ride, validation, write_csv
 
-App = Callable[..., tuple[Services, falcon.testing.TestClient]]
+# The app's services and a test client of it, as `app_for` makes them.
+Loaded = tuple[Services, falcon.testing.TestClient]
+App = Callable[..., Loaded]
 
 VALIDATIONS = (
     [validation("2026-11-20T08:00", "41", "1001", "010001")] * 3
@@ -58,9 +60,7 @@ COMPLAINTS = [
 
 
 @pytest.fixture
-def loaded(
-    tmp_path: Path, lisbon_store: TransitStore, app_for: App
-) -> tuple[Services, falcon.testing.TestClient]:
+def loaded(tmp_path: Path, lisbon_store: TransitStore, app_for: App) -> Loaded:
     records = tmp_path / "records"
     write_csv(records / "validations.csv", VALIDATIONS)
     write_csv(records / "rides.csv", RIDES)
@@ -84,7 +84,7 @@ def get(client: falcon.testing.TestClient, path: str) -> object:
     return r.json
 
 
-def test_demand_by_agency_day_and_month(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
+def test_demand_by_agency_day_and_month(loaded: Loaded) -> None:
     _, client = loaded
     day = get(client, "/v2/metrics/demand/by_agency/day")
     assert [r["properties"] for r in day] == [{"agency_id": "41"}, {"agency_id": "42"}]
@@ -114,9 +114,7 @@ def test_demand_by_agency_day_and_month(loaded: tuple[Services, falcon.testing.T
     assert get(client, "/v2/metrics/demand/by_agency/year") == []
 
 
-def test_demand_records_highest_day_and_month(
-    loaded: tuple[Services, falcon.testing.TestClient],
-) -> None:
+def test_demand_records_highest_day_and_month(loaded: Loaded) -> None:
     _, client = loaded
     (record,) = get(client, "/v2/metrics/demand/by_agency/records")
     assert record["_id"] == "demand_by_agency_records"
@@ -136,7 +134,7 @@ def test_demand_records_highest_day_and_month(
     }
 
 
-def test_demand_by_line_and_one_line(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
+def test_demand_by_line_and_one_line(loaded: Loaded) -> None:
     _, client = loaded
     lines = get(client, "/v2/metrics/demand/by_line")
     totals = {r["properties"]["line_id"]: sum(e["qty"] for e in r["data"].values()) for r in lines}
@@ -156,7 +154,7 @@ def test_cm_profile_line_ids_are_four_digits(lisbon_store: TransitStore, app_for
         assert bad.status_code == 400 and bad.json == []
 
 
-def test_top_lines_ties(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
+def test_top_lines_ties(loaded: Loaded) -> None:
     _, client = loaded
     top = get(client, "/v2/metrics/demand/top_lines/by_agency")
     assert list(top) == ["lastUpdated", "topLinesByAgency"]
@@ -171,7 +169,7 @@ def test_top_lines_ties(loaded: tuple[Services, falcon.testing.TestClient]) -> N
 
 def test_demand_by_stop(
     tmp_path: Path,
-    loaded: tuple[Services, falcon.testing.TestClient],
+    loaded: Loaded,
     lisbon_store: TransitStore,
     app_for: App,
 ) -> None:
@@ -185,7 +183,7 @@ def test_demand_by_stop(
     assert totals == {"010001": 7, "010002": 2, "010003": 9, "010004": 10, "020001": 4}
 
 
-def test_service_last_14_days(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
+def test_service_last_14_days(loaded: Loaded) -> None:
     _, client = loaded
     body = get(client, "/v2/metrics/service/all")
     assert body == {
@@ -218,9 +216,7 @@ def test_service_last_14_days(loaded: tuple[Services, falcon.testing.TestClient]
     }
 
 
-def test_service_window_moves_with_the_operational_day(
-    loaded: tuple[Services, falcon.testing.TestClient], clock: Clock
-) -> None:
+def test_service_window_moves_with_the_operational_day(loaded: Loaded, clock: Clock) -> None:
     services, client = loaded
     # 03:59 on the 21st is still the 20th: nothing moves.
     refresh_at(services, clock, "2026-11-21T03:59")
@@ -231,7 +227,7 @@ def test_service_window_moves_with_the_operational_day(
     assert dates == ["20261120", "20261120", "20261119", "20261119"]
 
 
-def test_complaints(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
+def test_complaints(loaded: Loaded) -> None:
     _, client = loaded
     body = get(client, "/v2/metrics/complaints")
     assert body == [
@@ -274,7 +270,7 @@ def test_complaints(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
     ]
 
 
-def test_videowall_views(loaded: tuple[Services, falcon.testing.TestClient], clock: Clock) -> None:
+def test_videowall_views(loaded: Loaded, clock: Clock) -> None:
     _, client = loaded
     views = {
         name: get(client, f"/v2/metrics/videowall/{name}")
@@ -343,9 +339,7 @@ def test_videowall_views(loaded: tuple[Services, falcon.testing.TestClient], clo
     }
 
 
-def test_until_now_follows_the_clock(
-    loaded: tuple[Services, falcon.testing.TestClient], clock: Clock
-) -> None:
+def test_until_now_follows_the_clock(loaded: Loaded, clock: Clock) -> None:
     services, client = loaded
     refresh_at(services, clock, "2026-11-20T11:30")
     sla = get(client, "/v2/metrics/videowall/sla")["data"]
@@ -353,9 +347,7 @@ def test_until_now_follows_the_clock(
     assert get(client, "/v2/metrics/videowall/validations")["data"]["_41_today_valid_count"] == 11
 
 
-def test_new_records_are_picked_up(
-    tmp_path: Path, loaded: tuple[Services, falcon.testing.TestClient]
-) -> None:
+def test_new_records_are_picked_up(tmp_path: Path, loaded: Loaded) -> None:
     services, client = loaded
     with open(tmp_path / "records" / "validations.csv", "a", encoding="utf-8") as f:
         f.write(",".join(map(str, validation("2026-11-20T09:45", "43", "3001", "030001"))) + "\n")
@@ -368,7 +360,7 @@ def test_new_records_are_picked_up(
     assert client.simulate_get("/v2/metrics/demand/by_line").headers["etag"] == before
 
 
-def test_headers_gzip_and_etag(loaded: tuple[Services, falcon.testing.TestClient]) -> None:
+def test_headers_gzip_and_etag(loaded: Loaded) -> None:
     _, client = loaded
     expected = {
         "/v2/metrics/demand/by_agency/day": "public, max-age=1800",

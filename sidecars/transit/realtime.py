@@ -9,8 +9,6 @@ snapshot knows when that set next changes (`expires_at`); the store builds a new
 
 from __future__ import annotations
 
-import csv
-import io
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,11 +17,11 @@ from typing import Any
 
 import msgspec
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 from google.transit import gtfs_realtime_pb2 as rt
 
 from .bodies import Body
 from .network import Network, natural_key
+from .rtsources import RealtimeError
 from .schemas import Alert, Vehicle, json_encoder
 from .tripupdates import (
     UNSCHEDULED,
@@ -65,50 +63,6 @@ def _f32(value: float) -> float:
         if struct.pack("<f", short) == packed:
             return short
     return value
-
-
-class RealtimeError(ValueError):
-    """A GTFS-RT message or metadata file that cannot be used."""
-
-
-def parse_feed(data: bytes) -> rt.FeedMessage:
-    """Decode a GTFS-RT FeedMessage."""
-    message = rt.FeedMessage()
-    try:
-        message.ParseFromString(data)
-    except DecodeError as exc:
-        raise RealtimeError(f"not a GTFS-RT FeedMessage: {exc}") from exc
-    if not message.header.gtfs_realtime_version:
-        raise RealtimeError("not a GTFS-RT FeedMessage: header.gtfs_realtime_version missing")
-    return message
-
-
-def parse_vehicle_metadata(text: str) -> dict[str, dict[str, Any]]:
-    """Vehicle metadata CSV (`id` or `vehicle_id` column, then any Vehicle metadata columns)."""
-    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
-    fields = set(reader.fieldnames or ())
-    key = "id" if "id" in fields else "vehicle_id" if "vehicle_id" in fields else None
-    if key is None:
-        raise RealtimeError("vehicle metadata CSV needs an `id` or `vehicle_id` column")
-    out: dict[str, dict[str, Any]] = {}
-    for line, row in enumerate(reader, 2):
-        meta: dict[str, Any] = {}
-        try:
-            for name in ("make", "model", "owner", "propulsion", "license_plate", "door_status"):
-                if row.get(name):
-                    meta[name] = row[name].strip()
-            if row.get("registration_date"):
-                meta["registration_date"] = row["registration_date"].strip().replace("-", "")
-            for name in ("capacity_seated", "capacity_standing", "capacity_total"):
-                if row.get(name):
-                    meta[name] = int(row[name])
-            for name in ("bikes_allowed", "wheelchair_accessible"):
-                if row.get(name):
-                    meta[name] = row[name].strip().lower() in ("1", "true", "yes")
-        except ValueError as exc:
-            raise RealtimeError(f"vehicle metadata line {line}: {exc}") from exc
-        out[row[key].strip()] = meta
-    return out
 
 
 def iso_utc(ts: float) -> str:

@@ -21,7 +21,8 @@ from typing import Any
 
 from .gtfs import FeedError, Report, read_feed
 from .network import Network, StopLocations
-from .realtime import Realtime, RealtimeError, iso_utc, parse_feed, parse_vehicle_metadata
+from .realtime import Realtime, iso_utc
+from .rtsources import RealtimeError, parse_feed, parse_vehicle_metadata
 from .schemas import (
     AgencyHealth,
     FeedHealth,

@@ -2,7 +2,7 @@
 
 * ``sections.py``: the types (listeners, gRPC, Redis for each instance, memcache, stats,
   tracing, runtime layout, reload options, ...) with the reference's defaults;
-* ``environment.py``: the package's only reader of ``os.environ``, one builder per section,
+* ``environment.py``: the package's only reader of ``os.environ``, one table per section,
   and :class:`Settings` itself (``settings_from_env``, which `backends.load_settings` calls
   with the backend registry);
 * ``checks.py``: the cross-field checks, those of a backend as its declaration says

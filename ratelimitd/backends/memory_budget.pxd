@@ -6,10 +6,6 @@
 
 cimport cython
 
-# The fields of a transaction (`memory_budget.py`), indexed in C.
-cdef Py_ssize_t STATE, ESTIMATE, STARTS, DEADLINE
-
-
 cdef class _Limit:
     cdef readonly str name
     cdef readonly long long algorithm, ticks, tick, limit
@@ -22,12 +18,27 @@ cdef class _State:
     cpdef list fields(self)
 
 
+# Not tracked by the cyclic collector: its objects are a str and a tuple of strs and
+# integers, which can form no cycle.
+@cython.final
+@cython.no_gc
+cdef class _Txn:
+    cdef readonly str id
+    cdef public str state
+    cdef public long long estimate, deadline, due
+    cdef public tuple starts
+
+    cpdef _Txn copy(self)
+
+
 cdef class _Budget:
     cdef public long long e
+    cdef public long long queued
     cdef public long long latest
     cdef public dict windows
     cdef public dict txns
     cdef public list due
+    cdef public tuple starts
 
     cpdef _Budget copy(self)
 
@@ -44,19 +55,32 @@ cdef long long _roll(_Limit win, _State s, long long now) except? -1
 
 @cython.locals(est=cython.longlong, s=_State, win=_Limit, starts=tuple, i=cython.Py_ssize_t,
                k=cython.Py_ssize_t, start=cython.longlong)
-cdef _end(list states, tuple txn, long long charge, tuple windows)
+cdef _end(list states, _Txn txn, long long charge, tuple windows)
 
-cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, tuple txn,
+cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, _Txn txn,
              long long charge, object out)
 
+@cython.locals(x=_Txn)
 cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
                long long deadline)
+
+@cython.locals(last=tuple, k=cython.Py_ssize_t, s=_State, lim=_Limit, held_in=list)
+cdef tuple _starts(_Budget b, tuple limits, list states)
+
+cdef inline bint _before(_Txn a, _Txn b)
+
+@cython.locals(i=cython.Py_ssize_t, parent=cython.Py_ssize_t, p=_Txn)
+cdef _push(list heap, _Txn x)
+
+@cython.locals(last=_Txn, top=_Txn, c=_Txn, n=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               child=cython.Py_ssize_t)
+cdef _Txn _pop(list heap)
 
 @cython.locals(after=cython.longlong, t=cython.longlong, s=_State, win=_Limit,
                k=cython.Py_ssize_t)
 cdef tuple _levels(tuple limits, list states, list ts, long long asked)
 
-@cython.locals(x=tuple, swept=cython.int, ended=cython.longlong,
+@cython.locals(x=_Txn, due=list, txns=dict, swept=cython.int, ended=cython.longlong,
                charged_total=cython.longlong, est_total=cython.longlong,
                charge=cython.longlong, deadline=cython.longlong)
 cdef bint _sweep(_Budget b, long long now, long long ttl, bint charge_expired, tuple limits,
@@ -75,7 +99,7 @@ cdef class MemoryBudgets:
 
     cpdef _run(self, object call, bint held=*)
 
-    @cython.locals(b=_Budget, txn=tuple, s=_State, lim=_Limit, limits=tuple,
+    @cython.locals(b=_Budget, txn=_Txn, s=_State, lim=_Limit, limits=tuple,
                    peek=cython.bint, stored=cython.bint, written=cython.bint,
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,

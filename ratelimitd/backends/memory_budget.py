@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from heapq import heappop, heappush
-from typing import Any, Final
+from typing import Any
 
 from ..config.budget_store import (
     ADMITTED,
@@ -61,17 +61,9 @@ __all__ = ["MAX_TXNS", "MemoryBudgets", "level", "reset"]
 MAX_TXNS = 500_000
 
 
-# One transaction: (state, estimate, starts, deadline); its state `o`pen, `c`ontested, or a
-# tombstone (`s`, `x`, `r`) until the deadline; `starts` is (name, start, name, start, ...):
-# per window the start of the one its estimate was reserved in. Tuples of strings and
-# integers only, which the cyclic collector stops tracking once it has seen them: a budget
-# holding many transactions then costs a collection nothing, where an object (or a dict) per
-# transaction cost a reserve about a third of its time.
-_Txn = tuple[str, int, tuple[Any, ...], int]
-STATE: Final = 0
-ESTIMATE: Final = 1
-STARTS: Final = 2
-DEADLINE: Final = 3
+# Transactions held over every budget are many (one per reserve, kept a TTL after it ends),
+# so a record is one object of C fields (`_Txn`), which the cyclic collector does not track
+# when compiled: holding them then costs a collection nothing and a reserve no collection.
 
 
 class _Limit:
@@ -108,25 +100,58 @@ class _State:
         return [self.w, self.u, self.r, self.p, self.q]
 
 
+class _Txn:
+    """One transaction (`model`): its state `o`pen, `c`ontested, or a tombstone (`s`, `x`,
+    `r`) until `deadline`; its estimate; `starts`, per window the start of the one its
+    estimate was reserved in, as (name, start, name, start, ...). `due` is the deadline
+    its entry in the budget's heap is ordered by: a record whose deadline moved later
+    keeps its place until that entry comes up, and is then queued again (`_sweep`)."""
+
+    __slots__ = ("deadline", "due", "estimate", "id", "starts", "state")
+
+    def __init__(
+        self, id: str, state: str, estimate: int, starts: tuple[Any, ...], deadline: int
+    ) -> None:
+        self.id = id
+        self.state = state
+        self.estimate = estimate
+        self.starts = starts
+        self.deadline = deadline
+        self.due = deadline
+
+    def copy(self) -> _Txn:
+        other = _Txn(self.id, self.state, self.estimate, self.starts, self.deadline)
+        other.due = self.due
+        return other
+
+
 class _Budget:
     """The two keys of one budget: windows and transactions, and their deadlines."""
 
-    __slots__ = ("due", "e", "latest", "txns", "windows")
+    __slots__ = ("due", "e", "latest", "queued", "starts", "txns", "windows")
 
     def __init__(self) -> None:
         self.e = 0
+        self.queued = 0  # the `e` of its entry in the forget heap; 0: none there
         self.latest = 0  # the latest deadline ever set (deadlines only move forward)
         self.windows: dict[str, _State] = {}
         self.txns: dict[str, _Txn] = {}
-        self.due: list[tuple[int, str]] = []  # heap; an entry is live iff its txn has that deadline
+        # Heap (`_push`) of the records in `txns`, and of records replaced there (skipped).
+        self.due: list[_Txn] = []
+        # The last reservation's starts: the next in the same windows shares the tuple.
+        self.starts: tuple[Any, ...] = ()
 
     def copy(self) -> _Budget:
         other = _Budget()
         other.e = self.e
+        other.queued = self.queued
         other.latest = self.latest
         other.windows = {name: s.copy() for name, s in self.windows.items()}
-        other.txns = dict(self.txns)
-        other.due = list(self.due)
+        # Records are changed in place: the copy's heap holds the copy's records.
+        txns = {t: x.copy() for t, x in self.txns.items()}
+        other.txns = txns
+        other.due = [txns[x.id] if self.txns.get(x.id) is x else x for x in self.due]
+        other.starts = self.starts
         return other
 
 
@@ -185,8 +210,8 @@ def _roll(win: _Limit, s: _State, now: int) -> int:
 def _end(states: list[_State], txn: _Txn, charge: int, windows: tuple[_Limit, ...]) -> None:
     """Free `txn`'s estimate from the windows it was made in and charge `charge` there (a
     window that has rolled out of view takes neither)."""
-    est = txn[ESTIMATE]
-    starts = txn[STARTS]
+    est = txn.estimate
+    starts = txn.starts
     for k in range(len(windows)):
         win = windows[k]
         s = states[k]
@@ -263,9 +288,8 @@ class MemoryBudgets:
                 pairs = [p.split("=") for p in record[2:]]
                 starts = tuple(v for name, start in pairs for v in (name, int(start)))
                 estimate = int(record[1]) if len(record) > 1 else 0
-                deadline = deadlines.get(txn, 0)
-                b.txns[txn] = (record[0], estimate, starts, deadline)
-                heappush(b.due, (deadline, txn))
+                x = b.txns[txn] = _Txn(txn, record[0], estimate, starts, deadlines.get(txn, 0))
+                _push(b.due, x)
                 self.txns += 1
             else:
                 window, _, part = name.rpartition(".")
@@ -292,7 +316,12 @@ class MemoryBudgets:
             "e": b.e,
             "windows": {name: s.fields() for name, s in b.windows.items()},
             "txns": {
-                t: (x[0], x[1], dict(zip(x[2][::2], x[2][1::2], strict=True)), x[3])
+                t: (
+                    x.state,
+                    x.estimate,
+                    dict(zip(x.starts[::2], x.starts[1::2], strict=True)),
+                    x.deadline,
+                )
                 for t, x in b.txns.items()
             },
         }
@@ -363,7 +392,7 @@ class MemoryBudgets:
         written = False
         result = Result(0, ())
         due = b.due
-        if due and due[0][0] <= now:
+        if due and due[0].due <= now:
             written = _sweep(b, now, ttl, charge, limits, states, result)
         if held:
             result.held = tuple([(s.u, s.r) for s in states])
@@ -375,15 +404,15 @@ class MemoryBudgets:
         )
         if kind in (RESERVE, PEEK):
             asked = amount
-            if txn is not None and txn[STATE] == "r":
+            if txn is not None and txn.state == "r":
                 txn = None  # a remembered refusal, asked again: decided afresh
             result.levels = levels = _levels(limits, states, ts, asked)
             if full:
                 result.outcome = FULL
             elif txn is not None:
                 result.outcome = DUPLICATE
-                if txn[STATE] == "o" and not peek:
-                    txns[txn_id] = ("c", txn[ESTIMATE], txn[STARTS], txn[DEADLINE])
+                if txn.state == "o" and not peek:
+                    txn.state = "c"
                     written = True
             else:
                 fits = True
@@ -393,14 +422,10 @@ class MemoryBudgets:
                         fits = False
                 result.outcome = ADMITTED if fits else REFUSED
                 if (fits or force) and not peek:
-                    held_in: list[Any] = []
                     for k in range(len(limits)):
                         s = states[k]
                         s.r += asked
-                        lim = limits[k]
-                        held_in += (lim.name, s.w)
-                    starts = tuple(held_in)
-                    _schedule(b, txn_id, "o", asked, starts, now + ttl)
+                    _schedule(b, txn_id, "o", asked, _starts(b, limits, states), now + ttl)
                     written = True
                 elif remember and not peek:
                     _schedule(b, txn_id, "r", 0, (), now + ttl)
@@ -430,7 +455,7 @@ class MemoryBudgets:
                         _schedule(b, txn_id, "s", 0, (), now + ttl)
                     result.charged = amount
                     written = True
-                elif txn[STATE] == "o" or txn[STATE] == "c":
+                elif txn.state == "o" or txn.state == "c":
                     _settle(b, txn_id, now + ttl, limits, states, txn, amount, result)
                     written = True
                 else:
@@ -438,10 +463,10 @@ class MemoryBudgets:
             elif kind == RELEASE:
                 if txn is None:
                     result.outcome = UNKNOWN_ID
-                elif txn[STATE] == "c":
+                elif txn.state == "c":
                     result.outcome = CONTESTED
-                elif txn[STATE] == "o":
-                    ends = txn[ESTIMATE] if charge and not unserved else 0
+                elif txn.state == "o":
+                    ends = txn.estimate if charge and not unserved else 0
                     _settle(b, txn_id, now + ttl, limits, states, txn, ends, result)
                     written = True
                 else:
@@ -462,7 +487,9 @@ class MemoryBudgets:
                 e = b.latest
             if e != b.e:
                 b.e = e
-                heappush(self._forget, (e, key))
+                if not b.queued:  # else its entry, come up, is queued again at `e`
+                    b.queued = e
+                    heappush(self._forget, (e, key))
             if not stored:
                 self._budgets[key] = b
         if not peek and (stored or written):
@@ -470,13 +497,19 @@ class MemoryBudgets:
         return result
 
     def _drop_forgotten(self, now: int) -> None:
-        """Drop budgets whose `e` has passed (each is pushed again when `e` moves)."""
+        """Drop budgets whose `e` has passed. A budget has one entry in the heap, at the `e`
+        it had when queued: one whose `e` has moved on since is queued again."""
         self._next_forget = now + 1000
         heap = self._forget
         while heap and heap[0][0] <= now:
             e, key = heappop(heap)
             b = self._budgets.get(key)
-            if b is not None and b.e == e:
+            if b is None or b.queued != e:
+                continue  # its budget was forgotten (or deleted) since
+            if b.e > now:
+                b.queued = b.e
+                heappush(heap, (b.e, key))
+            else:
                 del self._budgets[key]
                 self.txns -= len(b.txns)
 
@@ -493,7 +526,7 @@ def _settle(
 ) -> None:
     _end(states, txn, charge, limits)
     out.outcome = SETTLED
-    out.estimate = txn[ESTIMATE]
+    out.estimate = txn.estimate
     out.charged = charge
     _schedule(b, t, "s", 0, (), deadline)
 
@@ -501,11 +534,82 @@ def _settle(
 def _schedule(
     b: _Budget, t: str, state: str, estimate: int, starts: tuple[Any, ...], deadline: int
 ) -> None:
-    """Hold transaction `t` as (state, estimate, starts) until `deadline`."""
-    b.txns[t] = (state, estimate, starts, deadline)
+    """Hold transaction `t` as (state, estimate, starts) until `deadline`: its record
+    changed in place, or a new one queued when there is none or its heap entry would come
+    up after the new deadline (a shorter TTL since)."""
+    x = b.txns.get(t)
+    if x is None or deadline < x.due:
+        x = b.txns[t] = _Txn(t, state, estimate, starts, deadline)
+        _push(b.due, x)
+    else:
+        x.state = state
+        x.estimate = estimate
+        x.starts = starts
+        x.deadline = deadline
     if deadline > b.latest:
         b.latest = deadline
-    heappush(b.due, (deadline, t))
+
+
+def _starts(b: _Budget, limits: tuple[_Limit, ...], states: list[_State]) -> tuple[Any, ...]:
+    """A reservation's starts (`_Txn`) in the windows of `states`: the budget's last one
+    when they have not rolled since, so a run of reservations shares one tuple."""
+    last = b.starts
+    if len(last) == 2 * len(limits):
+        for k in range(len(limits)):
+            lim = limits[k]
+            s = states[k]
+            if last[2 * k] != lim.name or last[2 * k + 1] != s.w:
+                break
+        else:
+            return last
+    held_in: list[Any] = []
+    for k in range(len(limits)):
+        lim = limits[k]
+        s = states[k]
+        held_in += (lim.name, s.w)
+    b.starts = starts = tuple(held_in)
+    return starts
+
+
+def _before(a: _Txn, b: _Txn) -> bool:
+    """Heap order: by `due`, then by id (the order of Redis' deadline set)."""
+    return a.due < b.due or (a.due == b.due and a.id < b.id)
+
+
+def _push(heap: list[_Txn], x: _Txn) -> None:
+    """heapq's push, in `_before`'s order (records compared by their C fields)."""
+    heap.append(x)
+    i = len(heap) - 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        p = heap[parent]
+        if not _before(x, p):
+            break
+        heap[i] = p
+        i = parent
+    heap[i] = x
+
+
+def _pop(heap: list[_Txn]) -> _Txn:
+    """heapq's pop, in `_before`'s order."""
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    n = len(heap)
+    i = 0
+    child = 1
+    while child < n:
+        if child + 1 < n and _before(heap[child + 1], heap[child]):
+            child += 1
+        c = heap[child]
+        if not _before(c, last):
+            break
+        heap[i] = c
+        i = child
+        child = 2 * i + 1
+    heap[i] = last
+    return top
 
 
 def _levels(
@@ -535,21 +639,29 @@ def _sweep(
     due = b.due
     txns = b.txns
     swept = ended = charged_total = est_total = 0
-    while due and due[0][0] <= now and swept < SWEEP_BATCH:
-        deadline, t = heappop(due)
-        x = txns.get(t)
-        if x is None or x[DEADLINE] != deadline:
-            continue  # a stale heap entry
+    while due and due[0].due <= now and swept < SWEEP_BATCH:
+        x = _pop(due)
+        if txns.get(x.id) is not x:
+            continue  # replaced since it was queued
+        if x.deadline != x.due:  # moved later since it was queued
+            x.due = x.deadline
+            _push(due, x)
+            continue
         swept += 1
-        if x[STATE] == "o" or x[STATE] == "c":
-            charge = x[ESTIMATE] if charge_expired else 0
+        if x.state == "o" or x.state == "c":
+            charge = x.estimate if charge_expired else 0
             _end(states, x, charge, limits)
             ended += 1
-            est_total += x[ESTIMATE]
+            est_total += x.estimate
             charged_total += charge
-            _schedule(b, t, "x", x[ESTIMATE], (), now + ttl)
+            x.state = "x"
+            x.starts = ()
+            x.due = x.deadline = now + ttl
+            if x.deadline > b.latest:
+                b.latest = x.deadline
+            _push(due, x)
         else:
-            del txns[t]
+            del txns[x.id]
     result.expired = ended
     result.expired_estimate = est_total
     result.expired_charged = charged_total

@@ -6,6 +6,13 @@
 
 cimport cython
 
+# The budget contract's constants (`config.budget_store`, `config.windows`), imported as C
+# integers: a call compares with some twenty of them, each else a global lookup and an
+# object comparison.
+cdef int PEEK, COUNT, RESERVE, SETTLE, RELEASE
+cdef int ADMITTED, REFUSED, DUPLICATE, SETTLED, FINISHED, ORPHAN, UNKNOWN_ID, CONTESTED, FULL
+cdef long long FIXED_WINDOW, SWEEP_BATCH, USED_MAX
+
 cdef class _Limit:
     cdef readonly str name
     cdef readonly long long algorithm, ticks, tick, limit
@@ -18,10 +25,7 @@ cdef class _State:
     cpdef list fields(self)
 
 
-# Not tracked by the cyclic collector: its objects are a str and a tuple of strs and
-# integers, which can form no cycle.
 @cython.final
-@cython.no_gc
 cdef class _Txn:
     cdef readonly str id
     cdef public str state
@@ -60,8 +64,7 @@ cdef _end(list states, _Txn txn, long long charge, tuple windows)
 cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, _Txn txn,
              long long charge, object out)
 
-@cython.locals(x=_Txn)
-cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
+cdef _schedule(_Budget b, _Txn x, str t, str state, long long estimate, tuple starts,
                long long deadline)
 
 @cython.locals(last=tuple, k=cython.Py_ssize_t, s=_State, lim=_Limit, held_in=list)
@@ -99,7 +102,7 @@ cdef class MemoryBudgets:
 
     cpdef _run(self, object call, bint held=*)
 
-    @cython.locals(b=_Budget, txn=_Txn, s=_State, lim=_Limit, limits=tuple,
+    @cython.locals(b=_Budget, txn=_Txn, record=_Txn, s=_State, lim=_Limit, limits=tuple,
                    peek=cython.bint, stored=cython.bint, written=cython.bint,
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,

@@ -61,9 +61,9 @@ __all__ = ["MAX_TXNS", "MemoryBudgets", "level", "reset"]
 MAX_TXNS = 500_000
 
 
-# Transactions held over every budget are many (one per reserve, kept a TTL after it ends),
-# so a record is one object of C fields (`_Txn`), which the cyclic collector does not track
-# when compiled: holding them then costs a collection nothing and a reserve no collection.
+# Transactions are many (one per reserve, kept a TTL after it ends): each is one record of
+# C fields changed in place and queued once, so a reserve adds one object the collector
+# tracks (its starts tuple shared: `_starts`) and a settle none.
 
 
 class _Limit:
@@ -121,7 +121,7 @@ class _Txn:
 
     def copy(self) -> _Txn:
         other = _Txn(self.id, self.state, self.estimate, self.starts, self.deadline)
-        other.due = self.due
+        other.due = self.due  # its place in the copied heap
         return other
 
 
@@ -396,7 +396,7 @@ class MemoryBudgets:
             written = _sweep(b, now, ttl, charge, limits, states, result)
         if held:
             result.held = tuple([(s.u, s.r) for s in states])
-        txn = txns.get(txn_id) if kind != COUNT else None
+        txn = record = txns.get(txn_id) if kind != COUNT else None
         # A new id's record would pass the budget's bound or the process's.
         full = txn is None and (
             len(txns) >= self.max_budget_txns
@@ -425,10 +425,10 @@ class MemoryBudgets:
                     for k in range(len(limits)):
                         s = states[k]
                         s.r += asked
-                    _schedule(b, txn_id, "o", asked, _starts(b, limits, states), now + ttl)
+                    _schedule(b, record, txn_id, "o", asked, _starts(b, limits, states), now + ttl)
                     written = True
                 elif remember and not peek:
-                    _schedule(b, txn_id, "r", 0, (), now + ttl)
+                    _schedule(b, record, txn_id, "r", 0, (), now + ttl)
                     written = True
         elif kind == COUNT:
             asked = amount
@@ -452,7 +452,7 @@ class MemoryBudgets:
                         s = states[k]
                         s.u = min(s.u + amount, USED_MAX)
                     if not full:  # remembered, so that a repeated settle charges nothing
-                        _schedule(b, txn_id, "s", 0, (), now + ttl)
+                        _schedule(b, None, txn_id, "s", 0, (), now + ttl)
                     result.charged = amount
                     written = True
                 elif txn.state == "o" or txn.state == "c":
@@ -497,8 +497,7 @@ class MemoryBudgets:
         return result
 
     def _drop_forgotten(self, now: int) -> None:
-        """Drop budgets whose `e` has passed. A budget has one entry in the heap, at the `e`
-        it had when queued: one whose `e` has moved on since is queued again."""
+        """Drop budgets whose `e` has passed (one heap entry each, at its `e` when queued)."""
         self._next_forget = now + 1000
         heap = self._forget
         while heap and heap[0][0] <= now:
@@ -528,16 +527,21 @@ def _settle(
     out.outcome = SETTLED
     out.estimate = txn.estimate
     out.charged = charge
-    _schedule(b, t, "s", 0, (), deadline)
+    _schedule(b, txn, t, "s", 0, (), deadline)
 
 
 def _schedule(
-    b: _Budget, t: str, state: str, estimate: int, starts: tuple[Any, ...], deadline: int
+    b: _Budget,
+    x: _Txn | None,
+    t: str,
+    state: str,
+    estimate: int,
+    starts: tuple[Any, ...],
+    deadline: int,
 ) -> None:
-    """Hold transaction `t` as (state, estimate, starts) until `deadline`: its record
-    changed in place, or a new one queued when there is none or its heap entry would come
+    """Hold transaction `t` as (state, estimate, starts) until `deadline`: its record `x`
+    changed in place, or a new one queued when it has none or its heap entry would come
     up after the new deadline (a shorter TTL since)."""
-    x = b.txns.get(t)
     if x is None or deadline < x.due:
         x = b.txns[t] = _Txn(t, state, estimate, starts, deadline)
         _push(b.due, x)
@@ -596,9 +600,7 @@ def _pop(heap: list[_Txn]) -> _Txn:
     if not heap:
         return last
     top = heap[0]
-    n = len(heap)
-    i = 0
-    child = 1
+    n, i, child = len(heap), 0, 1
     while child < n:
         if child + 1 < n and _before(heap[child + 1], heap[child]):
             child += 1
@@ -606,8 +608,7 @@ def _pop(heap: list[_Txn]) -> _Txn:
         if not _before(c, last):
             break
         heap[i] = c
-        i = child
-        child = 2 * i + 1
+        i, child = child, 2 * child + 1
     heap[i] = last
     return top
 

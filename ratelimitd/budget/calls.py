@@ -21,8 +21,8 @@ runs uncompiled where the extension is not built.
 
 from __future__ import annotations
 
-import binascii
 import hashlib
+from binascii import crc32
 from collections.abc import Sequence
 from typing import Any
 
@@ -279,7 +279,7 @@ def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], sha
     readable = state_key("", domain, entries, share, "budget")
     # `config.budget_store.tagged`, with the CRC-32 a C integer (formatted in C); the two
     # spellings are held equal by tests/budget/test_budget_store.py.
-    crc = binascii.crc32(readable.encode())
+    crc = crc32(readable.encode())
     return f"{prefix}{{{crc:08x}}}{readable}"
 
 

@@ -470,6 +470,40 @@ async def test_the_memory_store_holds_at_most_its_transactions_over_all_budgets(
     assert store.txns == 0
 
 
+async def test_a_settled_transaction_stays_finished_past_its_reservations_deadline(
+    store: Any,
+) -> None:
+    """A settle moves the transaction's deadline later (its tombstone's TTL): a repeated
+    settle after the reservation's own deadline still finds it finished, and the tombstone
+    goes once its deadline has passed."""
+    b = Budget(store)
+    assert (await b.reserve("t", 5)).outcome == outcome.ADMITTED
+    b.now += TTL // 2
+    assert (await b.settle("t", 3)).outcome == outcome.SETTLED
+    b.now += TTL // 2 + 1  # past the reservation's deadline, before the tombstone's
+    await b.count(0)
+    assert (await b.settle("t", 3)).outcome == outcome.FINISHED
+    b.now += TTL
+    await b.count(0)
+    assert (await b.settle("t", 3)).outcome == outcome.ORPHAN  # forgotten: charged anew
+
+
+async def test_the_memory_store_queues_a_transaction_once_from_reserve_to_its_end() -> None:
+    """A settle changes the reservation's record in place: a budget's deadline heap holds
+    one entry per transaction, not one per call, and is empty once they have ended."""
+    store = MemoryBudgets()
+    b = Budget(store)
+    for i in range(50):
+        await b.reserve(f"t{i}", 1)
+        b.now += 1
+        await b.settle(f"t{i}", 1)
+    budget = store._budgets[b.key]
+    assert len(budget.due) == len(budget.txns) == store.txns == 50
+    b.now += 2 * TTL  # every tombstone's time is up (the hour window still holds usage)
+    await b.count(0)
+    assert (len(budget.due), len(budget.txns), store.txns) == (0, 0, 0)
+
+
 def test_the_transaction_bounds_are_settings_refused_where_they_bound_nothing() -> None:
     assert (load().cache.budget_max_transactions, load().cache.memory_max_budget_transactions) == (
         100_000,

@@ -6,12 +6,15 @@
 
 cimport cython
 
+from ratelimitd.backends.budget_txns cimport Txn, pop, push, read, spell
+
 # The budget contract's constants (`config.budget_store`, `config.windows`), imported as C
 # integers: a call compares with some twenty of them, each else a global lookup and an
 # object comparison.
 cdef int PEEK, COUNT, RESERVE, SETTLE, RELEASE
 cdef int ADMITTED, REFUSED, DUPLICATE, SETTLED, FINISHED, ORPHAN, UNKNOWN_ID, CONTESTED, FULL
 cdef long long FIXED_WINDOW, SWEEP_BATCH, USED_MAX
+
 
 cdef class _Limit:
     cdef readonly str name
@@ -25,16 +28,6 @@ cdef class _State:
     cpdef list fields(self)
 
 
-@cython.final
-cdef class _Txn:
-    cdef readonly str id
-    cdef public str state
-    cdef public long long estimate, deadline, due
-    cdef public tuple starts
-
-    cpdef _Txn copy(self)
-
-
 cdef class _Budget:
     cdef public long long e
     cdef public long long queued
@@ -43,6 +36,7 @@ cdef class _Budget:
     cdef public dict txns
     cdef public list due
     cdef public tuple starts
+    cdef public str spelt
 
     cpdef _Budget copy(self)
 
@@ -59,31 +53,22 @@ cdef long long _roll(_Limit win, _State s, long long now) except? -1
 
 @cython.locals(est=cython.longlong, s=_State, win=_Limit, starts=tuple, i=cython.Py_ssize_t,
                k=cython.Py_ssize_t, start=cython.longlong)
-cdef _end(list states, _Txn txn, long long charge, tuple windows)
+cdef _end(_Budget b, list states, Txn txn, long long charge, tuple windows)
 
-cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, _Txn txn,
+cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, Txn txn,
              long long charge, object out)
 
-cdef _schedule(_Budget b, _Txn x, str t, str state, long long estimate, tuple starts,
+cdef _schedule(_Budget b, Txn x, str t, str state, long long estimate, str starts,
                long long deadline)
 
 @cython.locals(last=tuple, k=cython.Py_ssize_t, s=_State, lim=_Limit, held_in=list)
-cdef tuple _starts(_Budget b, tuple limits, list states)
-
-cdef inline bint _before(_Txn a, _Txn b)
-
-@cython.locals(i=cython.Py_ssize_t, parent=cython.Py_ssize_t, p=_Txn)
-cdef _push(list heap, _Txn x)
-
-@cython.locals(last=_Txn, top=_Txn, c=_Txn, n=cython.Py_ssize_t, i=cython.Py_ssize_t,
-               child=cython.Py_ssize_t)
-cdef _Txn _pop(list heap)
+cdef str _starts(_Budget b, tuple limits, list states)
 
 @cython.locals(after=cython.longlong, t=cython.longlong, s=_State, win=_Limit,
                k=cython.Py_ssize_t)
 cdef tuple _levels(tuple limits, list states, list ts, long long asked)
 
-@cython.locals(x=_Txn, due=list, txns=dict, swept=cython.int, ended=cython.longlong,
+@cython.locals(x=Txn, due=list, txns=dict, swept=cython.int, ended=cython.longlong,
                charged_total=cython.longlong, est_total=cython.longlong,
                charge=cython.longlong, deadline=cython.longlong)
 cdef bint _sweep(_Budget b, long long now, long long ttl, bint charge_expired, tuple limits,
@@ -102,7 +87,7 @@ cdef class MemoryBudgets:
 
     cpdef _run(self, object call, bint held=*)
 
-    @cython.locals(b=_Budget, txn=_Txn, record=_Txn, s=_State, lim=_Limit, limits=tuple,
+    @cython.locals(b=_Budget, txn=Txn, record=Txn, s=_State, lim=_Limit, limits=tuple,
                    peek=cython.bint, stored=cython.bint, written=cython.bint,
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,

@@ -54,16 +54,12 @@ from ..config.budget_store import (
     Window,
 )
 from ..config.windows import FIXED_WINDOW
+from .budget_txns import Txn, pop, push, read, spell
 
 __all__ = ["MAX_TXNS", "MemoryBudgets", "level", "reset"]
 
 # MEMORY_MAX_BUDGET_TRANSACTIONS' default: ~260 MB of transactions at ~520 B each.
 MAX_TXNS = 500_000
-
-
-# Transactions are many (one per reserve, kept a TTL after it ends): each is one record of
-# C fields changed in place and queued once, so a reserve adds one object the collector
-# tracks (its starts tuple shared: `_starts`) and a settle none.
 
 
 class _Limit:
@@ -100,46 +96,22 @@ class _State:
         return [self.w, self.u, self.r, self.p, self.q]
 
 
-class _Txn:
-    """One transaction (`model`): its state `o`pen, `c`ontested, or a tombstone (`s`, `x`,
-    `r`) until `deadline`; its estimate; `starts`, per window the start of the one its
-    estimate was reserved in, as (name, start, name, start, ...). `due` is the deadline
-    its entry in the budget's heap is ordered by: a record whose deadline moved later
-    keeps its place until that entry comes up, and is then queued again (`_sweep`)."""
-
-    __slots__ = ("deadline", "due", "estimate", "id", "starts", "state")
-
-    def __init__(
-        self, id: str, state: str, estimate: int, starts: tuple[Any, ...], deadline: int
-    ) -> None:
-        self.id = id
-        self.state = state
-        self.estimate = estimate
-        self.starts = starts
-        self.deadline = deadline
-        self.due = deadline
-
-    def copy(self) -> _Txn:
-        other = _Txn(self.id, self.state, self.estimate, self.starts, self.deadline)
-        other.due = self.due  # its place in the copied heap
-        return other
-
-
 class _Budget:
     """The two keys of one budget: windows and transactions, and their deadlines."""
 
-    __slots__ = ("due", "e", "latest", "queued", "starts", "txns", "windows")
+    __slots__ = ("due", "e", "latest", "queued", "spelt", "starts", "txns", "windows")
 
     def __init__(self) -> None:
         self.e = 0
         self.queued = 0  # the `e` of its entry in the forget heap; 0: none there
         self.latest = 0  # the latest deadline ever set (deadlines only move forward)
         self.windows: dict[str, _State] = {}
-        self.txns: dict[str, _Txn] = {}
-        # Heap (`_push`) of the records in `txns`, and of records replaced there (skipped).
-        self.due: list[_Txn] = []
-        # The last reservation's starts: the next in the same windows shares the tuple.
+        self.txns: dict[str, Txn] = {}
+        # Heap (`budget_txns.push`) of the records in `txns`, and of ones replaced there.
+        self.due: list[Txn] = []
+        # The last reservation's starts, and as its record spells them (`_starts`).
         self.starts: tuple[Any, ...] = ()
+        self.spelt = ""
 
     def copy(self) -> _Budget:
         other = _Budget()
@@ -152,6 +124,7 @@ class _Budget:
         other.txns = txns
         other.due = [txns[x.id] if self.txns.get(x.id) is x else x for x in self.due]
         other.starts = self.starts
+        other.spelt = self.spelt
         return other
 
 
@@ -207,11 +180,13 @@ def _roll(win: _Limit, s: _State, now: int) -> int:
     return t
 
 
-def _end(states: list[_State], txn: _Txn, charge: int, windows: tuple[_Limit, ...]) -> None:
+def _end(
+    b: _Budget, states: list[_State], txn: Txn, charge: int, windows: tuple[_Limit, ...]
+) -> None:
     """Free `txn`'s estimate from the windows it was made in and charge `charge` there (a
     window that has rolled out of view takes neither)."""
     est = txn.estimate
-    starts = txn.starts
+    starts = b.starts if txn.starts is b.spelt else read(txn.starts)
     for k in range(len(windows)):
         win = windows[k]
         s = states[k]
@@ -285,11 +260,10 @@ class MemoryBudgets:
             elif name.startswith("t:"):
                 txn = name[2:]
                 record = value.decode().split()
-                pairs = [p.split("=") for p in record[2:]]
-                starts = tuple(v for name, start in pairs for v in (name, int(start)))
                 estimate = int(record[1]) if len(record) > 1 else 0
-                x = b.txns[txn] = _Txn(txn, record[0], estimate, starts, deadlines.get(txn, 0))
-                _push(b.due, x)
+                starts = " ".join(record[2:])
+                x = b.txns[txn] = Txn(txn, record[0], estimate, starts, deadlines.get(txn, 0))
+                push(b.due, x)
                 self.txns += 1
             else:
                 window, _, part = name.rpartition(".")
@@ -316,12 +290,7 @@ class MemoryBudgets:
             "e": b.e,
             "windows": {name: s.fields() for name, s in b.windows.items()},
             "txns": {
-                t: (
-                    x.state,
-                    x.estimate,
-                    dict(zip(x.starts[::2], x.starts[1::2], strict=True)),
-                    x.deadline,
-                )
+                t: (x.state, x.estimate, _pairs(read(x.starts)), x.deadline)
                 for t, x in b.txns.items()
             },
         }
@@ -428,7 +397,7 @@ class MemoryBudgets:
                     _schedule(b, record, txn_id, "o", asked, _starts(b, limits, states), now + ttl)
                     written = True
                 elif remember and not peek:
-                    _schedule(b, record, txn_id, "r", 0, (), now + ttl)
+                    _schedule(b, record, txn_id, "r", 0, "", now + ttl)
                     written = True
         elif kind == COUNT:
             asked = amount
@@ -452,7 +421,7 @@ class MemoryBudgets:
                         s = states[k]
                         s.u = min(s.u + amount, USED_MAX)
                     if not full:  # remembered, so that a repeated settle charges nothing
-                        _schedule(b, None, txn_id, "s", 0, (), now + ttl)
+                        _schedule(b, None, txn_id, "s", 0, "", now + ttl)
                     result.charged = amount
                     written = True
                 elif txn.state == "o" or txn.state == "c":
@@ -519,32 +488,32 @@ def _settle(
     deadline: int,
     limits: tuple[_Limit, ...],
     states: list[_State],
-    txn: _Txn,
+    txn: Txn,
     charge: int,
     out: Result,
 ) -> None:
-    _end(states, txn, charge, limits)
+    _end(b, states, txn, charge, limits)
     out.outcome = SETTLED
     out.estimate = txn.estimate
     out.charged = charge
-    _schedule(b, txn, t, "s", 0, (), deadline)
+    _schedule(b, txn, t, "s", 0, "", deadline)
 
 
 def _schedule(
     b: _Budget,
-    x: _Txn | None,
+    x: Txn | None,
     t: str,
     state: str,
     estimate: int,
-    starts: tuple[Any, ...],
+    starts: str,
     deadline: int,
 ) -> None:
     """Hold transaction `t` as (state, estimate, starts) until `deadline`: its record `x`
     changed in place, or a new one queued when it has none or its heap entry would come
     up after the new deadline (a shorter TTL since)."""
     if x is None or deadline < x.due:
-        x = b.txns[t] = _Txn(t, state, estimate, starts, deadline)
-        _push(b.due, x)
+        x = b.txns[t] = Txn(t, state, estimate, starts, deadline)
+        push(b.due, x)
     else:
         x.state = state
         x.estimate = estimate
@@ -554,9 +523,10 @@ def _schedule(
         b.latest = deadline
 
 
-def _starts(b: _Budget, limits: tuple[_Limit, ...], states: list[_State]) -> tuple[Any, ...]:
-    """A reservation's starts (`_Txn`) in the windows of `states`: the budget's last one
-    when they have not rolled since, so a run of reservations shares one tuple."""
+def _starts(b: _Budget, limits: tuple[_Limit, ...], states: list[_State]) -> str:
+    """A reservation's starts (`Txn`) in the windows of `states`: the budget's last one
+    when they have not rolled since, so a run of reservations shares one string (and
+    `_end` reads it back as the budget's tuple)."""
     last = b.starts
     if len(last) == 2 * len(limits):
         for k in range(len(limits)):
@@ -565,52 +535,15 @@ def _starts(b: _Budget, limits: tuple[_Limit, ...], states: list[_State]) -> tup
             if last[2 * k] != lim.name or last[2 * k + 1] != s.w:
                 break
         else:
-            return last
+            return b.spelt
     held_in: list[Any] = []
     for k in range(len(limits)):
         lim = limits[k]
         s = states[k]
         held_in += (lim.name, s.w)
     b.starts = starts = tuple(held_in)
-    return starts
-
-
-def _before(a: _Txn, b: _Txn) -> bool:
-    """Heap order: by `due`, then by id (the order of Redis' deadline set)."""
-    return a.due < b.due or (a.due == b.due and a.id < b.id)
-
-
-def _push(heap: list[_Txn], x: _Txn) -> None:
-    """heapq's push, in `_before`'s order (records compared by their C fields)."""
-    heap.append(x)
-    i = len(heap) - 1
-    while i > 0:
-        parent = (i - 1) >> 1
-        p = heap[parent]
-        if not _before(x, p):
-            break
-        heap[i] = p
-        i = parent
-    heap[i] = x
-
-
-def _pop(heap: list[_Txn]) -> _Txn:
-    """heapq's pop, in `_before`'s order."""
-    last = heap.pop()
-    if not heap:
-        return last
-    top = heap[0]
-    n, i, child = len(heap), 0, 1
-    while child < n:
-        if child + 1 < n and _before(heap[child + 1], heap[child]):
-            child += 1
-        c = heap[child]
-        if not _before(c, last):
-            break
-        heap[i] = c
-        i, child = child, 2 * child + 1
-    heap[i] = last
-    return top
+    b.spelt = spelt = spell(starts)
+    return spelt
 
 
 def _levels(
@@ -641,29 +574,34 @@ def _sweep(
     txns = b.txns
     swept = ended = charged_total = est_total = 0
     while due and due[0].due <= now and swept < SWEEP_BATCH:
-        x = _pop(due)
+        x = pop(due)
         if txns.get(x.id) is not x:
             continue  # replaced since it was queued
         if x.deadline != x.due:  # moved later since it was queued
             x.due = x.deadline
-            _push(due, x)
+            push(due, x)
             continue
         swept += 1
         if x.state == "o" or x.state == "c":
             charge = x.estimate if charge_expired else 0
-            _end(states, x, charge, limits)
+            _end(b, states, x, charge, limits)
             ended += 1
             est_total += x.estimate
             charged_total += charge
             x.state = "x"
-            x.starts = ()
+            x.starts = ""
             x.due = x.deadline = now + ttl
             if x.deadline > b.latest:
                 b.latest = x.deadline
-            _push(due, x)
+            push(due, x)
         else:
             del txns[x.id]
     result.expired = ended
     result.expired_estimate = est_total
     result.expired_charged = charged_total
     return swept > 0
+
+
+def _pairs(starts: tuple[Any, ...]) -> dict[str, int]:
+    """(name, start, ...) as {name: start} (`MemoryBudgets.state`)."""
+    return dict(zip(starts[::2], starts[1::2], strict=True))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.settings_env import error, load
 
+from ratelimitd.backends import budget_txns
 from ratelimitd.backends.memory_budget import MemoryBudgets
 from ratelimitd.backends.redis.instances import key_slot
 from ratelimitd.budget.calls import budget_key, transaction_id
@@ -502,6 +504,13 @@ async def test_the_memory_store_queues_a_transaction_once_from_reserve_to_its_en
     b.now += 2 * TTL  # every tombstone's time is up (the hour window still holds usage)
     await b.count(0)
     assert (len(budget.due), len(budget.txns), store.txns) == (0, 0, 0)
+
+
+def test_a_transaction_record_is_compiled_and_not_tracked_by_the_collector() -> None:
+    """A process may hold hundreds of thousands of transactions: compiled, their records
+    cost the cyclic collector nothing (`backends.budget_txns`)."""
+    assert (budget_txns.__file__ or "").endswith(".so")
+    assert not gc.is_tracked(budget_txns.Txn("t", "o", 1, "3600s=0", 0))
 
 
 def test_the_transaction_bounds_are_settings_refused_where_they_bound_nothing() -> None:

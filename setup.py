@@ -61,6 +61,8 @@ extensions = [
     # Token budgets' maths in process memory, compiled in Cython's pure-Python mode (types in
     # memory_budget.pxd): the same memory_budget.py runs uncompiled where this is not built.
     Extension("ratelimitd.backends.memory_budget", ["ratelimitd/backends/memory_budget.py"]),
+    # Its transaction records and their heap, compiled the same way (budget_txns.pxd).
+    Extension("ratelimitd.backends.budget_txns", ["ratelimitd/backends/budget_txns.py"]),
     # A budget call's way through the decision (plan, store call, status), compiled the same
     # way (types in calls.pxd): the compiled decision calls it for budget items only.
     Extension("ratelimitd.budget.calls", ["ratelimitd/budget/calls.py"]),

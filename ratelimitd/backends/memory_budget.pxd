@@ -6,8 +6,14 @@
 
 cimport cython
 
-# The fields of a transaction (`memory_budget.py`), indexed in C.
-cdef Py_ssize_t STATE, ESTIMATE, STARTS, DEADLINE
+from ratelimitd.backends.budget_txns cimport Txn, pop, push, read, spell
+
+# The budget contract's constants (`config.budget_store`, `config.windows`), imported as C
+# integers: a call compares with some twenty of them, each else a global lookup and an
+# object comparison.
+cdef int PEEK, COUNT, RESERVE, SETTLE, RELEASE
+cdef int ADMITTED, REFUSED, DUPLICATE, SETTLED, FINISHED, ORPHAN, UNKNOWN_ID, CONTESTED, FULL
+cdef long long FIXED_WINDOW, SWEEP_BATCH, USED_MAX
 
 
 cdef class _Limit:
@@ -24,10 +30,13 @@ cdef class _State:
 
 cdef class _Budget:
     cdef public long long e
+    cdef public long long queued
     cdef public long long latest
     cdef public dict windows
     cdef public dict txns
     cdef public list due
+    cdef public tuple starts
+    cdef public str spelt
 
     cpdef _Budget copy(self)
 
@@ -44,19 +53,22 @@ cdef long long _roll(_Limit win, _State s, long long now) except? -1
 
 @cython.locals(est=cython.longlong, s=_State, win=_Limit, starts=tuple, i=cython.Py_ssize_t,
                k=cython.Py_ssize_t, start=cython.longlong)
-cdef _end(list states, tuple txn, long long charge, tuple windows)
+cdef _end(_Budget b, list states, Txn txn, long long charge, tuple windows)
 
-cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, tuple txn,
+cdef _settle(_Budget b, str t, long long deadline, tuple limits, list states, Txn txn,
              long long charge, object out)
 
-cdef _schedule(_Budget b, str t, str state, long long estimate, tuple starts,
+cdef _schedule(_Budget b, Txn x, str t, str state, long long estimate, str starts,
                long long deadline)
+
+@cython.locals(last=tuple, k=cython.Py_ssize_t, s=_State, lim=_Limit, held_in=list)
+cdef str _starts(_Budget b, tuple limits, list states)
 
 @cython.locals(after=cython.longlong, t=cython.longlong, s=_State, win=_Limit,
                k=cython.Py_ssize_t)
 cdef tuple _levels(tuple limits, list states, list ts, long long asked)
 
-@cython.locals(x=tuple, swept=cython.int, ended=cython.longlong,
+@cython.locals(x=Txn, due=list, txns=dict, swept=cython.int, ended=cython.longlong,
                charged_total=cython.longlong, est_total=cython.longlong,
                charge=cython.longlong, deadline=cython.longlong)
 cdef bint _sweep(_Budget b, long long now, long long ttl, bint charge_expired, tuple limits,
@@ -75,7 +87,7 @@ cdef class MemoryBudgets:
 
     cpdef _run(self, object call, bint held=*)
 
-    @cython.locals(b=_Budget, txn=tuple, s=_State, lim=_Limit, limits=tuple,
+    @cython.locals(b=_Budget, txn=Txn, record=Txn, s=_State, lim=_Limit, limits=tuple,
                    peek=cython.bint, stored=cython.bint, written=cython.bint,
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,

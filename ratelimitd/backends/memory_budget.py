@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from heapq import heappop, heappush
-from typing import Any, Final
+from typing import Any
 
 from ..config.budget_store import (
     ADMITTED,
@@ -54,24 +54,12 @@ from ..config.budget_store import (
     Window,
 )
 from ..config.windows import FIXED_WINDOW
+from .budget_txns import Txn, pop, push, read, spell
 
 __all__ = ["MAX_TXNS", "MemoryBudgets", "level", "reset"]
 
 # MEMORY_MAX_BUDGET_TRANSACTIONS' default: ~260 MB of transactions at ~520 B each.
 MAX_TXNS = 500_000
-
-
-# One transaction: (state, estimate, starts, deadline); its state `o`pen, `c`ontested, or a
-# tombstone (`s`, `x`, `r`) until the deadline; `starts` is (name, start, name, start, ...):
-# per window the start of the one its estimate was reserved in. Tuples of strings and
-# integers only, which the cyclic collector stops tracking once it has seen them: a budget
-# holding many transactions then costs a collection nothing, where an object (or a dict) per
-# transaction cost a reserve about a third of its time.
-_Txn = tuple[str, int, tuple[Any, ...], int]
-STATE: Final = 0
-ESTIMATE: Final = 1
-STARTS: Final = 2
-DEADLINE: Final = 3
 
 
 class _Limit:
@@ -111,22 +99,32 @@ class _State:
 class _Budget:
     """The two keys of one budget: windows and transactions, and their deadlines."""
 
-    __slots__ = ("due", "e", "latest", "txns", "windows")
+    __slots__ = ("due", "e", "latest", "queued", "spelt", "starts", "txns", "windows")
 
     def __init__(self) -> None:
         self.e = 0
+        self.queued = 0  # the `e` of its entry in the forget heap; 0: none there
         self.latest = 0  # the latest deadline ever set (deadlines only move forward)
         self.windows: dict[str, _State] = {}
-        self.txns: dict[str, _Txn] = {}
-        self.due: list[tuple[int, str]] = []  # heap; an entry is live iff its txn has that deadline
+        self.txns: dict[str, Txn] = {}
+        # Heap (`budget_txns.push`) of the records in `txns`, and of ones replaced there.
+        self.due: list[Txn] = []
+        # The last reservation's starts, and as its record spells them (`_starts`).
+        self.starts: tuple[Any, ...] = ()
+        self.spelt = ""
 
     def copy(self) -> _Budget:
         other = _Budget()
         other.e = self.e
+        other.queued = self.queued
         other.latest = self.latest
         other.windows = {name: s.copy() for name, s in self.windows.items()}
-        other.txns = dict(self.txns)
-        other.due = list(self.due)
+        # Records are changed in place: the copy's heap holds the copy's records.
+        txns = {t: x.copy() for t, x in self.txns.items()}
+        other.txns = txns
+        other.due = [txns[x.id] if self.txns.get(x.id) is x else x for x in self.due]
+        other.starts = self.starts
+        other.spelt = self.spelt
         return other
 
 
@@ -182,11 +180,13 @@ def _roll(win: _Limit, s: _State, now: int) -> int:
     return t
 
 
-def _end(states: list[_State], txn: _Txn, charge: int, windows: tuple[_Limit, ...]) -> None:
+def _end(
+    b: _Budget, states: list[_State], txn: Txn, charge: int, windows: tuple[_Limit, ...]
+) -> None:
     """Free `txn`'s estimate from the windows it was made in and charge `charge` there (a
     window that has rolled out of view takes neither)."""
-    est = txn[ESTIMATE]
-    starts = txn[STARTS]
+    est = txn.estimate
+    starts = b.starts if txn.starts is b.spelt else read(txn.starts)
     for k in range(len(windows)):
         win = windows[k]
         s = states[k]
@@ -260,12 +260,10 @@ class MemoryBudgets:
             elif name.startswith("t:"):
                 txn = name[2:]
                 record = value.decode().split()
-                pairs = [p.split("=") for p in record[2:]]
-                starts = tuple(v for name, start in pairs for v in (name, int(start)))
                 estimate = int(record[1]) if len(record) > 1 else 0
-                deadline = deadlines.get(txn, 0)
-                b.txns[txn] = (record[0], estimate, starts, deadline)
-                heappush(b.due, (deadline, txn))
+                starts = " ".join(record[2:])
+                x = b.txns[txn] = Txn(txn, record[0], estimate, starts, deadlines.get(txn, 0))
+                push(b.due, x)
                 self.txns += 1
             else:
                 window, _, part = name.rpartition(".")
@@ -292,7 +290,7 @@ class MemoryBudgets:
             "e": b.e,
             "windows": {name: s.fields() for name, s in b.windows.items()},
             "txns": {
-                t: (x[0], x[1], dict(zip(x[2][::2], x[2][1::2], strict=True)), x[3])
+                t: (x.state, x.estimate, _pairs(read(x.starts)), x.deadline)
                 for t, x in b.txns.items()
             },
         }
@@ -363,11 +361,11 @@ class MemoryBudgets:
         written = False
         result = Result(0, ())
         due = b.due
-        if due and due[0][0] <= now:
+        if due and due[0].due <= now:
             written = _sweep(b, now, ttl, charge, limits, states, result)
         if held:
             result.held = tuple([(s.u, s.r) for s in states])
-        txn = txns.get(txn_id) if kind != COUNT else None
+        txn = record = txns.get(txn_id) if kind != COUNT else None
         # A new id's record would pass the budget's bound or the process's.
         full = txn is None and (
             len(txns) >= self.max_budget_txns
@@ -375,15 +373,15 @@ class MemoryBudgets:
         )
         if kind in (RESERVE, PEEK):
             asked = amount
-            if txn is not None and txn[STATE] == "r":
+            if txn is not None and txn.state == "r":
                 txn = None  # a remembered refusal, asked again: decided afresh
             result.levels = levels = _levels(limits, states, ts, asked)
             if full:
                 result.outcome = FULL
             elif txn is not None:
                 result.outcome = DUPLICATE
-                if txn[STATE] == "o" and not peek:
-                    txns[txn_id] = ("c", txn[ESTIMATE], txn[STARTS], txn[DEADLINE])
+                if txn.state == "o" and not peek:
+                    txn.state = "c"
                     written = True
             else:
                 fits = True
@@ -393,17 +391,13 @@ class MemoryBudgets:
                         fits = False
                 result.outcome = ADMITTED if fits else REFUSED
                 if (fits or force) and not peek:
-                    held_in: list[Any] = []
                     for k in range(len(limits)):
                         s = states[k]
                         s.r += asked
-                        lim = limits[k]
-                        held_in += (lim.name, s.w)
-                    starts = tuple(held_in)
-                    _schedule(b, txn_id, "o", asked, starts, now + ttl)
+                    _schedule(b, record, txn_id, "o", asked, _starts(b, limits, states), now + ttl)
                     written = True
                 elif remember and not peek:
-                    _schedule(b, txn_id, "r", 0, (), now + ttl)
+                    _schedule(b, record, txn_id, "r", 0, "", now + ttl)
                     written = True
         elif kind == COUNT:
             asked = amount
@@ -427,10 +421,10 @@ class MemoryBudgets:
                         s = states[k]
                         s.u = min(s.u + amount, USED_MAX)
                     if not full:  # remembered, so that a repeated settle charges nothing
-                        _schedule(b, txn_id, "s", 0, (), now + ttl)
+                        _schedule(b, None, txn_id, "s", 0, "", now + ttl)
                     result.charged = amount
                     written = True
-                elif txn[STATE] == "o" or txn[STATE] == "c":
+                elif txn.state == "o" or txn.state == "c":
                     _settle(b, txn_id, now + ttl, limits, states, txn, amount, result)
                     written = True
                 else:
@@ -438,10 +432,10 @@ class MemoryBudgets:
             elif kind == RELEASE:
                 if txn is None:
                     result.outcome = UNKNOWN_ID
-                elif txn[STATE] == "c":
+                elif txn.state == "c":
                     result.outcome = CONTESTED
-                elif txn[STATE] == "o":
-                    ends = txn[ESTIMATE] if charge and not unserved else 0
+                elif txn.state == "o":
+                    ends = txn.estimate if charge and not unserved else 0
                     _settle(b, txn_id, now + ttl, limits, states, txn, ends, result)
                     written = True
                 else:
@@ -462,7 +456,9 @@ class MemoryBudgets:
                 e = b.latest
             if e != b.e:
                 b.e = e
-                heappush(self._forget, (e, key))
+                if not b.queued:  # else its entry, come up, is queued again at `e`
+                    b.queued = e
+                    heappush(self._forget, (e, key))
             if not stored:
                 self._budgets[key] = b
         if not peek and (stored or written):
@@ -470,13 +466,18 @@ class MemoryBudgets:
         return result
 
     def _drop_forgotten(self, now: int) -> None:
-        """Drop budgets whose `e` has passed (each is pushed again when `e` moves)."""
+        """Drop budgets whose `e` has passed (one heap entry each, at its `e` when queued)."""
         self._next_forget = now + 1000
         heap = self._forget
         while heap and heap[0][0] <= now:
             e, key = heappop(heap)
             b = self._budgets.get(key)
-            if b is not None and b.e == e:
+            if b is None or b.queued != e:
+                continue  # its budget was forgotten (or deleted) since
+            if b.e > now:
+                b.queued = b.e
+                heappush(heap, (b.e, key))
+            else:
                 del self._budgets[key]
                 self.txns -= len(b.txns)
 
@@ -487,25 +488,62 @@ def _settle(
     deadline: int,
     limits: tuple[_Limit, ...],
     states: list[_State],
-    txn: _Txn,
+    txn: Txn,
     charge: int,
     out: Result,
 ) -> None:
-    _end(states, txn, charge, limits)
+    _end(b, states, txn, charge, limits)
     out.outcome = SETTLED
-    out.estimate = txn[ESTIMATE]
+    out.estimate = txn.estimate
     out.charged = charge
-    _schedule(b, t, "s", 0, (), deadline)
+    _schedule(b, txn, t, "s", 0, "", deadline)
 
 
 def _schedule(
-    b: _Budget, t: str, state: str, estimate: int, starts: tuple[Any, ...], deadline: int
+    b: _Budget,
+    x: Txn | None,
+    t: str,
+    state: str,
+    estimate: int,
+    starts: str,
+    deadline: int,
 ) -> None:
-    """Hold transaction `t` as (state, estimate, starts) until `deadline`."""
-    b.txns[t] = (state, estimate, starts, deadline)
+    """Hold transaction `t` as (state, estimate, starts) until `deadline`: its record `x`
+    changed in place, or a new one queued when it has none or its heap entry would come
+    up after the new deadline (a shorter TTL since)."""
+    if x is None or deadline < x.due:
+        x = b.txns[t] = Txn(t, state, estimate, starts, deadline)
+        push(b.due, x)
+    else:
+        x.state = state
+        x.estimate = estimate
+        x.starts = starts
+        x.deadline = deadline
     if deadline > b.latest:
         b.latest = deadline
-    heappush(b.due, (deadline, t))
+
+
+def _starts(b: _Budget, limits: tuple[_Limit, ...], states: list[_State]) -> str:
+    """A reservation's starts (`Txn`) in the windows of `states`: the budget's last one
+    when they have not rolled since, so a run of reservations shares one string (and
+    `_end` reads it back as the budget's tuple)."""
+    last = b.starts
+    if len(last) == 2 * len(limits):
+        for k in range(len(limits)):
+            lim = limits[k]
+            s = states[k]
+            if last[2 * k] != lim.name or last[2 * k + 1] != s.w:
+                break
+        else:
+            return b.spelt
+    held_in: list[Any] = []
+    for k in range(len(limits)):
+        lim = limits[k]
+        s = states[k]
+        held_in += (lim.name, s.w)
+    b.starts = starts = tuple(held_in)
+    b.spelt = spelt = spell(starts)
+    return spelt
 
 
 def _levels(
@@ -535,22 +573,35 @@ def _sweep(
     due = b.due
     txns = b.txns
     swept = ended = charged_total = est_total = 0
-    while due and due[0][0] <= now and swept < SWEEP_BATCH:
-        deadline, t = heappop(due)
-        x = txns.get(t)
-        if x is None or x[DEADLINE] != deadline:
-            continue  # a stale heap entry
+    while due and due[0].due <= now and swept < SWEEP_BATCH:
+        x = pop(due)
+        if txns.get(x.id) is not x:
+            continue  # replaced since it was queued
+        if x.deadline != x.due:  # moved later since it was queued
+            x.due = x.deadline
+            push(due, x)
+            continue
         swept += 1
-        if x[STATE] == "o" or x[STATE] == "c":
-            charge = x[ESTIMATE] if charge_expired else 0
-            _end(states, x, charge, limits)
+        if x.state == "o" or x.state == "c":
+            charge = x.estimate if charge_expired else 0
+            _end(b, states, x, charge, limits)
             ended += 1
-            est_total += x[ESTIMATE]
+            est_total += x.estimate
             charged_total += charge
-            _schedule(b, t, "x", x[ESTIMATE], (), now + ttl)
+            x.state = "x"
+            x.starts = ""
+            x.due = x.deadline = now + ttl
+            if x.deadline > b.latest:
+                b.latest = x.deadline
+            push(due, x)
         else:
-            del txns[t]
+            del txns[x.id]
     result.expired = ended
     result.expired_estimate = est_total
     result.expired_charged = charged_total
     return swept > 0
+
+
+def _pairs(starts: tuple[Any, ...]) -> dict[str, int]:
+    """(name, start, ...) as {name: start} (`MemoryBudgets.state`)."""
+    return dict(zip(starts[::2], starts[1::2], strict=True))

@@ -8,6 +8,12 @@ cimport cython
 from ratelimitd.backends.memory_budget cimport MemoryBudgets
 from ratelimitd.config._keys cimport refuse, state_key, verdict
 
+# The budget contract's constants (`config.budget_store`) imported as C integers, as
+# `memory_budget.pxd` does: compared on every budget call.
+cdef int ADMITTED, COUNT, DUPLICATE, EXTRA, FULL, GUARD, ORPHAN, RELEASE, RESERVE, SETTLE
+cdef int SETTLED
+cdef long long MAX_TXN_BYTES, TOO_MANY_REQUESTS
+
 
 @cython.locals(kind=cython.int, txn=str, rest=list, i=cython.Py_ssize_t, entry=tuple, key=str,
                phases=dict)

@@ -21,8 +21,8 @@ runs uncompiled where the extension is not built.
 
 from __future__ import annotations
 
-import binascii
 import hashlib
+from binascii import crc32
 from collections.abc import Sequence
 from typing import Any
 
@@ -104,7 +104,7 @@ def transaction_id(value: str) -> str:
     # An ASCII id (an x-request-id, nearly always) is as long in bytes as in characters:
     # no encoding to measure it.
     size = len(value) if value.isascii() else len(value.encode())
-    if size <= MAX_TXN_BYTES and not value.startswith("#"):
+    if size <= MAX_TXN_BYTES and (not value or value[0] != "#"):
         return value
     return "#" + hashlib.blake2b(value.encode(), digest_size=16).hexdigest()
 
@@ -201,7 +201,8 @@ def add_item(
     """Give budget item `item` what it asks (`item_call`) and put it in `plan`: a reserve,
     guard or close apart, for `arrange` once every descriptor is planned."""
     item.budget = asked = item_call(call, item.rule, entries, negative, keys)
-    if asked[0] in (RESERVE, EXTRA, GUARD, RELEASE):
+    kind = asked[0]
+    if kind in (RESERVE, EXTRA, GUARD, RELEASE):
         if plan.closes is None:
             plan.closes = []
         plan.closes.append(item)
@@ -228,7 +229,8 @@ def arrange(plan: Any) -> None:
     plan.closes = None
     if len(held) == 1:  # most calls: one reserve (or a part standing for it), or a close
         item = held[0]
-        if item.budget[0] not in (RESERVE, RELEASE):
+        kind = item.budget[0]
+        if kind not in (RESERVE, RELEASE):
             item.budget = (RESERVE, *item.budget[1:])
         plan.items.append(item)
         return
@@ -279,7 +281,7 @@ def budget_key(prefix: str, domain: str, entries: Sequence[tuple[str, str]], sha
     readable = state_key("", domain, entries, share, "budget")
     # `config.budget_store.tagged`, with the CRC-32 a C integer (formatted in C); the two
     # spellings are held equal by tests/budget/test_budget_store.py.
-    crc = binascii.crc32(readable.encode())
+    crc = crc32(readable.encode())
     return f"{prefix}{{{crc:08x}}}{readable}"
 
 
@@ -383,7 +385,8 @@ def status_of(
 ) -> Status:
     """`budget_status` of an item given by its call (`item.budget`), rule, hits and
     statistics (the compiled decision reads them from the item's fields)."""
-    st.budget = True
+    if not st.budget:  # a read costs less than a write
+        st.budget = True
     best: Any = None
     best_over = False
     best_after = best_reset = best_left = 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.settings_env import error, load
 
+from ratelimitd.backends import budget_txns
 from ratelimitd.backends.memory_budget import MemoryBudgets
 from ratelimitd.backends.redis.instances import key_slot
 from ratelimitd.budget.calls import budget_key, transaction_id
@@ -468,6 +470,47 @@ async def test_the_memory_store_holds_at_most_its_transactions_over_all_budgets(
     alice.now = bob.now
     await alice.count(0)
     assert store.txns == 0
+
+
+async def test_a_settled_transaction_stays_finished_past_its_reservations_deadline(
+    store: Any,
+) -> None:
+    """A settle moves the transaction's deadline later (its tombstone's TTL): a repeated
+    settle after the reservation's own deadline still finds it finished, and the tombstone
+    goes once its deadline has passed."""
+    b = Budget(store)
+    assert (await b.reserve("t", 5)).outcome == outcome.ADMITTED
+    b.now += TTL // 2
+    assert (await b.settle("t", 3)).outcome == outcome.SETTLED
+    b.now += TTL // 2 + 1  # past the reservation's deadline, before the tombstone's
+    await b.count(0)
+    assert (await b.settle("t", 3)).outcome == outcome.FINISHED
+    b.now += TTL
+    await b.count(0)
+    assert (await b.settle("t", 3)).outcome == outcome.ORPHAN  # forgotten: charged anew
+
+
+async def test_the_memory_store_queues_a_transaction_once_from_reserve_to_its_end() -> None:
+    """A settle changes the reservation's record in place: a budget's deadline heap holds
+    one entry per transaction, not one per call, and is empty once they have ended."""
+    store = MemoryBudgets()
+    b = Budget(store)
+    for i in range(50):
+        await b.reserve(f"t{i}", 1)
+        b.now += 1
+        await b.settle(f"t{i}", 1)
+    budget = store._budgets[b.key]
+    assert len(budget.due) == len(budget.txns) == store.txns == 50
+    b.now += 2 * TTL  # every tombstone's time is up (the hour window still holds usage)
+    await b.count(0)
+    assert (len(budget.due), len(budget.txns), store.txns) == (0, 0, 0)
+
+
+def test_a_transaction_record_is_compiled_and_not_tracked_by_the_collector() -> None:
+    """A process may hold hundreds of thousands of transactions: compiled, their records
+    cost the cyclic collector nothing (`backends.budget_txns`)."""
+    assert (budget_txns.__file__ or "").endswith(".so")
+    assert not gc.is_tracked(budget_txns.Txn("t", "o", 1, "3600s=0", 0))
 
 
 def test_the_transaction_bounds_are_settings_refused_where_they_bound_nothing() -> None:

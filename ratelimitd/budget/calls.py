@@ -59,8 +59,8 @@ __all__ = [
     "budget_status",
     "item_call",
     "lookup",
-    "overridden",
     "recognise",
+    "relimit",
     "status_of",
     "transaction_id",
 ]
@@ -131,23 +131,11 @@ def lookup(
     return None
 
 
-def overridden(
-    find: Any,
-    root: Any,
-    domain: str,
-    entries: Sequence[tuple[str, str]],
-    keys: tuple[str, str, bool, bool],
-    limit: tuple[int, int],
-) -> tuple[Any, tuple[int, str, tuple[tuple[str, str], ...]]] | None:
-    """`lookup` for a descriptor with a request's own limit (`descriptor.limit`: Envoy
-    Gateway's `limit.fromMetadata`, one rule for every tenant, each at its own limit): the
-    budget rule it matches, with that limit in place of the rule's; None when it is no
-    budget call (the override then applies as the reference applies it). Send the same
-    limit with every call of a transaction: its windows are named by the limit's unit."""
-    got = lookup(find, root, domain, entries, keys, None)
-    if got is None:
-        return None
-    found, call = got
+def relimit(found: Any, limit: tuple[int, int]) -> Any:
+    """`found` (a budget rule as `lookup` found it) with a request's own limit in place of
+    the rule's (`descriptor.limit`: Envoy Gateway's `limit.fromMetadata`, one rule for every
+    tenant, each at its own limit). Send the same limit with every call of a transaction:
+    its windows are named by the limit's unit."""
     rule = found[0]
     requests_per_unit, unit = limit
     if not unit_seconds(unit):
@@ -159,7 +147,7 @@ def overridden(
         # The rule's tick when it fits (a sliding window's maths over the new limit).
         tick=rule.tick if requests_per_unit * unit_seconds(unit) * 1000 <= 2**50 else 1000,
     )
-    return (own, *found[1:]), call
+    return (own, *found[1:])
 
 
 def item_call(
@@ -315,13 +303,13 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
         key,
         spec.windows,
         now_ms,
-        asked[1],
-        amount,
-        spec.ttl_ms,
-        charge,
-        asked[3],
-        asked[4],
-        unserved,
+        txn=asked[1],
+        amount=amount,
+        ttl=spec.ttl_ms,
+        charge=charge,
+        force=asked[3],
+        remember=asked[4],
+        unserved=unserved,
     )
     if spec.outbox and kind in (SETTLE, RELEASE):
         call.outbox, call.event = spec.outbox, outbox_event(asked[2])

@@ -19,7 +19,7 @@ from ratelimitd._slots cimport get, offset_of, offsets
 from ratelimitd.budget.calls cimport add_item, arrange, lookup as budget_lookup
 
 from ratelimitd.config import _match
-from ratelimitd.budget.calls import overridden as budget_overridden
+from ratelimitd.budget.calls import relimit as budget_relimit
 from ratelimitd.config.ruleset import Rule, RuleSet
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW, Window
 from ratelimitd.config.keys import MAX_HITS as _MAX_HITS
@@ -207,9 +207,10 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
         found = None
         if limit is not None:
             if budget is not None:  # a budget rule takes the request's limit
-                recognised = budget_overridden(lookup, root, domain, _entries(d), budget, limit)
+                recognised = budget_lookup(lookup, root, domain, _entries(d), budget, None)
                 if recognised is not None:
                     found, call = recognised
+                    found = budget_relimit(found, limit)
                     rule, key, share, _ = found
             if found is None:
                 rule = _override(domain, _entries(d), limit)

@@ -197,6 +197,15 @@ class Pool:
         self._cmds = 0
         conns = self.conns
         limit = self.max_in_flight
+        if conns and cmds <= limit:
+            # The last flush's connection again while it has nothing in flight (a trickle
+            # of calls): its deadline timer is still armed, where the next one's has lapsed
+            # and would be armed, and fire, once per call. Busy ones pass it round-robin.
+            conn = conns[self._rr % len(conns)]
+            if not conn.in_flight:
+                self.writes += 1
+                conn.write(payload, [Batch(fut, cmds)], cmds)
+                return
         idlest = None
         for _ in range(len(conns)):
             self._rr += 1

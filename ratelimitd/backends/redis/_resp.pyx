@@ -3,9 +3,11 @@
 (the pure twin, and the notes); `resp.py` selects one.
 
 The payload is written straight into one bytes object (no per-command formatting), and the
-replies of a flush are handed to its waiters in C: per request, no Python frame.
+replies of a flush are handed to its waiters in C where they are read (`Flush.deliver`,
+`Resolver`): per request and per flush, no Python frame.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -215,15 +217,73 @@ cdef class Sender(Rounds):
                 (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
                 put(pool, kind, self.o_cmds, "_cmds", offset + n)
                 return 0
-        pool.submit(payload, n, waiter)
+        pool.send(payload, n, waiter)
         fut = get(pool, kind, self.o_fut, "_fut")
         if fut is None:  # written at once (it filled the flush)
             self.flush = None
             self.entries = None
         else:
             self.flush = fut
-            self.entries = fut.entries
+            # (a pool made while extensions are off holds the pure one: as the tests do)
+            self.entries = (<Flush>fut).entries if type(fut) is Flush else fut.entries
         return 0
+
+
+@cython.freelist(64)
+cdef class Flush:
+    """One pipelined flush: its waiters and the future of the callers that await it (see
+    `_resp_py.Flush`, and the notes there)."""
+
+    cdef public list entries
+    cdef public object future
+    cdef object loop, receiver
+    cdef bint _done
+
+    def __init__(self, loop, receiver):
+        self.loop = loop
+        self.receiver = receiver
+        self.entries = None
+        self.future = None
+        self._done = False
+
+    def done(self):
+        """Whether it has its replies or its failure."""
+        return self._done
+
+    def set_result(self, result):
+        """Its failure: the waiters get it from the loop (see `_resp_py.Flush`)."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(result)
+        if self.entries is not None:
+            self.loop.call_soon(self.receiver, result, self.entries)
+
+    def deliver(self, replies):
+        """Its replies, read: every waiter gets its own now."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(replies)
+        if self.entries is not None:
+            if type(self.receiver) is Resolver:
+                (<Resolver>self.receiver).resolve(replies, self.entries)
+            else:
+                self.receiver(replies, self.entries)
+
+
+cdef class Resolver:
+    """An instance's `Pool.receiver` (see `_resp_py.Resolver`)."""
+
+    cdef object instance, counts
+
+    def __init__(self, instance):
+        self.instance = instance
+        self.counts = instance._counts
+
+    def __call__(self, replies, list entries):
+        self.resolve(replies, entries)
+
+    cdef void resolve(self, replies, list entries) except *:
+        _resolve(replies, entries, self.instance.breaker, self.counts)
 
 
 cdef class Replies:
@@ -321,6 +381,10 @@ def read_replies(reader, list replies, Py_ssize_t n):
 
 def resolve(replies, list entries, breaker, counts):
     """Give each waiter of one flush its counters (see `_resp_py.resolve`)."""
+    _resolve(replies, entries, breaker, counts)
+
+
+cdef void _resolve(replies, list entries, breaker, counts) except *:
     cdef bint failed = type(replies) is not list
     cdef Py_ssize_t first, offset, n, k, i
     cdef list mine

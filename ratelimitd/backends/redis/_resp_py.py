@@ -4,7 +4,8 @@
 Per request, the INCRBY + EXPIRE commands of its ops in one payload
 (`incrby_expire_ops`), added to its pool's next flush (`Sender`); per pipelined flush, its
 replies parsed (`Replies`) and taken from the parser (`read_replies`: two a request, so the
-loop is per request too) and every waiter of the flush given its counters (`resolve`). The
+loop is per request too) and every waiter of the flush given its counters where they are read
+(`Flush.deliver`, `Resolver`, `resolve`). The
 rest of RESP (control commands, scripts, GET, the connection's batches) runs once per flush
 or rarely, and stays in `resp.py`.
 """
@@ -20,7 +21,15 @@ import hiredis
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError, Op
 
-__all__ = ["Replies", "Sender", "incrby_expire_ops", "read_replies", "resolve"]
+__all__ = [
+    "Flush",
+    "Replies",
+    "Resolver",
+    "Sender",
+    "incrby_expire_ops",
+    "read_replies",
+    "resolve",
+]
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 
@@ -76,8 +85,63 @@ class Sender:
         payload = incrby_expire_ops(ops, self.jitter)
         if payload is None:
             return False
-        self.pool.submit(payload, 2 * len(ops), waiter)
+        self.pool.send(payload, 2 * len(ops), waiter)
         return True
+
+
+class Flush:
+    """One pipelined flush: the waiters `Pool.send` queued on it (`entries`, three items a
+    waiter: the waiter, the offset of its first reply, its number of replies) and the future
+    of the callers that await it (`future`, made for the first of them by `Pool.submit`).
+
+    Its connection completes it as it completes a future (`done`, `set_result`), but the
+    replies read for it reach its waiters at once (`deliver`): no future, done callback and
+    loop pass per flush, which a call alone in the loop (a trickle) paid for by itself.
+    """
+
+    __slots__ = ("_done", "entries", "future", "loop", "receiver")
+
+    def __init__(self, loop: Any, receiver: Any) -> None:
+        self.loop = loop
+        self.receiver = receiver  # (replies, entries) -> None: the instance's `Resolver`
+        self.entries: list[Any] | None = None
+        self.future: Any = None
+        self._done = False
+
+    def done(self) -> bool:
+        """Whether it has its replies or its failure."""
+        return self._done
+
+    def set_result(self, result: Any) -> None:
+        """Its failure (a BackendError instance; or replies): the waiters get it from the
+        loop, as from a done callback, never inside the call that failed it (a flush
+        refused as it is submitted must not answer the decision submitting it)."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(result)
+        if self.entries is not None:
+            self.loop.call_soon(self.receiver, result, self.entries)
+
+    def deliver(self, replies: list[Any]) -> None:
+        """Its replies, read: every waiter gets its own now."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(replies)
+        if self.entries is not None:
+            self.receiver(replies, self.entries)
+
+
+class Resolver:
+    """An instance's `Pool.receiver`: `resolve` with its breaker (looked up per flush: a
+    breaker is given to the instance after its pool) and its `_counts`."""
+
+    def __init__(self, instance: Any) -> None:
+        self.instance = instance
+        self.counts = instance._counts
+
+    def __call__(self, replies: Any, entries: list[Any]) -> None:
+        """Give the waiters of one flush their counters (`resolve`)."""
+        resolve(replies, entries, self.instance.breaker, self.counts)
 
 
 class Replies:

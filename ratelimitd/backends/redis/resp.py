@@ -40,7 +40,15 @@ from ._resp_py import bulk_int
 IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._resp_py import Replies, Sender, incrby_expire_ops, read_replies, resolve  # noqa: F401
+    from ._resp_py import (  # noqa: F401
+        Flush,
+        Replies,
+        Resolver,
+        Sender,
+        incrby_expire_ops,
+        read_replies,
+        resolve,
+    )
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
 implementation = chooser(
@@ -101,16 +109,12 @@ def command(*args: str | bytes | int) -> bytes:
 
 
 class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
-    """The replies of one flush, awaited by every request in it.
+    """The replies of one flush, awaited by every request in it that awaits (`Flush.future`).
 
     A request that is cancelled while waiting must not cancel the flush for the
     others: `cancel` refuses, so the waiting task is cancelled as soon as the flush
     completes (within the request timeout) instead of at once.
     """
-
-    # The waiters of `Pool.submit` on this flush, in order, three items each: waiter, offset
-    # of its first reply, its commands (flat: a request that joins the flush makes no tuple).
-    entries: list[Any] | None = None
 
     def cancel(self, msg: Any = None) -> bool:
         """Refuse (see the class docstring)."""
@@ -118,11 +122,12 @@ class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
 
 
 class Batch:
-    """Commands written together on one connection: a future for their `n` replies."""
+    """Commands written together on one connection: a future (or a `Flush`) for their `n`
+    replies."""
 
     __slots__ = ("deadline", "future", "n", "replies")
 
-    def __init__(self, future: asyncio.Future[Any], n: int) -> None:
+    def __init__(self, future: asyncio.Future[Any] | Flush, n: int) -> None:
         self.future = future
         self.n = n
         self.replies: list[Any] = []
@@ -177,8 +182,20 @@ class RespConnection(asyncio.Protocol):
                     return  # the rest of this batch has not arrived yet
                 pending.popleft()
                 self.in_flight -= batch.n
-                if not batch.future.done():
-                    batch.future.set_result(replies)
+                fut = batch.future
+                if fut.done():
+                    continue
+                if fut.__class__ is not Flush:
+                    fut.set_result(replies)
+                    continue
+                try:
+                    fut.deliver(replies)  # its waiters answered now, not a loop pass later
+                except Exception as exc:  # as the loop reports a failed callback
+                    self.loop.call_exception_handler(
+                        {"message": "resolving a redis flush failed", "exception": exc}
+                    )
+                if self.pending is not pending:
+                    return  # failed while resolving (`_fail_all`): nothing left to read
             if reader.gets() is not False:
                 self.abort("redis sent a reply nobody asked for")
         except hiredis.ProtocolError as exc:

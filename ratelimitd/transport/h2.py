@@ -279,11 +279,12 @@ class H2Protocol(asyncio.Protocol):
         else:
             conn.respond(stream, reply)
         stream.work = None
-        # Every call is answered here: the two checks inline, not a call each.
+        # Every call is answered here: the checks inline, not a call each (`schedule_flush`'s
+        # frame, too: a call answered alone, in a trickle, pays for each by itself).
         if stream.deadline is not None:
             self.server.forget_deadline(stream)
         if not self._receiving and self._flush_handle is None:
-            self.schedule_flush()
+            self._flush_handle = self.server.loop.call_soon(self._flush)
 
     def send_message(self, stream: Stream, message: bytes) -> None:
         """One message of a server-streaming reply."""
@@ -316,7 +317,9 @@ class H2Protocol(asyncio.Protocol):
         conn = self.conn
         if conn is None:
             return
-        self._write(conn.flush())
+        data = conn.flush()  # as `_write`, inline: once per answered call in a trickle
+        if data and not self.transport.is_closing():  # type: ignore[union-attr]
+            self.transport.write(data)  # type: ignore[union-attr]
         if conn.wants_close:
             self._close()
 

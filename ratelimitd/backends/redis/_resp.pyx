@@ -166,14 +166,15 @@ cdef class Sender(Rounds):
     payload joins the flush its pool is building in C, with no Python frame. As a `Rounds`
     it takes a decision's fixed windows as C values (`fixed`), no `Op` made for them.
 
-    The pool (`pool.Pool`) keeps the flush; this reads and writes its slots. Only a
-    request that starts a flush, or would fill one, goes through `Pool.submit` (which
-    opens, schedules or writes it): one in a flush's many.
+    The pool (`pool.Pool`) keeps the flush; this reads and writes its slots, opens a flush
+    and schedules its write (`Pool._flush`, the loop's callback). Only a request that would
+    fill a flush goes through `Pool.send` (which writes it at once).
     """
 
-    cdef object pool, kind
+    cdef object pool, kind, write
     cdef long long jitter
     cdef Py_ssize_t o_conns, o_fut, o_cmds, o_limit, o_buf
+    cdef Py_ssize_t o_loop, o_receiver, o_scheduled, o_window
     # The flush `Pool.submit` last left open and its waiters' list: a request joins it
     # while it is still the pool's.
     cdef object flush
@@ -188,6 +189,11 @@ cdef class Sender(Rounds):
         self.o_cmds = offset_of(self.kind, "_cmds")
         self.o_limit = offset_of(self.kind, "_limit")
         self.o_buf = offset_of(self.kind, "_buf")
+        self.o_loop = offset_of(self.kind, "loop")
+        self.o_receiver = offset_of(self.kind, "receiver")
+        self.o_scheduled = offset_of(self.kind, "_scheduled")
+        self.o_window = offset_of(self.kind, "_window")
+        self.write = pool._flush  # the loop's callback that writes a scheduled flush
 
     def __call__(self, ops, waiter):
         payload = _incrby_expire(ops, self.jitter)
@@ -209,13 +215,17 @@ cdef class Sender(Rounds):
         if fut is not None and fut is self.flush and get(pool, kind, self.o_conns, "conns"):
             offset = get(pool, kind, self.o_cmds, "_cmds")
             if offset + n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
-                # `Pool.submit` for a request that neither opens nor fills the flush
+                # `Pool.send` for a request that neither opens nor fills the flush
                 entries = self.entries
                 entries.append(waiter)
                 entries.append(offset)
                 entries.append(n)
                 (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
                 put(pool, kind, self.o_cmds, "_cmds", offset + n)
+                return 0
+        elif fut is None and get(pool, kind, self.o_conns, "conns"):
+            if n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
+                self._open(payload, n, waiter)
                 return 0
         pool.send(payload, n, waiter)
         fut = get(pool, kind, self.o_fut, "_fut")
@@ -227,6 +237,28 @@ cdef class Sender(Rounds):
             # (a pool made while extensions are off holds the pure one: as the tests do)
             self.entries = (<Flush>fut).entries if type(fut) is Flush else fut.entries
         return 0
+
+    cdef void _open(self, bytes payload, Py_ssize_t n, waiter) except *:
+        """`Pool.send` for a request that opens a flush and does not fill it: the flush made
+        and its write scheduled (once), as `Pool._queue` and `Pool._queued` do."""
+        cdef Flush flush
+        pool = self.pool
+        kind = self.kind
+        loop = get(pool, kind, self.o_loop, "loop")
+        flush = Flush(loop, get(pool, kind, self.o_receiver, "receiver"))
+        flush.entries = [waiter, 0, n]
+        (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
+        put(pool, kind, self.o_fut, "_fut", flush)
+        put(pool, kind, self.o_cmds, "_cmds", n)
+        self.flush = flush
+        self.entries = flush.entries
+        if not get(pool, kind, self.o_scheduled, "_scheduled"):
+            put(pool, kind, self.o_scheduled, "_scheduled", True)
+            window = get(pool, kind, self.o_window, "_window")
+            if window:
+                loop.call_later(window, self.write, True)
+            else:
+                loop.call_soon(self.write, True)
 
 
 @cython.freelist(64)

@@ -70,8 +70,8 @@ class Sender:
     is a script's (`incr_expire` awaits those: their scripts may need a second round).
     Raises BackendError when the pool has no connection.
 
-    The compiled twin joins the flush being built without calling `Pool.submit`: per request
-    no Python frame, where this one runs two. It is also a `backends._rounds.Rounds`: the
+    The compiled twin opens or joins the flush being built without calling `Pool.send`: per
+    request no Python frame, where this one runs four. It is also a `backends._rounds.Rounds`: the
     compiled decision hands it a plan's fixed windows as C values (key, hits, seconds), so
     such a plan makes no `Op`; this twin takes `Op`s only.
     """

@@ -189,18 +189,19 @@ class Pool:
             loop = self.loop
             assert loop is not None  # a connection exists, so the pool was opened
             if self._window:
-                loop.call_later(self._window, self._scheduled_flush)
+                loop.call_later(self._window, self._flush, True)
             else:
-                loop.call_soon(self._scheduled_flush)
+                loop.call_soon(self._flush, True)
 
-    def _scheduled_flush(self) -> None:
-        self._scheduled = False
-        if self._fut is not None:
-            self._flush()
-
-    def _flush(self) -> None:
+    def _flush(self, scheduled: bool = False) -> None:
+        """Write the flush being built (`scheduled`: the loop's callback, which finds none
+        when the flush filled up and was written at once)."""
+        if scheduled:
+            self._scheduled = False
         fut = self._fut
-        assert fut is not None
+        if fut is None:
+            assert scheduled
+            return
         cmds = self._cmds
         payload = b"".join(self._buf)
         self._buf = []

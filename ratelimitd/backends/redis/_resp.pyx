@@ -397,6 +397,10 @@ cdef class Replies:
 
 def read_replies(reader, list replies, Py_ssize_t n):
     """Append up to `n` replies from `reader`; whether all `n` came (see `_resp_py`)."""
+    return _read_replies(reader, replies, n)
+
+
+cdef bint _read_replies(reader, list replies, Py_ssize_t n) except -1:
     cdef Py_ssize_t k
     cdef Replies own = None
     if type(reader) is Replies:
@@ -446,3 +450,80 @@ cdef void _resolve(replies, list entries, breaker, counts) except *:
             else:
                 breaker.failures = 0
         waiter(result)
+
+
+@cython.freelist(64)
+cdef class Batch:
+    """Commands written together on one connection (see `_resp_py.Batch`)."""
+
+    cdef public object future
+    cdef public Py_ssize_t n
+    cdef public list replies
+    cdef public double deadline
+
+    def __init__(self, future, Py_ssize_t n):
+        self.future = future
+        self.n = n
+        self.replies = []
+        self.deadline = 0.0
+
+
+def received(conn, bytes data):
+    """`RespConnection.data_received`, compiled (see `_resp_py.received`)."""
+    cdef Batch batch
+    reader = conn._reader
+    reader.feed(data)
+    pending = conn.pending
+    try:
+        while pending:
+            batch = <Batch?>pending[0]
+            if not _read_replies(reader, batch.replies, batch.n - len(batch.replies)):
+                return  # the rest of this batch has not arrived yet
+            pending.popleft()
+            conn.in_flight -= batch.n
+            fut = batch.future
+            if type(fut) is not Flush:
+                if not fut.done():
+                    fut.set_result(batch.replies)
+                continue
+            if (<Flush>fut)._done:
+                continue
+            try:
+                (<Flush>fut).deliver(batch.replies)
+            except Exception as exc:  # as the loop reports a failed callback
+                conn.loop.call_exception_handler(
+                    {"message": "resolving a redis flush failed", "exception": exc}
+                )
+            if conn.pending is not pending:
+                return  # failed while resolving (`_fail_all`): nothing left to read
+        if reader.gets() is not False:
+            conn.abort("redis sent a reply nobody asked for")
+    except hiredis.ProtocolError as exc:
+        conn.abort(f"redis protocol error: {exc}")
+
+
+def written(conn, bytes payload, list batches, Py_ssize_t commands, double timeout=0.0):
+    """`RespConnection.write`, compiled (see `_resp_py.written`)."""
+    cdef Batch b
+    cdef double deadline
+    if conn.closed or conn.transport is None:
+        err = BackendError("redis connection closed")
+        for b in batches:
+            if not b.future.done():
+                b.future.set_result(err)
+        return
+    loop = conn.loop
+    deadline = loop.time() + (timeout or conn.timeout)
+    pending = conn.pending
+    for b in batches:
+        b.deadline = deadline
+        pending.append(b)
+    conn.in_flight += commands
+    conn.writes += 1
+    conn.transport.write(payload)
+    timer = conn._timer
+    if timer is None:
+        conn._timer = loop.call_at(deadline, conn._check_deadline)
+    elif deadline < timer.when():  # armed for a longer handshake deadline
+        timer.cancel()
+        conn._timer = loop.call_at(deadline, conn._check_deadline)

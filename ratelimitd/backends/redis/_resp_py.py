@@ -5,7 +5,9 @@ Per request, the INCRBY + EXPIRE commands of its ops in one payload
 (`incrby_expire_ops`), added to its pool's next flush (`Sender`); per pipelined flush, its
 replies parsed (`Replies`) and taken from the parser (`read_replies`: two a request, so the
 loop is per request too) and every waiter of the flush given its counters where they are read
-(`Flush.deliver`, `Resolver`, `resolve`). The
+(`Flush.deliver`, `Resolver`, `resolve`). A connection's two methods that run once a round,
+`RespConnection.data_received` and `write`, are `received` and `written` here: bound to the
+class, compiled, they run no Python frame. The
 rest of RESP (control commands, scripts, GET, the connection's batches) runs once per flush
 or rarely, and stays in `resp.py`.
 """
@@ -22,13 +24,16 @@ from ...config.windows import FIXED_WINDOW
 from ..base import BackendError, Op
 
 __all__ = [
+    "Batch",
     "Flush",
     "Replies",
     "Resolver",
     "Sender",
     "incrby_expire_ops",
     "read_replies",
+    "received",
     "resolve",
+    "written",
 ]
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
@@ -211,3 +216,78 @@ def resolve(
             else:
                 breaker.failures = 0
         waiter(result)
+
+
+class Batch:
+    """Commands written together on one connection: a future (or a `Flush`) for their `n`
+    replies."""
+
+    __slots__ = ("deadline", "future", "n", "replies")
+
+    def __init__(self, future: Any, n: int) -> None:
+        self.future = future
+        self.n = n
+        self.replies: list[Any] = []
+        self.deadline = 0.0
+
+
+def received(conn: Any, data: bytes) -> None:
+    """`RespConnection.data_received`: parse replies and complete the batches they finish,
+    in order; a flush's waiters get theirs at once (`Flush.deliver`)."""
+    reader = conn._reader
+    reader.feed(data)
+    pending = conn.pending
+    try:
+        while pending:
+            batch = pending[0]
+            replies = batch.replies
+            if not read_replies(reader, replies, batch.n - len(replies)):
+                return  # the rest of this batch has not arrived yet
+            pending.popleft()
+            conn.in_flight -= batch.n
+            fut = batch.future
+            if fut.done():
+                continue
+            if fut.__class__ is not Flush:
+                fut.set_result(replies)
+                continue
+            try:
+                fut.deliver(replies)
+            except Exception as exc:  # as the loop reports a failed callback
+                conn.loop.call_exception_handler(
+                    {"message": "resolving a redis flush failed", "exception": exc}
+                )
+            if conn.pending is not pending:
+                return  # failed while resolving (`_fail_all`): nothing left to read
+        if reader.gets() is not False:
+            conn.abort("redis sent a reply nobody asked for")
+    except hiredis.ProtocolError as exc:
+        conn.abort(f"redis protocol error: {exc}")
+
+
+def written(
+    conn: Any, payload: bytes, batches: list[Batch], commands: int, timeout: float = 0.0
+) -> None:
+    """`RespConnection.write`: write one flush (the payloads of `batches`, `commands`
+    commands in all), its batches now due, the connection's deadline timer armed."""
+    if conn.closed or conn.transport is None:
+        err = BackendError("redis connection closed")
+        for b in batches:
+            if not b.future.done():
+                b.future.set_result(err)
+        return
+    loop = conn.loop
+    deadline = loop.time() + (timeout or conn.timeout)
+    pending = conn.pending
+    for b in batches:
+        b.deadline = deadline
+        pending.append(b)
+    conn.in_flight += commands
+    conn.writes += 1
+    conn.transport.write(payload)
+    timer = conn._timer
+    if timer is None:
+        conn._timer = loop.call_at(deadline, conn._check_deadline)
+    elif deadline < timer.when():  # armed for a longer handshake deadline
+        timer.cancel()
+        conn._timer = loop.call_at(deadline, conn._check_deadline)

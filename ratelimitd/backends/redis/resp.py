@@ -41,13 +41,16 @@ IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
     from ._resp_py import (  # noqa: F401
+        Batch,
         Flush,
         Replies,
         Resolver,
         Sender,
         incrby_expire_ops,
         read_replies,
+        received,
         resolve,
+        written,
     )
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
@@ -121,19 +124,6 @@ class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
         return False
 
 
-class Batch:
-    """Commands written together on one connection: a future (or a `Flush`) for their `n`
-    replies."""
-
-    __slots__ = ("deadline", "future", "n", "replies")
-
-    def __init__(self, future: asyncio.Future[Any] | Flush, n: int) -> None:
-        self.future = future
-        self.n = n
-        self.replies: list[Any] = []
-        self.deadline = 0.0
-
-
 class RespConnection(asyncio.Protocol):
     """One Redis connection: writes flushed payloads, dispatches replies to batches.
 
@@ -169,37 +159,9 @@ class RespConnection(asyncio.Protocol):
         """Keep the transport."""
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
-        """Parse replies and complete the batches they finish, in order."""
-        reader = self._reader
-        reader.feed(data)
-        pending = self.pending
-        try:
-            while pending:
-                batch = pending[0]
-                replies = batch.replies
-                if not read_replies(reader, replies, batch.n - len(replies)):
-                    return  # the rest of this batch has not arrived yet
-                pending.popleft()
-                self.in_flight -= batch.n
-                fut = batch.future
-                if fut.done():
-                    continue
-                if fut.__class__ is not Flush:
-                    fut.set_result(replies)
-                    continue
-                try:
-                    fut.deliver(replies)  # its waiters answered now, not a loop pass later
-                except Exception as exc:  # as the loop reports a failed callback
-                    self.loop.call_exception_handler(
-                        {"message": "resolving a redis flush failed", "exception": exc}
-                    )
-                if self.pending is not pending:
-                    return  # failed while resolving (`_fail_all`): nothing left to read
-            if reader.gets() is not False:
-                self.abort("redis sent a reply nobody asked for")
-        except hiredis.ProtocolError as exc:
-            self.abort(f"redis protocol error: {exc}")
+    # The two methods run once a round, in the twins (compiled: no Python frame each).
+    data_received = received  # parse replies, complete the batches they finish, in order
+    write = written  # write one flush: its batches due, the deadline timer armed
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail what is pending and tell the owner."""
@@ -212,31 +174,6 @@ class RespConnection(asyncio.Protocol):
             on_lost(self)
 
     # writing ----------------------------------------------------------------------
-
-    def write(
-        self, payload: bytes, batches: list[Batch], commands: int, timeout: float = 0.0
-    ) -> None:
-        """Write one flush (the payloads of `batches`, `commands` commands in all)."""
-        if self.closed or self.transport is None:
-            err = BackendError("redis connection closed")
-            for b in batches:
-                if not b.future.done():
-                    b.future.set_result(err)
-            return
-        deadline = self.loop.time() + (timeout or self.timeout)
-        pending = self.pending
-        for b in batches:
-            b.deadline = deadline
-            pending.append(b)
-        self.in_flight += commands
-        self.writes += 1
-        self.transport.write(payload)
-        timer = self._timer
-        if timer is None:
-            self._timer = self.loop.call_at(deadline, self._check_deadline)
-        elif deadline < timer.when():  # armed for a longer handshake deadline
-            timer.cancel()
-            self._timer = self.loop.call_at(deadline, self._check_deadline)
 
     async def call(self, payload: bytes, n: int, timeout: float) -> list[Any]:
         """Send commands outside the pipeline (handshake, control plane); their replies."""

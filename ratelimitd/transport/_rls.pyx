@@ -28,11 +28,13 @@ from ratelimitd.service import Snapshot
 from ratelimitd.stats.store import ServiceStats
 from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
 from ratelimitd.transport._wire import decode_request as _decode_request, decoded_size
+from ratelimitd.transport.h2 import H2Protocol
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response
 cdef object REFUSAL = Refusal
 cdef object COROUTINE = CoroutineType
+cdef object H2_PROTOCOL = H2Protocol
 
 cdef class SyncRoute
 cdef class SendRoute
@@ -387,6 +389,26 @@ cdef class SendRoute:
         except Exception as err:
             code, reply = c.failure(err)
         c._done(p.started, code, reply)
-        # Answered after the read that brought it: the connection may be gone, the call
-        # may have a deadline to drop and a flush to schedule, as `answer` sees to.
-        p.proto.answer(p.stream, code, reply)
+        _answer_later(p.proto, p.stream, code, reply)
+
+
+cdef inline void _answer_later(proto, stream, code, reply) except *:
+    """`H2Protocol.answer` for a call answered after the read that brought it (its store's
+    round over), in C: the connection may be gone, the call may have a deadline to drop, and
+    the connection's flush is scheduled once for the loop pass. Another protocol (a test's,
+    a transport's twin) gets its own `answer`."""
+    if type(proto) is not H2_PROTOCOL:
+        proto.answer(stream, code, reply)
+        return
+    conn = proto.conn
+    if conn is None:
+        return
+    if code:
+        conn.finish(stream, code, reply)
+    else:
+        conn.respond(stream, reply)
+    stream.work = None
+    if stream.deadline is not None:
+        proto.server.forget_deadline(stream)
+    if not proto._receiving and proto._flush_handle is None:
+        proto._flush_handle = proto.server.loop.call_soon(proto._flush)

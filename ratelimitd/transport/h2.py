@@ -270,7 +270,9 @@ class H2Protocol(asyncio.Protocol):
         """Finish a unary call: the reply bytes when `code` is 0, else that status.
 
         (The compiled routes answer a call decided within the read that completed it on
-        the connection itself: there is nothing else to do for it then.)"""
+        the connection itself: there is nothing else to do for it then; and one answered
+        after its store's round with `_rls._answer_later`, this method in C: keep them
+        alike.)"""
         conn = self.conn
         if conn is None:
             return

@@ -167,14 +167,15 @@ cdef class Sender(Rounds):
     it takes a decision's fixed windows as C values (`fixed`), no `Op` made for them.
 
     The pool (`pool.Pool`) keeps the flush; this reads and writes its slots, opens a flush
-    and schedules its write (`Pool._flush`, the loop's callback). Only a request that would
-    fill a flush goes through `Pool.send` (which writes it at once).
+    and schedules its write (`write`, the loop's callback: `Pool._flush` in C for a trickle).
+    Only a request that would fill a flush goes through `Pool.send` (which writes it at
+    once).
     """
 
-    cdef object pool, kind, write
+    cdef object pool, kind
     cdef long long jitter
     cdef Py_ssize_t o_conns, o_fut, o_cmds, o_limit, o_buf
-    cdef Py_ssize_t o_loop, o_receiver, o_scheduled, o_window
+    cdef Py_ssize_t o_loop, o_receiver, o_scheduled, o_window, o_rr, o_writes, o_most
     # The flush `Pool.submit` last left open and its waiters' list: a request joins it
     # while it is still the pool's.
     cdef object flush
@@ -193,7 +194,9 @@ cdef class Sender(Rounds):
         self.o_receiver = offset_of(self.kind, "receiver")
         self.o_scheduled = offset_of(self.kind, "_scheduled")
         self.o_window = offset_of(self.kind, "_window")
-        self.write = pool._flush  # the loop's callback that writes a scheduled flush
+        self.o_rr = offset_of(self.kind, "_rr")
+        self.o_writes = offset_of(self.kind, "writes")
+        self.o_most = offset_of(self.kind, "max_in_flight")
 
     def __call__(self, ops, waiter):
         payload = _incrby_expire(ops, self.jitter)
@@ -259,6 +262,33 @@ cdef class Sender(Rounds):
                 loop.call_later(window, self.write, True)
             else:
                 loop.call_soon(self.write, True)
+
+    def write(self, bint scheduled=False):
+        """`Pool._flush`, the loop's callback for a flush this opened: written here when
+        the last flush's connection has nothing in flight (a trickle of calls), else by
+        `Pool._flush` (its round-robin over busy connections, its failures)."""
+        cdef list conns
+        cdef Py_ssize_t cmds
+        pool = self.pool
+        kind = self.kind
+        if scheduled:
+            put(pool, kind, self.o_scheduled, "_scheduled", False)
+        fut = get(pool, kind, self.o_fut, "_fut")
+        if fut is None:  # it filled up and was written at once
+            return
+        conns = <list>get(pool, kind, self.o_conns, "conns")
+        cmds = get(pool, kind, self.o_cmds, "_cmds")
+        if conns and cmds <= <Py_ssize_t>get(pool, kind, self.o_most, "max_in_flight"):
+            conn = conns[<Py_ssize_t>get(pool, kind, self.o_rr, "_rr") % len(conns)]
+            if not conn.in_flight:
+                payload = b"".join(<list>get(pool, kind, self.o_buf, "_buf"))
+                put(pool, kind, self.o_buf, "_buf", [])
+                put(pool, kind, self.o_fut, "_fut", None)
+                put(pool, kind, self.o_cmds, "_cmds", 0)
+                put(pool, kind, self.o_writes, "writes", get(pool, kind, self.o_writes, "writes") + 1)
+                conn.write(payload, [Batch(fut, cmds)], cmds)
+                return
+        pool._flush()
 
 
 @cython.freelist(64)

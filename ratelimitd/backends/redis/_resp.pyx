@@ -286,7 +286,7 @@ cdef class Sender(Rounds):
                 put(pool, kind, self.o_fut, "_fut", None)
                 put(pool, kind, self.o_cmds, "_cmds", 0)
                 put(pool, kind, self.o_writes, "writes", get(pool, kind, self.o_writes, "writes") + 1)
-                conn.write(payload, [Batch(fut, cmds)], cmds)
+                _written(conn, payload, [Batch(fut, cmds)], cmds, 0.0)  # `conn.write`
                 return
         pool._flush()
 
@@ -366,6 +366,9 @@ cdef class Replies:
 
     def feed(self, bytes data):
         """Bytes read from the connection."""
+        self._feed(data)
+
+    cdef void _feed(self, bytes data) except *:
         if self.slow:
             self.reader.feed(data)
         elif self.pos < len(self.buf):  # a reply cut by the read: rare
@@ -502,7 +505,10 @@ def received(conn, bytes data):
     """`RespConnection.data_received`, compiled (see `_resp_py.received`)."""
     cdef Batch batch
     reader = conn._reader
-    reader.feed(data)
+    if type(reader) is Replies:
+        (<Replies>reader)._feed(data)
+    else:
+        reader.feed(data)
     pending = conn.pending
     try:
         while pending:
@@ -526,7 +532,8 @@ def received(conn, bytes data):
                 )
             if conn.pending is not pending:
                 return  # failed while resolving (`_fail_all`): nothing left to read
-        if reader.gets() is not False:
+        rest = (<Replies>reader)._get() if type(reader) is Replies else reader.gets()
+        if rest is not False:
             conn.abort("redis sent a reply nobody asked for")
     except hiredis.ProtocolError as exc:
         conn.abort(f"redis protocol error: {exc}")
@@ -534,6 +541,10 @@ def received(conn, bytes data):
 
 def written(conn, bytes payload, list batches, Py_ssize_t commands, double timeout=0.0):
     """`RespConnection.write`, compiled (see `_resp_py.written`)."""
+    _written(conn, payload, batches, commands, timeout)
+
+
+cdef void _written(conn, bytes payload, list batches, Py_ssize_t commands, double timeout) except *:
     cdef Batch b
     cdef double deadline
     if conn.closed or conn.transport is None:

@@ -132,6 +132,23 @@ class RespConnection(asyncio.Protocol):
     timed out; callers check the type instead of catching (no unretrieved exceptions).
     """
 
+    # Slots: the compiled methods (`received`, `written`) read and write these once a round.
+    __slots__ = (
+        "_lost",
+        "_reader",
+        "_timer",
+        "closed",
+        "in_flight",
+        "local_close",
+        "loop",
+        "on_lost",
+        "on_timeout",
+        "pending",
+        "timeout",
+        "transport",
+        "writes",
+    )
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,

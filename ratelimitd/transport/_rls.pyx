@@ -35,6 +35,10 @@ cdef object RESPONSE = Response
 cdef object REFUSAL = Refusal
 cdef object COROUTINE = CoroutineType
 cdef object H2_PROTOCOL = H2Protocol
+cdef Py_ssize_t H_CONN = offset_of(H2Protocol, "conn")
+cdef Py_ssize_t H_SERVER = offset_of(H2Protocol, "server")
+cdef Py_ssize_t H_RECEIVING = offset_of(H2Protocol, "_receiving")
+cdef Py_ssize_t H_FLUSH = offset_of(H2Protocol, "_flush_handle")
 
 cdef class SyncRoute
 cdef class SendRoute
@@ -400,7 +404,7 @@ cdef inline void _answer_later(proto, stream, code, reply) except *:
     if type(proto) is not H2_PROTOCOL:
         proto.answer(stream, code, reply)
         return
-    conn = proto.conn
+    conn = get(proto, H2_PROTOCOL, H_CONN, "conn")
     if conn is None:
         return
     if code:
@@ -409,6 +413,10 @@ cdef inline void _answer_later(proto, stream, code, reply) except *:
         conn.respond(stream, reply)
     stream.work = None
     if stream.deadline is not None:
-        proto.server.forget_deadline(stream)
-    if not proto._receiving and proto._flush_handle is None:
-        proto._flush_handle = proto.server.loop.call_soon(proto._flush)
+        get(proto, H2_PROTOCOL, H_SERVER, "server").forget_deadline(stream)
+    if (
+        not get(proto, H2_PROTOCOL, H_RECEIVING, "_receiving")
+        and get(proto, H2_PROTOCOL, H_FLUSH, "_flush_handle") is None
+    ):
+        loop = get(proto, H2_PROTOCOL, H_SERVER, "server").loop
+        put(proto, H2_PROTOCOL, H_FLUSH, "_flush_handle", loop.call_soon(proto._flush))

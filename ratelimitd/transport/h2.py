@@ -64,6 +64,23 @@ Dispatch = Callable[[Stream, "H2Protocol"], None]
 class H2Protocol(asyncio.Protocol):
     """One HTTP/2 connection."""
 
+    # Slots: the compiled routes read several of these per call (`_rls._answer_later`).
+    __slots__ = (
+        "_admitted",
+        "_dispatch",
+        "_early",
+        "_flush_handle",
+        "_handshake",
+        "_lingering",
+        "_receiving",
+        "_timers",
+        "accepted",
+        "conn",
+        "paused_since",
+        "server",
+        "transport",
+    )
+
     def __init__(self, server: H2Server) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None

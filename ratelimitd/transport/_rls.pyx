@@ -349,7 +349,7 @@ cdef class SendRoute:
                 c._done(started, OK, reply)
                 _answer_now(proto, stream, OK, reply)
                 return
-        conn = proto.conn
+        conn = get(proto, H2_PROTOCOL, H_CONN, "conn")
         # Its request, decoded, stays in memory while the decision waits: counted in the
         # process's buffers until it is answered (refused at once when they are full).
         if not conn.hold(stream, request_size(data) if self.wire_size else self.size(data)):

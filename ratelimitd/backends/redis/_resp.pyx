@@ -563,8 +563,8 @@ cdef void _written(conn, bytes payload, list batches, Py_ssize_t commands, doubl
     conn.writes += 1
     conn.transport.write(payload)
     timer = conn._timer
-    if timer is None:
+    if timer is None or deadline < conn._timer_at:  # or armed for a longer handshake's
+        if timer is not None:
+            timer.cancel()
         conn._timer = loop.call_at(deadline, conn._check_deadline)
-    elif deadline < timer.when():  # armed for a longer handshake deadline
-        timer.cancel()
-        conn._timer = loop.call_at(deadline, conn._check_deadline)
+        conn._timer_at = deadline

@@ -137,6 +137,7 @@ class RespConnection(asyncio.Protocol):
         "_lost",
         "_reader",
         "_timer",
+        "_timer_at",
         "closed",
         "in_flight",
         "local_close",
@@ -166,6 +167,7 @@ class RespConnection(asyncio.Protocol):
         self.local_close = False
         self._reader = Replies()
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when `_timer` fires (loop time)
         self._lost: asyncio.Future[None] = loop.create_future()
         # Told how many commands a deadline check failed (the pool logs them).
         self.on_timeout: Callable[[int], None] | None = None
@@ -229,6 +231,7 @@ class RespConnection(asyncio.Protocol):
         if failed and self.on_timeout is not None:
             self.on_timeout(failed)
         self._timer = self.loop.call_at(next_check, self._check_deadline)
+        self._timer_at = next_check
 
     def abort(self, reason: str) -> None:
         """Give up on this connection: fail what is pending, close the transport."""

@@ -28,11 +28,17 @@ from ratelimitd.service import Snapshot
 from ratelimitd.stats.store import ServiceStats
 from ratelimitd.grpcstatus import CANCELLED, OK, RESOURCE_EXHAUSTED
 from ratelimitd.transport._wire import decode_request as _decode_request, decoded_size
+from ratelimitd.transport.h2 import H2Protocol
 
 cdef object PERF_COUNTER = time.perf_counter
 cdef object RESPONSE = Response
 cdef object REFUSAL = Refusal
 cdef object COROUTINE = CoroutineType
+cdef object H2_PROTOCOL = H2Protocol
+cdef Py_ssize_t H_CONN = offset_of(H2Protocol, "conn")
+cdef Py_ssize_t H_SERVER = offset_of(H2Protocol, "server")
+cdef Py_ssize_t H_RECEIVING = offset_of(H2Protocol, "_receiving")
+cdef Py_ssize_t H_FLUSH = offset_of(H2Protocol, "_flush_handle")
 
 cdef class SyncRoute
 cdef class SendRoute
@@ -343,7 +349,7 @@ cdef class SendRoute:
                 c._done(started, OK, reply)
                 _answer_now(proto, stream, OK, reply)
                 return
-        conn = proto.conn
+        conn = get(proto, H2_PROTOCOL, H_CONN, "conn")
         # Its request, decoded, stays in memory while the decision waits: counted in the
         # process's buffers until it is answered (refused at once when they are full).
         if not conn.hold(stream, request_size(data) if self.wire_size else self.size(data)):
@@ -387,6 +393,30 @@ cdef class SendRoute:
         except Exception as err:
             code, reply = c.failure(err)
         c._done(p.started, code, reply)
-        # Answered after the read that brought it: the connection may be gone, the call
-        # may have a deadline to drop and a flush to schedule, as `answer` sees to.
-        p.proto.answer(p.stream, code, reply)
+        _answer_later(p.proto, p.stream, code, reply)
+
+
+cdef inline void _answer_later(proto, stream, code, reply) except *:
+    """`H2Protocol.answer` for a call answered after the read that brought it (its store's
+    round over), in C: the connection may be gone, the call may have a deadline to drop, and
+    the connection's flush is scheduled once for the loop pass. Another protocol (a test's,
+    a transport's twin) gets its own `answer`."""
+    if type(proto) is not H2_PROTOCOL:
+        proto.answer(stream, code, reply)
+        return
+    conn = get(proto, H2_PROTOCOL, H_CONN, "conn")
+    if conn is None:
+        return
+    if code:
+        conn.finish(stream, code, reply)
+    else:
+        conn.respond(stream, reply)
+    stream.work = None
+    if stream.deadline is not None:
+        get(proto, H2_PROTOCOL, H_SERVER, "server").forget_deadline(stream)
+    if (
+        not get(proto, H2_PROTOCOL, H_RECEIVING, "_receiving")
+        and get(proto, H2_PROTOCOL, H_FLUSH, "_flush_handle") is None
+    ):
+        loop = get(proto, H2_PROTOCOL, H_SERVER, "server").loop
+        put(proto, H2_PROTOCOL, H_FLUSH, "_flush_handle", loop.call_soon(proto._flush))

@@ -64,6 +64,23 @@ Dispatch = Callable[[Stream, "H2Protocol"], None]
 class H2Protocol(asyncio.Protocol):
     """One HTTP/2 connection."""
 
+    # Slots: the compiled routes read several of these per call (`_rls._answer_later`).
+    __slots__ = (
+        "_admitted",
+        "_dispatch",
+        "_early",
+        "_flush_handle",
+        "_handshake",
+        "_lingering",
+        "_receiving",
+        "_timers",
+        "accepted",
+        "conn",
+        "paused_since",
+        "server",
+        "transport",
+    )
+
     def __init__(self, server: H2Server) -> None:
         self.server = server
         self.transport: asyncio.Transport | None = None
@@ -270,7 +287,9 @@ class H2Protocol(asyncio.Protocol):
         """Finish a unary call: the reply bytes when `code` is 0, else that status.
 
         (The compiled routes answer a call decided within the read that completed it on
-        the connection itself: there is nothing else to do for it then.)"""
+        the connection itself: there is nothing else to do for it then; and one answered
+        after its store's round with `_rls._answer_later`, this method in C: keep them
+        alike.)"""
         conn = self.conn
         if conn is None:
             return
@@ -279,11 +298,12 @@ class H2Protocol(asyncio.Protocol):
         else:
             conn.respond(stream, reply)
         stream.work = None
-        # Every call is answered here: the two checks inline, not a call each.
+        # Every call is answered here: the checks inline, not a call each (`schedule_flush`'s
+        # frame, too: a call answered alone, in a trickle, pays for each by itself).
         if stream.deadline is not None:
             self.server.forget_deadline(stream)
         if not self._receiving and self._flush_handle is None:
-            self.schedule_flush()
+            self._flush_handle = self.server.loop.call_soon(self._flush)
 
     def send_message(self, stream: Stream, message: bytes) -> None:
         """One message of a server-streaming reply."""
@@ -316,7 +336,9 @@ class H2Protocol(asyncio.Protocol):
         conn = self.conn
         if conn is None:
             return
-        self._write(conn.flush())
+        data = conn.flush()  # as `_write`, inline: once per answered call in a trickle
+        if data and not self.transport.is_closing():  # type: ignore[union-attr]
+            self.transport.write(data)  # type: ignore[union-attr]
         if conn.wants_close:
             self._close()
 

@@ -3,9 +3,11 @@
 (the pure twin, and the notes); `resp.py` selects one.
 
 The payload is written straight into one bytes object (no per-command formatting), and the
-replies of a flush are handed to its waiters in C: per request, no Python frame.
+replies of a flush are handed to its waiters in C where they are read (`Flush.deliver`,
+`Resolver`): per request and per flush, no Python frame.
 """
 
+cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -164,14 +166,16 @@ cdef class Sender(Rounds):
     payload joins the flush its pool is building in C, with no Python frame. As a `Rounds`
     it takes a decision's fixed windows as C values (`fixed`), no `Op` made for them.
 
-    The pool (`pool.Pool`) keeps the flush; this reads and writes its slots. Only a
-    request that starts a flush, or would fill one, goes through `Pool.submit` (which
-    opens, schedules or writes it): one in a flush's many.
+    The pool (`pool.Pool`) keeps the flush; this reads and writes its slots, opens a flush
+    and schedules its write (`write`, the loop's callback: `Pool._flush` in C for a trickle).
+    Only a request that would fill a flush goes through `Pool.send` (which writes it at
+    once).
     """
 
     cdef object pool, kind
     cdef long long jitter
     cdef Py_ssize_t o_conns, o_fut, o_cmds, o_limit, o_buf
+    cdef Py_ssize_t o_loop, o_receiver, o_scheduled, o_window, o_rr, o_writes, o_most
     # The flush `Pool.submit` last left open and its waiters' list: a request joins it
     # while it is still the pool's.
     cdef object flush
@@ -186,6 +190,13 @@ cdef class Sender(Rounds):
         self.o_cmds = offset_of(self.kind, "_cmds")
         self.o_limit = offset_of(self.kind, "_limit")
         self.o_buf = offset_of(self.kind, "_buf")
+        self.o_loop = offset_of(self.kind, "loop")
+        self.o_receiver = offset_of(self.kind, "receiver")
+        self.o_scheduled = offset_of(self.kind, "_scheduled")
+        self.o_window = offset_of(self.kind, "_window")
+        self.o_rr = offset_of(self.kind, "_rr")
+        self.o_writes = offset_of(self.kind, "writes")
+        self.o_most = offset_of(self.kind, "max_in_flight")
 
     def __call__(self, ops, waiter):
         payload = _incrby_expire(ops, self.jitter)
@@ -207,7 +218,7 @@ cdef class Sender(Rounds):
         if fut is not None and fut is self.flush and get(pool, kind, self.o_conns, "conns"):
             offset = get(pool, kind, self.o_cmds, "_cmds")
             if offset + n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
-                # `Pool.submit` for a request that neither opens nor fills the flush
+                # `Pool.send` for a request that neither opens nor fills the flush
                 entries = self.entries
                 entries.append(waiter)
                 entries.append(offset)
@@ -215,15 +226,126 @@ cdef class Sender(Rounds):
                 (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
                 put(pool, kind, self.o_cmds, "_cmds", offset + n)
                 return 0
-        pool.submit(payload, n, waiter)
+        elif fut is None and get(pool, kind, self.o_conns, "conns"):
+            if n < <Py_ssize_t>get(pool, kind, self.o_limit, "_limit"):
+                self._open(payload, n, waiter)
+                return 0
+        pool.send(payload, n, waiter)
         fut = get(pool, kind, self.o_fut, "_fut")
         if fut is None:  # written at once (it filled the flush)
             self.flush = None
             self.entries = None
         else:
             self.flush = fut
-            self.entries = fut.entries
+            # (a pool made while extensions are off holds the pure one: as the tests do)
+            self.entries = (<Flush>fut).entries if type(fut) is Flush else fut.entries
         return 0
+
+    cdef void _open(self, bytes payload, Py_ssize_t n, waiter) except *:
+        """`Pool.send` for a request that opens a flush and does not fill it: the flush made
+        and its write scheduled (once), as `Pool._queue` and `Pool._queued` do."""
+        cdef Flush flush
+        pool = self.pool
+        kind = self.kind
+        loop = get(pool, kind, self.o_loop, "loop")
+        flush = Flush(loop, get(pool, kind, self.o_receiver, "receiver"))
+        flush.entries = [waiter, 0, n]
+        (<list>get(pool, kind, self.o_buf, "_buf")).append(payload)
+        put(pool, kind, self.o_fut, "_fut", flush)
+        put(pool, kind, self.o_cmds, "_cmds", n)
+        self.flush = flush
+        self.entries = flush.entries
+        if not get(pool, kind, self.o_scheduled, "_scheduled"):
+            put(pool, kind, self.o_scheduled, "_scheduled", True)
+            window = get(pool, kind, self.o_window, "_window")
+            if window:
+                loop.call_later(window, self.write, True)
+            else:
+                loop.call_soon(self.write, True)
+
+    def write(self, bint scheduled=False):
+        """`Pool._flush`, the loop's callback for a flush this opened: written here when
+        the last flush's connection has nothing in flight (a trickle of calls), else by
+        `Pool._flush` (its round-robin over busy connections, its failures)."""
+        cdef list conns
+        cdef Py_ssize_t cmds
+        pool = self.pool
+        kind = self.kind
+        if scheduled:
+            put(pool, kind, self.o_scheduled, "_scheduled", False)
+        fut = get(pool, kind, self.o_fut, "_fut")
+        if fut is None:  # it filled up and was written at once
+            return
+        conns = <list>get(pool, kind, self.o_conns, "conns")
+        cmds = get(pool, kind, self.o_cmds, "_cmds")
+        if conns and cmds <= <Py_ssize_t>get(pool, kind, self.o_most, "max_in_flight"):
+            conn = conns[<Py_ssize_t>get(pool, kind, self.o_rr, "_rr") % len(conns)]
+            if not conn.in_flight:
+                payload = b"".join(<list>get(pool, kind, self.o_buf, "_buf"))
+                put(pool, kind, self.o_buf, "_buf", [])
+                put(pool, kind, self.o_fut, "_fut", None)
+                put(pool, kind, self.o_cmds, "_cmds", 0)
+                put(pool, kind, self.o_writes, "writes", get(pool, kind, self.o_writes, "writes") + 1)
+                _written(conn, payload, [Batch(fut, cmds)], cmds, 0.0)  # `conn.write`
+                return
+        pool._flush()
+
+
+@cython.freelist(64)
+cdef class Flush:
+    """One pipelined flush: its waiters and the future of the callers that await it (see
+    `_resp_py.Flush`, and the notes there)."""
+
+    cdef public list entries
+    cdef public object future
+    cdef object loop, receiver
+    cdef bint _done
+
+    def __init__(self, loop, receiver):
+        self.loop = loop
+        self.receiver = receiver
+        self.entries = None
+        self.future = None
+        self._done = False
+
+    def done(self):
+        """Whether it has its replies or its failure."""
+        return self._done
+
+    def set_result(self, result):
+        """Its failure: the waiters get it from the loop (see `_resp_py.Flush`)."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(result)
+        if self.entries is not None:
+            self.loop.call_soon(self.receiver, result, self.entries)
+
+    def deliver(self, replies):
+        """Its replies, read: every waiter gets its own now."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(replies)
+        if self.entries is not None:
+            if type(self.receiver) is Resolver:
+                (<Resolver>self.receiver).resolve(replies, self.entries)
+            else:
+                self.receiver(replies, self.entries)
+
+
+cdef class Resolver:
+    """An instance's `Pool.receiver` (see `_resp_py.Resolver`)."""
+
+    cdef object instance, counts
+
+    def __init__(self, instance):
+        self.instance = instance
+        self.counts = instance._counts
+
+    def __call__(self, replies, list entries):
+        self.resolve(replies, entries)
+
+    cdef void resolve(self, replies, list entries) except *:
+        _resolve(replies, entries, self.instance.breaker, self.counts)
 
 
 cdef class Replies:
@@ -244,6 +366,9 @@ cdef class Replies:
 
     def feed(self, bytes data):
         """Bytes read from the connection."""
+        self._feed(data)
+
+    cdef void _feed(self, bytes data) except *:
         if self.slow:
             self.reader.feed(data)
         elif self.pos < len(self.buf):  # a reply cut by the read: rare
@@ -305,6 +430,10 @@ cdef class Replies:
 
 def read_replies(reader, list replies, Py_ssize_t n):
     """Append up to `n` replies from `reader`; whether all `n` came (see `_resp_py`)."""
+    return _read_replies(reader, replies, n)
+
+
+cdef bint _read_replies(reader, list replies, Py_ssize_t n) except -1:
     cdef Py_ssize_t k
     cdef Replies own = None
     if type(reader) is Replies:
@@ -321,6 +450,10 @@ def read_replies(reader, list replies, Py_ssize_t n):
 
 def resolve(replies, list entries, breaker, counts):
     """Give each waiter of one flush its counters (see `_resp_py.resolve`)."""
+    _resolve(replies, entries, breaker, counts)
+
+
+cdef void _resolve(replies, list entries, breaker, counts) except *:
     cdef bint failed = type(replies) is not list
     cdef Py_ssize_t first, offset, n, k, i
     cdef list mine
@@ -350,3 +483,88 @@ def resolve(replies, list entries, breaker, counts):
             else:
                 breaker.failures = 0
         waiter(result)
+
+
+@cython.freelist(64)
+cdef class Batch:
+    """Commands written together on one connection (see `_resp_py.Batch`)."""
+
+    cdef public object future
+    cdef public Py_ssize_t n
+    cdef public list replies
+    cdef public double deadline
+
+    def __init__(self, future, Py_ssize_t n):
+        self.future = future
+        self.n = n
+        self.replies = []
+        self.deadline = 0.0
+
+
+def received(conn, bytes data):
+    """`RespConnection.data_received`, compiled (see `_resp_py.received`)."""
+    cdef Batch batch
+    reader = conn._reader
+    if type(reader) is Replies:
+        (<Replies>reader)._feed(data)
+    else:
+        reader.feed(data)
+    pending = conn.pending
+    try:
+        while pending:
+            batch = <Batch?>pending[0]
+            if not _read_replies(reader, batch.replies, batch.n - len(batch.replies)):
+                return  # the rest of this batch has not arrived yet
+            pending.popleft()
+            conn.in_flight -= batch.n
+            fut = batch.future
+            if type(fut) is not Flush:
+                if not fut.done():
+                    fut.set_result(batch.replies)
+                continue
+            if (<Flush>fut)._done:
+                continue
+            try:
+                (<Flush>fut).deliver(batch.replies)
+            except Exception as exc:  # as the loop reports a failed callback
+                conn.loop.call_exception_handler(
+                    {"message": "resolving a redis flush failed", "exception": exc}
+                )
+            if conn.pending is not pending:
+                return  # failed while resolving (`_fail_all`): nothing left to read
+        rest = (<Replies>reader)._get() if type(reader) is Replies else reader.gets()
+        if rest is not False:
+            conn.abort("redis sent a reply nobody asked for")
+    except hiredis.ProtocolError as exc:
+        conn.abort(f"redis protocol error: {exc}")
+
+
+def written(conn, bytes payload, list batches, Py_ssize_t commands, double timeout=0.0):
+    """`RespConnection.write`, compiled (see `_resp_py.written`)."""
+    _written(conn, payload, batches, commands, timeout)
+
+
+cdef void _written(conn, bytes payload, list batches, Py_ssize_t commands, double timeout) except *:
+    cdef Batch b
+    cdef double deadline
+    if conn.closed or conn.transport is None:
+        err = BackendError("redis connection closed")
+        for b in batches:
+            if not b.future.done():
+                b.future.set_result(err)
+        return
+    loop = conn.loop
+    deadline = loop.time() + (timeout or conn.timeout)
+    pending = conn.pending
+    for b in batches:
+        b.deadline = deadline
+        pending.append(b)
+    conn.in_flight += commands
+    conn.writes += 1
+    conn.transport.write(payload)
+    timer = conn._timer
+    if timer is None or deadline < conn._timer_at:  # or armed for a longer handshake's
+        if timer is not None:
+            timer.cancel()
+        conn._timer = loop.call_at(deadline, conn._check_deadline)
+        conn._timer_at = deadline

@@ -4,7 +4,10 @@
 Per request, the INCRBY + EXPIRE commands of its ops in one payload
 (`incrby_expire_ops`), added to its pool's next flush (`Sender`); per pipelined flush, its
 replies parsed (`Replies`) and taken from the parser (`read_replies`: two a request, so the
-loop is per request too) and every waiter of the flush given its counters (`resolve`). The
+loop is per request too) and every waiter of the flush given its counters where they are read
+(`Flush.deliver`, `Resolver`, `resolve`). A connection's two methods that run once a round,
+`RespConnection.data_received` and `write`, are `received` and `written` here: bound to the
+class, compiled, they run no Python frame. The
 rest of RESP (control commands, scripts, GET, the connection's batches) runs once per flush
 or rarely, and stays in `resp.py`.
 """
@@ -20,7 +23,18 @@ import hiredis
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError, Op
 
-__all__ = ["Replies", "Sender", "incrby_expire_ops", "read_replies", "resolve"]
+__all__ = [
+    "Batch",
+    "Flush",
+    "Replies",
+    "Resolver",
+    "Sender",
+    "incrby_expire_ops",
+    "read_replies",
+    "received",
+    "resolve",
+    "written",
+]
 
 _INCRBY_EXPIRE = b"*3\r\n$6\r\nINCRBY\r\n$%d\r\n%b\r\n%b*3\r\n$6\r\nEXPIRE\r\n$%d\r\n%b\r\n%b"
 
@@ -61,8 +75,8 @@ class Sender:
     is a script's (`incr_expire` awaits those: their scripts may need a second round).
     Raises BackendError when the pool has no connection.
 
-    The compiled twin joins the flush being built without calling `Pool.submit`: per request
-    no Python frame, where this one runs two. It is also a `backends._rounds.Rounds`: the
+    The compiled twin opens or joins the flush being built without calling `Pool.send`: per
+    request no Python frame, where this one runs four. It is also a `backends._rounds.Rounds`: the
     compiled decision hands it a plan's fixed windows as C values (key, hits, seconds), so
     such a plan makes no `Op`; this twin takes `Op`s only.
     """
@@ -76,8 +90,63 @@ class Sender:
         payload = incrby_expire_ops(ops, self.jitter)
         if payload is None:
             return False
-        self.pool.submit(payload, 2 * len(ops), waiter)
+        self.pool.send(payload, 2 * len(ops), waiter)
         return True
+
+
+class Flush:
+    """One pipelined flush: the waiters `Pool.send` queued on it (`entries`, three items a
+    waiter: the waiter, the offset of its first reply, its number of replies) and the future
+    of the callers that await it (`future`, made for the first of them by `Pool.submit`).
+
+    Its connection completes it as it completes a future (`done`, `set_result`), but the
+    replies read for it reach its waiters at once (`deliver`): no future, done callback and
+    loop pass per flush, which a call alone in the loop (a trickle) paid for by itself.
+    """
+
+    __slots__ = ("_done", "entries", "future", "loop", "receiver")
+
+    def __init__(self, loop: Any, receiver: Any) -> None:
+        self.loop = loop
+        self.receiver = receiver  # (replies, entries) -> None: the instance's `Resolver`
+        self.entries: list[Any] | None = None
+        self.future: Any = None
+        self._done = False
+
+    def done(self) -> bool:
+        """Whether it has its replies or its failure."""
+        return self._done
+
+    def set_result(self, result: Any) -> None:
+        """Its failure (a BackendError instance; or replies): the waiters get it from the
+        loop, as from a done callback, never inside the call that failed it (a flush
+        refused as it is submitted must not answer the decision submitting it)."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(result)
+        if self.entries is not None:
+            self.loop.call_soon(self.receiver, result, self.entries)
+
+    def deliver(self, replies: list[Any]) -> None:
+        """Its replies, read: every waiter gets its own now."""
+        self._done = True
+        if self.future is not None:
+            self.future.set_result(replies)
+        if self.entries is not None:
+            self.receiver(replies, self.entries)
+
+
+class Resolver:
+    """An instance's `Pool.receiver`: `resolve` with its breaker (looked up per flush: a
+    breaker is given to the instance after its pool) and its `_counts`."""
+
+    def __init__(self, instance: Any) -> None:
+        self.instance = instance
+        self.counts = instance._counts
+
+    def __call__(self, replies: Any, entries: list[Any]) -> None:
+        """Give the waiters of one flush their counters (`resolve`)."""
+        resolve(replies, entries, self.instance.breaker, self.counts)
 
 
 class Replies:
@@ -147,3 +216,78 @@ def resolve(
             else:
                 breaker.failures = 0
         waiter(result)
+
+
+class Batch:
+    """Commands written together on one connection: a future (or a `Flush`) for their `n`
+    replies."""
+
+    __slots__ = ("deadline", "future", "n", "replies")
+
+    def __init__(self, future: Any, n: int) -> None:
+        self.future = future
+        self.n = n
+        self.replies: list[Any] = []
+        self.deadline = 0.0
+
+
+def received(conn: Any, data: bytes) -> None:
+    """`RespConnection.data_received`: parse replies and complete the batches they finish,
+    in order; a flush's waiters get theirs at once (`Flush.deliver`)."""
+    reader = conn._reader
+    reader.feed(data)
+    pending = conn.pending
+    try:
+        while pending:
+            batch = pending[0]
+            replies = batch.replies
+            if not read_replies(reader, replies, batch.n - len(replies)):
+                return  # the rest of this batch has not arrived yet
+            pending.popleft()
+            conn.in_flight -= batch.n
+            fut = batch.future
+            if fut.done():
+                continue
+            if fut.__class__ is not Flush:
+                fut.set_result(replies)
+                continue
+            try:
+                fut.deliver(replies)
+            except Exception as exc:  # as the loop reports a failed callback
+                conn.loop.call_exception_handler(
+                    {"message": "resolving a redis flush failed", "exception": exc}
+                )
+            if conn.pending is not pending:
+                return  # failed while resolving (`_fail_all`): nothing left to read
+        if reader.gets() is not False:
+            conn.abort("redis sent a reply nobody asked for")
+    except hiredis.ProtocolError as exc:
+        conn.abort(f"redis protocol error: {exc}")
+
+
+def written(
+    conn: Any, payload: bytes, batches: list[Batch], commands: int, timeout: float = 0.0
+) -> None:
+    """`RespConnection.write`: write one flush (the payloads of `batches`, `commands`
+    commands in all), its batches now due, the connection's deadline timer armed."""
+    if conn.closed or conn.transport is None:
+        err = BackendError("redis connection closed")
+        for b in batches:
+            if not b.future.done():
+                b.future.set_result(err)
+        return
+    loop = conn.loop
+    deadline = loop.time() + (timeout or conn.timeout)
+    pending = conn.pending
+    for b in batches:
+        b.deadline = deadline
+        pending.append(b)
+    conn.in_flight += commands
+    conn.writes += 1
+    conn.transport.write(payload)
+    timer = conn._timer
+    if timer is None or deadline < conn._timer_at:  # or armed for a longer handshake's
+        if timer is not None:
+            timer.cancel()
+        conn._timer = loop.call_at(deadline, conn._check_deadline)
+        conn._timer_at = deadline

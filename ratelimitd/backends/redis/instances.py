@@ -347,7 +347,7 @@ class SingleInstance(RedisInstance):
             resolve = self._static
             describe = s.masked_url
         self.pool = Pool(s, self.dialer, resolve, self.counters, describe, self.max_in_flight)
-        self.pool.receiver = self._received
+        self.pool.receiver = resp.Resolver(self)
         # `incr_expire` without a coroutine (`PipelinedBackend`): fixed-window ops only
         # (False for an algorithm, a refund or a budget call: their scripts may need a
         # second round). Every Redis-backed decision starts here: compiled, it adds the
@@ -510,11 +510,6 @@ class SingleInstance(RedisInstance):
         if replies.__class__ is not list:
             raise BackendError(*replies.args)  # a fresh instance per request
         return self._counts(replies, offset, n)
-
-    def _received(self, replies: Any, entries: list[Any]) -> None:
-        """The waiters of one flush (`Pool.receiver`): each gets its counters, or the
-        BackendError `incr_expire` would raise (`resp.resolve`)."""
-        resp.resolve(replies, entries, self.breaker, self._counts)
 
     def _counts(self, replies: list[Any], offset: int, n: int) -> list[Any]:
         """The counters of one request's INCRBY + EXPIRE replies (from `offset`, `n` of

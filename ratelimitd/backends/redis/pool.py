@@ -21,7 +21,7 @@ from ...runtime.aio import cancel
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError
 from . import resp
-from .resp import Batch, ReplyError, RespConnection, SharedFuture
+from .resp import Batch, Flush, ReplyError, RespConnection, SharedFuture
 
 log = logging.getLogger("ratelimitd.backends.redis")
 
@@ -115,7 +115,7 @@ class Pool:
     writes: int = field(init=False, default=0)  # flushes: one transport.write each
     closed: bool = field(init=False, default=False)
     _buf: list[bytes] = field(init=False, default_factory=list)
-    _fut: SharedFuture | None = field(init=False, default=None)  # the flush being built
+    _fut: Flush | None = field(init=False, default=None)  # the flush being built
     _cmds: int = field(init=False, default=0)
     _scheduled: bool = field(init=False, default=False)
     _rr: int = field(init=False, default=0)
@@ -125,8 +125,8 @@ class Pool:
     _timed_out: int = field(init=False, default=0)  # commands timed out, not logged yet
     _timeout_logged: float = field(init=False, default=-TIMEOUT_LOG_SECONDS)  # monotonic
     _limit: int = field(init=False)
-    # receiver(replies, entries): resolves the waiters `submit` queued on one flush, with its
-    # replies (or its BackendError) and their waiter, offset, commands (`SharedFuture.entries`);
+    # receiver(replies, entries): resolves the waiters `send` queued on one flush, with its
+    # replies (or its BackendError) and their waiter, offset, commands (`Flush.entries`);
     # set by the owner.
     receiver: Callable[[Any, list[Any]], None] | None = field(init=False, default=None)
 
@@ -139,33 +139,49 @@ class Pool:
 
     # hot path ---------------------------------------------------------------------
 
-    def submit(self, payload: bytes, n: int, waiter: Any = None) -> tuple[SharedFuture, int]:
+    def submit(self, payload: bytes, n: int) -> tuple[SharedFuture, int]:
         """Queue one request's commands for the next flush.
 
-        Returns the flush's future (its result: every reply of the flush, or a
-        BackendError) and the offset of this request's first reply in it. One future
-        per flush rather than per request keeps dispatch off the per-request path. A
-        caller that does not await gives a `waiter` instead: the `receiver` gets it
-        with the flush's replies, together with every other waiter of that flush (one
-        callback per flush, none per request).
+        Returns the future of the flush's replies (its result: every reply of the flush,
+        or a BackendError) and the offset of this request's first reply in it. One future
+        per flush rather than per request keeps dispatch off the per-request path.
         """
+        flush, offset = self._queue(payload, n)
+        fut = flush.future
+        if fut is None:
+            fut = flush.future = SharedFuture(loop=self.loop)
+        self._queued()
+        return fut, offset
+
+    def send(self, payload: bytes, n: int, waiter: Any) -> None:
+        """`submit` for a caller that does not await: the `receiver` gets `waiter` with the
+        flush's replies, together with every other waiter of that flush, where the
+        connection reads them (one call per flush, none per request)."""
+        flush, offset = self._queue(payload, n)
+        entries = flush.entries
+        if entries is None:
+            entries = flush.entries = []
+        entries += (waiter, offset, n)
+        self._queued()
+
+    def _queue(self, payload: bytes, n: int) -> tuple[Flush, int]:
+        """The flush that takes a request's `n` commands (the open one, unless they would
+        overfill it), and their offset in it; the payload added to it."""
         if not self.conns:
             raise BackendError(f"no connection to redis at {self.describe}")
         offset = self._cmds
         if offset and offset + n > self._limit:
             self._flush()
             offset = 0
-        fut = self._fut
-        if fut is None:
-            fut = self._fut = SharedFuture(loop=self.loop)
-        if waiter is not None:
-            entries = fut.entries
-            if entries is None:
-                entries = fut.entries = []
-                fut.add_done_callback(self._resolve)
-            entries += (waiter, offset, n)
+        flush = self._fut
+        if flush is None:
+            flush = self._fut = Flush(self.loop, self.receiver)
         self._buf.append(payload)
         self._cmds = offset + n
+        return flush, offset
+
+    def _queued(self) -> None:
+        """Written at once when full, else scheduled (once per flush)."""
         if self._cmds >= self._limit:
             self._flush()
         elif not self._scheduled:
@@ -173,23 +189,19 @@ class Pool:
             loop = self.loop
             assert loop is not None  # a connection exists, so the pool was opened
             if self._window:
-                loop.call_later(self._window, self._scheduled_flush)
+                loop.call_later(self._window, self._flush, True)
             else:
-                loop.call_soon(self._scheduled_flush)
-        return fut, offset
+                loop.call_soon(self._flush, True)
 
-    def _resolve(self, fut: SharedFuture) -> None:
-        assert self.receiver is not None and fut.entries is not None
-        self.receiver(fut.result(), fut.entries)
-
-    def _scheduled_flush(self) -> None:
-        self._scheduled = False
-        if self._fut is not None:
-            self._flush()
-
-    def _flush(self) -> None:
+    def _flush(self, scheduled: bool = False) -> None:
+        """Write the flush being built (`scheduled`: the loop's callback, which finds none
+        when the flush filled up and was written at once)."""
+        if scheduled:
+            self._scheduled = False
         fut = self._fut
-        assert fut is not None
+        if fut is None:
+            assert scheduled
+            return
         cmds = self._cmds
         payload = b"".join(self._buf)
         self._buf = []
@@ -197,6 +209,15 @@ class Pool:
         self._cmds = 0
         conns = self.conns
         limit = self.max_in_flight
+        if conns and cmds <= limit:
+            # The last flush's connection again while it has nothing in flight (a trickle
+            # of calls): its deadline timer is still armed, where the next one's has lapsed
+            # and would be armed, and fire, once per call. Busy ones pass it round-robin.
+            conn = conns[self._rr % len(conns)]
+            if not conn.in_flight:
+                self.writes += 1
+                conn.write(payload, [Batch(fut, cmds)], cmds)
+                return
         idlest = None
         for _ in range(len(conns)):
             self._rr += 1

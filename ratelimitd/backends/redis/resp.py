@@ -40,7 +40,18 @@ from ._resp_py import bulk_int
 IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._resp_py import Replies, Sender, incrby_expire_ops, read_replies, resolve  # noqa: F401
+    from ._resp_py import (  # noqa: F401
+        Batch,
+        Flush,
+        Replies,
+        Resolver,
+        Sender,
+        incrby_expire_ops,
+        read_replies,
+        received,
+        resolve,
+        written,
+    )
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
 implementation = chooser(
@@ -101,32 +112,16 @@ def command(*args: str | bytes | int) -> bytes:
 
 
 class SharedFuture(asyncio.Future):  # type: ignore[type-arg]
-    """The replies of one flush, awaited by every request in it.
+    """The replies of one flush, awaited by every request in it that awaits (`Flush.future`).
 
     A request that is cancelled while waiting must not cancel the flush for the
     others: `cancel` refuses, so the waiting task is cancelled as soon as the flush
     completes (within the request timeout) instead of at once.
     """
 
-    # The waiters of `Pool.submit` on this flush, in order, three items each: waiter, offset
-    # of its first reply, its commands (flat: a request that joins the flush makes no tuple).
-    entries: list[Any] | None = None
-
     def cancel(self, msg: Any = None) -> bool:
         """Refuse (see the class docstring)."""
         return False
-
-
-class Batch:
-    """Commands written together on one connection: a future for their `n` replies."""
-
-    __slots__ = ("deadline", "future", "n", "replies")
-
-    def __init__(self, future: asyncio.Future[Any], n: int) -> None:
-        self.future = future
-        self.n = n
-        self.replies: list[Any] = []
-        self.deadline = 0.0
 
 
 class RespConnection(asyncio.Protocol):
@@ -136,6 +131,24 @@ class RespConnection(asyncio.Protocol):
     instances inside it), or a `BackendError` instance when the connection failed or
     timed out; callers check the type instead of catching (no unretrieved exceptions).
     """
+
+    # Slots: the compiled methods (`received`, `written`) read and write these once a round.
+    __slots__ = (
+        "_lost",
+        "_reader",
+        "_timer",
+        "_timer_at",
+        "closed",
+        "in_flight",
+        "local_close",
+        "loop",
+        "on_lost",
+        "on_timeout",
+        "pending",
+        "timeout",
+        "transport",
+        "writes",
+    )
 
     def __init__(
         self,
@@ -154,6 +167,7 @@ class RespConnection(asyncio.Protocol):
         self.local_close = False
         self._reader = Replies()
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0  # when `_timer` fires (loop time)
         self._lost: asyncio.Future[None] = loop.create_future()
         # Told how many commands a deadline check failed (the pool logs them).
         self.on_timeout: Callable[[int], None] | None = None
@@ -164,25 +178,9 @@ class RespConnection(asyncio.Protocol):
         """Keep the transport."""
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
-        """Parse replies and complete the batches they finish, in order."""
-        reader = self._reader
-        reader.feed(data)
-        pending = self.pending
-        try:
-            while pending:
-                batch = pending[0]
-                replies = batch.replies
-                if not read_replies(reader, replies, batch.n - len(replies)):
-                    return  # the rest of this batch has not arrived yet
-                pending.popleft()
-                self.in_flight -= batch.n
-                if not batch.future.done():
-                    batch.future.set_result(replies)
-            if reader.gets() is not False:
-                self.abort("redis sent a reply nobody asked for")
-        except hiredis.ProtocolError as exc:
-            self.abort(f"redis protocol error: {exc}")
+    # The two methods run once a round, in the twins (compiled: no Python frame each).
+    data_received = received  # parse replies, complete the batches they finish, in order
+    write = written  # write one flush: its batches due, the deadline timer armed
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Fail what is pending and tell the owner."""
@@ -195,31 +193,6 @@ class RespConnection(asyncio.Protocol):
             on_lost(self)
 
     # writing ----------------------------------------------------------------------
-
-    def write(
-        self, payload: bytes, batches: list[Batch], commands: int, timeout: float = 0.0
-    ) -> None:
-        """Write one flush (the payloads of `batches`, `commands` commands in all)."""
-        if self.closed or self.transport is None:
-            err = BackendError("redis connection closed")
-            for b in batches:
-                if not b.future.done():
-                    b.future.set_result(err)
-            return
-        deadline = self.loop.time() + (timeout or self.timeout)
-        pending = self.pending
-        for b in batches:
-            b.deadline = deadline
-            pending.append(b)
-        self.in_flight += commands
-        self.writes += 1
-        self.transport.write(payload)
-        timer = self._timer
-        if timer is None:
-            self._timer = self.loop.call_at(deadline, self._check_deadline)
-        elif deadline < timer.when():  # armed for a longer handshake deadline
-            timer.cancel()
-            self._timer = self.loop.call_at(deadline, self._check_deadline)
 
     async def call(self, payload: bytes, n: int, timeout: float) -> list[Any]:
         """Send commands outside the pipeline (handshake, control plane); their replies."""
@@ -258,6 +231,7 @@ class RespConnection(asyncio.Protocol):
         if failed and self.on_timeout is not None:
             self.on_timeout(failed)
         self._timer = self.loop.call_at(next_check, self._check_deadline)
+        self._timer_at = next_check
 
     def abort(self, reason: str) -> None:
         """Give up on this connection: fail what is pending, close the transport."""

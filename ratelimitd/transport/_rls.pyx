@@ -36,9 +36,6 @@ cdef object REFUSAL = Refusal
 cdef object COROUTINE = CoroutineType
 cdef object H2_PROTOCOL = H2Protocol
 cdef Py_ssize_t H_CONN = offset_of(H2Protocol, "conn")
-cdef Py_ssize_t H_SERVER = offset_of(H2Protocol, "server")
-cdef Py_ssize_t H_RECEIVING = offset_of(H2Protocol, "_receiving")
-cdef Py_ssize_t H_FLUSH = offset_of(H2Protocol, "_flush_handle")
 
 cdef class SyncRoute
 cdef class SendRoute
@@ -393,30 +390,4 @@ cdef class SendRoute:
         except Exception as err:
             code, reply = c.failure(err)
         c._done(p.started, code, reply)
-        _answer_later(p.proto, p.stream, code, reply)
-
-
-cdef inline void _answer_later(proto, stream, code, reply) except *:
-    """`H2Protocol.answer` for a call answered after the read that brought it (its store's
-    round over), in C: the connection may be gone, the call may have a deadline to drop, and
-    the connection's flush is scheduled once for the loop pass. Another protocol (a test's,
-    a transport's twin) gets its own `answer`."""
-    if type(proto) is not H2_PROTOCOL:
-        proto.answer(stream, code, reply)
-        return
-    conn = get(proto, H2_PROTOCOL, H_CONN, "conn")
-    if conn is None:
-        return
-    if code:
-        conn.finish(stream, code, reply)
-    else:
-        conn.respond(stream, reply)
-    stream.work = None
-    if stream.deadline is not None:
-        get(proto, H2_PROTOCOL, H_SERVER, "server").forget_deadline(stream)
-    if (
-        not get(proto, H2_PROTOCOL, H_RECEIVING, "_receiving")
-        and get(proto, H2_PROTOCOL, H_FLUSH, "_flush_handle") is None
-    ):
-        loop = get(proto, H2_PROTOCOL, H_SERVER, "server").loop
-        put(proto, H2_PROTOCOL, H_FLUSH, "_flush_handle", loop.call_soon(proto._flush))
+        p.proto.answer(p.stream, code, reply)

@@ -64,7 +64,7 @@ Dispatch = Callable[[Stream, "H2Protocol"], None]
 class H2Protocol(asyncio.Protocol):
     """One HTTP/2 connection."""
 
-    # Slots: the compiled routes read several of these per call (`_rls._answer_later`).
+    # Slots: the compiled routes read `conn` at its offset per call (`_rls`).
     __slots__ = (
         "_admitted",
         "_dispatch",
@@ -287,9 +287,7 @@ class H2Protocol(asyncio.Protocol):
         """Finish a unary call: the reply bytes when `code` is 0, else that status.
 
         (The compiled routes answer a call decided within the read that completed it on
-        the connection itself: there is nothing else to do for it then; and one answered
-        after its store's round with `_rls._answer_later`, this method in C: keep them
-        alike.)"""
+        the connection itself: there is nothing else to do for it then.)"""
         conn = self.conn
         if conn is None:
             return

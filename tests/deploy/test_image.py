@@ -81,8 +81,8 @@ def inspect(podman: Podman, image: str) -> dict[str, Any]:
 def test_the_image_is_what_envoy_gateway_expects(podman: Podman, images: Images) -> None:
     [info] = json.loads(podman("image", "inspect", images.ratelimit))
     assert info["Config"]["Entrypoint"] == ["/bin/ratelimit"]
-    # Both images carry the labels and the user of the stage they are built on, and
-    # their own title.
+    # Both images carry the build's labels (set after their files, so that a cached
+    # layer never carries an earlier build's revision), the user, and their own title.
     for image, title in (
         (images.ratelimit, "ratelimitd"),
         (images.sidecars, "ratelimitd-sidecars"),

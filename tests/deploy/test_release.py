@@ -208,8 +208,7 @@ def test_licence_files() -> None:
         in (REPO / "tests" / "configs" / "README.md").read_text()
     )
     containerfile = (REPO / "deploy" / "Containerfile").read_text()
-    # Both images are built on the one stage that labels them.
-    assert containerfile.count('org.opencontainers.image.licenses="Apache-2.0"') == 1
+    assert containerfile.count('org.opencontainers.image.licenses="Apache-2.0"') == 2
     assert "COPY LICENSE NOTICE /rootfs/usr/share/doc/ratelimitd/" in containerfile
 
 

@@ -369,7 +369,12 @@ def main() -> int:
         help="extra environment for every ratelimitd (e.g. REDIS_PIPELINE_WINDOW=150us)",
     )
     parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "load.md")
-    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=Path("bench/.results/load.json"),
+        help="the raw results, written before the report is rendered (re-render from them)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, configs)")
     args = parser.parse_args()
 
@@ -394,13 +399,13 @@ def main() -> int:
     else:
         log(f"work dir: {workdir}")
     elapsed = time.monotonic() - t0
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2))
     argv = [".venv/bin/python", "bench/load/run_all.py", *sys.argv[1:]]
     text = render(results, shlex.join(argv), started, elapsed)
     if "keyspace" in results:
         text = text.rstrip("\n") + "\n\n" + render_keyspace(results["keyspace"])
     args.output.write_text(text)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
     log(f"wrote {args.output} ({elapsed:.0f} s)")
     print(text)
     return 0

@@ -255,7 +255,7 @@ COMPILED = frozenset(
 SPLIT = ("interpreter", "ratelimitd compiled", "event loop", "other")
 
 
-def _runner(where: str) -> str:
+def runner(where: str) -> str:
     """Which part of `SPLIT` runs one `functions` row."""
     name, _, lib = where.rpartition(" [")
     lib = lib.rstrip("]").split(".", 1)[0]
@@ -278,7 +278,7 @@ def split(result: dict[str, Any]) -> dict[str, float]:
     the event loop (uvloop with its libuv) and the rest (libc, nghttp2, msgspec, hiredis)."""
     out = dict.fromkeys(SPLIT, 0.0)
     for ir, where in result["functions"]:
-        out[_runner(where)] += ir
+        out[runner(where)] += ir
     return out
 
 

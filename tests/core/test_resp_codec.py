@@ -3,12 +3,14 @@
 
 The payload of a request's ops parses, with hiredis, as INCRBY + EXPIRE per op in order;
 `resolve` hands every waiter of a flush the same results and counts the same breaker
-verdicts in both twins.
+verdicts in both twins; a round on a connection (`written`, then `received` however the
+replies are cut) leaves the same state and answers the same waiters in both.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
 import hiredis
@@ -265,3 +267,94 @@ def test_sender_refuses_without_a_connection(twin: Any) -> None:
     pool = Pool(settings, Dialer(settings, None), _no_address, Counters(_nothing), "t", 64)
     with pytest.raises(BackendError, match="no connection"):
         twin.Sender(pool, 0)([Op("k", 1, 60)], "waiter")
+
+
+# -- a round on a connection: `written` then `received`, in both twins ----------------------
+
+# Six integer replies: a batch of two, then a flush of four; sent in any cut.
+REPLIES = b":1\r\n:1\r\n:2\r\n:1\r\n:3\r\n:0\r\n"
+
+
+async def a_round(twin: Any, cuts: list[int]) -> dict[str, Any]:
+    """Write one flush of two batches on a real socket with `twin.written`, read its replies
+    back cut at `cuts` with `twin.received`: what was sent, the connection's state, and
+    what each batch's waiter got (the second batch is a `Flush` whose waiters get their
+    replies where they are read, as the pool's are)."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    theirs.settimeout(5)
+    transport, conn = await loop.create_connection(lambda: RespConnection(loop, 5.0), sock=ours)
+    try:
+        conn._reader = twin.Replies()
+        delivered: list[Any] = []
+        flush = twin.Flush(loop, lambda replies, entries: delivered.append((replies, entries)))
+        flush.entries = ["waiter", 0, 4]
+        plain = loop.create_future()
+        twin.written(conn, b"*1\r\n$4\r\nPING\r\n", [twin.Batch(plain, 2), twin.Batch(flush, 4)], 6)
+        sent = theirs.recv(100)
+        after_write = (conn.in_flight, conn.writes, len(conn.pending), conn._timer is not None)
+        state = []
+        start = 0
+        for cut in [*cuts, len(REPLIES)]:
+            twin.received(conn, REPLIES[start:cut])
+            start = cut
+            state.append((conn.in_flight, len(conn.pending), plain.done(), len(delivered)))
+        return {
+            "sent": sent,
+            "after write": after_write,
+            "as replies came": state,
+            "plain": plain.result(),
+            "flush": (flush.done(), delivered),
+        }
+    finally:
+        transport.close()
+        theirs.close()
+
+
+@pytest.mark.parametrize("cuts", [[], [3], [8, 9], [4, 8, 12, 16, 20]])
+async def test_a_round_twins_agree(cuts: list[int]) -> None:
+    compiled, pure = await a_round(_resp, cuts), await a_round(_resp_py, cuts)
+    assert compiled == pure
+    assert pure["sent"] == b"*1\r\n$4\r\nPING\r\n"
+    assert pure["after write"] == (6, 1, 2, True)
+    assert pure["plain"] == [1, 1]
+    assert pure["flush"] == (True, [([2, 1, 3, 0], ["waiter", 0, 4])])
+    assert pure["as replies came"][-1] == (0, 0, True, 1)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+async def test_a_failed_flush_reaches_its_waiters_from_the_loop(twin: Any) -> None:
+    loop = asyncio.get_running_loop()
+    delivered: list[Any] = []
+    flush = twin.Flush(loop, lambda result, entries: delivered.append(result))
+    flush.entries = ["waiter", 0, 2]
+    failure = BackendError("redis request timed out")
+    flush.set_result(failure)
+    assert flush.done() and delivered == []  # not inside the call that failed it
+    await asyncio.sleep(0)
+    assert delivered == [failure]
+
+
+@pytest.mark.parametrize("twin", TWINS)
+async def test_a_write_on_a_closed_connection_fails_its_batches(twin: Any) -> None:
+    loop = asyncio.get_running_loop()
+    conn = RespConnection(loop, 5.0)  # never connected: no transport
+    plain = loop.create_future()
+    twin.written(conn, b"*1\r\n$4\r\nPING\r\n", [twin.Batch(plain, 1)], 1)
+    error = plain.result()
+    assert isinstance(error, BackendError) and error.args == ("redis connection closed",)
+    assert (conn.in_flight, conn.writes, len(conn.pending)) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("twin", TWINS)
+async def test_a_reply_nobody_asked_for_aborts_the_connection(twin: Any) -> None:
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    transport, conn = await loop.create_connection(lambda: RespConnection(loop, 5.0), sock=ours)
+    try:
+        conn._reader = twin.Replies()
+        twin.received(conn, b":1\r\n")
+        assert transport.is_closing() and conn.local_close
+    finally:
+        transport.close()
+        theirs.close()

@@ -31,6 +31,7 @@ from support.manifests import (
     validate,
 )
 from support.process import REPO
+from support.ready import room_in_this_minute
 from support.redis_server import RedisServer
 
 from ratelimitd.messages import OK, OVER_LIMIT
@@ -316,7 +317,9 @@ def test_memory_overlay_serves_its_configmap_and_drains_in_time(
     # The probes' request, on the daemon's HTTP port: 200 once it serves.
     probe = rl["readinessProbe"]["httpGet"]
     assert http_get(f"http://127.0.0.1:{daemon.http_port}{probe['path']}")[0] == 200
-    # The ConfigMap's rules decide: one request per minute per user.
+    # The ConfigMap's rules decide: one request per minute per user. Every call below up to
+    # the reload (at most 20 s) must fall in one minute's window.
+    room_in_this_minute(25)
     assert daemon.decide("edge", [("user", "alice")]).overall_code == OK
     assert daemon.decide("edge", [("user", "alice")]).overall_code == OVER_LIMIT
     # An edited ConfigMap (the kubelet swaps ..data) is applied in place, counters kept.

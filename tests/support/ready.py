@@ -72,6 +72,14 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, bytes]:
     return http_request(url, timeout=timeout)
 
 
+def room_in_this_minute(seconds: float) -> None:
+    """Sleep into the next minute unless `seconds` of this one are left, so that calls made
+    within `seconds` share one fixed per-minute window (a rule's `unit: minute`)."""
+    left = 60 - time.time() % 60
+    if left < seconds:
+        time.sleep(left + 0.05)
+
+
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
     """Poll until `predicate()` is true; AssertionError after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -48,6 +48,7 @@ from support.llm_stack import EXAMPLES, concurrent_streams, llm_stack
 from support.machine import machine_info
 from support.ready import wait_for
 from support.redis_server import RedisServers
+from support.report import load_averages
 
 from ratelimitd.backends import MemoryBackend, memory_budget
 from ratelimitd.backends.redis import RedisBackend
@@ -370,11 +371,7 @@ def render(result: dict[str, Any]) -> str:
         "",
         f"Machine: {m.get('cpu')}, Python {m.get('python')}, {m.get('redis-server')}.",
         "Load average (1, 5, 15 min) before and after the decision figures: "
-        + ", ".join(
-            " / ".join(f"{x:.2f}" for x in result["load_average"][when])
-            for when in ("before", "after")
-        )
-        + " (a shared machine).",
+        f"{load_averages(result['load_average'])} (a shared machine).",
         "",
         "Memory: CPU µs per call. Redis, one caller and 64 concurrent ones (auto-pipelined):",
         "client CPU µs per call, Redis server µs per call (INFO commandstats) and round trips",

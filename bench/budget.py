@@ -48,7 +48,7 @@ from support.llm_stack import EXAMPLES, concurrent_streams, llm_stack
 from support.machine import machine_info
 from support.ready import wait_for
 from support.redis_server import RedisServers
-from support.report import load_averages
+from support.report import load_averages, table
 
 from ratelimitd.backends import MemoryBackend, memory_budget
 from ratelimitd.backends.redis import RedisBackend
@@ -377,20 +377,19 @@ def render(result: dict[str, Any]) -> str:
         "client CPU µs per call, Redis server µs per call (INFO commandstats) and round trips",
         "per call (the backend's pipelined writes / calls).",
         "",
-        "| call | memory µs | x plain | Redis µs (1) | x plain | server µs | round trips "
-        "| Redis µs (64) | x plain | round trips (64) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     one, many = redis["plain.1"], redis["plain.many"]
+    rows = []
     for name in CALLS:
         r, c = redis[f"{name}.1"], redis[f"{name}.many"]
-        lines.append(
-            f"| {name} | {memory[name]:.2f} | {memory[name] / memory['plain']:.2f} | "
-            f"{r['client_us']:.1f} | {r['client_us'] / one['client_us']:.2f} | "
-            f"{r['server_us']:.2f} | {r['round_trips']:.2f} | "
-            f"{c['client_us']:.1f} | {c['client_us'] / many['client_us']:.2f} | "
-            f"{c['round_trips']:.3f} |"
-        )
+        x = memory[name]
+        rows.append([name, f"{x:.2f}", f"{x / memory['plain']:.2f}", f"{r['client_us']:.1f}"])
+        rows[-1] += [f"{r['client_us'] / one['client_us']:.2f}", f"{r['server_us']:.2f}"]
+        rows[-1] += [f"{r['round_trips']:.2f}", f"{c['client_us']:.1f}"]
+        rows[-1] += [f"{c['client_us'] / many['client_us']:.2f}", f"{c['round_trips']:.3f}"]
+    columns = ("call", "memory µs", "x plain", "Redis µs (1)", "x plain", "server µs")
+    columns += ("round trips", "Redis µs (64)", "x plain", "round trips (64)")
+    lines += table(columns, rows)
     f = result["redis_floor_server_us"]
     lines += [
         "",
@@ -417,14 +416,15 @@ def render(result: dict[str, Any]) -> str:
             f"Memory, before ({base['label']}) and after (this tree, budget maths "
             f"{result['memory_implementation']}), alternating run by run in this run:",
             "",
-            "| call | before µs | x plain | after µs | x plain | after / before |",
-            "|---|---:|---:|---:|---:|---:|",
         ]
+        rows = []
         for name in CALLS:
-            lines.append(
-                f"| {name} | {b[name]:.2f} | {b[name] / b['plain']:.2f} | {memory[name]:.2f} | "
-                f"{memory[name] / memory['plain']:.2f} | {memory[name] / b[name]:.2f} |"
+            x, y = b[name], memory[name]
+            rows.append(
+                (name, *(f"{v:.2f}" for v in (x, x / b["plain"], y, y / memory["plain"], y / x)))
             )
+        columns = ("call", "before µs", "x plain", "after µs", "x plain", "after / before")
+        lines += table(columns, rows)
     w = result.get("workload")
     if w:
         lines += [
@@ -432,15 +432,20 @@ def render(result: dict[str, Any]) -> str:
             f"Workload through Envoy: {w['streams']} concurrent streams, max_tokens "
             f"{w['max_tokens']}, usage {w['usage']}, limit {w['limit']} tokens per hour.",
             "",
-            "| example | admitted | charged | overshoot |",
-            "|---|---:|---:|---:|",
         ]
-        for name in ("check_then_report", "reserve"):
-            x = w[name]
-            lines.append(
-                f"| {name.replace('_', '-')} | {x['admitted']} | {x['charged']} | "
-                f"{x['overshoot']} ({100 * x['overshoot'] / w['limit']:.0f}% of the limit) |"
-            )
+        lines += table(
+            ("example", "admitted", "charged", "overshoot"),
+            (
+                (
+                    name.replace("_", "-"),
+                    w[name]["admitted"],
+                    w[name]["charged"],
+                    f"{w[name]['overshoot']} "
+                    f"({100 * w[name]['overshoot'] / w['limit']:.0f}% of the limit)",
+                )
+                for name in ("check_then_report", "reserve")
+            ),
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -13,7 +13,7 @@ A second enabled sink is an error (`SinkError`), as it is fatal in the reference
 
 from __future__ import annotations
 
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..settings import Settings
 from .base import NullSink, Sink, SinkError
@@ -59,25 +59,13 @@ def create_sink(
                 "defaults to true, so set USE_STATSD=false to use another sink)"
             )
     kind = cfg.sink
-    interval = cfg.flush_interval
+    # What every sink that sends takes: EXTRA_TAGS and the flush period.
+    common: dict[str, Any] = {"extra_tags": cfg.extra_tags, "flush_interval": cfg.flush_interval}
+    host, port = cfg.statsd_host, cfg.statsd_port
     if kind == "dogstatsd":
-        return DogStatsdSink(
-            stats,
-            cfg.statsd_host,
-            cfg.statsd_port,
-            extra_tags=cfg.extra_tags,
-            mogrifiers=cfg.dog_statsd_mogrifiers,
-            flush_interval=interval,
-        )
+        return DogStatsdSink(stats, host, port, mogrifiers=cfg.dog_statsd_mogrifiers, **common)
     if kind == "statsd":
-        return StatsdSink(
-            stats,
-            cfg.statsd_host,
-            cfg.statsd_port,
-            extra_tags=cfg.extra_tags,
-            flush_interval=interval,
-            protocol=cfg.statsd_protocol,
-        )
+        return StatsdSink(stats, host, port, protocol=cfg.statsd_protocol, **common)
     if kind == "prometheus":
         share = None
         if share_dir is not None and worker_index is not None:
@@ -87,11 +75,10 @@ def create_sink(
             MetricMapper.from_settings(cfg),
             addr=cfg.prometheus_addr,
             path=cfg.prometheus_path,
-            extra_tags=cfg.extra_tags,
-            flush_interval=interval,
             share=share,
             serve=serve,
+            **common,
         )
     if kind == "stdout":
-        return LoggingSink(stats, extra_tags=cfg.extra_tags, flush_interval=interval, stream=stream)
-    return NullSink(stats, interval)
+        return LoggingSink(stats, stream=stream, **common)
+    return NullSink(stats, cfg.flush_interval)

@@ -22,7 +22,7 @@ import grpc
 from ratelimitd.messages import Response
 from ratelimitd.transport.client import RateLimitClient
 
-from .process import REPO, Proc, start_bound
+from .process import REPO, Proc, run, start_bound
 from .ready import free_port, http_request
 from .redis_server import RedisServer
 
@@ -72,16 +72,8 @@ def run_check_config(
 ) -> subprocess.CompletedProcess[str]:
     """`python -m ratelimitd check-config *args` run from the repository root (`env`: its
     whole environment, default ours): exit status, stdout and stderr as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "ratelimitd", "check-config", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=timeout,
-        preexec_fn=preexec_fn,
-        check=False,
-    )
+    argv = (sys.executable, "-m", "ratelimitd", "check-config", *args)
+    return run(*argv, env=env, timeout=timeout, preexec_fn=preexec_fn)
 
 
 def write_config(env: dict[str, str], name: str, text: str) -> Path:

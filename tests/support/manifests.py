@@ -29,7 +29,7 @@ import yaml
 from ratelimitd.backends import load_settings
 from ratelimitd.settings import Settings
 
-from .process import REPO, binary
+from .process import REPO, binary, run
 from .settings_env import Recorder
 
 DEPLOY = REPO / "deploy"
@@ -58,11 +58,6 @@ def tool(name: str) -> str:
     if pinned.is_file():
         return str(pinned)
     return binary(name, _INSTALL[name])
-
-
-def run(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    """A tool's run: exit status, stdout and stderr as text (never raises on failure)."""
-    return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=120, check=False)
 
 
 def _objects(text: str) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 from .ready import wait_for
 
@@ -222,6 +222,16 @@ def rss_kib(pid: int) -> int:
     except OSError:
         pass
     return 0
+
+
+def run(
+    *argv: str, cwd: Path = REPO, timeout: float = 120, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    """A command run to its end: exit status, stdout and stderr as text, never raising on a
+    failed run (`options`: `subprocess.run`'s, e.g. `env`, its whole environment)."""
+    return subprocess.run(
+        argv, capture_output=True, text=True, cwd=cwd, timeout=timeout, check=False, **options
+    )
 
 
 def binary(name: str, install: str) -> str:

@@ -847,7 +847,6 @@ def _runs(figures: list[float]) -> str:
 
 def render(result: dict[str, Any]) -> str:
     r, m = result["server_us"], result["machine"]
-    plain = r["plain"]
     lines = [
         "# Token budgets on Redis without Lua (bench/budget_commands.py)",
         "",
@@ -865,6 +864,7 @@ def render(result: dict[str, Any]) -> str:
         "and tests ran meanwhile).",
         "",
     ]
+    plain = r["plain"]
     lines += table(
         ["call", "commands", "server µs", "x plain", "each run (µs)"],
         [

@@ -64,10 +64,8 @@ cdef extern from "_nghttp2.h":
         NGHTTP2_DATA = 0
         NGHTTP2_HEADERS = 1
         NGHTTP2_PRIORITY = 2
-        NGHTTP2_RST_STREAM = 3
         NGHTTP2_SETTINGS = 4
         NGHTTP2_PING = 6
-        NGHTTP2_GOAWAY = 7
         NGHTTP2_WINDOW_UPDATE = 8
         NGHTTP2_CONTINUATION = 9
 
@@ -79,14 +77,9 @@ cdef extern from "_nghttp2.h":
         NGHTTP2_DATA_FLAG_NO_END_STREAM = 0x02
 
         NGHTTP2_NV_FLAG_NONE = 0
-        NGHTTP2_NV_FLAG_NO_COPY_NAME = 0x02
-        NGHTTP2_NV_FLAG_NO_COPY_VALUE = 0x04
 
-        NGHTTP2_SETTINGS_HEADER_TABLE_SIZE = 0x01
-        NGHTTP2_SETTINGS_ENABLE_PUSH = 0x02
         NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS = 0x03
         NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE = 0x04
-        NGHTTP2_SETTINGS_MAX_FRAME_SIZE = 0x05
         NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE = 0x06
 
         NGHTTP2_NO_ERROR = 0
@@ -94,7 +87,6 @@ cdef extern from "_nghttp2.h":
         NGHTTP2_INTERNAL_ERROR = 2
         NGHTTP2_FLOW_CONTROL_ERROR = 3
         NGHTTP2_FRAME_SIZE_ERROR = 6
-        NGHTTP2_REFUSED_STREAM = 7
         NGHTTP2_CANCEL = 8
         NGHTTP2_ENHANCE_YOUR_CALM = 0x0B
 
@@ -103,7 +95,6 @@ cdef extern from "_nghttp2.h":
         NGHTTP2_ERR_CALLBACK_FAILURE = -902
         NGHTTP2_ERR_BAD_CLIENT_MAGIC = -903
         NGHTTP2_ERR_FLOODED = -904
-        NGHTTP2_ERR_FATAL = -900
 
     ctypedef int (*nghttp2_on_begin_frame_callback)(
         nghttp2_session *session, const nghttp2_frame_hd *hd, void *user_data) noexcept

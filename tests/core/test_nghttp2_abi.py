@@ -37,7 +37,7 @@ FRAME_MEMBERS = ("hd", "headers", "ping")
 
 def constants() -> list[str]:
     """The NGHTTP2_* constants our header defines."""
-    return sorted(set(re.findall(r"^\s*(NGHTTP2_[A-Z0-9_]+) = ", HEADER.read_text(), re.M)))
+    return sorted(set(re.findall(r"\b(NGHTTP2_[A-Z0-9_]+) = ", HEADER.read_text())))
 
 
 def probe_source() -> str:

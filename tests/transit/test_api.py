@@ -3,6 +3,7 @@ status codes and bodies, headers, caching."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -12,7 +13,10 @@ import falcon.testing
 import pytest
 from google.transit import gtfs_realtime_pb2 as rt
 
+from sidecars.transit.app import Services, create_app
 from sidecars.transit.network import natural_key
+from sidecars.transit.settings import DEFAULT_FACILITIES, DEFAULT_LOCATIONS, PlacesSettings
+from sidecars.transit.store import TransitStore
 
 from .helpers import BRISBANE, CAIRNS_ZIP, local_ts
 
@@ -418,3 +422,18 @@ def test_body_cache_evicts_least_recently_used() -> None:
     assert cache.get("a") == (True, a) and cache.get("c") == (True, c)
     cache.put("unknown", None)
     assert cache.get("unknown") == (True, None)
+
+
+def test_one_app_serves_every_part(cairns_store: TransitStore) -> None:
+    places = PlacesSettings(locations_dir=DEFAULT_LOCATIONS, facilities_dir=DEFAULT_FACILITIES)
+    settings = dataclasses.replace(cairns_store.settings, places=places)
+    app = create_app(settings, services=Services(settings, store=cairns_store))
+    client = falcon.testing.TestClient(app)
+    assert client.simulate_get("/v2/locations/districts").status_code == 200
+    assert client.simulate_get("/v2/facilities/pips").status_code == 200
+    # Metrics are off without a records dir or store: the real service's missing-key answer.
+    r = client.simulate_get("/v2/metrics/demand/by_line")
+    assert r.status_code == 404 and r.json == []
+    # The network routes and the error bodies are the same app's.
+    assert client.simulate_get("/v2/stops").status_code == 200
+    assert client.simulate_get("/v2/nothing").json["statusCode"] == 404

@@ -1,9 +1,10 @@
-"""TransitSettings from TRANSIT_* variables: the feed, realtime and server sections, the clock,
-the rate limiter."""
+"""TransitSettings from TRANSIT_* variables: the feed, realtime, metrics, places and server
+sections, the clock, the rate limiter."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from sidecars.transit.settings import (
     DEFAULT_LOCATIONS,
     DEFAULT_VEHICLES,
     FeedSettings,
+    MetricsSettings,
+    PlacesSettings,
     SettingsError,
     TransitSettings,
     id_matcher,
@@ -88,6 +91,14 @@ def test_values_are_parsed() -> None:
             "TRANSIT_OPERATIONAL_DAY_START_HOUR": "3",
             "TRANSIT_PORT": "0",
             "TRANSIT_WORKERS": "4",
+            "TRANSIT_RECORDS_DIR": "/data/records",
+            "TRANSIT_METRICS_SINCE": "2025-06-01",
+            "TRANSIT_INGEST_INTERVAL": "60",
+            "TRANSIT_METRICS_REFRESH": "10",
+            "TRANSIT_WALK_METERS": "250",
+            "TRANSIT_LINE_ID_PATTERN": r"^\w+$",
+            "TRANSIT_FACILITIES_DIR": "",
+            "TRANSIT_LOCATIONS_DIR": "/data/locations",
             "OTHER": "ignored",
         }
     )
@@ -98,6 +109,27 @@ def test_values_are_parsed() -> None:
     assert s.now == datetime(2014, 6, 10, 8, tzinfo=timezone(timedelta(hours=10)))
     assert s.feed.timezone == "Europe/Lisbon" and s.feed.operational_day_start_hour == 3
     assert s.server.port == 0 and s.server.workers == 4
+    m, p = s.metrics, s.places
+    assert m.db_path == Path("/data/records/metrics.sqlite")
+    assert m.since == date(2025, 6, 1)
+    assert (m.ingest_interval, m.refresh_interval, p.walk_meters) == (60.0, 10.0, 250.0)
+    assert m.line_id_pattern == r"^\w+$" and p.facilities_dir is None
+    assert p.locations_dir == "/data/locations"
+    db = TransitSettings.from_env({**OPERATOR, "TRANSIT_METRICS_DB": "/x.sqlite"}).metrics.db_path
+    assert db == Path("/x.sqlite")
+
+
+def test_metrics_and_places_defaults() -> None:
+    s = TransitSettings.from_env(OPERATOR)
+    m, p = s.metrics, s.places
+    assert m == MetricsSettings() and p == PlacesSettings()
+    assert m.records_dir is None and m.db_path is None
+    # An operator's deployment serves no facilities or locations it was not given.
+    assert p.facilities_dir is None and p.locations_dir is None
+    assert (
+        TransitSettings.from_env({"TRANSIT_DEMO": "1"}).places.facilities_dir == DEFAULT_FACILITIES
+    )
+    assert (p.walk_meters, m.ingest_interval, m.since) == (400.0, 300.0, date(2024, 1, 1))
 
 
 @pytest.mark.parametrize(
@@ -113,6 +145,9 @@ def test_values_are_parsed() -> None:
         ("TRANSIT_SHAPE_DIST_UNIT", "yards", "accepted: auto, m, km, mi, ft"),
         ("TRANSIT_FEED_MAX_DROP_SHARE", "1.5", "between 0 and 1"),
         ("TRANSIT_STOP_ID_PATTERN", "[0-9", "not a regex"),
+        ("TRANSIT_WALK_METERS", "far", "TRANSIT_WALK_METERS"),
+        ("TRANSIT_INGEST_INTERVAL", "-1", "TRANSIT_INGEST_INTERVAL"),
+        ("TRANSIT_METRICS_SINCE", "2024-13-01", "TRANSIT_METRICS_SINCE"),
     ],
 )
 def test_bad_values(name: str, value: str, message: str) -> None:

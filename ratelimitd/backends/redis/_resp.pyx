@@ -8,7 +8,6 @@ C); a request's payload joins its pool's flush in C (`Sender`, which opens and w
 trickle's `rounds.Flush` too): per request and per flush, no Python frame.
 """
 
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -22,7 +21,7 @@ from random import random
 
 import hiredis
 
-from ratelimitd.backends.base import BackendError, Op
+from ratelimitd.backends.base import Op
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 
 cdef object OP = Op

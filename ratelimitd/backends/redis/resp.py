@@ -12,6 +12,15 @@ request in order. Those leaves of the codec are compiled (`_resp.pyx`; their pur
 forcing the twin). The round that carries them, `RespConnection.write` and
 `data_received` and the flushes they write and answer, is written once in `rounds.py`
 (Cython's pure-Python mode: compiled where built, else run as it is).
+
+A connection keeps a FIFO of pending batches (one per request and round). Each batch
+carries a deadline; one timer per connection watches them. A batch past its deadline
+fails its request at once, but stays in the FIFO: its replies are still due, in order,
+and are read and dropped when they come. Only when the oldest batch is still unanswered
+`STALL_FACTOR` timeouts after its deadline is the server presumed hung (paused or
+partitioned): everything pending fails, the transport is closed and the owner replaces
+the connection. So a momentary stall (a busy event loop, a slow fork on the server)
+costs the requests caught in it, not the connections and the requests after them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Build the compiled cores (descriptor trie, cache-key maths, decision model, wire codec,
-HTTP/2, the Redis counter codec) with Cython.
+HTTP/2, the Redis counter codec and round) with Cython.
 
 `pip install .` runs this in an isolated build env with Cython present; the generated
 C files are build output and never committed. The HTTP/2 core links the system libnghttp2 by
@@ -72,7 +72,11 @@ extensions = [
     # A store round started from C (no twin: the compiled decision alone hands a store its
     # fixed windows as C values; the twins take `Op`s).
     Extension("ratelimitd.backends._rounds", ["ratelimitd/backends/_rounds.pyx"]),
-    # The Redis counter path's codec (twin: backends/redis/_resp_py.py).
+    # A Redis connection's round (written flushes, replies handed to their waiters), compiled
+    # in Cython's pure-Python mode (types in rounds.pxd, which _resp.pyx cimports): the same
+    # rounds.py runs uncompiled where this is not built.
+    Extension("ratelimitd.backends.redis.rounds", ["ratelimitd/backends/redis/rounds.py"]),
+    # The Redis counter path's codec leaves (twin: backends/redis/_resp_py.py).
     Extension("ratelimitd.backends.redis._resp", ["ratelimitd/backends/redis/_resp.pyx"]),
     # The native gRPC transport's HTTP/2 core (libnghttp2); optional, see above. `-l:` names
     # the runtime library's file: there is no libnghttp2.so link without the -dev package.

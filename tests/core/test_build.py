@@ -31,6 +31,7 @@ def test_compiled_extensions_are_in_use() -> None:
         "ratelimitd.decision._decision",
         "ratelimitd.transport._rls",
         "ratelimitd.backends.redis._resp",
+        "ratelimitd.backends.redis.rounds",
         "ratelimitd.backends._counters",
         "ratelimitd.backends._rounds",
     ):

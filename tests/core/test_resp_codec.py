@@ -1,16 +1,20 @@
-"""The Redis counter path's codec: the compiled `_resp` agrees with its pure twin `_resp_py`
-(the oracle), and both say what Redis reads.
+"""The Redis counter path's codec and round: the compiled leaves `_resp` agree with their pure
+twin `_resp_py` (the oracle), and both say what Redis reads; the round, `rounds.py` (one
+source), does the same compiled and run by the interpreter.
 
 The payload of a request's ops parses, with hiredis, as INCRBY + EXPIRE per op in order;
 `resolve` hands every waiter of a flush the same results and counts the same breaker
-verdicts in both twins; a round on a connection (`written`, then `received` however the
-replies are cut) leaves the same state and answers the same waiters in both.
+verdicts compiled and uncompiled; a round on a connection (`written`, then `received`
+however the replies are cut) leaves the same state and answers the same waiters, whichever
+build of the round and whichever parser twin.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import socket
+from types import ModuleType
 from typing import Any
 
 import hiredis
@@ -19,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ratelimitd.backends.base import BackendError, Op
-from ratelimitd.backends.redis import _resp_py, resp
+from ratelimitd.backends.redis import _resp_py, resp, rounds
 from ratelimitd.backends.redis.pool import Counters, Dialer, Pool
 from ratelimitd.backends.redis.resp import RespConnection
 from ratelimitd.settings import RedisSettings
@@ -30,6 +34,22 @@ _resp = pytest.importorskip(
 
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TWINS = [_resp_py, _resp]
+
+
+def uncompiled(module: ModuleType) -> ModuleType:
+    """`module`'s source (a Cython pure-Python-mode module, compiled in a normal install) run
+    by the interpreter, as it runs where the extension is not built."""
+    source = module.__name__.rpartition(".")[2] + ".py"
+    path = module.__file__.rsplit("/", 1)[0] + "/" + source  # type: ignore[union-attr]
+    spec = importlib.util.spec_from_file_location(f"{module.__name__}_source", path)
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+# The round, as imported (compiled in a normal install) and from its source, uncompiled.
+ROUNDS = [rounds, uncompiled(rounds)]
 
 KEYS = st.text(min_size=0, max_size=300)
 FIXED = st.builds(
@@ -115,7 +135,7 @@ def counts(replies: list[Any], offset: int, n: int) -> list[Any]:
     return out
 
 
-def outcome(twin: Any, replies: Any, layout: list[tuple[int, bool]]) -> tuple[list, list]:
+def outcome(round_: Any, replies: Any, layout: list[tuple[int, bool]]) -> tuple[list, list]:
     waiters, entries, offset = [], [], 0
     for n, cancelled in layout:
         waiter = Waiter(cancelled)
@@ -123,7 +143,7 @@ def outcome(twin: Any, replies: Any, layout: list[tuple[int, bool]]) -> tuple[li
         entries += (waiter, offset, n)
         offset += n
     breaker = Breaker()
-    twin.resolve(replies, entries, breaker, counts)
+    round_.resolve(replies, entries, breaker, counts)
     seen = [
         [r if r.__class__ is not BackendError else ("error", r.args) for r in w.results]
         for w in waiters
@@ -136,25 +156,46 @@ REPLY = st.one_of(st.integers(0, 2**63 - 1), st.just(b"overflow"), st.just(b"boo
 
 @PROPS
 @given(st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=1, max_size=6), st.data())
-def test_resolve_twins_agree(layout: list[tuple[int, bool]], data: st.DataObject) -> None:
+def test_resolve_compiled_and_uncompiled_agree(
+    layout: list[tuple[int, bool]], data: st.DataObject
+) -> None:
     layout = [(2 * n, cancelled) for n, cancelled in layout]
     total = sum(n for n, _ in layout)
     replies = data.draw(st.lists(REPLY, min_size=total, max_size=total))
-    assert outcome(_resp, replies, layout) == outcome(_resp_py, replies, layout)
+    compiled, source = ROUNDS
+    assert outcome(compiled, replies, layout) == outcome(source, replies, layout)
     failed = BackendError("redis request timed out")
-    compiled, verdicts = outcome(_resp, failed, layout)
-    assert (compiled, verdicts) == outcome(_resp_py, failed, layout)
+    compiled, verdicts = outcome(compiled, failed, layout)
+    assert (compiled, verdicts) == outcome(source, failed, layout)
     assert compiled == [[("error", ("redis request timed out",))]] * len(layout)
     assert verdicts == ["failed"] * sum(not cancelled for _, cancelled in layout)
 
 
-@pytest.mark.parametrize("twin", TWINS)
-def test_resolve_gives_each_waiter_its_own_counters(twin: Any) -> None:
+@pytest.mark.parametrize("round_", ROUNDS)
+def test_resolve_gives_each_waiter_its_own_counters(round_: Any) -> None:
     seen, verdicts = outcome(
-        twin, [7, 1, 3, 1, b"overflow", 1, 5, b"boom"], [(4, False), (4, True)]
+        round_, [7, 1, 3, 1, b"overflow", 1, 5, b"boom"], [(4, False), (4, True)]
     )
     assert seen == [[[7, 3]], [("error", ("bad reply at 6",))]]
     assert verdicts == ["failures=0"]  # the cancelled waiter counts neither way
+
+
+@pytest.mark.parametrize("round_", ROUNDS)
+def test_a_flush_delivered_to_a_resolver_resolves_with_the_instances_breaker(round_: Any) -> None:
+    class Instance:
+        breaker = Breaker()
+        _counts = staticmethod(counts)
+
+    waiter = Waiter()
+    flush = round_.Flush(None, round_.Resolver(Instance()))
+    flush.entries = [waiter, 0, 4]
+    flush.deliver([7, 1, b"overflow", 1])
+    assert flush.done() and waiter.results == [[7, 2**63 - 1]]
+    assert Instance.breaker.verdicts == ["failures=0"]
+
+
+def test_the_round_from_its_source_is_not_the_compiled_one() -> None:
+    assert ROUNDS[1].__file__.endswith("rounds.py") and ROUNDS[1].Flush is not rounds.Flush
 
 
 def test_the_selected_twin_is_the_compiled_one_unless_disabled() -> None:
@@ -163,21 +204,21 @@ def test_the_selected_twin_is_the_compiled_one_unless_disabled() -> None:
     assert resp.implementation("compiled") is _resp
 
 
-@pytest.mark.parametrize("reader", ["hiredis", "compiled", "pure"])
 @pytest.mark.parametrize("twin", TWINS)
-def test_read_replies_takes_what_came_and_says_whether_all_did(twin: Any, reader: str) -> None:
-    parser = {"hiredis": hiredis.Reader, "compiled": _resp.Replies, "pure": _resp_py.Replies}
-    replies_of = parser[reader]()
+@pytest.mark.parametrize("round_", ROUNDS)
+def test_read_replies_takes_what_came_and_says_whether_all_did(round_: Any, twin: Any) -> None:
+    read_replies = round_.read_replies
+    replies_of = twin.Replies()
     replies_of.feed(b":1\r\n:2\r\n:3\r\n-ERR no\r\n:4")  # the last reply not whole yet
     replies: list[Any] = [0]
-    assert twin.read_replies(replies_of, replies, 2) is True
+    assert read_replies(replies_of, replies, 2) is True
     assert replies == [0, 1, 2]
-    assert twin.read_replies(replies_of, replies, 3) is False
+    assert read_replies(replies_of, replies, 3) is False
     assert replies[:3] == [0, 1, 2] and replies[3] == 3 and len(replies) == 5
     assert isinstance(replies[4], hiredis.ReplyError)
     replies_of.feed(b"\r\n")
-    assert twin.read_replies(replies_of, replies, 1) is True and replies[5] == 4
-    assert twin.read_replies(replies_of, replies, 0) is True
+    assert read_replies(replies_of, replies, 1) is True and replies[5] == 4
+    assert read_replies(replies_of, replies, 0) is True
 
 
 # Replies as Redis sends them, and a few it never does (the parsers must refuse those alike).
@@ -269,17 +310,17 @@ def test_sender_refuses_without_a_connection(twin: Any) -> None:
         twin.Sender(pool, 0)([Op("k", 1, 60)], "waiter")
 
 
-# -- a round on a connection: `written` then `received`, in both twins ----------------------
+# -- a round on a connection: `written` then `received`, compiled and not, either parser -----
 
 # Six integer replies: a batch of two, then a flush of four; sent in any cut.
 REPLIES = b":1\r\n:1\r\n:2\r\n:1\r\n:3\r\n:0\r\n"
 
 
-async def a_round(twin: Any, cuts: list[int]) -> dict[str, Any]:
-    """Write one flush of two batches on a real socket with `twin.written`, read its replies
-    back cut at `cuts` with `twin.received`: what was sent, the connection's state, and
-    what each batch's waiter got (the second batch is a `Flush` whose waiters get their
-    replies where they are read, as the pool's are)."""
+async def a_round(round_: Any, twin: Any, cuts: list[int]) -> dict[str, Any]:
+    """Write one flush of two batches on a real socket with `round_.written`, read its
+    replies back cut at `cuts` with `round_.received` (through `twin`'s parser): what was
+    sent, the connection's state, and what each batch's waiter got (the second batch is a
+    `Flush` whose waiters get their replies where they are read, as the pool's are)."""
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     theirs.settimeout(5)
@@ -287,16 +328,17 @@ async def a_round(twin: Any, cuts: list[int]) -> dict[str, Any]:
     try:
         conn._reader = twin.Replies()
         delivered: list[Any] = []
-        flush = twin.Flush(loop, lambda replies, entries: delivered.append((replies, entries)))
+        flush = round_.Flush(loop, lambda replies, entries: delivered.append((replies, entries)))
         flush.entries = ["waiter", 0, 4]
         plain = loop.create_future()
-        twin.written(conn, b"*1\r\n$4\r\nPING\r\n", [twin.Batch(plain, 2), twin.Batch(flush, 4)], 6)
+        batches = [round_.Batch(plain, 2), round_.Batch(flush, 4)]
+        round_.written(conn, b"*1\r\n$4\r\nPING\r\n", batches, 6)
         sent = theirs.recv(100)
         after_write = (conn.in_flight, conn.writes, len(conn.pending), conn._timer is not None)
         state = []
         start = 0
         for cut in [*cuts, len(REPLIES)]:
-            twin.received(conn, REPLIES[start:cut])
+            round_.received(conn, REPLIES[start:cut])
             start = cut
             state.append((conn.in_flight, len(conn.pending), plain.done(), len(delivered)))
         return {
@@ -312,9 +354,11 @@ async def a_round(twin: Any, cuts: list[int]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("cuts", [[], [3], [8, 9], [4, 8, 12, 16, 20]])
-async def test_a_round_twins_agree(cuts: list[int]) -> None:
-    compiled, pure = await a_round(_resp, cuts), await a_round(_resp_py, cuts)
-    assert compiled == pure
+async def test_a_round_agrees_compiled_and_uncompiled_with_either_parser(cuts: list[int]) -> None:
+    compiled = await a_round(rounds, _resp, cuts)
+    for round_, twin in [(rounds, _resp_py), (ROUNDS[1], _resp), (ROUNDS[1], _resp_py)]:
+        assert await a_round(round_, twin, cuts) == compiled
+    pure = await a_round(ROUNDS[1], _resp_py, cuts)
     assert pure["sent"] == b"*1\r\n$4\r\nPING\r\n"
     assert pure["after write"] == (6, 1, 2, True)
     assert pure["plain"] == [1, 1]
@@ -322,11 +366,11 @@ async def test_a_round_twins_agree(cuts: list[int]) -> None:
     assert pure["as replies came"][-1] == (0, 0, True, 1)
 
 
-@pytest.mark.parametrize("twin", TWINS)
-async def test_a_failed_flush_reaches_its_waiters_from_the_loop(twin: Any) -> None:
+@pytest.mark.parametrize("round_", ROUNDS)
+async def test_a_failed_flush_reaches_its_waiters_from_the_loop(round_: Any) -> None:
     loop = asyncio.get_running_loop()
     delivered: list[Any] = []
-    flush = twin.Flush(loop, lambda result, entries: delivered.append(result))
+    flush = round_.Flush(loop, lambda result, entries: delivered.append(result))
     flush.entries = ["waiter", 0, 2]
     failure = BackendError("redis request timed out")
     flush.set_result(failure)
@@ -335,25 +379,26 @@ async def test_a_failed_flush_reaches_its_waiters_from_the_loop(twin: Any) -> No
     assert delivered == [failure]
 
 
-@pytest.mark.parametrize("twin", TWINS)
-async def test_a_write_on_a_closed_connection_fails_its_batches(twin: Any) -> None:
+@pytest.mark.parametrize("round_", ROUNDS)
+async def test_a_write_on_a_closed_connection_fails_its_batches(round_: Any) -> None:
     loop = asyncio.get_running_loop()
     conn = RespConnection(loop, 5.0)  # never connected: no transport
     plain = loop.create_future()
-    twin.written(conn, b"*1\r\n$4\r\nPING\r\n", [twin.Batch(plain, 1)], 1)
+    round_.written(conn, b"*1\r\n$4\r\nPING\r\n", [round_.Batch(plain, 1)], 1)
     error = plain.result()
     assert isinstance(error, BackendError) and error.args == ("redis connection closed",)
     assert (conn.in_flight, conn.writes, len(conn.pending)) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("twin", TWINS)
-async def test_a_reply_nobody_asked_for_aborts_the_connection(twin: Any) -> None:
+@pytest.mark.parametrize("round_", ROUNDS)
+async def test_a_reply_nobody_asked_for_aborts_the_connection(round_: Any, twin: Any) -> None:
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     transport, conn = await loop.create_connection(lambda: RespConnection(loop, 5.0), sock=ours)
     try:
         conn._reader = twin.Replies()
-        twin.received(conn, b":1\r\n")
+        round_.received(conn, b":1\r\n")
         assert transport.is_closing() and conn.local_close
     finally:
         transport.close()

@@ -1,13 +1,13 @@
 # cython: language_level=3
-"""The Redis counter path's hot codec, compiled: same names and results as `_resp_py.py`
+"""The Redis counter path's codec leaves, compiled: same names and results as `_resp_py.py`
 (the pure twin, and the notes); `resp.py` selects one.
 
-The payload is written straight into one bytes object (no per-command formatting), and the
-replies of a flush are handed to its waiters in C where they are read (`Flush.deliver`,
-`Resolver`): per request and per flush, no Python frame.
+The payload is written straight into one bytes object (no per-command formatting); the
+replies are parsed in C (`Replies`, a `rounds.Reader`: the round, `rounds.py`, calls it in
+C); a request's payload joins its pool's flush in C (`Sender`, which opens and writes a
+trickle's `rounds.Flush` too): per request and per flush, no Python frame.
 """
 
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -15,12 +15,13 @@ from libc.string cimport memcpy
 
 from ratelimitd._slots cimport get, offset_of, put
 from ratelimitd.backends._rounds cimport Rounds
+from ratelimitd.backends.redis.rounds cimport Batch, Flush, Reader, written
 
 from random import random
 
 import hiredis
 
-from ratelimitd.backends.base import BackendError, Op
+from ratelimitd.backends.base import Op
 from ratelimitd.config.windows import FIXED_WINDOW as _FIXED_WINDOW
 
 cdef object OP = Op
@@ -237,8 +238,7 @@ cdef class Sender(Rounds):
             self.entries = None
         else:
             self.flush = fut
-            # (a pool made while extensions are off holds the pure one: as the tests do)
-            self.entries = (<Flush>fut).entries if type(fut) is Flush else fut.entries
+            self.entries = (<Flush?>fut).entries
         return 0
 
     cdef void _open(self, bytes payload, Py_ssize_t n, waiter) except *:
@@ -286,69 +286,12 @@ cdef class Sender(Rounds):
                 put(pool, kind, self.o_fut, "_fut", None)
                 put(pool, kind, self.o_cmds, "_cmds", 0)
                 put(pool, kind, self.o_writes, "writes", get(pool, kind, self.o_writes, "writes") + 1)
-                _written(conn, payload, [Batch(fut, cmds)], cmds, 0.0)  # `conn.write`
+                written(conn, payload, [Batch(fut, cmds)], cmds, 0.0)  # `conn.write`
                 return
         pool._flush()
 
 
-@cython.freelist(64)
-cdef class Flush:
-    """One pipelined flush: its waiters and the future of the callers that await it (see
-    `_resp_py.Flush`, and the notes there)."""
-
-    cdef public list entries
-    cdef public object future
-    cdef object loop, receiver
-    cdef bint _done
-
-    def __init__(self, loop, receiver):
-        self.loop = loop
-        self.receiver = receiver
-        self.entries = None
-        self.future = None
-        self._done = False
-
-    def done(self):
-        """Whether it has its replies or its failure."""
-        return self._done
-
-    def set_result(self, result):
-        """Its failure: the waiters get it from the loop (see `_resp_py.Flush`)."""
-        self._done = True
-        if self.future is not None:
-            self.future.set_result(result)
-        if self.entries is not None:
-            self.loop.call_soon(self.receiver, result, self.entries)
-
-    def deliver(self, replies):
-        """Its replies, read: every waiter gets its own now."""
-        self._done = True
-        if self.future is not None:
-            self.future.set_result(replies)
-        if self.entries is not None:
-            if type(self.receiver) is Resolver:
-                (<Resolver>self.receiver).resolve(replies, self.entries)
-            else:
-                self.receiver(replies, self.entries)
-
-
-cdef class Resolver:
-    """An instance's `Pool.receiver` (see `_resp_py.Resolver`)."""
-
-    cdef object instance, counts
-
-    def __init__(self, instance):
-        self.instance = instance
-        self.counts = instance._counts
-
-    def __call__(self, replies, list entries):
-        self.resolve(replies, entries)
-
-    cdef void resolve(self, replies, list entries) except *:
-        _resolve(replies, entries, self.instance.breaker, self.counts)
-
-
-cdef class Replies:
+cdef class Replies(Reader):
     """A connection's reply parser (see `_resp_py.Replies`): integer replies, all the
     counter path gets, are read here in C; any other kind, and what follows it until the
     parser is idle again, by hiredis."""
@@ -364,11 +307,8 @@ cdef class Replies:
         self.buf = b""
         self.pos = 0
 
-    def feed(self, bytes data):
+    cpdef feed(self, bytes data):
         """Bytes read from the connection."""
-        self._feed(data)
-
-    cdef void _feed(self, bytes data) except *:
         if self.slow:
             self.reader.feed(data)
         elif self.pos < len(self.buf):  # a reply cut by the read: rare
@@ -378,11 +318,8 @@ cdef class Replies:
             self.buf = data
             self.pos = 0
 
-    def gets(self):
+    cpdef gets(self):
         """The next reply, or False when none is whole yet (as `hiredis.Reader.gets`)."""
-        return self._get()
-
-    cdef object _get(self):
         if not self.slow:
             reply = self._integer()
             if reply is not None:
@@ -426,145 +363,3 @@ cdef class Replies:
             return None
         self.pos = i + 2
         return -<long long>value if negative else <long long>value
-
-
-def read_replies(reader, list replies, Py_ssize_t n):
-    """Append up to `n` replies from `reader`; whether all `n` came (see `_resp_py`)."""
-    return _read_replies(reader, replies, n)
-
-
-cdef bint _read_replies(reader, list replies, Py_ssize_t n) except -1:
-    cdef Py_ssize_t k
-    cdef Replies own = None
-    if type(reader) is Replies:
-        own = <Replies>reader
-    else:
-        gets = reader.gets
-    for k in range(n):
-        reply = own._get() if own is not None else gets()
-        if reply is False:
-            return False
-        replies.append(reply)
-    return True
-
-
-def resolve(replies, list entries, breaker, counts):
-    """Give each waiter of one flush its counters (see `_resp_py.resolve`)."""
-    _resolve(replies, entries, breaker, counts)
-
-
-cdef void _resolve(replies, list entries, breaker, counts) except *:
-    cdef bint failed = type(replies) is not list
-    cdef Py_ssize_t first, offset, n, k, i
-    cdef list mine
-    for i in range(0, len(entries) - 2, 3):
-        waiter = entries[i]
-        first = offset = entries[i + 1]
-        n = entries[i + 2]
-        if failed:
-            result = BackendError(*replies.args)
-        else:
-            mine = <list>replies
-            if offset < 0 or offset + n > len(mine):  # never: a flush has every reply
-                mine = mine[offset : offset + n]
-                offset = 0
-            for k in range(offset, offset + n):
-                if type(mine[k]) is not int:
-                    try:
-                        result = counts(replies, first, n)
-                    except BackendError as exc:
-                        result = exc
-                    break
-            else:  # the INCRBYs'
-                result = [mine[k] for k in range(offset, offset + n, 2)]
-        if breaker is not None and not waiter.cancelled:
-            if failed or type(result) is not list:
-                breaker.failed()
-            else:
-                breaker.failures = 0
-        waiter(result)
-
-
-@cython.freelist(64)
-cdef class Batch:
-    """Commands written together on one connection (see `_resp_py.Batch`)."""
-
-    cdef public object future
-    cdef public Py_ssize_t n
-    cdef public list replies
-    cdef public double deadline
-
-    def __init__(self, future, Py_ssize_t n):
-        self.future = future
-        self.n = n
-        self.replies = []
-        self.deadline = 0.0
-
-
-def received(conn, bytes data):
-    """`RespConnection.data_received`, compiled (see `_resp_py.received`)."""
-    cdef Batch batch
-    reader = conn._reader
-    if type(reader) is Replies:
-        (<Replies>reader)._feed(data)
-    else:
-        reader.feed(data)
-    pending = conn.pending
-    try:
-        while pending:
-            batch = <Batch?>pending[0]
-            if not _read_replies(reader, batch.replies, batch.n - len(batch.replies)):
-                return  # the rest of this batch has not arrived yet
-            pending.popleft()
-            conn.in_flight -= batch.n
-            fut = batch.future
-            if type(fut) is not Flush:
-                if not fut.done():
-                    fut.set_result(batch.replies)
-                continue
-            if (<Flush>fut)._done:
-                continue
-            try:
-                (<Flush>fut).deliver(batch.replies)
-            except Exception as exc:  # as the loop reports a failed callback
-                conn.loop.call_exception_handler(
-                    {"message": "resolving a redis flush failed", "exception": exc}
-                )
-            if conn.pending is not pending:
-                return  # failed while resolving (`_fail_all`): nothing left to read
-        rest = (<Replies>reader)._get() if type(reader) is Replies else reader.gets()
-        if rest is not False:
-            conn.abort("redis sent a reply nobody asked for")
-    except hiredis.ProtocolError as exc:
-        conn.abort(f"redis protocol error: {exc}")
-
-
-def written(conn, bytes payload, list batches, Py_ssize_t commands, double timeout=0.0):
-    """`RespConnection.write`, compiled (see `_resp_py.written`)."""
-    _written(conn, payload, batches, commands, timeout)
-
-
-cdef void _written(conn, bytes payload, list batches, Py_ssize_t commands, double timeout) except *:
-    cdef Batch b
-    cdef double deadline
-    if conn.closed or conn.transport is None:
-        err = BackendError("redis connection closed")
-        for b in batches:
-            if not b.future.done():
-                b.future.set_result(err)
-        return
-    loop = conn.loop
-    deadline = loop.time() + (timeout or conn.timeout)
-    pending = conn.pending
-    for b in batches:
-        b.deadline = deadline
-        pending.append(b)
-    conn.in_flight += commands
-    conn.writes += 1
-    conn.transport.write(payload)
-    timer = conn._timer
-    if timer is None or deadline < conn._timer_at:  # or armed for a longer handshake's
-        if timer is not None:
-            timer.cancel()
-        conn._timer = loop.call_at(deadline, conn._check_deadline)
-        conn._timer_at = deadline

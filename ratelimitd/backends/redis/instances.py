@@ -22,7 +22,7 @@ from ...runtime.aio import cancel
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, Waiter, client_ssl_context
 from ..breaker import Breaker
-from . import budget, resp, scripts
+from . import budget, resp, rounds, scripts
 from .pool import (
     MAX_IN_FLIGHT,
     Address,
@@ -347,7 +347,7 @@ class SingleInstance(RedisInstance):
             resolve = self._static
             describe = s.masked_url
         self.pool = Pool(s, self.dialer, resolve, self.counters, describe, self.max_in_flight)
-        self.pool.receiver = resp.Resolver(self)
+        self.pool.receiver = rounds.Resolver(self)
         # `incr_expire` without a coroutine (`PipelinedBackend`): fixed-window ops only
         # (False for an algorithm, a refund or a budget call: their scripts may need a
         # second round). Every Redis-backed decision starts here: compiled, it adds the

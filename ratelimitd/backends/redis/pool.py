@@ -21,7 +21,8 @@ from ...runtime.aio import cancel
 from ...settings import RedisSettings, redis_auth
 from ..base import BackendError
 from . import resp
-from .resp import Batch, Flush, ReplyError, RespConnection, SharedFuture
+from .resp import ReplyError, RespConnection, SharedFuture
+from .rounds import Batch, Flush
 
 log = logging.getLogger("ratelimitd.backends.redis")
 

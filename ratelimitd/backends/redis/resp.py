@@ -7,9 +7,11 @@ or, compiled, from the decision's fixed windows handed over in C: `Sender` is a
 written by the pool together with the other requests of the same event-loop iteration (a
 request joins the flush being built through `Sender`), and the replies are parsed
 (`Replies`: integers in C, any other reply by `hiredis.Reader`) and handed back to each
-request in order. That hot codec is compiled (`_resp.pyx`; its pure twin `_resp_py.py`,
-selected here as the other compiled modules are, RATELIMITD_NO_EXTENSIONS=1 forcing the
-twin).
+request in order. Those leaves of the codec are compiled (`_resp.pyx`; their pure twin
+`_resp_py.py`, selected here as the other compiled modules are, RATELIMITD_NO_EXTENSIONS=1
+forcing the twin). The round that carries them, `RespConnection.write` and
+`data_received` and the flushes they write and answer, is written once in `rounds.py`
+(Cython's pure-Python mode: compiled where built, else run as it is).
 
 A connection keeps a FIFO of pending batches (one per request and round). Each batch
 carries a deadline; one timer per connection watches them. A batch past its deadline
@@ -36,22 +38,12 @@ from ..._twins import chooser, install
 from ..base import BackendError
 from . import _resp_py
 from ._resp_py import bulk_int
+from .rounds import Batch, received, written
 
 IMPLEMENTATION = install(globals(), "ratelimitd.backends.redis._resp", _resp_py)
 if TYPE_CHECKING:
     # The twins' names, typed as the pure one's (the module's own `__all__`).
-    from ._resp_py import (  # noqa: F401
-        Batch,
-        Flush,
-        Replies,
-        Resolver,
-        Sender,
-        incrby_expire_ops,
-        read_replies,
-        received,
-        resolve,
-        written,
-    )
+    from ._resp_py import Replies, Sender, incrby_expire_ops  # noqa: F401
 
 # implementation(name): the module behind the twin names ("compiled", "pure"; None: selected).
 implementation = chooser(
@@ -132,7 +124,8 @@ class RespConnection(asyncio.Protocol):
     timed out; callers check the type instead of catching (no unretrieved exceptions).
     """
 
-    # Slots: the compiled methods (`received`, `written`) read and write these once a round.
+    # Slots: the round's methods (`rounds.received`, `written`) read and write these once a
+    # round.
     __slots__ = (
         "_lost",
         "_reader",
@@ -178,7 +171,7 @@ class RespConnection(asyncio.Protocol):
         """Keep the transport."""
         self.transport = transport  # type: ignore[assignment]
 
-    # The two methods run once a round, in the twins (compiled: no Python frame each).
+    # The two methods run once a round, in `rounds` (compiled: no Python frame each).
     data_received = received  # parse replies, complete the batches they finish, in order
     write = written  # write one flush: its batches due, the deadline timer armed
 

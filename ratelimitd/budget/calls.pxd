@@ -39,12 +39,10 @@ cpdef str transaction_id(str value)
 @cython.locals(shadow=cython.bint, quota=cython.bint)
 cpdef tuple item_call(tuple call, Terms rule, entries, bint negative, tuple keys)
 
-@cython.locals(kind=cython.int)
-cpdef add_item(plan, item, Terms rule, tuple call, entries, bint negative, tuple keys)
+cpdef bint held_apart(int kind)
 
-@cython.locals(held=list, kind=cython.int, closes=list, items=list, parts=dict,
-               got=list, kept=set, metadata=list)
-cpdef arrange(plan)
+@cython.locals(kind=cython.int, closes=list, parts=dict, got=list, kept=set)
+cpdef arrange(list held, list items, list metadata)
 
 @cython.locals(crc=cython.uint, readable=str)
 cpdef str budget_key(str prefix, str domain, entries, share)

@@ -7,7 +7,7 @@ The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these 
 
 * plan: `lookup` finds a budget call's rule by the descriptor without its phase and
   transaction entries; `terms` is what the call reads of that rule, read once per rule;
-  `add_item` puts the item in the plan with what it asks of its budget (`item_call`);
+  `item_call` what the item asks of its budget, which `held_apart` holds for `arrange`;
 * count: `budget_key` is the budget's store key, `budget_call` the one store call of the
   item (a `model.Call`: a synchronous store runs it as it is), `budget_op` that call in an
   `Op` (a store's round);
@@ -51,13 +51,13 @@ from .outbox import event as outbox_event
 
 __all__ = [
     "Terms",
-    "add_item",
     "arrange",
     "budget_call",
     "budget_key",
     "budget_now",
     "budget_op",
     "budget_status",
+    "held_apart",
     "item_call",
     "lookup",
     "recognise",
@@ -224,31 +224,16 @@ def item_call(
     return kind, transaction_id(txn), rest, force, remember
 
 
-def add_item(
-    plan: Any,
-    item: Any,
-    rule: Terms,
-    call: tuple[int, str, tuple[tuple[str, str], ...]] | None,
-    entries: Sequence[tuple[str, str]],
-    negative: bool,
-    keys: tuple[str, str, bool, bool] | None,
-) -> None:
-    """Give budget item `item` (of a rule with `terms` `rule`) what it asks (`item_call`) and
-    put it in `plan`: a reserve, guard or close apart, for `arrange` once every descriptor
-    is planned."""
-    item.budget = asked = item_call(call, rule, entries, negative, keys)
-    kind = asked[0]
-    if kind in (RESERVE, EXTRA, GUARD, RELEASE):
-        if plan.closes is None:
-            plan.closes = []
-        plan.closes.append(item)
-    else:
-        plan.items.append(item)
+def held_apart(kind: int) -> bool:
+    """Whether a budget item asking a call of `kind` (`item_call`) is held apart from the
+    plan's items until `arrange` puts it there, once every descriptor is planned: a
+    reserve, a part of one, a guard or a close."""
+    return kind in (RESERVE, EXTRA, GUARD, RELEASE)
 
 
-def arrange(plan: Any) -> None:
-    """Put the budget items `add_item` set apart into `plan.items`, once the whole request
-    is planned (`decision.finish`). Per transaction on one budget:
+def arrange(held: list[Any], items: list[Any], metadata: list[Any] | None) -> None:
+    """Put the budget items held apart (`held_apart`) into the plan's `items`, once the whole
+    request is planned (`decision.finish`). Per transaction on one budget:
 
     * its `reserve` and `extra` entries become one reservation of their summed hits (an
       estimate in parts: the completion's `max_tokens` and the prompt's bound);
@@ -259,16 +244,15 @@ def arrange(plan: Any) -> None:
       free the reservation the settle then finds finished.
 
     A merged or dropped item answers as a descriptor without a limit (OK), and its rule's
-    metadata is not the response's (the kept item's stands for the transaction).
+    metadata (in the plan's `metadata`) is not the response's (the kept item's stands for
+    the transaction).
     """
-    held = plan.closes
-    plan.closes = None
     if len(held) == 1:  # most calls: one reserve (or a part standing for it), or a close
         item = held[0]
         kind = item.budget[0]
         if kind not in (RESERVE, RELEASE):
             item.budget = (RESERVE, *item.budget[1:])
-        plan.items.append(item)
+        items.append(item)
         return
     # Per (rule, budget entries, txn): [its reserve, its guard, its first other part, the
     # hits of every other part]; a second guard adds nothing.
@@ -292,7 +276,6 @@ def arrange(plan: Any) -> None:
             if got[2] is None:
                 got[2] = item
             got[3] += item.hits
-    items = plan.items
     kept = set()
     for reserve, guard, other, more in parts.values():
         base = reserve if reserve is not None else guard
@@ -303,7 +286,6 @@ def arrange(plan: Any) -> None:
         items.append(base)
         kept.add(base.index)
     items += closes
-    metadata = plan.metadata
     if metadata is not None:
         for item in held:
             if item.budget[0] != RELEASE and item.index not in kept:

@@ -16,7 +16,9 @@ cimport cython
 from ratelimitd.config._match cimport lookup_c
 from ratelimitd.config._keys cimport unit_seconds
 from ratelimitd._slots cimport get, offset_of, offsets
-from ratelimitd.budget.calls cimport Terms, add_item, arrange, lookup as budget_lookup, terms
+from ratelimitd.budget.calls cimport (
+    Terms, arrange, held_apart, item_call, lookup as budget_lookup, terms,
+)
 
 from ratelimitd.config import _match
 from ratelimitd.budget.calls import relimit as budget_relimit
@@ -200,6 +202,7 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
     cdef Py_ssize_t i
     cdef long long hits
     cdef object d, rule, share, found, raw, call, recognised, held
+    cdef tuple asked
     cdef Item item
     cdef str key
     if root is None:
@@ -273,7 +276,13 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
                 item = _item(Item.__new__(Item), i, rule, key, share, hits, K_BUDGET)
                 held = get(rule, RULE, R_BUDGET_TERMS, "budget_terms")
                 item.terms = terms(rule) if held is None else <Terms>held
-                add_item(plan, item, item.terms, call, _entries(d), negative, budget)
+                item.budget = asked = item_call(call, item.terms, _entries(d), negative, budget)
+                if held_apart(asked[0]):  # for `arrange`, once every descriptor is planned
+                    if plan.closes is None:
+                        plan.closes = []
+                    plan.closes.append(item)
+                else:
+                    plan.items.append(item)
                 continue
         if negative:
             for window in rule.windows:
@@ -300,8 +309,10 @@ cdef Plan _finish(Plan plan):
     cdef dict replaced = plan.replaced
     cdef list kept
     cdef Item item
-    if plan.closes is not None:  # budget reserves, guards and closes (`budget.calls.arrange`)
-        arrange(plan)
+    cdef list held = plan.closes
+    if held is not None:  # budget reserves, guards and closes (`budget.calls.arrange`)
+        plan.closes = None
+        arrange(held, plan.items, plan.metadata)
     if replaced:
         kept = []
         for item in plan.items:

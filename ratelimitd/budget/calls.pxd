@@ -24,7 +24,7 @@ cdef class Terms:
     cdef readonly bint charge, served, shadow, quota
 
 
-cpdef Terms terms(rule)
+cpdef Terms terms_of(rule)
 
 
 @cython.locals(kind=cython.int, txn=str, rest=list, i=cython.Py_ssize_t, entry=tuple, key=str,
@@ -37,7 +37,7 @@ cpdef tuple lookup(find, root, str domain, entries, tuple keys, list walked)
 cpdef str transaction_id(str value)
 
 @cython.locals(shadow=cython.bint, quota=cython.bint)
-cpdef tuple item_call(tuple call, Terms rule, entries, bint negative, tuple keys)
+cpdef tuple item_call(tuple call, Terms terms, entries, bint negative, tuple keys)
 
 cpdef bint held_apart(int kind)
 
@@ -48,12 +48,12 @@ cpdef arrange(list held, list items, list metadata)
 cpdef str budget_key(str prefix, str domain, entries, share)
 
 @cython.locals(kind=cython.int, amount=cython.longlong, unserved=cython.bint, asked=tuple,
-               rule=Terms)
+               terms=Terms)
 cpdef object budget_call(item, str key, long long now_ms)
 
 @cython.locals(memory=MemoryBudgets, kind=cython.int, amount=cython.longlong,
                unserved=cython.bint, asked=tuple)
-cpdef object budget_now(run, item, tuple asked, Terms rule, long long hits, str key,
+cpdef object budget_now(run, item, tuple asked, Terms terms, long long hits, str key,
                         long long now_ms)
 
 cdef bint _unserved(bint served, long long code)
@@ -64,6 +64,6 @@ cdef bint _unserved(bint served, long long code)
                over=cython.bint, kind=cython.int, outcome=cython.int, hits=cython.longlong,
                levels=tuple, limits=tuple, allowed=tuple, tick_ms=tuple, tick=cython.longlong,
                requests=cython.longlong)
-cpdef object status_of(tuple asked, Terms rule, long long hits, st, object result, double ratio)
+cpdef object status_of(tuple asked, Terms terms, long long hits, st, object result, double ratio)
 
 cpdef object budget_status(item, object result, double ratio)

@@ -6,7 +6,7 @@ The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these 
 `BUDGET` items and for nothing else, so an ordinary decision never pays for them:
 
 * plan: `lookup` finds a budget call's rule by the descriptor without its phase and
-  transaction entries; `terms` is what the call reads of that rule, read once per rule;
+  transaction entries; `terms_of` is what the call reads of that rule, read once per rule;
   `item_call` what the item asks of its budget, which `held_apart` holds for `arrange`;
 * count: `budget_key` is the budget's store key, `budget_call` the one store call of the
   item (a `model.Call`: a synchronous store runs it as it is), `budget_op` that call in an
@@ -63,7 +63,7 @@ __all__ = [
     "recognise",
     "relimit",
     "status_of",
-    "terms",
+    "terms_of",
     "transaction_id",
 ]
 
@@ -106,7 +106,7 @@ class Terms:
         self.ticks = tuple([w.tick for w in spec.windows])
 
 
-def terms(rule: Any) -> Terms:
+def terms_of(rule: Any) -> Terms:
     """A budget rule's `Terms`, read on its first call and kept on it (`budget_terms`)."""
     got = rule.budget_terms
     if got is None:
@@ -198,26 +198,27 @@ def relimit(found: Any, limit: tuple[int, int]) -> Any:
 
 def item_call(
     call: tuple[int, str, tuple[tuple[str, str], ...]] | None,
-    rule: Terms,
+    terms: Terms,
     entries: Sequence[tuple[str, str]],
     negative: bool,
     keys: tuple[str, str, bool, bool] | None,
 ) -> tuple[int, str, Sequence[tuple[str, str]], bool, bool]:
-    """What a descriptor matching a budget rule (its `terms`) asks of its budget: (the call's kind,
+    """What a descriptor matching a budget rule (its `terms`) asks of its budget: (the call's
+    kind,
     its transaction id as stored, the budget's entries, force, remember). Without a
     recognised `call` it is a plain COUNT of the descriptor's `entries`. Shadow mode (the
     rule's or SHADOW_MODE, `keys`' third) forces a reserve; quota mode (the rule's or
     QUOTA_MODE, its fourth) remembers a refused one. Raises ServiceError for a refund."""
     if negative:
         raise ServiceError(
-            f"is_negative_hits: '{rule.full_key}' is a token budget (its usage is settled, "
+            f"is_negative_hits: '{terms.full_key}' is a token budget (its usage is settled, "
             "not refunded)"
         )
     shadow = quota = False
     if keys is not None:
         shadow, quota = keys[2], keys[3]
-    force = shadow or rule.shadow
-    remember = quota or rule.quota
+    force = shadow or terms.shadow
+    remember = quota or terms.quota
     if call is None:
         return COUNT, "", entries, force, remember
     kind, txn, rest = call
@@ -321,34 +322,34 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
     `release`."""
     asked = item.budget
     kind = asked[0]
-    rule = terms(item.rule)
+    terms = terms_of(item.rule)
     amount = item.hits
-    unserved = kind == RELEASE and _unserved(rule.served, amount)
+    unserved = kind == RELEASE and _unserved(terms.served, amount)
     if kind == RELEASE:
         amount = 0
     call = Call(
         kind,
         key,
-        rule.windows,
+        terms.windows,
         now_ms,
         txn=asked[1],
         amount=amount,
-        ttl=rule.ttl,
-        charge=rule.charge,
+        ttl=terms.ttl,
+        charge=terms.charge,
         force=asked[3],
         remember=asked[4],
         unserved=unserved,
     )
-    if rule.outbox and kind in (SETTLE, RELEASE):
-        call.outbox, call.event = rule.outbox, outbox_event(asked[2])
+    if terms.outbox and kind in (SETTLE, RELEASE):
+        call.outbox, call.event = terms.outbox, outbox_event(asked[2])
     return call
 
 
 def budget_now(
-    run: Any, item: Any, asked: tuple[Any, ...], rule: Terms, hits: int, key: str, now_ms: int
+    run: Any, item: Any, asked: tuple[Any, ...], terms: Terms, hits: int, key: str, now_ms: int
 ) -> Result:
     """The result of a budget item's `budget_call` on a synchronous store, whose
-    `budget_now` is `run`; `asked`, `rule` (its `terms`) and `hits` are the item's (read by
+    `budget_now` is `run`; `asked`, `terms` (its rule's) and `hits` are the item's (read by
     the compiled decision from its fields). On the memory store's budgets
     (`MemoryBudgets.apply`) the call is made from them, no Call built; the memory store
     appends to no outbox."""
@@ -358,18 +359,18 @@ def budget_now(
     memory = budgets
     kind = asked[0]
     amount = hits
-    unserved = kind == RELEASE and _unserved(rule.served, amount)
+    unserved = kind == RELEASE and _unserved(terms.served, amount)
     if kind == RELEASE:
         amount = 0
     return memory.decide(  # type: ignore[no-any-return]
         kind,
         key,
-        rule.windows,
+        terms.windows,
         now_ms,
         asked[1],
         amount,
-        rule.ttl,
-        rule.charge,
+        terms.ttl,
+        terms.charge,
         asked[3],
         asked[4],
         unserved,
@@ -392,11 +393,11 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     is then any limit's verdict (a reused transaction id refused); a settle or close
     answers OK with what remains.
     """
-    return status_of(item.budget, terms(item.rule), item.hits, item.stats, result, ratio)
+    return status_of(item.budget, terms_of(item.rule), item.hits, item.stats, result, ratio)
 
 
 def status_of(
-    asked: tuple[Any, ...], rule: Terms, hits: int, st: Any, result: Result, ratio: float
+    asked: tuple[Any, ...], terms: Terms, hits: int, st: Any, result: Result, ratio: float
 ) -> Status:
     """`budget_status` of an item given by its call (`item.budget`), rule's `terms`, hits
     and statistics (the compiled decision reads them from the item's fields)."""
@@ -406,9 +407,9 @@ def status_of(
     best_over = False
     best_after = best_reset = best_left = 0
     # Indexed, not zipped: this runs for every budget call (the four are in step).
-    limits = rule.limits
-    allowed = rule.requests
-    tick_ms = rule.ticks
+    limits = terms.limits
+    allowed = terms.requests
+    tick_ms = terms.ticks
     levels = result.levels
     for k in range(len(levels)):
         after, ticks = levels[k]

@@ -135,7 +135,7 @@ class Rule:
         self.special = bool(self.replaces) or unlimited or meter
         # Extension: a token budget (`budget:`, set by `budgeted`), its windows the store's.
         self.budget: BudgetSpec | None = None
-        # What a budget call reads of this rule, read once (`budget.calls.terms`).
+        # What a budget call reads of this rule, read once (`budget.calls.terms_of`).
         self.budget_terms: Any = None
         # What the count step counts: one window per limit (none when unlimited). The limits
         # of a list are counted through their descriptor's Rule, which compiles them here.

@@ -38,7 +38,7 @@ cdef class Item:
     # A BUDGET item's call: (kind, transaction id, the budget's entries, force, remember),
     # `budget.calls.item_call`.
     cdef public object budget
-    cdef public Terms terms  # a BUDGET item's rule's (`budget.calls.terms`); else None
+    cdef public Terms terms  # a BUDGET item's rule's (`budget.calls.terms_of`); else None
     cdef readonly tuple windows  # the rule's (read once)
 
 

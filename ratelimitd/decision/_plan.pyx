@@ -17,7 +17,7 @@ from ratelimitd.config._match cimport lookup_c
 from ratelimitd.config._keys cimport unit_seconds
 from ratelimitd._slots cimport get, offset_of, offsets
 from ratelimitd.budget.calls cimport (
-    Terms, arrange, held_apart, item_call, lookup as budget_lookup, terms,
+    Terms, arrange, held_apart, item_call, lookup as budget_lookup, terms_of,
 )
 
 from ratelimitd.config import _match
@@ -275,7 +275,7 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
             if get(rule, RULE, R_BUDGET, "budget") is not None:
                 item = _item(Item.__new__(Item), i, rule, key, share, hits, K_BUDGET)
                 held = get(rule, RULE, R_BUDGET_TERMS, "budget_terms")
-                item.terms = terms(rule) if held is None else <Terms>held
+                item.terms = terms_of(rule) if held is None else <Terms>held
                 item.budget = asked = item_call(call, item.terms, _entries(d), negative, budget)
                 if held_apart(asked[0]):  # for `arrange`, once every descriptor is planned
                     if plan.closes is None:

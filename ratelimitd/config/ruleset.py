@@ -151,6 +151,7 @@ class Rule:
     def budgeted(self, spec: BudgetSpec) -> None:
         """Make this rule a token budget (the descriptor's `budget:`, checked)."""
         self.budget = spec.with_windows(self.windows)
+        self.budget_terms = None  # read again from this budget on its next call
         self.special = True
 
     @property

@@ -48,7 +48,7 @@ cpdef long long level(_Limit win, _State s, long long t) except? -1
                ce=cython.longlong)
 cpdef long long reset(_Limit win, _State s, long long t, long long asked, long long after) except? -1
 
-@cython.locals(start=cython.longlong, w=cython.longlong)
+@cython.locals(t=cython.longlong, start=cython.longlong, w=cython.longlong)
 cdef long long _roll(_Limit win, _State s, long long now) except? -1
 
 @cython.locals(est=cython.longlong, s=_State, win=_Limit, starts=tuple, i=cython.Py_ssize_t,
@@ -75,6 +75,7 @@ cdef bint _sweep(_Budget b, long long now, long long ttl, bint charge_expired, t
                  list states, object result) except -1
 
 
+@cython.final
 cdef class MemoryBudgets:
     cdef public dict _budgets
     cdef list _forget
@@ -92,7 +93,7 @@ cdef class MemoryBudgets:
                    full=cython.bint, fits=cython.bint, held_before=cython.Py_ssize_t,
                    asked=cython.longlong, e=cython.longlong, end=cython.longlong,
                    span=cython.longlong, ends=cython.longlong, after=cython.longlong,
-                   k=cython.Py_ssize_t, states=list, levels=tuple)
+                   k=cython.Py_ssize_t, states=list, levels=tuple, head=Txn)
     cpdef decide(self, int kind, str key, tuple windows, long long now, str txn_id,
                  long long amount, long long ttl, bint charge, bint force, bint remember,
                  bint unserved, bint held=*)

@@ -360,8 +360,8 @@ class MemoryBudgets:
         held_before = len(txns)
         written = False
         result = Result(0, ())
-        due = b.due
-        if due and due[0].due <= now:
+        head = b.due[0] if b.due else None  # the first deadline's record, read in C
+        if head is not None and head.due <= now:
             written = _sweep(b, now, ttl, charge, limits, states, result)
         if held:
             result.held = tuple([(s.u, s.r) for s in states])

@@ -6,8 +6,8 @@ The decision model (`_plan.pyx` and `_decision.pyx`, compiled only) calls these 
 `BUDGET` items and for nothing else, so an ordinary decision never pays for them:
 
 * plan: `lookup` finds a budget call's rule by the descriptor without its phase and
-  transaction entries; `add_item` puts the item in the plan with what it asks of its
-  budget (`item_call`);
+  transaction entries; `terms_of` is what the call reads of that rule, read once per rule;
+  `item_call` what the item asks of its budget, which `held_apart` holds for `arrange`;
 * count: `budget_key` is the budget's store key, `budget_call` the one store call of the
   item (a `model.Call`: a synchronous store runs it as it is), `budget_op` that call in an
   `Op` (a store's round);
@@ -50,22 +50,68 @@ from ..messages import OK, ServiceError, Status
 from .outbox import event as outbox_event
 
 __all__ = [
-    "add_item",
+    "Terms",
     "arrange",
     "budget_call",
     "budget_key",
     "budget_now",
     "budget_op",
     "budget_status",
+    "held_apart",
     "item_call",
     "lookup",
     "recognise",
     "relimit",
     "status_of",
+    "terms_of",
     "transaction_id",
 ]
 
 TOO_MANY_REQUESTS = 429
+
+
+class Terms:
+    """What a budget call reads of its rule, in C fields once compiled: the store's view of
+    the budget (`windows`, `ttl`, the `unsettled` policy as `charge` and `served`, the
+    `outbox`), the rule's modes, and per limit what a status reports (`limits`, the
+    `requests` allowed, the `ticks` of its reset). A call reads a dozen of them; read
+    through the rule they are a dozen generic attribute lookups."""
+
+    __slots__ = (
+        "charge",
+        "full_key",
+        "limits",
+        "outbox",
+        "quota",
+        "requests",
+        "served",
+        "shadow",
+        "ticks",
+        "ttl",
+        "windows",
+    )
+
+    def __init__(self, rule: Any) -> None:
+        spec = rule.budget
+        self.full_key = rule.full_key
+        self.windows = spec.windows
+        self.ttl = spec.ttl_ms
+        self.charge = spec.unsettled != "release"
+        self.served = spec.unsettled == "charge_served"
+        self.outbox = spec.outbox
+        self.shadow = rule.shadow_mode
+        self.quota = rule.quota_mode
+        self.limits = tuple([w.limit for w in rule.windows])
+        self.requests = tuple([w.requests for w in rule.windows])
+        self.ticks = tuple([w.tick for w in spec.windows])
+
+
+def terms_of(rule: Any) -> Terms:
+    """A budget rule's `Terms`, read on its first call and kept on it (`budget_terms`)."""
+    got = rule.budget_terms
+    if got is None:
+        got = rule.budget_terms = Terms(rule)
+    return got  # type: ignore[no-any-return]
 
 
 def recognise(
@@ -152,55 +198,43 @@ def relimit(found: Any, limit: tuple[int, int]) -> Any:
 
 def item_call(
     call: tuple[int, str, tuple[tuple[str, str], ...]] | None,
-    rule: Any,
+    terms: Terms,
     entries: Sequence[tuple[str, str]],
     negative: bool,
     keys: tuple[str, str, bool, bool] | None,
 ) -> tuple[int, str, Sequence[tuple[str, str]], bool, bool]:
-    """What a descriptor matching budget rule `rule` asks of its budget: (the call's kind,
+    """What a descriptor matching a budget rule (its `terms`) asks of its budget: (the call's
+    kind,
     its transaction id as stored, the budget's entries, force, remember). Without a
     recognised `call` it is a plain COUNT of the descriptor's `entries`. Shadow mode (the
     rule's or SHADOW_MODE, `keys`' third) forces a reserve; quota mode (the rule's or
     QUOTA_MODE, its fourth) remembers a refused one. Raises ServiceError for a refund."""
     if negative:
         raise ServiceError(
-            f"is_negative_hits: '{rule.full_key}' is a token budget (its usage is settled, "
+            f"is_negative_hits: '{terms.full_key}' is a token budget (its usage is settled, "
             "not refunded)"
         )
     shadow = quota = False
     if keys is not None:
         shadow, quota = keys[2], keys[3]
-    force = shadow or rule.shadow_mode
-    remember = quota or rule.quota_mode
+    force = shadow or terms.shadow
+    remember = quota or terms.quota
     if call is None:
         return COUNT, "", entries, force, remember
     kind, txn, rest = call
     return kind, transaction_id(txn), rest, force, remember
 
 
-def add_item(
-    plan: Any,
-    item: Any,
-    call: tuple[int, str, tuple[tuple[str, str], ...]] | None,
-    entries: Sequence[tuple[str, str]],
-    negative: bool,
-    keys: tuple[str, str, bool, bool] | None,
-) -> None:
-    """Give budget item `item` what it asks (`item_call`) and put it in `plan`: a reserve,
-    guard or close apart, for `arrange` once every descriptor is planned."""
-    item.budget = asked = item_call(call, item.rule, entries, negative, keys)
-    kind = asked[0]
-    if kind in (RESERVE, EXTRA, GUARD, RELEASE):
-        if plan.closes is None:
-            plan.closes = []
-        plan.closes.append(item)
-    else:
-        plan.items.append(item)
+def held_apart(kind: int) -> bool:
+    """Whether a budget item asking a call of `kind` (`item_call`) is held apart from the
+    plan's items until `arrange` puts it there, once every descriptor is planned: a
+    reserve, a part of one, a guard or a close."""
+    return kind in (RESERVE, EXTRA, GUARD, RELEASE)
 
 
-def arrange(plan: Any) -> None:
-    """Put the budget items `add_item` set apart into `plan.items`, once the whole request
-    is planned (`decision.finish`). Per transaction on one budget:
+def arrange(held: list[Any], items: list[Any], metadata: list[Any] | None) -> None:
+    """Put the budget items held apart (`held_apart`) into the plan's `items`, once the whole
+    request is planned (`decision.finish`). Per transaction on one budget:
 
     * its `reserve` and `extra` entries become one reservation of their summed hits (an
       estimate in parts: the completion's `max_tokens` and the prompt's bound);
@@ -211,16 +245,15 @@ def arrange(plan: Any) -> None:
       free the reservation the settle then finds finished.
 
     A merged or dropped item answers as a descriptor without a limit (OK), and its rule's
-    metadata is not the response's (the kept item's stands for the transaction).
+    metadata (in the plan's `metadata`) is not the response's (the kept item's stands for
+    the transaction).
     """
-    held = plan.closes
-    plan.closes = None
     if len(held) == 1:  # most calls: one reserve (or a part standing for it), or a close
         item = held[0]
         kind = item.budget[0]
         if kind not in (RESERVE, RELEASE):
             item.budget = (RESERVE, *item.budget[1:])
-        plan.items.append(item)
+        items.append(item)
         return
     # Per (rule, budget entries, txn): [its reserve, its guard, its first other part, the
     # hits of every other part]; a second guard adds nothing.
@@ -244,7 +277,6 @@ def arrange(plan: Any) -> None:
             if got[2] is None:
                 got[2] = item
             got[3] += item.hits
-    items = plan.items
     kept = set()
     for reserve, guard, other, more in parts.values():
         base = reserve if reserve is not None else guard
@@ -255,7 +287,6 @@ def arrange(plan: Any) -> None:
         items.append(base)
         kept.add(base.index)
     items += closes
-    metadata = plan.metadata
     if metadata is not None:
         for item in held:
             if item.budget[0] != RELEASE and item.index not in kept:
@@ -291,68 +322,65 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
     `release`."""
     asked = item.budget
     kind = asked[0]
-    spec = item.rule.budget
-    policy = spec.unsettled
-    charge = policy != "release"
+    terms = terms_of(item.rule)
     amount = item.hits
-    unserved = kind == RELEASE and _unserved(policy, amount)
+    unserved = kind == RELEASE and _unserved(terms.served, amount)
     if kind == RELEASE:
         amount = 0
     call = Call(
         kind,
         key,
-        spec.windows,
+        terms.windows,
         now_ms,
         txn=asked[1],
         amount=amount,
-        ttl=spec.ttl_ms,
-        charge=charge,
+        ttl=terms.ttl,
+        charge=terms.charge,
         force=asked[3],
         remember=asked[4],
         unserved=unserved,
     )
-    if spec.outbox and kind in (SETTLE, RELEASE):
-        call.outbox, call.event = spec.outbox, outbox_event(asked[2])
+    if terms.outbox and kind in (SETTLE, RELEASE):
+        call.outbox, call.event = terms.outbox, outbox_event(asked[2])
     return call
 
 
 def budget_now(
-    run: Any, item: Any, asked: tuple[Any, ...], rule: Any, hits: int, key: str, now_ms: int
+    run: Any, item: Any, asked: tuple[Any, ...], terms: Terms, hits: int, key: str, now_ms: int
 ) -> Result:
     """The result of a budget item's `budget_call` on a synchronous store, whose
-    `budget_now` is `run`; `asked`, `rule` and `hits` are the item's (read by the compiled
-    decision from its fields). On the memory store's budgets (`MemoryBudgets.apply`) the
-    call is made from them, no Call built; the memory store appends to no outbox."""
+    `budget_now` is `run`; `asked`, `terms` (its rule's) and `hits` are the item's (read by
+    the compiled decision from its fields). On the memory store's budgets
+    (`MemoryBudgets.apply`) the call is made from them, no Call built; the memory store
+    appends to no outbox."""
     budgets = getattr(run, "__self__", None)
     if type(budgets) is not MemoryBudgets:
         return run(budget_call(item, key, now_ms))  # type: ignore[no-any-return]
     memory = budgets
     kind = asked[0]
-    spec = rule.budget
-    policy = spec.unsettled
     amount = hits
-    unserved = kind == RELEASE and _unserved(policy, amount)
+    unserved = kind == RELEASE and _unserved(terms.served, amount)
     if kind == RELEASE:
         amount = 0
     return memory.decide(  # type: ignore[no-any-return]
         kind,
         key,
-        spec.windows,
+        terms.windows,
         now_ms,
         asked[1],
         amount,
-        spec.ttl_ms,
-        policy != "release",
+        terms.ttl,
+        terms.charge,
         asked[3],
         asked[4],
         unserved,
     )
 
 
-def _unserved(policy: str, code: int) -> bool:
-    """Whether a close with response code `code` served nothing, under `policy`
-    (`budget_call`)."""
-    if policy == "charge_served":
+def _unserved(served: bool, code: int) -> bool:
+    """Whether a close with response code `code` served nothing: under `charge_served`
+    (`served`) anything but a success, under the other policies a refusal (`budget_call`)."""
+    if served:
         return not 200 <= code < 300
     return code == TOO_MANY_REQUESTS
 
@@ -365,28 +393,28 @@ def budget_status(item: Any, result: Result, ratio: float) -> Status:
     is then any limit's verdict (a reused transaction id refused); a settle or close
     answers OK with what remains.
     """
-    return status_of(item.budget, item.rule, item.hits, item.stats, result, ratio)
+    return status_of(item.budget, terms_of(item.rule), item.hits, item.stats, result, ratio)
 
 
 def status_of(
-    asked: tuple[Any, ...], rule: Any, hits: int, st: Any, result: Result, ratio: float
+    asked: tuple[Any, ...], terms: Terms, hits: int, st: Any, result: Result, ratio: float
 ) -> Status:
-    """`budget_status` of an item given by its call (`item.budget`), rule, hits and
-    statistics (the compiled decision reads them from the item's fields)."""
+    """`budget_status` of an item given by its call (`item.budget`), rule's `terms`, hits
+    and statistics (the compiled decision reads them from the item's fields)."""
     if not st.budget:  # a read costs less than a write
         st.budget = True
     best: Any = None
     best_over = False
     best_after = best_reset = best_left = 0
-    # Indexed, not zipped: this runs for every budget call (the three are in step).
-    windows = rule.windows
-    specs = rule.budget.windows
+    # Indexed, not zipped: this runs for every budget call (the four are in step).
+    limits = terms.limits
+    allowed = terms.requests
+    tick_ms = terms.ticks
     levels = result.levels
     for k in range(len(levels)):
         after, ticks = levels[k]
-        w = windows[k]
-        tick = specs[k].tick
-        requests = w.requests
+        tick = tick_ms[k]
+        requests = allowed[k]
         wait = -(-ticks * tick // 1000)  # never past the wait
         left = requests - after
         over = left < 0
@@ -395,7 +423,7 @@ def status_of(
             or (over and (not best_over or wait > best_reset))
             or (not over and not best_over and left < best_left)
         ):
-            best, best_over, best_after, best_reset, best_left = w, over, after, wait, left
+            best, best_over, best_after, best_reset, best_left = limits[k], over, after, wait, left
     if result.expired:
         st.budget_expired += result.expired
         st.budget_reserved -= result.expired_estimate
@@ -406,13 +434,13 @@ def status_of(
         st.total_hits += hits
         if outcome == DUPLICATE:
             st.budget_duplicate += 1
-            return refuse(best.limit, st, hits, best_reset)
+            return refuse(best, st, hits, best_reset)
         if outcome == FULL:  # the budget (or process) holds its most transactions
             st.budget_full += 1
-            return refuse(best.limit, st, hits, best_reset)
+            return refuse(best, st, hits, best_reset)
         if kind == RESERVE and (outcome == ADMITTED or asked[3]):
             st.budget_reserved += hits  # held (forced past the limit in shadow mode)
-        return verdict(best.limit, st, hits, best_after, ratio, best_reset)
+        return verdict(best, st, hits, best_after, ratio, best_reset)
     if outcome == SETTLED:
         st.budget_reserved -= result.estimate
         if kind == SETTLE:
@@ -422,4 +450,4 @@ def status_of(
     elif outcome == ORPHAN:
         st.budget_orphaned += 1
     st.budget_charged += result.charged
-    return Status(OK, best.limit, max(0, best_left), best_reset)
+    return Status(OK, best, max(0, best_left), best_reset)

@@ -63,6 +63,7 @@ class Rule:
     __slots__ = (
         "algorithm",
         "budget",
+        "budget_terms",
         "detailed_metric",
         "extended",
         "full_key",
@@ -134,6 +135,8 @@ class Rule:
         self.special = bool(self.replaces) or unlimited or meter
         # Extension: a token budget (`budget:`, set by `budgeted`), its windows the store's.
         self.budget: BudgetSpec | None = None
+        # What a budget call reads of this rule, read once (`budget.calls.terms_of`).
+        self.budget_terms: Any = None
         # What the count step counts: one window per limit (none when unlimited). The limits
         # of a list are counted through their descriptor's Rule, which compiles them here.
         # The compiled decision's last cache key for this rule's window (start, prefix,
@@ -148,6 +151,7 @@ class Rule:
     def budgeted(self, spec: BudgetSpec) -> None:
         """Make this rule a token budget (the descriptor's `budget:`, checked)."""
         self.budget = spec.with_windows(self.windows)
+        self.budget_terms = None  # read again from this budget on its next call
         self.special = True
 
     @property

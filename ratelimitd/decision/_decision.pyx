@@ -340,7 +340,7 @@ cdef list _count_now(Plan plan, double t, str prefix, local, double ratio, store
                     )
             continue
         if item.kind == K_BUDGET:  # its one call, no Op built
-            results[j] = budget_now(store.budget_now, item, item.budget, item.rule, item.hits,
+            results[j] = budget_now(store.budget_now, item, item.budget, item.terms, item.hits,
                                     names[j], now_ms)
             continue
         ops = [_op(item.kind, <tuple>windows[k], <str>names[j + k], item.hits, now_ms) for k in range(n)]
@@ -370,7 +370,7 @@ cdef list _settle(Plan plan, list names, results, double t, double ratio, local)
             statuses[item.index] = _refunded(windows, results, j, now)
             continue
         if item.kind == K_BUDGET:
-            statuses[item.index] = status_of(item.budget, item.rule, item.hits, item.stats,
+            statuses[item.index] = status_of(item.budget, item.terms, item.hits, item.stats,
                                              results[j], ratio)
             continue
         # The deciding window: over the limit first, the longest wait among those (the

@@ -22,6 +22,9 @@ cdef enum:
     W_PER_SECOND = 7
 
 
+from ratelimitd.budget.calls cimport Terms
+
+
 cdef class Item:
     cdef public Py_ssize_t index  # the descriptor's position in the request
     cdef public object rule  # config.Rule (its `windows` are counted)
@@ -35,6 +38,7 @@ cdef class Item:
     # A BUDGET item's call: (kind, transaction id, the budget's entries, force, remember),
     # `budget.calls.item_call`.
     cdef public object budget
+    cdef public Terms terms  # a BUDGET item's rule's (`budget.calls.terms_of`); else None
     cdef readonly tuple windows  # the rule's (read once)
 
 

@@ -16,7 +16,9 @@ cimport cython
 from ratelimitd.config._match cimport lookup_c
 from ratelimitd.config._keys cimport unit_seconds
 from ratelimitd._slots cimport get, offset_of, offsets
-from ratelimitd.budget.calls cimport add_item, arrange, lookup as budget_lookup
+from ratelimitd.budget.calls cimport (
+    Terms, arrange, held_apart, item_call, lookup as budget_lookup, terms_of,
+)
 
 from ratelimitd.config import _match
 from ratelimitd.budget.calls import relimit as budget_relimit
@@ -46,12 +48,16 @@ cdef Py_ssize_t O_BUDGETS = offset_of(RuleSet, "budgets")
 cdef Py_ssize_t Q_DOMAIN, Q_DESCRIPTORS, Q_HITS
 cdef Py_ssize_t D_ENTRIES, D_LIMIT, D_HITS, D_NEGATIVE
 cdef Py_ssize_t R_SPECIAL, R_WINDOWS, R_METADATA, R_STATS, R_FULL_KEY
+cdef Py_ssize_t R_METER, R_REPLACES, R_UNLIMITED, R_BUDGET, R_BUDGET_TERMS
 Q_DOMAIN, Q_DESCRIPTORS, Q_HITS = offsets(Request, ("domain", "descriptors", "hits_addend"))
 D_ENTRIES, D_LIMIT, D_HITS, D_NEGATIVE = offsets(
     Descriptor, ("entries", "limit", "hits_addend", "is_negative_hits")
 )
 R_SPECIAL, R_WINDOWS, R_METADATA, R_STATS, R_FULL_KEY = offsets(
     Rule, ("special", "windows", "metadata", "stats", "full_key")
+)
+R_METER, R_REPLACES, R_UNLIMITED, R_BUDGET, R_BUDGET_TERMS = offsets(
+    Rule, ("meter", "replaces", "unlimited", "budget", "budget_terms")
 )
 
 cdef long long MAX_HITS = _MAX_HITS
@@ -92,6 +98,7 @@ cdef Item _item(Item self, Py_ssize_t index, rule, str key, share, long long hit
     self.first = -1
     self.status = None
     self.budget = None
+    self.terms = None
     return self
 
 
@@ -194,7 +201,8 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
     cdef list walked
     cdef Py_ssize_t i
     cdef long long hits
-    cdef object d, rule, share, found, raw, call, recognised
+    cdef object d, rule, share, found, raw, call, recognised, held
+    cdef tuple asked
     cdef Item item
     cdef str key
     if root is None:
@@ -247,24 +255,34 @@ cdef int _extend(Plan plan, lookup, Py_ssize_t start, Py_ssize_t stop) except -1
             hits = plan.default_hits
         else:  # a descriptor's own hits_addend (uint64 on the wire) counts at most MAX_HITS
             hits = raw if raw <= MAX_HITS else MAX_HITS
-        if get(rule, RULE, R_SPECIAL, "special"):  # replaces, unlimited or metering: rare
-            if rule.meter and not negative:
+        # Replaces, unlimited, metering or a budget: rare but for budget calls, whose rule's
+        # fields are read at their offsets too.
+        if get(rule, RULE, R_SPECIAL, "special"):
+            if get(rule, RULE, R_METER, "meter") and not negative:
                 if plan.meters is None:
                     plan.meters = []
                 plan.meters.append((i, hits))
-            if rule.replaces:
+            if get(rule, RULE, R_REPLACES, "replaces"):
                 if plan.replaced is None:
                     plan.replaced = {}
                 for name in rule.replaces:
                     plan.replaced.setdefault(name, rule.name or rule.full_key)
-            if rule.unlimited:
+            if get(rule, RULE, R_UNLIMITED, "unlimited"):
                 if plan.unlimited is None:
                     plan.unlimited = []
                 plan.unlimited.append(i)
                 continue
-            if rule.budget is not None:
+            if get(rule, RULE, R_BUDGET, "budget") is not None:
                 item = _item(Item.__new__(Item), i, rule, key, share, hits, K_BUDGET)
-                add_item(plan, item, call, _entries(d), negative, budget)
+                held = get(rule, RULE, R_BUDGET_TERMS, "budget_terms")
+                item.terms = terms_of(rule) if held is None else <Terms>held
+                item.budget = asked = item_call(call, item.terms, _entries(d), negative, budget)
+                if held_apart(asked[0]):  # for `arrange`, once every descriptor is planned
+                    if plan.closes is None:
+                        plan.closes = []
+                    plan.closes.append(item)
+                else:
+                    plan.items.append(item)
                 continue
         if negative:
             for window in rule.windows:
@@ -291,8 +309,10 @@ cdef Plan _finish(Plan plan):
     cdef dict replaced = plan.replaced
     cdef list kept
     cdef Item item
-    if plan.closes is not None:  # budget reserves, guards and closes (`budget.calls.arrange`)
-        arrange(plan)
+    cdef list held = plan.closes
+    if held is not None:  # budget reserves, guards and closes (`budget.calls.arrange`)
+        plan.closes = None
+        arrange(held, plan.items, plan.metadata)
     if replaced:
         kept = []
         for item in plan.items:

@@ -18,13 +18,18 @@ def select(compiled: str, pure: Pure) -> tuple[Pure, str]:
 
     RATELIMITD_NO_EXTENSIONS=1 forces the twin (settings.extensions_disabled, read once), as
     yarl's YARL_NO_EXTENSIONS does. A compiled module lacking a name of `pure.__all__` is a
-    stale build (a .so older than its .pyx): the twin serves, as when none is built. The
+    stale build (a .so older than its .pyx), and one whose cimported modules are not built
+    (or not as it was) a partial one: the twin serves, as when none is built. The
     compiled module is typed as its twin: same names.
     """
     if not extensions_disabled():
         try:
             module = importlib.import_module(compiled)
         except ImportError:  # not built (e.g. a source checkout without `make compile`)
+            return pure, "pure"
+        except (KeyError, ValueError):
+            # A partial or stale build: a module it cimports is missing (so its source was
+            # imported, with no C table) or is not the build it was compiled against.
             return pure, "pure"
         if all(hasattr(module, name) for name in pure.__all__):
             return module, "compiled"  # type: ignore[return-value]

@@ -690,13 +690,10 @@ def check(address: str) -> dict[str, str]:
     return out
 
 
-def check_calls(address: str, kind: type[CommandBudget]) -> dict[str, str]:
-    """Overshoot, retries and duplicates on a budget kept as `kind` keeps it."""
+def overshoot(address: str, client: redis.Redis, b: CommandBudget) -> str:
+    """Concurrent reserves on `b`, each thread its own connection: none admitted past the
+    limit, and the counter the sum of those admitted once the refusals were undone."""
     host, port = address.split(":")
-    client = redis.Redis(host=host, port=int(port))
-    out = {}
-    # Concurrent reserves, each thread its own connection: none admitted past the limit.
-    b = kind(f"crowd-{kind.__name__}", limit=10_000)
     admitted: list[int] = []
     lock = threading.Lock()
 
@@ -716,10 +713,19 @@ def check_calls(address: str, kind: type[CommandBudget]) -> dict[str, str]:
         t.join()
     level = counter(client, b.level(NOW))
     assert sum(admitted) <= b.limit and level == sum(admitted), (sum(admitted), level)
-    out["overshoot"] = (
+    return (
         f"8 threads x 25 reserves: {len(admitted)} admitted, {sum(admitted)} tokens of "
         f"{b.limit}, the counter {level} once the refusals were undone"
     )
+
+
+def check_calls(address: str, kind: type[CommandBudget]) -> dict[str, str]:
+    """Overshoot, retries and duplicates on a budget kept as `kind` keeps it."""
+    host, port = address.split(":")
+    client = redis.Redis(host=host, port=int(port))
+    out = {}
+    b = kind(f"crowd-{kind.__name__}", limit=10_000)
+    out["overshoot"] = overshoot(address, client, b)
 
     b = kind(f"ann-{kind.__name__}", limit=10_000)
     # A retried reserve (its reply lost) answers as the first did, reserving once.
@@ -777,30 +783,8 @@ def check_claim(address: str) -> dict[str, str]:
     client = redis.Redis(host=host, port=int(port))
     out = {}
     b = ClaimBudget("crowd-claim", limit=10_000)
-    admitted: list[int] = []
-    lock = threading.Lock()
-
-    def crowd(k: int) -> None:
-        c = redis.Redis(host=host, port=int(port))
-        for i in range(25):
-            est = 300 + (k * 37 + i * 11) % 900
-            if reserve(c, b, f"t{k}-{i}", est, NOW, "") == ADMITTED:
-                with lock:
-                    admitted.append(est)
-        c.close()
-
-    threads = [threading.Thread(target=crowd, args=(k,)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    level = counter(client, b.level(NOW))
-    assert sum(admitted) <= b.limit and level == sum(admitted), (sum(admitted), level)
+    out["ClaimBudget, overshoot"] = overshoot(address, client, b)
     assert client.object("encoding", b.table) == b"hashtable"
-    out["ClaimBudget, overshoot"] = (
-        f"8 threads x 25 reserves: {len(admitted)} admitted, {sum(admitted)} tokens of "
-        f"{b.limit}, the counter {level} once the refusals were undone"
-    )
 
     b = ClaimBudget("ann-claim", limit=10_000)
     assert reserve(client, b, "r1", 1000, NOW, "") == ADMITTED

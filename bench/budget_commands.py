@@ -3,7 +3,7 @@ docs/budgets.md ("Cost") costs the server, on prototypes of its calls, against a
 decision (INCRBY + EXPIRE) and the budget script (`backends/redis/budget.py`) in one run.
 
     .venv/bin/python bench/budget_commands.py [--calls 20480] [--repeat 5] [--no-check]
-                                              [--callgrind-calls 2560] [--store valkey]
+                                              [--callgrind-calls 3200] [--store valkey]
 
 The prototypes are one budget on one fixed window, their calls written as the plain
 commands a design sends, round by round, and the answer each round's replies give:
@@ -60,7 +60,7 @@ NOW = 1_764_936_123_456  # a fixed clock (ms): every call in one hourly window
 BUDGETS = 64  # users, as bench/budget.py
 FILLER = 300_000  # keys the server holds before a run (`run_once`)
 CHUNK = BUDGETS * 10  # transactions reserved, then settled, per chunk: ten open per budget
-CLAIM_SWEEP_CHUNKS = 4  # a `ClaimBudget` sweep every fourth chunk (`run_once`)
+CLAIM_SWEEP_CHUNKS = 5  # a `ClaimBudget` sweep every fifth chunk, half a TTL (`run_once`)
 
 ADMITTED, REFUSED, DUPLICATE, SETTLED, FINISHED, ORPHAN = (
     "admitted",
@@ -405,16 +405,21 @@ class ClaimBudget(CommandBudget):
     of 321 fields against 0.7 in a table). Counters per window start as `CommandBudget`.
 
     A reserve (one round): INCRBY the counter, HSETNX the record, HLEN (the budget's
-    transaction bound). A settle: HGET the record; then MULTI, HINCRBY APPLIED, INCRBY
-    the counter by usage - estimate, EXEC. The claim and the charge are one transaction,
-    so a settle stopped between its rounds is simply done again; when the claim overflows
-    (another settle, its own earlier attempt whose reply was lost, or the sweep, applied
-    it first) a third round takes its increment back. The value HINCRBY answers is what
-    the record held before: a settle that found nothing (an orphan) but raced a reserve
-    of the same id sees that reserve's record there and corrects to it. No attempt id is
-    written anywhere: the claim, not the caller, decides who applied.
+    transaction bound). A settle: HGET the record; then HINCRBY APPLIED (the claim) and
+    INCRBY the counter by usage - estimate, in that order in one write, without MULTI. A
+    settle stopped after its read is simply done again. One stopped between its claim and
+    its charge (a connection cut inside the write, a failover that kept the first
+    command) leaves its reservation charged at its estimate, the `unsettled: charge`
+    outcome, an upper bound of the usage: never charged twice, since the claim is made.
+    When the claim overflows (another settle, its own earlier attempt whose reply was
+    lost, or the sweep, applied it first) a third round takes its increment back. What
+    HINCRBY answers minus the claim is what the record held: a settle that found nothing
+    (an orphan) but raced a reserve of the same id sees that reserve's record there and
+    corrects to it. An orphan's charge and claim do go in a MULTI: either order alone can
+    charge it twice or not at all, and an orphan is rare. No attempt id is written
+    anywhere: the claim, not the caller, decides who applied.
 
-    The sweep (the daemon's, per budget, every quarter TTL or so): HSCAN the hash; a
+    The sweep (the daemon's, per budget, every half TTL or so): HSCAN the hash; a
     record open past its deadline is ended by the same claim (charged or released by the
     policy); a record applied a TTL ago is deleted (HDEL, in batches); the hash's TTL set
     again (PEXPIRE), which no call then has to do."""
@@ -476,13 +481,16 @@ class ClaimBudget(CommandBudget):
     def settle(self, txn: str, usage: int, attempt: str) -> list[Command]:
         return [("HGET", self.table, txn)]
 
-    def apply(self, txn: str, level: str, delta: int, mark: int) -> list[Command]:
-        return [
-            ("MULTI",),
-            ("HINCRBY", self.table, txn, mark),
-            ("INCRBY", level, delta),
-            ("EXEC",),
-        ]
+    # Whether a settle's claim and charge go in a MULTI (`WrappedClaimBudget`): not
+    # needed for safety, as the claim is sent first (class docstring), and its EXEC
+    # costs more than the two commands it runs.
+    WRAPPED = False
+
+    def apply(
+        self, txn: str, level: str, delta: int, mark: int, *, wrap: bool = False
+    ) -> list[Command]:
+        round_ = [("HINCRBY", self.table, txn, mark), ("INCRBY", level, delta)]
+        return [("MULTI",), *round_, ("EXEC",)] if wrap or self.WRAPPED else round_
 
     def settled(
         self,
@@ -498,7 +506,8 @@ class ClaimBudget(CommandBudget):
         tombstone lives a TTL from its end (the sweep deletes it then)."""
         mark = self.APPLIED + (self.EXPIRED if tombstone == "x" else 0)
         if replies[0] is None:  # nothing reserved under this id: its usage, to now
-            return None, self.apply(txn, self.level(now), usage, mark + self.value(0, now))
+            level = self.level(now)
+            return None, self.apply(txn, level, usage, mark + self.value(0, now), wrap=True)
         applied, _, est, at = self.read(int(replies[0]), now)
         if applied:
             return FINISHED, []
@@ -516,8 +525,12 @@ class ClaimBudget(CommandBudget):
         orphan: bool,
     ) -> tuple[str, list[Command]]:
         """The answer of the second round, and the round that mends it, if any."""
-        claim, _ = replies[-1]
-        _, (_, _, _, mark), (_, level, delta), _ = second
+        if second[0][0] == "MULTI":
+            claim, _ = replies[-1]
+            _, (_, _, _, mark), (_, level, delta), _ = second
+        else:
+            claim = replies[0]
+            (_, _, _, mark), (_, level, delta) = second
         if isinstance(claim, redis.ResponseError):  # another applied it first: ours back
             return FINISHED, [("INCRBY", level, -delta)]
         before = claim - mark
@@ -572,6 +585,13 @@ class ClaimBudget(CommandBudget):
         return ended, len(gone)
 
 
+class WrappedClaimBudget(ClaimBudget):
+    """`ClaimBudget` with each settle's claim and charge in a MULTI, measured beside it:
+    what the transaction would cost."""
+
+    WRAPPED = True
+
+
 def raw(client: redis.Redis) -> redis.Redis:
     """A client on `client`'s connections that hands back replies as the server sent them
     (redis-py turns a SET's reply into a bool, even SET ... GET's old value)."""
@@ -580,12 +600,15 @@ def raw(client: redis.Redis) -> redis.Redis:
     return out
 
 
-def pipeline(client: redis.Redis, commands: Iterable[Command]) -> list[Any]:
-    """One round of `commands` (replies as sent: `raw`); errors raised."""
+def pipeline(
+    client: redis.Redis, commands: Iterable[Command], *, errors: bool = False
+) -> list[Any]:
+    """One round of `commands` (replies as sent: `raw`); an error reply raised, or with
+    `errors` handed back in its place (a claim's overflow)."""
     pipe = raw(client).pipeline(transaction=False)
     for cmd in commands:
         pipe.execute_command(*cmd)
-    return pipe.execute()
+    return pipe.execute(raise_on_error=not errors)
 
 
 # The calls one at a time, a round per round trip, as a daemon makes them.
@@ -634,7 +657,8 @@ def settle(
         if first_round_only:
             return SETTLED
         answer, third = b.applied(
-            txn, usage, now, second, pipeline(client, second), orphan=replies[0] is None
+            txn, usage, now, second, pipeline(client, second, errors=True),
+            orphan=replies[0] is None,
         )
         if third:
             pipeline(client, third)
@@ -805,7 +829,7 @@ def check_claim(address: str) -> dict[str, str]:
     firsts = [pipeline(client, b.settle("r2", 600, "")) for _ in range(2)]
     seconds = [b.settled("r2", 600, later, "", r)[1] for r in firsts]
     answers = [
-        b.applied("r2", 600, later, second, pipeline(client, second), orphan=False)
+        b.applied("r2", 600, later, second, pipeline(client, second, errors=True), orphan=False)
         for second in seconds
     ]
     for _, third in answers:
@@ -820,7 +844,8 @@ def check_claim(address: str) -> dict[str, str]:
     first = pipeline(client, b.settle("o2", 300, ""))
     assert reserve(client, b, "o2", 1000, NOW, "") == ADMITTED
     second = b.settled("o2", 300, later, "", first)[1]
-    answer, third = b.applied("o2", 300, later, second, pipeline(client, second), orphan=True)
+    claimed = pipeline(client, second, errors=True)
+    answer, third = b.applied("o2", 300, later, second, claimed, orphan=True)
     pipeline(client, third)
     assert answer == SETTLED and counter(client, b.level(NOW)) == 1750
     assert settle(client, b, "o2", 300, later, "") == FINISHED
@@ -988,8 +1013,9 @@ CALLS = {
     "hash_settle": "HSETNX o (claim), HGET o x 2; "
     "then MULTI, INCRBY, HDEL o, HSET s, PEXPIRE NX, EXEC",
     "claim_reserve": "INCRBY, HSETNX t, HLEN t: one round",
-    "claim_settle": "HGET t; then MULTI, HINCRBY t (the claim), INCRBY, EXEC",
-    "claim_sweep": "per transaction: its share of a sweep each 0.4 TTL (HSCAN, HDEL, PEXPIRE)",
+    "claim_settle": "HGET t; then HINCRBY t (the claim), INCRBY",
+    "claim_settle_multi": "HGET t; then MULTI, HINCRBY t (the claim), INCRBY, EXEC",
+    "claim_sweep": "per transaction: its share of a sweep each half TTL (HSCAN, HDEL, PEXPIRE)",
 }
 # ... and the top-level commands it sends, whose INFO commandstats make its server µs.
 TOP_LEVEL = {
@@ -1006,7 +1032,9 @@ TOP_LEVEL = {
     "hash_reserve": ("incrby", "hsetnx", "hexists", "pexpire"),
     "hash_settle": ("hsetnx", "hget", "multi", "exec"),
     "claim_reserve": ("incrby", "hsetnx", "hlen", "hset", "pexpire"),
-    "claim_settle": ("hget", "multi", "exec", "incrby", "pexpire", "hincrby"),
+    # (the commands a MULTI runs are counted by EXEC's figure and their own: listed once)
+    "claim_settle": ("hget", "hincrby", "incrby", "pexpire"),
+    "claim_settle_multi": ("hget", "multi", "exec", "pexpire"),
     "claim_sweep": ("hscan", "hdel", "pexpire"),
 }
 
@@ -1026,6 +1054,7 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
         "floor_": [FloorBudget(f"f{u}", BIG) for u in range(BUDGETS)],
         "hash_": [HashBudget(f"h{u}", BIG) for u in range(BUDGETS)],
         "claim_": [ClaimBudget(f"c{u}", BIG) for u in range(BUDGETS)],
+        "claimw_": [WrappedClaimBudget(f"w{u}", BIG) for u in range(BUDGETS)],
     }
     window = (fixed(3600, BIG),)
     states = [budget_keys("", "llm", [("user", f"u{u}")])[0] for u in range(BUDGETS)]
@@ -1092,10 +1121,10 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
         pipeline(client, seconds)
 
     # A claim budget's chunks are a tenth of a TTL apart (its own clock: a minute at the
-    # default 10m), and every fourth ends with the sweep of every budget (so a reservation
-    # nobody settles is ended up to 0.4 TTL after its deadline): tombstones live a TTL,
-    # so its hashes hold some hundred records each, and each record is read by three or
-    # four sweeps before one deletes it.
+    # default 10m), and every fifth ends with the sweep of every budget (so a reservation
+    # nobody settles is ended up to half a TTL after its deadline): tombstones live a TTL,
+    # so its hashes hold some hundred records each, and each record is read by two or
+    # three sweeps before one deletes it.
     def claim_reserve(budgets: list[ClaimBudget], ids: Ids, now: int) -> None:
         rounds = [budgets[u].reserve(t, ESTIMATE, now, "") for u, t in ids]
         replies = pipeline(client, (c for r in rounds for c in r))
@@ -1114,7 +1143,7 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
             answer, second = budgets[u].settled(t, USAGE, now, "", [reply])
             assert answer is None and reply is not None, answer
             seconds.append(second)
-        applied = iter(pipeline(client, (c for second in seconds for c in second)))
+        applied = iter(pipeline(client, (c for second in seconds for c in second), errors=True))
         thirds: list[Command] = []
         for (u, t), second in zip(ids, seconds, strict=True):
             got = [next(applied) for _ in second]
@@ -1136,7 +1165,7 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
             assert b.sweep_bucket(client, NOW + TTL) == []
 
     plain_, bucketed, floor = designs[""], designs["bucketed_"], designs["floor_"]
-    hashed, claimed = designs["hash_"], designs["claim_"]
+    hashed, claimed, wrapped = designs["hash_"], designs["claim_"], designs["claimw_"]
     for chunk in range(calls // CHUNK):
         ids = [(i % BUDGETS, f"{tag}{chunk}-{i}") for i in range(CHUNK)]
         minute = NOW + chunk * TTL // 10
@@ -1158,6 +1187,14 @@ def run_once(client: redis.Redis, calls: int, tag: str, meter: Meter | None = No
             ("claim_sweep", partial(claim_sweep, claimed, minute, chunk)),
         ):
             meter.measure(name, TOP_LEVEL[name], CHUNK, work)
+        claim_reserve(wrapped, ids, minute)  # not measured: a reserve as above
+        meter.measure(
+            "claim_settle_multi",
+            TOP_LEVEL["claim_settle_multi"],
+            CHUNK,
+            partial(claim_settle, wrapped, ids, minute),
+        )
+        claim_sweep(wrapped, minute, chunk)
         command_reserve(plain_, later)  # not measured: a reserve as above
         meter.measure(
             "settle_getdel",
@@ -1180,6 +1217,20 @@ def sweep_cost(client: redis.Redis, n: int) -> float:
 
 def _runs(figures: list[float]) -> str:
     return ", ".join(f"{x:.2f}" for x in figures)
+
+
+def per_budget_call(figures: dict[str, float]) -> float:
+    """`ClaimBudget`'s cost of a budget call: a transaction (reserve, settle, and its
+    share of the sweep) over its two calls."""
+    return (figures["claim_reserve"] + figures["claim_settle"] + figures["claim_sweep"]) / 2
+
+
+def _per_call(figures: dict[str, float], unit: str, form: str) -> str:
+    each = per_budget_call(figures)
+    return (
+        f"`ClaimBudget`, a budget call with its share of the sweep ((reserve + settle + "
+        f"sweep) / 2): {form.format(each)} {unit}, {each / figures['plain']:.2f} x plain."
+    )
 
 
 def render(result: dict[str, Any]) -> str:
@@ -1210,6 +1261,7 @@ def render(result: dict[str, Any]) -> str:
         ],
         align="llrrl",
     )
+    lines += ["", _per_call(r, "µs", "{:.2f}")]
     ins = result.get("instructions")
     if ins:
         lines += [
@@ -1221,6 +1273,7 @@ def render(result: dict[str, Any]) -> str:
         ]
         rows = [(n, f"{ins[n]:,}", f"{ins[n] / ins['plain']:.2f}") for n in CALLS]
         lines += table(["call", "instructions", "x plain"], rows)
+        lines += ["", _per_call(ins, "instructions", "{:,.0f}")]
     lines += [
         "",
         f"A sweep of a budget with nothing due (ZRANGEBYSCORE): {result['sweep_us']:.2f} µs, "
@@ -1247,7 +1300,7 @@ def main() -> None:
     parser.add_argument(
         "--callgrind-calls",
         type=int,
-        default=2560,
+        default=CHUNK * CLAIM_SWEEP_CHUNKS,  # one claim sweep among them
         help="calls of the run under callgrind (0: none)",
     )
     parser.add_argument(

@@ -13,7 +13,7 @@ from ratelimitd.backends.budget_txns cimport Txn, pop, push, read, spell
 # object comparison.
 cdef int PEEK, COUNT, RESERVE, SETTLE, RELEASE
 cdef int ADMITTED, REFUSED, DUPLICATE, SETTLED, FINISHED, ORPHAN, UNKNOWN_ID, CONTESTED, FULL
-cdef long long FIXED_WINDOW, SWEEP_BATCH, USED_MAX
+cdef long long FIXED_WINDOW, NEVER, SWEEP_BATCH, USED_MAX
 
 
 cdef class _Limit:
@@ -31,7 +31,7 @@ cdef class _State:
 cdef class _Budget:
     cdef public long long e
     cdef public long long queued
-    cdef public long long latest
+    cdef public long long d
     cdef public dict windows
     cdef public dict txns
     cdef public list due

@@ -12,10 +12,11 @@ One call on one budget (see `model` for the state):
 2. Each window is rolled to `now`: a later window starts empty (a sliding window keeps the
    one before as `p`, `q`); a window written by a clock ahead of ours is read as if we were
    at its start (the most conservative reading, as the sliding window does).
-3. Up to SWEEP_BATCH transactions whose deadline has passed are applied, oldest first: an
-   open reservation ends by the call's policy (its estimate charged, or released) into the
-   window it was made in and becomes an `x` tombstone for one more TTL; a tombstone whose
-   time is up is dropped.
+3. Once the budget's next sweep `d` has come, up to SWEEP_BATCH transactions whose
+   deadline has passed are applied, oldest first: an open reservation ends by the call's
+   policy (its estimate charged, or released) into the window it was made in and becomes
+   an `x` tombstone for one more TTL; a tombstone whose time is up is dropped. The next
+   sweep is then at the first deadline left, but not before half a TTL from now.
 4. The operation (`model.RESERVE` ...), then `e` is raised to cover what was written.
 
 Transactions are bounded (`model.FULL`): a budget holds at most `max_budget_txns` of them,
@@ -46,6 +47,7 @@ from ..config.budget_store import (
     RESERVE,
     SETTLE,
     SETTLED,
+    NEVER,
     SWEEP_BATCH,
     UNKNOWN_ID,
     USED_MAX,
@@ -99,12 +101,13 @@ class _State:
 class _Budget:
     """The two keys of one budget: windows and transactions, and their deadlines."""
 
-    __slots__ = ("due", "e", "latest", "queued", "spelt", "starts", "txns", "windows")
+    __slots__ = ("d", "due", "e", "queued", "spelt", "starts", "txns", "windows")
 
     def __init__(self) -> None:
         self.e = 0
         self.queued = 0  # the `e` of its entry in the forget heap; 0: none there
-        self.latest = 0  # the latest deadline ever set (deadlines only move forward)
+        # The next sweep (ms; `model` step 3): 0, a budget not yet swept, sweeps at once.
+        self.d = 0
         self.windows: dict[str, _State] = {}
         self.txns: dict[str, Txn] = {}
         # Heap (`budget_txns.push`) of the records in `txns`, and of ones replaced there.
@@ -117,7 +120,7 @@ class _Budget:
         other = _Budget()
         other.e = self.e
         other.queued = self.queued
-        other.latest = self.latest
+        other.d = self.d
         other.windows = {name: s.copy() for name, s in self.windows.items()}
         # Records are changed in place: the copy's heap holds the copy's records.
         txns = {t: x.copy() for t, x in self.txns.items()}
@@ -255,8 +258,8 @@ class MemoryBudgets:
             name = raw.decode()
             if name == "e":
                 b.e = int(value)
-            elif name == "d":  # the script's bound on its deadlines: the heap knows them
-                continue
+            elif name == "d":
+                b.d = int(value)
             elif name.startswith("t:"):
                 txn = name[2:]
                 record = value.decode().split()
@@ -360,8 +363,7 @@ class MemoryBudgets:
         held_before = len(txns)
         written = False
         result = Result(0, ())
-        head = b.due[0] if b.due else None  # the first deadline's record, read in C
-        if head is not None and head.due <= now:
+        if b.d <= now:
             written = _sweep(b, now, ttl, charge, limits, states, result)
         if held:
             result.held = tuple([(s.u, s.r) for s in states])
@@ -444,16 +446,15 @@ class MemoryBudgets:
                 raise ValueError(f"unknown budget call kind {kind}")
             result.levels = _levels(limits, states, ts, 0)
         if written and not peek:
+            # Every deadline a call sets is before the end of its window + the TTL.
             e = b.e
             for k in range(len(limits)):
                 lim = limits[k]
                 s = states[k]
                 span = lim.ticks if lim.algorithm == FIXED_WINDOW else 2 * lim.ticks
-                end = (s.w + span) * lim.tick
+                end = (s.w + span) * lim.tick + ttl
                 if end > e:
                     e = end
-            if b.latest > e:
-                e = b.latest
             if e != b.e:
                 b.e = e
                 if not b.queued:  # else its entry, come up, is queued again at `e`
@@ -519,8 +520,8 @@ def _schedule(
         x.estimate = estimate
         x.starts = starts
         x.deadline = deadline
-    if deadline > b.latest:
-        b.latest = deadline
+    if deadline < b.d:
+        b.d = deadline
 
 
 def _starts(b: _Budget, limits: tuple[_Limit, ...], states: list[_State]) -> str:
@@ -591,11 +592,25 @@ def _sweep(
             x.state = "x"
             x.starts = ""
             x.due = x.deadline = now + ttl
-            if x.deadline > b.latest:
-                b.latest = x.deadline
             push(due, x)
         else:
             del txns[x.id]
+    if swept == SWEEP_BATCH:
+        b.d = now  # more may be due: the next call looks again
+    else:
+        # The next sweep: at the first deadline left, but not before half a TTL from now
+        # (the Redis store reads a whole budget to sweep it: `model`).
+        while due:
+            x = due[0]
+            if txns.get(x.id) is not x:
+                pop(due)  # replaced since it was queued
+            elif x.deadline != x.due:  # moved later since it was queued
+                pop(due)
+                x.due = x.deadline
+                push(due, x)
+            else:
+                break
+        b.d = max(due[0].due, now + ttl // 2) if due else NEVER
     result.expired = ended
     result.expired_estimate = est_total
     result.expired_charged = charged_total

@@ -51,6 +51,7 @@ __all__ = [
     "KIND_NAMES",
     "MAX_BUDGET_TXNS",
     "MAX_TXN_BYTES",
+    "NEVER",
     "ORPHAN",
     "OUTCOME_NAMES",
     "PEEK",
@@ -122,6 +123,8 @@ OUTCOME_NAMES = {
 # Expired transactions one call applies at most, oldest first (the rest on later calls:
 # until then they still hold their estimates, so a backlog can refuse, never overshoot).
 SWEEP_BATCH = 64
+# A budget's next sweep when it has nothing to sweep (ms): 2^53 - 1, exact in Lua.
+NEVER = 2**53 - 1
 # Usage saturates here: far past any uint32 limit, exact in Lua's doubles.
 USED_MAX = 2**52
 # A longer transaction id is stored as its digest (`budget.calls.transaction_id`: an

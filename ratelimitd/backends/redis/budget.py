@@ -143,15 +143,14 @@ local function finish(x, charge)
     end
   end
 end
--- `due`: a bound no deadline in Z is below (`d`, kept with every write), so that a call
--- looks for expired transactions only when one can be there.
+-- `due`: the next sweep (`d`): at the first deadline in Z, but not before half a TTL
+-- after the sweep before.
 local due = NEVER
-if not fresh then due = tonumber(got[2]) or 0 end
-local latest = 0
+local stored_d = tonumber(got[2])
+if not fresh then due = stored_d or 0 end
 local function schedule(t, rec, deadline)
   records[t] = rec
   if not peek then redis.call('ZADD', Z, deadline, t) end
-  if deadline > latest then latest = deadline end
   if deadline < due then due = deadline end
 end
 local written = false
@@ -184,6 +183,7 @@ if due <= now then
   elseif not peek then
     local first = redis.call('ZRANGE', Z, 0, 0, 'WITHSCORES')
     if first[2] and tonumber(first[2]) < due then due = tonumber(first[2]) end
+    if due ~= NEVER and due < now + math.floor(ttl / 2) then due = now + math.floor(ttl / 2) end
   end
 end
 if kind ~= COUNT and records[txn] ~= nil then
@@ -324,7 +324,8 @@ if written and not peek then
   for _, win in ipairs(wins) do
     local span = win.ticks
     if win.alg ~= FIXED_WINDOW then span = 2 * win.ticks end
-    local fin = (win.w + span) * win.tick
+    -- every deadline a call sets is before its window's end + the TTL
+    local fin = (win.w + span) * win.tick + ttl
     if fin > e then e = fin end
     local f = win.name
     local m = #set
@@ -332,7 +333,6 @@ if written and not peek then
     set[m + 5], set[m + 6], set[m + 7], set[m + 8] = f .. '.r', win.r, f .. '.p', win.p
     set[m + 9], set[m + 10] = f .. '.q', win.q
   end
-  if latest > e then e = latest end
   set[2] = e
   local gone = {}
   for t, rec in pairs(records) do
@@ -353,6 +353,8 @@ if written and not peek then
   elseif held == 0 then
     redis.call('PEXPIRE', Z, e - now)
   end
+elseif not peek and not fresh and stored_e > 0 and due ~= stored_d then
+  redis.call('HSET', H, 'd', due)  -- a sweep that found nothing due moved the next one
 end
 reply[1], reply[2], reply[3], reply[4], reply[5], reply[6] =
   outcome, est, charged, ended, ended_est, ended_charged

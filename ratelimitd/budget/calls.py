@@ -340,8 +340,10 @@ def budget_call(item: Any, key: str, now_ms: int) -> Call:
         remember=asked[4],
         unserved=unserved,
     )
-    if terms.outbox and kind in (SETTLE, RELEASE):
-        call.outbox, call.event = terms.outbox, outbox_event(asked[2])
+    if terms.outbox:  # on every call: a budget with an outbox is kept by the script
+        call.outbox = terms.outbox
+        if kind in (SETTLE, RELEASE):
+            call.event = outbox_event(asked[2])
     return call
 
 

@@ -187,7 +187,8 @@ class Call(msgspec.Struct, gc=False):
     force: bool = False
     remember: bool = False
     unserved: bool = False
-    outbox: str = ""  # a settle's outbox stream (`budget.outbox`), and its `e` field
+    outbox: str = ""  # the rule's outbox stream (`budget.outbox`), on each of its calls
+    # and a settle's or close's entry there, its `e` field
     event: str = ""
 
 

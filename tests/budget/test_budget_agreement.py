@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.budget import redis_budgets, uncompiled_memory
+from support.budget import redis_budgets, scripted, uncompiled_memory
 from support.redis_server import RedisServer, RedisServers
 
 from ratelimitd.backends import memory_budget as memory
@@ -48,9 +48,14 @@ step = st.tuples(
 )
 
 
-def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("kept", ["as kept", "by the script"])
+def test_redis_and_the_memory_twin_agree(redis_server: RedisServer, kept: str) -> None:
+    """Budgets as the backend keeps them (fixed windows in plain commands, the rest by the
+    script), and every shape by the script (as a budget with an outbox is)."""
     loop = asyncio.new_event_loop()
     backend, budgets = loop.run_until_complete(redis_budgets(redis_server.address))
+    if kept == "by the script":
+        budgets = scripted(budgets)  # type: ignore[assignment]
     client = redis_server.client()
     examples = itertools.count()
     try:
@@ -87,11 +92,12 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer) -> None:
 
 
 def kept_for_garbage_collection(client: Any, key: str) -> None:
-    """What the script skips to save work is never missed: both keys of a budget carry a
-    TTL whenever they exist (it sets them again only when `e` moves, or on a deadline set it
-    made anew), and the next sweep, the hash's `d`, is at most half a TTL after the first
-    deadline (a sweep runs at most every half TTL)."""
-    for name in (key, key + "_due"):
+    """What the stores skip to save work is never missed: every key of a budget carries a
+    TTL whenever it exists (the script sets them again only when `e` moves, or on a deadline
+    set it made anew; the commands a counter's when they make it, the records' when they
+    make the hash or raise `e`), and the script's next sweep, the hash's `d`, is at most
+    half a TTL after the first deadline (a sweep runs at most every half TTL)."""
+    for name in client.keys(key.replace("{", "[{]") + "*"):
         assert client.pttl(name) != -1, name
     sweep = client.hget(key, "d")
     first = client.zrange(key + "_due", 0, 0, withscores=True)
@@ -139,13 +145,18 @@ def test_the_compiled_maths_and_its_source_agree(windows: Any, most: int, steps:
             assert compiled.state(key, call.now) == source.state(key, call.now)
 
 
-async def test_cluster_runs_each_call_on_its_budgets_slot(redis_servers: RedisServers) -> None:
+@pytest.mark.parametrize(
+    "windows", [(fixed(60, 40), sliding(3600, 100)), (fixed(60, 40), fixed(3600, 100))]
+)
+async def test_cluster_runs_each_call_on_its_budgets_slot(
+    redis_servers: RedisServers, windows: Any
+) -> None:
+    """By the script (a sliding window), and in plain commands (fixed windows only)."""
     nodes = redis_servers.cluster(3)
     backend, budgets = await redis_budgets(",".join(n.address for n in nodes), cluster=True)
     try:
         memory = MemoryBudgets()
         rng = random.Random(29)
-        windows = (fixed(60, 40), sliding(3600, 100))
         # Values with braces too: the tag, not the value, picks the slot.
         users = ["alice", "bob", "c{1}", "}d{", "eve", "f{}", "g", "h"]
         keys = [budget_keys("", "llm", [("user", u)])[0] for u in users]

@@ -11,7 +11,7 @@ from typing import Any
 from ratelimitd.admin import Admin
 from ratelimitd.backends import memory_budget
 from ratelimitd.backends.redis import RedisBackend
-from ratelimitd.backends.redis.budget import RedisBudgets
+from ratelimitd.backends.redis.budget import RedisBudgets, _scripted_dry_run
 from ratelimitd.messages import Descriptor, Response
 from ratelimitd.settings import RedisSettings
 
@@ -34,6 +34,17 @@ async def redis_budgets(
     )
     await backend.connect()
     return backend, RedisBudgets(backend.main)
+
+
+class scripted:  # noqa: N801 - a store, named as the fixture's parameter
+    """`RedisBudgets` with every budget kept by the script (as one with an outbox is)."""
+
+    def __init__(self, budgets: RedisBudgets) -> None:
+        self.instance = budgets.instance
+        self.run = budgets.scripted
+
+    async def dry_run(self, calls: Any) -> Any:
+        return await _scripted_dry_run(self.instance, calls)
 
 
 def call(phase: str, txn: str, hits: int, user: str = "ann") -> Descriptor:

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from ...config.budget_store import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError
 from ..memory_budget import MemoryBudgets
+from .claims import Claims, eligible
 from .resp import ReplyError, bulk_int, command, key_slot
 
 
@@ -54,6 +55,9 @@ class Instance(Protocol):
     budget_max_transactions: int
 
     async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]: ...
+
+    @property
+    def claims(self) -> Claims: ...
 
 
 BUDGET_LUA = (
@@ -421,14 +425,19 @@ def decode(reply: Any) -> Result:
 
 
 class RedisBudgets:
-    """Budget calls on one Redis deployment (single, sentinel or cluster): each call one
-    script, all the calls of one `run` in one pipelined round (per node on a cluster)."""
+    """Budget calls on one Redis deployment (single, sentinel or cluster): a budget of fixed
+    windows without an outbox in plain commands (`claims`); any other, each call one script,
+    all the calls of one `run` in one pipelined round (per node on a cluster)."""
 
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
 
     async def run(self, calls: Sequence[Call]) -> list[Result]:
         """Apply the calls (in order on one budget); one Result each."""
+        return await split(calls, self.instance.claims.run, self.scripted)
+
+    async def scripted(self, calls: Sequence[Call]) -> list[Result]:
+        """The calls, each one script, in one round."""
         inst = self.instance
         slots = [key_slot(c.key.encode()) for c in calls]
         most = inst.budget_max_transactions
@@ -450,9 +459,33 @@ class RedisBudgets:
         return await dry_run(self.instance, calls)
 
 
+async def split(
+    calls: Sequence[Call],
+    claimed: Callable[[Sequence[Call]], Awaitable[list[Result]]],
+    scripted: Callable[[Sequence[Call]], Awaitable[list[Result]]],
+) -> list[Result]:
+    """The calls of budgets kept in commands (`claims.eligible`) by `claimed`, the others by
+    `scripted`, each in order, the Results in the calls' order. A budget is one rule's, so
+    all its calls go one way."""
+    mine = [eligible(call) for call in calls]
+    if all(mine):
+        return await claimed(calls)
+    if not any(mine):
+        return await scripted(calls)
+    first = await claimed([c for c, m in zip(calls, mine, strict=True) if m])
+    other = await scripted([c for c, m in zip(calls, mine, strict=True) if not m])
+    a, b = iter(first), iter(other)
+    return [next(a) if m else next(b) for m in mine]
+
+
 async def dry_run(inst: Instance, calls: Sequence[Call]) -> list[Result]:
-    """`calls` applied in order to copies of their budgets as `inst` holds them (one round
-    of HGETALL and ZRANGE per budget), with the twin's maths; each Result with `held`."""
+    """`calls` applied in order to copies of their budgets as `inst` holds them, with the
+    twin's maths; each Result with `held`."""
+    return await split(calls, inst.claims.dry_run, lambda c: _scripted_dry_run(inst, c))
+
+
+async def _scripted_dry_run(inst: Instance, calls: Sequence[Call]) -> list[Result]:
+    """`dry_run` of budgets kept by the script (one round of HGETALL and ZRANGE each)."""
     keys = list(dict.fromkeys(call.key for call in calls))
     cmds = []
     for key in keys:

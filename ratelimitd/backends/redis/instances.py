@@ -23,6 +23,8 @@ from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, Waiter, client_ssl_context
 from ..breaker import Breaker
 from . import budget, resp, rounds, scripts
+from .claims import SCRIPTS as claims_scripts
+from .claims import Claims, eligible
 from .pool import (
     MAX_IN_FLIGHT,
     Address,
@@ -70,6 +72,14 @@ class RedisInstance:
     breaker: Breaker | None = None
     # The transactions one token budget may hold (BUDGET_MAX_TRANSACTIONS); set by the backend.
     budget_max_transactions = MAX_BUDGET_TXNS
+    _claims: Claims | None = None
+
+    @property
+    def claims(self) -> Claims:
+        """The budgets this instance keeps in plain commands (`claims`)."""
+        if self._claims is None:
+            self._claims = Claims(self)
+        return self._claims
 
     def __init__(
         self,
@@ -148,7 +158,18 @@ class RedisInstance:
     async def decide(self, ops: Sequence[Op], *, peek: bool = False) -> list[Any]:
         """Ops of any algorithm in one round: INCRBY + EXPIRE (GET with `peek`) for a fixed
         window, the script's call for the others (`(level, ticks until reset)`, the level
-        alone with `peek`), the refund script for a refund (the counter after)."""
+        alone with `peek`), the refund script for a refund (the counter after); a budget
+        call kept in commands (`claims`) in its own rounds, after."""
+        claimed = [
+            j for j, op in enumerate(ops) if op.budget is not None and eligible(op.budget)
+        ]
+        if claimed:
+            rest = [op for op in ops if op.budget is None or not eligible(op.budget)]
+            out = await self.decide(rest, peek=peek) if rest else []
+            results = await self.claims.run([ops[j].budget for j in claimed])  # type: ignore[misc]
+            for j, result in zip(claimed, results, strict=True):
+                out.insert(j, result)
+            return out
         cluster = self.routed
         cmds: list[tuple[int, bytes]] = []
         owner: list[int] = []  # the op of each command
@@ -283,6 +304,7 @@ class RedisInstance:
         """
         sources = [script.source for script in (*scripts.SCRIPTS.values(), scripts.REFUND)]
         sources.append(budget.BUDGET_LUA)
+        sources += claims_scripts
         payload = b"".join(resp.command("SCRIPT", "LOAD", source) for source in sources)
         for pool in self.pools():
             for conn in pool.conns[:1]:  # the script cache is the server's

@@ -1,0 +1,751 @@
+"""Budgets of fixed windows on Redis in plain commands: no script on a call's common paths.
+
+A Lua script costs the server some 30 times a plain decision per call (docs/budgets.md,
+"Cost"), most of it the script's own Lua. A budget whose windows are all fixed and whose
+rule has no outbox is kept here instead, in keys that share its state key `S`'s hash tag
+(one Cluster slot):
+
+  S + "_t"                      a hash: per transaction `<id>` its record, an integer;
+                                `~` the budget's `e` (when it is forgotten, ms), written
+                                longer than `hash-max-listpack-value` so that the hash is
+                                a hash table from its first field: a listpack, a small
+                                hash's default encoding, is scanned linearly per field
+  S + "_<name>_<start>"         per window start a counter: usage + reservations
+
+A record is an estimate (bits 0-31), a time in ms modulo 2^28 (bits 32-59: the reserve's,
+then the end's; a record lives two TTLs at most, far less than the 74 h that wrap), and
+the flags CONTESTED (2^60), REFUSED (2^61, a remembered refusal) and ENDED (2^62: settled,
+released or expired). Its deadline is its time + the TTL. Ending a record is `HINCRBY
+<id> ENDED`: a second one would pass 2^63, which Redis refuses as an overflow and leaves
+the value as it was, so of two callers ending one reservation exactly one succeeds (the
+claim), whatever else either has seen.
+
+The calls (the maths of `backends.memory_budget`, the twin, which a property test holds
+equal to this store):
+
+- reserve: `INCRBY` each window's counter, `HSETNX` the record, `HLEN`: one round. Over a
+  limit (and not forced), or the budget full, the next round takes it back. An id already
+  there is read and answered (a duplicate, contested by a small script when still open;
+  a remembered refusal decided afresh).
+- settle: `HGET` the record; then the claim and `INCRBY` each counter by usage - estimate,
+  in that order in one write. A settle cut between the two leaves its reservation charged
+  at its estimate (the `unsettled: charge` outcome, an upper bound of the usage), never
+  charged twice: the claim is made. A claim that overflows (another end came first) takes
+  its increment back. An unknown id (an orphan) is charged by a small script.
+- close (release): `HGET`; then the claim, and the estimate freed unless it is charged.
+- count: `INCRBY` the counters. Peek: reads.
+
+What a call does not do on its own, because a Redis without a deadline index would have
+to read the whole budget for it, the process does now and then:
+
+- the sweep: once the budget's next sweep `d` has come (`model`: its first deadline, but
+  not before half a TTL after the sweep before), the hash is read (`HSCAN`), up to
+  SWEEP_BATCH reservations past their deadline are ended by the same claim (charged or
+  released by the call's policy) and tombstones past theirs deleted. `d` is the process's
+  own (from what it wrote and last read): a reservation another replica made is ended by
+  that replica's sweep, or by the next sweep of this one.
+- forgetting: once `e` has passed, a small script deletes the hash (the counters of
+  windows that ended expire on their own). `e` is raised, by a small script, when a write
+  reaches a later window than the one it covers: once per budget per window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ...config.budget_store import (
+    ADMITTED,
+    CONTESTED,
+    COUNT,
+    DUPLICATE,
+    FINISHED,
+    FULL,
+    NEVER,
+    ORPHAN,
+    PEEK,
+    REFUSED,
+    RELEASE,
+    RESERVE,
+    SETTLE,
+    SETTLED,
+    SWEEP_BATCH,
+    UNKNOWN_ID,
+    Call,
+    Result,
+)
+from ...config.windows import FIXED_WINDOW
+from ..base import BackendError
+from .resp import ReplyError, command, key_slot
+
+__all__ = ["Claims", "eligible", "records_key"]
+
+EST = 2**32  # a record's estimate: bits 0-31
+TIME = 2**28  # its time, ms modulo 2^28: bits 32-59
+CONTESTED_BIT = 2**60
+REFUSED_BIT = 2**61
+ENDED_BIT = 2**62
+# A record's time up to this far ahead of the caller's clock reads as ahead (another
+# daemon's clock); one older than TIME - SKEW would read as ahead too, and none lives that
+# long (a TTL of at most 24 h open, one as a tombstone, the sweep half a TTL late).
+SKEW = 3_600_000
+SCAN_COUNT = 1000
+KNOWN = 100_000  # budgets whose `e` and next sweep a process keeps (then it starts over)
+
+
+class Instance(Protocol):
+    routed: bool
+    budget_max_transactions: int
+
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]: ...
+
+
+def eligible(call: Call) -> bool:
+    """Whether `call`'s budget is kept here: fixed windows only, and no outbox (whose event
+    the script appends in the same atomic step as the charge)."""
+    if call.outbox:
+        return False
+    for win in call.windows:
+        if win.algorithm != FIXED_WINDOW:
+            return False
+    return True
+
+
+def records_key(key: str) -> str:
+    """The hash of a budget's records (module docstring)."""
+    return key + "_t"
+
+
+def counter_key(key: str, name: str, start: int) -> str:
+    return f"{key}_{name}_{start}"
+
+
+def _filler(e: int) -> bytes:
+    return b"%020d" % e + b"~" * 45  # 65 bytes: past hash-max-listpack-value
+
+
+def _e_of(filler: Any) -> int:
+    return int(filler[:20]) if filler else 0
+
+
+def _record(est: int, time: int, flags: int = 0) -> int:
+    return min(est, EST - 1) + (time % TIME) * EST + flags
+
+
+def _time(value: int, now: int) -> int:
+    """A record's time (ms) read against `now`."""
+    back = (now - (value // EST) % TIME) % TIME
+    return now + (TIME - back) if back > TIME - SKEW else now - back
+
+
+def _moved(value: int, now: int) -> int:
+    """What to add to a record for its time to read `now`."""
+    return (now % TIME - (value // EST) % TIME) * EST
+
+
+def _open(value: int) -> bool:
+    return value < REFUSED_BIT  # neither REFUSED nor ENDED
+
+
+def _remembered(value: int) -> bool:
+    """A remembered refusal's record (REFUSED, not ENDED)."""
+    return REFUSED_BIT <= value < ENDED_BIT
+
+
+# The small scripts of the rare paths (EVALSHA; EVAL after NOSCRIPT).
+
+# KEYS: the records hash. ARGV: now. Delete it if its `e` has passed; reply: the `e` kept
+# (0: none, or forgotten).
+_FORGET = """
+local v = redis.call('HGET', KEYS[1], '~')
+local e = 0
+if v then e = tonumber(string.sub(v, 1, 20)) end
+if e > 0 and e <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return 0
+end
+return e
+"""
+
+# KEYS: the records hash. ARGV: e, its `~` value, now. Raise `e` (and the hash's TTL) to
+# ARGV[1] if it is later; reply: the `e` now (0: no hash).
+_RAISE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local v = redis.call('HGET', KEYS[1], '~')
+local e = 0
+if v then e = tonumber(string.sub(v, 1, 20)) end
+local want = tonumber(ARGV[1])
+if want <= e then return e end
+redis.call('HSET', KEYS[1], '~', ARGV[2])
+redis.call('PEXPIRE', KEYS[1], want - tonumber(ARGV[3]))
+return want
+"""
+
+# KEYS: the records hash. ARGV: id, the open record it was read as. Mark it contested if
+# it still is that record; reply: 1 if marked.
+_CONTEST = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v ~= ARGV[2] then return 0 end
+redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
+
+# KEYS: the records hash, then the current windows' counters. ARGV: id, usage, the
+# tombstone, the budget's most transactions, the ms until `e`, `e`'s `~` value, then per
+# counter the ms until it expires (times are relative: the caller's clock decides). An unknown id's usage charged to the current windows, and its tombstone kept unless
+# the budget is full. Reply: {-1, record} when the id is there after all (the caller
+# settles it), else {1 if tombstoned else 0, counter after, ...}.
+_ORPHAN = """
+local T = KEYS[1]
+local found = redis.call('HGET', T, ARGV[1])
+if found then return {-1, found} end
+local out = {0}
+local usage = tonumber(ARGV[2])
+for i = 2, #KEYS do
+  local v = redis.call('INCRBY', KEYS[i], usage)
+  if v == usage then redis.call('PEXPIRE', KEYS[i], ARGV[6 + i - 1]) end
+  out[i] = v
+end
+local held = redis.call('HLEN', T)
+local records = held
+if held > 0 then records = held - 1 end  -- the `~`
+if records < tonumber(ARGV[4]) then
+  redis.call('HSET', T, ARGV[1], ARGV[3])
+  if held == 0 then
+    redis.call('HSET', T, '~', ARGV[6])
+    redis.call('PEXPIRE', T, ARGV[5])
+  end
+  out[1] = 1
+end
+return out
+"""
+
+
+class _Script:
+    def __init__(self, body: str) -> None:
+        self.body = body.encode()
+        self.sha = hashlib.sha1(self.body).hexdigest().encode()
+
+    def call(self, keys: Sequence[str], args: Sequence[Any], *, load: bool = False) -> bytes:
+        head = ("EVAL", self.body) if load else ("EVALSHA", self.sha)
+        return command(*head, len(keys), *keys, *args)
+
+
+FORGET, RAISE, CONTEST, ORPHAN_SCRIPT = (
+    _Script(_FORGET),
+    _Script(_RAISE),
+    _Script(_CONTEST),
+    _Script(_ORPHAN),
+)
+SCRIPTS = (_FORGET, _RAISE, _CONTEST, _ORPHAN)
+
+
+class _Windows:
+    """A call's windows at its `now`: per window its counter key, start, end (ms) and the
+    ticks until it resets."""
+
+    __slots__ = ("counters", "ends", "limits", "resets", "starts")
+
+    def __init__(self, call: Call) -> None:
+        self.counters: list[str] = []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.resets: list[int] = []
+        self.limits: list[int] = []
+        for win in call.windows:
+            t = call.now // win.tick
+            start = t - t % win.ticks
+            self.counters.append(counter_key(call.key, win.name, start))
+            self.starts.append(start)
+            self.ends.append((start + win.ticks) * win.tick)
+            self.resets.append(start + win.ticks - t)
+            self.limits.append(win.limit)
+
+    def levels(self, afters: Sequence[int]) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(afters, self.resets, strict=True))
+
+    def of(self, call: Call, at: int) -> dict[int, str]:
+        """The counters of the windows a record made at `at` was made in, by window, that
+        have not ended: the current one, or a later one (a daemon whose clock is ahead)."""
+        out = {}
+        for k, win in enumerate(call.windows):
+            t = at // win.tick
+            start = t - t % win.ticks
+            if start >= self.starts[k]:
+                out[k] = counter_key(call.key, win.name, start)
+        return out
+
+
+class Claims:
+    """The budgets of one Redis deployment kept in plain commands (module docstring)."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        # Per budget (its state key): [e as last known, the next sweep]. Unknown: [0, 0],
+        # so that its first call sweeps it (and learns both).
+        self.known: dict[str, list[int]] = {}
+
+    def _state(self, key: str) -> list[int]:
+        st = self.known.get(key)
+        if st is None:
+            if len(self.known) >= KNOWN:
+                self.known.clear()
+            st = self.known[key] = [0, 0]
+        return st
+
+    async def run(self, calls: Sequence[Call]) -> list[Result]:
+        """Apply the calls in order; one Result each."""
+        out: list[Result] = []
+        last: tuple[Call, Result] | None = None
+        for call in calls:
+            if last is not None and _closes_what_it_settled(last, call, self._state(call.key)):
+                result = Result(FINISHED, last[1].levels)
+            else:
+                result = await self._call(call)
+            out.append(result)
+            last = (call, result)
+        return out
+
+    async def _round(self, slot: int, cmds: list[bytes]) -> list[Any]:
+        if not cmds:
+            return []
+        return await self.instance._run([(slot, c) for c in cmds])
+
+    async def _script(self, slot: int, script: _Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        (reply,) = await self._round(slot, [script.call(keys, args)])
+        if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
+            (reply,) = await self._round(slot, [script.call(keys, args, load=True)])
+        if isinstance(reply, ReplyError):
+            raise BackendError(str(reply))
+        return reply
+
+    async def _call(self, call: Call) -> Result:
+        st = self._state(call.key)
+        slot = key_slot(call.key.encode()) if self.instance.routed else 0
+        table = records_key(call.key)
+        result = Result(0, ())
+        now = call.now
+        if 0 < st[0] <= now or st[1] <= now:
+            if call.kind == PEEK:  # what a sweep would change, on a copy
+                return (await self._twin([call])).run_now([call])[0]
+            if 0 < st[0] <= now:
+                e = await self._script(slot, FORGET, [table], [now])
+                st[0] = e
+                if not e:
+                    st[1] = min(st[1], 0)  # swept (empty) below
+            if st[1] <= now:
+                if await self._sweep(call, st, slot, table, result):
+                    await self._raise(call, st, slot, table)
+        windows = _Windows(call)
+        kind = call.kind
+        if kind == RESERVE:
+            written = await self._reserve(call, st, slot, table, windows, result)
+        elif kind == SETTLE:
+            written = await self._settle(call, st, slot, table, windows, result)
+        elif kind == RELEASE:
+            written = await self._release(call, st, slot, table, windows, result)
+        elif kind == COUNT:
+            written = await self._count(call, slot, windows, result)
+        elif kind == PEEK:
+            written = await self._peek(call, slot, table, windows, result)
+        else:
+            raise ValueError(f"unknown budget call kind {kind}")
+        if written:
+            await self._raise(call, st, slot, table)
+        return result
+
+    async def _raise(self, call: Call, st: list[int], slot: int, table: str) -> None:
+        """`e` raised to cover a write at `call.now` (module docstring)."""
+        e = _covers(call)
+        if e > st[0]:
+            kept = await self._script(slot, RAISE, [table], [e, _filler(e), call.now])
+            st[0] = max(e, kept)
+
+    async def _levels(self, slot: int, windows: _Windows) -> tuple[tuple[int, int], ...]:
+        replies = await self._round(slot, [command("GET", c) for c in windows.counters])
+        return windows.levels([_int(r) for r in replies])
+
+    async def _reserve(
+        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
+    ) -> bool:
+        amount, now, txn = call.amount, call.now, call.txn
+        value = _record(amount, now)
+        cmds = [command("INCRBY", c, amount) for c in windows.counters]
+        cmds += (command("HSETNX", table, txn, value), command("HLEN", table))
+        replies = await self._round(slot, cmds)
+        n = len(windows.counters)
+        afters = [_int(r) for r in replies[:n]]
+        made, held = _int(replies[n]), _int(replies[n + 1])
+        out.levels = windows.levels(afters)
+        fits = all(a <= lim for a, lim in zip(afters, windows.limits, strict=True))
+        follow = [
+            command("PEXPIRE", c, end + 1000 - now)
+            for c, end, a in zip(windows.counters, windows.ends, afters, strict=True)
+            if a == amount  # this reserve made the counter (or found it at 0)
+        ]
+        undo = [command("INCRBY", c, -amount) for c in windows.counters]
+        if not made:  # the id is there: read it
+            found = await self._round(slot, [*undo, command("HGET", table, txn), *follow])
+            return await self._taken(call, st, slot, table, windows, out, found[n], fits)
+        if held >= 2 and held - 2 >= self.instance.budget_max_transactions:
+            out.outcome = FULL
+            await self._round(slot, [*undo, command("HDEL", table, txn), *follow])
+            return False
+        out.outcome = ADMITTED if fits else REFUSED
+        if held == 1 and (fits or call.force or call.remember):
+            # this reserve made the hash: a table from now on, forgotten at `e`
+            e = max(st[0], _covers(call))
+            follow += (command("HSET", table, "~", _filler(e)), command("PEXPIRE", table, e - now))
+            st[0] = e
+        if fits or call.force:
+            await self._round(slot, follow)
+            _scheduled(st, now + call.ttl)
+            return True
+        if call.remember:
+            follow.append(command("HSET", table, txn, _record(0, now, REFUSED_BIT)))
+            await self._round(slot, [*undo, *follow])
+            _scheduled(st, now + call.ttl)
+            return True
+        await self._round(slot, [*undo, command("HDEL", table, txn), *follow])
+        return False
+
+    async def _taken(
+        self,
+        call: Call,
+        st: list[int],
+        slot: int,
+        table: str,
+        windows: _Windows,
+        out: Result,
+        found: Any,
+        fits: bool,
+    ) -> bool:
+        """A reserve whose id was there: a duplicate, or a remembered refusal decided again."""
+        if found is None:  # ended and deleted meanwhile: one more try
+            return await self._reserve(call, st, slot, table, windows, out)
+        value = int(found)
+        if _remembered(value):
+            amount, now = call.amount, call.now
+            if fits or call.force:  # decided afresh: as the first round found the room
+                cmds = [command("INCRBY", c, amount) for c in windows.counters]
+                cmds.append(command("HSET", table, call.txn, _record(amount, now)))
+                await self._round(slot, cmds)
+                out.outcome = ADMITTED if fits else REFUSED
+                _scheduled(st, now + call.ttl)
+                return True
+            out.outcome = REFUSED
+            if call.remember:
+                record = _record(0, now, REFUSED_BIT)
+                await self._round(slot, [command("HSET", table, call.txn, record)])
+                _scheduled(st, now + call.ttl)
+                return True
+            return False
+        out.outcome = DUPLICATE
+        if _open(value) and not value & CONTESTED_BIT:
+            marked = await self._script(slot, CONTEST, [table], [call.txn, value, CONTESTED_BIT])
+            return bool(marked)
+        return False
+
+    async def _settle(
+        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
+    ) -> bool:
+        (found,) = await self._round(slot, [command("HGET", table, call.txn)])
+        if found is None:
+            return await self._orphan(call, st, slot, table, windows, out)
+        return await self._end(call, st, slot, table, windows, out, int(found), call.amount)
+
+    async def _release(
+        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
+    ) -> bool:
+        (found,) = await self._round(slot, [command("HGET", table, call.txn)])
+        if found is None:
+            out.outcome = UNKNOWN_ID
+        else:
+            value = int(found)
+            if not _open(value):
+                out.outcome = FINISHED
+            elif value & CONTESTED_BIT:
+                out.outcome = CONTESTED
+            else:
+                est = value % EST
+                charge = est if call.charge and not call.unserved else 0
+                return await self._end(call, st, slot, table, windows, out, value, charge)
+        out.levels = await self._levels(slot, windows)
+        return False
+
+    async def _end(
+        self,
+        call: Call,
+        st: list[int],
+        slot: int,
+        table: str,
+        windows: _Windows,
+        out: Result,
+        value: int,
+        charge: int,
+    ) -> bool:
+        """End an open record by the claim, charging `charge` for its estimate."""
+        if not _open(value):
+            out.outcome = FINISHED
+            out.levels = await self._levels(slot, windows)
+            return False
+        now = call.now
+        est = value % EST
+        mine = windows.of(call, _time(value, now))
+        delta = charge - est
+        cmds = [command("HINCRBY", table, call.txn, ENDED_BIT + _moved(value, now))]
+        cmds += [command("INCRBY", c, delta) for c in mine.values()]
+        cmds += [command("GET", c) for c in windows.counters]
+        replies = await self._round(slot, cmds)
+        afters = _ints(replies[1 + len(mine) :])
+        if isinstance(replies[0], ReplyError):  # another end came first: ours back
+            if delta:
+                await self._round(slot, [command("INCRBY", c, -delta) for c in mine.values()])
+                afters = [a - delta if k in mine else a for k, a in enumerate(afters)]
+            out.outcome = FINISHED
+            out.levels = windows.levels(afters)
+            return False
+        out.outcome = SETTLED
+        out.estimate = est
+        out.charged = charge
+        out.levels = windows.levels(afters)
+        _scheduled(st, now + call.ttl)
+        return True
+
+    async def _orphan(
+        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
+    ) -> bool:
+        now = call.now
+        e = max(st[0], _covers(call))
+        args: list[Any] = [
+            call.txn,
+            call.amount,
+            _record(0, now, ENDED_BIT),
+            self.instance.budget_max_transactions,
+            e - now,
+            _filler(e),
+        ]
+        args += [end + 1000 - now for end in windows.ends]
+        reply = await self._script(slot, ORPHAN_SCRIPT, [table, *windows.counters], args)
+        if reply[0] == -1:  # a reserve of the id came first: this settles it
+            return await self._end(call, st, slot, table, windows, out, int(reply[1]), call.amount)
+        out.outcome = ORPHAN
+        out.charged = call.amount
+        out.levels = windows.levels(_ints(reply[1:]))
+        if reply[0]:
+            _scheduled(st, now + call.ttl)
+        return True
+
+    async def _count(self, call: Call, slot: int, windows: _Windows, out: Result) -> bool:
+        amount = call.amount
+        if amount:
+            cmds = [command("INCRBY", c, amount) for c in windows.counters]
+            afters = _ints(await self._round(slot, cmds))
+            follow = [
+                command("PEXPIRE", c, end + 1000 - call.now)
+                for c, end, a in zip(windows.counters, windows.ends, afters, strict=True)
+                if a == amount
+            ]
+            await self._round(slot, follow)
+        else:
+            afters = _ints(
+                await self._round(slot, [command("GET", c) for c in windows.counters])
+            )
+        out.levels = windows.levels(afters)
+        fits = all(a <= lim for a, lim in zip(afters, windows.limits, strict=True))
+        out.outcome = ADMITTED if fits else REFUSED
+        return amount > 0
+
+    async def _peek(
+        self, call: Call, slot: int, table: str, windows: _Windows, out: Result
+    ) -> bool:
+        cmds = [command("GET", c) for c in windows.counters]
+        cmds += (command("HGET", table, call.txn), command("HLEN", table))
+        replies = await self._round(slot, cmds)
+        n = len(windows.counters)
+        afters = [_int(r) + call.amount for r in replies[:n]]
+        found, held = replies[n], _int(replies[n + 1])
+        out.levels = windows.levels(afters)
+        value = None if found is None else int(found)
+        if value is None and held - 1 >= self.instance.budget_max_transactions:
+            out.outcome = FULL
+        elif value is not None and not _remembered(value):
+            out.outcome = DUPLICATE
+        else:
+            fits = all(a <= lim for a, lim in zip(afters, windows.limits, strict=True))
+            out.outcome = ADMITTED if fits else REFUSED
+        return False
+
+    async def _scan(self, slot: int, table: str) -> tuple[dict[str, int], int]:
+        """The budget's records and its `e`, read whole (HSCAN)."""
+        records: dict[str, int] = {}
+        e = 0
+        cursor = b"0"
+        while True:
+            (reply,) = await self._round(
+                slot, [command("HSCAN", table, cursor, "COUNT", SCAN_COUNT)]
+            )
+            if reply.__class__ is not list:
+                raise BackendError(str(reply))
+            cursor, flat = reply
+            for i in range(0, len(flat), 2):
+                name = flat[i]
+                if name == b"~":
+                    e = _e_of(flat[i + 1])
+                else:
+                    records[name.decode()] = int(flat[i + 1])
+            if cursor == b"0":
+                return records, e
+
+    async def _sweep(
+        self, call: Call, st: list[int], slot: int, table: str, out: Result
+    ) -> bool:
+        """The sweep (module docstring); whether it wrote anything."""
+        records, e = await self._scan(slot, table)
+        now, ttl = call.now, call.ttl
+        if 0 < e <= now:  # a budget this process had not known, to be forgotten
+            st[0] = await self._script(slot, FORGET, [table], [now])
+            if not st[0]:
+                st[1] = NEVER
+                return False
+            records, e = await self._scan(slot, table)
+        st[0] = max(st[0], e)
+        due = sorted(
+            (_time(v, now) + ttl, t) for t, v in records.items() if _time(v, now) + ttl <= now
+        )
+        batch = due[:SWEEP_BATCH]
+        windows = _Windows(call)
+        cmds: list[bytes] = []
+        ends: list[tuple[str, int, int, list[str], int]] = []  # (id, est, charge, counters, at)
+        for _, t in batch:
+            v = records[t]
+            if _open(v):
+                est = v % EST
+                charge = est if call.charge else 0
+                mine = list(windows.of(call, _time(v, now)).values()) if charge != est else []
+                ends.append((t, est, charge, mine, len(cmds)))
+                cmds.append(command("HINCRBY", table, t, ENDED_BIT + _moved(v, now)))
+                cmds += [command("INCRBY", c, charge - est) for c in mine]
+                records[t] = _record(est, now, ENDED_BIT)
+            else:
+                cmds.append(command("HDEL", table, t))
+                del records[t]
+        replies = await self._round(slot, cmds)
+        back: list[bytes] = []
+        for t, est, charge, mine, at in ends:
+            if isinstance(replies[at], ReplyError):  # another end came first: ours back
+                back += [command("INCRBY", c, est - charge) for c in mine]
+                continue
+            out.expired += 1
+            out.expired_estimate += est
+            out.expired_charged += charge
+        await self._round(slot, back)
+        if len(batch) == SWEEP_BATCH:
+            st[1] = now  # more may be due: the next call looks again
+        elif records:
+            first = min(_time(v, now) for v in records.values()) + ttl
+            st[1] = max(first, now + ttl // 2)
+        else:
+            st[1] = NEVER
+        return bool(batch)
+
+    async def dry_run(self, calls: Sequence[Call]) -> list[Result]:
+        """What `run(calls)` would answer now, writing nothing: the budgets read whole and
+        the calls applied to copies with the twin's maths (each Result with `held`)."""
+        return (await self._twin(calls)).dry_run(calls)
+
+    async def _twin(self, calls: Sequence[Call]) -> Any:
+        """The budgets of `calls` as read now, held by a scratch twin."""
+        from ..memory_budget import MemoryBudgets
+
+        scratch = MemoryBudgets(self.instance.budget_max_transactions, 2**62)
+        for key in dict.fromkeys(call.key for call in calls):
+            call = next(c for c in calls if c.key == key)
+            fields, due = await self.twin_state(call)
+            scratch.load(key, fields, due)
+        return scratch
+
+    async def twin_state(self, call: Call) -> tuple[dict[bytes, bytes], list[bytes]]:
+        """The budget of `call` as the script would store it (`MemoryBudgets.load`'s
+        fields and deadlines), read at `call.now`."""
+        slot = key_slot(call.key.encode()) if self.instance.routed else 0
+        table = records_key(call.key)
+        records, e = await self._scan(slot, table)
+        windows = _Windows(call)
+        counters = _ints(await self._round(slot, [command("GET", c) for c in windows.counters]))
+        st = self.known.get(call.key) or [0, 0]
+        now, ttl = call.now, call.ttl
+        fields: dict[bytes, bytes] = {}
+        if records or e:
+            fields[b"e"] = b"%d" % max(e, st[0])
+            fields[b"d"] = b"%d" % st[1]
+        due: list[bytes] = []
+        reserved = [0] * len(call.windows)
+        for t, v in records.items():
+            at = _time(v, now)
+            if not _open(v):
+                state = b"r" if _remembered(v) else b"s"
+                fields[b"t:" + t.encode()] = state
+            else:
+                est = v % EST
+                starts = []
+                for k, win in enumerate(call.windows):
+                    tick = at // win.tick
+                    start = tick - tick % win.ticks
+                    starts.append(f"{win.name}={start}")
+                    if start == windows.starts[k]:
+                        reserved[k] += est
+                state = "c" if v & CONTESTED_BIT else "o"
+                fields[b"t:" + t.encode()] = f"{state} {est} {' '.join(starts)}".encode()
+            due += (t.encode(), b"%d" % (at + ttl))
+        for k, win in enumerate(call.windows):
+            if counters[k] or reserved[k]:
+                name = win.name.encode()
+                fields[name + b".w"] = b"%d" % windows.starts[k]
+                fields[name + b".u"] = b"%d" % (counters[k] - reserved[k])
+                fields[name + b".r"] = b"%d" % reserved[k]
+        return fields, due
+
+
+def _closes_what_it_settled(last: tuple[Call, Result], call: Call, st: list[int]) -> bool:
+    """A stream end's close right after its settle (one request: same budget, id and
+    instant): its answer is known, FINISHED on the levels the settle left."""
+    before, result = last
+    return (
+        call.kind == RELEASE
+        and before.kind == SETTLE
+        and before.key == call.key
+        and before.txn == call.txn
+        and before.now == call.now
+        and result.outcome in (SETTLED, FINISHED)
+        and st[1] > call.now
+        and not 0 < st[0] <= call.now
+    )
+
+
+def _covers(call: Call) -> int:
+    """The `e` a write at `call.now` needs: its windows' ends + the TTL (`model`)."""
+    e = 0
+    for win in call.windows:
+        t = call.now // win.tick
+        end = (t - t % win.ticks + win.ticks) * win.tick
+        e = max(e, end)
+    return e + call.ttl
+
+
+def _scheduled(st: list[int], deadline: int) -> None:
+    if deadline < st[1]:
+        st[1] = deadline
+
+
+def _int(reply: Any) -> int:
+    if reply is None:
+        return 0
+    if isinstance(reply, ReplyError):
+        raise BackendError(str(reply))
+    return int(reply)
+
+
+def _ints(replies: Sequence[Any]) -> list[int]:
+    return [_int(r) for r in replies]

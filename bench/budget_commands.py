@@ -657,7 +657,11 @@ def settle(
         if first_round_only:
             return SETTLED
         answer, third = b.applied(
-            txn, usage, now, second, pipeline(client, second, errors=True),
+            txn,
+            usage,
+            now,
+            second,
+            pipeline(client, second, errors=True),
             orphan=replies[0] is None,
         )
         if third:

@@ -35,6 +35,7 @@ from .config.budget_store import (
     RELEASE,
     RESERVE,
     Result,
+    command_keys,
 )
 from .config.match import EXACT, KEY_ONLY, WILDCARD
 from .decision import CONSUME
@@ -144,7 +145,7 @@ class Admin:
         for item in plan.items:
             if item.budget is not None:  # the dry call's own answer: nothing to read
                 key, result = run.ops[item.first].key, run.results[item.first]
-                budgets[item.index] = _budget_call(item, key, result)
+                budgets[item.index] = _budget_call(item, key, result, now_ms)
                 shown[item.index] = _budget_windows(item, key, result)
                 continue
             names = d.window_keys(plan, item, now, limiter.prefix)
@@ -201,8 +202,9 @@ class Admin:
         """Delete every window of one descriptor's counters; audited."""
         shown = await self.counter(domain, entries)
         names = list(dict.fromkeys(w["cache_key"] for w in shown.get("windows", [])))
-        if "budget" in shown:  # its deadlines too
-            names.append(shown["budget"]["due_key"])
+        if "budget" in shown:  # every key it may live in
+            names += shown["budget"]["store_keys"]
+            names = list(dict.fromkeys(names))
         deleted = await self._store(self.limiter.backend.delete(names)) if names else 0
         local = self.limiter.local_cache
         if local is not None:
@@ -246,7 +248,7 @@ def _describe(rule: Rule) -> dict[str, Any]:
     return out
 
 
-def _budget_call(item: Any, key: str, result: Result) -> dict[str, Any]:
+def _budget_call(item: Any, key: str, result: Result, now_ms: int) -> dict[str, Any]:
     """What a budget descriptor asks (its call) and what the call would do now."""
     kind, txn, _, force, remember = item.budget
     call: dict[str, Any] = {
@@ -254,6 +256,9 @@ def _budget_call(item: Any, key: str, result: Result) -> dict[str, Any]:
         "outcome": OUTCOME_NAMES.get(result.outcome, str(result.outcome)),
         "key": key,
         "due_key": key + "_due",
+        # where a store may keep it: the script's two keys, or in plain commands its
+        # records and current counters (`config.budget_store`)
+        "store_keys": [key, key + "_due", *command_keys(key, item.rule.budget.windows, now_ms)],
     }
     if txn:
         call["transaction"] = txn

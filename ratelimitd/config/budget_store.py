@@ -23,11 +23,23 @@ in the sorted set; `r` marks a refused reserve that asked to be remembered (a qu
 budget: the request went elsewhere, so its stream end must charge nothing here). `e` is
 when the whole budget can be forgotten (ms): the stores treat the state as absent from then
 on, whatever the real key TTL says, so the memory twin and Redis agree under a test's
-clock. `d` (Redis only) is a time no deadline in the sorted set is before, so that a
-call looks for expired transactions only when one can be due.
+clock: the end of the last window written + the TTL, which no deadline set then passes.
+`d` is the next sweep: the first deadline, but not before half a TTL after the sweep
+before (a store without a deadline index reads a whole budget to sweep it).
 
-The maths of one call is `ratelimitd.backends.memory_budget` (the twin) and the Lua script of
-`ratelimitd.backends.redis.budget`, line for line; a property test holds them equal.
+That is the script's layout (`backends.redis.budget`), which keeps a budget with a sliding
+window or an outbox. A budget of fixed windows without an outbox is kept on Redis in plain
+commands instead (`backends.redis.claims`), in other keys of the same slot:
+
+  the state key + `_t`                                        a hash: per transaction
+                                                              `<id>` an integer record;
+                                                              `~` the budget's `e`
+  the state key + `_<name>_<start>`                           per window start a counter:
+                                                              usage + reservations
+
+The maths of one call is `ratelimitd.backends.memory_budget` (the twin), the Lua script of
+`ratelimitd.backends.redis.budget`, line for line, and the commands of
+`ratelimitd.backends.redis.claims`; property tests hold them equal.
 """
 
 from __future__ import annotations
@@ -67,7 +79,10 @@ __all__ = [
     "Result",
     "Window",
     "budget_keys",
+    "command_keys",
+    "counter_key",
     "fixed",
+    "records_key",
     "sliding",
     "tagged",
 ]
@@ -242,6 +257,26 @@ def budget_keys(
     parts.append("budget")
     state = tagged(prefix, "".join(parts))
     return state, state + "_due"
+
+
+def command_keys(key: str, windows: Sequence[Window], now: int) -> list[str]:
+    """The keys a budget of fixed windows kept in plain commands (`backends.redis.claims`)
+    lives in at `now` (ms): its records' hash, then per window its current counter."""
+    out = [records_key(key)]
+    for win in windows:
+        t = now // win.tick
+        out.append(counter_key(key, win.name, t - t % win.ticks))
+    return out
+
+
+def records_key(key: str) -> str:
+    """The hash of a budget's records, in plain commands (`backends.redis.claims`)."""
+    return key + "_t"
+
+
+def counter_key(key: str, name: str, start: int) -> str:
+    """A window's counter from `start` (ticks), in plain commands (`backends.redis.claims`)."""
+    return f"{key}_{name}_{start}"
 
 
 def tagged(prefix: str, readable: str) -> str:

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from support.budget import redis_budgets, scripted, uncompiled_memory
+from support.budget import Scripted, redis_budgets, uncompiled_memory
 from support.redis_server import RedisServers
 
 from ratelimitd.backends.memory_budget import MemoryBudgets
@@ -28,7 +28,7 @@ async def store(request: pytest.FixtureRequest, redis_servers: RedisServers) -> 
     server = redis_servers()
     backend, budgets = await redis_budgets(server.address)
     if request.param == "redis-script":
-        budgets = scripted(budgets)
+        budgets = Scripted(budgets)
     budgets.server = server  # type: ignore[attr-defined] - for tests that read the keys
     yield budgets
     await backend.close()

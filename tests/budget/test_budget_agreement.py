@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.budget import redis_budgets, scripted, uncompiled_memory
+from support.budget import Scripted, redis_budgets, uncompiled_memory
 from support.redis_server import RedisServer, RedisServers
 
 from ratelimitd.backends import memory_budget as memory
@@ -55,7 +55,7 @@ def test_redis_and_the_memory_twin_agree(redis_server: RedisServer, kept: str) -
     loop = asyncio.new_event_loop()
     backend, budgets = loop.run_until_complete(redis_budgets(redis_server.address))
     if kept == "by the script":
-        budgets = scripted(budgets)  # type: ignore[assignment]
+        budgets = Scripted(budgets)  # type: ignore[assignment]
     client = redis_server.client()
     examples = itertools.count()
     try:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.budget import scripted
+from support.budget import Scripted
 from support.settings_env import error, load
 
 from ratelimitd.backends import budget_txns
@@ -39,7 +39,7 @@ TTL = 600_000
 
 def is_claims(store: Any) -> bool:
     """Whether `store` keeps a budget of fixed windows in plain commands (`claims`)."""
-    return hasattr(store, "server") and not isinstance(store, scripted)
+    return hasattr(store, "server") and not isinstance(store, Scripted)
 
 
 class Budget:

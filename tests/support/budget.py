@@ -36,7 +36,7 @@ async def redis_budgets(
     return backend, RedisBudgets(backend.main)
 
 
-class scripted:  # noqa: N801 - a store, named as the fixture's parameter
+class Scripted:
     """`RedisBudgets` with every budget kept by the script (as one with an outbox is)."""
 
     def __init__(self, budgets: RedisBudgets) -> None:

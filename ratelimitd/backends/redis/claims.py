@@ -74,12 +74,14 @@ from ...config.budget_store import (
     UNKNOWN_ID,
     Call,
     Result,
+    counter_key,
+    records_key,
 )
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError
 from .resp import ReplyError, command, key_slot
 
-__all__ = ["Claims", "eligible", "records_key"]
+__all__ = ["SCRIPTS", "Claims", "eligible"]
 
 EST = 2**32  # a record's estimate: bits 0-31
 TIME = 2**28  # its time, ms modulo 2^28: bits 32-59
@@ -104,21 +106,7 @@ class Instance(Protocol):
 def eligible(call: Call) -> bool:
     """Whether `call`'s budget is kept here: fixed windows only, and no outbox (whose event
     the script appends in the same atomic step as the charge)."""
-    if call.outbox:
-        return False
-    for win in call.windows:
-        if win.algorithm != FIXED_WINDOW:
-            return False
-    return True
-
-
-def records_key(key: str) -> str:
-    """The hash of a budget's records (module docstring)."""
-    return key + "_t"
-
-
-def counter_key(key: str, name: str, start: int) -> str:
-    return f"{key}_{name}_{start}"
+    return not call.outbox and all(win.algorithm == FIXED_WINDOW for win in call.windows)
 
 
 def _filler(e: int) -> bytes:
@@ -193,8 +181,9 @@ return 1
 
 # KEYS: the records hash, then the current windows' counters. ARGV: id, usage, the
 # tombstone, the budget's most transactions, the ms until `e`, `e`'s `~` value, then per
-# counter the ms until it expires (times are relative: the caller's clock decides). An unknown id's usage charged to the current windows, and its tombstone kept unless
-# the budget is full. Reply: {-1, record} when the id is there after all (the caller
+# counter the ms until it expires (times are relative: the caller's clock decides). An
+# unknown id's usage charged to the current windows, and its tombstone kept unless the
+# budget is full. Reply: {-1, record} when the id is there after all (the caller
 # settles it), else {1 if tombstoned else 0, counter after, ...}.
 _ORPHAN = """
 local T = KEYS[1]
@@ -312,7 +301,9 @@ class Claims:
             return []
         return await self.instance._run([(slot, c) for c in cmds])
 
-    async def _script(self, slot: int, script: _Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    async def _script(
+        self, slot: int, script: _Script, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
         (reply,) = await self._round(slot, [script.call(keys, args)])
         if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
             (reply,) = await self._round(slot, [script.call(keys, args, load=True)])
@@ -334,9 +325,8 @@ class Claims:
                 st[0] = e
                 if not e:
                     st[1] = min(st[1], 0)  # swept (empty) below
-            if st[1] <= now:
-                if await self._sweep(call, st, slot, table, result):
-                    await self._raise(call, st, slot, table)
+            if st[1] <= now and await self._sweep(call, st, slot, table, result):
+                await self._raise(call, st, slot, table)
         windows = _Windows(call)
         kind = call.kind
         if kind == RESERVE:
@@ -495,10 +485,18 @@ class Claims:
         mine = windows.of(call, _time(value, now))
         delta = charge - est
         cmds = [command("HINCRBY", table, call.txn, ENDED_BIT + _moved(value, now))]
-        cmds += [command("INCRBY", c, delta) for c in mine.values()]
-        cmds += [command("GET", c) for c in windows.counters]
+        at = []  # per window, the reply that is its level after
+        for k, current in enumerate(windows.counters):
+            held_in = mine.get(k)
+            if held_in is not None and held_in != current:  # a later window's (a clock ahead)
+                cmds.append(command("INCRBY", held_in, delta))
+            at.append(len(cmds))
+            if held_in == current:
+                cmds.append(command("INCRBY", current, delta))
+            else:
+                cmds.append(command("GET", current))
         replies = await self._round(slot, cmds)
-        afters = _ints(replies[1 + len(mine) :])
+        afters = [_int(replies[i]) for i in at]
         if isinstance(replies[0], ReplyError):  # another end came first: ours back
             if delta:
                 await self._round(slot, [command("INCRBY", c, -delta) for c in mine.values()])
@@ -549,9 +547,7 @@ class Claims:
             ]
             await self._round(slot, follow)
         else:
-            afters = _ints(
-                await self._round(slot, [command("GET", c) for c in windows.counters])
-            )
+            afters = _ints(await self._round(slot, [command("GET", c) for c in windows.counters]))
         out.levels = windows.levels(afters)
         fits = all(a <= lim for a, lim in zip(afters, windows.limits, strict=True))
         out.outcome = ADMITTED if fits else REFUSED
@@ -598,9 +594,7 @@ class Claims:
             if cursor == b"0":
                 return records, e
 
-    async def _sweep(
-        self, call: Call, st: list[int], slot: int, table: str, out: Result
-    ) -> bool:
+    async def _sweep(self, call: Call, st: list[int], slot: int, table: str, out: Result) -> bool:
         """The sweep (module docstring); whether it wrote anything."""
         records, e = await self._scan(slot, table)
         now, ttl = call.now, call.ttl
@@ -617,7 +611,8 @@ class Claims:
         batch = due[:SWEEP_BATCH]
         windows = _Windows(call)
         cmds: list[bytes] = []
-        ends: list[tuple[str, int, int, list[str], int]] = []  # (id, est, charge, counters, at)
+        # per reservation ended: (id, estimate, charge, its counters, its claim's index)
+        ends: list[tuple[str, int, int, list[str], int]] = []
         for _, t in batch:
             v = records[t]
             if _open(v):
@@ -633,7 +628,7 @@ class Claims:
                 del records[t]
         replies = await self._round(slot, cmds)
         back: list[bytes] = []
-        for t, est, charge, mine, at in ends:
+        for _, est, charge, mine, at in ends:
             if isinstance(replies[at], ReplyError):  # another end came first: ours back
                 back += [command("INCRBY", c, est - charge) for c in mine]
                 continue
@@ -696,8 +691,8 @@ class Claims:
                     starts.append(f"{win.name}={start}")
                     if start == windows.starts[k]:
                         reserved[k] += est
-                state = "c" if v & CONTESTED_BIT else "o"
-                fields[b"t:" + t.encode()] = f"{state} {est} {' '.join(starts)}".encode()
+                opened = "c" if v & CONTESTED_BIT else "o"
+                fields[b"t:" + t.encode()] = f"{opened} {est} {' '.join(starts)}".encode()
             due += (t.encode(), b"%d" % (at + ttl))
         for k, win in enumerate(call.windows):
             if counters[k] or reserved[k]:

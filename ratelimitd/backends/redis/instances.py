@@ -160,16 +160,14 @@ class RedisInstance:
         window, the script's call for the others (`(level, ticks until reset)`, the level
         alone with `peek`), the refund script for a refund (the counter after); a budget
         call kept in commands (`claims`) in its own rounds, after."""
-        claimed = [
-            j for j, op in enumerate(ops) if op.budget is not None and eligible(op.budget)
-        ]
+        claimed = [j for j, op in enumerate(ops) if op.budget is not None and eligible(op.budget)]
         if claimed:
             rest = [op for op in ops if op.budget is None or not eligible(op.budget)]
-            out = await self.decide(rest, peek=peek) if rest else []
+            merged = await self.decide(rest, peek=peek) if rest else []
             results = await self.claims.run([ops[j].budget for j in claimed])  # type: ignore[misc]
             for j, result in zip(claimed, results, strict=True):
-                out.insert(j, result)
-            return out
+                merged.insert(j, result)
+            return merged
         cluster = self.routed
         cmds: list[tuple[int, bytes]] = []
         owner: list[int] = []  # the op of each command

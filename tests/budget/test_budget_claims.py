@@ -1,0 +1,150 @@
+"""Budgets kept in plain commands (`backends.redis.claims`) under the races and faults a
+script never has, on a real redis-server: two callers ending one reservation, a settle cut
+between its claim and its charge, an orphan racing a reserve of its id, a sweep racing a
+settle, and a replica sweeping what another reserved. Each interleaving is forced: the
+first caller's round runs, then the second caller's whole call, then the first goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from support.budget import redis_budgets
+from support.redis_server import RedisServer
+
+from ratelimitd.backends.redis.claims import ENDED_BIT, Claims
+from ratelimitd.config.budget_store import (
+    ADMITTED,
+    FINISHED,
+    PEEK,
+    RELEASE,
+    RESERVE,
+    SETTLE,
+    SETTLED,
+    Call,
+    budget_keys,
+    fixed,
+    records_key,
+)
+
+T0 = 1_699_999_200_000 + 600_000  # ten minutes into an hour
+TTL = 600_000
+WINDOWS = (fixed(3600, 1000),)
+KEY = budget_keys("", "llm", [("user", "ann")])[0]
+
+
+def call(kind: int, txn: str, amount: int = 0, now: int = T0, **kw: Any) -> Call:
+    return Call(kind, KEY, WINDOWS, now, txn, amount, TTL, **kw)
+
+
+class Between:
+    """An instance whose round matching `after` (a command's bytes), once, is followed by
+    `then` before its replies go back: the other caller's call, run in between."""
+
+    def __init__(self, instance: Any, after: bytes, then: Callable[[], Awaitable[Any]]) -> None:
+        self.instance = instance
+        self.after = after
+        self.then: Callable[[], Awaitable[Any]] | None = then
+        self.routed = instance.routed
+        self.budget_max_transactions = instance.budget_max_transactions
+
+    async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]:
+        replies = await self.instance._run(cmds)
+        if self.then is not None and any(self.after in c for _, c in cmds):
+            then, self.then = self.then, None
+            await then()
+        return replies  # type: ignore[no-any-return]
+
+
+async def level(claims: Claims, now: int = T0) -> int:
+    (peek,) = await claims.run([call(PEEK, "peek", 0, now)])
+    return peek.levels[0][0]
+
+
+async def test_two_ends_of_one_reservation_charge_it_once(redis_server: RedisServer) -> None:
+    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
+    try:
+        one, other = a[0].main.claims, b[0].main.claims
+        assert (await one.run([call(RESERVE, "t1", 400)]))[0].outcome == ADMITTED
+        # Both read the record open; the other's settle ends it first.
+        racing = Claims(Between(a[0].main, b"HGET", lambda: other.run([call(SETTLE, "t1", 300)])))
+        (late,) = await racing.run([call(SETTLE, "t1", 250)])
+        assert late.outcome == FINISHED  # its claim overflowed: its increment taken back
+        assert await level(one) == 300
+    finally:
+        await a[0].close()
+        await b[0].close()
+
+
+async def test_a_settle_cut_between_its_claim_and_its_charge_charges_the_estimate(
+    redis_server: RedisServer,
+) -> None:
+    backend, _ = await redis_budgets(redis_server.address)
+    try:
+        claims = backend.main.claims
+        await claims.run([call(RESERVE, "t1", 400)])
+        # The claim reached the server, the charge did not (a connection cut in the write).
+        redis_server.client().hincrby(records_key(KEY), "t1", ENDED_BIT)
+        (again,) = await claims.run([call(SETTLE, "t1", 300)])
+        assert again.outcome == FINISHED  # never charged twice
+        assert await level(claims) == 400  # the estimate, an upper bound of the usage
+    finally:
+        await backend.close()
+
+
+async def test_an_orphan_racing_a_reserve_of_its_id_settles_that_reservation(
+    redis_server: RedisServer,
+) -> None:
+    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
+    try:
+        one, other = a[0].main.claims, b[0].main.claims
+        await one.run([call(RESERVE, "warm", 1)])
+        # The settle finds no record; a reserve of its id lands before it charges.
+        racing = Claims(Between(a[0].main, b"HGET", lambda: other.run([call(RESERVE, "o1", 400)])))
+        (settled,) = await racing.run([call(SETTLE, "o1", 300)])
+        assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 400, 300)
+        assert await level(one) == 301
+        (close,) = await one.run([call(RELEASE, "o1")])
+        assert close.outcome == FINISHED
+    finally:
+        await a[0].close()
+        await b[0].close()
+
+
+async def test_a_sweep_racing_a_settle_ends_the_reservation_once(
+    redis_server: RedisServer,
+) -> None:
+    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
+    try:
+        one, other = a[0].main.claims, b[0].main.claims
+        await one.run([call(RESERVE, "t1", 400)])
+        late = T0 + TTL  # t1's deadline: a sweep would release it (charge=False)
+        # The sweep reads t1 due; a settle (on a replica that has not swept) ends it first.
+        other.known[KEY] = [T0 + 4 * 3_600_000, late + 1]
+        racing = Claims(
+            Between(a[0].main, b"HSCAN", lambda: other.run([call(SETTLE, "t1", 300, late)]))
+        )
+        racing.known[KEY] = [T0 + 4 * 3_600_000, late]
+        (peek,) = await racing.run([call(RESERVE, "t2", 1, late)])
+        assert peek.expired == 0  # the sweep's claim overflowed: its release taken back
+        assert await level(one, late) == 301
+    finally:
+        await a[0].close()
+        await b[0].close()
+
+
+async def test_a_replica_sweeps_what_another_reserved(redis_server: RedisServer) -> None:
+    """A replica that stopped leaves reservations open; another, on its first call on the
+    budget, reads it whole and ends those past their deadline by the policy."""
+    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
+    try:
+        one, other = a[0].main.claims, b[0].main.claims
+        await one.run([call(RESERVE, "t1", 400), call(RESERVE, "t2", 100)])
+        await a[0].close()
+        late = T0 + TTL + 1
+        (first,) = await other.run([call(RESERVE, "t3", 50, late)])
+        assert (first.expired, first.expired_estimate, first.expired_charged) == (2, 500, 0)
+        assert first.levels[0][0] == 50  # released by the policy: room again
+        assert await level(other, late) == 50
+    finally:
+        await b[0].close()

@@ -54,8 +54,11 @@ from .windows import FIXED_WINDOW, SLIDING_WINDOW
 __all__ = [
     "ADMITTED",
     "CONTESTED",
+    "CONTESTED_BIT",
     "COUNT",
     "DUPLICATE",
+    "ENDED_BIT",
+    "EST",
     "EXTRA",
     "FINISHED",
     "FULL",
@@ -68,11 +71,14 @@ __all__ = [
     "OUTCOME_NAMES",
     "PEEK",
     "REFUSED",
+    "REFUSED_BIT",
     "RELEASE",
     "RESERVE",
     "SETTLE",
     "SETTLED",
+    "SKEW",
     "SWEEP_BATCH",
+    "TIME",
     "UNKNOWN_ID",
     "USED_MAX",
     "Call",
@@ -82,7 +88,12 @@ __all__ = [
     "command_keys",
     "counter_key",
     "fixed",
+    "is_open",
+    "record",
+    "record_time",
     "records_key",
+    "remembered",
+    "script_state",
     "sliding",
     "tagged",
 ]
@@ -267,6 +278,81 @@ def command_keys(key: str, windows: Sequence[Window], now: int) -> list[str]:
         t = now // win.tick
         out.append(counter_key(key, win.name, t - t % win.ticks))
     return out
+
+
+# A record of a budget kept in plain commands: an integer in its records' hash.
+EST = 2**32  # its estimate: bits 0-31
+TIME = 2**28  # its time, ms modulo 2^28: bits 32-59
+CONTESTED_BIT = 2**60  # open, and another reserve reused its id
+REFUSED_BIT = 2**61  # a remembered refusal
+ENDED_BIT = 2**62  # settled, released or expired: added twice, it would pass 2^63
+# A record's time up to this far ahead of the reader's clock reads as ahead (another
+# daemon's clock); one older than TIME - SKEW would read as ahead too, and none lives that
+# long (a TTL of at most 24 h open, one as a tombstone, the sweep half a TTL late).
+SKEW = 3_600_000
+
+
+def record(est: int, time: int, flags: int = 0) -> int:
+    """A record of `est` (at most 2^32 - 1: more than any limit) made at `time` (ms)."""
+    return min(est, EST - 1) + (time % TIME) * EST + flags
+
+
+def record_time(value: int, now: int) -> int:
+    """A record's time (ms), read at `now`."""
+    back = (now - (value // EST) % TIME) % TIME
+    return now + (TIME - back) if back > TIME - SKEW else now - back
+
+
+def is_open(value: int) -> bool:
+    """An open reservation's record (contested or not)."""
+    return value < REFUSED_BIT
+
+
+def remembered(value: int) -> bool:
+    """A remembered refusal's record."""
+    return REFUSED_BIT <= value < ENDED_BIT
+
+
+def script_state(
+    call: Call,
+    records: dict[str, int],
+    e: int,
+    d: int,
+    counters: Sequence[int],
+    starts: Sequence[int],
+) -> tuple[dict[bytes, bytes], list[bytes]]:
+    """A budget kept in plain commands, read at `call.now` (its records, `e`, next sweep
+    `d`, and its windows' current counters from `starts`), as the script keeps one: the
+    fields and deadlines `MemoryBudgets.load` takes, for a dry run with the twin's maths."""
+    now, ttl = call.now, call.ttl
+    fields: dict[bytes, bytes] = {}
+    if records or e:
+        fields[b"e"], fields[b"d"] = b"%d" % e, b"%d" % d
+    due: list[bytes] = []
+    reserved = [0] * len(call.windows)
+    for t, v in records.items():
+        at = record_time(v, now)
+        if is_open(v):
+            est = v % EST
+            held_in = []
+            for k, win in enumerate(call.windows):
+                tick = at // win.tick
+                start = tick - tick % win.ticks
+                held_in.append(f"{win.name}={start}")
+                if start == starts[k]:
+                    reserved[k] += est
+            opened = "c" if v & CONTESTED_BIT else "o"
+            fields[b"t:" + t.encode()] = f"{opened} {est} {' '.join(held_in)}".encode()
+        else:
+            fields[b"t:" + t.encode()] = b"r" if remembered(v) else b"s"
+        due += (t.encode(), b"%d" % (at + ttl))
+    for k, win in enumerate(call.windows):
+        if counters[k] or reserved[k]:
+            name = win.name.encode()
+            fields[name + b".w"] = b"%d" % starts[k]
+            fields[name + b".u"] = b"%d" % (counters[k] - reserved[k])
+            fields[name + b".r"] = b"%d" % reserved[k]
+    return fields, due
 
 
 def records_key(key: str) -> str:

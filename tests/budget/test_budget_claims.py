@@ -12,9 +12,10 @@ from typing import Any
 from support.budget import redis_budgets
 from support.redis_server import RedisServer
 
-from ratelimitd.backends.redis.claims import ENDED_BIT, Claims
+from ratelimitd.backends.redis.claims import Claims
 from ratelimitd.config.budget_store import (
     ADMITTED,
+    ENDED_BIT,
     FINISHED,
     PEEK,
     RELEASE,

@@ -67,7 +67,7 @@ def test_per_tenant_budgets_on_redis_through_a_sentinel_url(
     url = "mymaster," + ",".join(f"127.0.0.1:{x.port}" for x in sentinels)
     for s in per_tenant(tmp_path, transport, BACKEND_TYPE="redis", REDIS_URL=url):
         check_each_tenant_at_its_own_limit(s)
-        assert any(k.endswith(b"_budget") for k in master.client().keys("*"))
+        assert any(b"_budget" in k for k in master.client().keys("*"))
 
 
 EG_DOMAIN = "default/eg/http"

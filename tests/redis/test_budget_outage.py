@@ -24,9 +24,11 @@ RETRIED = "ratelimit.service.budget.retried"
 DROPPED = "ratelimit.service.budget.retry_dropped"
 
 
-def held_scripts(server) -> int:
-    """How many of the server's clients wait with a script call (CLIENT PAUSE holds it)."""
-    return server.command("CLIENT", "LIST").count(b"cmd=evalsha")
+def held_writes(server) -> int:
+    """How many of the server's clients wait with a budget write (CLIENT PAUSE holds it): a
+    script's call, or a claim or charge of a budget kept in plain commands."""
+    clients = server.command("CLIENT", "LIST")
+    return sum(clients.count(b"cmd=" + c) for c in (b"evalsha", b"hincrby", b"incrby"))
 
 
 async def reachable(b: Budget) -> bool:
@@ -119,7 +121,7 @@ async def test_a_stream_end_that_never_reached_the_store_is_settled_by_its_retry
     try:
         with pytest.raises(BackendError):
             await b.end("t1", 500)
-        await wait_until(lambda: not held_scripts(server), timeout=20)
+        await wait_until(lambda: not held_writes(server), timeout=20)
     finally:
         server.command("CLIENT", "UNPAUSE")
     await wait_until(lambda: len(d.service.stream_ends) == 0, timeout=20)

@@ -1,52 +1,32 @@
 """Budgets of fixed windows on Redis in plain commands: no script on a call's common paths.
 
-A Lua script costs the server some 30 times a plain decision per call (docs/budgets.md,
-"Cost"), most of it the script's own Lua. A budget whose windows are all fixed and whose
-rule has no outbox is kept here instead, in keys that share its state key `S`'s hash tag
-(one Cluster slot):
-
-  S + "_t"                      a hash: per transaction `<id>` its record, an integer;
-                                `~` the budget's `e` (when it is forgotten, ms), written
-                                longer than `hash-max-listpack-value` so that the hash is
-                                a hash table from its first field: a listpack, a small
-                                hash's default encoding, is scanned linearly per field
-  S + "_<name>_<start>"         per window start a counter: usage + reservations
+A script costs the server some 30 times a plain decision per call, most of it its own Lua
+(docs/budgets.md, "Cost"). A budget whose windows are all fixed and whose rule has no
+outbox is kept here instead, in keys of its state key's slot (`config.budget_store`): per
+window start a counter (usage + reservations), and one hash of records, whose `~` holds
+the budget's `e` in 65 bytes, past `hash-max-listpack-value`, so the hash is a hash table
+from its first field (a listpack, a small hash's default encoding, is scanned linearly).
 
 A record is an estimate (bits 0-31), a time in ms modulo 2^28 (bits 32-59: the reserve's,
-then the end's; a record lives two TTLs at most, far less than the 74 h that wrap), and
-the flags CONTESTED (2^60), REFUSED (2^61, a remembered refusal) and ENDED (2^62: settled,
-released or expired). Its deadline is its time + the TTL. Ending a record is `HINCRBY
-<id> ENDED`: a second one would pass 2^63, which Redis refuses as an overflow and leaves
-the value as it was, so of two callers ending one reservation exactly one succeeds (the
-claim), whatever else either has seen.
+then the end's; 74 h wrap, and no record lives that long), and the flags CONTESTED,
+REFUSED (a remembered refusal) and ENDED (2^62). Its deadline is its time + the TTL.
+Ending a record is `HINCRBY <id> ENDED`: a second one would pass 2^63, which Redis refuses
+as an overflow and leaves the value unchanged, so of two callers ending one reservation
+exactly one succeeds (the claim), whatever else either has seen.
 
-The calls (the maths of `backends.memory_budget`, the twin, which a property test holds
-equal to this store):
+The calls are the twin's maths (`backends.memory_budget`; a property test holds them
+equal): a reserve is `INCRBY` per counter, `HSETNX` the record and `HLEN` in one round
+(taken back in a second when over a limit or full); a settle `HGET`, then the claim and
+`INCRBY` per counter by usage - estimate in one write, claim first, so a settle cut between
+them leaves its estimate charged and is never charged twice; a close the same with the
+estimate charged or freed. Rare paths are small scripts: an unknown id's settle, marking a
+reused id contested, raising `e` (once per budget per window) and forgetting at `e`.
 
-- reserve: `INCRBY` each window's counter, `HSETNX` the record, `HLEN`: one round. Over a
-  limit (and not forced), or the budget full, the next round takes it back. An id already
-  there is read and answered (a duplicate, contested by a small script when still open;
-  a remembered refusal decided afresh).
-- settle: `HGET` the record; then the claim and `INCRBY` each counter by usage - estimate,
-  in that order in one write. A settle cut between the two leaves its reservation charged
-  at its estimate (the `unsettled: charge` outcome, an upper bound of the usage), never
-  charged twice: the claim is made. A claim that overflows (another end came first) takes
-  its increment back. An unknown id (an orphan) is charged by a small script.
-- close (release): `HGET`; then the claim, and the estimate freed unless it is charged.
-- count: `INCRBY` the counters. Peek: reads.
-
-What a call does not do on its own, because a Redis without a deadline index would have
-to read the whole budget for it, the process does now and then:
-
-- the sweep: once the budget's next sweep `d` has come (`model`: its first deadline, but
-  not before half a TTL after the sweep before), the hash is read (`HSCAN`), up to
-  SWEEP_BATCH reservations past their deadline are ended by the same claim (charged or
-  released by the call's policy) and tombstones past theirs deleted. `d` is the process's
-  own (from what it wrote and last read): a reservation another replica made is ended by
-  that replica's sweep, or by the next sweep of this one.
-- forgetting: once `e` has passed, a small script deletes the hash (the counters of
-  windows that ended expire on their own). `e` is raised, by a small script, when a write
-  reaches a later window than the one it covers: once per budget per window.
+The sweep reads a budget whole (`HSCAN`: no deadline index), so it runs at the first call
+once the budget's next sweep `d` has come, at most every half TTL (`model`), ends up to
+SWEEP_BATCH reservations past their deadline by the same claim, and deletes tombstones past
+theirs. `d` and a lower bound of `e` are the process's own, from what it wrote and last read
+(docs/budgets.md, "Store").
 """
 
 from __future__ import annotations
@@ -55,43 +35,44 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...config.budget_store import (
+from ...config.budget_store import (  # the calls and what came of them
     ADMITTED,
     CONTESTED,
+    CONTESTED_BIT,
     COUNT,
     DUPLICATE,
+    ENDED_BIT,
+    EST,
     FINISHED,
     FULL,
     NEVER,
     ORPHAN,
     PEEK,
     REFUSED,
+    REFUSED_BIT,
     RELEASE,
     RESERVE,
     SETTLE,
     SETTLED,
     SWEEP_BATCH,
+    TIME,
     UNKNOWN_ID,
     Call,
     Result,
     counter_key,
+    is_open,
+    record,
+    record_time,
     records_key,
-)
+    remembered,
+    script_state,
+)  # fmt: skip
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError
 from .resp import ReplyError, command, key_slot
 
 __all__ = ["SCRIPTS", "Claims", "eligible"]
 
-EST = 2**32  # a record's estimate: bits 0-31
-TIME = 2**28  # its time, ms modulo 2^28: bits 32-59
-CONTESTED_BIT = 2**60
-REFUSED_BIT = 2**61
-ENDED_BIT = 2**62
-# A record's time up to this far ahead of the caller's clock reads as ahead (another
-# daemon's clock); one older than TIME - SKEW would read as ahead too, and none lives that
-# long (a TTL of at most 24 h open, one as a tombstone, the sweep half a TTL late).
-SKEW = 3_600_000
 SCAN_COUNT = 1000
 KNOWN = 100_000  # budgets whose `e` and next sweep a process keeps (then it starts over)
 
@@ -117,28 +98,9 @@ def _e_of(filler: Any) -> int:
     return int(filler[:20]) if filler else 0
 
 
-def _record(est: int, time: int, flags: int = 0) -> int:
-    return min(est, EST - 1) + (time % TIME) * EST + flags
-
-
-def _time(value: int, now: int) -> int:
-    """A record's time (ms) read against `now`."""
-    back = (now - (value // EST) % TIME) % TIME
-    return now + (TIME - back) if back > TIME - SKEW else now - back
-
-
 def _moved(value: int, now: int) -> int:
     """What to add to a record for its time to read `now`."""
     return (now % TIME - (value // EST) % TIME) * EST
-
-
-def _open(value: int) -> bool:
-    return value < REFUSED_BIT  # neither REFUSED nor ENDED
-
-
-def _remembered(value: int) -> bool:
-    """A remembered refusal's record (REFUSED, not ENDED)."""
-    return REFUSED_BIT <= value < ENDED_BIT
 
 
 # The small scripts of the rare paths (EVALSHA; EVAL after NOSCRIPT).
@@ -230,7 +192,7 @@ FORGET, RAISE, CONTEST, ORPHAN_SCRIPT = (
 SCRIPTS = (_FORGET, _RAISE, _CONTEST, _ORPHAN)
 
 
-class _Windows:
+class Windows:
     """A call's windows at its `now`: per window its counter key, start, end (ms) and the
     ticks until it resets."""
 
@@ -264,6 +226,19 @@ class _Windows:
             if start >= self.starts[k]:
                 out[k] = counter_key(call.key, win.name, start)
         return out
+
+
+class _At:
+    """One call's budget: its slot, records hash, windows and what the process knows of it
+    (`Claims.known`)."""
+
+    __slots__ = ("known", "slot", "table", "windows")
+
+    def __init__(self, call: Call, known: list[int], routed: bool) -> None:
+        self.slot = key_slot(call.key.encode()) if routed else 0
+        self.table = records_key(call.key)
+        self.windows = Windows(call)
+        self.known = known
 
 
 class Claims:
@@ -312,9 +287,8 @@ class Claims:
         return reply
 
     async def _call(self, call: Call) -> Result:
-        st = self._state(call.key)
-        slot = key_slot(call.key.encode()) if self.instance.routed else 0
-        table = records_key(call.key)
+        b = _At(call, self._state(call.key), self.instance.routed)
+        st, slot, table = b.known, b.slot, b.table
         result = Result(0, ())
         now = call.now
         if 0 < st[0] <= now or st[1] <= now:
@@ -325,42 +299,40 @@ class Claims:
                 st[0] = e
                 if not e:
                     st[1] = min(st[1], 0)  # swept (empty) below
-            if st[1] <= now and await self._sweep(call, st, slot, table, result):
-                await self._raise(call, st, slot, table)
-        windows = _Windows(call)
+            if st[1] <= now and await self._sweep(call, b, result):
+                await self._raise(call, b)
         kind = call.kind
         if kind == RESERVE:
-            written = await self._reserve(call, st, slot, table, windows, result)
+            written = await self._reserve(call, b, result)
         elif kind == SETTLE:
-            written = await self._settle(call, st, slot, table, windows, result)
+            written = await self._settle(call, b, result)
         elif kind == RELEASE:
-            written = await self._release(call, st, slot, table, windows, result)
+            written = await self._release(call, b, result)
         elif kind == COUNT:
-            written = await self._count(call, slot, windows, result)
+            written = await self._count(call, b, result)
         elif kind == PEEK:
-            written = await self._peek(call, slot, table, windows, result)
+            written = await self._peek(call, b, result)
         else:
             raise ValueError(f"unknown budget call kind {kind}")
         if written:
-            await self._raise(call, st, slot, table)
+            await self._raise(call, b)
         return result
 
-    async def _raise(self, call: Call, st: list[int], slot: int, table: str) -> None:
+    async def _raise(self, call: Call, b: _At) -> None:
         """`e` raised to cover a write at `call.now` (module docstring)."""
         e = _covers(call)
-        if e > st[0]:
-            kept = await self._script(slot, RAISE, [table], [e, _filler(e), call.now])
-            st[0] = max(e, kept)
+        if e > b.known[0]:
+            kept = await self._script(b.slot, RAISE, [b.table], [e, _filler(e), call.now])
+            b.known[0] = max(e, kept)
 
-    async def _levels(self, slot: int, windows: _Windows) -> tuple[tuple[int, int], ...]:
+    async def _levels(self, slot: int, windows: Windows) -> tuple[tuple[int, int], ...]:
         replies = await self._round(slot, [command("GET", c) for c in windows.counters])
         return windows.levels([_int(r) for r in replies])
 
-    async def _reserve(
-        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
-    ) -> bool:
+    async def _reserve(self, call: Call, b: _At, out: Result) -> bool:
+        st, slot, table, windows = b.known, b.slot, b.table, b.windows
         amount, now, txn = call.amount, call.now, call.txn
-        value = _record(amount, now)
+        value = record(amount, now)
         cmds = [command("INCRBY", c, amount) for c in windows.counters]
         cmds += (command("HSETNX", table, txn, value), command("HLEN", table))
         replies = await self._round(slot, cmds)
@@ -377,7 +349,7 @@ class Claims:
         undo = [command("INCRBY", c, -amount) for c in windows.counters]
         if not made:  # the id is there: read it
             found = await self._round(slot, [*undo, command("HGET", table, txn), *follow])
-            return await self._taken(call, st, slot, table, windows, out, found[n], fits)
+            return await self._taken(call, b, out, found[n], fits)
         if held >= 2 and held - 2 >= self.instance.budget_max_transactions:
             out.outcome = FULL
             await self._round(slot, [*undo, command("HDEL", table, txn), *follow])
@@ -393,96 +365,76 @@ class Claims:
             _scheduled(st, now + call.ttl)
             return True
         if call.remember:
-            follow.append(command("HSET", table, txn, _record(0, now, REFUSED_BIT)))
+            follow.append(command("HSET", table, txn, record(0, now, REFUSED_BIT)))
             await self._round(slot, [*undo, *follow])
             _scheduled(st, now + call.ttl)
             return True
         await self._round(slot, [*undo, command("HDEL", table, txn), *follow])
         return False
 
-    async def _taken(
-        self,
-        call: Call,
-        st: list[int],
-        slot: int,
-        table: str,
-        windows: _Windows,
-        out: Result,
-        found: Any,
-        fits: bool,
-    ) -> bool:
+    async def _taken(self, call: Call, b: _At, out: Result, found: Any, fits: bool) -> bool:
         """A reserve whose id was there: a duplicate, or a remembered refusal decided again."""
+        st, slot, table, windows = b.known, b.slot, b.table, b.windows
         if found is None:  # ended and deleted meanwhile: one more try
-            return await self._reserve(call, st, slot, table, windows, out)
+            return await self._reserve(call, b, out)
         value = int(found)
-        if _remembered(value):
+        if remembered(value):
             amount, now = call.amount, call.now
             if fits or call.force:  # decided afresh: as the first round found the room
                 cmds = [command("INCRBY", c, amount) for c in windows.counters]
-                cmds.append(command("HSET", table, call.txn, _record(amount, now)))
+                cmds.append(command("HSET", table, call.txn, record(amount, now)))
                 await self._round(slot, cmds)
                 out.outcome = ADMITTED if fits else REFUSED
                 _scheduled(st, now + call.ttl)
                 return True
             out.outcome = REFUSED
             if call.remember:
-                record = _record(0, now, REFUSED_BIT)
-                await self._round(slot, [command("HSET", table, call.txn, record)])
+                refusal = record(0, now, REFUSED_BIT)
+                await self._round(slot, [command("HSET", table, call.txn, refusal)])
                 _scheduled(st, now + call.ttl)
                 return True
             return False
         out.outcome = DUPLICATE
-        if _open(value) and not value & CONTESTED_BIT:
+        if is_open(value) and not value & CONTESTED_BIT:
             marked = await self._script(slot, CONTEST, [table], [call.txn, value, CONTESTED_BIT])
             return bool(marked)
         return False
 
-    async def _settle(
-        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
-    ) -> bool:
+    async def _settle(self, call: Call, b: _At, out: Result) -> bool:
+        slot, table = b.slot, b.table
         (found,) = await self._round(slot, [command("HGET", table, call.txn)])
         if found is None:
-            return await self._orphan(call, st, slot, table, windows, out)
-        return await self._end(call, st, slot, table, windows, out, int(found), call.amount)
+            return await self._orphan(call, b, out)
+        return await self._end(call, b, out, int(found), call.amount)
 
-    async def _release(
-        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
-    ) -> bool:
+    async def _release(self, call: Call, b: _At, out: Result) -> bool:
+        slot, table, windows = b.slot, b.table, b.windows
         (found,) = await self._round(slot, [command("HGET", table, call.txn)])
         if found is None:
             out.outcome = UNKNOWN_ID
         else:
             value = int(found)
-            if not _open(value):
+            if not is_open(value):
                 out.outcome = FINISHED
             elif value & CONTESTED_BIT:
                 out.outcome = CONTESTED
             else:
                 est = value % EST
                 charge = est if call.charge and not call.unserved else 0
-                return await self._end(call, st, slot, table, windows, out, value, charge)
+                return await self._end(call, b, out, value, charge)
         out.levels = await self._levels(slot, windows)
         return False
 
-    async def _end(
-        self,
-        call: Call,
-        st: list[int],
-        slot: int,
-        table: str,
-        windows: _Windows,
-        out: Result,
-        value: int,
-        charge: int,
-    ) -> bool:
+    async def _end(self, call: Call, b: _At, out: Result, value: int, charge: int) -> bool:
         """End an open record by the claim, charging `charge` for its estimate."""
-        if not _open(value):
+        st, slot, table, windows = b.known, b.slot, b.table, b.windows
+        if not is_open(value):
             out.outcome = FINISHED
             out.levels = await self._levels(slot, windows)
             return False
         now = call.now
         est = value % EST
-        mine = windows.of(call, _time(value, now))
+        mine = windows.of(call, record_time(value, now))
         delta = charge - est
         cmds = [command("HINCRBY", table, call.txn, ENDED_BIT + _moved(value, now))]
         at = []  # per window, the reply that is its level after
@@ -511,15 +463,14 @@ class Claims:
         _scheduled(st, now + call.ttl)
         return True
 
-    async def _orphan(
-        self, call: Call, st: list[int], slot: int, table: str, windows: _Windows, out: Result
-    ) -> bool:
+    async def _orphan(self, call: Call, b: _At, out: Result) -> bool:
+        st, slot, table, windows = b.known, b.slot, b.table, b.windows
         now = call.now
         e = max(st[0], _covers(call))
         args: list[Any] = [
             call.txn,
             call.amount,
-            _record(0, now, ENDED_BIT),
+            record(0, now, ENDED_BIT),
             self.instance.budget_max_transactions,
             e - now,
             _filler(e),
@@ -527,7 +478,7 @@ class Claims:
         args += [end + 1000 - now for end in windows.ends]
         reply = await self._script(slot, ORPHAN_SCRIPT, [table, *windows.counters], args)
         if reply[0] == -1:  # a reserve of the id came first: this settles it
-            return await self._end(call, st, slot, table, windows, out, int(reply[1]), call.amount)
+            return await self._end(call, b, out, int(reply[1]), call.amount)
         out.outcome = ORPHAN
         out.charged = call.amount
         out.levels = windows.levels(_ints(reply[1:]))
@@ -535,7 +486,8 @@ class Claims:
             _scheduled(st, now + call.ttl)
         return True
 
-    async def _count(self, call: Call, slot: int, windows: _Windows, out: Result) -> bool:
+    async def _count(self, call: Call, b: _At, out: Result) -> bool:
+        slot, windows = b.slot, b.windows
         amount = call.amount
         if amount:
             cmds = [command("INCRBY", c, amount) for c in windows.counters]
@@ -553,9 +505,8 @@ class Claims:
         out.outcome = ADMITTED if fits else REFUSED
         return amount > 0
 
-    async def _peek(
-        self, call: Call, slot: int, table: str, windows: _Windows, out: Result
-    ) -> bool:
+    async def _peek(self, call: Call, b: _At, out: Result) -> bool:
+        slot, table, windows = b.slot, b.table, b.windows
         cmds = [command("GET", c) for c in windows.counters]
         cmds += (command("HGET", table, call.txn), command("HLEN", table))
         replies = await self._round(slot, cmds)
@@ -566,7 +517,7 @@ class Claims:
         value = None if found is None else int(found)
         if value is None and held - 1 >= self.instance.budget_max_transactions:
             out.outcome = FULL
-        elif value is not None and not _remembered(value):
+        elif value is not None and not remembered(value):
             out.outcome = DUPLICATE
         else:
             fits = all(a <= lim for a, lim in zip(afters, windows.limits, strict=True))
@@ -594,8 +545,9 @@ class Claims:
             if cursor == b"0":
                 return records, e
 
-    async def _sweep(self, call: Call, st: list[int], slot: int, table: str, out: Result) -> bool:
+    async def _sweep(self, call: Call, b: _At, out: Result) -> bool:
         """The sweep (module docstring); whether it wrote anything."""
+        st, slot, table, windows = b.known, b.slot, b.table, b.windows
         records, e = await self._scan(slot, table)
         now, ttl = call.now, call.ttl
         if 0 < e <= now:  # a budget this process had not known, to be forgotten
@@ -606,23 +558,24 @@ class Claims:
             records, e = await self._scan(slot, table)
         st[0] = max(st[0], e)
         due = sorted(
-            (_time(v, now) + ttl, t) for t, v in records.items() if _time(v, now) + ttl <= now
+            (record_time(v, now) + ttl, t)
+            for t, v in records.items()
+            if record_time(v, now) + ttl <= now
         )
         batch = due[:SWEEP_BATCH]
-        windows = _Windows(call)
         cmds: list[bytes] = []
         # per reservation ended: (id, estimate, charge, its counters, its claim's index)
         ends: list[tuple[str, int, int, list[str], int]] = []
         for _, t in batch:
             v = records[t]
-            if _open(v):
+            if is_open(v):
                 est = v % EST
                 charge = est if call.charge else 0
-                mine = list(windows.of(call, _time(v, now)).values()) if charge != est else []
+                mine = list(windows.of(call, record_time(v, now)).values()) if charge != est else []
                 ends.append((t, est, charge, mine, len(cmds)))
                 cmds.append(command("HINCRBY", table, t, ENDED_BIT + _moved(v, now)))
                 cmds += [command("INCRBY", c, charge - est) for c in mine]
-                records[t] = _record(est, now, ENDED_BIT)
+                records[t] = record(est, now, ENDED_BIT)
             else:
                 cmds.append(command("HDEL", table, t))
                 del records[t]
@@ -639,7 +592,7 @@ class Claims:
         if len(batch) == SWEEP_BATCH:
             st[1] = now  # more may be due: the next call looks again
         elif records:
-            first = min(_time(v, now) for v in records.values()) + ttl
+            first = min(record_time(v, now) for v in records.values()) + ttl
             st[1] = max(first, now + ttl // 2)
         else:
             st[1] = NEVER
@@ -665,42 +618,12 @@ class Claims:
         """The budget of `call` as the script would store it (`MemoryBudgets.load`'s
         fields and deadlines), read at `call.now`."""
         slot = key_slot(call.key.encode()) if self.instance.routed else 0
-        table = records_key(call.key)
-        records, e = await self._scan(slot, table)
-        windows = _Windows(call)
+        records, e = await self._scan(slot, records_key(call.key))
+        windows = Windows(call)
         counters = _ints(await self._round(slot, [command("GET", c) for c in windows.counters]))
-        st = self.known.get(call.key) or [0, 0]
-        now, ttl = call.now, call.ttl
-        fields: dict[bytes, bytes] = {}
-        if records or e:
-            fields[b"e"] = b"%d" % max(e, st[0])
-            fields[b"d"] = b"%d" % st[1]
-        due: list[bytes] = []
-        reserved = [0] * len(call.windows)
-        for t, v in records.items():
-            at = _time(v, now)
-            if not _open(v):
-                state = b"r" if _remembered(v) else b"s"
-                fields[b"t:" + t.encode()] = state
-            else:
-                est = v % EST
-                starts = []
-                for k, win in enumerate(call.windows):
-                    tick = at // win.tick
-                    start = tick - tick % win.ticks
-                    starts.append(f"{win.name}={start}")
-                    if start == windows.starts[k]:
-                        reserved[k] += est
-                opened = "c" if v & CONTESTED_BIT else "o"
-                fields[b"t:" + t.encode()] = f"{opened} {est} {' '.join(starts)}".encode()
-            due += (t.encode(), b"%d" % (at + ttl))
-        for k, win in enumerate(call.windows):
-            if counters[k] or reserved[k]:
-                name = win.name.encode()
-                fields[name + b".w"] = b"%d" % windows.starts[k]
-                fields[name + b".u"] = b"%d" % (counters[k] - reserved[k])
-                fields[name + b".r"] = b"%d" % reserved[k]
-        return fields, due
+        e = max(e, self.known.get(call.key, [0, 0])[0])
+        d = self.known.get(call.key, [0, 0])[1]
+        return script_state(call, records, e, d, counters, windows.starts)
 
 
 def _closes_what_it_settled(last: tuple[Call, Result], call: Call, st: list[int]) -> bool:

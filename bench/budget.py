@@ -67,6 +67,12 @@ CONFIGS = [
     ConfigFile("llm.yaml", "domain: llm\ndescriptors:\n" + RULE + "    budget: {}\n"),
 ]
 ESTIMATE, USAGE = 700, 500
+# The Redis figures run on a clock of their own, STEP seconds a call (64 users: about one
+# call a second each), after WARM seconds of transactions on it: a budget is then in the
+# steady state of a daemon that has run a while, holding about TTL + half a TTL of records
+# (the default reservation TTL, 10 minutes), its sweep deleting what reserves add and
+# counted in the calls that make it.
+STEP, WARM = 0.015, 1_200
 CALLS = ("plain", "reserve", "settle", "stream_end", "transaction")
 SETTLED = "ratelimit.service.rate_limit.llm.user.budget_settled"
 CALLERS = 64  # concurrent callers of the second Redis run
@@ -75,6 +81,16 @@ SCRIPTS = ("cmdstat_evalsha:", "cmdstat_eval:")
 
 # The concurrency workload: as tests/envoy/test_budget_envoy.py.
 STREAMS, MAX_TOKENS, WORKLOAD_USAGE, LIMIT = 40, 1000, 800, 10_000
+
+
+class Clock:
+    """A clock the benchmark advances (`redis_figures`)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
 
 
 class Calls:
@@ -241,9 +257,15 @@ async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[
     settings = RedisSettings(url=address, socket_type="tcp", pool_size=4, request_timeout=10.0)
     backend = RedisBackend(settings)
     await backend.connect()
-    core = build_core(backend=backend)
+    clock = Clock(time.time())
+    core = build_core(backend=backend, clock=clock)
     core.load(CONFIGS)
-    decide = core.service.should_rate_limit
+    should_rate_limit = core.service.should_rate_limit
+
+    async def decide(request: Request) -> Any:
+        clock.t += STEP
+        return await should_rate_limit(request)
+
     runs: dict[str, dict[str, list[float]]] = {
         f"{name}.{callers}": {
             "client_us": [],
@@ -264,6 +286,9 @@ async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[
 
     try:
         await decide(Request("llm", [call("reserve", "warm", 1, "w")]))  # loads the script
+        warm = Calls(int(WARM / STEP / 2), "warm-")  # the steady state (STEP)
+        for request in interleave(warm.reserve, warm.stream_end):
+            await decide(request)
         for callers in (1, CALLERS):
             for name, setup, timed, per in batches(n, repeat, f"c{callers}-"):
                 for request in setup:

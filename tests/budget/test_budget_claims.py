@@ -17,6 +17,7 @@ from ratelimitd.config.budget_store import (
     ADMITTED,
     ENDED_BIT,
     FINISHED,
+    NEVER,
     PEEK,
     RELEASE,
     RESERVE,
@@ -121,11 +122,11 @@ async def test_a_sweep_racing_a_settle_ends_the_reservation_once(
         await one.run([call(RESERVE, "t1", 400)])
         late = T0 + TTL  # t1's deadline: a sweep would release it (charge=False)
         # The sweep reads t1 due; a settle (on a replica that has not swept) ends it first.
-        other.known[KEY] = [T0 + 4 * 3_600_000, late + 1]
+        other.known[KEY] = [T0 + 4 * 3_600_000, late + 1, NEVER]
         racing = Claims(
             Between(a[0].main, b"HSCAN", lambda: other.run([call(SETTLE, "t1", 300, late)]))
         )
-        racing.known[KEY] = [T0 + 4 * 3_600_000, late]
+        racing.known[KEY] = [T0 + 4 * 3_600_000, late, NEVER]
         (peek,) = await racing.run([call(RESERVE, "t2", 1, late)])
         assert peek.expired == 0  # the sweep's claim overflowed: its release taken back
         assert await level(one, late) == 301
@@ -149,3 +150,25 @@ async def test_a_replica_sweeps_what_another_reserved(redis_server: RedisServer)
         assert await level(other, late) == 50
     finally:
         await b[0].close()
+
+
+async def test_a_backlog_is_worked_through_without_reading_the_budget_again(
+    redis_server: RedisServer,
+) -> None:
+    """More reservations past their deadline than one sweep ends: the next calls end the
+    rest, oldest first, from what the first sweep read."""
+    backend, _ = await redis_budgets(redis_server.address)
+    try:
+        claims = backend.main.claims
+        await claims.run([call(RESERVE, f"t{i}", 1, T0 + i) for i in range(100)])
+        client = redis_server.client()
+        client.config_resetstat()
+        late = T0 + TTL + 100
+        first, second, third = [
+            (await claims.run([call(RESERVE, f"n{i}", 1, late)]))[0] for i in range(3)
+        ]
+        assert (first.expired, second.expired, third.expired) == (64, 36, 0)
+        assert client.info("commandstats")["cmdstat_hscan"]["calls"] == 1
+        assert await level(claims, late) == 3  # released (charge=False): the new ones only
+    finally:
+        await backend.close()

@@ -183,12 +183,7 @@ class _Script:
         return command(*head, len(keys), *keys, *args)
 
 
-FORGET, RAISE, CONTEST, ORPHAN_SCRIPT = (
-    _Script(_FORGET),
-    _Script(_RAISE),
-    _Script(_CONTEST),
-    _Script(_ORPHAN),
-)
+FORGET, RAISE, CONTEST, ORPHAN_SCRIPT = map(_Script, (_FORGET, _RAISE, _CONTEST, _ORPHAN))
 SCRIPTS = (_FORGET, _RAISE, _CONTEST, _ORPHAN)
 
 
@@ -217,8 +212,7 @@ class Windows:
         return tuple(zip(afters, self.resets, strict=True))
 
     def of(self, call: Call, at: int) -> dict[int, str]:
-        """The counters of the windows a record made at `at` was made in, by window, that
-        have not ended: the current one, or a later one (a daemon whose clock is ahead)."""
+        """Per window, the counter a record made at `at` holds in, unless it has ended."""
         out = {}
         for k, win in enumerate(call.windows):
             t = at // win.tick
@@ -246,16 +240,21 @@ class Claims:
 
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
-        # Per budget (its state key): [e as last known, the next sweep]. Unknown: [0, 0],
-        # so that its first call sweeps it (and learns both).
+        # Per budget (its state key): [e as last known, the next sweep, the first deadline
+        # set since the last read]. Unknown: [0, 0, NEVER], so that its first call sweeps
+        # it (and learns them).
         self.known: dict[str, list[int]] = {}
+        # Per budget with a backlog: what its last read found due and not yet ended, and
+        # the first deadline after them (`_sweep`).
+        self.backlog: dict[str, tuple[list[tuple[int, str, int]], int]] = {}
 
     def _state(self, key: str) -> list[int]:
         st = self.known.get(key)
         if st is None:
             if len(self.known) >= KNOWN:
                 self.known.clear()
-            st = self.known[key] = [0, 0]
+                self.backlog.clear()
+            st = self.known[key] = [0, 0, NEVER]
         return st
 
     async def run(self, calls: Sequence[Call]) -> list[Result]:
@@ -546,42 +545,50 @@ class Claims:
                 return records, e
 
     async def _sweep(self, call: Call, b: _At, out: Result) -> bool:
-        """The sweep (module docstring); whether it wrote anything."""
+        """The sweep (module docstring); whether it wrote anything. A backlog (more due
+        than one sweep ends) is kept from its read and worked through on the next calls,
+        not read again each time."""
         st, slot, table, windows = b.known, b.slot, b.table, b.windows
-        records, e = await self._scan(slot, table)
         now, ttl = call.now, call.ttl
-        if 0 < e <= now:  # a budget this process had not known, to be forgotten
-            st[0] = await self._script(slot, FORGET, [table], [now])
-            if not st[0]:
-                st[1] = NEVER
-                return False
+        kept = self.backlog.pop(call.key, None)
+        if kept is not None:
+            due, later = kept
+        else:
             records, e = await self._scan(slot, table)
-        st[0] = max(st[0], e)
-        due = sorted(
-            (record_time(v, now) + ttl, t)
-            for t, v in records.items()
-            if record_time(v, now) + ttl <= now
-        )
-        batch = due[:SWEEP_BATCH]
+            if 0 < e <= now:  # a budget this process had not known, to be forgotten
+                st[0] = await self._script(slot, FORGET, [table], [now])
+                if not st[0]:
+                    st[1] = NEVER
+                    return False
+                records, e = await self._scan(slot, table)
+            st[0] = max(st[0], e)
+            st[2] = NEVER  # deadlines set from now on (`_scheduled`)
+            due, later = [], NEVER
+            for t, v in records.items():
+                deadline = record_time(v, now) + ttl
+                if deadline <= now:
+                    due.append((deadline, t, v))
+                elif deadline < later:
+                    later = deadline
+            due.sort()
+        batch, rest = due[:SWEEP_BATCH], due[SWEEP_BATCH:]
         cmds: list[bytes] = []
-        # per reservation ended: (id, estimate, charge, its counters, its claim's index)
-        ends: list[tuple[str, int, int, list[str], int]] = []
-        for _, t in batch:
-            v = records[t]
-            if is_open(v):
+        # per reservation ended: (estimate, charge, its counters, its claim's index)
+        ends: list[tuple[int, int, list[str], int]] = []
+        for _, t, v in batch:
+            if is_open(v):  # ended by the claim, by the policy; a tombstone for a TTL
                 est = v % EST
                 charge = est if call.charge else 0
                 mine = list(windows.of(call, record_time(v, now)).values()) if charge != est else []
-                ends.append((t, est, charge, mine, len(cmds)))
+                ends.append((est, charge, mine, len(cmds)))
                 cmds.append(command("HINCRBY", table, t, ENDED_BIT + _moved(v, now)))
                 cmds += [command("INCRBY", c, charge - est) for c in mine]
-                records[t] = record(est, now, ENDED_BIT)
+                later = min(later, now + ttl)
             else:
                 cmds.append(command("HDEL", table, t))
-                del records[t]
         replies = await self._round(slot, cmds)
         back: list[bytes] = []
-        for _, est, charge, mine, at in ends:
+        for est, charge, mine, at in ends:
             if isinstance(replies[at], ReplyError):  # another end came first: ours back
                 back += [command("INCRBY", c, est - charge) for c in mine]
                 continue
@@ -590,12 +597,12 @@ class Claims:
             out.expired_charged += charge
         await self._round(slot, back)
         if len(batch) == SWEEP_BATCH:
+            if rest:
+                self.backlog[call.key] = (rest, later)
             st[1] = now  # more may be due: the next call looks again
-        elif records:
-            first = min(record_time(v, now) for v in records.values()) + ttl
-            st[1] = max(first, now + ttl // 2)
         else:
-            st[1] = NEVER
+            later = min(later, st[2])
+            st[1] = NEVER if later == NEVER else max(later, now + ttl // 2)
         return bool(batch)
 
     async def dry_run(self, calls: Sequence[Call]) -> list[Result]:
@@ -604,26 +611,21 @@ class Claims:
         return (await self._twin(calls)).dry_run(calls)
 
     async def _twin(self, calls: Sequence[Call]) -> Any:
-        """The budgets of `calls` as read now, held by a scratch twin."""
+        """The budgets of `calls` read now and held, as the script would keep them, by a
+        scratch twin (`config.budget_store.script_state`)."""
         from ..memory_budget import MemoryBudgets
 
         scratch = MemoryBudgets(self.instance.budget_max_transactions, 2**62)
         for key in dict.fromkeys(call.key for call in calls):
             call = next(c for c in calls if c.key == key)
-            fields, due = await self.twin_state(call)
-            scratch.load(key, fields, due)
+            slot = key_slot(key.encode()) if self.instance.routed else 0
+            records, e = await self._scan(slot, records_key(key))
+            windows = Windows(call)
+            counters = _ints(await self._round(slot, [command("GET", c) for c in windows.counters]))
+            e0, d = self.known.get(key, [0, 0])[:2]
+            state = script_state(call, records, max(e, e0), d, counters, windows.starts)
+            scratch.load(key, *state)
         return scratch
-
-    async def twin_state(self, call: Call) -> tuple[dict[bytes, bytes], list[bytes]]:
-        """The budget of `call` as the script would store it (`MemoryBudgets.load`'s
-        fields and deadlines), read at `call.now`."""
-        slot = key_slot(call.key.encode()) if self.instance.routed else 0
-        records, e = await self._scan(slot, records_key(call.key))
-        windows = Windows(call)
-        counters = _ints(await self._round(slot, [command("GET", c) for c in windows.counters]))
-        e = max(e, self.known.get(call.key, [0, 0])[0])
-        d = self.known.get(call.key, [0, 0])[1]
-        return script_state(call, records, e, d, counters, windows.starts)
 
 
 def _closes_what_it_settled(last: tuple[Call, Result], call: Call, st: list[int]) -> bool:
@@ -653,8 +655,11 @@ def _covers(call: Call) -> int:
 
 
 def _scheduled(st: list[int], deadline: int) -> None:
+    """A record of `deadline` written: the next sweep is not after it."""
     if deadline < st[1]:
         st[1] = deadline
+    if deadline < st[2]:
+        st[2] = deadline
 
 
 def _int(reply: Any) -> int:

@@ -87,6 +87,9 @@ __all__ = [
     "budget_keys",
     "command_keys",
     "counter_key",
+    "e_field",
+    "e_of",
+    "eligible",
     "fixed",
     "is_open",
     "record",
@@ -268,6 +271,25 @@ def budget_keys(
     parts.append("budget")
     state = tagged(prefix, "".join(parts))
     return state, state + "_due"
+
+
+def eligible(call: Call) -> bool:
+    """Whether Redis keeps `call`'s budget in plain commands (`backends.redis.claims`):
+    fixed windows only, and no outbox (whose event the script appends in the same atomic
+    step as the charge)."""
+    return not call.outbox and all(win.algorithm == FIXED_WINDOW for win in call.windows)
+
+
+def e_field(e: int) -> bytes:
+    """The `~` field of a budget's records, holding its `e`: 65 bytes, past
+    `hash-max-listpack-value`, so that the hash is a hash table from its first field (a
+    listpack, a small hash's default encoding, is scanned linearly)."""
+    return b"%020d" % e + b"~" * 45
+
+
+def e_of(field: bytes | None) -> int:
+    """The `e` an `e_field` holds (0: none)."""
+    return int(field[:20]) if field else 0
 
 
 def command_keys(key: str, windows: Sequence[Window], now: int) -> list[str]:

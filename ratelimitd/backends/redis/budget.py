@@ -39,11 +39,11 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from ...config.budget_store import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result
+from ...config.budget_store import MAX_BUDGET_TXNS, SWEEP_BATCH, USED_MAX, Call, Result, eligible
 from ...config.windows import FIXED_WINDOW
 from ..base import BackendError
 from ..memory_budget import MemoryBudgets
-from .claims import Claims, eligible
+from .claims import Claims
 from .resp import ReplyError, bulk_int, command, key_slot
 
 

@@ -60,18 +60,19 @@ from ...config.budget_store import (  # the calls and what came of them
     Call,
     Result,
     counter_key,
+    e_field,
+    e_of,
     is_open,
     record,
     record_time,
     records_key,
     remembered,
     script_state,
-)  # fmt: skip
-from ...config.windows import FIXED_WINDOW
+)
 from ..base import BackendError
 from .resp import ReplyError, command, key_slot
 
-__all__ = ["SCRIPTS", "Claims", "eligible"]
+__all__ = ["SCRIPTS", "Claims"]
 
 SCAN_COUNT = 1000
 KNOWN = 100_000  # budgets whose `e` and next sweep a process keeps (then it starts over)
@@ -82,20 +83,6 @@ class Instance(Protocol):
     budget_max_transactions: int
 
     async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]: ...
-
-
-def eligible(call: Call) -> bool:
-    """Whether `call`'s budget is kept here: fixed windows only, and no outbox (whose event
-    the script appends in the same atomic step as the charge)."""
-    return not call.outbox and all(win.algorithm == FIXED_WINDOW for win in call.windows)
-
-
-def _filler(e: int) -> bytes:
-    return b"%020d" % e + b"~" * 45  # 65 bytes: past hash-max-listpack-value
-
-
-def _e_of(filler: Any) -> int:
-    return int(filler[:20]) if filler else 0
 
 
 def _moved(value: int, now: int) -> int:
@@ -298,8 +285,14 @@ class Claims:
                 st[0] = e
                 if not e:
                     st[1] = min(st[1], 0)  # swept (empty) below
-            if st[1] <= now and await self._sweep(call, b, result):
-                await self._raise(call, b)
+            if st[1] <= now:
+                try:
+                    swept = await self._sweep(call, b, result)
+                except BaseException:
+                    st[1] = now  # not swept: the next call tries again
+                    raise
+                if swept:
+                    await self._raise(call, b)
         kind = call.kind
         if kind == RESERVE:
             written = await self._reserve(call, b, result)
@@ -321,7 +314,7 @@ class Claims:
         """`e` raised to cover a write at `call.now` (module docstring)."""
         e = _covers(call)
         if e > b.known[0]:
-            kept = await self._script(b.slot, RAISE, [b.table], [e, _filler(e), call.now])
+            kept = await self._script(b.slot, RAISE, [b.table], [e, e_field(e), call.now])
             b.known[0] = max(e, kept)
 
     async def _levels(self, slot: int, windows: Windows) -> tuple[tuple[int, int], ...]:
@@ -357,7 +350,7 @@ class Claims:
         if held == 1 and (fits or call.force or call.remember):
             # this reserve made the hash: a table from now on, forgotten at `e`
             e = max(st[0], _covers(call))
-            follow += (command("HSET", table, "~", _filler(e)), command("PEXPIRE", table, e - now))
+            follow += (command("HSET", table, "~", e_field(e)), command("PEXPIRE", table, e - now))
             st[0] = e
         if fits or call.force:
             await self._round(slot, follow)
@@ -472,7 +465,7 @@ class Claims:
             record(0, now, ENDED_BIT),
             self.instance.budget_max_transactions,
             e - now,
-            _filler(e),
+            e_field(e),
         ]
         args += [end + 1000 - now for end in windows.ends]
         reply = await self._script(slot, ORPHAN_SCRIPT, [table, *windows.counters], args)
@@ -538,7 +531,7 @@ class Claims:
             for i in range(0, len(flat), 2):
                 name = flat[i]
                 if name == b"~":
-                    e = _e_of(flat[i + 1])
+                    e = e_of(flat[i + 1])
                 else:
                     records[name.decode()] = int(flat[i + 1])
             if cursor == b"0":
@@ -550,10 +543,12 @@ class Claims:
         not read again each time."""
         st, slot, table, windows = b.known, b.slot, b.table, b.windows
         now, ttl = call.now, call.ttl
+        st[1] = NEVER  # one sweep at a time: the process's other calls go on meanwhile
         kept = self.backlog.pop(call.key, None)
         if kept is not None:
             due, later = kept
         else:
+            st[2] = NEVER  # deadlines set from now on (`_scheduled`)
             records, e = await self._scan(slot, table)
             if 0 < e <= now:  # a budget this process had not known, to be forgotten
                 st[0] = await self._script(slot, FORGET, [table], [now])
@@ -562,7 +557,6 @@ class Claims:
                     return False
                 records, e = await self._scan(slot, table)
             st[0] = max(st[0], e)
-            st[2] = NEVER  # deadlines set from now on (`_scheduled`)
             due, later = [], NEVER
             for t, v in records.items():
                 deadline = record_time(v, now) + ttl

@@ -15,7 +15,7 @@ from typing import Any
 
 import hiredis
 
-from ...config.budget_store import MAX_BUDGET_TXNS
+from ...config.budget_store import MAX_BUDGET_TXNS, eligible
 from ...config.keys import COUNTER_MAX
 from ...config.windows import FIXED_WINDOW, SLIDING_WINDOW, TOKEN_BUCKET
 from ...runtime.aio import cancel
@@ -24,7 +24,7 @@ from ..base import BackendError, Op, Waiter, client_ssl_context
 from ..breaker import Breaker
 from . import budget, resp, rounds, scripts
 from .claims import SCRIPTS as claims_scripts
-from .claims import Claims, eligible
+from .claims import Claims
 from .pool import (
     MAX_IN_FLIGHT,
     Address,

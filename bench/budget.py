@@ -16,7 +16,9 @@ settle against check-then-report.
    commandstats, every command: a script's own commands, counted in its figure and under
    their names, count twice, so an upper bound) and round trips per call (the backend's
    pipelined writes / calls). The budget rule has fixed windows and no outbox, so Redis
-   keeps it in plain commands (`backends/redis/claims.py`).
+   keeps it in plain commands (`backends/redis/claims.py`). The Redis figures run on a
+   clock of their own (STEP a call) after WARM seconds of transactions on it, so that the
+   budgets hold what a running daemon's hold and their sweeps fall among the calls.
    Median of --repeat runs; ratios to the plain decision of the same run.
 2. The workload (tests/support/llm_stack): N concurrent streams, each asking max_tokens and
    using less, through Envoy on the check-then-report example and on the reserve example,

@@ -4,8 +4,7 @@ A script costs the server some 30 times a plain decision per call, most of it it
 (docs/budgets.md, "Cost"). A budget whose windows are all fixed and whose rule has no
 outbox is kept here instead, in keys of its state key's slot (`config.budget_store`): per
 window start a counter (usage + reservations), and one hash of records, whose `~` holds
-the budget's `e` in 65 bytes, past `hash-max-listpack-value`, so the hash is a hash table
-from its first field (a listpack, a small hash's default encoding, is scanned linearly).
+the budget's `e` and keeps the hash a hash table (`config.budget_store.e_field`).
 
 A record is an estimate (bits 0-31), a time in ms modulo 2^28 (bits 32-59: the reserve's,
 then the end's; 74 h wrap, and no record lives that long), and the flags CONTESTED,
@@ -18,9 +17,9 @@ The calls are the twin's maths (`backends.memory_budget`; a property test holds 
 equal): a reserve is `INCRBY` per counter, `HSETNX` the record and `HLEN` in one round
 (taken back in a second when over a limit or full); a settle `HGET`, then the claim and
 `INCRBY` per counter by usage - estimate in one write, claim first, so a settle cut between
-them leaves its estimate charged and is never charged twice; a close the same with the
-estimate charged or freed. Rare paths are small scripts: an unknown id's settle, marking a
-reused id contested, raising `e` (once per budget per window) and forgetting at `e`.
+them leaves its estimate charged, never twice; a close alike, the estimate charged or freed.
+Rare paths are small scripts: an unknown id's settle, marking a reused id contested,
+raising `e` (once per budget per window) and forgetting at `e`.
 
 The sweep reads a budget whole (`HSCAN`: no deadline index), so it runs at the first call
 once the budget's next sweep `d` has come, at most every half TTL (`model`), ends up to
@@ -195,6 +194,9 @@ class Windows:
             self.resets.append(start + win.ticks - t)
             self.limits.append(win.limit)
 
+    def back(self, amount: int) -> list[bytes]:  # a reserve's increments, taken back
+        return [command("INCRBY", c, -amount) for c in self.counters]
+
     def levels(self, afters: Sequence[int]) -> tuple[tuple[int, int], ...]:
         return tuple(zip(afters, self.resets, strict=True))
 
@@ -338,13 +340,13 @@ class Claims:
             for c, end, a in zip(windows.counters, windows.ends, afters, strict=True)
             if a == amount  # this reserve made the counter (or found it at 0)
         ]
-        undo = [command("INCRBY", c, -amount) for c in windows.counters]
         if not made:  # the id is there: read it
-            found = await self._round(slot, [*undo, command("HGET", table, txn), *follow])
+            back = windows.back(amount)
+            found = await self._round(slot, [*back, command("HGET", table, txn), *follow])
             return await self._taken(call, b, out, found[n], fits)
         if held >= 2 and held - 2 >= self.instance.budget_max_transactions:
             out.outcome = FULL
-            await self._round(slot, [*undo, command("HDEL", table, txn), *follow])
+            await self._round(slot, [*windows.back(amount), command("HDEL", table, txn), *follow])
             return False
         out.outcome = ADMITTED if fits else REFUSED
         if held == 1 and (fits or call.force or call.remember):
@@ -358,10 +360,10 @@ class Claims:
             return True
         if call.remember:
             follow.append(command("HSET", table, txn, record(0, now, REFUSED_BIT)))
-            await self._round(slot, [*undo, *follow])
+            await self._round(slot, [*windows.back(amount), *follow])
             _scheduled(st, now + call.ttl)
             return True
-        await self._round(slot, [*undo, command("HDEL", table, txn), *follow])
+        await self._round(slot, [*windows.back(amount), command("HDEL", table, txn), *follow])
         return False
 
     async def _taken(self, call: Call, b: _At, out: Result, found: Any, fits: bool) -> bool:
@@ -623,8 +625,7 @@ class Claims:
 
 
 def _closes_what_it_settled(last: tuple[Call, Result], call: Call, st: list[int]) -> bool:
-    """A stream end's close right after its settle (one request: same budget, id and
-    instant): its answer is known, FINISHED on the levels the settle left."""
+    """A stream end's close right after its settle (one request): FINISHED, known."""
     before, result = last
     return (
         call.kind == RELEASE

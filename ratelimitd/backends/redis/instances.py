@@ -162,7 +162,8 @@ class RedisInstance:
         call kept in commands (`claims`) in its own rounds, after."""
         claimed = [j for j, op in enumerate(ops) if op.budget is not None and eligible(op.budget)]
         if claimed:
-            rest = [op for op in ops if op.budget is None or not eligible(op.budget)]
+            kept = set(claimed)
+            rest = [op for j, op in enumerate(ops) if j not in kept]
             merged = await self.decide(rest, peek=peek) if rest else []
             results = await self.claims.run([ops[j].budget for j in claimed])  # type: ignore[misc]
             for j, result in zip(claimed, results, strict=True):

@@ -6,9 +6,10 @@ first caller's round runs, then the second caller's whole call, then the first g
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import pytest
 from support.budget import redis_budgets
 from support.redis_server import RedisServer
 
@@ -58,24 +59,30 @@ class Between:
         return replies  # type: ignore[no-any-return]
 
 
+@pytest.fixture
+async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Any, Any]]:
+    """Two daemons' Redis backends on one server (each its own connections and `Claims`)."""
+    a, _ = await redis_budgets(redis_server.address)
+    b, _ = await redis_budgets(redis_server.address)
+    yield a, b
+    await a.close()
+    await b.close()
+
+
 async def level(claims: Claims, now: int = T0) -> int:
     (peek,) = await claims.run([call(PEEK, "peek", 0, now)])
     return peek.levels[0][0]
 
 
-async def test_two_ends_of_one_reservation_charge_it_once(redis_server: RedisServer) -> None:
-    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
-    try:
-        one, other = a[0].main.claims, b[0].main.claims
-        assert (await one.run([call(RESERVE, "t1", 400)]))[0].outcome == ADMITTED
-        # Both read the record open; the other's settle ends it first.
-        racing = Claims(Between(a[0].main, b"HGET", lambda: other.run([call(SETTLE, "t1", 300)])))
-        (late,) = await racing.run([call(SETTLE, "t1", 250)])
-        assert late.outcome == FINISHED  # its claim overflowed: its increment taken back
-        assert await level(one) == 300
-    finally:
-        await a[0].close()
-        await b[0].close()
+async def test_two_ends_of_one_reservation_charge_it_once(replicas: tuple[Any, Any]) -> None:
+    a, b = replicas
+    one, other = a.main.claims, b.main.claims
+    assert (await one.run([call(RESERVE, "t1", 400)]))[0].outcome == ADMITTED
+    # Both read the record open; the other's settle ends it first.
+    racing = Claims(Between(a.main, b"HGET", lambda: other.run([call(SETTLE, "t1", 300)])))
+    (late,) = await racing.run([call(SETTLE, "t1", 250)])
+    assert late.outcome == FINISHED  # its claim overflowed: its increment taken back
+    assert await level(one) == 300
 
 
 async def test_a_settle_cut_between_its_claim_and_its_charge_charges_the_estimate(
@@ -95,61 +102,46 @@ async def test_a_settle_cut_between_its_claim_and_its_charge_charges_the_estimat
 
 
 async def test_an_orphan_racing_a_reserve_of_its_id_settles_that_reservation(
-    redis_server: RedisServer,
+    replicas: tuple[Any, Any],
 ) -> None:
-    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
-    try:
-        one, other = a[0].main.claims, b[0].main.claims
-        await one.run([call(RESERVE, "warm", 1)])
-        # The settle finds no record; a reserve of its id lands before it charges.
-        racing = Claims(Between(a[0].main, b"HGET", lambda: other.run([call(RESERVE, "o1", 400)])))
-        (settled,) = await racing.run([call(SETTLE, "o1", 300)])
-        assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 400, 300)
-        assert await level(one) == 301
-        (close,) = await one.run([call(RELEASE, "o1")])
-        assert close.outcome == FINISHED
-    finally:
-        await a[0].close()
-        await b[0].close()
+    a, b = replicas
+    one, other = a.main.claims, b.main.claims
+    await one.run([call(RESERVE, "warm", 1)])
+    # The settle finds no record; a reserve of its id lands before it charges.
+    racing = Claims(Between(a.main, b"HGET", lambda: other.run([call(RESERVE, "o1", 400)])))
+    (settled,) = await racing.run([call(SETTLE, "o1", 300)])
+    assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 400, 300)
+    assert await level(one) == 301
+    (close,) = await one.run([call(RELEASE, "o1")])
+    assert close.outcome == FINISHED
 
 
-async def test_a_sweep_racing_a_settle_ends_the_reservation_once(
-    redis_server: RedisServer,
-) -> None:
-    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
-    try:
-        one, other = a[0].main.claims, b[0].main.claims
-        await one.run([call(RESERVE, "t1", 400)])
-        late = T0 + TTL  # t1's deadline: a sweep would release it (charge=False)
-        # The sweep reads t1 due; a settle (on a replica that has not swept) ends it first.
-        other.known[KEY] = [T0 + 4 * 3_600_000, late + 1, NEVER]
-        racing = Claims(
-            Between(a[0].main, b"HSCAN", lambda: other.run([call(SETTLE, "t1", 300, late)]))
-        )
-        racing.known[KEY] = [T0 + 4 * 3_600_000, late, NEVER]
-        (peek,) = await racing.run([call(RESERVE, "t2", 1, late)])
-        assert peek.expired == 0  # the sweep's claim overflowed: its release taken back
-        assert await level(one, late) == 301
-    finally:
-        await a[0].close()
-        await b[0].close()
+async def test_a_sweep_racing_a_settle_ends_the_reservation_once(replicas: tuple[Any, Any]) -> None:
+    a, b = replicas
+    one, other = a.main.claims, b.main.claims
+    await one.run([call(RESERVE, "t1", 400)])
+    late = T0 + TTL  # t1's deadline: a sweep would release it (charge=False)
+    # The sweep reads t1 due; a settle (on a replica that has not swept) ends it first.
+    other.known[KEY] = [T0 + 4 * 3_600_000, late + 1, NEVER]
+    racing = Claims(Between(a.main, b"HSCAN", lambda: other.run([call(SETTLE, "t1", 300, late)])))
+    racing.known[KEY] = [T0 + 4 * 3_600_000, late, NEVER]
+    (peek,) = await racing.run([call(RESERVE, "t2", 1, late)])
+    assert peek.expired == 0  # the sweep's claim overflowed: its release taken back
+    assert await level(one, late) == 301
 
 
-async def test_a_replica_sweeps_what_another_reserved(redis_server: RedisServer) -> None:
+async def test_a_replica_sweeps_what_another_reserved(replicas: tuple[Any, Any]) -> None:
     """A replica that stopped leaves reservations open; another, on its first call on the
     budget, reads it whole and ends those past their deadline by the policy."""
-    a, b = await redis_budgets(redis_server.address), await redis_budgets(redis_server.address)
-    try:
-        one, other = a[0].main.claims, b[0].main.claims
-        await one.run([call(RESERVE, "t1", 400), call(RESERVE, "t2", 100)])
-        await a[0].close()
-        late = T0 + TTL + 1
-        (first,) = await other.run([call(RESERVE, "t3", 50, late)])
-        assert (first.expired, first.expired_estimate, first.expired_charged) == (2, 500, 0)
-        assert first.levels[0][0] == 50  # released by the policy: room again
-        assert await level(other, late) == 50
-    finally:
-        await b[0].close()
+    a, b = replicas
+    one, other = a.main.claims, b.main.claims
+    await one.run([call(RESERVE, "t1", 400), call(RESERVE, "t2", 100)])
+    await a.close()
+    late = T0 + TTL + 1
+    (first,) = await other.run([call(RESERVE, "t3", 50, late)])
+    assert (first.expired, first.expired_estimate, first.expired_charged) == (2, 500, 0)
+    assert first.levels[0][0] == 50  # released by the policy: room again
+    assert await level(other, late) == 50
 
 
 async def test_a_backlog_is_worked_through_without_reading_the_budget_again(

@@ -13,20 +13,23 @@ import pytest
 from support.budget import redis_budgets
 from support.redis_server import RedisServer
 
-from ratelimitd.backends.redis.claims import Claims
+from ratelimitd.backends.redis.claims import WHOLE, Claims
 from ratelimitd.config.budget_store import (
     ADMITTED,
     ENDED_BIT,
     FINISHED,
     NEVER,
+    ORPHAN,
     PEEK,
     RELEASE,
     RESERVE,
     SETTLE,
     SETTLED,
+    TIME,
     Call,
     budget_keys,
     fixed,
+    record,
     records_key,
 )
 
@@ -122,9 +125,9 @@ async def test_a_sweep_racing_a_settle_ends_the_reservation_once(replicas: tuple
     await one.run([call(RESERVE, "t1", 400)])
     late = T0 + TTL  # t1's deadline: a sweep would release it (charge=False)
     # The sweep reads t1 due; a settle (on a replica that has not swept) ends it first.
-    other.known[KEY] = [T0 + 4 * 3_600_000, late + 1, NEVER]
+    other.known[KEY] = [T0 + 4 * 3_600_000, late + 1, NEVER, WHOLE]
     racing = Claims(Between(a.main, b"HSCAN", lambda: other.run([call(SETTLE, "t1", 300, late)])))
-    racing.known[KEY] = [T0 + 4 * 3_600_000, late, NEVER]
+    racing.known[KEY] = [T0 + 4 * 3_600_000, late, NEVER, WHOLE]  # read by HSCAN
     (peek,) = await racing.run([call(RESERVE, "t2", 1, late)])
     assert peek.expired == 0  # the sweep's claim overflowed: its release taken back
     assert await level(one, late) == 301
@@ -144,23 +147,99 @@ async def test_a_replica_sweeps_what_another_reserved(replicas: tuple[Any, Any])
     assert await level(other, late) == 50
 
 
+@pytest.mark.parametrize("read", ["hgetall", "hscan"])
 async def test_a_backlog_is_worked_through_without_reading_the_budget_again(
-    redis_server: RedisServer,
+    redis_server: RedisServer, read: str
 ) -> None:
     """More reservations past their deadline than one sweep ends: the next calls end the
-    rest, oldest first, from what the first sweep read."""
+    rest, oldest first, from what the first sweep read (in one HGETALL when the budget
+    was last counted small, else by HSCAN)."""
     backend, _ = await redis_budgets(redis_server.address)
     try:
         claims = backend.main.claims
         await claims.run([call(RESERVE, f"t{i}", 1, T0 + i) for i in range(100)])
         client = redis_server.client()
         client.config_resetstat()
+        if read == "hscan":
+            claims.known[KEY][3] = WHOLE
         late = T0 + TTL + 100
         first, second, third = [
             (await claims.run([call(RESERVE, f"n{i}", 1, late)]))[0] for i in range(3)
         ]
         assert (first.expired, second.expired, third.expired) == (64, 36, 0)
-        assert client.info("commandstats")["cmdstat_hscan"]["calls"] == 1
+        stats = client.info("commandstats")
+        assert stats[f"cmdstat_{read}"]["calls"] == 1
+        assert f"cmdstat_{({'hscan', 'hgetall'} - {read}).pop()}" not in stats
         assert await level(claims, late) == 3  # released (charge=False): the new ones only
     finally:
         await backend.close()
+
+
+async def test_a_settle_by_the_reserving_process_claims_without_reading(
+    redis_server: RedisServer,
+) -> None:
+    """The process that made a reservation knows its record: its settle claims it in one
+    round, unread, and the claim's reply confirms it."""
+    backend, _ = await redis_budgets(redis_server.address)
+    try:
+        claims = backend.main.claims
+        await claims.run([call(RESERVE, "t1", 400)])
+        client = redis_server.client()
+        client.config_resetstat()
+        (settled,) = await claims.run([call(SETTLE, "t1", 300, T0 + 5)])
+        assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 400, 300)
+        assert "cmdstat_hget" not in client.info("commandstats")
+        assert int(client.hget(records_key(KEY), "t1")) == record(400, T0 + 5, ENDED_BIT)
+        assert await level(claims) == 300
+    finally:
+        await backend.close()
+
+
+async def test_a_settle_by_the_reserving_process_after_a_reset_is_an_orphan(
+    redis_server: RedisServer,
+) -> None:
+    """The record it made has gone (a reset): its claim made the field, which goes again,
+    and the settle is charged as one of an id the budget does not hold."""
+    backend, _ = await redis_budgets(redis_server.address)
+    try:
+        claims = backend.main.claims
+        await claims.run([call(RESERVE, "t1", 400)])
+        redis_server.client().flushall()
+        (settled,) = await claims.run([call(SETTLE, "t1", 300)])
+        assert (settled.outcome, settled.charged) == (ORPHAN, 300)
+        tombstone = int(redis_server.client().hget(records_key(KEY), "t1"))
+        assert tombstone == record(0, T0, ENDED_BIT)
+        assert await level(claims) == 300
+    finally:
+        await backend.close()
+
+
+async def test_a_settle_by_the_reserving_process_of_what_another_ended(
+    replicas: tuple[Any, Any],
+) -> None:
+    a, b = replicas
+    one, other = a.main.claims, b.main.claims
+    await one.run([call(RESERVE, "t1", 400)])
+    assert (await other.run([call(SETTLE, "t1", 300)]))[0].outcome == SETTLED
+    (late,) = await one.run([call(SETTLE, "t1", 250)])
+    assert late.outcome == FINISHED  # its claim overflowed: its charge taken back
+    assert await level(one) == 300
+
+
+async def test_two_ends_of_a_reservation_across_the_time_wrap_charge_it_once(
+    replicas: tuple[Any, Any], redis_server: RedisServer
+) -> None:
+    """A record made just before its time field wraps (every 2^28 ms), ended just after:
+    moving its time in the claim would take from the record, and a second claim would no
+    longer overflow, so the time moves after the claim."""
+    a, b = replicas
+    one, other = a.main.claims, b.main.claims
+    wrap = (T0 // TIME + 1) * TIME
+    await one.run([call(RESERVE, "t1", 400, wrap - 1_000)])
+    ends = wrap + 10
+    racing = Claims(Between(a.main, b"HGET", lambda: other.run([call(SETTLE, "t1", 300, ends)])))
+    (late,) = await racing.run([call(SETTLE, "t1", 250, ends)])
+    assert late.outcome == FINISHED
+    assert await level(one, ends) == 300
+    tombstone = int(redis_server.client().hget(records_key(KEY), "t1"))
+    assert tombstone == record(400, ends, ENDED_BIT)  # the end's time

@@ -30,7 +30,6 @@ theirs. `d` and a lower bound of `e` are the process's own, from what it wrote a
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -69,12 +68,19 @@ from ...config.budget_store import (  # the calls and what came of them
     script_state,
 )
 from ..base import BackendError
+from .claim_scripts import CONTEST, DROP, FORGET, RAISE, Script
+from .claim_scripts import ORPHAN as ORPHAN_SCRIPT
 from .resp import ReplyError, command, key_slot
 
-__all__ = ["SCRIPTS", "Claims"]
+__all__ = ["Claims"]
 
 SCAN_COUNT = 1000
+# A budget of fewer records than this (as last counted) is read in one HGETALL, which
+# costs the server about two thirds of HSCAN per record; a larger one by HSCAN, so that
+# no single command holds the server for long.
+WHOLE = 4096
 KNOWN = 100_000  # budgets whose `e` and next sweep a process keeps (then it starts over)
+MINE = 50_000  # reservations a process remembers making (the oldest forgotten first)
 
 
 class Instance(Protocol):
@@ -87,90 +93,6 @@ class Instance(Protocol):
 def _moved(value: int, now: int) -> int:
     """What to add to a record for its time to read `now`."""
     return (now % TIME - (value // EST) % TIME) * EST
-
-
-# The small scripts of the rare paths (EVALSHA; EVAL after NOSCRIPT).
-
-# KEYS: the records hash. ARGV: now. Delete it if its `e` has passed; reply: the `e` kept
-# (0: none, or forgotten).
-_FORGET = """
-local v = redis.call('HGET', KEYS[1], '~')
-local e = 0
-if v then e = tonumber(string.sub(v, 1, 20)) end
-if e > 0 and e <= tonumber(ARGV[1]) then
-  redis.call('DEL', KEYS[1])
-  return 0
-end
-return e
-"""
-
-# KEYS: the records hash. ARGV: e, its `~` value, now. Raise `e` (and the hash's TTL) to
-# ARGV[1] if it is later; reply: the `e` now (0: no hash).
-_RAISE = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local v = redis.call('HGET', KEYS[1], '~')
-local e = 0
-if v then e = tonumber(string.sub(v, 1, 20)) end
-local want = tonumber(ARGV[1])
-if want <= e then return e end
-redis.call('HSET', KEYS[1], '~', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], want - tonumber(ARGV[3]))
-return want
-"""
-
-# KEYS: the records hash. ARGV: id, the open record it was read as. Mark it contested if
-# it still is that record; reply: 1 if marked.
-_CONTEST = """
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if v ~= ARGV[2] then return 0 end
-redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[3])
-return 1
-"""
-
-# KEYS: the records hash, then the current windows' counters. ARGV: id, usage, the
-# tombstone, the budget's most transactions, the ms until `e`, `e`'s `~` value, then per
-# counter the ms until it expires (times are relative: the caller's clock decides). An
-# unknown id's usage charged to the current windows, and its tombstone kept unless the
-# budget is full. Reply: {-1, record} when the id is there after all (the caller
-# settles it), else {1 if tombstoned else 0, counter after, ...}.
-_ORPHAN = """
-local T = KEYS[1]
-local found = redis.call('HGET', T, ARGV[1])
-if found then return {-1, found} end
-local out = {0}
-local usage = tonumber(ARGV[2])
-for i = 2, #KEYS do
-  local v = redis.call('INCRBY', KEYS[i], usage)
-  if v == usage then redis.call('PEXPIRE', KEYS[i], ARGV[6 + i - 1]) end
-  out[i] = v
-end
-local held = redis.call('HLEN', T)
-local records = held
-if held > 0 then records = held - 1 end  -- the `~`
-if records < tonumber(ARGV[4]) then
-  redis.call('HSET', T, ARGV[1], ARGV[3])
-  if held == 0 then
-    redis.call('HSET', T, '~', ARGV[6])
-    redis.call('PEXPIRE', T, ARGV[5])
-  end
-  out[1] = 1
-end
-return out
-"""
-
-
-class _Script:
-    def __init__(self, body: str) -> None:
-        self.body = body.encode()
-        self.sha = hashlib.sha1(self.body).hexdigest().encode()
-
-    def call(self, keys: Sequence[str], args: Sequence[Any], *, load: bool = False) -> bytes:
-        head = ("EVAL", self.body) if load else ("EVALSHA", self.sha)
-        return command(*head, len(keys), *keys, *args)
-
-
-FORGET, RAISE, CONTEST, ORPHAN_SCRIPT = map(_Script, (_FORGET, _RAISE, _CONTEST, _ORPHAN))
-SCRIPTS = (_FORGET, _RAISE, _CONTEST, _ORPHAN)
 
 
 class Windows:
@@ -230,12 +152,15 @@ class Claims:
     def __init__(self, instance: Instance) -> None:
         self.instance = instance
         # Per budget (its state key): [e as last known, the next sweep, the first deadline
-        # set since the last read]. Unknown: [0, 0, NEVER], so that its first call sweeps
-        # it (and learns them).
+        # set since the last read, its records as last counted]. Unknown: [0, 0, NEVER,
+        # WHOLE], so that its first call sweeps it (and learns them).
         self.known: dict[str, list[int]] = {}
         # Per budget with a backlog: what its last read found due and not yet ended, and
         # the first deadline after them (`_sweep`).
         self.backlog: dict[str, tuple[list[tuple[int, str, int]], int]] = {}
+        # Per (budget, id) this process reserved: the record it made. Its settle, until the
+        # record's deadline, claims without reading it first (`_settle`).
+        self.mine: dict[tuple[str, str], int] = {}
 
     def _state(self, key: str) -> list[int]:
         st = self.known.get(key)
@@ -243,7 +168,7 @@ class Claims:
             if len(self.known) >= KNOWN:
                 self.known.clear()
                 self.backlog.clear()
-            st = self.known[key] = [0, 0, NEVER]
+            st = self.known[key] = [0, 0, NEVER, WHOLE]
         return st
 
     async def run(self, calls: Sequence[Call]) -> list[Result]:
@@ -265,7 +190,7 @@ class Claims:
         return await self.instance._run([(slot, c) for c in cmds])
 
     async def _script(
-        self, slot: int, script: _Script, keys: Sequence[str], args: Sequence[Any]
+        self, slot: int, script: Script, keys: Sequence[str], args: Sequence[Any]
     ) -> Any:
         (reply,) = await self._round(slot, [script.call(keys, args)])
         if isinstance(reply, ReplyError) and str(reply).startswith("NOSCRIPT"):
@@ -333,6 +258,7 @@ class Claims:
         n = len(windows.counters)
         afters = [_int(r) for r in replies[:n]]
         made, held = _int(replies[n]), _int(replies[n + 1])
+        st[3] = held
         out.levels = windows.levels(afters)
         fits = all(a <= lim for a, lim in zip(afters, windows.limits, strict=True))
         follow = [
@@ -357,6 +283,10 @@ class Claims:
         if fits or call.force:
             await self._round(slot, follow)
             _scheduled(st, now + call.ttl)
+            mine = self.mine
+            if len(mine) >= MINE:
+                del mine[next(iter(mine))]
+            mine[call.key, txn] = value
             return True
         if call.remember:
             follow.append(command("HSET", table, txn, record(0, now, REFUSED_BIT)))
@@ -395,6 +325,11 @@ class Claims:
         return False
 
     async def _settle(self, call: Call, b: _At, out: Result) -> bool:
+        made = self.mine.pop((call.key, call.txn), None)
+        if made is not None and record_time(made, call.now) + call.ttl > call.now:
+            # Made here and not yet due, so still held (ended or not): claimed unread, the
+            # claim's reply telling what it found (`_end`).
+            return await self._end(call, b, out, made, call.amount, made=True)
         slot, table = b.slot, b.table
         (found,) = await self._round(slot, [command("HGET", table, call.txn)])
         if found is None:
@@ -419,8 +354,11 @@ class Claims:
         out.levels = await self._levels(slot, windows)
         return False
 
-    async def _end(self, call: Call, b: _At, out: Result, value: int, charge: int) -> bool:
-        """End an open record by the claim, charging `charge` for its estimate."""
+    async def _end(
+        self, call: Call, b: _At, out: Result, value: int, charge: int, made: bool = False
+    ) -> bool:
+        """End an open record by the claim, charging `charge` for its estimate. `made`: the
+        value is the one this process wrote, not read: the claim's reply says what it was."""
         st, slot, table, windows = b.known, b.slot, b.table, b.windows
         if not is_open(value):
             out.outcome = FINISHED
@@ -430,7 +368,8 @@ class Claims:
         est = value % EST
         mine = windows.of(call, record_time(value, now))
         delta = charge - est
-        cmds = [command("HINCRBY", table, call.txn, ENDED_BIT + _moved(value, now))]
+        claim, later = _claim(value, now)
+        cmds = [command("HINCRBY", table, call.txn, claim)]
         at = []  # per window, the reply that is its level after
         for k, current in enumerate(windows.counters):
             held_in = mine.get(k)
@@ -450,12 +389,38 @@ class Claims:
             out.outcome = FINISHED
             out.levels = windows.levels(afters)
             return False
+        if made and (found := int(replies[0]) - claim) & ~CONTESTED_BIT != value:
+            back = [command("INCRBY", c, -delta) for c in mine.values() if delta]
+            return await self._unmade(call, b, out, found, claim, charge, back)
+        if later:
+            await self._round(slot, [command("HINCRBY", table, call.txn, later)])
         out.outcome = SETTLED
         out.estimate = est
         out.charged = charge
         out.levels = windows.levels(afters)
         _scheduled(st, now + call.ttl)
         return True
+
+    async def _unmade(
+        self,
+        call: Call,
+        b: _At,
+        out: Result,
+        found: int,
+        claim: int,
+        charge: int,
+        back: list[bytes],
+    ) -> bool:
+        """A claim by the record this process made found `found` instead (its reserve's
+        record had gone, by a reset, or was made again): the claim and its charge taken
+        back, the settle goes on as if it had read `found` (0: nothing)."""
+        slot, table, txn = b.slot, b.table, call.txn
+        if found == 0:  # the claim made the field: it goes again
+            await self._round(slot, back)
+            await self._script(slot, DROP, [table], [txn, claim])
+            return await self._orphan(call, b, out)
+        await self._round(slot, [*back, command("HINCRBY", table, txn, -claim)])
+        return await self._end(call, b, out, found, charge)
 
     async def _orphan(self, call: Call, b: _At, out: Result) -> bool:
         st, slot, table, windows = b.known, b.slot, b.table, b.windows
@@ -518,18 +483,25 @@ class Claims:
             out.outcome = ADMITTED if fits else REFUSED
         return False
 
-    async def _scan(self, slot: int, table: str) -> tuple[dict[str, int], int]:
-        """The budget's records and its `e`, read whole (HSCAN)."""
+    async def _scan(self, slot: int, table: str, size: int) -> tuple[dict[str, int], int]:
+        """The budget's records and its `e`, read whole: HGETALL when it held fewer than
+        WHOLE records as last counted (`size`), else HSCAN."""
         records: dict[str, int] = {}
         e = 0
         cursor = b"0"
         while True:
-            (reply,) = await self._round(
-                slot, [command("HSCAN", table, cursor, "COUNT", SCAN_COUNT)]
-            )
-            if reply.__class__ is not list:
-                raise BackendError(str(reply))
-            cursor, flat = reply
+            if size < WHOLE:
+                (flat,) = await self._round(slot, [command("HGETALL", table)])
+                cursor = b"0"
+            else:
+                (reply,) = await self._round(
+                    slot, [command("HSCAN", table, cursor, "COUNT", SCAN_COUNT)]
+                )
+                if reply.__class__ is not list:
+                    raise BackendError(str(reply))
+                cursor, flat = reply
+            if flat.__class__ is not list:
+                raise BackendError(str(flat))
             for i in range(0, len(flat), 2):
                 name = flat[i]
                 if name == b"~":
@@ -551,14 +523,15 @@ class Claims:
             due, later = kept
         else:
             st[2] = NEVER  # deadlines set from now on (`_scheduled`)
-            records, e = await self._scan(slot, table)
+            records, e = await self._scan(slot, table, st[3])
             if 0 < e <= now:  # a budget this process had not known, to be forgotten
                 st[0] = await self._script(slot, FORGET, [table], [now])
                 if not st[0]:
                     st[1] = NEVER
                     return False
-                records, e = await self._scan(slot, table)
+                records, e = await self._scan(slot, table, st[3])
             st[0] = max(st[0], e)
+            st[3] = len(records)
             due, later = [], NEVER
             for t, v in records.items():
                 deadline = record_time(v, now) + ttl
@@ -569,25 +542,32 @@ class Claims:
             due.sort()
         batch, rest = due[:SWEEP_BATCH], due[SWEEP_BATCH:]
         cmds: list[bytes] = []
-        # per reservation ended: (estimate, charge, its counters, its claim's index)
-        ends: list[tuple[int, int, list[str], int]] = []
+        gone: list[str] = []  # tombstones past their deadline, deleted in one HDEL
+        # per reservation ended: (estimate, charge, its counters, its claim's index, its id,
+        # what to add once claimed: `_claim`)
+        ends: list[tuple[int, int, list[str], int, str, int]] = []
         for _, t, v in batch:
             if is_open(v):  # ended by the claim, by the policy; a tombstone for a TTL
                 est = v % EST
                 charge = est if call.charge else 0
                 mine = list(windows.of(call, record_time(v, now)).values()) if charge != est else []
-                ends.append((est, charge, mine, len(cmds)))
-                cmds.append(command("HINCRBY", table, t, ENDED_BIT + _moved(v, now)))
+                claim, later = _claim(v, now)
+                ends.append((est, charge, mine, len(cmds), t, later))
+                cmds.append(command("HINCRBY", table, t, claim))
                 cmds += [command("INCRBY", c, charge - est) for c in mine]
                 later = min(later, now + ttl)
             else:
-                cmds.append(command("HDEL", table, t))
+                gone.append(t)
+        if gone:
+            cmds.append(command("HDEL", table, *gone))
         replies = await self._round(slot, cmds)
         back: list[bytes] = []
-        for est, charge, mine, at in ends:
+        for est, charge, mine, at, t, later in ends:
             if isinstance(replies[at], ReplyError):  # another end came first: ours back
                 back += [command("INCRBY", c, est - charge) for c in mine]
                 continue
+            if later:
+                back.append(command("HINCRBY", table, t, later))
             out.expired += 1
             out.expired_estimate += est
             out.expired_charged += charge
@@ -615,7 +595,8 @@ class Claims:
         for key in dict.fromkeys(call.key for call in calls):
             call = next(c for c in calls if c.key == key)
             slot = key_slot(key.encode()) if self.instance.routed else 0
-            records, e = await self._scan(slot, records_key(key))
+            size = self.known.get(key, [0, 0, NEVER, WHOLE])[3]
+            records, e = await self._scan(slot, records_key(key), size)
             windows = Windows(call)
             counters = _ints(await self._round(slot, [command("GET", c) for c in windows.counters]))
             e0, d = self.known.get(key, [0, 0])[:2]
@@ -637,6 +618,15 @@ def _closes_what_it_settled(last: tuple[Call, Result], call: Call, st: list[int]
         and st[1] > call.now
         and not 0 < st[0] <= call.now
     )
+
+
+def _claim(value: int, now: int) -> tuple[int, int]:
+    """A claim's increment on a record read as `value` at `now`, and one to add once it has
+    succeeded. The end's time moves in with the claim when that adds to the record; when
+    it would take from it (the time wrapped since the reserve, or the reserving clock was
+    ahead), a claim on an ended record might not overflow, so the time moves after."""
+    moved = _moved(value, now)
+    return (ENDED_BIT + moved, 0) if moved >= 0 else (ENDED_BIT, moved)
 
 
 def _covers(call: Call) -> int:

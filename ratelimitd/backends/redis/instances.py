@@ -23,7 +23,7 @@ from ...settings import RedisSettings, redis_auth
 from ..base import BackendError, Op, Waiter, client_ssl_context
 from ..breaker import Breaker
 from . import budget, resp, rounds, scripts
-from .claims import SCRIPTS as claims_scripts
+from .claim_scripts import SCRIPTS as claims_scripts
 from .claims import Claims
 from .pool import (
     MAX_IN_FLIGHT,

@@ -36,8 +36,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import itertools
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -75,6 +78,10 @@ ESTIMATE, USAGE = 700, 500
 # (the default reservation TTL, 10 minutes), its sweep deleting what reserves add and
 # counted in the calls that make it.
 STEP, WARM = 0.015, 1_200
+# The steady-state server CPU (`server_cpu`): settles LAG calls after their reserves (a
+# stream of a minute), batches of STEADY transaction calls (two sweep periods, a TTL, on
+# STEP: every budget swept twice a batch) against PLAIN plain decisions.
+LAG, STEADY, PLAIN = 4_000, 40_000, 20_000
 CALLS = ("plain", "reserve", "settle", "stream_end", "transaction")
 SETTLED = "ratelimit.service.rate_limit.llm.user.budget_settled"
 CALLERS = 64  # concurrent callers of the second Redis run
@@ -331,6 +338,93 @@ async def redis_figures(address: str, server: Any, n: int, repeat: int) -> dict[
     return out
 
 
+class Streams:
+    """Transactions as a running daemon sees them: each call a reserve of a new one or the
+    stream end of the one reserved LAG calls earlier (a stream of a minute at STEP), on 64
+    users, in one order however many callers take them."""
+
+    def __init__(self) -> None:
+        self.made = 0
+        self.open: collections.deque[tuple[str, str]] = collections.deque()
+
+    def __next__(self) -> Request:
+        if len(self.open) < LAG // 2 or self.made % 2 == 0:
+            u, t = f"u{self.made % 64}", f"s{self.made}"
+            self.made += 1
+            self.open.append((u, t))
+            return Request("llm", [call("reserve", t, ESTIMATE, u)])
+        u, t = self.open.popleft()
+        self.made += 1
+        return Request("llm", [call("settle", t, USAGE, u), call("close", t, 200, u)])
+
+
+async def server_cpu(address: str, server: Any, repeat: int) -> dict[str, Any]:
+    """Redis server CPU per call in the steady state, every sweep counted: batches of plain
+    decisions (PLAIN calls) and of transactions (Streams, STEADY calls: a sweep period and
+    more) alternating, `repeat` of each: one caller on one daemon, CALLERS on one, and
+    CALLERS on two daemons (each call to either at random, as Envoy spreads them: a
+    settle then finds the reserve's daemon half the time). Per batch the server process's
+    CPU (`cpu_us`: reading, parsing, running and replying) and the commands' own time
+    (INFO commandstats), per call; medians, and of the ratios."""
+    settings = RedisSettings(url=address, socket_type="tcp", pool_size=4, request_timeout=10.0)
+    clock = Clock(time.time())
+    backends, decide = [], []
+    for _ in range(2):
+        backend = RedisBackend(settings)
+        backends.append(backend)
+        await backend.connect()
+        core = build_core(backend=backend, clock=clock)
+        core.load(CONFIGS)
+        decide.append(core.service.should_rate_limit)
+    streams = Streams()
+    plain = Calls(PLAIN, "p").plain
+    pick = random.Random(1).random
+    last: dict[str, float] = {}  # the last batch's µs per call of each command
+
+    async def run(
+        take: Callable[[], Request], n: int, callers: int, daemons: int
+    ) -> tuple[float, float]:
+        async def caller(k: int) -> None:
+            for _ in range(k):
+                clock.t += STEP
+                daemon = decide[1 if daemons == 2 and pick() < 0.5 else 0]
+                answer = await daemon(take())
+                assert answer.overall_code == OK, answer
+
+        server.command("CONFIG", "RESETSTAT")
+        cpu = server.cpu_us()
+        await asyncio.gather(*(caller(n // callers) for _ in range(callers)))
+        spent = server.cpu_us() - cpu
+        usec = command_usec(server)
+        commands = sum(v for k, v in usec.items() if k not in NOT_CALLS)
+        last.clear()
+        last.update({k[8:-1]: round(v / n, 3) for k, v in usec.items() if k not in NOT_CALLS})
+        return spent / n, commands / n
+
+    out: dict[str, Any] = {}
+    try:
+        await run(streams.__next__, int(WARM / STEP), 1, 1)
+        for callers, daemons in ((1, 1), (CALLERS, 1), (CALLERS, 2)):
+            rows: dict[str, list[float]] = collections.defaultdict(list)
+            for _ in range(repeat):
+                i = iter(itertools.cycle(plain))
+                p_cpu, p_cmd = await run(i.__next__, PLAIN, callers, daemons)
+                b_cpu, b_cmd = await run(streams.__next__, STEADY, callers, daemons)
+                rows["plain_cpu"].append(p_cpu)
+                rows["plain_commands"].append(p_cmd)
+                rows["budget_cpu"].append(b_cpu)
+                rows["budget_commands"].append(b_cmd)
+                rows["x_cpu"].append(b_cpu / p_cpu)
+                rows["x_commands"].append(b_cmd / p_cmd)
+            medians: dict[str, Any] = {k: round(statistics.median(v), 3) for k, v in rows.items()}
+            medians["commands"] = dict(sorted(last.items()))
+            out[f"{callers} on {daemons}"] = medians
+    finally:
+        for backend in backends:
+            await backend.close()
+    return out
+
+
 def workload(example: str) -> dict[str, int]:
     """The concurrency workload through Envoy on `example`: admitted, charged, overshoot."""
     config = (EXAMPLES / example / "config" / "llm.yaml").read_text()
@@ -365,6 +459,8 @@ def main() -> None:
         try:
             server = servers()
             redis = uvloop.run(redis_figures(server.address, server, args.redis_calls, args.repeat))
+            fresh = servers()  # the steady state from its start, its own warm-up
+            steady = uvloop.run(server_cpu(fresh.address, fresh, args.repeat))
             floor = lua_floor(server, args.redis_calls)
         finally:
             servers.stop_all()
@@ -374,6 +470,7 @@ def main() -> None:
         "memory_us": memory,
         "memory_implementation": budget_maths(),
         "redis": redis,
+        "redis_server_cpu": steady,
         "redis_floor_server_us": floor,
         # 1, 5, 15-minute load averages before and after the decision figures.
         "load_average": {"before": load_before, "after": os.getloadavg()},
@@ -433,6 +530,35 @@ def render(result: dict[str, Any]) -> str:
     columns = ("call", "memory µs", "x plain", "Redis µs (1)", "x plain", "server µs", "x plain")
     columns += ("round trips", "Redis µs (64)", "x plain", "round trips (64)")
     lines += table(columns, rows)
+    steady = result.get("redis_server_cpu")
+    if steady:
+        lines += [
+            "",
+            "**Redis server CPU per call, steady state** (`server_cpu`, every sweep counted):",
+            f"batches of {PLAIN} plain decisions and of {STEADY} transaction calls (a reserve,",
+            f"and its stream end {LAG} calls later: a stream of a minute) alternate, after",
+            f"{WARM} s of them; medians of {result['args']['repeat']}. CPU: the server process's",
+            "run time (its threads' schedstat: reading, parsing, running, replying); commands:",
+            "their own time only (INFO commandstats). On two daemons each call goes to either",
+            "at random, so half the settles come to a daemon that did not make the reserve.",
+            "",
+        ]
+        rows = []
+        for callers, r in steady.items():
+            rows.append(
+                (
+                    callers.replace(" on 1", " on one daemon").replace(" on 2", " on two"),
+                    f"{r['plain_cpu']:.2f}",
+                    f"{r['budget_cpu']:.2f}",
+                    f"**{r['x_cpu']:.2f}**",
+                    f"{r['plain_commands']:.3f}",
+                    f"{r['budget_commands']:.3f}",
+                    f"{r['x_commands']:.2f}",
+                )
+            )
+        columns = ("callers", "plain CPU µs", "budget CPU µs", "x plain")
+        columns += ("plain commands µs", "budget commands µs", "x plain")
+        lines += table(columns, rows)
     f = result["redis_floor_server_us"]
     lines += [
         "",

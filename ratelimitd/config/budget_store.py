@@ -85,19 +85,23 @@ __all__ = [
     "Result",
     "Window",
     "budget_keys",
+    "claim_of",
     "command_keys",
     "counter_key",
+    "covers",
     "e_field",
     "e_of",
     "eligible",
     "fixed",
     "is_open",
+    "moved_to",
     "record",
     "record_time",
     "records_key",
     "remembered",
     "script_state",
     "sliding",
+    "sweep_key",
     "tagged",
 ]
 
@@ -294,8 +298,9 @@ def e_of(field: bytes | None) -> int:
 
 def command_keys(key: str, windows: Sequence[Window], now: int) -> list[str]:
     """The keys a budget of fixed windows kept in plain commands (`backends.redis.claims`)
-    lives in at `now` (ms): its records' hash, then per window its current counter."""
-    out = [records_key(key)]
+    lives in at `now` (ms): its records' hash, its sweep's claim, then per window its
+    current counter."""
+    out = [records_key(key), sweep_key(key)]
     for win in windows:
         t = now // win.tick
         out.append(counter_key(key, win.name, t - t % win.ticks))
@@ -323,6 +328,31 @@ def record_time(value: int, now: int) -> int:
     """A record's time (ms), read at `now`."""
     back = (now - (value // EST) % TIME) % TIME
     return now + (TIME - back) if back > TIME - SKEW else now - back
+
+
+def moved_to(value: int, now: int) -> int:
+    """What to add to a record for its time to read `now`."""
+    return (now % TIME - (value // EST) % TIME) * EST
+
+
+def claim_of(value: int, now: int) -> tuple[int, int]:
+    """A claim's increment on a record read as `value` at `now` (its end: ENDED, its time
+    moved to `now`), and one to add once it has succeeded. The time moves in with the
+    claim when that adds to the record; when it would take from it (the time wrapped since
+    the reserve, or the reserving clock was ahead), a claim on an ended record might not
+    overflow, so the time moves after."""
+    moved = moved_to(value, now)
+    return (ENDED_BIT + moved, 0) if moved >= 0 else (ENDED_BIT, moved)
+
+
+def covers(call: Call) -> int:
+    """The `e` a write at `call.now` needs: its windows' ends + the TTL (`model`)."""
+    e = 0
+    for win in call.windows:
+        t = call.now // win.tick
+        end = (t - t % win.ticks + win.ticks) * win.tick
+        e = max(e, end)
+    return e + call.ttl
 
 
 def is_open(value: int) -> bool:
@@ -380,6 +410,11 @@ def script_state(
 def records_key(key: str) -> str:
     """The hash of a budget's records, in plain commands (`backends.redis.claims`)."""
     return key + "_t"
+
+
+def sweep_key(key: str) -> str:
+    """Who swept a budget last and until when no one else need (`backends.redis.claims`)."""
+    return key + "_s"
 
 
 def counter_key(key: str, name: str, start: int) -> str:

@@ -243,3 +243,26 @@ async def test_two_ends_of_a_reservation_across_the_time_wrap_charge_it_once(
     assert await level(one, ends) == 300
     tombstone = int(redis_server.client().hget(records_key(KEY), "t1"))
     assert tombstone == record(400, ends, ENDED_BIT)  # the end's time
+
+
+async def test_one_process_sweeps_a_budget_for_half_a_ttl_the_others_wait(
+    replicas: tuple[Any, Any], redis_server: RedisServer
+) -> None:
+    """Each process keeps its own next sweep; the sweep itself is claimed in the store, so
+    that N daemons read a budget once a half TTL, not N times. The others wait until the
+    claim ends, then one of them sweeps, reading what all of them wrote."""
+    a, b = replicas
+    one, other = a.main.claims, b.main.claims
+    await one.run([call(RESERVE, "t1", 400)])  # its first call: it sweeps (nothing) and holds
+    client = redis_server.client()
+    client.config_resetstat()
+    await other.run([call(RESERVE, "t2", 100, T0 + 1)])  # its first: it would sweep, waits
+    assert "cmdstat_hgetall" not in client.info("commandstats")
+    assert other.known[KEY][1] == T0 + TTL // 2
+    late = T0 + TTL + 1  # both deadlines passed, the claim long over
+    (swept,) = await other.run([call(RESERVE, "t3", 1, late)])
+    assert (swept.expired, swept.expired_estimate) == (2, 500)
+    assert client.info("commandstats")["cmdstat_hgetall"]["calls"] == 1
+    (after,) = await one.run([call(RESERVE, "t4", 1, late + 1)])  # now the other holds it
+    assert after.expired == 0
+    assert client.info("commandstats")["cmdstat_hgetall"]["calls"] == 1

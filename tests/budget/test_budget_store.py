@@ -269,9 +269,13 @@ async def test_redis_keys_share_a_slot_and_expire(store: Any) -> None:
         return
     client = server.client()
     if is_claims(store):
-        table, counter = b.key + "_t", b.key + "_3600s_1699999200"
-        assert sorted(client.keys()) == [counter.encode(), table.encode()]
-        assert key_slot(table.encode()) == key_slot(counter.encode()) == key_slot(b.key.encode())
+        table, counter, sweep = b.key + "_t", b.key + "_3600s_1699999200", b.key + "_s"
+        assert sorted(client.keys()) == sorted(k.encode() for k in (counter, table, sweep))
+        slots = {key_slot(k.encode()) for k in (table, counter, sweep, b.key)}
+        assert len(slots) == 1
+        # The first call swept the budget: no other process need for half a TTL.
+        assert client.get(sweep).startswith(b"%d:" % (T0 + TTL // 2))
+        assert 0 < client.pttl(sweep) <= TTL
         fields = client.hgetall(table)
         assert int(fields[b"t1"]) == 10 + (T0 % 2**28) * 2**32
         assert len(fields[b"~"]) == 65 and int(fields[b"~"][:20]) == T0 + 3_000_000 + TTL

@@ -10,6 +10,7 @@ and commands, so the backend's tests take the store as a parameter (tests/redis/
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 from pathlib import Path
@@ -139,6 +140,15 @@ class RedisServer(Proc):
     def commandstats(self) -> dict[str, int]:
         """Calls per command since the server started (INFO commandstats)."""
         return redis_commandstats("127.0.0.1", self.port)
+
+    def cpu_us(self) -> float:
+        """The CPU time the server has run for, all its threads (µs; the scheduler's own
+        count, /proc/<pid>/task/*/schedstat, exact where getrusage counts in ticks)."""
+        total = 0
+        for stat in Path(f"/proc/{self.pid}/task").glob("*/schedstat"):
+            with contextlib.suppress(FileNotFoundError):  # a thread that has just ended
+                total += int(stat.read_text().split()[0])
+        return total / 1e3
 
     def version(self) -> str:
         """The store's version from INFO server: redis_version, or valkey_version (Valkey

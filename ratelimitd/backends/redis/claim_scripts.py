@@ -1,8 +1,8 @@
 """The small scripts of the rare paths of budgets kept in plain commands
 (`backends.redis.claims`): forgetting a budget at its `e`, raising `e`, marking a reused
-id contested, settling an id the budget does not hold, and taking back a claim that found
-no record. Each runs where plain commands would race; the common paths never run one.
-Sent as EVALSHA, and as EVAL (which loads it) after NOSCRIPT.
+id contested, settling an id the budget does not hold, taking back a claim that found no
+record, and claiming a sweep. Each runs where plain commands would race; the common paths
+never run one. Sent as EVALSHA, and as EVAL (which loads it) after NOSCRIPT.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from .resp import command
 
-__all__ = ["CONTEST", "DROP", "FORGET", "ORPHAN", "RAISE", "SCRIPTS", "Script"]
+__all__ = ["CONTEST", "DROP", "FORGET", "ORPHAN", "RAISE", "SCRIPTS", "SWEEP", "Script"]
 
 # KEYS: the records hash. ARGV: now. Delete it if its `e` has passed; reply: the `e` kept
 # (0: none, or forgotten).
@@ -83,6 +83,20 @@ return out
 """
 
 
+# KEYS: the budget's sweep key. ARGV: now, the time until which a sweep now holds it, the
+# sweeper (a process's own id), its TTL (ms). Claim the sweep unless another process's
+# claim holds at now; reply: 0 if claimed, else the time it holds until.
+_SWEEP = """
+local v = redis.call('GET', KEYS[1])
+if v then
+  local sep = string.find(v, ':', 1, true)
+  local until_ = tonumber(string.sub(v, 1, sep - 1))
+  if until_ > tonumber(ARGV[1]) and string.sub(v, sep + 1) ~= ARGV[3] then return until_ end
+end
+redis.call('SET', KEYS[1], ARGV[2] .. ':' .. ARGV[3], 'PX', ARGV[4])
+return 0
+"""
+
 # KEYS: the records hash. ARGV: id, value. Delete the id's record if it still holds the
 # value (a claim's increment on a record that had gone, taken back); reply: 1 if deleted.
 _DROP = """
@@ -101,5 +115,6 @@ class Script:
         return command(*head, len(keys), *keys, *args)
 
 
-FORGET, RAISE, CONTEST, ORPHAN, DROP = map(Script, (_FORGET, _RAISE, _CONTEST, _ORPHAN, _DROP))
-SCRIPTS = (_FORGET, _RAISE, _CONTEST, _ORPHAN, _DROP)
+_ALL = (_FORGET, _RAISE, _CONTEST, _ORPHAN, _DROP, _SWEEP)
+FORGET, RAISE, CONTEST, ORPHAN, DROP, SWEEP = map(Script, _ALL)
+SCRIPTS = _ALL

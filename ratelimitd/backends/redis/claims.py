@@ -9,27 +9,30 @@ the budget's `e` and keeps the hash a hash table (`config.budget_store.e_field`)
 A record is an estimate (bits 0-31), a time in ms modulo 2^28 (bits 32-59: the reserve's,
 then the end's; 74 h wrap, and no record lives that long), and the flags CONTESTED,
 REFUSED (a remembered refusal) and ENDED (2^62). Its deadline is its time + the TTL.
-Ending a record is `HINCRBY <id> ENDED`: a second one would pass 2^63, which Redis refuses
-as an overflow and leaves the value unchanged, so of two callers ending one reservation
-exactly one succeeds (the claim), whatever else either has seen.
+Ending a record is `HINCRBY <id> ENDED` (with the end's time, `claim_of`): a second one
+would pass 2^63, which Redis refuses as an overflow, leaving the value, so of two callers
+ending one reservation exactly one succeeds (the claim), whatever else either has seen.
 
 The calls are the twin's maths (`backends.memory_budget`; a property test holds them
 equal): a reserve is `INCRBY` per counter, `HSETNX` the record and `HLEN` in one round
 (taken back in a second when over a limit or full); a settle `HGET`, then the claim and
 `INCRBY` per counter by usage - estimate in one write, claim first, so a settle cut between
 them leaves its estimate charged, never twice; a close alike, the estimate charged or freed.
-Rare paths are small scripts: an unknown id's settle, marking a reused id contested,
-raising `e` (once per budget per window) and forgetting at `e`.
+A process remembers the records it made (`Claims.mine`): its settle claims unread, in one
+round, the claim's reply telling whether the record was that one (`_unmade` if not). Rare
+paths are small scripts (`claim_scripts`): an unknown id's settle, marking a reused id
+contested, raising `e` (once per budget per window) and forgetting at `e`.
 
-The sweep reads a budget whole (`HSCAN`: no deadline index), so it runs at the first call
-once the budget's next sweep `d` has come, at most every half TTL (`model`), ends up to
-SWEEP_BATCH reservations past their deadline by the same claim, and deletes tombstones past
-theirs. `d` and a lower bound of `e` are the process's own, from what it wrote and last read
-(docs/budgets.md, "Store").
+The sweep reads a budget whole (one `HGETALL`, or `HSCAN` when it is large: no deadline
+index), so it runs at the first call once the budget's next sweep `d` has come, at most
+every half TTL (`model`), ends up to SWEEP_BATCH reservations past their deadline by the
+same claim, and deletes the tombstones past theirs in one `HDEL`. `d` and a lower bound of
+`e` are the process's own, from what it wrote and last read (docs/budgets.md, "Store").
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -53,11 +56,12 @@ from ...config.budget_store import (  # the calls and what came of them
     SETTLE,
     SETTLED,
     SWEEP_BATCH,
-    TIME,
     UNKNOWN_ID,
     Call,
     Result,
+    claim_of,
     counter_key,
+    covers,
     e_field,
     e_of,
     is_open,
@@ -66,9 +70,10 @@ from ...config.budget_store import (  # the calls and what came of them
     records_key,
     remembered,
     script_state,
+    sweep_key,
 )
 from ..base import BackendError
-from .claim_scripts import CONTEST, DROP, FORGET, RAISE, Script
+from .claim_scripts import CONTEST, DROP, FORGET, RAISE, SWEEP, Script
 from .claim_scripts import ORPHAN as ORPHAN_SCRIPT
 from .resp import ReplyError, command, key_slot
 
@@ -88,11 +93,6 @@ class Instance(Protocol):
     budget_max_transactions: int
 
     async def _run(self, cmds: list[tuple[int, bytes]]) -> list[Any]: ...
-
-
-def _moved(value: int, now: int) -> int:
-    """What to add to a record for its time to read `now`."""
-    return (now % TIME - (value // EST) % TIME) * EST
 
 
 class Windows:
@@ -161,6 +161,7 @@ class Claims:
         # Per (budget, id) this process reserved: the record it made. Its settle, until the
         # record's deadline, claims without reading it first (`_settle`).
         self.mine: dict[tuple[str, str], int] = {}
+        self.owner = os.urandom(6).hex()  # its sweeps' claims (`_claimed`)
 
     def _state(self, key: str) -> list[int]:
         st = self.known.get(key)
@@ -212,7 +213,7 @@ class Claims:
                 st[0] = e
                 if not e:
                     st[1] = min(st[1], 0)  # swept (empty) below
-            if st[1] <= now:
+            if st[1] <= now and await self._claimed(call, b):
                 try:
                     swept = await self._sweep(call, b, result)
                 except BaseException:
@@ -237,9 +238,22 @@ class Claims:
             await self._raise(call, b)
         return result
 
+    async def _claimed(self, call: Call, b: _At) -> bool:
+        """Whether this process sweeps the budget now: it is working through a backlog of
+        it, or it claims the sweep, which one process holds for half a TTL while the others
+        wait for it (their records are read by that sweep or by theirs after)."""
+        if call.key in self.backlog:
+            return True
+        now, ttl = call.now, call.ttl
+        args = [now, now + ttl // 2, self.owner, max(ttl, 1000)]
+        held = int(await self._script(b.slot, SWEEP, [sweep_key(call.key)], args))
+        if held:
+            b.known[1] = held
+        return not held
+
     async def _raise(self, call: Call, b: _At) -> None:
         """`e` raised to cover a write at `call.now` (module docstring)."""
-        e = _covers(call)
+        e = covers(call)
         if e > b.known[0]:
             kept = await self._script(b.slot, RAISE, [b.table], [e, e_field(e), call.now])
             b.known[0] = max(e, kept)
@@ -277,7 +291,7 @@ class Claims:
         out.outcome = ADMITTED if fits else REFUSED
         if held == 1 and (fits or call.force or call.remember):
             # this reserve made the hash: a table from now on, forgotten at `e`
-            e = max(st[0], _covers(call))
+            e = max(st[0], covers(call))
             follow += (command("HSET", table, "~", e_field(e)), command("PEXPIRE", table, e - now))
             st[0] = e
         if fits or call.force:
@@ -368,7 +382,7 @@ class Claims:
         est = value % EST
         mine = windows.of(call, record_time(value, now))
         delta = charge - est
-        claim, later = _claim(value, now)
+        claim, later = claim_of(value, now)
         cmds = [command("HINCRBY", table, call.txn, claim)]
         at = []  # per window, the reply that is its level after
         for k, current in enumerate(windows.counters):
@@ -425,7 +439,7 @@ class Claims:
     async def _orphan(self, call: Call, b: _At, out: Result) -> bool:
         st, slot, table, windows = b.known, b.slot, b.table, b.windows
         now = call.now
-        e = max(st[0], _covers(call))
+        e = max(st[0], covers(call))
         args: list[Any] = [
             call.txn,
             call.amount,
@@ -544,14 +558,14 @@ class Claims:
         cmds: list[bytes] = []
         gone: list[str] = []  # tombstones past their deadline, deleted in one HDEL
         # per reservation ended: (estimate, charge, its counters, its claim's index, its id,
-        # what to add once claimed: `_claim`)
+        # what to add once claimed: `config.budget_store.claim_of`)
         ends: list[tuple[int, int, list[str], int, str, int]] = []
         for _, t, v in batch:
             if is_open(v):  # ended by the claim, by the policy; a tombstone for a TTL
                 est = v % EST
                 charge = est if call.charge else 0
                 mine = list(windows.of(call, record_time(v, now)).values()) if charge != est else []
-                claim, later = _claim(v, now)
+                claim, later = claim_of(v, now)
                 ends.append((est, charge, mine, len(cmds), t, later))
                 cmds.append(command("HINCRBY", table, t, claim))
                 cmds += [command("INCRBY", c, charge - est) for c in mine]
@@ -618,25 +632,6 @@ def _closes_what_it_settled(last: tuple[Call, Result], call: Call, st: list[int]
         and st[1] > call.now
         and not 0 < st[0] <= call.now
     )
-
-
-def _claim(value: int, now: int) -> tuple[int, int]:
-    """A claim's increment on a record read as `value` at `now`, and one to add once it has
-    succeeded. The end's time moves in with the claim when that adds to the record; when
-    it would take from it (the time wrapped since the reserve, or the reserving clock was
-    ahead), a claim on an ended record might not overflow, so the time moves after."""
-    moved = _moved(value, now)
-    return (ENDED_BIT + moved, 0) if moved >= 0 else (ENDED_BIT, moved)
-
-
-def _covers(call: Call) -> int:
-    """The `e` a write at `call.now` needs: its windows' ends + the TTL (`model`)."""
-    e = 0
-    for win in call.windows:
-        t = call.now // win.tick
-        end = (t - t % win.ticks + win.ticks) * win.tick
-        e = max(e, end)
-    return e + call.ttl
 
 
 def _scheduled(st: list[int], deadline: int) -> None:

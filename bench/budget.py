@@ -20,7 +20,13 @@ settle against check-then-report.
    clock of their own (STEP a call) after WARM seconds of transactions on it, so that the
    budgets hold what a running daemon's hold and their sweeps fall among the calls.
    Median of --repeat runs; ratios to the plain decision of the same run.
-2. The workload (tests/support/llm_stack): N concurrent streams, each asking max_tokens and
+2. Redis server CPU in the steady state (`server_cpu`, on a server of its own): batches
+   of plain decisions and of transactions as a daemon sees them (each stream end a minute
+   after its reserve) alternate, every sweep counted; per call the server process's CPU
+   (its threads' run time: what it spends reading, parsing, running and replying) and the
+   commands' own time (INFO commandstats), one caller on one daemon, 64 on one, and 64 on
+   two daemons sharing the budgets. Medians of --repeat, and of the ratios per pair.
+3. The workload (tests/support/llm_stack): N concurrent streams, each asking max_tokens and
    using less, through Envoy on the check-then-report example and on the reserve example,
    one after the other in this run: tokens charged against the limit, the overshoot.
 

@@ -85,7 +85,7 @@ SCAN_COUNT = 1000
 # no single command holds the server for long.
 WHOLE = 4096
 KNOWN = 100_000  # budgets whose `e` and next sweep a process keeps (then it starts over)
-MINE = 50_000  # reservations a process remembers making (the oldest forgotten first)
+MINE = 20_000  # reservations a process remembers making (the oldest forgotten first)
 
 
 class Instance(Protocol):

@@ -6,6 +6,7 @@ first caller's round runs, then the second caller's whole call, then the first g
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -266,3 +267,22 @@ async def test_one_process_sweeps_a_budget_for_half_a_ttl_the_others_wait(
     (after,) = await one.run([call(RESERVE, "t4", 1, late + 1)])  # now the other holds it
     assert after.expired == 0
     assert client.info("commandstats")["cmdstat_hgetall"]["calls"] == 1
+
+
+async def test_two_calls_of_one_process_on_a_due_budget_sweep_it_once(
+    redis_server: RedisServer,
+) -> None:
+    backend, _ = await redis_budgets(redis_server.address)
+    try:
+        claims = backend.main.claims
+        await claims.run([call(RESERVE, "t1", 400)])
+        client = redis_server.client()
+        client.config_resetstat()
+        late = T0 + TTL + 1
+        both = await asyncio.gather(
+            claims.run([call(RESERVE, "t2", 1, late)]), claims.run([call(RESERVE, "t3", 1, late)])
+        )
+        assert sum(r.expired for (r,) in both) == 1
+        assert client.info("commandstats")["cmdstat_hgetall"]["calls"] == 1
+    finally:
+        await backend.close()

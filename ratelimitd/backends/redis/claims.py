@@ -213,9 +213,10 @@ class Claims:
                 st[0] = e
                 if not e:
                     st[1] = min(st[1], 0)  # swept (empty) below
-            if st[1] <= now and await self._claimed(call, b):
+            if st[1] <= now:
+                st[1] = NEVER  # one sweep at a time: the process's other calls go on meanwhile
                 try:
-                    swept = await self._sweep(call, b, result)
+                    swept = await self._claimed(call, b) and await self._sweep(call, b, result)
                 except BaseException:
                     st[1] = now  # not swept: the next call tries again
                     raise
@@ -531,7 +532,6 @@ class Claims:
         not read again each time."""
         st, slot, table, windows = b.known, b.slot, b.table, b.windows
         now, ttl = call.now, call.ttl
-        st[1] = NEVER  # one sweep at a time: the process's other calls go on meanwhile
         kept = self.backlog.pop(call.key, None)
         if kept is not None:
             due, later = kept

@@ -17,6 +17,7 @@ from support.redis_server import RedisServer
 from ratelimitd.backends.redis.claims import WHOLE, Claims
 from ratelimitd.config.budget_store import (
     ADMITTED,
+    COUNT,
     ENDED_BIT,
     FINISHED,
     NEVER,
@@ -284,5 +285,20 @@ async def test_two_calls_of_one_process_on_a_due_budget_sweep_it_once(
         )
         assert sum(r.expired for (r,) in both) == 1
         assert client.info("commandstats")["cmdstat_hgetall"]["calls"] == 1
+    finally:
+        await backend.close()
+
+
+async def test_a_sweep_that_ends_reservations_is_next_due_at_their_tombstones_deadline(
+    redis_server: RedisServer,
+) -> None:
+    backend, _ = await redis_budgets(redis_server.address)
+    try:
+        claims = backend.main.claims
+        await claims.run([call(RESERVE, "t1", 400)])
+        late = T0 + TTL + 1
+        (swept,) = await claims.run([call(COUNT, "", 0, late)])  # writes nothing of its own
+        assert swept.expired == 1
+        assert claims.known[KEY][1] == late + TTL  # the tombstone's deadline
     finally:
         await backend.close()

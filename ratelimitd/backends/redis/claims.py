@@ -383,7 +383,7 @@ class Claims:
         est = value % EST
         mine = windows.of(call, record_time(value, now))
         delta = charge - est
-        claim, later = claim_of(value, now)
+        claim, after = claim_of(value, now)
         cmds = [command("HINCRBY", table, call.txn, claim)]
         at = []  # per window, the reply that is its level after
         for k, current in enumerate(windows.counters):
@@ -407,8 +407,8 @@ class Claims:
         if made and (found := int(replies[0]) - claim) & ~CONTESTED_BIT != value:
             back = [command("INCRBY", c, -delta) for c in mine.values() if delta]
             return await self._unmade(call, b, out, found, claim, charge, back)
-        if later:
-            await self._round(slot, [command("HINCRBY", table, call.txn, later)])
+        if after:
+            await self._round(slot, [command("HINCRBY", table, call.txn, after)])
         out.outcome = SETTLED
         out.estimate = est
         out.charged = charge
@@ -565,8 +565,8 @@ class Claims:
                 est = v % EST
                 charge = est if call.charge else 0
                 mine = list(windows.of(call, record_time(v, now)).values()) if charge != est else []
-                claim, later = claim_of(v, now)
-                ends.append((est, charge, mine, len(cmds), t, later))
+                claim, after = claim_of(v, now)
+                ends.append((est, charge, mine, len(cmds), t, after))
                 cmds.append(command("HINCRBY", table, t, claim))
                 cmds += [command("INCRBY", c, charge - est) for c in mine]
                 later = min(later, now + ttl)
@@ -576,12 +576,12 @@ class Claims:
             cmds.append(command("HDEL", table, *gone))
         replies = await self._round(slot, cmds)
         back: list[bytes] = []
-        for est, charge, mine, at, t, later in ends:
+        for est, charge, mine, at, t, after in ends:
             if isinstance(replies[at], ReplyError):  # another end came first: ours back
                 back += [command("INCRBY", c, est - charge) for c in mine]
                 continue
-            if later:
-                back.append(command("HINCRBY", table, t, later))
+            if after:
+                back.append(command("HINCRBY", table, t, after))
             out.expired += 1
             out.expired_estimate += est
             out.expired_charged += charge

@@ -130,8 +130,10 @@ class Daemon:
         await self.grpc.start()
         listeners = s.listeners
         shared = s.workers.shares_ports
-        await self.http.start(listeners.host, listeners.port, reuse_port=shared)
+        # The debug listener first: the HTTP listener serves /healthcheck, and a client told
+        # the daemon is ready must find every listener open.
         await self.debug.start(listeners.debug_host, listeners.debug_port, reuse_port=shared)
+        await self.http.start(listeners.host, listeners.port, reuse_port=shared)
         await self.sink.start()
         self.reloader.start()
         # Everything built so far (modules, rule set, servers) lives as long as the process:

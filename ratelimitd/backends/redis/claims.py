@@ -27,7 +27,8 @@ The sweep reads a budget whole (one `HGETALL`, or `HSCAN` when it is large: no d
 index), so it runs at the first call once the budget's next sweep `d` has come, at most
 every half TTL (`model`), ends up to SWEEP_BATCH reservations past their deadline by the
 same claim, and deletes the tombstones past theirs in one `HDEL`. `d` and a lower bound of
-`e` are the process's own, from what it wrote and last read (docs/budgets.md, "Store").
+`e` are the process's own, from what it wrote and last read; the sweep itself is claimed
+in the store, by one process a half TTL (`_claimed`; docs/budgets.md, "Store").
 """
 
 from __future__ import annotations

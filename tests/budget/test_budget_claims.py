@@ -65,6 +65,14 @@ class Between:
 
 
 @pytest.fixture
+async def claims(redis_server: RedisServer) -> AsyncIterator[Claims]:
+    """One daemon's budgets in plain commands on `redis_server`."""
+    backend, _ = await redis_budgets(redis_server.address)
+    yield backend.main.claims
+    await backend.close()
+
+
+@pytest.fixture
 async def replicas(redis_server: RedisServer) -> AsyncIterator[tuple[Any, Any]]:
     """Two daemons' Redis backends on one server (each its own connections and `Claims`)."""
     a, _ = await redis_budgets(redis_server.address)
@@ -91,19 +99,15 @@ async def test_two_ends_of_one_reservation_charge_it_once(replicas: tuple[Any, A
 
 
 async def test_a_settle_cut_between_its_claim_and_its_charge_charges_the_estimate(
+    claims: Claims,
     redis_server: RedisServer,
 ) -> None:
-    backend, _ = await redis_budgets(redis_server.address)
-    try:
-        claims = backend.main.claims
-        await claims.run([call(RESERVE, "t1", 400)])
-        # The claim reached the server, the charge did not (a connection cut in the write).
-        redis_server.client().hincrby(records_key(KEY), "t1", ENDED_BIT)
-        (again,) = await claims.run([call(SETTLE, "t1", 300)])
-        assert again.outcome == FINISHED  # never charged twice
-        assert await level(claims) == 400  # the estimate, an upper bound of the usage
-    finally:
-        await backend.close()
+    await claims.run([call(RESERVE, "t1", 400)])
+    # The claim reached the server, the charge did not (a connection cut in the write).
+    redis_server.client().hincrby(records_key(KEY), "t1", ENDED_BIT)
+    (again,) = await claims.run([call(SETTLE, "t1", 300)])
+    assert again.outcome == FINISHED  # never charged twice
+    assert await level(claims) == 400  # the estimate, an upper bound of the usage
 
 
 async def test_an_orphan_racing_a_reserve_of_its_id_settles_that_reservation(
@@ -151,69 +155,56 @@ async def test_a_replica_sweeps_what_another_reserved(replicas: tuple[Any, Any])
 
 @pytest.mark.parametrize("read", ["hgetall", "hscan"])
 async def test_a_backlog_is_worked_through_without_reading_the_budget_again(
-    redis_server: RedisServer, read: str
+    claims: Claims, redis_server: RedisServer, read: str
 ) -> None:
     """More reservations past their deadline than one sweep ends: the next calls end the
     rest, oldest first, from what the first sweep read (in one HGETALL when the budget
     was last counted small, else by HSCAN)."""
-    backend, _ = await redis_budgets(redis_server.address)
-    try:
-        claims = backend.main.claims
-        await claims.run([call(RESERVE, f"t{i}", 1, T0 + i) for i in range(100)])
-        client = redis_server.client()
-        client.config_resetstat()
-        if read == "hscan":
-            claims.known[KEY][3] = WHOLE
-        late = T0 + TTL + 100
-        first, second, third = [
-            (await claims.run([call(RESERVE, f"n{i}", 1, late)]))[0] for i in range(3)
-        ]
-        assert (first.expired, second.expired, third.expired) == (64, 36, 0)
-        stats = client.info("commandstats")
-        assert stats[f"cmdstat_{read}"]["calls"] == 1
-        assert f"cmdstat_{({'hscan', 'hgetall'} - {read}).pop()}" not in stats
-        assert await level(claims, late) == 3  # released (charge=False): the new ones only
-    finally:
-        await backend.close()
+    await claims.run([call(RESERVE, f"t{i}", 1, T0 + i) for i in range(100)])
+    client = redis_server.client()
+    client.config_resetstat()
+    if read == "hscan":
+        claims.known[KEY][3] = WHOLE
+    late = T0 + TTL + 100
+    first, second, third = [
+        (await claims.run([call(RESERVE, f"n{i}", 1, late)]))[0] for i in range(3)
+    ]
+    assert (first.expired, second.expired, third.expired) == (64, 36, 0)
+    stats = client.info("commandstats")
+    assert stats[f"cmdstat_{read}"]["calls"] == 1
+    assert f"cmdstat_{({'hscan', 'hgetall'} - {read}).pop()}" not in stats
+    assert await level(claims, late) == 3  # released (charge=False): the new ones only
 
 
 async def test_a_settle_by_the_reserving_process_claims_without_reading(
+    claims: Claims,
     redis_server: RedisServer,
 ) -> None:
     """The process that made a reservation knows its record: its settle claims it in one
     round, unread, and the claim's reply confirms it."""
-    backend, _ = await redis_budgets(redis_server.address)
-    try:
-        claims = backend.main.claims
-        await claims.run([call(RESERVE, "t1", 400)])
-        client = redis_server.client()
-        client.config_resetstat()
-        (settled,) = await claims.run([call(SETTLE, "t1", 300, T0 + 5)])
-        assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 400, 300)
-        assert "cmdstat_hget" not in client.info("commandstats")
-        assert int(client.hget(records_key(KEY), "t1")) == record(400, T0 + 5, ENDED_BIT)
-        assert await level(claims) == 300
-    finally:
-        await backend.close()
+    await claims.run([call(RESERVE, "t1", 400)])
+    client = redis_server.client()
+    client.config_resetstat()
+    (settled,) = await claims.run([call(SETTLE, "t1", 300, T0 + 5)])
+    assert (settled.outcome, settled.estimate, settled.charged) == (SETTLED, 400, 300)
+    assert "cmdstat_hget" not in client.info("commandstats")
+    assert int(client.hget(records_key(KEY), "t1")) == record(400, T0 + 5, ENDED_BIT)
+    assert await level(claims) == 300
 
 
 async def test_a_settle_by_the_reserving_process_after_a_reset_is_an_orphan(
+    claims: Claims,
     redis_server: RedisServer,
 ) -> None:
     """The record it made has gone (a reset): its claim made the field, which goes again,
     and the settle is charged as one of an id the budget does not hold."""
-    backend, _ = await redis_budgets(redis_server.address)
-    try:
-        claims = backend.main.claims
-        await claims.run([call(RESERVE, "t1", 400)])
-        redis_server.client().flushall()
-        (settled,) = await claims.run([call(SETTLE, "t1", 300)])
-        assert (settled.outcome, settled.charged) == (ORPHAN, 300)
-        tombstone = int(redis_server.client().hget(records_key(KEY), "t1"))
-        assert tombstone == record(0, T0, ENDED_BIT)
-        assert await level(claims) == 300
-    finally:
-        await backend.close()
+    await claims.run([call(RESERVE, "t1", 400)])
+    redis_server.client().flushall()
+    (settled,) = await claims.run([call(SETTLE, "t1", 300)])
+    assert (settled.outcome, settled.charged) == (ORPHAN, 300)
+    tombstone = int(redis_server.client().hget(records_key(KEY), "t1"))
+    assert tombstone == record(0, T0, ENDED_BIT)
+    assert await level(claims) == 300
 
 
 async def test_a_settle_by_the_reserving_process_of_what_another_ended(
@@ -271,34 +262,25 @@ async def test_one_process_sweeps_a_budget_for_half_a_ttl_the_others_wait(
 
 
 async def test_two_calls_of_one_process_on_a_due_budget_sweep_it_once(
+    claims: Claims,
     redis_server: RedisServer,
 ) -> None:
-    backend, _ = await redis_budgets(redis_server.address)
-    try:
-        claims = backend.main.claims
-        await claims.run([call(RESERVE, "t1", 400)])
-        client = redis_server.client()
-        client.config_resetstat()
-        late = T0 + TTL + 1
-        both = await asyncio.gather(
-            claims.run([call(RESERVE, "t2", 1, late)]), claims.run([call(RESERVE, "t3", 1, late)])
-        )
-        assert sum(r.expired for (r,) in both) == 1
-        assert client.info("commandstats")["cmdstat_hgetall"]["calls"] == 1
-    finally:
-        await backend.close()
+    await claims.run([call(RESERVE, "t1", 400)])
+    client = redis_server.client()
+    client.config_resetstat()
+    late = T0 + TTL + 1
+    both = await asyncio.gather(
+        claims.run([call(RESERVE, "t2", 1, late)]), claims.run([call(RESERVE, "t3", 1, late)])
+    )
+    assert sum(r.expired for (r,) in both) == 1
+    assert client.info("commandstats")["cmdstat_hgetall"]["calls"] == 1
 
 
 async def test_a_sweep_that_ends_reservations_is_next_due_at_their_tombstones_deadline(
-    redis_server: RedisServer,
+    claims: Claims,
 ) -> None:
-    backend, _ = await redis_budgets(redis_server.address)
-    try:
-        claims = backend.main.claims
-        await claims.run([call(RESERVE, "t1", 400)])
-        late = T0 + TTL + 1
-        (swept,) = await claims.run([call(COUNT, "", 0, late)])  # writes nothing of its own
-        assert swept.expired == 1
-        assert claims.known[KEY][1] == late + TTL  # the tombstone's deadline
-    finally:
-        await backend.close()
+    await claims.run([call(RESERVE, "t1", 400)])
+    late = T0 + TTL + 1
+    (swept,) = await claims.run([call(COUNT, "", 0, late)])  # writes nothing of its own
+    assert swept.expired == 1
+    assert claims.known[KEY][1] == late + TTL  # the tombstone's deadline
